@@ -1,0 +1,3 @@
+from llamaspec.cli import main
+
+main()

@@ -1,0 +1,69 @@
+"""The command line: parses and renders; the work lives in the modules below it.
+
+Each verb's commands live in a module of this package and register themselves on ``main``.
+Errors: a LlamaspecError becomes ``Error: ...`` / ``Hint: ...`` on stderr and a non-zero exit;
+``LLAMASPEC_DEBUG=1`` (or ``-v -v``) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import click
+
+from llamaspec import __version__
+from llamaspec.errors import LlamaspecError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except LlamaspecError as exc:
+            if os.environ.get("LLAMASPEC_DEBUG"):
+                raise
+            click.secho(f"Error: {exc.message}", fg="red", err=True)
+            if exc.hint:
+                click.echo(f"Hint: {exc.hint}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("Interrupted: everything finished so far is stored.", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
+@click.version_option(__version__, "-V", "--version")
+@click.option("-v", "--verbose", count=True, help="More detail on stderr (-v info is default; -vv debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
+def main(verbose: int, quiet: bool) -> None:
+    """llamaspec: does speculative decoding pay off for your model pair, on your hardware?
+
+    \b
+    Typical session:
+      llamaspec build                      # build llama.cpp (cached)
+      llamaspec models fetch smollm2-135m  # fetch + derive the offline pair
+      llamaspec run smollm2-quicksort      # speculative vs baseline, stored
+      llamaspec sweep smollm2-quicksort --draft 1..16
+    """
+    level = logging.WARNING if quiet else logging.DEBUG if verbose >= 1 else logging.INFO
+    if verbose >= 2:
+        os.environ["LLAMASPEC_DEBUG"] = "1"
+    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)
+
+
+def _register() -> None:
+    # Each module adds its commands to ``main``; importing them is cheap (heavy imports are deferred).
+    from llamaspec.cli import build as _build  # noqa: F401
+    for optional in ("models", "run", "parse", "sweep", "report"):
+        try:
+            __import__(f"llamaspec.cli.{optional}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"llamaspec.cli.{optional}":
+                raise
+
+
+_register()

@@ -1,0 +1,104 @@
+"""After every build: run each program, and push a tiny model through the quantizer and the
+speculative program so that the first matrix product runs (where bad CPU flags fault)."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+from llamaspec import proc
+from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp.build import Build
+
+log = logging.getLogger(__name__)
+
+
+class IllegalInstruction(LlamaspecError):
+    def __init__(self, program: str) -> None:
+        super().__init__(f"{program} died with SIGILL")
+        self.program = program
+
+
+def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_ff: int = 128, seed: int = 0) -> Path:
+    """A random-weight Llama GGUF (SentencePiece-style byte vocabulary) of about 300 kB."""
+    import gguf
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁", "▁the", "▁a", "e", "t", "o"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    types += [gguf.TokenType.NORMAL] * 6
+    n_vocab = len(tokens)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("llamaspec-smoke-tiny-llama")
+    writer.add_context_length(256)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(4)
+    writer.add_rope_dimension_count(n_embd // 4)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * 259 + [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0])
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+
+    def t(name: str, *shape: int) -> None:
+        writer.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+
+    t("token_embd.weight", n_vocab, n_embd)
+    for i in range(n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            t(f"blk.{i}.{name}.weight", n_embd, n_embd)
+        t(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
+        t(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
+        t(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    t("output.weight", n_vocab, n_embd)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _run(argv: list[str], what: str, log_path: Path) -> proc.Completed:
+    done = proc.run(argv, log_path=log_path, timeout=120, check=False, what=what)
+    if done.signal_name == "SIGILL":
+        raise IllegalInstruction(what)
+    if done.returncode != 0:
+        proc.raise_failure(done, f"smoke test of {what}", log_path,
+                           hint="the build looks broken; rebuild with `llamaspec build --force`")
+    return done
+
+
+def check(build: Build) -> None:
+    """Raise IllegalInstruction on SIGILL, LlamaspecError on any other failure."""
+    from llamaspec.llamacpp import flags
+
+    logs = Path(build.bin_dir).parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for role in sorted(build.programs):
+        program = build.program(role)
+        _run([str(program), "--version"], program.name, logs / f"smoke-{program.name}-version.log")
+    with tempfile.TemporaryDirectory(prefix="llamaspec-smoke-") as tmp:
+        f32 = write_tiny_llama(Path(tmp) / "tiny-f32.gguf")
+        q4 = Path(tmp) / "tiny-q4_0.gguf"
+        quantize = build.program("quantize")
+        _run([str(quantize), str(f32), str(q4), "Q4_0"], quantize.name, logs / "smoke-quantize.log")
+        spec = build.program("speculative")
+        caps = flags.capabilities(spec)
+        argv = flags.speculative_argv(caps, spec, flags.Settings(
+            target=str(f32), draft=str(q4), prompt="the", n_predict=8, draft_max=2, threads=2, seed=1, temperature=0.0,
+            ctx_size=256,
+        ))
+        _run(argv, spec.name, logs / "smoke-speculative.log")
+    log.info("smoke test passed: %s", ", ".join(sorted(build.programs.values())))

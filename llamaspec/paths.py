@@ -1,0 +1,85 @@
+"""Where llamaspec keeps things. Every location can be moved with an environment variable.
+
+- ``LLAMASPEC_ROOT``: the project folder holding ``vendor/``, ``models/`` and ``experiments/``
+  (default: the checkout this package lives in, else the current directory).
+- ``LLAMASPEC_CACHE``: builds and downloads shared by every clone (default ``~/.cache/llamaspec``).
+- ``LLAMASPEC_DATA``: the results store, run logs and plots (default ``~/.local/share/llamaspec``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from llamaspec.errors import LlamaspecError
+
+
+def project_root() -> Path:
+    env = os.environ.get("LLAMASPEC_ROOT")
+    if env:
+        return Path(env).expanduser().resolve()
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "experiments").is_dir():
+        return checkout
+    return Path.cwd()
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("LLAMASPEC_CACHE")
+    base = Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llamaspec"
+    return base.resolve()
+
+
+def data_dir() -> Path:
+    env = os.environ.get("LLAMASPEC_DATA")
+    if env:
+        return Path(env).expanduser().resolve()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share").resolve() / "llamaspec"
+
+
+def vendor_dir() -> Path:
+    return project_root() / "vendor" / "llama.cpp"
+
+
+def models_dir() -> Path:
+    return project_root() / "models"
+
+
+def experiments_dir() -> Path:
+    return project_root() / "experiments"
+
+
+def builds_dir() -> Path:
+    return cache_dir() / "builds"
+
+
+def downloads_dir() -> Path:
+    return cache_dir() / "downloads"
+
+
+def results_db() -> Path:
+    return data_dir() / "results.sqlite"
+
+
+def runs_dir() -> Path:
+    return data_dir() / "runs"
+
+
+def plots_dir() -> Path:
+    return data_dir() / "plots"
+
+
+def ensure_free_space(path: Path, needed_bytes: int, what: str) -> None:
+    """Refuse to start work that would fill the disk half-way through."""
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed_bytes:
+        raise LlamaspecError(
+            f"not enough free disk for {what}: {free / 2**30:.1f} GiB free under {probe}, "
+            f"{needed_bytes / 2**30:.1f} GiB needed",
+            hint="free some space, or point LLAMASPEC_CACHE / LLAMASPEC_ROOT at a larger disk",
+        )

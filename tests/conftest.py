@@ -1,0 +1,34 @@
+"""Shared test set-up.
+
+- Every test gets its own results store and data folder (never the user's real one).
+- Builds and downloads stay in the real cache (``LLAMASPEC_CACHE``), so the llama.cpp build
+  and the offline models are made once per machine and reused by CI and later sessions.
+- ``llama_build`` gives the real CPU build of the pinned llama.cpp (building it if needed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_data(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    data = tmp_path_factory.mktemp("llamaspec-data")
+    monkeypatch.setenv("LLAMASPEC_DATA", str(data))
+    monkeypatch.delenv("LLAMASPEC_BIN_DIR", raising=False)
+    monkeypatch.delenv("LLAMASPEC_DEBUG", raising=False)
+    return data
+
+
+@pytest.fixture(scope="session")
+def llama_build():
+    """The pinned llama.cpp, CPU backend, from the build cache (built on first use)."""
+    from llamaspec.llamacpp import build, source
+
+    info = source.fetch()
+    return build.build("cpu", source=info)
