@@ -63,7 +63,7 @@ class _PeakMemory(threading.Thread):
         self.pid = pid
         self.interval = interval
         self.peak = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         import psutil
@@ -72,7 +72,7 @@ class _PeakMemory(threading.Thread):
             proc = psutil.Process(self.pid)
         except psutil.Error:
             return
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 total = proc.memory_info().rss
                 for child in proc.children(recursive=True):
@@ -83,10 +83,10 @@ class _PeakMemory(threading.Thread):
             except psutil.Error:
                 return
             self.peak = max(self.peak, total)
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> int | None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=1)
         return self.peak or None
 

@@ -68,8 +68,8 @@ class Settings:
     draft_p_min: float | None = None
     threads: int | None = None
     threads_draft: int | None = None
-    gpu_layers: int | str | None = None  # "all", "none" or a layer count
-    draft_gpu_layers: int | str | None = None
+    gpu_layers: int | None = None  # layers, already mapped from intent by gpu_layers()
+    draft_gpu_layers: int | None = None
     ctx_size: int | None = None
     batch_size: int | None = None
     escape: bool = True
@@ -101,7 +101,8 @@ FLAG_TABLE: dict[str, tuple[str, ...]] = {
 REQUIRED_WHEN_SET = {"draft", "draft_max", "draft_p_min", "spec_type", "draft_min"}
 
 _OPTION_LINE = re.compile(r"^\s{0,4}(-[-\w]+(?:,\s*-[-\w]+)*)")
-_VERSION = re.compile(r"version:\s*(\d+)\s*\((\w+)\)")
+# "version: 4880 (c2a67efe)" until 2026; "version: 0.5.0-dev (build 0, commit 0c1e570)" since.
+_VERSION = re.compile(r"version:\s*(\S+)\s*\((?:build\s+(\d+),\s*commit\s+)?(\w+)\)")
 
 
 def parse_help(text: str) -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
@@ -127,7 +128,10 @@ def parse_help(text: str) -> tuple[frozenset[str], frozenset[str], tuple[str, ..
 
 def parse_version(text: str) -> Version:
     m = _VERSION.search(text)
-    return Version(int(m.group(1)), m.group(2)) if m else Version(None, "unknown")
+    if not m:
+        return Version(None, "unknown")
+    number = m.group(2) or m.group(1)
+    return Version(int(number) if number.isdigit() else None, m.group(3))
 
 
 @functools.lru_cache(maxsize=32)
@@ -161,16 +165,6 @@ def capabilities(program: Path) -> Capabilities:
     return Capabilities(str(program), options, removed, spec_types, parse_version(version_text), help_text)
 
 
-def _gpu_value(caps: Capabilities, value: int | str | None) -> str | None:
-    if value is None:
-        return None
-    if value == "all":
-        return str(GPU_ALL)
-    if value == "none":
-        return "0"
-    return str(int(value))
-
-
 def _put(argv: list[str], caps: Capabilities, setting: str, value: object) -> None:
     """Append ``flag value`` for a setting, with the first flag name this build accepts."""
     if value is None:
@@ -201,7 +195,7 @@ def common_argv(caps: Capabilities, s: Settings, *, with_draft: bool) -> list[st
     put("seed", s.seed)
     put("temperature", s.temperature)
     put("threads", s.threads)
-    put("gpu_layers", _gpu_value(caps, s.gpu_layers))
+    put("gpu_layers", s.gpu_layers)
     put("ctx_size", s.ctx_size)
     put("batch_size", s.batch_size)
     if s.escape and caps.has("-e"):
@@ -223,7 +217,7 @@ def speculative_argv(caps: Capabilities, program: Path, s: Settings) -> list[str
     put("draft_min", s.draft_min)
     put("draft_p_min", s.draft_p_min)
     put("threads_draft", s.threads_draft)
-    put("draft_gpu_layers", _gpu_value(caps, s.draft_gpu_layers))
+    put("draft_gpu_layers", s.draft_gpu_layers)
     if caps.has("--spec-type"):
         kind = "draft-simple" if s.spec_type in (None, "draft") else s.spec_type
         if caps.spec_types and kind not in caps.spec_types:
@@ -245,3 +239,19 @@ def completion_argv(caps: Capabilities, program: Path, s: Settings) -> list[str]
         argv.append("-no-cnv")  # plain completion of the prompt, never chat mode
     argv.extend(s.extra_args)
     return argv
+
+
+def gpu_layers(intent: int | str | None, backend: str, generation: str) -> int | None:
+    """Map the experiment's offload intent onto -ngl for this build.
+
+    "all" means every layer on the GPU. On 2023 Metal builds any ``-ngl > 0`` offloaded the whole
+    model (the write-up's ``-ngl 1``), so it stays 1 there; from 2024 on -ngl counts layers.
+    A CPU build gets an explicit 0: there is nothing to offload, and defaults drift.
+    """
+    if intent is None:
+        return None
+    if backend == "cpu" or intent == "none":
+        return 0
+    if intent == "all":
+        return 1 if (generation == "2023" and backend == "metal") else GPU_ALL
+    return int(intent)

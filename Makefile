@@ -1,0 +1,41 @@
+# The two commands a newcomer needs (see README.md):
+#   make demo   build llama.cpp, fetch the offline pair, run, sweep, report and plot
+#   make test   the whole test suite (builds llama.cpp first if the cache has no build)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+EXPERIMENT ?= smollm2-quicksort
+DRAFTS ?= 1,2,3,4,6,8
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint setup build models clean-venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[convert,dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+build: setup
+	$(BIN)/llamaspec source fetch
+	$(BIN)/llamaspec build
+
+models: build
+	$(BIN)/llamaspec models fetch smollm2-135m
+
+demo: models
+	$(BIN)/llamaspec run $(EXPERIMENT) --repeats 3
+	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS)
+	$(BIN)/llamaspec report $(EXPERIMENT)
+
+test: build
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check llamaspec tests benchmarks
+	$(BIN)/mypy llamaspec
+
+clean-venv:
+	rm -rf $(VENV)

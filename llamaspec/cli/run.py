@@ -1,0 +1,134 @@
+"""``llamaspec run`` and ``llamaspec results``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llamaspec.cli import main
+from llamaspec.cli.options import check_prompt_file, overrides, run_options
+
+log = logging.getLogger("llamaspec")
+
+
+def progress_printer(total_steps: int):
+    """Log each llama.cpp process as it starts and ends (stderr), so long runs show progress."""
+    state = {"done": 0}
+
+    def on_event(event: str, data: dict[str, Any]) -> None:
+        if event == "start":
+            log.info("[%d/%d] %s: %s run %d/%d ...", state["done"] + 1, total_steps, data["case"], data["mode"],
+                     data["repeat"] + 1, data["repeats"])
+        elif event == "done":
+            state["done"] += 1
+            m = data["measurement"]
+            if m.ok:
+                extra = f", accept {m.accept:.1f}%" if m.accept is not None else ""
+                log.info("      decode %.2f t/s%s (%.1f s)", m.decode_tps or 0, extra, m.wall_seconds)
+            else:
+                log.info("      failed: %s", m.error)
+
+    return on_event
+
+
+@main.command()
+@click.argument("experiment_name", metavar="NAME|PATH")
+@click.option("--draft", "-d", "draft_max", type=click.IntRange(min=0), default=None,
+              help="Draft length (tokens drafted per step), like the write-up's --draft 8.")
+@run_options
+def run(experiment_name: str, draft_max: int | None, n_predict: int | None, threads: int | None,
+        gpu_layers: int | str | None, draft_p_min: float | None, spec_type: str | None, prompt: str | None,
+        prompt_file: Path | None, repeats: int | None, timeout: float | None, bin_dir: Path | None, backend: str,
+        as_json: bool) -> None:
+    """Run an experiment: speculative vs target-only baseline, stored with provenance.
+
+    Prints decode speeds, speedup, acceptance and whether the output is unchanged (lossless),
+    next to the experiment's reference figures.
+
+    Example: llamaspec run smollm2-quicksort --draft 4 --repeats 3
+    """
+    from llamaspec import experiment, models, report
+    from llamaspec import run as runs
+    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.runner import LlamaCppBackend
+
+    exp = experiment.load(experiment_name, models.known)
+    exp = exp.with_overrides(overrides(draft_max, n_predict, threads, gpu_layers, draft_p_min, spec_type, timeout),
+                             repeats, prompt, check_prompt_file(prompt_file))
+    build = find(backend, bin_dir)
+    log.info("using %s from %s", build.label, build.bin_dir)
+    results = runs.run_experiment(exp, LlamaCppBackend(build), on_event=progress_printer(2 * exp.repeats * len(exp.cases)))
+    if as_json:
+        click.echo(json.dumps(report.as_json(results), indent=2))
+    else:
+        click.echo(report.render(results))
+    runs.raise_if_failed(results)
+
+
+@main.group()
+def results() -> None:
+    """The results store: list, show and export stored runs."""
+
+
+@results.command("list")
+@click.option("--experiment", "-e", default=None, help="Only this experiment.")
+@click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True)
+def results_list(experiment: str | None, limit: int) -> None:
+    """List stored runs, newest first.
+
+    Example: llamaspec results list -e smollm2-quicksort
+    """
+    from llamaspec.results import Store
+
+    store = Store.open()
+    rows = store.runs(experiment, limit=limit)
+    if not rows:
+        click.echo(f"no runs stored in {store.path}", err=True)
+        return
+    click.echo(f"{'id':>5}  {'started':<24} {'experiment':<22} {'case':<12} {'draft':>5} {'status':<11} {'speedup':>8} {'accept':>7}")
+    for r in rows:
+        s = r.get("summary") or {}
+        speedup = (s.get("speedup") or {}).get("median")
+        accept = (s.get("accept") or {}).get("median")
+        click.echo(f"{r['id']:>5}  {r['started_at']:<24} {r['experiment'][:22]:<22} {r['case_name'][:12]:<12} "
+                   f"{r['draft_max'] if r['draft_max'] is not None else '-':>5} {r['status']:<11} "
+                   f"{f'{speedup:.2f}x' if speedup else '-':>8} {f'{accept:.1f}%' if accept is not None else '-':>7}")
+
+
+@results.command("show")
+@click.argument("run_id", type=int)
+def results_show(run_id: int) -> None:
+    """Print one run with its measurements and provenance as JSON.
+
+    Example: llamaspec results show 12
+    """
+    from llamaspec.results import Store
+
+    store = Store.open()
+    row = store.run(run_id)
+    row["measurements"] = store.measurements(run_id)
+    click.echo(json.dumps(row, indent=2, sort_keys=True))
+
+
+@results.command("export")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
+@click.option("--experiment", "-e", default=None, help="Only this experiment.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="Write to a file (default stdout).")
+def results_export(fmt: str, experiment: str | None, output: Path | None) -> None:
+    """Export runs and measurements as CSV (one row per measurement) or JSON.
+
+    Example: llamaspec results export --format csv -o runs.csv
+    """
+    from llamaspec import atomic
+    from llamaspec.results import Store
+
+    text = Store.open().export(fmt, experiment)
+    if output:
+        atomic.write_text(output, text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)

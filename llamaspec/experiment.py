@@ -1,0 +1,310 @@
+"""Experiments: YAML files in ``experiments/`` describing what to run, validated strictly.
+
+An experiment has defaults (``settings``) and one or more ``cases``; a case names a target
+model, a draft model (or a draft-free ``spec_type``), a prompt, optional per-case settings and
+optional reference figures (what a write-up reported). Precedence, stated once:
+command line > case settings > experiment settings > built-in defaults.
+
+Errors point at the key: ``cases[1].draft.model: unknown model 'x'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamaspec import paths
+from llamaspec.errors import LlamaspecError
+
+BACKENDS = ("llama.cpp",)  # planned: "llama-server" (prompt sets, models kept loaded), "transformers"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    model: str
+    variant: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}:{self.variant}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Generation settings; None means "not set here" (the next level down decides)."""
+
+    n_predict: int | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    draft_max: int | None = None
+    draft_min: int | None = None
+    draft_p_min: float | None = None
+    threads: int | None = None
+    threads_draft: int | None = None
+    gpu_layers: int | str | None = None  # "all", "none" or a count: intent, mapped per build
+    draft_gpu_layers: int | str | None = None
+    ctx_size: int | None = None
+    batch_size: int | None = None
+    escape: bool | None = None
+    spec_type: str | None = None  # "draft" (default) or a draft-free n-gram mode of the build
+    timeout: float | None = None  # seconds per llama.cpp process
+    extra_args: tuple[str, ...] | None = None
+
+    def over(self, base: Settings) -> Settings:
+        """These settings, falling back to ``base`` where unset."""
+        mine = dataclasses.asdict(self)
+        theirs = dataclasses.asdict(base)
+        return Settings(**{k: mine[k] if mine[k] is not None else theirs[k] for k in mine})
+
+
+DEFAULT_SETTINGS = Settings(
+    n_predict=256, seed=20, temperature=0.0, draft_max=8, threads=None, gpu_layers="all", draft_gpu_layers="all",
+    escape=True, spec_type="draft", timeout=1800.0, extra_args=(), ctx_size=4096,
+)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Figures someone reported for this case, to compare against."""
+
+    source: str = ""
+    hardware: str = ""
+    encode_tps: float | None = None
+    decode_tps: float | None = None
+    n_predict: int | None = None
+    n_drafted: int | None = None
+    n_accept: int | None = None
+    accept_pct: float | None = None
+    speedup: float | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    target: ModelRef
+    draft: ModelRef | None
+    prompt: str | None
+    prompt_file: str | None
+    settings: Settings
+    reference: Reference | None = None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    backend: str
+    repeats: int
+    cases: tuple[Case, ...]
+    path: str = ""
+    settings: Settings = field(default_factory=Settings)
+
+    def with_overrides(self, overrides: Settings, repeats: int | None = None, prompt: str | None = None,
+                       prompt_file: str | None = None) -> Experiment:
+        """Apply command-line overrides to every case (command line wins)."""
+        cases = tuple(
+            dataclasses.replace(
+                c,
+                settings=overrides.over(c.settings),
+                prompt=prompt if prompt is not None else (None if prompt_file else c.prompt),
+                prompt_file=prompt_file if prompt_file is not None else (None if prompt else c.prompt_file),
+            )
+            for c in self.cases
+        )
+        return dataclasses.replace(self, cases=cases, repeats=repeats or self.repeats)
+
+
+# --- validation ------------------------------------------------------------------------------
+
+class _Checker:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, message: str) -> LlamaspecError:
+        return LlamaspecError(f"{self.source}: {where}: {message}", hint="see experiments/README.md for the schema")
+
+    def mapping(self, value: Any, where: str, allowed: Mapping[str, object], required: tuple[str, ...] = ()) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
+        for key in value:
+            if key not in allowed:
+                close = [k for k in allowed if k.startswith(str(key)[:3])]
+                raise self.fail(f"{where}.{key}" if where else str(key),
+                                "unknown key" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        for key in required:
+            if key not in value or value[key] is None:
+                raise self.fail(f"{where}.{key}" if where else key, "missing")
+        return value
+
+    def typed(self, value: Any, where: str, kind: type | tuple[type, ...], positive: bool = False) -> Any:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds:
+            raise self.fail(where, f"expected {'/'.join(k.__name__ for k in kinds)}, got a boolean")
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kinds):
+            raise self.fail(where, f"expected {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__} {value!r}")
+        if positive and isinstance(value, (int, float)) and value < 0:
+            raise self.fail(where, f"must not be negative, got {value}")
+        return value
+
+
+SETTING_TYPES: dict[str, Callable[[_Checker, Any, str], Any]] = {
+    "n_predict": lambda c, v, w: c.typed(v, w, int, positive=True),
+    "seed": lambda c, v, w: c.typed(v, w, int),
+    "temperature": lambda c, v, w: c.typed(v, w, float, positive=True),
+    "draft_max": lambda c, v, w: c.typed(v, w, int, positive=True),
+    "draft_min": lambda c, v, w: c.typed(v, w, int, positive=True),
+    "draft_p_min": lambda c, v, w: _probability(c, v, w),
+    "threads": lambda c, v, w: c.typed(v, w, int, positive=True),
+    "threads_draft": lambda c, v, w: c.typed(v, w, int, positive=True),
+    "gpu_layers": lambda c, v, w: _gpu(c, v, w),
+    "draft_gpu_layers": lambda c, v, w: _gpu(c, v, w),
+    "ctx_size": lambda c, v, w: c.typed(v, w, int, positive=True),
+    "batch_size": lambda c, v, w: c.typed(v, w, int, positive=True),
+    "escape": lambda c, v, w: c.typed(v, w, bool),
+    "spec_type": lambda c, v, w: c.typed(v, w, str),
+    "timeout": lambda c, v, w: c.typed(v, w, float, positive=True),
+    "extra_args": lambda c, v, w: tuple(c.typed(a, f"{w}[{i}]", str) for i, a in enumerate(c.typed(v, w, list))),
+}
+
+
+def _probability(c: _Checker, v: Any, where: str) -> float:
+    v = c.typed(v, where, float)
+    if not 0.0 <= v <= 1.0:
+        raise c.fail(where, f"must be between 0 and 1, got {v}")
+    return v
+
+
+def _gpu(c: _Checker, v: Any, where: str) -> int | str:
+    if isinstance(v, str) and v in ("all", "none"):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    raise c.fail(where, f"expected 'all', 'none' or a layer count, got {v!r}")
+
+
+def parse_settings(c: _Checker, raw: Any, where: str) -> Settings:
+    if raw is None:
+        return Settings()
+    raw = c.mapping(raw, where, SETTING_TYPES)
+    return Settings(**{k: SETTING_TYPES[k](c, v, f"{where}.{k}") for k, v in raw.items() if v is not None})
+
+
+REFERENCE_KEYS = {f.name: f.type for f in dataclasses.fields(Reference)}
+
+
+def parse_reference(c: _Checker, raw: Any, where: str) -> Reference | None:
+    if raw is None:
+        return None
+    raw = c.mapping(raw, where, REFERENCE_KEYS)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        kind: type | tuple[type, ...] = str if key in ("source", "hardware") else int if key.startswith("n_") else float
+        values[key] = c.typed(value, f"{where}.{key}", kind)
+    return Reference(**values)
+
+
+def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], str | None] | None) -> ModelRef:
+    raw = c.mapping(raw, where, {"model": str, "variant": str}, required=("model", "variant"))
+    ref = ModelRef(c.typed(raw["model"], f"{where}.model", str), c.typed(raw["variant"], f"{where}.variant", str))
+    if known is not None:
+        problem = known(ref.model, ref.variant)
+        if problem:
+            key = "variant" if "variant" in problem else "model"
+            raise c.fail(f"{where}.{key}", problem)
+    return ref
+
+
+TOP_KEYS = {"name": str, "description": str, "backend": str, "repeats": int, "settings": dict, "cases": list}
+CASE_KEYS = {"name": str, "target": dict, "draft": dict, "prompt": str, "prompt_file": str, "settings": dict, "reference": dict}
+
+
+def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] | None = None,
+          base_dir: Path | None = None) -> Experiment:
+    """Validate a loaded YAML document into an Experiment."""
+    c = _Checker(source)
+    top = c.mapping(data, "", TOP_KEYS, required=("name", "cases"))
+    name = c.typed(top["name"], "name", str)
+    backend = c.typed(top.get("backend", "llama.cpp"), "backend", str)
+    if backend not in BACKENDS:
+        raise c.fail("backend", f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+    repeats = c.typed(top.get("repeats", 1), "repeats", int)
+    if repeats < 1:
+        raise c.fail("repeats", "must be at least 1")
+    settings = parse_settings(c, top.get("settings"), "settings")
+    raw_cases = c.typed(top["cases"], "cases", list)
+    if not raw_cases:
+        raise c.fail("cases", "needs at least one case")
+    cases = []
+    for i, raw in enumerate(raw_cases):
+        where = f"cases[{i}]"
+        raw = c.mapping(raw, where, CASE_KEYS, required=("target",))
+        case_settings = parse_settings(c, raw.get("settings"), f"{where}.settings").over(settings)
+        prompt = raw.get("prompt")
+        prompt_file = raw.get("prompt_file")
+        if prompt is not None:
+            c.typed(prompt, f"{where}.prompt", str)
+        if prompt_file is not None:
+            c.typed(prompt_file, f"{where}.prompt_file", str)
+            resolved = (base_dir or Path.cwd()) / prompt_file
+            if not resolved.is_file():
+                raise c.fail(f"{where}.prompt_file", f"file not found: {resolved}")
+            prompt_file = str(resolved)
+        if (prompt is None) == (prompt_file is None):
+            raise c.fail(where, "give exactly one of prompt and prompt_file")
+        draft = parse_model(c, raw["draft"], f"{where}.draft", known_model) if raw.get("draft") is not None else None
+        if draft is None and case_settings.over(DEFAULT_SETTINGS).spec_type == "draft":
+            raise c.fail(f"{where}.draft", "missing (or set settings.spec_type to a draft-free n-gram mode)")
+        cases.append(Case(
+            name=c.typed(raw.get("name", f"case{i}"), f"{where}.name", str),
+            target=parse_model(c, raw["target"], f"{where}.target", known_model),
+            draft=draft,
+            prompt=prompt,
+            prompt_file=prompt_file,
+            settings=case_settings,
+            reference=parse_reference(c, raw.get("reference"), f"{where}.reference"),
+        ))
+    names = [case.name for case in cases]
+    if len(set(names)) != len(names):
+        raise c.fail("cases", f"case names must be unique, got {names}")
+    return Experiment(name, c.typed(top.get("description", ""), "description", str), backend, repeats, tuple(cases),
+                      source, settings)
+
+
+def locate(name_or_path: str) -> Path:
+    """An experiment by name (``experiments/NAME.yaml``) or by path."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
+        if not candidate.is_file():
+            raise LlamaspecError(f"experiment file not found: {candidate}", hint="check the path")
+        return candidate
+    folder = paths.experiments_dir()
+    for suffix in (".yaml", ".yml"):
+        path = folder / f"{name_or_path}{suffix}"
+        if path.is_file():
+            return path
+    known = sorted(p.stem for p in folder.glob("*.yaml"))
+    raise LlamaspecError(f"unknown experiment {name_or_path!r}",
+                         hint=f"known experiments: {', '.join(known) or '(none)'}; or pass a path to a YAML file")
+
+
+def load(name_or_path: str, known_model: Callable[[str, str], str | None] | None = None) -> Experiment:
+    import yaml
+
+    path = locate(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise LlamaspecError(f"{path}: malformed YAML{where}: {problem}", hint="fix the YAML syntax (indentation, quotes, colons)") from exc
+    return parse(data, str(path), known_model, base_dir=path.parent)
+
+
+def list_experiments() -> list[Path]:
+    return sorted(paths.experiments_dir().glob("*.yaml"))

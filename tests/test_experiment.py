@@ -1,0 +1,128 @@
+"""Experiment files: the shipped ones load, and bad ones fail with errors that point at the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamaspec import experiment
+from llamaspec.errors import LlamaspecError
+from llamaspec.experiment import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def known(model: str, variant: str) -> str | None:
+    models = {"codellama-7b": {"f16"}, "tinyllama-1.1b-python": {"q4_0"}, "smollm2-135m": {"f16", "f32", "q4_0", "q4_1", "q8_0"}}
+    if model not in models:
+        return f"unknown model {model!r}"
+    if variant not in models[model]:
+        return f"unknown variant {variant!r} of {model}"
+    return None
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+name: t
+settings: {n_predict: 16, draft_max: 4}
+cases:
+  - name: a
+    target: {model: smollm2-135m, variant: f16}
+    draft: {model: smollm2-135m, variant: q4_0}
+    prompt: hello
+"""
+
+
+def test_shipped_experiments_load() -> None:
+    for path in sorted((ROOT / "experiments").glob("*.yaml")):
+        exp = experiment.load(str(path), known)
+        assert exp.cases, path
+
+
+def test_quicksort_python_matches_the_writeup() -> None:
+    exp = experiment.load(str(ROOT / "experiments" / "quicksort-python.yaml"), known)
+    (case,) = exp.cases
+    s = case.settings
+    assert (s.n_predict, s.seed, s.temperature, s.draft_max, s.threads, s.gpu_layers) == (256, 20, 0.0, 8, 4, "all")
+    assert case.prompt == "# Quick-sort implementation in Python and sample usage:"
+    assert (case.target.model, case.target.variant) == ("codellama-7b", "f16")
+    assert (case.draft.model, case.draft.variant) == ("tinyllama-1.1b-python", "q4_0")
+    ref = case.reference
+    assert (ref.decode_tps, ref.accept_pct, ref.n_drafted, ref.n_accept, ref.n_predict) == (33.507, 61.514, 317, 195, 265)
+
+
+def test_quicksort_c_keeps_the_escaped_prompt() -> None:
+    exp = experiment.load(str(ROOT / "experiments" / "quicksort-c.yaml"), known)
+    assert exp.cases[0].prompt.endswith("sample usage:\\n\\n#include")
+    assert exp.cases[0].settings.escape is True
+
+
+def test_precedence_command_line_over_case_over_experiment(tmp_path: Path) -> None:
+    text = GOOD.replace("    prompt: hello", "    prompt: hello\n    settings: {draft_max: 6}")
+    exp = experiment.load(str(write(tmp_path, text)), known)
+    assert exp.cases[0].settings.draft_max == 6  # case over experiment
+    assert exp.cases[0].settings.n_predict == 16
+    over = exp.with_overrides(Settings(draft_max=2), repeats=3, prompt="other")
+    assert over.cases[0].settings.draft_max == 2 and over.repeats == 3 and over.cases[0].prompt == "other"
+    assert over.cases[0].settings.n_predict == 16
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD.replace("name: t", "name: t\nbogus: 1"), "bogus: unknown key"),
+        (GOOD.replace("n_predict: 16", "n_predikt: 16"), "settings.n_predikt: unknown key (did you mean 'n_predict'?)"),
+        (GOOD.replace("n_predict: 16", "n_predict: many"), "settings.n_predict: expected int, got str 'many'"),
+        (GOOD.replace("n_predict: 16", "n_predict: -3"), "settings.n_predict: must not be negative"),
+        (GOOD.replace("n_predict: 16", "n_predict: true"), "settings.n_predict: expected int, got a boolean"),
+        (GOOD.replace("draft: {model: smollm2-135m, variant: q4_0}", "draft: {model: x, variant: q4_0}"),
+         "cases[0].draft.model: unknown model 'x'"),
+        (GOOD.replace("variant: q4_0", "variant: q3_k"), "cases[0].draft.variant: unknown variant 'q3_k'"),
+        (GOOD.replace("    prompt: hello\n", ""), "cases[0]: give exactly one of prompt and prompt_file"),
+        (GOOD.replace("cases:", "cases: []\nx:").split("  - name")[0], "x: unknown key"),
+        ("name: t\ncases: []\n", "cases: needs at least one case"),
+        ("cases: [1]\n", "name: missing"),
+        ("name: t\ncases:\n  - 3\n", "cases[0]: expected a mapping, got int"),
+        (GOOD.replace("name: t", "name: t\nbackend: vllm"), "backend: unknown backend 'vllm'"),
+        (GOOD.replace("name: t", "name: t\nrepeats: 0"), "repeats: must be at least 1"),
+        (GOOD.replace("draft_max: 4", "draft_max: 4, gpu_layers: some"), "settings.gpu_layers: expected 'all', 'none' or a layer count"),
+        (GOOD.replace("draft_max: 4", "draft_max: 4, draft_p_min: 1.5"), "settings.draft_p_min: must be between 0 and 1"),
+        (GOOD.replace("    prompt: hello", "    prompt: hello\n    prompt_file: nope.txt"), "cases[0].prompt_file: file not found"),
+        (GOOD.replace("    draft: {model: smollm2-135m, variant: q4_0}\n", ""), "cases[0].draft: missing"),
+        ("- just\n- a list\n", "expected a mapping, got list"),
+    ],
+)
+def test_bad_experiments_point_at_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(LlamaspecError) as err:
+        experiment.load(str(write(tmp_path, text)), known)
+    assert message in err.value.message
+    assert str(tmp_path / "exp.yaml") in err.value.message
+
+
+def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
+    with pytest.raises(LlamaspecError, match=r"malformed YAML at line 5") as err:
+        experiment.load(str(write(tmp_path, "name: t\ncases:\n  - name: a\n    target: {model: x\n    prompt: p\n")), known)
+    assert err.value.hint
+
+
+def test_draft_free_case_needs_no_draft(tmp_path: Path) -> None:
+    text = GOOD.replace("    draft: {model: smollm2-135m, variant: q4_0}\n", "").replace("draft_max: 4", "draft_max: 4, spec_type: ngram-simple")
+    exp = experiment.load(str(write(tmp_path, text)), known)
+    assert exp.cases[0].draft is None
+
+
+def test_unknown_experiment_lists_known_ones() -> None:
+    with pytest.raises(LlamaspecError, match="unknown experiment 'nope'") as err:
+        experiment.locate("nope")
+    assert "quicksort-python" in (err.value.hint or "")
+
+
+def test_missing_experiment_file() -> None:
+    with pytest.raises(LlamaspecError, match="experiment file not found"):
+        experiment.locate("does/not/exist.yaml")

@@ -1,0 +1,61 @@
+"""The subprocess wrapper: logs, exit descriptions, timeouts, crashes, missing programs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamaspec import atomic, proc
+from llamaspec.errors import LlamaspecError
+
+
+def test_output_is_captured_and_teed(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    done = proc.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], log_path=log)
+    assert done.stdout == "out\n" and done.stderr == "err\n" and done.returncode == 0
+    text = log.read_text()
+    assert text.startswith("$ ") and "out" in text and "err" in text and "# exit status 0" in text
+
+
+def test_failure_names_exit_tail_and_log(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    with pytest.raises(LlamaspecError) as err:
+        proc.run([sys.executable, "-c", "import sys; print('boom: no model', file=sys.stderr); sys.exit(3)"],
+                 log_path=log, what="llama-speculative")
+    assert "llama-speculative exited with code 3: boom: no model" in err.value.message
+    assert str(log) in err.value.message
+
+
+def test_killed_process_names_the_signal() -> None:
+    done = proc.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], check=False)
+    assert done.signal_name == "SIGKILL" and done.describe_exit() == "was killed by SIGKILL"
+
+
+def test_timeout_terminates_the_process() -> None:
+    done = proc.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5, check=False)
+    assert done.timed_out and done.seconds < 10
+    with pytest.raises(LlamaspecError, match="timed out after"):
+        proc.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def test_missing_program() -> None:
+    with pytest.raises(LlamaspecError, match="program not found"):
+        proc.run(["/nonexistent/llama-speculative"])
+
+
+def test_peak_memory_is_measured() -> None:
+    done = proc.run([sys.executable, "-c", "x = bytearray(200 * 2**20); import time; time.sleep(0.5)"], measure_memory=True)
+    assert done.peak_rss_bytes is not None and done.peak_rss_bytes > 150 * 2**20
+
+
+def test_atomic_path_leaves_nothing_on_failure(tmp_path: Path) -> None:
+    dest = tmp_path / "model.gguf"
+    with pytest.raises(RuntimeError), atomic.atomic_path(dest) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("interrupted")
+    assert not dest.exists() and list(tmp_path.iterdir()) == []
+    with atomic.atomic_path(dest) as tmp:
+        tmp.write_text("whole")
+    assert dest.read_text() == "whole"
