@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from llamaspec.experiment import Settings
 
-MODES = ("baseline", "speculative")
+MODES = ("baseline", "speculative", "draft")  # draft: the draft model alone, to time one draft step
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class ResolvedCase:
 class Measurement:
     """One generation by one process (or one request): what it cost and what it produced."""
 
-    mode: str  # baseline | speculative
+    mode: str  # baseline | speculative | draft
     ok: bool
     error: str | None
     argv: tuple[str, ...]

@@ -100,3 +100,92 @@ def as_json(results: Sequence[Any]) -> list[dict[str, Any]]:
              "error": r.error, "settings": asdict(r.case.settings), "target": asdict(r.case.target),
              "draft": asdict(r.case.draft) if r.case.draft else None,
              "reference": asdict(r.reference) if r.reference else None, "summary": r.summary} for r in results]
+
+
+# --- Markdown reports from the results store ---------------------------------------------------
+
+COMPARE_BY = {
+    "build": lambda run: f"llama.cpp {run.get('llamacpp_commit')} ({run.get('backend')})",
+    "machine": lambda run: ((run.get("provenance") or {}).get("hardware") or {}).get("host", "?") + " / "
+    + ((run.get("provenance") or {}).get("hardware") or {}).get("cpu", "?"),
+    "pair": lambda run: f"{run.get('target')} + {run.get('draft') or 'no draft'}",
+}
+
+
+def _md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def markdown(store: Any, experiment_name: str, compare_by: str | None = None, plot: bool = True) -> str:
+    """A Markdown summary of an experiment from the store; with ``compare_by``, its runs grouped by
+    build, machine or model pair side by side."""
+    from llamaspec import analysis
+    from llamaspec.errors import LlamaspecError
+
+    runs = store.runs(experiment=experiment_name)
+    if not runs:
+        raise LlamaspecError(f"no runs of {experiment_name!r} in {store.path}",
+                             hint=f"run `llamaspec run {experiment_name}` first")
+    ok = [r for r in runs if r["status"] == "ok"]
+    out = [f"# {experiment_name}", ""]
+    latest = ok[0] if ok else runs[0]
+    prov = latest.get("provenance") or {}
+    hw = prov.get("hardware") or {}
+    out += [f"- latest run: {latest['id']} ({latest['started_at']}), llama.cpp {latest.get('llamacpp_commit')} "
+            f"({latest.get('backend')}), flags: `{' '.join((prov.get('llamacpp') or {}).get('cmake_args') or [])}`",
+            f"- hardware: {hw.get('cpu')} ({hw.get('cores')} cores, {(hw.get('memory_bytes') or 0) / 2**30:.0f} GiB), "
+            f"{', '.join(hw.get('gpus') or []) or 'no GPU'}",
+            f"- runs stored: {len(runs)} ({len(ok)} ok, {sum(r['status'] == 'failed' for r in runs)} failed, "
+            f"{sum(r['status'] == 'interrupted' for r in runs)} interrupted)", ""]
+    if compare_by:
+        if compare_by not in COMPARE_BY:
+            raise LlamaspecError(f"cannot compare by {compare_by!r}", hint=f"use one of {', '.join(COMPARE_BY)}")
+        key = COMPARE_BY[compare_by]
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for r in ok:
+            groups.setdefault(key(r), []).append(r)
+        out += [f"## Compared by {compare_by}", ""]
+        body = []
+        for label, rs in groups.items():
+            best = max(rs, key=lambda r: ((r.get("summary") or {}).get("speedup") or {}).get("median") or 0)
+            s = best.get("summary") or {}
+            body.append([label, str(len(rs)), str(best["draft_max"]), _spread(s.get("decode_tps")),
+                         _spread(s.get("baseline_decode_tps")), _spread(s.get("speedup"), suffix="x"),
+                         _spread(s.get("accept"), 1), str(best["id"])])
+        out += [_md_table(["group", "runs", "best draft", "spec t/s", "baseline t/s", "speedup", "accept %", "run"], body), ""]
+    plain = [r for r in ok if r["kind"] == "run"]
+    if plain:
+        out += ["## Runs", ""]
+        body = []
+        for r in plain[:20]:
+            s = r.get("summary") or {}
+            body.append([str(r["id"]), r["case_name"], f"{r.get('target')} + {r.get('draft')}", str(r["draft_max"]),
+                         _spread(s.get("decode_tps")), _spread(s.get("baseline_decode_tps")),
+                         _spread(s.get("speedup"), suffix="x"), _spread(s.get("accept"), 1),
+                         lossless_text(s.get("lossless")).split(" (")[0]])
+        out += [_md_table(["run", "case", "pair", "draft", "spec t/s", "baseline t/s", "speedup", "accept %", "lossless"], body), ""]
+        ref_rows = []
+        from llamaspec import experiment as experiments
+        try:
+            exp = experiments.load(experiment_name)
+            refs = {c.name: c.reference for c in exp.cases if c.reference}
+        except LlamaspecError:
+            refs = {}
+        for r in plain:
+            if r["case_name"] in refs:
+                ref_rows.append((r, refs.pop(r["case_name"])))
+        for r, ref in ref_rows:
+            out += [f"### Run {r['id']} against the reference ({ref.hardware})", "",
+                    _md_table(["metric", "measured", "reference", "ratio"], [list(row) for row in rows(r["summary"] or {}, ref)]), ""]
+    sweeps = [r for r in ok if r["kind"] == "sweep"]
+    if sweeps:
+        rep = analysis.sweep_report(store, sweeps[0]["sweep_id"], plot=plot)
+        out += ["## Latest sweep", "", "```", rep.render(), "```", ""]
+        for g in rep.groups:
+            out += [f"![{g.label or 'sweep'}]({p})" for p in g.plots if p.name.startswith("dashboard") and p.suffix == ".png"]
+    failed = [r for r in runs if r["status"] == "failed"][:5]
+    if failed:
+        out += ["", "## Recent failures", ""] + [f"- run {r['id']}: {r.get('error')}" for r in failed]
+    return "\n".join(out).rstrip() + "\n"

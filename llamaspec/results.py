@@ -51,7 +51,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE measurements (
         id INTEGER PRIMARY KEY,
         run_id INTEGER NOT NULL REFERENCES runs(id),
-        mode TEXT NOT NULL,                         -- speculative | baseline
+        mode TEXT NOT NULL,                         -- speculative | baseline | draft
         repeat INTEGER NOT NULL,
         ok INTEGER NOT NULL,
         error TEXT,
@@ -75,7 +75,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX runs_by_point ON runs(sweep_id, point_key);
     CREATE INDEX measurements_by_run ON measurements(run_id);
     """,
-    # Baselines shared by the points of a sweep that have the same target settings.
+    # Measurements shared by several runs (the baseline of a sweep's points with the same target
+    # settings, the draft-alone timing): the key they are shared under.
     "ALTER TABLE measurements ADD COLUMN baseline_key TEXT; CREATE INDEX measurements_by_baseline ON measurements(baseline_key);",
 )
 
@@ -234,10 +235,10 @@ class Store:
     def measurements(self, run_id: int) -> list[dict[str, Any]]:
         return [_decode(r) for r in self._query("SELECT * FROM measurements WHERE run_id = ? ORDER BY id", (run_id,))]
 
-    def baseline(self, baseline_key: str) -> list[dict[str, Any]]:
-        """Finished baseline measurements that any run recorded under this key."""
+    def shared(self, key: str, mode: str = "baseline") -> list[dict[str, Any]]:
+        """Finished measurements of ``mode`` that any run recorded under this shared key."""
         return [_decode(r) for r in self._query(
-            "SELECT * FROM measurements WHERE baseline_key = ? AND mode = 'baseline' AND ok = 1 ORDER BY id", (baseline_key,))]
+            "SELECT * FROM measurements WHERE baseline_key = ? AND mode = ? AND ok = 1 ORDER BY id", (key, mode))]
 
     def finished_point(self, sweep_id: str, point_key: str) -> dict[str, Any] | None:
         rows = self._query("SELECT * FROM runs WHERE sweep_id = ? AND point_key = ? AND status = 'ok' ORDER BY id DESC LIMIT 1",

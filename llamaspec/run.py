@@ -102,6 +102,8 @@ def summarize(measurements: Sequence[Measurement], baseline: Sequence[Measuremen
     summary["decode_tps"] = spread(spec_tps)
     summary["encode_tps"] = spread([m.encode_tps for m in spec if m.encode_tps])
     summary["baseline_decode_tps"] = spread(base_tps)
+    summary["draft_decode_tps"] = spread([m.decode_tps for m in (*measurements, *baseline)
+                                          if m.mode == "draft" and m.ok and m.decode_tps])
     if spec_tps and base_tps:
         # Pair each speculative run with the baseline measured next to it, so drift cancels.
         pairs = [s / b for s, b in zip(spec_tps, base_tps, strict=False)]
@@ -168,10 +170,11 @@ def _own_commit() -> str | None:
         return None
 
 
-def baseline_key(backend: Backend, case: ResolvedCase) -> str:
-    """Same target, prompt and target-side settings on the same build: same baseline."""
+def baseline_key(backend: Backend, case: ResolvedCase, scope: str | None = None) -> str:
+    """Same target, prompt and target-side settings on the same build (within one sweep, when
+    scoped): same baseline. Scoping keeps a baseline from another day posing as today's."""
     s = case.settings
-    blob = {"build": backend.provenance().get("build_key") or backend.provenance().get("commit"),
+    blob = {"scope": scope, "build": backend.provenance().get("build_key") or backend.provenance().get("commit"),
             "bin": backend.provenance().get("bin_dir"), "target": case.target.sha256 or case.target.path,
             "prompt": case.prompt, "prompt_file": case.prompt_file,
             "settings": {k: getattr(s, k) for k in ("n_predict", "seed", "temperature", "threads", "gpu_layers", "ctx_size",
@@ -187,11 +190,11 @@ def _row(run_id: int, repeat: int, m: Measurement, key: str | None) -> Measureme
                           exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
                           n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
                           n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept, text=m.text, stats=m.stats,
-                          log_path=m.log_path, baseline_key=key if m.mode == "baseline" else None)
+                          log_path=m.log_path, baseline_key=key if m.mode != "speculative" else None)
 
 
-def _stored_baseline(rows: list[dict[str, Any]]) -> list[Measurement]:
-    return [Measurement(mode="baseline", ok=True, error=None, argv=tuple(r["argv"]), exit_code=r["exit_code"],
+def _stored(rows: list[dict[str, Any]]) -> list[Measurement]:
+    return [Measurement(mode=r["mode"], ok=True, error=None, argv=tuple(r["argv"]), exit_code=r["exit_code"],
                         wall_seconds=r["wall_seconds"], peak_rss_bytes=r["peak_rss_bytes"], n_prompt=r["n_prompt"],
                         n_predict=r["n_predict"], encode_tps=r["encode_tps"], decode_tps=r["decode_tps"], text=r["text"],
                         stats=r["stats"], log_path=r["log_path"]) for r in rows]
@@ -199,24 +202,39 @@ def _stored_baseline(rows: list[dict[str, Any]]) -> list[Measurement]:
 
 def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: int = 1, hardware: dict[str, Any],
              reference: Reference | None = None, kind: str = "run", sweep_id: str | None = None,
-             point_key: str | None = None, reuse_baseline: bool = False, on_event: Event | None = None) -> CaseResult:
+             point_key: str | None = None, reuse_baseline: bool = False, baseline_scope: str | None = None,
+             time_draft: bool = False, on_event: Event | None = None) -> CaseResult:
     """Measure one case ``repeats`` times, baseline and speculative interleaved (ABBA order so that
     machine drift does not pose as speedup). With ``reuse_baseline``, baselines already stored for
-    the same target settings are reused (sweeps share one baseline across draft lengths)."""
+    the same target settings are reused (sweeps share one baseline across draft lengths). With
+    ``time_draft``, the draft model alone is timed once (shared likewise): the speedup model's
+    draft cost, which the pinned llama-speculative does not print."""
     emit = on_event or (lambda _event, _data: None)
     backend.check(case)
-    key = baseline_key(backend, case)
+    key = baseline_key(backend, case, baseline_scope)
     settings = {k: v for k, v in asdict(case.settings).items()}
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=settings,
                              provenance=provenance(backend, case, hardware), kind=kind, sweep_id=sweep_id,
                              point_key=point_key)
     logs = paths.runs_dir() / f"{run_id:06d}"
-    shared = _stored_baseline(store.baseline(key))[:repeats] if reuse_baseline else []
+    shared = _stored(store.shared(key))[:repeats] if reuse_baseline else []
     measured: list[Measurement] = []
     status, error = "ok", None
+    draft_key = None
+    if time_draft and case.draft is not None:
+        draft_key = baseline_key(backend, replace(case, target=case.draft), baseline_scope)
+        shared += _stored(store.shared(draft_key, "draft"))[:1]
     try:
-        for r in range(repeats):
-            modes = ["speculative"] if len(shared) > r else (["baseline", "speculative"] if r % 2 == 0 else ["speculative", "baseline"])
+        if draft_key is not None and not any(m.mode == "draft" for m in shared):
+            emit("start", {"case": case.case, "mode": "draft", "repeat": 0, "repeats": 1})
+            m = backend.measure(case, "draft", logs / "draft-0.log")
+            store.add_measurement(_row(run_id, 0, m, draft_key))
+            measured.append(m)
+            emit("done", {"case": case.case, "mode": "draft", "repeat": 0, "measurement": m})
+            if not m.ok:
+                status, error = "failed", m.error
+        for r in range(repeats if status == "ok" else 0):
+            modes = ["speculative"] if sum(m.mode == "baseline" for m in shared) > r else (["baseline", "speculative"] if r % 2 == 0 else ["speculative", "baseline"])
             for mode in modes:
                 emit("start", {"case": case.case, "mode": mode, "repeat": r, "repeats": repeats})
                 m = backend.measure(case, mode, logs / f"{mode}-{r}.log")
@@ -234,7 +252,7 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: int
         raise
     summary = summarize(measured, shared)
     summary["baseline_key"] = key
-    summary["baseline_reused"] = len(shared)
+    summary["baseline_reused"] = sum(m.mode == "baseline" for m in shared)
     store.finish_run(run_id, status, summary, error)
     return CaseResult(run_id, case, reference, tuple(measured), summary, status, error)
 

@@ -37,7 +37,7 @@ def test_round_trip_and_exports(tmp_path: Path) -> None:
     ms = store.measurements(run_id)
     assert [m["mode"] for m in ms] == ["baseline", "speculative"]
     assert ms[1]["argv"] == ["llama-speculative", "-m", "x"] and ms[1]["ok"] is True
-    assert [m["mode"] for m in store.baseline("k1")] == ["baseline"]
+    assert [m["mode"] for m in store.shared("k1")] == ["baseline"]
     exported = json.loads(store.export("json"))
     assert exported[0]["measurements"][1]["n_accept"] == 40
     table = list(csv.DictReader(io.StringIO(store.export("csv"))))

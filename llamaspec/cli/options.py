@@ -26,12 +26,19 @@ class GpuLayers(click.ParamType):
         return number
 
 
-RUN_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
-    click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate."),
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+# Settings a run takes one value of (a sweep takes lists of them instead).
+SETTING_OPTIONS: list[Decorator] = [
     click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores)."),
     click.option("--gpu-layers", "-ngl", type=GpuLayers(), default=None, help="Offload: all, none or a layer count."),
     click.option("--p-min", "draft_p_min", type=click.FloatRange(0, 1), default=None, help="Draft p-min (stop drafting below it)."),
     click.option("--spec-type", default=None, help="draft (a draft model) or a draft-free n-gram mode of the build."),
+]
+
+# Options every measuring command (run, sweep, tune) takes.
+COMMON_OPTIONS: list[Decorator] = [
+    click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate."),
     click.option("--prompt", "-p", default=None, help="Replace the experiment's prompt."),
     click.option("--prompt-file", "-f", type=click.Path(path_type=Path), default=None, help="Read the prompt from a file."),
     click.option("--repeats", "-r", type=click.IntRange(min=1), default=None, help="Repeat each measurement (median reported)."),
@@ -44,10 +51,18 @@ RUN_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
 ]
 
 
-def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(RUN_OPTIONS):
+def _apply(options: list[Decorator], func: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(options):
         func = option(func)
     return func
+
+
+def setting_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    return _apply(SETTING_OPTIONS, func)
+
+
+def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    return _apply(COMMON_OPTIONS, func)
 
 
 def overrides(draft_max: int | None = None, n_predict: int | None = None, threads: int | None = None,

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from llamaspec.cli import main
-from llamaspec.cli.options import check_prompt_file, overrides, run_options
+from llamaspec.cli.options import check_prompt_file, common_options, overrides, setting_options
 
 log = logging.getLogger("llamaspec")
 
@@ -39,7 +39,8 @@ def progress_printer(total_steps: int):
 @click.argument("experiment_name", metavar="NAME|PATH")
 @click.option("--draft", "-d", "draft_max", type=click.IntRange(min=0), default=None,
               help="Draft length (tokens drafted per step), like the write-up's --draft 8.")
-@run_options
+@setting_options
+@common_options
 def run(experiment_name: str, draft_max: int | None, n_predict: int | None, threads: int | None,
         gpu_layers: int | str | None, draft_p_min: float | None, spec_type: str | None, prompt: str | None,
         prompt_file: Path | None, repeats: int | None, timeout: float | None, bin_dir: Path | None, backend: str,

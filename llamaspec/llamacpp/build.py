@@ -481,16 +481,27 @@ def prebuilt(bin_dir: Path) -> Build:
 
 
 def find(backend: str = "auto", bin_dir: Path | None = None) -> Build:
-    """The build a run uses: ``--bin-dir``/``LLAMASPEC_BIN_DIR``, else the cached build for the current source."""
+    """The build a run uses: ``--bin-dir``/``LLAMASPEC_BIN_DIR``, else the last good build of the
+    current source (GPU backends first when ``auto``). Cheap: no compiler or toolkit probes."""
     chosen_dir = bin_dir or (Path(os.environ["LLAMASPEC_BIN_DIR"]) if os.environ.get("LLAMASPEC_BIN_DIR") else None)
     if chosen_dir is not None:
         return prebuilt(chosen_dir)
     source = sources.current()
-    the_plan = plan(source, backend)
-    found = load_build(the_plan.folder)
-    if found is None:
-        raise LlamaspecError(
-            f"no llama.cpp build for {source.commit} ({the_plan.backend}) in {paths.builds_dir()}",
-            hint="run `llamaspec build` first (or pass --bin-dir with your own llama.cpp binaries)",
-        )
-    return found
+    if backend not in ("auto", *BACKENDS):
+        select_backend(backend)  # raises the unknown-backend error
+    for candidate in (("metal", "cuda", "cpu") if backend == "auto" else (backend,)):
+        pointer = paths.builds_dir() / f"latest-{candidate}"
+        found = load_build(Path(pointer.read_text().strip())) if pointer.is_file() else None
+        if found is not None and found.commit == source.commit and Path(found.bin_dir).is_dir():
+            if found.smoke_host != host_fingerprint():
+                from llamaspec.llamacpp import smoke
+
+                log.info("build %s was smoke-tested on another machine; testing it here", found.bin_dir)
+                smoke.check(found)
+                found = Build(**{**asdict(found), "smoke_host": host_fingerprint()})
+                atomic.write_json(Path(found.bin_dir).parent / "manifest.json", asdict(found))
+            return found
+    raise LlamaspecError(
+        f"no llama.cpp build of {source.commit} ({backend}) in {paths.builds_dir()}",
+        hint="run `llamaspec build` first (or pass --bin-dir with your own llama.cpp binaries)",
+    )

@@ -9,7 +9,7 @@ with the same model, prompt, seed, threads and offload. Both print their own tim
 from __future__ import annotations
 
 import platform
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +76,15 @@ class LlamaCppBackend:
         if mode == "speculative":
             program = self.build.program("speculative")
             return flags.speculative_argv(self.caps("speculative"), program, self.settings_for(case, mode))
-        if mode == "baseline":
+        if mode in ("baseline", "draft"):
             program = self.build.program("completion")
-            return flags.completion_argv(self.caps("completion"), program, self.settings_for(case, mode))
+            settings = self.settings_for(case, mode)
+            if mode == "draft":  # the draft model alone: what one draft step costs
+                if case.draft is None:
+                    raise LlamaspecError("this case has no draft model to time", hint="drop the draft measurement")
+                settings = replace(settings, target=case.draft.path, gpu_layers=flags.gpu_layers(
+                    case.settings.draft_gpu_layers, self.build.backend, self.caps("completion").generation))
+            return flags.completion_argv(self.caps("completion"), program, settings)
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative or baseline")
 
     def check(self, case: ResolvedCase) -> None:

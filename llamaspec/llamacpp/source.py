@@ -42,6 +42,7 @@ class PinnedSdist:
 # llama-cpp-python releases whose vendored llama.cpp we know. Add a row to pin another.
 PINNED_SDISTS = {
     "0.3.36": PinnedSdist("0.3.36", "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e", "0c1e570", "2026-10-01"),
+    "0.3.8": PinnedSdist("0.3.8", "31c91323b555c025a76a30923cead9f5695da103dd68c15cdbb4509b17f0ed77", "7841fc7", "2025-03-12"),
 }
 
 
@@ -107,6 +108,9 @@ def current(tree: Path | None = None) -> SourceInfo:
 
 def describe_local_tree(tree: Path) -> SourceInfo:
     check_tree(tree)
+    if (tree / MARKER).is_file():  # a tree llamaspec fetched elsewhere knows its commit
+        info = SourceInfo(**json.loads((tree / MARKER).read_text()))
+        return SourceInfo(str(tree), info.commit, info.kind, info.origin, info.sha256)
     return SourceInfo(str(tree), tree_commit(tree), "path", f"path:{tree}")
 
 

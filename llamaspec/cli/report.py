@@ -1,0 +1,55 @@
+"""``llamaspec plot`` and ``llamaspec report``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from llamaspec.cli import main
+
+
+@main.command()
+@click.argument("target", metavar="NAME|SWEEP_ID|RUN_ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the analysis as JSON.")
+def plot(target: str, as_json: bool) -> None:
+    """Plot a sweep, an experiment's history, or one run; print the analysis and the plot paths.
+
+    Example: llamaspec plot smollm2-quicksort
+    """
+    from llamaspec import analysis, paths
+    from llamaspec.results import Store
+
+    store = Store.open()
+    if target.isdigit():
+        run = store.run(int(target))
+        rep = analysis.report_for_runs(store, [run], f"run-{target}", [], True, paths.plots_dir() / f"run-{target}")
+    elif store.runs(sweep_id=target, limit=1):
+        rep = analysis.sweep_report(store, target)
+    else:
+        rep = analysis.experiment_report(store, target)
+    click.echo(json.dumps(rep.as_dict(), indent=2, default=str) if as_json else rep.render())
+
+
+@main.command()
+@click.argument("experiment_name", metavar="NAME")
+@click.option("--compare", "compare_by", type=click.Choice(["build", "machine", "pair"]), default=None,
+              help="Group the experiment's runs by llama.cpp build, machine or model pair, side by side.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="Write the Markdown to a file.")
+@click.option("--no-plot", is_flag=True, help="Do not (re)draw the sweep plots.")
+def report(experiment_name: str, compare_by: str | None, output: Path | None, no_plot: bool) -> None:
+    """A Markdown summary of an experiment from the results store.
+
+    Example: llamaspec report smollm2-quicksort --compare build -o report.md
+    """
+    from llamaspec import atomic
+    from llamaspec import report as reports
+    from llamaspec.results import Store
+
+    text = reports.markdown(Store.open(), experiment_name, compare_by, plot=not no_plot)
+    if output:
+        atomic.write_text(output, text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
