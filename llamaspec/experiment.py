@@ -292,7 +292,26 @@ def locate(name_or_path: str) -> Path:
                          hint=f"known experiments: {', '.join(known) or '(none)'}; or pass a path to a YAML file")
 
 
+def catalog_checker() -> Callable[[str, str], str | None]:
+    """Checks model names against the model catalog (models/catalog.yaml)."""
+    from llamaspec import models
+
+    catalog = models.load_catalog()
+
+    def known(model: str, variant: str) -> str | None:
+        if model not in catalog.models:
+            return f"unknown model {model!r} (known: {', '.join(sorted(catalog.models))})"
+        variants = catalog.models[model].variants
+        if variant not in variants:
+            return f"unknown variant {variant!r} of {model} (its variants: {', '.join(variants)})"
+        return None
+
+    return known
+
+
 def load(name_or_path: str, known_model: Callable[[str, str], str | None] | None = None) -> Experiment:
+    """Load and validate an experiment; model names are checked against the catalog unless
+    ``known_model`` says otherwise."""
     import yaml
 
     path = locate(name_or_path)
@@ -303,7 +322,7 @@ def load(name_or_path: str, known_model: Callable[[str, str], str | None] | None
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise LlamaspecError(f"{path}: malformed YAML{where}: {problem}", hint="fix the YAML syntax (indentation, quotes, colons)") from exc
-    return parse(data, str(path), known_model, base_dir=path.parent)
+    return parse(data, str(path), known_model or catalog_checker(), base_dir=path.parent)
 
 
 def list_experiments() -> list[Path]:

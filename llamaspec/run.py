@@ -49,7 +49,8 @@ def resolve_model(ref: ModelRef) -> ModelFile:
     from llamaspec import models
 
     got = models.resolve(ref.model, ref.variant)
-    return ModelFile(label=ref.label, path=str(got.path), sha256=got.sha256, metadata=dict(got.metadata))
+    return ModelFile(label=ref.label, path=str(got.path), sha256=got.sha256, metadata=got.metadata.to_dict()
+                     if hasattr(got.metadata, "to_dict") else asdict(got.metadata))
 
 
 def default_threads() -> int:

@@ -52,12 +52,12 @@ def run(experiment_name: str, draft_max: int | None, n_predict: int | None, thre
 
     Example: llamaspec run smollm2-quicksort --draft 4 --repeats 3
     """
-    from llamaspec import experiment, models, report
+    from llamaspec import experiment, report
     from llamaspec import run as runs
     from llamaspec.llamacpp.build import find
     from llamaspec.llamacpp.runner import LlamaCppBackend
 
-    exp = experiment.load(experiment_name, models.known)
+    exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides(draft_max, n_predict, threads, gpu_layers, draft_p_min, spec_type, timeout),
                              repeats, prompt, check_prompt_file(prompt_file))
     build = find(backend, bin_dir)

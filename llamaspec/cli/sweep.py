@@ -44,7 +44,7 @@ def sweep(experiment_name: str, draft_max: str | None, draft_p_min: str | None, 
 
     Example: llamaspec sweep smollm2-quicksort --draft 1..16
     """
-    from llamaspec import experiment, models
+    from llamaspec import experiment
     from llamaspec import sweep as sweeps
     from llamaspec.llamacpp.build import find
     from llamaspec.llamacpp.runner import LlamaCppBackend
@@ -53,7 +53,7 @@ def sweep(experiment_name: str, draft_max: str | None, draft_p_min: str | None, 
     given = {"draft_max": draft_max, "draft_p_min": draft_p_min, "threads": threads, "gpu_layers": gpu_layers,
              "draft_variant": draft_variant, "spec_type": spec_type}
     axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
-    exp = experiment.load(experiment_name, models.known)
+    exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides(n_predict=n_predict, timeout=timeout), repeats, prompt, check_prompt_file(prompt_file))
     build = find(backend, bin_dir)
     log.info("using %s from %s", build.label, build.bin_dir)
@@ -66,3 +66,44 @@ def sweep(experiment_name: str, draft_max: str | None, draft_p_min: str | None, 
         click.echo(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
     else:
         click.echo("\n\n".join(r.render() for r in reports))
+
+
+@main.command()
+@click.argument("experiment_name", metavar="NAME|PATH")
+@click.option("--variants", default=None, metavar="LIST", help="Draft variants to consider (default: the catalog's).")
+@click.option("--modes", default=None, metavar="LIST", help="Draft-free n-gram modes to try (default: all the build has).")
+@common_options
+def tune(experiment_name: str, variants: str | None, modes: str | None, n_predict: int | None, prompt: str | None,
+         prompt_file: Path | None, repeats: int | None, timeout: float | None, bin_dir: Path | None, backend: str,
+         as_json: bool) -> None:
+    """Search draft length, draft variant and draft-free n-gram modes; name the best configuration.
+
+    The speedup model picks which draft lengths to measure and skips variants that cannot win.
+    Resumable like a sweep.
+
+    Example: llamaspec tune smollm2-quicksort
+    """
+    from llamaspec import experiment
+    from llamaspec import tune as tuner
+    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.runner import LlamaCppBackend
+    from llamaspec.results import Store
+    from llamaspec.sweep import parse_values
+
+    exp = experiment.load(experiment_name)
+    exp = exp.with_overrides(overrides(n_predict=n_predict, timeout=timeout), repeats, prompt, check_prompt_file(prompt_file))
+    build = find(backend, bin_dir)
+    log.info("using %s from %s", build.label, build.bin_dir)
+
+    def on_point(config, row) -> None:
+        s = row.get("summary") or {}
+        log.info("  %-34s %s", config.label, f"{((s.get('speedup') or {}).get('median') or 0):.2f}x" if row.get("status") == "ok"
+                 else f"failed: {row.get('error')}")
+
+    results = tuner.tune(exp, LlamaCppBackend(build), Store.open(),
+                         parse_values("draft_variant", variants) if variants else None,
+                         parse_values("spec_type", modes) if modes else None, on_point)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        click.echo("\n\n".join(r.render() for r in results))

@@ -398,7 +398,7 @@ def _smoke_or_rebuild(built: Build, the_plan: BuildPlan, jobs: int | None, sourc
         the_plan = retry
     stamped = Build(**{**asdict(built), "smoke_host": host_fingerprint()})
     atomic.write_json(Path(stamped.bin_dir).parent / "manifest.json", asdict(stamped))
-    _point_latest(the_plan.backend, Path(stamped.bin_dir).parent)
+    _point_latest(the_plan.backend, stamped.commit, Path(stamped.bin_dir).parent)
     return stamped
 
 
@@ -454,9 +454,13 @@ def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
     return record
 
 
-def _point_latest(backend: str, folder: Path) -> None:
-    """Remember the last good build per backend, so runs find it without rebuilding."""
-    atomic.write_text(paths.builds_dir() / f"latest-{backend}", str(folder) + "\n")
+def _latest_pointer(backend: str, commit: str) -> Path:
+    return paths.builds_dir() / f"latest-{_safe(commit)}-{backend}"
+
+
+def _point_latest(backend: str, commit: str, folder: Path) -> None:
+    """Remember the last good build per source commit and backend, so runs find it without rebuilding."""
+    atomic.write_text(_latest_pointer(backend, commit), str(folder) + "\n")
 
 
 def prebuilt(bin_dir: Path) -> Build:
@@ -490,7 +494,7 @@ def find(backend: str = "auto", bin_dir: Path | None = None) -> Build:
     if backend not in ("auto", *BACKENDS):
         select_backend(backend)  # raises the unknown-backend error
     for candidate in (("metal", "cuda", "cpu") if backend == "auto" else (backend,)):
-        pointer = paths.builds_dir() / f"latest-{candidate}"
+        pointer = _latest_pointer(candidate, source.commit)
         found = load_build(Path(pointer.read_text().strip())) if pointer.is_file() else None
         if found is not None and found.commit == source.commit and Path(found.bin_dir).is_dir():
             if found.smoke_host != host_fingerprint():

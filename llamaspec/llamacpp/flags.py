@@ -110,9 +110,14 @@ def parse_help(text: str) -> tuple[frozenset[str], frozenset[str], tuple[str, ..
     options: set[str] = set()
     removed: set[str] = set()
     spec_types: tuple[str, ...] = ()
+    names: list[str] = []
     for line in text.splitlines():
         m = _OPTION_LINE.match(line)
         if not m:
+            # When the names column is wider than 40 characters the description, and with it
+            # "the argument has been removed", starts on the next line.
+            if "argument has been removed" in line:
+                removed.update(names)
             continue
         names = [n.strip() for n in m.group(1).split(",")]
         options.update(names)

@@ -9,7 +9,7 @@ with the same model, prompt, seed, threads and offload. Both print their own tim
 from __future__ import annotations
 
 import platform
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,7 @@ def _speculative_fields(stats: Any) -> dict[str, Any]:
         n_accept=stats.n_accept,
         accept=stats.accept,
         text=stats.text,
-        stats=asdict(stats),
+        stats=stats.to_dict(),
     )
 
 
@@ -134,7 +134,7 @@ def _completion_fields(stats: Any) -> dict[str, Any]:
         encode_tps=stats.encode_tps,
         decode_tps=stats.decode_tps,
         text=stats.text,
-        stats=asdict(stats),
+        stats=stats.to_dict(),
     )
 
 

@@ -211,7 +211,7 @@ def download_sdist(version: str) -> Path:
     with atomic.atomic_path(folder / f"pip-{version}") as tmp:
         tmp.mkdir(parents=True)
         proc.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
              "--disable-pip-version-check", f"llama-cpp-python=={version}", "-d", str(tmp)],
             what="pip download of the llama.cpp sdist",
             hint="check that PyPI is reachable (pip config list), or fetch a tree with --source git:... / path:...",

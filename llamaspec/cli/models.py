@@ -1,0 +1,204 @@
+"""``llamaspec models``: list, show, fetch and check-pair. Parses and renders; the work is in llamaspec.models."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from llamaspec.cli import main
+
+if TYPE_CHECKING:
+    from llamaspec.models import GGUFMetadata, ModelFile
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout instead of a table.")
+
+
+@main.group()
+def models() -> None:
+    """The model catalog (models/catalog.yaml) and the GGUF files made from it."""
+
+
+def _summary(meta: GGUFMetadata) -> dict[str, Any]:
+    v = meta.vocab
+    return {
+        "architecture": meta.architecture,
+        "parameters": meta.parameters,
+        "file_type": meta.file_type,
+        "context_length": meta.context_length,
+        "vocab_type": v.type,
+        "vocab_size": v.size,
+        "bos": v.bos_id,
+        "eos": v.eos_id,
+        "add_bos": v.add_bos,
+        "add_eos": v.add_eos,
+    }
+
+
+def _file_dict(f: ModelFile) -> dict[str, Any]:
+    return {"ref": f.ref, "path": str(f.path), "sha256": f.sha256, "size": f.metadata.file_size,
+            "metadata": f.metadata.to_dict(), "provenance": f.provenance}
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _meta_cells(meta: GGUFMetadata | None) -> list[str]:
+    if meta is None:
+        return ["-"] * 6
+    v = meta.vocab
+    return [meta.architecture, meta.parameters_label, meta.file_type or "?", str(meta.context_length or "?"),
+            f"{v.type} {v.size}", f"{v.bos_id}/{v.eos_id}"]
+
+
+def _describe_file(f: ModelFile) -> str:
+    m = f.metadata
+    v = m.vocab
+    tensor_types = ", ".join(f"{k} {n}" for k, n in sorted(m.tensor_types.items(), key=lambda kv: (-kv[1], kv[0])))
+    lines = [
+        ("file", str(f.path)),
+        ("sha256", f.sha256),
+        ("size", f"{m.file_size / 1e6:.1f} MB"),
+        ("architecture", m.architecture + (f" ({m.name})" if m.name else "")),
+        ("parameters", f"{m.parameters:,} ({m.parameters_label})"),
+        ("file type", m.file_type or "?"),
+        ("tensor types", tensor_types),
+        ("context length", str(m.context_length)),
+        ("vocabulary", f"{v.type} ({v.model}{', pre ' + v.pre if v.pre else ''}), {v.size} tokens"),
+        ("BOS / EOS", f"{v.bos_id} / {v.eos_id} (add BOS {str(v.add_bos).lower()}, add EOS {str(v.add_eos).lower()})"),
+    ]
+    origin = f.provenance
+    if origin:
+        details = ", ".join(f"{k}={val}" for k, val in origin.items() if k != "kind")
+        lines.append(("made by", f"{origin.get('kind', '?')}: {details}"))
+    return "\n".join(f"  {k + ':':<16}{val}" for k, val in lines)
+
+
+@models.command("list")
+@json_option
+def list_models(as_json: bool) -> None:
+    """List the catalog's models and variants, with metadata for those on disk.
+
+    Example: llamaspec models list
+    """
+    from llamaspec import models as core
+    from llamaspec.models import store
+
+    cat = core.load_catalog()
+    rows = [["MODEL", "VARIANT", "ON DISK", "ARCH", "PARAMS", "TYPE", "CTX", "VOCAB", "BOS/EOS", "SOURCE"]]
+    out = []
+    for name, entry in sorted(cat.models.items()):
+        have = store.local_variants(entry)
+        for variant in entry.variants:
+            f = have.get(variant)
+            out.append({"name": name, "variant": variant, "on_disk": f is not None, "source": entry.source.describe(),
+                        **({"path": str(f.path), **_summary(f.metadata)} if f else {})})
+            rows.append([name, variant, "yes" if f else "no", *_meta_cells(f.metadata if f else None),
+                         entry.source.describe()])
+    if as_json:
+        pair = cat.default_pair
+        click.echo(json.dumps({"models": out, "default_pair": None if pair is None else
+                               {"target": str(pair.target), "draft": str(pair.draft), "draft_max": pair.draft_max}},
+                              indent=2))
+        return
+    click.echo(_table(rows))
+    if cat.default_pair:
+        p = cat.default_pair
+        click.echo(f"\ndefault offline pair: target {p.target}, draft {p.draft}"
+                   + (f", draft length {p.draft_max}" if p.draft_max else ""))
+
+
+@models.command("show")
+@click.argument("model")
+@json_option
+def show(model: str, as_json: bool) -> None:
+    """Show a catalog model (its source and the variants on disk) or any GGUF file's metadata.
+
+    MODEL is a catalog name, NAME:VARIANT, or a path to a .gguf file. Nothing is downloaded.
+
+    Example: llamaspec models show smollm2-135m
+    """
+    from pathlib import Path
+
+    from llamaspec import models as core
+    from llamaspec.models import catalog, store
+
+    if store.is_path(model):
+        f = store.describe(Path(model))
+        click.echo(json.dumps(_file_dict(f), indent=2) if as_json else f"{f.path.name}\n{_describe_file(f)}")
+        return
+    ref = catalog.parse_ref(model)
+    cat = core.load_catalog()
+    entry = cat.entry(ref.name)
+    variants = [ref.variant] if ref.variant else list(entry.variants)
+    if ref.variant:
+        cat.variant(ref.name, ref.variant)
+    have = store.local_variants(entry)
+    if as_json:
+        click.echo(json.dumps({
+            "name": entry.name, "description": entry.description, "license": entry.license,
+            "source": {"kind": entry.source.kind, **entry.source.options}, "variants": list(entry.variants),
+            "fetch": list(entry.fetch), "on_disk": {v: _file_dict(have[v]) for v in variants if v in have},
+        }, indent=2, default=str))
+        return
+    click.echo(f"{entry.name}: {entry.description}" if entry.description else entry.name)
+    click.echo(f"  source:   {entry.source.describe()}")
+    if entry.license:
+        click.echo(f"  license:  {entry.license}")
+    click.echo(f"  variants: {', '.join(entry.variants)} (fetch makes: {', '.join(entry.fetch)})")
+    for v in variants:
+        if v in have:
+            click.echo(f"\n{entry.name}:{v}\n{_describe_file(have[v])}")
+        else:
+            click.echo(f"\n{entry.name}:{v}: not on disk (llamaspec models fetch {entry.name} --variant {v})")
+
+
+@models.command("fetch")
+@click.argument("name")
+@click.option("--variant", "variants", multiple=True, metavar="V",
+              help="A variant to make (repeatable; default: the catalog's fetch list).")
+@json_option
+def fetch(name: str, variants: tuple[str, ...], as_json: bool) -> None:
+    """Download, convert and quantize a catalog model into models/NAME/ (finished files are reused).
+
+    Example: llamaspec models fetch smollm2-135m --variant f16 --variant q4_0
+    """
+    from llamaspec import models as core
+
+    files = core.ensure(name, list(variants) or None)
+    if as_json:
+        click.echo(json.dumps([{**_file_dict(f), "made_now": f.made_now} for f in files], indent=2))
+        return
+    for f in files:
+        state = "made" if f.made_now else "already there"
+        click.echo(f"{f.ref} ({state})\n{_describe_file(f)}")
+    if not any(f.made_now for f in files):
+        click.echo(f"nothing to do: {', '.join(f.variant for f in files)} already fetched", err=True)
+
+
+@models.command("check-pair")
+@click.argument("target")
+@click.argument("draft")
+def check_pair(target: str, draft: str) -> None:
+    """Check that llama.cpp would accept DRAFT as a draft model for TARGET.
+
+    Each is NAME:VARIANT (fetched if needed) or a path to a .gguf file. Compares what llama.cpp
+    compares: vocabulary type, BOS/EOS, vocabulary size (at most 128 apart) and token texts.
+
+    Example: llamaspec models check-pair smollm2-135m:f32 smollm2-135m:q4_1
+    """
+    from pathlib import Path
+
+    from llamaspec import models as core
+    from llamaspec.models import store
+
+    def model(text: str) -> core.ModelFile | Path:
+        return Path(text) if store.is_path(text) else core.open_ref(text)
+
+    t, d = model(target), model(draft)
+    v = core.check_pair(t, d)
+    names = [(m.path if isinstance(m, core.ModelFile) else m).name for m in (d, t)]
+    click.echo(f"ok: llama.cpp accepts {names[0]} as a draft for {names[1]} ({v.type} vocabulary, {v.size} tokens)")

@@ -1,0 +1,548 @@
+"""Read what llama.cpp's speculative and completion programs print: pure functions, text in, typed results out.
+
+Everything is keyed on labels (``n_accept  =``, ``eval time =``), never on line numbers, and
+lines the parser does not know are skipped, so new log lines in a later llama.cpp do no harm.
+
+The formats this understands, by llama.cpp generation (the ``format`` of a result):
+
+- ``llama_print_timings`` (2023 to Sep 2024): ``llama_print_timings:        eval time = ...``,
+  with a ``sample time`` line inside each block. Stats on stderr, generated text on stdout
+  (the prompt on stderr, too, in 2023).
+- ``llama_perf`` (Sep 2024 to Nov 2025): ``llama_perf_context_print:`` for the context and
+  ``llama_perf_sampler_print:    sampling time = ... / N runs`` for the sampler.
+- ``common_perf`` (Nov 2025 on): ``common_perf_print:`` with ``sampling time`` (total),
+  ``samplers time``, ``unaccounted time`` and ``graphs reused``. Current builds also put a
+  log prefix before every stderr line (``0.22.466.241 I `` = minutes.seconds.ms.us since start
+  and the level I/W/E/D; set by common_init(), off with ``--no-log-prefix``), and drop
+  libllama's own INFO lines at the default verbosity, so the draft block of
+  ``llama-speculative`` stays empty unless it runs with ``-lv 4``.
+
+Since the common/log.h rewrite of late 2024 (``LOG`` for output, ``LOG_INF`` for logs) the
+generated text goes to stdout and every log line to stderr. Both streams can be given separately or as one combined text
+(``2>&1``; pass it as ``stdout`` with ``stderr`` empty).
+
+``accept`` as printed is ``100 * n_accept / n_drafted`` rounded to 3 decimals (``-nan`` or
+``nan`` when nothing was drafted: then ``accept`` is None).
+
+What the speeds cover differs between the programs (llama.cpp's source, 2023 to now):
+
+- llama-speculative ``decoded N tokens in S seconds``: wall time from the end of the prompt to
+  the end of generation (``t_dec_start`` .. ``t_dec_end``), all of it: target verification
+  batches, every draft-model decode, sampling of both models, detokenising and printing.
+  N is n_predict, which can overshoot ``-n`` by up to the draft length (the whole last round
+  counts). ``encoded`` covers the prompt on the target *and* the draft model.
+- llama-completion / llama-cli / main ``eval time``: the summed llama_decode compute of the
+  single-token batches only (from the first queued batch to the backend synchronisation); no
+  sampling, no printing. One run per generated token except the last (sampled, never decoded).
+
+So ``SpeculativeStats.decode_tps`` is an end-to-end rate and ``CompletionStats.decode_tps`` a
+compute-only rate: their ratio flatters the baseline by its sampling and bookkeeping (1 to 3 %
+in the recorded runs). The target's own ``eval`` line inside a speculative run says nothing
+about speed: verification batches hold several tokens and count as ``prompt eval``, and builds
+since at least early 2025 queue decodes without synchronising, so even the single-token ones
+land there (``eval time = 0.00 ms / 1 runs``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from llamaspec.errors import LlamaspecError
+
+# --- the result types -------------------------------------------------------------------------
+
+
+class ParseError(LlamaspecError):
+    """The text holds no (complete) statistics block."""
+
+
+@dataclass(frozen=True)
+class Timings:
+    """One timing block (``llama_print_timings`` / ``llama_perf_*_print`` / ``common_perf_print``).
+
+    Values are as printed; a value printed as ``inf`` or ``nan`` is None. ``eval`` counts only
+    single-token decodes: llama.cpp adds every multi-token batch (the prompt, and the drafted
+    tokens a target verifies) to ``prompt eval``.
+    """
+
+    sources: tuple[str, ...]  # the functions that printed it, in order, e.g. ("common_perf_print",)
+    load_ms: float | None = None
+    # The sampler: "sample time" (llama_print_timings), "sampling time" (llama_perf_sampler_print),
+    # "samplers time" (common_perf_print): ms over that many sampled tokens.
+    sample_ms: float | None = None
+    sample_runs: int | None = None
+    sample_ms_per_token: float | None = None
+    sample_tps: float | None = None
+    # common_perf_print's "sampling time": samplers plus common/sampling overhead, no count.
+    sampling_total_ms: float | None = None
+    prompt_eval_ms: float | None = None
+    prompt_eval_tokens: int | None = None
+    prompt_eval_ms_per_token: float | None = None
+    prompt_eval_tps: float | None = None
+    eval_ms: float | None = None
+    eval_runs: int | None = None
+    eval_ms_per_token: float | None = None
+    eval_tps: float | None = None
+    total_ms: float | None = None
+    total_tokens: int | None = None  # from 2024 on: prompt eval tokens + eval runs
+    unaccounted_ms: float | None = None
+    unaccounted_pct: float | None = None
+    graphs_reused: int | None = None
+    other: dict[str, float | None] = field(default_factory=dict)  # labels this parser does not know
+
+    @property
+    def eval_tokens_per_s(self) -> float | None:
+        """Single-token decode speed, computed from ms and runs (not the rounded printed value)."""
+        return _rate(self.eval_runs, self.eval_ms)
+
+    @property
+    def prompt_tokens_per_s(self) -> float | None:
+        return _rate(self.prompt_eval_tokens, self.prompt_eval_ms)
+
+
+@dataclass(frozen=True)
+class SpeculativeStats:
+    """What ``llama-speculative`` (or ``speculative``, ``llama-speculative-simple``) printed."""
+
+    format: str  # llama_print_timings | llama_perf | common_perf | none (no timing lines at all)
+    n_encoded: int  # "encoded N tokens": the prompt
+    encode_s: float
+    encode_tps: float | None
+    n_decoded: int  # "decoded N tokens": equals n_predict
+    decode_s: float
+    decode_tps: float | None
+    n_draft: int  # the draft length; in 2023 builds the final value of an adaptive length (+8 / -1)
+    n_predict: int  # tokens generated (may overshoot -n: the last round's accepted tokens all count)
+    n_drafted: int
+    n_accept: int
+    accept: float | None  # printed 100 * n_accept / n_drafted; None when nothing was drafted
+    draft: Timings | None  # None when the build printed no draft timings (current builds without -lv 4)
+    target: Timings | None
+    text: str | None  # stdout without the blank lines around it: prompt + generation since 2024
+    log_prefix: bool = False  # lines carried llama.cpp's "M.SS.mmm.uuu L " prefix
+
+    @property
+    def acceptance(self) -> float | None:
+        """n_accept / n_drafted (what ``accept`` prints, as a fraction and unrounded)."""
+        return self.n_accept / self.n_drafted if self.n_drafted else None
+
+    @property
+    def rounds(self) -> int:
+        """Draft-verify rounds: each ends with exactly one token the target chose itself.
+
+        Holds for llama-speculative with one draft sequence (the default ``-np 1``) and for
+        llama-speculative-simple: every round emits its accepted tokens plus one.
+        """
+        return self.n_predict - self.n_accept
+
+    @property
+    def target_batches(self) -> int:
+        """Target verification batches after the prompt (the last round stops before drafting)."""
+        return max(self.rounds - 1, 0)
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        """Mean tokens emitted per target verification: accepted + 1."""
+        return self.n_predict / self.rounds if self.rounds > 0 else None
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Mean accepted draft tokens per round (the mean accepted length)."""
+        return self.n_accept / self.rounds if self.rounds > 0 else None
+
+    @property
+    def mean_draft_length(self) -> float | None:
+        """Mean tokens drafted per target verification batch."""
+        return self.n_drafted / self.target_batches if self.target_batches > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _with_derived(self, ("acceptance", "rounds", "target_batches", "tokens_per_round", "mean_accepted",
+                                    "mean_draft_length"))
+
+
+@dataclass(frozen=True)
+class CompletionStats:
+    """What the target-only baseline printed (``llama-completion -no-cnv``, ``llama-cli``, ``main``)."""
+
+    format: str
+    timings: Timings  # the context and sampler lines together
+    text: str | None  # stdout: the echoed prompt and the generation, without " [end of text]"
+    end_of_text: bool = False  # the model stopped on its own (" [end of text]")
+    log_prefix: bool = False
+
+    @property
+    def n_prompt(self) -> int | None:
+        """Prompt tokens (the context's prompt eval count)."""
+        return self.timings.prompt_eval_tokens
+
+    @property
+    def eval_runs(self) -> int | None:
+        """Single-token decodes; the last generated token is sampled but never decoded."""
+        return self.timings.eval_runs
+
+    @property
+    def n_decoded(self) -> int | None:
+        """Tokens generated (sampled): one more than the decodes, the last being sampled only."""
+        return self.timings.eval_runs + 1 if self.timings.eval_runs is not None else None
+
+    @property
+    def encode_tps(self) -> float | None:
+        """Prompt speed: prompt tokens over prompt eval time."""
+        return self.timings.prompt_tokens_per_s
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Decode speed, eval runs over eval time: llama_decode compute only (no sampling, no printing)."""
+        return self.timings.eval_tokens_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return _with_derived(self, ("n_prompt", "eval_runs", "n_decoded", "encode_tps", "decode_tps"))
+
+
+def _with_derived(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    data = asdict(obj)
+    data["derived"] = {n: getattr(obj, n) for n in names}
+    for key in ("draft", "target", "timings"):
+        sub = getattr(obj, key, None)
+        if isinstance(sub, Timings):
+            data[key]["derived"] = {"eval_tokens_per_s": sub.eval_tokens_per_s, "prompt_tokens_per_s": sub.prompt_tokens_per_s}
+    return data
+
+
+def _rate(count: int | None, ms: float | None) -> float | None:
+    if count is None or not ms:
+        return None
+    return count / ms * 1e3
+
+
+# --- lines ------------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# common/log.cpp: "%d.%02d.%03d.%03d " timestamp (with --log-timestamps) then "I " / "W " / "E " / "D ".
+_PREFIX = re.compile(r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} )?[IWED] (?=.)|^\d+\.\d{2}\.\d{3}\.\d{3} (?=.)")
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)(?:\(\w*\))?"
+_CODED = re.compile(rf"^(?P<what>encoded|decoded)\s+(?P<n>\d+) tokens in\s+(?P<s>{_NUM}) seconds, speed:\s+(?P<tps>{_NUM}) t/s", re.I)
+_COUNTER = re.compile(rf"^(?P<name>n_draft|n_predict|n_drafted|n_accept)\s*=\s*(?P<v>{_NUM})\s*$")
+_ACCEPT = re.compile(rf"^accept\s*=\s*(?P<v>{_NUM})\s*%\s*$", re.I)
+_SECTION = re.compile(r"^(?P<name>draft|target):\s*$")
+_TIMING = re.compile(
+    r"^(?P<src>llama_print_timings|llama_perf_context_print|llama_perf_sampler_print|common_perf_print):"
+    rf"\s+(?P<label>[a-z][a-z ]*?)\s*=\s*(?P<v>{_NUM})\s*(?:ms)?"
+    rf"(?:\s*/\s*(?P<n>{_NUM})\s*(?P<unit>runs|tokens|%))?"
+    rf"(?:\s*\(\s*(?P<per>{_NUM}) ms per token,\s*(?P<tps>{_NUM}) tokens per second\))?",
+    re.I,
+)
+_END_OF_TEXT = " [end of text]\n"
+
+# Lines that are llama.cpp's log, not generated text: for cutting the text out of a combined capture.
+_LOG_LINE = re.compile(
+    r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] "  # current builds' prefix
+    r"|(?:llama|llm|ggml|gguf|clip|common|load|print_info|main|system_info|sampling|generate|build|log"
+    r"|speculative|init|sched|graph)\w*:"  # "function: message", as llama.cpp logs before the text
+    r"|sampler (?:seed|params|chain):"
+    r"|\t(?:repeat_last_n|dry_|top_k|mirostat)"  # sampler params continuation lines
+    r"|\.+\s*$"  # the loader's progress dots
+    r"|\$ |# exit status "  # llamaspec's own run log (proc.run): header and footer
+    r"|Log start)",
+)
+
+
+def _strip(line: str) -> tuple[str, bool]:
+    """A line without colour codes and log prefix; whether it had a prefix."""
+    line = _ANSI.sub("", line).rstrip("\r\n")
+    m = _PREFIX.match(line)
+    if m:
+        return line[m.end():], True
+    return line, False
+
+
+def _number(text: str) -> float | None:
+    value = float(text.split("(")[0])
+    return value if math.isfinite(value) else None
+
+
+def _int(text: str) -> int | None:
+    value = _number(text)
+    return int(value) if value is not None else None
+
+
+# --- timing blocks ------------------------------------------------------------------------------
+
+_FIELDS = {
+    "load": ("load_ms", None, None, None),
+    "sample": ("sample_ms", "sample_runs", "sample_ms_per_token", "sample_tps"),
+    "samplers": ("sample_ms", "sample_runs", "sample_ms_per_token", "sample_tps"),
+    "prompt eval": ("prompt_eval_ms", "prompt_eval_tokens", "prompt_eval_ms_per_token", "prompt_eval_tps"),
+    "eval": ("eval_ms", "eval_runs", "eval_ms_per_token", "eval_tps"),
+    "total": ("total_ms", "total_tokens", None, None),
+    "unaccounted": ("unaccounted_ms", "unaccounted_pct", None, None),
+}
+_INT_FIELDS = {"sample_runs", "prompt_eval_tokens", "eval_runs", "total_tokens", "graphs_reused"}
+
+
+class _Block:
+    def __init__(self) -> None:
+        self.sources: list[str] = []
+        self.values: dict[str, Any] = {}
+        self.other: dict[str, float | None] = {}
+
+    def add(self, m: re.Match[str]) -> None:
+        src = m.group("src")
+        if src not in self.sources:
+            self.sources.append(src)
+        label = re.sub(r"\s+", " ", m.group("label").strip().lower())
+        label = label[:-5] if label.endswith(" time") else label
+        if label == "graphs reused":
+            self.values["graphs_reused"] = _int(m.group("v"))
+            return
+        if label == "sampling":
+            # common_perf_print: the whole sampling time, no count; llama_perf_sampler_print: the sampler
+            label = "sample" if m.group("n") is not None else "sampling total"
+        if label == "sampling total":
+            self.values["sampling_total_ms"] = _number(m.group("v"))
+            return
+        names = _FIELDS.get(label)
+        if names is None:
+            self.other[label] = _number(m.group("v"))
+            return
+        groups = ("v", "n", "per", "tps")
+        for name, group in zip(names, groups, strict=True):
+            if name is None or m.group(group) is None:
+                continue
+            self.values[name] = _int(m.group(group)) if name in _INT_FIELDS else _number(m.group(group))
+
+    def timings(self) -> Timings | None:
+        if not self.sources:
+            return None
+        return Timings(sources=tuple(self.sources), other=self.other, **self.values)
+
+
+def _format(sources: set[str]) -> str:
+    if "common_perf_print" in sources:
+        return "common_perf"
+    if sources & {"llama_perf_context_print", "llama_perf_sampler_print"}:
+        return "llama_perf"
+    if "llama_print_timings" in sources:
+        return "llama_print_timings"
+    return "none"
+
+
+# --- scanning -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Scan:
+    coded: dict[str, tuple[int, float, float | None]] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    accept_seen: bool = False
+    accept: float | None = None
+    blocks: dict[str, _Block] = field(default_factory=dict)
+    sections: list[str] = field(default_factory=list)
+    sources: set[str] = field(default_factory=set)
+    prefixed: bool = False
+    first_stats_offset: int | None = None  # character offset of the first stats line in the text
+
+    @property
+    def has_speculative(self) -> bool:
+        return bool(self.coded) or bool(self.counters)
+
+    @property
+    def has_timings(self) -> bool:
+        return bool(self.sources)
+
+
+def _scan(text: str) -> _Scan:
+    scan = _Scan()
+    section = "main"
+    offset = 0
+    for raw in text.splitlines(keepends=True):
+        start = offset
+        offset += len(raw)
+        line, prefixed = _strip(raw)
+        scan.prefixed = scan.prefixed or prefixed
+        line = line.strip()
+        if not line:
+            continue
+        stats = True
+        if m := _CODED.match(line):
+            scan.coded[m.group("what").lower()] = (int(m.group("n")), _number(m.group("s")) or 0.0, _number(m.group("tps")))
+        elif m := _COUNTER.match(line):
+            scan.counters[m.group("name")] = _int(m.group("v")) or 0
+        elif m := _ACCEPT.match(line):
+            scan.accept_seen = True
+            scan.accept = _number(m.group("v"))
+        elif m := _SECTION.match(line):
+            section = m.group("name")
+            scan.sections.append(section)
+        elif m := _TIMING.match(line):
+            scan.sources.add(m.group("src"))
+            scan.blocks.setdefault(section, _Block()).add(m)
+        else:
+            stats = False
+        if stats and scan.first_stats_offset is None:
+            scan.first_stats_offset = start
+    return scan
+
+
+# --- text ----------------------------------------------------------------------------------------
+
+
+def _text_from_stdout(stdout: str, fmt: str, speculative: bool) -> str:
+    """stdout of a run whose logs went to stderr: the generation, without llama.cpp's framing."""
+    text = stdout
+    if speculative and fmt != "llama_print_timings" and text.startswith("\n\n"):
+        text = text[2:]  # LOG("\n\n") before the prompt
+    for tail in ("\n\n\n\n", "\n\n") if speculative else ("\n\n",):
+        if text.endswith(tail):
+            text = text[: -len(tail)]  # LOG("\n\n") after the generation (and once more at exit)
+            break
+    return text
+
+
+def _text_from_combined(before_stats: str) -> str | None:
+    """The generation in a combined capture: after the last log line before the stats, minus framing."""
+    lines = before_stats.splitlines(keepends=True)
+    last_log = -1
+    for i, raw in enumerate(lines):
+        if _LOG_LINE.match(_ANSI.sub("", raw)):
+            last_log = i
+    text = "".join(lines[last_log + 1:]).lstrip("\n")
+    if not text.strip():
+        return None
+    return text[:-2] if text.endswith("\n\n") else text
+
+
+def _split_end_of_text(text: str) -> tuple[str, bool]:
+    if text.endswith(_END_OF_TEXT):
+        return text[: -len(_END_OF_TEXT)], True
+    if text.endswith(_END_OF_TEXT.rstrip("\n")):
+        return text[: -len(_END_OF_TEXT.rstrip("\n"))], True
+    return text, False
+
+
+def _tail_hint(text: str) -> str:
+    lines = [ln for ln in (_strip(x)[0].strip() for x in text.splitlines()) if ln]
+    return f" (last line: {lines[-1][:120]!r})" if lines else " (the output is empty)"
+
+
+# --- the parsers ------------------------------------------------------------------------------------
+
+
+def parse_speculative(stdout: str, stderr: str = "") -> SpeculativeStats:
+    """Parse a speculative run from its stdout and stderr (or one combined text as ``stdout``)."""
+    err_scan = _scan(stderr) if stderr else _Scan()
+    out_scan = _scan(stdout)
+    combined = not err_scan.has_speculative and out_scan.has_speculative
+    scan = out_scan if combined else err_scan
+    if not scan.has_speculative:
+        raise ParseError(
+            "no speculative decoding statistics in the output (no 'encoded ... tokens' / 'n_accept =' lines)"
+            + _tail_hint(stderr or stdout),
+            hint="the run was cut short (crash, kill or timeout) or this is not llama-speculative output; "
+                 "read the log's last lines",
+        )
+    missing = [k for k in ("encoded", "decoded") if k not in scan.coded]
+    missing += [k for k in ("n_draft", "n_predict", "n_drafted", "n_accept") if k not in scan.counters]
+    if not scan.accept_seen:
+        missing.append("accept")
+    if missing:
+        raise ParseError(
+            f"the speculative statistics are cut off: no {', '.join(missing)}" + _tail_hint(stderr or stdout),
+            hint="the program stopped while printing its statistics (killed, or output truncated)",
+        )
+    blocks = {name: block.timings() for name, block in scan.blocks.items()}
+    for name in ("draft", "target"):
+        t = blocks.get(name)
+        if t is not None and t.total_ms is None and (t.load_ms is not None or t.prompt_eval_ms is not None):
+            raise ParseError(f"the {name} timing block is cut off (no 'total time' line)" + _tail_hint(stderr or stdout),
+                             hint="the program stopped while printing its statistics (killed, or output truncated)")
+    if combined:
+        assert scan.first_stats_offset is not None
+        text: str | None = _text_from_combined(stdout[: scan.first_stats_offset])
+    else:
+        text = _text_from_stdout(stdout, _format(scan.sources), speculative=True) if stdout else None
+    n_in, enc_s, enc_tps = scan.coded["encoded"]
+    n_dec, dec_s, dec_tps = scan.coded["decoded"]
+    return SpeculativeStats(
+        format=_format(scan.sources),
+        n_encoded=n_in, encode_s=enc_s, encode_tps=enc_tps,
+        n_decoded=n_dec, decode_s=dec_s, decode_tps=dec_tps,
+        n_draft=scan.counters["n_draft"], n_predict=scan.counters["n_predict"],
+        n_drafted=scan.counters["n_drafted"], n_accept=scan.counters["n_accept"],
+        accept=scan.accept,
+        draft=blocks.get("draft"), target=blocks.get("target"),
+        text=text,
+        log_prefix=out_scan.prefixed or err_scan.prefixed,
+    )
+
+
+def parse_completion(stdout: str, stderr: str = "") -> CompletionStats:
+    """Parse a target-only run (``llama-completion -no-cnv``, ``llama-cli``, ``main``)."""
+    err_scan = _scan(stderr) if stderr else _Scan()
+    out_scan = _scan(stdout)
+    combined = not err_scan.has_timings and out_scan.has_timings
+    scan = out_scan if combined else err_scan
+    if not scan.has_timings:
+        raise ParseError(
+            "no timing statistics in the output (no 'eval time =' lines)" + _tail_hint(stderr or stdout),
+            hint="the run was cut short (crash, kill or timeout), or the build logs below its verbosity; "
+                 "read the log's last lines",
+        )
+    block = _Block()
+    for b in scan.blocks.values():  # completion prints one block; merge in case a header sneaked in
+        block.sources += [x for x in b.sources if x not in block.sources]
+        block.values.update(b.values)
+        block.other.update(b.other)
+    timings = block.timings()
+    assert timings is not None
+    if timings.total_ms is None or timings.eval_ms is None:
+        raise ParseError("the timing block is cut off (no 'eval time' or 'total time' line)" + _tail_hint(stderr or stdout),
+                         hint="the program stopped while printing its statistics (killed, or output truncated)")
+    if combined:
+        assert scan.first_stats_offset is not None
+        text: str | None = _text_from_combined(stdout[: scan.first_stats_offset])
+    else:
+        text = _text_from_stdout(stdout, _format(scan.sources), speculative=False) if stdout else None
+    eot = False
+    if text is not None:
+        text, eot = _split_end_of_text(text)
+    return CompletionStats(format=_format(scan.sources), timings=timings, text=text, end_of_text=eot,
+                           log_prefix=out_scan.prefixed or err_scan.prefixed)
+
+
+def detect_kind(stdout: str, stderr: str = "") -> str | None:
+    """``speculative`` (the speculative counters), ``completion`` (timing lines only) or None (neither)."""
+    scans = (_scan(stderr), _scan(stdout))
+    if any(s.has_speculative for s in scans):
+        return "speculative"
+    if any(s.has_timings for s in scans):
+        return "completion"
+    return None
+
+
+def parse(stdout: str, stderr: str = "", kind: str = "auto") -> SpeculativeStats | CompletionStats:
+    """Parse either kind; ``auto`` tells them apart by the speculative counters."""
+    if kind == "auto":
+        found = detect_kind(stdout, stderr)
+        if found is None:
+            raise ParseError(
+                "no llama.cpp statistics in the output (neither 'n_accept =' nor 'eval time =' lines)"
+                + _tail_hint(stderr or stdout),
+                hint="the run was cut short (crash, kill or timeout), or this is not llama.cpp output; "
+                     "read the log's last lines",
+            )
+        kind = found
+    if kind == "speculative":
+        return parse_speculative(stdout, stderr)
+    if kind == "completion":
+        return parse_completion(stdout, stderr)
+    raise LlamaspecError(f"unknown output kind {kind!r}", hint="use speculative, completion or auto")
+
+
+def to_json(stats: SpeculativeStats | CompletionStats, indent: int | None = 2) -> str:
+    return json.dumps({"kind": "speculative" if isinstance(stats, SpeculativeStats) else "completion", **stats.to_dict()},
+                      indent=indent)

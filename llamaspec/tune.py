@@ -1,0 +1,221 @@
+"""``llamaspec tune``: find a configuration that beats the target alone, measuring as little as
+the speedup model allows.
+
+1. Draft length, with the experiment's draft: measure a coarse set (1, 2, 4, 8), fit the model,
+   then measure its predicted best length and the neighbours.
+2. Other draft variants of the same model: time each draft alone first (one cheap run). With
+   that cost, even a draft that is always accepted (alpha = 1) has a best possible speedup; a
+   variant whose bound is below the best already measured cannot win and is skipped.
+3. The build's draft-free n-gram modes (no draft cost to bound them): measured once each at the
+   best draft length.
+
+Every point is stored like a sweep point (resumable: a rerun skips what is stored), and the
+result names the best configuration, its measured speedup, and what the search cost against a
+full grid of the same axes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamaspec import analysis
+from llamaspec.backend import Backend
+from llamaspec.experiment import Case, Experiment, ModelRef, Settings
+from llamaspec.results import Store
+from llamaspec.run import resolve_case, run_case
+
+log = logging.getLogger(__name__)
+
+COARSE = (1, 2, 4, 8)
+MAX_DRAFT = 16
+NGRAM_MODES = ("ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+
+
+@dataclass(frozen=True)
+class Config:
+    draft_variant: str | None  # None: draft-free
+    spec_type: str
+    draft_max: int
+
+    @property
+    def label(self) -> str:
+        who = f"draft {self.draft_variant}" if self.draft_variant else self.spec_type
+        return f"{who}, draft_max {self.draft_max}"
+
+
+@dataclass
+class TuneResult:
+    experiment: str
+    case: str
+    tune_id: str
+    measured: list[tuple[Config, dict[str, Any]]] = field(default_factory=list)  # config, stored run row
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # what, why
+    seconds: float = 0.0
+    full_grid_points: int = 0
+
+    def speedup(self, row: dict[str, Any]) -> float:
+        return ((row.get("summary") or {}).get("speedup") or {}).get("median") or 0.0
+
+    @property
+    def best(self) -> tuple[Config, dict[str, Any]] | None:
+        ok = [(c, r) for c, r in self.measured if r.get("status") == "ok" and self.speedup(r)]
+        return max(ok, key=lambda cr: self.speedup(cr[1])) if ok else None
+
+    def render(self, target: float = analysis.TARGET_SPEEDUP) -> str:
+        lines = [f"tune {self.tune_id}: {self.experiment} / {self.case}",
+                 f"  {'configuration':<34} {'speedup':>8} {'accept':>8} {'spec t/s':>9} {'base t/s':>9}  run"]
+        for config, row in sorted(self.measured, key=lambda cr: (cr[0].draft_variant or "~" + cr[0].spec_type, cr[0].draft_max)):
+            s = row.get("summary") or {}
+            accept = (s.get("accept") or {}).get("median")
+            lines.append(f"  {config.label:<34} {self.speedup(row):>7.2f}x {f'{accept:.1f}%' if accept is not None else '-':>8} "
+                         f"{(s.get('decode_tps') or {}).get('median', 0):>9.2f} {(s.get('baseline_decode_tps') or {}).get('median', 0):>9.2f}"
+                         f"  {row.get('id')}")
+        for what, why in self.skipped:
+            lines.append(f"  skipped {what}: {why}")
+        n = len(self.measured)
+        lines.append(f"  cost: {n} points measured in {self.seconds:.0f} s, against {self.full_grid_points} for the full grid "
+                     f"({n / max(self.full_grid_points, 1):.0%})")
+        best = self.best
+        if best:
+            config, row = best
+            verdict = "beats" if self.speedup(row) >= target else "does not reach"
+            lines.append(f"best: {config.label} -> {self.speedup(row):.2f}x measured (run {row['id']}); "
+                         f"{verdict} the {target:.1f}x aim")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        best = self.best
+        return {"tune_id": self.tune_id, "experiment": self.experiment, "case": self.case, "seconds": self.seconds,
+                "full_grid_points": self.full_grid_points, "measured_points": len(self.measured),
+                "best": {**dataclasses.asdict(best[0]), "speedup": self.speedup(best[1]), "run_id": best[1]["id"]} if best else None,
+                "points": [{**dataclasses.asdict(c), "run_id": r.get("id"), "status": r.get("status"),
+                            "speedup": self.speedup(r)} for c, r in self.measured],
+                "skipped": [{"what": w, "why": y} for w, y in self.skipped]}
+
+
+def _case_for(case: Case, config: Config) -> Case:
+    settings = Settings(draft_max=config.draft_max, spec_type=config.spec_type).over(case.settings)
+    if config.draft_variant is None:
+        return dataclasses.replace(case, draft=None, settings=settings)
+    assert case.draft is not None
+    return dataclasses.replace(case, draft=ModelRef(case.draft.model, config.draft_variant), settings=settings)
+
+
+def tune(exp: Experiment, backend: Backend, store: Store, variants: tuple[str, ...] | None = None,
+         modes: tuple[str, ...] | None = None, on_point: Callable[[Config, dict[str, Any]], None] | None = None) -> list[TuneResult]:
+    from llamaspec.llamacpp.runner import hardware
+
+    hw = hardware()
+    return [_tune_case(exp, case, backend, store, hw, variants, modes, on_point) for case in exp.cases if case.draft is not None]
+
+
+def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: dict[str, Any],
+               variants: tuple[str, ...] | None, modes: tuple[str, ...] | None,
+               on_point: Callable[[Config, dict[str, Any]], None] | None) -> TuneResult:
+    from llamaspec import models
+
+    assert case.draft is not None
+    blob = {"exp": exp.name, "case": case.name, "settings": dataclasses.asdict(case.settings), "build":
+            backend.provenance().get("build_key"), "draft": case.draft.label, "target": case.target.label,
+            "prompt": case.prompt, "repeats": exp.repeats}
+    tune_id = f"tune-{exp.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:10]}"
+    result = TuneResult(exp.name, case.name, tune_id)
+    start = time.monotonic()
+
+    def measure(config: Config) -> dict[str, Any]:
+        key = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True).encode()).hexdigest()[:16]
+        row = store.finished_point(tune_id, key)
+        if row is None:
+            resolved = resolve_case(exp, _case_for(case, config))
+            done = run_case(resolved, backend, store, repeats=exp.repeats, hardware=hw, kind="sweep", sweep_id=tune_id,
+                            point_key=key, reuse_baseline=True, baseline_scope=tune_id,
+                            time_draft=config.draft_variant is not None)
+            row = store.run(done.run_id)
+        result.measured.append((config, row))
+        if on_point:
+            on_point(config, row)
+        return row
+
+    def rows_of(variant: str | None) -> list[analysis.PointRow]:
+        return [analysis.PointRow(r["id"], "", c.draft_max, r.get("summary") or {})
+                for c, r in result.measured if c.draft_variant == variant and r.get("status") == "ok"]
+
+    def search_lengths(variant: str, first: tuple[int, ...]) -> Any:
+        for k in first:
+            measure(Config(variant, "draft", k))
+        fit, _why, _note = analysis.analyze_rows(rows_of(variant), MAX_DRAFT)
+        if fit is not None and fit.cost is not None and fit.best is not None:
+            done_k = {c.draft_max for c, _ in result.measured if c.draft_variant == variant}
+            for k in (fit.best.draft_max - 1, fit.best.draft_max, fit.best.draft_max + 1):
+                if 1 <= k <= MAX_DRAFT and k not in done_k:
+                    measure(Config(variant, "draft", k))
+        return fit
+
+    base_fit = search_lengths(case.draft.variant, COARSE)
+    entry = models.load_catalog().entry(case.draft.model)
+    others = [v for v in (variants or entry.variants) if v != case.draft.variant]
+    for variant in others:
+        best_now = max((result.speedup(r) for _c, r in result.measured), default=0.0)
+        bound = _bound(exp, case, variant, backend, store, hw, tune_id, base_fit)
+        if bound is not None and bound < best_now:
+            result.skipped.append((f"draft {variant}", f"even with every draft accepted the model predicts at most "
+                                   f"{bound:.2f}x, below the {best_now:.2f}x already measured"))
+            continue
+        best_k = result.best[0].draft_max if result.best else 4
+        search_lengths(variant, tuple(sorted({max(1, best_k // 2), best_k})))
+    chosen_modes = [m for m in (modes or NGRAM_MODES) if m in _draft_free_modes(backend)]
+    best_k = result.best[0].draft_max if result.best else 4
+    for mode in chosen_modes:
+        measure(Config(None, mode, best_k))
+    result.seconds = time.monotonic() - start
+    result.full_grid_points = (1 + len(others)) * MAX_DRAFT + len(chosen_modes) * MAX_DRAFT
+    return result
+
+
+def _draft_free_modes(backend: Backend) -> tuple[str, ...]:
+    caps = getattr(backend, "caps", None)
+    if caps is None:
+        return ()
+    return tuple(m for m in caps("speculative").spec_types if m.startswith("ngram"))
+
+
+def _bound(exp: Experiment, case: Case, variant: str, backend: Backend, store: Store, hw: dict[str, Any], tune_id: str,
+           base_fit: Any) -> float | None:
+    """The best speedup any draft length could give with this variant if every draft were accepted."""
+    if base_fit is None or base_fit.cost is None:
+        return None
+    config = Config(variant, "draft", 1)
+    resolved = resolve_case(exp, _case_for(case, config))
+    from llamaspec.run import baseline_key
+
+    key = baseline_key(backend, dataclasses.replace(resolved, target=resolved.draft), tune_id)  # type: ignore[arg-type]
+    timed = store.shared(key, "draft")
+    if not timed:
+        m = backend.measure(resolved, "draft", _log_path(tune_id, variant))
+        run_id = store.start_run(experiment=exp.name, case_name=case.name, settings={"draft_variant": variant},
+                                 provenance={"llamacpp": backend.provenance(), "hardware": hw}, kind="draft-timing",
+                                 sweep_id=tune_id, point_key=f"draft-{variant}")
+        from llamaspec.run import _row
+
+        store.add_measurement(_row(run_id, 0, m, key))
+        store.finish_run(run_id, "ok" if m.ok else "failed", {}, m.error)
+        if not m.ok or not m.decode_tps:
+            return None
+        tps = m.decode_tps
+    else:
+        tps = timed[0]["decode_tps"]
+    cost = dataclasses.replace(base_fit.cost, draft_ms_per_token=1000.0 / tps)
+    return max(cost.speedup(1.0, k) for k in range(1, MAX_DRAFT + 1))
+
+
+def _log_path(tune_id: str, variant: str):
+    from llamaspec import paths
+
+    return paths.runs_dir() / tune_id / f"draft-{variant}.log"

@@ -1,0 +1,152 @@
+"""Flag detection and command lines, on the recorded ``--help`` of two llama.cpp generations.
+
+The recorded commands in the fixtures ran with exit status 0 on the real binaries, so a command
+line equal to them is one that runs there.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp import flags
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
+OLD = FIXTURES / "7841fc7"  # llama-cpp-python 0.3.8, Feb 2025: --draft-max
+NEW = FIXTURES / "0c1e570"  # the pinned tree: --spec-draft-n-max, --spec-type
+
+
+def caps(folder: Path, program: str) -> flags.Capabilities:
+    """Capabilities as ``flags.capabilities`` makes them, from the recorded --help and --version."""
+    help_text = (folder / f"{program}.help.txt").read_text()
+    options, removed, spec_types = flags.parse_help(help_text)
+    version = flags.parse_version((folder / f"{program}.version.txt").read_text())
+    return flags.Capabilities(f"/bin/{program}", options, removed, spec_types, version, help_text)
+
+
+def recorded(folder: Path, case: str) -> list[str]:
+    cases = json.loads((folder / "fixtures.json").read_text())["cases"]
+    assert cases[case]["returncode"] == 0
+    return shlex.split(cases[case]["command"])
+
+
+def settings(**changes: object) -> flags.Settings:
+    base: dict[str, object] = dict(
+        target="/tmp/ls-models/smollm2-135m-f16.gguf", draft="/tmp/ls-models/smollm2-135m-q4_0.gguf",
+        prompt="# Quick-sort implementation in Python and sample usage:", n_predict=64, seed=20,
+        temperature=0, draft_max=8, threads=2, ctx_size=512,
+    )
+    base.update(changes)
+    return flags.Settings(**base)  # type: ignore[arg-type]
+
+
+def pairs(argv: list[str]) -> set[tuple[str, str | None]]:
+    """A command line as a set of (flag, value) pairs, ignoring order and the program path."""
+    out: set[tuple[str, str | None]] = set()
+    args = argv[1:]
+    i = 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("-"):
+            out.add((args[i], args[i + 1]))
+            i += 2
+        else:
+            out.add((args[i], None))
+            i += 1
+    return out
+
+
+# --- parse_help ---------------------------------------------------------------------------------
+
+
+def test_current_help_offers_the_spec_flags_and_marks_the_old_ones_removed() -> None:
+    options, removed, spec_types = flags.parse_help((NEW / "llama-speculative.help.txt").read_text())
+    assert {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-type", "-md", "-ngld", "-td", "-e"} <= options
+    # "--draft, --draft-n, --draft-max N   the argument has been removed. use --spec-draft-n-max ..."
+    assert removed == {"--draft", "--draft-n", "--draft-max", "--draft-min", "--draft-n-min"}
+    assert {"--draft", "--draft-max"} <= options  # listed, so only the removed set keeps them out
+    assert spec_types[:2] == ("none", "draft-simple")
+    assert {"ngram-simple", "ngram-cache"} <= set(spec_types)
+
+
+def test_2025_help_has_draft_max_and_nothing_removed() -> None:
+    options, removed, spec_types = flags.parse_help((OLD / "llama-speculative.help.txt").read_text())
+    assert {"--draft-max", "--draft", "--draft-n", "--draft-min", "--draft-p-min", "-md", "-ngld"} <= options
+    assert "--spec-draft-n-max" not in options and "--spec-type" not in options
+    assert removed == frozenset()
+    assert spec_types == ()
+
+
+def test_removed_flags_are_never_picked() -> None:
+    new = caps(NEW, "llama-speculative")
+    assert not new.has("--draft-max") and not new.has("--draft")
+    assert new.pick(("--draft-max", "--draft")) is None
+    assert new.pick(flags.FLAG_TABLE["draft_max"]) == "--spec-draft-n-max"
+    assert new.pick(flags.FLAG_TABLE["draft_min"]) == "--spec-draft-n-min"
+    old = caps(OLD, "llama-speculative")
+    assert old.pick(flags.FLAG_TABLE["draft_max"]) == "--draft-max"
+    assert old.pick(flags.FLAG_TABLE["draft_p_min"]) == "--draft-p-min"
+
+
+def test_a_removal_note_on_the_next_line_counts_too() -> None:
+    text = (
+        "--spec-some-very-long-option-name, --old-alias N\n"
+        "                                        the argument has been removed. use --spec-x\n"
+        "--kept N                                a flag that stays\n"
+        "                                        (env: LLAMA_ARG_KEPT)\n"
+    )
+    options, removed, _ = flags.parse_help(text)
+    assert removed == {"--spec-some-very-long-option-name", "--old-alias"}
+    assert "--kept" in options and "--kept" not in removed
+
+
+def test_generation_and_version() -> None:
+    assert caps(NEW, "llama-speculative").generation == "2026"
+    assert caps(OLD, "llama-speculative").generation == "2024"
+    assert caps(NEW, "llama-speculative").version == flags.Version(0, "0c1e570")
+    assert caps(OLD, "llama-speculative").version == flags.Version(1, "7841fc7")  # "version: 1 (7841fc7)"
+
+
+def test_completion_programs_take_no_cnv() -> None:
+    assert caps(NEW, "llama-completion").has("-no-cnv")
+    assert caps(OLD, "llama-cli").has("-no-cnv")
+
+
+# --- command lines ---------------------------------------------------------------------------------
+
+
+def test_current_speculative_argv_matches_the_recorded_run() -> None:
+    c = caps(NEW, "llama-speculative")
+    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings())
+    assert ("--spec-draft-n-max", "8") in pairs(argv)
+    assert ("--spec-type", "draft-simple") in pairs(argv)
+    assert not any(a in argv for a in ("--draft-max", "--draft", "--draft-n"))
+    assert pairs(argv) == pairs(recorded(NEW, "speculative"))
+
+
+def test_2025_speculative_argv_matches_the_recorded_run() -> None:
+    c = caps(OLD, "llama-speculative")
+    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings())
+    assert ("--draft-max", "8") in pairs(argv)
+    assert "--spec-type" not in argv and "--spec-draft-n-max" not in argv
+    assert pairs(argv) == pairs(recorded(OLD, "speculative"))
+
+
+@pytest.mark.parametrize("folder, program", [(NEW, "llama-completion"), (OLD, "llama-cli")])
+def test_completion_argv_matches_the_recorded_run(folder: Path, program: str) -> None:
+    argv = flags.completion_argv(caps(folder, program), Path(f"/bin/{program}"), settings(draft=None, draft_max=None))
+    assert pairs(argv) == pairs(recorded(folder, "completion"))
+
+
+def test_draft_free_modes_need_spec_type() -> None:
+    s = settings(draft=None, draft_max=None, spec_type="ngram-simple")
+    argv = flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), s)
+    assert ("--spec-type", "ngram-simple") in pairs(argv) and "-md" not in argv
+    with pytest.raises(LlamaspecError, match="no draft-free speculative modes"):
+        flags.speculative_argv(caps(OLD, "llama-speculative"), Path("/bin/llama-speculative"), s)
+    with pytest.raises(LlamaspecError, match="does not know --spec-type"):
+        flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"),
+                               settings(spec_type="ngram-nonsense"))
