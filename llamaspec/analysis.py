@@ -243,7 +243,7 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
         fit = fits.get(r.draft_max)
         points.append(plot.PlotPoint(
             draft_max=r.draft_max, decode_tps=spec["median"], baseline_tps=base,
-            accept=(r.med("accept") / 100.0) if r.med("accept") is not None else None,
+            accept=accept / 100.0 if (accept := r.med("accept")) is not None else None,
             predicted_speedup=fit.predicted_speedup if fit else None,
             decode_tps_min=spec.get("min"), decode_tps_max=spec.get("max")))
     if not points:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -76,10 +77,8 @@ class _PeakMemory(threading.Thread):
             try:
                 total = proc.memory_info().rss
                 for child in proc.children(recursive=True):
-                    try:
+                    with contextlib.suppress(psutil.Error):
                         total += child.memory_info().rss
-                    except psutil.Error:
-                        pass
             except psutil.Error:
                 return
             self.peak = max(self.peak, total)
@@ -208,8 +207,6 @@ def _terminate(proc: subprocess.Popen[str], grace: float = 5.0) -> None:
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()

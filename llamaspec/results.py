@@ -213,7 +213,8 @@ class Store:
 
     def runs(self, experiment: str | None = None, sweep_id: str | None = None, status: str | None = None,
              limit: int | None = None, ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         for column, value in (("experiment", experiment), ("sweep_id", sweep_id), ("status", status)):
             if value is not None:
                 where.append(f"{column} = ?")

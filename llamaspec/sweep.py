@@ -14,7 +14,7 @@ import itertools
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,14 +94,14 @@ class Point:
         return dataclasses.replace(case, draft=draft, settings=Settings(**settings).over(case.settings))
 
 
-def grid(axes: dict[str, Sequence[Any]]) -> list[Point]:
+def grid(axes: Mapping[str, Sequence[Any]]) -> list[Point]:
     if not axes:
         raise LlamaspecError("nothing to sweep", hint="give at least one axis, e.g. --draft 1..16")
     names = list(axes)
     return [Point(tuple(zip(names, combo, strict=True))) for combo in itertools.product(*(axes[n] for n in names))]
 
 
-def sweep_id(exp: Experiment, case: Case, axes: dict[str, Sequence[Any]], build_key: str) -> str:
+def sweep_id(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], build_key: str) -> str:
     """Same experiment case, same base settings, same grid axes and same build: same sweep."""
     blob = {"experiment": exp.name, "case": case.name, "axes": sorted(axes), "build": build_key, "repeats": exp.repeats,
             "settings": dataclasses.asdict(case.settings), "target": case.target.label, "prompt": case.prompt,
@@ -119,7 +119,7 @@ class SweepResult:
     reused: int
 
 
-def run_sweep(exp: Experiment, axes: dict[str, Sequence[Any]], backend: Backend, store: Store,
+def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backend, store: Store,
               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[SweepResult]:
     from llamaspec.llamacpp.runner import hardware
 

