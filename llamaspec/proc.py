@@ -8,6 +8,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,49 +57,23 @@ def shell_line(argv: Sequence[str]) -> str:
     return shlex.join(str(a) for a in argv)
 
 
-class _PeakMemory(threading.Thread):
-    """Samples the resident memory of a process and its children (psutil, imported lazily)."""
-
-    def __init__(self, pid: int, interval: float = 0.05) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.interval = interval
-        self.peak = 0
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        import psutil
-
-        try:
-            proc = psutil.Process(self.pid)
-        except psutil.Error:
-            return
-        while not self._halt.is_set():
-            try:
-                total = proc.memory_info().rss
-                for child in proc.children(recursive=True):
-                    with contextlib.suppress(psutil.Error):
-                        total += child.memory_info().rss
-            except psutil.Error:
-                return
-            self.peak = max(self.peak, total)
-            self._halt.wait(self.interval)
-
-    def stop(self) -> int | None:
-        self._halt.set()
-        self.join(timeout=1)
-        return self.peak or None
-
-
-def _pump(stream, sink: list[str], log_file, on_line: Callable[[str], None] | None, lock: threading.Lock) -> None:
-    for line in iter(stream.readline, ""):
-        sink.append(line)
+def _pump(stream, sink: list[bytes], log_file, on_line: Callable[[str], None] | None, lock: threading.Lock) -> None:
+    """Copy a pipe into ``sink`` and the log in large chunks: few wake-ups, so the pump does not
+    compete with llama.cpp's threads for the cores (line-by-line reading measurably slowed it)."""
+    fd = stream.fileno()
+    partial = b""
+    while chunk := os.read(fd, 1 << 16):
+        sink.append(chunk)
         if log_file is not None:
             with lock:
-                log_file.write(line)
+                log_file.write(chunk)
                 log_file.flush()
         if on_line is not None:
-            on_line(line)
+            *lines, partial = (partial + chunk).split(b"\n")
+            for line in lines:
+                on_line(line.decode(errors="replace") + "\n")
+    if on_line is not None and partial:
+        on_line(partial.decode(errors="replace"))
     stream.close()
 
 
@@ -113,7 +88,7 @@ def run(
     what: str | None = None,
     hint: str | None = None,
     on_line: Callable[[str], None] | None = None,
-    measure_memory: bool = False,
+    grace_seconds: float = 5.0,
 ) -> Completed:
     """Run ``argv``; tee stdout and stderr into ``log_path``; stop it after ``timeout`` seconds.
 
@@ -127,8 +102,8 @@ def run(
     log_file = None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(log_path, "w")  # noqa: SIM115 - closed below, shared with pump threads
-        log_file.write(f"$ {line}\n")
+        log_file = open(log_path, "wb")  # noqa: SIM115 - closed below, shared with pump threads
+        log_file.write(f"$ {line}\n".encode())
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -136,8 +111,6 @@ def run(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
             env=full_env,
             cwd=cwd,
             start_new_session=True,
@@ -150,11 +123,8 @@ def run(
         if log_file:
             log_file.close()
         raise LlamaspecError(f"{what or args[0]}: not executable: {args[0]}", hint=hint) from exc
-    sampler = _PeakMemory(proc.pid) if measure_memory else None
-    if sampler:
-        sampler.start()
-    out: list[str] = []
-    err: list[str] = []
+    out: list[bytes] = []
+    err: list[bytes] = []
     lock = threading.Lock()
     pumps = [
         threading.Thread(target=_pump, args=(proc.stdout, out, log_file, on_line, lock), daemon=True),
@@ -162,24 +132,40 @@ def run(
     ]
     for p in pumps:
         p.start()
-    timed_out = False
+    # A timer stops the process at the deadline; a blocking wait4 wakes us the moment it exits
+    # (Popen.wait(timeout) polls with sleeps of up to 50 ms) and reports its peak memory, with no
+    # sampling thread competing with llama.cpp for the cores.
+    expired = threading.Event()
+    finished = threading.Event()
+
+    def on_deadline() -> None:
+        expired.set()
+        _signal_group(proc.pid, signal.SIGTERM)
+        if not finished.wait(grace_seconds):
+            _signal_group(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout, on_deadline) if timeout is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    peak = None
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _terminate(proc)
+        peak = _wait(proc)
     except BaseException:
         _terminate(proc)  # Ctrl-C: never leave llama.cpp running behind us
         raise
     finally:
+        finished.set()
+        if timer is not None:
+            timer.cancel()
         for p in pumps:
             p.join(timeout=5)
-        peak = sampler.stop() if sampler else None
         if log_file:
-            log_file.write(f"# exit status {proc.returncode} after {time.monotonic() - start:.2f} s\n")
+            log_file.write(f"# exit status {proc.returncode} after {time.monotonic() - start:.2f} s\n".encode())
             log_file.close()
-    done = Completed(args, proc.returncode, "".join(out), "".join(err), time.monotonic() - start, peak, timed_out)
-    if check and (timed_out or done.returncode != 0):
+    done = Completed(args, proc.returncode, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"),
+                     time.monotonic() - start, peak, expired.is_set())
+    if check and (done.timed_out or done.returncode != 0):
         raise_failure(done, what or Path(args[0]).name, log_path, hint)
     return done
 
@@ -198,15 +184,32 @@ def raise_failure(done: Completed, what: str, log_path: Path | None, hint: str |
     raise LlamaspecError(detail, hint=hint or f"run it yourself to see more: {shell_line(done.argv)}")
 
 
-def _terminate(proc: subprocess.Popen[str], grace: float = 5.0) -> None:
+def _wait(proc: subprocess.Popen[bytes]) -> int | None:
+    """Wait for the process; return its peak resident memory in bytes (from wait4's rusage)."""
+    try:
+        _pid, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # already reaped elsewhere
+        proc.wait()
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) or None
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """Terminate the process group, then kill it if it does not go."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         return
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
+    deadline = time.monotonic() + grace
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

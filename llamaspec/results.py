@@ -129,6 +129,7 @@ class Store:
             db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL: safe against a crashed process, one fsync per checkpoint
             db.execute("PRAGMA foreign_keys=ON")
             store = cls(db, path)
             store._migrate()

@@ -46,7 +46,7 @@ def test_missing_program() -> None:
 
 
 def test_peak_memory_is_measured() -> None:
-    done = proc.run([sys.executable, "-c", "x = bytearray(200 * 2**20); import time; time.sleep(0.5)"], measure_memory=True)
+    done = proc.run([sys.executable, "-c", "x = bytearray(200 * 2**20); import time; time.sleep(0.5)"])
     assert done.peak_rss_bytes is not None and done.peak_rss_bytes > 150 * 2**20
 
 

@@ -191,12 +191,17 @@ def find_cuda() -> CudaToolkit:
             if hits:
                 cublas = str(hits[0])
                 break
-    gpus: tuple[str, ...] = ()
-    if shutil.which("nvidia-smi"):
-        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-        if done.returncode == 0:
-            gpus = tuple(line.strip() for line in done.stdout.splitlines() if line.strip())
-    return CudaToolkit(nvcc, version, cublas, gpus)
+    return CudaToolkit(nvcc, version, cublas, list_gpus())
+
+
+def list_gpus() -> tuple[str, ...]:
+    """NVIDIA GPUs as ``nvidia-smi -L`` lists them (none without the driver)."""
+    if not shutil.which("nvidia-smi"):
+        return ()
+    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    if done.returncode != 0:
+        return ()
+    return tuple(line.strip() for line in done.stdout.splitlines() if line.strip())
 
 
 def select_backend(requested: str = "auto", system: str | None = None, machine: str | None = None,

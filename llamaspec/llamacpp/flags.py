@@ -140,7 +140,23 @@ def parse_version(text: str) -> Version:
 
 
 @functools.lru_cache(maxsize=32)
-def _probe(program: str, mtime: float) -> tuple[str, str]:
+def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
+    """``--help`` and ``--version`` of a program, kept on disk per binary (path, mtime, size) so
+    that a run does not pay four extra process starts."""
+    import hashlib
+    import json
+
+    from llamaspec import atomic, paths
+
+    key = hashlib.sha256(f"{program}|{mtime}|{size}".encode()).hexdigest()[:20]
+    cached = paths.cache_dir() / "capabilities" / f"{key}.json"
+    if cached.is_file():
+        try:
+            data = json.loads(cached.read_text())
+            return data["help"], data["version"]
+        except (ValueError, KeyError):
+            pass
+
     def out(arg: str) -> str:
         try:
             done = subprocess.run([program, arg], capture_output=True, text=True, timeout=60, errors="replace")
@@ -151,7 +167,9 @@ def _probe(program: str, mtime: float) -> tuple[str, str]:
                                  hint="the binary does not run on this machine; rebuild with `llamaspec build --force`")
         return done.stdout + done.stderr
 
-    return out("--help"), out("--version")
+    help_text, version_text = out("--help"), out("--version")
+    atomic.write_json(cached, {"program": program, "help": help_text, "version": version_text})
+    return help_text, version_text
 
 
 def probe_version(program: Path) -> Version:
@@ -163,7 +181,8 @@ def capabilities(program: Path) -> Capabilities:
     program = Path(program)
     if not program.is_file():
         raise LlamaspecError(f"llama.cpp program not found: {program}", hint="run `llamaspec build` first")
-    help_text, version_text = _probe(str(program), program.stat().st_mtime)
+    st = program.stat()
+    help_text, version_text = _probe(str(program), st.st_mtime, st.st_size)
     options, removed, spec_types = parse_help(help_text)
     if not options:
         raise LlamaspecError(f"{program.name} --help printed no options", hint="is this a llama.cpp program?")

@@ -94,7 +94,7 @@ class LlamaCppBackend:
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         argv = self.argv(case, mode)
         timeout = case.settings.timeout or 1800.0
-        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, measure_memory=True,
+        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False,
                         what=Path(argv[0]).name)
         base: dict[str, Any] = dict(mode=mode, argv=tuple(argv), exit_code=done.returncode,
                                     wall_seconds=round(done.seconds, 3), peak_rss_bytes=done.peak_rss_bytes,
@@ -143,7 +143,6 @@ def hardware() -> dict[str, Any]:
 
     from llamaspec.llamacpp import build as builds
 
-    cuda = builds.find_cuda() if platform.system() == "Linux" else None
     return {
         "cpu": builds._cpu_model(),
         "cores": psutil.cpu_count(logical=False),
@@ -151,6 +150,6 @@ def hardware() -> dict[str, Any]:
         "memory_bytes": psutil.virtual_memory().total,
         "os": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
-        "gpus": list(cuda.gpus) if cuda else [],
+        "gpus": list(builds.list_gpus()),
         "host": platform.node(),
     }
