@@ -13,7 +13,8 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[convert,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[convert,dev]' --config-settings editable_mode=compat
+	$(BIN)/python -m compileall -q llamaspec  # bytecode even where PYTHONDONTWRITEBYTECODE is set: faster start
 	touch $(STAMP)
 
 setup: $(STAMP)

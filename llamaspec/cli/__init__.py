@@ -7,6 +7,7 @@ Errors: a LlamaspecError becomes ``Error: ...`` / ``Hint: ...`` on stderr and a 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -19,7 +20,27 @@ from llamaspec.errors import LlamaspecError
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+# Which module defines each command. Modules are imported only when their command runs (or
+# --help lists them), so `llamaspec run` does not pay for every other command's imports.
+COMMAND_MODULES = {
+    "source": "build", "build": "build", "doctor": "build",
+    "models": "models",
+    "run": "run", "results": "run",
+    "sweep": "sweep", "tune": "sweep",
+    "plot": "report", "report": "report",
+    "parse": "parse",
+}
+
+
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            importlib.import_module(f"llamaspec.cli.{COMMAND_MODULES[cmd_name]}")
+        return self.commands.get(cmd_name)
+
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
@@ -53,17 +74,4 @@ def main(verbose: int, quiet: bool) -> None:
     if verbose >= 2:
         os.environ["LLAMASPEC_DEBUG"] = "1"
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)
-
-
-def _register() -> None:
-    # Each module adds its commands to ``main``; importing them is cheap (heavy imports are deferred).
-    from llamaspec.cli import build as _build  # noqa: F401
-    for optional in ("models", "run", "parse", "sweep", "report"):
-        try:
-            __import__(f"llamaspec.cli.{optional}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"llamaspec.cli.{optional}":
-                raise
-
-
-_register()
+    logging.getLogger("gguf").setLevel(max(level, logging.WARNING))  # its writer chats at INFO
