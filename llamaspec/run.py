@@ -106,9 +106,14 @@ def summarize(measurements: Sequence[Measurement], baseline: Sequence[Measuremen
     summary["draft_decode_tps"] = spread([m.decode_tps for m in (*measurements, *baseline)
                                           if m.mode == "draft" and m.ok and m.decode_tps])
     if spec_tps and base_tps:
-        # Pair each speculative run with the baseline measured next to it, so drift cancels.
-        pairs = [s / b for s, b in zip(spec_tps, base_tps, strict=False)]
-        summary["speedup"] = {**(spread(pairs) or {}), "of_medians": statistics.median(spec_tps) / statistics.median(base_tps)}
+        own = [m.decode_tps for m in measurements if m.mode == "baseline" and m.ok and m.decode_tps]
+        if len(own) == len(spec_tps):
+            # Pair each speculative run with the baseline measured next to it, so drift cancels.
+            ratios = [s / b for s, b in zip(spec_tps, own, strict=True)]
+        else:  # a shared baseline (sweeps): against its median
+            ratios = [s / statistics.median(base_tps) for s in spec_tps]
+        summary["speedup"] = {**(spread(ratios) or {}), "of_medians": statistics.median(spec_tps) / statistics.median(base_tps),
+                              "paired": len(own) == len(spec_tps)}
     else:
         summary["speedup"] = None
     if spec:
@@ -204,62 +209,60 @@ def _stored(rows: list[dict[str, Any]]) -> list[Measurement]:
 def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: int = 1, hardware: dict[str, Any],
              reference: Reference | None = None, kind: str = "run", sweep_id: str | None = None,
              point_key: str | None = None, reuse_baseline: bool = False, baseline_scope: str | None = None,
-             time_draft: bool = False, on_event: Event | None = None) -> CaseResult:
+             time_draft: bool = False, warmup: bool = False, on_event: Event | None = None) -> CaseResult:
     """Measure one case ``repeats`` times, baseline and speculative interleaved (ABBA order so that
-    machine drift does not pose as speedup). With ``reuse_baseline``, baselines already stored for
-    the same target settings are reused (sweeps share one baseline across draft lengths). With
-    ``time_draft``, the draft model alone is timed once (shared likewise): the speedup model's
-    draft cost, which the pinned llama-speculative does not print."""
+    machine drift does not pose as speedup).
+
+    - ``reuse_baseline``: baselines already stored for the same target settings (and scope) are
+      reused; sweeps share one baseline across draft lengths.
+    - ``time_draft``: the draft model alone is timed ``repeats`` times (shared likewise): the
+      speedup model's draft cost, which the pinned llama-speculative does not print.
+    - ``warmup``: one short unrecorded generation first, so cold caches do not count.
+    """
     emit = on_event or (lambda _event, _data: None)
     backend.check(case)
     key = baseline_key(backend, case, baseline_scope)
-    settings = {k: v for k, v in asdict(case.settings).items()}
-    run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=settings,
+    draft_key = baseline_key(backend, replace(case, target=case.draft), baseline_scope) if time_draft and case.draft else None
+    run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
                              provenance=provenance(backend, case, hardware), kind=kind, sweep_id=sweep_id,
                              point_key=point_key)
     logs = paths.runs_dir() / f"{run_id:06d}"
     shared = _stored(store.shared(key))[:repeats] if reuse_baseline else []
+    if draft_key:
+        shared += _stored(store.shared(draft_key, "draft"))[:repeats]
+    have_base = sum(m.mode == "baseline" for m in shared)
+    have_draft = sum(m.mode == "draft" for m in shared)
+    steps = [("draft", r) for r in range(have_draft, repeats)] if draft_key else []
+    for r in range(repeats):
+        pair = ["baseline", "speculative"] if r % 2 == 0 else ["speculative", "baseline"]
+        steps += [(mode, r) for mode in pair if mode == "speculative" or r >= have_base]
     measured: list[Measurement] = []
     status, error = "ok", None
-    draft_key = None
-    if time_draft and case.draft is not None:
-        draft_key = baseline_key(backend, replace(case, target=case.draft), baseline_scope)
-        shared += _stored(store.shared(draft_key, "draft"))[:1]
     try:
-        if draft_key is not None and not any(m.mode == "draft" for m in shared):
-            emit("start", {"case": case.case, "mode": "draft", "repeat": 0, "repeats": 1})
-            m = backend.measure(case, "draft", logs / "draft-0.log")
-            store.add_measurement(_row(run_id, 0, m, draft_key))
+        if warmup and len(steps) > 1:
+            emit("start", {"case": case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
+            backend.measure(replace(case, settings=replace(case.settings, n_predict=16)), "baseline", logs / "warmup.log")
+        for mode, r in steps:
+            emit("start", {"case": case.case, "mode": mode, "repeat": r, "repeats": repeats})
+            m = backend.measure(case, mode, logs / f"{mode}-{r}.log")
+            store.add_measurement(_row(run_id, r, m, draft_key if mode == "draft" else key))
             measured.append(m)
-            emit("done", {"case": case.case, "mode": "draft", "repeat": 0, "measurement": m})
+            emit("done", {"case": case.case, "mode": mode, "repeat": r, "measurement": m})
             if not m.ok:
                 status, error = "failed", m.error
-        for r in range(repeats if status == "ok" else 0):
-            modes = ["speculative"] if sum(m.mode == "baseline" for m in shared) > r else (["baseline", "speculative"] if r % 2 == 0 else ["speculative", "baseline"])
-            for mode in modes:
-                emit("start", {"case": case.case, "mode": mode, "repeat": r, "repeats": repeats})
-                m = backend.measure(case, mode, logs / f"{mode}-{r}.log")
-                store.add_measurement(_row(run_id, r, m, key))
-                measured.append(m)
-                emit("done", {"case": case.case, "mode": mode, "repeat": r, "measurement": m})
-                if not m.ok:
-                    status, error = "failed", m.error
-                    break
-            if status != "ok":
                 break
     except KeyboardInterrupt:
-        summary = summarize(measured, shared)
-        store.finish_run(run_id, "interrupted", summary, "interrupted by the user")
+        store.finish_run(run_id, "interrupted", summarize(measured, shared), "interrupted by the user")
         raise
     summary = summarize(measured, shared)
     summary["baseline_key"] = key
-    summary["baseline_reused"] = sum(m.mode == "baseline" for m in shared)
+    summary["baseline_reused"] = have_base
     store.finish_run(run_id, status, summary, error)
     return CaseResult(run_id, case, reference, tuple(measured), summary, status, error)
 
 
 def run_experiment(exp: Experiment, backend: Backend | None = None, store: Store | None = None,
-                   on_event: Event | None = None) -> list[CaseResult]:
+                   on_event: Event | None = None, warmup: bool = False) -> list[CaseResult]:
     from llamaspec.llamacpp.build import find
     from llamaspec.llamacpp.runner import LlamaCppBackend, hardware
 
@@ -270,7 +273,7 @@ def run_experiment(exp: Experiment, backend: Backend | None = None, store: Store
     for case in exp.cases:
         resolved = resolve_case(exp, case)
         results.append(run_case(resolved, backend, store, repeats=exp.repeats, hardware=hw, reference=case.reference,
-                                on_event=on_event))
+                                warmup=warmup, on_event=on_event))
     return results
 
 

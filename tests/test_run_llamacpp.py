@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 def offline_pair(llama_build):
     from llamaspec import models
 
-    return models.resolve("smollm2-135m", "f16", build=llama_build), models.resolve("smollm2-135m", "q4_0", build=llama_build)
+    return models.resolve("smollm2-135m", "f32", build=llama_build), models.resolve("smollm2-135m", "q4_1", build=llama_build)
 
 
 def small(name: str = "smollm2-quicksort", n: int = 24, draft: int = 4) -> experiment.Experiment:

@@ -62,7 +62,8 @@ def run(experiment_name: str, draft_max: int | None, n_predict: int | None, thre
                              repeats, prompt, check_prompt_file(prompt_file))
     build = find(backend, bin_dir)
     log.info("using %s from %s", build.label, build.bin_dir)
-    results = runs.run_experiment(exp, LlamaCppBackend(build), on_event=progress_printer(2 * exp.repeats * len(exp.cases)))
+    results = runs.run_experiment(exp, LlamaCppBackend(build), on_event=progress_printer(2 * exp.repeats * len(exp.cases)),
+                                  warmup=exp.repeats > 1)
     if as_json:
         click.echo(json.dumps(report.as_json(results), indent=2))
     else:

@@ -1,0 +1,114 @@
+"""Sweeps, tune, plots and reports over faithful fake llama.cpp programs (recorded real output).
+The real sweep, with a real interruption, is in test_run_llamacpp.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fakes import fake_bin_dir
+from llamaspec import analysis, experiment, sweep, tune
+from llamaspec.backend import ModelFile
+from llamaspec.cli import main
+from llamaspec.errors import LlamaspecError
+from llamaspec.experiment import Settings
+from llamaspec.llamacpp import build
+from llamaspec.llamacpp.runner import LlamaCppBackend
+from llamaspec.results import Store
+
+
+@pytest.fixture()
+def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import llamaspec.run as runs
+
+    monkeypatch.setattr(runs, "resolve_model", lambda ref: ModelFile(ref.label, str(tmp_path / f"{ref.variant}.gguf"), ref.variant))
+    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
+
+
+@pytest.fixture()
+def backend(tmp_path: Path) -> LlamaCppBackend:
+    return LlamaCppBackend(build.prebuilt(fake_bin_dir(tmp_path / "bin")))
+
+
+def exp() -> experiment.Experiment:
+    return experiment.load("smollm2-quicksort").with_overrides(Settings(n_predict=16))
+
+
+@pytest.mark.parametrize(("text", "values"), [("1,2,4,8", (1, 2, 4, 8)), ("1..4", (1, 2, 3, 4)), ("1..8:3", (1, 4, 7)),
+                                               ("1..3,8,2", (1, 2, 3, 8)), (" 4 ", (4,))])
+def test_value_lists(text: str, values: tuple[int, ...]) -> None:
+    assert sweep.parse_values("draft_max", text) == values
+
+
+@pytest.mark.parametrize(("text", "message"), [("", "empty value"), ("1,,2", "empty value"), ("a", "'a' is not a valid value"),
+                                                ("8..1", "empty range"), ("-2", "negative value"), ("1..4:0", "empty range")])
+def test_bad_value_lists(text: str, message: str) -> None:
+    with pytest.raises(LlamaspecError, match=message):
+        sweep.parse_values("draft_max", text)
+
+
+def test_unknown_axis() -> None:
+    with pytest.raises(LlamaspecError, match="cannot sweep 'colour'"):
+        sweep.parse_values("colour", "1")
+
+
+def test_grid_is_the_cartesian_product() -> None:
+    points = sweep.grid({"draft_max": (1, 2), "draft_variant": ("q4_0", "q8_0")})
+    assert [p.label for p in points] == ["draft_max=1, draft_variant=q4_0", "draft_max=1, draft_variant=q8_0",
+                                         "draft_max=2, draft_variant=q4_0", "draft_max=2, draft_variant=q8_0"]
+    assert len({p.key for p in points}) == 4
+
+
+def test_value_the_build_does_not_take_fails_before_measuring(fake_models, backend) -> None:
+    store = Store.open()
+    with pytest.raises(LlamaspecError, match="does not know --spec-type ngram-bogus"):
+        sweep.run_sweep(exp(), {"spec_type": ("ngram-simple", "ngram-bogus")}, backend, store)
+    assert store.runs() == []  # nothing was measured
+
+
+def test_sweep_report_plots_and_recommends(fake_models, backend) -> None:
+    store = Store.open()
+    (result,) = sweep.run_sweep(exp(), {"draft_max": (1, 2, 3)}, backend, store)
+    assert result.measured == 3
+    rep = analysis.sweep_report(store, result.sweep_id)
+    text = rep.render()
+    assert "best: draft" in text and "plot: " in text
+    pngs = [p for g in rep.groups for p in g.plots if p.suffix == ".png"]
+    assert {p.stem for p in pngs} == {"decode_tps", "acceptance", "speedup", "dashboard"}
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+    assert rep.as_dict()["best"]["draft_max"] in (1, 2, 3)
+    # the CLI views of the same store
+    plotted = CliRunner().invoke(main, ["plot", result.sweep_id])
+    assert plotted.exit_code == 0 and "best: draft" in plotted.output
+    md = CliRunner().invoke(main, ["report", "smollm2-quicksort", "--no-plot"])
+    assert md.exit_code == 0 and md.output.startswith("# smollm2-quicksort") and "## Latest sweep" in md.output
+    cmp = CliRunner().invoke(main, ["report", "smollm2-quicksort", "--compare", "build", "--no-plot"])
+    assert "## Compared by build" in cmp.output and "llama.cpp 0c1e570" in cmp.output
+
+
+def test_tune_names_the_best_and_the_search_cost(fake_models, backend) -> None:
+    store = Store.open()
+    (result,) = tune.tune(exp(), backend, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))
+    assert result.best is not None
+    configs = {(c.draft_variant, c.spec_type) for c, _ in result.measured}
+    assert ("q4_1", "draft") in configs and (None, "ngram-simple") in configs
+    assert result.full_grid_points == (1 + 1) * 16 + 16
+    assert len(result.measured) < result.full_grid_points
+    text = result.render()
+    assert "best:" in text and "cost:" in text
+    stored = len(store.runs())
+    again = tune.tune(exp(), backend, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))[0]
+    assert len(store.runs()) == stored  # a rerun measures nothing new
+    assert [r["id"] for _, r in again.measured] == [r["id"] for _, r in result.measured]
+
+
+def test_plot_of_an_unknown_experiment() -> None:
+    result = CliRunner().invoke(main, ["plot", "nothing-here"])
+    assert result.exit_code == 1 and "no finished runs of 'nothing-here'" in result.output
+
+
+def test_report_compare_by_unknown_key() -> None:
+    result = CliRunner().invoke(main, ["report", "x", "--compare", "colour"])
+    assert result.exit_code == 2  # click refuses the choice
