@@ -99,7 +99,8 @@ def examine() -> list[Check]:
                             "" if cuda.cublas else "a CUDA build needs cuBLAS (nvidia-cublas / libcublas-dev); CPU builds work"))
     else:
         checks.append(Check("cuda toolkit", "info", "not found", "only needed for --backend cuda"))
-    checks.append(Check("backend (auto)", "info", builds.select_backend("auto", cuda=cuda)))
+    reason = builds.why_not_cuda(cuda)
+    checks.append(Check("backend (auto)", "info", builds.select_backend("auto", cuda=cuda) + (f" ({reason})" if reason else "")))
     try:
         src = sources.current()
         checks.append(Check("llama.cpp source", "ok", f"{src.path} (commit {src.commit}, {src.origin})"))

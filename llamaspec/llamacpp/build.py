@@ -231,10 +231,15 @@ def select_backend(requested: str = "auto", system: str | None = None, machine: 
     assert cuda is not None
     if cuda.nvcc and cuda.cublas and cuda.gpus:
         return "cuda"
-    if cuda.nvcc:
-        missing = "cuBLAS" if not cuda.cublas else "an NVIDIA GPU (nvidia-smi -L)"
-        log.info("CUDA toolkit %s found but not %s: building for the CPU", cuda.version, missing)
     return "cpu"
+
+
+def why_not_cuda(cuda: CudaToolkit) -> str | None:
+    """When a CUDA toolkit is there but auto still picks the CPU: what is missing."""
+    if not cuda.nvcc or (cuda.cublas and cuda.gpus):
+        return None
+    missing = "cuBLAS" if not cuda.cublas else "an NVIDIA GPU (nvidia-smi -L)"
+    return f"CUDA toolkit {cuda.version} found but not {missing}"
 
 
 def backend_cmake(backend: str, cuda: CudaToolkit | None = None) -> dict[str, str]:
@@ -321,7 +326,10 @@ def tree_targets(tree: Path) -> dict[str, str]:
 def plan(source: sources.SourceInfo, backend: str = "auto", extra_args: Sequence[str] = (),
          cpu_disable: Sequence[str] | None = None) -> BuildPlan:
     chosen = select_backend(backend)
-    cuda = find_cuda() if chosen == "cuda" else None
+    cuda = find_cuda() if chosen == "cuda" or (backend == "auto" and platform.system() == "Linux") else None
+    reason = why_not_cuda(cuda) if cuda and chosen == "cpu" else None
+    if reason:
+        log.info("%s: building for the CPU", reason)
     defs = backend_cmake(chosen, cuda)
     defs["LLAMA_BUILD_COMMIT"] = source.commit
     defs["LLAMA_BUILD_NUMBER"] = "0"
