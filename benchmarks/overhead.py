@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 
 def main() -> int:
@@ -54,9 +53,9 @@ def main() -> int:
             run_direct()
         print(f"  repeat {i + 1}: llamaspec {orchestrated[-1]:.3f} s (of which outside llama.cpp {outside[-1] * 1000:.0f} ms), "
               f"direct {direct[-1]:.3f} s", file=sys.stderr)
-    diffs = [a - b for a, b in zip(orchestrated, direct)]
+    diffs = [a - b for a, b in zip(orchestrated, direct, strict=True)]
     overhead_ms = statistics.median(diffs) * 1000
-    ratio = statistics.median(a / b for a, b in zip(orchestrated, direct)) - 1
+    ratio = statistics.median(a / b for a, b in zip(orchestrated, direct, strict=True)) - 1
     print(f"experiment {args.experiment}, -n {args.n_predict}, {args.repeats} paired repeats")
     print(f"llamaspec run: median {statistics.median(orchestrated):.3f} s; the same commands directly: "
           f"median {statistics.median(direct):.3f} s")

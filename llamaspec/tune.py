@@ -170,7 +170,11 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
             continue
         best_k = result.best[0].draft_max if result.best else 4
         search_lengths(variant, tuple(sorted({max(1, best_k // 2), best_k})))
-    chosen_modes = [m for m in (modes or NGRAM_MODES) if m in _draft_free_modes(backend)]
+    available = _draft_free_modes(backend)
+    chosen_modes = [m for m in (modes or NGRAM_MODES) if m in available]
+    if not available:
+        result.skipped.append(("draft-free n-gram modes", f"{backend.name} cannot run them without a draft model "
+                               "(llama-speculative requires one); the planned llama-server backend will"))
     best_k = result.best[0].draft_max if result.best else 4
     for mode in chosen_modes:
         measure(Config(None, mode, best_k))
@@ -180,10 +184,9 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
 
 
 def _draft_free_modes(backend: Backend) -> tuple[str, ...]:
-    caps = getattr(backend, "caps", None)
-    if caps is None:
-        return ()
-    return tuple(m for m in caps("speculative").spec_types if m.startswith("ngram"))
+    """Draft-free modes the backend can run. llama-speculative lists n-gram modes in --spec-type but
+    requires a draft model, so the command-line backend has none; llama-server will."""
+    return tuple(getattr(backend, "draft_free_modes", lambda: ())())
 
 
 def _bound(exp: Experiment, case: Case, variant: str, backend: Backend, store: Store, hw: dict[str, Any], tune_id: str,

@@ -141,12 +141,16 @@ def test_completion_argv_matches_the_recorded_run(folder: Path, program: str) ->
     assert pairs(argv) == pairs(recorded(folder, "completion"))
 
 
-def test_draft_free_modes_need_spec_type() -> None:
+def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
+    # llama-speculative lists the n-gram modes in --spec-type but stops with "--model-draft is required".
     s = settings(draft=None, draft_max=None, spec_type="ngram-simple")
-    argv = flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), s)
-    assert ("--spec-type", "ngram-simple") in pairs(argv) and "-md" not in argv
-    with pytest.raises(LlamaspecError, match="no draft-free speculative modes"):
-        flags.speculative_argv(caps(OLD, "llama-speculative"), Path("/bin/llama-speculative"), s)
+    for generation in (NEW, OLD):
+        with pytest.raises(LlamaspecError, match="llama-speculative needs a draft model") as err:
+            flags.speculative_argv(caps(generation, "llama-speculative"), Path("/bin/llama-speculative"), s)
+        assert "llama-server" in (err.value.hint or "")
+    with_draft = settings(spec_type="draft")
+    assert ("--spec-type", "draft-simple") in pairs(
+        flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), with_draft))
     with pytest.raises(LlamaspecError, match="does not know --spec-type"):
         flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"),
                                settings(spec_type="ngram-nonsense"))

@@ -101,7 +101,8 @@ def list_models(as_json: bool) -> None:
     if as_json:
         pair = cat.default_pair
         click.echo(json.dumps({"models": out, "default_pair": None if pair is None else
-                               {"target": str(pair.target), "draft": str(pair.draft), "draft_max": pair.draft_max}},
+                               {"target": str(pair.target), "draft": str(pair.draft), "draft_max": pair.draft_max,
+                                "note": pair.note}},
                               indent=2))
         return
     click.echo(_table(rows))
