@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 EXPERIMENT ?= smollm2-quicksort
-DRAFTS ?= 1,2,3,4,6,8
+DRAFTS ?= 1,2,4,8,12
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint setup build models clean-venv
