@@ -1,8 +1,10 @@
-"""Write-then-rename, so a half-written file or folder never passes for a finished one."""
+"""Files: write-then-rename, so a half-written file or folder never passes for a finished one,
+and checksums."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -10,6 +12,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from llamaspec.progress import Progress
 
 
 def _partial_name(dest: Path) -> Path:
@@ -57,3 +61,20 @@ def clean_partials(folder: Path) -> list[Path]:
                 leftover.unlink(missing_ok=True)
             removed.append(leftover)
     return removed
+
+
+def sha256_file(path: Path, label: str | None = None) -> str:
+    """The sha256 of a file, with a progress bar for big ones."""
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    bar = Progress(f"checksum {label}", total=float(size)) if label and size > 2**30 else None
+    done = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(4 << 20), b""):
+            digest.update(block)
+            done += len(block)
+            if bar:
+                bar.update(done)
+    if bar:
+        bar.close()
+    return digest.hexdigest()

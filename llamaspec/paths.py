@@ -2,6 +2,7 @@
 
 - ``LLAMASPEC_ROOT``: the project folder holding ``vendor/``, ``models/`` and ``experiments/``
   (default: the checkout this package lives in, else the current directory).
+- ``LLAMASPEC_MODELS``: the model files (default ``models/`` in the project folder).
 - ``LLAMASPEC_CACHE``: builds and downloads shared by every clone (default ``~/.cache/llamaspec``).
 - ``LLAMASPEC_DATA``: the results store, run logs and plots (default ``~/.local/share/llamaspec``).
 """
@@ -44,7 +45,8 @@ def vendor_dir() -> Path:
 
 
 def models_dir() -> Path:
-    return project_root() / "models"
+    env = os.environ.get("LLAMASPEC_MODELS")
+    return Path(env).expanduser().resolve() if env else project_root() / "models"
 
 
 def experiments_dir() -> Path:

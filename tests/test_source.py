@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llamaspec import atomic
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import source
 
@@ -45,7 +46,7 @@ def test_wrong_checksum_is_refused_and_the_download_deleted(cache: Path, tmp_pat
 
 def test_verified_sdist_is_extracted_with_its_commit(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     archive = fake_sdist(cache / "downloads" / "sdists" / "llama_cpp_python-9.9.9.tar.gz", "9.9.9", TREE)
-    pin = source.PinnedSdist("9.9.9", source.sha256_file(archive), "abc1234", "2026-01-01")
+    pin = source.PinnedSdist("9.9.9", atomic.sha256_file(archive), "abc1234", "2026-01-01")
     monkeypatch.setitem(source.PINNED_SDISTS, "9.9.9", pin)
     dest = tmp_path / "vendor" / "llama.cpp"
     info = source.fetch("pypi:llama-cpp-python==9.9.9", dest)
@@ -58,7 +59,7 @@ def test_verified_sdist_is_extracted_with_its_commit(cache: Path, tmp_path: Path
 def test_sdist_without_the_speculative_example_leaves_nothing(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     partial = {k: v for k, v in TREE.items() if "speculative" not in k}
     archive = fake_sdist(cache / "downloads" / "sdists" / "llama_cpp_python-9.9.8.tar.gz", "9.9.8", partial)
-    monkeypatch.setitem(source.PINNED_SDISTS, "9.9.8", source.PinnedSdist("9.9.8", source.sha256_file(archive), "x", ""))
+    monkeypatch.setitem(source.PINNED_SDISTS, "9.9.8", source.PinnedSdist("9.9.8", atomic.sha256_file(archive), "x", ""))
     dest = tmp_path / "vendor" / "llama.cpp"
     with pytest.raises(LlamaspecError, match="the speculative example is missing"):
         source.fetch("pypi:llama-cpp-python==9.9.8", dest)
@@ -68,7 +69,7 @@ def test_sdist_without_the_speculative_example_leaves_nothing(cache: Path, tmp_p
 def test_truncated_sdist_is_a_clear_error(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     archive = fake_sdist(cache / "downloads" / "sdists" / "llama_cpp_python-9.9.7.tar.gz", "9.9.7", TREE)
     archive.write_bytes(archive.read_bytes()[:60])
-    monkeypatch.setitem(source.PINNED_SDISTS, "9.9.7", source.PinnedSdist("9.9.7", source.sha256_file(archive), "x", ""))
+    monkeypatch.setitem(source.PINNED_SDISTS, "9.9.7", source.PinnedSdist("9.9.7", atomic.sha256_file(archive), "x", ""))
     with pytest.raises(LlamaspecError, match="cannot extract"):
         source.fetch("pypi:llama-cpp-python==9.9.7", tmp_path / "t")
 

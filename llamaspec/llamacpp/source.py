@@ -130,14 +130,6 @@ def tree_commit(tree: Path) -> str:
     return "local-" + digest.hexdigest()[:10]
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch(spec: str = DEFAULT_SPEC, dest: Path | None = None, force: bool = False) -> SourceInfo:
     """Fill ``dest`` (default ``vendor/llama.cpp``) from ``spec``; reuse it if already there."""
     dest = dest or paths.vendor_dir()
@@ -174,7 +166,7 @@ def _fetch_sdist(requirement: str, dest: Path) -> SourceInfo:
             hint=f"pinned versions: {', '.join(sorted(PINNED_SDISTS))}; add a row to PINNED_SDISTS in {__name__}",
         )
     archive = download_sdist(version)
-    got = sha256_file(archive)
+    got = atomic.sha256_file(archive)
     if got != pin.sha256:
         archive.unlink()
         raise LlamaspecError(

