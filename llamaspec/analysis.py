@@ -135,7 +135,13 @@ def observation(row: PointRow, store: Store | None = None) -> Any:
     if s["n_accept"] >= s["n_predict"] or row.draft_max < 1:
         return None
     draft_tps = row.med("draft_decode_tps")
-    verify = s.get("verify_ms_per_call")
+    verify = None
+    calls = s["n_predict"] - s["n_accept"]
+    if s.get("batch_ms") and calls > 0:
+        from llamaspec.llamacpp.parse import BatchTimings
+
+        # one call verifies the draft plus one token in a single batch
+        verify = BatchTimings({int(k): v for k, v in s["batch_ms"].items()}).ms(s["n_drafted"] / calls + 1)
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=int(s["n_drafted"]), n_accept=int(s["n_accept"]), n_generated=int(s["n_predict"]),
         spec_decode_tps=spec, baseline_decode_tps=base, target_ms_per_token=1000.0 / base,

@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 from llamaspec.experiment import Settings
 
-MODES = ("baseline", "speculative", "draft")  # draft: the draft model alone, to time one draft step
+# draft: the draft model alone, to time one draft step; batch: the target on batches of 1..17
+# tokens, to time one verification call. Both feed the speedup model.
+MODES = ("baseline", "speculative", "draft", "batch")
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class ResolvedCase:
 class Measurement:
     """One generation by one process (or one request): what it cost and what it produced."""
 
-    mode: str  # baseline | speculative | draft
+    mode: str  # one of MODES
     ok: bool
     error: str | None
     argv: tuple[str, ...]

@@ -105,6 +105,8 @@ def summarize(measurements: Sequence[Measurement], baseline: Sequence[Measuremen
     summary["baseline_decode_tps"] = spread(base_tps)
     summary["draft_decode_tps"] = spread([m.decode_tps for m in (*measurements, *baseline)
                                           if m.mode == "draft" and m.ok and m.decode_tps])
+    batches = [m for m in (*measurements, *baseline) if m.mode == "batch" and m.ok and m.stats]
+    summary["batch_ms"] = {int(k): v for k, v in batches[0].stats["batch_ms"].items()} if batches else None  # type: ignore[index]
     if spec_tps and base_tps:
         own = [m.decode_tps for m in measurements if m.mode == "baseline" and m.ok and m.decode_tps]
         if len(own) == len(spec_tps):
@@ -209,30 +211,33 @@ def _stored(rows: list[dict[str, Any]]) -> list[Measurement]:
 def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: int = 1, hardware: dict[str, Any],
              reference: Reference | None = None, kind: str = "run", sweep_id: str | None = None,
              point_key: str | None = None, reuse_baseline: bool = False, baseline_scope: str | None = None,
-             time_draft: bool = False, warmup: bool = False, on_event: Event | None = None) -> CaseResult:
+             time_costs: bool = False, warmup: bool = False, on_event: Event | None = None) -> CaseResult:
     """Measure one case ``repeats`` times, baseline and speculative interleaved (ABBA order so that
     machine drift does not pose as speedup).
 
     - ``reuse_baseline``: baselines already stored for the same target settings (and scope) are
       reused; sweeps share one baseline across draft lengths.
-    - ``time_draft``: the draft model alone is timed ``repeats`` times (shared likewise): the
-      speedup model's draft cost, which the pinned llama-speculative does not print.
+    - ``time_costs``: the draft model alone is timed ``repeats`` times, and the target on batches
+      of 1..17 tokens once (llama-bench), both shared likewise: the speedup model's draft and
+      verification costs, which the pinned llama-speculative does not print.
     - ``warmup``: one short unrecorded generation first, so cold caches do not count.
     """
     emit = on_event or (lambda _event, _data: None)
     backend.check(case)
     key = baseline_key(backend, case, baseline_scope)
-    draft_key = baseline_key(backend, replace(case, target=case.draft), baseline_scope) if time_draft and case.draft else None
+    draft_key = baseline_key(backend, replace(case, target=case.draft), baseline_scope) if time_costs and case.draft else None
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
                              provenance=provenance(backend, case, hardware), kind=kind, sweep_id=sweep_id,
                              point_key=point_key)
     logs = paths.runs_dir() / f"{run_id:06d}"
     shared = _stored(store.shared(key))[:repeats] if reuse_baseline else []
     if draft_key:
-        shared += _stored(store.shared(draft_key, "draft"))[:repeats]
+        shared += _stored(store.shared(draft_key, "draft"))[:repeats] + _stored(store.shared(key, "batch"))[:1]
     have_base = sum(m.mode == "baseline" for m in shared)
     have_draft = sum(m.mode == "draft" for m in shared)
     steps = [("draft", r) for r in range(have_draft, repeats)] if draft_key else []
+    if draft_key and not any(m.mode == "batch" for m in shared) and getattr(backend, "can_time_batches", lambda: False)():
+        steps.append(("batch", 0))
     for r in range(repeats):
         pair = ["baseline", "speculative"] if r % 2 == 0 else ["speculative", "baseline"]
         steps += [(mode, r) for mode in pair if mode == "speculative" or r >= have_base]

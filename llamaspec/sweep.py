@@ -141,7 +141,7 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backe
             bar.update(i, point.label)
             result: CaseResult = run_case(rc, backend, store, repeats=exp.repeats, hardware=hw, reference=case.reference,
                                           kind="sweep", sweep_id=sid, point_key=point.key, reuse_baseline=True,
-                                          baseline_scope=sid, time_draft=True, warmup=i == 0, on_event=on_event)
+                                          baseline_scope=sid, time_costs=True, warmup=i == 0, on_event=on_event)
             s = result.summary
             speed = (s.get("speedup") or {}).get("median")
             log.info("  %-28s %s", point.label,

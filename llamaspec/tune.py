@@ -136,7 +136,7 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
             resolved = resolve_case(exp, _case_for(case, config))
             done = run_case(resolved, backend, store, repeats=exp.repeats, hardware=hw, kind="sweep", sweep_id=tune_id,
                             point_key=key, reuse_baseline=True, baseline_scope=tune_id,
-                            time_draft=config.draft_variant is not None, warmup=not result.measured)
+                            time_costs=config.draft_variant is not None, warmup=not result.measured)
             row = store.run(done.run_id)
         result.measured.append((config, row))
         if on_point:

@@ -373,3 +373,18 @@ def test_cli_parse_help_ends_with_an_example() -> None:
     description = result.output.split("Options:")[0].rstrip().splitlines()
     assert description[-1].strip().startswith("llamaspec parse ")
     assert description[-3].strip() == "Example:"
+
+
+def test_llama_bench_batches_parse_and_interpolate() -> None:
+    from llamaspec.llamacpp.parse import BatchTimings, parse_bench_json
+
+    text = (FIXTURES / "0c1e570" / "llama-bench-batches.json").read_text()
+    batches = parse_bench_json(text)
+    assert sorted(batches.ms_by_tokens) == [1, 2, 4, 8, 17]
+    records = {r["n_prompt"]: r["avg_ns"] / 1e6 for r in json.loads(text)}
+    assert batches.ms(8) == pytest.approx(records[8])
+    assert batches.ms(3) == pytest.approx((records[2] + records[4]) / 2)
+    toy = BatchTimings({1: 10.0, 3: 14.0})
+    assert toy.ms(2) == pytest.approx(12.0) and toy.ms(5) == pytest.approx(18.0)  # extrapolated from the last two
+    with pytest.raises(ParseError, match="no JSON"):
+        parse_bench_json("llama-bench: error: failed to load model")

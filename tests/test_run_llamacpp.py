@@ -73,16 +73,16 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     first = store.runs()
     assert first[0]["status"] == "interrupted"  # the point being stopped is not passed off as finished
     kept = store.measurements(first[0]["id"])
-    assert [m["mode"] for m in kept] == ["draft", "baseline", "speculative"]
+    assert [m["mode"] for m in kept] == ["draft", "batch", "baseline", "speculative"]
 
     (result,) = sweep.run_sweep(exp, axes, backend, store)
     assert result.measured == 3 and result.reused == 0  # the interrupted point is measured again
     (again,) = sweep.run_sweep(exp, axes, backend, store)
     assert again.measured == 0 and again.reused == 3  # nothing is rerun
-    # One baseline and one draft timing for the whole sweep (draft length does not change the
-    # target's work), measured before the interruption and reused after it: nothing is lost.
+    # One baseline, one draft timing and one batch timing for the whole sweep (draft length does
+    # not change the target's work), measured before the interruption and reused after it.
     modes = [m["mode"] for r in store.runs(sweep_id=result.sweep_id) for m in store.measurements(r["id"])]
-    assert (modes.count("baseline"), modes.count("draft"), modes.count("speculative")) == (1, 1, 4)
+    assert [modes.count(m) for m in ("baseline", "draft", "batch", "speculative")] == [1, 1, 1, 4]
 
 
 def test_old_generation_binaries(offline_pair) -> None:

@@ -282,3 +282,19 @@ def gpu_layers(intent: int | str | None, backend: str, generation: str) -> int |
     if intent == "all":
         return 1 if (generation == "2023" and backend == "metal") else GPU_ALL
     return int(intent)
+
+
+BATCH_SIZES = tuple(range(1, 18))  # verification batches: a draft of up to 16 tokens plus one
+
+
+def bench_argv(program: Path, target: str, threads: int | None, gpu_layers: int | None,
+               sizes: tuple[int, ...] = BATCH_SIZES, repetitions: int = 3) -> list[str]:
+    """llama-bench timing the target on batches of each size (prompt processing only). Its flags
+    (-m -p -n -r -t -ngl -o) have been stable since 2023."""
+    argv = [str(program), "-m", target, "-p", ",".join(str(s) for s in sizes), "-n", "0", "-r", str(repetitions),
+            "-o", "json"]
+    if threads is not None:
+        argv += ["-t", str(threads)]
+    if gpu_layers is not None:
+        argv += ["-ngl", str(gpu_layers)]
+    return argv

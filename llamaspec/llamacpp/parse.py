@@ -546,3 +546,40 @@ def parse(stdout: str, stderr: str = "", kind: str = "auto") -> SpeculativeStats
 def to_json(stats: SpeculativeStats | CompletionStats, indent: int | None = 2) -> str:
     return json.dumps({"kind": "speculative" if isinstance(stats, SpeculativeStats) else "completion", **stats.to_dict()},
                       indent=indent)
+
+
+@dataclass(frozen=True)
+class BatchTimings:
+    """What one target batch of n tokens costs (llama-bench ``-p n -n 0``), in milliseconds.
+
+    A verification call processes the draft plus one token in one batch; on CPUs its cost grows
+    with the batch, which the paper's model (verification = one target step) leaves out."""
+
+    ms_by_tokens: dict[int, float]
+
+    def ms(self, tokens: float) -> float:
+        """Linear interpolation (and extrapolation from the last two points) over measured sizes."""
+        sizes = sorted(self.ms_by_tokens)
+        if not sizes:
+            raise ParseError("no batch timings", hint="rerun the measurement")
+        if len(sizes) == 1:
+            return self.ms_by_tokens[sizes[0]] * tokens / sizes[0]
+        lo = max([s for s in sizes if s <= tokens], default=sizes[0])
+        hi = min([s for s in sizes if s >= tokens and s != lo], default=sizes[-1])
+        if hi == lo:
+            lo, hi = sizes[-2], sizes[-1]
+        y0, y1 = self.ms_by_tokens[lo], self.ms_by_tokens[hi]
+        return y0 + (y1 - y0) * (tokens - lo) / (hi - lo)
+
+
+def parse_bench_json(text: str) -> BatchTimings:
+    """llama-bench ``-o json`` output: prompt-processing tests (n_gen 0) by batch size."""
+    try:
+        records = json.loads(text[text.index("["):])
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise ParseError("llama-bench printed no JSON result list", hint="run llama-bench with -o json yourself to see why") from exc
+    out = {int(r["n_prompt"]): float(r["avg_ns"]) / 1e6 for r in records
+           if isinstance(r, dict) and r.get("n_gen") == 0 and r.get("n_prompt") and r.get("avg_ns")}
+    if not out:
+        raise ParseError("llama-bench's JSON has no prompt-processing results", hint="check its -p values")
+    return BatchTimings(out)

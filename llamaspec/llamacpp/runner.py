@@ -85,7 +85,13 @@ class LlamaCppBackend:
                 settings = replace(settings, target=case.draft.path, gpu_layers=flags.gpu_layers(
                     case.settings.draft_gpu_layers, self.build.backend, self.caps("completion").generation))
             return flags.completion_argv(self.caps("completion"), program, settings)
-        raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative or baseline")
+        if mode == "batch":
+            s = self.settings_for(case, "baseline")
+            return flags.bench_argv(self.build.program("bench"), case.target.path, s.threads, s.gpu_layers)
+        raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
+
+    def can_time_batches(self) -> bool:
+        return "bench" in self.build.programs
 
     def check(self, case: ResolvedCase) -> None:
         self.argv(case, "speculative")
@@ -107,6 +113,9 @@ class LlamaCppBackend:
             if mode == "speculative":
                 spec = parse.parse_speculative(done.stdout, done.stderr)
                 return Measurement(ok=True, error=None, **base, **_speculative_fields(spec))
+            if mode == "batch":
+                batches = parse.parse_bench_json(done.stdout)
+                return Measurement(ok=True, error=None, **base, stats={"batch_ms": batches.ms_by_tokens})
             comp = parse.parse_completion(done.stdout, done.stderr)
             return Measurement(ok=True, error=None, **base, **_completion_fields(comp))
         except LlamaspecError as exc:
