@@ -1,0 +1,39 @@
+"""The command line as a whole: instant help, every command documented with an example."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from llamaspec.cli import COMMAND_MODULES, main
+
+HEAVY = ("matplotlib", "numpy", "gguf", "huggingface_hub", "torch", "transformers", "psutil", "yaml", "sqlite3")
+
+
+def test_help_imports_nothing_heavy() -> None:
+    code = ("import sys; from llamaspec.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            f"print('heavy:' + ','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "heavy:"
+
+
+def test_every_command_has_help_ending_with_an_example() -> None:
+    runner = CliRunner()
+    for name in COMMAND_MODULES:
+        result = runner.invoke(main, [name, "--help"])
+        assert result.exit_code == 0, name
+        if name not in ("source", "models", "results"):  # groups: their subcommands carry the examples
+            assert "Example:" in result.output and "llamaspec " in result.output.split("Example:")[1], name
+
+
+def test_short_help_flag_and_version() -> None:
+    assert CliRunner().invoke(main, ["-h"]).exit_code == 0
+    assert "0.1.0" in CliRunner().invoke(main, ["-V"]).output
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["frobnicate"])
+    assert result.exit_code == 2 and "No such command" in result.output
