@@ -14,66 +14,15 @@ from typing import Any
 import numpy as np
 import yaml
 
-BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+from llamaspec.llamacpp.smoke import write_tiny_llama
 
 
 def tiny_gguf(path: Path, *, tokens: list[str] | None = None, tokenizer: str = "llama", pre: str | None = None,
               add_bos: bool | None = None, bos: int | None = 1, eos: int | None = 2, n_embd: int = 64, seed: int = 0,
               write_tensors: bool = True) -> Path:
-    """A random-weight Llama GGUF that llama.cpp loads; vocabulary facts are parameters."""
-    import gguf
-
-    rng = np.random.default_rng(seed)
-    if tokens is None:
-        tokens = ["<unk>", "<s>", "</s>", *BYTE_TOKENS, "▁", "▁the", "▁a", "e", "t", "o"]
-    types = [gguf.TokenType.CONTROL if t in ("<s>", "</s>") else gguf.TokenType.BYTE if t.startswith("<0x")
-             else gguf.TokenType.UNKNOWN if t == "<unk>" else gguf.TokenType.NORMAL for t in tokens]
-    n_vocab, n_ff, n_layer = len(tokens), 2 * n_embd, 1
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("llamaspec-test-tiny")
-    writer.add_context_length(256)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(4)
-    writer.add_rope_dimension_count(n_embd // 4)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model(tokenizer)
-    if pre is not None:
-        writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    writer.add_token_scores([-float(i) for i in range(n_vocab)])
-    writer.add_token_types(types)
-    if tokenizer == "gpt2":
-        writer.add_token_merges(["▁ t", "e t"])
-    if bos is not None:
-        writer.add_bos_token_id(bos)
-    if eos is not None:
-        writer.add_eos_token_id(eos)
-    if add_bos is not None:
-        writer.add_add_bos_token(add_bos)
-
-    def t(name: str, *shape: int) -> None:
-        writer.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
-
-    if write_tensors:
-        t("token_embd.weight", n_vocab, n_embd)
-        writer.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor("blk.0.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            t(f"blk.0.{name}.weight", n_embd, n_embd)
-        t("blk.0.ffn_gate.weight", n_ff, n_embd)
-        t("blk.0.ffn_up.weight", n_ff, n_embd)
-        t("blk.0.ffn_down.weight", n_embd, n_ff)
-        writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-        t("output.weight", n_vocab, n_embd)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    """A random-weight one-layer Llama GGUF that llama.cpp loads; vocabulary facts are parameters."""
+    return write_tiny_llama(path, n_embd=n_embd, n_layer=1, seed=seed, tokens=tokens, tokenizer=tokenizer, pre=pre,
+                            add_bos=add_bos, bos=bos, eos=eos, write_tensors=write_tensors)
 
 
 def hf_checkpoint(folder: Path, seed: int = 0) -> Path:

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from models_factory import BYTE_TOKENS, tiny_gguf
+from models_factory import tiny_gguf
 
 from llamaspec import models, proc
 from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp.smoke import BYTE_TOKENS
 from llamaspec.models import pair
 from llamaspec.models.reader import GGUFMetadata, Vocab
 

@@ -20,18 +20,25 @@ class IllegalInstruction(LlamaspecError):
         self.program = program
 
 
-def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_ff: int = 128, seed: int = 0) -> Path:
-    """A random-weight Llama GGUF (SentencePiece-style byte vocabulary) of about 300 kB."""
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+DEFAULT_TOKENS = ["<unk>", "<s>", "</s>", *BYTE_TOKENS, "▁", "▁the", "▁a", "e", "t", "o"]
+
+
+def write_tiny_llama(path: Path, *, n_embd: int = 64, n_layer: int = 2, seed: int = 0, tokens: list[str] | None = None,
+                     tokenizer: str = "llama", pre: str | None = None, add_bos: bool | None = None, bos: int | None = 1,
+                     eos: int | None = 2, write_tensors: bool = True) -> Path:
+    """A random-weight Llama GGUF that llama.cpp loads (a SentencePiece-style byte vocabulary by
+    default, about 300 kB). The vocabulary facts are parameters, for pair-check tests."""
     import gguf
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁", "▁the", "▁a", "e", "t", "o"]
-    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
-    types += [gguf.TokenType.NORMAL] * 6
-    n_vocab = len(tokens)
+    tokens = tokens if tokens is not None else DEFAULT_TOKENS
+    types = [gguf.TokenType.CONTROL if t in ("<s>", "</s>") else gguf.TokenType.BYTE if t.startswith("<0x")
+             else gguf.TokenType.UNKNOWN if t == "<unk>" else gguf.TokenType.NORMAL for t in tokens]
+    n_vocab, n_ff = len(tokens), 2 * n_embd
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("llamaspec-smoke-tiny-llama")
+    writer.add_name("llamaspec-tiny-llama")
     writer.add_context_length(256)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)
@@ -41,28 +48,36 @@ def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_ff: int =
     writer.add_rope_dimension_count(n_embd // 4)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_model(tokenizer)
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
-    writer.add_token_scores([0.0] * 259 + [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0])
+    writer.add_token_scores([-float(i) for i in range(n_vocab)])
     writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
+    if tokenizer == "gpt2":
+        writer.add_token_merges(["▁ t", "e t"])
+    if bos is not None:
+        writer.add_bos_token_id(bos)
+    if eos is not None:
+        writer.add_eos_token_id(eos)
+    if add_bos is not None:
+        writer.add_add_bos_token(add_bos)
 
     def t(name: str, *shape: int) -> None:
         writer.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
 
-    t("token_embd.weight", n_vocab, n_embd)
-    for i in range(n_layer):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            t(f"blk.{i}.{name}.weight", n_embd, n_embd)
-        t(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
-        t(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
-        t(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
-    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    t("output.weight", n_vocab, n_embd)
+    if write_tensors:
+        t("token_embd.weight", n_vocab, n_embd)
+        for i in range(n_layer):
+            writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+            writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+            for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+                t(f"blk.{i}.{name}.weight", n_embd, n_embd)
+            t(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
+            t(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
+            t(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
+        writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+        t("output.weight", n_vocab, n_embd)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
