@@ -28,7 +28,7 @@ models: build
 
 demo: models
 	$(BIN)/llamaspec run $(EXPERIMENT) --repeats 3
-	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS)
+	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS) --repeats 3
 	$(BIN)/llamaspec report $(EXPERIMENT)
 
 test: build

@@ -20,7 +20,9 @@ def progress_printer(total_steps: int):
     state = {"done": 0}
 
     def on_event(event: str, data: dict[str, Any]) -> None:
-        if event == "start":
+        if event == "start" and data["mode"] == "warm-up":
+            log.info("      %s: warm-up run (not recorded) ...", data["case"])
+        elif event == "start":
             log.info("[%d/%d] %s: %s run %d/%d ...", state["done"] + 1, total_steps, data["case"], data["mode"],
                      data["repeat"] + 1, data["repeats"])
         elif event == "done":

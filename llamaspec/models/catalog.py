@@ -141,7 +141,7 @@ def load(path: Path | None = None) -> Catalog:
 
     path = path or default_path()
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
     except FileNotFoundError:
         raise LlamaspecError(f"no model catalog at {path}", hint="run llamaspec from its checkout, or set LLAMASPEC_ROOT") from None
     except yaml.YAMLError as exc:
