@@ -163,11 +163,20 @@ class Store:
                                  hint="wait for the other llamaspec to finish, or set LLAMASPEC_DATA to use another store") from exc
         try:
             yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        else:
             self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self._rollback()
+            if "full" in str(exc):
+                raise LlamaspecError(f"no space left to write the results store {self.path}",
+                                     hint="free some space; everything stored before is intact") from exc
+            raise _damaged(self.path, exc) from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        if self.db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
+            self.db.execute("ROLLBACK")
 
     def close(self) -> None:
         self.db.close()

@@ -37,3 +37,18 @@ def test_short_help_flag_and_version() -> None:
 def test_unknown_command_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["frobnicate"])
     assert result.exit_code == 2 and "No such command" in result.output
+
+
+def test_full_disk_is_one_error_line(tmp_path, monkeypatch) -> None:
+    import errno
+
+    from llamaspec import atomic
+
+    def full(dest, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+
+    monkeypatch.setattr(atomic, "write_text", full)
+    result = CliRunner().invoke(main, ["results", "export", "-o", str(tmp_path / "out.csv")])
+    assert result.exit_code == 1
+    assert f"Error: no space left on the device while writing {tmp_path / 'out.csv'}" in result.output
+    assert "Hint: free some space" in result.output and "Traceback" not in result.output

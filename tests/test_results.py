@@ -98,3 +98,13 @@ def test_locked_store_is_one_clear_error(tmp_path: Path) -> None:
             store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE)
     finally:
         other.execute("ROLLBACK")
+
+
+def test_full_disk_while_storing_is_one_clear_error(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "r.sqlite")
+    run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE)
+    store.db.execute("PRAGMA max_page_count = 1")  # the database cannot grow: as on a full disk
+    with pytest.raises(LlamaspecError, match="no space left to write the results store") as err:
+        store.add_measurement(row(run_id, "speculative", text="x" * 100_000))
+    assert "intact" in (err.value.hint or "")
+    assert store.run(run_id)["status"] == "running"  # what was stored before is still there

@@ -7,6 +7,7 @@ Errors: a LlamaspecError becomes ``Error: ...`` / ``Hint: ...`` on stderr and a 
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
@@ -52,8 +53,16 @@ class _Group(click.Group):
                 click.echo(f"Hint: {exc.hint}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("Interrupted: everything finished so far is stored.", err=True)
+            click.echo("Interrupted: everything finished so far is stored; rerun the same command to resume a sweep.",
+                       err=True)
             sys.exit(130)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            click.secho(f"Error: no space left on the device while writing {exc.filename or 'a file'}", fg="red", err=True)
+            click.echo("Hint: free some space (or move LLAMASPEC_DATA / LLAMASPEC_CACHE); what was stored before is intact",
+                       err=True)
+            sys.exit(1)
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)
