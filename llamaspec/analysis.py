@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,11 +187,30 @@ def _group_label(settings: dict[str, Any], axes: Sequence[str], draft: str | Non
     return ", ".join(parts)
 
 
-def rows_to_groups(runs: Sequence[dict[str, Any]], axes: Sequence[str]) -> dict[str, list[PointRow]]:
+def rebased(store: Store | None, summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary with its speedup against every measurement of its shared baseline (a sweep
+    measures it at the start and again at the end), not only those taken before this point."""
+    key = summary.get("baseline_key")
+    spec = summary.get("decode_tps") or {}
+    if store is None or not key or not spec.get("values"):
+        return summary
+    base = [m["decode_tps"] for m in store.shared(key) if m["decode_tps"]]
+    if len(base) <= (summary.get("baseline_decode_tps") or {}).get("n", 0):
+        return summary
+    from llamaspec.run import spread
+
+    mid = statistics.median(base)
+    ratios = [v / mid for v in spec["values"]]
+    return {**summary, "baseline_decode_tps": spread(base), "speedup": {**(spread(ratios) or {}), "of_medians": spec["median"] / mid,
+                                                                        "paired": False}}
+
+
+def rows_to_groups(runs: Sequence[dict[str, Any]], axes: Sequence[str], store: Store | None = None) -> dict[str, list[PointRow]]:
     groups: dict[str, list[PointRow]] = {}
     for run in runs:
         label = _group_label(run["settings"], axes, run.get("draft"))
-        groups.setdefault(label, []).append(PointRow(run["id"], label, int(run["settings"].get("draft_max") or 0), run["summary"] or {}))
+        groups.setdefault(label, []).append(PointRow(run["id"], label, int(run["settings"].get("draft_max") or 0),
+                                                     rebased(store, run["summary"] or {})))
     return groups
 
 
@@ -200,7 +220,7 @@ def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axe
         raise LlamaspecError(f"no finished runs for {name}", hint="run `llamaspec sweep NAME --draft 1..16` first")
     meta = _meta(store, runs[0]["id"])
     groups = []
-    for label, rows in rows_to_groups(runs, axes).items():
+    for label, rows in rows_to_groups(runs, axes, store).items():
         rows = _latest_per_draft(rows)
         analysis, explanation, note = analyze_rows(rows)
         group = GroupReport(label, rows, analysis, explanation, note=note)

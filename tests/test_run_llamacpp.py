@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llamaspec import experiment, sweep
+from llamaspec import analysis, experiment, sweep
 from llamaspec.cli import main
 from llamaspec.experiment import Settings
 from llamaspec.llamacpp.runner import LlamaCppBackend
@@ -79,10 +79,13 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     assert result.measured == 3 and result.reused == 0  # the interrupted point is measured again
     (again,) = sweep.run_sweep(exp, axes, backend, store)
     assert again.measured == 0 and again.reused == 3  # nothing is rerun
-    # One baseline, one draft timing and one batch timing for the whole sweep (draft length does
-    # not change the target's work), measured before the interruption and reused after it.
+    # One draft timing and one batch timing for the whole sweep, and one baseline at its start
+    # (draft length does not change the target's work), measured before the interruption and
+    # reused after it; the baseline is measured once more when the sweep ends.
     modes = [m["mode"] for r in store.runs(sweep_id=result.sweep_id) for m in store.measurements(r["id"])]
-    assert [modes.count(m) for m in ("baseline", "draft", "batch", "speculative")] == [1, 1, 1, 4]
+    assert [modes.count(m) for m in ("baseline", "draft", "batch", "speculative")] == [2, 1, 1, 4]
+    report = analysis.sweep_report(store, result.sweep_id, plot=False)
+    assert all(r.summary["baseline_decode_tps"]["n"] == 2 for g in report.groups for r in g.rows)
 
 
 def test_old_generation_binaries(offline_pair) -> None:

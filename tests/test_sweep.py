@@ -113,3 +113,15 @@ def test_plot_of_an_unknown_experiment() -> None:
 def test_report_compare_by_unknown_key() -> None:
     result = CliRunner().invoke(main, ["report", "x", "--compare", "colour"])
     assert result.exit_code == 2  # click refuses the choice
+
+
+def test_sweep_measures_its_baseline_again_at_the_end_and_reports_against_both(fake_models, backend) -> None:
+    store = Store.open()
+    (result,) = sweep.run_sweep(exp(), {"draft_max": (1, 2)}, backend, store)
+    closing = [r for r in store.runs(sweep_id=result.sweep_id) if r["kind"] == "sweep-baseline"]
+    assert len(closing) == 1 and closing[0]["status"] == "ok"
+    rep = analysis.sweep_report(store, result.sweep_id, plot=False)
+    for row in (r for g in rep.groups for r in g.rows):
+        assert row.summary["baseline_decode_tps"]["n"] == 2
+        spec, base = row.med("decode_tps"), row.med("baseline_decode_tps")
+        assert row.med("speedup") == pytest.approx(spec / base)
