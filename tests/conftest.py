@@ -25,6 +25,16 @@ def _isolated_data(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return data
 
 
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A models folder and a download cache of the test's own (for tests that fetch or derive)."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    monkeypatch.setenv("LLAMASPEC_MODELS", str(folder))
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def llama_build():
     """The pinned llama.cpp, CPU backend, from the build cache (built on first use)."""

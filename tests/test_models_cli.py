@@ -11,19 +11,9 @@ import pytest
 from click.testing import CliRunner
 from models_factory import tiny_gguf, write_catalog
 
-from llamaspec import paths
 from llamaspec.cli import main
 
 HEAVY = ("gguf", "huggingface_hub", "torch", "transformers", "numpy", "yaml")
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "models"
-    folder.mkdir()
-    monkeypatch.setattr(paths, "models_dir", lambda: folder)
-    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
-    return folder
 
 
 def test_help_imports_nothing_heavy() -> None:

@@ -26,16 +26,6 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A models folder (with its catalog) and a download cache of the test's own."""
-    folder = tmp_path / "models"
-    folder.mkdir()
-    monkeypatch.setattr(paths, "models_dir", lambda: folder)
-    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
-    return folder
-
-
-@pytest.fixture
 def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "hf-cache"
     cache.mkdir()
