@@ -125,7 +125,7 @@ class SweepReport:
         }
 
 
-def observation(row: PointRow, store: Store | None = None) -> Any:
+def observation(row: PointRow) -> Any:
     """A theory.Observation from a stored point (None when it lacks what the model needs)."""
     from llamaspec import theory
 

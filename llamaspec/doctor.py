@@ -56,7 +56,7 @@ def examine() -> list[Check]:
     from llamaspec.llamacpp import source as sources
 
     checks = [Check("os", "info", f"{platform.system()} {platform.release()} ({platform.machine()})")]
-    model = builds._cpu_model()
+    model = builds.cpu_model()
     flags = set(cpu_flags())
     shown = [f for f in INTERESTING_FLAGS if f in flags]
     checks.append(Check("cpu", "info", f"{model}; {psutil.cpu_count(logical=False)} cores, {psutil.cpu_count()} threads"))

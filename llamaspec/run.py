@@ -182,8 +182,9 @@ def baseline_key(backend: Backend, case: ResolvedCase, scope: str | None = None)
     """Same target, prompt and target-side settings on the same build (within one sweep, when
     scoped): same baseline. Scoping keeps a baseline from another day posing as today's."""
     s = case.settings
-    blob = {"scope": scope, "build": backend.provenance().get("build_key") or backend.provenance().get("commit"),
-            "bin": backend.provenance().get("bin_dir"), "target": case.target.sha256 or case.target.path,
+    prov = backend.provenance()
+    blob = {"scope": scope, "build": prov.get("build_key") or prov.get("commit"),
+            "bin": prov.get("bin_dir"), "target": case.target.sha256 or case.target.path,
             "prompt": case.prompt, "prompt_file": case.prompt_file,
             "settings": {k: getattr(s, k) for k in ("n_predict", "seed", "temperature", "threads", "gpu_layers", "ctx_size",
                                                      "batch_size", "escape")}}
@@ -193,7 +194,7 @@ def baseline_key(backend: Backend, case: ResolvedCase, scope: str | None = None)
 Event = Callable[[str, dict[str, Any]], None]
 
 
-def _row(run_id: int, repeat: int, m: Measurement, key: str | None) -> MeasurementRow:
+def measurement_row(run_id: int, repeat: int, m: Measurement, key: str | None) -> MeasurementRow:
     return MeasurementRow(run_id=run_id, mode=m.mode, repeat=repeat, ok=m.ok, error=m.error, argv=list(m.argv),
                           exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
                           n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
@@ -201,7 +202,7 @@ def _row(run_id: int, repeat: int, m: Measurement, key: str | None) -> Measureme
                           log_path=m.log_path, baseline_key=key if m.mode != "speculative" else None)
 
 
-def _stored(rows: list[dict[str, Any]]) -> list[Measurement]:
+def stored_measurements(rows: list[dict[str, Any]]) -> list[Measurement]:
     return [Measurement(mode=r["mode"], ok=True, error=None, argv=tuple(r["argv"]), exit_code=r["exit_code"],
                         wall_seconds=r["wall_seconds"], peak_rss_bytes=r["peak_rss_bytes"], n_prompt=r["n_prompt"],
                         n_predict=r["n_predict"], encode_tps=r["encode_tps"], decode_tps=r["decode_tps"], text=r["text"],
@@ -230,9 +231,9 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: int
                              provenance=provenance(backend, case, hardware), kind=kind, sweep_id=sweep_id,
                              point_key=point_key)
     logs = paths.runs_dir() / f"{run_id:06d}"
-    shared = _stored(store.shared(key))[:repeats] if reuse_baseline else []
+    shared = stored_measurements(store.shared(key))[:repeats] if reuse_baseline else []
     if draft_key:
-        shared += _stored(store.shared(draft_key, "draft"))[:repeats] + _stored(store.shared(key, "batch"))[:1]
+        shared += stored_measurements(store.shared(draft_key, "draft"))[:repeats] + stored_measurements(store.shared(key, "batch"))[:1]
     have_base = sum(m.mode == "baseline" for m in shared)
     have_draft = sum(m.mode == "draft" for m in shared)
     steps = [("draft", r) for r in range(have_draft, repeats)] if draft_key else []
@@ -250,7 +251,7 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: int
         for mode, r in steps:
             emit("start", {"case": case.case, "mode": mode, "repeat": r, "repeats": repeats})
             m = backend.measure(case, mode, logs / f"{mode}-{r}.log")
-            store.add_measurement(_row(run_id, r, m, draft_key if mode == "draft" else key))
+            store.add_measurement(measurement_row(run_id, r, m, draft_key if mode == "draft" else key))
             measured.append(m)
             emit("done", {"case": case.case, "mode": mode, "repeat": r, "measurement": m})
             if not m.ok:
@@ -264,6 +265,25 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: int
     summary["baseline_reused"] = have_base
     store.finish_run(run_id, status, summary, error)
     return CaseResult(run_id, case, reference, tuple(measured), summary, status, error)
+
+
+def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Backend, store: Store, *, repeats: int,
+                   hardware: dict[str, Any], kind: str, sweep_id: str | None, point_key: str | None = None) -> list[Measurement]:
+    """Measure ``mode`` ``repeats`` times in a run row of its own, stored under the shared ``key``
+    (a sweep's closing baseline, a draft variant's timing); stops at the first failure."""
+    run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
+                             provenance=provenance(backend, case, hardware), kind=kind, sweep_id=sweep_id,
+                             point_key=point_key)
+    done: list[Measurement] = []
+    for r in range(repeats):
+        m = backend.measure(case, mode, paths.runs_dir() / f"{run_id:06d}" / f"{mode}-{r}.log")
+        store.add_measurement(measurement_row(run_id, r, m, key))
+        done.append(m)
+        if not m.ok:
+            break
+    failed = next((m for m in done if not m.ok), None)
+    store.finish_run(run_id, "failed" if failed else "ok", {}, failed.error if failed else None)
+    return done
 
 
 def run_experiment(exp: Experiment, backend: Backend | None = None, store: Store | None = None,

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import paths
 from llamaspec.backend import Backend
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef, Settings
@@ -153,33 +152,23 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backe
                                      hint=f"finished points are stored (sweep {sid}); fix the cause and rerun the same command to resume")
         bar.close()
         if len(todo) > 1:
-            _close_baselines(exp, case, sid, [rc for _p, rc in todo], backend, store, hw)
+            _close_baselines(exp, sid, [rc for _p, rc in todo], backend, store, hw)
         rows = [(p, store.finished_point(sid, p.key) or {}) for p in points]
         out.append(SweepResult(sid, exp.name, case.name, tuple(rows), len(todo), reused))
     return out
 
 
-def _close_baselines(exp: Experiment, case: Case, sid: str, cases: Sequence[Any], backend: Backend, store: Store,
+def _close_baselines(exp: Experiment, sid: str, cases: Sequence[Any], backend: Backend, store: Store,
                      hw: dict[str, Any]) -> None:
     """Measure each shared baseline again after the last point, so that a sweep's speedups rest on
     the target's speed at both ends of the sweep rather than at its start alone (the report uses
     the median of all of them)."""
-    from llamaspec.run import _row, baseline_key, provenance
+    from llamaspec.run import baseline_key, measure_shared
 
     seen: set[str] = set()
     for rc in cases:
         key = baseline_key(backend, rc, sid)
-        if key in seen:
-            continue
-        seen.add(key)
-        run_id = store.start_run(experiment=exp.name, case_name=case.name, settings=dataclasses.asdict(rc.settings),
-                                 provenance=provenance(backend, rc, hw), kind="sweep-baseline", sweep_id=sid)
-        error = None
-        for r in range(exp.repeats):
-            m = backend.measure(rc, "baseline", paths.runs_dir() / f"{run_id:06d}" / f"baseline-{r}.log")
-            store.add_measurement(_row(run_id, r, m, key))
-            if not m.ok:
-                error = m.error
-                break
-        store.finish_run(run_id, "failed" if error else "ok", {}, error)
-
+        if key not in seen:
+            seen.add(key)
+            measure_shared(rc, "baseline", key, backend, store, repeats=exp.repeats, hardware=hw, kind="sweep-baseline",
+                           sweep_id=sid)

@@ -194,31 +194,18 @@ def _bound(exp: Experiment, case: Case, variant: str, backend: Backend, store: S
     """The best speedup any draft length could give with this variant if every draft were accepted."""
     if base_fit is None or base_fit.cost is None:
         return None
-    config = Config(variant, "draft", 1)
-    resolved = resolve_case(exp, _case_for(case, config))
-    from llamaspec.run import baseline_key
+    from llamaspec.run import baseline_key, measure_shared
 
-    key = baseline_key(backend, dataclasses.replace(resolved, target=resolved.draft), tune_id)  # type: ignore[arg-type]
-    timed = store.shared(key, "draft")
+    resolved = resolve_case(exp, _case_for(case, Config(variant, "draft", 1)))
+    assert resolved.draft is not None
+    key = baseline_key(backend, dataclasses.replace(resolved, target=resolved.draft), tune_id)
+    timed = [row["decode_tps"] for row in store.shared(key, "draft")]
     if not timed:
-        m = backend.measure(resolved, "draft", _log_path(tune_id, variant))
-        run_id = store.start_run(experiment=exp.name, case_name=case.name, settings={"draft_variant": variant},
-                                 provenance={"llamacpp": backend.provenance(), "hardware": hw}, kind="draft-timing",
-                                 sweep_id=tune_id, point_key=f"draft-{variant}")
-        from llamaspec.run import _row
-
-        store.add_measurement(_row(run_id, 0, m, key))
-        store.finish_run(run_id, "ok" if m.ok else "failed", {}, m.error)
-        if not m.ok or not m.decode_tps:
-            return None
-        tps = m.decode_tps
-    else:
-        tps = timed[0]["decode_tps"]
+        done = measure_shared(resolved, "draft", key, backend, store, repeats=1, hardware=hw, kind="draft-timing",
+                              sweep_id=tune_id, point_key=f"draft-{variant}")
+        timed = [m.decode_tps for m in done if m.ok and m.decode_tps]
+    if not timed or not timed[0]:
+        return None
+    tps = timed[0]
     cost = dataclasses.replace(base_fit.cost, draft_ms_per_token=1000.0 / tps)
     return max(cost.speedup(1.0, k) for k in range(1, MAX_DRAFT + 1))
-
-
-def _log_path(tune_id: str, variant: str):
-    from llamaspec import paths
-
-    return paths.runs_dir() / tune_id / f"draft-{variant}.log"

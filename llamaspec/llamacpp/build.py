@@ -353,10 +353,10 @@ def load_build(folder: Path) -> Build | None:
 
 
 def host_fingerprint() -> str:
-    return f"{socket.gethostname()}|{_cpu_model()}"
+    return f"{socket.gethostname()}|{cpu_model()}"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

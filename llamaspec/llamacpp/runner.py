@@ -153,7 +153,7 @@ def hardware() -> dict[str, Any]:
     from llamaspec.llamacpp import build as builds
 
     return {
-        "cpu": builds._cpu_model(),
+        "cpu": builds.cpu_model(),
         "cores": psutil.cpu_count(logical=False),
         "threads": psutil.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,
