@@ -18,6 +18,7 @@ llama.cpp's ``convert_hf_to_gguf.py``; sources that are a GGUF file (``hf_gguf``
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,10 +137,20 @@ def default_path() -> Path:
 
 
 def load(path: Path | None = None) -> Catalog:
-    """Read and check the catalog (default ``models/catalog.yaml``)."""
+    """Read and check the catalog (default ``models/catalog.yaml``); read once per process while
+    the file is unchanged (a run consults it for every model it resolves)."""
+    path = path or default_path()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        stamp = -1
+    return _load(path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: Path, _stamp: int) -> Catalog:
     import yaml
 
-    path = path or default_path()
     try:
         raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
     except FileNotFoundError:
