@@ -1,8 +1,33 @@
-"""The small interface every backend implements: run this case, give timings, counters, text.
+"""The contract between the run core and an engine: "run this case, give me timings, counters and text".
 
-llama.cpp's command-line programs are the first backend (``llamaspec.llamacpp.runner``).
-Planned beside it, behind the same interface: llama-server with models kept loaded (prompt
-sets), and Hugging Face transformers' assisted generation.
+The run core (``run``, ``sweep``, ``tune``, ``analysis``, ``report``, ``plot``) knows engines only
+through this module and the registry in ``llamaspec.backends``; it never imports one.
+
+A backend is an object with:
+
+- ``name`` and ``capabilities``: what it can measure and which settings it honours, declared,
+  never probed with ``getattr``;
+- ``identity()``: what makes two of its measurements comparable (a build key, a library version);
+  baselines are shared only under the same identity;
+- ``provenance()``: what produced the numbers;
+- ``check(case)``: refuse, before anything runs, a case it cannot honour (raise LlamaspecError);
+- ``measure(case, mode, log_path)``: generate once in ``mode`` and return a :class:`Measurement`;
+  a failure of the engine is returned as ``ok=False``, not raised;
+- ``close()``: stop what it keeps running (servers, loaded models).
+
+Adding an engine is one subpackage with a module-level ``open_backend(options)`` plus one line in
+``llamaspec.backends.REGISTRY``. The engines:
+
+- ``llama.cpp`` (``llamaspec.llamacpp.runner``): llama-speculative / llama-speculative-simple
+  against llama-completion, one process per measurement;
+- ``llama-server`` (``llamaspec.llamacpp.server``): one server per (model pair, setting) kept
+  loaded, a target-only server beside it, requests alternating between the two; draft-free
+  n-gram modes; prompt sets;
+- ``transformers`` (``llamaspec.hf``): Hugging Face assisted generation, with and without
+  ``assistant_model``, counting drafted and accepted tokens per round itself.
+
+Each fills the same :class:`Measurement`, with ``decode_tps`` on one definition (below), so the
+run core computes speedups, intervals and the lossless verdict the same way for all of them.
 """
 
 from __future__ import annotations
@@ -11,16 +36,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from llamaspec.experiment import Settings
+from llamaspec.settings import Settings
 
-# draft: the draft model alone, to time one draft step; batch: the target on batches of 1..17
-# tokens, to time one verification call. Both feed the speedup model.
+# speculative: target with a draft (or a draft-free mode); baseline: the target alone;
+# draft: the draft model alone (one draft step's cost); batch: the target on batches of
+# 1..17 tokens (one verification call's cost). The last two feed the speedup model.
 MODES = ("baseline", "speculative", "draft", "batch")
+
+# The one definition of decode speed every backend reports in Measurement.decode_tps.
+SPEED_DEFINITION = ("generated tokens after the first, over the time from the first generated token to the last "
+                    "(prompt processing and the first token excluded)")
+
+# How a program chooses how many tokens to draft per round.
+DRAFT_POLICIES = (
+    "fixed",     # exactly the requested length every round (pinned llama-speculative)
+    "capped",    # up to the requested length; fewer when the draft is unsure (p-min) or near the end
+    "adaptive",  # the program changes the length during the run (2023 llama.cpp: +8 / -1)
+    "none",      # nothing drafted by design (a baseline)
+)
 
 
 @dataclass(frozen=True)
-class ModelFile:
-    """A concrete model file a case runs on."""
+class ModelPath:
+    """A concrete model file (or folder) a case runs on."""
 
     label: str  # "name:variant"
     path: str
@@ -34,16 +72,39 @@ class ResolvedCase:
 
     experiment: str
     case: str
-    target: ModelFile
-    draft: ModelFile | None
+    target: ModelPath
+    draft: ModelPath | None
     prompt: str | None
     prompt_file: str | None
     settings: Settings
+    prompt_id: str | None = None  # within a prompt set
+    category: str | None = None  # a prompt set's category
+    chat: bool = False  # send the prompt as a chat message (the model's template), not raw text
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared once."""
+
+    modes: frozenset[str]  # which of MODES it measures ("draft" and "batch" feed the speedup model)
+    settings: frozenset[str]  # Settings fields it honours; check() refuses the others when set
+    spec_types: tuple[str, ...] = ("draft",)  # "draft" plus any draft-free modes
+    draft_policy: str = "fixed"  # of DRAFT_POLICIES, for the default program
+    keeps_models_loaded: bool = False  # True: no process start or model load inside a measurement
+    token_ids: bool = False  # Measurement.tokens is filled: lossless is checked on ids, not text
+
+    @property
+    def times_costs(self) -> bool:
+        return {"draft", "batch"} <= self.modes
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One generation by one process (or one request): what it cost and what it produced."""
+    """One generation by one process (or one request): what it cost and what it produced.
+
+    ``decode_tps`` follows SPEED_DEFINITION; ``speed_basis`` says from which printed figures the
+    backend derived it. ``text`` is the generated part only (no echoed prompt).
+    """
 
     mode: str  # one of MODES
     ok: bool
@@ -56,16 +117,44 @@ class Measurement:
     n_predict: int | None = None  # tokens generated
     encode_tps: float | None = None
     decode_tps: float | None = None
+    speed_basis: str | None = None
     n_drafted: int | None = None
     n_accept: int | None = None
     accept: float | None = None  # percent, n_accept / n_drafted, as llama.cpp prints it
-    text: str | None = None
+    rounds: int | None = None  # draft-verify rounds (target verification calls), by the program's own formula
+    draft_len: int | None = None  # the draft length the program reports having used (its final one, if adaptive)
+    draft_policy: str | None = None  # of DRAFT_POLICIES
+    text: str | None = None  # the generation, without the prompt
+    tokens: tuple[int, ...] | None = None  # generated token ids, where the engine gives them
+    end_of_text: bool = False  # the model stopped on its own before n_predict
     stats: dict[str, Any] | None = None
     log_path: str | None = None
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Mean accepted draft tokens per round."""
+        return self.n_accept / self.rounds if self.n_accept is not None and self.rounds else None
+
+    @property
+    def drafted_per_round(self) -> float | None:
+        return self.n_drafted / self.rounds if self.n_drafted is not None and self.rounds else None
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """How to open a backend: which build or binaries (llama.cpp), which device (all)."""
+
+    accel: str = "auto"  # cpu | cuda | metal | auto (llama.cpp builds); device for transformers
+    bin_dir: Path | None = None  # prebuilt llama.cpp binaries instead of llamaspec's build
 
 
 class Backend(Protocol):
     name: str
+    capabilities: Capabilities
+
+    def identity(self) -> str:
+        """What makes two measurements comparable (build key, library versions)."""
+        ...
 
     def provenance(self) -> dict[str, Any]:
         """What produced the numbers (program versions, build flags, devices)."""
@@ -77,4 +166,8 @@ class Backend(Protocol):
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         """Generate once in ``mode``; a failure is returned as ``ok=False``, not raised."""
+        ...
+
+    def close(self) -> None:
+        """Stop whatever the backend keeps running (servers, loaded models)."""
         ...

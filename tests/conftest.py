@@ -43,7 +43,3 @@ def llama_build():
     info = source.fetch()
     return build.build("cpu", source=info)
 
-
-import sys  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests import their helpers (fakes, factories)

@@ -1,0 +1,165 @@
+"""Generation settings: the one ``Settings`` type, its defaults, its schema and its sweep parsing.
+
+Every setting is one field of :class:`Settings`, described once in its field metadata:
+
+- ``check``: how a YAML value is validated (``Check``), the schema of ``experiments/*.yaml``;
+- ``default``: the built-in default (None: the engine decides);
+- ``sweep``: how one value of a sweep axis is parsed from the command line (absent: not sweepable);
+- ``side``: which run it affects: ``target`` (baseline and speculative alike: part of what makes
+  two baselines comparable), ``draft`` (the speculative side only), or ``run`` (neither: timeouts).
+
+Adding a setting is one field here plus its row in each engine's flag table
+(``llamaspec/llamacpp/flags.py`` for llama.cpp). Precedence, stated once:
+command line > case settings > experiment settings > these defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- value checks (the schema) ----------------------------------------------------------------
+
+
+class SettingError(ValueError):
+    """A value that does not fit a setting; the message says what was expected."""
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SettingError(f"expected int, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise SettingError(f"must not be negative, got {value}")
+    return value
+
+
+def _signed_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SettingError(f"expected int, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SettingError(f"expected float, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise SettingError(f"must not be negative, got {value}")
+    return float(value)
+
+
+def _probability(value: Any) -> float:
+    value = _float(value)
+    if value > 1.0:
+        raise SettingError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SettingError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise SettingError(f"expected str, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _gpu(value: Any) -> int | str:
+    if isinstance(value, str) and value in ("all", "none"):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise SettingError(f"expected 'all', 'none' or a layer count, got {value!r}")
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if isinstance(value, bool) and "on" in choices:  # YAML reads a bare on/off as a boolean
+            value = "on" if value else "off"
+        if value not in choices:
+            raise SettingError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+    return check
+
+
+def _str_list(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise SettingError(f"expected a list, got {type(value).__name__}")
+    return tuple(_str(v) for v in value)
+
+
+def _gpu_arg(text: str) -> int | str:
+    return text if text in ("all", "none") else int(text)
+
+
+def _setting(check: Callable[[Any], Any], *, default: Any = None, sweep: Callable[[str], Any] | None = None,
+             side: str = "target", help: str = "") -> Any:
+    return field(default=None, metadata={"check": check, "default": default, "sweep": sweep, "side": side, "help": help})
+
+
+PROGRAMS = ("speculative", "speculative-simple")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Generation settings; None means "not set here" (the next level down decides)."""
+
+    n_predict: int | None = _setting(_int, default=256, help="tokens to generate")
+    seed: int | None = _setting(_signed_int, default=20)
+    temperature: float | None = _setting(_float, default=0.0)
+    draft_max: int | None = _setting(_int, default=8, sweep=int, side="draft", help="tokens drafted per round (k)")
+    draft_min: int | None = _setting(_int, side="draft")
+    draft_p_min: float | None = _setting(_probability, sweep=float, side="draft",
+                                         help="stop drafting below this draft probability (not every program reads it)")
+    threads: int | None = _setting(_int, sweep=int, help="CPU threads (default: physical cores)")
+    threads_draft: int | None = _setting(_int, side="draft")
+    gpu_layers: int | str | None = _setting(_gpu, default="all", sweep=_gpu_arg, help="offload intent: all, none or N")
+    draft_gpu_layers: int | str | None = _setting(_gpu, default="all", side="draft")
+    ctx_size: int | None = _setting(_int, default=4096)
+    batch_size: int | None = _setting(_int)
+    flash_attn: str | None = _setting(_choice("on", "off", "auto"), sweep=str, help="flash attention: on, off or auto")
+    escape: bool | None = _setting(_bool, default=True)
+    spec_type: str | None = _setting(_str, default="draft", sweep=str, side="draft",
+                                     help="draft (a draft model) or a draft-free n-gram mode")
+    program: str | None = _setting(_choice(*PROGRAMS), default="speculative", sweep=str, side="draft",
+                                   help="llama.cpp's speculative program: speculative or speculative-simple")
+    timeout: float | None = _setting(_float, default=1800.0, side="run", help="seconds per process")
+    extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="draft")
+
+    def over(self, base: Settings) -> Settings:
+        """These settings, falling back to ``base`` where unset."""
+        mine = dataclasses.asdict(self)
+        theirs = dataclasses.asdict(base)
+        return Settings(**{k: mine[k] if mine[k] is not None else theirs[k] for k in mine})
+
+    def with_defaults(self) -> Settings:
+        return self.over(DEFAULTS)
+
+    def target_side(self) -> dict[str, Any]:
+        """The settings a target-only baseline depends on (what makes two baselines the same)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["side"] == "target"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Settings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if values.get("extra_args") is not None:
+            values["extra_args"] = tuple(values["extra_args"])
+        return cls(**values)
+
+
+FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Settings)}
+DEFAULTS = Settings(**{name: f.metadata["default"] for name, f in FIELDS.items()})
+SWEEPABLE: dict[str, Callable[[str], Any]] = {name: f.metadata["sweep"] for name, f in FIELDS.items() if f.metadata["sweep"]}
+
+
+def check(name: str, value: Any) -> Any:
+    """A validated value for setting ``name`` (raises SettingError)."""
+    return FIELDS[name].metadata["check"](value)
