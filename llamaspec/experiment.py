@@ -11,6 +11,7 @@ Errors point at the key: ``cases[1].draft.model: unknown model 'x'``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,10 @@ from typing import Any
 
 from llamaspec import paths
 from llamaspec.errors import LlamaspecError
+from llamaspec.settings import DEFAULTS as DEFAULT_SETTINGS
+from llamaspec.settings import FIELDS as SETTING_FIELDS
+from llamaspec.settings import SettingError, Settings
+from llamaspec.settings import check as check_setting
 
 BACKENDS = ("llama.cpp",)  # planned: "llama-server" (prompt sets, models kept loaded), "transformers"
 
@@ -30,40 +35,6 @@ class ModelRef:
     @property
     def label(self) -> str:
         return f"{self.model}:{self.variant}"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Generation settings; None means "not set here" (the next level down decides)."""
-
-    n_predict: int | None = None
-    seed: int | None = None
-    temperature: float | None = None
-    draft_max: int | None = None
-    draft_min: int | None = None
-    draft_p_min: float | None = None
-    threads: int | None = None
-    threads_draft: int | None = None
-    gpu_layers: int | str | None = None  # "all", "none" or a count: intent, mapped per build
-    draft_gpu_layers: int | str | None = None
-    ctx_size: int | None = None
-    batch_size: int | None = None
-    escape: bool | None = None
-    spec_type: str | None = None  # "draft" (default) or a draft-free n-gram mode of the build
-    timeout: float | None = None  # seconds per llama.cpp process
-    extra_args: tuple[str, ...] | None = None
-
-    def over(self, base: Settings) -> Settings:
-        """These settings, falling back to ``base`` where unset."""
-        mine = dataclasses.asdict(self)
-        theirs = dataclasses.asdict(base)
-        return Settings(**{k: mine[k] if mine[k] is not None else theirs[k] for k in mine})
-
-
-DEFAULT_SETTINGS = Settings(
-    n_predict=256, seed=20, temperature=0.0, draft_max=8, threads=None, gpu_layers="all", draft_gpu_layers="all",
-    escape=True, spec_type="draft", timeout=1800.0, extra_args=(), ctx_size=4096,
-)
 
 
 @dataclass(frozen=True)
@@ -131,7 +102,7 @@ class _Checker:
             raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
         for key in value:
             if key not in allowed:
-                close = [k for k in allowed if k.startswith(str(key)[:3])]
+                close = difflib.get_close_matches(str(key), [str(k) for k in allowed], n=1)
                 raise self.fail(f"{where}.{key}" if where else str(key),
                                 "unknown key" + (f" (did you mean {close[0]!r}?)" if close else ""))
         for key in required:
@@ -152,46 +123,19 @@ class _Checker:
         return value
 
 
-SETTING_TYPES: dict[str, Callable[[_Checker, Any, str], Any]] = {
-    "n_predict": lambda c, v, w: c.typed(v, w, int, positive=True),
-    "seed": lambda c, v, w: c.typed(v, w, int),
-    "temperature": lambda c, v, w: c.typed(v, w, float, positive=True),
-    "draft_max": lambda c, v, w: c.typed(v, w, int, positive=True),
-    "draft_min": lambda c, v, w: c.typed(v, w, int, positive=True),
-    "draft_p_min": lambda c, v, w: _probability(c, v, w),
-    "threads": lambda c, v, w: c.typed(v, w, int, positive=True),
-    "threads_draft": lambda c, v, w: c.typed(v, w, int, positive=True),
-    "gpu_layers": lambda c, v, w: _gpu(c, v, w),
-    "draft_gpu_layers": lambda c, v, w: _gpu(c, v, w),
-    "ctx_size": lambda c, v, w: c.typed(v, w, int, positive=True),
-    "batch_size": lambda c, v, w: c.typed(v, w, int, positive=True),
-    "escape": lambda c, v, w: c.typed(v, w, bool),
-    "spec_type": lambda c, v, w: c.typed(v, w, str),
-    "timeout": lambda c, v, w: c.typed(v, w, float, positive=True),
-    "extra_args": lambda c, v, w: tuple(c.typed(a, f"{w}[{i}]", str) for i, a in enumerate(c.typed(v, w, list))),
-}
-
-
-def _probability(c: _Checker, v: Any, where: str) -> float:
-    v = c.typed(v, where, float)
-    if not 0.0 <= v <= 1.0:
-        raise c.fail(where, f"must be between 0 and 1, got {v}")
-    return v
-
-
-def _gpu(c: _Checker, v: Any, where: str) -> int | str:
-    if isinstance(v, str) and v in ("all", "none"):
-        return v
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return v
-    raise c.fail(where, f"expected 'all', 'none' or a layer count, got {v!r}")
-
-
 def parse_settings(c: _Checker, raw: Any, where: str) -> Settings:
     if raw is None:
         return Settings()
-    raw = c.mapping(raw, where, SETTING_TYPES)
-    return Settings(**{k: SETTING_TYPES[k](c, v, f"{where}.{k}") for k, v in raw.items() if v is not None})
+    raw = c.mapping(raw, where, SETTING_FIELDS)
+    values = {}
+    for key, value in raw.items():
+        if value is None:
+            continue
+        try:
+            values[key] = check_setting(key, value)
+        except SettingError as exc:
+            raise c.fail(f"{where}.{key}", str(exc)) from None
+    return Settings(**values)
 
 
 REFERENCE_KEYS = {f.name: f.type for f in dataclasses.fields(Reference)}

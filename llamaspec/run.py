@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import __version__, paths
-from llamaspec.backend import Backend, Measurement, ModelFile, ResolvedCase
+from llamaspec.backend import Backend, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import DEFAULT_SETTINGS, Case, Experiment, ModelRef, Reference
 from llamaspec.results import MeasurementRow, Store
@@ -44,12 +44,12 @@ class CaseResult:
 
 # --- resolving ---------------------------------------------------------------------------------
 
-def resolve_model(ref: ModelRef) -> ModelFile:
+def resolve_model(ref: ModelRef) -> ModelPath:
     """The model file for ``name:variant``, fetched or derived if needed (the models room)."""
     from llamaspec import models
 
     got = models.resolve(ref.model, ref.variant)
-    return ModelFile(label=ref.label, path=str(got.path), sha256=got.sha256, metadata=got.metadata.to_dict()
+    return ModelPath(label=ref.label, path=str(got.path), sha256=got.sha256, metadata=got.metadata.to_dict()
                      if hasattr(got.metadata, "to_dict") else asdict(got.metadata))
 
 

@@ -27,23 +27,27 @@ class SettingError(ValueError):
     """A value that does not fit a setting; the message says what was expected."""
 
 
+def _kind(value: Any, kinds: tuple[type, ...], name: str) -> None:
+    if isinstance(value, bool):
+        raise SettingError(f"expected {name}, got a boolean")
+    if not isinstance(value, kinds):
+        raise SettingError(f"expected {name}, got {type(value).__name__} {value!r}")
+
+
 def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SettingError(f"expected int, got {type(value).__name__} {value!r}")
+    _kind(value, (int,), "int")
     if value < 0:
         raise SettingError(f"must not be negative, got {value}")
     return value
 
 
 def _signed_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SettingError(f"expected int, got {type(value).__name__} {value!r}")
+    _kind(value, (int,), "int")
     return value
 
 
 def _float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SettingError(f"expected float, got {type(value).__name__} {value!r}")
+    _kind(value, (int, float), "float")
     if value < 0:
         raise SettingError(f"must not be negative, got {value}")
     return float(value)

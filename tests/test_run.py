@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from fakes import FIXTURES, fake_bin_dir
 
 from llamaspec import report
-from llamaspec.backend import ModelFile, ResolvedCase
+from llamaspec.backend import ModelPath, ResolvedCase
 from llamaspec.cli import main
 from llamaspec.experiment import DEFAULT_SETTINGS, Settings
 from llamaspec.llamacpp import build, parse
@@ -24,8 +24,8 @@ HW = {"cpu": "test", "cores": 2}
 
 def case(tmp_path: Path, **settings) -> ResolvedCase:
     s = Settings(n_predict=64, threads=2, draft_max=8, timeout=settings.pop("timeout", 60.0), **settings).over(DEFAULT_SETTINGS)
-    return ResolvedCase("exp", "python", ModelFile("smollm2-135m:f16", str(tmp_path / "t.gguf"), "aa"),
-                        ModelFile("smollm2-135m:q4_0", str(tmp_path / "d.gguf"), "bb"),
+    return ResolvedCase("exp", "python", ModelPath("smollm2-135m:f16", str(tmp_path / "t.gguf"), "aa"),
+                        ModelPath("smollm2-135m:q4_0", str(tmp_path / "d.gguf"), "bb"),
                         "# Quick-sort implementation in Python and sample usage:", None, s)
 
 
@@ -122,7 +122,7 @@ def test_cli_run_failure_is_one_line_with_hint_and_nonzero_exit(tmp_path: Path, 
     import llamaspec.run as runs
 
     bins = fake_bin_dir(tmp_path / "bin", speculative="killed")
-    monkeypatch.setattr(runs, "resolve_model", lambda ref: ModelFile(ref.label, str(tmp_path / f"{ref.variant}.gguf"), "x"))
+    monkeypatch.setattr(runs, "resolve_model", lambda ref: ModelPath(ref.label, str(tmp_path / f"{ref.variant}.gguf"), "x"))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
     result = CliRunner().invoke(main, ["run", "smollm2-quicksort", "--bin-dir", str(bins), "-n", "16"])
     assert result.exit_code == 1

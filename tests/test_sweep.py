@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from fakes import fake_bin_dir
 
 from llamaspec import analysis, experiment, sweep, tune
-from llamaspec.backend import ModelFile
+from llamaspec.backend import ModelPath
 from llamaspec.cli import main
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Settings
@@ -23,7 +23,7 @@ from llamaspec.results import Store
 def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import llamaspec.run as runs
 
-    monkeypatch.setattr(runs, "resolve_model", lambda ref: ModelFile(ref.label, str(tmp_path / f"{ref.variant}.gguf"), ref.variant))
+    monkeypatch.setattr(runs, "resolve_model", lambda ref: ModelPath(ref.label, str(tmp_path / f"{ref.variant}.gguf"), ref.variant))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
 
 
