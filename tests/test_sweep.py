@@ -13,10 +13,10 @@ from llamaspec import analysis, experiment, sweep, tune
 from llamaspec.backend import ModelPath
 from llamaspec.cli import main
 from llamaspec.errors import LlamaspecError
-from llamaspec.settings import Settings
 from llamaspec.llamacpp import build
 from llamaspec.llamacpp.runner import LlamaCppBackend
 from llamaspec.results import Store
+from llamaspec.settings import Settings
 
 
 @pytest.fixture()
