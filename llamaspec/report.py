@@ -156,7 +156,7 @@ def markdown(store: Any, experiment_name: str, compare_by: str | None = None, pl
     prov = latest.get("provenance") or {}
     hw = prov.get("hardware") or {}
     out += [f"- latest run: {latest['id']} ({latest['started_at']}), llama.cpp {latest.get('llamacpp_commit')} "
-            f"({latest.get('backend')}), flags: `{' '.join((prov.get('llamacpp') or {}).get('cmake_args') or [])}`",
+            f"({latest.get('backend')}), flags: `{' '.join((prov.get('engine') or prov.get('llamacpp') or {}).get('cmake_args') or [])}`",
             f"- hardware: {hw.get('cpu')} ({hw.get('cores')} cores, {(hw.get('memory_bytes') or 0) / 2**30:.0f} GiB), "
             f"{', '.join(hw.get('gpus') or []) or 'no GPU'}",
             f"- runs stored: {len(runs)} ({len(ok)} ok, {sum(r['status'] == 'failed' for r in runs)} failed, "

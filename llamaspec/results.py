@@ -195,12 +195,13 @@ class Store:
     def start_run(self, *, experiment: str, case_name: str, settings: dict, provenance: dict, kind: str = "run",
                   sweep_id: str | None = None, point_key: str | None = None) -> int:
         models = provenance.get("models", {})
+        engine = provenance.get("engine") or provenance.get("llamacpp") or {}  # "llamacpp" in stores before 0.2
         with self.transaction() as db:
             cur = db.execute(
                 "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, llamacpp_commit,"
                 " backend, target, draft, draft_max, settings, provenance) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (experiment, case_name, kind, sweep_id, point_key, "running", now(),
-                 provenance.get("llamacpp", {}).get("commit"), provenance.get("llamacpp", {}).get("backend"),
+                 engine.get("commit"), engine.get("accel") or engine.get("backend"),
                  models.get("target", {}).get("label"), models.get("draft", {}).get("label"), settings.get("draft_max"),
                  json.dumps(settings, sort_keys=True), json.dumps(provenance, sort_keys=True)),
             )

@@ -103,7 +103,6 @@ def provenance(backend: Backend, case: ResolvedCase, hardware: dict[str, Any], e
         models["draft"] = asdict(case.draft)
     return {
         "engine": backend.provenance(),
-        "llamacpp": backend.provenance() if backend.name in ("llama.cpp", "llama-server") else {},
         "backend": backend.name,
         "identity": backend.identity(),
         "models": models,

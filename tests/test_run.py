@@ -60,7 +60,7 @@ def test_run_case_interleaves_stores_and_summarises(tmp_path: Path) -> None:
     assert len(stored) == 4 and all(m["ok"] for m in stored)
     assert Path(stored[1]["log_path"]).read_text().startswith("$ ")
     run = store.run(result.run_id)
-    assert run["status"] == "ok" and run["provenance"]["llamacpp"]["flag_generation"] == "2026"
+    assert run["status"] == "ok" and run["provenance"]["engine"]["flag_generation"] == "2026"
     assert "--spec-draft-n-max" in stored[1]["argv"] and "--spec-type" in stored[1]["argv"]
     assert "-no-cnv" in stored[0]["argv"] and "-md" not in stored[0]["argv"]
     text = report.render([result])
