@@ -116,6 +116,7 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 INTERRUPTED = "the process ended without finishing (killed?)"
+_REAP_WAIT_MS = 2000
 
 # SQLite's primary result codes (sqlite3.h), for Python < 3.11 which lacks sqlite_errorcode.
 _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _PROTOCOL, _NOTADB = 5, 6, 8, 10, 11, 13, 14, 15, 26
@@ -312,8 +313,12 @@ class Store:
             return 0
         _, host, _ = this_process()
         gone = [r["id"] for r in rows if r["host"] == host and r["pid"] is not None and process_gone(r["pid"], r["proc_start"])]
-        if not gone:
+        if not gone or self.db.in_transaction:  # inside a caller's transaction: its writes come first
             return 0
+        # Listing runs should not sit out another writer's long transaction: wait briefly, else
+        # leave the marking to a later read.
+        patience = self.db.execute("PRAGMA busy_timeout").fetchone()[0]
+        self.db.execute(f"PRAGMA busy_timeout = {min(int(patience), _REAP_WAIT_MS)}")
         try:
             self.db.execute("BEGIN IMMEDIATE")
             count = self.db.execute(
@@ -326,6 +331,8 @@ class Store:
                 log.debug("results store %s: could not mark %d interrupted runs now: %s", self.path, len(gone), exc)
                 return 0
             raise _error(self.path, exc, "write") from exc
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {int(patience)}")
         if count:
             log.info("results store %s: %d run(s) whose process is gone marked interrupted", self.path, count)
         return int(count)
