@@ -20,6 +20,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def _isolated_data(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     data = tmp_path_factory.mktemp("llamaspec-data")
     monkeypatch.setenv("LLAMASPEC_DATA", str(data))
+    monkeypatch.setenv("LLAMASPEC_LOCK", str(data / "measure.lock"))  # tests never queue behind a user's measurement
     monkeypatch.delenv("LLAMASPEC_BIN_DIR", raising=False)
     monkeypatch.delenv("LLAMASPEC_DEBUG", raising=False)
     return data
