@@ -191,7 +191,7 @@ class Store:
                 "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, llamacpp_commit,"
                 " backend, target, draft, draft_max, settings, provenance) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (experiment, case_name, kind, sweep_id, point_key, "running", now(),
-                 provenance.get("llamacpp", {}).get("commit"), provenance.get("llamacpp", {}).get("backend"),
+                 provenance.get("llamacpp", {}).get("commit"), provenance.get("llamacpp", {}).get("accel"),
                  models.get("target", {}).get("label"), models.get("draft", {}).get("label"), settings.get("draft_max"),
                  json.dumps(settings, sort_keys=True), json.dumps(provenance, sort_keys=True)),
             )

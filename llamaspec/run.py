@@ -288,12 +288,13 @@ def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Backend, st
 
 def run_experiment(exp: Experiment, backend: Backend | None = None, store: Store | None = None,
                    on_event: Event | None = None, warmup: bool = False) -> list[CaseResult]:
+    from llamaspec import host
     from llamaspec.llamacpp.build import find
-    from llamaspec.llamacpp.runner import LlamaCppBackend, hardware
+    from llamaspec.llamacpp.runner import LlamaCppBackend
 
     backend = backend or LlamaCppBackend(find())
     store = store or Store.open()
-    hw = hardware()
+    hw = host.hardware()
     results = []
     for case in exp.cases:
         resolved = resolve_case(exp, case)

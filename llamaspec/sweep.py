@@ -121,11 +121,11 @@ class SweepResult:
 
 def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backend, store: Store,
               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[SweepResult]:
-    from llamaspec.llamacpp.runner import hardware
+    from llamaspec import host
 
     points = grid(axes)
     build_key = str(backend.provenance().get("build_key") or backend.provenance().get("commit"))
-    hw = hardware()
+    hw = host.hardware()
     out = []
     for case in exp.cases:
         sid = sweep_id(exp, case, axes, build_key)

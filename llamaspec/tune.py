@@ -110,9 +110,9 @@ def _case_for(case: Case, config: Config) -> Case:
 
 def tune(exp: Experiment, backend: Backend, store: Store, variants: tuple[str, ...] | None = None,
          modes: tuple[str, ...] | None = None, on_point: Callable[[Config, dict[str, Any]], None] | None = None) -> list[TuneResult]:
-    from llamaspec.llamacpp.runner import hardware
+    from llamaspec import host
 
-    hw = hardware()
+    hw = host.hardware()
     return [_tune_case(exp, case, backend, store, hw, variants, modes, on_point) for case in exp.cases if case.draft is not None]
 
 

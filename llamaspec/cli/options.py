@@ -45,8 +45,8 @@ COMMON_OPTIONS: list[Decorator] = [
     click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds before a llama.cpp process is stopped."),
     click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
                  help="Use these llama.cpp binaries (any generation) instead of llamaspec's build."),
-    click.option("--backend", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
-                 help="Which cached build to use."),
+    click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
+                 help="Which cached llama.cpp build to use (what it computes on)."),
     click.option("--json", "as_json", is_flag=True, help="Print results as JSON on stdout."),
 ]
 

@@ -45,7 +45,7 @@ def progress_printer(total_steps: int):
 @common_options
 def run(experiment_name: str, draft_max: int | None, n_predict: int | None, threads: int | None,
         gpu_layers: int | str | None, draft_p_min: float | None, spec_type: str | None, prompt: str | None,
-        prompt_file: Path | None, repeats: int | None, timeout: float | None, bin_dir: Path | None, backend: str,
+        prompt_file: Path | None, repeats: int | None, timeout: float | None, bin_dir: Path | None, accel: str,
         as_json: bool) -> None:
     """Run an experiment: speculative vs target-only baseline, stored with provenance.
 
@@ -56,13 +56,13 @@ def run(experiment_name: str, draft_max: int | None, n_predict: int | None, thre
     """
     from llamaspec import experiment, report
     from llamaspec import run as runs
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import find
     from llamaspec.llamacpp.runner import LlamaCppBackend
 
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides(draft_max, n_predict, threads, gpu_layers, draft_p_min, spec_type, timeout),
                              repeats, prompt, check_prompt_file(prompt_file))
-    build = find(backend, bin_dir)
+    build = find(accel, bin_dir)
     log.info("using %s from %s", build.label, build.bin_dir)
     results = runs.run_experiment(exp, LlamaCppBackend(build), on_event=progress_printer(2 * exp.repeats * len(exp.cases)),
                                   warmup=exp.repeats > 1)

@@ -36,7 +36,7 @@ AXIS_OPTIONS = {
 def sweep(experiment_name: str, draft_max: str | None, draft_p_min: str | None, threads: str | None,
           gpu_layers: str | None, draft_variant: str | None, spec_type: str | None, plot: bool, n_predict: int | None,
           prompt: str | None, prompt_file: Path | None, repeats: int | None, timeout: float | None,
-          bin_dir: Path | None, backend: str, as_json: bool) -> None:
+          bin_dir: Path | None, accel: str, as_json: bool) -> None:
     """Sweep settings (as a grid) and recommend the best draft length.
 
     Rerun the same command to resume: finished points are not measured again.
@@ -46,7 +46,7 @@ def sweep(experiment_name: str, draft_max: str | None, draft_p_min: str | None, 
     """
     from llamaspec import experiment
     from llamaspec import sweep as sweeps
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import find
     from llamaspec.llamacpp.runner import LlamaCppBackend
     from llamaspec.results import Store
 
@@ -55,7 +55,7 @@ def sweep(experiment_name: str, draft_max: str | None, draft_p_min: str | None, 
     axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides(n_predict=n_predict, timeout=timeout), repeats, prompt, check_prompt_file(prompt_file))
-    build = find(backend, bin_dir)
+    build = find(accel, bin_dir)
     log.info("using %s from %s", build.label, build.bin_dir)
     store = Store.open()
     results = sweeps.run_sweep(exp, axes, LlamaCppBackend(build), store, )
@@ -74,7 +74,7 @@ def sweep(experiment_name: str, draft_max: str | None, draft_p_min: str | None, 
 @click.option("--modes", default=None, metavar="LIST", help="Draft-free n-gram modes to try (default: all the build has).")
 @common_options
 def tune(experiment_name: str, variants: str | None, modes: str | None, n_predict: int | None, prompt: str | None,
-         prompt_file: Path | None, repeats: int | None, timeout: float | None, bin_dir: Path | None, backend: str,
+         prompt_file: Path | None, repeats: int | None, timeout: float | None, bin_dir: Path | None, accel: str,
          as_json: bool) -> None:
     """Search draft length, draft variant and draft-free n-gram modes; name the best configuration.
 
@@ -85,14 +85,14 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
     """
     from llamaspec import experiment
     from llamaspec import tune as tuner
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import find
     from llamaspec.llamacpp.runner import LlamaCppBackend
     from llamaspec.results import Store
     from llamaspec.sweep import parse_values
 
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides(n_predict=n_predict, timeout=timeout), repeats, prompt, check_prompt_file(prompt_file))
-    build = find(backend, bin_dir)
+    build = find(accel, bin_dir)
     log.info("using %s from %s", build.label, build.bin_dir)
 
     def on_point(config, row) -> None:

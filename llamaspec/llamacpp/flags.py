@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,6 @@ GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 
 class Version:
     number: int | None
     commit: str
-    backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,7 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
     import hashlib
     import json
 
-    from llamaspec import atomic, paths
+    from llamaspec import atomic, paths, proc
 
     key = hashlib.sha256(f"{program}|{mtime}|{size}".encode()).hexdigest()[:20]
     cached = paths.cache_dir() / "capabilities" / f"{key}.json"
@@ -158,12 +156,12 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
             pass
 
     def out(arg: str) -> str:
-        try:
-            done = subprocess.run([program, arg], capture_output=True, text=True, timeout=60, errors="replace")
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LlamaspecError(f"cannot run {program} {arg}: {exc}", hint="check the binary and its build") from exc
+        done = proc.run([program, arg], timeout=60, check=False, what=f"{Path(program).name} {arg}",
+                        hint="check the binary and its build")
+        if done.timed_out:
+            raise LlamaspecError(f"{program} {arg} did not answer within 60 s", hint="check the binary and its build")
         if done.returncode < 0:
-            raise LlamaspecError(f"{program} {arg} was killed by signal {-done.returncode}",
+            raise LlamaspecError(f"{program} {arg} {done.describe_exit()}",
                                  hint="the binary does not run on this machine; rebuild with `llamaspec build --force`")
         return done.stdout + done.stderr
 
@@ -268,7 +266,7 @@ def completion_argv(caps: Capabilities, program: Path, s: Settings) -> list[str]
     return argv
 
 
-def gpu_layers(intent: int | str | None, backend: str, generation: str) -> int | None:
+def gpu_layers(intent: int | str | None, accel: str, generation: str) -> int | None:
     """Map the experiment's offload intent onto -ngl for this build.
 
     "all" means every layer on the GPU. On 2023 Metal builds any ``-ngl > 0`` offloaded the whole
@@ -277,10 +275,10 @@ def gpu_layers(intent: int | str | None, backend: str, generation: str) -> int |
     """
     if intent is None:
         return None
-    if backend == "cpu" or intent == "none":
+    if accel == "cpu" or intent == "none":
         return 0
     if intent == "all":
-        return 1 if (generation == "2023" and backend == "metal") else GPU_ALL
+        return 1 if (generation == "2023" and accel == "metal") else GPU_ALL
     return int(intent)
 
 

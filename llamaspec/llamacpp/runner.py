@@ -8,7 +8,6 @@ with the same model, prompt, seed, threads and offload. Both print their own tim
 
 from __future__ import annotations
 
-import platform
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ class LlamaCppBackend:
         return {
             "commit": self.build.commit if self.build.commit != "unknown" else spec.version.commit,
             "build_number": spec.version.number,
-            "backend": self.build.backend,
+            "accel": self.build.accel,
             "cmake_args": list(self.build.cmake_args),
             "bin_dir": self.build.bin_dir,
             "programs": dict(self.build.programs),
@@ -63,8 +62,8 @@ class LlamaCppBackend:
             draft_p_min=s.draft_p_min if speculative else None,
             threads=s.threads,
             threads_draft=s.threads_draft if speculative else None,
-            gpu_layers=flags.gpu_layers(s.gpu_layers, self.build.backend, caps.generation),
-            draft_gpu_layers=flags.gpu_layers(s.draft_gpu_layers, self.build.backend, caps.generation) if speculative and case.draft else None,
+            gpu_layers=flags.gpu_layers(s.gpu_layers, self.build.accel, caps.generation),
+            draft_gpu_layers=flags.gpu_layers(s.draft_gpu_layers, self.build.accel, caps.generation) if speculative and case.draft else None,
             ctx_size=s.ctx_size,
             batch_size=s.batch_size,
             escape=s.escape if s.escape is not None else True,
@@ -83,7 +82,7 @@ class LlamaCppBackend:
                 if case.draft is None:
                     raise LlamaspecError("this case has no draft model to time", hint="drop the draft measurement")
                 settings = replace(settings, target=case.draft.path, gpu_layers=flags.gpu_layers(
-                    case.settings.draft_gpu_layers, self.build.backend, self.caps("completion").generation))
+                    case.settings.draft_gpu_layers, self.build.accel, self.caps("completion").generation))
             return flags.completion_argv(self.caps("completion"), program, settings)
         if mode == "batch":
             s = self.settings_for(case, "baseline")
@@ -146,19 +145,3 @@ def _completion_fields(stats: Any) -> dict[str, Any]:
         stats=stats.to_dict(),
     )
 
-
-def hardware() -> dict[str, Any]:
-    import psutil
-
-    from llamaspec.llamacpp import build as builds
-
-    return {
-        "cpu": builds.cpu_model(),
-        "cores": psutil.cpu_count(logical=False),
-        "threads": psutil.cpu_count(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "os": f"{platform.system()} {platform.release()}",
-        "machine": platform.machine(),
-        "gpus": list(builds.list_gpus()),
-        "host": platform.node(),
-    }
