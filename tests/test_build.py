@@ -345,3 +345,89 @@ def test_unknown_accel_when_finding() -> None:
 
     with pytest.raises(LlamaspecError, match="unknown accelerator 'rocm'"):
         cache.find("rocm")
+
+
+FAKE_CMAKE = r'''#!{python}
+"""Stands in for cmake: configure does nothing; --build replays a recorded build log with pauses
+and leaves the requested targets in bin/."""
+import sys, time
+from pathlib import Path
+
+args = sys.argv[1:]
+if args[0] != "--build":
+    sys.exit(0)
+build_dir = Path(args[1])
+targets = args[args.index("--target") + 1:]
+for line in Path({log!r}).read_text().splitlines():
+    print(line, flush=True)
+    if line.startswith("[") and "ggml-cpu.dir/ggml-cpu/ops.cpp" in line:
+        time.sleep(1.5)  # the long compile of one big file: no output meanwhile
+(build_dir / "bin").mkdir(parents=True, exist_ok=True)
+for name in targets:
+    (build_dir / "bin" / name).write_text("#!/bin/sh\n")
+'''
+
+
+def test_compile_reports_steps_and_a_heartbeat_while_a_file_compiles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The progress of `_compile` comes from the build's own lines; during a long silent compile
+    the heartbeat keeps saying where it is (percentage, elapsed, target), with no ETA."""
+    import logging
+    import sys
+
+    fake = tmp_path / "fakebin" / "cmake"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_CMAKE.replace("{python}", sys.executable).replace("{log!r}", repr(str(BUILD_LOG))))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "HEARTBEAT_SECONDS", 0.4)
+    caplog.set_level(logging.INFO, logger="llamaspec")
+    record = build._compile(_plan("cpu"), jobs=2)
+    assert sorted(Path(record.bin_dir).iterdir()) == [Path(record.bin_dir) / n for n in
+                                                       ("llama-completion", "llama-quantize", "llama-speculative")]
+    assert not (Path(record.bin_dir).parent / "manifest.json").exists()  # written only after the smoke test
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("building 3 programs")]
+    assert lines and not any("ETA" in line for line in lines)
+    stuck = [line for line in lines if line.endswith("compiling ggml-cpu") and "21.0%" in line]
+    assert len(stuck) >= 3, lines  # the 20 % line, then heartbeats while ops.cpp compiles
+    assert any(r.getMessage().startswith("built llama.cpp in") for r in caplog.records)
+
+
+def test_a_second_build_of_the_same_folder_waits_and_reuses_the_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Two processes building the same key (a test run beside `llamaspec build`) once wiped each
+    other's work directory mid-compile. Now the second waits for the first and takes its build."""
+    import logging
+    import threading
+    import time
+
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "LOCK_NOTICE_SECONDS", 0.1)
+    the_plan = _plan("cpu")
+    monkeypatch.setattr(build.sources, "check_tree", lambda tree: None)
+    monkeypatch.setattr(build, "check_tools", lambda: None)
+    monkeypatch.setattr(build, "plan", lambda source, accel, extra: the_plan)
+
+    def must_not_compile(p: BuildPlan, jobs: int | None) -> build.Build:
+        raise AssertionError("compiled again although the other process had just built it")
+
+    monkeypatch.setattr(build, "_compile", must_not_compile)
+    holding, released = threading.Event(), threading.Event()
+
+    def first_process() -> None:
+        with build.exclusive(the_plan.folder):
+            holding.set()
+            time.sleep(0.6)
+            (the_plan.folder / "bin").mkdir(parents=True)
+            build.stamp_smoke_host(build.Build(bin_dir=str(the_plan.folder / "bin"), commit="0c1e570", accel="cpu"))
+        released.set()
+
+    other = threading.Thread(target=first_process)
+    other.start()
+    assert holding.wait(5)
+    caplog.set_level(logging.INFO, logger="llamaspec")
+    result = build.build("cpu", source=the_plan.source)
+    other.join()
+    assert released.is_set() and result.bin_dir == str(the_plan.folder / "bin")
+    assert any("waiting for the same llama.cpp build in another llamaspec (pid" in r.getMessage() for r in caplog.records)

@@ -7,6 +7,7 @@ Facts about the machine (compilers, the CUDA toolkit, GPUs, CPU features that fa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -14,8 +15,9 @@ import os
 import platform
 import re
 import shutil
+import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,6 +206,44 @@ def check_tools() -> None:
         raise LlamaspecError(f"cannot build llama.cpp: {' and '.join(missing)} not found", hint=hint)
 
 
+LOCK_NOTICE_SECONDS = 60.0  # while waiting for another process's build, say so this often
+
+
+@contextlib.contextmanager
+def exclusive(folder: Path) -> Iterator[None]:
+    """Hold the build of ``folder`` for this process. Builds share the cache (other clones, test
+    runs): a second build of the same folder would wipe the first one's work directory mid-compile,
+    so it waits here instead, and then reuses what the first one made."""
+    import fcntl
+
+    lock_path = paths.builds_dir() / ".locks" / f"{folder.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as fh:
+        start = time.monotonic()
+        noticed = -LOCK_NOTICE_SECONDS
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if waited - noticed >= LOCK_NOTICE_SECONDS:
+                    noticed = waited
+                    fh.seek(0)
+                    holder = fh.read().strip() or "another process"
+                    log.info("waiting for the same llama.cpp build in another llamaspec (%s) to finish (%.0f s so far)",
+                             holder, waited)
+                time.sleep(0.5)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def build(accel: str = "auto", extra_args: Sequence[str] = (), jobs: int | None = None, force: bool = False,
           source: sources.SourceInfo | None = None) -> Build:
     """Build (or reuse) llama.cpp; smoke-test the result; return it."""
@@ -213,16 +253,17 @@ def build(accel: str = "auto", extra_args: Sequence[str] = (), jobs: int | None 
     check_tools()
     the_plan = plan(source, accel, extra_args)
     folder = the_plan.folder
-    cached = None if force else load_build(folder)
-    if cached is not None:
-        if cached.smoke_host != host.fingerprint():
-            log.info("cached build was tested on another machine; smoke-testing it here")
-            cached = _smoke_or_rebuild(cached, the_plan, jobs, source)
-        point_latest(cached.accel, cached.commit, folder)
-        log.info("reused cached build %s (%.1f s)", folder, time.monotonic() - start)
-        return cached
-    built = _compile(the_plan, jobs)
-    return _smoke_or_rebuild(built, the_plan, jobs, source)
+    with exclusive(folder):
+        cached = None if force else load_build(folder)
+        if cached is not None:
+            if cached.smoke_host != host.fingerprint():
+                log.info("cached build was tested on another machine; smoke-testing it here")
+                cached = _smoke_or_rebuild(cached, the_plan, jobs, source)
+            point_latest(cached.accel, cached.commit, folder)
+            log.info("reused cached build %s (%.1f s)", folder, time.monotonic() - start)
+            return cached
+        built = _compile(the_plan, jobs)
+        return _smoke_or_rebuild(built, the_plan, jobs, source)
 
 
 def _smoke_or_rebuild(built: Build, the_plan: BuildPlan, jobs: int | None, source: sources.SourceInfo) -> Build:
@@ -250,6 +291,8 @@ def _smoke_or_rebuild(built: Build, the_plan: BuildPlan, jobs: int | None, sourc
     point_latest(the_plan.accel, stamped.commit, Path(stamped.bin_dir).parent)
     return stamped
 
+
+HEARTBEAT_SECONDS = 30.0  # off a terminal, a progress line at least this often while compiling
 
 # CMake's Makefile output: "[ 42%] Building CXX object src/CMakeFiles/llama.dir/llama-model.cpp.o",
 # "[ 97%] Linking CXX executable ../../bin/llama-speculative", "[ 98%] Built target llama-speculative".
@@ -294,7 +337,8 @@ def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
     targets = sorted(set(the_plan.targets.values()))
     # No ETA: compile times per file differ by 100x (ggml-cpu's ops vs a small tool), so a linear
     # extrapolation from the percentage is fiction. Elapsed time and a heartbeat show it is alive.
-    bar = Progress(f"building {len(targets)} programs ({the_plan.accel}, {jobs} jobs)", eta=False, heartbeat=30.0)
+    bar = Progress(f"building {len(targets)} programs ({the_plan.accel}, {jobs} jobs)", eta=False,
+                   heartbeat=HEARTBEAT_SECONDS)
 
     def on_line(line: str) -> None:
         step = build_step(line)
