@@ -250,7 +250,7 @@ def test_build_steps_from_a_recorded_build_log() -> None:
     percents = [p for p, _ in steps]
     assert percents == sorted(percents) and 0 <= percents[0] <= percents[-1] <= 100
     notes = {note for _, note in steps}
-    assert "compiling ggml-cpu" in notes  # the target, from ggml/src/CMakeFiles/ggml-cpu.dir/...
+    assert "compiling ggml-cpu: ops.cpp" in notes  # target and file, from ggml/src/CMakeFiles/ggml-cpu.dir/ggml-cpu/ops.cpp.o
     assert "linking libggml-base.a" in notes and "built ggml-base" in notes
     assert build.build_step("gmake[4]: Leaving directory '/x/cmake'") is None
 
@@ -389,7 +389,7 @@ def test_compile_reports_steps_and_a_heartbeat_while_a_file_compiles(
     assert not (Path(record.bin_dir).parent / "manifest.json").exists()  # written only after the smoke test
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("building 3 programs")]
     assert lines and not any("ETA" in line for line in lines)
-    stuck = [line for line in lines if line.endswith("compiling ggml-cpu") and "21.0%" in line]
+    stuck = [line for line in lines if line.endswith("compiling ggml-cpu: ops.cpp") and "21.0%" in line]
     assert len(stuck) >= 3, lines  # the 20 % line, then heartbeats while ops.cpp compiles
     assert any(r.getMessage().startswith("built llama.cpp in") for r in caplog.records)
 

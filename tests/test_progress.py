@@ -35,10 +35,10 @@ def test_off_a_terminal_one_line_per_tenth(caplog: pytest.LogCaptureFixture) -> 
 def test_without_eta_the_line_shows_percentage_and_elapsed_only(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="llamaspec")
     bar = Progress("building", stream=io.StringIO(), eta=False)
-    bar.update(70, "compiling ggml-cpu")
+    bar.update(70, "compiling ggml-cpu: ops.cpp")
     bar.close()
     (line,) = _lines(caplog)
-    assert line == "building:  70.0% (0s) compiling ggml-cpu"
+    assert line == "building:  70.0% (0s) compiling ggml-cpu: ops.cpp"
 
 
 def test_heartbeat_speaks_while_the_work_is_silent(caplog: pytest.LogCaptureFixture) -> None:
@@ -47,14 +47,14 @@ def test_heartbeat_speaks_while_the_work_is_silent(caplog: pytest.LogCaptureFixt
     caplog.set_level(logging.INFO, logger="llamaspec")
     bar = Progress("building", stream=io.StringIO(), eta=False, heartbeat=0.2)
     start = time.monotonic()
-    bar.update(70, "compiling ggml-cpu")
+    bar.update(70, "compiling ggml-cpu: ops.cpp")
     while len(_lines(caplog)) < 4 and time.monotonic() - start < 10:
         time.sleep(0.05)
     bar.close()
     lines = _lines(caplog)
     # The 70 % line plus a heartbeat every 0.2 s, never more often.
     assert 4 <= len(lines) <= 1 + (time.monotonic() - start) / 0.2, lines
-    assert all(line.startswith("building:  70.0% (") and line.endswith("compiling ggml-cpu") for line in lines)
+    assert all(line.startswith("building:  70.0% (") and line.endswith("compiling ggml-cpu: ops.cpp") for line in lines)
     count = len(_lines(caplog))
     time.sleep(0.5)
     assert len(_lines(caplog)) == count  # closed: no more heartbeats
@@ -64,7 +64,7 @@ def test_on_a_terminal_the_clock_ticks_without_updates(monkeypatch: pytest.Monke
     monkeypatch.setattr(progress, "TICK_SECONDS", 0.05)
     screen = Terminal()
     bar = Progress("building", stream=screen, eta=False, heartbeat=30.0)
-    bar.update(70, "compiling ggml-cpu")
+    bar.update(70, "compiling ggml-cpu: ops.cpp")
     time.sleep(0.5)
     bar.close()
     frames = [f for f in screen.getvalue().split("\r") if f.strip()]

@@ -308,7 +308,8 @@ def build_step(line: str) -> tuple[float, str] | None:
     percent, text = float(m.group(1)), m.group(2).strip()
     if text.startswith("Building"):
         obj = _OBJECT_TARGET.search(text)
-        return percent, f"compiling {obj.group(1) if obj else text.split()[-1]}"
+        source = Path(text.split()[-1]).name.removesuffix(".o")
+        return percent, f"compiling {obj.group(1)}: {source}" if obj else f"compiling {source}"
     if text.startswith("Linking"):
         return percent, f"linking {Path(text.split()[-1]).name}"
     if text.startswith("Built target"):
