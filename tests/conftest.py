@@ -38,7 +38,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def llama_build():
-    """The pinned llama.cpp, CPU backend, from the build cache (built on first use)."""
+    """The pinned llama.cpp, CPU build, from the build cache (built on first use)."""
     from llamaspec.llamacpp import build, source
 
     info = source.fetch()

@@ -25,7 +25,7 @@ from llamaspec.results import INTERRUPTED, MIGRATIONS, MeasurementRow, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PROVENANCE = {"engine": {"commit": "0c1e570", "backend": "cpu"},
+PROVENANCE = {"engine": {"commit": "0c1e570", "accel": "cpu"},
               "models": {"target": {"label": "smollm2-135m:f16"}, "draft": {"label": "smollm2-135m:q4_0"}}}
 
 

@@ -67,7 +67,8 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version")
-@click.option("-v", "--verbose", count=True, help="More detail on stderr (-v info is default; -vv debug).")
+@click.option("-v", "--verbose", count=True,
+              help="More detail on stderr: -v debug logs (every command run), -vv also tracebacks on errors.")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
 def main(verbose: int, quiet: bool) -> None:
     """llamaspec: does speculative decoding pay off for your model pair, on your hardware?
@@ -79,6 +80,7 @@ def main(verbose: int, quiet: bool) -> None:
       llamaspec run smollm2-quicksort      # speculative vs baseline, stored
       llamaspec sweep smollm2-quicksort --draft 1..16
     """
+    # Info is the default level; -v is debug; -vv adds tracebacks (the help says the same).
     level = logging.WARNING if quiet else logging.DEBUG if verbose >= 1 else logging.INFO
     if verbose >= 2:
         os.environ["LLAMASPEC_DEBUG"] = "1"

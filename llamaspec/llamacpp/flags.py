@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,6 @@ GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 
 class Version:
     number: int | None
     commit: str
-    backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +191,7 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
     import hashlib
     import json
 
-    from llamaspec import atomic, paths
+    from llamaspec import atomic, paths, proc
 
     key = hashlib.sha256(f"{program}|{mtime}|{size}".encode()).hexdigest()[:20]
     cached = paths.cache_dir() / "capabilities" / f"{key}.json"
@@ -205,12 +203,12 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
             pass
 
     def out(arg: str) -> str:
-        try:
-            done = subprocess.run([program, arg], capture_output=True, text=True, timeout=60, errors="replace")
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LlamaspecError(f"cannot run {program} {arg}: {exc}", hint="check the binary and its build") from exc
+        done = proc.run([program, arg], timeout=60, check=False, what=f"{Path(program).name} {arg}",
+                        hint="check the binary and its build")
+        if done.timed_out:
+            raise LlamaspecError(f"{program} {arg} did not answer within 60 s", hint="check the binary and its build")
         if done.returncode < 0:
-            raise LlamaspecError(f"{program} {arg} was killed by signal {-done.returncode}",
+            raise LlamaspecError(f"{program} {arg} {done.describe_exit()}",
                                  hint="the binary does not run on this machine; rebuild with `llamaspec build --force`")
         return done.stdout + done.stderr
 

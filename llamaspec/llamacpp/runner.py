@@ -9,7 +9,6 @@ with the same model, prompt, seed, threads and offload. Both print their own tim
 from __future__ import annotations
 
 import logging
-import platform
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +27,7 @@ SETTINGS = frozenset(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE
 
 
 def open_backend(options: BackendOptions) -> LlamaCppBackend:
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import find
 
     build = find(options.accel, options.bin_dir)
     log.info("using %s from %s", build.label, build.bin_dir)
@@ -60,7 +59,7 @@ class LlamaCppBackend:
         return {
             "commit": self.build.commit if self.build.commit != "unknown" else spec.version.commit,
             "build_number": spec.version.number,
-            "backend": self.build.backend,
+            "accel": self.build.accel,
             "cmake_args": list(self.build.cmake_args),
             "bin_dir": self.build.bin_dir,
             "programs": dict(self.build.programs),
@@ -79,7 +78,7 @@ class LlamaCppBackend:
 
     def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
         return flags.Invocation(target=model, settings=case.settings, draft=case.draft.path if case.draft else None,
-                                prompt=case.prompt, prompt_file=case.prompt_file, accel=self.build.backend)
+                                prompt=case.prompt, prompt_file=case.prompt_file, accel=self.build.accel)
 
     def argv(self, case: ResolvedCase, mode: str) -> list[str]:
         inv = self.invocation(case, case.target.path)
@@ -96,7 +95,7 @@ class LlamaCppBackend:
             return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
                                          replace(inv, target=case.draft.path, draft=None, settings=draft_settings))
         if mode == "batch":
-            layers = flags.gpu_layers(case.settings.gpu_layers, self.build.backend, self.caps("completion").generation)
+            layers = flags.gpu_layers(case.settings.gpu_layers, self.build.accel, self.caps("completion").generation)
             return flags.bench_argv(self.build.program("bench"), case.target.path, case.settings.threads, layers)
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
 
@@ -217,20 +216,3 @@ def _completion_fields(stats: parse.CompletionStats, case: ResolvedCase) -> dict
         end_of_text=stats.end_of_text,
         stats={**stats.to_dict(), "prompt_echo_found": echoed},
     )
-
-
-def hardware() -> dict[str, Any]:
-    import psutil
-
-    from llamaspec.llamacpp import build as builds
-
-    return {
-        "cpu": builds.cpu_model(),
-        "cores": psutil.cpu_count(logical=False),
-        "threads": psutil.cpu_count(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "os": f"{platform.system()} {platform.release()}",
-        "machine": platform.machine(),
-        "gpus": list(builds.list_gpus()),
-        "host": platform.node(),
-    }

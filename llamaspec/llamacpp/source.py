@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 from dataclasses import asdict, dataclass
@@ -44,6 +43,12 @@ PINNED_SDISTS = {
     "0.3.36": PinnedSdist("0.3.36", "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e", "0c1e570", "2026-10-01"),
     "0.3.8": PinnedSdist("0.3.8", "31c91323b555c025a76a30923cead9f5695da103dd68c15cdbb4509b17f0ed77", "7841fc7", "2025-03-12"),
 }
+
+
+def pinned() -> PinnedSdist:
+    """The pin behind DEFAULT_SPEC: what `llamaspec source fetch` gets, and whose cached build a
+    checkout without a source tree uses."""
+    return PINNED_SDISTS[DEFAULT_SPEC.partition("==")[2]]
 
 
 @dataclass(frozen=True)
@@ -117,10 +122,10 @@ def describe_local_tree(tree: Path) -> SourceInfo:
 def tree_commit(tree: Path) -> str:
     """The git commit of a tree, or a fingerprint of its sources when it is not a checkout."""
     if (tree / ".git").exists() and shutil.which("git"):
-        done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True)
-        if done.returncode == 0:
-            dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-            return done.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        done = proc.probe(["git", "-C", str(tree), "rev-parse", "--short=7", "HEAD"], timeout=60)
+        if done is not None and done.returncode == 0 and not done.timed_out:
+            dirty = proc.probe(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], timeout=300)
+            return done.stdout.strip() + ("-dirty" if dirty is None or dirty.stdout.strip() or dirty.timed_out else "")
     digest = hashlib.sha256()
     for sub in ("src", "ggml/src", "common", "examples/speculative", "tools"):
         for f in sorted((tree / sub).rglob("*")):
