@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 from dataclasses import dataclass
@@ -35,6 +36,14 @@ def examine() -> list[Check]:
     shown = [f for f in INTERESTING_FLAGS if f in flags]
     checks.append(Check("cpu", "info", f"{model}; {psutil.cpu_count(logical=False)} cores, {psutil.cpu_count()} threads"))
     checks.append(Check("cpu features", "info", " ".join(shown) or "(none of the usual SIMD sets reported)"))
+    cores = psutil.cpu_count(logical=False) or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    checks.append(Check(
+        "timing noise", "warn" if cores <= 4 else "info",
+        f"{cores} cores, load {load:.1f}: llama.cpp on every core of a small or shared machine runs at two speeds "
+        "from run to run (measured on 2 cores: 69-108 t/s with -t 2, CV 13.5 %; 65-70 t/s with -t 1, CV 2.6 %)",
+        f"measure with fewer threads than cores (e.g. -t {max(cores - 1, 1)}) and compare paired ratios; "
+        "`python benchmarks/noise.py` measures this machine"))
     if host.native_enables(host.FEATURE_PROBES["amx"].compiler_flag):
         faults = host.feature_faults("amx")
         checks.append(Check("amx", "warn" if faults else "ok", "faults (SIGILL) on this machine" if faults else "usable",
