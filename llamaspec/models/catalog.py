@@ -50,6 +50,8 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 DERIVATIONS: dict[str, str] = {
     "untied": "output.weight written out as a copy of token_embd.weight, for llama.cpp from before tied "
               "embeddings were understood (Nov 2023: \"tensor 'output.weight' not found\")",
+    "sep2023": "untied, with tokenizer scores and a raw-byte BPE vocabulary: for llama.cpp of Sep 2023 only "
+               "(see llamaspec.models.legacy)",
 }
 
 

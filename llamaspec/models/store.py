@@ -331,12 +331,13 @@ def _quantize(entry: ModelEntry, base: ModelFile, variant: str, tmp: Path, build
 
 
 def _derive(base: ModelFile, derivation: str, tmp: Path) -> dict[str, Any]:
-    if derivation != "untied":  # the catalog admits only the derivations this function knows
-        raise LlamaspecError(f"no way to make the {derivation!r} derivation", hint="fix models/catalog.yaml")
-    from llamaspec.models import untie
+    from llamaspec.models import legacy
 
-    paths.ensure_free_space(tmp.parent, int(base.path.stat().st_size * 1.3), f"untying {base.ref}")
-    done = untie.untie(base.path, tmp)
+    makers = {"untied": legacy.untie, "sep2023": legacy.for_sep2023}
+    if derivation not in makers:  # the catalog admits only the derivations of catalogs.DERIVATIONS
+        raise LlamaspecError(f"no way to make the {derivation!r} derivation", hint="fix models/catalog.yaml")
+    paths.ensure_free_space(tmp.parent, int(base.path.stat().st_size * 1.3), f"making {base.ref}-{derivation}")
+    done = makers[derivation](base.path, tmp)
     return {"kind": derivation, "from": base.ref, "from_sha256": base.sha256, **done}
 
 

@@ -1,5 +1,5 @@
-"""Untied variants (``TYPE-untied``): output.weight written out as a copy of token_embd.weight,
-for llama.cpp from before tied embeddings (Nov 2023 and earlier)."""
+"""Variants for older llama.cpp: ``TYPE-untied`` (output.weight written out as a copy of
+token_embd.weight) and ``TYPE-sep2023`` (untied, with tokenizer scores and a raw-byte vocabulary)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,19 @@ from models_factory import tiny_gguf, write_catalog
 
 from llamaspec import models
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import store, untie
+from llamaspec.models import legacy, store
 
 ALIGNMENT = 64  # not gguf's default 32: the copy must keep the layout its general.alignment key describes
 
 
-def tied_gguf(path: Path, *, alignment: int | None = ALIGNMENT) -> Path:
+# A GPT-2 byte-level vocabulary in miniature: "Ġ" stands for a space, "Ċ" for a newline.
+GPT2_TOKENS = ["<|endoftext|>", "<s>", "</s>", "Ġ", "Ċ", "t", "h", "e", "Ġt", "Ġthe", "ĊĊ", "é", "Ω", "<|im_start|>"]
+
+
+def tied_gguf(path: Path, *, alignment: int | None = ALIGNMENT, tokenizer: str = "llama", scores: bool = True) -> Path:
     """A tiny Llama GGUF with tied embeddings (no output.weight) and Q8_0 embeddings, as SmolLM2 ships."""
-    full = tiny_gguf(path.with_name(path.stem + "-full.gguf"))
+    gpt2 = tokenizer == "gpt2"
+    full = tiny_gguf(path.with_name(path.stem + "-full.gguf"), tokenizer=tokenizer, tokens=GPT2_TOKENS if gpt2 else None)
     reader = gguf.GGUFReader(full)
     writer = gguf.GGUFWriter(path, arch="llama")
     if alignment is not None:
@@ -29,12 +34,16 @@ def tied_gguf(path: Path, *, alignment: int | None = ALIGNMENT) -> Path:
     for f in reader.fields.values():
         if f.name.startswith("GGUF.") or f.name == gguf.Keys.General.ARCHITECTURE:
             continue
+        if (f.name == legacy.SCORES and not scores) or f.name == legacy.MERGES:
+            continue
         writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
     writer.add_array("llamaspec.test.floats", [0.5, 1.5])  # a float array, to see non-string arrays survive
+    if gpt2:
+        writer.add_token_merges(["Ġ t", "Ġt h", "Ġth e", "Ċ Ċ"])
     for t in reader.tensors:
-        if t.name == untie.OUTPUT:
+        if t.name == legacy.OUTPUT:
             continue
-        if t.name == untie.EMBEDDINGS:
+        if t.name == legacy.EMBEDDINGS:
             q = gguf.quants.quantize(np.asarray(t.data, dtype=np.float32), gguf.GGMLQuantizationType.Q8_0)
             writer.add_tensor(t.name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:
@@ -50,7 +59,7 @@ def tied_gguf(path: Path, *, alignment: int | None = ALIGNMENT) -> Path:
 def test_untie_copies_every_key_and_tensor_and_adds_the_output(tmp_path: Path) -> None:
     src = tied_gguf(tmp_path / "tied.gguf")
     dest = tmp_path / "untied.gguf"
-    done = untie.untie(src, dest)
+    done = legacy.untie(src, dest)
     assert done["tensor"] == "output.weight" and done["tensor_type"] == "Q8_0"
     a, b = gguf.GGUFReader(src), gguf.GGUFReader(dest)
     keys = [f.name for f in a.fields.values() if not f.name.startswith("GGUF.")]
@@ -69,9 +78,37 @@ def test_untie_copies_every_key_and_tensor_and_adds_the_output(tmp_path: Path) -
     assert all(t.data_offset % ALIGNMENT == 0 for t in b.tensors)
 
 
+def _strings(reader: gguf.GGUFReader, key: str) -> list[bytes]:
+    field = reader.get_field(key)
+    assert field is not None
+    return [bytes(field.parts[i]) for i in field.data]
+
+
+def test_sep2023_writes_the_vocabulary_as_raw_bytes_with_scores(tmp_path: Path) -> None:
+    src = tied_gguf(tmp_path / "tied.gguf", tokenizer="gpt2", scores=False)
+    dest = tmp_path / "sep2023.gguf"
+    done = legacy.for_sep2023(src, dest)
+    assert (done["vocabulary"], done["scores_added"]) == ("raw bytes", True)
+    a, b = gguf.GGUFReader(src), gguf.GGUFReader(dest)
+    assert _strings(b, legacy.TOKENS) == [
+        b"<|endoftext|>", b"<s>", b"</s>", b" ", b"\n", b"t", b"h", b"e", b" t", b" the", b"\n\n",
+        b"\xe9",  # byte-level "é" is the byte 0xE9 (half of a UTF-8 character), not the character
+        "Ω".encode(),  # not byte-level text: kept as it is
+        b"<|im_start|>"]
+    assert _strings(b, legacy.MERGES) == [b"  t", b" t h", b" th e", b"\n \n"]
+    scores = b.get_field(legacy.SCORES)
+    assert scores is not None and scores.contents() == [0.0] * len(GPT2_TOKENS)
+    assert {t.name for t in b.tensors} == {t.name for t in a.tensors} | {"output.weight"}
+
+
+def test_sep2023_refuses_a_sentencepiece_vocabulary(tmp_path: Path) -> None:
+    with pytest.raises(LlamaspecError, match="for GPT-2-style BPE"):
+        legacy.for_sep2023(tied_gguf(tmp_path / "tied.gguf"), tmp_path / "out.gguf")
+
+
 def test_a_model_that_has_an_output_tensor_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LlamaspecError, match="nothing to untie"):
-        untie.untie(tiny_gguf(tmp_path / "untied.gguf"), tmp_path / "out.gguf")
+        legacy.untie(tiny_gguf(tmp_path / "untied.gguf"), tmp_path / "out.gguf")
     assert not (tmp_path / "out.gguf").exists()
 
 
