@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,26 @@ def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
     with pytest.raises(LlamaspecError, match="does not know --spec-type"):
         flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"),
                                settings(spec_type="ngram-nonsense"))
+
+
+
+# --- the 2023 generations (speculative / main / --draft; no --version) ------------------------------
+
+SEP2023 = FIXTURES / "a98b163"  # llama-cpp-python 0.2.7, Sep 2023: the write-up's generation
+NOV2023 = FIXTURES / "b38a16d"  # llama-cpp-python 0.2.20, Nov 2023
+
+
+@pytest.mark.parametrize("folder", [SEP2023, NOV2023], ids=["a98b163", "b38a16d"])
+def test_2023_argv_matches_the_recorded_run(folder: Path) -> None:
+    c = caps(folder, "speculative")
+    assert c.generation == "2023" and c.version.commit == "unknown"  # --version is not a flag yet: usage text
+    variant = "untied" if folder == NOV2023 else "sep2023"
+    s = settings(target=f"/tmp/ls-models/smollm2-135m-f32-{variant}.gguf",
+                 draft=f"/tmp/ls-models/smollm2-135m-q4_1-{variant}.gguf", threads=1,
+                 extra_args=("--repeat-penalty", "1.0"))
+    argv = flags.speculative_argv(c, Path("/bin/speculative"), s)
+    assert ("--draft", "8") in pairs(argv) and "--draft-max" not in argv
+    assert pairs(argv) == pairs(recorded(folder, "speculative"))
+    main = flags.completion_argv(caps(folder, "main"), Path("/bin/main"), replace(s, draft=None, draft_max=None))
+    assert "-no-cnv" not in main
+    assert pairs(main) == pairs(recorded(folder, "completion"))
