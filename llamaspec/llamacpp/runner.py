@@ -54,7 +54,7 @@ class LlamaCppBackend:
             target=case.target.path,
             draft=case.draft.path if (speculative and case.draft) else None,
             prompt=case.prompt,
-            prompt_file=case.prompt_file,
+            prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None,  # cwd may differ
             n_predict=s.n_predict if s.n_predict is not None else 256,
             seed=s.seed if s.seed is not None else 20,
             temperature=s.temperature if s.temperature is not None else 0.0,
@@ -100,7 +100,14 @@ class LlamaCppBackend:
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         argv = self.argv(case, mode)
         timeout = case.settings.timeout or 1800.0
-        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False,
+        # 2023 builds write a trace log (<program>.log or <program>.<pid>.log) into their working
+        # directory, and --log-disable would silence their statistics too: give them a folder of
+        # their own beside the run's log (the trace holds each round's draft and verdict).
+        cwd = None
+        if mode != "batch" and self.caps("speculative").generation == "2023":  # the build's generation
+            cwd = Path(log_path).with_suffix(".trace")
+            cwd.mkdir(parents=True, exist_ok=True)
+        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, cwd=cwd,
                         what=Path(argv[0]).name)
         base: dict[str, Any] = dict(mode=mode, argv=tuple(argv), exit_code=done.returncode,
                                     wall_seconds=round(done.seconds, 3), peak_rss_bytes=done.peak_rss_bytes,
