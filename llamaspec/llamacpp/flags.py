@@ -385,12 +385,25 @@ _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens i
                  "verification round, which the program does not time apart (about 1/rounds of T)")
 
 PROGRAMS: dict[tuple[str, str], Program] = {
-    ("speculative", "2023"): Program("speculative", "2023", "adaptive", True, True, False, _SPEC_BASIS),
+    # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
+    # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
+    ("speculative", "2023-sep"): Program("speculative", "2023-sep", "adaptive", True, True, False, _SPEC_BASIS),
+    # Nov 2023 (0.2.20): the length stays as asked, a round stops drafting below --p-accept (0.5).
+    ("speculative", "2023-nov"): Program("speculative", "2023-nov", "capped", True, True, False, _SPEC_BASIS),
     ("speculative", "2024"): Program("speculative", "2024", "fixed", True, True, False, _SPEC_BASIS),
     ("speculative", "2026"): Program("speculative", "2026", "fixed", True, True, False, _SPEC_BASIS),
     ("speculative-simple", "2024"): Program("speculative-simple", "2024", "capped", False, False, True, _SIMPLE_BASIS),
     ("speculative-simple", "2026"): Program("speculative-simple", "2026", "capped", False, False, True, _SIMPLE_BASIS),
 }
+
+
+def program_for(caps: Capabilities, role: str) -> Program:
+    """The profile of a speculative program from its ``--help``: 2023 builds with ``--p-accept``
+    (Nov 2023 on) keep the draft length; the ones before adapt it."""
+    generation = caps.generation
+    if generation == "2023":
+        generation = "2023-nov" if caps.has("--p-accept") or caps.has("-pa") else "2023-sep"
+    return program(role, generation)
 
 
 def program(role: str, generation: str) -> Program:

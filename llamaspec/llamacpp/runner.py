@@ -74,11 +74,12 @@ class LlamaCppBackend:
     def profile(self, case: ResolvedCase) -> flags.Program:
         """How the case's speculative program drafts and counts (fixed, capped or adaptive)."""
         role = self._role(case)
-        return flags.program(role, self.caps(role).generation)
+        return flags.program_for(self.caps(role), role)
 
     def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
         return flags.Invocation(target=model, settings=case.settings, draft=case.draft.path if case.draft else None,
-                                prompt=case.prompt, prompt_file=case.prompt_file, accel=self.build.accel)
+                                prompt=case.prompt, accel=self.build.accel,
+                                prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None)  # cwd may differ
 
     def argv(self, case: ResolvedCase, mode: str) -> list[str]:
         inv = self.invocation(case, case.target.path)
@@ -114,7 +115,15 @@ class LlamaCppBackend:
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         argv = self.argv(case, mode)
         timeout = case.settings.timeout or 1800.0
-        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, what=Path(argv[0]).name)
+        # 2023 builds write a trace log (<program>.log or <program>.<pid>.log) into their working
+        # directory, and --log-disable would silence their statistics too: give them a folder of
+        # their own beside the run's log (the trace holds each round's draft and verdict).
+        cwd = None
+        if mode != "batch" and self.caps("speculative").generation == "2023":  # the build's generation
+            cwd = Path(log_path).with_suffix(".trace")
+            cwd.mkdir(parents=True, exist_ok=True)
+        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, cwd=cwd,
+                        what=Path(argv[0]).name)
         base: dict[str, Any] = dict(mode=mode, argv=tuple(argv), exit_code=done.returncode,
                                     wall_seconds=round(done.seconds, 3), peak_rss_bytes=done.peak_rss_bytes,
                                     log_path=str(log_path))

@@ -42,6 +42,12 @@ class PinnedSdist:
 PINNED_SDISTS = {
     "0.3.36": PinnedSdist("0.3.36", "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e", "0c1e570", "2026-10-01"),
     "0.3.8": PinnedSdist("0.3.8", "31c91323b555c025a76a30923cead9f5695da103dd68c15cdbb4509b17f0ed77", "7841fc7", "2025-03-12"),
+    # The 2023 generations (`speculative`/`main`/`quantize`, llama_print_timings; commits from each
+    # sdist's CHANGELOG). Sep 2023 is the one of TinyLlama's speculative-decoding write-up: greedy
+    # drafting whose length adapts during the run (+8 up to 30, -1 down to 2). Nov 2023 drafts trees
+    # (--parallel) of a fixed length, stopping a branch early below --p-accept.
+    "0.2.7": PinnedSdist("0.2.7", "2267d3e90bf461ee581dc78332007ea15d9b40e79471850455458b399e3f1887", "a98b163", "2023-09"),
+    "0.2.20": PinnedSdist("0.2.20", "a0ada1cb800ba4da60ea6ac4f7264b687a35412374e5af2c92e5b22852cdbafb", "b38a16d", "2023-11"),
 }
 
 
@@ -186,7 +192,10 @@ def _fetch_sdist(requirement: str, dest: Path) -> SourceInfo:
                 members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
                 for m in members:
                     m.name = m.name[len(prefix):]
-                tar.extractall(tmp, members=[m for m in members if m.name], filter="data")
+                # `.git` there is a submodule pointer into the sdist author's checkout: outside it,
+                # it dangles, and older trees' CMake then depend on a `.git/index` that is not there.
+                keep = [m for m in members if m.name and m.name != ".git" and not m.name.startswith(".git/")]
+                tar.extractall(tmp, members=keep, filter="data")
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise LlamaspecError(f"cannot extract {archive}: {exc}", hint="delete it and run the command again") from exc
         check_tree(tmp)
