@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -93,3 +94,46 @@ def test_verbosity_does_what_its_help_says(flags: list[str], level: int, traceba
     assert seen == {"level": level, "tracebacks": tracebacks}
     help_text = " ".join(CliRunner().invoke(main, ["--help"]).output.split())
     assert "-v debug logs (every command run), -vv also tracebacks on errors" in help_text
+
+
+_SLEEPER = """
+import sys
+from llamaspec import proc
+from llamaspec.cli import main
+
+@main.command("sleepy")
+def sleepy() -> None:
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+    proc.run([sys.executable, "-c", code, PID_FILE], timeout=120)
+
+main(["sleepy"])
+"""
+
+
+def test_sigterm_stops_the_child_process_too(tmp_path) -> None:
+    """`timeout 900 llamaspec build` must not leave cmake (or llama.cpp) running once it gives up."""
+    import signal
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "sleeper.py"
+    script.write_text(_SLEEPER.replace("PID_FILE", repr(str(pid_file))))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    try:
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        raise AssertionError("the child outlived llamaspec")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

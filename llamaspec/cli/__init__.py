@@ -11,7 +11,9 @@ import errno
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 
 import click
 
@@ -86,3 +88,20 @@ def main(verbose: int, quiet: bool) -> None:
         os.environ["LLAMASPEC_DEBUG"] = "1"
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)
     logging.getLogger("gguf").setLevel(max(level, logging.WARNING))  # its writer chats at INFO
+    _unwind_on_sigterm()
+
+
+def _unwind_on_sigterm() -> None:
+    """SIGTERM (`timeout`, a cancelled CI job, kill) unwinds like Ctrl-C, so that proc.run stops the
+    llama.cpp or cmake process it waits on instead of leaving it running without us."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous != signal.SIG_DFL:
+        return  # someone (a test runner, an embedding program) has its own plan for SIGTERM
+
+    def unwind(signum: int, frame: object) -> None:
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    click.get_current_context().call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
