@@ -106,7 +106,11 @@ def load_build(folder: Path) -> Build | None:
 
 
 def write_manifest(build: Build) -> None:
-    atomic.write_json(Path(build.bin_dir).parent / "manifest.json", asdict(build))
+    # On disk the key stays "backend": llamaspec before the rename reads manifests with exactly the
+    # fields it knows and rebuilds (wiping the folder) when it meets another; from_manifest reads both.
+    data = asdict(build)
+    data["backend"] = data.pop("accel")
+    atomic.write_json(Path(build.bin_dir).parent / "manifest.json", data)
 
 
 def stamp_smoke_host(build: Build) -> Build:
