@@ -106,6 +106,8 @@ def _setting(check: Callable[[Any], Any], *, default: Any = None, sweep: Callabl
 
 
 PROGRAMS = ("speculative", "speculative-simple")
+DRAFT_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,14 @@ class Settings:
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
     timeout: float | None = _setting(_float, default=1800.0, side="run", help="seconds per process")
     extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="draft")
+    # transformers only (llama.cpp refuses them when set); draft_max is num_assistant_tokens there, draft_p_min assistant_confidence_threshold
+    draft_schedule: str | None = _setting(_choice(*DRAFT_SCHEDULES), sweep=str, side="draft",
+                                          help="transformers' num_assistant_tokens_schedule: constant, heuristic or heuristic_transient")
+    dtype: str | None = _setting(_choice(*DTYPES), sweep=str, help="transformers: weight dtype of the target (auto: the checkpoint's)")
+    draft_dtype: str | None = _setting(_choice(*DTYPES), side="draft", help="transformers: weight dtype of the assistant (default: dtype)")
+    load_in: str | None = _setting(_choice("8bit", "4bit", "none"), help="transformers: bitsandbytes 8bit or 4bit target (CUDA GPU only)")
+    device: str | None = _setting(_str, help="transformers: cpu, cuda, cuda:N, mps or auto (default: the backend's accel)")
+    universal_assisted: bool | None = _setting(_bool, side="draft", help="transformers: allow an assistant with another tokenizer")
 
     def over(self, base: Settings) -> Settings:
         """These settings, falling back to ``base`` where unset."""
