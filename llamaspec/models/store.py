@@ -150,6 +150,11 @@ def resolve(name: str, variant: str, *, catalog: Catalog | None = None, build: B
     """The finished variant, made first if needed (downloaded, converted, quantized)."""
     cat = catalog or catalogs.load()
     entry = cat.variant(name, variant.lower())
+    if variant.lower() == catalogs.HF_VARIANT:
+        others = [v for v in entry.variants if v != catalogs.HF_VARIANT]
+        raise LlamaspecError(f"{name}:{catalogs.HF_VARIANT} is a Hugging Face checkpoint, not a GGUF file: only the transformers backend loads it",
+                             hint=f"for llama.cpp pick a GGUF variant ({', '.join(others) or 'add one to the catalog'}); "
+                                  "a transformers experiment fetches the checkpoint itself")
     return _ensure(entry, variant.lower(), build)
 
 
