@@ -31,9 +31,11 @@ def tokenizer(folder: Path, vocab_size: int = 300, seed: int = 0):  # -> PreTrai
     return fast
 
 
-def pair(root: Path, *, seed: int = 0, layer_scale: float = 0.0, other_tokenizer: bool = False) -> tuple[Path, Path]:
+def pair(root: Path, *, seed: int = 0, layer_scale: float = 0.0, other_tokenizer: bool = False,
+         assistant_vocab: int = 280) -> tuple[Path, Path]:
     """``root/target`` (2 layers) and ``root/assistant`` (1 layer, the target's first); with
-    ``other_tokenizer`` the assistant gets a tokenizer of another vocabulary (and its own weights)."""
+    ``other_tokenizer`` the assistant gets a tokenizer trained on other text, of ``assistant_vocab``
+    entries (300 is the target's size), and weights of its own."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -50,7 +52,7 @@ def pair(root: Path, *, seed: int = 0, layer_scale: float = 0.0, other_tokenizer
                 p.mul_(1 + layer_scale * 40)
     target.save_pretrained(str(target_dir))
     if other_tokenizer:
-        atok = tokenizer(assistant_dir, vocab_size=280, seed=1)
+        atok = tokenizer(assistant_dir, vocab_size=assistant_vocab, seed=1)
         assistant = LlamaForCausalLM(LlamaConfig(vocab_size=len(atok), num_hidden_layers=1, **{
             **config, "bos_token_id": atok.bos_token_id, "eos_token_id": atok.eos_token_id}))
     else:

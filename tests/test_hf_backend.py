@@ -153,7 +153,7 @@ def test_sampling_is_seeded(backend, pair, tmp_path: Path) -> None:
 
 def test_other_tokenizer_needs_universal_mode(backend, other_pair, tmp_path: Path) -> None:
     c = case(*other_pair)
-    with pytest.raises(LlamaspecError, match="another tokenizer") as info:
+    with pytest.raises(LlamaspecError, match="have different tokenizers \(300 vs 280 tokens\)") as info:
         backend.check(c)
     assert "universal_assisted: true" in (info.value.hint or "")
     u = case(*other_pair, universal_assisted=True)
@@ -166,9 +166,26 @@ def test_other_tokenizer_needs_universal_mode(backend, other_pair, tmp_path: Pat
     assert spec.rounds == spec.stats["target_calls"] and spec.n_drafted is not None
 
 
+def test_same_size_other_tokenizer_cannot_run(backend, tmp_path: Path) -> None:
+    """transformers takes equal vocabulary sizes for one tokenizer: such a pair is refused, with or
+    without universal mode (its drafts would be other tokens' ids)."""
+    import hf_factory
+
+    target, assistant = hf_factory.pair(tmp_path, other_tokenizer=True, assistant_vocab=300)
+    for universal in (False, True):
+        with pytest.raises(LlamaspecError, match="different tokenizers .* vocabularies of the same size \\(300\\)"):
+            backend.check(case(target, assistant, universal_assisted=universal))
+
+
+def test_the_record_says_what_generate_was_asked(backend, pair, tmp_path: Path) -> None:
+    m = backend.measure(case(*pair), "speculative", tmp_path / "s.log")
+    assert m.argv[0] == "generate" and "max_new_tokens=24" in m.argv and f"assistant_model={pair[1]}" in m.argv
+
+
 @pytest.mark.parametrize(("settings", "message"), [
     ({"load_in": "8bit"}, "load_in: 8bit needs a CUDA GPU"),
     ({"load_in": "4bit"}, "load_in: 4bit needs a CUDA GPU"),
+    ({"load_in": "8bit", "device": "cuda"}, "load_in: 8bit needs a CUDA GPU \\(bitsandbytes\\), and torch sees none here"),
     ({"device": "cuda"}, "torch sees no CUDA GPU"),
     ({"device": "tpu"}, "unknown device 'tpu'"),
     ({"draft_min": 2}, "no equivalent of draft_min"),

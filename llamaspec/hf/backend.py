@@ -144,15 +144,31 @@ class TransformersBackend:
         target = self._ensure(case.target, plan.device, plan.dtype, plan.load_in)
         if case.draft is not None and plan.spec_type == "draft":
             draft = self._ensure(case.draft, plan.device, plan.draft_dtype, "none")
-            from llamaspec.hf import generation
-
-            differs = generation.same_vocabulary(target.tokenizer, draft.tokenizer)
-            if differs and not plan.universal:
-                raise LlamaspecError(
-                    f"the assistant {case.draft.label} has another tokenizer than the target {case.target.label} ({differs})",
-                    hint="set universal_assisted: true (universal assisted decoding: text re-tokenized every round), "
-                         "or pick an assistant with the target's tokenizer")
+            self.universal(case, plan, target, draft)
         self._evict(keep=self._keys(case, plan))
+
+    def universal(self, case: ResolvedCase, plan: Plan, target: Any, draft: Any) -> bool:
+        """Whether generate() must run universal assisted decoding for this pair (LlamaspecError when
+        it cannot run the pair at all). transformers decides by the models' vocabulary sizes: equal,
+        the ids are taken to mean the same; different, it wants both tokenizers."""
+        from llamaspec.hf import generation
+
+        differs = generation.same_vocabulary(target.tokenizer, draft.tokenizer)
+        sizes = (target.generator.config.get_text_config().vocab_size, draft.generator.config.get_text_config().vocab_size)
+        pair = f"the assistant {case.draft.label if case.draft else '?'} and the target {case.target.label}"
+        if sizes[0] == sizes[1]:
+            if differs:
+                raise LlamaspecError(f"{pair} have different tokenizers ({differs}) with vocabularies of the same size "
+                                     f"({sizes[0]}): transformers takes their ids to mean the same and cannot run them",
+                                     hint="pick an assistant with the target's tokenizer, or one with a vocabulary of "
+                                          "another size (universal assisted decoding)")
+            return False  # the same tokenizer: plain assisted generation whatever universal_assisted says
+        if not plan.universal:
+            reason = f"different tokenizers ({differs})" if differs else f"vocabularies of {sizes[0]} and {sizes[1]} entries"
+            raise LlamaspecError(f"{pair} have {reason}",
+                                 hint="set universal_assisted: true (universal assisted decoding: text re-tokenized "
+                                      "every round), or pick an assistant with the target's tokenizer")
+        return True
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         base: dict[str, Any] = {"mode": mode, "argv": (), "exit_code": None, "log_path": str(log_path)}
@@ -206,19 +222,20 @@ class TransformersBackend:
             device = self.default_device()
         if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
             raise LlamaspecError(f"unknown device {device!r}", hint="use cpu, cuda, cuda:N, mps or auto")
+        load_in = s.load_in or "none"
+        if load_in != "none":
+            if not device.startswith("cuda") or not self.torch.cuda.is_available():
+                where = "torch sees none here" if not self.torch.cuda.is_available() else f"this run is on {device}"
+                raise LlamaspecError(f"load_in: {load_in} needs a CUDA GPU (bitsandbytes), and {where}",
+                                     hint="drop load_in (weights then load in dtype), or run on a machine with an NVIDIA GPU")
+            if _version_of("bitsandbytes") is None:
+                raise LlamaspecError(f"load_in: {load_in} needs bitsandbytes, which is not installed",
+                                     hint="pip install bitsandbytes (CUDA machines only)")
         if device.startswith("cuda") and not self.torch.cuda.is_available():
             raise LlamaspecError(f"device {device} asked for, and torch sees no CUDA GPU here",
                                  hint="use device: cpu (or auto), or a CUDA build of torch on a machine with an NVIDIA GPU")
         if device == "mps" and not self.torch.backends.mps.is_available():
             raise LlamaspecError("device mps asked for, and torch sees no Apple GPU here", hint="use device: cpu (or auto)")
-        load_in = s.load_in or "none"
-        if load_in != "none":
-            if not device.startswith("cuda"):
-                raise LlamaspecError(f"load_in: {load_in} needs a CUDA GPU (bitsandbytes), and this run is on {device}",
-                                     hint="drop load_in (weights then load in dtype), or run on a machine with an NVIDIA GPU")
-            if _version_of("bitsandbytes") is None:
-                raise LlamaspecError(f"load_in: {load_in} needs bitsandbytes, which is not installed",
-                                     hint="pip install bitsandbytes (CUDA machines only)")
         dtype = s.dtype or "auto"
         if device == "cpu" and s.threads:
             self.torch.set_num_threads(s.threads)
@@ -297,11 +314,17 @@ class TransformersBackend:
             assistant_stats = {"mode": "prompt-lookup", "prompt_lookup_num_tokens": draft_max,
                                "max_matching_ngram_size": 2}
         elif mode == "speculative":
+            try:
+                universal = self.universal(case, plan, target, draft)
+            except LlamaspecError as exc:
+                return Measurement(ok=False, error=exc.message, wall_seconds=0.0, peak_rss_bytes=None, **base)
             assistant_stats = self._pin_assistant(draft, s, draft_max)
             kwargs["assistant_model"] = draft.generator
-            if plan.universal:
+            if universal:
                 kwargs["tokenizer"] = target.tokenizer
                 kwargs["assistant_tokenizer"] = draft.tokenizer
+        # what was asked of generate(), as the record's command line
+        base = {**base, "argv": ("generate", f"model={runner.info['path']}", *(f"{k}={v}" for k, v in _printable(kwargs).items()))}
         rounds: list[tuple[int, int]] = []
         made: list[str] = []
         streamer = generation.TimingStreamer()
@@ -346,7 +369,7 @@ class TransformersBackend:
             if assistant_stats is not None and plan.spec_type == "draft":
                 assistant_stats["end"] = self._assistant_values(draft)
             assistant_stats = {**(assistant_stats or {}), "candidate_generator": made[0] if made else None,
-                               "universal": plan.universal}
+                               "universal": "tokenizer" in kwargs}
             stats["assistant"] = assistant_stats
             stats["per_round"] = [list(r) for r in rounds]
             counters = {"n_drafted": drafted, "n_accept": accepted, "rounds": len(rounds),
@@ -438,8 +461,11 @@ def _peak_rss() -> int:
 
 
 def _printable(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: (type(v).__name__ if k in ("assistant_model", "streamer", "tokenizer", "assistant_tokenizer", "attention_mask")
-                else v) for k, v in kwargs.items()}
+    shown = {k: (type(v).__name__ if k in ("streamer", "tokenizer", "assistant_tokenizer") else v)
+             for k, v in kwargs.items() if k != "attention_mask"}
+    if "assistant_model" in kwargs:
+        shown["assistant_model"] = getattr(kwargs["assistant_model"], "name_or_path", type(kwargs["assistant_model"]).__name__)
+    return shown
 
 
 def _version_of(package: str) -> str | None:
