@@ -13,7 +13,7 @@ from llamaspec import experiment, settings
 from llamaspec.backend import BackendOptions, ResolvedCase
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ["guanaco-7b", "guanaco-13b", "guanaco-33b", "hf-smollm2-quicksort"]
+FILES = ["guanaco-7b", "guanaco-13b", "guanaco-33b", "hf-smollm2-quicksort", "hf-gemma-smollm2"]
 WRITE_UP = {"guanaco-7b": (69, 38), "guanaco-13b": (84, 45), "guanaco-33b": (109, 62)}
 
 
