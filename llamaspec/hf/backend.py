@@ -95,7 +95,7 @@ def unescape(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How one case runs here: devices, dtypes, the assistant mode (decided once, in check)."""
+    """How one case runs here, from its settings: device, dtypes, 8/4-bit, the speculative mode."""
 
     device: str
     dtype: str
