@@ -24,7 +24,7 @@ from llamaspec.settings import FIELDS as SETTING_FIELDS
 from llamaspec.settings import SettingError, Settings
 from llamaspec.settings import check as check_setting
 
-BACKENDS = ("llama.cpp",)  # planned: "llama-server" (prompt sets, models kept loaded), "transformers"
+BACKENDS = ("llama.cpp", "transformers")  # planned: "llama-server" (prompt sets, models kept loaded)
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class Reference:
     n_accept: int | None = None
     accept_pct: float | None = None
     speedup: float | None = None
+    seconds: float | None = None  # wall time of the speculative generation (write-ups that timed the whole call)
+    baseline_seconds: float | None = None  # the same without a draft
 
 
 @dataclass(frozen=True)
