@@ -10,6 +10,7 @@ Importable without the CLI::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -90,6 +91,23 @@ def resolve_case(exp: Experiment, case: Case, check_pair: bool = True) -> Resolv
 
         models.check_pair(Path(target.path), Path(draft.path))
     return ResolvedCase(exp.name, case.name, target, draft, case.prompt, case.prompt_file, settings)
+
+
+def check_settings(case: ResolvedCase, backend: Backend) -> None:
+    """Refuse, before anything runs, a setting this backend does not honour (set, but unknown to it)."""
+    unknown = [f.name for f in dataclasses.fields(case.settings)
+               if getattr(case.settings, f.name) is not None and f.name not in backend.capabilities.settings]
+    if unknown:
+        raise LlamaspecError(f"the {backend.name} backend has no equivalent of {', '.join(unknown)}",
+                             hint="drop those settings from the experiment, or choose a backend that has them "
+                                  f"(backend: {', '.join(sorted(_backends_for(unknown)) or ['?'])})")
+
+
+def _backends_for(names: Sequence[str]) -> set[str]:
+    """The engines these settings belong to."""
+    from llamaspec.settings import FIELDS
+
+    return {engine for n in names if (engine := FIELDS[n].metadata["engine"])}
 
 
 # --- provenance and keys -----------------------------------------------------------------------
@@ -174,6 +192,7 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
     - ``warmup``: one short unrecorded generation first, so cold caches do not count.
     """
     emit = on_event or (lambda _event, _data: None)
+    check_settings(case, backend)
     backend.check(case)
     at_least, at_most = repeat_bounds(repeats)
     key = baseline_key(backend, case, baseline_scope)

@@ -159,3 +159,13 @@ def test_results_export_json(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["results", "export", "--format", "json"])
     assert result.exit_code == 0
     assert json.loads(result.output)[0]["measurements"][1]["mode"] == "speculative"
+
+
+def test_a_setting_the_engine_does_not_have_is_refused_before_running(tmp_path: Path) -> None:
+    from llamaspec.errors import LlamaspecError
+
+    store = Store.open(tmp_path / "r.sqlite")
+    with pytest.raises(LlamaspecError, match="llama.cpp backend has no equivalent of dtype") as err:
+        run_case(case(tmp_path, dtype="bfloat16"), backend(tmp_path), store, hardware=HW)
+    assert "transformers" in (err.value.hint or "")
+    assert store.runs() == []
