@@ -133,7 +133,7 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backe
     out = []
     for case in exp.cases:
         sid = sweep_id(exp, case, axes, backend.identity(), shared_baseline)
-        resolved = [(p, resolve_case(exp, p.apply(case))) for p in points]
+        resolved = [(p, resolve_case(exp, p.apply(case), backend)) for p in points]
         for _p, rc in resolved:  # refuse values the build does not take before measuring anything
             check_settings(rc, backend)
             backend.check(rc)

@@ -139,6 +139,11 @@ class TransformersBackend:
             "loaded": [loaded.info for loaded in self._loaded.values()],
         }
 
+    def resolve_model(self, model: str, variant: str) -> ModelPath:
+        from llamaspec.hf import models
+
+        return models.resolve_model(model, variant)
+
     def check(self, case: ResolvedCase) -> None:
         plan = self.plan(case)
         target = self._ensure(case.target, plan.device, plan.dtype, plan.load_in)
