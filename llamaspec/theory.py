@@ -78,6 +78,7 @@ __all__ = [
     "explain_shortfall",
     "interpolate",
     "max_cost_ratio",
+    "monotone",
     "paper_speedup",
     "program",
     "required_alpha",
@@ -275,6 +276,22 @@ def interpolate(points: Sequence[tuple[int, float]], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
+def monotone(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    """The closest non-decreasing sequence to measured (size, ms) points (pool-adjacent-violators,
+    equal weights): a batch never costs less than a smaller one, so a dip is noise (a busy machine
+    slowed one size's repetitions), and it is averaged with its neighbours rather than kept."""
+    blocks: list[tuple[float, int]] = []  # (mean, count)
+    for _, ms in sorted(points):
+        mean, count = ms, 1
+        while blocks and blocks[-1][0] > mean:
+            prev_mean, prev_count = blocks.pop()
+            mean = (prev_mean * prev_count + mean * count) / (prev_count + count)
+            count += prev_count
+        blocks.append((mean, count))
+    values = [mean for mean, count in blocks for _ in range(count)]
+    return tuple((size, value) for (size, _), value in zip(sorted(points), values, strict=True))
+
+
 def _table(name: str, table: Mapping[int, float] | Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
     items = table.items() if isinstance(table, Mapping) else table
     out = []
@@ -319,14 +336,20 @@ class CostModel:
     @classmethod
     def from_bench(cls, target_batches: Mapping[int, float], draft_step_ms: float, program: Program = LLAMA_SPECULATIVE,
                    *, draft_batches: Mapping[int, float] | None = None, target_sample_ms: float = 0.0,
-                   draft_sample_ms: float = 0.0, depth: int | None = None) -> CostModel:
+                   draft_sample_ms: float = 0.0, depth: int | None = None, smooth: bool = True) -> CostModel:
         """The model from llama-bench timings at one depth: target batches of 1..K tokens (batch 1
-        is the target's step, so every ratio comes from one program) and the draft's step."""
+        is the target's step, so every ratio comes from one program) and the draft's step.
+
+        ``smooth`` makes the batch costs non-decreasing in the batch size (:func:`monotone`) before
+        they are interpolated; the points are otherwise used as measured."""
         if 1 not in target_batches:
             raise LlamaspecError("the target's batch timings lack batch size 1 (its single-token step)",
                                  hint="time the target with llama-bench -p 1,2,...,17 at the run's depth")
-        return cls(target_ms_per_token=target_batches[1], draft_ms_per_token=draft_step_ms,
-                   verify_batches=tuple(target_batches.items()),
+        table = _table("target", target_batches)
+        if smooth:
+            table = monotone(table)
+        return cls(target_ms_per_token=dict(table)[1], draft_ms_per_token=draft_step_ms,
+                   verify_batches=table,
                    draft_batches=tuple((draft_batches or {}).items()), program=program,
                    target_sample_ms=target_sample_ms, draft_sample_ms=draft_sample_ms, depth=depth)
 

@@ -239,18 +239,13 @@ def _sample_ms() -> float:
     return statistics.median(per_token)
 
 
-def _cost(prog: Program = LLAMA_SPECULATIVE, target: parse.BatchTimings | None = None, sampling: bool = True) -> CostModel:
-    target = target or _bench("bench-target")
-    draft = _bench("bench-draft")
-    s = _sample_ms() if sampling else 0.0
+def _cost(prog: Program = LLAMA_SPECULATIVE) -> CostModel:
+    """Costs as the run measures them: llama-bench at the run's depth (target batches with every token
+    an output, the draft's step; start and end pooled), sampling from the baselines' own lines."""
+    target, draft = _bench("bench-target"), _bench("bench-draft")
+    s = _sample_ms()
     return CostModel.from_bench(target.median_ms, draft.median_ms[1], prog, target_sample_ms=s, draft_sample_ms=s,
                                 depth=target.depth)
-
-
-def _median_error(prog: Program = LLAMA_SPECULATIVE, **cost: object) -> float:
-    an = analyze(_observations(prog), _cost(prog, **cost))  # type: ignore[arg-type]
-    assert an.median_abs_error is not None
-    return an.median_abs_error
 
 
 def test_the_sweep_was_recorded_as_documented() -> None:
@@ -275,31 +270,61 @@ def test_the_model_predicts_the_recorded_sweep() -> None:
     an = analyze(_observations(), _cost())
     print(an.table())
     assert an.median_abs_error is not None and an.median_abs_error <= ERROR_BOUND, an.table()
+    assert an.max_abs_error is not None and an.max_abs_error <= 2 * ERROR_BOUND, an.table()
     # The predicted best draft length lies in the measured tie set: the lengths whose 95 % interval
-    # overlaps the best one's (only measured lengths can be compared).
-    _, tied = stats.ties(list(_spreads().items()))
-    measured_ks = sorted(_spreads())
-    best_k, _ = best_draft_length(an.alpha, _cost(), max_draft=max(measured_ks))
-    nearest = min(measured_ks, key=lambda k: abs(k - best_k))
-    assert nearest in tied or (min(tied) <= best_k <= max(tied)), (best_k, tied)
+    # overlaps the best one's. Among the measured lengths the model's favourite must be tied with the
+    # best, and its best over 1..16 must lie within the tied range (lengths in between were not run).
+    spreads = _spreads()
+    _, tied = stats.ties(list(spreads.items()))
+    favourite = max(an.points, key=lambda p: p.predicted_speedup or 0.0).draft_max
+    assert favourite in tied, (favourite, tied)
+    assert an.best is not None and min(tied) <= an.best.draft_max <= max(tied), (an.best.draft_max, tied)
 
 
-def test_the_old_assumptions_miss_the_recorded_sweep() -> None:
-    # Each of the old model's assumptions, alone, breaks the error bound the real model meets.
-    good = _median_error()
-    old_rounds = Program("old rounds", extra_draft_steps=1, first_token_from_prompt=False)
-    no_extra_step = Program("no extra draft step", extra_draft_steps=0, first_token_from_prompt=True)
-    assert _median_error(old_rounds) > ERROR_BOUND > good
-    assert _median_error(no_extra_step) > ERROR_BOUND > good
-
-
-def test_logits_for_every_verified_token_matter() -> None:
-    # llama-bench's default batch computes logits for its last token only; a verification batch
-    # computes them for all k + 1. Timed that way the verification is cheaper than it is.
+def test_the_old_model_misses_the_recorded_sweep() -> None:
+    # The model as it was: rounds = n_predict - n_accept, no extra draft step, verification timed by
+    # llama-bench's default (logits for the last token only), each program's own speed (llama-speculative
+    # N/T, llama-completion's compute-only eval rate), no sampling. On the same recorded runs it predicts
+    # 10-30 % too much, as the outside review found.
+    old = Program("the old model", extra_draft_steps=0, first_token_from_prompt=False)
+    obs = []
+    for k, pairs in _runs().items():
+        obs.append(Observation(
+            draft_max=k, n_drafted=sum(sp.n_drafted for sp, _ in pairs), n_accept=sum(sp.n_accept for sp, _ in pairs),
+            n_generated=sum(sp.n_predict for sp, _ in pairs),
+            spec_decode_tps=statistics.median(sp.decode_tps for sp, _ in pairs),  # type: ignore[misc]
+            baseline_decode_tps=statistics.median(b.decode_tps for _, b in pairs),  # type: ignore[misc]
+            program=old, speedup=statistics.median(sp.decode_tps / b.decode_tps for sp, b in pairs),  # type: ignore[operator]
+            runs=len(pairs)))
     last_only = parse.parse_bench_json(_read("bench-target-last-output.json"))
-    every = _bench("bench-target").median_ms
     assert not last_only.all_outputs
-    assert last_only.median_ms[17] < every[17]
+    an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old))
+    assert an.median_abs_error is not None and an.median_abs_error > ERROR_BOUND
+    assert all(e > 0.05 for e in an.rel_errors)  # too high at every point
+
+
+def test_each_measured_ingredient_matters() -> None:
+    good = analyze(_observations(), _cost())
+    # Without the draft's extra step per round (it decodes the target's token too) the short
+    # drafts, where that step is a large share of the round, are predicted far too fast.
+    no_extra = Program("no extra draft step", extra_draft_steps=0, first_token_from_prompt=True)
+    bad = analyze(_observations(no_extra), _cost(no_extra))
+    for g, b in zip(good.points, bad.points, strict=True):
+        if g.draft_max <= 2:
+            assert abs(g.rel_error or 0) <= ERROR_BOUND < (b.rel_error or 0), (g.draft_max, g.rel_error, b.rel_error)
+    assert (bad.median_abs_error or 0) > (good.median_abs_error or 0)
+    # With the old round count the recorded counters do not even add up: n_drafted = k x rounds.
+    for k, pairs in _runs().items():
+        for sp, _ in pairs:
+            assert sp.n_drafted == k * LLAMA_SPECULATIVE.rounds(sp.n_predict, sp.n_accept)
+            assert sp.n_drafted != k * SPECULATIVE_SIMPLE.rounds(sp.n_predict, sp.n_accept)
+
+
+def test_logits_for_every_verified_token_are_timed() -> None:
+    # llama-bench's default batch computes logits for its last token only; a verification batch
+    # computes them for all k + 1 (-embd 1 makes every token an output).
+    target = _bench("bench-target")
+    assert target.all_outputs and not parse.parse_bench_json(_read("bench-target-last-output.json")).all_outputs
 
 
 # --- fits on constructed points (pure math) -----------------------------------------------------
@@ -440,7 +465,7 @@ def test_explanation_when_the_model_says_the_target_is_out_of_reach() -> None:
     assert an.best is not None and an.best.speedup < 1.2
     text = explain_shortfall(an, 1.2)
     assert text is not None
-    assert "0.67 of a target step" in text and "1 extra step(s) per call" in text.replace("1.0 extra", "1 extra")
+    assert "0.67 of a target step" in text and "1.0 extra step(s) per call" in text
     assert f"best k={an.best.draft_max} predicts {an.best.speedup:.2f}×" in text
     assert "1.20×" in text and "verifying" in text
     c_needed = max_cost_ratio(an.alpha, an.cost, 1.2, an.max_draft)
