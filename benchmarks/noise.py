@@ -24,6 +24,7 @@ Q4_1 draft) under models/smollm2-135m/. The machine should be otherwise idle; sa
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -60,6 +61,33 @@ def window_half_widths(ratios: list[float], n: int) -> float | None:
         assert s is not None
         widths.append(s.half_width)
     return statistics.median(widths)
+
+
+# proc.run's log interleaves the two streams line by line, so a stderr log line can land after the
+# generated text's last, unterminated stdout line; put such a line back on its own.
+_GLUED = re.compile(r"(?<=[^\n])(?=\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )")
+
+
+def _log(path: Path) -> str:
+    return _GLUED.sub("\n", path.read_text(errors="replace"))
+
+
+def from_logs(log_dir: Path, threads: int) -> tuple[list[float], list[float], list[float]]:
+    """The speeds of an earlier run, read back from the logs it kept (``--logs``); a pair cut short
+    (interrupted run) ends the series."""
+    base, spec = [], []
+    r = 0
+    while (log_dir / f"t{threads}-r{r}-baseline.log").is_file() and (log_dir / f"t{threads}-r{r}-speculative.log").is_file():
+        try:
+            b = completion_tps(parse.parse_completion(_log(log_dir / f"t{threads}-r{r}-baseline.log")))
+            s = speculative_tps(parse.parse_speculative(_log(log_dir / f"t{threads}-r{r}-speculative.log")))
+        except LlamaspecError as exc:
+            print(f"  -t {threads} repeat {r + 1}: {exc.message}; stopping there", file=sys.stderr)
+            break
+        base.append(b)
+        spec.append(s)
+        r += 1
+    return base, spec, [s / b for s, b in zip(spec, base, strict=True)]
 
 
 def measure(bin_dir: Path, target: Path, draft: Path, threads: int, n: int, draft_max: int, repeats: int,
@@ -99,8 +127,16 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10, help="paired repeats per thread count (>= 10 for every window)")
     parser.add_argument("--threads", default="1,2", help="thread counts to compare, comma-separated")
     parser.add_argument("--draft-max", type=int, default=8)
+    parser.add_argument("--logs", type=Path, default=None, help="tabulate an earlier run from the logs it kept instead of running")
     args = parser.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
     try:
+        if args.logs:
+            log_dir = args.logs
+            print(f"noise: from the logs in {log_dir}")
+            table({t: from_logs(log_dir, t) for t in threads if from_logs(log_dir, t)[0]})
+            print(NOTE)
+            return 0
         bin_dir = args.bin_dir or default_bin_dir()
         folder = paths.models_dir() / "smollm2-135m"
         target = args.target or folder / "ggml-model-f32.gguf"
@@ -108,19 +144,27 @@ def main() -> int:
         for p in (target, draft):
             if not p.is_file():
                 raise LlamaspecError(f"model not found: {p}", hint="run `llamaspec models fetch smollm2-135m`, or pass --target/--draft")
-        threads = [int(t) for t in args.threads.split(",")]
         log_dir = Path(tempfile.mkdtemp(prefix="llamaspec-noise-"))
-        results = {t: measure(bin_dir, target, draft, t, args.n_predict, args.draft_max, args.repeats, log_dir)
-                   for t in threads}
+        print(f"noise: {target.name} (+ {draft.name} at draft {args.draft_max}), -n {args.n_predict}, "
+              f"{args.repeats} paired repeats (ABBA) per thread count; logs in {log_dir}", flush=True)
+        for t in threads:  # one row as soon as its thread count is done: a slow one does not hide the others
+            table({t: measure(bin_dir, target, draft, t, args.n_predict, args.draft_max, args.repeats, log_dir)},
+                  header=t == threads[0])
     except LlamaspecError as exc:
         print(f"Error: {exc.message}" + (f"\nHint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return 1
+    print(NOTE)
+    return 0
 
-    print(f"noise: {target.name} (+ {draft.name} at draft {args.draft_max}), -n {args.n_predict}, "
-          f"{args.repeats} paired repeats (ABBA) per thread count; logs in {log_dir}")
-    header = (f"{'threads':>7} {'baseline t/s':>22} {'CV':>6} {'speculative t/s':>22} {'CV':>6} {'paired speedup':>14} {'CV':>6}"
+
+NOTE = ("±95% n=N: half-width of the bootstrap 95 % interval of the median paired speedup with N pairs "
+        "(median over all windows of N consecutive pairs), relative to the median")
+
+
+def table(results: dict[int, tuple[list[float], list[float], list[float]]], header: bool = True) -> None:
+    if header:
+        print(f"{'threads':>7} {'baseline t/s':>22} {'CV':>6} {'speculative t/s':>22} {'CV':>6} {'paired speedup':>14} {'CV':>6}"
               + "".join(f" {f'±95% n={n}':>10}" for n in WINDOWS))
-    print(header)
     for t, (base, spec, ratios) in results.items():
         b, s, r = stats.spread(base), stats.spread(spec), stats.spread(ratios)
         assert b is not None and s is not None and r is not None
@@ -131,10 +175,7 @@ def main() -> int:
         row = (f"{t:>7} {f'{b.median:.1f} [{b.min:.1f}-{b.max:.1f}]':>22} {pct(b.cv):>6} "
                f"{f'{s.median:.1f} [{s.min:.1f}-{s.max:.1f}]':>22} {pct(s.cv):>6} {f'{r.median:.3f}x':>14} {pct(r.cv):>6}")
         row += "".join(f" {pct(window_half_widths(ratios, n)):>10}" for n in WINDOWS)
-        print(row)
-    print("±95% n=N: half-width of the bootstrap 95 % interval of the median paired speedup with N pairs "
-          "(median over all windows of N consecutive pairs), relative to the median")
-    return 0
+        print(row, flush=True)
 
 
 if __name__ == "__main__":
