@@ -278,7 +278,8 @@ def test_the_model_predicts_the_recorded_sweep() -> None:
     _, tied = stats.ties(list(spreads.items()))
     favourite = max(an.points, key=lambda p: p.predicted_speedup or 0.0).draft_max
     assert favourite in tied, (favourite, tied)
-    assert an.best is not None and min(tied) <= an.best.draft_max <= max(tied), (an.best.draft_max, tied)
+    assert an.best is not None
+    assert min(tied) <= an.best.draft_max <= max(tied), (an.best.draft_max, tied)
 
 
 def test_the_old_model_misses_the_recorded_sweep() -> None:
@@ -289,13 +290,13 @@ def test_the_old_model_misses_the_recorded_sweep() -> None:
     old = Program("the old model", extra_draft_steps=0, first_token_from_prompt=False)
     obs = []
     for k, pairs in _runs().items():
+        spec = [sp.decode_tps or 0.0 for sp, _ in pairs]  # as printed: N / T
+        base = [b.decode_tps or 0.0 for _, b in pairs]  # eval runs / eval time
         obs.append(Observation(
             draft_max=k, n_drafted=sum(sp.n_drafted for sp, _ in pairs), n_accept=sum(sp.n_accept for sp, _ in pairs),
-            n_generated=sum(sp.n_predict for sp, _ in pairs),
-            spec_decode_tps=statistics.median(sp.decode_tps for sp, _ in pairs),  # type: ignore[misc]
-            baseline_decode_tps=statistics.median(b.decode_tps for _, b in pairs),  # type: ignore[misc]
-            program=old, speedup=statistics.median(sp.decode_tps / b.decode_tps for sp, b in pairs),  # type: ignore[operator]
-            runs=len(pairs)))
+            n_generated=sum(sp.n_predict for sp, _ in pairs), spec_decode_tps=statistics.median(spec),
+            baseline_decode_tps=statistics.median(base), program=old,
+            speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)), runs=len(pairs)))
     last_only = parse.parse_bench_json(_read("bench-target-last-output.json"))
     assert not last_only.all_outputs
     an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old))
