@@ -25,17 +25,20 @@ def offline_pair(llama_build):
     return models.resolve("smollm2-135m", "f32", build=llama_build), models.resolve("smollm2-135m", "q4_1", build=llama_build)
 
 
-def small(name: str = "smollm2-quicksort", n: int = 24, draft: int = 4, **settings) -> experiment.Experiment:
-    return experiment.load(name).with_overrides(Settings(n_predict=n, draft_max=draft, threads=1, **settings))
+def small(name: str = "smollm2-quicksort", n: int = 24, draft: int = 4, repeats: int = 1, **settings) -> experiment.Experiment:
+    return experiment.load(name).with_overrides(Settings(n_predict=n, draft_max=draft, threads=1, **settings), repeats=repeats)
 
 
 def test_run_reports_speedup_acceptance_and_lossless(llama_build, offline_pair) -> None:
     store = Store.open()
-    (result,) = run_experiment(small(), LlamaCppBackend(llama_build), store)
+    (result,) = run_experiment(small(repeats=3), LlamaCppBackend(llama_build), store)
     assert result.status == "ok", result.error
     s = result.summary
     assert s.decode_tps.median > 0 and s.baseline_decode_tps.median > 0 and s.paired
-    assert s.speedup.median == pytest.approx(s.decode_tps.median / s.baseline_decode_tps.median)
+    spec = [m.decode_tps for m in result.measurements if m.mode == "speculative"]
+    base = [m.decode_tps for m in result.measurements if m.mode == "baseline"]
+    assert sorted(s.speedup.values) == pytest.approx(sorted(a / b for a, b in zip(spec, base, strict=True)))  # paired
+    assert s.speedup.low <= s.speedup.median <= s.speedup.high
     assert 0 < s.n_accept <= s.n_drafted
     assert s.accept.median == pytest.approx(100 * s.n_accept / s.n_drafted, abs=1e-3)
     assert s.n_drafted == 4 * s.rounds and s.draft.problem is None  # llama-speculative drafts exactly k per round
@@ -87,7 +90,7 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     texts = set()
     for row in rows:
         s = row.summary
-        assert s.paired and s.baseline_decode_tps.n == 1  # each point against its own baseline
+        assert s.paired and s.baseline_decode_tps.n == s.pairs == 1  # each point against its own baseline
         # each point drafted what it was asked for: exactly k per round on llama-speculative
         assert s.draft.requested == row.draft_max and s.n_drafted == row.draft_max * s.rounds, row.draft_max
         assert s.lossless.verdict == "identical"
