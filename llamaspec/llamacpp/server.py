@@ -178,7 +178,7 @@ class Server:
                 self._launch(ready_timeout)
                 return
             except ServerDied as exc:
-                if self.explicit_port is None and attempt < 2 and "address already in use" in str(exc).lower():
+                if self.explicit_port is None and attempt < 2 and "couldn't bind" in str(exc):
                     log.debug("port %s was taken before %s bound it; trying another", self.port, self.label)
                     continue
                 raise LlamaspecError(f"llama-server ({self.label}) failed to start: {exc} (log: {self.log_path})",
@@ -473,7 +473,11 @@ class ServerBackend:
             if server is not None and server.alive():
                 return server
             if server is not None:
-                log.warning("llama-server (%s) %s; starting it again", server.label, server.exit_description())
+                # Died since its last request: this measurement fails (the reason is in the log);
+                # the next call starts a fresh one.
+                with self._lock:
+                    self._pool.pop(key, None)
+                raise ServerDied(f"({server.label}) {server.exit_description()} (log: {server.log_path})")
             label = mode if mode == "baseline" else f"speculative, {case.settings.spec_type or 'draft'}"
             stem = f"{int(time.time())}-{os.getpid()}-{len(self._pool)}-{mode}"
             with self._lock:
@@ -521,8 +525,13 @@ class ServerBackend:
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         s = case.settings.with_defaults()
-        server = self.server_for(case, mode)
-        text = self.prompt_text(case)
+        try:
+            server = self.server_for(case, mode)
+            text = self.prompt_text(case)
+        except ServerDied as exc:
+            return Measurement(mode=mode, ok=False, error=f"llama-server {exc}", argv=(), exit_code=None,
+                               wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path),
+                               stats={"error_kind": "server"})
         body = {"prompt": text, "n_predict": s.n_predict, "temperature": s.temperature, "seed": s.seed,
                 "cache_prompt": False, "return_tokens": True, "stream": False}
         serial = (s.parallel or 1) == 1
