@@ -130,16 +130,27 @@ real = [pytest.mark.llamacpp, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def pair(llama_build):
-    from llamaspec import models
+def server_build(request: pytest.FixtureRequest) -> Build:
+    """The pinned build (conftest's llama_build), or LLAMASPEC_TEST_BIN_DIR's binaries of the same commit."""
+    from llamaspec.llamacpp import build
 
-    return (models.resolve("smollm2-135m", "f32", build=llama_build),
-            models.resolve("smollm2-135m", "q4_1", build=llama_build))
+    bin_dir = os.environ.get("LLAMASPEC_TEST_BIN_DIR")
+    if bin_dir:
+        return build.prebuilt(Path(bin_dir))
+    return request.getfixturevalue("llama_build")
 
 
 @pytest.fixture(scope="module")
-def backend(llama_build, tmp_path_factory):
-    b = server.ServerBackend(llama_build, servers_dir=tmp_path_factory.mktemp("servers"))
+def pair(server_build):
+    from llamaspec import models
+
+    return (models.resolve("smollm2-135m", "f32", build=server_build),
+            models.resolve("smollm2-135m", "q4_1", build=server_build))
+
+
+@pytest.fixture(scope="module")
+def backend(server_build, tmp_path_factory):
+    b = server.ServerBackend(server_build, servers_dir=tmp_path_factory.mktemp("servers"))
     yield b
     b.close()
 
@@ -147,8 +158,9 @@ def backend(llama_build, tmp_path_factory):
 def real_case(pair, spec_type: str = "draft", prompt: str = "# Quick-sort implementation in Python and sample usage:",
               chat: bool = False, **settings: Any) -> ResolvedCase:
     target, draft = pair
-    s = Settings(n_predict=24, threads=1, ctx_size=1024, seed=20, temperature=0.0, draft_max=8, spec_type=spec_type,
-                 **settings).with_defaults()
+    values: dict[str, Any] = {"n_predict": 24, "threads": 1, "ctx_size": 1024, "seed": 20, "temperature": 0.0,
+                              "draft_max": 8, "spec_type": spec_type, **settings}
+    s = Settings(**values).with_defaults()
     return ResolvedCase("server-test", spec_type, ModelPath("t", str(target.path)),
                         ModelPath("d", str(draft.path)) if spec_type == "draft" else None, prompt, None, s, chat=chat)
 
@@ -203,10 +215,10 @@ def test_prompt_longer_than_the_context_fails_alone(backend, pair, tmp_path: Pat
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-def test_bad_model_file_fails_to_start_with_the_log(llama_build, pair, tmp_path: Path) -> None:
+def test_bad_model_file_fails_to_start_with_the_log(server_build, pair, tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file" * 10)
-    b = server.ServerBackend(llama_build, servers_dir=tmp_path / "servers")
+    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
     c = replace(real_case(pair), target=ModelPath("bad", str(bad)))
     with pytest.raises(LlamaspecError, match=r"failed to start: exited with code \d+: .*\(log: .*\.log\)") as info:
         b.measure(c, "baseline", tmp_path / "m.json")
@@ -216,12 +228,12 @@ def test_bad_model_file_fails_to_start_with_the_log(llama_build, pair, tmp_path:
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-def test_an_explicit_port_in_use_is_refused_and_free_ports_are_found(llama_build, pair, tmp_path: Path) -> None:
+def test_an_explicit_port_in_use_is_refused_and_free_ports_are_found(server_build, pair, tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         taken = s.getsockname()[1]
-        b = server.ServerBackend(llama_build, port=taken, servers_dir=tmp_path / "servers")
+        b = server.ServerBackend(server_build, port=taken, servers_dir=tmp_path / "servers")
         with pytest.raises(LlamaspecError, match=f"port {taken} on 127.0.0.1 is already in use"):
             b.server_for(real_case(pair), "baseline")
         b.close()
@@ -229,7 +241,7 @@ def test_an_explicit_port_in_use_is_refused_and_free_ports_are_found(llama_build
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-def test_set_run_resumes_after_the_speculative_server_is_killed(llama_build, pair, tmp_path: Path,
+def test_set_run_resumes_after_the_speculative_server_is_killed(server_build, pair, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(promptset, "_provenance", lambda backend, case, hw: {"llamacpp": backend.provenance()})
     prompts = PromptSet(PromptSource("jsonl", "/x"), (
@@ -244,7 +256,7 @@ def test_set_run_resumes_after_the_speculative_server_is_killed(llama_build, pai
     def resolve(_exp: Any, _name: Any) -> ResolvedCase:
         return real_case(pair, "ngram-simple", ngram_size_n=3, ngram_size_m=8, n_predict=16)
 
-    b = server.ServerBackend(llama_build, servers_dir=tmp_path / "servers")
+    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
     store = Store.open(tmp_path / "r.db")
 
     def kill_after_first(event: str, data: dict[str, Any]) -> None:
@@ -269,7 +281,7 @@ def test_set_run_resumes_after_the_speculative_server_is_killed(llama_build, pai
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-def test_cli_runs_a_prompt_set_end_to_end(llama_build, pair, tmp_path: Path) -> None:
+def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) -> None:
     from llamaspec.cli import main
 
     set_file = tmp_path / "set.jsonl"
@@ -277,7 +289,8 @@ def test_cli_runs_a_prompt_set_end_to_end(llama_build, pair, tmp_path: Path) -> 
         {"id": "e1", "category": "code-editing", "prompt": CODE_EDIT},
         {"id": "p1", "category": "prose", "prompt": "Write a short story about a lighthouse keeper."},
         "broken line"]) + "\n")
-    args = ["prompts", "run", "smollm2-server-mini", "--prompts", str(set_file), "-n", "16", "-t", "1", "--json"]
+    args = ["prompts", "run", "smollm2-server-mini", "--prompts", str(set_file), "-n", "16", "-t", "1", "--json",
+            "--bin-dir", server_build.bin_dir]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)

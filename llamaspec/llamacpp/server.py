@@ -344,7 +344,7 @@ def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode
     put("ctx_size", s.ctx_size)
     put("batch_size", s.batch_size)
     put("flash_attn", s.flash_attn)
-    put("parallel", s.parallel)
+    put("parallel", s.parallel or 1)  # the pinned default is "auto" (several slots)
     for flag in ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
         if caps.has(flag):
             argv.append(flag)
