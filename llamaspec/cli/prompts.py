@@ -54,6 +54,8 @@ def prompts() -> None:
     Sources: a JSONL file (prompt, category, id), spec-bench:PATH (Spec-Bench's question.jsonl),
     alpaca (tatsu-lab/alpaca from the Hugging Face hub) or alpaca:PATH (a local copy).
     Shipped: experiments/prompts/llamaspec-mini.jsonl (48 prompts, 4 categories).
+
+    Example: llamaspec prompts run smollm2-server-mini --limit 12 --seed 1
     """
 
 
