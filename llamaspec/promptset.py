@@ -504,12 +504,13 @@ def render(summary: dict[str, Any]) -> str:
     lines.append("")
     lines.append("Recommendation (best geometric-mean speedup among methods with identical output):")
     for cat, r in summary["recommendation"].items():
+        excluded = f" (excluded, output differs: {', '.join(r['excluded'])})" if r.get("excluded") else ""
         if r["method"] in (None, "baseline"):
-            lines.append(f"  {cat:<16} {r['method'] or '-'}: {r['reason']}")
+            lines.append(f"  {cat:<16} {r['method'] or '-'}: {r['reason']}{excluded}")
         else:
             tied = f"; tied: {', '.join(r['tied'])}" if r["tied"] else ""
             sure = "" if r["significant"] else " (interval includes 1)"
-            lines.append(f"  {cat:<16} {r['method']} {_fmt(r['speedup'])}{sure}{tied}")
+            lines.append(f"  {cat:<16} {r['method']} {_fmt(r['speedup'])}{sure}{tied}{excluded}")
     return "\n".join(lines)
 
 
