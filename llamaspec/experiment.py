@@ -74,6 +74,7 @@ class Experiment:
     path: str = ""
     settings: Settings = field(default_factory=Settings)
     sha256: str | None = None  # of the experiment file as loaded (stored with every run)
+    prompts: str | dict[str, Any] | None = None  # a prompt set (llamaspec.prompts): FILE | spec-bench:PATH | alpaca
 
     def with_overrides(self, overrides: Settings, repeats: int | str | None = None, prompt: str | None = None,
                        prompt_file: str | None = None) -> Experiment:
@@ -165,7 +166,8 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
     return ref
 
 
-TOP_KEYS = {"name": str, "description": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list}
+TOP_KEYS = {"name": str, "description": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list,
+            "prompts": (str, dict)}
 CASE_KEYS = {"name": str, "target": dict, "draft": dict, "prompt": str, "prompt_file": str, "settings": dict, "reference": dict}
 
 
@@ -202,8 +204,8 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
             if not resolved.is_file():
                 raise c.fail(f"{where}.prompt_file", f"file not found: {resolved}")
             prompt_file = str(resolved)
-        if (prompt is None) == (prompt_file is None):
-            raise c.fail(where, "give exactly one of prompt and prompt_file")
+        if (prompt is None) == (prompt_file is None) and not (top.get("prompts") and prompt is None and prompt_file is None):
+            raise c.fail(where, "give exactly one of prompt and prompt_file (or a prompt set: top-level prompts)")
         draft = parse_model(c, raw["draft"], f"{where}.draft", known_model) if raw.get("draft") is not None else None
         if draft is None and case_settings.over(DEFAULT_SETTINGS).spec_type == "draft":
             raise c.fail(f"{where}.draft", "missing (or set settings.spec_type to a draft-free n-gram mode)")
@@ -219,8 +221,9 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
     names = [case.name for case in cases]
     if len(set(names)) != len(names):
         raise c.fail("cases", f"case names must be unique, got {names}")
+    prompts = c.typed(top["prompts"], "prompts", (str, dict)) if top.get("prompts") is not None else None
     return Experiment(name, c.typed(top.get("description", ""), "description", str), backend, repeats, tuple(cases),
-                      source, settings)
+                      source, settings, prompts=prompts)
 
 
 def locate(name_or_path: str) -> Path:

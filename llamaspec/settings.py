@@ -134,6 +134,11 @@ class Settings:
     escape: bool | None = _setting(_bool, default=True)
     spec_type: str | None = _setting(_str, default="draft", sweep=str, side="draft",
                                      help="draft (a draft model) or a draft-free n-gram mode")
+    ngram_size_n: int | None = _setting(_int, sweep=int, side="draft",
+                                        help="n-gram modes: length of the lookup n-gram (llama-server)")
+    ngram_size_m: int | None = _setting(_int, sweep=int, side="draft",
+                                        help="n-gram modes: length of the drafted m-gram (llama-server)")
+    parallel: int | None = _setting(_int, sweep=int, help="llama-server slots, served to as many concurrent clients")
     program: str | None = _setting(_choice(*PROGRAMS), default="speculative", sweep=str, side="draft",
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
     timeout: float | None = _setting(_float, default=1800.0, side="run", help="seconds per process")

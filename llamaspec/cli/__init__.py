@@ -32,6 +32,7 @@ COMMAND_MODULES = {
     "sweep": "sweep", "tune": "sweep",
     "plot": "report", "report": "report",
     "parse": "parse",
+    "prompts": "prompts",
 }
 
 

@@ -1,0 +1,174 @@
+"""``llamaspec prompts``: prompt sets (list one; run an experiment over one, on llama-server)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llamaspec.cli import main
+from llamaspec.cli.options import SettingValue
+
+log = logging.getLogger("llamaspec")
+
+
+def _levels(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        levels = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected a comma-separated list of slot counts, got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise click.BadParameter("slot counts must be at least 1")
+    return levels
+
+
+SET_OPTIONS = [
+    click.option("--limit", type=click.IntRange(min=1), default=None, help="Keep N prompts (the first N, or a sample with --seed)."),
+    click.option("--seed", "sample_seed", type=int, default=None, help="Sample the --limit prompts at random with this seed."),
+    click.option("--format", "fmt", type=click.Choice(["chat", "raw", "alpaca"]), default=None,
+                 help="chat: through the model's chat template (default); raw: as text; alpaca: Alpaca's prompt template."),
+    click.option("--turns", type=click.Choice(["first", "all"]), default=None, help="Spec-Bench: first turn only, or every turn."),
+]
+
+
+def _set_options(func: Any) -> Any:
+    for option in reversed(SET_OPTIONS):
+        func = option(func)
+    return func
+
+
+@main.group()
+def prompts() -> None:
+    """Prompt sets: run an experiment over many prompts on llama-server, per category.
+
+    \b
+    Sources: a JSONL file (prompt, category, id), spec-bench:PATH (Spec-Bench's question.jsonl),
+    alpaca (tatsu-lab/alpaca from the Hugging Face hub) or alpaca:PATH (a local copy).
+    Shipped: experiments/prompts/llamaspec-mini.jsonl (48 prompts, 4 categories).
+
+    Example: llamaspec prompts run smollm2-server-mini --limit 12 --seed 1
+    """
+
+
+@prompts.command("list")
+@click.argument("source", metavar="FILE|spec-bench:PATH|alpaca[:PATH]")
+@_set_options
+@click.option("--show", is_flag=True, help="Print every prompt's id, category and first line.")
+def prompts_list(source: str, limit: int | None, sample_seed: int | None, fmt: str | None, turns: str | None,
+                 show: bool) -> None:
+    """Load a prompt set and say what is in it (malformed lines are reported with their numbers).
+
+    Example: llamaspec prompts list llamaspec-mini --limit 8 --seed 1
+    """
+    from llamaspec import prompts as loader
+
+    got = loader.load(loader.parse_source(source, None, format=fmt, turns=turns, limit=limit, seed=sample_seed))
+    click.echo(f"{got.source.label}: {len(got.prompts)} prompts of {got.total}")
+    for category in got.categories():
+        click.echo(f"  {category:<20} {sum(p.category == category for p in got.prompts):>4}")
+    for line in got.skipped:
+        click.echo(f"  skipped {line}")
+    if show:
+        for p in got.prompts:
+            first = p.prompt.strip().splitlines()[0][:70] if p.prompt.strip() else ""
+            click.echo(f"{p.id:<16} {p.category:<14} {'chat' if p.chat else 'raw ':<5} {first}")
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the run like Ctrl-C: servers stopped, finished prompts kept."""
+    def handler(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@prompts.command("run")
+@click.argument("experiment_name", metavar="NAME|PATH")
+@click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
+              help="The prompt set (default: the experiment's prompts:).")
+@_set_options
+@click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate per prompt.")
+@click.option("--draft", "-d", "draft_max", type=click.IntRange(min=0), default=None, help="Draft length (draft models).")
+@click.option("--spec-type", default=None, help="draft, or a draft-free n-gram mode of the build (ngram-simple, ...).")
+@click.option("--ngram-n", "ngram_size_n", type=click.IntRange(min=1), default=None, help="N-gram modes: lookup length.")
+@click.option("--ngram-m", "ngram_size_m", type=click.IntRange(min=1), default=None, help="N-gram modes: draft length.")
+@click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads.")
+@click.option("--gpu-layers", "-ngl", type=SettingValue("gpu_layers"), default=None, help="Offload: all, none or a layer count.")
+@click.option("--repeats", "-r", type=click.IntRange(min=1), default=None, help="Measure each prompt N times (ABBA).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds per request.")
+@click.option("--parallel", "parallel", default=None, metavar="N[,N...]",
+              help="Concurrency instead: N slots and N clients per level, e.g. 1,2,4.")
+@click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None, help="Write plots to this folder.")
+@click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
+              help="Use these llama.cpp binaries instead of llamaspec's build.")
+@click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto",
+              show_default=True, help="Which cached llama.cpp build to use.")
+@click.option("--json", "as_json", is_flag=True, help="Print set-level and per-category figures as JSON.")
+def prompts_run(experiment_name: str, source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None,
+                turns: str | None, n_predict: int | None, draft_max: int | None, spec_type: str | None,
+                ngram_size_n: int | None, ngram_size_m: int | None, threads: int | None, gpu_layers: int | str | None,
+                repeats: int | None, timeout: float | None, parallel: str | None, plot_dir: Path | None,
+                bin_dir: Path | None, accel: str, as_json: bool) -> None:
+    """Run every case of an experiment over a prompt set on llama-server (models loaded once).
+
+    Per prompt, baseline and speculative are measured back to back; each prompt is stored as it
+    finishes, so a rerun of the same command skips finished prompts. Prints total-token, mean and
+    geometric-mean speedups with 95 % intervals, per category, and a recommended method per category.
+
+    Example: llamaspec prompts run smollm2-server-mini --limit 12 -n 64
+    """
+    from llamaspec import experiment, host, promptset
+    from llamaspec import prompts as loader
+    from llamaspec.backend import BackendOptions
+    from llamaspec.cli.options import overrides
+    from llamaspec.llamacpp import server
+    from llamaspec.results import Store
+
+    exp = experiment.load(experiment_name)
+    if exp.backend != "llama-server":
+        log.info("prompt sets run on llama-server (the experiment says %s)", exp.backend)
+    given = {"draft_max": draft_max, "threads": threads, "gpu_layers": gpu_layers, "spec_type": spec_type,
+             "ngram_size_n": ngram_size_n, "ngram_size_m": ngram_size_m}
+    settings = overrides(given, n_predict, timeout)
+    exp = exp.with_overrides(settings, repeats)
+    src = promptset.source_of(exp, source, format=fmt, turns=turns, limit=limit, seed=sample_seed)
+    got = loader.load(src)
+    log.info("%s: %d prompts in %d categories", src.label, len(got.prompts), len(got.categories()))
+    backend = server.open_backend(BackendOptions(accel=accel, bin_dir=bin_dir))
+    levels = _levels(parallel)
+    try:
+        with _terminate_as_interrupt():
+            if levels:
+                rows = promptset.run_concurrency(exp, got, backend, levels, on_event=lambda _e, d: log.info(
+                    "%s, %d slots: aggregate speedup %s", d["method"], d["parallel"],
+                    f"{d['aggregate_speedup']:.2f}x" if d["aggregate_speedup"] else "-"))
+                click.echo(json.dumps(rows, indent=2, default=str) if as_json else promptset.render_concurrency(rows))
+                return
+            result = promptset.run_set(exp, got, backend, Store.open(), repeats=exp.repeats if isinstance(exp.repeats, int) else 3,
+                                       hardware=host.hardware(),
+                                       on_event=promptset.progress_printer())
+    finally:
+        backend.close()
+    summary = promptset.summarize(result)
+    click.echo(promptset.as_json(summary) if as_json else promptset.render(summary))
+    if plot_dir is not None:
+        for path in promptset.plot(summary, plot_dir):
+            log.info("wrote %s", path)
+    if not result.complete:
+        from llamaspec.errors import LlamaspecError
+
+        stopped = next(c for c in result.cases if c.not_run)
+        raise LlamaspecError(f"{stopped.case.case}: stopped after {stopped.error}; {len(stopped.not_run)} prompts not run",
+                             hint="rerun the same command: finished prompts are kept and skipped")

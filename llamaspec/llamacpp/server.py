@@ -1,0 +1,625 @@
+"""The ``llama-server`` backend: models loaded once, one HTTP request per measurement.
+
+For each (model pair, speculative setting) one ``llama-server`` runs with the draft (or a
+draft-free n-gram mode), and beside it one with the target alone; both stay loaded for the
+whole run, so a measurement is a single ``/completion`` request with no process start or
+model load inside it. Per-request speculative settings are ignored by the server, so every
+setting gets its own server; servers live in a pool keyed by (program, argv) and are stopped
+by ``close()`` (and at exit, and on Ctrl-C).
+
+Speed. The server's ``timings`` (``tools/server/server-common.{h,cpp}`` at 0c1e570):
+``predicted_n`` counts every generated token including the first; ``predicted_ms`` runs from
+the moment the first generated token was sampled (``t_prompt_last``, set when ``n_gen`` becomes
+1) to the last one (``t_gen_last``); ``predicted_per_second`` is ``(predicted_n - 1) /
+predicted_ms``. That is exactly SPEED_DEFINITION, so ``decode_tps`` is computed the same way
+from the two raw figures and ``speed_basis`` says so. ``draft_n`` / ``draft_n_accepted`` are only
+present when something was drafted: absent means 0. Verification rounds are not in the
+response; with one slot they are the change of ``spec_decode_num_drafts_total`` on ``/metrics``
+across the request.
+
+Prompts are sent as text to ``/completion`` with ``return_tokens`` so that the lossless check
+runs on token ids. A chat prompt is first rendered with the model's own template
+(``/apply-template``, the same rendering ``/v1/chat/completions`` does), on the target-only
+server, so both modes see the very same text.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import http.client
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from llamaspec import paths
+from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp import flags
+from llamaspec.llamacpp.build import Build
+from llamaspec.settings import DEFAULTS, Settings
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"  # loopback only: the server is never reachable from elsewhere
+
+# setting -> llama-server flag names, most recent first; the first one the build accepts wins.
+SERVER_FLAG_TABLE: dict[str, tuple[str, ...]] = {
+    "target": ("-m", "--model"),
+    "draft": ("-md", "--model-draft", "--spec-draft-model"),
+    "threads": ("-t", "--threads"),
+    "threads_draft": ("-td", "--spec-draft-threads", "--threads-draft"),
+    "gpu_layers": ("-ngl", "--n-gpu-layers", "--gpu-layers"),
+    "draft_gpu_layers": ("-ngld", "--spec-draft-ngl", "--n-gpu-layers-draft", "--gpu-layers-draft"),
+    "ctx_size": ("-c", "--ctx-size"),
+    "batch_size": ("-b", "--batch-size"),
+    "flash_attn": ("-fa", "--flash-attn"),
+    "parallel": ("-np", "--parallel"),
+    "draft_max": ("--spec-draft-n-max", "--draft-max", "--draft"),
+    "draft_min": ("--spec-draft-n-min", "--draft-min"),
+    "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
+    "spec_type": ("--spec-type",),
+}
+# Draft-free modes: the n-gram sizes have one flag family per mode (ngram-mod calls the lookup
+# length n-match and the draft length n-max). ngram-cache has none.
+NGRAM_FLAG_TABLE: dict[str, dict[str, tuple[str, ...]]] = {
+    "ngram-simple": {"ngram_size_n": ("--spec-ngram-simple-size-n",), "ngram_size_m": ("--spec-ngram-simple-size-m",)},
+    "ngram-map-k": {"ngram_size_n": ("--spec-ngram-map-k-size-n",), "ngram_size_m": ("--spec-ngram-map-k-size-m",)},
+    "ngram-map-k4v": {"ngram_size_n": ("--spec-ngram-map-k4v-size-n",),
+                      "ngram_size_m": ("--spec-ngram-map-k4v-size-m",)},
+    "ngram-mod": {"ngram_size_n": ("--spec-ngram-mod-n-match",), "ngram_size_m": ("--spec-ngram-mod-n-max",)},
+}
+# Our "draft" is llama.cpp's plain draft-model speculation.
+SPEC_TYPE_NAMES = {"draft": "draft-simple"}
+# Settings that only make sense with a draft model, and those only with an n-gram mode.
+DRAFT_ONLY = ("draft_min", "draft_p_min", "threads_draft")
+NGRAM_ONLY = ("ngram_size_n", "ngram_size_m")
+
+HONOURED = frozenset({
+    "n_predict", "seed", "temperature", "draft_max", "draft_min", "draft_p_min", "threads", "threads_draft",
+    "gpu_layers", "draft_gpu_layers", "ctx_size", "batch_size", "flash_attn", "spec_type", "ngram_size_n",
+    "ngram_size_m", "parallel", "timeout", "extra_args", "escape",  # escape: JSON carries the prompt as is
+})
+
+SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicted_ms runs from the first generated "
+               "token to the last, predicted_n counts the first (same as its predicted_per_second)")
+READY_TIMEOUT = 600.0  # seconds for a server to load its models
+LOG_TAIL = 6
+
+
+def is_draft_free(spec_type: str | None) -> bool:
+    return bool(spec_type) and not str(spec_type).startswith("draft")
+
+
+def server_spec_type(spec_type: str | None) -> str:
+    return SPEC_TYPE_NAMES.get(spec_type or "draft", spec_type or "draft-simple")
+
+
+# --- the server process ------------------------------------------------------------------------
+
+_LIVE: weakref.WeakSet[Server] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for server in live:
+        server.stop()
+
+
+atexit.register(_stop_all)
+
+
+def free_port() -> int:
+    """A port the kernel says is free now (the server may still lose a race for it: retried)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+class ServerDied(Exception):
+    """The server process is gone (message: how it ended and its last log lines)."""
+
+
+class RequestFailed(Exception):
+    """The server answered a request with an error (message: its own)."""
+
+    def __init__(self, status: int, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+class Server:
+    """One ``llama-server`` process on 127.0.0.1, with its log file."""
+
+    def __init__(self, program: Path, args: list[str], log_path: Path, label: str, port: int | None = None) -> None:
+        self.program = Path(program)
+        self.args = list(args)
+        self.log_path = log_path
+        self.label = label
+        self.explicit_port = port
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_seconds: float | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [str(self.program), *self.args, "--host", HOST, "--port", str(self.port)]
+
+    def start(self, ready_timeout: float = READY_TIMEOUT) -> None:
+        """Start and wait until ``/health`` says the models are loaded (3 ports tried if ours are taken)."""
+        if self.explicit_port is not None and port_in_use(self.explicit_port):
+            raise LlamaspecError(f"port {self.explicit_port} on {HOST} is already in use",
+                                 hint="choose another port, or leave it unset to pick a free one")
+        for attempt in range(3):
+            self.port = self.explicit_port or free_port()
+            try:
+                self._launch(ready_timeout)
+                return
+            except ServerDied as exc:
+                if self.explicit_port is None and attempt < 2 and "couldn't bind" in str(exc):
+                    log.debug("port %s was taken before %s bound it; trying another", self.port, self.label)
+                    continue
+                raise LlamaspecError(f"llama-server ({self.label}) failed to start: {exc} (log: {self.log_path})",
+                                     hint="check the model files and flags in the log; run the command at its top "
+                                          "yourself to see more") from None
+
+    def _launch(self, ready_timeout: float) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = self.argv
+        with open(self.log_path, "ab") as logf:
+            logf.write(f"$ {subprocess.list2cmdline(argv)}\n".encode())
+            logf.flush()
+            t0 = time.monotonic()
+            log.info("starting llama-server (%s) on port %s ...", self.label, self.port)
+            try:
+                self.process = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)
+            except OSError as exc:
+                raise LlamaspecError(f"cannot start {self.program}: {exc}", hint="run `llamaspec build` first") from exc
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        deadline = t0 + ready_timeout
+        while True:
+            if not self.alive():
+                raise ServerDied(self.exit_description())
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                status, _ = self.get("/health", timeout=2.0)
+                if status == 200:
+                    self.started_seconds = time.monotonic() - t0
+                    log.debug("llama-server (%s) ready in %.1f s", self.label, self.started_seconds)
+                    return
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerDied(f"not ready after {ready_timeout:.0f} s")
+            time.sleep(0.1)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def exit_description(self) -> str:
+        code = self.process.poll() if self.process else None
+        if code is None:
+            how = "is still running"
+        elif code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        tail = self.log_tail()
+        return how + (f": {tail}" if tail else "")
+
+    def log_tail(self, lines: int = LOG_TAIL) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        keep = [s.strip() for s in text.splitlines() if s.strip() and not s.startswith("$ ")]
+        return " | ".join(keep[-lines:])
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self.port is None:
+            raise ServerDied("not started")
+        return http.client.HTTPConnection(HOST, self.port, timeout=timeout)
+
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
+        conn = self._connection(timeout)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode(errors="replace")
+        finally:
+            conn.close()
+
+    def post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """POST JSON; the answer's JSON, or RequestFailed (server error) / ServerDied (process gone)."""
+        conn = self._connection(timeout)
+        try:
+            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read().decode(errors="replace")
+        except (ConnectionError, http.client.HTTPException) as exc:
+            time.sleep(0.2)  # let a dying process be reaped so that we can say how it ended
+            if not self.alive():
+                raise ServerDied(self.exit_description()) from exc
+            raise
+        finally:
+            conn.close()
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = {"error": {"message": raw[:300]}}
+        if resp.status != 200:
+            err = data.get("error") if isinstance(data, dict) else None
+            message = err.get("message", raw[:300]) if isinstance(err, dict) else raw[:300]
+            kind = err.get("type", "") if isinstance(err, dict) else ""
+            raise RequestFailed(resp.status, str(message), str(kind))
+        if not isinstance(data, dict):
+            raise RequestFailed(resp.status, f"unexpected answer: {raw[:200]}", "format")
+        return data
+
+    def metric(self, name: str) -> float | None:
+        """One counter from ``/metrics`` (Prometheus text; needs --metrics), None when absent."""
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            status, text = self.get("/metrics")
+            if status == 200:
+                m = re.search(rf"^llamacpp:{re.escape(name)}\s+(\S+)$", text, re.MULTILINE)
+                if m:
+                    return float(m.group(1))
+        return None
+
+    def peak_rss_bytes(self) -> int | None:
+        """The server's peak resident memory so far (VmHWM), Linux only."""
+        if self.process is None:
+            return None
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()
+        except OSError:
+            return None
+        m = re.search(r"^VmHWM:\s+(\d+)\s+kB", status, re.MULTILINE)
+        return int(m.group(1)) * 1024 if m else None
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Terminate the process group, then kill it if it does not go."""
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+
+# --- argv from settings ------------------------------------------------------------------------
+
+def _put(argv: list[str], caps: flags.Capabilities, names: tuple[str, ...], value: object, what: str) -> None:
+    if value is None:
+        return
+    flag = caps.pick(names)
+    if flag is None:
+        raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
+                             hint="drop that setting from the experiment, or use a llama.cpp build that has it")
+    argv.extend([flag, str(value)])
+
+
+def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode: str) -> list[str]:
+    """llama-server's arguments (without host and port) for the server that measures ``mode``."""
+    s = case.settings.with_defaults()
+    argv: list[str] = []
+
+    def put(setting: str, value: object) -> None:
+        _put(argv, caps, SERVER_FLAG_TABLE[setting], value, setting.replace("_", " "))
+
+    put("target", case.target.path)
+    put("threads", s.threads)
+    put("gpu_layers", flags.gpu_layers(s.gpu_layers, backend, caps.generation))
+    put("ctx_size", s.ctx_size)
+    put("batch_size", s.batch_size)
+    put("flash_attn", s.flash_attn)
+    put("parallel", s.parallel or 1)  # the pinned default is "auto" (several slots)
+    for flag in ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
+        if caps.has(flag):
+            argv.append(flag)
+    if caps.has("--cache-ram"):
+        argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
+    if mode == "baseline":
+        return argv
+    spec_type = s.spec_type or "draft"
+    if not is_draft_free(spec_type):
+        put("draft", case.draft.path if case.draft else None)
+        put("draft_max", s.draft_max)
+        put("draft_min", s.draft_min)
+        put("draft_p_min", s.draft_p_min)
+        put("threads_draft", s.threads_draft)
+        put("draft_gpu_layers", flags.gpu_layers(s.draft_gpu_layers, backend, caps.generation))
+    # Always explicit: without --spec-type the pinned server loads a draft and never uses it.
+    put("spec_type", server_spec_type(spec_type))
+    for setting in NGRAM_ONLY:
+        value = getattr(s, setting)
+        if value is not None:
+            names = NGRAM_FLAG_TABLE.get(spec_type, {}).get(setting)
+            if not names:
+                raise LlamaspecError(f"{setting} has no meaning for spec_type {spec_type}",
+                                     hint=f"{setting} applies to: {', '.join(NGRAM_FLAG_TABLE)}")
+            _put(argv, caps, names, value, f"{setting} of {spec_type}")
+    argv.extend(s.extra_args or ())
+    return argv
+
+
+# --- the backend -------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _PromptCache:
+    rendered: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+
+
+class ServerBackend:
+    """The ``llama-server`` backend (see the module docstring)."""
+
+    name = "llama-server"
+
+    def __init__(self, build: Build, port: int | None = None, servers_dir: Path | None = None) -> None:
+        self.build = build
+        self.program = build.program("server")
+        self.caps = flags.capabilities(self.program)
+        types = [t for t in self.caps.spec_types if t not in ("none", "draft-simple")]
+        self.capabilities = Capabilities(
+            modes=frozenset({"baseline", "speculative"}),
+            settings=HONOURED,
+            spec_types=("draft", *types),
+            draft_policy="capped",
+            keeps_models_loaded=True,
+            token_ids=True,
+        )
+        self.port = port  # an explicit port for the first server (tests, firewalls); others pick free ones
+        self.servers_dir = servers_dir or paths.runs_dir() / "servers"
+        self._pool: dict[tuple[str, ...], Server] = {}
+        self._lock = threading.Lock()
+        self._starting: dict[tuple[str, ...], threading.Lock] = {}
+        self._prompts = _PromptCache()
+
+    # identity and provenance
+
+    def identity(self) -> str:
+        return f"llama-server:{self.build.key or self.build.commit or self.caps.version.commit}"
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "commit": self.build.commit if self.build.commit != "unknown" else self.caps.version.commit,
+            "build_number": self.caps.version.number,
+            "accel": self.build.accel,
+            "cmake_args": list(self.build.cmake_args),
+            "bin_dir": self.build.bin_dir,
+            "programs": dict(self.build.programs),
+            "source": self.build.source,
+            "build_key": self.build.key,
+            "program": "llama-server",
+            "speed_basis": SPEED_BASIS,
+        }
+
+    # checking
+
+    def resolve_model(self, model: str, variant: str) -> ModelPath:
+        from llamaspec import models
+
+        return models.gguf_model(model, variant)
+
+    def check(self, case: ResolvedCase) -> None:
+        self._check_settings(case)
+        if case.draft is not None:
+            from llamaspec import models
+
+            models.check_pair(Path(case.target.path), Path(case.draft.path))  # llama.cpp's own vocabulary checks
+
+    def _check_settings(self, case: ResolvedCase) -> None:
+        s = case.settings.with_defaults()
+        for name in dataclasses.asdict(s):
+            if name not in HONOURED and getattr(s, name) != getattr(DEFAULTS, name):
+                raise LlamaspecError(f"llama-server does not take setting {name} (set to {getattr(s, name)!r})",
+                                     hint="drop it from the experiment, or use backend llama.cpp")
+        spec_type = s.spec_type or "draft"
+        if spec_type not in self.capabilities.spec_types:
+            raise LlamaspecError(f"llama-server ({self.caps.version.commit}) has no spec_type {spec_type!r}",
+                                 hint=f"this build offers: {', '.join(self.capabilities.spec_types)}")
+        if is_draft_free(spec_type):
+            if case.draft is not None:
+                raise LlamaspecError(f"spec_type {spec_type} is draft-free, but the case names draft model "
+                                     f"{case.draft.label}", hint="drop the draft model, or use spec_type draft")
+            for name in DRAFT_ONLY:
+                if getattr(s, name) is not None and getattr(s, name) != getattr(DEFAULTS, name):
+                    raise LlamaspecError(f"{name} applies to a draft model, not to spec_type {spec_type}",
+                                         hint=f"drop {name}, or use spec_type draft")
+        else:
+            if case.draft is None:
+                raise LlamaspecError(f"spec_type {spec_type} needs a draft model", hint="give the case a draft model, "
+                                     f"or use a draft-free mode: {', '.join(t for t in self.capabilities.spec_types if is_draft_free(t))}")
+            for name in NGRAM_ONLY:
+                if getattr(s, name) is not None:
+                    raise LlamaspecError(f"{name} applies to n-gram modes, not to spec_type {spec_type}",
+                                         hint=f"drop {name}, or set spec_type to one of: {', '.join(NGRAM_FLAG_TABLE)}")
+        if s.temperature not in (None, 0, 0.0):
+            log.warning("temperature %s: outputs with and without speculation may differ by sampling", s.temperature)
+        server_args(self.caps, self.build.accel, case, "speculative")
+
+    # servers
+
+    def server_for(self, case: ResolvedCase, mode: str) -> Server:
+        """The running server for this case and mode, started (outside any timing) if needed."""
+        if mode not in self.capabilities.modes:
+            raise LlamaspecError(f"llama-server cannot measure mode {mode!r}", hint="modes: baseline, speculative")
+        args = server_args(self.caps, self.build.accel, case, mode)
+        key = (str(self.program), *args)
+        with self._lock:
+            gate = self._starting.setdefault(key, threading.Lock())
+        with gate:  # one thread starts a server; concurrent clients wait for it
+            with self._lock:
+                server = self._pool.get(key)
+            if server is not None and server.alive():
+                return server
+            if server is not None:
+                # Died since its last request: this measurement fails (the reason is in the log);
+                # the next call starts a fresh one.
+                with self._lock:
+                    self._pool.pop(key, None)
+                raise ServerDied(f"({server.label}) {server.exit_description()} (log: {server.log_path})")
+            label = mode if mode == "baseline" else f"speculative, {case.settings.spec_type or 'draft'}"
+            stem = f"{int(time.time())}-{os.getpid()}-{len(self._pool)}-{mode}"
+            with self._lock:
+                port = self.port if self.port is not None and not self._pool else None
+            server = Server(self.program, args, self.servers_dir / f"{stem}.log", label, port=port)
+            server.start(READY_TIMEOUT if case.settings.timeout is None else max(READY_TIMEOUT, case.settings.timeout))
+            with self._lock:
+                self._pool[key] = server
+            return server
+
+    def servers(self) -> list[Server]:
+        with self._lock:
+            return list(self._pool.values())
+
+    def close(self) -> None:
+        for server in self.servers():
+            server.stop()
+        with self._lock:
+            self._pool.clear()
+
+    # prompts
+
+    def prompt_text(self, case: ResolvedCase) -> str:
+        """The text sent to /completion: the prompt as is, or rendered with the chat template."""
+        prompt = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+        if not case.chat:
+            return prompt
+        base = self.server_for(case, "baseline")
+        key = (case.target.path, prompt)
+        with self._lock:
+            hit = self._prompts.rendered.get(key)
+        if hit is not None:
+            return hit
+        try:
+            data = base.post("/apply-template", {"messages": [{"role": "user", "content": prompt}]}, timeout=60)
+        except RequestFailed as exc:
+            raise LlamaspecError(f"llama-server could not apply {case.target.label}'s chat template: {exc}",
+                                 hint="send the prompts raw (format: raw), or use a model with a chat template") from exc
+        rendered = str(data.get("prompt", ""))
+        with self._lock:
+            self._prompts.rendered[key] = rendered
+        return rendered
+
+    # measuring
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
+        s = case.settings.with_defaults()
+        try:
+            server = self.server_for(case, mode)
+            text = self.prompt_text(case)
+        except ServerDied as exc:
+            return Measurement(mode=mode, ok=False, error=f"llama-server {exc}", argv=(), exit_code=None,
+                               wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path),
+                               stats={"error_kind": "server"})
+        body = {"prompt": text, "n_predict": s.n_predict, "temperature": s.temperature, "seed": s.seed,
+                "cache_prompt": False, "return_tokens": True, "stream": False}
+        serial = (s.parallel or 1) == 1
+        rounds_before = server.metric("spec_decode_num_drafts_total") if serial and mode == "speculative" else None
+        timeout = s.timeout or 1800.0
+        base: dict[str, Any] = dict(mode=mode, argv=tuple(server.argv), exit_code=None, log_path=str(log_path))
+        t0 = time.monotonic()
+        error: str | None = None
+        kind = ""
+        data: dict[str, Any] = {}
+        try:
+            data = server.post("/completion", body, timeout=timeout)
+        except ServerDied as exc:
+            error, kind = f"llama-server ({server.label}) {exc} (log: {server.log_path})", "server"
+        except RequestFailed as exc:
+            kind = "prompt" if exc.status == 400 else "request"
+            error = f"llama-server refused the prompt: {exc}" if kind == "prompt" else f"llama-server error {exc.status}: {exc}"
+        except TimeoutError:
+            error, kind = f"no answer from llama-server ({server.label}) within {timeout:.0f} s", "timeout"
+            server.stop()  # it is still generating: a fresh one serves the next request
+        except (ConnectionError, http.client.HTTPException) as exc:
+            error, kind = f"lost the connection to llama-server ({server.label}): {exc}", "server"
+        wall = time.monotonic() - t0
+        _write_log(log_path, server, body, data, error)
+        base.update(wall_seconds=round(wall, 4), peak_rss_bytes=server.peak_rss_bytes())
+        if error is not None:
+            return Measurement(ok=False, error=error, stats={"error_kind": kind, "server_log": str(server.log_path)},
+                               **base)
+        rounds_after = server.metric("spec_decode_num_drafts_total") if rounds_before is not None else None
+        rounds = int(rounds_after - rounds_before) if rounds_after is not None and rounds_before is not None else None
+        return Measurement(ok=True, error=None, **base, **completion_fields(data, mode, s, rounds),
+                           speed_basis=SPEED_BASIS)
+
+
+def completion_fields(data: dict[str, Any], mode: str, s: Settings, rounds: int | None = None) -> dict[str, Any]:
+    """Measurement fields from one ``/completion`` answer (pure: tested on recorded answers)."""
+    t = data.get("timings") or {}
+    n_gen = t.get("predicted_n", data.get("tokens_predicted"))
+    ms = t.get("predicted_ms")
+    decode = (n_gen - 1) / (ms / 1000.0) if n_gen is not None and n_gen >= 2 and ms else None
+    prompt_ms, prompt_n = t.get("prompt_ms"), t.get("prompt_n")
+    fields: dict[str, Any] = dict(
+        n_prompt=data.get("tokens_evaluated", prompt_n),
+        n_predict=n_gen,
+        encode_tps=prompt_n / (prompt_ms / 1000.0) if prompt_n and prompt_ms else None,
+        decode_tps=decode,
+        text=data.get("content"),
+        tokens=tuple(int(x) for x in data["tokens"]) if isinstance(data.get("tokens"), list) and data["tokens"] else None,
+        end_of_text=data.get("stop_type") == "eos" and (n_gen or 0) < (s.n_predict or 0),
+        stats={"timings": t, "stop_type": data.get("stop_type"), "truncated": data.get("truncated"),
+               "tokens_cached": data.get("tokens_cached")},
+    )
+    if mode == "speculative":
+        drafted = int(t.get("draft_n", 0))  # absent: nothing was drafted
+        accepted = int(t.get("draft_n_accepted", 0))
+        spec_type = s.spec_type or "draft"
+        fields.update(n_drafted=drafted, n_accept=accepted, accept=100.0 * accepted / drafted if drafted else None,
+                      rounds=rounds, draft_policy="capped",
+                      draft_len=s.ngram_size_m if is_draft_free(spec_type) else s.draft_max)
+    else:
+        fields.update(draft_policy="none")
+    return fields
+
+
+def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[str, Any], error: str | None) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"server": server.label, "argv": server.argv, "server_log": str(server.log_path), "request": body,
+              "response": data, "error": error}
+    log_path.write_text(json.dumps(record, indent=1, ensure_ascii=False))
+
+
+def open_backend(options: BackendOptions) -> ServerBackend:
+    from llamaspec.llamacpp.build import find
+
+    build = find(options.accel, options.bin_dir)
+    if "server" not in build.programs:
+        raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
+                             hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")
+    return ServerBackend(build)

@@ -1,0 +1,653 @@
+"""Run an experiment over a prompt set, and the set-level statistics.
+
+Per prompt and per case (a method: a draft length, an n-gram mode): the baseline and the
+speculative generation are measured seconds apart on two live servers, in ABBA order over the
+repeats, and stored as one run row (``kind="promptset"``) as soon as the prompt finishes. The
+row's ``sweep_id`` identifies (case settings, models, build, prompt set) and its ``point_key``
+the prompt, so a rerun skips what is finished and resumes where a run stopped.
+
+Over the set (``set_statistics``):
+
+- total-token speedup: all speculative decode tokens over their time, against the same for the
+  baseline (prompts weighted by their length), with a bootstrap interval over prompts;
+- mean and geometric mean of per-prompt speedups, each with a 95 % bootstrap interval;
+- per-category breakdown of the same;
+- mean accepted tokens per round, counting the target's own token (Spec-Bench's tau), where
+  the backend knows the rounds, and tokens per target call (every call, drafted or not);
+- lossless rate: prompts whose speculative token ids equal the baseline's;
+- prompts that ended early (end of text before n_predict) listed apart and kept out of every
+  speedup: a 3-token answer's "speed" says nothing about decoding.
+
+Only the resolve and provenance steps come from the run core, through ``_resolver`` and
+``_provenance`` below (the run core is being rewritten; these are the two calls needed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from llamaspec import paths, stats
+from llamaspec.backend import Backend, Measurement, ResolvedCase
+from llamaspec.errors import LlamaspecError
+from llamaspec.prompts import Prompt, PromptSet, PromptSource, parse_source
+from llamaspec.results import MeasurementRow, Store
+
+log = logging.getLogger(__name__)
+
+Event = Callable[[str, dict[str, Any]], None]
+STOPPING_ERRORS = ("server", "timeout")  # the server is gone or stuck: later prompts would fail alike
+
+
+# --- the run core, through a thin adapter ------------------------------------------------------
+
+def _resolver(backend: Backend) -> Callable[[Any, Any], ResolvedCase]:
+    from llamaspec import run
+
+    def resolve(exp: Any, case: Any) -> ResolvedCase:
+        resolved = run.resolve_case(exp, case, backend)
+        run.check_settings(resolved, backend)
+        return resolved
+
+    return resolve
+
+
+def _provenance(backend: Backend, case: ResolvedCase, hardware: dict[str, Any]) -> dict[str, Any]:
+    from llamaspec import run
+
+    return run.provenance(backend, case, hardware)
+
+
+# --- the prompt set an experiment names --------------------------------------------------------
+
+def source_of(exp: Any, override: str | None = None, **options: Any) -> PromptSource:
+    """The prompt set to run: the command line's, else the experiment's ``prompts:``."""
+    base_dir = Path(exp.path).parent if getattr(exp, "path", "") else None
+    spec = override if override is not None else getattr(exp, "prompts", None)
+    if spec is None:
+        raise LlamaspecError(f"experiment {exp.name} names no prompt set",
+                             hint="pass --prompts FILE (or spec-bench:PATH, alpaca), or add prompts: to the experiment")
+    if isinstance(spec, dict):
+        spec = dict(spec)
+        where = spec.pop("source", None)
+        if not isinstance(where, str):
+            raise LlamaspecError(f"{exp.path}: prompts.source: missing", hint="prompts: {source: FILE, format: chat}")
+        unknown = set(spec) - {"format", "turns", "limit", "seed"}
+        if unknown:
+            raise LlamaspecError(f"{exp.path}: prompts: unknown key {sorted(unknown)[0]!r}",
+                                 hint="keys: source, format, turns, limit, seed")
+        merged = {**spec, **{k: v for k, v in options.items() if v is not None}}
+        return parse_source(where, base_dir, **merged)
+    return parse_source(spec, base_dir, **options)
+
+
+# --- per prompt --------------------------------------------------------------------------------
+
+def set_key(backend: Backend, case: ResolvedCase, source: PromptSource, repeats: int) -> str:
+    """Same case settings, models, build, prompt set and repeats: the same set run (resumable)."""
+    blob = {"identity": backend.identity(), "experiment": case.experiment, "case": case.case,
+            "target": case.target.sha256 or case.target.path,
+            "draft": (case.draft.sha256 or case.draft.path) if case.draft else None,
+            "settings": {k: v for k, v in case.settings.to_dict().items() if k != "timeout"},
+            "source": {"kind": source.kind, "path": source.path, "format": source.format, "turns": source.turns},
+            "repeats": repeats}
+    return "set-" + hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def prompt_case(case: ResolvedCase, prompt: Prompt) -> ResolvedCase:
+    return replace(case, prompt=prompt.prompt, prompt_file=None, prompt_id=prompt.id, category=prompt.category,
+                   chat=prompt.chat)
+
+
+def measurement_row(run_id: int, repeat: int, m: Measurement) -> MeasurementRow:
+    extra = {"tokens": list(m.tokens) if m.tokens is not None else None, "rounds": m.rounds,
+             "end_of_text": m.end_of_text, "draft_len": m.draft_len, "draft_policy": m.draft_policy,
+             "speed_basis": m.speed_basis}
+    return MeasurementRow(run_id=run_id, mode=m.mode, repeat=repeat, ok=m.ok, error=m.error, argv=list(m.argv),
+                          exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
+                          n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps,
+                          decode_tps=m.decode_tps, n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept,
+                          text=m.text, stats={**(m.stats or {}), **extra}, log_path=m.log_path)
+
+
+def _same_output(a: Measurement, b: Measurement) -> tuple[bool | None, int | None]:
+    """(identical?, first differing position) on token ids, else on text."""
+    x: Sequence[Any] | None
+    y: Sequence[Any] | None
+    if a.tokens is not None and b.tokens is not None:
+        x, y = a.tokens, b.tokens
+    else:
+        x, y = a.text, b.text
+    if x is None or y is None:
+        return None, None
+    n = min(len(x), len(y))
+    first = next((i for i in range(n) if x[i] != y[i]), None)
+    if first is None and len(x) != len(y):
+        first = n
+    return first is None, first
+
+
+def decode_totals(m: Measurement) -> tuple[int, float] | None:
+    """(tokens after the first, seconds) behind one decode speed: what total-token speedups add up."""
+    if not m.ok or not m.decode_tps or not m.n_predict or m.n_predict < 2:
+        return None
+    tokens = m.n_predict - 1
+    return tokens, tokens / m.decode_tps
+
+
+def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str, Any]:
+    """One prompt's figures from its measurements (repeats paired by order)."""
+    base = [m for m in measured if m.mode == "baseline" and m.ok]
+    spec = [m for m in measured if m.mode == "speculative" and m.ok]
+    ratios = [s.decode_tps / b.decode_tps for s, b in zip(spec, base, strict=False) if s.decode_tps and b.decode_tps]
+    speed = stats.spread(ratios)
+    verdicts = [_same_output(s, b) for s, b in zip(spec, base, strict=False)]
+    known = [v for v, _ in verdicts if v is not None]
+    totals_b = [t for t in (decode_totals(m) for m in base) if t]
+    totals_s = [t for t in (decode_totals(m) for m in spec) if t]
+    drafted = sum(m.n_drafted or 0 for m in spec)
+    accepted = sum(m.n_accept or 0 for m in spec)
+    rounds = [m.rounds for m in spec]
+    failed = next((m for m in measured if not m.ok), None)
+    return {
+        "id": prompt.id, "category": prompt.category,
+        "status": "failed" if failed else "ok",
+        "error": failed.error if failed else None,
+        "error_kind": (failed.stats or {}).get("error_kind") if failed else None,
+        "repeats": len(ratios),
+        "speedup": speed.median if speed else None,
+        "speedup_spread": speed.to_dict() if speed else None,
+        "baseline_tps": statistics.median([m.decode_tps for m in base if m.decode_tps]) if totals_b else None,
+        "speculative_tps": statistics.median([m.decode_tps for m in spec if m.decode_tps]) if totals_s else None,
+        "n_prompt": base[0].n_prompt if base else (spec[0].n_prompt if spec else None),
+        "n_predict": base[0].n_predict if base else None,
+        "ended_early": any(m.end_of_text for m in (*base, *spec)),
+        "baseline_tokens": sum(t for t, _ in totals_b), "baseline_seconds": sum(s for _, s in totals_b),
+        "speculative_tokens": sum(t for t, _ in totals_s), "speculative_seconds": sum(s for _, s in totals_s),
+        "speculative_n_predict": sum(m.n_predict or 0 for m in spec),
+        "n_drafted": drafted if spec else None, "n_accept": accepted if spec else None,
+        "accept": 100.0 * accepted / drafted if drafted else None,
+        "rounds": sum(r for r in rounds if r is not None) if spec and all(r is not None for r in rounds) else None,
+        "lossless": all(known) if known else None,
+        "first_difference": next((f for v, f in verdicts if v is False), None),
+        "draft_len": spec[0].draft_len if spec else None,
+    }
+
+
+# --- running -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CaseSet:
+    """One case (method) over the set: its per-prompt summaries and what did not run."""
+
+    case: ResolvedCase
+    set_id: str
+    items: tuple[dict[str, Any], ...]
+    not_run: tuple[str, ...] = ()  # prompt ids left after a stopping failure
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return method_label(self.case)
+
+
+@dataclass(frozen=True)
+class SetRun:
+    experiment: str
+    source: PromptSource
+    prompts: PromptSet
+    cases: tuple[CaseSet, ...]
+
+    @property
+    def complete(self) -> bool:
+        return all(not c.not_run for c in self.cases)
+
+
+def method_label(case: ResolvedCase) -> str:
+    s = case.settings
+    spec_type = s.spec_type or "draft"
+    if spec_type == "draft":
+        return f"{case.case} (draft {case.draft.label if case.draft else '?'}, k={s.draft_max})"
+    sizes = ", ".join(f"{k[-1]}={getattr(s, k)}" for k in ("ngram_size_n", "ngram_size_m") if getattr(s, k) is not None)
+    return f"{case.case} ({spec_type}{', ' + sizes if sizes else ''})"
+
+
+def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, repeats: int = 1,
+            hardware: dict[str, Any] | None = None, on_event: Event | None = None,
+            resolve: Callable[[Any, Any], ResolvedCase] | None = None) -> SetRun:
+    """Measure every case of ``exp`` on every prompt of the set; stored per prompt; resumable."""
+    emit = on_event or (lambda _e, _d: None)
+    resolve = resolve or _resolver(backend)
+    cases = [resolve(exp, c) for c in exp.cases]
+    for case in cases:
+        backend.check(case)
+    hw = hardware or {}
+    total = len(cases) * len(prompt_set.prompts)
+    clock = _Clock(total)
+    out: list[CaseSet] = []
+    for case in cases:
+        set_id = set_key(backend, case, prompt_set.source, repeats)
+        items: list[dict[str, Any]] = []
+        not_run: list[str] = []
+        error = None
+        for index, prompt in enumerate(prompt_set.prompts):
+            done = store.finished_point(set_id, prompt.id)
+            if done is not None and done.get("summary"):
+                items.append(done["summary"])
+                clock.tick(skipped=True)
+                emit("skip", {"case": case.case, "prompt": prompt.id})
+                continue
+            emit("start", {"case": case.case, "prompt": prompt.id, "index": index, "count": len(prompt_set.prompts)})
+            summary = _run_prompt(prompt_case(case, prompt), prompt, backend, store, set_id, repeats, hw)
+            items.append(summary)
+            clock.tick()
+            emit("done", {"case": case.case, "prompt": prompt.id, "summary": summary, "eta": clock.eta()})
+            if summary["status"] != "ok" and summary.get("error_kind") in STOPPING_ERRORS:
+                not_run = [p.id for p in prompt_set.prompts[index + 1:]]
+                error = summary["error"]
+                emit("stopped", {"case": case.case, "error": error, "not_run": not_run})
+                break
+        out.append(CaseSet(case, set_id, tuple(items), tuple(not_run), error))
+    return SetRun(exp.name, prompt_set.source, prompt_set, tuple(out))
+
+
+def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Store, set_id: str, repeats: int,
+                hardware: dict[str, Any]) -> dict[str, Any]:
+    run_id = store.start_run(experiment=case.experiment, case_name=case.case,
+                             settings={**case.settings.to_dict(), "prompt_id": prompt.id, "category": prompt.category},
+                             provenance=_provenance(backend, case, hardware), kind="promptset", sweep_id=set_id,
+                             point_key=prompt.id)
+    logs = paths.runs_dir() / f"{run_id:06d}"
+    measured: list[Measurement] = []
+    try:
+        for r in range(repeats):
+            order = ("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")  # ABBA
+            for mode in order:
+                m = backend.measure(case, mode, logs / f"{mode}-{r}.json")
+                store.add_measurement(measurement_row(run_id, r, m))
+                measured.append(m)
+                if not m.ok:
+                    raise _Stop
+    except _Stop:
+        pass
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured), "interrupted by the user")
+        raise
+    summary = prompt_summary(prompt, measured)
+    store.finish_run(run_id, summary["status"], summary, summary["error"])
+    return summary
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Clock:
+    """Progress with an ETA from the prompts measured so far (resumed ones cost nothing)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.measured = 0
+        self.start = time.monotonic()
+
+    def tick(self, skipped: bool = False) -> None:
+        self.done += 1
+        self.measured += 0 if skipped else 1
+
+    def eta(self) -> float | None:
+        if not self.measured:
+            return None
+        return (time.monotonic() - self.start) / self.measured * (self.total - self.done)
+
+
+def progress_printer(stream: Any = None) -> Event:
+    """Progress lines on stderr: each prompt's speedup, with an ETA."""
+    out = stream or sys.stderr
+    counts = {"done": 0}
+
+    def on_event(event: str, data: dict[str, Any]) -> None:
+        if event == "done":
+            counts["done"] += 1
+            s = data["summary"]
+            eta = data.get("eta")
+            eta_text = f", ETA {int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else ""
+            if s["status"] != "ok":
+                what = f"failed: {s['error']}"
+            elif s["ended_early"]:
+                what = f"ended early after {s['n_predict']} tokens (kept out of speedups)"
+            else:
+                acc = f", accept {s['accept']:.0f}%" if s.get("accept") is not None else ""
+                what = f"{s['speedup']:.2f}x{acc}" + ("" if s["lossless"] is not False else ", OUTPUT DIFFERS")
+            print(f"[{counts['done']}] {data['case']} {data['prompt']}: {what}{eta_text}", file=out, flush=True)
+        elif event == "stopped":
+            print(f"{data['case']}: stopped ({data['error']}); {len(data['not_run'])} prompts not run: "
+                  "rerun the same command to resume", file=out, flush=True)
+
+    return on_event
+
+
+# --- statistics --------------------------------------------------------------------------------
+
+def _ratio_of_totals(items: Sequence[dict[str, Any]]) -> float | None:
+    bt = sum(i["baseline_tokens"] for i in items)
+    bs = sum(i["baseline_seconds"] for i in items)
+    st = sum(i["speculative_tokens"] for i in items)
+    ss = sum(i["speculative_seconds"] for i in items)
+    if not (bt and bs and st and ss):
+        return None
+    return (st / ss) / (bt / bs)
+
+
+def total_speedup(items: Sequence[dict[str, Any]]) -> stats.Spread | None:
+    """Total-token speedup with a bootstrap interval over prompts (in a Spread: ``median`` holds it)."""
+    value = _ratio_of_totals(items)
+    if value is None:
+        return None
+    index = [float(i) for i in range(len(items))]
+
+    def estimator(sample: Sequence[float]) -> float:
+        return _ratio_of_totals([items[int(i)] for i in sample]) or math.nan
+
+    low, high = stats.bootstrap(index, estimator) if len(items) > 1 else (value, value)
+    per = [i["speedup"] for i in items if i.get("speedup")]
+    return stats.Spread(median=value, low=low, high=high, n=len(items), min=min(per, default=value),
+                        max=max(per, default=value), cv=None)
+
+
+def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Speedups, acceptance and lossless rate over some prompts (a set, or one category)."""
+    ok = [i for i in items if i["status"] == "ok"]
+    early = [i for i in ok if i["ended_early"]]
+    counted = [i for i in ok if not i["ended_early"] and i.get("speedup")]
+    speedups = [i["speedup"] for i in counted]
+    drafted = sum(i["n_drafted"] or 0 for i in counted)
+    accepted = sum(i["n_accept"] or 0 for i in counted)
+    rounds = [i["rounds"] for i in counted]
+    known_rounds = bool(counted) and all(r is not None for r in rounds)
+    n_rounds = sum(r for r in rounds if r is not None)
+    generated = sum(i["speculative_n_predict"] for i in counted)
+    calls = generated - accepted
+    lossless = [i["lossless"] for i in ok if i["lossless"] is not None]
+
+    def as_dict(s: stats.Spread | None) -> dict[str, Any] | None:
+        return s.to_dict() if s else None
+
+    return {
+        "prompts": len(items), "counted": len(counted), "ended_early": len(early),
+        "failed": len(items) - len(ok),
+        "total_speedup": as_dict(total_speedup(counted)),
+        "mean_speedup": as_dict(stats.mean_spread(speedups)),
+        "geomean_speedup": as_dict(stats.mean_spread(speedups, geometric=True)),
+        "median_speedup": as_dict(stats.spread(speedups)),
+        "accept": 100.0 * accepted / drafted if drafted else None,
+        "n_drafted": drafted, "n_accept": accepted,
+        # Spec-Bench's mean accepted tokens: tokens per draft-verify round, the target's own included
+        "tau": (accepted + n_rounds) / n_rounds if known_rounds and n_rounds else None,
+        "mean_accepted": accepted / n_rounds if known_rounds and n_rounds else None,
+        "tokens_per_call": generated / calls if calls > 0 and counted else None,
+        "lossless_rate": sum(lossless) / len(lossless) if lossless else None,
+        "lossless_checked": len(lossless),
+    }
+
+
+def set_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Set-level figures, per-category figures, and the prompts set apart."""
+    categories = sorted({i["category"] for i in items})
+    return {
+        "set": group_statistics(items),
+        "categories": {c: group_statistics([i for i in items if i["category"] == c]) for c in categories},
+        "ended_early": [{"id": i["id"], "category": i["category"], "n_predict": i["n_predict"]}
+                        for i in items if i["status"] == "ok" and i["ended_early"]],
+        "failed": [{"id": i["id"], "category": i["category"], "error": i["error"]} for i in items if i["status"] != "ok"],
+        "differs": [{"id": i["id"], "category": i["category"], "first_difference": i["first_difference"]}
+                    for i in items if i["lossless"] is False],
+    }
+
+
+def recommend(methods: dict[str, dict[str, Any]], metric: str = "geomean_speedup") -> dict[str, dict[str, Any]]:
+    """Per category (and "all"): the method with the best speedup among those whose output never
+    differed, the methods tied with it (overlapping intervals), or "baseline" when none beats 1."""
+    out: dict[str, dict[str, Any]] = {}
+    names = sorted({c for s in methods.values() for c in s["categories"]}) + ["all"]
+    for category in names:
+        candidates: list[tuple[str, stats.Spread]] = []
+        excluded: list[str] = []
+        for label, figures in methods.items():
+            g = figures["set"] if category == "all" else figures["categories"].get(category)
+            if not g:
+                continue
+            if g["lossless_rate"] is not None and g["lossless_rate"] < 1.0:
+                excluded.append(label)
+                continue
+            spread = stats.Spread.from_dict(g.get(metric))
+            if spread is not None:
+                candidates.append((label, spread))
+        if not candidates:
+            out[category] = {"method": None, "reason": "no method with counted prompts and identical output",
+                             "excluded": excluded}
+            continue
+        best, tied = stats.ties(candidates)
+        best_spread = dict(candidates)[best]
+        if best_spread.median <= 1.0:
+            out[category] = {"method": "baseline", "reason": f"no method beats the target alone (best: {best} "
+                             f"{best_spread.text(suffix='x')})", "tied": [], "excluded": excluded}
+        else:
+            out[category] = {"method": best, "speedup": best_spread.to_dict(), "tied": [t for t in tied if t != best],
+                             "excluded": excluded,
+                             "significant": best_spread.low > 1.0}
+    return out
+
+
+def summarize(result: SetRun) -> dict[str, Any]:
+    methods = {c.label: set_statistics(c.items) for c in result.cases}
+    return {
+        "experiment": result.experiment,
+        "prompt_set": result.source.label,
+        "prompts": len(result.prompts.prompts),
+        "skipped_lines": list(result.prompts.skipped),
+        "methods": {c.label: {"case": c.case.case, "spec_type": c.case.settings.spec_type or "draft",
+                              "draft_len": c.case.settings.draft_max if (c.case.settings.spec_type or "draft") == "draft"
+                              else c.case.settings.ngram_size_m, "set_id": c.set_id, **methods[c.label],
+                              "not_run": list(c.not_run), "error": c.error}
+                    for c in result.cases},
+        "recommendation": recommend(methods),
+        "complete": result.complete,
+    }
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+def _fmt(d: dict[str, Any] | None, suffix: str = "x") -> str:
+    s = stats.Spread.from_dict(d)
+    return s.text(suffix=suffix) if s else "-"
+
+
+def render(summary: dict[str, Any]) -> str:
+    lines = [f"{summary['experiment']} over {summary['prompt_set']}: {summary['prompts']} prompts"]
+    if summary["skipped_lines"]:
+        lines.append(f"  skipped {len(summary['skipped_lines'])} malformed entries: {summary['skipped_lines'][0]} ...")
+    for label, m in summary["methods"].items():
+        s = m["set"]
+        lines.append("")
+        lines.append(f"{label}")
+        lines.append(f"  total-token speedup {_fmt(s['total_speedup'])}   geometric mean {_fmt(s['geomean_speedup'])}"
+                     f"   mean {_fmt(s['mean_speedup'])}   ({s['counted']} prompts counted)")
+        tau = f"{s['tau']:.2f}" if s["tau"] is not None else "-"
+        acc = f"{s['accept']:.1f}%" if s["accept"] is not None else "-"
+        tpc = f"{s['tokens_per_call']:.2f}" if s["tokens_per_call"] is not None else "-"
+        rate = f"{100 * s['lossless_rate']:.0f}% of {s['lossless_checked']}" if s["lossless_rate"] is not None else "-"
+        lines.append(f"  accept {acc}   tokens/round (tau) {tau}   tokens/target call {tpc}   identical output {rate}")
+        lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>24} {'total-token':>22} {'accept':>7} {'same':>5}")
+        for cat, g in m["categories"].items():
+            acc = f"{g['accept']:.0f}%" if g["accept"] is not None else "-"
+            same = f"{100 * g['lossless_rate']:.0f}%" if g["lossless_rate"] is not None else "-"
+            lines.append(f"  {cat:<16} {g['counted']:>3} {_fmt(g['geomean_speedup']):>24} {_fmt(g['total_speedup']):>22}"
+                         f" {acc:>7} {same:>5}")
+        if m["ended_early"]:
+            lines.append("  ended early (not in speedups): " + ", ".join(f"{e['id']} ({e['n_predict']} tokens)"
+                                                                          for e in m["ended_early"]))
+        if m["differs"]:
+            lines.append("  OUTPUT DIFFERS from the baseline: " + ", ".join(
+                f"{d['id']} (token {d['first_difference']})" for d in m["differs"]))
+        if m["failed"]:
+            lines.append("  failed: " + "; ".join(f"{f['id']}: {f['error']}" for f in m["failed"]))
+        if m["not_run"]:
+            lines.append(f"  NOT RUN ({len(m['not_run'])} prompts, after: {m['error']}); rerun the same command to resume")
+    lines.append("")
+    lines.append("Recommendation (best geometric-mean speedup among methods with identical output):")
+    for cat, r in summary["recommendation"].items():
+        excluded = f" (excluded, output differs: {', '.join(r['excluded'])})" if r.get("excluded") else ""
+        if r["method"] in (None, "baseline"):
+            lines.append(f"  {cat:<16} {r['method'] or '-'}: {r['reason']}{excluded}")
+        else:
+            tied = f"; tied: {', '.join(r['tied'])}" if r["tied"] else ""
+            sure = "" if r["significant"] else " (interval includes 1)"
+            lines.append(f"  {cat:<16} {r['method']} {_fmt(r['speedup'])}{sure}{tied}{excluded}")
+    return "\n".join(lines)
+
+
+# --- plots -------------------------------------------------------------------------------------
+
+def plot(summary: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Per-prompt speedup distribution, and speedup and acceptance per category (per method)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    methods = summary["methods"]
+    written: list[Path] = []
+    stem = summary["experiment"]
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, m in methods.items():
+        values = (m["set"]["geomean_speedup"] or {}).get("values") or []
+        if values:
+            ax.hist(values, bins=min(20, max(5, len(values) // 2)), alpha=0.5, label=label)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("speedup per prompt (speculative / baseline decode speed)")
+    ax.set_ylabel("prompts")
+    ax.legend(fontsize=7)
+    ax.set_title(f"{stem}: per-prompt speedup")
+    fig.tight_layout()
+    path = out_dir / f"{stem}-speedup-distribution.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    categories = sorted({c for m in methods.values() for c in m["categories"]})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / max(1, len(methods))
+    for k, (label, m) in enumerate(methods.items()):
+        xs, ys, lo, hi, acc = [], [], [], [], []
+        for j, cat in enumerate(categories):
+            g = m["categories"].get(cat)
+            s = stats.Spread.from_dict((g or {}).get("geomean_speedup"))
+            if s is None:
+                continue
+            xs.append(j + k * width)
+            ys.append(s.median)
+            lo.append(s.median - s.low)
+            hi.append(s.high - s.median)
+            acc.append((g or {}).get("accept") or 0.0)
+        ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label)
+        ax2.bar(xs, acc, width, label=label)
+    for ax in (ax1, ax2):
+        ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(categories))])
+        ax.set_xticklabels(categories, rotation=20, fontsize=8)
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_ylabel("geometric-mean speedup (95 % interval)")
+    ax2.set_ylabel("draft tokens accepted (%)")
+    ax1.legend(fontsize=7)
+    fig.suptitle(f"{stem}: per category")
+    fig.tight_layout()
+    path = out_dir / f"{stem}-categories.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+# --- concurrency -------------------------------------------------------------------------------
+
+def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: Sequence[int], *,
+                    resolve: Callable[[Any, Any], ResolvedCase] | None = None,
+                    on_event: Event | None = None) -> list[dict[str, Any]]:
+    """For each case and each N in ``levels``: a server with N slots, N client threads sending the
+    set's prompts; aggregate throughput (generated tokens over wall time) and per-request decode
+    speed, baseline and speculative (alternating which goes first)."""
+    emit = on_event or (lambda _e, _d: None)
+    resolve = resolve or _resolver(backend)
+    rows: list[dict[str, Any]] = []
+    logs = paths.runs_dir() / "concurrency" / time.strftime("%Y%m%d-%H%M%S")
+    for case in (resolve(exp, c) for c in exp.cases):
+        for k, n in enumerate(levels):
+            level_case = replace(case, settings=replace(case.settings, parallel=n))
+            backend.check(level_case)
+            row: dict[str, Any] = {"case": case.case, "method": method_label(case), "parallel": n}
+            order = ("baseline", "speculative") if k % 2 == 0 else ("speculative", "baseline")
+            for mode in order:
+                row[mode] = _concurrent_batch(level_case, prompt_set.prompts, backend, mode, n, logs / f"{case.case}-np{n}")
+            b, s = row["baseline"]["aggregate_tps"], row["speculative"]["aggregate_tps"]
+            row["aggregate_speedup"] = s / b if b and s else None
+            emit("level", row)
+            rows.append(row)
+    return rows
+
+
+def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, mode: str, clients: int,
+                      log_dir: Path) -> dict[str, Any]:
+    backend.measure(prompt_case(replace(case, settings=replace(case.settings, n_predict=4)), prompts[0]), mode,
+                    log_dir / f"{mode}-warmup.json")  # starts the server and renders templates outside the timing
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        measured = list(pool.map(lambda ip: backend.measure(prompt_case(case, ip[1]), mode, log_dir / f"{mode}-{ip[0]}.json"),
+                                 enumerate(prompts)))
+    wall = time.monotonic() - t0
+    ok = [m for m in measured if m.ok]
+    generated = sum(m.n_predict or 0 for m in ok)
+    per_request = stats.spread([m.decode_tps for m in ok if m.decode_tps])
+    return {"requests": len(measured), "failed": len(measured) - len(ok), "generated": generated,
+            "wall_seconds": wall, "aggregate_tps": generated / wall if wall > 0 and generated else None,
+            "per_request_tps": per_request.to_dict() if per_request else None,
+            "errors": sorted({m.error for m in measured if m.error})[:3]}
+
+
+def render_concurrency(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [f"{'method':<40} {'slots':>5} {'baseline agg t/s':>17} {'spec agg t/s':>13} {'agg speedup':>12}"
+             f" {'per-request t/s (base / spec)':>30}"]
+    for r in rows:
+        def med(mode: str, r: dict[str, Any] = r) -> str:
+            s = stats.Spread.from_dict(r[mode]["per_request_tps"])
+            return f"{s.median:.1f}" if s else "-"
+        agg = f"{r['aggregate_speedup']:.2f}x" if r["aggregate_speedup"] else "-"
+        lines.append(f"{r['method'][:40]:<40} {r['parallel']:>5} {r['baseline']['aggregate_tps'] or 0:>17.1f}"
+                     f" {r['speculative']['aggregate_tps'] or 0:>13.1f} {agg:>12} {med('baseline') + ' / ' + med('speculative'):>30}")
+    return "\n".join(lines)
+
+
+def as_json(summary: dict[str, Any]) -> str:
+    """Set-level and per-category figures (per-prompt values left out of the intervals' dicts)."""
+    def strip(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items() if k != "values"}
+        if isinstance(obj, list):
+            return [strip(v) for v in obj]
+        return obj
+    return json.dumps(strip(summary), indent=2, default=str)
+
+
+__all__ = ["CaseSet", "SetRun", "as_json", "group_statistics", "plot", "prompt_summary", "recommend", "render",
+           "run_concurrency", "run_set", "set_statistics", "source_of", "summarize", "total_speedup"]

@@ -1,0 +1,220 @@
+"""Prompt-set runs: per-prompt summaries, set statistics (hand-checkable numbers), resuming,
+recommendations. The real server runs in test_server.py; here an in-process backend answers
+each request from what it is asked (mode, prompt, n_predict)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llamaspec import promptset
+from llamaspec.backend import Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.prompts import Prompt, PromptSet, PromptSource
+from llamaspec.results import Store
+from llamaspec.settings import Settings
+
+
+def m(mode: str, tps: float, n: int = 64, drafted: int | None = None, accepted: int | None = None,
+      rounds: int | None = None, tokens: tuple[int, ...] | None = None, eot: bool = False) -> Measurement:
+    return Measurement(mode=mode, ok=True, error=None, argv=(), exit_code=None, wall_seconds=1.0, peak_rss_bytes=None,
+                       n_predict=n, decode_tps=tps, n_drafted=drafted, n_accept=accepted, rounds=rounds,
+                       tokens=tokens if tokens is not None else tuple(range(n)), end_of_text=eot)
+
+
+def summary(pid: str, category: str, base: float, spec: float, **kw: Any) -> dict[str, Any]:
+    eot = kw.pop("eot", False)
+    n = kw.pop("n", 64)
+    return promptset.prompt_summary(Prompt(pid, "x", category), [m("baseline", base, n=n, eot=eot),
+                                                                   m("speculative", spec, n=n, eot=eot, **kw)])
+
+
+def test_prompt_summary_pairs_repeats_and_checks_tokens() -> None:
+    s = promptset.prompt_summary(Prompt("a", "x", "code"), [
+        m("baseline", 10.0), m("speculative", 20.0, drafted=40, accepted=30, rounds=10),
+        m("speculative", 30.0, drafted=40, accepted=30, rounds=10), m("baseline", 10.0)])
+    assert s["speedup"] == 2.5  # median of the paired ratios 2.0 and 3.0
+    assert s["n_drafted"] == 80 and s["n_accept"] == 60 and s["accept"] == 75.0 and s["rounds"] == 20
+    assert s["lossless"] is True and s["first_difference"] is None
+    assert s["baseline_tokens"] == 126 and math.isclose(s["baseline_seconds"], 12.6)
+    differs = promptset.prompt_summary(Prompt("b", "x"), [m("baseline", 10.0), m("speculative", 12.0,
+                                                                                 tokens=(0, 1, 2, 9) + tuple(range(4, 64)))])
+    assert differs["lossless"] is False and differs["first_difference"] == 3
+
+
+def test_set_statistics_by_hand() -> None:
+    items = [
+        summary("p1", "code", 10.0, 20.0, drafted=40, accepted=30, rounds=10),
+        summary("p2", "code", 10.0, 5.0, drafted=40, accepted=10, rounds=20),
+        summary("p3", "prose", 10.0, 10.0, drafted=0, accepted=0, rounds=0),
+        summary("p4", "prose", 10.0, 40.0, n=3, eot=True, drafted=2, accepted=2, rounds=1),
+    ]
+    st = promptset.set_statistics(items)
+    s = st["set"]
+    assert (s["prompts"], s["counted"], s["ended_early"]) == (4, 3, 1)
+    assert math.isclose(s["mean_speedup"]["median"], 7 / 6)  # (2 + 0.5 + 1) / 3; p4's 4x is not counted
+    assert math.isclose(s["geomean_speedup"]["median"], 1.0)  # (2 * 0.5 * 1) ** (1/3)
+    assert math.isclose(s["median_speedup"]["median"], 1.0)
+    # 189 tokens in 3.15 + 12.6 + 6.3 s against 189 tokens in 3 * 6.3 s
+    assert math.isclose(s["total_speedup"]["median"], 18.9 / 22.05)
+    assert s["total_speedup"]["low"] <= s["total_speedup"]["median"] <= s["total_speedup"]["high"]
+    assert s["accept"] == 50.0  # 40 of 80
+    assert math.isclose(s["tau"], (40 + 30) / 30)  # tokens per round, the target's own included
+    assert math.isclose(s["tokens_per_call"], 192 / (192 - 40))
+    assert s["lossless_rate"] == 1.0 and s["lossless_checked"] == 4
+    code = st["categories"]["code"]
+    assert math.isclose(code["mean_speedup"]["median"], 1.25) and math.isclose(code["total_speedup"]["median"], 0.8)
+    assert st["categories"]["prose"]["counted"] == 1
+    assert st["ended_early"] == [{"id": "p4", "category": "prose", "n_predict": 3}]
+
+
+def test_intervals_are_seeded_and_cover_the_estimate() -> None:
+    items = [summary(f"p{i}", "c", 10.0, 10.0 + i) for i in range(10)]
+    a = promptset.set_statistics(items)["set"]["geomean_speedup"]
+    b = promptset.set_statistics(items)["set"]["geomean_speedup"]
+    assert a == b and a["low"] < a["median"] < a["high"]
+
+
+def test_recommend_skips_methods_whose_output_differs_and_says_baseline_when_none_pays() -> None:
+    fast_but_wrong = promptset.set_statistics([summary("p1", "code", 10.0, 30.0, tokens=(5,) * 64)])
+    good = promptset.set_statistics([summary("p1", "code", 10.0, 15.0), summary("p2", "prose", 10.0, 8.0)])
+    rec = promptset.recommend({"wrong": fast_but_wrong, "good": good})
+    assert rec["code"]["method"] == "good" and rec["code"]["excluded"] == ["wrong"]
+    assert rec["prose"]["method"] == "baseline"
+
+
+# --- running over a set ------------------------------------------------------------------------
+
+@dataclass
+class Backend:
+    """Answers like the server: n_predict tokens (a prompt containing "short" ends after 3),
+    faster when speculative on prompts with "code"; dies on the prompt named ``die_on``."""
+
+    die_on: str | None = None
+    name: str = "fake"
+    calls: int = 0
+
+    capabilities = Capabilities(modes=frozenset({"baseline", "speculative"}), settings=frozenset(), keeps_models_loaded=True,
+                                token_ids=True)
+
+    def identity(self) -> str:
+        return "fake-1"
+
+    def provenance(self) -> dict[str, Any]:
+        return {"commit": "fake"}
+
+    def check(self, case: ResolvedCase) -> None:
+        pass
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
+        self.calls += 1
+        if mode == "speculative" and self.die_on and case.prompt_id == self.die_on:
+            return Measurement(mode=mode, ok=False, error="llama-server (speculative) was killed by SIGKILL", argv=(),
+                               exit_code=None, wall_seconds=0.1, peak_rss_bytes=None, stats={"error_kind": "server"})
+        if case.prompt and "too long" in case.prompt:
+            return Measurement(mode=mode, ok=False, error="llama-server refused the prompt: exceeds the context",
+                               argv=(), exit_code=None, wall_seconds=0.1, peak_rss_bytes=None,
+                               stats={"error_kind": "prompt"})
+        n = 3 if "short" in (case.prompt or "") else case.settings.n_predict or 16
+        tps = 10.0 * (2 if mode == "speculative" and "code" in (case.prompt or "") else 1)
+        return m(mode, tps, n=n, eot=n < (case.settings.n_predict or 16),
+                 drafted=8 if mode == "speculative" else None, accepted=6 if mode == "speculative" else None,
+                 rounds=2 if mode == "speculative" else None)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Exp:
+    name: str = "exp"
+    cases: tuple[str, ...] = ("m1",)
+    path: str = ""
+
+
+def resolve(exp: Any, name: Any) -> ResolvedCase:
+    model = ModelPath("t:f32", "/models/t.gguf")
+    return ResolvedCase(exp.name, name, model, model, None, None, Settings(n_predict=16, seed=1, draft_max=4))
+
+
+PROMPTS = PromptSet(PromptSource("jsonl", "/x.jsonl"), (
+    Prompt("c1", "code one", "code"), Prompt("c2", "code two", "code"), Prompt("s1", "short", "prose"),
+    Prompt("t1", "too long", "prose"), Prompt("p1", "prose one", "prose"), Prompt("p2", "prose two", "prose")))
+
+
+@pytest.fixture
+def no_provenance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(promptset, "_provenance", lambda backend, case, hw: {"llamacpp": backend.provenance()})
+
+
+def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Path, no_provenance: None) -> None:
+    store = Store.open(tmp_path / "r.db")
+    events: list[tuple[str, dict[str, Any]]] = []
+    first = promptset.run_set(Exp(), PROMPTS, Backend(die_on="p1"), store, repeats=2, resolve=resolve,
+                              on_event=lambda e, d: events.append((e, d)))
+    case = first.cases[0]
+    assert not first.complete and case.not_run == ("p2",) and "SIGKILL" in (case.error or "")
+    assert [i["id"] for i in case.items] == ["c1", "c2", "s1", "t1", "p1"]
+    assert [i["status"] for i in case.items] == ["ok", "ok", "ok", "failed", "failed"]
+    assert "exceeds the context" in case.items[3]["error"]  # one prompt's error; the next ones still ran
+    rows = store.runs(sweep_id=case.set_id)
+    assert sorted(r["status"] for r in rows) == ["failed", "failed", "ok", "ok", "ok"]
+    ok_rows = [r for r in rows if r["status"] == "ok"]
+    assert all(len(store.measurements(r["id"])) == 4 for r in ok_rows)  # ABBA over two repeats
+    orders = [[x["mode"] for x in store.measurements(r["id"])] for r in ok_rows]
+    assert orders[0] == ["baseline", "speculative", "speculative", "baseline"]
+    assert any(e == "stopped" for e, _ in events)
+
+    again = Backend()
+    second = promptset.run_set(Exp(), PROMPTS, again, store, repeats=2, resolve=resolve)
+    assert second.complete
+    # finished prompts skipped; the refused one, the one the server died on and the one not run are measured
+    assert again.calls == 1 + 4 + 4  # t1 is refused at its first request
+    items = second.cases[0].items
+    assert [i["id"] for i in items] == ["c1", "c2", "s1", "t1", "p1", "p2"]
+    st = promptset.summarize(second)
+    method = st["methods"][second.cases[0].label]
+    assert method["set"]["counted"] == 4 and method["ended_early"][0]["id"] == "s1"
+    assert method["categories"]["code"]["geomean_speedup"]["median"] == 2.0
+    assert method["categories"]["prose"]["geomean_speedup"]["median"] == 1.0
+    assert [f["id"] for f in method["failed"]] == ["t1"]
+    text = promptset.render(st)
+    assert "ended early (not in speedups): s1 (3 tokens)" in text and "code" in text
+    figures = json.loads(promptset.as_json(st))
+    assert figures["methods"][second.cases[0].label]["categories"]["code"]["counted"] == 2
+    assert figures["recommendation"]["code"]["method"] == second.cases[0].label
+
+
+def test_plots_are_written(tmp_path: Path, no_provenance: None) -> None:
+    store = Store.open(tmp_path / "r.db")
+    result = promptset.run_set(Exp(cases=("m1", "m2")), PROMPTS, Backend(), store, resolve=resolve)
+    paths = promptset.plot(promptset.summarize(result), tmp_path / "plots")
+    assert [p.name for p in paths] == ["exp-speedup-distribution.png", "exp-categories.png"]
+    assert all(p.stat().st_size > 5000 for p in paths)
+
+
+def test_concurrency_levels_report_aggregate_and_per_request_speed(tmp_path: Path) -> None:
+    rows = promptset.run_concurrency(Exp(), replace(PROMPTS, prompts=PROMPTS.prompts[:2]), Backend(), [1, 2],
+                                     resolve=resolve)
+    assert [r["parallel"] for r in rows] == [1, 2]
+    assert all(r["baseline"]["requests"] == 2 and r["speculative"]["generated"] == 32 for r in rows)
+    assert "slots" in promptset.render_concurrency(rows)
+
+
+def test_source_of_reads_the_experiments_mapping_and_the_command_line_wins(tmp_path: Path) -> None:
+    (tmp_path / "set.jsonl").write_text(json.dumps({"prompt": "x"}) + "\n")
+
+    @dataclass(frozen=True)
+    class E:
+        name: str = "e"
+        path: str = str(tmp_path / "e.yaml")
+        prompts: Any = None
+
+    src = promptset.source_of(E(prompts={"source": "set.jsonl", "format": "raw", "limit": 3}), limit=2)
+    assert (src.kind, src.format, src.limit) == ("jsonl", "raw", 2) and src.path == str(tmp_path / "set.jsonl")
+    with pytest.raises(Exception, match="names no prompt set"):
+        promptset.source_of(E())

@@ -1,0 +1,304 @@
+"""The llama-server backend: argv from the flag table, refusals, answers parsed from recorded
+real responses, and the real server from the pinned build on the real offline SmolLM2 pair."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from llamaspec import promptset
+from llamaspec.backend import ModelPath, ResolvedCase
+from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp import flags, server
+from llamaspec.llamacpp.build import Build
+from llamaspec.prompts import Prompt, PromptSet, PromptSource
+from llamaspec.results import Store
+from llamaspec.settings import Settings
+
+REC = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "0c1e570"
+HELP = (REC / "llama-server.help.txt").read_text()
+ANSWERS = json.loads((REC / "server-completion.json").read_text())
+
+TARGET = ModelPath("smollm2-135m:f32", "/m/f32.gguf")
+DRAFT = ModelPath("smollm2-135m:q4_1", "/m/q4_1.gguf")
+
+
+def caps() -> flags.Capabilities:
+    options, removed, spec_types = flags.parse_help(HELP)
+    return flags.Capabilities("llama-server", options, removed, spec_types, flags.Version(None, "0c1e570"), HELP)
+
+
+def case(spec_type: str | None = None, draft: ModelPath | None = DRAFT, **settings: Any) -> ResolvedCase:
+    s = Settings(n_predict=16, threads=2, ctx_size=1024, spec_type=spec_type, **settings).with_defaults()
+    return ResolvedCase("e", "c", TARGET, draft, "hello", None, s)
+
+
+class Offline(server.ServerBackend):
+    """The backend on the recorded --help, without a binary (argv and refusals only)."""
+
+    def __init__(self) -> None:  # noqa: D107 - no build, no process
+        self.build = Build(bin_dir="/nowhere", commit="0c1e570", accel="cpu", cmake_args=(), programs={})
+        self.program = Path("/nowhere/llama-server")
+        self.caps = caps()
+        types = [t for t in self.caps.spec_types if t not in ("none", "draft-simple")]
+        self.capabilities = server.Capabilities(modes=frozenset({"baseline", "speculative"}), settings=server.HONOURED,
+                                                spec_types=("draft", *types), draft_policy="capped",
+                                                keeps_models_loaded=True, token_ids=True)
+
+
+def test_recorded_help_lists_the_spec_types_and_ngram_flags() -> None:
+    c = caps()
+    assert {"draft-simple", "ngram-simple", "ngram-map-k", "ngram-mod"} <= set(c.spec_types)
+    for family in server.NGRAM_FLAG_TABLE.values():
+        for names in family.values():
+            assert c.pick(names), names
+
+
+def test_argv_speculative_draft_and_baseline() -> None:
+    c = caps()
+    spec = server.server_args(c, "cpu", case(draft_max=8), "speculative")
+    assert spec[:2] == ["-m", "/m/f32.gguf"]
+    joined = " ".join(spec)
+    assert "-md /m/q4_1.gguf" in joined and "--spec-type draft-simple" in joined and "--spec-draft-n-max 8" in joined
+    assert "-t 2" in joined and "-c 1024" in joined and "-ngl 0" in joined and "--metrics" in joined
+    base = server.server_args(c, "cpu", case(draft_max=8), "baseline")
+    assert "-md" not in base and "--spec-type" not in base and base == spec[:len(base)]
+
+
+def test_argv_ngram_mode_with_sizes_and_slots() -> None:
+    args = server.server_args(caps(), "cpu", case("ngram-simple", None, ngram_size_n=3, ngram_size_m=8, parallel=2),
+                              "speculative")
+    joined = " ".join(args)
+    assert "--spec-type ngram-simple" in joined and "--spec-ngram-simple-size-n 3" in joined
+    assert "--spec-ngram-simple-size-m 8" in joined and "-np 2" in joined and "-md" not in args
+    mod = " ".join(server.server_args(caps(), "cpu", case("ngram-mod", None, ngram_size_n=4), "speculative"))
+    assert "--spec-ngram-mod-n-match 4" in mod
+
+
+@pytest.mark.parametrize(("kind", "draft", "extra", "message"), [
+    ("ngram-bogus", None, {}, "has no spec_type 'ngram-bogus'"),
+    ("ngram-simple", DRAFT, {}, "draft-free, but the case names draft model"),
+    ("draft", None, {}, "needs a draft model"),
+    ("draft", DRAFT, {"ngram_size_n": 3}, "ngram_size_n applies to n-gram modes"),
+    ("ngram-cache", None, {"ngram_size_m": 3}, "ngram_size_m has no meaning for spec_type ngram-cache"),
+    ("ngram-simple", None, {"draft_p_min": 0.5}, "draft_p_min applies to a draft model"),
+    ("draft", DRAFT, {"program": "speculative-simple"}, "does not take setting program"),
+])
+def test_check_refuses_with_one_clear_line(kind: str, draft: ModelPath | None, extra: dict[str, Any],
+                                           message: str) -> None:
+    with pytest.raises(LlamaspecError, match=message) as info:
+        Offline().check(case(kind, draft, **extra))
+    assert info.value.hint
+    if kind == "ngram-bogus":
+        assert "ngram-simple" in (info.value.hint or "")
+
+
+def test_fields_from_a_recorded_speculative_answer() -> None:
+    answer = ANSWERS["speculative"]
+    s = case(draft_max=8)
+    f = server.completion_fields(answer, "speculative", s.settings, rounds=5)
+    t = answer["timings"]
+    assert f["decode_tps"] == pytest.approx((t["predicted_n"] - 1) / t["predicted_ms"] * 1000)
+    assert f["decode_tps"] == pytest.approx(t["predicted_per_second"], rel=1e-6)
+    assert f["n_drafted"] == t["draft_n"] and f["n_accept"] == t["draft_n_accepted"]
+    assert f["accept"] == pytest.approx(100 * t["draft_n_accepted"] / t["draft_n"])
+    assert f["tokens"] == tuple(answer["tokens"]) and f["text"] == answer["content"]
+    assert f["n_predict"] == 16 and not f["end_of_text"] and f["rounds"] == 5 and f["draft_len"] == 8
+
+
+def test_fields_when_nothing_was_drafted_and_when_the_model_stopped() -> None:
+    base = server.completion_fields(ANSWERS["baseline"], "baseline", case().settings)
+    assert base["draft_policy"] == "none" and "n_drafted" not in base
+    nothing = server.completion_fields(ANSWERS["ngram-nothing"], "speculative", case("ngram-simple", None).settings)
+    assert "draft_n" not in ANSWERS["ngram-nothing"]["timings"]
+    assert nothing["n_drafted"] == 0 and nothing["n_accept"] == 0 and nothing["accept"] is None  # absent means 0
+    early = server.completion_fields(ANSWERS["eos"], "baseline", case().settings)
+    assert early["end_of_text"] and early["n_predict"] < 16
+
+
+# --- the real server ---------------------------------------------------------------------------
+
+real = [pytest.mark.llamacpp, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def server_build(request: pytest.FixtureRequest) -> Build:
+    """The pinned build (conftest's llama_build), or LLAMASPEC_TEST_BIN_DIR's binaries of the same commit."""
+    from llamaspec.llamacpp import build
+
+    bin_dir = os.environ.get("LLAMASPEC_TEST_BIN_DIR")
+    if bin_dir:
+        return build.prebuilt(Path(bin_dir))
+    return request.getfixturevalue("llama_build")
+
+
+@pytest.fixture(scope="module")
+def pair(server_build):
+    from llamaspec import models
+
+    return (models.resolve("smollm2-135m", "f32", build=server_build),
+            models.resolve("smollm2-135m", "q4_1", build=server_build))
+
+
+@pytest.fixture(scope="module")
+def backend(server_build, tmp_path_factory):
+    b = server.ServerBackend(server_build, servers_dir=tmp_path_factory.mktemp("servers"))
+    yield b
+    b.close()
+
+
+def real_case(pair, spec_type: str = "draft", prompt: str = "# Quick-sort implementation in Python and sample usage:",
+              chat: bool = False, **settings: Any) -> ResolvedCase:
+    target, draft = pair
+    values: dict[str, Any] = {"n_predict": 24, "threads": 1, "ctx_size": 1024, "seed": 20, "temperature": 0.0,
+                              "draft_max": 8, "spec_type": spec_type, **settings}
+    s = Settings(**values).with_defaults()
+    return ResolvedCase("server-test", spec_type, ModelPath("t", str(target.path)),
+                        ModelPath("d", str(draft.path)) if spec_type == "draft" else None, prompt, None, s, chat=chat)
+
+
+CODE_EDIT = ("Rewrite these functions with type hints. Keep everything else unchanged.\n\n```\n"
+             "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n"
+             "    return 2 * (width + height)\n\n\ndef scale(width, height, factor):\n"
+             "    return width * factor, height * factor\n```")
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_greedy_output_with_the_draft_equals_without(backend, pair, tmp_path: Path) -> None:
+    c = real_case(pair)
+    base = backend.measure(c, "baseline", tmp_path / "b.json")
+    spec = backend.measure(c, "speculative", tmp_path / "s.json")
+    assert base.ok and spec.ok, (base.error, spec.error)
+    assert base.tokens and spec.tokens == base.tokens and spec.text == base.text
+    assert base.n_predict == spec.n_predict == 24 and not base.end_of_text
+    assert spec.n_drafted and spec.n_accept and spec.rounds and spec.rounds >= 1
+    assert base.decode_tps and spec.decode_tps and base.speed_basis == server.SPEED_BASIS
+    assert base.n_drafted is None and base.draft_policy == "none" and spec.draft_policy == "capped"
+    assert len(backend.servers()) == 2
+    again = backend.measure(c, "speculative", tmp_path / "s2.json")  # same server, no restart
+    assert again.tokens == base.tokens and len(backend.servers()) == 2
+    record = json.loads((tmp_path / "s.json").read_text())
+    assert record["request"]["cache_prompt"] is False and record["response"]["timings"]["cache_n"] == 0
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_ngram_mode_drafts_and_accepts_on_a_code_edit_prompt(backend, pair, tmp_path: Path) -> None:
+    c = real_case(pair, "ngram-simple", CODE_EDIT, chat=True, ngram_size_n=3, ngram_size_m=8, n_predict=48)
+    backend.check(c)
+    base = backend.measure(c, "baseline", tmp_path / "b.json")
+    spec = backend.measure(c, "speculative", tmp_path / "s.json")
+    assert base.ok and spec.ok, (base.error, spec.error)
+    assert spec.n_drafted and spec.n_accept and spec.n_accept > 0
+    assert spec.tokens == base.tokens
+    assert "def area" in (spec.text or "")  # chat template applied: the model answers the instruction
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_prompt_longer_than_the_context_fails_alone(backend, pair, tmp_path: Path) -> None:
+    c = real_case(pair, prompt="word " * 1500)
+    m = backend.measure(c, "baseline", tmp_path / "long.json")
+    assert not m.ok and m.stats and m.stats["error_kind"] == "prompt" and "context" in (m.error or "")
+    ok = backend.measure(real_case(pair), "baseline", tmp_path / "ok.json")
+    assert ok.ok  # the server is still there for the next prompt
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_bad_model_file_fails_to_start_with_the_log(server_build, pair, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file" * 10)
+    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    c = replace(real_case(pair), target=ModelPath("bad", str(bad)))
+    with pytest.raises(LlamaspecError, match=r"failed to start: exited with code \d+: .*\(log: .*\.log\)") as info:
+        b.measure(c, "baseline", tmp_path / "m.json")
+    assert "\n" not in info.value.message
+    b.close()
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_an_explicit_port_in_use_is_refused_and_free_ports_are_found(server_build, pair, tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        b = server.ServerBackend(server_build, port=taken, servers_dir=tmp_path / "servers")
+        with pytest.raises(LlamaspecError, match=f"port {taken} on 127.0.0.1 is already in use"):
+            b.server_for(real_case(pair), "baseline")
+        b.close()
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_set_run_resumes_after_the_speculative_server_is_killed(server_build, pair, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(promptset, "_provenance", lambda backend, case, hw: {"llamacpp": backend.provenance()})
+    prompts = PromptSet(PromptSource("jsonl", "/x"), (
+        Prompt("c1", CODE_EDIT, "code-editing"), Prompt("w1", "Write a Python function that adds two numbers.", "code"),
+        Prompt("i1", "Give three tips for staying healthy.", "instructions")))
+
+    class Exp:
+        name = "server-test"
+        cases = ("ngram",)
+        path = ""
+
+    def resolve(_exp: Any, _name: Any) -> ResolvedCase:
+        return real_case(pair, "ngram-simple", ngram_size_n=3, ngram_size_m=8, n_predict=16)
+
+    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    store = Store.open(tmp_path / "r.db")
+
+    def kill_after_first(event: str, data: dict[str, Any]) -> None:
+        if event == "done" and data["prompt"] == "c1":
+            spec = next(s for s in b.servers() if s.label.startswith("speculative"))
+            assert spec.process is not None
+            os.kill(spec.process.pid, signal.SIGKILL)
+
+    first = promptset.run_set(Exp(), prompts, b, store, resolve=resolve, on_event=kill_after_first)
+    c = first.cases[0]
+    assert [i["status"] for i in c.items] == ["ok", "failed"] and c.not_run == ("i1",)
+    assert "SIGKILL" in c.items[1]["error"] and c.items[1]["error_kind"] == "server"
+    second = promptset.run_set(Exp(), prompts, b, store, resolve=resolve)
+    b.close()
+    assert second.complete and [i["status"] for i in second.cases[0].items] == ["ok", "ok", "ok"]
+    assert second.cases[0].items[0] == c.items[0]  # kept, not measured again
+    st = promptset.summarize(second)
+    figures = st["methods"][second.cases[0].label]
+    assert set(figures["categories"]) == {"code-editing", "code", "instructions"}
+    assert figures["set"]["lossless_rate"] == 1.0
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) -> None:
+    from llamaspec.cli import main
+
+    set_file = tmp_path / "set.jsonl"
+    set_file.write_text("\n".join(json.dumps(p) for p in [
+        {"id": "e1", "category": "code-editing", "prompt": CODE_EDIT},
+        {"id": "p1", "category": "prose", "prompt": "Write a short story about a lighthouse keeper."},
+        "broken line"]) + "\n")
+    args = ["prompts", "run", "smollm2-server-mini", "--prompts", str(set_file), "-n", "16", "-t", "1", "--json",
+            "--bin-dir", server_build.bin_dir]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["skipped_lines"] and out["skipped_lines"][0].startswith("line 3")
+    assert len(out["methods"]) == 2
+    for figures in out["methods"].values():
+        assert set(figures["categories"]) == {"code-editing", "prose"}
+        assert figures["set"]["lossless_checked"] == 2
+    assert set(out["recommendation"]) == {"code-editing", "prose", "all"}
+    again = CliRunner().invoke(main, args)  # everything stored: nothing measured again
+    assert again.exit_code == 0 and json.loads(again.stdout)["methods"] == out["methods"]
