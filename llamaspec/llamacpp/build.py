@@ -42,6 +42,10 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "bench": ("llama-bench", "llama-bench"),
 }
 REQUIRED_PROGRAMS = ("speculative", "completion", "quantize")
+# llama.cpp's RPC server (a worker that holds model layers for another machine's programs).
+# Its CMake target exists only with GGML_RPC=ON, so it is added by plan(rpc=True), never found
+# by tree_targets alone.
+RPC_PROGRAM = ("rpc-server", ("ggml-rpc-server", "rpc-server"))
 
 # Per backend, the CMake cache entries that select it. Declarative on purpose: a new backend
 # or a renamed option is one row.
@@ -324,7 +328,7 @@ def tree_targets(tree: Path) -> dict[str, str]:
 
 
 def plan(source: sources.SourceInfo, backend: str = "auto", extra_args: Sequence[str] = (),
-         cpu_disable: Sequence[str] | None = None) -> BuildPlan:
+         cpu_disable: Sequence[str] | None = None, rpc: bool = False) -> BuildPlan:
     chosen = select_backend(backend)
     cuda = find_cuda() if chosen == "cuda" or (backend == "auto" and platform.system() == "Linux") else None
     reason = why_not_cuda(cuda) if cuda and chosen == "cpu" else None
@@ -338,8 +342,23 @@ def plan(source: sources.SourceInfo, backend: str = "auto", extra_args: Sequence
     if missing:
         raise LlamaspecError(f"{source.tree} defines no {' / '.join(PROGRAMS[missing[0]])} program",
                              hint="use a llama.cpp tree that has examples/speculative and tools/quantize")
+    if rpc:
+        defs["GGML_RPC"] = "ON"
+        targets[RPC_PROGRAM[0]] = rpc_target(source.tree)
     disable = tuple(cpu_disable) if cpu_disable is not None else cpu_workarounds(chosen)
     return BuildPlan(source, chosen, defs, tuple(extra_args), disable, targets, native_isa())
+
+
+def rpc_target(tree: Path) -> str:
+    """The RPC server's CMake target in this tree (``ggml-rpc-server``, ``rpc-server`` before)."""
+    defined: set[str] = set()
+    for cmake in list(tree.glob("tools/rpc/CMakeLists.txt")) + list(tree.glob("examples/rpc/CMakeLists.txt")):
+        defined.update(re.findall(r"set\s*\(\s*TARGET\s+([\w-]+)\s*\)", cmake.read_text(errors="replace")))
+    name = next((n for n in RPC_PROGRAM[1] if n in defined), None)
+    if name is None:
+        raise LlamaspecError(f"{tree} defines no RPC server ({' / '.join(RPC_PROGRAM[1])})",
+                             hint="use a llama.cpp tree with tools/rpc (2024 on)")
+    return name
 
 
 def load_build(folder: Path) -> Build | None:
@@ -376,20 +395,20 @@ def check_tools(backend: str) -> None:
 
 
 def build(backend: str = "auto", extra_args: Sequence[str] = (), jobs: int | None = None, force: bool = False,
-          source: sources.SourceInfo | None = None) -> Build:
+          source: sources.SourceInfo | None = None, rpc: bool = False) -> Build:
     """Build (or reuse) llama.cpp; smoke-test the result; return it."""
     start = time.monotonic()
     source = source or sources.current()
     sources.check_tree(source.tree)
     check_tools(backend)
-    the_plan = plan(source, backend, extra_args)
+    the_plan = plan(source, backend, extra_args, rpc=rpc)
     folder = the_plan.folder
     cached = None if force else load_build(folder)
     if cached is not None:
         if cached.smoke_host != host_fingerprint():
             log.info("cached build was tested on another machine; smoke-testing it here")
             cached = _smoke_or_rebuild(cached, the_plan, jobs, source)
-        _point_latest(cached.backend, cached.commit, folder)
+        _point_latest(_flavour(cached), cached.commit, folder)
         log.info("reused cached build %s (%.1f s)", folder, time.monotonic() - start)
         return cached
     built = _compile(the_plan, jobs)
@@ -419,7 +438,7 @@ def _smoke_or_rebuild(built: Build, the_plan: BuildPlan, jobs: int | None, sourc
         the_plan = retry
     stamped = Build(**{**asdict(built), "smoke_host": host_fingerprint()})
     atomic.write_json(Path(stamped.bin_dir).parent / "manifest.json", asdict(stamped))
-    _point_latest(the_plan.backend, stamped.commit, Path(stamped.bin_dir).parent)
+    _point_latest(_flavour(stamped), stamped.commit, Path(stamped.bin_dir).parent)
     return stamped
 
 
@@ -475,6 +494,11 @@ def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
     return record
 
 
+def _flavour(build: Build) -> str:
+    """The latest-build pointer's name part: an RPC build never stands in for the plain one."""
+    return build.backend + ("-rpc" if RPC_PROGRAM[0] in build.programs else "")
+
+
 def _latest_pointer(backend: str, commit: str) -> Path:
     return paths.builds_dir() / f"latest-{_safe(commit)}-{backend}"
 
@@ -505,7 +529,7 @@ def prebuilt(bin_dir: Path) -> Build:
                  source=f"bin:{bin_dir}", prebuilt=True)
 
 
-def find(backend: str = "auto", bin_dir: Path | None = None) -> Build:
+def find(backend: str = "auto", bin_dir: Path | None = None, rpc: bool = False) -> Build:
     """The build a run uses: ``--bin-dir``/``LLAMASPEC_BIN_DIR``, else the last good build of the
     current source (GPU backends first when ``auto``). Cheap: no compiler or toolkit probes."""
     chosen_dir = bin_dir or (Path(os.environ["LLAMASPEC_BIN_DIR"]) if os.environ.get("LLAMASPEC_BIN_DIR") else None)
@@ -515,7 +539,7 @@ def find(backend: str = "auto", bin_dir: Path | None = None) -> Build:
     if backend not in ("auto", *BACKENDS):
         select_backend(backend)  # raises the unknown-backend error
     for candidate in (("metal", "cuda", "cpu") if backend == "auto" else (backend,)):
-        pointer = _latest_pointer(candidate, source.commit)
+        pointer = _latest_pointer(candidate + ("-rpc" if rpc else ""), source.commit)
         found = load_build(Path(pointer.read_text().strip())) if pointer.is_file() else None
         if found is not None and found.commit == source.commit and Path(found.bin_dir).is_dir():
             if found.smoke_host != host_fingerprint():
@@ -527,6 +551,6 @@ def find(backend: str = "auto", bin_dir: Path | None = None) -> Build:
                 atomic.write_json(Path(found.bin_dir).parent / "manifest.json", asdict(found))
             return found
     raise LlamaspecError(
-        f"no llama.cpp build of {source.commit} ({backend}) in {paths.builds_dir()}",
-        hint="run `llamaspec build` first (or pass --bin-dir with your own llama.cpp binaries)",
+        f"no llama.cpp build of {source.commit} ({backend}{', with RPC' if rpc else ''}) in {paths.builds_dir()}",
+        hint=f"run `llamaspec build{' --rpc' if rpc else ''}` first (or pass --bin-dir with your own llama.cpp binaries)",
     )
