@@ -96,6 +96,15 @@ def _str_list(value: Any) -> tuple[str, ...]:
     return tuple(_str(v) for v in value)
 
 
+def _endpoints(value: Any) -> tuple[str, ...]:
+    items = tuple(value.split(",")) if isinstance(value, str) else _str_list(value)
+    for item in items:
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SettingError(f"expected host:port, got {item!r}")
+    return tuple(i.strip() for i in items)
+
+
 def _gpu_arg(text: str) -> int | str:
     return text if text in ("all", "none") else int(text)
 
@@ -133,6 +142,7 @@ class Settings:
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
     timeout: float | None = _setting(_float, default=1800.0, side="run", help="seconds per process")
     extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="draft")
+    rpc: tuple[str, ...] | None = _setting(_endpoints, default=(), help="llama.cpp RPC servers (host:port) holding the target's layers; the draft stays local")
 
     def over(self, base: Settings) -> Settings:
         """These settings, falling back to ``base`` where unset."""
@@ -154,8 +164,9 @@ class Settings:
     def from_dict(cls, data: dict[str, Any]) -> Settings:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        if values.get("extra_args") is not None:
-            values["extra_args"] = tuple(values["extra_args"])
+        for name in ("extra_args", "rpc"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 

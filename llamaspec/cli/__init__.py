@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "sweep": "sweep", "tune": "sweep",
     "plot": "report", "report": "report",
     "parse": "parse",
+    "rpc": "cluster", "cluster": "cluster",
 }
 
 

@@ -90,10 +90,11 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     backend = _backend(worker)
     backend.check(case)
     repeats = int(item.payload.get("repeats", 1))
+    offset = int(item.payload.get("repeat_offset", 0))  # a split repeat keeps its place in the ABBA order
     logs = worker.scratch / "logs" / _safe(item.key)
     measured: list[tuple[int, Measurement]] = []
     error = None
-    for r in range(repeats):
+    for r in range(offset, offset + repeats):
         for mode in (("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")):
             m = backend.measure(case, mode, logs / f"{mode}-{r}.log")
             measured.append((r, m))

@@ -31,10 +31,10 @@ class StoreSink:
                                       settings=result.get("settings") or {}, provenance=provenance, kind=self.kind,
                                       sweep_id=study, point_key=item.key)
         for i, m in enumerate(result.get("measurements") or ()):
-            data = {k: v for k, v in m.items() if k in _ROW_FIELDS}
-            data.setdefault("repeat", i)
-            data["argv"] = list(data.get("argv") or ())
-            self.store.add_measurement(MeasurementRow(run_id=run_id, **{f: data.get(f) for f in _ROW_FIELDS}))
+            data: dict[str, Any] = {f: m.get(f) for f in _ROW_FIELDS}
+            data["repeat"] = i if data["repeat"] is None else data["repeat"]
+            data["argv"] = list(data["argv"] or ())
+            self.store.add_measurement(MeasurementRow(run_id=run_id, **data))
         summary = {**(result.get("summary") or {}), "machine": machine}
         self.store.finish_run(run_id, result.get("status") or ("ok" if result.get("ok") else "failed"), summary,
                               result.get("error"))

@@ -75,6 +75,7 @@ class Settings:
     escape: bool = True
     spec_type: str | None = None  # "draft" (a draft model) or one of the build's n-gram modes
     extra_args: tuple[str, ...] = ()
+    rpc: tuple[str, ...] = ()  # RPC servers (host:port) for the target's layers
 
 
 # setting -> flag names, most recent first. The first name the build accepts wins.
@@ -96,9 +97,10 @@ FLAG_TABLE: dict[str, tuple[str, ...]] = {
     "ctx_size": ("-c", "--ctx-size"),
     "batch_size": ("-b", "--batch-size"),
     "spec_type": ("--spec-type",),
+    "rpc": ("--rpc",),
 }
 # Settings that llamaspec must be able to pass when asked for: a build without them is refused.
-REQUIRED_WHEN_SET = {"draft", "draft_max", "draft_p_min", "spec_type", "draft_min"}
+REQUIRED_WHEN_SET = {"draft", "draft_max", "draft_p_min", "spec_type", "draft_min", "rpc"}
 
 _OPTION_LINE = re.compile(r"^\s{0,4}(-[-\w]+(?:,\s*-[-\w]+)*)")
 # "version: 4880 (c2a67efe)" until 2026; "version: 0.5.0-dev (build 0, commit 0c1e570)" since.
@@ -222,6 +224,8 @@ def common_argv(caps: Capabilities, s: Settings, *, with_draft: bool) -> list[st
     put("gpu_layers", s.gpu_layers)
     put("ctx_size", s.ctx_size)
     put("batch_size", s.batch_size)
+    if s.rpc:
+        put("rpc", ",".join(s.rpc))
     if s.escape and caps.has("-e"):
         argv.append("-e")
     elif not s.escape and caps.has("--no-escape"):

@@ -63,13 +63,15 @@ class LlamaCppBackend:
             draft_p_min=s.draft_p_min if speculative else None,
             threads=s.threads,
             threads_draft=s.threads_draft if speculative else None,
-            gpu_layers=flags.gpu_layers(s.gpu_layers, self.build.backend, caps.generation),
+            # With RPC servers the target's layers go to them (they count as devices even on a CPU build).
+            gpu_layers=flags.gpu_layers(s.gpu_layers, "rpc" if s.rpc else self.build.backend, caps.generation),
             draft_gpu_layers=flags.gpu_layers(s.draft_gpu_layers, self.build.backend, caps.generation) if speculative and case.draft else None,
             ctx_size=s.ctx_size,
             batch_size=s.batch_size,
             escape=s.escape if s.escape is not None else True,
             spec_type=s.spec_type if speculative else None,
             extra_args=tuple(s.extra_args or ()),
+            rpc=tuple(s.rpc or ()),
         )
 
     def argv(self, case: ResolvedCase, mode: str) -> list[str]:
@@ -82,7 +84,7 @@ class LlamaCppBackend:
             if mode == "draft":  # the draft model alone: what one draft step costs
                 if case.draft is None:
                     raise LlamaspecError("this case has no draft model to time", hint="drop the draft measurement")
-                settings = replace(settings, target=case.draft.path, gpu_layers=flags.gpu_layers(
+                settings = replace(settings, target=case.draft.path, rpc=(), gpu_layers=flags.gpu_layers(
                     case.settings.draft_gpu_layers, self.build.backend, self.caps("completion").generation))
             return flags.completion_argv(self.caps("completion"), program, settings)
         if mode == "batch":
@@ -94,6 +96,13 @@ class LlamaCppBackend:
         return "bench" in self.build.programs
 
     def check(self, case: ResolvedCase) -> None:
+        if case.settings.rpc:
+            from llamaspec.llamacpp import rpc
+
+            if not rpc.has_rpc(self.build):
+                raise LlamaspecError(f"this case sets rpc, but the llama.cpp build in {self.build.bin_dir} has no RPC backend",
+                                     hint="build one with `llamaspec build --rpc` and run with it (--bin-dir its bin folder)")
+            rpc.check_endpoints(case.settings.rpc)
         self.argv(case, "speculative")
         self.argv(case, "baseline")
 
