@@ -175,15 +175,16 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 
 
 def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
-    """No llama.cpp: busy the CPU for ``spin`` seconds (or do nothing), for measuring the
-    cluster's own overhead and throughput."""
+    """No llama.cpp: use ``spin`` seconds of this process's CPU time (or do nothing), for measuring
+    the cluster's own overhead and throughput (CPU time, so a busy machine shows as a slow one)."""
     import os
     import time
 
     spin = float(item.payload.get("spin", 0.0))
     start = time.perf_counter()
+    cpu0 = time.process_time()
     n = 0
-    while time.perf_counter() - start < spin:
+    while time.process_time() - cpu0 < spin:
         n += sum(i * i for i in range(1000))
     return {"ok": True, "status": "ok", "error": None, "experiment": item.payload.get("experiment", "noop"),
             "case": item.key, "settings": {}, "provenance": {"pid": os.getpid()}, "measurements": [],
