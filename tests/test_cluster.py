@@ -292,3 +292,74 @@ def test_local_pool_runs_one_item_at_a_time_per_machine() -> None:
     run_study("s7", items(12), pool, Null(), Requirements())
     pool.close()
     assert peak == {"host-a": 1, "host-b": 1}
+
+
+def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None:
+    from llamaspec import experiment
+    from llamaspec.cluster import study
+
+    exp = experiment.load("smollm2-quicksort")
+    (one,) = study.experiment_items(exp, repeats=3)
+    assert one.key == "python" and one.kind == "pair"
+    assert one.payload["target"] == F32 and one.payload["draft"] == Q41 and one.payload["repeats"] == 3
+    assert one.payload["settings"]["n_predict"] == 128 and one.payload["prompt"].startswith("# Quick-sort")
+    split = study.experiment_items(exp, repeats=3, split_repeats=True)
+    assert [(i.key, i.payload["repeats"], i.payload["repeat_offset"]) for i in split] == [
+        ("python#r0", 1, 0), ("python#r1", 1, 1), ("python#r2", 1, 2)]
+    points = study.sweep_items(exp, {"draft_max": (2, 4), "draft_variant": ("q4_0",)})
+    assert len(points) == 2 and len({p.key for p in points}) == 2
+    assert [(p.payload["settings"]["draft_max"], p.payload["draft"]) for p in points] == [(2, "smollm2-135m:q4_0"),
+                                                                                          (4, "smollm2-135m:q4_0")]
+    wanted = study.requirements(exp)
+    assert set(wanted.models) == {F32, Q41} and not wanted.rpc
+    assert study.study_id(exp, split, wanted) == study.study_id(exp, list(split), wanted) != study.study_id(exp, points, wanted)
+
+
+# --- real llama.cpp, one machine, no Ray --------------------------------------------------------
+
+def _real_or_skip() -> None:
+    from llamaspec.llamacpp import build
+    from llamaspec.models import store as model_store
+
+    try:
+        build.find("cpu")
+    except LlamaspecError as exc:
+        pytest.skip(f"no llama.cpp CPU build: {exc.message}")
+    if not (model_store.finished("smollm2-135m", "f32") and model_store.finished("smollm2-135m", "q4_1")):
+        pytest.skip("the offline SmolLM2 pair is not here: run `llamaspec models fetch smollm2-135m` first")
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_cluster_run_on_this_machine_alone_reports_per_machine_and_resumes() -> None:
+    import platform
+
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    _real_or_skip()
+    args = ["cluster", "run", "smollm2-quicksort", "-n", "16", "-t", "1", "-r", "2", "--split-repeats", "--backend", "cpu"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    lines = first.output.splitlines()
+    assert lines[0].startswith("study cluster-smollm2-quicksort-") and lines[0].endswith(": 2 items run, 0 already stored")
+    assert lines[1].startswith(f"  {platform.node() or 'local'}: 2 items, speedup ")
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and again.output.splitlines()[0].endswith(": 0 items run, 2 already stored"), again.output
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_stores_it(store: Store) -> None:
+    _real_or_skip()
+    item = WorkItem("python", "case", {"experiment": "smollm2-quicksort", "case": "python", "repeats": 1,
+                                       "settings": {"n_predict": 16, "threads": 1}})
+    pool = LocalPool(["box"])
+    report = run_study("core", [item], pool, StoreSink(store), Requirements(backend="cpu", models={F32: None, Q41: None}))
+    pool.close()
+    assert report.done == {"python": "box"} and not report.failed
+    (run,) = store.runs(sweep_id="core")
+    assert run["provenance"]["machine"] == "box" and run["provenance"]["llamacpp"]["commit"] == "0c1e570"
+    assert {m["mode"] for m in store.measurements(run["id"])} == {"baseline", "speculative"}
+    assert run["summary"]["lossless"]["identical"] is True and run["summary"]["speedup"]["median"] > 0

@@ -44,6 +44,21 @@ def experiment_items(exp: Any, repeats: int | None = None, split_repeats: bool =
     return items
 
 
+def sweep_items(exp: Any, axes: dict[str, Any], repeats: int | None = None) -> list[WorkItem]:
+    """One ``pair`` item per (case, grid point), keyed ``case@point`` with the sweep's own point key.
+    Each point measures its own baselines on its machine (no baseline shared across machines)."""
+    from llamaspec import sweep
+
+    n = repeats or exp.repeats
+    items = []
+    for case in exp.cases:
+        for point in sweep.grid(axes):
+            payload = case_payload(exp, point.apply(case), n)
+            payload["point"] = point.label
+            items.append(WorkItem(f"{case.name}@{point.key}", "pair", payload))
+    return items
+
+
 def requirements(exp: Any, backend: str = "auto") -> Requirements:
     """The coordinator's own llama.cpp commit, and its model hashes where it has the files
     (None where it has not: the first machine's then binds the others)."""
