@@ -93,7 +93,14 @@ def admit(pool: Pool, wanted: Requirements, timeout: float = 3600.0) -> tuple[li
         raise LlamaspecError("the cluster has no llamaspec machines",
                              hint="start workers with `ray start --address HEAD:6379 --resources '{\"llamaspec:NAME\": 1}'`")
     futures = {w.prepare(wanted): w for w in workers}
-    wait(futures, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        _done, waiting = wait(futures, timeout=min(30.0, max(0.0, deadline - time.monotonic())))
+        if not waiting or time.monotonic() >= deadline:
+            break
+        # A first study on a machine builds llama.cpp and fetches models there: minutes, not a hang.
+        log.info("waiting for %s to prepare (building llama.cpp or fetching models there, or the machine is "
+                 "busy with another study)", ", ".join(sorted(futures[f].machine for f in waiting)))
     refused: dict[str, str] = {}
     admitted: list[tuple[WorkerHandle, WorkerInfo]] = []
     pinned = wanted
