@@ -16,8 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import paths
+from llamaspec.backend import SPEED_DEFINITION
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import Store
+from llamaspec.settings import SWEEPABLE
+from llamaspec.stats import Spread
+from llamaspec.summary import Summary
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +33,11 @@ class PointRow:
     run_id: int
     label: str  # the non-draft-length axes of the point
     draft_max: int
-    summary: dict[str, Any]
+    summary: Summary
 
-    def med(self, key: str) -> float | None:
-        return (self.summary.get(key) or {}).get("median")
+    @property
+    def speedup(self) -> Spread | None:
+        return self.summary.speedup
 
 
 @dataclass
@@ -45,9 +50,36 @@ class GroupReport:
     note: str | None = None
 
     @property
+    def candidates(self) -> list[PointRow]:
+        """Points that may be recommended: finished, lossless, with a speedup."""
+        return [r for r in self.rows if r.summary.recommendable]
+
+    @property
     def best_measured(self) -> PointRow | None:
-        scored = [r for r in self.rows if r.med("speedup")]
-        return max(scored, key=lambda r: r.med("speedup") or 0) if scored else None
+        scored = self.candidates
+        return max(scored, key=lambda r: r.speedup.median if r.speedup else 0) if scored else None
+
+    @property
+    def ties(self) -> list[PointRow]:
+        """The points whose 95 % interval overlaps the best one's: indistinguishable from it."""
+        best = self.best_measured
+        if best is None or best.speedup is None:
+            return []
+        return [r for r in self.candidates if r.speedup is not None and r.speedup.overlaps(best.speedup)]
+
+    @property
+    def recommended(self) -> PointRow | None:
+        """The cheapest setting of the tie set: the shortest draft."""
+        ties = self.ties
+        return min(ties, key=lambda r: (r.draft_max, -(r.speedup.median if r.speedup else 0))) if ties else None
+
+    @property
+    def model_error(self) -> float | None:
+        """Median |predicted - measured| / measured over the fitted points."""
+        if self.analysis is None:
+            return None
+        errors = [abs(p.rel_error) for p in self.analysis.points if p.rel_error is not None]
+        return statistics.median(errors) if errors else None
 
 
 @dataclass
@@ -58,63 +90,88 @@ class SweepReport:
     meta: dict[str, str]
     groups: list[GroupReport]
 
-    def best(self) -> tuple[GroupReport, PointRow] | None:
+    def recommendation(self) -> tuple[GroupReport, PointRow] | None:
+        """The recommended point of the best group (the group whose best point is highest)."""
         found = [(g, g.best_measured) for g in self.groups if g.best_measured]
         if not found:
             return None
-        return max(found, key=lambda gr: gr[1].med("speedup") or 0)  # type: ignore[union-attr,return-value]
+        group = max(found, key=lambda gr: gr[1].speedup.median if gr[1] and gr[1].speedup else 0)[0]
+        rec = group.recommended
+        return (group, rec) if rec else None
 
     def render(self) -> str:
         lines = [f"sweep {self.sweep_id}: {self.experiment} / {self.case}",
                  f"  target {self.meta['target']}, draft {self.meta['draft']}; {self.meta['hardware']}, "
-                 f"{self.meta['backend']}, llama.cpp {self.meta['commit']}"]
+                 f"{self.meta['backend']}, llama.cpp {self.meta['commit']}",
+                 f"  speed: {SPEED_DEFINITION}; speedup: median of paired ratios [95 % bootstrap interval]"]
         for g in self.groups:
             if g.label:
                 lines.append(f"\n  [{g.label}]")
-            lines.append(f"  {'draft':>5} {'spec t/s':>16} {'base t/s':>9} {'speedup':>17} {'accept':>8} {'tok/call':>8} "
-                         f"{'predicted':>9} {'error':>7}")
+            lines.append(f"  {'draft':>5} {'spec t/s':>9} {'base t/s':>9} {'base CV':>7} {'speedup [95% CI]':>20} "
+                         f"{'accept':>7} {'tok/rnd':>7} {'predicted':>9} {'error':>6}  status")
             fits = {p.draft_max: p for p in (g.analysis.points if g.analysis else ())}
+            tie_ids = {r.run_id for r in g.ties}
             for r in sorted(g.rows, key=lambda r: r.draft_max):
                 s = r.summary
-                spec = s.get("decode_tps") or {}
-                speed = s.get("speedup") or {}
                 fit = fits.get(r.draft_max)
                 pred = fit.predicted_speedup if fit else None
                 err = f"{fit.rel_error * 100:+.0f}%" if fit and fit.rel_error is not None else "-"
-                spec_text = f"{spec.get('median', 0):.2f}" + (f" [{spec['min']:.1f}-{spec['max']:.1f}]" if spec.get("n", 1) > 1 else "")
-                speed_text = f"{speed.get('median', 0):.2f}x" + (f" [{speed['min']:.2f}-{speed['max']:.2f}]" if speed.get("n", 1) > 1 else "")
-                lines.append(f"  {r.draft_max:>5} {spec_text:>16} {r.med('baseline_decode_tps') or 0:>9.2f} {speed_text:>17} "
-                             f"{r.med('accept') or 0:>7.1f}% {s.get('tokens_per_call') or 0:>8.2f} "
-                             f"{f'{pred:.2f}x' if pred else '-':>9} {err:>7}")
+                cv = s.baseline_decode_tps.cv if s.baseline_decode_tps else None
+                status = s.status if s.status != "ok" else ("tie" if r.run_id in tie_ids else "")
+                if not s.paired and s.speedup:
+                    status = (status + " shared-baseline").strip()
+                lines.append(
+                    f"  {s.draft.label if s.draft.policy == 'adaptive' else r.draft_max:>5} "
+                    f"{_med(s.decode_tps):>9} {_med(s.baseline_decode_tps):>9} {f'{cv:.1%}' if cv is not None else '-':>7} "
+                    f"{s.speedup.text(suffix='x') if s.speedup else '-':>20} "
+                    f"{f'{s.accept.median:.1f}%' if s.accept else '-':>7} {_num(s.tokens_per_round):>7} "
+                    f"{f'{pred:.2f}x' if pred else '-':>9} {err:>6}  {status}")
+            for r in g.rows:
+                if r.summary.status == "differs":
+                    lines.append(f"  draft {r.draft_max}: {r.summary.lossless.text()}")
             if g.analysis is not None:
                 a = g.analysis
                 lines.append(f"  model: alpha {a.alpha:.3f} (per-token acceptance), ceiling {a.ceiling_speedup:.2f}x"
                              + (f", draft/target cost c = {a.cost.cost_ratio:.2f}" if a.cost else ""))
+                if g.model_error is not None:
+                    lines.append(f"  model error: median {g.model_error:.1%} over {len(a.points)} points")
                 if a.cost and a.best:
-                    lines.append(f"  predicted best draft length {a.best.draft_max}: {a.best.speedup:.2f}x")
+                    inside = any(r.draft_max == a.best.draft_max for r in g.ties)
+                    lines.append(f"  predicted best draft length {a.best.draft_max}: {a.best.speedup:.2f}x"
+                                 + (" (inside the measured tie set)" if inside else " (outside the measured tie set)"))
             if g.note:
                 lines.append(f"  note: {g.note}")
             if g.explanation:
                 lines.append(f"  why not {TARGET_SPEEDUP:.1f}x: {g.explanation}")
+            if g.ties:
+                lines.append(f"  tie set (intervals overlap the best): draft {', '.join(str(r.draft_max) for r in sorted(g.ties, key=lambda r: r.draft_max))}")
             for p in g.plots:
                 if p.suffix == ".png":
                     lines.append(f"  plot: {p}")
-        best = self.best()
-        if best:
-            g, r = best
-            lines.append(f"\nbest: draft {r.draft_max}{' (' + g.label + ')' if g.label else ''} -> "
-                         f"{r.med('speedup'):.2f}x measured (run {r.run_id})")
+        rec = self.recommendation()
+        if rec:
+            g, r = rec
+            best = g.best_measured
+            lines.append(f"\nrecommended: draft {r.draft_max}{' (' + g.label + ')' if g.label else ''} -> "
+                         f"{r.speedup.text(suffix='x') if r.speedup else '-'} (run {r.run_id}); the cheapest of the tie set"
+                         + (f", best median {best.speedup.median:.2f}x at draft {best.draft_max}" if best and best.speedup and best is not r else ""))
+        else:
+            lines.append("\nrecommended: nothing (no point finished with an unchanged output)")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        best = self.best()
+        rec = self.recommendation()
         return {
             "sweep_id": self.sweep_id, "experiment": self.experiment, "case": self.case, "meta": self.meta,
-            "best": {"draft_max": best[1].draft_max, "group": best[0].label, "speedup": best[1].med("speedup"),
-                     "run_id": best[1].run_id} if best else None,
+            "speed_definition": SPEED_DEFINITION,
+            "recommended": {"draft_max": rec[1].draft_max, "group": rec[0].label, "run_id": rec[1].run_id,
+                            "speedup": rec[1].speedup.to_dict() if rec[1].speedup else None} if rec else None,
             "groups": [{
                 "label": g.label,
-                "points": [{"run_id": r.run_id, "draft_max": r.draft_max, "summary": r.summary} for r in g.rows],
+                "points": [{"run_id": r.run_id, "draft_max": r.draft_max, "summary": r.summary.to_dict()} for r in g.rows],
+                "ties": [r.draft_max for r in g.ties],
+                "recommended": g.recommended.draft_max if g.recommended else None,
+                "model_error": g.model_error,
                 "alpha": g.analysis.alpha if g.analysis else None,
                 "cost_ratio": g.analysis.cost.cost_ratio if g.analysis and g.analysis.cost else None,
                 "ceiling": g.analysis.ceiling_speedup if g.analysis else None,
@@ -125,28 +182,44 @@ class SweepReport:
         }
 
 
+def _med(s: Spread | None) -> str:
+    return f"{s.median:.2f}" if s else "-"
+
+
+def _num(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "-"
+
+
+def interpolate_ms(batch_ms: dict[int, float], tokens: float) -> float:
+    """A batch's cost by linear interpolation over the measured sizes (extrapolated from the last two)."""
+    sizes = sorted(batch_ms)
+    if len(sizes) == 1:
+        return batch_ms[sizes[0]] * tokens / sizes[0]
+    lo = max([s for s in sizes if s <= tokens], default=sizes[0])
+    hi = min([s for s in sizes if s >= tokens and s != lo], default=sizes[-1])
+    if hi == lo:
+        lo, hi = sizes[-2], sizes[-1]
+    return batch_ms[lo] + (batch_ms[hi] - batch_ms[lo]) * (tokens - lo) / (hi - lo)
+
+
 def observation(row: PointRow) -> Any:
     """A theory.Observation from a stored point (None when it lacks what the model needs)."""
     from llamaspec import theory
 
     s = row.summary
-    spec, base = row.med("decode_tps"), row.med("baseline_decode_tps")
-    if not (spec and base and s.get("n_drafted") is not None and s.get("n_accept") is not None and s.get("n_predict")):
+    spec, base = s.decode_tps, s.baseline_decode_tps
+    if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict and s.rounds):
         return None
-    if s["n_accept"] >= s["n_predict"] or row.draft_max < 1:
+    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok":
         return None
-    draft_tps = row.med("draft_decode_tps")
     verify = None
-    calls = s["n_predict"] - s["n_accept"]
-    if s.get("batch_ms") and calls > 0:
-        from llamaspec.llamacpp.parse import BatchTimings
-
-        # one call verifies the draft plus one token in a single batch
-        verify = BatchTimings({int(k): v for k, v in s["batch_ms"].items()}).ms(s["n_drafted"] / calls + 1)
+    if s.batch_ms and s.drafted_per_round is not None:
+        verify = interpolate_ms(s.batch_ms, s.drafted_per_round + 1)  # the draft plus one token, in one batch
     return theory.Observation(
-        draft_max=row.draft_max, n_drafted=int(s["n_drafted"]), n_accept=int(s["n_accept"]), n_generated=int(s["n_predict"]),
-        spec_decode_tps=spec, baseline_decode_tps=base, target_ms_per_token=1000.0 / base,
-        draft_ms_per_token=1000.0 / draft_tps if draft_tps else None,
+        draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
+        spec_decode_tps=spec.median, baseline_decode_tps=base.median, target_ms_per_token=1000.0 / base.median,
+        draft_ms_per_token=1000.0 / s.draft_decode_tps.median if s.draft_decode_tps else None,
+        draft_runs=s.draft_steps, n_target_calls=s.rounds,
         verify_ms_per_call=verify if verify and verify > 0 else None,
     )
 
@@ -187,30 +260,12 @@ def _group_label(settings: dict[str, Any], axes: Sequence[str], draft: str | Non
     return ", ".join(parts)
 
 
-def rebased(store: Store | None, summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary with its speedup against every measurement of its shared baseline (a sweep
-    measures it at the start and again at the end), not only those taken before this point."""
-    key = summary.get("baseline_key")
-    spec = summary.get("decode_tps") or {}
-    if store is None or not key or not spec.get("values"):
-        return summary
-    base = [m["decode_tps"] for m in store.shared(key) if m["decode_tps"]]
-    if len(base) <= (summary.get("baseline_decode_tps") or {}).get("n", 0):
-        return summary
-    from llamaspec.run import spread
-
-    mid = statistics.median(base)
-    ratios = [v / mid for v in spec["values"]]
-    return {**summary, "baseline_decode_tps": spread(base), "speedup": {**(spread(ratios) or {}), "of_medians": spec["median"] / mid,
-                                                                        "paired": False}}
-
-
-def rows_to_groups(runs: Sequence[dict[str, Any]], axes: Sequence[str], store: Store | None = None) -> dict[str, list[PointRow]]:
+def rows_to_groups(runs: Sequence[dict[str, Any]], axes: Sequence[str]) -> dict[str, list[PointRow]]:
     groups: dict[str, list[PointRow]] = {}
     for run in runs:
         label = _group_label(run["settings"], axes, run.get("draft"))
         groups.setdefault(label, []).append(PointRow(run["id"], label, int(run["settings"].get("draft_max") or 0),
-                                                     rebased(store, run["summary"] or {})))
+                                                     Summary.from_dict(run.get("summary"))))
     return groups
 
 
@@ -220,7 +275,7 @@ def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axe
         raise LlamaspecError(f"no finished runs for {name}", hint="run `llamaspec sweep NAME --draft 1..16` first")
     meta = _meta(store, runs[0]["id"])
     groups = []
-    for label, rows in rows_to_groups(runs, axes, store).items():
+    for label, rows in rows_to_groups(runs, axes).items():
         rows = _latest_per_draft(rows)
         analysis, explanation, note = analyze_rows(rows)
         group = GroupReport(label, rows, analysis, explanation, note=note)
@@ -237,15 +292,20 @@ def _latest_per_draft(rows: list[PointRow]) -> list[PointRow]:
     return sorted(latest.values(), key=lambda r: r.draft_max)
 
 
+def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs that measured something to show: ok, or ok but with a differing output."""
+    return [r for r in runs if r["status"] in ("ok", "differs")]
+
+
 def sweep_report(store: Store, sweep_id: str, plot: bool = True) -> SweepReport:
-    runs = [r for r in store.runs(sweep_id=sweep_id, status="ok") if r["kind"] == "sweep"]
+    runs = [r for r in finished(store.runs(sweep_id=sweep_id)) if r["kind"] == "sweep"]
     axes = _axes_of(runs)
     return report_for_runs(store, runs, sweep_id, axes, plot, paths.plots_dir() / sweep_id)
 
 
 def _axes_of(runs: Sequence[dict[str, Any]]) -> list[str]:
     """The settings that vary between these runs (draft variant included)."""
-    keys = ("draft_max", "draft_p_min", "threads", "gpu_layers", "spec_type")
+    keys = tuple(SWEEPABLE)
     axes = [k for k in keys if len({str(r["settings"].get(k)) for r in runs}) > 1]
     if len({r.get("draft") for r in runs}) > 1:
         axes.append("draft_variant")
@@ -262,16 +322,17 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
     fits = {p.draft_max: p for p in (group.analysis.points if group.analysis else ())}
     points = []
     for r in group.rows:
-        spec = r.summary.get("decode_tps") or {}
-        base = r.med("baseline_decode_tps")
-        if not spec.get("median") or not base:
+        s = r.summary
+        if not s.decode_tps or not s.baseline_decode_tps or not s.speedup:
             continue
         fit = fits.get(r.draft_max)
         points.append(plot.PlotPoint(
-            draft_max=r.draft_max, decode_tps=spec["median"], baseline_tps=base,
-            accept=accept / 100.0 if (accept := r.med("accept")) is not None else None,
+            draft_max=r.draft_max, decode_tps=s.decode_tps.median, baseline_tps=s.baseline_decode_tps.median,
+            accept=s.accept.median / 100.0 if s.accept else None,
             predicted_speedup=fit.predicted_speedup if fit else None,
-            decode_tps_min=spec.get("min"), decode_tps_max=spec.get("max")))
+            decode_tps_min=s.decode_tps.min, decode_tps_max=s.decode_tps.max,
+            speedup_median=s.speedup.median, speedup_low=s.speedup.low, speedup_high=s.speedup.high,
+            differs=s.status == "differs"))
     if not points:
         return []
     label = f"{meta['experiment']}/{meta['case']}" + (f" [{group.label}]" if group.label else "")
@@ -284,7 +345,7 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
 
 def experiment_report(store: Store, experiment: str, plot: bool = True) -> SweepReport:
     """The experiment's history: its latest sweep if it has one, else all its finished runs by draft length."""
-    runs = store.runs(experiment=experiment, status="ok")
+    runs = finished(store.runs(experiment=experiment))
     if not runs:
         raise LlamaspecError(f"no finished runs of {experiment!r} in {store.path}",
                              hint=f"run `llamaspec run {experiment}` or `llamaspec sweep {experiment} --draft 1..8` first")

@@ -124,6 +124,7 @@ class Measurement:
     rounds: int | None = None  # draft-verify rounds (target verification calls), by the program's own formula
     draft_len: int | None = None  # the draft length the program reports having used (its final one, if adaptive)
     draft_policy: str | None = None  # of DRAFT_POLICIES
+    draft_steps: int | None = None  # draft-model decode steps in the run (rounds x steps per round)
     text: str | None = None  # the generation, without the prompt
     tokens: tuple[int, ...] | None = None  # generated token ids, where the engine gives them
     end_of_text: bool = False  # the model stopped on its own before n_predict

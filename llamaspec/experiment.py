@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths
+from llamaspec import backends, paths
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS as DEFAULT_SETTINGS
 from llamaspec.settings import FIELDS as SETTING_FIELDS
 from llamaspec.settings import SettingError, Settings
 from llamaspec.settings import check as check_setting
-
-BACKENDS = ("llama.cpp",)  # planned: "llama-server" (prompt sets, models kept loaded), "transformers"
 
 
 @dataclass(frozen=True)
@@ -67,13 +66,14 @@ class Case:
 class Experiment:
     name: str
     description: str
-    backend: str
-    repeats: int
+    backend: str  # the engine: a name in llamaspec.backends.REGISTRY
+    repeats: int | str  # pairs per point, or "auto"
     cases: tuple[Case, ...]
     path: str = ""
     settings: Settings = field(default_factory=Settings)
+    sha256: str | None = None  # of the experiment file as loaded (stored with every run)
 
-    def with_overrides(self, overrides: Settings, repeats: int | None = None, prompt: str | None = None,
+    def with_overrides(self, overrides: Settings, repeats: int | str | None = None, prompt: str | None = None,
                        prompt_file: str | None = None) -> Experiment:
         """Apply command-line overrides to every case (command line wins)."""
         cases = tuple(
@@ -163,7 +163,7 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
     return ref
 
 
-TOP_KEYS = {"name": str, "description": str, "backend": str, "repeats": int, "settings": dict, "cases": list}
+TOP_KEYS = {"name": str, "description": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list}
 CASE_KEYS = {"name": str, "target": dict, "draft": dict, "prompt": str, "prompt_file": str, "settings": dict, "reference": dict}
 
 
@@ -174,11 +174,13 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
     top = c.mapping(data, "", TOP_KEYS, required=("name", "cases"))
     name = c.typed(top["name"], "name", str)
     backend = c.typed(top.get("backend", "llama.cpp"), "backend", str)
-    if backend not in BACKENDS:
-        raise c.fail("backend", f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
-    repeats = c.typed(top.get("repeats", 1), "repeats", int)
-    if repeats < 1:
-        raise c.fail("repeats", "must be at least 1")
+    if backend not in backends.names():
+        raise c.fail("backend", f"unknown backend {backend!r} (known: {', '.join(backends.names())})")
+    repeats = top.get("repeats", 1)
+    if repeats != "auto":
+        repeats = c.typed(repeats, "repeats", int)
+        if repeats < 1:
+            raise c.fail("repeats", "must be at least 1 (or auto)")
     settings = parse_settings(c, top.get("settings"), "settings")
     raw_cases = c.typed(top["cases"], "cases", list)
     if not raw_cases:
@@ -259,14 +261,16 @@ def load(name_or_path: str, known_model: Callable[[str, str], str | None] | None
     import yaml
 
     path = locate(name_or_path)
+    raw = path.read_bytes()
     try:
-        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
+        data = yaml.load(raw.decode(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise LlamaspecError(f"{path}: malformed YAML{where}: {problem}", hint="fix the YAML syntax (indentation, quotes, colons)") from exc
-    return parse(data, str(path), known_model or catalog_checker(), base_dir=path.parent)
+    exp = parse(data, str(path), known_model or catalog_checker(), base_dir=path.parent)
+    return dataclasses.replace(exp, sha256=hashlib.sha256(raw).hexdigest())
 
 
 def list_experiments() -> list[Path]:

@@ -67,6 +67,12 @@ class PlotPoint:
     predicted_speedup: float | None = None
     decode_tps_min: float | None = None
     decode_tps_max: float | None = None
+    # The speedup as measured: the median of paired ratios with its 95 % interval (the same figure
+    # as every table). Without it the plot falls back to decode_tps / baseline_tps.
+    speedup_median: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    differs: bool = False  # the output with a draft differed from the target alone's: never "best"
 
     def __post_init__(self) -> None:
         if isinstance(self.draft_max, bool) or not isinstance(self.draft_max, int) or self.draft_max < 0:
@@ -111,7 +117,14 @@ class PlotPoint:
 
     @property
     def speedup(self) -> float:
-        return self.decode_tps / self.baseline_tps
+        return self.speedup_median if self.speedup_median is not None else self.decode_tps / self.baseline_tps
+
+    @property
+    def speedup_interval(self) -> tuple[float, float]:
+        if self.speedup_median is not None:
+            return (self.speedup_low if self.speedup_low is not None else self.speedup_median,
+                    self.speedup_high if self.speedup_high is not None else self.speedup_median)
+        return self.tps_low / self.baseline_tps, self.tps_high / self.baseline_tps
 
     @property
     def tps_low(self) -> float:
@@ -281,7 +294,7 @@ def _x_range(pts: Sequence[PlotPoint], *curves: Curve | None) -> tuple[float, fl
 def _style_x(ax: Axes, xr: tuple[float, float]) -> None:
     from matplotlib.ticker import MaxNLocator
 
-    ax.set_xlabel("draft length (--draft-max)")
+    ax.set_xlabel("draft length k (tokens drafted per round)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     lo, hi = xr
     if hi - lo < 4:  # too few lengths for the locator, which would fall back to fractional ticks
@@ -339,11 +352,15 @@ def _draw_acceptance(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None
 def _draw_speedup(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None, xr: tuple[float, float]) -> None:
     xs = [p.draft_max for p in pts]
     ys = [p.speedup for p in pts]
-    err = _spread(ys, [p.tps_low / p.baseline_tps for p in pts], [p.tps_high / p.baseline_tps for p in pts])
+    err = _spread(ys, [p.speedup_interval[0] for p in pts], [p.speedup_interval[1] for p in pts])
     ax.axhspan(0, 1, color="C3", alpha=0.06, linewidth=0)
     ax.axhline(1.0, color="C3", linestyle="--", linewidth=1, label="break-even (target alone)")
-    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color="C0", label="measured", zorder=3)
-    tops = [max(p.tps_high / p.baseline_tps for p in pts), 1.0]
+    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color="C0", label="measured (median, 95 % interval)", zorder=3)
+    differing = [p for p in pts if p.differs]
+    if differing:
+        ax.plot([p.draft_max for p in differing], [p.speedup for p in differing], linestyle="none", marker="X",
+                markersize=11, color="C3", label="output differs (not lossless)", zorder=5)
+    tops = [max(p.speedup_interval[1] for p in pts), 1.0]
     if predicted:
         px, py = zip(*predicted, strict=True)
         ax.plot(px, py, linestyle="-", color="C1", alpha=0.8, label="model prediction")
@@ -358,7 +375,8 @@ def _draw_speedup(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None, x
             label="model at measured points",
         )
         tops.append(max(s for _, s in at_points))
-    best = max(pts, key=lambda p: p.speedup)
+    lossless = [p for p in pts if not p.differs] or list(pts)
+    best = max(lossless, key=lambda p: p.speedup)
     # A ring and a legend entry rather than an annotation, which would collide with the curve.
     ax.plot(
         [best.draft_max],

@@ -78,6 +78,9 @@ MIGRATIONS: tuple[str, ...] = (
     # Measurements shared by several runs (the baseline of a sweep's points with the same target
     # settings, the draft-alone timing): the key they are shared under.
     "ALTER TABLE measurements ADD COLUMN baseline_key TEXT; CREATE INDEX measurements_by_baseline ON measurements(baseline_key);",
+    "ALTER TABLE measurements ADD COLUMN speed_basis TEXT; ALTER TABLE measurements ADD COLUMN rounds INTEGER;"
+    "ALTER TABLE measurements ADD COLUMN draft_len INTEGER; ALTER TABLE measurements ADD COLUMN draft_policy TEXT;"
+    "ALTER TABLE measurements ADD COLUMN tokens TEXT; ALTER TABLE measurements ADD COLUMN end_of_text INTEGER;",
 )
 
 
@@ -107,11 +110,17 @@ class MeasurementRow:
     stats: dict[str, Any] | None
     log_path: str | None
     baseline_key: str | None = None
+    speed_basis: str | None = None
+    rounds: int | None = None
+    draft_len: int | None = None
+    draft_policy: str | None = None
+    tokens: list[int] | None = None
+    end_of_text: bool = False
     id: int | None = None
     created_at: str = ""
 
 
-JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary"}
+JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens"}
 
 
 class Store:
@@ -186,12 +195,13 @@ class Store:
     def start_run(self, *, experiment: str, case_name: str, settings: dict, provenance: dict, kind: str = "run",
                   sweep_id: str | None = None, point_key: str | None = None) -> int:
         models = provenance.get("models", {})
+        engine = provenance.get("engine") or provenance.get("llamacpp") or {}  # "llamacpp" in stores before 0.2
         with self.transaction() as db:
             cur = db.execute(
                 "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, llamacpp_commit,"
                 " backend, target, draft, draft_max, settings, provenance) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (experiment, case_name, kind, sweep_id, point_key, "running", now(),
-                 provenance.get("llamacpp", {}).get("commit"), provenance.get("llamacpp", {}).get("backend"),
+                 engine.get("commit"), engine.get("accel") or engine.get("backend"),
                  models.get("target", {}).get("label"), models.get("draft", {}).get("label"), settings.get("draft_max"),
                  json.dumps(settings, sort_keys=True), json.dumps(provenance, sort_keys=True)),
             )
@@ -203,6 +213,8 @@ class Store:
         data["created_at"] = now()
         data["argv"] = json.dumps(data["argv"])
         data["stats"] = json.dumps(data["stats"]) if data["stats"] is not None else None
+        data["tokens"] = json.dumps(data["tokens"]) if data["tokens"] is not None else None
+        data["end_of_text"] = int(data["end_of_text"])
         data["ok"] = int(data["ok"])
         cols = ", ".join(data)
         with self.transaction() as db:
@@ -252,7 +264,7 @@ class Store:
             "SELECT * FROM measurements WHERE baseline_key = ? AND mode = ? AND ok = 1 ORDER BY id", (key, mode))]
 
     def finished_point(self, sweep_id: str, point_key: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT * FROM runs WHERE sweep_id = ? AND point_key = ? AND status = 'ok' ORDER BY id DESC LIMIT 1",
+        rows = self._query("SELECT * FROM runs WHERE sweep_id = ? AND point_key = ? AND status IN ('ok', 'differs') ORDER BY id DESC LIMIT 1",
                            (sweep_id, point_key))
         return _decode(rows[0]) if rows else None
 

@@ -20,22 +20,17 @@ from typing import Any
 
 from llamaspec.backend import Backend
 from llamaspec.errors import LlamaspecError
-from llamaspec.experiment import Case, Experiment, ModelRef, Settings
+from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.progress import Progress
 from llamaspec.results import Store
 from llamaspec.run import CaseResult, resolve_case, run_case
+from llamaspec.settings import SWEEPABLE, SettingError, Settings, check
 
 log = logging.getLogger(__name__)
 
-# sweepable axis -> how to parse one value. "draft_variant" swaps the draft model's variant.
-AXES: dict[str, Callable[[str], Any]] = {
-    "draft_max": int,
-    "draft_p_min": float,
-    "threads": int,
-    "gpu_layers": lambda v: v if v in ("all", "none") else int(v),
-    "draft_variant": str,
-    "spec_type": str,
-}
+# sweepable axis -> how to parse one value: every setting whose schema says it is sweepable, plus
+# "draft_variant", which swaps the draft model's variant.
+AXES: dict[str, Callable[[str], Any]] = {**SWEEPABLE, "draft_variant": str}
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?::(\d+))?$")
 
 
@@ -43,6 +38,7 @@ def parse_values(axis: str, text: str) -> tuple[Any, ...]:
     """``1,2,4,8``, ``1..16``, ``1..16:2`` or a mix (``1..4,8,16``); order kept, duplicates dropped."""
     if axis not in AXES:
         raise LlamaspecError(f"cannot sweep {axis!r}", hint=f"sweepable: {', '.join(AXES)}")
+    option = f"--{axis.replace('_', '-')}"
     parts = [p.strip() for p in text.split(",")]
     if not text.strip() or any(not p for p in parts):
         raise LlamaspecError(f"--{axis.replace('_', '-')}: empty value in {text!r}",
@@ -59,8 +55,10 @@ def parse_values(axis: str, text: str) -> tuple[Any, ...]:
             values.extend(range(lo, hi + 1, step))
             continue
         try:
-            values.append(AXES[axis](part))
-        except ValueError:
+            values.append(check(axis, AXES[axis](part)) if axis in SWEEPABLE else part)
+        except (ValueError, SettingError) as exc:
+            if isinstance(exc, SettingError):
+                raise LlamaspecError(f"{option}: {part!r}: {exc}") from None
             raise LlamaspecError(f"--{axis.replace('_', '-')}: {part!r} is not a valid value",
                                  hint="give a comma-separated list or a range, e.g. 1,2,4,8 or 1..16") from None
     for v in values:
@@ -101,11 +99,12 @@ def grid(axes: Mapping[str, Sequence[Any]]) -> list[Point]:
     return [Point(tuple(zip(names, combo, strict=True))) for combo in itertools.product(*(axes[n] for n in names))]
 
 
-def sweep_id(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], build_key: str) -> str:
-    """Same experiment case, same base settings, same grid axes and same build: same sweep."""
-    blob = {"experiment": exp.name, "case": case.name, "axes": sorted(axes), "build": build_key, "repeats": exp.repeats,
+def sweep_id(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], identity: str, shared_baseline: bool) -> str:
+    """Same experiment case, base settings, grid axes, engine build and baseline policy: same sweep."""
+    blob = {"experiment": exp.name, "case": case.name, "axes": sorted(axes), "build": identity, "repeats": exp.repeats,
             "settings": dataclasses.asdict(case.settings), "target": case.target.label, "prompt": case.prompt,
-            "prompt_file": case.prompt_file, "draft": case.draft.label if case.draft else None}
+            "prompt_file": case.prompt_file, "draft": case.draft.label if case.draft else None,
+            "shared_baseline": shared_baseline, "engine": exp.backend}
     return f"{exp.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:10]}"
 
 
@@ -120,15 +119,20 @@ class SweepResult:
 
 
 def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backend, store: Store,
-              on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[SweepResult]:
-    from llamaspec.llamacpp.runner import hardware
+              on_event: Callable[[str, dict[str, Any]], None] | None = None, shared_baseline: bool = False) -> list[SweepResult]:
+    """Measure every point of the grid, each next to its own baseline (pairs inside the point).
+
+    ``shared_baseline`` is the explicit cost saver: points with the same target-side settings
+    reuse one baseline, measured with the first of them; their speedups are then not paired,
+    and the summaries and reports say so.
+    """
+    from llamaspec import host
 
     points = grid(axes)
-    build_key = str(backend.provenance().get("build_key") or backend.provenance().get("commit"))
-    hw = hardware()
+    hw = host.hardware()
     out = []
     for case in exp.cases:
-        sid = sweep_id(exp, case, axes, build_key)
+        sid = sweep_id(exp, case, axes, backend.identity(), shared_baseline)
         resolved = [(p, resolve_case(exp, p.apply(case))) for p in points]
         for _p, rc in resolved:  # refuse values the build does not take before measuring anything
             backend.check(rc)
@@ -140,35 +144,18 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backe
         for i, (point, rc) in enumerate(todo):
             bar.update(i, point.label)
             result: CaseResult = run_case(rc, backend, store, repeats=exp.repeats, hardware=hw, reference=case.reference,
-                                          kind="sweep", sweep_id=sid, point_key=point.key, reuse_baseline=True,
-                                          baseline_scope=sid, time_costs=True, warmup=i == 0, on_event=on_event)
+                                          exp=exp, kind="sweep", sweep_id=sid, point_key=point.key,
+                                          shared_baseline=shared_baseline, baseline_scope=sid, time_costs=True,
+                                          warmup=i == 0, on_event=on_event)
             s = result.summary
-            speed = (s.get("speedup") or {}).get("median")
             log.info("  %-28s %s", point.label,
-                     f"speedup {speed:.2f}x, accept {(s.get('accept') or {}).get('median', 0):.1f}%" if speed else f"failed: {result.error}")
-            if result.status != "ok":
+                     f"speedup {s.speedup.text(suffix='x')}, accept {s.accept.median if s.accept else 0:.1f}%"
+                     + ("" if s.status == "ok" else f" [{s.status}]") if s.speedup else f"{s.status}: {result.error}")
+            if result.status == "failed":
                 bar.close()
                 raise LlamaspecError(f"sweep point {point.label} failed: {result.error}",
                                      hint=f"finished points are stored (sweep {sid}); fix the cause and rerun the same command to resume")
         bar.close()
-        if len(todo) > 1:
-            _close_baselines(exp, sid, [rc for _p, rc in todo], backend, store, hw)
         rows = [(p, store.finished_point(sid, p.key) or {}) for p in points]
         out.append(SweepResult(sid, exp.name, case.name, tuple(rows), len(todo), reused))
     return out
-
-
-def _close_baselines(exp: Experiment, sid: str, cases: Sequence[Any], backend: Backend, store: Store,
-                     hw: dict[str, Any]) -> None:
-    """Measure each shared baseline again after the last point, so that a sweep's speedups rest on
-    the target's speed at both ends of the sweep rather than at its start alone (the report uses
-    the median of all of them)."""
-    from llamaspec.run import baseline_key, measure_shared
-
-    seen: set[str] = set()
-    for rc in cases:
-        key = baseline_key(backend, rc, sid)
-        if key not in seen:
-            seen.add(key)
-            measure_shared(rc, "baseline", key, backend, store, repeats=exp.repeats, hardware=hw, kind="sweep-baseline",
-                           sweep_id=sid)

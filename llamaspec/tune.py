@@ -27,9 +27,11 @@ from typing import Any
 
 from llamaspec import analysis
 from llamaspec.backend import Backend
-from llamaspec.experiment import Case, Experiment, ModelRef, Settings
+from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.results import Store
 from llamaspec.run import resolve_case, run_case
+from llamaspec.settings import Settings
+from llamaspec.summary import Summary
 
 log = logging.getLogger(__name__)
 
@@ -60,43 +62,77 @@ class TuneResult:
     seconds: float = 0.0
     full_grid_points: int = 0
 
+    @staticmethod
+    def summary(row: dict[str, Any]) -> Summary:
+        return Summary.from_dict(row.get("summary"))
+
     def speedup(self, row: dict[str, Any]) -> float:
-        return ((row.get("summary") or {}).get("speedup") or {}).get("median") or 0.0
+        s = self.summary(row).speedup
+        return s.median if s else 0.0
+
+    @property
+    def candidates(self) -> list[tuple[Config, dict[str, Any]]]:
+        """Finished points with an unchanged output: the only ones that may be recommended."""
+        return [(c, r) for c, r in self.measured if r.get("status") == "ok" and self.summary(r).speedup]
 
     @property
     def best(self) -> tuple[Config, dict[str, Any]] | None:
-        ok = [(c, r) for c, r in self.measured if r.get("status") == "ok" and self.speedup(r)]
+        ok = self.candidates
         return max(ok, key=lambda cr: self.speedup(cr[1])) if ok else None
+
+    @property
+    def ties(self) -> list[tuple[Config, dict[str, Any]]]:
+        """Configurations whose 95 % interval overlaps the best one's."""
+        best = self.best
+        if best is None:
+            return []
+        top = self.summary(best[1]).speedup
+        assert top is not None
+        return [(c, r) for c, r in self.candidates if (s := self.summary(r).speedup) is not None and s.overlaps(top)]
+
+    @property
+    def recommended(self) -> tuple[Config, dict[str, Any]] | None:
+        """The cheapest configuration of the tie set: the shortest draft, a draft-free mode first."""
+        ties = self.ties
+        return min(ties, key=lambda cr: (cr[0].draft_max, cr[0].draft_variant is not None, -self.speedup(cr[1]))) if ties else None
 
     def render(self, target: float = analysis.TARGET_SPEEDUP) -> str:
         lines = [f"tune {self.tune_id}: {self.experiment} / {self.case}",
-                 f"  {'configuration':<34} {'speedup':>8} {'accept':>8} {'spec t/s':>9} {'base t/s':>9}  run"]
+                 f"  {'configuration':<34} {'speedup [95% CI]':>20} {'accept':>8} {'spec t/s':>9} {'base t/s':>9}  run"]
+        tie_ids = {r.get("id") for _c, r in self.ties}
         for config, row in sorted(self.measured, key=lambda cr: (cr[0].draft_variant or "~" + cr[0].spec_type, cr[0].draft_max)):
-            s = row.get("summary") or {}
-            accept = (s.get("accept") or {}).get("median")
-            lines.append(f"  {config.label:<34} {self.speedup(row):>7.2f}x {f'{accept:.1f}%' if accept is not None else '-':>8} "
-                         f"{(s.get('decode_tps') or {}).get('median', 0):>9.2f} {(s.get('baseline_decode_tps') or {}).get('median', 0):>9.2f}"
-                         f"  {row.get('id')}")
+            s = self.summary(row)
+            status = row.get("status") if row.get("status") != "ok" else ("tie" if row.get("id") in tie_ids else "")
+            lines.append(f"  {config.label:<34} {s.speedup.text(suffix='x') if s.speedup else '-':>20} "
+                         f"{f'{s.accept.median:.1f}%' if s.accept else '-':>8} "
+                         f"{s.decode_tps.median if s.decode_tps else 0:>9.2f} "
+                         f"{s.baseline_decode_tps.median if s.baseline_decode_tps else 0:>9.2f}  {row.get('id')} {status}")
         for what, why in self.skipped:
             lines.append(f"  skipped {what}: {why}")
         n = len(self.measured)
         lines.append(f"  cost: {n} points measured in {self.seconds:.0f} s, against {self.full_grid_points} for the full grid "
                      f"({n / max(self.full_grid_points, 1):.0%})")
-        best = self.best
-        if best:
-            config, row = best
+        rec, best = self.recommended, self.best
+        if rec and best:
+            config, row = rec
             verdict = "beats" if self.speedup(row) >= target else "does not reach"
-            lines.append(f"best: {config.label} -> {self.speedup(row):.2f}x measured (run {row['id']}); "
+            lines.append(f"tie set (intervals overlap the best): {', '.join(c.label for c, _r in self.ties)}")
+            lines.append(f"recommended: {config.label} -> {self.summary(row).speedup.text(suffix='x')} (run {row['id']}), "  # type: ignore[union-attr]
+                         f"the cheapest of the tie set; best median {self.speedup(best[1]):.2f}x ({best[0].label}); "
                          f"{verdict} the {target:.1f}x aim")
+        else:
+            lines.append("recommended: nothing (no configuration finished with an unchanged output)")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        best = self.best
+        best, rec = self.best, self.recommended
         return {"tune_id": self.tune_id, "experiment": self.experiment, "case": self.case, "seconds": self.seconds,
                 "full_grid_points": self.full_grid_points, "measured_points": len(self.measured),
                 "best": {**dataclasses.asdict(best[0]), "speedup": self.speedup(best[1]), "run_id": best[1]["id"]} if best else None,
+                "recommended": {**dataclasses.asdict(rec[0]), "speedup": self.speedup(rec[1]), "run_id": rec[1]["id"]} if rec else None,
+                "ties": [c.label for c, _r in self.ties],
                 "points": [{**dataclasses.asdict(c), "run_id": r.get("id"), "status": r.get("status"),
-                            "speedup": self.speedup(r)} for c, r in self.measured],
+                            "summary": self.summary(r).to_dict()} for c, r in self.measured],
                 "skipped": [{"what": w, "why": y} for w, y in self.skipped]}
 
 
@@ -110,9 +146,9 @@ def _case_for(case: Case, config: Config) -> Case:
 
 def tune(exp: Experiment, backend: Backend, store: Store, variants: tuple[str, ...] | None = None,
          modes: tuple[str, ...] | None = None, on_point: Callable[[Config, dict[str, Any]], None] | None = None) -> list[TuneResult]:
-    from llamaspec.llamacpp.runner import hardware
+    from llamaspec import host
 
-    hw = hardware()
+    hw = host.hardware()
     return [_tune_case(exp, case, backend, store, hw, variants, modes, on_point) for case in exp.cases if case.draft is not None]
 
 
@@ -134,8 +170,8 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
         row = store.finished_point(tune_id, key)
         if row is None:
             resolved = resolve_case(exp, _case_for(case, config))
-            done = run_case(resolved, backend, store, repeats=exp.repeats, hardware=hw, kind="sweep", sweep_id=tune_id,
-                            point_key=key, reuse_baseline=True, baseline_scope=tune_id,
+            done = run_case(resolved, backend, store, repeats=exp.repeats, hardware=hw, exp=exp, kind="sweep",
+                            sweep_id=tune_id, point_key=key, baseline_scope=tune_id,
                             time_costs=config.draft_variant is not None, warmup=not result.measured)
             row = store.run(done.run_id)
         result.measured.append((config, row))
@@ -144,7 +180,7 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
         return row
 
     def rows_of(variant: str | None) -> list[analysis.PointRow]:
-        return [analysis.PointRow(r["id"], "", c.draft_max, r.get("summary") or {})
+        return [analysis.PointRow(r["id"], "", c.draft_max, TuneResult.summary(r))
                 for c, r in result.measured if c.draft_variant == variant and r.get("status") == "ok"]
 
     def search_lengths(variant: str, first: tuple[int, ...]) -> Any:
@@ -159,8 +195,8 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
         return fit
 
     base_fit = search_lengths(case.draft.variant, COARSE)
-    entry = models.load_catalog().entry(case.draft.model)
-    others = [v for v in (variants or entry.variants) if v != case.draft.variant]
+    candidates = variants if variants is not None else models.load_catalog().entry(case.draft.model).variants
+    others = [v for v in candidates if v != case.draft.variant]
     for variant in others:
         best_now = max((result.speedup(r) for _c, r in result.measured), default=0.0)
         bound = _bound(exp, case, variant, backend, store, hw, tune_id, base_fit)
@@ -173,8 +209,8 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
     available = _draft_free_modes(backend)
     chosen_modes = [m for m in (modes or NGRAM_MODES) if m in available]
     if not available:
-        result.skipped.append(("draft-free n-gram modes", f"{backend.name} cannot run them without a draft model "
-                               "(llama-speculative requires one); the planned llama-server backend will"))
+        result.skipped.append(("draft-free n-gram modes", f"the {backend.name} backend cannot run them without a draft "
+                               "model (llama-speculative requires one); `backend: llama-server` can"))
     best_k = result.best[0].draft_max if result.best else 4
     for mode in chosen_modes:
         measure(Config(None, mode, best_k))
@@ -184,9 +220,9 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
 
 
 def _draft_free_modes(backend: Backend) -> tuple[str, ...]:
-    """Draft-free modes the backend can run. llama-speculative lists n-gram modes in --spec-type but
-    requires a draft model, so the command-line backend has none; llama-server will."""
-    return tuple(getattr(backend, "draft_free_modes", lambda: ())())
+    """Draft-free modes the backend declares (llama-server's n-gram modes; the command-line
+    programs need a draft model)."""
+    return tuple(m for m in backend.capabilities.spec_types if m != "draft")
 
 
 def _bound(exp: Experiment, case: Case, variant: str, backend: Backend, store: Store, hw: dict[str, Any], tune_id: str,

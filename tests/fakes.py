@@ -46,3 +46,93 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
                                       version=str(rec / f"{program}.version.txt"), behaviour=behaviour))
         path.chmod(0o755)
     return folder
+
+
+# --- an in-process engine for the run, sweep and tune logic ------------------------------------------
+
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+from llamaspec.backend import Capabilities, Measurement, ResolvedCase  # noqa: E402
+
+
+@dataclass
+class FakeEngine:
+    """A backend whose numbers depend on what it is asked, like a real engine's, on a machine that drifts.
+
+    - The target alone runs at ``base_tps / threads_penalty(threads)``, scaled by the machine's
+      speed at that moment: each measurement makes the machine ``drift`` slower (a shared,
+      noisy machine), so a baseline measured earlier than its speculative partner flatters it.
+    - With a draft of length k, the true speedup is ``speedup_of(k)``; the speculative speed is
+      that times the target's speed at the moment of the measurement.
+    - Counters follow a fixed-length program: rounds = n - accepted - 1, n_drafted = k x rounds.
+    - Greedy text is the same with and without a draft, unless told otherwise.
+    Faults to expose: ``drafts`` (always draft this length, whatever was asked), ``truncate``
+    (speculative output cut after N tokens), ``differ_at_k`` (outputs diverge for these lengths).
+    """
+
+    base_tps: float = 100.0
+    drift: float = 0.02
+    alpha: float = 0.8
+    draft_cost: float = 0.1  # one draft step against one target step
+    drafts: int | None = None
+    truncate: int | None = None
+    differ_at_k: tuple[int, ...] = ()
+    noise: tuple[float, ...] = (1.0,)  # multiplicative factors cycled per measurement
+    name: str = "fake"
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
+                                         settings=frozenset({"n_predict", "draft_max", "threads", "seed"}),
+                                         spec_types=("draft",), draft_policy="fixed")
+
+    def identity(self) -> str:
+        return f"fake-{self.base_tps}"
+
+    def provenance(self) -> dict[str, Any]:
+        return {"engine": "fake", "commit": "fake", "build_key": self.identity()}
+
+    def check(self, case: ResolvedCase) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def speedup_of(self, k: int) -> float:
+        accepted = self.alpha * (1 - self.alpha ** k) / (1 - self.alpha)  # expected accepted per round
+        return (accepted + 1) / (1 + k * self.draft_cost)
+
+    def machine_speed(self) -> float:
+        n = len(self.calls)
+        return (1 - self.drift) ** n * self.noise[n % len(self.noise)]
+
+    def target_tps(self, case: ResolvedCase) -> float:
+        return self.base_tps / (1 + 0.5 * ((case.settings.threads or 1) - 1))
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Any) -> Measurement:
+        speed = self.machine_speed()
+        self.calls.append((mode, {"threads": case.settings.threads, "draft_max": case.settings.draft_max}))
+        n = case.settings.n_predict or 16
+        tokens = tuple(range(100, 100 + n))
+        common = dict(mode=mode, ok=True, error=None, argv=(mode,), exit_code=0, wall_seconds=0.01, peak_rss_bytes=1,
+                      n_prompt=8, speed_basis=f"fake {mode}")
+        if mode == "baseline":
+            return Measurement(**common, n_predict=n, decode_tps=self.target_tps(case) * speed, tokens=tokens,
+                               text=" ".join(map(str, tokens)), draft_policy="none")
+        if mode == "draft":
+            return Measurement(**common, n_predict=n, decode_tps=self.target_tps(case) / self.draft_cost * speed)
+        if mode == "batch":
+            step = 1000 / self.target_tps(case)
+            return Measurement(**common, stats={"batch_ms": {b: step * (1 + 0.05 * (b - 1)) for b in range(1, 18)}})
+        k = self.drafts if self.drafts is not None else (case.settings.draft_max or 8)
+        accepted_per_round = self.alpha * (1 - self.alpha ** k) / (1 - self.alpha)
+        rounds = max(round((n - 1) / (accepted_per_round + 1)), 1)
+        n_accept = n - 1 - rounds
+        out = tokens[: self.truncate] if self.truncate is not None else tokens
+        if case.settings.draft_max in self.differ_at_k:
+            out = (*out[:3], 7, *out[4:])
+        return Measurement(**common, n_predict=n, decode_tps=self.target_tps(case) * self.speedup_of(k) * speed,
+                           n_drafted=k * rounds, n_accept=n_accept, accept=100.0 * n_accept / (k * rounds), rounds=rounds,
+                           draft_len=k, draft_policy="fixed", draft_steps=rounds * (k + 1), tokens=out,
+                           text=" ".join(map(str, out)))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from llamaspec.errors import LlamaspecError
-from llamaspec.llamacpp import flags
+from llamaspec.llamacpp import flags, parse
+from llamaspec.settings import FIELDS, Settings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 OLD = FIXTURES / "7841fc7"  # llama-cpp-python 0.3.8, Feb 2025: --draft-max
@@ -34,14 +35,12 @@ def recorded(folder: Path, case: str) -> list[str]:
     return shlex.split(cases[case]["command"])
 
 
-def settings(**changes: object) -> flags.Settings:
-    base: dict[str, object] = dict(
-        target="/tmp/ls-models/smollm2-135m-f16.gguf", draft="/tmp/ls-models/smollm2-135m-q4_0.gguf",
-        prompt="# Quick-sort implementation in Python and sample usage:", n_predict=64, seed=20,
-        temperature=0, draft_max=8, threads=2, ctx_size=512,
-    )
+def settings(draft: str | None = "/tmp/ls-models/smollm2-135m-q4_0.gguf", **changes: object) -> flags.Invocation:
+    """The recorded runs' invocation; settings not given stay unset (no flag), as in the recordings."""
+    base: dict[str, object] = dict(n_predict=64, seed=20, temperature=0.0, draft_max=8, threads=2, ctx_size=512, escape=True)
     base.update(changes)
-    return flags.Settings(**base)  # type: ignore[arg-type]
+    return flags.Invocation(target="/tmp/ls-models/smollm2-135m-f16.gguf", settings=Settings(**base),  # type: ignore[arg-type]
+                            draft=draft, prompt="# Quick-sort implementation in Python and sample usage:")
 
 
 def pairs(argv: list[str]) -> set[tuple[str, str | None]]:
@@ -84,11 +83,11 @@ def test_removed_flags_are_never_picked() -> None:
     new = caps(NEW, "llama-speculative")
     assert not new.has("--draft-max") and not new.has("--draft")
     assert new.pick(("--draft-max", "--draft")) is None
-    assert new.pick(flags.FLAG_TABLE["draft_max"]) == "--spec-draft-n-max"
-    assert new.pick(flags.FLAG_TABLE["draft_min"]) == "--spec-draft-n-min"
+    assert new.pick(flags.FLAG_TABLE["draft_max"].names) == "--spec-draft-n-max"
+    assert new.pick(flags.FLAG_TABLE["draft_min"].names) == "--spec-draft-n-min"
     old = caps(OLD, "llama-speculative")
-    assert old.pick(flags.FLAG_TABLE["draft_max"]) == "--draft-max"
-    assert old.pick(flags.FLAG_TABLE["draft_p_min"]) == "--draft-p-min"
+    assert old.pick(flags.FLAG_TABLE["draft_max"].names) == "--draft-max"
+    assert old.pick(flags.FLAG_TABLE["draft_p_min"].names) == "--draft-p-min"
 
 
 def test_a_removal_note_on_the_next_line_counts_too() -> None:
@@ -154,3 +153,39 @@ def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
     with pytest.raises(LlamaspecError, match="does not know --spec-type"):
         flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"),
                                settings(spec_type="ngram-nonsense"))
+
+
+def test_every_setting_reaches_llama_cpp_through_the_table() -> None:
+    """Adding a setting is its schema entry plus its flag-table row: nothing else knows about it."""
+    assert set(FIELDS) == set(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE
+
+
+def test_flash_attention_takes_a_value_now_and_was_a_switch_before() -> None:
+    new = flags.completion_argv(caps(NEW, "llama-completion"), Path("/bin/llama-completion"),
+                                settings(draft=None, flash_attn="off"))
+    assert ("-fa", "off") in pairs(new)
+    old_caps = caps(OLD, "llama-cli")
+    assert "-fa" in flags.completion_argv(old_caps, Path("/bin/llama-cli"), settings(draft=None, flash_attn="on"))
+    assert "-fa" not in flags.completion_argv(old_caps, Path("/bin/llama-cli"), settings(draft=None, flash_attn="off"))
+    with pytest.raises(LlamaspecError, match="only as an on switch"):
+        flags.completion_argv(old_caps, Path("/bin/llama-cli"), settings(draft=None, flash_attn="auto"))
+
+
+def _counters(folder: Path, name: str) -> parse.SpeculativeStats:
+    return parse.parse_speculative((folder / f"{name}.stdout").read_text(), (folder / f"{name}.stderr").read_text())
+
+
+@pytest.mark.parametrize("folder, generation", [(NEW, "2026"), (OLD, "2024")])
+def test_rounds_follow_each_program(folder: Path, generation: str) -> None:
+    """llama-speculative samples the first token from the prompt: rounds = n_predict - n_accept - 1 and it
+    drafts exactly k per round; llama-speculative-simple emits accepted + 1 per round and drafts up to k."""
+    spec = _counters(folder, "speculative")
+    fixed = flags.program("speculative", generation)
+    assert fixed.draft_policy == "fixed" and not fixed.reads_p_min
+    assert spec.n_drafted == spec.n_draft * fixed.rounds(spec.n_predict, spec.n_accept)  # 112 = 8 x 14
+    simple = _counters(folder, "speculative-simple")
+    capped = flags.program("speculative-simple", generation)
+    assert capped.draft_policy == "capped" and capped.reads_p_min
+    rounds = capped.rounds(simple.n_predict, simple.n_accept)
+    assert simple.n_drafted <= simple.n_draft * rounds
+    assert fixed.draft_steps_per_round(8) == 9 and capped.draft_steps_per_round(8) == 8

@@ -13,7 +13,7 @@ import pytest
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import MIGRATIONS, MeasurementRow, Store
 
-PROVENANCE = {"llamacpp": {"commit": "0c1e570", "backend": "cpu"},
+PROVENANCE = {"engine": {"commit": "0c1e570", "backend": "cpu"},
               "models": {"target": {"label": "smollm2-135m:f16"}, "draft": {"label": "smollm2-135m:q4_0"}}}
 
 

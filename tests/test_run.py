@@ -13,17 +13,17 @@ from fakes import FIXTURES, fake_bin_dir
 from llamaspec import report
 from llamaspec.backend import ModelPath, ResolvedCase
 from llamaspec.cli import main
-from llamaspec.experiment import DEFAULT_SETTINGS, Settings
 from llamaspec.llamacpp import build, parse
-from llamaspec.llamacpp.runner import LlamaCppBackend
+from llamaspec.llamacpp.runner import LlamaCppBackend, generated_part, process_escapes
 from llamaspec.results import Store
-from llamaspec.run import compare_texts, derived_counters, run_case
+from llamaspec.run import run_case
+from llamaspec.settings import Settings
 
 HW = {"cpu": "test", "cores": 2}
 
 
 def case(tmp_path: Path, **settings) -> ResolvedCase:
-    s = Settings(n_predict=64, threads=2, draft_max=8, timeout=settings.pop("timeout", 60.0), **settings).over(DEFAULT_SETTINGS)
+    s = Settings(**{"n_predict": 64, "threads": 2, "draft_max": 8, "timeout": 60.0, **settings}).with_defaults()
     return ResolvedCase("exp", "python", ModelPath("smollm2-135m:f16", str(tmp_path / "t.gguf"), "aa"),
                         ModelPath("smollm2-135m:q4_0", str(tmp_path / "d.gguf"), "bb"),
                         "# Quick-sort implementation in Python and sample usage:", None, s)
@@ -47,16 +47,20 @@ def test_run_case_interleaves_stores_and_summarises(tmp_path: Path) -> None:
     spec = parse.parse_speculative(*recorded("speculative"))
     base = parse.parse_completion(*recorded("completion"))
     s = result.summary
-    assert s["decode_tps"]["median"] == pytest.approx(spec.decode_tps)
-    assert s["baseline_decode_tps"]["median"] == pytest.approx(base.decode_tps)
-    assert s["speedup"]["median"] == pytest.approx(spec.decode_tps / base.decode_tps)
-    assert (s["n_drafted"], s["n_accept"], s["accept"]["median"]) == (spec.n_drafted, spec.n_accept, spec.accept)
-    assert s["target_calls"] == spec.n_predict - spec.n_accept
+    # one speed definition: tokens after the first over the time from the first token to the last
+    assert s.decode_tps.median == pytest.approx((spec.n_decoded - 1) / spec.decode_s)
+    assert s.baseline_decode_tps.median == pytest.approx(base.timings.eval_runs / (base.timings.eval_ms + base.timings.sampling_total_ms) * 1e3)
+    assert s.speedup.median == pytest.approx(s.decode_tps.median / s.baseline_decode_tps.median)
+    assert (s.n_drafted, s.n_accept, s.accept.median) == (spec.n_drafted, spec.n_accept, spec.accept)
+    assert s.rounds == spec.n_predict - spec.n_accept - 1 == 14  # the first token comes from the prompt
+    assert s.n_drafted == 8 * s.rounds and s.draft.policy == "fixed" and s.draft.problem is None
+    assert s.lossless.verdict == "identical" and s.lossless.unit == "chars"
+    assert set(s.speed_basis) == {"speculative", "baseline"}
     stored = store.measurements(result.run_id)
     assert len(stored) == 4 and all(m["ok"] for m in stored)
     assert Path(stored[1]["log_path"]).read_text().startswith("$ ")
     run = store.run(result.run_id)
-    assert run["status"] == "ok" and run["provenance"]["llamacpp"]["flag_generation"] == "2026"
+    assert run["status"] == "ok" and run["provenance"]["engine"]["flag_generation"] == "2026"
     assert "--spec-draft-n-max" in stored[1]["argv"] and "--spec-type" in stored[1]["argv"]
     assert "-no-cnv" in stored[0]["argv"] and "-md" not in stored[0]["argv"]
     text = report.render([result])
@@ -102,19 +106,21 @@ def test_draft_free_mode_unknown_to_the_build_is_refused_before_running(tmp_path
     assert "ngram-simple" in (err.value.hint or "")
 
 
-def test_lossless_compares_the_shorter_text() -> None:
-    assert compare_texts("abc def ghi", "abc def")["identical"] is True
-    diff = compare_texts("abc dXf", "abc def")
-    assert diff["identical"] is False and diff["first_difference"] == 5
-    assert compare_texts(None, "x")["identical"] is None
+def test_generated_part_drops_the_echoed_prompt(tmp_path: Path) -> None:
+    c = case(tmp_path)
+    spec = parse.parse_speculative(*recorded("speculative"))
+    text, found = generated_part(spec.text, c)
+    assert found and not text.startswith("# Quick-sort") and text and spec.text.endswith(text)
+    assert generated_part("# Quick-sort implementation in Python and sample usage:", c) == ("", True)  # cut after the prompt
+    assert process_escapes("a\\nb\\tc\\x41") == "a\nb\tcA"
 
 
-def test_derived_counters() -> None:
-    # the write-up: n_predict 265, n_accept 195 -> 70 target calls
-    d = derived_counters(265, 317, 195)
-    assert d["target_calls"] == 70
-    assert d["tokens_per_call"] == pytest.approx(265 / 70)
-    assert d["mean_accepted"] == pytest.approx(195 / 70)
+def test_p_min_is_refused_on_the_program_that_ignores_it(tmp_path: Path) -> None:
+    from llamaspec.errors import LlamaspecError
+
+    with pytest.raises(LlamaspecError, match="ignores p-min") as err:
+        run_case(case(tmp_path, draft_p_min=0.9), backend(tmp_path), Store.open(tmp_path / "r.sqlite"), hardware=HW)
+    assert "speculative-simple" in (err.value.hint or "")
 
 
 def test_cli_run_failure_is_one_line_with_hint_and_nonzero_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

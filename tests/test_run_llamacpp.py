@@ -9,10 +9,11 @@ from click.testing import CliRunner
 
 from llamaspec import analysis, experiment, sweep
 from llamaspec.cli import main
-from llamaspec.experiment import Settings
 from llamaspec.llamacpp.runner import LlamaCppBackend
 from llamaspec.results import Store
 from llamaspec.run import run_experiment
+from llamaspec.settings import Settings
+from llamaspec.summary import Summary
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
@@ -24,8 +25,8 @@ def offline_pair(llama_build):
     return models.resolve("smollm2-135m", "f32", build=llama_build), models.resolve("smollm2-135m", "q4_1", build=llama_build)
 
 
-def small(name: str = "smollm2-quicksort", n: int = 24, draft: int = 4) -> experiment.Experiment:
-    return experiment.load(name).with_overrides(Settings(n_predict=n, draft_max=draft))
+def small(name: str = "smollm2-quicksort", n: int = 24, draft: int = 4, **settings) -> experiment.Experiment:
+    return experiment.load(name).with_overrides(Settings(n_predict=n, draft_max=draft, threads=1, **settings))
 
 
 def test_run_reports_speedup_acceptance_and_lossless(llama_build, offline_pair) -> None:
@@ -33,15 +34,19 @@ def test_run_reports_speedup_acceptance_and_lossless(llama_build, offline_pair) 
     (result,) = run_experiment(small(), LlamaCppBackend(llama_build), store)
     assert result.status == "ok", result.error
     s = result.summary
-    assert s["decode_tps"]["median"] > 0 and s["baseline_decode_tps"]["median"] > 0
-    assert s["speedup"]["median"] == pytest.approx(s["decode_tps"]["median"] / s["baseline_decode_tps"]["median"])
-    assert 0 < s["n_accept"] <= s["n_drafted"]
-    assert s["accept"]["median"] == pytest.approx(100 * s["n_accept"] / s["n_drafted"], abs=1e-3)
-    # The key property of speculative decoding: greedy output with a draft equals greedy output without one.
-    assert s["lossless"]["identical"] is True and s["lossless"]["compared_chars"] > 50
+    assert s.decode_tps.median > 0 and s.baseline_decode_tps.median > 0 and s.paired
+    assert s.speedup.median == pytest.approx(s.decode_tps.median / s.baseline_decode_tps.median)
+    assert 0 < s.n_accept <= s.n_drafted
+    assert s.accept.median == pytest.approx(100 * s.n_accept / s.n_drafted, abs=1e-3)
+    assert s.n_drafted == 4 * s.rounds and s.draft.problem is None  # llama-speculative drafts exactly k per round
+    # The key property of speculative decoding: greedy output with a draft equals greedy output without one,
+    # compared on the generated part only (the echoed prompt is not part of it).
+    assert s.lossless.verdict == "identical" and s.lossless.compared > 50
+    assert not result.measurements[-1].text.startswith("# Quick-sort")
     run = store.run(result.run_id)
     prov = run["provenance"]
-    assert prov["llamacpp"]["commit"] == "0c1e570" and prov["llamacpp"]["flag_generation"] == "2026"
+    assert prov["engine"]["commit"] == "0c1e570" and prov["engine"]["flag_generation"] == "2026"
+    assert prov["experiment"]["sha256"] and prov["experiment"]["path"].endswith("smollm2-quicksort.yaml")
     assert prov["models"]["target"]["sha256"] == offline_pair[0].sha256
     assert prov["hardware"]["cores"] >= 1
     for m in store.measurements(result.run_id):
@@ -64,12 +69,10 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     def stop_after_first_point(event: str, data: dict) -> None:
         seen.append(f"{event}:{data['mode']}")
         if event == "done" and data["mode"] == "speculative":
-            raise KeyboardInterrupt  # Ctrl-C right after the first point finished
+            raise KeyboardInterrupt  # Ctrl-C right after the first speculative run finished
 
     with pytest.raises(KeyboardInterrupt):
         sweep.run_sweep(exp, axes, backend, store, on_event=stop_after_first_point)
-    finished = store.runs(status="ok")
-    assert len(finished) == 0 or all(r["kind"] == "sweep" for r in finished)
     first = store.runs()
     assert first[0]["status"] == "interrupted"  # the point being stopped is not passed off as finished
     kept = store.measurements(first[0]["id"])
@@ -79,13 +82,34 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     assert result.measured == 3 and result.reused == 0  # the interrupted point is measured again
     (again,) = sweep.run_sweep(exp, axes, backend, store)
     assert again.measured == 0 and again.reused == 3  # nothing is rerun
-    # One draft timing and one batch timing for the whole sweep, and one baseline at its start
-    # (draft length does not change the target's work), measured before the interruption and
-    # reused after it; the baseline is measured once more when the sweep ends.
-    modes = [m["mode"] for r in store.runs(sweep_id=result.sweep_id) for m in store.measurements(r["id"])]
-    assert [modes.count(m) for m in ("baseline", "draft", "batch", "speculative")] == [2, 1, 1, 4]
     report = analysis.sweep_report(store, result.sweep_id, plot=False)
-    assert all(r.summary["baseline_decode_tps"]["n"] == 2 for g in report.groups for r in g.rows)
+    rows = [r for g in report.groups for r in g.rows]
+    texts = set()
+    for row in rows:
+        s = row.summary
+        assert s.paired and s.baseline_decode_tps.n == 1  # each point against its own baseline
+        # each point drafted what it was asked for: exactly k per round on llama-speculative
+        assert s.draft.requested == row.draft_max and s.n_drafted == row.draft_max * s.rounds, row.draft_max
+        assert s.lossless.verdict == "identical"
+        spec = [m for m in store.measurements(row.run_id) if m["mode"] == "speculative"][0]
+        texts.add(spec["text"][:60])
+    assert len(texts) == 1  # greedy output agrees across draft lengths
+
+
+def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_pair) -> None:
+    from llamaspec.errors import LlamaspecError
+
+    backend = LlamaCppBackend(llama_build)
+    store = Store.open()
+    with pytest.raises(LlamaspecError, match="ignores p-min"):
+        sweep.run_sweep(small(n=48, draft=8), {"draft_p_min": (0.0, 0.9)}, backend, store)
+    (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple"), {"draft_p_min": (0.0, 0.9)}, backend, store)
+    drafted = {r["settings"]["draft_p_min"]: Summary.from_dict(r["summary"]).n_drafted
+               for r in store.runs(sweep_id=result.sweep_id)}
+    assert drafted[0.9] < drafted[0.0]  # a confident-only draft stops early
+    for r in store.runs(sweep_id=result.sweep_id):
+        s = Summary.from_dict(r["summary"])
+        assert s.draft.policy == "capped" and s.n_drafted <= 8 * s.rounds and s.lossless.verdict == "identical"
 
 
 def test_old_generation_binaries(offline_pair) -> None:
@@ -103,4 +127,5 @@ def test_old_generation_binaries(offline_pair) -> None:
     assert result.status == "ok", result.error
     argv = Store.open().measurements(result.run_id)[-1]["argv"]
     assert "--draft-max" in argv and "--spec-draft-n-max" not in argv
-    assert result.summary["lossless"]["identical"] is True
+    assert result.summary.lossless.verdict == "identical"
+    assert result.summary.n_drafted == 4 * result.summary.rounds

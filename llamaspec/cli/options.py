@@ -1,75 +1,126 @@
-"""Options shared by run, sweep and tune, defined once."""
+"""Options shared by run, sweep and tune, defined once.
+
+The setting options are made from the settings schema (``llamaspec.settings``): every sweepable
+setting is ``--NAME VALUE`` on ``run`` and ``--NAME LIST`` on ``sweep``, so a new setting reaches
+the command line without an edit here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from llamaspec.experiment import Settings
+from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
+
+log = logging.getLogger("llamaspec")
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+# Option names that differ from --the-setting-name (the write-up's --draft, llama.cpp's -t, -ngl).
+OPTION_NAMES: dict[str, tuple[str, ...]] = {
+    "draft_max": ("--draft", "-d"),
+    "draft_p_min": ("--p-min",),
+    "threads": ("--threads", "-t"),
+    "gpu_layers": ("--gpu-layers", "-ngl"),
+}
 
 
-class GpuLayers(click.ParamType):
-    name = "all|none|N"
+def option_names(setting: str) -> tuple[str, ...]:
+    return OPTION_NAMES.get(setting, (f"--{setting.replace('_', '-')}",))
+
+
+class SettingValue(click.ParamType):
+    """One value of a setting, parsed and checked by the settings schema."""
+
+    def __init__(self, setting: str) -> None:
+        self.setting = setting
+        self.name = setting
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return check(self.setting, SWEEPABLE[self.setting](value))
+        except (ValueError, SettingError) as exc:
+            self.fail(f"{value!r}: {exc}", param, ctx)
+
+
+class Repeats(click.ParamType):
+    name = "N|auto"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        if isinstance(value, int) or value in ("all", "none"):
+        if value == "auto" or isinstance(value, int):
             return value
         try:
             number = int(value)
         except ValueError:
-            self.fail(f"{value!r} is not 'all', 'none' or a layer count", param, ctx)
-        if number < 0:
-            self.fail("must not be negative", param, ctx)
+            self.fail(f"{value!r} is neither a count nor 'auto'", param, ctx)
+        if number < 1:
+            self.fail("must be at least 1", param, ctx)
         return number
 
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+def _help(setting: str) -> str:
+    return FIELDS[setting].metadata["help"] or setting.replace("_", " ")
 
-# Settings a run takes one value of (a sweep takes lists of them instead).
-SETTING_OPTIONS: list[Decorator] = [
-    click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores)."),
-    click.option("--gpu-layers", "-ngl", type=GpuLayers(), default=None, help="Offload: all, none or a layer count."),
-    click.option("--p-min", "draft_p_min", type=click.FloatRange(0, 1), default=None, help="Draft p-min (stop drafting below it)."),
-    click.option("--spec-type", default=None, help="draft (a draft model) or a draft-free n-gram mode of the build."),
-]
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def setting_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--NAME VALUE`` for every sweepable setting (collected into ``settings_given``)."""
+    for setting in reversed(list(SWEEPABLE)):
+        func = click.option(*option_names(setting), setting, type=SettingValue(setting), default=None,
+                            help=_cap(_help(setting)) + ".")(func)
+    return func
+
+
+def sweep_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--NAME LIST`` for every sweepable setting and for the draft model's variant."""
+    func = click.option("--draft-variant", "draft_variant", default=None, metavar="LIST",
+                        help="Draft model variants, e.g. q4_0,q4_1,q8_0.")(func)
+    for setting in reversed(list(SWEEPABLE)):
+        func = click.option(*option_names(setting), setting, default=None, metavar="LIST",
+                            help=f"{_cap(_help(setting))}: a list or range, e.g. 1,2,4 or 1..16.")(func)
+    return func
+
 
 # Options every measuring command (run, sweep, tune) takes.
 COMMON_OPTIONS: list[Decorator] = [
     click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate."),
     click.option("--prompt", "-p", default=None, help="Replace the experiment's prompt."),
     click.option("--prompt-file", "-f", type=click.Path(path_type=Path), default=None, help="Read the prompt from a file."),
-    click.option("--repeats", "-r", type=click.IntRange(min=1), default=None, help="Repeat each measurement (median reported)."),
-    click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds before a llama.cpp process is stopped."),
+    click.option("--repeats", "-r", type=Repeats(), default=None,
+                 help="Pairs (baseline + speculative) per setting, or 'auto': until the speedup's 95 % interval "
+                      "is within +-3 % (3 to 10 pairs)."),
+    click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds before a process is stopped."),
     click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
                  help="Use these llama.cpp binaries (any generation) instead of llamaspec's build."),
-    click.option("--backend", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
-                 help="Which cached build to use."),
+    click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
+                 help="Which cached llama.cpp build to use (what it computes on)."),
+    click.option("--no-wait", is_flag=True, help="Fail at once if another measurement holds this machine."),
     click.option("--json", "as_json", is_flag=True, help="Print results as JSON on stdout."),
 ]
 
 
-def _apply(options: list[Decorator], func: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(options):
+def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(COMMON_OPTIONS):
         func = option(func)
     return func
 
 
-def setting_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    return _apply(SETTING_OPTIONS, func)
-
-
-def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    return _apply(COMMON_OPTIONS, func)
-
-
-def overrides(draft_max: int | None = None, n_predict: int | None = None, threads: int | None = None,
-              gpu_layers: int | str | None = None, draft_p_min: float | None = None, spec_type: str | None = None,
-              timeout: float | None = None) -> Settings:
-    return Settings(n_predict=n_predict, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=gpu_layers,
-                    draft_max=draft_max, draft_p_min=draft_p_min, spec_type=spec_type, timeout=timeout)
+def overrides(given: dict[str, Any], n_predict: int | None = None, timeout: float | None = None) -> Settings:
+    """Command-line settings (they win over the experiment's)."""
+    values = {k: v for k, v in given.items() if k in FIELDS and v is not None}
+    if "gpu_layers" in values:
+        values.setdefault("draft_gpu_layers", values["gpu_layers"])
+    return Settings(n_predict=n_predict, timeout=timeout, **values)
 
 
 def check_prompt_file(prompt_file: Path | None) -> str | None:
@@ -80,3 +131,23 @@ def check_prompt_file(prompt_file: Path | None) -> str | None:
 
         raise LlamaspecError(f"prompt file not found: {prompt_file}", hint="check the path given to --prompt-file")
     return str(prompt_file.resolve())
+
+
+def open_engine(backend_name: str, accel: str, bin_dir: Path | None) -> Any:
+    from llamaspec import backends
+    from llamaspec.backend import BackendOptions
+
+    return backends.open_backend(backend_name, BackendOptions(accel=accel, bin_dir=bin_dir))
+
+
+@contextlib.contextmanager
+def measuring(what: str, no_wait: bool) -> Iterator[None]:
+    """Hold the machine-wide measurement lock: one measurement at a time per machine."""
+    from llamaspec import lock
+
+    def waiting(holder: dict[str, Any]) -> None:
+        log.info("waiting for another measurement on this machine: pid %s (%s) since %s", holder.get("pid"),
+                 holder.get("what") or " ".join(holder.get("argv") or []), holder.get("since"))
+
+    with lock.measuring(what, wait=not no_wait, on_wait=waiting):
+        yield

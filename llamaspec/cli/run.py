@@ -39,33 +39,33 @@ def progress_printer(total_steps: int):
 
 @main.command()
 @click.argument("experiment_name", metavar="NAME|PATH")
-@click.option("--draft", "-d", "draft_max", type=click.IntRange(min=0), default=None,
-              help="Draft length (tokens drafted per step), like the write-up's --draft 8.")
 @setting_options
 @common_options
-def run(experiment_name: str, draft_max: int | None, n_predict: int | None, threads: int | None,
-        gpu_layers: int | str | None, draft_p_min: float | None, spec_type: str | None, prompt: str | None,
-        prompt_file: Path | None, repeats: int | None, timeout: float | None, bin_dir: Path | None, backend: str,
-        as_json: bool) -> None:
-    """Run an experiment: speculative vs target-only baseline, stored with provenance.
+def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
+        repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str, no_wait: bool,
+        as_json: bool, **given: Any) -> None:
+    """Run an experiment: speculative vs the target alone, in pairs, stored with provenance.
 
-    Prints decode speeds, speedup, acceptance and whether the output is unchanged (lossless),
-    next to the experiment's reference figures.
+    Prints decode speeds, the speedup (median of paired ratios with a 95 % interval), acceptance
+    and whether the generated output is unchanged (lossless), next to the experiment's reference
+    figures. Exits non-zero when a case fails or its output differs.
 
-    Example: llamaspec run smollm2-quicksort --draft 4 --repeats 3
+    Example: llamaspec run smollm2-quicksort --draft 4 --repeats 5
     """
     from llamaspec import experiment, report
     from llamaspec import run as runs
-    from llamaspec.llamacpp.build import find
-    from llamaspec.llamacpp.runner import LlamaCppBackend
+    from llamaspec.cli.options import measuring, open_engine
 
     exp = experiment.load(experiment_name)
-    exp = exp.with_overrides(overrides(draft_max, n_predict, threads, gpu_layers, draft_p_min, spec_type, timeout),
-                             repeats, prompt, check_prompt_file(prompt_file))
-    build = find(backend, bin_dir)
-    log.info("using %s from %s", build.label, build.bin_dir)
-    results = runs.run_experiment(exp, LlamaCppBackend(build), on_event=progress_printer(2 * exp.repeats * len(exp.cases)),
-                                  warmup=exp.repeats > 1)
+    exp = exp.with_overrides(overrides(given, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
+    engine = open_engine(exp.backend, accel, bin_dir)
+    steps = 2 * (runs.AUTO_MAX if exp.repeats == "auto" else int(exp.repeats)) * len(exp.cases)
+    try:
+        with measuring(f"llamaspec run {exp.name}", no_wait):
+            results = runs.run_experiment(exp, engine, on_event=progress_printer(steps),
+                                          warmup=exp.repeats == "auto" or int(exp.repeats) > 1)
+    finally:
+        engine.close()
     if as_json:
         click.echo(json.dumps(report.as_json(results), indent=2))
     else:
@@ -93,14 +93,18 @@ def results_list(experiment: str | None, limit: int) -> None:
     if not rows:
         click.echo(f"no runs stored in {store.path}", err=True)
         return
-    click.echo(f"{'id':>5}  {'started':<24} {'experiment':<22} {'case':<12} {'draft':>5} {'status':<11} {'speedup':>8} {'accept':>7}")
+    from llamaspec.summary import Summary
+
+    click.echo(f"{'id':>5}  {'started':<24} {'experiment':<22} {'case':<12} {'kind':<6} {'draft':>5} {'status':<11} "
+               f"{'speedup [95% CI]':>20} {'accept':>7}")
     for r in rows:
-        s = r.get("summary") or {}
-        speedup = (s.get("speedup") or {}).get("median")
-        accept = (s.get("accept") or {}).get("median")
+        s = Summary.from_dict(r.get("summary"))
+        speedup = s.speedup.text(suffix="x") + ("" if s.paired else "*") if s.speedup else "-"
         click.echo(f"{r['id']:>5}  {r['started_at']:<24} {r['experiment'][:22]:<22} {r['case_name'][:12]:<12} "
-                   f"{r['draft_max'] if r['draft_max'] is not None else '-':>5} {r['status']:<11} "
-                   f"{f'{speedup:.2f}x' if speedup else '-':>8} {f'{accept:.1f}%' if accept is not None else '-':>7}")
+                   f"{r['kind'][:6]:<6} {r['draft_max'] if r['draft_max'] is not None else '-':>5} {r['status']:<11} "
+                   f"{speedup:>20} {f'{s.accept.median:.1f}%' if s.accept else '-':>7}")
+    if any(not Summary.from_dict(r.get("summary")).paired and Summary.from_dict(r.get("summary")).speedup for r in rows):
+        click.echo("* against a shared baseline (not paired)", err=True)
 
 
 @results.command("show")

@@ -18,7 +18,6 @@ A new kind (a prompt of a prompt set on the llama-server backend) is one functio
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,51 +102,26 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
                 break
         if error:
             break
+    # The run core's one summary (speedup of paired runs, lossless verdict, drafted-length check).
+    from llamaspec.summary import summarize
+
+    summary = summarize([m for _r, m in measured], requested_draft=case.settings.draft_max if case.draft else None,
+                        status="failed" if error else "ok", error=error)
     return {
-        "ok": error is None, "status": "ok" if error is None else "failed", "error": error,
+        "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
         "experiment": case.experiment, "case": case.case, "settings": case.settings.to_dict(),
-        "provenance": {"llamacpp": backend.provenance(), "backend": backend.name,
+        "provenance": {"engine": backend.provenance(), "backend": backend.name, "identity": backend.identity(),
                        "models": {"target": dataclasses.asdict(case.target),
                                   **({"draft": dataclasses.asdict(case.draft)} if case.draft else {})}},
         "measurements": [measurement_dict(m, r) for r, m in measured],
-        "summary": paired_summary(measured),
-    }
-
-
-def paired_summary(measured: list[tuple[int, Measurement]]) -> dict[str, Any]:
-    """Per repeat, speculative over the baseline measured beside it (same machine, same repeat)."""
-    by_repeat: dict[int, dict[str, Measurement]] = {}
-    for r, m in measured:
-        if m.ok:
-            by_repeat.setdefault(r, {})[m.mode] = m
-    ratios, spec_tps, base_tps, identical = [], [], [], []
-    for pair_ in by_repeat.values():
-        s, b = pair_.get("speculative"), pair_.get("baseline")
-        if s and s.decode_tps:
-            spec_tps.append(s.decode_tps)
-        if b and b.decode_tps:
-            base_tps.append(b.decode_tps)
-        if s and b and s.decode_tps and b.decode_tps:
-            ratios.append(s.decode_tps / b.decode_tps)
-        if s and b and s.text is not None and b.text is not None:
-            a, c = s.text.strip(), b.text.strip()
-            n = min(len(a), len(c))
-            identical.append(n > 0 and a[:n] == c[:n])
-    spec = [m for _r, m in measured if m.ok and m.mode == "speculative"]
-    return {
-        "speedups": ratios, "speedup": statistics.median(ratios) if ratios else None,
-        "decode_tps": statistics.median(spec_tps) if spec_tps else None,
-        "baseline_decode_tps": statistics.median(base_tps) if base_tps else None,
-        "accept": statistics.median([m.accept for m in spec if m.accept is not None]) if any(m.accept is not None for m in spec) else None,
-        "n_predict": spec[0].n_predict if spec else None,
-        "lossless": all(identical) if identical else None,
+        "summary": summary.to_dict(),
     }
 
 
 def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """One experiment case through the run core, stored first in this machine's scratch store."""
     from llamaspec import experiment, run
-    from llamaspec.llamacpp.runner import hardware
+    from llamaspec.host import hardware
     from llamaspec.results import Store
 
     p = item.payload
@@ -164,9 +138,9 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
     resolved = run.resolve_case(exp, chosen)
-    result = run.run_case(resolved, _backend(worker), store, repeats=int(p.get("repeats", exp.repeats)),
-                          hardware=hardware(), reference=chosen.reference, kind=p.get("kind", "run"),
-                          reuse_baseline=bool(p.get("reuse_baseline", False)), warmup=bool(p.get("warmup", False)))
+    result = run.run_case(resolved, _backend(worker), store, repeats=p.get("repeats", exp.repeats), hardware=hardware(),
+                          reference=chosen.reference, exp=exp, kind=p.get("kind", "run"),
+                          shared_baseline=bool(p.get("shared_baseline", False)), warmup=bool(p.get("warmup", False)))
     row = store.run(result.run_id)
     rows = store.measurements(result.run_id)
     return {"ok": result.status == "ok", "status": result.status, "error": result.error, "experiment": exp.name,

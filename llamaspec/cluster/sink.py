@@ -15,6 +15,9 @@ from llamaspec.cluster.work import WorkItem
 from llamaspec.results import MeasurementRow, Store
 
 _ROW_FIELDS = {f.name for f in dataclasses.fields(MeasurementRow)} - {"run_id", "id", "created_at"}
+# Fields a row must be given (the others keep their defaults when a worker's llamaspec lacks them).
+_REQUIRED = {f.name for f in dataclasses.fields(MeasurementRow)
+             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING} - {"run_id"}
 
 
 class StoreSink:
@@ -31,7 +34,7 @@ class StoreSink:
                                       settings=result.get("settings") or {}, provenance=provenance, kind=self.kind,
                                       sweep_id=study, point_key=item.key)
         for i, m in enumerate(result.get("measurements") or ()):
-            data: dict[str, Any] = {f: m.get(f) for f in _ROW_FIELDS}
+            data: dict[str, Any] = {f: m.get(f) for f in _ROW_FIELDS if f in m or f in _REQUIRED}
             data["repeat"] = i if data["repeat"] is None else data["repeat"]
             data["argv"] = list(data["argv"] or ())
             self.store.add_measurement(MeasurementRow(run_id=run_id, **data))

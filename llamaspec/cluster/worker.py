@@ -43,9 +43,9 @@ class MachineWorker:
 
     def _prepare(self, wanted: Requirements) -> WorkerInfo:
         from llamaspec import models
+        from llamaspec.host import hardware
         from llamaspec.llamacpp import build as builds
         from llamaspec.llamacpp import source as sources
-        from llamaspec.llamacpp.runner import hardware
 
         if not wanted.llamacpp:
             self.wanted = wanted

@@ -11,11 +11,13 @@ from __future__ import annotations
 import functools
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from llamaspec.errors import LlamaspecError
+from llamaspec.settings import Settings
 
 GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 on)
 
@@ -42,6 +44,15 @@ class Capabilities:
     def pick(self, candidates: Sequence[str]) -> str | None:
         return next((c for c in candidates if self.has(c)), None)
 
+    def takes_value(self, flag: str) -> bool:
+        """Whether the help shows an argument after ``flag`` (``-fa on|off|auto`` vs a bare ``-fa``)."""
+        for line in self.help_text.splitlines():
+            m = _OPTION_LINE.match(line)
+            if m and flag in [n.strip() for n in m.group(1).split(",")]:
+                rest = line[m.end():].split()
+                return bool(rest) and (rest[0].isupper() or rest[0].startswith(("[", "<")))
+        return False
+
     @property
     def generation(self) -> str:
         """A name for the flag family: 2023 (--draft), 2024 (--draft-max) or 2026 (--spec-draft-n-max)."""
@@ -53,54 +64,99 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """What an experiment asks for, independent of any llama.cpp generation."""
+class Invocation:
+    """One program run as llamaspec asks for it: models, prompt and the experiment's settings
+    (defaults applied, offload still as intent), independent of any llama.cpp generation."""
 
     target: str
+    settings: Settings
     draft: str | None = None
     prompt: str | None = None
     prompt_file: str | None = None
-    n_predict: int = 256
-    seed: int = 20
-    temperature: float = 0.0
-    draft_max: int | None = None
-    draft_min: int | None = None
-    draft_p_min: float | None = None
-    threads: int | None = None
-    threads_draft: int | None = None
-    gpu_layers: int | None = None  # layers, already mapped from intent by gpu_layers()
-    draft_gpu_layers: int | None = None
-    ctx_size: int | None = None
-    batch_size: int | None = None
-    escape: bool = True
-    spec_type: str | None = None  # "draft" (a draft model) or one of the build's n-gram modes
-    extra_args: tuple[str, ...] = ()
-    rpc: tuple[str, ...] = ()  # RPC servers (host:port) for the target's layers
+    accel: str = "cpu"  # what the build computes on: maps offload intent to -ngl
+
+    @classmethod
+    def of(cls, target: str, draft: str | None = None, prompt: str | None = None, prompt_file: str | None = None,
+           accel: str = "cpu", **settings: Any) -> Invocation:
+        """An invocation from keyword settings (the rest from the defaults)."""
+        return cls(target, Settings(**settings).with_defaults(), draft, prompt, prompt_file, accel)
 
 
-# setting -> flag names, most recent first. The first name the build accepts wins.
-FLAG_TABLE: dict[str, tuple[str, ...]] = {
+Render = Callable[["Capabilities", str, Any, "Invocation"], list[str]]
+
+
+def _plain(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+    return [flag, format(value, "g") if isinstance(value, float) else str(value)]
+
+
+def _offload(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+    layers = gpu_layers(value, inv.accel, caps.generation)
+    return [] if layers is None else [flag, str(layers)]
+
+
+def _target_offload(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+    """The target's -ngl: with RPC servers its layers go to them (devices even on a CPU build)."""
+    layers = gpu_layers(value, "rpc" if inv.settings.rpc else inv.accel, caps.generation)
+    return [] if layers is None else [flag, str(layers)]
+
+
+def _joined(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+    return [flag, ",".join(value)] if value else []
+
+
+def _switch_or_value(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+    """``-fa on|off|auto`` on builds whose help shows a value, a bare ``-fa`` switch on older ones."""
+    if caps.takes_value(flag):
+        return [flag, str(value)]
+    if value == "on":
+        return [flag]
+    if value == "off":
+        return []
+    raise LlamaspecError(f"{Path(caps.program).name} ({caps.version.commit}) has {flag} only as an on switch, not {value!r}",
+                         hint="use flash_attn: on or off with this build")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one setting reaches a program: flag names (most recent first; the first the build
+    accepts wins), where it applies, and how its value is written."""
+
+    names: tuple[str, ...]
+    scope: str = "all"  # all programs | "speculative" (only the speculative programs) | "draft-model" (when one is loaded)
+    required: bool = False  # a build without any of the names is refused when the setting is set
+    render: Render = _plain
+
+
+# The one place a setting meets llama.cpp's flags. A setting of llamaspec.settings.Settings is
+# either a row here or listed in HANDLED_ELSEWHERE (a test keeps the two complete).
+FLAG_TABLE: dict[str, Flag] = {
+    "n_predict": Flag(("-n", "--n-predict")),
+    "seed": Flag(("-s", "--seed")),
+    "temperature": Flag(("--temp",)),
+    "threads": Flag(("-t", "--threads")),
+    "gpu_layers": Flag(("-ngl", "--n-gpu-layers", "--gpu-layers"), render=_target_offload),
+    "ctx_size": Flag(("-c", "--ctx-size")),
+    "batch_size": Flag(("-b", "--batch-size")),
+    "flash_attn": Flag(("-fa", "--flash-attn"), required=True, render=_switch_or_value),
+    "draft_max": Flag(("--spec-draft-n-max", "--draft-max", "--draft"), scope="speculative", required=True),
+    "draft_min": Flag(("--spec-draft-n-min", "--draft-min"), scope="speculative", required=True),
+    "draft_p_min": Flag(("--spec-draft-p-min", "--draft-p-min"), scope="speculative", required=True),
+    "threads_draft": Flag(("-td", "--threads-draft", "--spec-draft-threads"), scope="speculative"),
+    "draft_gpu_layers": Flag(("-ngld", "--n-gpu-layers-draft", "--gpu-layers-draft", "--spec-draft-ngl"),
+                             scope="draft-model", render=_offload),
+    "rpc": Flag(("--rpc",), required=True, render=_joined),  # the target's layers on these RPC servers
+}
+# Models and prompt: not settings, but flags all the same.
+MODEL_FLAGS = {
     "target": ("-m", "--model"),
     "draft": ("-md", "--model-draft", "--spec-draft-model"),
     "prompt": ("-p", "--prompt"),
     "prompt_file": ("-f", "--file"),
-    "n_predict": ("-n", "--n-predict"),
-    "seed": ("-s", "--seed"),
-    "temperature": ("--temp",),
-    "draft_max": ("--spec-draft-n-max", "--draft-max", "--draft"),
-    "draft_min": ("--spec-draft-n-min", "--draft-min"),
-    "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
-    "threads": ("-t", "--threads"),
-    "threads_draft": ("-td", "--threads-draft", "--spec-draft-threads"),
-    "gpu_layers": ("-ngl", "--n-gpu-layers", "--gpu-layers"),
-    "draft_gpu_layers": ("-ngld", "--n-gpu-layers-draft", "--gpu-layers-draft", "--spec-draft-ngl"),
-    "ctx_size": ("-c", "--ctx-size"),
-    "batch_size": ("-b", "--batch-size"),
-    "spec_type": ("--spec-type",),
-    "rpc": ("--rpc",),
 }
-# Settings that llamaspec must be able to pass when asked for: a build without them is refused.
-REQUIRED_WHEN_SET = {"draft", "draft_max", "draft_p_min", "spec_type", "draft_min", "rpc"}
+# Settings that are not one flag: the speculative mode and program are chosen by the runner,
+# escape is a switch pair, extra_args go last verbatim, timeout is llamaspec's own.
+HANDLED_ELSEWHERE = frozenset({"spec_type", "program", "escape", "extra_args", "timeout"})
+
 
 _OPTION_LINE = re.compile(r"^\s{0,4}(-[-\w]+(?:,\s*-[-\w]+)*)")
 # "version: 4880 (c2a67efe)" until 2026; "version: 0.5.0-dev (build 0, commit 0c1e570)" since.
@@ -191,67 +247,60 @@ def capabilities(program: Path) -> Capabilities:
     return Capabilities(str(program), options, removed, spec_types, parse_version(version_text), help_text)
 
 
-def _put(argv: list[str], caps: Capabilities, setting: str, value: object) -> None:
-    """Append ``flag value`` for a setting, with the first flag name this build accepts."""
-    if value is None:
-        return
-    flag = caps.pick(FLAG_TABLE[setting])
-    if flag is None:
-        if setting in REQUIRED_WHEN_SET:
-            raise LlamaspecError(
-                f"{Path(caps.program).name} ({caps.version.commit}) has no flag for {setting.replace('_', ' ')}"
-                f" (tried {', '.join(FLAG_TABLE[setting])})",
-                hint="drop that setting from the experiment, or use a llama.cpp build that has it",
-            )
-        return
-    argv.extend([flag, str(value)])
+def _pick_or_refuse(caps: Capabilities, setting: str, names: Sequence[str], required: bool) -> str | None:
+    flag = caps.pick(names)
+    if flag is None and required:
+        raise LlamaspecError(
+            f"{Path(caps.program).name} ({caps.version.commit}) has no flag for {setting.replace('_', ' ')}"
+            f" (tried {', '.join(names)})",
+            hint="drop that setting from the experiment, or use a llama.cpp build that has it",
+        )
+    return flag
 
 
-def common_argv(caps: Capabilities, s: Settings, *, with_draft: bool) -> list[str]:
+def _settings_argv(caps: Capabilities, inv: Invocation, *, speculative: bool) -> list[str]:
     argv: list[str] = []
-    put = functools.partial(_put, argv, caps)
-    put("target", s.target)
-    if with_draft:
-        put("draft", s.draft)
-    if s.prompt_file is not None:
-        put("prompt_file", s.prompt_file)
-    else:
-        put("prompt", s.prompt)
-    put("n_predict", s.n_predict)
-    put("seed", s.seed)
-    put("temperature", s.temperature)
-    put("threads", s.threads)
-    put("gpu_layers", s.gpu_layers)
-    put("ctx_size", s.ctx_size)
-    put("batch_size", s.batch_size)
-    if s.rpc:
-        put("rpc", ",".join(s.rpc))
-    if s.escape and caps.has("-e"):
+    for setting, row in FLAG_TABLE.items():
+        value = getattr(inv.settings, setting)
+        if value is None or value == () or (row.scope == "speculative" and not speculative) or (row.scope == "draft-model" and not inv.draft):
+            continue
+        flag = _pick_or_refuse(caps, setting, row.names, row.required)
+        if flag is not None:
+            argv += row.render(caps, flag, value, inv)
+    return argv
+
+
+def common_argv(caps: Capabilities, inv: Invocation, *, speculative: bool) -> list[str]:
+    argv: list[str] = []
+    for name in ("target", "draft", "prompt_file", "prompt"):
+        value = getattr(inv, name)
+        if value is None or (name == "draft" and not speculative) or (name == "prompt" and inv.prompt_file is not None):
+            continue
+        flag = _pick_or_refuse(caps, name, MODEL_FLAGS[name], name == "draft")
+        if flag is not None:
+            argv += [flag, value]
+    argv += _settings_argv(caps, inv, speculative=speculative)
+    if inv.settings.escape and caps.has("-e"):
         argv.append("-e")
-    elif not s.escape and caps.has("--no-escape"):
+    elif inv.settings.escape is False and caps.has("--no-escape"):
         argv.append("--no-escape")
     return argv
 
 
-def speculative_argv(caps: Capabilities, program: Path, s: Settings) -> list[str]:
-    """The speculative program's command line for these settings."""
-    draftless = s.spec_type not in (None, "draft")
-    if s.draft is None:
-        # The speculative example lists the draft-free n-gram modes in --spec-type (shared option
-        # table) but itself stops with "--model-draft is required" (seen on 0c1e570).
+def speculative_argv(caps: Capabilities, program: Path, inv: Invocation) -> list[str]:
+    """The speculative program's command line for this invocation."""
+    spec_type = inv.settings.spec_type
+    draftless = spec_type not in (None, "draft")
+    if inv.draft is None:
+        # The speculative examples list the draft-free n-gram modes in --spec-type (shared option
+        # table) but themselves stop with "--model-draft is required" (seen on 0c1e570).
         raise LlamaspecError(
-            f"{program.name} needs a draft model" + (f"; it cannot run --spec-type {s.spec_type} alone" if draftless else ""),
-            hint="give the case a draft model; draft-free n-gram modes are served by llama-server (planned backend)",
+            f"{program.name} needs a draft model" + (f"; it cannot run --spec-type {spec_type} alone" if draftless else ""),
+            hint="give the case a draft model; draft-free n-gram modes run on the llama-server backend (backend: llama-server)",
         )
-    argv = [str(program), *common_argv(caps, s, with_draft=True)]
-    put = functools.partial(_put, argv, caps)
-    put("draft_max", s.draft_max)
-    put("draft_min", s.draft_min)
-    put("draft_p_min", s.draft_p_min)
-    put("threads_draft", s.threads_draft)
-    put("draft_gpu_layers", s.draft_gpu_layers)
+    argv = [str(program), *common_argv(caps, inv, speculative=True)]
     if caps.has("--spec-type"):
-        kind = "draft-simple" if s.spec_type in (None, "draft") else s.spec_type
+        kind = "draft-simple" if not draftless else str(spec_type)
         if caps.spec_types and kind not in caps.spec_types:
             raise LlamaspecError(f"{program.name} does not know --spec-type {kind}",
                                  hint=f"this build offers: {', '.join(caps.spec_types)}")
@@ -259,20 +308,20 @@ def speculative_argv(caps: Capabilities, program: Path, s: Settings) -> list[str
     elif draftless:
         raise LlamaspecError(f"{program.name} ({caps.version.commit}) has no --spec-type (speculative modes)",
                              hint="drop spec_type, or use a llama.cpp build from 2026 on")
-    argv.extend(s.extra_args)
+    argv.extend(inv.settings.extra_args or ())
     return argv
 
 
-def completion_argv(caps: Capabilities, program: Path, s: Settings) -> list[str]:
+def completion_argv(caps: Capabilities, program: Path, inv: Invocation) -> list[str]:
     """The target-only baseline's command line (llama-completion, or llama-cli/main on older builds)."""
-    argv = [str(program), *common_argv(caps, s, with_draft=False)]
+    argv = [str(program), *common_argv(caps, inv, speculative=False)]
     if caps.has("-no-cnv"):
         argv.append("-no-cnv")  # plain completion of the prompt, never chat mode
-    argv.extend(s.extra_args)
+    argv.extend(inv.settings.extra_args or ())
     return argv
 
 
-def gpu_layers(intent: int | str | None, backend: str, generation: str) -> int | None:
+def gpu_layers(intent: int | str | None, accel: str, generation: str) -> int | None:
     """Map the experiment's offload intent onto -ngl for this build.
 
     "all" means every layer on the GPU. On 2023 Metal builds any ``-ngl > 0`` offloaded the whole
@@ -281,10 +330,10 @@ def gpu_layers(intent: int | str | None, backend: str, generation: str) -> int |
     """
     if intent is None:
         return None
-    if backend == "cpu" or intent == "none":
+    if accel == "cpu" or intent == "none":
         return 0
     if intent == "all":
-        return 1 if (generation == "2023" and backend == "metal") else GPU_ALL
+        return 1 if (generation == "2023" and accel == "metal") else GPU_ALL
     return int(intent)
 
 
@@ -302,3 +351,65 @@ def bench_argv(program: Path, target: str, threads: int | None, gpu_layers: int 
     if gpu_layers is not None:
         argv += ["-ngl", str(gpu_layers)]
     return argv
+
+
+# --- how each speculative program counts -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Program:
+    """How one speculative program of one generation drafts and counts: the counters llamaspec
+    derives from what it prints are computed here and nowhere else.
+
+    - ``first_from_prompt``: the first generated token is sampled from the prompt's logits before
+      any round, so rounds = n_predict - n_accept - 1 (llama-speculative: 112 drafted = 8 x 14 with
+      n_predict 72, n_accept 57); otherwise every round emits accepted + 1 tokens and rounds =
+      n_predict - n_accept (llama-speculative-simple holds the last prompt token back).
+    - ``extra_draft_step``: the draft model also decodes the target's own token each round, so a
+      round costs k + 1 draft steps (llama-speculative), not k.
+    - ``draft_policy``: fixed (exactly k per round), capped (up to k: p-min, context and n_predict
+      budget) or adaptive (2023: the length itself changes, +8 after a fully accepted draft, -1
+      otherwise; the printed n_draft is the final length).
+    """
+
+    role: str  # the build's program role: "speculative" or "speculative-simple"
+    generation: str
+    draft_policy: str
+    first_from_prompt: bool
+    extra_draft_step: bool
+    reads_p_min: bool
+    speed_basis: str
+
+    def rounds(self, n_predict: int, n_accept: int) -> int:
+        return max(n_predict - n_accept - (1 if self.first_from_prompt else 0), 0)
+
+    def draft_steps_per_round(self, k: int) -> int:
+        return k + 1 if self.extra_draft_step else k
+
+    def decode_tps(self, n_decoded: int, decode_s: float) -> float | None:
+        """Tokens after the first over the decode loop's time. The loop's clock starts before the
+        first token (sampled from the prompt's logits, no decode), so (N - 1) / T; for
+        speculative-simple T also holds the first round (printed as one figure, not split)."""
+        return (n_decoded - 1) / decode_s if decode_s > 0 and n_decoded > 1 else None
+
+
+_SPEC_BASIS = "llama-speculative: (N - 1) / T from 'decoded N tokens in T seconds' (the loop starts at the first token)"
+_SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens in T seconds'; T includes the first "
+                 "verification round, which the program does not time apart (about 1/rounds of T)")
+
+PROGRAMS: dict[tuple[str, str], Program] = {
+    ("speculative", "2023"): Program("speculative", "2023", "adaptive", True, True, False, _SPEC_BASIS),
+    ("speculative", "2024"): Program("speculative", "2024", "fixed", True, True, False, _SPEC_BASIS),
+    ("speculative", "2026"): Program("speculative", "2026", "fixed", True, True, False, _SPEC_BASIS),
+    ("speculative-simple", "2024"): Program("speculative-simple", "2024", "capped", False, False, True, _SIMPLE_BASIS),
+    ("speculative-simple", "2026"): Program("speculative-simple", "2026", "capped", False, False, True, _SIMPLE_BASIS),
+}
+
+
+def program(role: str, generation: str) -> Program:
+    try:
+        return PROGRAMS[(role, generation)]
+    except KeyError:
+        known = ", ".join(f"{r} ({g})" for r, g in PROGRAMS)
+        raise LlamaspecError(f"llamaspec does not know how {role} of the {generation} generation counts",
+                             hint=f"known: {known}") from None

@@ -8,29 +8,52 @@ with the same model, prompt, seed, threads and offload. Both print their own tim
 
 from __future__ import annotations
 
+import logging
 import platform
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from llamaspec import proc
-from llamaspec.backend import Measurement, ResolvedCase
+from llamaspec.backend import BackendOptions, Capabilities, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
 from llamaspec.llamacpp.build import Build
 
+log = logging.getLogger(__name__)
+
+
+SETTINGS = frozenset(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE
+
+
+def open_backend(options: BackendOptions) -> LlamaCppBackend:
+    from llamaspec.llamacpp.build import find
+
+    build = find(options.accel, options.bin_dir)
+    log.info("using %s from %s", build.label, build.bin_dir)
+    return LlamaCppBackend(build)
+
 
 class LlamaCppBackend:
+    """llama.cpp's command-line programs, one process per measurement."""
+
     name = "llama.cpp"
 
     def __init__(self, build: Build) -> None:
         self.build = build
         self._caps: dict[str, flags.Capabilities] = {}
+        modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
+        self.capabilities = Capabilities(modes=frozenset(modes), settings=SETTINGS, spec_types=("draft",),
+                                         draft_policy="fixed", keeps_models_loaded=False, token_ids=False)
 
     def caps(self, role: str) -> flags.Capabilities:
         if role not in self._caps:
             self._caps[role] = flags.capabilities(self.build.program(role))
         return self._caps[role]
+
+    def identity(self) -> str:
+        return str(self.build.key or self.build.commit)
 
     def provenance(self) -> dict[str, Any]:
         spec = self.caps("speculative")
@@ -46,54 +69,36 @@ class LlamaCppBackend:
             "flag_generation": spec.generation,
         }
 
-    def settings_for(self, case: ResolvedCase, mode: str) -> flags.Settings:
-        s = case.settings
-        caps = self.caps("speculative" if mode == "speculative" else "completion")
-        speculative = mode == "speculative"
-        return flags.Settings(
-            target=case.target.path,
-            draft=case.draft.path if (speculative and case.draft) else None,
-            prompt=case.prompt,
-            prompt_file=case.prompt_file,
-            n_predict=s.n_predict if s.n_predict is not None else 256,
-            seed=s.seed if s.seed is not None else 20,
-            temperature=s.temperature if s.temperature is not None else 0.0,
-            draft_max=s.draft_max if speculative else None,
-            draft_min=s.draft_min if speculative else None,
-            draft_p_min=s.draft_p_min if speculative else None,
-            threads=s.threads,
-            threads_draft=s.threads_draft if speculative else None,
-            # With RPC servers the target's layers go to them (they count as devices even on a CPU build).
-            gpu_layers=flags.gpu_layers(s.gpu_layers, "rpc" if s.rpc else self.build.backend, caps.generation),
-            draft_gpu_layers=flags.gpu_layers(s.draft_gpu_layers, self.build.backend, caps.generation) if speculative and case.draft else None,
-            ctx_size=s.ctx_size,
-            batch_size=s.batch_size,
-            escape=s.escape if s.escape is not None else True,
-            spec_type=s.spec_type if speculative else None,
-            extra_args=tuple(s.extra_args or ()),
-            rpc=tuple(s.rpc or ()),
-        )
+    def _role(self, case: ResolvedCase) -> str:
+        return "speculative-simple" if case.settings.program == "speculative-simple" else "speculative"
+
+    def profile(self, case: ResolvedCase) -> flags.Program:
+        """How the case's speculative program drafts and counts (fixed, capped or adaptive)."""
+        role = self._role(case)
+        return flags.program(role, self.caps(role).generation)
+
+    def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
+        return flags.Invocation(target=model, settings=case.settings, draft=case.draft.path if case.draft else None,
+                                prompt=case.prompt, prompt_file=case.prompt_file, accel=self.build.backend)
 
     def argv(self, case: ResolvedCase, mode: str) -> list[str]:
+        inv = self.invocation(case, case.target.path)
         if mode == "speculative":
-            program = self.build.program("speculative")
-            return flags.speculative_argv(self.caps("speculative"), program, self.settings_for(case, mode))
-        if mode in ("baseline", "draft"):
-            program = self.build.program("completion")
-            settings = self.settings_for(case, mode)
-            if mode == "draft":  # the draft model alone: what one draft step costs
-                if case.draft is None:
-                    raise LlamaspecError("this case has no draft model to time", hint="drop the draft measurement")
-                settings = replace(settings, target=case.draft.path, rpc=(), gpu_layers=flags.gpu_layers(
-                    case.settings.draft_gpu_layers, self.build.backend, self.caps("completion").generation))
-            return flags.completion_argv(self.caps("completion"), program, settings)
+            role = self._role(case)
+            return flags.speculative_argv(self.caps(role), self.build.program(role), inv)
+        if mode == "baseline":
+            return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
+                                         replace(inv, draft=None))
+        if mode == "draft":  # the draft model alone: what one draft step costs
+            if case.draft is None:
+                raise LlamaspecError("this case has no draft model to time", hint="drop the draft measurement")
+            draft_settings = replace(case.settings, gpu_layers=case.settings.draft_gpu_layers, rpc=())
+            return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
+                                         replace(inv, target=case.draft.path, draft=None, settings=draft_settings))
         if mode == "batch":
-            s = self.settings_for(case, "baseline")
-            return flags.bench_argv(self.build.program("bench"), case.target.path, s.threads, s.gpu_layers)
+            layers = flags.gpu_layers(case.settings.gpu_layers, self.build.backend, self.caps("completion").generation)
+            return flags.bench_argv(self.build.program("bench"), case.target.path, case.settings.threads, layers)
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
-
-    def can_time_batches(self) -> bool:
-        return "bench" in self.build.programs
 
     def check(self, case: ResolvedCase) -> None:
         if case.settings.rpc:
@@ -103,14 +108,21 @@ class LlamaCppBackend:
                 raise LlamaspecError(f"this case sets rpc, but the llama.cpp build in {self.build.bin_dir} has no RPC backend",
                                      hint="build one with `llamaspec build --rpc` and run with it (--bin-dir its bin folder)")
             rpc.check_endpoints(case.settings.rpc)
+        if self._role(case) not in self.build.programs:
+            raise LlamaspecError(f"this llama.cpp build has no {self._role(case)} program",
+                                 hint="use program: speculative, or a build that has llama-speculative-simple")
+        profile = self.profile(case)
+        if case.settings.draft_p_min is not None and not profile.reads_p_min:
+            raise LlamaspecError(
+                f"llama-{profile.role} ignores p-min (the program never reads it: the same tokens are drafted at any value)",
+                hint="use program: speculative-simple (the common/speculative path llama-server uses), which reads it")
         self.argv(case, "speculative")
         self.argv(case, "baseline")
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         argv = self.argv(case, mode)
         timeout = case.settings.timeout or 1800.0
-        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False,
-                        what=Path(argv[0]).name)
+        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, what=Path(argv[0]).name)
         base: dict[str, Any] = dict(mode=mode, argv=tuple(argv), exit_code=done.returncode,
                                     wall_seconds=round(done.seconds, 3), peak_rss_bytes=done.peak_rss_bytes,
                                     log_path=str(log_path))
@@ -121,38 +133,96 @@ class LlamaCppBackend:
         try:
             if mode == "speculative":
                 spec = parse.parse_speculative(done.stdout, done.stderr)
-                return Measurement(ok=True, error=None, **base, **_speculative_fields(spec))
+                return Measurement(ok=True, error=None, **base, **_speculative_fields(spec, self.profile(case), case))
             if mode == "batch":
                 batches = parse.parse_bench_json(done.stdout)
                 return Measurement(ok=True, error=None, **base, stats={"batch_ms": batches.ms_by_tokens})
             comp = parse.parse_completion(done.stdout, done.stderr)
-            return Measurement(ok=True, error=None, **base, **_completion_fields(comp))
+            return Measurement(ok=True, error=None, **base, **_completion_fields(comp, case))
         except LlamaspecError as exc:
             return Measurement(ok=False, error=f"{Path(argv[0]).name} output: {exc.message}", **base)
 
+    def close(self) -> None:
+        """Nothing stays running: every measurement is its own process."""
 
-def _speculative_fields(stats: Any) -> dict[str, Any]:
+
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\", "?": "?", "a": "\a", "b": "\b",
+            "f": "\f", "v": "\v"}
+
+
+def process_escapes(text: str) -> str:
+    """The prompt as llama.cpp sees it with ``-e`` (common's string_process_escapes)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt in _ESCAPES:
+                out.append(_ESCAPES[nxt])
+                i += 2
+                continue
+            if nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2:i + 4]):
+                out.append(chr(int(text[i + 2:i + 4], 16)))
+                i += 4
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def prompt_text(case: ResolvedCase) -> str:
+    text = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+    return process_escapes(text) if case.settings.escape else text
+
+
+def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bool]:
+    """The generation without the echoed prompt, and whether the echo was found. Both programs
+    echo the prompt the same way, so an echo not found leaves both texts whole (still comparable)."""
+    if text is None:
+        return None, False
+    prompt = prompt_text(case)
+    for echo in (prompt, " " + prompt, prompt.lstrip()):
+        if echo and text.startswith(echo):
+            return text[len(echo):], True
+    return text, False
+
+
+def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.Program, case: ResolvedCase) -> dict[str, Any]:
+    text, echoed = generated_part(stats.text, case)
+    requested = case.settings.n_predict
     return dict(
         n_prompt=stats.n_encoded,
-        n_predict=stats.n_decoded,
+        n_predict=stats.n_predict,
         encode_tps=stats.encode_tps,
-        decode_tps=stats.decode_tps,
+        decode_tps=profile.decode_tps(stats.n_decoded, stats.decode_s),
+        speed_basis=profile.speed_basis,
         n_drafted=stats.n_drafted,
         n_accept=stats.n_accept,
         accept=stats.accept,
-        text=stats.text,
-        stats=stats.to_dict(),
+        rounds=profile.rounds(stats.n_predict, stats.n_accept),
+        draft_len=stats.n_draft,
+        draft_steps=profile.rounds(stats.n_predict, stats.n_accept) * profile.draft_steps_per_round(stats.n_draft)
+        if profile.draft_policy == "fixed" else None,
+        draft_policy=profile.draft_policy,
+        text=text,
+        end_of_text=requested is not None and stats.n_predict < requested,
+        stats={**stats.to_dict(), "prompt_echo_found": echoed},
     )
 
 
-def _completion_fields(stats: Any) -> dict[str, Any]:
+def _completion_fields(stats: parse.CompletionStats, case: ResolvedCase) -> dict[str, Any]:
+    text, echoed = generated_part(stats.text, case)
     return dict(
         n_prompt=stats.n_prompt,
         n_predict=stats.n_decoded,
         encode_tps=stats.encode_tps,
-        decode_tps=stats.decode_tps,
-        text=stats.text,
-        stats=stats.to_dict(),
+        decode_tps=stats.generation_tps,
+        speed_basis="llama-completion: eval runs / (eval time + sampling time) (one decode per token after the first)",
+        draft_policy="none",
+        text=text,
+        end_of_text=stats.end_of_text,
+        stats={**stats.to_dict(), "prompt_echo_found": echoed},
     )
 
 

@@ -114,7 +114,7 @@ def check(build: Build) -> None:
         _run([str(quantize), str(f32), str(q4), "Q4_0"], quantize.name, logs / "smoke-quantize.log")
         spec = build.program("speculative")
         caps = flags.capabilities(spec)
-        argv = flags.speculative_argv(caps, spec, flags.Settings(
+        argv = flags.speculative_argv(caps, spec, flags.Invocation.of(
             target=str(f32), draft=str(q4), prompt="the", n_predict=8, draft_max=2, threads=2, seed=1, temperature=0.0,
             ctx_size=256,
         ))

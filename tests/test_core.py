@@ -1,0 +1,173 @@
+"""The run core (run, sweep, tune, summary, report) on an in-process engine whose numbers depend on
+what it is asked and on a machine that drifts: pairing, one estimator in every view, the lossless
+check, the drafted-length check, ties and recommendations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fakes import FakeEngine
+
+from llamaspec import analysis, experiment, report, sweep, tune
+from llamaspec.backend import Measurement, ModelPath, ResolvedCase
+from llamaspec.results import Store
+from llamaspec.run import raise_if_failed, run_case
+from llamaspec.settings import Settings
+from llamaspec.summary import Summary, compare_outputs
+
+HW = {"cpu": "test", "cores": 2}
+
+
+def case(**settings) -> ResolvedCase:
+    s = Settings(**{"n_predict": 64, "threads": 1, "draft_max": 8, **settings}).with_defaults()
+    return ResolvedCase("exp", "python", ModelPath("t:f32", "/t.gguf", "aa"), ModelPath("t:q4_1", "/d.gguf", "bb"),
+                        "# Quick-sort", None, s)
+
+
+@pytest.fixture()
+def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import llamaspec.run as runs
+
+    monkeypatch.setattr(runs, "resolve_model", lambda ref: ModelPath(ref.label, str(tmp_path / f"{ref.variant}.gguf"), ref.variant))
+    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
+
+
+def exp(repeats: int | str = 2) -> experiment.Experiment:
+    return experiment.load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=repeats)
+
+
+def test_pairs_cancel_the_drift_of_the_machine() -> None:
+    engine = FakeEngine(drift=0.03)
+    result = run_case(case(), engine, Store.open(), repeats=4, hardware=HW)
+    assert [m for m, _ in engine.calls] == ["baseline", "speculative", "speculative", "baseline"] * 2
+    s = result.summary
+    assert s.paired and s.status == "ok"
+    assert s.speedup is not None and s.speedup.median == pytest.approx(engine.speedup_of(8), rel=0.002)
+    assert s.speedup.low <= s.speedup.median <= s.speedup.high
+
+
+def test_every_sweep_point_gets_its_own_baseline_next_to_it(fake_models) -> None:
+    """A baseline measured once at the start of a sweep flatters it as the machine drifts; a point
+    paired with its own baseline reads the engine's true speedup whatever came before."""
+    engine = FakeEngine(drift=0.03)
+    store = Store.open()
+    (result,) = sweep.run_sweep(exp(), {"draft_max": (1, 4, 8)}, engine, store)
+    rep = analysis.sweep_report(store, result.sweep_id, plot=False)
+    for row in rep.groups[0].rows:
+        assert row.summary.paired
+        assert row.summary.speedup.median == pytest.approx(engine.speedup_of(row.draft_max), rel=0.002)
+    # the same sweep with a shared baseline (the explicit cost saver) is biased, and says so
+    shared_engine = FakeEngine(drift=0.03)
+    (shared,) = sweep.run_sweep(exp(), {"draft_max": (1, 4, 8)}, shared_engine, store, shared_baseline=True)
+    rows = analysis.sweep_report(store, shared.sweep_id, plot=False).groups[0].rows
+    last = max(rows, key=lambda r: r.draft_max)
+    assert not last.summary.paired
+    assert last.summary.speedup.median < shared_engine.speedup_of(8) * 0.9
+    assert any("not paired" in w for w in last.summary.warnings)
+    assert "shared-baseline" in analysis.sweep_report(store, shared.sweep_id, plot=False).render()
+
+
+def test_a_point_never_borrows_a_baseline_of_other_target_settings(fake_models) -> None:
+    """Threads change the target's own speed: each point must be divided by its own threads' baseline."""
+    engine = FakeEngine(drift=0.0)
+    store = Store.open()
+    (result,) = sweep.run_sweep(exp(), {"threads": (1, 2)}, engine, store)
+    rows = analysis.sweep_report(store, result.sweep_id, plot=False).groups
+    speedups = [r.summary.speedup.median for g in rows for r in g.rows]
+    assert speedups == pytest.approx([engine.speedup_of(8)] * 2, rel=1e-6)
+
+
+def test_one_estimator_in_every_view(fake_models, tmp_path: Path) -> None:
+    """The run's table, the stored row, results list, the JSON and the report read the same figure."""
+    from llamaspec.cli import main
+
+    engine = FakeEngine(drift=0.02, noise=(1.0, 0.97, 1.04, 0.99))
+    store = Store.open()
+    (res,) = sweep.run_sweep(exp(3), {"draft_max": (8,)}, engine, store)
+    row = store.finished_point(res.sweep_id, sweep.grid({"draft_max": (8,)})[0].key)
+    stored = Summary.from_dict(row["summary"])
+    text = stored.speedup.text(suffix="x")
+    assert text in analysis.sweep_report(store, res.sweep_id, plot=False).render()
+    listed = CliRunner().invoke(main, ["results", "list"])
+    assert text in listed.output
+    md = report.markdown(store, "smollm2-quicksort", plot=False)
+    assert text in md
+    dumped = analysis.sweep_report(store, res.sweep_id, plot=False).as_dict()
+    assert dumped["groups"][0]["points"][0]["summary"]["speedup"]["median"] == stored.speedup.median
+
+
+def test_truncated_speculative_output_differs_and_fails_the_run() -> None:
+    engine = FakeEngine(truncate=5)
+    result = run_case(case(), engine, Store.open(), repeats=1, hardware=HW)
+    assert result.status == "differs"
+    assert "shorter" in (result.summary.lossless.reason or "")
+    with pytest.raises(Exception, match="differs"):
+        raise_if_failed([result])
+    assert Store.open().run(result.run_id)["status"] == "differs"
+
+
+def test_a_program_that_drafts_another_length_fails_the_run() -> None:
+    result = run_case(case(draft_max=3), FakeEngine(drafts=8), Store.open(), repeats=1, hardware=HW)
+    assert result.status == "failed"
+    assert "asked for draft length 3" in (result.error or "")
+
+
+def test_compare_outputs_on_tokens_and_text() -> None:
+    def m(mode: str, tokens=None, text=None, eot=False) -> Measurement:
+        return Measurement(mode, True, None, (), 0, 0.0, None, tokens=tokens, text=text, end_of_text=eot)
+
+    assert compare_outputs(m("speculative", (1, 2, 3, 4)), m("baseline", (1, 2, 3))).verdict == "identical"  # overshoot
+    short = compare_outputs(m("speculative", (1, 2)), m("baseline", (1, 2, 3)))
+    assert short.verdict == "differs" and "shorter" in (short.reason or "")
+    diverge = compare_outputs(m("speculative", text="abc dXf"), m("baseline", text="abc def"))
+    assert diverge.verdict == "differs" and diverge.first_difference == 5 and diverge.unit == "chars"
+    assert diverge.speculative_excerpt == "Xf" and diverge.baseline_excerpt == "ef"
+    assert compare_outputs(m("speculative", text=""), m("baseline", text="x")).verdict == "differs"  # cut after the prompt
+
+
+def test_ties_recommend_the_cheapest_and_never_a_differing_point(fake_models) -> None:
+    engine = FakeEngine(drift=0.0, alpha=0.95, draft_cost=0.02, noise=(1.0, 1.05, 0.95, 1.0), differ_at_k=(12,))
+    store = Store.open()
+    (res,) = sweep.run_sweep(exp(3), {"draft_max": (2, 8, 10, 12)}, engine, store)
+    rep = analysis.sweep_report(store, res.sweep_id, plot=False)
+    group = rep.groups[0]
+    assert 12 not in [r.draft_max for r in group.ties]  # it differs: never a candidate
+    assert {r.draft_max for r in group.ties} >= {8, 10}
+    assert group.recommended is not None and group.recommended.draft_max == min(r.draft_max for r in group.ties)
+    text = rep.render()
+    assert "recommended: draft" in text and "DIFFERS" in text
+
+
+def test_repeats_auto_stops_when_the_interval_is_narrow() -> None:
+    steady = FakeEngine(drift=0.0)
+    result = run_case(case(), steady, Store.open(), repeats="auto", hardware=HW)
+    assert result.summary.pairs == 3
+    noisy = FakeEngine(drift=0.0, noise=(1.0, 1.3, 0.8, 1.1, 0.9, 1.25, 0.85))
+    result = run_case(case(), noisy, Store.open(), repeats="auto", hardware=HW)
+    assert result.summary.pairs == 10  # the cap: the interval never got within +-3 %
+
+
+def test_noisy_baseline_is_named(fake_models) -> None:
+    engine = FakeEngine(drift=0.0, noise=(1.0, 1.0, 0.7, 0.7, 1.0, 1.0))
+    result = run_case(case(), engine, Store.open(), repeats=3, hardware=HW)
+    assert any("varies by" in w for w in result.summary.warnings)
+
+
+def test_tune_recommends_from_the_tie_set(fake_models) -> None:
+    engine = FakeEngine(drift=0.0)
+    (result,) = tune.tune(exp(2), engine, Store.open(), variants=())
+    assert result.recommended is not None
+    assert result.recommended in result.ties
+    text = result.render()
+    assert "recommended:" in text and "tie set" in text
+    assert "draft-free n-gram modes" in text  # the fake declares none
+    json.dumps(result.as_dict())
+
+
+def test_summary_round_trips_through_storage() -> None:
+    result = run_case(case(), FakeEngine(), Store.open(), repeats=2, hardware=HW)
+    again = Summary.from_dict(json.loads(json.dumps(result.summary.to_dict())))
+    assert again == result.summary
