@@ -12,6 +12,19 @@ machine, stores every result itself, and keeps each machine's speedups to its ow
                        models={"smollm2-135m:f32": None, "smollm2-135m:q4_1": None}))
     summary.per_machine(store, "study-1")     # speedups per machine, each from its own baselines
 
+Setting up machines (each with llamaspec and its ``cluster`` extra installed, same checkout)::
+
+    # the head (it need not measure: no llamaspec resource)
+    ray start --head --port 6379 --num-cpus 0 --include-dashboard false
+    # every measuring machine, named once
+    ray start --address HEAD:6379 --resources '{"llamaspec:box1": 1}'
+    # anywhere
+    llamaspec cluster machines --cluster HEAD:6379
+    llamaspec cluster run smollm2-quicksort --cluster HEAD:6379 -r 6 --split-repeats
+
+Each machine builds llama.cpp and fetches the models itself on first use (cached, sha256-checked),
+and is refused when its llama.cpp commit or a model's sha256 differs from the study's.
+
 Modules: ``work`` (WorkItem, Requirements, WorkerInfo, the identity check), ``queue`` (pending /
 in flight / done, per-machine throughput, ETA), ``coordinator`` (admission and the study loop over
 the Pool/WorkerHandle/Sink interfaces), ``worker`` (MachineWorker: prepare = build + models with
