@@ -84,13 +84,15 @@ def cluster_machines(address: str | None, as_json: bool) -> None:
 @click.option("--machine", "machines", multiple=True, help="Use only these machines (repeatable).")
 @click.option("--repeats", "-r", type=click.IntRange(min=1), default=None, help="Repeats per case.")
 @click.option("--split-repeats", is_flag=True, help="Each repeat is its own work item (spreads a one-case experiment).")
+@click.option("--draft", "-d", "draft_values", default=None, metavar="LIST",
+              help="Sweep draft lengths (1,2,4 or 1..16): one work item per case and length.")
 @click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate.")
 @click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads on each machine.")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
               help="Which llama.cpp build the machines use (built there if missing).")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-machine results as JSON.")
 def cluster_run(experiment_name: str, address: str | None, machines: tuple[str, ...], repeats: int | None,
-                split_repeats: bool, n_predict: int | None, threads: int | None, backend: str, as_json: bool) -> None:
+                split_repeats: bool, draft_values: str | None, n_predict: int | None, threads: int | None, backend: str, as_json: bool) -> None:
     """Run an experiment's cases over the cluster's machines; speedups per machine.
 
     Each machine builds llama.cpp and fetches the models with the same cached, checked steps, and
@@ -99,25 +101,18 @@ def cluster_run(experiment_name: str, address: str | None, machines: tuple[str, 
 
     Example: llamaspec cluster run smollm2-quicksort --cluster 10.0.0.5:6379 -r 6 --split-repeats
     """
-    from llamaspec import experiment
-    from llamaspec.cluster import StoreSink, run_study, study, summary
+    from llamaspec import experiment, sweep
+    from llamaspec.cluster import study, summary
     from llamaspec.results import Store
     from llamaspec.settings import Settings
 
     exp = experiment.load(experiment_name)
     if n_predict or threads:
         exp = exp.with_overrides(Settings(n_predict=n_predict, threads=threads))
-    items = study.experiment_items(exp, repeats, split_repeats)
-    wanted = study.requirements(exp, backend)
-    sid = study.study_id(exp, items, wanted)
-    store = Store.open()
-    pool = study.open_pool(address, list(machines) or None)
-    log.info("study %s: %d work items", sid, len(items))
-    try:
-        report = run_study(sid, items, pool, StoreSink(store), wanted)
-    finally:
-        pool.close()
-    per = summary.per_machine(store, sid)
+    report, per = study.run_experiment(exp, address, Store.open(), repeats=repeats, split_repeats=split_repeats,
+                                       machines=list(machines) or None, backend=backend,
+                                       axes={"draft_max": sweep.parse_values("draft_max", draft_values)} if draft_values else None)
+    sid = report.study
     if as_json:
         click.echo(json.dumps({"study": sid, "refused": report.refused, "lost": report.lost, "failed": report.failed,
                                "machines": {m: {k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in s.items()}

@@ -99,3 +99,23 @@ def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
     from llamaspec.cluster.local import LocalPool
 
     return LocalPool([platform.node() or "local"])
+
+
+def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
+                   machines: list[str] | None = None, backend: str = "auto",
+                   axes: dict[str, Any] | None = None) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """The whole of ``--cluster``: items (cases, or sweep points with ``axes``), requirements, study
+    id, pool, the study loop, the per-machine summary. Returns (StudyReport, per-machine results)."""
+    from llamaspec.cluster import summary
+    from llamaspec.cluster.coordinator import run_study
+    from llamaspec.cluster.sink import StoreSink
+
+    items = sweep_items(exp, axes, repeats) if axes else experiment_items(exp, repeats, split_repeats)
+    wanted = requirements(exp, backend)
+    sid = study_id(exp, items, wanted)
+    pool = open_pool(address, machines)
+    try:
+        report = run_study(sid, items, pool, StoreSink(store), wanted)
+    finally:
+        pool.close()
+    return report, summary.per_machine(store, sid)
