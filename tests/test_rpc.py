@@ -122,6 +122,51 @@ def test_rpc_serve_binds_loopback_by_default_and_warns_for_any_other_address(tmp
     assert done.exit_code == 1 and "has no RPC server" in done.output and "llamaspec build --rpc" in done.output
 
 
+LISTENING_SERVER = '''#!{python}
+# Binds --host/--port as asked and serves until stopped; exits 1 when the port is taken (as the
+# real server does when it cannot bind).
+import socket, sys, time
+args = sys.argv[1:]
+host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
+s = socket.socket()
+try:
+    s.bind((host, port))
+except OSError as exc:
+    print("Failed to bind", exc, file=sys.stderr)
+    sys.exit(1)
+s.listen(4)
+print("Starting RPC server on", host, port, flush=True)
+while True:
+    c, _ = s.accept()
+    c.close()
+'''
+
+
+def test_rpc_server_in_the_background_is_ready_when_it_listens_and_stops_cleanly(tmp_path: Path) -> None:
+    bins = fake_bin_dir(tmp_path / "bin")
+    server = bins / "ggml-rpc-server"
+    server.write_text(LISTENING_SERVER.format(python=sys.executable))
+    server.chmod(0o755)
+    fake = replace(build.prebuilt(bins), programs={**build.prebuilt(bins).programs, "rpc-server": "ggml-rpc-server"})
+    port = free_port()
+    with rpc.RpcServer(fake, port=port, threads=1, log_path=tmp_path / "rpc.log") as srv:
+        assert srv.endpoint == f"127.0.0.1:{port}"
+        rpc.check_endpoints([srv.endpoint])
+        # A second server on the same port is refused before it starts.
+        with pytest.raises(LlamaspecError, match=f"something already listens on 127.0.0.1:{port}"):
+            rpc.RpcServer(fake, port=port, log_path=tmp_path / "second.log").start()
+    # One that cannot bind exits at once: one error naming the endpoint and its log.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: the probe is refused, the bind fails
+        busy = taken.getsockname()[1]
+        with pytest.raises(LlamaspecError, match=f"the RPC server on 127.0.0.1:{busy} exited with code 1 at start"):
+            rpc.RpcServer(fake, port=busy, log_path=tmp_path / "second.log").start()
+    with pytest.raises(LlamaspecError, match="does not answer"):
+        rpc.check_endpoints([f"127.0.0.1:{port}"])
+    assert "Starting RPC server on 127.0.0.1" in (tmp_path / "rpc.log").read_text()
+    assert "Failed to bind" in (tmp_path / "second.log").read_text()
+
+
 def _data() -> str:
     import os
 

@@ -122,6 +122,10 @@ class RpcServer:
         return f"{self.host}:{self.port}"
 
     def start(self) -> RpcServer:
+        # Readiness is "the port answers": a port some other process already serves would pass.
+        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
+            raise LlamaspecError(f"something already listens on {self.endpoint}",
+                                 hint="stop it, or start the RPC server on another port")
         if not is_loopback(self.host):
             log.warning("warning: " + UNSAFE_WARNING.format(host=self.host, port=self.port))
         if self.log_path is not None:
