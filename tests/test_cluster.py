@@ -363,3 +363,34 @@ def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_store
     assert run["provenance"]["machine"] == "box" and run["provenance"]["llamacpp"]["commit"] == "0c1e570"
     assert {m["mode"] for m in store.measurements(run["id"])} == {"baseline", "speculative"}
     assert run["summary"]["lossless"]["identical"] is True and run["summary"]["speedup"]["median"] > 0
+
+
+def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real worker and executor on the recorded 0c1e570 programs (faithful fakes replaying real
+    output) and two tiny GGUF files: prepare reads the build's commit and the files' hashes, each
+    item measures baseline and speculative side by side, the run core summarises it."""
+    from fakes import fake_bin_dir
+
+    from llamaspec.llamacpp.smoke import write_tiny_llama
+
+    monkeypatch.setenv("LLAMASPEC_BIN_DIR", str(fake_bin_dir(tmp_path / "bin")))
+    target, draft = write_tiny_llama(tmp_path / "t.gguf"), write_tiny_llama(tmp_path / "d.gguf", seed=1)
+    payload = {"experiment": "exp", "case": "c", "target": str(target), "draft": str(draft), "prompt": "x",
+               "settings": {"n_predict": 64, "threads": 1, "draft_max": 8}, "repeats": 2}
+    work = [WorkItem(f"c#{i}", "pair", payload) for i in range(2)]
+    pool = LocalPool(["box-1", "box-2"])
+    report = run_study("fake-pairs", work, pool, StoreSink(store),
+                       Requirements(commit="0c1e570", backend="cpu", models={str(target): None, str(draft): None}))
+    pool.close()
+    assert not report.refused and sorted(report.done) == ["c#0", "c#1"]
+    for run in store.runs(sweep_id="fake-pairs"):
+        ms = store.measurements(run["id"])
+        assert [(m["mode"], m["repeat"]) for m in ms] == [("baseline", 0), ("speculative", 0), ("speculative", 1),
+                                                           ("baseline", 1)]  # ABBA
+        assert run["provenance"]["engine"]["commit"] == "0c1e570" and run["provenance"]["machine"] in ("box-1", "box-2")
+        assert run["status"] == "ok" and run["summary"]["lossless"]["verdict"] == "identical"
+        assert run["summary"]["pairs"] == 2 and run["summary"]["speedup"]["median"] > 0
+    wrong = Requirements(commit="b38a16d", backend="cpu")
+    with pytest.raises(LlamaspecError, match=r"worker box-1 \(.*\) has llama.cpp 0c1e570, the study runs b38a16d"):
+        run_study("fake-pairs-2", work, LocalPool(["box-1"]), StoreSink(store), wrong)

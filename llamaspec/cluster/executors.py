@@ -62,8 +62,7 @@ def _model(worker: MachineWorker, label: str) -> Any:
     if f is None:
         from llamaspec import models
 
-        name, _, variant = label.partition(":")
-        f = worker.models[label] = models.resolve(name, variant, build=worker.build)
+        f = worker.models[label] = models.open_ref(label, build=worker.build)
     return ModelPath(label=label, path=str(f.path), sha256=f.sha256)
 
 

@@ -62,9 +62,8 @@ class MachineWorker:
             log.info("%s: building llama.cpp %s", self.machine, src.commit)
             self.build = builds.build("cpu" if wanted.backend == "auto" and platform.system() != "Linux" else wanted.backend,
                                       source=src, rpc=wanted.rpc)
-        for label in wanted.models:
-            name, _, variant = label.partition(":")
-            self.models[label] = models.resolve(name, variant, build=self.build)
+        for label in wanted.models:  # NAME:VARIANT (fetched or derived here), or a path to a GGUF file
+            self.models[label] = models.open_ref(label, build=self.build)
         self.wanted = wanted
         return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.build.commit,
                           build_key=self.build.key or None, bin_dir=self.build.bin_dir,
