@@ -394,3 +394,9 @@ def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store,
     wrong = Requirements(commit="b38a16d", backend="cpu")
     with pytest.raises(LlamaspecError, match=r"worker box-1 \(.*\) has llama.cpp 0c1e570, the study runs b38a16d"):
         run_study("fake-pairs-2", work, LocalPool(["box-1"]), StoreSink(store), wrong)
+
+
+def test_a_worker_whose_commit_is_unknown_is_refused_saying_so() -> None:
+    info = WorkerInfo("host-b", "vm2", "unknown", None, "/old/bin")
+    assert mismatch(Requirements(commit="0c1e570"), info) == (
+        "worker host-b (vm2) runs a llama.cpp whose commit is unknown (its binaries do not say), the study runs 0c1e570")

@@ -159,37 +159,40 @@ def _cpu_build() -> Any:
 @loopback_only
 def test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on(cluster_factory: Callable[..., Any],
                                                                            tmp_path: Path) -> None:
-    """host-b runs another llama.cpp (its own LLAMASPEC_BIN_DIR: the real b38a16d build, else a
-    faithful fake of 7841fc7); host-c has no compiler and no build in its cache."""
+    """Three machines, each with its own environment: host-a runs the pinned 0c1e570 programs (the
+    recorded ones: faithful fakes), host-b another llama.cpp (its source tree is llama-cpp-python
+    0.2.20 = b38a16d, with that build in the cache, where this machine has both; else the recorded
+    7841fc7 programs), host-c has no compiler and no build in its cache."""
+    from fakes import fake_bin_dir
+
     from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_study
     from llamaspec.llamacpp import build as builds
+    from llamaspec.llamacpp.smoke import write_tiny_llama
     from llamaspec.results import Store
 
-    mine = _cpu_build()
-    other = Path(builds.paths.builds_dir() / "latest-b38a16d-cpu")
-    if other.is_file():
-        other_bin, other_commit = str(Path(other.read_text().strip()) / "bin"), "b38a16d"
+    # host-b's own llama.cpp source tree is another commit: its llamaspec finds that commit's build.
+    other_tree = builds.paths.cache_dir() / "trees" / "llama-cpp-python-0.2.20"
+    if other_tree.is_dir() and (builds.paths.builds_dir() / "latest-b38a16d-cpu").is_file():
+        other_env, other_commit = {"LLAMASPEC_LLAMACPP": str(other_tree)}, "b38a16d"
     else:
-        from fakes import fake_bin_dir
-
-        other_bin, other_commit = str(fake_bin_dir(tmp_path / "old-bin", commit="7841fc7")), "7841fc7"
+        other_env, other_commit = {"LLAMASPEC_BIN_DIR": str(fake_bin_dir(tmp_path / "old-bin", commit="7841fc7"))}, "7841fc7"
     empty_cache = tmp_path / "empty-cache"
     empty_cache.mkdir()
     c, _nodes = cluster_factory({
-        "host-a": {},
-        "host-b": {"LLAMASPEC_BIN_DIR": other_bin},
+        "host-a": {"LLAMASPEC_BIN_DIR": str(fake_bin_dir(tmp_path / "bin"))},
+        "host-b": other_env,
         "host-c": {"PATH": str(tmp_path / "no-tools"), "LLAMASPEC_CACHE": str(empty_cache)},
     })
     raypool.connect(c.address)
     pool = raypool.RayPool()
     store = Store.open(tmp_path / "results.sqlite")
-    models = _have_models() or {}
-    wanted = Requirements(commit=mine.commit, backend="cpu", models=models)
+    target = write_tiny_llama(tmp_path / "t.gguf")
+    wanted = Requirements(commit="0c1e570", backend="cpu", models={str(target): None})
     items = [WorkItem(f"i{i}", "noop", {}) for i in range(4)]
     report = run_study("odd", items, pool, StoreSink(store), wanted)
     pool.close()
     assert report.refused == {
-        "host-b": f"worker host-b ({os.uname().nodename}) has llama.cpp {other_commit}, the study runs {mine.commit}",
+        "host-b": f"worker host-b ({os.uname().nodename}) has llama.cpp {other_commit}, the study runs 0c1e570",
         "host-c": "worker host-c cannot prepare: cannot build llama.cpp: cmake and a C++ compiler not found "
                   "(on Debian/Ubuntu: apt-get install cmake build-essential; on macOS: xcode-select --install && brew install cmake)",
     }, report.refused

@@ -54,6 +54,9 @@ class WorkerInfo:
 def mismatch(wanted: Requirements, info: WorkerInfo) -> str | None:
     """Why ``info`` cannot take part in a study that wants ``wanted`` (None: it can). One line,
     naming the worker and the first difference."""
+    if wanted.commit and info.commit in (None, "unknown"):
+        return (f"worker {info.machine} ({info.host}) runs a llama.cpp whose commit is unknown (its binaries do not say), "
+                f"the study runs {wanted.commit}")
     if wanted.commit and info.commit != wanted.commit:
         return f"worker {info.machine} ({info.host}) has llama.cpp {info.commit}, the study runs {wanted.commit}"
     for label, sha in wanted.models.items():
