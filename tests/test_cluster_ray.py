@@ -115,6 +115,12 @@ def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: C
     c, nodes = cluster_factory({"host-a": {}, "host-b": {}})
     raypool.connect(c.address)
     assert [m["machine"] for m in raypool.machines()] == ["host-a", "host-b"]
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    listed = CliRunner().invoke(main, ["cluster", "machines", "--cluster", c.address])
+    assert listed.exit_code == 0 and [line.split()[0] for line in listed.output.splitlines()] == ["host-a", "host-b"]
     pool = raypool.RayPool()
     store = Store.open(tmp_path / "results.sqlite")
     items = [WorkItem(f"i{i:02d}", "noop", {"spin": 0.3}) for i in range(12)]
