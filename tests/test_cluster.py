@@ -324,7 +324,10 @@ def _real_or_skip() -> None:
     try:
         build.find("cpu")
     except LlamaspecError as exc:
-        pytest.skip(f"no llama.cpp CPU build: {exc.message}")
+        try:
+            build.find("cpu", rpc=True)  # the workers take it too (MachineWorker._prepare)
+        except LlamaspecError:
+            pytest.skip(f"no llama.cpp CPU build: {exc.message}")
     if not (model_store.finished("smollm2-135m", "f32") and model_store.finished("smollm2-135m", "q4_1")):
         pytest.skip("the offline SmolLM2 pair is not here: run `llamaspec models fetch smollm2-135m` first")
 
@@ -400,3 +403,22 @@ def test_a_worker_whose_commit_is_unknown_is_refused_saying_so() -> None:
     info = WorkerInfo("host-b", "vm2", "unknown", None, "/old/bin")
     assert mismatch(Requirements(commit="0c1e570"), info) == (
         "worker host-b (vm2) runs a llama.cpp whose commit is unknown (its binaries do not say), the study runs 0c1e570")
+
+
+def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_one() -> None:
+    from llamaspec.cluster.worker import _find
+
+    class Builds:
+        def __init__(self, have: set[bool]) -> None:
+            self.have = have
+
+        def find(self, backend: str, rpc: bool = False) -> str:
+            if rpc not in self.have:
+                raise LlamaspecError(f"no build (rpc={rpc})")
+            return f"{backend}{'+rpc' if rpc else ''}"
+
+    assert _find(Builds({False, True}), Requirements(backend="cpu")) == "cpu"
+    assert _find(Builds({True}), Requirements(backend="cpu")) == "cpu+rpc"
+    assert _find(Builds({True}), Requirements(backend="cpu", rpc=True)) == "cpu+rpc"
+    with pytest.raises(LlamaspecError, match="rpc=True"):
+        _find(Builds({False}), Requirements(backend="cpu", rpc=True))

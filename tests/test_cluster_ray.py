@@ -159,7 +159,10 @@ def _cpu_build() -> Any:
     try:
         return build.find("cpu")
     except LlamaspecError as exc:
-        pytest.skip(f"no llama.cpp CPU build: {exc.message}")
+        try:
+            return build.find("cpu", rpc=True)  # the workers take it too (MachineWorker._prepare)
+        except LlamaspecError:
+            pytest.skip(f"no llama.cpp CPU build: {exc.message}")
 
 
 @loopback_only
