@@ -412,13 +412,13 @@ def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_
         def __init__(self, have: set[bool]) -> None:
             self.have = have
 
-        def find(self, backend: str, rpc: bool = False) -> str:
+        def find(self, backend: str, rpc: bool = False) -> WorkerInfo:
             if rpc not in self.have:
                 raise LlamaspecError(f"no build (rpc={rpc})")
-            return f"{backend}{'+rpc' if rpc else ''}"
+            return WorkerInfo("m", "h", "0c1e570", None, bin_dir=f"{backend}{'+rpc' if rpc else ''}")
 
-    assert _find(Builds({False, True}), Requirements(backend="cpu")) == "cpu"
-    assert _find(Builds({True}), Requirements(backend="cpu")) == "cpu+rpc"
-    assert _find(Builds({True}), Requirements(backend="cpu", rpc=True)) == "cpu+rpc"
+    assert _find(Builds({False, True}), Requirements(backend="cpu")).bin_dir == "cpu"
+    assert _find(Builds({True}), Requirements(backend="cpu")).bin_dir == "cpu+rpc"
+    assert _find(Builds({True}), Requirements(backend="cpu", rpc=True)).bin_dir == "cpu+rpc"
     with pytest.raises(LlamaspecError, match="rpc=True"):
         _find(Builds({False}), Requirements(backend="cpu", rpc=True))
