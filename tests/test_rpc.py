@@ -207,9 +207,16 @@ def test_target_on_two_rpc_servers_gives_the_local_baseline_text(rpc_build, pair
         backend.check(remote)
         base_rpc = backend.measure(remote, "baseline", tmp_path / "rpc-baseline.log")
         spec_rpc = backend.measure(remote, "speculative", tmp_path / "rpc-speculative.log")
+        # Where the layers went, from llama.cpp's own verbose log (a separate, unmeasured run).
+        verbose = replace(remote, settings=replace(remote.settings, extra_args=("-v",), n_predict=4))
+        backend.measure(verbose, "speculative", tmp_path / "verbose.log")
     assert base_rpc.ok and spec_rpc.ok, (base_rpc.error, spec_rpc.error)
-    log = (tmp_path / "rpc-speculative.log").read_text()
-    assert "RPC" in log  # the programs saw the servers as devices
+    verbose_log = (tmp_path / "verbose.log").read_text()
+    devices = {line.split("device ")[1].split(",")[0] for line in verbose_log.splitlines() if "assigned to device" in line}
+    assert devices == {"RPC0", "RPC1", "CPU"}  # the target's layers on both servers, the draft's on the CPU
+    assert "offloaded 31/31 layers to GPU" in verbose_log and "offloaded 0/31 layers to GPU" in verbose_log
+    for port in ports:
+        assert f"[127.0.0.1:{port}] model buffer size" in verbose_log
     assert base_rpc.text.strip() == base_local.text.strip()
     n = min(len(spec_rpc.text.strip()), len(base_local.text.strip()))
     assert n > 50 and spec_rpc.text.strip()[:n] == base_local.text.strip()[:n]
