@@ -56,7 +56,7 @@ def loopback_only(test: Callable[..., None]) -> Callable[..., None]:
             pytest.skip(f"Ray tests run in a loopback-only network namespace: {why}")
         node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
         argv = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-                sys.executable, "-m", "pytest", "-q", "-x", "-rs", "-p", "no:cacheprovider", node]
+                sys.executable, "-m", "pytest", "-q", "-s", "-x", "-rs", "-p", "no:cacheprovider", node]
         done = subprocess.run(argv, env={**os.environ, INSIDE: "1"}, capture_output=True, text=True, timeout=900,
                               cwd=Path(__file__).resolve().parent.parent)
         tail = (done.stdout + done.stderr)[-6000:]
@@ -65,6 +65,7 @@ def loopback_only(test: Callable[..., None]) -> Callable[..., None]:
             reason = next((line.split(": ", 1)[-1] for line in done.stdout.splitlines() if line.startswith("SKIPPED")), last)
             pytest.skip(reason)
         assert done.returncode == 0, tail
+        print("\n".join(line for line in done.stdout.splitlines() if line.startswith("figures:")))  # shown with -s
 
     return wrapper
 
@@ -259,6 +260,8 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
     assert len({t for (mode, _k), ts in texts.items() for t in ts}) == 1, texts
     cluster_all = stats.spread([x for s in cluster_per.values() for x in s["speedups"]])
     one_all = stats.spread(one_per["one-machine"]["speedups"])
-    print("cluster", {m: s["speedup"].text(suffix="x") for m, s in cluster_per.items()}, "all", cluster_all.text(suffix="x"),
-          "one machine", one_all.text(suffix="x"))
+    print("figures: two nodes, per machine:", {m: f"{s['items']} items, {s['speedup'].text(suffix='x')}" for m, s in cluster_per.items()},
+          f"all repeats {cluster_all.text(suffix='x')}; one machine {one_all.text(suffix='x')};",
+          f"lost {report.lost}; speculative t/s two nodes {stats.spread([v for s in cluster_per.values() for v in s['decode_tps'].values]).text('{:.1f}')},"
+          f" one machine {one_per['one-machine']['decode_tps'].text('{:.1f}')}")
     assert cluster_all.overlaps(one_all), (cluster_all, one_all)
