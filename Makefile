@@ -6,18 +6,27 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 EXPERIMENT ?= smollm2-quicksort
 DRAFTS ?= 1,2,4,8,12
+# Two installs: llamaspec with its dev tools (enough for the demo), and the convert extra (a CPU
+# torch wheel, transformers) on top for the tests that convert Hugging Face checkpoints.
 STAMP  := $(VENV)/.installed
+CONVERT_STAMP := $(VENV)/.installed-convert
 
-.PHONY: demo test lint setup build models clean-venv
+.PHONY: demo test lint setup setup-convert build models clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[convert,dev]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m compileall -q llamaspec  # bytecode even where PYTHONDONTWRITEBYTECODE is set: faster start
 	touch $(STAMP)
 
+$(CONVERT_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[convert,dev]'
+	touch $(CONVERT_STAMP)
+
 setup: $(STAMP)
+
+setup-convert: $(CONVERT_STAMP)
 
 build: setup
 	$(BIN)/llamaspec source fetch
@@ -31,7 +40,7 @@ demo: models
 	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS) --repeats 3
 	$(BIN)/llamaspec report $(EXPERIMENT)
 
-test: build
+test: setup-convert build
 	$(BIN)/python -m pytest -q
 
 lint: setup

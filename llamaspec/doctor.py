@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import platform
-import re
 import shutil
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
-from llamaspec import paths
+from llamaspec import host, paths
 from llamaspec.errors import LlamaspecError
 
 
@@ -21,30 +19,6 @@ class Check:
     hint: str = ""
 
 
-def _version(argv: list[str]) -> str | None:
-    if not shutil.which(argv[0]):
-        return None
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = (out.stdout or out.stderr).strip().splitlines()
-    return text[0] if text else "present"
-
-
-def cpu_flags() -> list[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    if platform.system() == "Darwin":
-        out = subprocess.run(["sysctl", "-n", "machdep.cpu.features", "hw.optional"], capture_output=True, text=True)
-        return out.stdout.lower().split()
-    return []
-
-
 INTERESTING_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8",
                      "amx_bf16", "neon", "asimd", "sve")
 
@@ -53,16 +27,25 @@ def examine() -> list[Check]:
     import psutil
 
     from llamaspec.llamacpp import build as builds
+    from llamaspec.llamacpp import cache
     from llamaspec.llamacpp import source as sources
 
     checks = [Check("os", "info", f"{platform.system()} {platform.release()} ({platform.machine()})")]
-    model = builds.cpu_model()
-    flags = set(cpu_flags())
+    model = host.cpu_model()
+    flags = set(host.cpu_flags())
     shown = [f for f in INTERESTING_FLAGS if f in flags]
     checks.append(Check("cpu", "info", f"{model}; {psutil.cpu_count(logical=False)} cores, {psutil.cpu_count()} threads"))
     checks.append(Check("cpu features", "info", " ".join(shown) or "(none of the usual SIMD sets reported)"))
-    if builds.native_enables("-mamx-tile"):
-        faults = builds.probe_faults("amx")
+    cores = psutil.cpu_count(logical=False) or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    checks.append(Check(
+        "timing noise", "warn" if cores <= 4 else "info",
+        f"{cores} cores, load {load:.1f}: llama.cpp on every core of a small or shared machine runs at two speeds "
+        "from run to run (measured on 2 cores: 69-108 t/s with -t 2, CV 13.5 %; 65-70 t/s with -t 1, CV 2.6 %)",
+        f"measure with fewer threads than cores (e.g. -t {max(cores - 1, 1)}) and compare paired ratios; "
+        "`python benchmarks/noise.py` measures this machine"))
+    if host.native_enables(host.FEATURE_PROBES["amx"].compiler_flag):
+        faults = host.feature_faults("amx")
         checks.append(Check("amx", "warn" if faults else "ok", "faults (SIGILL) on this machine" if faults else "usable",
                             "llamaspec build switches it off (-mno-amx-*) automatically" if faults else ""))
     mem = psutil.virtual_memory()
@@ -76,21 +59,21 @@ def examine() -> list[Check]:
         free = shutil.disk_usage(probe).free / 2**30
         checks.append(Check(label, "ok" if free > 20 else "warn", f"{free:.1f} GiB free under {folder}",
                             "" if free > 20 else "CodeLlama-7B at f16 needs about 27 GiB while converting"))
-    cc = _version(["cc", "--version"]) or _version(["clang", "--version"])
+    cc = host.tool_version(["cc", "--version"]) or host.tool_version(["clang", "--version"])
     checks.append(Check("compiler", "ok" if cc else "fail", cc or "not found",
                         "" if cc else "install a C/C++ compiler (apt-get install build-essential / xcode-select --install)"))
-    cmake = _version(["cmake", "--version"])
+    cmake = host.tool_version(["cmake", "--version"])
     checks.append(Check("cmake", "ok" if cmake else "fail", cmake or "not found",
                         "" if cmake else "install CMake 3.14+ (apt-get install cmake / brew install cmake / pip install cmake)"))
-    ccache = _version(["ccache", "--version"])
+    ccache = host.tool_version(["ccache", "--version"])
     checks.append(Check("ccache", "ok" if ccache else "info", ccache or "not found",
                         "" if ccache else "optional: makes rebuilds with other flags much faster"))
-    cuda = builds.find_cuda()
+    cuda = host.find_cuda()
     if cuda.gpus:
         checks.append(Check("gpu", "ok", "; ".join(cuda.gpus)))
     elif platform.system() == "Darwin":
         metal = platform.machine() == "arm64"
-        checks.append(Check("gpu", "ok" if metal else "info", "Apple Silicon (Metal)" if metal else "Intel Mac: no Metal backend"))
+        checks.append(Check("gpu", "ok" if metal else "info", "Apple Silicon (Metal)" if metal else "Intel Mac: no Metal"))
     else:
         checks.append(Check("gpu", "info", "no NVIDIA GPU visible (nvidia-smi)"))
     if cuda.nvcc:
@@ -98,24 +81,19 @@ def examine() -> list[Check]:
         checks.append(Check("cuda toolkit", status, f"nvcc {cuda.version} at {cuda.nvcc}; cuBLAS: {cuda.cublas or 'missing'}",
                             "" if cuda.cublas else "a CUDA build needs cuBLAS (nvidia-cublas / libcublas-dev); CPU builds work"))
     else:
-        checks.append(Check("cuda toolkit", "info", "not found", "only needed for --backend cuda"))
+        checks.append(Check("cuda toolkit", "info", "not found", "only needed for --accel cuda"))
     reason = builds.why_not_cuda(cuda)
-    checks.append(Check("backend (auto)", "info", builds.select_backend("auto", cuda=cuda) + (f" ({reason})" if reason else "")))
+    checks.append(Check("accel (auto)", "info", builds.select_accel("auto", cuda=cuda) + (f" ({reason})" if reason else "")))
     try:
         src = sources.current()
         checks.append(Check("llama.cpp source", "ok", f"{src.path} (commit {src.commit}, {src.origin})"))
     except LlamaspecError as exc:
+        # Not fatal while the build cache holds the pinned commit's build: runs use that.
         checks.append(Check("llama.cpp source", "warn", exc.message, exc.hint or ""))
-        return checks
     try:
-        found = builds.find()
-        checks.append(Check("llama.cpp build", "ok", f"{found.bin_dir} ({found.backend}, commit {found.commit})"))
+        found = cache.find()
+        checks.append(Check("llama.cpp build", "ok", f"{found.bin_dir} ({found.accel}, commit {found.commit})"))
     except LlamaspecError as exc:
         checks.append(Check("llama.cpp build", "warn", exc.message, exc.hint or ""))
     return checks
 
-
-def cmake_version() -> tuple[int, ...] | None:
-    text = _version(["cmake", "--version"]) or ""
-    m = re.search(r"(\d+)\.(\d+)", text)
-    return tuple(int(x) for x in m.groups()) if m else None

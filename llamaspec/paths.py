@@ -5,6 +5,9 @@
 - ``LLAMASPEC_MODELS``: the model files (default ``models/`` in the project folder).
 - ``LLAMASPEC_CACHE``: builds and downloads shared by every clone (default ``~/.cache/llamaspec``).
 - ``LLAMASPEC_DATA``: the results store, run logs and plots (default ``~/.local/share/llamaspec``).
+- ``LLAMASPEC_LOCK``: the lock file that lets one measurement run at a time (default
+  ``measure.lock`` in the cache folder: one per user and machine; point every user at one file in a
+  folder all of them can write to queue their measurements on a shared machine).
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ def builds_dir() -> Path:
 
 def downloads_dir() -> Path:
     return cache_dir() / "downloads"
+
+
+def lock_path() -> Path:
+    """The measurement lock (``llamaspec.lock``). Beware a cache folder on a network home shared
+    by several machines: they would then queue behind each other; set LLAMASPEC_LOCK per machine."""
+    env = os.environ.get("LLAMASPEC_LOCK")
+    return Path(env).expanduser().resolve() if env else cache_dir() / "measure.lock"
 
 
 def results_db() -> Path:

@@ -90,10 +90,12 @@ def run(
     on_line: Callable[[str], None] | None = None,
     grace_seconds: float = 5.0,
 ) -> Completed:
-    """Run ``argv``; tee stdout and stderr into ``log_path``; stop it after ``timeout`` seconds.
+    """Run ``argv``; capture stdout and stderr (and tee them into ``log_path`` when given); stop it
+    after ``timeout`` seconds. stdin is /dev/null.
 
     With ``check`` a failure raises LlamaspecError naming the exit, the last lines of output
-    and the log. ``on_line`` sees every output line as it arrives (for progress).
+    and the log. A program that cannot be started raises LlamaspecError even without ``check``.
+    ``on_line`` sees every output line as it arrives (for progress).
     """
     args = tuple(str(a) for a in argv)
     line = shell_line(args)
@@ -115,14 +117,12 @@ def run(
             cwd=cwd,
             start_new_session=True,
         )
-    except FileNotFoundError as exc:
+    except OSError as exc:
         if log_file:
             log_file.close()
-        raise LlamaspecError(f"{what or args[0]}: program not found: {args[0]}", hint=hint) from exc
-    except PermissionError as exc:
-        if log_file:
-            log_file.close()
-        raise LlamaspecError(f"{what or args[0]}: not executable: {args[0]}", hint=hint) from exc
+        problem = ("program not found" if isinstance(exc, FileNotFoundError)
+                   else "not executable" if isinstance(exc, PermissionError) else f"cannot start ({exc.strerror})")
+        raise LlamaspecError(f"{what or args[0]}: {problem}: {args[0]}", hint=hint) from exc
     out: list[bytes] = []
     err: list[bytes] = []
     lock = threading.Lock()
@@ -168,6 +168,18 @@ def run(
     if check and (done.timed_out or done.returncode != 0):
         raise_failure(done, what or Path(args[0]).name, log_path, hint)
     return done
+
+
+def probe(argv: Sequence[str | os.PathLike[str]], *, timeout: float = 30.0, env: Mapping[str, str] | None = None,
+          cwd: Path | None = None) -> Completed | None:
+    """A quick query (a tool's version, a compiler's feature list, ``git rev-parse``): output
+    captured, no log file, never raises. None when the program is missing or cannot start; a
+    non-zero exit or a timeout is in the returned Completed for the caller to judge."""
+    try:
+        return run(argv, timeout=timeout, env=env, cwd=cwd, check=False)
+    except LlamaspecError as exc:
+        log.debug("%s", exc.message)
+        return None
 
 
 def raise_failure(done: Completed, what: str, log_path: Path | None, hint: str | None = None) -> None:

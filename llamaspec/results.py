@@ -1,13 +1,18 @@
 """The results store: every run and every measurement, with provenance, in SQLite.
 
 Tables (columns named after llama.cpp's own labels where there is one):
-- ``runs``: one row per ``llamaspec run`` case or sweep point: experiment, case, status
-  (running / ok / failed / interrupted), error, settings, provenance (llama.cpp commit, backend,
-  build flags, models with files and sha256, hardware), summary.
-- ``measurements``: one row per llama.cpp process: mode (speculative / baseline), repeat, argv,
-  exit status, wall seconds, peak memory, parsed counters and timings, generated text, log path.
+- ``runs``: one row per ``llamaspec run`` case, sweep point or prompt of a prompt set: experiment,
+  case, status (running / ok / failed / interrupted), error, settings, provenance (llama.cpp
+  commit, backend, build flags, models with files and sha256, hardware), summary, and the process
+  that measured it (pid, host, start time: a ``running`` row whose process is gone is shown as
+  ``interrupted``).
+- ``measurements``: one row per generation: mode (speculative / baseline / draft / batch), repeat,
+  argv, exit status, wall seconds, peak memory, parsed counters and timings, generated text and
+  token ids, log path.
 
 Schema changes are an append-only list of migrations (``MIGRATIONS``); never edit one that shipped.
+They are applied in one ``BEGIN IMMEDIATE`` transaction that re-reads the schema version inside
+it, so processes opening a new store at the same moment apply each migration exactly once.
 """
 
 from __future__ import annotations
@@ -15,16 +20,23 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamaspec import paths
 from llamaspec.errors import LlamaspecError
+from llamaspec.lock import process_gone, this_process
+
+if TYPE_CHECKING:
+    from llamaspec.backend import Measurement
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -78,10 +90,36 @@ MIGRATIONS: tuple[str, ...] = (
     # Measurements shared by several runs (the baseline of a sweep's points with the same target
     # settings, the draft-alone timing): the key they are shared under.
     "ALTER TABLE measurements ADD COLUMN baseline_key TEXT; CREATE INDEX measurements_by_baseline ON measurements(baseline_key);",
-    "ALTER TABLE measurements ADD COLUMN speed_basis TEXT; ALTER TABLE measurements ADD COLUMN rounds INTEGER;"
-    "ALTER TABLE measurements ADD COLUMN draft_len INTEGER; ALTER TABLE measurements ADD COLUMN draft_policy TEXT;"
-    "ALTER TABLE measurements ADD COLUMN tokens TEXT; ALTER TABLE measurements ADD COLUMN end_of_text INTEGER;",
+    # The backend contract's counters (llamaspec.backend.Measurement), the process that measured a
+    # run (to tell a killed run from a running one), prompt sets, cluster machines, the engine.
+    # Rows left 'running' by an older llamaspec recorded no process to check: they are over.
+    """
+    ALTER TABLE measurements ADD COLUMN speed_basis TEXT;
+    ALTER TABLE measurements ADD COLUMN rounds INTEGER;
+    ALTER TABLE measurements ADD COLUMN draft_len INTEGER;
+    ALTER TABLE measurements ADD COLUMN draft_policy TEXT;
+    ALTER TABLE measurements ADD COLUMN tokens TEXT;
+    ALTER TABLE measurements ADD COLUMN end_of_text INTEGER;
+    ALTER TABLE runs ADD COLUMN pid INTEGER;
+    ALTER TABLE runs ADD COLUMN host TEXT;
+    ALTER TABLE runs ADD COLUMN proc_start REAL;
+    ALTER TABLE runs ADD COLUMN prompt_id TEXT;
+    ALTER TABLE runs ADD COLUMN category TEXT;
+    ALTER TABLE runs ADD COLUMN machine TEXT;
+    ALTER TABLE runs ADD COLUMN backend_name TEXT;
+    CREATE INDEX runs_by_prompt ON runs(sweep_id, prompt_id);
+    CREATE INDEX runs_by_status ON runs(status);
+    UPDATE runs SET status = 'interrupted', finished_at = strftime('%Y-%m-%dT%H:%M:%S+0000', 'now'),
+        error = COALESCE(error, 'left running by an older llamaspec that recorded no process (killed?)')
+        WHERE status = 'running';
+    """,
 )
+
+INTERRUPTED = "the process ended without finishing (killed?)"
+_REAP_WAIT_MS = 2000
+
+# SQLite's primary result codes (sqlite3.h), for Python < 3.11 which lacks sqlite_errorcode.
+_BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _PROTOCOL, _NOTADB = 5, 6, 8, 10, 11, 13, 14, 15, 26
 
 
 def now() -> str:
@@ -114,71 +152,97 @@ class MeasurementRow:
     rounds: int | None = None
     draft_len: int | None = None
     draft_policy: str | None = None
-    tokens: list[int] | None = None
-    end_of_text: bool = False
+    tokens: list[int] | None = None  # generated token ids, where the engine gives them
+    end_of_text: bool = False  # the model stopped on its own before n_predict
     id: int | None = None
     created_at: str = ""
 
+    @classmethod
+    def of(cls, m: Measurement, *, run_id: int, repeat: int, baseline_key: str | None = None) -> MeasurementRow:
+        """The row for a backend's Measurement (every field of the contract, none forgotten)."""
+        return cls(run_id=run_id, mode=m.mode, repeat=repeat, ok=m.ok, error=m.error, argv=list(m.argv),
+                   exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
+                   n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
+                   n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept, text=m.text, stats=m.stats,
+                   log_path=m.log_path, baseline_key=baseline_key, speed_basis=m.speed_basis, rounds=m.rounds,
+                   draft_len=m.draft_len, draft_policy=m.draft_policy,
+                   tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text)
+
 
 JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens"}
+BOOL_COLUMNS = {"ok", "end_of_text"}
 
 
 class Store:
-    """A results database. Open with ``Store.open()``; safe for one writer and many readers."""
+    """A results database. Open with ``Store.open()``; safe for several writers and readers
+    (each write is one short transaction; a writer waits up to ``timeout`` for another)."""
 
     def __init__(self, db: sqlite3.Connection, path: Path) -> None:
         self.db = db
         self.path = path
 
     @classmethod
-    def open(cls, path: Path | None = None) -> Store:
+    def open(cls, path: Path | None = None, *, timeout: float = 30.0) -> Store:
+        """Open (creating and migrating if needed) the store; ``timeout``: seconds to wait for a
+        lock another process holds before saying it is locked."""
         path = path or paths.results_db()
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
+            db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _error(path, exc, "open") from exc
+        try:
             db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
+            _wal(db, timeout)
             db.execute("PRAGMA synchronous=NORMAL")  # WAL: safe against a crashed process, one fsync per checkpoint
             db.execute("PRAGMA foreign_keys=ON")
             store = cls(db, path)
             store._migrate()
             return store
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc):
-                raise LlamaspecError(f"the results store {path} is locked by another process",
-                                     hint="wait for the other llamaspec to finish, or set LLAMASPEC_DATA to use another store") from exc
-            raise _damaged(path, exc) from exc
-        except sqlite3.DatabaseError as exc:
-            raise _damaged(path, exc) from exc
+        except sqlite3.Error as exc:
+            db.close()
+            raise _error(path, exc, "open") from exc
+        except BaseException:
+            db.close()
+            raise
 
     def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        if version > len(MIGRATIONS):
-            raise LlamaspecError(f"the results store {self.path} was written by a newer llamaspec (schema {version})",
-                                 hint="upgrade llamaspec, or set LLAMASPEC_DATA to use another store")
-        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            with self.transaction():
+        version = self._user_version()
+        if version == len(MIGRATIONS):
+            return  # the usual case: nothing to write, no write lock taken
+        self._refuse_newer(version)
+        # Another process may be migrating the same new store right now: take the write lock
+        # first, then look again at what is still missing.
+        with self.transaction():
+            version = self._user_version()
+            self._refuse_newer(version)
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in script.split(";"):
                     if statement.strip():
                         self.db.execute(statement)
                 self.db.execute(f"PRAGMA user_version = {number}")
+                log.debug("results store %s: applied migration %d", self.path, number)
+
+    def _user_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > len(MIGRATIONS):
+            raise LlamaspecError(f"the results store {self.path} was written by a newer llamaspec (schema {version})",
+                                 hint="upgrade llamaspec, or set LLAMASPEC_DATA to use another store")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         try:
             self.db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise LlamaspecError(f"the results store {self.path} is locked by another process",
-                                 hint="wait for the other llamaspec to finish, or set LLAMASPEC_DATA to use another store") from exc
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc, "write") from exc
         try:
             yield self.db
             self.db.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             self._rollback()
-            if "full" in str(exc):
-                raise LlamaspecError(f"no space left to write the results store {self.path}",
-                                     hint="free some space; everything stored before is intact") from exc
-            raise _damaged(self.path, exc) from exc
+            raise _error(self.path, exc, "write") from exc
         except BaseException:
             self._rollback()
             raise
@@ -193,17 +257,26 @@ class Store:
     # --- writing ---------------------------------------------------------------------------
 
     def start_run(self, *, experiment: str, case_name: str, settings: dict, provenance: dict, kind: str = "run",
-                  sweep_id: str | None = None, point_key: str | None = None) -> int:
+                  sweep_id: str | None = None, point_key: str | None = None, prompt_id: str | None = None,
+                  category: str | None = None, machine: str | None = None, backend_name: str | None = None) -> int:
+        """Record a run as ``running``, with this process (pid, host, start time) as its owner.
+
+        ``machine``: the cluster machine that measures it (None: this one; the owner is then
+        this process); ``backend_name``: the engine (llama.cpp / llama-server / transformers).
+        """
         models = provenance.get("models", {})
         engine = provenance.get("engine") or provenance.get("llamacpp") or {}  # "llamacpp" in stores before 0.2
+        pid, host, proc_start = this_process()
         with self.transaction() as db:
             cur = db.execute(
                 "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, llamacpp_commit,"
-                " backend, target, draft, draft_max, settings, provenance) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " backend, target, draft, draft_max, settings, provenance, pid, host, proc_start, prompt_id, category,"
+                " machine, backend_name) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (experiment, case_name, kind, sweep_id, point_key, "running", now(),
                  engine.get("commit"), engine.get("accel") or engine.get("backend"),
                  models.get("target", {}).get("label"), models.get("draft", {}).get("label"), settings.get("draft_max"),
-                 json.dumps(settings, sort_keys=True), json.dumps(provenance, sort_keys=True)),
+                 json.dumps(settings, sort_keys=True), json.dumps(provenance, sort_keys=True),
+                 pid, host, proc_start, prompt_id, category, machine, backend_name),
             )
             return int(cur.lastrowid or 0)
 
@@ -214,30 +287,68 @@ class Store:
         data["argv"] = json.dumps(data["argv"])
         data["stats"] = json.dumps(data["stats"]) if data["stats"] is not None else None
         data["tokens"] = json.dumps(data["tokens"]) if data["tokens"] is not None else None
-        data["end_of_text"] = int(data["end_of_text"])
         data["ok"] = int(data["ok"])
+        data["end_of_text"] = int(data["end_of_text"])
         cols = ", ".join(data)
         with self.transaction() as db:
             cur = db.execute(f"INSERT INTO measurements ({cols}) VALUES ({', '.join('?' * len(data))})", tuple(data.values()))
             return int(cur.lastrowid or 0)
 
     def finish_run(self, run_id: int, status: str, summary: dict | None = None, error: str | None = None) -> None:
+        # Unconditional: a run wrongly taken for interrupted (its owner was only unreachable) is
+        # set right when it does finish.
         with self.transaction() as db:
             db.execute("UPDATE runs SET status=?, summary=?, error=?, finished_at=? WHERE id=?",
                        (status, json.dumps(summary, sort_keys=True) if summary is not None else None, error, now(), run_id))
 
     def mark_stale_running(self) -> int:
-        """Runs left 'running' by a killed process become 'interrupted' (their measurements stay)."""
-        with self.transaction() as db:
-            return db.execute("UPDATE runs SET status='interrupted', finished_at=? WHERE status='running'", (now(),)).rowcount
+        """Runs left ``running`` by a process that is gone become ``interrupted`` (their
+        measurements stay); returns how many. Only this host's processes can be checked: rows
+        from other hosts are left alone. Called by ``runs()`` and ``run()``; it is best effort,
+        so a store that is locked or read-only is still readable."""
+        try:
+            rows = self.db.execute("SELECT id, pid, host, proc_start FROM runs WHERE status = 'running'").fetchall()
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc, "read") from exc
+        if not rows:
+            return 0
+        _, host, _ = this_process()
+        gone = [r["id"] for r in rows if r["host"] == host and r["pid"] is not None and process_gone(r["pid"], r["proc_start"])]
+        if not gone or self.db.in_transaction:  # inside a caller's transaction: its writes come first
+            return 0
+        # Listing runs should not sit out another writer's long transaction: wait briefly, else
+        # leave the marking to a later read.
+        patience = self.db.execute("PRAGMA busy_timeout").fetchone()[0]
+        self.db.execute(f"PRAGMA busy_timeout = {min(int(patience), _REAP_WAIT_MS)}")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            count = self.db.execute(
+                f"UPDATE runs SET status = 'interrupted', finished_at = ?, error = COALESCE(error, ?)"
+                f" WHERE status = 'running' AND id IN ({', '.join('?' * len(gone))})", (now(), INTERRUPTED, *gone)).rowcount
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            if _code(exc) in (_BUSY, _LOCKED, _READONLY, _CANTOPEN):
+                log.debug("results store %s: could not mark %d interrupted runs now: %s", self.path, len(gone), exc)
+                return 0
+            raise _error(self.path, exc, "write") from exc
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {int(patience)}")
+        if count:
+            log.info("results store %s: %d run(s) whose process is gone marked interrupted", self.path, count)
+        return int(count)
 
     # --- reading ---------------------------------------------------------------------------
 
     def runs(self, experiment: str | None = None, sweep_id: str | None = None, status: str | None = None,
-             limit: int | None = None, ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+             limit: int | None = None, ids: Sequence[int] | None = None, *, kind: str | None = None,
+             prompt_id: str | None = None) -> list[dict[str, Any]]:
+        """Stored runs, newest first, filtered by whichever arguments are given."""
+        self.mark_stale_running()
         where: list[str] = []
         args: list[Any] = []
-        for column, value in (("experiment", experiment), ("sweep_id", sweep_id), ("status", status)):
+        for column, value in (("experiment", experiment), ("sweep_id", sweep_id), ("status", status), ("kind", kind),
+                              ("prompt_id", prompt_id)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -268,11 +379,18 @@ class Store:
                            (sweep_id, point_key))
         return _decode(rows[0]) if rows else None
 
+    def finished_prompt(self, sweep_id: str, point_key: str | None, prompt_id: str) -> dict[str, Any] | None:
+        """The newest finished run of one prompt of a prompt set at one point (``point_key`` None:
+        a run outside a sweep's points), for resuming a prompt set prompt by prompt."""
+        rows = self._query("SELECT * FROM runs WHERE sweep_id = ? AND prompt_id = ? AND point_key IS ? AND status IN ('ok', 'differs')"
+                           " ORDER BY id DESC LIMIT 1", (sweep_id, prompt_id, point_key))
+        return _decode(rows[0]) if rows else None
+
     def _query(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
         try:
             return self.db.execute(sql, tuple(args)).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise _damaged(self.path, exc) from exc
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc, "read") from exc
 
     # --- export ------------------------------------------------------------------------------
 
@@ -283,9 +401,10 @@ class Store:
                 r["measurements"] = self.measurements(r["id"])
             return json.dumps(runs, indent=2, sort_keys=True)
         if fmt == "csv":
-            columns = ["run_id", "experiment", "case_name", "kind", "sweep_id", "status", "started_at", "llamacpp_commit",
-                       "backend", "target", "draft", "draft_max"] + [
-                f.name for f in fields(MeasurementRow) if f.name not in ("run_id", "text", "stats", "argv", "id")]
+            columns = ["run_id", "experiment", "case_name", "kind", "sweep_id", "prompt_id", "category", "status",
+                       "started_at", "llamacpp_commit", "backend_name", "backend", "machine", "target", "draft",
+                       "draft_max"] + [
+                f.name for f in fields(MeasurementRow) if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id")]
             out = io.StringIO()
             writer = csv.DictWriter(out, columns, extrasaction="ignore")
             writer.writeheader()
@@ -296,14 +415,96 @@ class Store:
         raise LlamaspecError(f"unknown export format {fmt!r}", hint="use csv or json")
 
 
+def _wal(db: sqlite3.Connection, timeout: float) -> None:
+    """Switch a new store to WAL (readers never wait for the writer). Two processes switching the
+    same new file at once: SQLite answers one of them "busy" at once, without waiting (each holds
+    the read lock the other must wait to be rid of), so wait here."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if _code(exc) not in (_BUSY, _LOCKED) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.02)
+
+
 def _decode(row: sqlite3.Row) -> dict[str, Any]:
     out = dict(row)
     for key in JSON_COLUMNS & out.keys():
         if out[key] is not None:
             out[key] = json.loads(out[key])
-    if "ok" in out:
-        out["ok"] = bool(out["ok"])
+    for key in BOOL_COLUMNS & out.keys():
+        if out[key] is not None:
+            out[key] = bool(out[key])
     return out
+
+
+# --- errors ------------------------------------------------------------------------------------------
+
+def _code(exc: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of an error (the low byte of the extended one)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return int(code) & 0xFF
+    text = str(exc).lower()  # older Pythons: SQLite's fixed messages
+    for needle, value in (("locked", _BUSY), ("readonly", _READONLY), ("disk i/o", _IOERR), ("malformed", _CORRUPT),
+                          ("is full", _FULL), ("unable to open", _CANTOPEN), ("not a database", _NOTADB)):
+        if needle in text:
+            return value
+    return None
+
+
+def _error(path: Path, exc: sqlite3.Error, doing: str) -> LlamaspecError:
+    """One accurate error for a failed SQLite call: "damaged" only for a file SQLite finds
+    corrupt (or not a database at all), never for a lock, a full disk or a bug."""
+    code = _code(exc)
+    other_store = "or set LLAMASPEC_DATA to use another store"
+    if code in (_BUSY, _LOCKED):
+        return LlamaspecError(f"the results store {path} is locked by another process",
+                              hint=f"wait for the other llamaspec (or sqlite3 session) to finish, {other_store}")
+    if code == _FULL:
+        return LlamaspecError(f"no space left to write the results store {path}",
+                              hint="free some space; everything stored before is intact")
+    if code == _READONLY:
+        return LlamaspecError(f"the results store {path} cannot be written: {exc}",
+                              hint=f"check the permissions of the file and its folder, {other_store}")
+    if code == _CANTOPEN:
+        return LlamaspecError(f"the results store {path} cannot be opened: {exc}",
+                              hint=f"check that its folder exists and is writable, {other_store}")
+    if code == _NOTADB:
+        return _damaged(path, exc)
+    verdict = _fails_check(path)  # only on this error path: it reads the whole file
+    if verdict or (code == _CORRUPT and verdict is None):
+        return _damaged(path, exc)
+    if code == _IOERR:
+        return LlamaspecError(f"could not {doing} the results store {path}: {exc}",
+                              hint="check the disk and file system (a network file system without locking "
+                                   f"cannot hold it), {other_store}")
+    if code == _PROTOCOL:
+        return LlamaspecError(f"the results store {path} could not be locked: {exc}",
+                              hint=f"its file system does not lock files reliably; {other_store} on a local disk")
+    return LlamaspecError(f"could not {doing} the results store {path}: {exc} (the file itself passes SQLite's check)",
+                          hint="this is probably a bug in llamaspec; please report it with the command that failed")
+
+
+def _fails_check(path: Path) -> bool | None:
+    """True: SQLite finds the file damaged; False: it passes ``PRAGMA quick_check``; None:
+    it could not be checked now (locked, gone)."""
+    if not path.is_file():
+        return None
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return None
+    try:
+        rows = db.execute("PRAGMA quick_check").fetchall()
+        return [tuple(r) for r in rows] != [("ok",)]
+    except sqlite3.Error as exc:
+        return True if _code(exc) in (_CORRUPT, _NOTADB) else None
+    finally:
+        db.close()
 
 
 def _damaged(path: Path, exc: Exception) -> LlamaspecError:

@@ -140,13 +140,7 @@ Event = Callable[[str, dict[str, Any]], None]
 
 
 def measurement_row(run_id: int, repeat: int, m: Measurement, key: str | None) -> MeasurementRow:
-    return MeasurementRow(run_id=run_id, mode=m.mode, repeat=repeat, ok=m.ok, error=m.error, argv=list(m.argv),
-                          exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
-                          n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
-                          n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept, text=m.text, stats=m.stats,
-                          log_path=m.log_path, baseline_key=key if m.mode != "speculative" else None,
-                          speed_basis=m.speed_basis, rounds=m.rounds, draft_len=m.draft_len, draft_policy=m.draft_policy,
-                          tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text)
+    return MeasurementRow.of(m, run_id=run_id, repeat=repeat, baseline_key=key if m.mode != "speculative" else None)
 
 
 def stored_measurements(rows: list[dict[str, Any]]) -> list[Measurement]:
@@ -188,7 +182,8 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
     draft_key = baseline_key(backend, replace(case, target=case.draft), baseline_scope) if costs and case.draft else None
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
                              provenance=provenance(backend, case, hardware, exp, reference), kind=kind,
-                             sweep_id=sweep_id, point_key=point_key)
+                             sweep_id=sweep_id, point_key=point_key, prompt_id=case.prompt_id, category=case.category,
+                             backend_name=backend.name)
     logs = paths.runs_dir() / f"{run_id:06d}"
     shared = stored_measurements(store.shared(key))[:at_most] if shared_baseline else []
     if draft_key:

@@ -195,7 +195,7 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
         return fit
 
     base_fit = search_lengths(case.draft.variant, COARSE)
-    candidates = variants if variants is not None else models.load_catalog().entry(case.draft.model).variants
+    candidates = variants if variants is not None else models.load_catalog().entry(case.draft.model).plain_variants
     others = [v for v in candidates if v != case.draft.variant]
     for variant in others:
         best_now = max((result.speedup(r) for _c, r in result.measured), default=0.0)

@@ -20,6 +20,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def _isolated_data(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     data = tmp_path_factory.mktemp("llamaspec-data")
     monkeypatch.setenv("LLAMASPEC_DATA", str(data))
+    monkeypatch.setenv("LLAMASPEC_LOCK", str(data / "measure.lock"))  # tests never queue behind a user's measurement
     monkeypatch.delenv("LLAMASPEC_BIN_DIR", raising=False)
     monkeypatch.delenv("LLAMASPEC_DEBUG", raising=False)
     return data
@@ -37,7 +38,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def llama_build():
-    """The pinned llama.cpp, CPU backend, from the build cache (built on first use)."""
+    """The pinned llama.cpp, CPU build, from the build cache (built on first use)."""
     from llamaspec.llamacpp import build, source
 
     info = source.fetch()

@@ -1,4 +1,5 @@
-"""Backend selection, CMake arguments per backend, the cache key, and build error paths."""
+"""Accelerator selection, CMake arguments per accelerator, the cache key, build progress, the build
+cache (manifests, finding a build without a source tree) and build error paths."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from llamaspec import host
 from llamaspec.errors import LlamaspecError
+from llamaspec.host import CudaToolkit
 from llamaspec.llamacpp import build
-from llamaspec.llamacpp.build import BuildPlan, CudaToolkit
+from llamaspec.llamacpp.build import BuildPlan
 from llamaspec.llamacpp.source import SourceInfo
 
 NO_CUDA = CudaToolkit(None, None, None, ())
@@ -31,46 +34,46 @@ CUDA_FULL = CudaToolkit("/usr/local/cuda/bin/nvcc", "12.8", "/usr/local/cuda/lib
         ("Linux", "aarch64", CUDA_FULL, "cuda"),
     ],
 )
-def test_auto_backend(system: str, machine: str, cuda: CudaToolkit, expected: str) -> None:
-    assert build.select_backend("auto", system, machine, cuda) == expected
+def test_auto_accel(system: str, machine: str, cuda: CudaToolkit, expected: str) -> None:
+    assert build.select_accel("auto", system, machine, cuda) == expected
 
 
-def test_explicit_backends() -> None:
-    assert build.select_backend("cpu", "Darwin", "arm64", NO_CUDA) == "cpu"
-    assert build.select_backend("metal", "Darwin", "arm64", NO_CUDA) == "metal"
-    assert build.select_backend("cuda", "Linux", "x86_64", CUDA_FULL) == "cuda"
+def test_explicit_accels() -> None:
+    assert build.select_accel("cpu", "Darwin", "arm64", NO_CUDA) == "cpu"
+    assert build.select_accel("metal", "Darwin", "arm64", NO_CUDA) == "metal"
+    assert build.select_accel("cuda", "Linux", "x86_64", CUDA_FULL) == "cuda"
 
 
-def test_unknown_backend() -> None:
-    with pytest.raises(LlamaspecError, match="unknown backend 'vulkan'") as err:
-        build.select_backend("vulkan")
+def test_unknown_accel() -> None:
+    with pytest.raises(LlamaspecError, match="unknown accelerator 'vulkan'") as err:
+        build.select_accel("vulkan")
     assert "auto, cpu, cuda, metal" in (err.value.hint or "")
 
 
 def test_cuda_without_toolkit() -> None:
     with pytest.raises(LlamaspecError, match="no CUDA toolkit") as err:
-        build.select_backend("cuda", "Linux", "x86_64", NO_CUDA)
-    assert "--backend cpu" in (err.value.hint or "")
+        build.select_accel("cuda", "Linux", "x86_64", NO_CUDA)
+    assert "--accel cpu" in (err.value.hint or "")
 
 
 def test_cuda_without_cublas() -> None:
     with pytest.raises(LlamaspecError, match="not cuBLAS") as err:
-        build.select_backend("cuda", "Linux", "x86_64", CUDA_NO_CUBLAS)
+        build.select_accel("cuda", "Linux", "x86_64", CUDA_NO_CUBLAS)
     assert "cublas" in (err.value.hint or "").lower()
 
 
 def test_metal_off_macos() -> None:
     with pytest.raises(LlamaspecError, match="needs macOS"):
-        build.select_backend("metal", "Linux", "x86_64", NO_CUDA)
+        build.select_accel("metal", "Linux", "x86_64", NO_CUDA)
 
 
-def _plan(backend: str, cuda: CudaToolkit | None = None, disable: tuple[str, ...] = (), commit: str = "0c1e570",
+def _plan(accel: str, cuda: CudaToolkit | None = None, disable: tuple[str, ...] = (), commit: str = "0c1e570",
           extra: tuple[str, ...] = ()) -> BuildPlan:
     source = SourceInfo("/src", commit, "pypi", "pypi:llama-cpp-python==0.3.36")
-    defs = build.backend_cmake(backend, cuda)
+    defs = build.accel_cmake(accel, cuda)
     defs["LLAMA_BUILD_COMMIT"] = commit
     targets = {"speculative": "llama-speculative", "completion": "llama-completion", "quantize": "llama-quantize"}
-    return BuildPlan(source, backend, defs, extra, disable, targets, "isa0")
+    return BuildPlan(source, accel, defs, extra, disable, targets, "isa0")
 
 
 def test_cmake_args_cpu() -> None:
@@ -103,7 +106,7 @@ def test_cpu_workaround_flags_reach_both_compilers() -> None:
     assert "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" in args
 
 
-def test_cache_key_changes_with_commit_backend_and_flags() -> None:
+def test_cache_key_changes_with_commit_accel_and_flags() -> None:
     base = _plan("cpu")
     assert base.key == _plan("cpu").key  # stable
     assert base.key != _plan("cpu", commit="1234567").key
@@ -141,14 +144,14 @@ def test_tree_without_speculative_is_refused(tmp_path: Path) -> None:
 def test_missing_cmake_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build.shutil, "which", lambda name: None if name == "cmake" else "/usr/bin/" + name)
     with pytest.raises(LlamaspecError, match="cmake not found") as err:
-        build.check_tools("cpu")
+        build.check_tools()
     assert "apt-get install cmake" in (err.value.hint or "")
 
 
 def test_missing_compiler_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build.shutil, "which", lambda name: "/usr/bin/cmake" if name == "cmake" else None)
     with pytest.raises(LlamaspecError, match="a C\\+\\+ compiler not found"):
-        build.check_tools("cpu")
+        build.check_tools()
 
 
 def test_no_disk_space_refuses_to_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -181,7 +184,7 @@ def test_sigill_in_smoke_test_triggers_a_rebuild_without_amx(monkeypatch: pytest
     crashing = tmp_path / "crash"
     crashing.mkdir()
     _fake_program(crashing / "llama-speculative", "kill -ILL $$")
-    first = build.Build(bin_dir=str(crashing), commit="0c1e570", backend="cpu", programs={"speculative": "llama-speculative"})
+    first = build.Build(bin_dir=str(crashing), commit="0c1e570", accel="cpu", programs={"speculative": "llama-speculative"})
     plan = _plan("cpu")
     compiled: list[tuple[str, ...]] = []
 
@@ -190,7 +193,7 @@ def test_sigill_in_smoke_test_triggers_a_rebuild_without_amx(monkeypatch: pytest
         good = tmp_path / "good" / "bin"
         good.mkdir(parents=True)
         _fake_program(good / "llama-speculative", "exit 0")
-        return build.Build(bin_dir=str(good), commit="0c1e570", backend="cpu", programs={"speculative": "llama-speculative"})
+        return build.Build(bin_dir=str(good), commit="0c1e570", accel="cpu", programs={"speculative": "llama-speculative"})
 
     def fake_check(b: build.Build) -> None:
         done = build.proc.run([str(Path(b.bin_dir) / "llama-speculative")], check=False)
@@ -202,7 +205,7 @@ def test_sigill_in_smoke_test_triggers_a_rebuild_without_amx(monkeypatch: pytest
     result = build._smoke_or_rebuild(first, plan, 2, plan.source)
     assert compiled == [("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")]
     manifest = json.loads((Path(result.bin_dir).parent / "manifest.json").read_text())
-    assert manifest["smoke_host"] == build.host_fingerprint()
+    assert manifest["smoke_host"] == host.fingerprint()
 
 
 def test_sigill_with_amx_already_off_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -210,7 +213,7 @@ def test_sigill_with_amx_already_off_is_one_clear_error(monkeypatch: pytest.Monk
 
     plan = _plan("cpu", disable=("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"))
     monkeypatch.setattr(smoke, "check", lambda b: (_ for _ in ()).throw(smoke.IllegalInstruction("llama-completion")))
-    first = build.Build(bin_dir=str(tmp_path), commit="c", backend="cpu")
+    first = build.Build(bin_dir=str(tmp_path), commit="c", accel="cpu")
     with pytest.raises(LlamaspecError, match="llama-completion died with SIGILL") as err:
         build._smoke_or_rebuild(first, plan, 2, plan.source)
     assert "-DCMAKE_C_FLAGS" in (err.value.hint or "")
@@ -219,3 +222,212 @@ def test_sigill_with_amx_already_off_is_one_clear_error(monkeypatch: pytest.Monk
 def test_prebuilt_folder_without_speculative(tmp_path: Path) -> None:
     with pytest.raises(LlamaspecError, match="holds no llama-speculative"):
         build.prebuilt(tmp_path)
+
+
+# --- the cache key must not move ---------------------------------------------------------------
+
+def test_cache_key_is_the_one_existing_builds_were_stored_under() -> None:
+    """Renaming "backend" to "accel" must not orphan cached builds: the hashed blob is unchanged."""
+    import hashlib
+    import platform
+
+    blob = json.dumps({"commit": "0c1e570", "backend": "cpu", "cmake": ["-DA=1"], "targets": ["llama-speculative"],
+                       "isa": "isa0", "os": platform.system(), "arch": platform.machine()}, sort_keys=True)
+    before_rename = hashlib.sha256(blob.encode()).hexdigest()[:12]
+    assert build.cache_key("0c1e570", "cpu", ["-DA=1"], ["llama-speculative"], "isa0") == before_rename
+
+
+# --- progress from the build's own output --------------------------------------------------------
+
+BUILD_LOG = Path(__file__).parent / "fixtures" / "llamacpp" / "0c1e570" / "build-make.log"
+
+
+def test_build_steps_from_a_recorded_build_log() -> None:
+    """Recorded from `cmake --build` of the pinned tree (GNU make generator, -j 2)."""
+    lines = BUILD_LOG.read_text().splitlines()
+    steps = [s for s in map(build.build_step, lines) if s is not None]
+    assert len(steps) == sum(1 for line in lines if line.startswith("["))  # every progress line, nothing else
+    percents = [p for p, _ in steps]
+    assert percents == sorted(percents) and 0 <= percents[0] <= percents[-1] <= 100
+    notes = {note for _, note in steps}
+    assert "compiling ggml-cpu: ops.cpp" in notes  # target and file, from ggml/src/CMakeFiles/ggml-cpu.dir/ggml-cpu/ops.cpp.o
+    assert "linking libggml-base.a" in notes and "built ggml-base" in notes
+    assert build.build_step("gmake[4]: Leaving directory '/x/cmake'") is None
+
+
+# --- the build cache ---------------------------------------------------------------------------
+
+def _cached_build(cache: Path, commit: str, accel: str = "cpu", *, old_manifest: bool = False) -> Path:
+    """A build folder as `llamaspec build` leaves it: bin/ with a runnable program, manifest.json,
+    and the latest pointer."""
+    folder = cache / "builds" / f"{commit}-{accel}-0123456789ab"
+    (folder / "bin").mkdir(parents=True)
+    _fake_program(folder / "bin" / "llama-speculative", "exit 0")
+    manifest = {"bin_dir": str(folder / "bin"), "commit": commit, "cmake_args": ["-DGGML_NATIVE=ON"],
+                "programs": {"speculative": "llama-speculative"}, "key": "0123456789ab",
+                "smoke_host": host.fingerprint()}
+    manifest["backend" if old_manifest else "accel"] = accel  # manifests before the rename said "backend"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (cache / "builds" / f"latest-{commit}-{accel}").write_text(str(folder) + "\n")
+    return folder
+
+
+@pytest.fixture
+def no_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A checkout without vendor/llama.cpp and a build cache of its own."""
+    root = tmp_path / "checkout"
+    (root / "experiments").mkdir(parents=True)
+    monkeypatch.setenv("LLAMASPEC_ROOT", str(root))
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("LLAMASPEC_LLAMACPP", raising=False)
+    return tmp_path / "cache"
+
+
+def test_manifest_written_before_the_rename_still_loads(tmp_path: Path) -> None:
+    folder = _cached_build(tmp_path, "0c1e570", old_manifest=True)
+    found = build.load_build(folder)
+    assert found is not None and found.accel == "cpu" and found.label == "llama.cpp 0c1e570 (cpu)"
+
+
+def test_without_a_source_tree_the_pinned_build_is_found(no_source: Path) -> None:
+    from llamaspec.llamacpp import cache, source
+
+    pinned = source.pinned().commit
+    assert pinned == "0c1e570"
+    _cached_build(no_source, "7841fc7")  # another commit's build is not the one
+    folder = _cached_build(no_source, pinned, old_manifest=True)
+    found = cache.find()
+    assert found.commit == pinned and found.bin_dir == str(folder / "bin") and found.accel == "cpu"
+    assert build.find("cpu") == found  # the old import path works too
+
+
+def test_without_a_source_tree_or_a_build_the_error_asks_for_both(no_source: Path) -> None:
+    from llamaspec.llamacpp import cache
+
+    _cached_build(no_source, "7841fc7")
+    with pytest.raises(LlamaspecError) as err:
+        cache.find("cpu")
+    assert "no llama.cpp source" in err.value.message and "pinned llama.cpp 0c1e570 (cpu)" in err.value.message
+    assert "llamaspec build" in (err.value.hint or "")
+
+
+def test_a_broken_source_tree_is_reported_not_skipped(no_source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamaspec import paths
+    from llamaspec.llamacpp import cache, source
+
+    _cached_build(no_source, source.pinned().commit)
+    tree = paths.vendor_dir()
+    tree.mkdir(parents=True)
+    (tree / "README.md").write_text("half a checkout\n")
+    with pytest.raises(LlamaspecError, match="not a usable llama.cpp tree"):
+        cache.find()
+
+
+def test_with_a_source_tree_its_commit_decides(no_source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamaspec.llamacpp import cache, source
+
+    tree = no_source.parent / "my-llama.cpp"
+    for f in ("CMakeLists.txt", "examples/speculative/speculative.cpp", "tools/quantize/quantize.cpp"):
+        (tree / f).parent.mkdir(parents=True, exist_ok=True)
+        (tree / f).write_text("")
+    (tree / source.MARKER).write_text(json.dumps({"path": str(tree), "commit": "abc1234", "kind": "path",
+                                                  "origin": f"path:{tree}"}))
+    monkeypatch.setenv("LLAMASPEC_LLAMACPP", str(tree))
+    _cached_build(no_source, source.pinned().commit)
+    with pytest.raises(LlamaspecError, match="no llama.cpp build of abc1234"):
+        cache.find()
+    folder = _cached_build(no_source, "abc1234")
+    assert cache.find().bin_dir == str(folder / "bin")
+
+
+def test_unknown_accel_when_finding() -> None:
+    from llamaspec.llamacpp import cache
+
+    with pytest.raises(LlamaspecError, match="unknown accelerator 'rocm'"):
+        cache.find("rocm")
+
+
+FAKE_CMAKE = r'''#!{python}
+"""Stands in for cmake: configure does nothing; --build replays a recorded build log with pauses
+and leaves the requested targets in bin/."""
+import sys, time
+from pathlib import Path
+
+args = sys.argv[1:]
+if args[0] != "--build":
+    sys.exit(0)
+build_dir = Path(args[1])
+targets = args[args.index("--target") + 1:]
+for line in Path({log!r}).read_text().splitlines():
+    print(line, flush=True)
+    if line.startswith("[") and "ggml-cpu.dir/ggml-cpu/ops.cpp" in line:
+        time.sleep(1.5)  # the long compile of one big file: no output meanwhile
+(build_dir / "bin").mkdir(parents=True, exist_ok=True)
+for name in targets:
+    (build_dir / "bin" / name).write_text("#!/bin/sh\n")
+'''
+
+
+def test_compile_reports_steps_and_a_heartbeat_while_a_file_compiles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The progress of `_compile` comes from the build's own lines; during a long silent compile
+    the heartbeat keeps saying where it is (percentage, elapsed, target), with no ETA."""
+    import logging
+    import sys
+
+    fake = tmp_path / "fakebin" / "cmake"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_CMAKE.replace("{python}", sys.executable).replace("{log!r}", repr(str(BUILD_LOG))))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "HEARTBEAT_SECONDS", 0.4)
+    caplog.set_level(logging.INFO, logger="llamaspec")
+    record = build._compile(_plan("cpu"), jobs=2)
+    assert sorted(Path(record.bin_dir).iterdir()) == [Path(record.bin_dir) / n for n in
+                                                       ("llama-completion", "llama-quantize", "llama-speculative")]
+    assert not (Path(record.bin_dir).parent / "manifest.json").exists()  # written only after the smoke test
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("building 3 programs")]
+    assert lines and not any("ETA" in line for line in lines)
+    stuck = [line for line in lines if line.endswith("compiling ggml-cpu: ops.cpp") and "21.0%" in line]
+    assert len(stuck) >= 3, lines  # the 20 % line, then heartbeats while ops.cpp compiles
+    assert any(r.getMessage().startswith("built llama.cpp in") for r in caplog.records)
+
+
+def test_a_second_build_of_the_same_folder_waits_and_reuses_the_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Two processes building the same key (a test run beside `llamaspec build`) once wiped each
+    other's work directory mid-compile. Now the second waits for the first and takes its build."""
+    import logging
+    import threading
+    import time
+
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "LOCK_NOTICE_SECONDS", 0.1)
+    the_plan = _plan("cpu")
+    monkeypatch.setattr(build.sources, "check_tree", lambda tree: None)
+    monkeypatch.setattr(build, "check_tools", lambda: None)
+    monkeypatch.setattr(build, "plan", lambda source, accel, extra: the_plan)
+
+    def must_not_compile(p: BuildPlan, jobs: int | None) -> build.Build:
+        raise AssertionError("compiled again although the other process had just built it")
+
+    monkeypatch.setattr(build, "_compile", must_not_compile)
+    holding, released = threading.Event(), threading.Event()
+
+    def first_process() -> None:
+        with build.exclusive(the_plan.folder):
+            holding.set()
+            time.sleep(0.6)
+            (the_plan.folder / "bin").mkdir(parents=True)
+            build.stamp_smoke_host(build.Build(bin_dir=str(the_plan.folder / "bin"), commit="0c1e570", accel="cpu"))
+        released.set()
+
+    other = threading.Thread(target=first_process)
+    other.start()
+    assert holding.wait(5)
+    caplog.set_level(logging.INFO, logger="llamaspec")
+    result = build.build("cpu", source=the_plan.source)
+    other.join()
+    assert released.is_set() and result.bin_dir == str(the_plan.folder / "bin")
+    assert any("waiting for the same llama.cpp build in another llamaspec (pid" in r.getMessage() for r in caplog.records)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from llamaspec.cli import COMMAND_MODULES, main
@@ -52,3 +56,84 @@ def test_full_disk_is_one_error_line(tmp_path, monkeypatch) -> None:
     assert result.exit_code == 1
     assert f"Error: no space left on the device while writing {tmp_path / 'out.csv'}" in result.output
     assert "Hint: free some space" in result.output and "Traceback" not in result.output
+
+
+def test_accel_picks_the_build_and_backend_is_gone(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"backend" names an engine (llama.cpp, transformers); what a build computes on is its accel."""
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))  # should anything start a build
+    runner = CliRunner()
+    for command in ("build", "run", "sweep", "tune"):
+        result = runner.invoke(main, [command, "--help"])
+        assert "--accel [auto|cpu|cuda|metal]" in result.output and "--backend" not in result.output, command
+    for old in (["--backend", "cpu"], ["--backend=cuda"]):
+        # build passes unknown options on to CMake: the old spelling is caught before it gets there.
+        result = runner.invoke(main, ["build", *old])
+        assert result.exit_code == 2 and "--backend is now --accel" in result.output
+    assert not (tmp_path / "cache").exists()
+    result = runner.invoke(main, ["run", "x", "--backend", "cpu"])
+    assert result.exit_code == 2 and "No such option '--backend'. Did you mean '--accel'?" in result.output
+
+
+@pytest.mark.parametrize(("flags", "level", "tracebacks"),
+                         [([], logging.INFO, False), (["-v"], logging.DEBUG, False), (["-vv"], logging.DEBUG, True),
+                          (["-q"], logging.WARNING, False)])
+def test_verbosity_does_what_its_help_says(flags: list[str], level: int, tracebacks: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLAMASPEC_DEBUG", raising=False)
+    seen = {}
+
+    @main.command("probe-verbosity", hidden=True)
+    def probe_verbosity() -> None:
+        seen["level"] = logging.getLogger().level
+        seen["tracebacks"] = bool(os.environ.get("LLAMASPEC_DEBUG"))
+
+    try:
+        assert CliRunner().invoke(main, [*flags, "probe-verbosity"]).exit_code == 0
+    finally:
+        main.commands.pop("probe-verbosity")
+    assert seen == {"level": level, "tracebacks": tracebacks}
+    help_text = " ".join(CliRunner().invoke(main, ["--help"]).output.split())
+    assert "-v debug logs (every command run), -vv also tracebacks on errors" in help_text
+
+
+_SLEEPER = """
+import sys
+from llamaspec import proc
+from llamaspec.cli import main
+
+@main.command("sleepy")
+def sleepy() -> None:
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+    proc.run([sys.executable, "-c", code, PID_FILE], timeout=120)
+
+main(["sleepy"])
+"""
+
+
+def test_sigterm_stops_the_child_process_too(tmp_path) -> None:
+    """`timeout 900 llamaspec build` must not leave cmake (or llama.cpp) running once it gives up."""
+    import signal
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "sleeper.py"
+    script.write_text(_SLEEPER.replace("PID_FILE", repr(str(pid_file))))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    try:
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        raise AssertionError("the child outlived llamaspec")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

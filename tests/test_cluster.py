@@ -342,7 +342,7 @@ def test_cluster_run_on_this_machine_alone_reports_per_machine_and_resumes() -> 
     from llamaspec.cli import main
 
     _real_or_skip()
-    args = ["cluster", "run", "smollm2-quicksort", "-n", "16", "-t", "1", "-r", "2", "--split-repeats", "--backend", "cpu"]
+    args = ["cluster", "run", "smollm2-quicksort", "-n", "16", "-t", "1", "-r", "2", "--split-repeats", "--accel", "cpu"]
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
     lines = first.output.splitlines()
@@ -360,7 +360,7 @@ def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_store
     item = WorkItem("python", "case", {"experiment": "smollm2-quicksort", "case": "python", "repeats": 1,
                                        "settings": {"n_predict": 16, "threads": 1}})
     pool = LocalPool(["box"])
-    report = run_study("core", [item], pool, StoreSink(store), Requirements(backend="cpu", models={F32: None, Q41: None}))
+    report = run_study("core", [item], pool, StoreSink(store), Requirements(accel="cpu", models={F32: None, Q41: None}))
     pool.close()
     assert report.done == {"python": "box"} and not report.failed
     (run,) = store.runs(sweep_id="core")
@@ -385,7 +385,7 @@ def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store,
     work = [WorkItem(f"c#{i}", "pair", payload) for i in range(2)]
     pool = LocalPool(["box-1", "box-2"])
     report = run_study("fake-pairs", work, pool, StoreSink(store),
-                       Requirements(commit="0c1e570", backend="cpu", models={str(target): None, str(draft): None}))
+                       Requirements(commit="0c1e570", accel="cpu", models={str(target): None, str(draft): None}))
     pool.close()
     assert not report.refused and sorted(report.done) == ["c#0", "c#1"]
     for run in store.runs(sweep_id="fake-pairs"):
@@ -395,7 +395,7 @@ def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store,
         assert run["provenance"]["engine"]["commit"] == "0c1e570" and run["provenance"]["machine"] in ("box-1", "box-2")
         assert run["status"] == "ok" and run["summary"]["lossless"]["verdict"] == "identical"
         assert run["summary"]["pairs"] == 2 and run["summary"]["speedup"]["median"] > 0
-    wrong = Requirements(commit="b38a16d", backend="cpu")
+    wrong = Requirements(commit="b38a16d", accel="cpu")
     with pytest.raises(LlamaspecError, match=r"worker box-1 \(.*\) has llama.cpp 0c1e570, the study runs b38a16d"):
         run_study("fake-pairs-2", work, LocalPool(["box-1"]), StoreSink(store), wrong)
 
@@ -413,13 +413,13 @@ def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_
         def __init__(self, have: set[bool]) -> None:
             self.have = have
 
-        def find(self, backend: str, rpc: bool = False) -> WorkerInfo:
+        def find(self, accel: str, rpc: bool = False) -> WorkerInfo:
             if rpc not in self.have:
                 raise LlamaspecError(f"no build (rpc={rpc})")
-            return WorkerInfo("m", "h", "0c1e570", None, bin_dir=f"{backend}{'+rpc' if rpc else ''}")
+            return WorkerInfo("m", "h", "0c1e570", None, bin_dir=f"{accel}{'+rpc' if rpc else ''}")
 
-    assert _find(Builds({False, True}), Requirements(backend="cpu")).bin_dir == "cpu"
-    assert _find(Builds({True}), Requirements(backend="cpu")).bin_dir == "cpu+rpc"
-    assert _find(Builds({True}), Requirements(backend="cpu", rpc=True)).bin_dir == "cpu+rpc"
+    assert _find(Builds({False, True}), Requirements(accel="cpu")).bin_dir == "cpu"
+    assert _find(Builds({True}), Requirements(accel="cpu")).bin_dir == "cpu+rpc"
+    assert _find(Builds({True}), Requirements(accel="cpu", rpc=True)).bin_dir == "cpu+rpc"
     with pytest.raises(LlamaspecError, match="rpc=True"):
-        _find(Builds({False}), Requirements(backend="cpu", rpc=True))
+        _find(Builds({False}), Requirements(accel="cpu", rpc=True))

@@ -197,7 +197,7 @@ def test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on(clust
     pool = raypool.RayPool()
     store = Store.open(tmp_path / "results.sqlite")
     target = write_tiny_llama(tmp_path / "t.gguf")
-    wanted = Requirements(commit="0c1e570", backend="cpu", models={str(target): None})
+    wanted = Requirements(commit="0c1e570", accel="cpu", models={str(target): None})
     items = [WorkItem(f"i{i}", "noop", {}) for i in range(4)]
     report = run_study("odd", items, pool, StoreSink(store), wanted)
     pool.close()
@@ -230,7 +230,7 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
     items = [WorkItem(f"qs#r{r}", "pair", {"experiment": "cluster-test", "case": "qs", "target": F32, "draft": Q41,
                                           "prompt": prompt, "settings": settings, "repeats": 1, "repeat_offset": r})
              for r in range(6)]
-    wanted = Requirements(commit=build.commit, backend="cpu", models=models)
+    wanted = Requirements(commit=build.commit, accel="cpu", models=models)
     c, nodes = cluster_factory({"host-a": {}, "host-b": {}})
     raypool.connect(c.address)
     pool = raypool.RayPool()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,12 @@ def recorded(folder: Path, case: str) -> list[str]:
     return shlex.split(cases[case]["command"])
 
 
-def settings(draft: str | None = "/tmp/ls-models/smollm2-135m-q4_0.gguf", **changes: object) -> flags.Invocation:
+def settings(draft: str | None = "/tmp/ls-models/smollm2-135m-q4_0.gguf",
+             target: str = "/tmp/ls-models/smollm2-135m-f16.gguf", **changes: object) -> flags.Invocation:
     """The recorded runs' invocation; settings not given stay unset (no flag), as in the recordings."""
     base: dict[str, object] = dict(n_predict=64, seed=20, temperature=0.0, draft_max=8, threads=2, ctx_size=512, escape=True)
     base.update(changes)
-    return flags.Invocation(target="/tmp/ls-models/smollm2-135m-f16.gguf", settings=Settings(**base),  # type: ignore[arg-type]
+    return flags.Invocation(target=target, settings=Settings(**base),  # type: ignore[arg-type]
                             draft=draft, prompt="# Quick-sort implementation in Python and sample usage:")
 
 
@@ -189,3 +191,43 @@ def test_rounds_follow_each_program(folder: Path, generation: str) -> None:
     rounds = capped.rounds(simple.n_predict, simple.n_accept)
     assert simple.n_drafted <= simple.n_draft * rounds
     assert fixed.draft_steps_per_round(8) == 9 and capped.draft_steps_per_round(8) == 8
+
+
+
+# --- the 2023 generations (speculative / main / --draft; no --version) ------------------------------
+
+SEP2023 = FIXTURES / "a98b163"  # llama-cpp-python 0.2.7, Sep 2023: the write-up's generation
+NOV2023 = FIXTURES / "b38a16d"  # llama-cpp-python 0.2.20, Nov 2023
+
+
+@pytest.mark.parametrize("folder", [SEP2023, NOV2023], ids=["a98b163", "b38a16d"])
+def test_2023_argv_matches_the_recorded_run(folder: Path) -> None:
+    c = caps(folder, "speculative")
+    assert c.generation == "2023" and c.version.commit == "unknown"  # --version is not a flag yet: usage text
+    variant = "untied" if folder == NOV2023 else "sep2023"
+    s = settings(target=f"/tmp/ls-models/smollm2-135m-f32-{variant}.gguf",
+                 draft=f"/tmp/ls-models/smollm2-135m-q4_1-{variant}.gguf", threads=1,
+                 extra_args=("--repeat-penalty", "1.0"))
+    argv = flags.speculative_argv(c, Path("/bin/speculative"), s)
+    assert ("--draft", "8") in pairs(argv) and "--draft-max" not in argv
+    assert pairs(argv) == pairs(recorded(folder, "speculative"))
+    main = flags.completion_argv(caps(folder, "main"), Path("/bin/main"), replace(s, draft=None, settings=replace(s.settings, draft_max=None)))
+    assert "-no-cnv" not in main
+    assert pairs(main) == pairs(recorded(folder, "completion"))
+
+
+@pytest.mark.parametrize("commit, policy", [("a98b163", "adaptive"), ("b38a16d", "capped")])
+def test_2023_programs_are_told_apart_by_their_help(commit: str, policy: str) -> None:
+    """Sep 2023 adapts the draft length (n_draft prints the final one); Nov 2023 keeps it and stops a
+    round early below --p-accept. Both sample the first token from the prompt."""
+    folder = FIXTURES / commit
+    c = caps(folder, "speculative")
+    profile = flags.program_for(c, "speculative")
+    assert c.generation == "2023" and profile.draft_policy == policy
+    spec = _counters(folder, "speculative")
+    rounds = profile.rounds(spec.n_predict, spec.n_accept)
+    assert rounds == spec.n_predict - spec.n_accept - 1
+    if policy == "adaptive":
+        assert spec.n_draft != 8  # asked for 8, ended elsewhere
+    else:
+        assert spec.n_draft == 8 and spec.n_drafted <= 8 * rounds

@@ -32,7 +32,8 @@ def test_shipped_catalog_has_the_write_up_models_and_the_offline_pair() -> None:
     assert cat.entry("tinyllama-1.1b-chat").source.get("repo") == "PY007/TinyLlama-1.1B-Chat-v0.1"
     smol = cat.entry("smollm2-135m")
     assert {k: smol.source.get(k) for k in GOOD_WHEEL if k != "kind"} == {k: v for k, v in GOOD_WHEEL.items() if k != "kind"}
-    assert set(smol.variants) == {"q4_1", "f16", "f32", "q8_0", "q4_0"}
+    assert set(smol.variants) == {"q4_1", "f16", "f32", "q8_0", "q4_0", "f32-untied", "q4_1-untied", "f32-sep2023", "q4_1-sep2023"}
+    assert smol.plain_variants == ("q4_1", "f16", "f32", "q8_0", "q4_0")
     pair = cat.default_pair
     assert pair is not None and pair.target.name == pair.draft.name == "smollm2-135m"
     assert {pair.target.variant, pair.draft.variant} <= set(smol.fetch)
@@ -63,6 +64,8 @@ def test_unknown_keys_are_rejected_by_name(tmp_path: Path, body: object, where: 
 
 @pytest.mark.parametrize(("body", "expected"), [
     (_model(variants=["f16", "q4_9"]), "unknown variant 'q4_9'"),
+    (_model(variants=["f16", "f16-unbound"]), "unknown derivation 'unbound' in 'f16-unbound'"),
+    (_model(variants=["f16", "q8_0-untied"]), "'q8_0-untied' is made from 'q8_0', which is not one of the variants"),
     ({"models": {"m": {"source": {k: v for k, v in GOOD_WHEEL.items() if k != "member"}, "variants": ["f16"]}}},
      "missing key 'member'"),
     ({"models": {"m": {"source": {**GOOD_WHEEL, "sha256": "abc"}, "variants": ["f16"]}}}, "sha256 must be 64"),
@@ -98,12 +101,18 @@ def test_unknown_model_and_variant_name_the_choices(tmp_path: Path) -> None:
     assert "no variant 'q8_0'" in err.value.message and "q4_1, f16" in (err.value.hint or "")
 
 
+def test_derived_variants_split_into_type_and_derivation() -> None:
+    assert catalog.split_variant("q4_1-untied") == ("q4_1", "untied")
+    assert catalog.split_variant("q4_k_m") == ("q4_k_m", None)
+
+
 @pytest.mark.parametrize(("text", "name", "variant"), [
     ("smollm2-135m:F16", "smollm2-135m", "f16"),
+    ("smollm2-135m:q4_1-untied", "smollm2-135m", "q4_1-untied"),
     ("codellama-7b", "codellama-7b", None),
 ])
 def test_parse_ref(text: str, name: str, variant: str | None) -> None:
-    assert catalog.parse_ref(text) == catalog.ModelRef(name, variant)
+    assert catalog.parse_ref(text) == catalog.CatalogRef(name, variant)
 
 
 def test_parse_ref_rejects_an_empty_variant() -> None:

@@ -42,6 +42,8 @@ def test_list_and_show_a_fetched_model(home: Path, tmp_path: Path) -> None:
     again = runner.invoke(main, ["models", "fetch", "tiny", "--variant", "f32"])
     assert "tiny:f32 (already there)" in again.stdout
     assert "nothing to do: f32 already fetched" in again.stderr
+    named = runner.invoke(main, ["models", "fetch", "tiny:f32"])  # NAME:VARIANT, as everywhere else
+    assert named.exit_code == 0 and "tiny:f32 (already there)" in named.stdout
 
     table = runner.invoke(main, ["models", "list"]).stdout.splitlines()
     assert table[0].split() == ["MODEL", "VARIANT", "ON", "DISK", "ARCH", "PARAMS", "TYPE", "CTX", "VOCAB", "BOS/EOS", "SOURCE"]

@@ -210,11 +210,24 @@ def test_too_little_disk_stops_before_downloading(home: Path, monkeypatch: pytes
 # --- Hugging Face: offline, up to the network call, and real conversion ---------------------------
 
 
+@pytest.fixture
+def stub_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A llama.cpp tree with the files llamaspec checks before converting, for tests that stop
+    before the converter runs: they pass on a checkout without vendor/llama.cpp."""
+    tree = tmp_path / "stub-llama.cpp"
+    for name in ("CMakeLists.txt", "examples/speculative/speculative.cpp", "tools/quantize/quantize.cpp",
+                 "convert_hf_to_gguf.py"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("raise SystemExit('a stub: never run')\n" if name.endswith(".py") else "")
+    monkeypatch.setenv("LLAMASPEC_LLAMACPP", str(tree))
+    return tree
+
+
 def _real_catalog(home: Path) -> None:
     shutil.copyfile(ROOT / "models" / "catalog.yaml", home / "catalog.yaml")
 
 
-def test_missing_repo_offline_is_one_line_with_a_hint(home: Path, hf_cache: Path) -> None:
+def test_missing_repo_offline_is_one_line_with_a_hint(home: Path, hf_cache: Path, stub_tree: Path) -> None:
     write_catalog(home, {"ghost": {"source": {"kind": "hf", "repo": "llamaspec-tests/does-not-exist"}, "variants": ["f16"]}})
     with pytest.raises(LlamaspecError) as err:
         models.resolve("ghost", "f16")
@@ -223,16 +236,14 @@ def test_missing_repo_offline_is_one_line_with_a_hint(home: Path, hf_cache: Path
     assert "unset HF_HUB_OFFLINE" in (err.value.hint or "")
 
 
-def test_unreachable_hub_is_one_line_with_a_hint(tmp_path: Path) -> None:
+def test_unreachable_hub_is_one_line_with_a_hint(tmp_path: Path, stub_tree: Path) -> None:
     """Online, the first call goes to the Hub; here the Hub is a closed local port."""
-    from llamaspec.llamacpp import source
-
     root = tmp_path / "project"
     (root / "models").mkdir(parents=True)
     shutil.copyfile(ROOT / "models" / "catalog.yaml", root / "models" / "catalog.yaml")
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "hf"),
            "LLAMASPEC_CACHE": str(tmp_path / "cache"), "LLAMASPEC_ROOT": str(root),
-           "LLAMASPEC_LLAMACPP": str(source.current().tree)}
+           "LLAMASPEC_LLAMACPP": str(stub_tree)}
     env.pop("HF_HUB_OFFLINE", None)
     done = subprocess.run([sys.executable, "-m", "llamaspec", "models", "fetch", "codellama-7b"],
                           capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
@@ -244,7 +255,8 @@ def test_unreachable_hub_is_one_line_with_a_hint(tmp_path: Path) -> None:
     assert list((root / "models").rglob("*.gguf*")) == []
 
 
-def test_missing_torch_is_named_before_any_download(home: Path, hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_torch_is_named_before_any_download(home: Path, hf_cache: Path, stub_tree: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
@@ -258,6 +270,7 @@ def test_missing_torch_is_named_before_any_download(home: Path, hf_cache: Path, 
 
 @pytest.mark.convert
 @pytest.mark.slow
+@pytest.mark.llamacpp  # the tree's own convert_hf_to_gguf.py
 def test_codellama_from_the_hf_cache_is_converted_for_real(home: Path, hf_cache: Path, tmp_path: Path) -> None:
     _real_catalog(home)
     hf_cache_entry(hf_cache, "codellama/CodeLlama-7b-hf", hf_checkpoint(tmp_path / "ckpt"), commit=COMMIT)
@@ -308,6 +321,7 @@ gguf.GGUFWriter.write_tensors_to_file = _die
 
 @pytest.mark.convert
 @pytest.mark.slow
+@pytest.mark.llamacpp  # the tree's own convert_hf_to_gguf.py
 def test_interrupted_conversion_leaves_nothing_finished_and_the_rerun_completes(
         home: Path, hf_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llamaspec.llamacpp import source

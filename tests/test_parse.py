@@ -388,3 +388,93 @@ def test_llama_bench_batches_parse_and_interpolate() -> None:
     assert toy.ms(2) == pytest.approx(12.0) and toy.ms(5) == pytest.approx(18.0)  # extrapolated from the last two
     with pytest.raises(ParseError, match="no JSON"):
         parse_bench_json("llama-bench: error: failed to load model")
+
+
+# --- the 2023 generations on SmolLM2 (llama_print_timings; speculative / main) -----------------------
+# a98b163 (llama-cpp-python 0.2.7, Sep 2023: the write-up's speculative example, greedy drafts whose
+# length adapts) and b38a16d (0.2.20, Nov 2023: tree drafting, fixed length, early stop below
+# --p-accept 0.5). Recorded with --repeat-penalty 1.0; see fixtures/llamacpp/README.md.
+
+SEP2023 = FIXTURES / "a98b163"
+NOV2023 = FIXTURES / "b38a16d"
+GEN2023 = [SEP2023, NOV2023]
+GEN2023_IDS = ["a98b163", "b38a16d"]
+
+
+def test_sep2023_speculative_adapts_its_draft_length() -> None:
+    s = parse_speculative(*pair(SEP2023, "speculative"))  # --draft 8
+    assert s.format == "llama_print_timings" and not s.log_prefix
+    assert (s.n_encoded, s.encode_s, s.encode_tps) == (20, 1.892, 10.573)  # BOS + 19: always a BOS there
+    assert (s.n_decoded, s.decode_s, s.decode_tps) == (72, 18.737, 3.843)
+    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.accept) == (23, 72, 107, 55, 51.402)
+    assert s.target == Timings(
+        sources=("llama_print_timings",), load_ms=682.92,
+        sample_ms=19.73, sample_runs=72, sample_ms_per_token=0.27, sample_tps=3648.53,
+        prompt_eval_ms=8313.74, prompt_eval_tokens=140, prompt_eval_ms_per_token=59.38, prompt_eval_tps=16.84,
+        eval_ms=633.44, eval_runs=3, eval_ms_per_token=211.15, eval_tps=4.74, total_ms=21116.15,
+    )
+    assert s.draft is not None and (s.draft.prompt_eval_tokens, s.draft.eval_runs) == (20, 121)
+    assert s.text is not None and s.text.startswith("\n\n```python\ndef quick_sort(arr):")  # stdout: generation only
+    # The final length, not the requested one: +8 (up to 30) after a fully accepted full-length
+    # draft, -1 (down to 2) after a rejection. Even --draft 0 drafts: its first round adds 8.
+    assert parse_speculative(*pair(SEP2023, "speculative-no-draft")).n_draft == 14
+    assert parse_speculative(read(SEP2023, "speculative-combined.log")).n_draft == 19  # --draft 4
+
+
+def test_nov2023_speculative_keeps_its_draft_length() -> None:
+    s = parse_speculative(*pair(NOV2023, "speculative"))  # --draft 8
+    assert (s.n_encoded, s.n_decoded, s.decode_s) == (11, 66, 5.624)  # no BOS: the model says add_bos false
+    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.accept) == (8, 66, 55, 55, 100.0)
+    # every drafted token decoded on the draft model, plus the target's own token of each round
+    assert s.draft is not None and s.draft.eval_runs == s.rounds + s.n_drafted == 66
+    none = parse_speculative(*pair(NOV2023, "speculative-no-draft"))
+    assert (none.n_draft, none.n_drafted, none.accept) == (0, 0, None)  # "accept = -nan%"
+    assert parse_speculative(read(NOV2023, "speculative-combined.log")).n_draft == 4
+
+
+# (write-up, case) and the 2023 recordings: every target decode is the prompt, one batch per round
+# but the last (the token the target chose plus that round's draft), or n_predict - n_accept - 1
+# batches; llama_print_timings splits them into "prompt eval" (several tokens) and "eval" (one).
+CASES_2023 = [(WRITEUP, "quicksort-python.log"), (WRITEUP, "quicksort-c.log")] + [
+    (folder, case) for folder in GEN2023 for case in ("speculative", "speculative-no-draft", "speculative-default-penalty")]
+
+
+@pytest.mark.parametrize(("folder", "case"), CASES_2023, ids=[f"{f.name}-{c}" for f, c in CASES_2023])
+def test_2023_rounds_formula_accounts_for_every_target_token(folder: Path, case: str) -> None:
+    s = parse_speculative(read(folder, case)) if case.endswith(".log") else parse_speculative(*pair(folder, case))
+    assert s.target is not None and s.target.prompt_eval_tokens is not None and s.target.eval_runs is not None
+    batches = s.n_predict - s.n_accept - 1
+    assert s.target_batches == batches
+    assert s.n_encoded + batches + s.n_drafted == s.target.prompt_eval_tokens + s.target.eval_runs
+
+
+@pytest.mark.parametrize("folder", GEN2023, ids=GEN2023_IDS)
+def test_2023_main_and_lossless(folder: Path) -> None:
+    c = parse_completion(*pair(folder, "completion"))
+    assert c.format == "llama_print_timings" and c.n_decoded == 64 and c.eval_runs == 63
+    assert c.text is not None and c.text.startswith(PROMPT + "\n\n```python\n")  # main echoes the prompt
+    spec = parse_speculative(*pair(folder, "speculative")).text
+    assert spec is not None and spec.startswith(c.text[len(PROMPT):])  # -n 64 vs 66 or 72 tokens
+    combined = parse_completion(read(folder, "completion-combined.log"))
+    assert combined.eval_runs == 31 and combined.text is not None and c.text.startswith(combined.text.rstrip("\n"))
+
+
+@pytest.mark.parametrize("folder", GEN2023, ids=GEN2023_IDS)
+def test_2023_default_repeat_penalty_parts_speculative_from_main(folder: Path) -> None:
+    """Why the 2023 recordings pass --repeat-penalty 1.0: at the default 1.1 the outputs differ."""
+    spec = parse_speculative(*pair(folder, "speculative-default-penalty")).text
+    base = parse_completion(*pair(folder, "completion-default-penalty")).text
+    assert spec is not None and base is not None
+    generated = base[len(PROMPT):]
+    n = min(len(spec), len(generated))
+    assert spec[:n] != generated[:n]
+
+
+def test_nov2023_writes_what_later_generations_write() -> None:
+    assert parse_completion(*pair(NOV2023, "completion")).text == parse_completion(*pair(NEW, "completion")).text
+
+
+@pytest.mark.parametrize("folder", GEN2023, ids=GEN2023_IDS)
+def test_2023_killed_run_is_a_parse_error(folder: Path) -> None:
+    with pytest.raises(ParseError, match="no speculative decoding statistics"):
+        parse_speculative(*pair(folder, "speculative-killed"))

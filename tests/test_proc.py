@@ -59,3 +59,22 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path: Path) -> None:
     with atomic.atomic_path(dest) as tmp:
         tmp.write_text("whole")
     assert dest.read_text() == "whole"
+
+
+def test_probe_captures_without_a_log_and_never_raises(tmp_path: Path) -> None:
+    done = proc.probe([sys.executable, "-c", "import sys; print('3.12'); sys.exit(2)"])
+    assert done is not None and done.stdout == "3.12\n" and done.returncode == 2
+    assert proc.probe(["/nonexistent/nvcc", "--version"]) is None
+    not_executable = tmp_path / "tool"
+    not_executable.write_text("#!/bin/sh\n")
+    assert proc.probe([str(not_executable)]) is None
+    slow = proc.probe([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert slow is not None and slow.timed_out
+
+
+def test_no_subprocess_outside_proc() -> None:
+    """Every process llamaspec starts goes through proc.run (argv, timeout, terminate-then-kill)."""
+    package = Path(proc.__file__).parent
+    offenders = [str(f.relative_to(package)) for f in package.rglob("*.py")
+                 if f.name != "proc.py" and "subprocess" in f.read_text()]
+    assert offenders == []

@@ -1,24 +1,36 @@
-"""The results store: round trip, exports, migrations, locked and damaged databases."""
+"""The results store: round trip, exports, migrations (also by processes racing on a new store),
+interrupted runs, locked and damaged databases."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import multiprocessing
+import os
+import signal
+import socket
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from llamaspec.backend import Measurement
 from llamaspec.errors import LlamaspecError
-from llamaspec.results import MIGRATIONS, MeasurementRow, Store
+from llamaspec.results import INTERRUPTED, MIGRATIONS, MeasurementRow, Store
 
-PROVENANCE = {"engine": {"commit": "0c1e570", "backend": "cpu"},
+ROOT = Path(__file__).resolve().parent.parent
+
+PROVENANCE = {"engine": {"commit": "0c1e570", "accel": "cpu"},
               "models": {"target": {"label": "smollm2-135m:f16"}, "draft": {"label": "smollm2-135m:q4_0"}}}
 
 
 def row(run_id: int, mode: str, **kw) -> MeasurementRow:
-    base = dict(run_id=run_id, mode=mode, repeat=0, ok=True, error=None, argv=["llama-speculative", "-m", "x"],
+    base: dict[str, Any] = dict(run_id=run_id, mode=mode, repeat=0, ok=True, error=None, argv=["llama-speculative", "-m", "x"],
                 exit_code=0, wall_seconds=1.5, peak_rss_bytes=123, n_prompt=12, n_predict=64, encode_tps=100.0,
                 decode_tps=30.0, n_drafted=70, n_accept=40, accept=57.143, text="def f():", stats={"a": 1}, log_path="/x.log")
     base.update(kw)
@@ -52,13 +64,6 @@ def test_failed_runs_are_stored_with_their_error(tmp_path: Path) -> None:
     store.add_measurement(row(run_id, "speculative", ok=False, error="llama-speculative was killed by SIGKILL", exit_code=-9))
     store.finish_run(run_id, "failed", {}, "llama-speculative was killed by SIGKILL")
     assert store.runs(status="failed")[0]["error"] == "llama-speculative was killed by SIGKILL"
-
-
-def test_stale_running_runs_become_interrupted(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "r.sqlite")
-    store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE)
-    assert store.mark_stale_running() == 1
-    assert store.runs()[0]["status"] == "interrupted"
 
 
 def test_migrations_are_applied_once_and_recorded(tmp_path: Path) -> None:
@@ -108,3 +113,214 @@ def test_full_disk_while_storing_is_one_clear_error(tmp_path: Path) -> None:
         store.add_measurement(row(run_id, "speculative", text="x" * 100_000))
     assert "intact" in (err.value.hint or "")
     assert store.run(run_id)["status"] == "running"  # what was stored before is still there
+
+
+def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "r.sqlite")
+    run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, kind="prompt",
+                             sweep_id="s1", point_key="p1", prompt_id="q7", category="code", machine="node-2",
+                             backend_name="llama-server")
+    m = Measurement(mode="speculative", ok=True, error=None, argv=("llama-server",), exit_code=None, wall_seconds=2.0,
+                    peak_rss_bytes=None, n_predict=5, decode_tps=31.5, speed_basis="server timings", n_drafted=8,
+                    n_accept=4, rounds=3, draft_len=4, draft_policy="capped", text="a b", tokens=(5, 6, 7, 8, 9),
+                    end_of_text=True)
+    store.add_measurement(MeasurementRow.of(m, run_id=run_id, repeat=2, baseline_key="k"))
+    store.add_measurement(row(run_id, "baseline"))  # a caller that knows nothing of the new fields
+    got = store.run(run_id)
+    assert (got["pid"], got["host"]) == (os.getpid(), socket.gethostname())
+    assert got["proc_start"] == pytest.approx(__import__("psutil").Process().create_time(), abs=1)
+    assert (got["kind"], got["prompt_id"], got["category"], got["machine"], got["backend_name"]) == (
+        "prompt", "q7", "code", "node-2", "llama-server")
+    spec, base = store.measurements(run_id)
+    assert spec["tokens"] == [5, 6, 7, 8, 9] and spec["end_of_text"] is True and spec["repeat"] == 2
+    assert (spec["speed_basis"], spec["rounds"], spec["draft_len"], spec["draft_policy"]) == ("server timings", 3, 4, "capped")
+    assert base["tokens"] is None and base["end_of_text"] is False and base["rounds"] is None
+    assert json.loads(store.export("json"))[0]["measurements"][0]["tokens"] == [5, 6, 7, 8, 9]
+    table = list(csv.DictReader(io.StringIO(store.export("csv"))))
+    assert "tokens" not in table[0] and "text" not in table[0]
+    assert table[0]["rounds"] == "3" and table[0]["draft_policy"] == "capped" and table[0]["prompt_id"] == "q7"
+
+
+def test_runs_filter_by_kind_and_prompt_and_prompts_resume(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "r.sqlite")
+    ids = {}
+    for prompt in ("a", "b"):
+        for point in ("p1", "p2"):
+            ids[point, prompt] = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE,
+                                                 kind="sweep", sweep_id="s", point_key=point, prompt_id=prompt)
+    base = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, kind="sweep-baseline",
+                           sweep_id="s")
+    assert [r["id"] for r in store.runs(kind="sweep-baseline")] == [base]
+    assert {r["id"] for r in store.runs(sweep_id="s", prompt_id="a")} == {ids["p1", "a"], ids["p2", "a"]}
+    assert store.runs(kind="run") == []
+    assert store.finished_prompt("s", "p1", "a") is None  # still running
+    store.finish_run(ids["p1", "a"], "ok", {})
+    store.finish_run(ids["p1", "b"], "failed", {}, "boom")
+    assert (store.finished_prompt("s", "p1", "a") or {}).get("id") == ids["p1", "a"]
+    assert store.finished_prompt("s", "p1", "b") is None  # failed: measured again on resume
+    assert store.finished_prompt("s", "p2", "a") is None  # another point
+    assert store.finished_prompt("s", None, "a") is None
+    alone = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, sweep_id="s", prompt_id="a")
+    store.finish_run(alone, "ok", {})
+    assert (store.finished_prompt("s", None, "a") or {}).get("id") == alone
+
+
+CHILD_RUN = """
+import sys, time
+from pathlib import Path
+from llamaspec.results import Store
+store = Store.open(Path(sys.argv[1]))
+print(store.start_run(experiment="e", case_name="c", settings={}, provenance={}), flush=True)
+time.sleep(120)
+"""
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_a_killed_run_becomes_interrupted_when_read(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    child = subprocess.Popen([sys.executable, "-c", CHILD_RUN, str(path)], stdout=subprocess.PIPE, text=True,
+                             env=child_env())
+    try:
+        assert child.stdout is not None
+        run_id = int(child.stdout.readline())
+        store = Store.open(path)
+        assert store.run(run_id)["status"] == "running"  # its process is alive
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another writer busy for long: the runs are still listed, unmarked
+    try:
+        assert store.run(run_id)["status"] == "running"
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    got = store.run(run_id)
+    assert got["status"] == "interrupted" and got["error"] == INTERRUPTED and got["finished_at"]
+    assert store.runs(status="running") == []
+
+
+def test_only_runs_of_this_host_whose_process_is_gone_are_interrupted(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "r.sqlite")
+    mine, reused, remote = (store.start_run(experiment="e", case_name=c, settings={}, provenance=PROVENANCE)
+                            for c in ("mine", "reused", "remote"))
+    with store.transaction() as db:  # the pid now belongs to a process started later; a run of another host
+        db.execute("UPDATE runs SET proc_start = proc_start - 1000 WHERE id = ?", (reused,))
+        db.execute("UPDATE runs SET host = 'elsewhere', pid = 999999 WHERE id = ?", (remote,))
+    assert store.mark_stale_running() == 1
+    status = {r["case_name"]: r["status"] for r in store.runs()}
+    assert status == {"mine": "running", "reused": "interrupted", "remote": "running"}
+    store.finish_run(mine, "ok", {})
+    assert store.run(mine)["status"] == "ok"
+
+
+def test_an_older_store_is_migrated_and_its_rows_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    db = sqlite3.connect(path, isolation_level=None)
+    for number, script in enumerate(MIGRATIONS[:2], start=1):
+        db.executescript(script)
+        db.execute(f"PRAGMA user_version = {number}")
+    db.execute("INSERT INTO runs (experiment, case_name, status, started_at, settings, provenance)"
+               " VALUES ('e', 'old', 'running', 'then', '{}', '{}')")
+    db.execute("INSERT INTO measurements (run_id, mode, repeat, ok, argv, created_at) VALUES (1, 'baseline', 0, 1, '[]', 'then')")
+    db.close()
+    store = Store.open(path)
+    (old,) = store.runs()
+    assert old["status"] == "interrupted" and "older llamaspec" in old["error"] and old["pid"] is None
+    (m,) = store.measurements(1)
+    assert m["tokens"] is None and m["end_of_text"] is None and m["ok"] is True
+
+
+def _open_in_step(barrier, folder: str, rounds: int, failures) -> None:
+    for k in range(rounds):
+        barrier.wait(timeout=60)
+        try:
+            Store.open(Path(folder) / f"{k}.sqlite").close()
+        except LlamaspecError as exc:
+            failures.put(f"round {k}: {exc}")
+
+
+@pytest.mark.slow
+def test_processes_creating_a_new_store_at_once_all_succeed(tmp_path: Path) -> None:
+    # Fresh interpreters (spawn) that open the same new store at the same moment, round after round.
+    ctx = multiprocessing.get_context("spawn")
+    workers, rounds = 3, 40
+    barrier, failures = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=_open_in_step, args=(barrier, str(tmp_path), rounds, failures)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    errors = []
+    while not failures.empty():
+        errors.append(failures.get())
+    assert errors == []
+    assert [p.exitcode for p in procs] == [0] * workers
+    for k in range(rounds):
+        db = sqlite3.connect(tmp_path / f"{k}.sqlite")
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        db.close()
+
+
+def test_random_bytes_are_called_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    path.write_bytes(os.urandom(64 * 1024))
+    with pytest.raises(LlamaspecError, match="is damaged") as err:
+        Store.open(path)
+    assert "mv " in (err.value.hint or "")
+
+
+def test_a_truncated_store_is_called_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    store = Store.open(path)
+    for i in range(50):
+        run_id = store.start_run(experiment="e", case_name=f"c{i}", settings={}, provenance=PROVENANCE)
+        store.add_measurement(row(run_id, "speculative", text="x" * 4000))
+    store.close()  # the last connection checkpoints the WAL into the file
+    size = path.stat().st_size
+    assert size > 200_000
+    with path.open("r+b") as f:
+        f.truncate(size // 2)
+    with pytest.raises(LlamaspecError, match="is damaged"):
+        Store.open(path).runs()
+
+
+def test_an_error_in_a_sound_file_is_not_called_damaged(tmp_path: Path) -> None:
+    # A sound database where migration 1 cannot run (a table of that name already there): the
+    # file passes SQLite's check, so the message says what failed instead of "move it aside".
+    path = tmp_path / "r.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE runs (x)")
+    db.close()
+    with pytest.raises(LlamaspecError, match="table runs already exists") as err:
+        Store.open(path)
+    assert "damaged" not in str(err.value) and "passes SQLite's check" in str(err.value)
+
+
+@pytest.mark.parametrize("migrated", [False, True])
+def test_a_store_locked_for_long_says_locked(tmp_path: Path, migrated: bool) -> None:
+    path = tmp_path / "r.sqlite"
+    if migrated:  # a WAL store that still needs a migration: readers pass, the migration waits
+        Store.open(path).close()
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA user_version = 2")
+        db.close()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        start = time.monotonic()
+        with pytest.raises(LlamaspecError, match="is locked by another process") as err:
+            Store.open(path, timeout=0.5)
+        assert time.monotonic() - start >= 0.4  # it waited before giving up
+        assert "damaged" not in str(err.value)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    if migrated:  # the columns of migration 3 are there: only the recorded version was turned back
+        db = sqlite3.connect(path)
+        db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        db.close()
+    Store.open(path, timeout=0.5).close()  # free again: it opens

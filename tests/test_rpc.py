@@ -50,7 +50,7 @@ def test_the_rpc_setting_takes_host_port_lists() -> None:
 
 def test_rpc_puts_the_targets_layers_on_the_servers_and_keeps_the_draft_local(tmp_path: Path) -> None:
     # The recorded 0c1e570 programs as a CPU build: without rpc every layer stays on the CPU (-ngl 0).
-    backend = LlamaCppBackend(replace(build.prebuilt(fake_bin_dir(tmp_path / "bin")), backend="cpu"))
+    backend = LlamaCppBackend(replace(build.prebuilt(fake_bin_dir(tmp_path / "bin")), accel="cpu"))
     c = case("t.gguf", "d.gguf", rpc=("127.0.0.1:50052", "127.0.0.1:50053"))
     spec = backend.argv(c, "speculative")
     base = backend.argv(c, "baseline")
@@ -74,7 +74,7 @@ def test_a_worker_that_is_down_is_one_clear_error_before_anything_runs(tmp_path:
 
 
 def test_a_build_without_rpc_is_refused_with_the_command_that_makes_one(tmp_path: Path) -> None:
-    plain = build.Build(bin_dir=str(tmp_path), commit="0c1e570", backend="cpu", cmake_args=["-DGGML_CPU=ON"],
+    plain = build.Build(bin_dir=str(tmp_path), commit="0c1e570", accel="cpu", cmake_args=["-DGGML_CPU=ON"],
                         programs={"speculative": "llama-speculative"})
     with pytest.raises(LlamaspecError, match="has no RPC backend") as err:
         LlamaCppBackend(plain).check(case("t.gguf", "d.gguf", rpc=("127.0.0.1:1",)))
@@ -180,7 +180,7 @@ def rpc_build():
     try:
         return build.find("cpu", rpc=True)
     except LlamaspecError as exc:
-        pytest.skip(f"no llama.cpp RPC build ({exc.message}); make it with `llamaspec build --backend cpu --rpc`")
+        pytest.skip(f"no llama.cpp RPC build ({exc.message}); make it with `llamaspec build --accel cpu --rpc`")
 
 
 @pytest.fixture(scope="module")

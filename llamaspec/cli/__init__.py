@@ -11,7 +11,9 @@ import errno
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 
 import click
 
@@ -68,7 +70,8 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version")
-@click.option("-v", "--verbose", count=True, help="More detail on stderr (-v info is default; -vv debug).")
+@click.option("-v", "--verbose", count=True,
+              help="More detail on stderr: -v debug logs (every command run), -vv also tracebacks on errors.")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
 def main(verbose: int, quiet: bool) -> None:
     """llamaspec: does speculative decoding pay off for your model pair, on your hardware?
@@ -80,8 +83,26 @@ def main(verbose: int, quiet: bool) -> None:
       llamaspec run smollm2-quicksort      # speculative vs baseline, stored
       llamaspec sweep smollm2-quicksort --draft 1..16
     """
+    # Info is the default level; -v is debug; -vv adds tracebacks (the help says the same).
     level = logging.WARNING if quiet else logging.DEBUG if verbose >= 1 else logging.INFO
     if verbose >= 2:
         os.environ["LLAMASPEC_DEBUG"] = "1"
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)
     logging.getLogger("gguf").setLevel(max(level, logging.WARNING))  # its writer chats at INFO
+    _unwind_on_sigterm()
+
+
+def _unwind_on_sigterm() -> None:
+    """SIGTERM (`timeout`, a cancelled CI job, kill) unwinds like Ctrl-C, so that proc.run stops the
+    llama.cpp or cmake process it waits on instead of leaving it running without us."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous != signal.SIG_DFL:
+        return  # someone (a test runner, an embedding program) has its own plan for SIGTERM
+
+    def unwind(signum: int, frame: object) -> None:
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    click.get_current_context().call_on_close(lambda: signal.signal(signal.SIGTERM, previous))

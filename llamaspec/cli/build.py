@@ -44,8 +44,9 @@ def source_show() -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
-              help="auto: Metal on Apple Silicon, CUDA with a toolkit, cuBLAS and a GPU, else CPU.")
+@click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
+              help="What the programs compute on. auto: Metal on Apple Silicon, CUDA with a toolkit, cuBLAS and a GPU, "
+                   "else CPU.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: all cores).")
 @click.option("--force", is_flag=True, help="Rebuild even if the cache has this build.")
 @click.option("--source", "source_spec", default=None, metavar="SPEC",
@@ -53,25 +54,28 @@ def source_show() -> None:
 @click.option("--rpc", is_flag=True, help="Also build llama.cpp's RPC server and backend (-DGGML_RPC=ON): a separate cached build.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON.")
 @click.argument("cmake_args", nargs=-1, type=click.UNPROCESSED)
-def build(backend: str, jobs: int | None, force: bool, source_spec: str | None, rpc: bool, as_json: bool,
+def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rpc: bool, as_json: bool,
           cmake_args: tuple[str, ...]) -> None:
     """Build llama.cpp's programs into the build cache (reused when nothing changed).
 
     Extra CMake flags go after --, e.g. `llamaspec build -- -DGGML_CUDA_FORCE_MMQ=ON`.
 
-    Example: llamaspec build --backend cpu
+    Example: llamaspec build --accel cpu
     """
     from llamaspec import paths
     from llamaspec.llamacpp import build as builds
     from llamaspec.llamacpp import source as sources
 
+    # Unknown options go to CMake; the old spelling of --accel would reach it and fail there, obscurely.
+    if any(a == "--backend" or a.startswith("--backend=") for a in cmake_args):
+        raise click.UsageError("--backend is now --accel (what llama.cpp computes on: auto, cpu, cuda or metal)")
     if source_spec:
         info = sources.fetch(source_spec)
     elif not (paths.vendor_dir() / sources.MARKER).is_file() and not paths.vendor_dir().is_dir():
         info = sources.fetch()
     else:
         info = sources.current()
-    result = builds.build(backend, cmake_args, jobs, force, info, rpc=rpc)
+    result = builds.build(accel, cmake_args, jobs, force, info, rpc=rpc)
     if as_json:
         click.echo(json.dumps(asdict(result), indent=2))
     else:

@@ -15,7 +15,10 @@ log = logging.getLogger("llamaspec")
 
 @main.group()
 def rpc() -> None:
-    """llama.cpp RPC workers: a target's layers held by other machines."""
+    """llama.cpp RPC workers: a target's layers held by other machines.
+
+    Example: llamaspec rpc serve --port 50052 -t 1
+    """
 
 
 @rpc.command("serve")
@@ -26,9 +29,9 @@ def rpc() -> None:
 @click.option("--cache", is_flag=True, help="Keep received tensors in a local file cache (faster reloads).")
 @click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
               help="A llama.cpp binaries folder with ggml-rpc-server (default: llamaspec's RPC build).")
-@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
-              help="Which cached RPC build to use.")
-def rpc_serve(host: str, port: int, threads: int | None, cache: bool, bin_dir: Path | None, backend: str) -> None:
+@click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
+              help="Which cached RPC build to use (what it computes on).")
+def rpc_serve(host: str, port: int, threads: int | None, cache: bool, bin_dir: Path | None, accel: str) -> None:
     """Serve this machine's CPU or GPU to other machines' llama.cpp over RPC, until Ctrl-C.
 
     Then on the measuring machine, set `rpc: [THIS-HOST:PORT]` in the experiment: the target's
@@ -40,7 +43,7 @@ def rpc_serve(host: str, port: int, threads: int | None, cache: bool, bin_dir: P
     from llamaspec.llamacpp import build as builds
     from llamaspec.llamacpp import rpc as rpcs
 
-    build = builds.prebuilt(bin_dir) if bin_dir else builds.find(backend, rpc=True)
+    build = builds.prebuilt(bin_dir) if bin_dir else builds.find(accel, rpc=True)
     if bin_dir and rpcs.ROLE not in build.programs:
         for name in ("ggml-rpc-server", "rpc-server"):
             if (Path(build.bin_dir) / name).is_file():
@@ -51,7 +54,10 @@ def rpc_serve(host: str, port: int, threads: int | None, cache: bool, bin_dir: P
 
 @main.group()
 def cluster() -> None:
-    """Studies spread over the machines of a Ray cluster (pip install 'llamaspec[cluster]')."""
+    """Studies spread over the machines of a Ray cluster (pip install 'llamaspec[cluster]').
+
+    Example: llamaspec cluster run smollm2-quicksort --cluster 10.0.0.5:6379 -r 6 --split-repeats
+    """
 
 
 @cluster.command("machines")
@@ -88,11 +94,11 @@ def cluster_machines(address: str | None, as_json: bool) -> None:
               help="Sweep draft lengths (1,2,4 or 1..16): one work item per case and length.")
 @click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate.")
 @click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads on each machine.")
-@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
-              help="Which llama.cpp build the machines use (built there if missing).")
+@click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
+              help="What llama.cpp computes on at the machines (built there if missing).")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-machine results as JSON.")
 def cluster_run(experiment_name: str, address: str | None, machines: tuple[str, ...], repeats: int | None,
-                split_repeats: bool, draft_values: str | None, n_predict: int | None, threads: int | None, backend: str, as_json: bool) -> None:
+                split_repeats: bool, draft_values: str | None, n_predict: int | None, threads: int | None, accel: str, as_json: bool) -> None:
     """Run an experiment's cases over the cluster's machines; speedups per machine.
 
     Each machine builds llama.cpp and fetches the models with the same cached, checked steps, and
@@ -110,7 +116,7 @@ def cluster_run(experiment_name: str, address: str | None, machines: tuple[str, 
     if n_predict or threads:
         exp = exp.with_overrides(Settings(n_predict=n_predict, threads=threads))
     report, per = study.run_experiment(exp, address, Store.open(), repeats=repeats, split_repeats=split_repeats,
-                                       machines=list(machines) or None, backend=backend,
+                                       machines=list(machines) or None, accel=accel,
                                        axes={"draft_max": sweep.parse_values("draft_max", draft_values)} if draft_values else None)
     sid = report.study
     if as_json:

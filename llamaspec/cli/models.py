@@ -165,11 +165,16 @@ def show(model: str, as_json: bool) -> None:
 def fetch(name: str, variants: tuple[str, ...], as_json: bool) -> None:
     """Download, convert and quantize a catalog model into models/NAME/ (finished files are reused).
 
+    NAME may carry a variant (NAME:VARIANT), as everywhere else a model is named.
+
     Example: llamaspec models fetch smollm2-135m --variant f16 --variant q4_0
     """
     from llamaspec import models as core
+    from llamaspec.models import catalog
 
-    files = core.ensure(name, list(variants) or None)
+    ref = catalog.parse_ref(name)
+    wanted = ([ref.variant] if ref.variant else []) + list(variants)
+    files = core.ensure(ref.name, wanted or None)
     if as_json:
         click.echo(json.dumps([{**_file_dict(f), "made_now": f.made_now} for f in files], indent=2))
         return

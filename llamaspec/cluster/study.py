@@ -59,7 +59,7 @@ def sweep_items(exp: Any, axes: dict[str, Any], repeats: int | None = None) -> l
     return items
 
 
-def requirements(exp: Any, backend: str = "auto") -> Requirements:
+def requirements(exp: Any, accel: str = "auto") -> Requirements:
     """The coordinator's own llama.cpp commit, and its model hashes where it has the files
     (None where it has not: the first machine's then binds the others)."""
     from llamaspec.llamacpp import source as sources
@@ -76,7 +76,7 @@ def requirements(exp: Any, backend: str = "auto") -> Requirements:
         done = store.finished(name, variant)
         models[label] = done.sha256 if done is not None else None
     rpc = any(c.settings.over(exp.settings).rpc for c in exp.cases)
-    return Requirements(commit=commit, backend=backend, rpc=rpc, models=models)
+    return Requirements(commit=commit, accel=accel, rpc=rpc, models=models)
 
 
 def study_id(exp: Any, items: list[WorkItem], wanted: Requirements) -> str:
@@ -102,7 +102,7 @@ def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
 
 
 def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
-                   machines: list[str] | None = None, backend: str = "auto",
+                   machines: list[str] | None = None, accel: str = "auto",
                    axes: dict[str, Any] | None = None) -> tuple[Any, dict[str, dict[str, Any]]]:
     """The whole of ``--cluster``: items (cases, or sweep points with ``axes``), requirements, study
     id, pool, the study loop, the per-machine summary. Returns (StudyReport, per-machine results)."""
@@ -111,7 +111,7 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
     from llamaspec.cluster.sink import StoreSink
 
     items = sweep_items(exp, axes, repeats) if axes else experiment_items(exp, repeats, split_repeats)
-    wanted = requirements(exp, backend)
+    wanted = requirements(exp, accel)
     sid = study_id(exp, items, wanted)
     pool = open_pool(address, machines)
     try:

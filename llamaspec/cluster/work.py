@@ -32,7 +32,7 @@ class Requirements:
     then the same on all)."""
 
     commit: str | None = None
-    backend: str = "auto"  # llama.cpp build backend on the workers: auto | cpu | cuda | metal
+    accel: str = "auto"  # what llama.cpp computes on at the workers: auto | cpu | cuda | metal
     rpc: bool = False  # the workers need a build with the RPC backend
     llamacpp: bool = True  # False: items that need no llama.cpp (the overhead benchmark's no-op items)
     models: dict[str, str | None] = field(default_factory=dict)  # "name:variant" -> sha256
@@ -73,5 +73,5 @@ def pin(wanted: Requirements, info: WorkerInfo) -> Requirements:
     """The requirements with every open slot (commit, model hash) filled from ``info``: the first
     accepted machine fixes what the others must match."""
     models = {label: sha or info.models.get(label) for label, sha in wanted.models.items()}
-    return Requirements(commit=wanted.commit or info.commit, backend=wanted.backend, rpc=wanted.rpc,
+    return Requirements(commit=wanted.commit or info.commit, accel=wanted.accel, rpc=wanted.rpc,
                         llamacpp=wanted.llamacpp, models=models)

@@ -60,7 +60,7 @@ class MachineWorker:
                 log.info("%s: fetching the pinned llama.cpp source", self.machine)
                 src = sources.fetch(sources.DEFAULT_SPEC)
             log.info("%s: building llama.cpp %s", self.machine, src.commit)
-            self.build = builds.build("cpu" if wanted.backend == "auto" and platform.system() != "Linux" else wanted.backend,
+            self.build = builds.build(wanted.accel,
                                       source=src, rpc=wanted.rpc)
         for label in wanted.models:  # NAME:VARIANT (fetched or derived here), or a path to a GGUF file
             self.models[label] = models.open_ref(label, build=self.build)
@@ -93,11 +93,11 @@ def _find(builds: Any, wanted: Requirements) -> Any:
     """The machine's cached build; an RPC build stands in for a plain one of the same commit (the
     same programs, with the RPC backend compiled in and unused), rather than building again."""
     try:
-        return builds.find(wanted.backend, rpc=wanted.rpc)
+        return builds.find(wanted.accel, rpc=wanted.rpc)
     except LlamaspecError:
         if wanted.rpc:
             raise
-        found = builds.find(wanted.backend, rpc=True)
+        found = builds.find(wanted.accel, rpc=True)
         log.info("using the RPC build %s (no plain build of this commit here)", found.bin_dir)
         return found
 

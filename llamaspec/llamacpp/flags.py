@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,6 @@ GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 
 class Version:
     number: int | None
     commit: str
-    backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +202,7 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
     import hashlib
     import json
 
-    from llamaspec import atomic, paths
+    from llamaspec import atomic, paths, proc
 
     key = hashlib.sha256(f"{program}|{mtime}|{size}".encode()).hexdigest()[:20]
     cached = paths.cache_dir() / "capabilities" / f"{key}.json"
@@ -216,12 +214,12 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
             pass
 
     def out(arg: str) -> str:
-        try:
-            done = subprocess.run([program, arg], capture_output=True, text=True, timeout=60, errors="replace")
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LlamaspecError(f"cannot run {program} {arg}: {exc}", hint="check the binary and its build") from exc
+        done = proc.run([program, arg], timeout=60, check=False, what=f"{Path(program).name} {arg}",
+                        hint="check the binary and its build")
+        if done.timed_out:
+            raise LlamaspecError(f"{program} {arg} did not answer within 60 s", hint="check the binary and its build")
         if done.returncode < 0:
-            raise LlamaspecError(f"{program} {arg} was killed by signal {-done.returncode}",
+            raise LlamaspecError(f"{program} {arg} {done.describe_exit()}",
                                  hint="the binary does not run on this machine; rebuild with `llamaspec build --force`")
         return done.stdout + done.stderr
 
@@ -398,12 +396,25 @@ _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens i
                  "verification round, which the program does not time apart (about 1/rounds of T)")
 
 PROGRAMS: dict[tuple[str, str], Program] = {
-    ("speculative", "2023"): Program("speculative", "2023", "adaptive", True, True, False, _SPEC_BASIS),
+    # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
+    # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
+    ("speculative", "2023-sep"): Program("speculative", "2023-sep", "adaptive", True, True, False, _SPEC_BASIS),
+    # Nov 2023 (0.2.20): the length stays as asked, a round stops drafting below --p-accept (0.5).
+    ("speculative", "2023-nov"): Program("speculative", "2023-nov", "capped", True, True, False, _SPEC_BASIS),
     ("speculative", "2024"): Program("speculative", "2024", "fixed", True, True, False, _SPEC_BASIS),
     ("speculative", "2026"): Program("speculative", "2026", "fixed", True, True, False, _SPEC_BASIS),
     ("speculative-simple", "2024"): Program("speculative-simple", "2024", "capped", False, False, True, _SIMPLE_BASIS),
     ("speculative-simple", "2026"): Program("speculative-simple", "2026", "capped", False, False, True, _SIMPLE_BASIS),
 }
+
+
+def program_for(caps: Capabilities, role: str) -> Program:
+    """The profile of a speculative program from its ``--help``: 2023 builds with ``--p-accept``
+    (Nov 2023 on) keep the draft length; the ones before adapt it."""
+    generation = caps.generation
+    if generation == "2023":
+        generation = "2023-nov" if caps.has("--p-accept") or caps.has("-pa") else "2023-sep"
+    return program(role, generation)
 
 
 def program(role: str, generation: str) -> Program:

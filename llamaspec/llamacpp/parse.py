@@ -115,7 +115,7 @@ class SpeculativeStats:
     n_decoded: int  # "decoded N tokens": equals n_predict
     decode_s: float
     decode_tps: float | None
-    n_draft: int  # the draft length; in 2023 builds the final value of an adaptive length (+8 / -1)
+    n_draft: int  # the draft length; in Sep 2023 builds the final value of an adaptive length (+8 / -1)
     n_predict: int  # tokens generated (may overshoot -n: the last round's accepted tokens all count)
     n_drafted: int
     n_accept: int

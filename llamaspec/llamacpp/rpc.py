@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50052
-ROLE = "rpc-server"  # the role name in Build.programs (llamaspec.llamacpp.build.RPC_PROGRAM)
+ROLE = "rpc-server"  # the role name in Build.programs (llamaspec.llamacpp.cache.RPC_ROLE)
 UNSAFE_WARNING = ("the llama.cpp RPC server has no authentication: anyone who can reach {host}:{port} can run "
                   "computations on this machine and read the model layers it holds; bind a private network only")
 

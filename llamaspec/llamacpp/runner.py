@@ -9,7 +9,6 @@ with the same model, prompt, seed, threads and offload. Both print their own tim
 from __future__ import annotations
 
 import logging
-import platform
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +27,7 @@ SETTINGS = frozenset(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE
 
 
 def open_backend(options: BackendOptions) -> LlamaCppBackend:
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import find
 
     build = find(options.accel, options.bin_dir)
     log.info("using %s from %s", build.label, build.bin_dir)
@@ -60,7 +59,7 @@ class LlamaCppBackend:
         return {
             "commit": self.build.commit if self.build.commit != "unknown" else spec.version.commit,
             "build_number": spec.version.number,
-            "backend": self.build.backend,
+            "accel": self.build.accel,
             "cmake_args": list(self.build.cmake_args),
             "bin_dir": self.build.bin_dir,
             "programs": dict(self.build.programs),
@@ -75,11 +74,12 @@ class LlamaCppBackend:
     def profile(self, case: ResolvedCase) -> flags.Program:
         """How the case's speculative program drafts and counts (fixed, capped or adaptive)."""
         role = self._role(case)
-        return flags.program(role, self.caps(role).generation)
+        return flags.program_for(self.caps(role), role)
 
     def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
         return flags.Invocation(target=model, settings=case.settings, draft=case.draft.path if case.draft else None,
-                                prompt=case.prompt, prompt_file=case.prompt_file, accel=self.build.backend)
+                                prompt=case.prompt, accel=self.build.accel,
+                                prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None)  # cwd may differ
 
     def argv(self, case: ResolvedCase, mode: str) -> list[str]:
         inv = self.invocation(case, case.target.path)
@@ -96,7 +96,7 @@ class LlamaCppBackend:
             return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
                                          replace(inv, target=case.draft.path, draft=None, settings=draft_settings))
         if mode == "batch":
-            layers = flags.gpu_layers(case.settings.gpu_layers, self.build.backend, self.caps("completion").generation)
+            layers = flags.gpu_layers(case.settings.gpu_layers, self.build.accel, self.caps("completion").generation)
             return flags.bench_argv(self.build.program("bench"), case.target.path, case.settings.threads, layers)
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
 
@@ -122,7 +122,15 @@ class LlamaCppBackend:
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         argv = self.argv(case, mode)
         timeout = case.settings.timeout or 1800.0
-        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, what=Path(argv[0]).name)
+        # 2023 builds write a trace log (<program>.log or <program>.<pid>.log) into their working
+        # directory, and --log-disable would silence their statistics too: give them a folder of
+        # their own beside the run's log (the trace holds each round's draft and verdict).
+        cwd = None
+        if mode != "batch" and self.caps("speculative").generation == "2023":  # the build's generation
+            cwd = Path(log_path).with_suffix(".trace")
+            cwd.mkdir(parents=True, exist_ok=True)
+        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, cwd=cwd,
+                        what=Path(argv[0]).name)
         base: dict[str, Any] = dict(mode=mode, argv=tuple(argv), exit_code=done.returncode,
                                     wall_seconds=round(done.seconds, 3), peak_rss_bytes=done.peak_rss_bytes,
                                     log_path=str(log_path))
@@ -224,20 +232,3 @@ def _completion_fields(stats: parse.CompletionStats, case: ResolvedCase) -> dict
         end_of_text=stats.end_of_text,
         stats={**stats.to_dict(), "prompt_echo_found": echoed},
     )
-
-
-def hardware() -> dict[str, Any]:
-    import psutil
-
-    from llamaspec.llamacpp import build as builds
-
-    return {
-        "cpu": builds.cpu_model(),
-        "cores": psutil.cpu_count(logical=False),
-        "threads": psutil.cpu_count(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "os": f"{platform.system()} {platform.release()}",
-        "machine": platform.machine(),
-        "gpus": list(builds.list_gpus()),
-        "host": platform.node(),
-    }

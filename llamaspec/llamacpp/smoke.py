@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llamaspec import proc
 from llamaspec.errors import LlamaspecError
-from llamaspec.llamacpp.build import Build
+from llamaspec.llamacpp.cache import Build
 
 log = logging.getLogger(__name__)
 

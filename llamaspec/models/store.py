@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
 
+# Files already announced as present at INFO: a run resolves the same models at every point, and
+# one line per file and process says all there is to say (later ones go to DEBUG).
+_announced: set[Path] = set()
+
 
 @dataclass(frozen=True)
 class ModelFile:
@@ -165,8 +169,14 @@ def ensure(name: str, variants: list[str] | tuple[str, ...] | None = None, *, ca
 def _ensure(entry: ModelEntry, variant: str, build: Build | None) -> ModelFile:
     have = finished(entry.name, variant)
     if have is not None:
-        log.info("%s:%s already there: %s", entry.name, variant, have.path)
+        level = logging.DEBUG if have.path in _announced else logging.INFO
+        _announced.add(have.path)
+        log.log(level, "%s:%s already there: %s", entry.name, variant, have.path)
         return have
+    plain, derivation = catalogs.split_variant(variant)
+    if derivation is not None:
+        base_file = _ensure(entry, plain, build)
+        return _produce(entry, variant, lambda tmp: _derive(base_file, derivation, tmp))
     source = entry.source
     shipped = source.shipped_type
     if shipped == variant:
@@ -235,6 +245,7 @@ def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], di
     }
     atomic.write_json(record_path(dest), record)
     log.info("%s:%s ready: %s (%.0f MB)", entry.name, variant, dest, st.st_size / 1e6)
+    _announced.add(dest)
     return ModelFile(dest, entry.name, variant, sha, meta, provenance, made_now=True)
 
 
@@ -312,11 +323,22 @@ def _quantize(entry: ModelEntry, base: ModelFile, variant: str, tmp: Path, build
     program = chosen.program("quantize")
     paths.ensure_free_space(tmp.parent, quantize.estimated_bytes(base.metadata.parameters, variant),
                             f"quantizing {entry.name} to {variant}")
-    requantize = file_type(base.variant).quantized
+    requantize = file_type(catalogs.split_variant(base.variant)[0]).quantized
     quantize.quantize(program, base.path, tmp, variant, allow_requantize=requantize, label=f"{entry.name}:{variant}",
                       log_path=logs_dir(entry.name) / f"quantize-{variant}.log")
     return {"kind": "quantize", "from": base.ref, "from_sha256": base.sha256, "allow_requantize": requantize,
             "quantized_by": f"{program.name} of {chosen.label}"}
+
+
+def _derive(base: ModelFile, derivation: str, tmp: Path) -> dict[str, Any]:
+    from llamaspec.models import legacy
+
+    makers = {"untied": legacy.untie, "sep2023": legacy.for_sep2023}
+    if derivation not in makers:  # the catalog admits only the derivations of catalogs.DERIVATIONS
+        raise LlamaspecError(f"no way to make the {derivation!r} derivation", hint="fix models/catalog.yaml")
+    paths.ensure_free_space(tmp.parent, int(base.path.stat().st_size * 1.3), f"making {base.ref}-{derivation}")
+    done = makers[derivation](base.path, tmp)
+    return {"kind": derivation, "from": base.ref, "from_sha256": base.sha256, **done}
 
 
 def local_variants(entry: ModelEntry) -> dict[str, ModelFile]:
