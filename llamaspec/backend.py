@@ -10,6 +10,8 @@ A backend is an object with:
 - ``identity()``: what makes two of its measurements comparable (a build key, a library version);
   baselines are shared only under the same identity;
 - ``provenance()``: what produced the numbers;
+- ``resolve_model(model, variant)``: the model in the form the engine loads (a GGUF file for
+  llama.cpp; a checkpoint folder or a GGUF file for transformers), via the models room;
 - ``check(case)``: refuse, before anything runs, a case it cannot honour (raise LlamaspecError);
 - ``measure(case, mode, log_path)``: generate once in ``mode`` and return a :class:`Measurement`;
   a failure of the engine is returned as ``ok=False``, not raised;
@@ -161,8 +163,13 @@ class Backend(Protocol):
         """What produced the numbers (program versions, build flags, devices)."""
         ...
 
+    def resolve_model(self, model: str, variant: str) -> ModelPath:
+        """The model ``model:variant`` in the form this engine loads (fetched or derived if needed)."""
+        ...
+
     def check(self, case: ResolvedCase) -> None:
-        """Refuse settings this backend cannot honour, before anything runs (raise LlamaspecError)."""
+        """Refuse settings or models this backend cannot honour (an incompatible pair, a setting it
+        cannot apply), before anything runs (raise LlamaspecError)."""
         ...
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:

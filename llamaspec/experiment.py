@@ -49,6 +49,8 @@ class Reference:
     n_accept: int | None = None
     accept_pct: float | None = None
     speedup: float | None = None
+    seconds: float | None = None  # wall time of the speculative generation (write-ups that timed the whole call)
+    baseline_seconds: float | None = None  # the same without a draft
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ Importable without the CLI::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -18,13 +19,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from llamaspec import __version__, paths, stats
-from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ModelPath, ResolvedCase
+from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
-from llamaspec.experiment import Case, Experiment, ModelRef, Reference
+from llamaspec.experiment import Case, Experiment, Reference
 from llamaspec.results import MeasurementRow, Store
 from llamaspec.summary import Summary, summarize
 
@@ -64,32 +64,42 @@ def repeat_bounds(repeats: Repeats) -> tuple[int, int]:
 
 # --- resolving ---------------------------------------------------------------------------------
 
-def resolve_model(ref: ModelRef) -> ModelPath:
-    """The model file for ``name:variant``, fetched or derived if needed (the models room)."""
-    from llamaspec import models
-
-    got = models.resolve(ref.model, ref.variant)
-    return ModelPath(label=ref.label, path=str(got.path), sha256=got.sha256, metadata=got.metadata.to_dict()
-                     if hasattr(got.metadata, "to_dict") else asdict(got.metadata))
-
-
 def default_threads() -> int:
     import psutil
 
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def resolve_case(exp: Experiment, case: Case, check_pair: bool = True) -> ResolvedCase:
+def resolve_case(exp: Experiment, case: Case, backend: Backend) -> ResolvedCase:
+    """The case with its models on disk in the engine's form and every setting decided."""
     settings = case.settings.with_defaults()
     if settings.threads is None:
         settings = replace(settings, threads=default_threads())
-    target = resolve_model(case.target)
-    draft = resolve_model(case.draft) if case.draft else None
-    if draft is not None and check_pair:
-        from llamaspec import models
-
-        models.check_pair(Path(target.path), Path(draft.path))
+    target = backend.resolve_model(case.target.model, case.target.variant)
+    draft = backend.resolve_model(case.draft.model, case.draft.variant) if case.draft else None
     return ResolvedCase(exp.name, case.name, target, draft, case.prompt, case.prompt_file, settings)
+
+
+def check_settings(case: ResolvedCase, backend: Backend) -> None:
+    """Refuse, before anything runs, a setting this backend does not honour: set to something other
+    than its built-in default, and not among the settings the backend declares."""
+    from llamaspec.settings import DEFAULTS
+
+    unknown = [f.name for f in dataclasses.fields(case.settings)
+               if getattr(case.settings, f.name) not in (None, getattr(DEFAULTS, f.name))
+               and f.name not in backend.capabilities.settings]
+    if unknown:
+        engines = sorted(_backends_for(unknown))
+        raise LlamaspecError(f"the {backend.name} backend has no equivalent of {', '.join(unknown)}",
+                             hint="drop those settings from the experiment"
+                                  + (f", or use the backend that has them (backend: {', '.join(engines)})" if engines else ""))
+
+
+def _backends_for(names: Sequence[str]) -> set[str]:
+    """The engines these settings belong to."""
+    from llamaspec.settings import FIELDS
+
+    return {engine for n in names if (engine := FIELDS[n].metadata["engine"])}
 
 
 # --- provenance and keys -----------------------------------------------------------------------
@@ -174,6 +184,7 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
     - ``warmup``: one short unrecorded generation first, so cold caches do not count.
     """
     emit = on_event or (lambda _event, _data: None)
+    check_settings(case, backend)
     backend.check(case)
     at_least, at_most = repeat_bounds(repeats)
     key = baseline_key(backend, case, baseline_scope)
@@ -264,7 +275,7 @@ def run_experiment(exp: Experiment, backend: Backend, store: Store | None = None
     hw = host.hardware()
     results = []
     for case in exp.cases:
-        resolved = resolve_case(exp, case)
+        resolved = resolve_case(exp, case, backend)
         results.append(run_case(resolved, backend, store, repeats=repeats or exp.repeats, hardware=hw,
                                 reference=case.reference, exp=exp, warmup=warmup, on_event=on_event))
     return results

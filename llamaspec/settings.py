@@ -5,6 +5,7 @@ Every setting is one field of :class:`Settings`, described once in its field met
 - ``check``: how a YAML value is validated (``Check``), the schema of ``experiments/*.yaml``;
 - ``default``: the built-in default (None: the engine decides);
 - ``sweep``: how one value of a sweep axis is parsed from the command line (absent: not sweepable);
+- ``engine``: the one backend that has it (None: all of them);
 - ``side``: which run it affects: ``target`` (baseline and speculative alike: part of what makes
   two baselines comparable), ``draft`` (the speculative side only), or ``run`` (neither: timeouts).
 
@@ -110,11 +111,15 @@ def _gpu_arg(text: str) -> int | str:
 
 
 def _setting(check: Callable[[Any], Any], *, default: Any = None, sweep: Callable[[str], Any] | None = None,
-             side: str = "target", help: str = "") -> Any:
-    return field(default=None, metadata={"check": check, "default": default, "sweep": sweep, "side": side, "help": help})
+             side: str = "target", engine: str | None = None, help: str = "") -> Any:
+    """One setting's schema. ``engine``: the one backend that has it (None: every engine maps it)."""
+    return field(default=None, metadata={"check": check, "default": default, "sweep": sweep, "side": side,
+                                         "engine": engine, "help": help})
 
 
 PROGRAMS = ("speculative", "speculative-simple")
+DRAFT_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,16 @@ class Settings:
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
     timeout: float | None = _setting(_float, default=1800.0, side="run", help="seconds per process")
     extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="draft")
-    rpc: tuple[str, ...] | None = _setting(_endpoints, default=(), help="llama.cpp RPC servers (host:port) holding the target's layers; the draft stays local")
+    # transformers only (llama.cpp refuses them when set); draft_max is num_assistant_tokens there, draft_p_min assistant_confidence_threshold
+    draft_schedule: str | None = _setting(_choice(*DRAFT_SCHEDULES), engine="transformers", sweep=str, side="draft",
+                                          help="transformers' num_assistant_tokens_schedule: constant, heuristic or heuristic_transient")
+    dtype: str | None = _setting(_choice(*DTYPES), engine="transformers", sweep=str, help="transformers: weight dtype of the target (auto: the checkpoint's)")
+    draft_dtype: str | None = _setting(_choice(*DTYPES), engine="transformers", side="draft", help="transformers: weight dtype of the assistant (default: dtype)")
+    load_in: str | None = _setting(_choice("8bit", "4bit", "none"), engine="transformers", help="transformers: bitsandbytes 8bit or 4bit target (CUDA GPU only)")
+    device: str | None = _setting(_str, engine="transformers", help="transformers: cpu, cuda, cuda:N, mps or auto (default: the backend's accel)")
+    universal_assisted: bool | None = _setting(_bool, engine="transformers", side="draft", help="transformers: allow an assistant with another tokenizer")
+    rpc: tuple[str, ...] | None = _setting(_endpoints, default=(), engine="llama.cpp",
+                                         help="llama.cpp RPC servers (host:port) holding the target's layers; the draft stays local")
 
     def over(self, base: Settings) -> Settings:
         """These settings, falling back to ``base`` where unset."""

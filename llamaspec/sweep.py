@@ -23,7 +23,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.progress import Progress
 from llamaspec.results import Store
-from llamaspec.run import CaseResult, resolve_case, run_case
+from llamaspec.run import CaseResult, check_settings, resolve_case, run_case
 from llamaspec.settings import SWEEPABLE, SettingError, Settings, check
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,9 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backe
     out = []
     for case in exp.cases:
         sid = sweep_id(exp, case, axes, backend.identity(), shared_baseline)
-        resolved = [(p, resolve_case(exp, p.apply(case))) for p in points]
+        resolved = [(p, resolve_case(exp, p.apply(case), backend)) for p in points]
         for _p, rc in resolved:  # refuse values the build does not take before measuring anything
+            check_settings(rc, backend)
             backend.check(rc)
         todo = [(p, rc) for p, rc in resolved if store.finished_point(sid, p.key) is None]
         reused = len(points) - len(todo)

@@ -1,24 +1,37 @@
-"""The speedup model of speculative decoding, fitted to measured llama.cpp counters and timings.
+"""The speedup model of speculative decoding, fed with costs measured on the run's own footing.
 
 After Leviathan, Kalman & Matias (2023), "Fast Inference from Transformers via Speculative
-Decoding". Each target call verifies a draft of ``k`` tokens. If every drafted token is accepted
-independently with probability ``alpha`` (the paper's α) and acceptance stops at the first
-rejection, one call yields
+Decoding". Each round the draft proposes ``k`` tokens and the target verifies them in one batch.
+If every drafted token is accepted independently with probability ``alpha`` (the paper's α) and
+acceptance stops at the first rejection, one round yields
 
-    E[accepted]      = α(1 - α^k) / (1 - α)            (mean accepted length)
-    E[tokens / call] = (1 - α^(k+1)) / (1 - α)          (accepted + the target's own token)
+    E[accepted]       = α(1 - α^k) / (1 - α)            (mean accepted length)
+    E[tokens / round] = (1 - α^(k+1)) / (1 - α)          (accepted + the target's own token)
 
 and, with ``c`` the draft's cost per token in target steps, the paper's speedup is
 
     S(k) = (1 - α^(k+1)) / ((1 - α)(k·c + 1)).
 
-Two measured refinements, both optional and used only when measured:
+What a real program spends per round is not the paper's ``k·c + 1`` target steps
+(:class:`CostModel`, :class:`Program`):
 
-- **verification cost**: the paper assumes verifying ``k + 1`` tokens costs one target step. On
-  CPUs a batch of ``k + 1`` costs more, so the call costs ``T_call(k) = (k + δ)·t_draft +
-  t_verify(k)`` with ``t_verify(k) = a + b·k`` fitted to the measured points.
-- **extra draft steps** ``δ``: llama-speculative also runs the draft on the target's last token
-  each call (draft ``eval`` runs ≈ n_drafted + calls), a cost the paper does not count.
+- **draft steps**: the pinned ``llama-speculative`` decodes ``k + 1`` single tokens on the draft
+  each round (the target's own token, then each drafted token, the last one included);
+  ``llama-speculative-simple`` (common/speculative, what llama-server runs) decodes ``k`` and
+  also runs the draft on the verified batch. :meth:`Program.draft_steps_per_round`.
+- **verification**: the target processes ``k + 1`` tokens in one batch, with logits for every one
+  of them. On CPUs that costs more than one step; the cost is *measured* (llama-bench on the
+  target at the run's context depth, every token an output) and used as measured, interpolated
+  between measured batch sizes, never fitted to a line.
+- **rounds**: the pinned ``llama-speculative`` samples the first token from the prompt's logits,
+  so it verifies ``n_predict - n_accept - 1`` times; ``llama-speculative-simple`` holds the last
+  prompt token back and verifies ``n_predict - n_accept`` times. :meth:`Program.rounds`.
+
+The target's single-token step comes from the same llama-bench data (batch 1 at the same depth),
+so verify(k+1)/step and the draft's step/target step are ratios taken within one program. The
+speed both sides are compared on is ``llamaspec.backend.SPEED_DEFINITION`` (tokens after the
+first over the time from the first generated token to the last), so the predicted speedup is
+tokens per round × (baseline time per token) / (time per round).
 
 **llama.cpp's ``accept`` is not α.** llama-speculative prints ``accept = 100 * n_accept /
 n_drafted``: the accepted share of *all drafted tokens*. Drafted tokens after the first rejection
@@ -27,10 +40,10 @@ are counted in n_drafted but can never be accepted, so with a fixed draft length
     accept = E[accepted] / k = α(1 - α^k) / ((1 - α)·k)  <  α   (for 0 < α < 1, k > 1).
 
 E.g. α = 0.9 at k = 8 gives accept = 0.64. We solve this for α numerically
-(:func:`alpha_from_accept_rate`), or, equivalently when the number of target calls is known, solve
-tokens per call (:func:`alpha_from_tokens_per_call`). A fit (:func:`analyze`) uses the mean number
-drafted per call, ``n_drafted / calls``, as ``k``: llama.cpp drafts fewer than ``--draft`` near
-the end of generation, with ``--draft-p-min``, or (old builds) with an adaptive draft length.
+(:func:`alpha_from_accept_rate`), or, equivalently when the number of rounds is known, solve
+tokens per round (:func:`alpha_from_tokens_per_call`). A fit (:func:`analyze`) uses the mean number
+drafted per round, ``n_drafted / rounds``, as ``k``: programs draft fewer than ``--draft`` with
+``--draft-p-min`` or near the end of generation, and 2023 builds adapted the length.
 
 Everything here is pure: frozen dataclasses in, frozen dataclasses out, LlamaspecError on bad input.
 """
@@ -39,36 +52,42 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from llamaspec.errors import LlamaspecError
 
 __all__ = [
+    "LLAMA_SPECULATIVE",
+    "PROGRAMS",
+    "SPECULATIVE_SIMPLE",
     "Analysis",
     "CostModel",
     "Observation",
     "PointFit",
     "Prediction",
+    "Program",
     "accept_rate",
     "alpha_from_accept_rate",
     "alpha_from_tokens_per_call",
     "analyze",
     "best_draft_length",
+    "bench_depth",
     "ceiling_speedup",
     "expected_accepted",
     "explain_shortfall",
+    "interpolate",
     "max_cost_ratio",
+    "monotone",
     "paper_speedup",
+    "program",
     "required_alpha",
     "tokens_per_call",
 ]
 
-_HINT_COUNTS = "check the counters parsed from llama-speculative's output (n_drafted, n_accept, n_predict)"
-_HINT_TIMES = "check the timings parsed from llama.cpp's llama_perf/llama_print_timings blocks"
+_HINT_COUNTS = "check the counters parsed from the speculative program's output (n_drafted, n_accept, n_predict)"
+_HINT_TIMES = "check the timings measured with llama-bench (target batches and the draft's step) for this run"
 _BISECT_STEPS = 200
-
-
 # ---------------------------------------------------------------------------------------------
 # Closed forms
 # ---------------------------------------------------------------------------------------------
@@ -176,32 +195,163 @@ def ceiling_speedup(alpha: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Cost model
+# Programs: how one round is spent
 # ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class CostModel:
-    """Milliseconds per target call as a function of draft length k.
+class Program:
+    """How a speculative program spends a round and counts them (read from its source).
 
-    ``T_call(k) = (k + extra_draft_steps)·draft_ms_per_token + verify_ms(k)``, where
-    ``verify_ms(k) = verify_intercept_ms + verify_slope_ms·k`` when verification was measured, and one
-    target step (the paper's assumption) when ``verify_intercept_ms`` is None.
+    - ``extra_draft_steps``: single-token draft decodes per round beyond the ``k`` drafted tokens.
+    - ``first_token_from_prompt``: the first generated token is sampled from the prompt's logits,
+      outside any round, so rounds = n_predict - n_accept - 1 (else n_predict - n_accept).
+    - ``draft_processes_batch``: the draft also decodes the verified batch (k + 1 tokens) each round.
+    - ``draft_policy``: of ``llamaspec.backend.DRAFT_POLICIES``.
+    """
+
+    name: str
+    extra_draft_steps: int
+    first_token_from_prompt: bool
+    draft_processes_batch: bool = False
+    draft_policy: str = "fixed"
+
+    def draft_steps_per_round(self, k: float) -> float:
+        """Single-token draft decodes per round at draft length k."""
+        return k + self.extra_draft_steps
+
+    def rounds(self, n_predict: int, n_accept: int) -> int:
+        """Verification rounds from the printed counters, by this program's own loop."""
+        return n_predict - n_accept - (1 if self.first_token_from_prompt else 0)
+
+
+# examples/speculative/speculative.cpp at 0c1e570: the first token is sampled from the prompt's
+# logits before the loop; each round decodes the target's token on the draft, then drafts k
+# tokens, decoding every one of them (the last included), then verifies k + 1 on the target.
+# n_drafted = k · rounds exactly (recorded: 112 = 8 × 14 with n_predict 72, n_accept 57).
+LLAMA_SPECULATIVE = Program("llama-speculative", extra_draft_steps=1, first_token_from_prompt=True)
+# examples/speculative-simple + common/speculative.cpp (draft-simple): the last prompt token is held
+# back and verified in the first round; the draft decodes id_last and each drafted token but the last
+# (k decodes), stops early below --spec-draft-p-min, and decodes the verified batch (process()).
+SPECULATIVE_SIMPLE = Program("llama-speculative-simple", extra_draft_steps=0, first_token_from_prompt=False,
+                             draft_processes_batch=True, draft_policy="capped")
+PROGRAMS: dict[str, Program] = {p.name: p for p in (LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE)}
+
+
+def program(name: str) -> Program:
+    """The profile of a speculative program by its binary name (``speculative`` = llama-speculative)."""
+    key = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple"}.get(name, name)
+    try:
+        return PROGRAMS[key]
+    except KeyError:
+        raise LlamaspecError(f"no round profile for program {name!r}",
+                             hint=f"known programs: {', '.join(PROGRAMS)}") from None
+
+
+def bench_depth(n_prompt: int, n_predict: int) -> int:
+    """The context depth at which a run's costs are timed: its prompt plus half its generation
+    (the mean depth of the rounds, attention cost being linear in depth)."""
+    if n_prompt < 0 or n_predict < 0:
+        raise LlamaspecError(f"prompt and generation lengths must be >= 0, got {n_prompt}, {n_predict}")
+    return n_prompt + n_predict // 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost model
+# ---------------------------------------------------------------------------------------------
+
+
+def interpolate(points: Sequence[tuple[int, float]], x: float) -> float:
+    """Piecewise-linear value at ``x`` through measured (size, ms) points, sorted by size;
+    beyond the measured range, the line through the two nearest points (one point: proportional)."""
+    if not points:
+        raise LlamaspecError("no measured batch timings to interpolate", hint=_HINT_TIMES)
+    if len(points) == 1:
+        size, ms = points[0]
+        return ms * x / size
+    i = 1
+    while i < len(points) - 1 and points[i][0] < x:
+        i += 1
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def monotone(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    """The closest non-decreasing sequence to measured (size, ms) points (pool-adjacent-violators,
+    equal weights): a batch never costs less than a smaller one, so a dip is noise (a busy machine
+    slowed one size's repetitions), and it is averaged with its neighbours rather than kept."""
+    blocks: list[tuple[float, int]] = []  # (mean, count)
+    for _, ms in sorted(points):
+        mean, count = ms, 1
+        while blocks and blocks[-1][0] > mean:
+            prev_mean, prev_count = blocks.pop()
+            mean = (prev_mean * prev_count + mean * count) / (prev_count + count)
+            count += prev_count
+        blocks.append((mean, count))
+    values = [mean for mean, count in blocks for _ in range(count)]
+    return tuple((size, value) for (size, _), value in zip(sorted(points), values, strict=True))
+
+
+def _table(name: str, table: Mapping[int, float] | Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    items = table.items() if isinstance(table, Mapping) else table
+    out = []
+    for size, ms in items:
+        _count(f"{name} batch size", size, minimum=1)
+        _positive(f"{name} batch ms ({size} tokens)", ms)
+        out.append((int(size), float(ms)))
+    out.sort()
+    if len({s for s, _ in out}) != len(out):
+        raise LlamaspecError(f"{name} batch timings repeat a batch size", hint=_HINT_TIMES)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Milliseconds per round and per baseline token, from measured costs.
+
+    ``T_round(k) = draft_steps(k)·draft_ms_per_token [+ draft batch of k+1] + verify_ms(k)
+    [+ sampling]``, the baseline spending ``target_ms_per_token [+ target_sample_ms]`` per token.
+    ``verify_ms(k)`` is the measured target batch of k + 1 tokens (interpolated between measured
+    sizes); without measured batches it is one target step, the paper's assumption. The sampling
+    terms are per emitted token (target) and per drafted token (draft); 0 leaves them out.
     """
 
     target_ms_per_token: float
     draft_ms_per_token: float
-    extra_draft_steps: float = 0.0
-    verify_intercept_ms: float | None = None
-    verify_slope_ms: float = 0.0
+    verify_batches: tuple[tuple[int, float], ...] = ()  # (tokens, ms) of target batches; () = one step
+    draft_batches: tuple[tuple[int, float], ...] = ()  # (tokens, ms) of draft batches, for draft_processes_batch
+    program: Program = LLAMA_SPECULATIVE
+    target_sample_ms: float = 0.0
+    draft_sample_ms: float = 0.0
+    depth: int | None = None  # the context depth the costs were timed at (documentation)
 
     def __post_init__(self) -> None:
         _positive("target_ms_per_token", self.target_ms_per_token)
         _non_negative("draft_ms_per_token", self.draft_ms_per_token)
-        _non_negative("extra_draft_steps", self.extra_draft_steps)
-        _non_negative("verify_slope_ms", self.verify_slope_ms)
-        if self.verify_intercept_ms is not None:
-            _non_negative("verify_intercept_ms", self.verify_intercept_ms)
+        _non_negative("target_sample_ms", self.target_sample_ms)
+        _non_negative("draft_sample_ms", self.draft_sample_ms)
+        object.__setattr__(self, "verify_batches", _table("target", self.verify_batches))
+        object.__setattr__(self, "draft_batches", _table("draft", self.draft_batches))
+
+    @classmethod
+    def from_bench(cls, target_batches: Mapping[int, float], draft_step_ms: float, program: Program = LLAMA_SPECULATIVE,
+                   *, draft_batches: Mapping[int, float] | None = None, target_sample_ms: float = 0.0,
+                   draft_sample_ms: float = 0.0, depth: int | None = None, smooth: bool = True) -> CostModel:
+        """The model from llama-bench timings at one depth: target batches of 1..K tokens (batch 1
+        is the target's step, so every ratio comes from one program) and the draft's step.
+
+        ``smooth`` makes the batch costs non-decreasing in the batch size (:func:`monotone`) before
+        they are interpolated; the points are otherwise used as measured."""
+        if 1 not in target_batches:
+            raise LlamaspecError("the target's batch timings lack batch size 1 (its single-token step)",
+                                 hint="time the target with llama-bench -p 1,2,...,17 at the run's depth")
+        table = _table("target", target_batches)
+        if smooth:
+            table = monotone(table)
+        return cls(target_ms_per_token=dict(table)[1], draft_ms_per_token=draft_step_ms,
+                   verify_batches=table,
+                   draft_batches=tuple((draft_batches or {}).items()), program=program,
+                   target_sample_ms=target_sample_ms, draft_sample_ms=draft_sample_ms, depth=depth)
 
     @property
     def cost_ratio(self) -> float:
@@ -209,36 +359,60 @@ class CostModel:
         return self.draft_ms_per_token / self.target_ms_per_token
 
     @property
+    def extra_draft_steps(self) -> int:
+        return self.program.extra_draft_steps
+
+    @property
     def verify_measured(self) -> bool:
-        return self.verify_intercept_ms is not None
+        return bool(self.verify_batches)
+
+    @property
+    def baseline_ms_per_token(self) -> float:
+        return self.target_ms_per_token + self.target_sample_ms
 
     def verify_ms(self, k: float) -> float:
-        if self.verify_intercept_ms is None:
+        """The target's batch of k + 1 tokens: measured (interpolated), or one step when not measured."""
+        if not self.verify_batches:
             return self.target_ms_per_token
-        return self.verify_intercept_ms + self.verify_slope_ms * k
+        return interpolate(self.verify_batches, k + 1.0)
 
     def verify_steps(self, k: float) -> float:
         """Verification of k + 1 tokens, in target steps (1 in the paper)."""
         return self.verify_ms(k) / self.target_ms_per_token
 
-    def call_ms(self, k: float) -> float:
-        return (k + self.extra_draft_steps) * self.draft_ms_per_token + self.verify_ms(k)
+    def draft_ms(self, k: float) -> float:
+        """The draft's share of a round: its single steps, its batch if the program runs one, its sampling."""
+        ms = self.program.draft_steps_per_round(k) * self.draft_ms_per_token + k * self.draft_sample_ms
+        if self.program.draft_processes_batch:
+            # Without a measured draft batch, count it as one draft step (a lower bound).
+            ms += interpolate(self.draft_batches, k + 1.0) if self.draft_batches else self.draft_ms_per_token
+        return ms
+
+    def call_ms(self, k: float, tokens: float = 1.0) -> float:
+        """One round at draft length k emitting ``tokens`` tokens (sampled on the target, one each)."""
+        return self.draft_ms(k) + self.verify_ms(k) + tokens * self.target_sample_ms
 
     def speedup(self, alpha: float, k: float) -> float:
-        """Predicted decode speedup over the target alone: tokens per call · t_target / T_call(k)."""
-        call = self.call_ms(k)
+        """Predicted decode speedup over the target alone: tokens per round · baseline ms per token / T_round(k)."""
+        tokens = tokens_per_call(alpha, k)
+        call = self.call_ms(k, tokens)
         if call <= 0:
             return math.inf
-        return tokens_per_call(alpha, k) * self.target_ms_per_token / call
+        return tokens * self.baseline_ms_per_token / call
 
     def with_cost_ratio(self, cost_ratio: float) -> CostModel:
-        """The same model with the draft's per-token cost set to ``cost_ratio`` target steps."""
+        """The same model with the draft's per-token cost set to ``cost_ratio`` target steps
+        (its draft batches scaled alike)."""
+        scale = cost_ratio / self.cost_ratio if self.cost_ratio > 0 else 0.0
         return CostModel(
             target_ms_per_token=self.target_ms_per_token,
             draft_ms_per_token=cost_ratio * self.target_ms_per_token,
-            extra_draft_steps=self.extra_draft_steps,
-            verify_intercept_ms=self.verify_intercept_ms,
-            verify_slope_ms=self.verify_slope_ms,
+            verify_batches=self.verify_batches,
+            draft_batches=tuple((s, ms * scale) for s, ms in self.draft_batches) if scale > 0 else (),
+            program=self.program,
+            target_sample_ms=self.target_sample_ms,
+            draft_sample_ms=self.draft_sample_ms * scale,
+            depth=self.depth,
         )
 
 
@@ -309,31 +483,18 @@ def _count(name: str, value: int, minimum: int = 0) -> None:
 
 @dataclass(frozen=True)
 class Observation:
-    """One measured speculative run (or the pooled counters of its repeats) and its baseline.
+    """One measured speculative setting (its repeats pooled) and its baseline.
 
-    Where each field comes from in llama.cpp's output:
-
-    - ``draft_max``: the requested draft length, ``--draft`` / ``--draft-max`` (k).
-    - ``n_drafted``, ``n_accept``: llama-speculative's ``n_drafted =`` and ``n_accept =`` lines.
-      Its ``accept = x%`` line is ``100 * n_accept / n_drafted`` (see :attr:`accept_rate`).
-    - ``n_generated``: ``n_predict =`` (equal to the count in ``decoded N tokens in ...``).
-    - ``spec_decode_tps``: the speculative run's ``decoded N tokens in T seconds, speed: X t/s``.
-    - ``baseline_decode_tps``: decode t/s of the target alone on the same prompt and settings.
-    - ``target_ms_per_token``: the baseline's target ``eval time = ... ms / N runs (X ms per token``;
-      None falls back to ``1000 / baseline_decode_tps``.
-    - ``draft_ms_per_token``: the draft block's ``eval time = ... (X ms per token``: one draft step.
-      None means no cost can be modelled; acceptance is still fitted.
-    - ``draft_runs``: N in the draft block's ``eval time = ... / N runs``. With the target-call
-      count it gives the draft steps per call beyond the drafted tokens (llama-speculative also
-      runs the draft on the target's token each call).
-    - ``n_target_calls``: verification calls, if counted. llama.cpp does not print it, but every call
-      emits its accepted drafts plus one target token, so None derives it as
-      ``n_generated - n_accept`` (exact for llama-speculative-simple; llama-speculative counts the
-      first token, sampled from the prompt, as one more call).
-    - ``verify_ms_per_call``: target time spent verifying, per call. llama-speculative runs the
-      target's verification batches through its ``prompt eval`` counters (single-token calls land in
-      ``eval``): (target prompt eval ms - prompt encoding ms + target eval ms) / calls. None assumes
-      the paper's one target step.
+    - ``draft_max``: the requested draft length (k).
+    - ``n_drafted``, ``n_accept``: the program's ``n_drafted =`` and ``n_accept =`` lines (summed over
+      repeats). Its ``accept = x%`` line is ``100 * n_accept / n_drafted`` (see :attr:`accept_rate`).
+    - ``n_generated``: ``n_predict =`` (summed over repeats).
+    - ``spec_decode_tps``, ``baseline_decode_tps``: speeds on SPEED_DEFINITION (medians).
+    - ``rounds``: verification rounds as the backend counted them (summed); None derives them from
+      the counters by ``program``'s own loop (:meth:`Program.rounds`, per run: pass ``runs``).
+    - ``speedup``: the measured speedup if known better than the ratio of the two medians (the median
+      of paired ratios); None uses spec/baseline.
+    - ``runs``: how many runs the counters sum over (the derived rounds subtract one per run).
     """
 
     draft_max: int
@@ -342,43 +503,46 @@ class Observation:
     n_generated: int
     spec_decode_tps: float
     baseline_decode_tps: float
-    target_ms_per_token: float | None = None
-    draft_ms_per_token: float | None = None
-    draft_runs: int | None = None
-    n_target_calls: int | None = None
-    verify_ms_per_call: float | None = None
+    rounds: int | None = None
+    program: Program = LLAMA_SPECULATIVE
+    speedup: float | None = None
+    runs: int = 1
 
     def __post_init__(self) -> None:
         _count("draft_max", self.draft_max, minimum=1)
         _count("n_drafted", self.n_drafted)
         _count("n_accept", self.n_accept)
         _count("n_generated", self.n_generated, minimum=1)
+        _count("runs", self.runs, minimum=1)
         if self.n_accept > self.n_drafted:
             raise LlamaspecError(
                 f"n_accept ({self.n_accept}) exceeds n_drafted ({self.n_drafted}): only drafted tokens can be accepted",
                 hint=_HINT_COUNTS,
             )
-        if self.n_accept >= self.n_generated:
-            raise LlamaspecError(
-                f"n_accept ({self.n_accept}) must be below n_generated ({self.n_generated}): "
-                "every target call adds a token of its own",
-                hint=_HINT_COUNTS,
-            )
-        if self.n_target_calls is not None:
-            _count("n_target_calls", self.n_target_calls, minimum=1)
-            if self.n_target_calls > self.n_generated:
+        if self.rounds is not None:
+            _count("rounds", self.rounds, minimum=1)
+            if self.rounds + self.n_accept > self.n_generated:
                 raise LlamaspecError(
-                    f"n_target_calls ({self.n_target_calls}) exceeds n_generated ({self.n_generated})",
+                    f"rounds ({self.rounds}) + n_accept ({self.n_accept}) exceed n_generated ({self.n_generated}): "
+                    "every round emits its accepted tokens plus one",
                     hint=_HINT_COUNTS,
                 )
-        if self.draft_runs is not None:
-            _count("draft_runs", self.draft_runs)
+        elif self.derived_rounds < 1:
+            raise LlamaspecError(
+                f"n_accept ({self.n_accept}) leaves no verification round in {self.n_generated} generated tokens "
+                f"({self.program.name}: rounds = n_predict - n_accept"
+                f"{' - 1' if self.program.first_token_from_prompt else ''})",
+                hint=_HINT_COUNTS,
+            )
         _positive("spec_decode_tps", self.spec_decode_tps)
         _positive("baseline_decode_tps", self.baseline_decode_tps)
-        for name in ("target_ms_per_token", "draft_ms_per_token", "verify_ms_per_call"):
-            value = getattr(self, name)
-            if value is not None:
-                _positive(name, value)
+        if self.speedup is not None:
+            _positive("speedup", self.speedup)
+
+    @property
+    def derived_rounds(self) -> int:
+        per_run = 1 if self.program.first_token_from_prompt else 0
+        return self.n_generated - self.n_accept - per_run * self.runs
 
     @property
     def accept_rate(self) -> float | None:
@@ -387,29 +551,26 @@ class Observation:
 
     @property
     def calls(self) -> int:
-        """Target verification calls: counted, or derived as n_generated - n_accept."""
-        return self.n_target_calls if self.n_target_calls is not None else self.n_generated - self.n_accept
+        """Verification rounds: counted, or derived from the counters by the program's loop."""
+        return self.rounds if self.rounds is not None else self.derived_rounds
 
     @property
     def drafted_per_call(self) -> float:
-        """Mean tokens actually drafted per call (≤ draft_max unless the build adapts it)."""
+        """Mean tokens actually drafted per round (≤ draft_max unless the build adapts it)."""
         return self.n_drafted / self.calls
 
     @property
     def tokens_per_call(self) -> float:
-        return self.n_generated / self.calls
-
-    @property
-    def target_ms(self) -> float:
-        return self.target_ms_per_token if self.target_ms_per_token is not None else 1000.0 / self.baseline_decode_tps
+        """Tokens emitted per round: accepted + the target's own."""
+        return 1.0 + self.n_accept / self.calls
 
     @property
     def measured_speedup(self) -> float:
-        return self.spec_decode_tps / self.baseline_decode_tps
+        return self.speedup if self.speedup is not None else self.spec_decode_tps / self.baseline_decode_tps
 
     @property
     def alpha(self) -> float | None:
-        """This point's own α, from tokens per call at its mean drafted length; None if nothing drafted."""
+        """This point's own α, from tokens per round at its mean drafted length; None if nothing drafted."""
         if self.n_drafted == 0:
             return None
         k = self.drafted_per_call
@@ -428,13 +589,13 @@ class PointFit:
     draft_max: int
     accept_rate: float | None  # llama.cpp's accept, as a fraction
     alpha: float | None  # this point's own α (None: nothing drafted)
-    calls: int
-    calls_measured: bool  # False: derived as n_generated - n_accept
+    calls: int  # verification rounds
+    calls_measured: bool  # False: derived from the counters by the program's loop
     drafted_per_call: float  # the k the prediction uses
     tokens_per_call: float
-    mean_accepted: float  # accepted drafts per call = tokens_per_call - 1
+    mean_accepted: float  # accepted drafts per round = tokens_per_call - 1
     measured_speedup: float
-    measured_call_ms: float  # 1000 * tokens_per_call / spec_decode_tps
+    measured_call_ms: float  # ms per round the measured speed implies: tokens_per_call · 1000 / spec_decode_tps
     predicted_speedup: float | None  # pooled α and cost model at drafted_per_call
     predicted_call_ms: float | None
     implied_cost_ratio: float | None  # the c that would make the prediction match the measurement
@@ -456,7 +617,7 @@ class Prediction:
     draft_max: int
     tokens_per_call: float
     accept_rate: float  # what llama.cpp would print as accept, as a fraction
-    call_steps: float  # cost of one call in target steps
+    call_steps: float  # cost of one round in baseline tokens' time
     speedup: float
 
 
@@ -466,12 +627,13 @@ class Analysis:
 
     alpha: float  # pooled per-token acceptance rate
     points: tuple[PointFit, ...]
-    cost: CostModel | None  # None without draft timings: no speedup predictions
+    cost: CostModel | None  # None without measured costs: no speedup predictions
     curve: tuple[Prediction, ...]  # k = 1..max_draft; empty without a cost model
+    program: Program = field(default=LLAMA_SPECULATIVE)
 
     @property
     def tokens_per_call_ceiling(self) -> float:
-        """1/(1 - α): tokens per call as k → ∞."""
+        """1/(1 - α): tokens per round as k → ∞."""
         return ceiling_speedup(self.alpha)
 
     @property
@@ -507,9 +669,46 @@ class Analysis:
     def max_draft(self) -> int:
         return len(self.curve)
 
+    @property
+    def rel_errors(self) -> tuple[float, ...]:
+        return tuple(p.rel_error for p in self.points if p.rel_error is not None)
+
+    @property
+    def median_abs_error(self) -> float | None:
+        """Median |predicted - measured| / measured over the points: the fit's quality."""
+        errors = self.rel_errors
+        return statistics.median(abs(e) for e in errors) if errors else None
+
+    @property
+    def max_abs_error(self) -> float | None:
+        errors = self.rel_errors
+        return max(abs(e) for e in errors) if errors else None
+
+    def fit_quality(self) -> str:
+        """One line: how well the model predicts the measured points."""
+        if self.median_abs_error is None or self.max_abs_error is None:
+            return "no speedup predictions (no measured costs): only alpha and the ceiling"
+        bias = statistics.median(self.rel_errors)
+        return (f"model vs measured over {len(self.rel_errors)} draft lengths: median |error| "
+                f"{100 * self.median_abs_error:.1f}%, max {100 * self.max_abs_error:.1f}%, median bias {100 * bias:+.1f}%")
+
+    def table(self) -> str:
+        """The points and the model side by side, then the fit quality (for reports and logs)."""
+        lines = [f"{'draft':>5} {'accept':>7} {'tok/round':>9} {'measured':>9} {'predicted':>9} {'error':>7}"]
+        for p in sorted(self.points, key=lambda q: q.draft_max):
+            pred = f"{p.predicted_speedup:.3f}x" if p.predicted_speedup is not None else "-"
+            err = f"{100 * p.rel_error:+.1f}%" if p.rel_error is not None else "-"
+            acc = f"{100 * p.accept_rate:.1f}%" if p.accept_rate is not None else "-"
+            lines.append(f"{p.draft_max:>5} {acc:>7} {p.tokens_per_call:>9.2f} {p.measured_speedup:>8.3f}x {pred:>9} {err:>7}")
+        lines.append(self.fit_quality())
+        if self.best is not None and self.cost is not None:
+            lines.append(f"predicted best draft length {self.best.draft_max}: {self.best.speedup:.3f}x "
+                         f"(alpha {self.alpha:.3f}, c {self.cost.cost_ratio:.3f})")
+        return "\n".join(lines)
+
 
 def _pooled_alpha(observations: Sequence[Observation]) -> float:
-    """α with Σ calls_i·E[accepted](α, k_i) = Σ n_accept_i over the points that drafted anything."""
+    """α with Σ rounds_i·E[accepted](α, k_i) = Σ n_accept_i over the points that drafted anything."""
     drafted = [o for o in observations if o.n_drafted > 0]
     if not drafted:
         raise LlamaspecError(
@@ -529,64 +728,28 @@ def _pooled_alpha(observations: Sequence[Observation]) -> float:
     return _solve_increasing(accepted, goal, 0.0, 1.0)
 
 
-def _fit_verify(observations: Sequence[Observation], target_ms: float) -> tuple[float | None, float]:
-    """(intercept, slope) of verify ms per call against drafted tokens per call.
+def analyze(observations: Sequence[Observation], cost: CostModel | None = None, max_draft: int = 16) -> Analysis:
+    """Fit α to measured points and predict every draft length 1..K with measured costs.
 
-    Least squares when at least two distinct draft lengths were measured; with one, a line through it
-    and (0, one target step), since verifying one token is an ordinary decode step. A negative slope
-    (noise) falls back to the mean; a negative intercept to a line through the origin.
-    """
-    pts = [(o.drafted_per_call, o.verify_ms_per_call) for o in observations if o.verify_ms_per_call is not None]
-    if not pts:
-        return None, 0.0
-    xs = [x for x, _ in pts]
-    ys = [y for _, y in pts]
-    if len({round(x, 9) for x in xs}) < 2:
-        x, y = statistics.fmean(xs), statistics.fmean(ys)
-        slope = (y - target_ms) / x if x > 0 else 0.0
-        return (target_ms, slope) if slope >= 0 else (y, 0.0)
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x in xs)
-    intercept = my - slope * mx
-    if slope < 0:
-        return my, 0.0
-    if intercept < 0:
-        return 0.0, sum(x * y for x, y in pts) / sum(x * x for x in xs)
-    return intercept, slope
-
-
-def _fit_cost(observations: Sequence[Observation]) -> CostModel | None:
-    draft_ms = [o.draft_ms_per_token for o in observations if o.draft_ms_per_token is not None]
-    if not draft_ms:
-        return None
-    target_ms = statistics.median(o.target_ms for o in observations)
-    extra = [max(0.0, o.draft_runs / o.calls - o.drafted_per_call) for o in observations if o.draft_runs is not None]
-    intercept, slope = _fit_verify(observations, target_ms)
-    return CostModel(
-        target_ms_per_token=target_ms,
-        draft_ms_per_token=statistics.median(draft_ms),
-        extra_draft_steps=statistics.median(extra) if extra else 0.0,
-        verify_intercept_ms=intercept,
-        verify_slope_ms=slope,
-    )
-
-
-def analyze(observations: Sequence[Observation], max_draft: int = 16) -> Analysis:
-    """Fit α and the cost model to measured points; predict every draft length 1..K.
-
-    K is the larger of ``max_draft`` and the largest measured draft length. The pooled α weights
-    points by their calls; timings are pooled by median (one model pair, one target setting: mix
-    settings and the fit means nothing). Each point's prediction uses the pooled model at the
-    draft length that point actually drafted per call, so the curve and the points are compared
-    like for like.
+    α is pooled over the points (weighted by their rounds); ``cost`` holds the costs measured for
+    this setting (llama-bench at the run's depth, :meth:`CostModel.from_bench`); without it only α
+    and the ceiling are known. K is the larger of ``max_draft`` and the largest measured draft
+    length. Each point's prediction uses the pooled α at the length that point drafted per round.
     """
     obs = list(observations)
     if not obs:
         raise LlamaspecError("no measured points to fit", hint="run a speculative measurement first")
     if max_draft < 1:
         raise LlamaspecError(f"max_draft must be >= 1, got {max_draft}")
+    programs = {o.program for o in obs}
+    if len(programs) > 1:
+        raise LlamaspecError(f"the points come from different programs ({', '.join(sorted(p.name for p in programs))})",
+                             hint="fit each program's points on their own")
+    prog = obs[0].program
+    if cost is not None and cost.program != prog:
+        raise LlamaspecError(f"the costs are for {cost.program.name} but the points for {prog.name}",
+                             hint="build the cost model with the points' program")
     alpha = _pooled_alpha(obs)
-    cost = _fit_cost(obs)
     k_max = max(max_draft, *(o.draft_max for o in obs))
 
     curve: tuple[Prediction, ...] = ()
@@ -596,7 +759,7 @@ def analyze(observations: Sequence[Observation], max_draft: int = 16) -> Analysi
                 draft_max=k,
                 tokens_per_call=tokens_per_call(alpha, k),
                 accept_rate=accept_rate(alpha, k),
-                call_steps=cost.call_ms(k) / cost.target_ms_per_token,
+                call_steps=cost.call_ms(k, tokens_per_call(alpha, k)) / cost.baseline_ms_per_token,
                 speedup=cost.speedup(alpha, k),
             )
             for k in range(1, k_max + 1)
@@ -608,18 +771,20 @@ def analyze(observations: Sequence[Observation], max_draft: int = 16) -> Analysi
         predicted = predicted_ms = implied = None
         if cost is not None:
             predicted = cost.speedup(alpha, k)
-            predicted_ms = cost.call_ms(k)
-            draft_steps = k + cost.extra_draft_steps
-            if draft_steps > 0:
-                # tokens·t_target / ((k + δ)·c·t_target + t_verify) = measured, solved for c
-                implied = (o.tokens_per_call / o.measured_speedup - cost.verify_steps(k)) / draft_steps
+            predicted_ms = cost.call_ms(k, tokens_per_call(alpha, k))
+            steps = cost.program.draft_steps_per_round(k)
+            if steps > 0:
+                # tokens · t_base / (steps·c·t_target + the rest) = measured, solved for c
+                rest = predicted_ms - steps * cost.draft_ms_per_token
+                implied = ((o.tokens_per_call * cost.baseline_ms_per_token / o.measured_speedup - rest)
+                           / (steps * cost.target_ms_per_token))
         points.append(
             PointFit(
                 draft_max=o.draft_max,
                 accept_rate=o.accept_rate,
                 alpha=o.alpha,
                 calls=o.calls,
-                calls_measured=o.n_target_calls is not None,
+                calls_measured=o.rounds is not None,
                 drafted_per_call=k,
                 tokens_per_call=o.tokens_per_call,
                 mean_accepted=o.tokens_per_call - 1.0,
@@ -630,7 +795,7 @@ def analyze(observations: Sequence[Observation], max_draft: int = 16) -> Analysi
                 implied_cost_ratio=implied,
             )
         )
-    return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve)
+    return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve, program=prog)
 
 
 # ---------------------------------------------------------------------------------------------

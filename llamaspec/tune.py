@@ -169,7 +169,7 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
         key = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True).encode()).hexdigest()[:16]
         row = store.finished_point(tune_id, key)
         if row is None:
-            resolved = resolve_case(exp, _case_for(case, config))
+            resolved = resolve_case(exp, _case_for(case, config), backend)
             done = run_case(resolved, backend, store, repeats=exp.repeats, hardware=hw, exp=exp, kind="sweep",
                             sweep_id=tune_id, point_key=key, baseline_scope=tune_id,
                             time_costs=config.draft_variant is not None, warmup=not result.measured)
@@ -232,7 +232,7 @@ def _bound(exp: Experiment, case: Case, variant: str, backend: Backend, store: S
         return None
     from llamaspec.run import baseline_key, measure_shared
 
-    resolved = resolve_case(exp, _case_for(case, Config(variant, "draft", 1)))
+    resolved = resolve_case(exp, _case_for(case, Config(variant, "draft", 1)), backend)
     assert resolved.draft is not None
     key = baseline_key(backend, dataclasses.replace(resolved, target=resolved.draft), tune_id)
     timed = [row["decode_tps"] for row in store.shared(key, "draft")]

@@ -53,7 +53,7 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
-from llamaspec.backend import Capabilities, Measurement, ResolvedCase  # noqa: E402
+from llamaspec.backend import Capabilities, Measurement, ModelPath, ResolvedCase  # noqa: E402
 
 
 @dataclass
@@ -84,7 +84,9 @@ class FakeEngine:
 
     def __post_init__(self) -> None:
         self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
-                                         settings=frozenset({"n_predict", "draft_max", "threads", "seed"}),
+                                         settings=frozenset({"n_predict", "draft_max", "threads", "seed", "ctx_size",
+                                                             "flash_attn", "temperature", "escape", "gpu_layers",
+                                                             "draft_gpu_layers", "spec_type", "program", "timeout"}),
                                          spec_types=("draft",), draft_policy="fixed")
 
     def identity(self) -> str:
@@ -92,6 +94,9 @@ class FakeEngine:
 
     def provenance(self) -> dict[str, Any]:
         return {"engine": "fake", "commit": "fake", "build_key": self.identity()}
+
+    def resolve_model(self, model: str, variant: str) -> ModelPath:
+        return ModelPath(f"{model}:{variant}", f"/models/{model}-{variant}.gguf", variant)
 
     def check(self, case: ResolvedCase) -> None:
         return None

@@ -29,9 +29,8 @@ def case(**settings) -> ResolvedCase:
 
 @pytest.fixture()
 def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import llamaspec.run as runs
 
-    monkeypatch.setattr(runs, "resolve_model", lambda ref: ModelPath(ref.label, str(tmp_path / f"{ref.variant}.gguf"), ref.variant))
+    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
 
 

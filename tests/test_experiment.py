@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def known(model: str, variant: str) -> str | None:
-    models = {"codellama-7b": {"f16"}, "tinyllama-1.1b-python": {"q4_0"}, "smollm2-135m": {"f16", "f32", "q4_0", "q4_1", "q8_0"}}
+    models = {"codellama-7b": {"f16"}, "tinyllama-1.1b-python": {"q4_0"}, "smollm2-135m": {"f16", "f32", "q4_0", "q4_1", "q8_0"},
+              "tinyllama-1.1b-chat": {"hf"}, "guanaco-7b": {"hf"}, "guanaco-13b": {"hf"}, "guanaco-33b": {"hf"},
+              "gemma-3-270m": {"q4_k_m"}}
     if model not in models:
         return f"unknown model {model!r}"
     if variant not in models[model]:
@@ -40,8 +42,9 @@ cases:
 
 
 def test_shipped_experiments_load() -> None:
+    """Against the real catalog: every model and variant the shipped experiments name exists."""
     for path in sorted((ROOT / "experiments").glob("*.yaml")):
-        exp = experiment.load(str(path), known)
+        exp = experiment.load(str(path))
         assert exp.cases, path
 
 

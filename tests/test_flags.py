@@ -157,9 +157,16 @@ def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
                                settings(spec_type="ngram-nonsense"))
 
 
-def test_every_setting_reaches_llama_cpp_through_the_table() -> None:
-    """Adding a setting is its schema entry plus its flag-table row: nothing else knows about it."""
-    assert set(FIELDS) == set(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE
+def test_every_setting_reaches_llama_cpp_through_the_table_or_is_refused() -> None:
+    """Adding a setting is its schema entry plus its flag-table row: nothing else knows about it. A
+    setting of another engine (transformers' dtype, say) is not in the table, and the llama.cpp
+    backend does not declare it, so the run core refuses it there (tests/test_run.py)."""
+    from llamaspec.llamacpp.runner import SETTINGS
+
+    assert set(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE == SETTINGS
+    assert set(FIELDS) >= SETTINGS
+    others = set(FIELDS) - SETTINGS
+    assert all(FIELDS[name].metadata["engine"] == "transformers" for name in others), others
 
 
 def test_flash_attention_takes_a_value_now_and_was_a_switch_before() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from llamaspec.errors import LlamaspecError
 from llamaspec.plot import PlotMeta, PlotPoint, plot_all, plot_speedup
-from llamaspec.theory import Observation, analyze
+from llamaspec.theory import CostModel, Observation, analyze
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 META = PlotMeta(
@@ -35,14 +35,10 @@ def _sweep() -> tuple[list[PlotPoint], tuple[tuple[int, float], ...], tuple[tupl
             n_generated=accepted[k] + 100,
             spec_decode_tps=sorted(r)[1],
             baseline_decode_tps=39.2,
-            target_ms_per_token=25.5,
-            draft_ms_per_token=9.0,
-            draft_runs=100 * (k + 1),
-            verify_ms_per_call=27.0 + 4.0 * k,
         )
         for k, r in repeats.items()
     ]
-    an = analyze(obs, max_draft=12)
+    an = analyze(obs, CostModel.from_bench({1: 25.5, 2: 31.0, 9: 59.0}, 9.0), max_draft=12)
     points = [
         PlotPoint.from_repeats(
             o.draft_max, repeats[o.draft_max], 39.2, accept=o.accept_rate, predicted_speedup=p.predicted_speedup

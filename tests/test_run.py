@@ -22,6 +22,12 @@ from llamaspec.settings import Settings
 HW = {"cpu": "test", "cores": 2}
 
 
+@pytest.fixture(autouse=True)
+def _no_vocabulary_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model files here are names only: the pair check (its own tests) has nothing to read."""
+    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
+
+
 def case(tmp_path: Path, **settings) -> ResolvedCase:
     s = Settings(**{"n_predict": 64, "threads": 2, "draft_max": 8, "timeout": 60.0, **settings}).with_defaults()
     return ResolvedCase("exp", "python", ModelPath("smollm2-135m:f16", str(tmp_path / "t.gguf"), "aa"),
@@ -125,10 +131,9 @@ def test_p_min_is_refused_on_the_program_that_ignores_it(tmp_path: Path) -> None
 
 def test_cli_run_failure_is_one_line_with_hint_and_nonzero_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A crashing binary through the CLI: one Error line, a Hint, exit 1, the run stored as failed."""
-    import llamaspec.run as runs
 
     bins = fake_bin_dir(tmp_path / "bin", speculative="killed")
-    monkeypatch.setattr(runs, "resolve_model", lambda ref: ModelPath(ref.label, str(tmp_path / f"{ref.variant}.gguf"), "x"))
+    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), "x"))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
     result = CliRunner().invoke(main, ["run", "smollm2-quicksort", "--bin-dir", str(bins), "-n", "16"])
     assert result.exit_code == 1
@@ -159,3 +164,13 @@ def test_results_export_json(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["results", "export", "--format", "json"])
     assert result.exit_code == 0
     assert json.loads(result.output)[0]["measurements"][1]["mode"] == "speculative"
+
+
+def test_a_setting_the_engine_does_not_have_is_refused_before_running(tmp_path: Path) -> None:
+    from llamaspec.errors import LlamaspecError
+
+    store = Store.open(tmp_path / "r.sqlite")
+    with pytest.raises(LlamaspecError, match="llama.cpp backend has no equivalent of dtype") as err:
+        run_case(case(tmp_path, dtype="bfloat16"), backend(tmp_path), store, hardware=HW)
+    assert "transformers" in (err.value.hint or "")
+    assert store.runs() == []

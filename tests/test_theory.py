@@ -1,59 +1,53 @@
-"""The speedup model: closed forms, the α inversion, fits to measured runs, and explanations."""
+"""The speedup model: closed forms, the α inversion, and fits to a real recorded sweep.
+
+The fit tests start from what the pinned llama.cpp (0c1e570) printed on a real draft-length sweep
+(``tests/fixtures/llamacpp/0c1e570/sweep-t1``: SmolLM2-135M F32 target, Q4_1 draft, the
+quick-sort prompt, -n 128, -t 1, paired ABBA repeats, llama-bench of both models at the run's
+depth), parsed with ``llamaspec.llamacpp.parse``: the model must predict those measurements, and
+it must stop predicting them when any of its measured ingredients is replaced by the old
+assumptions.
+"""
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from dataclasses import replace
+from functools import cache
+from pathlib import Path
 
 import pytest
 
+from llamaspec import stats
 from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp import parse
 from llamaspec.theory import (
+    LLAMA_SPECULATIVE,
+    SPECULATIVE_SIMPLE,
     CostModel,
     Observation,
+    Program,
     accept_rate,
     alpha_from_accept_rate,
     alpha_from_tokens_per_call,
     analyze,
+    bench_depth,
     best_draft_length,
     ceiling_speedup,
     expected_accepted,
     explain_shortfall,
+    interpolate,
     max_cost_ratio,
     paper_speedup,
+    program,
     required_alpha,
     tokens_per_call,
 )
 
-# The 2023 write-up (shared/reference/000_057eec27d88f13c1.txt): llama.cpp `speculative`, CodeLlama-7B
-# F16 target, TinyLlama-1.1B-python Q4_0 draft, --draft 8, Metal. No target-alone run was recorded, so
-# the target's own single-token `eval` timing (42.68 ms per token) stands in for the baseline.
-PY_TARGET_MS = 42.68
-PY_VERIFY_MS = (4210.38 - 12 * 11.02 + 682.80) / 70  # target prompt eval minus the 12-token prompt, plus eval
-PYTHON_RUN = Observation(
-    draft_max=8,
-    n_drafted=317,
-    n_accept=195,
-    n_generated=265,  # n_predict; "decoded 265 tokens in 7.909 seconds, speed: 33.507 t/s"
-    spec_decode_tps=33.507,
-    baseline_decode_tps=1000.0 / PY_TARGET_MS,
-    target_ms_per_token=PY_TARGET_MS,
-    draft_ms_per_token=5.95,  # draft: eval time = 2247.77 ms / 378 runs (5.95 ms per token)
-    draft_runs=378,
-)
-C_RUN = Observation(
-    draft_max=8,
-    n_drafted=278,
-    n_accept=200,
-    n_generated=258,
-    spec_decode_tps=40.112,
-    baseline_decode_tps=1000.0 / 43.08,
-    target_ms_per_token=43.08,
-    draft_ms_per_token=5.58,
-    draft_runs=329,
-    verify_ms_per_call=(3164.84 - 25 * 9.25 + 775.43) / 58,
-)
-
+FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
+SWEEP = FIXTURES / "0c1e570" / "sweep-t1"
+ERROR_BOUND = 0.10  # median |predicted - measured| / measured over the sweep
 
 # --- closed forms -------------------------------------------------------------------------------
 
@@ -115,149 +109,307 @@ def test_alpha_inversion_endpoints_and_bad_input() -> None:
             call()
 
 
-# --- the write-up's runs ------------------------------------------------------------------------
-
-
-def test_writeup_python_run_alpha_from_printed_accept() -> None:
-    # llama.cpp printed accept = 61.514% at --draft 8; read as a fixed-k draft, α is much higher.
+def test_writeup_alpha_from_printed_accept() -> None:
+    # The 2023 write-up's Python run printed accept = 61.514% at --draft 8; read as a fixed-k
+    # draft, α is much higher than the printed figure.
     alpha = alpha_from_accept_rate(0.61514, 8)
     assert alpha == pytest.approx(0.8907, abs=1e-4)
     assert accept_rate(alpha, 8) == pytest.approx(0.61514, abs=1e-9)
-    assert PYTHON_RUN.accept_rate == pytest.approx(0.61514, abs=5e-6)
 
 
-def test_writeup_python_run_fit() -> None:
-    an = analyze([PYTHON_RUN])
-    (p,) = an.points
-    # Every call emits its accepted drafts plus one target token: 265 - 195 = 70 calls.
-    assert p.calls == 70 and not p.calls_measured
-    assert p.tokens_per_call == pytest.approx(265 / 70)
-    assert p.mean_accepted == pytest.approx(195 / 70)
-    # That build drafted 4.5 per call on average, not 8, so α comes from the tokens per call at 4.53.
-    assert p.drafted_per_call == pytest.approx(317 / 70)
-    assert an.alpha == pytest.approx(0.830, abs=1e-3)
-    assert p.alpha == pytest.approx(an.alpha)
-    assert tokens_per_call(an.alpha, p.drafted_per_call) == pytest.approx(p.tokens_per_call, rel=1e-9)
-    assert an.ceiling_speedup == pytest.approx(1 / (1 - an.alpha))
-    assert an.cost is not None
-    assert an.cost.cost_ratio == pytest.approx(5.95 / 42.68)  # c = 0.139
-    assert an.cost.extra_draft_steps == pytest.approx(378 / 70 - 317 / 70)  # the draft also eats the target token
-    assert not an.cost.verify_measured
-    assert p.measured_speedup == pytest.approx(1.430, abs=1e-3)
-    # The paper's one-step verification misses badly here: 2.16x predicted, 1.43x measured.
-    assert p.rel_error is not None and p.rel_error > 0.4
-    assert p.implied_cost_ratio is not None and p.implied_cost_ratio > an.cost.cost_ratio
-    assert len(an.curve) == 16
-    assert an.best is not None and an.best.speedup == max(q.speedup for q in an.curve)
+# --- programs and costs -------------------------------------------------------------------------
 
 
-def test_writeup_python_run_with_measured_verification_predicts_close() -> None:
-    an = analyze([replace(PYTHON_RUN, verify_ms_per_call=PY_VERIFY_MS)])
-    (p,) = an.points
-    assert an.cost is not None and an.cost.verify_measured
-    # One point: a line through (0 drafted, one target step) and the measured verify cost.
-    assert an.cost.verify_ms(0) == pytest.approx(PY_TARGET_MS)
-    assert an.cost.verify_ms(p.drafted_per_call) == pytest.approx(PY_VERIFY_MS)
-    assert p.predicted_call_ms == pytest.approx(5.95 * 378 / 70 + PY_VERIFY_MS)
-    # What is left (~13 %) is the sampling time the model does not see (652 ms draft, 208 ms target).
-    assert p.rel_error is not None and 0 < p.rel_error < 0.15
-    assert p.abs_error == pytest.approx(p.predicted_speedup - p.measured_speedup)  # type: ignore[operator]
+def test_program_profiles_follow_their_loops() -> None:
+    # llama-speculative: the first token comes from the prompt's logits, outside any round;
+    # recorded on 0c1e570: n_predict 72, n_accept 57, n_drafted 112 = 8 x 14 rounds.
+    assert LLAMA_SPECULATIVE.rounds(72, 57) == 14 and 8 * LLAMA_SPECULATIVE.rounds(72, 57) == 112
+    assert LLAMA_SPECULATIVE.draft_steps_per_round(8) == 9
+    # llama-speculative-simple holds the last prompt token back: 72 predicted, 58 accepted, 14 rounds.
+    assert SPECULATIVE_SIMPLE.rounds(72, 58) == 14
+    assert SPECULATIVE_SIMPLE.draft_steps_per_round(8) == 8
+    assert program("speculative") is LLAMA_SPECULATIVE and program("llama-speculative-simple") is SPECULATIVE_SIMPLE
+    with pytest.raises(LlamaspecError, match="no round profile"):
+        program("llama-cli")
+    assert bench_depth(11, 128) == 75
 
 
-def test_pooled_alpha_lies_between_the_points() -> None:
-    an = analyze([replace(PYTHON_RUN, verify_ms_per_call=PY_VERIFY_MS), C_RUN])
-    alphas = sorted(p.alpha for p in an.points if p.alpha is not None)
-    assert alphas[0] < an.alpha < alphas[1]
-    # The pooled α reproduces the total accepted count.
-    total = sum(p.calls * expected_accepted(an.alpha, p.drafted_per_call) for p in an.points)
-    assert total == pytest.approx(195 + 200, rel=1e-9)
+def test_recorded_counters_match_the_program_profiles() -> None:
+    for name, prog in (("speculative", LLAMA_SPECULATIVE), ("speculative-simple", SPECULATIVE_SIMPLE)):
+        folder = FIXTURES / "0c1e570"
+        s = parse.parse_speculative((folder / f"{name}.stdout").read_text(), (folder / f"{name}.stderr").read_text())
+        assert s.n_drafted == s.n_draft * prog.rounds(s.n_predict, s.n_accept), name
 
 
-# --- fits to synthetic sweeps -------------------------------------------------------------------
+def test_interpolation_uses_the_measured_points() -> None:
+    pts = ((1, 10.0), (2, 12.0), (4, 20.0))
+    assert interpolate(pts, 1) == 10.0 and interpolate(pts, 4) == 20.0
+    assert interpolate(pts, 3) == pytest.approx(16.0)
+    assert interpolate(pts, 6) == pytest.approx(28.0)  # beyond: the last segment's line
+    assert interpolate(((2, 8.0),), 3) == pytest.approx(12.0)
+    cost = CostModel.from_bench({1: 10.0, 4: 20.0, 2: 12.0}, 2.0)
+    assert cost.verify_batches == pts and cost.verify_ms(2) == pytest.approx(16.0)  # k = 2 verifies 3 tokens
+    assert cost.call_ms(2) == pytest.approx(3 * 2.0 + 16.0)  # k + 1 draft steps in llama-speculative
+    assert cost.speedup(1.0, 2) == pytest.approx(3 * 10.0 / 22.0)
+    with pytest.raises(LlamaspecError, match="batch size 1"):
+        CostModel.from_bench({2: 12.0}, 2.0)
+    with pytest.raises(LlamaspecError):
+        CostModel.from_bench({1: 10.0, 2: -1.0}, 2.0)
 
 
-def _sweep(
-    alpha: float,
-    ks: list[int],
-    target_ms: float,
-    draft_ms: float,
-    verify: tuple[float, float] | None,
-    extra_steps: int = 1,
-    calls: int = 10_000,
-    overhead: float = 1.0,
-) -> list[Observation]:
-    """Observations a perfect i.i.d. drafter would produce (overhead > 1 slows the measured runs)."""
-    out = []
-    for k in ks:
-        n_accept = round(calls * expected_accepted(alpha, k))
-        call_ms = (k + extra_steps) * draft_ms + (target_ms if verify is None else verify[0] + verify[1] * k)
-        out.append(
-            Observation(
-                draft_max=k,
-                n_drafted=k * calls,
-                n_accept=n_accept,
-                n_generated=n_accept + calls,
-                spec_decode_tps=1000.0 * (n_accept + calls) / (calls * call_ms * overhead),
-                baseline_decode_tps=1000.0 / target_ms,
-                target_ms_per_token=target_ms,
-                draft_ms_per_token=draft_ms,
-                draft_runs=(k + extra_steps) * calls,
-                n_target_calls=calls,
-                verify_ms_per_call=None if verify is None else verify[0] + verify[1] * k,
-            )
-        )
+def test_without_measured_batches_the_paper_is_recovered() -> None:
+    cost = CostModel(target_ms_per_token=20.0, draft_ms_per_token=1.0, program=Program("paper", 0, True))
+    for a, k in ((0.8, 4), (0.6, 2), (0.95, 9)):
+        assert cost.speedup(a, k) == pytest.approx(paper_speedup(a, k, 0.05))
+
+
+# --- the recorded sweep -------------------------------------------------------------------------
+
+
+def _read(name: str) -> str:
+    return (SWEEP / name).read_text()
+
+
+def _spec_tps(s: parse.SpeculativeStats) -> float:
+    """SPEED_DEFINITION for llama-speculative: (N - 1) / T of "decoded N tokens in T seconds"."""
+    return (s.n_decoded - 1) / s.decode_s
+
+
+def _base_tps(c: parse.CompletionStats) -> float:
+    """SPEED_DEFINITION for llama-completion: eval runs / (eval time + sampling time)."""
+    t = c.timings
+    assert t.eval_runs and t.eval_ms is not None and t.sampling_total_ms is not None
+    return t.eval_runs / ((t.eval_ms + t.sampling_total_ms) / 1000.0)
+
+
+@cache
+def _manifest() -> dict:
+    return json.loads(_read("fixtures.json"))
+
+
+@cache
+def _runs() -> dict[int, list[tuple[parse.SpeculativeStats, parse.CompletionStats]]]:
+    """k -> the paired (speculative, completion) runs, parsed from the recorded output."""
+    m = _manifest()
+    out: dict[int, list[tuple[parse.SpeculativeStats, parse.CompletionStats]]] = {}
+    for k in m["ks"]:
+        for r in range(m["repeats"]):
+            spec = parse.parse_speculative(_read(f"speculative-k{k}-r{r}.stdout"), _read(f"speculative-k{k}-r{r}.stderr"))
+            base = parse.parse_completion(_read(f"completion-k{k}-r{r}.stdout"), _read(f"completion-k{k}-r{r}.stderr"))
+            out.setdefault(k, []).append((spec, base))
     return out
 
 
-def test_fit_recovers_a_known_model_and_predicts_its_measurements() -> None:
-    obs = _sweep(0.85, [1, 2, 4, 8, 16], target_ms=20.0, draft_ms=4.0, verify=(22.0, 3.0))
-    an = analyze(obs, max_draft=12)
+def _spreads() -> dict[int, stats.Spread]:
+    """k -> the paired speedups (speculative over the baseline run next to it), as a Spread."""
+    out = {}
+    for k, pairs in _runs().items():
+        s = stats.spread([_spec_tps(sp) / _base_tps(b) for sp, b in pairs])
+        assert s is not None
+        out[k] = s
+    return out
+
+
+def _observations(prog: Program = LLAMA_SPECULATIVE) -> list[Observation]:
+    spreads = _spreads()
+    obs = []
+    for k, pairs in _runs().items():
+        obs.append(Observation(
+            draft_max=k,
+            n_drafted=sum(sp.n_drafted for sp, _ in pairs),
+            n_accept=sum(sp.n_accept for sp, _ in pairs),
+            n_generated=sum(sp.n_predict for sp, _ in pairs),
+            spec_decode_tps=statistics.median(_spec_tps(sp) for sp, _ in pairs),
+            baseline_decode_tps=statistics.median(_base_tps(b) for _, b in pairs),
+            program=prog,
+            speedup=spreads[k].median,
+            runs=len(pairs),
+        ))
+    return obs
+
+
+def _bench(prefix: str) -> parse.BatchTimings:
+    return parse.pool_bench(*(parse.parse_bench_json(_read(f"{prefix}-{when}.json")) for when in ("start", "end")))
+
+
+def _sample_ms() -> float:
+    """The target's sampling per token, from the baselines' own common_perf_print lines."""
+    per_token = [b.timings.sampling_total_ms / (b.timings.eval_runs + 1)  # type: ignore[operator]
+                 for pairs in _runs().values() for _, b in pairs]
+    return statistics.median(per_token)
+
+
+def _cost(prog: Program = LLAMA_SPECULATIVE) -> CostModel:
+    """Costs as the run measures them: llama-bench at the run's depth (target batches with every token
+    an output, the draft's step; start and end pooled), sampling from the baselines' own lines."""
+    target, draft = _bench("bench-target"), _bench("bench-draft")
+    s = _sample_ms()
+    return CostModel.from_bench(target.median_ms, draft.median_ms[1], prog, target_sample_ms=s, draft_sample_ms=s,
+                                depth=target.depth)
+
+
+def test_the_sweep_was_recorded_as_documented() -> None:
+    m = _manifest()
+    assert m["llama_cpp_commit"] == "0c1e570" and m["threads"] == 1 and m["n_predict"] == 128
+    for k, pairs in _runs().items():
+        for spec, base in pairs:
+            # The pinned llama-speculative drafts exactly k per round, rounds = n_predict - n_accept - 1.
+            assert spec.n_draft == k
+            assert spec.n_drafted == k * LLAMA_SPECULATIVE.rounds(spec.n_predict, spec.n_accept)
+            assert base.eval_runs == 127  # -n 128: the last token is sampled, never decoded
+            # greedy and lossless: the same text as the target alone (both echo the prompt)
+            assert spec.text is not None and base.text is not None
+            n = min(len(spec.text), len(base.text))
+            assert spec.text[:n] == base.text[:n]
+    target, draft = _bench("bench-target"), _bench("bench-draft")
+    assert target.depth == draft.depth == m["depth"] == bench_depth(11, 128)
+    assert target.all_outputs and sorted(target.ms_by_tokens) == list(range(1, 18))
+
+
+def test_the_model_predicts_the_recorded_sweep() -> None:
+    an = analyze(_observations(), _cost())
+    print(an.table())
+    assert an.median_abs_error is not None and an.median_abs_error <= ERROR_BOUND, an.table()
+    assert an.max_abs_error is not None and an.max_abs_error <= 2 * ERROR_BOUND, an.table()
+    # The predicted best draft length lies in the measured tie set: the lengths whose 95 % interval
+    # overlaps the best one's. Among the measured lengths the model's favourite must be tied with the
+    # best, and its best over 1..16 must lie within the tied range (lengths in between were not run).
+    spreads = _spreads()
+    _, tied = stats.ties(list(spreads.items()))
+    favourite = max(an.points, key=lambda p: p.predicted_speedup or 0.0).draft_max
+    assert favourite in tied, (favourite, tied)
+    assert an.best is not None
+    assert min(tied) <= an.best.draft_max <= max(tied), (an.best.draft_max, tied)
+
+
+def test_the_old_model_misses_the_recorded_sweep() -> None:
+    # The model as it was: rounds = n_predict - n_accept, no extra draft step, verification timed by
+    # llama-bench's default (logits for the last token only), each program's own speed (llama-speculative
+    # N/T, llama-completion's compute-only eval rate), no sampling. On the same recorded runs it predicts
+    # 10-30 % too much, as the outside review found.
+    old = Program("the old model", extra_draft_steps=0, first_token_from_prompt=False)
+    obs = []
+    for k, pairs in _runs().items():
+        spec = [sp.decode_tps or 0.0 for sp, _ in pairs]  # as printed: N / T
+        base = [b.decode_tps or 0.0 for _, b in pairs]  # eval runs / eval time
+        obs.append(Observation(
+            draft_max=k, n_drafted=sum(sp.n_drafted for sp, _ in pairs), n_accept=sum(sp.n_accept for sp, _ in pairs),
+            n_generated=sum(sp.n_predict for sp, _ in pairs), spec_decode_tps=statistics.median(spec),
+            baseline_decode_tps=statistics.median(base), program=old,
+            speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)), runs=len(pairs)))
+    last_only = parse.parse_bench_json(_read("bench-target-last-output.json"))
+    assert not last_only.all_outputs
+    an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old))
+    assert an.median_abs_error is not None and an.median_abs_error > ERROR_BOUND
+    assert all(e > 0.05 for e in an.rel_errors)  # too high at every point
+
+
+def test_each_measured_ingredient_matters() -> None:
+    good = analyze(_observations(), _cost())
+    # Without the draft's extra step per round (it decodes the target's token too) the short
+    # drafts, where that step is a large share of the round, are predicted far too fast.
+    no_extra = Program("no extra draft step", extra_draft_steps=0, first_token_from_prompt=True)
+    bad = analyze(_observations(no_extra), _cost(no_extra))
+    for g, b in zip(good.points, bad.points, strict=True):
+        if g.draft_max <= 2:
+            assert abs(g.rel_error or 0) <= ERROR_BOUND < (b.rel_error or 0), (g.draft_max, g.rel_error, b.rel_error)
+    assert (bad.median_abs_error or 0) > (good.median_abs_error or 0)
+    # With the old round count the recorded counters do not even add up: n_drafted = k x rounds.
+    for k, pairs in _runs().items():
+        for sp, _ in pairs:
+            assert sp.n_drafted == k * LLAMA_SPECULATIVE.rounds(sp.n_predict, sp.n_accept)
+            assert sp.n_drafted != k * SPECULATIVE_SIMPLE.rounds(sp.n_predict, sp.n_accept)
+
+
+def test_logits_for_every_verified_token_are_timed() -> None:
+    # llama-bench's default batch computes logits for its last token only; a verification batch
+    # computes them for all k + 1 (-embd 1 makes every token an output).
+    target = _bench("bench-target")
+    assert target.all_outputs and not parse.parse_bench_json(_read("bench-target-last-output.json")).all_outputs
+
+
+# --- fits on constructed points (pure math) -----------------------------------------------------
+
+
+def _points(alpha: float, ks: list[int], cost: CostModel, rounds: int = 10_000, overhead: float = 1.0) -> list[Observation]:
+    """What a perfect i.i.d. drafter would produce under ``cost`` (overhead > 1 slows the runs)."""
+    out = []
+    for k in ks:
+        n_accept = round(rounds * expected_accepted(alpha, k))
+        tokens = 1 + n_accept / rounds
+        base_tps = 1000.0 / cost.baseline_ms_per_token
+        out.append(Observation(
+            draft_max=k, n_drafted=k * rounds, n_accept=n_accept, n_generated=n_accept + rounds + 1,
+            spec_decode_tps=1000.0 * tokens / (cost.call_ms(k, tokens) * overhead), baseline_decode_tps=base_tps,
+        ))
+    return out
+
+
+CPU_COST = CostModel.from_bench({1: 20.0, 2: 24.0, 5: 32.0, 9: 45.0, 17: 70.0}, 4.0)
+
+
+def test_fit_recovers_a_known_model() -> None:
+    obs = _points(0.85, [1, 2, 4, 8, 16], CPU_COST)
+    an = analyze(obs, CPU_COST, max_draft=12)
     assert an.alpha == pytest.approx(0.85, abs=1e-4)
-    assert an.cost is not None
-    assert (an.cost.target_ms_per_token, an.cost.draft_ms_per_token, an.cost.extra_draft_steps) == (20.0, 4.0, 1.0)
-    assert (an.cost.verify_intercept_ms, an.cost.verify_slope_ms) == (pytest.approx(22.0), pytest.approx(3.0))
     assert len(an.curve) == 16  # extended to the largest measured length
     for p in an.points:
-        assert p.calls_measured
+        assert not p.calls_measured and p.calls == 10_000
         assert p.alpha == pytest.approx(0.85, abs=1e-4)
         assert p.rel_error == pytest.approx(0.0, abs=1e-3)
         assert p.implied_cost_ratio == pytest.approx(0.2, abs=1e-3)
-    best_k, best_s = best_draft_length(an.alpha, an.cost)
+    best_k, best_s = best_draft_length(an.alpha, CPU_COST)
     assert an.best is not None and (an.best.draft_max, an.best.speedup) == (best_k, pytest.approx(best_s))
     assert [k for k, _ in an.speedup_curve] == list(range(1, 17))
     assert an.accept_curve[0][1] == pytest.approx(an.alpha)  # at k = 1 accept is α
+    assert an.median_abs_error == pytest.approx(0.0, abs=1e-3)
+    assert "median |error| 0.0%" in an.fit_quality() and "predicted best draft length" in an.table()
 
 
-def test_fit_without_draft_timings_still_fits_alpha() -> None:
-    obs = [replace(o, draft_ms_per_token=None, draft_runs=None) for o in _sweep(0.7, [2, 4], 10.0, 2.0, None)]
-    an = analyze(obs)
+def test_pooled_alpha_lies_between_the_points() -> None:
+    an = analyze([*_points(0.7, [4], CPU_COST), *_points(0.9, [8], CPU_COST)], CPU_COST)
+    alphas = sorted(p.alpha for p in an.points if p.alpha is not None)
+    assert alphas[0] < an.alpha < alphas[1]
+    total = sum(p.calls * expected_accepted(an.alpha, p.drafted_per_call) for p in an.points)
+    assert total == pytest.approx(sum(round(10_000 * expected_accepted(a, k)) for a, k in ((0.7, 4), (0.9, 8))), rel=1e-9)
+
+
+def test_fit_without_costs_still_fits_alpha() -> None:
+    an = analyze(_points(0.7, [2, 4], CPU_COST))
     assert an.alpha == pytest.approx(0.7, abs=1e-4)
-    assert an.cost is None and an.curve == () and an.best is None
+    assert an.cost is None and an.curve == () and an.best is None and an.median_abs_error is None
     assert all(p.predicted_speedup is None and p.rel_error is None for p in an.points)
+    assert "no speedup predictions" in an.fit_quality()
 
 
-def test_verify_fit_falls_back_when_noise_gives_a_negative_slope() -> None:
-    obs = _sweep(0.8, [2, 8], 10.0, 1.0, verify=(12.0, 0.0))
-    noisy = [replace(obs[0], verify_ms_per_call=14.0), replace(obs[1], verify_ms_per_call=12.0)]
-    cost = analyze(noisy).cost
-    assert cost is not None
-    assert cost.verify_slope_ms == 0.0 and cost.verify_ms(5) == pytest.approx(13.0)
+def test_counted_rounds_win_over_derived_ones() -> None:
+    (o,) = _points(0.8, [4], CPU_COST)
+    assert o.calls == 10_000
+    counted = replace(o, rounds=9_000)
+    assert counted.calls == 9_000 and analyze([counted]).points[0].calls_measured
+    # Pooled repeats: one round fewer per run for llama-speculative.
+    assert replace(o, runs=3).calls == 10_000 - 2
+    assert replace(o, program=SPECULATIVE_SIMPLE).calls == 10_001
+
+
+def test_points_and_costs_must_come_from_one_program() -> None:
+    (o,) = _points(0.8, [4], CPU_COST)
+    with pytest.raises(LlamaspecError, match="different programs"):
+        analyze([o, replace(o, program=SPECULATIVE_SIMPLE)])
+    with pytest.raises(LlamaspecError, match="costs are for"):
+        analyze([o], replace(CPU_COST, program=SPECULATIVE_SIMPLE))
 
 
 def test_point_without_drafts_has_no_alpha_but_the_fit_goes_on() -> None:
-    empty = Observation(
-        draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0
-    )
-    an = analyze([empty, *_sweep(0.8, [4], 100.0, 10.0, None)])
+    empty = Observation(draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0)
+    an = analyze([empty, *_points(0.8, [4], CPU_COST)], CPU_COST)
     assert an.points[0].alpha is None and an.points[0].accept_rate is None
     assert an.points[0].tokens_per_call == 1.0
     assert an.alpha == pytest.approx(0.8, abs=1e-4)
 
 
 def test_nothing_drafted_anywhere_is_an_error() -> None:
-    empty = Observation(
-        draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0
-    )
+    empty = Observation(draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0)
     with pytest.raises(LlamaspecError, match="nothing was drafted") as info:
         analyze([empty])
     assert info.value.hint and "draft" in info.value.hint
@@ -266,67 +418,57 @@ def test_nothing_drafted_anywhere_is_an_error() -> None:
 
 
 def test_perfect_and_zero_acceptance() -> None:
-    perfect = analyze(_sweep(1.0, [4, 8], 10.0, 1.0, None))
+    cheap = CostModel(target_ms_per_token=10.0, draft_ms_per_token=1.0)
+    perfect = analyze(_points(1.0, [4, 8], cheap), cheap)
     assert perfect.alpha == 1.0 and perfect.ceiling_speedup == math.inf
     assert perfect.best is not None and perfect.best.draft_max == 16  # longer drafts always pay
-    useless = analyze(_sweep(0.0, [4, 8], 10.0, 1.0, None))
+    useless = analyze(_points(0.0, [4, 8], cheap), cheap)
     assert useless.alpha == 0.0 and useless.ceiling_speedup == 1.0
     assert useless.best is not None and useless.best.draft_max == 1 and useless.best.speedup < 1
 
 
-# --- input validation ---------------------------------------------------------------------------
+VALID = Observation(draft_max=8, n_drafted=112, n_accept=57, n_generated=72, spec_decode_tps=40.0, baseline_decode_tps=30.0)
 
 
 @pytest.mark.parametrize(
     "changes",
     [
-        {"n_accept": 318},  # more accepted than drafted
+        {"n_accept": 113},  # more accepted than drafted
         {"n_drafted": -1},
         {"n_accept": -1},
-        {"n_generated": 195},  # no target token of its own
+        {"n_generated": 58},  # llama-speculative: no round left after the first token
         {"n_generated": 0},
         {"draft_max": 0},
         {"draft_max": True},
-        {"n_drafted": 317.0},
+        {"n_drafted": 112.0},
         {"spec_decode_tps": 0.0},
         {"baseline_decode_tps": float("nan")},
-        {"target_ms_per_token": -1.0},
-        {"draft_ms_per_token": float("inf")},
-        {"n_target_calls": 0},
-        {"n_target_calls": 266},
-        {"draft_runs": -3},
-        {"verify_ms_per_call": 0.0},
+        {"rounds": 0},
+        {"rounds": 16},  # 16 rounds + 57 accepted > 72 generated
+        {"runs": 0},
+        {"speedup": -1.0},
     ],
 )
 def test_bad_observations_are_refused(changes: dict[str, object]) -> None:
+    assert VALID.calls == 14
     with pytest.raises(LlamaspecError):
-        replace(PYTHON_RUN, **changes)  # type: ignore[arg-type]
-
-
-def test_baseline_ms_falls_back_to_baseline_tps() -> None:
-    assert replace(PYTHON_RUN, target_ms_per_token=None).target_ms == pytest.approx(PY_TARGET_MS)
+        replace(VALID, **changes)  # type: ignore[arg-type]
 
 
 # --- explanations -------------------------------------------------------------------------------
 
 
-def _issue_like_sweep(overhead: float = 1.0) -> list[Observation]:
-    # Issue 5's CPU pair: draft costs two thirds of a target step, ~91 % accepted at draft 8,
-    # the draft also runs on the target's token, and verifying k+1 tokens costs more than a step.
-    return _sweep(0.98, [1, 2, 4, 8], target_ms=30.0, draft_ms=20.0, verify=(30.0, 6.0), overhead=overhead)
-
-
 def test_explanation_when_the_model_says_the_target_is_out_of_reach() -> None:
-    an = analyze(_issue_like_sweep())
+    # Issue 5's CPU pair: draft costs two thirds of a target step and verifying k+1 tokens costs more than a step.
+    cost = CostModel.from_bench({1: 30.0, 2: 36.0, 5: 54.0, 9: 78.0}, 20.0)
+    an = analyze(_points(0.98, [1, 2, 4, 8], cost), cost)
     assert an.cost is not None and an.cost.cost_ratio == pytest.approx(0.667, abs=1e-3)
-    assert accept_rate(an.alpha, 8) == pytest.approx(0.91, abs=0.01)
     assert an.best is not None and an.best.speedup < 1.2
     text = explain_shortfall(an, 1.2)
     assert text is not None
-    assert "0.67 of a target step" in text
+    assert "0.67 of a target step" in text and "1.0 extra step(s) per call" in text
     assert f"best k={an.best.draft_max} predicts {an.best.speedup:.2f}×" in text
     assert "1.20×" in text and "verifying" in text
-    # What it would take, solved from the same model
     c_needed = max_cost_ratio(an.alpha, an.cost, 1.2, an.max_draft)
     assert c_needed is not None and c_needed < an.cost.cost_ratio
     assert f"at most {c_needed:.2f} of a target step" in text
@@ -337,20 +479,22 @@ def test_required_alpha_and_cost_ratio_solve_the_model() -> None:
     cost = CostModel(target_ms_per_token=10.0, draft_ms_per_token=1.0)
     a = required_alpha(cost, 2.0)
     assert a is not None and best_draft_length(a, cost)[1] == pytest.approx(2.0)
-    assert required_alpha(CostModel(10.0, 9.0, verify_intercept_ms=20.0), 1.2) is None  # even α = 1 cannot
+    assert required_alpha(CostModel.from_bench({1: 10.0, 2: 20.0}, 9.0), 1.2) is None  # even α = 1 cannot
     assert max_cost_ratio(0.5, cost, 2.5) is None  # 1/(1-α) = 2 caps it even with a free draft
     with pytest.raises(LlamaspecError):
         required_alpha(cost, 0.0)
 
 
 def test_no_explanation_needed_when_a_point_reached_the_target() -> None:
-    an = analyze(_sweep(0.9, [2, 4, 8], target_ms=30.0, draft_ms=1.5, verify=None))
+    cost = CostModel(target_ms_per_token=30.0, draft_ms_per_token=1.5)
+    an = analyze(_points(0.9, [2, 4, 8], cost), cost)
     assert an.best_measured.measured_speedup > 1.2
     assert explain_shortfall(an, 1.2) is None
 
 
 def test_explanation_when_the_model_predicts_more_than_was_measured() -> None:
-    an = analyze(_sweep(0.9, [2, 8], target_ms=30.0, draft_ms=1.5, verify=None, overhead=4.0))
+    cost = CostModel(target_ms_per_token=30.0, draft_ms_per_token=1.5)
+    an = analyze(_points(0.9, [2, 8], cost, overhead=4.0), cost)
     assert an.best is not None and an.best.speedup > 1.2 > an.best_measured.measured_speedup
     text = explain_shortfall(an, 1.2)
     assert text is not None
@@ -358,7 +502,6 @@ def test_explanation_when_the_model_predicts_more_than_was_measured() -> None:
     assert "behave as if the draft cost" in text
 
 
-def test_explanation_without_draft_timings_uses_the_ceiling() -> None:
-    obs = [replace(o, draft_ms_per_token=None) for o in _sweep(0.1, [2, 4], 10.0, 1.0, None)]
-    text = explain_shortfall(analyze(obs), 1.2)
+def test_explanation_without_costs_uses_the_ceiling() -> None:
+    text = explain_shortfall(analyze(_points(0.1, [2, 4], CPU_COST)), 1.2)
     assert text is not None and "1/(1-α)" in text and "free draft" in text

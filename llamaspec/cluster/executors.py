@@ -136,7 +136,7 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     store = worker.state.get("store")
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
-    resolved = run.resolve_case(exp, chosen)
+    resolved = run.resolve_case(exp, chosen, _backend(worker))
     result = run.run_case(resolved, _backend(worker), store, repeats=p.get("repeats", exp.repeats), hardware=hardware(),
                           reference=chosen.reference, exp=exp, kind=p.get("kind", "run"),
                           shared_baseline=bool(p.get("shared_baseline", False)), warmup=bool(p.get("warmup", False)))

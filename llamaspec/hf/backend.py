@@ -1,0 +1,482 @@
+"""The transformers backend: greedy ``generate()`` with and without an assistant, in this process.
+
+Modes:
+
+- ``baseline``: the target alone;
+- ``speculative``: with ``assistant_model`` (spec_type ``draft``), or draft-free prompt lookup
+  (spec_type ``prompt-lookup``: ``prompt_lookup_num_tokens``);
+- ``draft``: the assistant alone (one draft step's cost).
+
+Settings, in llamaspec's names (``llamaspec.settings``):
+
+======================  ======================================================================
+``n_predict``           ``max_new_tokens`` (generation stops earlier at end of text, both modes)
+``draft_max``           ``num_assistant_tokens`` (prompt lookup: ``prompt_lookup_num_tokens``)
+``draft_p_min``         ``assistant_confidence_threshold`` (unset: the assistant's own, 0.4 by
+                        default in transformers 4.57; 0 drafts ``draft_max`` tokens every round)
+``draft_schedule``      ``num_assistant_tokens_schedule``: constant, heuristic, heuristic_transient
+``temperature``/seed    0: greedy (``do_sample=False``); above: sampling, seeded with ``seed``
+``threads``             ``torch.set_num_threads``
+``dtype``/draft_dtype   weight dtypes of target / assistant (auto: the checkpoint's; GGUF: float32)
+``load_in``             bitsandbytes ``8bit`` / ``4bit`` for the target (CUDA GPUs only)
+``device``              cpu, cuda, cuda:N, mps, auto (default: the BackendOptions accel)
+``universal_assisted``  allow an assistant with another tokenizer (``tokenizer=`` and
+                        ``assistant_tokenizer=``: text re-tokenized every round)
+``escape``              process ``\\n``-style escapes in the prompt, as llama.cpp's ``-e``
+``timeout``             ``max_time`` of the generation (a generation cut short fails)
+======================  ======================================================================
+
+transformers reads the assistant settings from the **assistant's** ``generation_config``, keeps
+what the ``heuristic`` schedule learnt across calls, and (with scikit-learn installed) re-tunes the
+confidence threshold during generation. So before every generation they are set there again from
+the case's settings, the re-tuning is switched off (``generation.counting``), and the values in
+force at the start and at the end are stored in ``Measurement.stats["assistant"]``.
+
+Models are loaded once and kept while the cases need them (``check`` loads them, so a broken file
+fails before anything is measured and no load is timed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.errors import LlamaspecError
+from llamaspec.settings import DEFAULTS, Settings
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'llamaspec[hf]'"
+SPEC_TYPES = ("draft", "prompt-lookup")
+HONOURED = frozenset({
+    "n_predict", "seed", "temperature", "draft_max", "draft_p_min", "threads", "escape", "spec_type", "timeout",
+    "draft_schedule", "dtype", "draft_dtype", "load_in", "device", "universal_assisted",
+})
+CAPABILITIES = Capabilities(
+    modes=frozenset({"baseline", "speculative", "draft"}),
+    settings=HONOURED,
+    spec_types=SPEC_TYPES,
+    draft_policy="capped",  # transformers' default: up to num_assistant_tokens, fewer below the confidence threshold
+    keeps_models_loaded=True,
+    token_ids=True,
+)
+
+
+def require() -> tuple[Any, Any]:
+    """torch and transformers, or one line saying how to get them."""
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        missing = exc.name or str(exc)
+        raise LlamaspecError(f"the transformers backend needs torch and transformers ({missing} is not installed)",
+                             hint=INSTALL_HINT) from None
+    return torch, transformers
+
+
+def open_backend(options: BackendOptions) -> TransformersBackend:
+    require()
+    return TransformersBackend(options)
+
+
+def unescape(text: str) -> str:
+    """llama.cpp's ``-e``: ``\\n``, ``\\t``, ``\\r``, ``\\"``, ``\\'``, ``\\\\`` in the prompt become the characters."""
+    table = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\"}
+    return re.sub(r"\\([ntr\"'\\])", lambda m: table[m.group(1)], text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one case runs here, from its settings: device, dtypes, 8/4-bit, the speculative mode."""
+
+    device: str
+    dtype: str
+    draft_dtype: str
+    load_in: str
+    spec_type: str
+    universal: bool
+
+
+class TransformersBackend:
+    name = "transformers"
+    capabilities = CAPABILITIES
+
+    def __init__(self, options: BackendOptions | None = None) -> None:
+        self.torch, self.transformers = require()
+        self.options = options or BackendOptions()
+        self._loaded: dict[tuple[str, ...], Any] = {}  # LoadSpec.key -> generation.Loaded
+
+    # --- the contract ---------------------------------------------------------------------------
+
+    def identity(self) -> str:
+        return f"transformers {self.transformers.__version__} torch {self.torch.__version__} {self.default_device()}"
+
+    def provenance(self) -> dict[str, Any]:
+        from llamaspec.hf import generation
+
+        versions = {"transformers": self.transformers.__version__, "torch": self.torch.__version__}
+        for name in ("accelerate", "peft", "bitsandbytes", "tokenizers", "gguf"):
+            module = sys.modules.get(name)
+            versions[name] = getattr(module, "__version__", None) if module else _version_of(name)
+        device = self.default_device()
+        return {
+            "backend": "transformers",
+            "versions": versions,
+            "device": device,
+            "device_name": self.torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+            "torch_threads": self.torch.get_num_threads(),
+            "sklearn_available": generation.sklearn_available(),
+            "confidence_retuning": "off (llamaspec's counting subclass; the threshold stays as set)",
+            "speed_basis": SPEED_BASIS,
+            "loaded": [loaded.info for loaded in self._loaded.values()],
+        }
+
+    def resolve_model(self, model: str, variant: str) -> ModelPath:
+        from llamaspec.hf import models
+
+        return models.resolve_model(model, variant)
+
+    def check(self, case: ResolvedCase) -> None:
+        plan = self.plan(case)
+        target = self._ensure(case.target, plan.device, plan.dtype, plan.load_in)
+        if case.draft is not None and plan.spec_type == "draft":
+            draft = self._ensure(case.draft, plan.device, plan.draft_dtype, "none")
+            self.universal(case, plan, target, draft)
+        self._evict(keep=self._keys(case, plan))
+
+    def universal(self, case: ResolvedCase, plan: Plan, target: Any, draft: Any) -> bool:
+        """Whether generate() must run universal assisted decoding for this pair (LlamaspecError when
+        it cannot run the pair at all). transformers decides by the models' vocabulary sizes: equal,
+        the ids are taken to mean the same; different, it wants both tokenizers."""
+        from llamaspec.hf import generation
+
+        differs = generation.same_vocabulary(target.tokenizer, draft.tokenizer)
+        sizes = (target.generator.config.get_text_config().vocab_size, draft.generator.config.get_text_config().vocab_size)
+        pair = f"the assistant {case.draft.label if case.draft else '?'} and the target {case.target.label}"
+        if sizes[0] == sizes[1]:
+            if differs:
+                raise LlamaspecError(f"{pair} have different tokenizers ({differs}) with vocabularies of the same size "
+                                     f"({sizes[0]}): transformers takes their ids to mean the same and cannot run them",
+                                     hint="pick an assistant with the target's tokenizer, or one with a vocabulary of "
+                                          "another size (universal assisted decoding)")
+            return False  # the same tokenizer: plain assisted generation whatever universal_assisted says
+        if not plan.universal:
+            reason = f"different tokenizers ({differs})" if differs else f"vocabularies of {sizes[0]} and {sizes[1]} entries"
+            raise LlamaspecError(f"{pair} have {reason}",
+                                 hint="set universal_assisted: true (universal assisted decoding: text re-tokenized "
+                                      "every round), or pick an assistant with the target's tokenizer")
+        return True
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
+        base: dict[str, Any] = {"mode": mode, "argv": (), "exit_code": None, "log_path": str(log_path)}
+        try:
+            plan = self.plan(case)
+            if mode not in self.capabilities.modes:
+                raise LlamaspecError(f"the transformers backend does not measure mode {mode!r}",
+                                     hint=f"it measures {', '.join(sorted(self.capabilities.modes))}")
+            if mode == "draft" and case.draft is None:
+                raise LlamaspecError("this case has no assistant to time", hint="drop the draft measurement")
+            target = self._ensure(case.target, plan.device, plan.dtype, plan.load_in)
+            draft = (self._ensure(case.draft, plan.device, plan.draft_dtype, "none")
+                     if case.draft is not None and (mode == "draft" or (mode == "speculative" and plan.spec_type == "draft"))
+                     else None)
+        except LlamaspecError as exc:
+            return Measurement(ok=False, error=exc.message, wall_seconds=0.0, peak_rss_bytes=None, **base)
+        return self._generate(case, mode, plan, target, draft, log_path, base)
+
+    def close(self) -> None:
+        self._loaded.clear()
+        self._free()
+
+    # --- planning ------------------------------------------------------------------------------
+
+    def default_device(self) -> str:
+        accel = self.options.accel
+        if accel == "cuda" or (accel == "auto" and self.torch.cuda.is_available()):
+            return "cuda"
+        if accel == "metal" or (accel == "auto" and self.torch.backends.mps.is_available()):
+            return "mps"
+        return "cpu"
+
+    def plan(self, case: ResolvedCase) -> Plan:
+        """The case's settings as this backend runs them; LlamaspecError for what it cannot honour."""
+        s = case.settings
+        ignored = [f.name for f in dataclasses.fields(Settings)
+                   if f.name not in HONOURED and getattr(s, f.name) not in (None, getattr(DEFAULTS, f.name))]
+        if ignored:
+            raise LlamaspecError(f"the transformers backend has no equivalent of {', '.join(ignored)}",
+                                 hint=f"drop {'it' if len(ignored) == 1 else 'them'} from the experiment "
+                                      f"(it honours {', '.join(sorted(HONOURED))})")
+        spec_type = s.spec_type or "draft"
+        if spec_type not in SPEC_TYPES:
+            raise LlamaspecError(f"spec_type {spec_type!r} is not a transformers mode",
+                                 hint="use draft (an assistant model) or prompt-lookup (draft-free)")
+        if spec_type == "draft" and case.draft is None:
+            raise LlamaspecError(f"case {case.case} has no assistant model",
+                                 hint="give it a draft model, or set spec_type: prompt-lookup")
+        device = s.device or "auto"
+        if device == "auto":
+            device = self.default_device()
+        if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+            raise LlamaspecError(f"unknown device {device!r}", hint="use cpu, cuda, cuda:N, mps or auto")
+        load_in = s.load_in or "none"
+        if load_in != "none":
+            if not device.startswith("cuda") or not self.torch.cuda.is_available():
+                where = "torch sees none here" if not self.torch.cuda.is_available() else f"this run is on {device}"
+                raise LlamaspecError(f"load_in: {load_in} needs a CUDA GPU (bitsandbytes), and {where}",
+                                     hint="drop load_in (weights then load in dtype), or run on a machine with an NVIDIA GPU")
+            if _version_of("bitsandbytes") is None:
+                raise LlamaspecError(f"load_in: {load_in} needs bitsandbytes, which is not installed",
+                                     hint="pip install bitsandbytes (CUDA machines only)")
+        if device.startswith("cuda") and not self.torch.cuda.is_available():
+            raise LlamaspecError(f"device {device} asked for, and torch sees no CUDA GPU here",
+                                 hint="use device: cpu (or auto), or a CUDA build of torch on a machine with an NVIDIA GPU")
+        if device == "mps" and not self.torch.backends.mps.is_available():
+            raise LlamaspecError("device mps asked for, and torch sees no Apple GPU here", hint="use device: cpu (or auto)")
+        dtype = s.dtype or "auto"
+        if device == "cpu" and s.threads:
+            self.torch.set_num_threads(s.threads)
+        return Plan(device, dtype, s.draft_dtype or dtype, load_in, spec_type, bool(s.universal_assisted))
+
+    # --- models --------------------------------------------------------------------------------
+
+    def _spec(self, model: ModelPath, device: str, dtype: str, load_in: str) -> Any:
+        from llamaspec.hf import generation
+
+        return generation.LoadSpec(model, device, dtype, load_in)
+
+    def _keys(self, case: ResolvedCase, plan: Plan) -> set[tuple[str, ...]]:
+        keys = {self._spec(case.target, plan.device, plan.dtype, plan.load_in).key}
+        if case.draft is not None:
+            keys.add(self._spec(case.draft, plan.device, plan.draft_dtype, "none").key)
+        return keys
+
+    def _ensure(self, model: ModelPath, device: str, dtype: str, load_in: str) -> Any:
+        from llamaspec.hf import generation
+
+        spec = generation.LoadSpec(model, device, dtype, load_in)
+        if spec.key not in self._loaded:
+            self._loaded[spec.key] = generation.load(spec)
+        return self._loaded[spec.key]
+
+    def _evict(self, keep: set[tuple[str, ...]]) -> None:
+        """Drop the models no longer needed (one case's pair stays loaded across its measurements)."""
+        gone = [k for k in self._loaded if k not in keep]
+        for k in gone:
+            del self._loaded[k]
+        if gone:
+            self._free()
+
+    def _free(self) -> None:
+        import gc
+
+        gc.collect()
+        if self.torch.cuda.is_available():
+            self.torch.cuda.empty_cache()
+
+    # --- one generation ------------------------------------------------------------------------
+
+    def _generate(self, case: ResolvedCase, mode: str, plan: Plan, target: Any, draft: Any, log_path: Path,
+                  base: dict[str, Any]) -> Measurement:
+        from llamaspec.hf import generation
+
+        torch = self.torch
+        s = case.settings
+        runner = draft if mode == "draft" else target
+        n_predict = s.n_predict if s.n_predict is not None else 256
+        prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
+        if s.escape:
+            prompt = unescape(prompt)
+        tokenizer = runner.tokenizer
+        if case.chat and getattr(tokenizer, "chat_template", None):
+            input_ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                      return_tensors="pt")
+        else:
+            input_ids = tokenizer(prompt, return_tensors="pt").input_ids
+        model = runner.generator
+        input_ids = input_ids.to(model.device)
+        sampling = bool(s.temperature)
+        kwargs: dict[str, Any] = {"max_new_tokens": n_predict, "do_sample": sampling,
+                                  "attention_mask": torch.ones_like(input_ids)}
+        if sampling:
+            kwargs["temperature"] = s.temperature
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+            kwargs["pad_token_id"] = tokenizer.eos_token_id  # silences the open-end warning; no padding happens at batch 1
+        if s.timeout:
+            kwargs["max_time"] = s.timeout
+        assistant_stats: dict[str, Any] | None = None
+        draft_max = s.draft_max if s.draft_max is not None else 8
+        if mode == "speculative" and plan.spec_type == "prompt-lookup":
+            kwargs["prompt_lookup_num_tokens"] = draft_max
+            assistant_stats = {"mode": "prompt-lookup", "prompt_lookup_num_tokens": draft_max,
+                               "max_matching_ngram_size": 2}
+        elif mode == "speculative":
+            try:
+                universal = self.universal(case, plan, target, draft)
+            except LlamaspecError as exc:
+                return Measurement(ok=False, error=exc.message, wall_seconds=0.0, peak_rss_bytes=None, **base)
+            assistant_stats = self._pin_assistant(draft, s, draft_max)
+            kwargs["assistant_model"] = draft.generator
+            if universal:
+                kwargs["tokenizer"] = target.tokenizer
+                kwargs["assistant_tokenizer"] = draft.tokenizer
+        # what was asked of generate(), as the record's command line
+        base = {**base, "argv": ("generate", f"model={runner.info['path']}", *(f"{k}={v}" for k, v in _printable(kwargs).items()))}
+        rounds: list[tuple[int, int]] = []
+        made: list[str] = []
+        streamer = generation.TimingStreamer()
+        kwargs["streamer"] = streamer
+        on_cuda = str(model.device).startswith("cuda")
+        if on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+        torch.manual_seed(s.seed if s.seed is not None else 20)
+        start = time.perf_counter()
+        try:
+            with generation.counting(model, rounds, made), torch.inference_mode():
+                out = model.generate(input_ids, **kwargs)
+        except (RuntimeError, ValueError, TypeError) as exc:  # what generate() raises for a failure of its own
+            seconds = time.perf_counter() - start
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self._log(log_path, {"mode": mode, "error": f"{type(exc).__name__}: {first}", "kwargs": _printable(kwargs)})
+            return Measurement(ok=False, error=f"generate() failed: {type(exc).__name__}: {first}"[:500],
+                               wall_seconds=round(seconds, 3), peak_rss_bytes=_peak_rss(), **base)
+        seconds = time.perf_counter() - start
+        ids = tuple(int(t) for t in out[0, input_ids.shape[1]:].tolist())
+        text = tokenizer.decode(list(ids), skip_special_tokens=True)
+        eos = _eos_ids(model, tokenizer)
+        end_of_text = len(ids) < n_predict and bool(ids) and ids[-1] in eos
+        decode = streamer.decode()
+        first_at = streamer.puts[0][0] if streamer.puts else None
+        stats: dict[str, Any] = {
+            "generate_seconds": round(seconds, 4),
+            "first_tokens_seconds": round(first_at - start, 4) if first_at else None,
+            "first_call_tokens": streamer.puts[0][1] if streamer.puts else None,
+            "target_calls": len(streamer.puts),
+            "decode_tokens": decode[0] if decode else None,
+            "decode_seconds": round(decode[1], 4) if decode else None,
+            "speed_basis": SPEED_BASIS,
+            "model": runner.info["label"],
+        }
+        if on_cuda:
+            stats["cuda_peak_bytes"] = int(torch.cuda.max_memory_allocated())
+        counters: dict[str, Any] = {"draft_policy": "none"}
+        if mode == "speculative":
+            drafted = sum(d for d, _ in rounds)
+            accepted = sum(a for _, a in rounds)
+            if assistant_stats is not None and plan.spec_type == "draft":
+                assistant_stats["end"] = self._assistant_values(draft)
+            assistant_stats = {**(assistant_stats or {}), "candidate_generator": made[0] if made else None,
+                               "universal": "tokenizer" in kwargs}
+            stats["assistant"] = assistant_stats
+            stats["per_round"] = [list(r) for r in rounds]
+            counters = {"n_drafted": drafted, "n_accept": accepted, "rounds": len(rounds),
+                        "accept": round(100.0 * accepted / drafted, 3) if drafted else None,
+                        "draft_len": _draft_len(plan, assistant_stats, draft_max),
+                        "draft_policy": _draft_policy(plan, assistant_stats)}
+        timed_out = s.timeout is not None and seconds >= s.timeout and len(ids) < n_predict and not end_of_text
+        measurement = Measurement(
+            ok=not timed_out,
+            error=f"generation cut short by the timeout ({s.timeout:.0f} s) after {len(ids)} tokens" if timed_out else None,
+            wall_seconds=round(seconds, 3),
+            peak_rss_bytes=_peak_rss(),
+            n_prompt=int(input_ids.shape[1]),
+            n_predict=len(ids),
+            encode_tps=input_ids.shape[1] / (first_at - start) if first_at and first_at > start else None,
+            decode_tps=decode[0] / decode[1] if decode and decode[1] > 0 else None,
+            speed_basis="streamer",
+            text=text,
+            tokens=ids,
+            end_of_text=end_of_text,
+            stats=stats,
+            **counters,
+            **base,
+        )
+        self._log(log_path, {"mode": mode, "case": case.case, "kwargs": _printable(kwargs), "stats": stats,
+                             "counters": counters, "n_predict": len(ids), "decode_tps": measurement.decode_tps,
+                             "text": text})
+        return measurement
+
+    def _pin_assistant(self, draft: Any, s: Settings, draft_max: int) -> dict[str, Any]:
+        """Set the assistant's generation_config from the case (transformers reads it from there and
+        carries heuristic changes over between calls): the values in force are the ones asked for."""
+        config = draft.generator.generation_config
+        config.num_assistant_tokens = draft_max
+        config.num_assistant_tokens_schedule = s.draft_schedule or "constant"
+        if s.draft_p_min is not None:
+            config.assistant_confidence_threshold = s.draft_p_min
+        else:  # the assistant's own default, restored in case an earlier call changed it
+            config.assistant_confidence_threshold = draft.info["generation_config"].get("assistant_confidence_threshold", 0.4)
+        return {"mode": "assistant", "start": self._assistant_values(draft)}
+
+    @staticmethod
+    def _assistant_values(draft: Any) -> dict[str, Any]:
+        config = draft.generator.generation_config
+        return {"num_assistant_tokens": config.num_assistant_tokens,
+                "num_assistant_tokens_schedule": config.num_assistant_tokens_schedule,
+                "assistant_confidence_threshold": config.assistant_confidence_threshold}
+
+    @staticmethod
+    def _log(path: Path, record: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(json.dumps(record, default=str) + "\n")
+
+
+SPEED_BASIS = ("streamer timestamps: tokens after the first target call over the time from that call's tokens to the "
+               "last (without an assistant: after the first token, SPEED_DEFINITION exactly; with one, the first "
+               "call's accepted drafts are left out with it)")
+
+
+def _draft_len(plan: Plan, assistant: dict[str, Any], draft_max: int) -> int:
+    if plan.spec_type == "prompt-lookup":
+        return draft_max
+    end = assistant.get("end") or {}
+    return int(end.get("num_assistant_tokens", draft_max))
+
+
+def _draft_policy(plan: Plan, assistant: dict[str, Any]) -> str:
+    if plan.spec_type == "prompt-lookup":
+        return "capped"  # up to N tokens, none when the n-gram is not found
+    start = assistant.get("start") or {}
+    if start.get("num_assistant_tokens_schedule", "constant") != "constant":
+        return "adaptive"
+    return "capped" if start.get("assistant_confidence_threshold") else "fixed"
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def _peak_rss() -> int:
+    """This process's peak resident memory so far (both models live here: not per mode)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _printable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    shown = {k: (type(v).__name__ if k in ("streamer", "tokenizer", "assistant_tokenizer") else v)
+             for k, v in kwargs.items() if k != "attention_mask"}
+    if "assistant_model" in kwargs:
+        shown["assistant_model"] = getattr(kwargs["assistant_model"], "name_or_path", type(kwargs["assistant_model"]).__name__)
+    return shown
+
+
+def _version_of(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None

@@ -1,0 +1,230 @@
+"""The torch side of the transformers backend: loading, timing, counting. Imported only when the
+backend is opened (torch and transformers at module level here).
+
+- ``load(spec)``: one model and its tokenizer (a checkpoint folder, a PEFT adapter over its base,
+  or a GGUF file transformers dequantizes), on a device, in a dtype, optionally bitsandbytes 8/4-bit.
+- ``TimingStreamer``: timestamps every ``put`` generate() makes; the first is the prompt, each
+  later one the tokens of one target call (one token without an assistant; the accepted drafts
+  plus the target's own token with one).
+- ``counting(model, rounds)``: while active, each candidate generator ``model`` makes is turned
+  into a subclass that records (drafted, accepted) per round from transformers' own
+  ``update_candidate_strategy(input_ids, scores, num_matches)`` hook; transformers counts nothing
+  itself. Being a subclass also switches off the scikit-learn re-tuning of the confidence
+  threshold, which transformers applies to the exact class ``AssistedCandidateGenerator`` only:
+  the threshold measured is the threshold asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers.generation.streamers import BaseStreamer
+
+from llamaspec.backend import ModelPath
+from llamaspec.errors import LlamaspecError
+from llamaspec.hf import models as hf_models
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What to load and how: two cases with the same spec share the loaded model."""
+
+    model: ModelPath
+    device: str  # cpu, cuda, cuda:N, mps
+    dtype: str  # auto, float32, float16, bfloat16
+    load_in: str = "none"  # none, 8bit, 4bit
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.model.path, str(self.model.metadata.get("base_path", "")), self.device, self.dtype, self.load_in)
+
+
+@dataclass
+class Loaded:
+    spec: LoadSpec
+    model: Any  # a PreTrainedModel (a PeftModel for an adapter)
+    tokenizer: Any
+    seconds: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def generator(self) -> Any:
+        """The transformers model whose generate() runs the loop (under a PEFT wrapper, its base,
+        with the LoRA layers injected)."""
+        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [OSError, ValueError, RuntimeError, KeyError, EnvironmentError]
+    try:
+        from safetensors import SafetensorError
+        errors.append(SafetensorError)
+    except ImportError:  # older safetensors: the Rust error class under another name
+        pass
+    return tuple(errors)
+
+
+def load(spec: LoadSpec) -> Loaded:
+    """Load ``spec.model`` (LlamaspecError naming the model and the first line of the cause)."""
+    start = time.monotonic()
+    fmt = hf_models.model_format(spec.model)
+    path = Path(spec.model.path)
+    kwargs: dict[str, Any] = {}
+    if spec.dtype != "auto":
+        kwargs["dtype"] = getattr(torch, spec.dtype)
+    elif fmt != "gguf":  # GGUF tensors are dequantized to float32 unless told otherwise
+        kwargs["dtype"] = "auto"
+    if spec.load_in != "none":
+        kwargs["quantization_config"] = transformers.BitsAndBytesConfig(
+            load_in_8bit=spec.load_in == "8bit", load_in_4bit=spec.load_in == "4bit")
+    if spec.device != "cpu":
+        kwargs["device_map"] = {"": spec.device}  # weights go straight to the device (accelerate)
+    if fmt == "gguf":
+        where, tokenizer_kwargs = path.parent, {"gguf_file": path.name}
+        kwargs["gguf_file"] = path.name
+    elif fmt == "peft-adapter":
+        where, tokenizer_kwargs = hf_models.base_path(spec.model), {}
+    else:
+        where, tokenizer_kwargs = path, {}
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(where), **tokenizer_kwargs)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(where), **kwargs)
+        if fmt == "peft-adapter":
+            model = _with_adapter(model, path)
+    except _load_errors() as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise LlamaspecError(f"cannot load {spec.model.label} ({spec.model.path}): {type(exc).__name__}: {first}"[:600],
+                             hint="the files may be incomplete or corrupt: fetch them again "
+                                  f"(llamaspec models fetch {spec.model.label.split(':')[0]}), or check the path") from None
+    model.eval()
+    seconds = time.monotonic() - start
+    param = next(model.parameters())
+    info = {"label": spec.model.label, "format": fmt, "path": spec.model.path, "device": str(param.device),
+            "dtype": str(param.dtype).removeprefix("torch."), "load_in": spec.load_in, "load_seconds": round(seconds, 2),
+            "parameters": sum(p.numel() for p in model.parameters()), "class": type(model).__name__,
+            "generation_config": _diff(loaded_generation_config(model))}
+    if fmt == "peft-adapter":
+        info["base_path"] = str(where)
+    log.info("loaded %s in %.1f s (%s, %s)", spec.model.label, seconds, info["device"], info["dtype"])
+    return Loaded(spec, model, tokenizer, seconds, info)
+
+
+def _with_adapter(model: Any, adapter: Path) -> Any:
+    try:
+        from peft import PeftModel
+    except ImportError as exc:
+        raise LlamaspecError(f"{adapter} is a PEFT adapter, and peft is not installed ({exc.name} missing)",
+                             hint="pip install 'llamaspec[hf]'") from None
+    return PeftModel.from_pretrained(model, str(adapter))
+
+
+def loaded_generation_config(model: Any) -> Any:
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inner.generation_config
+
+
+def _diff(config: Any) -> dict[str, Any]:
+    try:
+        return {k: v for k, v in config.to_diff_dict().items() if k != "transformers_version"}
+    except (AttributeError, TypeError, ValueError):
+        return {}
+
+
+def same_vocabulary(a: Any, b: Any) -> str | None:
+    """None when the two tokenizers map the same strings to the same ids; else what differs."""
+    va, vb = a.get_vocab(), b.get_vocab()
+    if va == vb:
+        return None
+    if len(va) != len(vb):
+        return f"{len(va)} vs {len(vb)} tokens"
+    first = next((t for t in sorted(va) if vb.get(t) != va[t]), None)
+    return f"token {first!r} is id {va.get(first)} vs {vb.get(first)}"
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+class TimingStreamer(BaseStreamer):
+    """Timestamps of generate()'s ``put`` calls: ``[(seconds, n_tokens), ...]`` after the prompt."""
+
+    def __init__(self) -> None:
+        self.prompt_at: float | None = None
+        self.puts: list[tuple[float, int]] = []
+        self.ended_at: float | None = None
+
+    def put(self, value: Any) -> None:
+        now = time.perf_counter()  # put() gets .cpu() tensors: the device has finished by now
+        if self.prompt_at is None:  # generate() first puts the prompt itself
+            self.prompt_at = now
+            return
+        self.puts.append((now, int(value.numel())))
+
+    def end(self) -> None:
+        self.ended_at = time.perf_counter()
+
+    def decode(self) -> tuple[int, float] | None:
+        """Tokens after the first target call, and the seconds from that call's tokens to the last.
+
+        Without an assistant the first call gives one token, so this is SPEED_DEFINITION exactly.
+        With one, the first call (the target's prompt processing fused with the first
+        verification) gives the first token plus its accepted drafts at once; they are left out
+        with it, rather than counted as tokens that took no time.
+        """
+        if len(self.puts) < 2:
+            return None
+        tokens = sum(n for _, n in self.puts[1:])
+        return tokens, self.puts[-1][0] - self.puts[0][0]
+
+
+# --- counting ----------------------------------------------------------------------------------
+
+@functools.cache
+def _counting_class(base: Any) -> type:
+    class Counting(base):  # type: ignore[valid-type, misc]
+        _llamaspec_rounds: list[tuple[int, int]]
+
+        def update_candidate_strategy(self, input_ids: Any, scores: Any, num_matches: Any) -> None:
+            # scores: the target's logits over the candidates plus one, so candidates = width - 1
+            # (in target tokens also under universal assisted decoding).
+            self._llamaspec_rounds.append((int(scores.shape[1]) - 1, int(num_matches)))
+            super().update_candidate_strategy(input_ids, scores, num_matches)
+
+    Counting.__name__ = Counting.__qualname__ = f"Counting{base.__name__}"
+    return Counting
+
+
+@contextlib.contextmanager
+def counting(model: Any, rounds: list[tuple[int, int]], made: list[str]) -> Iterator[None]:
+    """While active, ``model``'s candidate generators append (drafted, accepted) to ``rounds`` per
+    round and their class names to ``made``."""
+    cls = type(model)
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        generator = cls._get_candidate_generator(model, *args, **kwargs)
+        made_by: Any = type(generator)
+        made.append(made_by.__name__)
+        generator.__class__ = _counting_class(made_by)
+        generator._llamaspec_rounds = rounds
+        return generator
+
+    model._get_candidate_generator = make  # this instance only; removed again below
+    try:
+        yield
+    finally:
+        del model._get_candidate_generator
+
+
+def sklearn_available() -> bool:
+    from transformers.utils import is_sklearn_available
+
+    return bool(is_sklearn_available())
