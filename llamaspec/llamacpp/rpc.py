@@ -15,14 +15,11 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
-import os
-import signal
 import socket
-import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from llamaspec import proc
 from llamaspec.errors import LlamaspecError
@@ -104,9 +101,7 @@ def check_endpoints(endpoints: Iterable[str], timeout: float = 2.0) -> None:
 
 class RpcServer:
     """An RPC server in the background, for tests and for studies that start their own workers:
-    ``with RpcServer(build, port=50052, threads=1): ...``. Stopped (terminate, then kill) on exit.
-
-    Not through ``proc.run``, which waits for its process: this one must outlive the call."""
+    ``with RpcServer(build, port=50052, threads=1): ...``. Stopped (terminate, then kill) on exit."""
 
     def __init__(self, build: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, threads: int | None = None,
                  log_path: Path | None = None, ready_timeout: float = 30.0) -> None:
@@ -114,8 +109,7 @@ class RpcServer:
         self.host, self.port = host, port
         self.log_path = log_path
         self.ready_timeout = ready_timeout
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self._proc: proc.Background | None = None
 
     @property
     def endpoint(self) -> str:
@@ -128,17 +122,11 @@ class RpcServer:
                                  hint="stop it, or start the RPC server on another port")
         if not is_loopback(self.host):
             log.warning("warning: " + UNSAFE_WARNING.format(host=self.host, port=self.port))
-        if self.log_path is not None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-            self._log.write(f"$ {proc.shell_line(self.argv)}\n".encode())
-            self._log.flush()
-        out = self._log if self._log is not None else subprocess.DEVNULL
-        self._proc = subprocess.Popen(self.argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._proc = proc.Background(self.argv, self.log_path)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
+            code = self._proc.poll()
+            if code is not None:
                 self.stop()
                 raise LlamaspecError(f"the RPC server on {self.endpoint} exited with code {code} at start",
                                      hint=f"read {self.log_path}" if self.log_path else f"is port {self.port} free?")
@@ -151,18 +139,8 @@ class RpcServer:
 
     def stop(self, grace: float = 5.0) -> None:
         p, self._proc = self._proc, None
-        if p is not None and p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        if p is not None:
+            p.stop(grace)
 
     def __enter__(self) -> RpcServer:
         return self.start()
