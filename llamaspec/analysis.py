@@ -190,18 +190,6 @@ def _num(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
 
 
-def interpolate_ms(batch_ms: dict[int, float], tokens: float) -> float:
-    """A batch's cost by linear interpolation over the measured sizes (extrapolated from the last two)."""
-    sizes = sorted(batch_ms)
-    if len(sizes) == 1:
-        return batch_ms[sizes[0]] * tokens / sizes[0]
-    lo = max([s for s in sizes if s <= tokens], default=sizes[0])
-    hi = min([s for s in sizes if s >= tokens and s != lo], default=sizes[-1])
-    if hi == lo:
-        lo, hi = sizes[-2], sizes[-1]
-    return batch_ms[lo] + (batch_ms[hi] - batch_ms[lo]) * (tokens - lo) / (hi - lo)
-
-
 def observation(row: PointRow) -> Any:
     """A theory.Observation from a stored point (None when it lacks what the model needs)."""
     from llamaspec import theory
@@ -210,18 +198,27 @@ def observation(row: PointRow) -> Any:
     spec, base = s.decode_tps, s.baseline_decode_tps
     if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict and s.rounds):
         return None
-    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok":
+    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in theory.PROGRAMS:
         return None
-    verify = None
-    if s.batch_ms and s.drafted_per_round is not None:
-        verify = interpolate_ms(s.batch_ms, s.drafted_per_round + 1)  # the draft plus one token, in one batch
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
-        spec_decode_tps=spec.median, baseline_decode_tps=base.median, target_ms_per_token=1000.0 / base.median,
-        draft_ms_per_token=1000.0 / s.draft_decode_tps.median if s.draft_decode_tps else None,
-        draft_runs=s.draft_steps, n_target_calls=s.rounds,
-        verify_ms_per_call=verify if verify and verify > 0 else None,
+        spec_decode_tps=spec.median, baseline_decode_tps=base.median, rounds=s.rounds,
+        program=theory.program(s.program), speedup=s.speedup.median if s.speedup else None,
     )
+
+
+def cost_model(rows: Sequence[PointRow], program: Any) -> Any:
+    """The measured costs of these points (llama-bench at the run's depth: the target's batches and
+    the draft's step, shared by the points of a sweep), or None when they were not timed."""
+    from llamaspec import theory
+
+    for r in rows:
+        s = r.summary
+        if s.batch_ms and 1 in s.batch_ms and s.draft_decode_tps:
+            sample = s.sample_ms_per_token or 0.0
+            return theory.CostModel.from_bench(s.batch_ms, 1000.0 / s.draft_decode_tps.median, program,
+                                               target_sample_ms=sample, draft_sample_ms=sample, depth=s.cost_depth)
+    return None
 
 
 def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, str | None, str | None]:
@@ -232,7 +229,7 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
     if not obs or all(o.n_drafted == 0 for o in obs):
         return None, None, "nothing was drafted: no acceptance to model"
     try:
-        result = theory.analyze(obs, max_draft=max(max_draft, max(o.draft_max for o in obs)))
+        result = theory.analyze(obs, cost_model(rows, obs[0].program), max_draft=max(max_draft, max(o.draft_max for o in obs)))
     except LlamaspecError as exc:
         return None, None, f"the speedup model could not be fitted: {exc.message}"
     note = None if result.cost else "no draft timing measured: speedups are not predicted (only alpha and the ceiling)"

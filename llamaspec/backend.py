@@ -127,6 +127,8 @@ class Measurement:
     draft_len: int | None = None  # the draft length the program reports having used (its final one, if adaptive)
     draft_policy: str | None = None  # of DRAFT_POLICIES
     draft_steps: int | None = None  # draft-model decode steps in the run (rounds x steps per round)
+    program: str | None = None  # the speculative program's profile name (its counting and cost shape)
+    sample_ms_per_token: float | None = None  # sampling time per generated token (the speedup model)
     text: str | None = None  # the generation, without the prompt
     tokens: tuple[int, ...] | None = None  # generated token ids, where the engine gives them
     end_of_text: bool = False  # the model stopped on its own before n_predict

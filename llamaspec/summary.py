@@ -161,6 +161,9 @@ class Summary:
     tokens_per_round: float | None = None
     drafted_per_round: float | None = None
     draft_steps: int | None = None  # draft-model decode steps in the run (for the speedup model)
+    program: str | None = None  # the speculative program's profile (how it counts and spends a round)
+    sample_ms_per_token: float | None = None  # the baseline's sampling cost per token (speedup model)
+    cost_depth: int | None = None  # the context depth the costs were timed at
     draft_decode_tps: Spread | None = None  # the draft model alone (speedup model)
     batch_ms: dict[int, float] | None = None  # the target on batches of n tokens (speedup model)
     peak_rss_bytes: int | None = None
@@ -251,6 +254,9 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         tokens_per_round=(mid_spec.n_predict / rounds) if mid_spec and mid_spec.n_predict and rounds else None,
         drafted_per_round=mid_spec.drafted_per_round if mid_spec else None,
         draft_steps=mid_spec.draft_steps if mid_spec else None,
+        program=mid_spec.program if mid_spec else None,
+        sample_ms_per_token=statistics.median(v) if (v := [b.sample_ms_per_token for b in base if b.sample_ms_per_token]) else None,
+        cost_depth=batches[0].stats.get("depth") if batches and batches[0].stats else None,
         draft_decode_tps=stats.spread([m.decode_tps for m in draft_runs]),
         batch_ms={int(k): v for k, v in batches[0].stats["batch_ms"].items()} if batches and batches[0].stats else None,
         peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in spec) or None if spec else None,

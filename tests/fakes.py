@@ -139,5 +139,5 @@ class FakeEngine:
             out = (*out[:3], 7, *out[4:])
         return Measurement(**common, n_predict=n, decode_tps=self.target_tps(case) * self.speedup_of(k) * speed,
                            n_drafted=k * rounds, n_accept=n_accept, accept=100.0 * n_accept / (k * rounds), rounds=rounds,
-                           draft_len=k, draft_policy="fixed", draft_steps=rounds * (k + 1), tokens=out,
+                           draft_len=k, draft_policy="fixed", draft_steps=rounds * (k + 1), program="llama-speculative", tokens=out,
                            text=" ".join(map(str, out)))

@@ -90,15 +90,21 @@ class LlamaCppBackend:
         if mode == "baseline":
             return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
                                          replace(inv, draft=None))
-        if mode == "draft":  # the draft model alone: what one draft step costs
-            if case.draft is None:
+        if mode in ("draft", "batch"):
+            # The speedup model's costs, timed by llama-bench on the run's footing (threads, offload,
+            # batch, flash attention) at the run's mean context depth: the draft's single step, and
+            # the target's batches of 1..17 tokens (batch 1 is its step: every ratio from one program).
+            s = case.settings
+            generation = self.caps("completion").generation
+            on_draft = mode == "draft"
+            if on_draft and case.draft is None:
                 raise LlamaspecError("this case has no draft model to time", hint="drop the draft measurement")
-            draft_settings = replace(case.settings, gpu_layers=case.settings.draft_gpu_layers, rpc=())
-            return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
-                                         replace(inv, target=case.draft.path, draft=None, settings=draft_settings))
-        if mode == "batch":
-            layers = flags.gpu_layers(case.settings.gpu_layers, self.build.accel, self.caps("completion").generation)
-            return flags.bench_argv(self.build.program("bench"), case.target.path, case.settings.threads, layers)
+            model = case.draft.path if on_draft and case.draft else case.target.path
+            layers = flags.gpu_layers(s.draft_gpu_layers if on_draft else s.gpu_layers, self.build.accel, generation)
+            return flags.bench_argv(self.build.program("bench"), model, s.threads_draft if on_draft and s.threads_draft else s.threads,
+                                    layers, sizes=(1,) if on_draft else flags.BATCH_SIZES, repetitions=10 if on_draft else 3,
+                                    depth=bench_depth(case, s.n_predict or 0), batch_size=s.batch_size,
+                                    flash_attn=s.flash_attn)
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
 
     def resolve_model(self, model: str, variant: str) -> ModelPath:
@@ -153,9 +159,12 @@ class LlamaCppBackend:
             if mode == "speculative":
                 spec = parse.parse_speculative(done.stdout, done.stderr)
                 return Measurement(ok=True, error=None, **base, **_speculative_fields(spec, self.profile(case), case))
-            if mode == "batch":
+            if mode in ("batch", "draft"):
                 batches = parse.parse_bench_json(done.stdout)
-                return Measurement(ok=True, error=None, **base, stats={"batch_ms": batches.ms_by_tokens})
+                step = batches.median_ms.get(1)
+                return Measurement(ok=True, error=None, **base, decode_tps=1000.0 / step if step else None,
+                                   speed_basis="llama-bench: one single-token step at the run's depth (1000 / ms)",
+                                   stats={"batch_ms": batches.median_ms, "depth": batches.depth})
             comp = parse.parse_completion(done.stdout, done.stderr)
             return Measurement(ok=True, error=None, **base, **_completion_fields(comp, case))
         except LlamaspecError as exc:
@@ -188,6 +197,12 @@ def process_escapes(text: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
+
+
+def bench_depth(case: ResolvedCase, n_predict: int) -> int:
+    """The run's mean context depth: the prompt (estimated at four characters a token: llama-bench
+    times a context of that size, it does not read the prompt) plus half the generation."""
+    return max(len(prompt_text(case)) // 4, 1) + n_predict // 2
 
 
 def prompt_text(case: ResolvedCase) -> str:
@@ -224,6 +239,7 @@ def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.Program, c
         draft_steps=profile.rounds(stats.n_predict, stats.n_accept) * profile.draft_steps_per_round(stats.n_draft)
         if profile.draft_policy == "fixed" else None,
         draft_policy=profile.draft_policy,
+        program=f"llama-{profile.role}",
         text=text,
         end_of_text=requested is not None and stats.n_predict < requested,
         stats={**stats.to_dict(), "prompt_echo_found": echoed},
@@ -239,7 +255,15 @@ def _completion_fields(stats: parse.CompletionStats, case: ResolvedCase) -> dict
         decode_tps=stats.generation_tps,
         speed_basis="llama-completion: eval runs / (eval time + sampling time) (one decode per token after the first)",
         draft_policy="none",
+        sample_ms_per_token=_sample_ms(stats),
         text=text,
         end_of_text=stats.end_of_text,
         stats={**stats.to_dict(), "prompt_echo_found": echoed},
     )
+
+
+def _sample_ms(stats: parse.CompletionStats) -> float | None:
+    """Sampling time per generated token (``sampling time`` on current builds, ``sample time`` before)."""
+    t = stats.timings
+    total = t.sampling_total_ms if t.sampling_total_ms is not None else t.sample_ms
+    return total / stats.n_decoded if total is not None and stats.n_decoded else None
