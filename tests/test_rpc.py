@@ -60,8 +60,6 @@ def test_rpc_puts_the_targets_layers_on_the_servers_and_keeps_the_draft_local(tm
     assert spec[spec.index("-ngld") + 1] == "0"
     plain = backend.argv(replace(c, settings=replace(c.settings, rpc=())), "speculative")
     assert "--rpc" not in plain and plain[plain.index("-ngl") + 1] == "0"
-    draft_alone = backend.argv(c, "draft")
-    assert "--rpc" not in draft_alone and draft_alone[draft_alone.index("-ngl") + 1] == "0"
 
 
 def test_a_worker_that_is_down_is_one_clear_error_before_anything_runs(tmp_path: Path) -> None:
