@@ -182,6 +182,45 @@ def probe(argv: Sequence[str | os.PathLike[str]], *, timeout: float = 30.0, env:
         return None
 
 
+class Background:
+    """A process that outlives the call that starts it (a server), in its own process group, its
+    output teed into a log; ``stop()`` terminates the group, then kills it."""
+
+    def __init__(self, argv: Sequence[str | os.PathLike[str]], log_path: Path | None = None) -> None:
+        self.argv = tuple(str(a) for a in argv)
+        self._log = None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+            self._log.write(f"$ {shell_line(self.argv)}\n".encode())
+            self._log.flush()
+        out = self._log if self._log is not None else subprocess.DEVNULL
+        log.debug("starting in the background: %s", shell_line(self.argv))
+        try:
+            self._proc = subprocess.Popen(self.argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
+        except OSError as exc:
+            self._close_log()
+            raise LlamaspecError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from exc
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self._proc.poll() is None:
+            _terminate(self._proc, grace)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
 def raise_failure(done: Completed, what: str, log_path: Path | None, hint: str | None = None) -> None:
     detail = f"{what} {done.describe_exit()}"
     if done.timed_out:

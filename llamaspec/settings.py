@@ -97,6 +97,15 @@ def _str_list(value: Any) -> tuple[str, ...]:
     return tuple(_str(v) for v in value)
 
 
+def _endpoints(value: Any) -> tuple[str, ...]:
+    items = tuple(value.split(",")) if isinstance(value, str) else _str_list(value)
+    for item in items:
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SettingError(f"expected host:port, got {item!r}")
+    return tuple(i.strip() for i in items)
+
+
 def _gpu_arg(text: str) -> int | str:
     return text if text in ("all", "none") else int(text)
 
@@ -134,11 +143,11 @@ class Settings:
     escape: bool | None = _setting(_bool, default=True)
     spec_type: str | None = _setting(_str, default="draft", sweep=str, side="draft",
                                      help="draft (a draft model) or a draft-free n-gram mode")
-    ngram_size_n: int | None = _setting(_int, sweep=int, side="draft",
+    ngram_size_n: int | None = _setting(_int, engine="llama-server", sweep=int, side="draft",
                                         help="n-gram modes: length of the lookup n-gram (llama-server)")
-    ngram_size_m: int | None = _setting(_int, sweep=int, side="draft",
+    ngram_size_m: int | None = _setting(_int, engine="llama-server", sweep=int, side="draft",
                                         help="n-gram modes: length of the drafted m-gram (llama-server)")
-    parallel: int | None = _setting(_int, sweep=int, help="llama-server slots, served to as many concurrent clients")
+    parallel: int | None = _setting(_int, engine="llama-server", sweep=int, help="llama-server slots, served to as many concurrent clients")
     program: str | None = _setting(_choice(*PROGRAMS), default="speculative", sweep=str, side="draft",
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
     timeout: float | None = _setting(_float, default=1800.0, side="run", help="seconds per process")
@@ -151,6 +160,8 @@ class Settings:
     load_in: str | None = _setting(_choice("8bit", "4bit", "none"), engine="transformers", help="transformers: bitsandbytes 8bit or 4bit target (CUDA GPU only)")
     device: str | None = _setting(_str, engine="transformers", help="transformers: cpu, cuda, cuda:N, mps or auto (default: the backend's accel)")
     universal_assisted: bool | None = _setting(_bool, engine="transformers", side="draft", help="transformers: allow an assistant with another tokenizer")
+    rpc: tuple[str, ...] | None = _setting(_endpoints, default=(), engine="llama.cpp",
+                                         help="llama.cpp RPC servers (host:port) holding the target's layers; the draft stays local")
 
     def over(self, base: Settings) -> Settings:
         """These settings, falling back to ``base`` where unset."""
@@ -172,8 +183,9 @@ class Settings:
     def from_dict(cls, data: dict[str, Any]) -> Settings:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        if values.get("extra_args") is not None:
-            values["extra_args"] = tuple(values["extra_args"])
+        for name in ("extra_args", "rpc"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 

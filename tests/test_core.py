@@ -128,7 +128,7 @@ def test_compare_outputs_on_tokens_and_text() -> None:
 
 
 def test_ties_recommend_the_cheapest_and_never_a_differing_point(fake_models) -> None:
-    engine = FakeEngine(drift=0.0, alpha=0.95, draft_cost=0.02, noise=(1.0, 1.05, 0.95, 1.0), differ_at_k=(12,))
+    engine = FakeEngine(drift=0.0, alpha=0.95, draft_cost=0.02, noise=(1.0, 1.12, 0.88, 1.0, 1.1), differ_at_k=(12,))
     store = Store.open()
     (res,) = sweep.run_sweep(exp(3), {"draft_max": (2, 8, 10, 12)}, engine, store)
     rep = analysis.sweep_report(store, res.sweep_id, plot=False)

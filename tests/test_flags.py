@@ -166,7 +166,7 @@ def test_every_setting_reaches_llama_cpp_through_the_table_or_is_refused() -> No
     assert set(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE == SETTINGS
     assert set(FIELDS) >= SETTINGS
     others = set(FIELDS) - SETTINGS
-    assert all(FIELDS[name].metadata["engine"] == "transformers" for name in others), others
+    assert all(FIELDS[name].metadata["engine"] in ("transformers", "llama-server") for name in others), others
 
 
 def test_flash_attention_takes_a_value_now_and_was_a_switch_before() -> None:

@@ -33,6 +33,7 @@ COMMAND_MODULES = {
     "plot": "report", "report": "report",
     "parse": "parse",
     "prompts": "prompts",
+    "rpc": "cluster", "cluster": "cluster",
 }
 
 

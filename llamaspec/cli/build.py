@@ -51,9 +51,11 @@ def source_show() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even if the cache has this build.")
 @click.option("--source", "source_spec", default=None, metavar="SPEC",
               help="Build another tree: path:/your/llama.cpp (default: vendor/llama.cpp, fetched if missing).")
+@click.option("--rpc", is_flag=True, help="Also build llama.cpp's RPC server and backend (-DGGML_RPC=ON): a separate cached build.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON.")
 @click.argument("cmake_args", nargs=-1, type=click.UNPROCESSED)
-def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, as_json: bool, cmake_args: tuple[str, ...]) -> None:
+def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rpc: bool, as_json: bool,
+          cmake_args: tuple[str, ...]) -> None:
     """Build llama.cpp's programs into the build cache (reused when nothing changed).
 
     Extra CMake flags go after --, e.g. `llamaspec build -- -DGGML_CUDA_FORCE_MMQ=ON`.
@@ -73,7 +75,7 @@ def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, as
         info = sources.fetch()
     else:
         info = sources.current()
-    result = builds.build(accel, cmake_args, jobs, force, info)
+    result = builds.build(accel, cmake_args, jobs, force, info, rpc=rpc)
     if as_json:
         click.echo(json.dumps(asdict(result), indent=2))
     else:

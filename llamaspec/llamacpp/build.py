@@ -28,11 +28,13 @@ from llamaspec.llamacpp.cache import (  # noqa: F401 - re-exported: callers impo
     ACCELS,
     PROGRAMS,
     REQUIRED_PROGRAMS,
+    RPC_ROLE,
     Build,
     check_accel,
     find,
     load_build,
     point_latest,
+    pointer_name,
     prebuilt,
     safe_name,
     stamp_smoke_host,
@@ -48,6 +50,9 @@ ACCEL_CMAKE: dict[str, dict[str, str]] = {
     "cuda": {"GGML_NATIVE": "ON", "GGML_CUDA": "ON", "GGML_METAL": "OFF"},
     "metal": {"GGML_NATIVE": "ON", "GGML_CUDA": "OFF", "GGML_METAL": "ON", "GGML_METAL_EMBED_LIBRARY": "ON"},
 }
+# The RPC server's CMake target, newest name first (its CMake file exists only under tools/rpc or
+# examples/rpc and is read only with GGML_RPC=ON, so tree_targets does not list it).
+RPC_TARGETS = ("ggml-rpc-server", "rpc-server")
 COMMON_CMAKE = {
     "CMAKE_BUILD_TYPE": "Release",
     "BUILD_SHARED_LIBS": "OFF",  # static binaries can move into the cache and still run
@@ -179,7 +184,7 @@ def tree_targets(tree: Path) -> dict[str, str]:
 
 
 def plan(source: sources.SourceInfo, accel: str = "auto", extra_args: Sequence[str] = (),
-         cpu_disable: Sequence[str] | None = None) -> BuildPlan:
+         cpu_disable: Sequence[str] | None = None, rpc: bool = False) -> BuildPlan:
     chosen = select_accel(accel)
     cuda = host.find_cuda() if chosen == "cuda" or (accel == "auto" and platform.system() == "Linux") else None
     reason = why_not_cuda(cuda) if cuda and chosen == "cpu" else None
@@ -193,8 +198,23 @@ def plan(source: sources.SourceInfo, accel: str = "auto", extra_args: Sequence[s
     if missing:
         raise LlamaspecError(f"{source.tree} defines no {' / '.join(PROGRAMS[missing[0]])} program",
                              hint="use a llama.cpp tree that has examples/speculative and tools/quantize")
+    if rpc:
+        defs["GGML_RPC"] = "ON"
+        targets[RPC_ROLE] = rpc_target(source.tree)
     disable = tuple(cpu_disable) if cpu_disable is not None else cpu_workarounds(chosen)
     return BuildPlan(source, chosen, defs, tuple(extra_args), disable, targets, host.native_isa())
+
+
+def rpc_target(tree: Path) -> str:
+    """The RPC server's CMake target in this tree (``ggml-rpc-server``, ``rpc-server`` before)."""
+    defined: set[str] = set()
+    for cmake in list(tree.glob("tools/rpc/CMakeLists.txt")) + list(tree.glob("examples/rpc/CMakeLists.txt")):
+        defined.update(re.findall(r"set\s*\(\s*TARGET\s+([\w-]+)\s*\)", cmake.read_text(errors="replace")))
+    name = next((n for n in RPC_TARGETS if n in defined), None)
+    if name is None:
+        raise LlamaspecError(f"{tree} defines no RPC server ({' / '.join(RPC_TARGETS)})",
+                             hint="use a llama.cpp tree with tools/rpc (2024 on)")
+    return name
 
 
 def check_tools() -> None:
@@ -245,13 +265,13 @@ def exclusive(folder: Path) -> Iterator[None]:
 
 
 def build(accel: str = "auto", extra_args: Sequence[str] = (), jobs: int | None = None, force: bool = False,
-          source: sources.SourceInfo | None = None) -> Build:
+          source: sources.SourceInfo | None = None, rpc: bool = False) -> Build:
     """Build (or reuse) llama.cpp; smoke-test the result; return it."""
     start = time.monotonic()
     source = source or sources.current()
     sources.check_tree(source.tree)
     check_tools()
-    the_plan = plan(source, accel, extra_args)
+    the_plan = plan(source, accel, extra_args, rpc=True) if rpc else plan(source, accel, extra_args)
     folder = the_plan.folder
     with exclusive(folder):
         cached = None if force else load_build(folder)
@@ -259,7 +279,7 @@ def build(accel: str = "auto", extra_args: Sequence[str] = (), jobs: int | None 
             if cached.smoke_host != host.fingerprint():
                 log.info("cached build was tested on another machine; smoke-testing it here")
                 cached = _smoke_or_rebuild(cached, the_plan, jobs, source)
-            point_latest(cached.accel, cached.commit, folder)
+            point_latest(pointer_name(cached), cached.commit, folder)
             log.info("reused cached build %s (%.1f s)", folder, time.monotonic() - start)
             return cached
         built = _compile(the_plan, jobs)
@@ -288,7 +308,7 @@ def _smoke_or_rebuild(built: Build, the_plan: BuildPlan, jobs: int | None, sourc
         built = rebuilt
         the_plan = retry
     stamped = stamp_smoke_host(built)
-    point_latest(the_plan.accel, stamped.commit, Path(stamped.bin_dir).parent)
+    point_latest(pointer_name(stamped), stamped.commit, Path(stamped.bin_dir).parent)
     return stamped
 
 

@@ -40,6 +40,10 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "bench": ("llama-bench", "llama-bench"),
 }
 REQUIRED_PROGRAMS = ("speculative", "completion", "quantize")
+# llama.cpp's RPC server (holds model layers for another machine's programs): in builds made with
+# GGML_RPC=ON only (``build.plan(rpc=True)``), under this role. Such a build has a latest pointer
+# of its own (``latest-<commit>-<accel>-rpc``): it never stands in for the plain one by accident.
+RPC_ROLE = "rpc-server"
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,11 @@ def point_latest(accel: str, commit: str, folder: Path) -> None:
     atomic.write_text(latest_pointer(accel, commit), str(folder) + "\n")
 
 
+def pointer_name(build: Build) -> str:
+    """The accelerator part of a build's latest pointer (``cpu``, or ``cpu-rpc`` for an RPC build)."""
+    return build.accel + ("-rpc" if RPC_ROLE in build.programs else "")
+
+
 def latest(accel: str, commit: str) -> Build | None:
     pointer = latest_pointer(accel, commit)
     found = load_build(Path(pointer.read_text().strip())) if pointer.is_file() else None
@@ -176,7 +185,7 @@ def wanted_commit() -> tuple[str, str | None]:
         return sources.pinned().commit, exc.message
 
 
-def find(accel: str = "auto", bin_dir: Path | None = None) -> Build:
+def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False) -> Build:
     """The build a run uses: ``--bin-dir``/``LLAMASPEC_BIN_DIR``, else the last good build of the
     current source (of the pinned commit when there is no source tree); GPU accelerators first
     with ``auto``. Cheap: no compiler or toolkit probes."""
@@ -186,7 +195,7 @@ def find(accel: str = "auto", bin_dir: Path | None = None) -> Build:
     check_accel(accel)
     commit, no_source = wanted_commit()
     for candidate in (("metal", "cuda", "cpu") if accel == "auto" else (accel,)):
-        found = latest(candidate, commit)
+        found = latest(candidate + ("-rpc" if rpc else ""), commit)
         if found is None:
             continue
         if found.smoke_host != host.fingerprint():
@@ -202,6 +211,6 @@ def find(accel: str = "auto", bin_dir: Path | None = None) -> Build:
             hint="run `llamaspec build` (it fetches the pinned source first), or pass --bin-dir with your own binaries",
         )
     raise LlamaspecError(
-        f"no llama.cpp build of {commit} ({accel}) in {paths.builds_dir()}",
-        hint="run `llamaspec build` first (or pass --bin-dir with your own llama.cpp binaries)",
+        f"no llama.cpp build of {commit} ({accel}{', with RPC' if rpc else ''}) in {paths.builds_dir()}",
+        hint=f"run `llamaspec build{' --rpc' if rpc else ''}` first (or pass --bin-dir with your own llama.cpp binaries)",
     )

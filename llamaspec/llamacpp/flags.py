@@ -92,6 +92,16 @@ def _offload(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list
     return [] if layers is None else [flag, str(layers)]
 
 
+def _target_offload(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+    """The target's -ngl: with RPC servers its layers go to them (devices even on a CPU build)."""
+    layers = gpu_layers(value, "rpc" if inv.settings.rpc else inv.accel, caps.generation)
+    return [] if layers is None else [flag, str(layers)]
+
+
+def _joined(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+    return [flag, ",".join(value)] if value else []
+
+
 def _switch_or_value(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
     """``-fa on|off|auto`` on builds whose help shows a value, a bare ``-fa`` switch on older ones."""
     if caps.takes_value(flag):
@@ -122,7 +132,7 @@ FLAG_TABLE: dict[str, Flag] = {
     "seed": Flag(("-s", "--seed")),
     "temperature": Flag(("--temp",)),
     "threads": Flag(("-t", "--threads")),
-    "gpu_layers": Flag(("-ngl", "--n-gpu-layers", "--gpu-layers"), render=_offload),
+    "gpu_layers": Flag(("-ngl", "--n-gpu-layers", "--gpu-layers"), render=_target_offload),
     "ctx_size": Flag(("-c", "--ctx-size")),
     "batch_size": Flag(("-b", "--batch-size")),
     "flash_attn": Flag(("-fa", "--flash-attn"), required=True, render=_switch_or_value),
@@ -132,6 +142,7 @@ FLAG_TABLE: dict[str, Flag] = {
     "threads_draft": Flag(("-td", "--threads-draft", "--spec-draft-threads"), scope="speculative"),
     "draft_gpu_layers": Flag(("-ngld", "--n-gpu-layers-draft", "--gpu-layers-draft", "--spec-draft-ngl"),
                              scope="draft-model", render=_offload),
+    "rpc": Flag(("--rpc",), required=True, render=_joined),  # the target's layers on these RPC servers
 }
 # Models and prompt: not settings, but flags all the same.
 MODEL_FLAGS = {
@@ -249,7 +260,7 @@ def _settings_argv(caps: Capabilities, inv: Invocation, *, speculative: bool) ->
     argv: list[str] = []
     for setting, row in FLAG_TABLE.items():
         value = getattr(inv.settings, setting)
-        if value is None or (row.scope == "speculative" and not speculative) or (row.scope == "draft-model" and not inv.draft):
+        if value is None or value == () or (row.scope == "speculative" and not speculative) or (row.scope == "draft-model" and not inv.draft):
             continue
         flag = _pick_or_refuse(caps, setting, row.names, row.required)
         if flag is not None:

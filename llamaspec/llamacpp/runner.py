@@ -113,6 +113,13 @@ class LlamaCppBackend:
         return models.gguf_model(model, variant)
 
     def check(self, case: ResolvedCase) -> None:
+        if case.settings.rpc:
+            from llamaspec.llamacpp import rpc
+
+            if not rpc.has_rpc(self.build):
+                raise LlamaspecError(f"this case sets rpc, but the llama.cpp build in {self.build.bin_dir} has no RPC backend",
+                                     hint="build one with `llamaspec build --rpc` and run with it (--bin-dir its bin folder)")
+            rpc.check_endpoints(case.settings.rpc)
         if case.draft is not None and (case.target.path, case.draft.path) not in self._pairs_checked:
             from llamaspec import models
 

@@ -35,14 +35,13 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import threading
 import time
 import weakref
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths
+from llamaspec import paths, proc
 from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags
@@ -160,7 +159,7 @@ class Server:
         self.label = label
         self.explicit_port = port
         self.port: int | None = None
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: proc.Background | None = None
         self.started_seconds: float | None = None
 
     @property
@@ -186,18 +185,12 @@ class Server:
                                           "yourself to see more") from None
 
     def _launch(self, ready_timeout: float) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = self.argv
-        with open(self.log_path, "ab") as logf:
-            logf.write(f"$ {subprocess.list2cmdline(argv)}\n".encode())
-            logf.flush()
-            t0 = time.monotonic()
-            log.info("starting llama-server (%s) on port %s ...", self.label, self.port)
-            try:
-                self.process = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                start_new_session=True)
-            except OSError as exc:
-                raise LlamaspecError(f"cannot start {self.program}: {exc}", hint="run `llamaspec build` first") from exc
+        t0 = time.monotonic()
+        log.info("starting llama-server (%s) on port %s ...", self.label, self.port)
+        try:
+            self.process = proc.Background(self.argv, self.log_path)  # its own process group, output in the log
+        except LlamaspecError as exc:
+            raise LlamaspecError(exc.message, hint="run `llamaspec build` first") from exc
         with _LIVE_LOCK:
             _LIVE.add(self)
         deadline = t0 + ready_timeout
@@ -304,16 +297,8 @@ class Server:
 
     def stop(self, grace: float = 5.0) -> None:
         """Terminate the process group, then kill it if it does not go."""
-        proc = self.process
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        if self.process is not None:
+            self.process.stop(grace)
         with _LIVE_LOCK:
             _LIVE.discard(self)
 

@@ -1,0 +1,175 @@
+"""What a worker does with a work item, by the item's ``kind``: small adapters onto llamaspec's
+own measuring code, each returning one plain result dict:
+
+``ok``, ``status`` (ok | failed), ``error``, ``experiment``, ``case``, ``settings`` (dict),
+``provenance`` (dict), ``measurements`` (list of dicts with the fields of
+``llamaspec.backend.Measurement`` plus ``repeat``), ``summary`` (dict).
+
+- ``pair``: one case measured ``repeats`` times, baseline and speculative interleaved (ABBA), on
+  this machine's llama.cpp build through ``LlamaCppBackend``; the speedup of each repeat is
+  against the baseline measured next to it, on the same machine.
+- ``case``: one case of an experiment through the run core (``llamaspec.run.run_case``) into a
+  scratch store on the worker (per machine, so shared baselines are only ever this machine's).
+
+A new kind (a prompt of a prompt set on the llama-server backend) is one function and one
+``EXECUTORS`` entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llamaspec.cluster.work import WorkItem
+from llamaspec.errors import LlamaspecError
+
+if TYPE_CHECKING:
+    from llamaspec.backend import Measurement, ResolvedCase
+    from llamaspec.cluster.worker import MachineWorker
+
+Executor = Callable[["MachineWorker", WorkItem], dict[str, Any]]
+
+
+def get(kind: str) -> Executor:
+    if kind not in EXECUTORS:
+        raise LlamaspecError(f"this worker does not know work items of kind {kind!r}",
+                             hint=f"known kinds: {', '.join(EXECUTORS)}; upgrade llamaspec on the worker")
+    return EXECUTORS[kind]
+
+
+def measurement_dict(m: Measurement, repeat: int) -> dict[str, Any]:
+    out = dataclasses.asdict(m)
+    out["argv"] = list(m.argv)
+    out["tokens"] = list(m.tokens) if m.tokens is not None else None
+    out["repeat"] = repeat
+    return out
+
+
+def _backend(worker: MachineWorker) -> Any:
+    from llamaspec.llamacpp.runner import LlamaCppBackend
+
+    if "backend" not in worker.state:
+        worker.state["backend"] = LlamaCppBackend(worker.build)
+    return worker.state["backend"]
+
+
+def _model(worker: MachineWorker, label: str) -> Any:
+    from llamaspec.backend import ModelPath
+
+    f = worker.models.get(label)
+    if f is None:
+        from llamaspec import models
+
+        f = worker.models[label] = models.open_ref(label, build=worker.build)
+    return ModelPath(label=label, path=str(f.path), sha256=f.sha256)
+
+
+def resolved_case(worker: MachineWorker, payload: dict[str, Any]) -> ResolvedCase:
+    """The payload's case with this machine's model paths and every setting decided."""
+    from llamaspec.backend import ResolvedCase
+    from llamaspec.settings import Settings
+
+    settings = Settings.from_dict(payload.get("settings") or {}).with_defaults()
+    if settings.threads is None:
+        import psutil
+
+        settings = dataclasses.replace(settings, threads=psutil.cpu_count(logical=False) or 1)
+    return ResolvedCase(
+        experiment=payload.get("experiment", "cluster"), case=payload.get("case", "case"),
+        target=_model(worker, payload["target"]), draft=_model(worker, payload["draft"]) if payload.get("draft") else None,
+        prompt=payload.get("prompt"), prompt_file=payload.get("prompt_file"), settings=settings,
+        prompt_id=payload.get("prompt_id"), category=payload.get("category"))
+
+
+def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
+    case = resolved_case(worker, item.payload)
+    backend = _backend(worker)
+    backend.check(case)
+    repeats = int(item.payload.get("repeats", 1))
+    offset = int(item.payload.get("repeat_offset", 0))  # a split repeat keeps its place in the ABBA order
+    logs = worker.scratch / "logs" / _safe(item.key)
+    measured: list[tuple[int, Measurement]] = []
+    error = None
+    for r in range(offset, offset + repeats):
+        for mode in (("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")):
+            m = backend.measure(case, mode, logs / f"{mode}-{r}.log")
+            measured.append((r, m))
+            if not m.ok:
+                error = m.error
+                break
+        if error:
+            break
+    # The run core's one summary (speedup of paired runs, lossless verdict, drafted-length check).
+    from llamaspec.summary import summarize
+
+    summary = summarize([m for _r, m in measured], requested_draft=case.settings.draft_max if case.draft else None,
+                        status="failed" if error else "ok", error=error)
+    return {
+        "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
+        "experiment": case.experiment, "case": case.case, "settings": case.settings.to_dict(),
+        "provenance": {"engine": backend.provenance(), "backend": backend.name, "identity": backend.identity(),
+                       "models": {"target": dataclasses.asdict(case.target),
+                                  **({"draft": dataclasses.asdict(case.draft)} if case.draft else {})}},
+        "measurements": [measurement_dict(m, r) for r, m in measured],
+        "summary": summary.to_dict(),
+    }
+
+
+def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
+    """One experiment case through the run core, stored first in this machine's scratch store."""
+    from llamaspec import experiment, run
+    from llamaspec.host import hardware
+    from llamaspec.results import Store
+
+    p = item.payload
+    exp = experiment.load(p["experiment"])
+    chosen = next((c for c in exp.cases if c.name == p["case"]), None)
+    if chosen is None:
+        raise LlamaspecError(f"experiment {exp.name} on worker {worker.machine} has no case {p['case']!r}",
+                             hint="the workers must run the same llamaspec checkout (experiments/) as the coordinator")
+    if p.get("settings"):
+        from llamaspec.settings import Settings
+
+        chosen = dataclasses.replace(chosen, settings=Settings.from_dict(p["settings"]).over(chosen.settings))
+    store = worker.state.get("store")
+    if store is None:
+        store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
+    resolved = run.resolve_case(exp, chosen, _backend(worker))
+    result = run.run_case(resolved, _backend(worker), store, repeats=p.get("repeats", exp.repeats), hardware=hardware(),
+                          reference=chosen.reference, exp=exp, kind=p.get("kind", "run"),
+                          shared_baseline=bool(p.get("shared_baseline", False)), warmup=bool(p.get("warmup", False)))
+    row = store.run(result.run_id)
+    rows = store.measurements(result.run_id)
+    return {"ok": result.status == "ok", "status": result.status, "error": result.error, "experiment": exp.name,
+            "case": chosen.name, "settings": row["settings"], "provenance": row["provenance"],
+            "measurements": rows, "summary": row["summary"] or {}}
+
+
+def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
+    """No llama.cpp: use ``spin`` seconds of this process's CPU time (or do nothing), for measuring
+    the cluster's own overhead and throughput (CPU time, so a busy machine shows as a slow one)."""
+    import os
+    import time
+
+    spin = float(item.payload.get("spin", 0.0))
+    start = time.perf_counter()
+    cpu0 = time.process_time()
+    n = 0
+    while time.process_time() - cpu0 < spin:
+        n += sum(i * i for i in range(1000))
+    return {"ok": True, "status": "ok", "error": None, "experiment": item.payload.get("experiment", "noop"),
+            "case": item.key, "settings": {}, "provenance": {"pid": os.getpid()}, "measurements": [],
+            "summary": {"seconds": time.perf_counter() - start, "pid": os.getpid()}}
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
+
+
+EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "noop": noop}
+
+
+def log_dir(worker: MachineWorker) -> Path:
+    return worker.scratch / "logs"

@@ -1,0 +1,121 @@
+"""A study of an experiment over machines: its work items, its requirements, its id, and the
+pool to run it on. The glue ``llamaspec cluster run`` (and ``--cluster`` on run/sweep/tune) calls.
+
+Items are of kind ``pair`` (see ``executors``): one case, its baselines and speculative runs on
+one machine. ``split_repeats`` makes each repeat an item of its own (a one-case experiment then
+spreads over machines); the repeat number still alternates the ABBA order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from llamaspec.cluster.work import Requirements, WorkItem
+from llamaspec.errors import LlamaspecError
+
+
+def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> dict[str, Any]:
+    """The portable description of a case: model labels (each machine resolves its own files),
+    prompt, and every setting decided on the coordinator."""
+    settings = case.settings.over(exp.settings) if hasattr(exp, "settings") else case.settings
+    prompt_file = None
+    prompt = case.prompt
+    if case.prompt_file:
+        from pathlib import Path
+
+        # Workers need not share a filesystem: ship the prompt's text.
+        prompt = Path(case.prompt_file).read_text()
+    return {"experiment": exp.name, "case": case.name, "target": case.target.label,
+            "draft": case.draft.label if case.draft else None, "prompt": prompt, "prompt_file": prompt_file,
+            "settings": settings.to_dict(), "repeats": repeats, "repeat_offset": repeat_offset}
+
+
+def experiment_items(exp: Any, repeats: int | None = None, split_repeats: bool = False) -> list[WorkItem]:
+    n = repeats or exp.repeats
+    items = []
+    for case in exp.cases:
+        if split_repeats:
+            items += [WorkItem(f"{case.name}#r{r}", "pair", case_payload(exp, case, 1, r)) for r in range(n)]
+        else:
+            items.append(WorkItem(case.name, "pair", case_payload(exp, case, n)))
+    return items
+
+
+def sweep_items(exp: Any, axes: dict[str, Any], repeats: int | None = None) -> list[WorkItem]:
+    """One ``pair`` item per (case, grid point), keyed ``case@point`` with the sweep's own point key.
+    Each point measures its own baselines on its machine (no baseline shared across machines)."""
+    from llamaspec import sweep
+
+    n = repeats or exp.repeats
+    items = []
+    for case in exp.cases:
+        for point in sweep.grid(axes):
+            payload = case_payload(exp, point.apply(case), n)
+            payload["point"] = point.label
+            items.append(WorkItem(f"{case.name}@{point.key}", "pair", payload))
+    return items
+
+
+def requirements(exp: Any, accel: str = "auto") -> Requirements:
+    """The coordinator's own llama.cpp commit, and its model hashes where it has the files
+    (None where it has not: the first machine's then binds the others)."""
+    from llamaspec.llamacpp import source as sources
+    from llamaspec.models import store
+
+    try:
+        commit: str | None = sources.current().commit
+    except LlamaspecError:
+        commit = None
+    labels = sorted({c.target.label for c in exp.cases} | {c.draft.label for c in exp.cases if c.draft})
+    models: dict[str, str | None] = {}
+    for label in labels:
+        name, _, variant = label.partition(":")
+        done = store.finished(name, variant)
+        models[label] = done.sha256 if done is not None else None
+    rpc = any(c.settings.over(exp.settings).rpc for c in exp.cases)
+    return Requirements(commit=commit, accel=accel, rpc=rpc, models=models)
+
+
+def study_id(exp: Any, items: list[WorkItem], wanted: Requirements) -> str:
+    """Same experiment, items and requirements: same study (a rerun resumes it)."""
+    blob = json.dumps({"items": [dataclasses.asdict(i) for i in items], "commit": wanted.commit, "models": wanted.models},
+                      sort_keys=True, default=str)
+    return f"cluster-{exp.name}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+
+
+def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
+    """A Ray pool on the cluster at ``address`` (or RAY_ADDRESS); without either, this machine alone."""
+    import os
+    import platform
+
+    if address or os.environ.get("RAY_ADDRESS"):
+        from llamaspec.cluster import raypool
+
+        raypool.connect(address)
+        return raypool.RayPool(machines)
+    from llamaspec.cluster.local import LocalPool
+
+    return LocalPool([platform.node() or "local"])
+
+
+def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
+                   machines: list[str] | None = None, accel: str = "auto",
+                   axes: dict[str, Any] | None = None) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """The whole of ``--cluster``: items (cases, or sweep points with ``axes``), requirements, study
+    id, pool, the study loop, the per-machine summary. Returns (StudyReport, per-machine results)."""
+    from llamaspec.cluster import summary
+    from llamaspec.cluster.coordinator import run_study
+    from llamaspec.cluster.sink import StoreSink
+
+    items = sweep_items(exp, axes, repeats) if axes else experiment_items(exp, repeats, split_repeats)
+    wanted = requirements(exp, accel)
+    sid = study_id(exp, items, wanted)
+    pool = open_pool(address, machines)
+    try:
+        report = run_study(sid, items, pool, StoreSink(store), wanted)
+    finally:
+        pool.close()
+    return report, summary.per_machine(store, sid)

@@ -1,0 +1,59 @@
+"""Per-machine results of a study: each machine's speedups come from its own paired baselines.
+
+A work item measures its baselines on the machine that measures its speculative runs, so every
+ratio here is within one machine; machines are never mixed into one ratio (a fast machine's
+baseline against a slow machine's speculative run would be a hardware comparison, not a speedup).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from llamaspec import stats
+from llamaspec.cluster.sink import machine_of
+from llamaspec.results import Store
+
+
+def item_speedups(run: dict[str, Any], measurements: list[dict[str, Any]]) -> list[float]:
+    """Speculative over baseline decode speed per repeat, pairing only measurements of this run
+    (one machine) with the same repeat number."""
+    by_repeat: dict[int, dict[str, float]] = defaultdict(dict)
+    for m in measurements:
+        if m.get("ok") and m.get("decode_tps") and m.get("mode") in ("baseline", "speculative"):
+            by_repeat[int(m["repeat"])][m["mode"]] = float(m["decode_tps"])
+    return [p["speculative"] / p["baseline"] for _r, p in sorted(by_repeat.items()) if "speculative" in p and "baseline" in p]
+
+
+def per_machine(store: Store, study: str) -> dict[str, dict[str, Any]]:
+    """For each machine of a study: items done, the geometric mean of its items' speedups (each item's
+    median over its repeats) with a bootstrap interval, and every repeat's speedup."""
+    runs = store.runs(sweep_id=study, status="ok")
+    grouped: dict[str, list[tuple[str, list[float], list[dict[str, Any]]]]] = defaultdict(list)
+    for run in runs:
+        ms = store.measurements(run["id"])
+        grouped[machine_of(run) or "?"].append((run["point_key"], item_speedups(run, ms), ms))
+    out: dict[str, dict[str, Any]] = {}
+    for machine, items in sorted(grouped.items()):
+        per_item = [stats.spread(s).median for _k, s, _m in items if s]  # type: ignore[union-attr]
+        all_ratios = [r for _k, s, _m in items for r in s]
+        spec = [m["decode_tps"] for _k, _s, ms in items for m in ms if m["mode"] == "speculative" and m["ok"] and m["decode_tps"]]
+        base = [m["decode_tps"] for _k, _s, ms in items for m in ms if m["mode"] == "baseline" and m["ok"] and m["decode_tps"]]
+        out[machine] = {
+            "items": len(items),
+            "speedup": stats.mean_spread(per_item, geometric=True),
+            "speedups": all_ratios,
+            "decode_tps": stats.spread(spec),
+            "baseline_decode_tps": stats.spread(base),
+        }
+    return out
+
+
+def describe(per: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for machine, s in per.items():
+        sp = s["speedup"]
+        dec, base = s["decode_tps"], s["baseline_decode_tps"]
+        lines.append(f"{machine}: {s['items']} items, speedup {sp.text(suffix='x') if sp else '-'}"
+                     f" (speculative {dec.text('{:.1f}') if dec else '-'} t/s, baseline {base.text('{:.1f}') if base else '-'} t/s)")
+    return lines

@@ -1,0 +1,106 @@
+"""The worker: one per machine, owning that machine's llama.cpp build and model files, running
+one work item at a time.
+
+It is a plain class; ``llamaspec.cluster.raypool`` wraps it in a Ray actor pinned to its machine
+(Ray runs an actor's calls one after another, so "one at a time" holds by construction), and
+``llamaspec.cluster.local`` runs it in a thread for one-machine studies and tests.
+
+Nothing here raises across the boundary: ``prepare`` and ``execute`` return ``ok: False`` with
+the error and its hint, so the coordinator prints the worker's own message.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from llamaspec.cluster import executors
+from llamaspec.cluster.work import Requirements, WorkerInfo, WorkItem
+from llamaspec.errors import LlamaspecError
+
+log = logging.getLogger(__name__)
+
+
+class MachineWorker:
+    def __init__(self, machine: str, scratch: str | None = None) -> None:
+        self.machine = machine
+        self.build: Any = None  # llamaspec.llamacpp.build.Build once prepared
+        self.models: dict[str, Any] = {}  # "name:variant" -> models.ModelFile
+        self.wanted: Requirements | None = None
+        self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{_safe(machine)}-"))
+        self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, a backend)
+
+    def prepare(self, wanted: Requirements) -> dict[str, Any]:
+        """Fetch the source, build llama.cpp and fetch/derive the models, all through llamaspec's own
+        cached, sha256-checked steps (a second study on the same machine reuses them)."""
+        try:
+            return {"ok": True, "info": self._prepare(wanted)}
+        except LlamaspecError as exc:
+            return {"ok": False, "error": exc.message, "hint": exc.hint}
+
+    def _prepare(self, wanted: Requirements) -> WorkerInfo:
+        from llamaspec import models
+        from llamaspec.host import hardware
+        from llamaspec.llamacpp import build as builds
+        from llamaspec.llamacpp import source as sources
+
+        if not wanted.llamacpp:
+            self.wanted = wanted
+            return WorkerInfo(machine=self.machine, host=platform.node(), commit=None, build_key=None, bin_dir=None,
+                              hardware=hardware())
+        try:
+            self.build = _find(builds, wanted)
+        except LlamaspecError:
+            try:
+                src = sources.current()
+            except LlamaspecError:
+                log.info("%s: fetching the pinned llama.cpp source", self.machine)
+                src = sources.fetch(sources.DEFAULT_SPEC)
+            log.info("%s: building llama.cpp %s", self.machine, src.commit)
+            self.build = builds.build(wanted.accel,
+                                      source=src, rpc=wanted.rpc)
+        for label in wanted.models:  # NAME:VARIANT (fetched or derived here), or a path to a GGUF file
+            self.models[label] = models.open_ref(label, build=self.build)
+        self.wanted = wanted
+        return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.build.commit,
+                          build_key=self.build.key or None, bin_dir=self.build.bin_dir,
+                          models={label: f.sha256 for label, f in self.models.items()}, hardware=hardware())
+
+    def execute(self, item: WorkItem) -> dict[str, Any]:
+        if self.wanted is None:
+            return {"ok": False, "error": f"worker {self.machine} was not prepared", "hint": "call prepare() first"}
+        try:
+            run = executors.get(item.kind)
+            result = run(self, item)
+        except LlamaspecError as exc:
+            result = {"ok": False, "status": "failed", "error": exc.message, "hint": exc.hint}
+        result["machine"] = self.machine
+        return result
+
+    def ping(self) -> str:
+        return self.machine
+
+    def close(self) -> None:
+        backend = self.state.pop("backend", None)
+        if backend is not None:
+            backend.close()
+
+
+def _find(builds: Any, wanted: Requirements) -> Any:
+    """The machine's cached build; an RPC build stands in for a plain one of the same commit (the
+    same programs, with the RPC backend compiled in and unused), rather than building again."""
+    try:
+        return builds.find(wanted.accel, rpc=wanted.rpc)
+    except LlamaspecError:
+        if wanted.rpc:
+            raise
+        found = builds.find(wanted.accel, rpc=True)
+        log.info("using the RPC build %s (no plain build of this commit here)", found.bin_dir)
+        return found
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)

@@ -1,0 +1,425 @@
+"""The cluster's engine-independent parts, without Ray: the queue, the identity check, the
+coordinator over local "machines" (threads) with workers that answer per their configuration,
+the results store as the only sink, per-machine speedups, and a cluster address that does not
+answer. Ray itself (a real two-node cluster on loopback) is in test_cluster_ray.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llamaspec.cluster import LocalPool, Requirements, StoreSink, WorkerInfo, WorkerLost, WorkItem, admit, run_study
+from llamaspec.cluster import summary as cluster_summary
+from llamaspec.cluster.queue import WorkQueue
+from llamaspec.cluster.work import mismatch, pin
+from llamaspec.errors import LlamaspecError
+from llamaspec.results import Store
+
+F32, Q41 = "smollm2-135m:f32", "smollm2-135m:q4_1"
+SHA = {F32: "a" * 64, Q41: "b" * 64}
+
+
+class FakeWorker:
+    """A machine that answers per its configuration: its commit and model hashes, its speed
+    (``factor`` scales every decode speed), items it fails, and when it goes away."""
+
+    def __init__(self, machine: str, *, commit: str = "0c1e570", models: dict[str, str] | None = None, factor: float = 1.0,
+                 die_on: int | None = None, prepare_error: str | None = None, seconds: float = 0.01) -> None:
+        self.machine = machine
+        self.commit = commit
+        self.models = dict(SHA if models is None else models)
+        self.factor = factor
+        self.die_on = die_on  # the n-th execute (1-based) raises WorkerLost, and every one after it
+        self.prepare_error = prepare_error
+        self.seconds = seconds
+        self.executed: list[str] = []
+        self.calls = 0
+
+    def prepare(self, wanted: Requirements) -> dict[str, Any]:
+        if self.prepare_error:
+            return {"ok": False, "error": self.prepare_error, "hint": "install one"}
+        return {"ok": True, "info": WorkerInfo(self.machine, "host-" + self.machine, self.commit, "key", "/bin",
+                                               {label: self.models.get(label) for label in wanted.models})}
+
+    def execute(self, item: WorkItem) -> dict[str, Any]:
+        self.calls += 1
+        if self.die_on is not None and self.calls >= self.die_on:
+            raise WorkerLost(f"{self.machine} went away")
+        time.sleep(self.seconds)
+        self.executed.append(item.key)
+        base, spec = item.payload["base"] * self.factor, item.payload["spec"] * self.factor
+        ms = []
+        for r in range(item.payload.get("repeats", 2)):
+            for mode, tps in (("baseline", base), ("speculative", spec)):
+                ms.append({"mode": mode, "repeat": r, "ok": True, "error": None, "argv": ["x"], "exit_code": 0,
+                           "wall_seconds": 1.0, "peak_rss_bytes": None, "n_prompt": 10, "n_predict": 32,
+                           "encode_tps": None, "decode_tps": tps * (1 + 0.01 * r), "n_drafted": None, "n_accept": None,
+                           "accept": None, "text": "same", "stats": None, "log_path": None})
+        failed = item.payload.get("fail")
+        return {"ok": not failed, "status": "failed" if failed else "ok", "error": "boom" if failed else None,
+                "experiment": "exp", "case": item.key, "settings": {"n_predict": 32}, "provenance": {"commit": self.commit},
+                "measurements": ms, "summary": {}}
+
+
+def pool_of(*workers: FakeWorker) -> LocalPool:
+    by_name = {w.machine: w for w in workers}
+    return LocalPool([w.machine for w in workers], factory=lambda m: by_name[m])
+
+
+def items(n: int, **payload: Any) -> list[WorkItem]:
+    return [WorkItem(f"item-{i:02d}", "fake", {"base": 50.0, "spec": 75.0, **payload}) for i in range(n)]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "results.sqlite")
+    yield s
+    s.close()
+
+
+def stored_keys(store: Store, study: str) -> list[str]:
+    return sorted(r["point_key"] for r in store.runs(sweep_id=study))
+
+
+# --- queue --------------------------------------------------------------------------------------
+
+def test_queue_hands_out_each_item_once_and_takes_back_a_lost_machines_items() -> None:
+    clock = iter(float(t) for t in range(100))
+    q = WorkQueue([WorkItem(k, "x") for k in "abcd"], clock=lambda: next(clock))
+    a1, b1 = q.take("A"), q.take("B")
+    assert (a1.key, b1.key) == ("a", "b")
+    assert q.complete("a") == "A"
+    assert q.lose("B") == ["b"]
+    assert q.take("A").key == "b"  # a lost item goes first, to another machine
+    assert [q.take("A"), q.take("A")] == [WorkItem("c", "x"), WorkItem("d", "x")]
+    assert q.take("A") is None and not q.finished()
+    for k in "bcd":
+        q.complete(k)
+    assert q.finished() and q.done == {"a": "A", "b": "A", "c": "A", "d": "A"}
+    assert q.stats["B"].lost == 1 and q.stats["A"].done == 4
+    with pytest.raises(ValueError, match="unique"):
+        WorkQueue([WorkItem("a", "x"), WorkItem("a", "x")])
+
+
+def test_queue_progress_names_each_machines_throughput_and_an_eta() -> None:
+    now = [0.0]
+    q = WorkQueue([WorkItem(str(i), "x") for i in range(6)], clock=lambda: now[0])
+    q.take("A"), q.take("B")
+    now[0] = 10.0
+    q.complete("0")
+    q.complete("1")
+    line = q.progress_line(2)
+    # 2 of 6 done, each machine at 6 items/min; 4 left on 2 machines at 0.1 item/s each: 20 s.
+    assert line == "2/6 items; A 1 done (6.0/min), B 1 done (6.0/min); ETA 20s"
+
+
+# --- identity ---------------------------------------------------------------------------------
+
+def test_mismatch_names_the_worker_and_the_difference() -> None:
+    info = WorkerInfo("host-b", "vm2", "b38a16d", None, None, dict(SHA))
+    assert mismatch(Requirements(commit="0c1e570", models=dict(SHA)), info) == \
+        "worker host-b (vm2) has llama.cpp b38a16d, the study runs 0c1e570"
+    other = WorkerInfo("host-b", "vm2", "0c1e570", None, None, {F32: "c" * 64, Q41: SHA[Q41]})
+    assert mismatch(Requirements(commit="0c1e570", models=dict(SHA)), other) == \
+        f"worker host-b (vm2) has {F32} with sha256 cccccccccccc, the study names aaaaaaaaaaaa"
+    assert mismatch(Requirements(commit="0c1e570", models={F32: None}), other) is None
+    pinned = pin(Requirements(models={F32: None}), other)
+    assert pinned.commit == "0c1e570" and pinned.models == {F32: "c" * 64}
+
+
+def test_admit_refuses_odd_machines_with_one_line_each_and_keeps_the_rest() -> None:
+    pool = pool_of(FakeWorker("host-a"), FakeWorker("host-b", commit="b38a16d"),
+                   FakeWorker("host-c", prepare_error="cannot build llama.cpp: cmake and a C++ compiler not found"),
+                   FakeWorker("host-d", models={F32: "c" * 64, Q41: SHA[Q41]}))
+    try:
+        admitted, refused, pinned = admit(pool, Requirements(commit=None, models={F32: None, Q41: None}))
+    finally:
+        pool.close()
+    assert [w.machine for w, _ in admitted] == ["host-a"]
+    assert pinned.commit == "0c1e570" and pinned.models == SHA  # host-a, first by name, fixed them
+    assert refused == {
+        "host-b": "worker host-b (host-host-b) has llama.cpp b38a16d, the study runs 0c1e570",
+        "host-c": "worker host-c cannot prepare: cannot build llama.cpp: cmake and a C++ compiler not found (install one)",
+        "host-d": f"worker host-d (host-host-d) has {F32} with sha256 cccccccccccc, the study names aaaaaaaaaaaa",
+    }
+
+
+# --- the study loop ---------------------------------------------------------------------------
+
+def test_study_spreads_items_over_machines_and_stores_each_once_with_its_machine(store: Store) -> None:
+    a, b = FakeWorker("host-a"), FakeWorker("host-b")
+    pool = pool_of(a, b)
+    lines: list[str] = []
+    try:
+        report = run_study("s1", items(8), pool, StoreSink(store), Requirements(models=dict(SHA)), on_progress=lines.append)
+    finally:
+        pool.close()
+    assert stored_keys(store, "s1") == [f"item-{i:02d}" for i in range(8)]
+    assert a.executed and b.executed and sorted(a.executed + b.executed) == stored_keys(store, "s1")
+    for run in store.runs(sweep_id="s1"):
+        assert run["provenance"]["machine"] == run["summary"]["machine"] == report.done[run["point_key"]]
+        assert len(store.measurements(run["id"])) == 4
+    assert lines[-1].startswith("8/8 items; host-a ")
+
+
+def test_a_machine_lost_mid_study_hands_its_item_back_and_nothing_is_done_twice(store: Store) -> None:
+    a, b = FakeWorker("host-a", seconds=0.02), FakeWorker("host-b", die_on=3, seconds=0.02)
+    pool = pool_of(a, b)
+    try:
+        report = run_study("s2", items(10), pool, StoreSink(store), Requirements(models=dict(SHA)))
+    finally:
+        pool.close()
+    assert len(b.executed) == 2 and report.lost == {"host-b": [report.lost["host-b"][0]]}
+    lost_key = report.lost["host-b"][0]
+    assert lost_key not in b.executed and lost_key in a.executed  # redone elsewhere
+    assert stored_keys(store, "s2") == [f"item-{i:02d}" for i in range(10)]  # each exactly once
+    assert sorted(a.executed + b.executed) == stored_keys(store, "s2")
+    assert {k for k, m in report.done.items() if m == "host-b"} == set(b.executed)
+
+
+def test_losing_every_machine_keeps_what_finished_and_a_rerun_resumes(store: Store) -> None:
+    pool = pool_of(FakeWorker("host-a", die_on=4))
+    with pytest.raises(LlamaspecError, match=r"every machine of study s3 was lost; 7 of 10 items are not done \(3 finished"):
+        run_study("s3", items(10), pool, StoreSink(store), Requirements())
+    pool.close()
+    assert len(stored_keys(store, "s3")) == 3
+    again = FakeWorker("host-a")
+    pool = pool_of(again)
+    report = run_study("s3", items(10), pool, StoreSink(store), Requirements())
+    pool.close()
+    assert report.skipped == 3 and len(again.executed) == 7
+    assert stored_keys(store, "s3") == [f"item-{i:02d}" for i in range(10)]
+    # A third run has nothing to do and prepares no machine.
+    idle = FakeWorker("host-a", prepare_error="must not be asked")
+    report = run_study("s3", items(10), pool_of(idle), StoreSink(store), Requirements())
+    assert report.skipped == 10 and idle.calls == 0
+
+
+def test_a_failed_item_is_stored_as_failed_and_retried_by_a_rerun(store: Store) -> None:
+    work = items(3)
+    work[1] = WorkItem(work[1].key, "fake", {**work[1].payload, "fail": True})
+    report = run_study("s4", work, pool_of(FakeWorker("host-a")), StoreSink(store), Requirements())
+    assert report.failed == {"item-01": "boom"}
+    assert {r["point_key"]: r["status"] for r in store.runs(sweep_id="s4")} == {"item-00": "ok", "item-01": "failed",
+                                                                                "item-02": "ok"}
+    retry = FakeWorker("host-a")
+    run_study("s4", items(3), pool_of(retry), StoreSink(store), Requirements())
+    assert retry.executed == ["item-01"]
+
+
+def test_no_admissible_machine_is_one_error_naming_the_first_refusal(store: Store) -> None:
+    pool = pool_of(FakeWorker("host-b", commit="b38a16d"))
+    with pytest.raises(LlamaspecError, match=r"no machine can take part in study s5: worker host-b \(host-host-b\) has llama.cpp b38a16d"):
+        run_study("s5", items(2), pool, StoreSink(store), Requirements(commit="0c1e570"))
+    assert stored_keys(store, "s5") == []
+
+
+def test_speedups_are_per_machine_from_that_machines_own_baselines(store: Store) -> None:
+    # host-b is twice as fast at everything: its speedup is still 1.5, as host-a's. A ratio across
+    # machines would read 0.75 or 3.0.
+    pool = pool_of(FakeWorker("host-a", factor=1.0), FakeWorker("host-b", factor=2.0))
+    run_study("s6", items(6), pool, StoreSink(store), Requirements())
+    pool.close()
+    per = cluster_summary.per_machine(store, "s6")
+    assert set(per) == {"host-a", "host-b"}
+    for machine, s in per.items():
+        assert s["speedup"].median == pytest.approx(1.5, rel=1e-9), machine
+        assert all(r == pytest.approx(1.5) for r in s["speedups"])
+    assert per["host-b"]["baseline_decode_tps"].median == pytest.approx(2 * per["host-a"]["baseline_decode_tps"].median, rel=0.02)
+    assert cluster_summary.describe(per)[0].startswith("host-a: ")
+
+
+# --- connecting -------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_cluster_address_that_does_not_answer_is_one_fast_error() -> None:
+    from llamaspec.cluster import raypool
+
+    port = _free_port()
+    start = time.monotonic()
+    with pytest.raises(LlamaspecError) as err:
+        raypool.probe(f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 2
+    assert err.value.message == f"no Ray cluster answers at 127.0.0.1:{port} (Connection refused)"
+    assert "ray start --head" in (err.value.hint or "")
+    with pytest.raises(LlamaspecError, match="cannot read cluster address"):
+        raypool.split_address("127.0.0.1:port")
+
+
+def test_an_address_that_answers_passes_the_probe() -> None:
+    from llamaspec.cluster import raypool
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        raypool.probe(f"127.0.0.1:{srv.getsockname()[1]}", timeout=1.0)
+
+
+def test_local_pool_runs_one_item_at_a_time_per_machine() -> None:
+    active: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    lock = threading.Lock()
+
+    class Counting(FakeWorker):
+        def execute(self, item: WorkItem) -> dict[str, Any]:
+            with lock:
+                active[self.machine] = active.get(self.machine, 0) + 1
+                peak[self.machine] = max(peak.get(self.machine, 0), active[self.machine])
+            try:
+                return super().execute(item)
+            finally:
+                with lock:
+                    active[self.machine] -= 1
+
+    class Null:
+        def done_keys(self, study: str) -> set[str]:
+            return set()
+
+        def save(self, study: str, item: WorkItem, machine: str, result: dict[str, Any]) -> None:
+            pass
+
+    pool = pool_of(Counting("host-a", seconds=0.01), Counting("host-b", seconds=0.01))
+    run_study("s7", items(12), pool, Null(), Requirements())
+    pool.close()
+    assert peak == {"host-a": 1, "host-b": 1}
+
+
+def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None:
+    from llamaspec import experiment
+    from llamaspec.cluster import study
+
+    exp = experiment.load("smollm2-quicksort")
+    (one,) = study.experiment_items(exp, repeats=3)
+    assert one.key == "python" and one.kind == "pair"
+    assert one.payload["target"] == F32 and one.payload["draft"] == Q41 and one.payload["repeats"] == 3
+    assert one.payload["settings"]["n_predict"] == 128 and one.payload["prompt"].startswith("# Quick-sort")
+    split = study.experiment_items(exp, repeats=3, split_repeats=True)
+    assert [(i.key, i.payload["repeats"], i.payload["repeat_offset"]) for i in split] == [
+        ("python#r0", 1, 0), ("python#r1", 1, 1), ("python#r2", 1, 2)]
+    points = study.sweep_items(exp, {"draft_max": (2, 4), "draft_variant": ("q4_0",)})
+    assert len(points) == 2 and len({p.key for p in points}) == 2
+    assert [(p.payload["settings"]["draft_max"], p.payload["draft"]) for p in points] == [(2, "smollm2-135m:q4_0"),
+                                                                                          (4, "smollm2-135m:q4_0")]
+    wanted = study.requirements(exp)
+    assert set(wanted.models) == {F32, Q41} and not wanted.rpc
+    assert study.study_id(exp, split, wanted) == study.study_id(exp, list(split), wanted) != study.study_id(exp, points, wanted)
+
+
+# --- real llama.cpp, one machine, no Ray --------------------------------------------------------
+
+def _real_or_skip() -> None:
+    from llamaspec.llamacpp import build
+    from llamaspec.models import store as model_store
+
+    try:
+        build.find("cpu")
+    except LlamaspecError as exc:
+        try:
+            build.find("cpu", rpc=True)  # the workers take it too (MachineWorker._prepare)
+        except LlamaspecError:
+            pytest.skip(f"no llama.cpp CPU build: {exc.message}")
+    if not (model_store.finished("smollm2-135m", "f32") and model_store.finished("smollm2-135m", "q4_1")):
+        pytest.skip("the offline SmolLM2 pair is not here: run `llamaspec models fetch smollm2-135m` first")
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_cluster_run_on_this_machine_alone_reports_per_machine_and_resumes() -> None:
+    import platform
+
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    _real_or_skip()
+    args = ["cluster", "run", "smollm2-quicksort", "-n", "16", "-t", "1", "-r", "2", "--split-repeats", "--accel", "cpu"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    lines = first.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("study cluster-smollm2-quicksort-"))
+    assert lines[at].endswith(": 2 items run, 0 already stored"), first.output
+    assert lines[at + 1].startswith(f"  {platform.node() or 'local'}: 2 items, speedup "), first.output
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and ": 0 items run, 2 already stored" in again.output, again.output
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_stores_it(store: Store) -> None:
+    _real_or_skip()
+    item = WorkItem("python", "case", {"experiment": "smollm2-quicksort", "case": "python", "repeats": 1,
+                                       "settings": {"n_predict": 16, "threads": 1}})
+    pool = LocalPool(["box"])
+    report = run_study("core", [item], pool, StoreSink(store), Requirements(accel="cpu", models={F32: None, Q41: None}))
+    pool.close()
+    assert report.done == {"python": "box"} and not report.failed
+    (run,) = store.runs(sweep_id="core")
+    assert run["provenance"]["machine"] == "box" and run["provenance"]["engine"]["commit"] == "0c1e570"
+    assert {m["mode"] for m in store.measurements(run["id"])} == {"baseline", "speculative"}
+    assert run["summary"]["lossless"]["verdict"] == "identical" and run["summary"]["speedup"]["median"] > 0
+
+
+def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real worker and executor on the recorded 0c1e570 programs (faithful fakes replaying real
+    output) and two tiny GGUF files: prepare reads the build's commit and the files' hashes, each
+    item measures baseline and speculative side by side, the run core summarises it."""
+    from fakes import fake_bin_dir
+
+    from llamaspec.llamacpp.smoke import write_tiny_llama
+
+    monkeypatch.setenv("LLAMASPEC_BIN_DIR", str(fake_bin_dir(tmp_path / "bin")))
+    target, draft = write_tiny_llama(tmp_path / "t.gguf"), write_tiny_llama(tmp_path / "d.gguf", seed=1)
+    payload = {"experiment": "exp", "case": "c", "target": str(target), "draft": str(draft), "prompt": "x",
+               "settings": {"n_predict": 64, "threads": 1, "draft_max": 8}, "repeats": 2}
+    work = [WorkItem(f"c#{i}", "pair", payload) for i in range(2)]
+    pool = LocalPool(["box-1", "box-2"])
+    report = run_study("fake-pairs", work, pool, StoreSink(store),
+                       Requirements(commit="0c1e570", accel="cpu", models={str(target): None, str(draft): None}))
+    pool.close()
+    assert not report.refused and sorted(report.done) == ["c#0", "c#1"]
+    for run in store.runs(sweep_id="fake-pairs"):
+        ms = store.measurements(run["id"])
+        assert [(m["mode"], m["repeat"]) for m in ms] == [("baseline", 0), ("speculative", 0), ("speculative", 1),
+                                                           ("baseline", 1)]  # ABBA
+        assert run["provenance"]["engine"]["commit"] == "0c1e570" and run["provenance"]["machine"] in ("box-1", "box-2")
+        assert run["status"] == "ok" and run["summary"]["lossless"]["verdict"] == "identical"
+        assert run["summary"]["pairs"] == 2 and run["summary"]["speedup"]["median"] > 0
+    wrong = Requirements(commit="b38a16d", accel="cpu")
+    with pytest.raises(LlamaspecError, match=r"worker box-1 \(.*\) has llama.cpp 0c1e570, the study runs b38a16d"):
+        run_study("fake-pairs-2", work, LocalPool(["box-1"]), StoreSink(store), wrong)
+
+
+def test_a_worker_whose_commit_is_unknown_is_refused_saying_so() -> None:
+    info = WorkerInfo("host-b", "vm2", "unknown", None, "/old/bin")
+    assert mismatch(Requirements(commit="0c1e570"), info) == (
+        "worker host-b (vm2) runs a llama.cpp whose commit is unknown (its binaries do not say), the study runs 0c1e570")
+
+
+def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_one() -> None:
+    from llamaspec.cluster.worker import _find
+
+    class Builds:
+        def __init__(self, have: set[bool]) -> None:
+            self.have = have
+
+        def find(self, accel: str, rpc: bool = False) -> WorkerInfo:
+            if rpc not in self.have:
+                raise LlamaspecError(f"no build (rpc={rpc})")
+            return WorkerInfo("m", "h", "0c1e570", None, bin_dir=f"{accel}{'+rpc' if rpc else ''}")
+
+    assert _find(Builds({False, True}), Requirements(accel="cpu")).bin_dir == "cpu"
+    assert _find(Builds({True}), Requirements(accel="cpu")).bin_dir == "cpu+rpc"
+    assert _find(Builds({True}), Requirements(accel="cpu", rpc=True)).bin_dir == "cpu+rpc"
+    with pytest.raises(LlamaspecError, match="rpc=True"):
+        _find(Builds({False}), Requirements(accel="cpu", rpc=True))

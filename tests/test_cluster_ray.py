@@ -1,0 +1,267 @@
+"""Real Ray clusters on this machine, loopback only: two (or three) Ray nodes, each with its
+``llamaspec:NAME`` resource, standing in for machines.
+
+Ray binds non-loopback addresses even when told 127.0.0.1, so every test body runs inside a
+fresh network namespace whose only interface is loopback (``unshare -n``, as root): the
+``loopback_only`` decorator re-runs the test there and skips, saying why, where it cannot.
+Nothing here can send a packet off this machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'llamaspec[cluster]')")
+
+INSIDE = "LLAMASPEC_TEST_NETNS"
+F32, Q41 = "smollm2-135m:f32", "smollm2-135m:q4_1"
+
+
+@functools.lru_cache(maxsize=1)
+def netns_unavailable() -> str | None:
+    """Why a loopback-only network namespace cannot be made here (None: it can)."""
+    if not sys.platform.startswith("linux"):
+        return "network namespaces are Linux only"
+    for tool in ("unshare", "ip"):
+        if not shutil.which(tool):
+            return f"`{tool}` is not installed (util-linux / iproute2)"
+    done = subprocess.run(["unshare", "-n", "ip", "link", "set", "lo", "up"], capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"cannot make a network namespace (`unshare -n` needs root or user namespaces): {done.stderr.strip()[:200]}"
+    return None
+
+
+def loopback_only(test: Callable[..., None]) -> Callable[..., None]:
+    """Run the test body in a fresh network namespace with loopback only (a second pytest)."""
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        if os.environ.get(INSIDE) == "1":
+            test(*args, **kwargs)
+            return
+        why = netns_unavailable()
+        if why:
+            pytest.skip(f"Ray tests run in a loopback-only network namespace: {why}")
+        node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+        argv = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
+                sys.executable, "-m", "pytest", "-q", "-s", "-x", "-rs", "-p", "no:cacheprovider", node]
+        done = subprocess.run(argv, env={**os.environ, INSIDE: "1"}, capture_output=True, text=True, timeout=900,
+                              cwd=Path(__file__).resolve().parent.parent)
+        tail = (done.stdout + done.stderr)[-6000:]
+        last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        if done.returncode == 0 and "skipped" in last and "passed" not in last:
+            reason = next((line.split(": ", 1)[-1] for line in done.stdout.splitlines() if line.startswith("SKIPPED")), last)
+            pytest.skip(reason)
+        assert done.returncode == 0, tail
+        print("\n".join(line for line in done.stdout.splitlines() if line.startswith("figures:")))  # shown with -s
+
+    return wrapper
+
+
+@pytest.fixture
+def cluster_factory() -> Iterator[Callable[..., Any]]:
+    """Start a local Ray cluster (head without CPUs for work) with the given machines."""
+    from ray.cluster_utils import Cluster
+
+    made: list[Any] = []
+    temp = tempfile.mkdtemp(prefix="lsray-", dir="/tmp")  # short: Ray's unix sockets live under it
+
+    def make(machines: dict[str, dict[str, str]]) -> tuple[Any, dict[str, Any]]:
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                          "node_ip_address": "127.0.0.1", "temp_dir": temp})
+        made.append(c)
+        nodes = {name: c.add_node(num_cpus=1, resources={f"llamaspec:{name}": 1}, node_ip_address="127.0.0.1",
+                                  env_vars=env or None)
+                 for name, env in machines.items()}
+        c.wait_for_nodes()
+        return c, nodes
+
+    yield make
+    ray.shutdown()
+    for c in made:
+        c.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def _kill_on_first_result(c: Any, node: Any, machine: str) -> tuple[Callable[[str, str, dict[str, Any]], None], list[str]]:
+    killed: list[str] = []
+
+    def on_result(key: str, by: str, result: dict[str, Any]) -> None:
+        # The coordinator hands this machine its next item right after this call returns: it is
+        # mid-item when the node goes.
+        if by == machine and not killed:
+            killed.append(key)
+            threading.Thread(target=c.remove_node, args=(node,), daemon=True).start()
+
+    return on_result, killed
+
+
+@loopback_only
+def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: Callable[..., Any], tmp_path: Path) -> None:
+    from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_study
+    from llamaspec.results import Store
+
+    c, nodes = cluster_factory({"host-a": {}, "host-b": {}})
+    raypool.connect(c.address)
+    assert [m["machine"] for m in raypool.machines()] == ["host-a", "host-b"]
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    listed = CliRunner().invoke(main, ["cluster", "machines", "--cluster", c.address])
+    assert listed.exit_code == 0 and [line.split()[0] for line in listed.output.splitlines()] == ["host-a", "host-b"]
+    pool = raypool.RayPool()
+    store = Store.open(tmp_path / "results.sqlite")
+    items = [WorkItem(f"i{i:02d}", "noop", {"spin": 0.3}) for i in range(12)]
+    on_result, killed = _kill_on_first_result(c, nodes["host-b"], "host-b")
+    lines: list[str] = []
+    report = run_study("noop-study", items, pool, StoreSink(store), Requirements(llamacpp=False), on_result=on_result,
+                       on_progress=lines.append, progress_every=1.0)
+    runs = store.runs(sweep_id="noop-study")
+    keys = sorted(r["point_key"] for r in runs)
+    assert keys == [i.key for i in items]  # every item stored, each exactly once
+    assert killed and report.lost.get("host-b"), report
+    lost = report.lost["host-b"][0]
+    by_key = {r["point_key"]: r["provenance"]["machine"] for r in runs}
+    assert by_key[lost] == "host-a"  # redone on the machine that is left
+    assert {k for k, m in by_key.items() if m == "host-b"} == {k for k, m in report.done.items() if m == "host-b"}
+    pids = {r["point_key"]: r["summary"]["pid"] for r in runs}
+    assert len({pids[k] for k, m in by_key.items() if m == "host-a"}) == 1  # one actor per machine
+    assert any("host-a" in line and "/min" in line for line in lines)
+    # A rerun finds everything stored and prepares no machine.
+    again = run_study("noop-study", items, pool, StoreSink(store), Requirements(llamacpp=False))
+    assert again.skipped == 12 and not again.done
+    pool.close()
+
+
+def _have_models() -> dict[str, str] | None:
+    from llamaspec.models import store
+
+    found = {label: store.finished(*label.split(":")) for label in (F32, Q41)}
+    return {k: v.sha256 for k, v in found.items() if v} if all(found.values()) else None
+
+
+def _cpu_build() -> Any:
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.llamacpp import build
+
+    try:
+        return build.find("cpu")
+    except LlamaspecError as exc:
+        try:
+            return build.find("cpu", rpc=True)  # the workers take it too (MachineWorker._prepare)
+        except LlamaspecError:
+            pytest.skip(f"no llama.cpp CPU build: {exc.message}")
+
+
+@loopback_only
+def test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on(cluster_factory: Callable[..., Any],
+                                                                           tmp_path: Path) -> None:
+    """Three machines, each with its own environment: host-a runs the pinned 0c1e570 programs (the
+    recorded ones: faithful fakes), host-b another llama.cpp (its source tree is llama-cpp-python
+    0.2.20 = b38a16d, with that build in the cache, where this machine has both; else the recorded
+    7841fc7 programs), host-c has no compiler and no build in its cache."""
+    from fakes import fake_bin_dir
+
+    from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_study
+    from llamaspec.llamacpp import build as builds
+    from llamaspec.llamacpp.smoke import write_tiny_llama
+    from llamaspec.results import Store
+
+    # host-b's own llama.cpp source tree is another commit: its llamaspec finds that commit's build.
+    other_tree = builds.paths.cache_dir() / "trees" / "llama-cpp-python-0.2.20"
+    if other_tree.is_dir() and (builds.paths.builds_dir() / "latest-b38a16d-cpu").is_file():
+        other_env, other_commit = {"LLAMASPEC_LLAMACPP": str(other_tree)}, "b38a16d"
+    else:
+        other_env, other_commit = {"LLAMASPEC_BIN_DIR": str(fake_bin_dir(tmp_path / "old-bin", commit="7841fc7"))}, "7841fc7"
+    empty_cache = tmp_path / "empty-cache"
+    empty_cache.mkdir()
+    c, _nodes = cluster_factory({
+        "host-a": {"LLAMASPEC_BIN_DIR": str(fake_bin_dir(tmp_path / "bin"))},
+        "host-b": other_env,
+        "host-c": {"PATH": str(tmp_path / "no-tools"), "LLAMASPEC_CACHE": str(empty_cache)},
+    })
+    raypool.connect(c.address)
+    pool = raypool.RayPool()
+    store = Store.open(tmp_path / "results.sqlite")
+    target = write_tiny_llama(tmp_path / "t.gguf")
+    wanted = Requirements(commit="0c1e570", accel="cpu", models={str(target): None})
+    items = [WorkItem(f"i{i}", "noop", {}) for i in range(4)]
+    report = run_study("odd", items, pool, StoreSink(store), wanted)
+    pool.close()
+    assert report.refused == {
+        "host-b": f"worker host-b ({os.uname().nodename}) has llama.cpp {other_commit}, the study runs 0c1e570",
+        "host-c": "worker host-c cannot prepare: cannot build llama.cpp: cmake and a C++ compiler not found "
+                  "(on Debian/Ubuntu: apt-get install cmake build-essential; on macOS: xcode-select --install && brew install cmake)",
+    }, report.refused
+    assert set(report.done.values()) == {"host-a"} and sorted(report.done) == [i.key for i in items]
+    assert sorted(r["point_key"] for r in store.runs(sweep_id="odd")) == [i.key for i in items]
+
+
+@loopback_only
+@pytest.mark.llamacpp
+def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Callable[..., Any], tmp_path: Path) -> None:
+    """Real llama.cpp on the offline SmolLM2 pair (F32 target, Q4_1 draft, 8 drafted, 32 tokens, one
+    thread): six paired items over two nodes, one node removed mid-study, then the same items on
+    one machine without Ray. Same items stored once each, same generated text, speedups within
+    each other's intervals."""
+    from llamaspec import stats
+    from llamaspec.cluster import LocalPool, Requirements, StoreSink, WorkItem, raypool, run_study, summary
+    from llamaspec.results import Store
+
+    build = _cpu_build()
+    models = _have_models()
+    if models is None:
+        pytest.skip("the offline SmolLM2 pair is not here: run `llamaspec models fetch smollm2-135m` first")
+    settings = {"n_predict": 32, "threads": 1, "draft_max": 8, "seed": 20, "temperature": 0.0, "ctx_size": 512}
+    prompt = "# Quick-sort implementation in Python and sample usage:"
+    items = [WorkItem(f"qs#r{r}", "pair", {"experiment": "cluster-test", "case": "qs", "target": F32, "draft": Q41,
+                                          "prompt": prompt, "settings": settings, "repeats": 1, "repeat_offset": r})
+             for r in range(6)]
+    wanted = Requirements(commit=build.commit, accel="cpu", models=models)
+    c, nodes = cluster_factory({"host-a": {}, "host-b": {}})
+    raypool.connect(c.address)
+    pool = raypool.RayPool()
+    store = Store.open(tmp_path / "results.sqlite")
+    on_result, killed = _kill_on_first_result(c, nodes["host-b"], "host-b")
+    report = run_study("real", items, pool, StoreSink(store), wanted, on_result=on_result)
+    pool.close()
+    assert not report.failed and not report.refused, report
+    runs = store.runs(sweep_id="real")
+    assert sorted(r["point_key"] for r in runs) == [i.key for i in items]
+    assert killed and report.lost.get("host-b"), report
+    machines = {r["point_key"]: r["provenance"]["machine"] for r in runs}
+    assert machines[report.lost["host-b"][0]] == "host-a"
+
+    local = LocalPool(["one-machine"])
+    run_study("one", items, local, StoreSink(store), wanted)
+    local.close()
+    cluster_per, one_per = summary.per_machine(store, "real"), summary.per_machine(store, "one")
+    texts = {}
+    for study in ("real", "one"):
+        for r in store.runs(sweep_id=study):
+            ms = store.measurements(r["id"])
+            assert {m["mode"] for m in ms} == {"baseline", "speculative"} and all(m["ok"] for m in ms)
+            for m in ms:
+                texts.setdefault((m["mode"], r["point_key"][:2]), set()).add(m["text"].strip()[:60])
+    # Greedy decoding: every machine, mode and repeat generated the same text (speculative may overshoot).
+    assert len({t for (mode, _k), ts in texts.items() for t in ts}) == 1, texts
+    cluster_all = stats.spread([x for s in cluster_per.values() for x in s["speedups"]])
+    one_all = stats.spread(one_per["one-machine"]["speedups"])
+    print("figures: two nodes, per machine:", {m: f"{s['items']} items, {s['speedup'].text(suffix='x')}" for m, s in cluster_per.items()},
+          f"all repeats {cluster_all.text(suffix='x')}; one machine {one_all.text(suffix='x')};",
+          f"lost {report.lost}; speculative t/s two nodes {stats.spread([v for s in cluster_per.values() for v in s['decode_tps'].values]).text('{:.1f}')},"
+          f" one machine {one_per['one-machine']['decode_tps'].text('{:.1f}')}")
+    assert cluster_all.overlaps(one_all), (cluster_all, one_all)

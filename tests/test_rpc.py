@@ -1,0 +1,226 @@
+"""llama.cpp's RPC backend: the setting, the command lines, the server command, a worker that is
+down, and (with the RPC build) a target held by two real RPC servers producing exactly the
+local baseline's text."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fakes import fake_bin_dir
+
+from llamaspec import settings as settings_mod
+from llamaspec.backend import ModelPath, ResolvedCase
+from llamaspec.cli import main
+from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp import build, rpc
+from llamaspec.llamacpp.runner import LlamaCppBackend
+from llamaspec.settings import DEFAULTS, Settings
+
+PROMPT = "# Quick-sort implementation in Python and sample usage:"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def case(target: str, draft: str, **settings) -> ResolvedCase:
+    s = Settings(n_predict=32, threads=1, draft_max=8, ctx_size=512, **settings).over(DEFAULTS)
+    return ResolvedCase("exp", "rpc", ModelPath("smollm2-135m:f32", target, "aa"), ModelPath("smollm2-135m:q4_1", draft, "bb"),
+                        PROMPT, None, s)
+
+
+def test_the_rpc_setting_takes_host_port_lists() -> None:
+    assert settings_mod.check("rpc", ["127.0.0.1:50052", "10.0.0.7:50053"]) == ("127.0.0.1:50052", "10.0.0.7:50053")
+    assert settings_mod.check("rpc", "127.0.0.1:50052,127.0.0.1:50053") == ("127.0.0.1:50052", "127.0.0.1:50053")
+    with pytest.raises(settings_mod.SettingError, match="expected host:port, got '127.0.0.1'"):
+        settings_mod.check("rpc", ["127.0.0.1"])
+    assert settings_mod.FIELDS["rpc"].metadata["side"] == "target"  # it changes the baseline's speed
+    assert Settings.from_dict({"rpc": ["a:1"]}).rpc == ("a:1",)
+    assert rpc.parse_endpoint("[::1]:50052") == ("::1", 50052)
+    with pytest.raises(LlamaspecError, match="is not host:port"):
+        rpc.parse_endpoint("host:99999")
+
+
+def test_rpc_puts_the_targets_layers_on_the_servers_and_keeps_the_draft_local(tmp_path: Path) -> None:
+    # The recorded 0c1e570 programs as a CPU build: without rpc every layer stays on the CPU (-ngl 0).
+    backend = LlamaCppBackend(replace(build.prebuilt(fake_bin_dir(tmp_path / "bin")), accel="cpu"))
+    c = case("t.gguf", "d.gguf", rpc=("127.0.0.1:50052", "127.0.0.1:50053"))
+    spec = backend.argv(c, "speculative")
+    base = backend.argv(c, "baseline")
+    for argv in (spec, base):
+        assert argv[argv.index("--rpc") + 1] == "127.0.0.1:50052,127.0.0.1:50053"
+        assert argv[argv.index("-ngl") + 1] == "999"
+    assert spec[spec.index("-ngld") + 1] == "0"
+    plain = backend.argv(replace(c, settings=replace(c.settings, rpc=())), "speculative")
+    assert "--rpc" not in plain and plain[plain.index("-ngl") + 1] == "0"
+
+
+def test_a_worker_that_is_down_is_one_clear_error_before_anything_runs(tmp_path: Path) -> None:
+    port = free_port()
+    backend = LlamaCppBackend(build.prebuilt(fake_bin_dir(tmp_path / "bin")))
+    with pytest.raises(LlamaspecError) as err:
+        backend.check(case("t.gguf", "d.gguf", rpc=(f"127.0.0.1:{port}",)))
+    assert err.value.message == f"RPC worker 127.0.0.1:{port} does not answer (Connection refused)"
+    assert err.value.hint == f"start it with `llamaspec rpc serve --port {port}`"
+
+
+def test_a_build_without_rpc_is_refused_with_the_command_that_makes_one(tmp_path: Path) -> None:
+    plain = build.Build(bin_dir=str(tmp_path), commit="0c1e570", accel="cpu", cmake_args=["-DGGML_CPU=ON"],
+                        programs={"speculative": "llama-speculative"})
+    with pytest.raises(LlamaspecError, match="has no RPC backend") as err:
+        LlamaCppBackend(plain).check(case("t.gguf", "d.gguf", rpc=("127.0.0.1:1",)))
+    assert "llamaspec build --rpc" in (err.value.hint or "")
+    with pytest.raises(LlamaspecError, match="has no RPC server") as err:
+        rpc.server_program(plain)
+    assert "llamaspec build --rpc" in (err.value.hint or "")
+
+
+def test_the_build_plan_adds_the_rpc_flag_and_server_and_keeps_its_own_cache_entry() -> None:
+    from llamaspec.llamacpp import source
+
+    src = source.current()
+    plain = build.plan(src, "cpu", cpu_disable=())
+    with_rpc = build.plan(src, "cpu", cpu_disable=(), rpc=True)
+    assert "-DGGML_RPC=ON" in with_rpc.cmake_args() and "-DGGML_RPC=ON" not in plain.cmake_args()
+    assert with_rpc.targets["rpc-server"] == "ggml-rpc-server" and "rpc-server" not in plain.targets
+    assert with_rpc.key != plain.key
+    assert build.rpc_target(Path(src.path)) == "ggml-rpc-server"
+
+
+FAKE_SERVER = '''#!{python}
+import sys
+print("fake rpc server", " ".join(sys.argv[1:]))
+'''
+
+
+def test_rpc_serve_binds_loopback_by_default_and_warns_for_any_other_address(tmp_path: Path) -> None:
+    bins = fake_bin_dir(tmp_path / "bin")
+    server = bins / "ggml-rpc-server"
+    server.write_text(FAKE_SERVER.format(python=sys.executable))
+    server.chmod(0o755)
+    runner = CliRunner()
+    done = runner.invoke(main, ["rpc", "serve", "--bin-dir", str(bins), "-t", "1"])
+    assert done.exit_code == 0, done.output
+    assert "warning" not in done.output
+    log = sorted((Path(_data()) / "rpc").glob("rpc-server-50052.log"))[0].read_text()
+    assert "fake rpc server --host 127.0.0.1 --port 50052 --threads 1" in log
+    done = runner.invoke(main, ["rpc", "serve", "--bin-dir", str(bins), "--host", "10.0.0.7", "--port", "50060"])
+    assert done.exit_code == 0, done.output
+    assert "no authentication" in done.output and "10.0.0.7:50060" in done.output
+    # No server in the build: one error with the command that makes one.
+    plain = fake_bin_dir(tmp_path / "plain")
+    done = runner.invoke(main, ["rpc", "serve", "--bin-dir", str(plain)])
+    assert done.exit_code == 1 and "has no RPC server" in done.output and "llamaspec build --rpc" in done.output
+
+
+LISTENING_SERVER = '''#!{python}
+# Binds --host/--port as asked and serves until stopped; exits 1 when the port is taken (as the
+# real server does when it cannot bind).
+import socket, sys, time
+args = sys.argv[1:]
+host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
+s = socket.socket()
+try:
+    s.bind((host, port))
+except OSError as exc:
+    print("Failed to bind", exc, file=sys.stderr)
+    sys.exit(1)
+s.listen(4)
+print("Starting RPC server on", host, port, flush=True)
+while True:
+    c, _ = s.accept()
+    c.close()
+'''
+
+
+def test_rpc_server_in_the_background_is_ready_when_it_listens_and_stops_cleanly(tmp_path: Path) -> None:
+    bins = fake_bin_dir(tmp_path / "bin")
+    server = bins / "ggml-rpc-server"
+    server.write_text(LISTENING_SERVER.format(python=sys.executable))
+    server.chmod(0o755)
+    fake = replace(build.prebuilt(bins), programs={**build.prebuilt(bins).programs, "rpc-server": "ggml-rpc-server"})
+    port = free_port()
+    with rpc.RpcServer(fake, port=port, threads=1, log_path=tmp_path / "rpc.log") as srv:
+        assert srv.endpoint == f"127.0.0.1:{port}"
+        rpc.check_endpoints([srv.endpoint])
+        # A second server on the same port is refused before it starts.
+        with pytest.raises(LlamaspecError, match=f"something already listens on 127.0.0.1:{port}"):
+            rpc.RpcServer(fake, port=port, log_path=tmp_path / "second.log").start()
+    # One that cannot bind exits at once: one error naming the endpoint and its log.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: the probe is refused, the bind fails
+        busy = taken.getsockname()[1]
+        with pytest.raises(LlamaspecError, match=f"the RPC server on 127.0.0.1:{busy} exited with code 1 at start"):
+            rpc.RpcServer(fake, port=busy, log_path=tmp_path / "second.log").start()
+    with pytest.raises(LlamaspecError, match="does not answer"):
+        rpc.check_endpoints([f"127.0.0.1:{port}"])
+    assert "Starting RPC server on 127.0.0.1" in (tmp_path / "rpc.log").read_text()
+    assert "Failed to bind" in (tmp_path / "second.log").read_text()
+
+
+def _data() -> str:
+    import os
+
+    return os.environ["LLAMASPEC_DATA"]
+
+
+# --- the real thing ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rpc_build():
+    try:
+        return build.find("cpu", rpc=True)
+    except LlamaspecError as exc:
+        pytest.skip(f"no llama.cpp RPC build ({exc.message}); make it with `llamaspec build --accel cpu --rpc`")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from llamaspec.models import store
+
+    f32, q41 = store.finished("smollm2-135m", "f32"), store.finished("smollm2-135m", "q4_1")
+    if not (f32 and q41):
+        pytest.skip("the offline SmolLM2 pair is not here: run `llamaspec models fetch smollm2-135m` first")
+    return str(f32.path), str(q41.path)
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_target_on_two_rpc_servers_gives_the_local_baseline_text(rpc_build, pair, tmp_path: Path) -> None:
+    backend = LlamaCppBackend(rpc_build)
+    local = case(*pair)
+    base_local = backend.measure(local, "baseline", tmp_path / "local-baseline.log")
+    assert base_local.ok, base_local.error
+    ports = free_port(), free_port()
+    with rpc.RpcServer(rpc_build, port=ports[0], threads=1, log_path=tmp_path / "rpc0.log"), \
+            rpc.RpcServer(rpc_build, port=ports[1], threads=1, log_path=tmp_path / "rpc1.log"):
+        remote = case(*pair, rpc=tuple(f"127.0.0.1:{p}" for p in ports))
+        backend.check(remote)
+        base_rpc = backend.measure(remote, "baseline", tmp_path / "rpc-baseline.log")
+        spec_rpc = backend.measure(remote, "speculative", tmp_path / "rpc-speculative.log")
+        # Where the layers went, from llama.cpp's own verbose log (a separate, unmeasured run).
+        verbose = replace(remote, settings=replace(remote.settings, extra_args=("-v",), n_predict=4))
+        backend.measure(verbose, "speculative", tmp_path / "verbose.log")
+    assert base_rpc.ok and spec_rpc.ok, (base_rpc.error, spec_rpc.error)
+    verbose_log = (tmp_path / "verbose.log").read_text()
+    devices = {line.split("device ")[1].split(",")[0] for line in verbose_log.splitlines() if "assigned to device" in line}
+    assert devices == {"RPC0", "RPC1", "CPU"}  # the target's layers on both servers, the draft's on the CPU
+    assert "offloaded 31/31 layers to GPU" in verbose_log and "offloaded 0/31 layers to GPU" in verbose_log
+    for port in ports:
+        assert f"[127.0.0.1:{port}] model buffer size" in verbose_log
+    assert base_rpc.text.strip() == base_local.text.strip()
+    n = min(len(spec_rpc.text.strip()), len(base_local.text.strip()))
+    assert n > 50 and spec_rpc.text.strip()[:n] == base_local.text.strip()[:n]
+    assert spec_rpc.n_accept and spec_rpc.n_drafted and spec_rpc.n_accept <= spec_rpc.n_drafted
+    print(f"local baseline {base_local.decode_tps:.1f} t/s; over RPC: baseline {base_rpc.decode_tps:.1f} t/s, "
+          f"speculative {spec_rpc.decode_tps:.1f} t/s, accepted {spec_rpc.accept:.1f} %")
+    # Once the servers are gone, the same case is refused before anything runs.
+    with pytest.raises(LlamaspecError, match=f"RPC worker 127.0.0.1:{ports[0]} does not answer"):
+        backend.check(remote)
