@@ -36,7 +36,7 @@ models: build
 	$(BIN)/llamaspec models fetch smollm2-135m
 
 demo: models
-	$(BIN)/llamaspec run $(EXPERIMENT) --repeats 3
+	$(BIN)/llamaspec run $(EXPERIMENT) --repeats 5
 	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS) --repeats 3
 	$(BIN)/llamaspec report $(EXPERIMENT)
 
