@@ -41,9 +41,14 @@ def progress_printer(total_steps: int):
 @click.argument("experiment_name", metavar="NAME|PATH")
 @setting_options
 @common_options
-def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
+@click.option("--prompts", "prompt_set", default=None, metavar="FILE|spec-bench:PATH|alpaca",
+              help="Run over a prompt set instead (on llama-server; the same as `llamaspec prompts run`).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: at most N prompts.")
+@click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: a seeded sample.")
+@click.pass_context
+def run(ctx: click.Context, experiment_name: str, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
         repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str, no_wait: bool,
-        as_json: bool, **given: Any) -> None:
+        as_json: bool, prompt_set: str | None, limit: int | None, sample_seed: int | None, **given: Any) -> None:
     """Run an experiment: speculative vs the target alone, in pairs, stored with provenance.
 
     Prints decode speeds, the speedup (median of paired ratios with a 95 % interval), acceptance
@@ -56,6 +61,17 @@ def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_
     from llamaspec import run as runs
     from llamaspec.cli.options import measuring, open_engine
 
+    if prompt_set is not None or experiment.load(experiment_name).prompts is not None:
+        from llamaspec.cli.prompts import prompts_run
+
+        with measuring(f"llamaspec run {experiment_name} --prompts", no_wait):
+            ctx.invoke(prompts_run, experiment_name=experiment_name, source=prompt_set, limit=limit,
+                       sample_seed=sample_seed, n_predict=n_predict, draft_max=given.get("draft_max"),
+                       spec_type=given.get("spec_type"), ngram_size_n=given.get("ngram_size_n"),
+                       ngram_size_m=given.get("ngram_size_m"), threads=given.get("threads"),
+                       gpu_layers=given.get("gpu_layers"), repeats=repeats if isinstance(repeats, int) else None,
+                       timeout=timeout, bin_dir=bin_dir, accel=accel, as_json=as_json)
+        return
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides(given, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     engine = open_engine(exp.backend, accel, bin_dir)
