@@ -109,6 +109,21 @@ def load_build(folder: Path) -> Build | None:
         return None
 
 
+def provenance(build: Build, version: Any) -> dict[str, Any]:
+    """What a build is, for the provenance of the numbers it produced (``version``: a program's
+    parsed ``--version``, for builds that do not know their own commit)."""
+    return {
+        "commit": build.commit if build.commit != "unknown" else version.commit,
+        "build_number": version.number,
+        "accel": build.accel,
+        "cmake_args": list(build.cmake_args),
+        "bin_dir": build.bin_dir,
+        "programs": dict(build.programs),
+        "source": build.source,
+        "build_key": build.key,
+    }
+
+
 def write_manifest(build: Build) -> None:
     # On disk the key stays "backend": llamaspec before the rename reads manifests with exactly the
     # fields it knows and rebuilds (wiping the folder) when it meets another; from_manifest reads both.

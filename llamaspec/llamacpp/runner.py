@@ -56,18 +56,10 @@ class LlamaCppBackend:
         return str(self.build.key or self.build.commit)
 
     def provenance(self) -> dict[str, Any]:
+        from llamaspec.llamacpp import cache
+
         spec = self.caps("speculative")
-        return {
-            "commit": self.build.commit if self.build.commit != "unknown" else spec.version.commit,
-            "build_number": spec.version.number,
-            "accel": self.build.accel,
-            "cmake_args": list(self.build.cmake_args),
-            "bin_dir": self.build.bin_dir,
-            "programs": dict(self.build.programs),
-            "source": self.build.source,
-            "build_key": self.build.key,
-            "flag_generation": spec.generation,
-        }
+        return {**cache.provenance(self.build, spec.version), "flag_generation": spec.generation}
 
     def _role(self, case: ResolvedCase) -> str:
         return "speculative-simple" if case.settings.program == "speculative-simple" else "speculative"

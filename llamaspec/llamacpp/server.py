@@ -397,18 +397,9 @@ class ServerBackend:
         return f"llama-server:{self.build.key or self.build.commit or self.caps.version.commit}"
 
     def provenance(self) -> dict[str, Any]:
-        return {
-            "commit": self.build.commit if self.build.commit != "unknown" else self.caps.version.commit,
-            "build_number": self.caps.version.number,
-            "accel": self.build.accel,
-            "cmake_args": list(self.build.cmake_args),
-            "bin_dir": self.build.bin_dir,
-            "programs": dict(self.build.programs),
-            "source": self.build.source,
-            "build_key": self.build.key,
-            "program": "llama-server",
-            "speed_basis": SPEED_BASIS,
-        }
+        from llamaspec.llamacpp import cache
+
+        return {**cache.provenance(self.build, self.caps.version), "program": "llama-server", "speed_basis": SPEED_BASIS}
 
     # checking
 
