@@ -153,7 +153,7 @@ def test_sampling_is_seeded(backend, pair, tmp_path: Path) -> None:
 
 def test_other_tokenizer_needs_universal_mode(backend, other_pair, tmp_path: Path) -> None:
     c = case(*other_pair)
-    with pytest.raises(LlamaspecError, match="have different tokenizers \(300 vs 280 tokens\)") as info:
+    with pytest.raises(LlamaspecError, match=r"have different tokenizers \(300 vs 280 tokens\)") as info:
         backend.check(c)
     assert "universal_assisted: true" in (info.value.hint or "")
     u = case(*other_pair, universal_assisted=True)
