@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -170,15 +170,19 @@ def _empty(path: Path, skipped: list[str], what: str) -> LlamaspecError:
                           '{"id": "q1", "category": "code", "prompt": "Write a C function that ..."}')
 
 
+def _json_lines(path: Path, skipped: list[str]) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) per non-blank line; a line that is not JSON is noted in ``skipped``."""
+    for number, line in _lines(path):
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as exc:
+            skipped.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
+
+
 def load_jsonl(path: Path, chat: bool = True) -> tuple[list[Prompt], list[str]]:
     prompts: list[Prompt] = []
     skipped: list[str] = []
-    for number, line in _lines(path):
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            skipped.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
-            continue
+    for number, item in _json_lines(path, skipped):
         if not isinstance(item, dict):
             skipped.append(f"line {number}: expected a JSON object, got {type(item).__name__}")
             continue
@@ -204,12 +208,7 @@ def load_spec_bench(path: Path, turns: str = "first", chat: bool = True) -> tupl
         raise LlamaspecError(f"unknown turns {turns!r}", hint="first or all")
     prompts: list[Prompt] = []
     skipped: list[str] = []
-    for number, line in _lines(path):
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            skipped.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
-            continue
+    for number, item in _json_lines(path, skipped):
         items = item.get("turns") if isinstance(item, dict) else None
         if not isinstance(items, list) or not items or not all(isinstance(t, str) for t in items):
             skipped.append(f"line {number}: no \"turns\" list of strings")

@@ -541,11 +541,7 @@ def plot(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_ylabel("prompts")
     ax.legend(fontsize=7)
     ax.set_title(f"{stem}: per-prompt speedup")
-    fig.tight_layout()
-    path = out_dir / f"{stem}-speedup-distribution.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(plt, fig, out_dir / f"{stem}-speedup-distribution.png"))
 
     categories = sorted({c for m in methods.values() for c in m["categories"]})
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -572,11 +568,7 @@ def plot(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     ax2.set_ylabel("draft tokens accepted (%)")
     ax1.legend(fontsize=7)
     fig.suptitle(f"{stem}: per category")
-    fig.tight_layout()
-    path = out_dir / f"{stem}-categories.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(plt, fig, out_dir / f"{stem}-categories.png"))
     return written
 
 
@@ -651,3 +643,10 @@ def as_json(summary: dict[str, Any]) -> str:
 
 __all__ = ["CaseSet", "SetRun", "as_json", "group_statistics", "plot", "prompt_summary", "recommend", "render",
            "run_concurrency", "run_set", "set_statistics", "source_of", "summarize", "total_speedup"]
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
