@@ -225,6 +225,10 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
     """(Analysis or None, explanation or None, note or None)."""
     from llamaspec import theory
 
+    if any(r.summary.draft.policy == "adaptive" for r in rows):
+        # The model spends k draft steps a round at the requested k; an adaptive program (Sep 2023)
+        # changes k within the run, so its points would be fitted at a length they never used.
+        return None, None, "the program adapts its draft length during the run: the speedup model (fixed k) does not apply"
     obs = [o for o in (observation(r) for r in rows) if o is not None]
     if not obs or all(o.n_drafted == 0 for o in obs):
         return None, None, "nothing was drafted: no acceptance to model"

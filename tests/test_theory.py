@@ -505,3 +505,25 @@ def test_explanation_when_the_model_predicts_more_than_was_measured() -> None:
 def test_explanation_without_costs_uses_the_ceiling() -> None:
     text = explain_shortfall(analyze(_points(0.1, [2, 4], CPU_COST)), 1.2)
     assert text is not None and "1/(1-α)" in text and "free draft" in text
+
+
+def test_the_llama_cpp_counters_use_the_model_s_round_shapes() -> None:
+    # One formula: the counters llama.cpp runs store and the model that fits them read the same shape.
+    from llamaspec.llamacpp import flags
+
+    for prog in flags.PROGRAMS.values():
+        assert prog.shape is (LLAMA_SPECULATIVE if prog.role == "speculative" else SPECULATIVE_SIMPLE)
+        assert prog.rounds(72, 57) == prog.shape.rounds(72, 57)
+    assert flags.program("speculative", "2026").rounds(72, 57) == 14
+    assert flags.program("speculative-simple", "2026").draft_steps_per_round(8) == 8
+
+
+def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:
+    # Sep 2023's llama-speculative changes k within a run: fitting it at the requested k would be wrong.
+    from llamaspec import analysis
+    from llamaspec.summary import DraftCheck, empty
+
+    fixed = replace(empty("ok"), draft=DraftCheck(8, 8, "fixed", 8.0))
+    adaptive = replace(fixed, draft=DraftCheck(8, 22, "adaptive", None))
+    assert "adapts its draft length" in (analysis.analyze_rows([analysis.PointRow(1, "", 8, adaptive)])[2] or "")
+    assert "adapts" not in (analysis.analyze_rows([analysis.PointRow(1, "", 8, fixed)])[2] or "")

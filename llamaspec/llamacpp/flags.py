@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llamaspec import theory
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import Settings
 
@@ -383,12 +384,12 @@ class Program:
     """How one speculative program of one generation drafts and counts: the counters llamaspec
     derives from what it prints are computed here and nowhere else.
 
-    - ``first_from_prompt``: the first generated token is sampled from the prompt's logits before
-      any round, so rounds = n_predict - n_accept - 1 (llama-speculative: 112 drafted = 8 x 14 with
-      n_predict 72, n_accept 57); otherwise every round emits accepted + 1 tokens and rounds =
-      n_predict - n_accept (llama-speculative-simple holds the last prompt token back).
-    - ``extra_draft_step``: the draft model also decodes the target's own token each round, so a
-      round costs k + 1 draft steps (llama-speculative), not k.
+    - ``shape``: how a round is spent and counted (``theory.Program``: rounds from n_predict and
+      n_accept, draft steps per round); the speedup model reads the same object, so the counters
+      and the model cannot disagree. llama-speculative samples the first token from the prompt's
+      logits (rounds = n_predict - n_accept - 1; 112 drafted = 8 x 14 with n_predict 72, n_accept
+      57) and decodes k + 1 draft steps a round; llama-speculative-simple holds the last prompt
+      token back (rounds = n_predict - n_accept) and decodes k.
     - ``draft_policy``: fixed (exactly k per round), capped (up to k: p-min, context and n_predict
       budget) or adaptive (2023: the length itself changes, +8 after a fully accepted draft, -1
       otherwise; the printed n_draft is the final length).
@@ -397,16 +398,15 @@ class Program:
     role: str  # the build's program role: "speculative" or "speculative-simple"
     generation: str
     draft_policy: str
-    first_from_prompt: bool
-    extra_draft_step: bool
+    shape: theory.Program
     reads_p_min: bool
     speed_basis: str
 
     def rounds(self, n_predict: int, n_accept: int) -> int:
-        return max(n_predict - n_accept - (1 if self.first_from_prompt else 0), 0)
+        return max(self.shape.rounds(n_predict, n_accept), 0)
 
     def draft_steps_per_round(self, k: int) -> int:
-        return k + 1 if self.extra_draft_step else k
+        return int(self.shape.draft_steps_per_round(k))
 
     def decode_tps(self, n_decoded: int, decode_s: float) -> float | None:
         """Tokens after the first over the decode loop's time. The loop's clock starts before the
@@ -418,17 +418,18 @@ class Program:
 _SPEC_BASIS = "llama-speculative: (N - 1) / T from 'decoded N tokens in T seconds' (the loop starts at the first token)"
 _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens in T seconds'; T includes the first "
                  "verification round, which the program does not time apart (about 1/rounds of T)")
+_SPEC, _SIMPLE = theory.LLAMA_SPECULATIVE, theory.SPECULATIVE_SIMPLE
 
 PROGRAMS: dict[tuple[str, str], Program] = {
     # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
     # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
-    ("speculative", "2023-sep"): Program("speculative", "2023-sep", "adaptive", True, True, False, _SPEC_BASIS),
+    ("speculative", "2023-sep"): Program("speculative", "2023-sep", "adaptive", _SPEC, False, _SPEC_BASIS),
     # Nov 2023 (0.2.20): the length stays as asked, a round stops drafting below --p-accept (0.5).
-    ("speculative", "2023-nov"): Program("speculative", "2023-nov", "capped", True, True, False, _SPEC_BASIS),
-    ("speculative", "2024"): Program("speculative", "2024", "fixed", True, True, False, _SPEC_BASIS),
-    ("speculative", "2026"): Program("speculative", "2026", "fixed", True, True, False, _SPEC_BASIS),
-    ("speculative-simple", "2024"): Program("speculative-simple", "2024", "capped", False, False, True, _SIMPLE_BASIS),
-    ("speculative-simple", "2026"): Program("speculative-simple", "2026", "capped", False, False, True, _SIMPLE_BASIS),
+    ("speculative", "2023-nov"): Program("speculative", "2023-nov", "capped", _SPEC, False, _SPEC_BASIS),
+    ("speculative", "2024"): Program("speculative", "2024", "fixed", _SPEC, False, _SPEC_BASIS),
+    ("speculative", "2026"): Program("speculative", "2026", "fixed", _SPEC, False, _SPEC_BASIS),
+    ("speculative-simple", "2024"): Program("speculative-simple", "2024", "capped", _SIMPLE, True, _SIMPLE_BASIS),
+    ("speculative-simple", "2026"): Program("speculative-simple", "2026", "capped", _SIMPLE, True, _SIMPLE_BASIS),
 }
 
 
