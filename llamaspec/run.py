@@ -218,11 +218,6 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
             emit("start", {"case": case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
             backend.measure(replace(case, settings=replace(case.settings, n_predict=16)), "baseline", logs / "warmup.log")
         failed = None
-        if draft_key:
-            if not any(m.mode == "draft" for m in shared):  # one timing: it repeats itself inside
-                failed = _failure(step("draft", 0))
-            if not failed and not any(m.mode == "batch" for m in shared):
-                failed = _failure(step("batch", 0))
         have_base = sum(m.mode == "baseline" for m in shared)
         r = 0
         while not failed and r < at_most:
@@ -234,6 +229,13 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
                 if failed:
                     break
             r += 1
+            if draft_key and r == 1 and not failed:
+                # After the first pair, so the engine knows the prompt's real length in tokens (the
+                # depth the costs are timed at); one timing each, the engine repeats inside.
+                if not any(m.mode == "draft" for m in shared):
+                    failed = _failure(step("draft", 0))
+                if not failed and not any(m.mode == "batch" for m in shared):
+                    failed = _failure(step("batch", 0))
             if r >= at_least and (repeats != "auto" or stats.interval_reached(summarize_now().speedup, AUTO_HALF_WIDTH)):
                 break
     except KeyboardInterrupt:

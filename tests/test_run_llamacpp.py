@@ -79,7 +79,7 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     first = store.runs()
     assert first[0]["status"] == "interrupted"  # the point being stopped is not passed off as finished
     kept = store.measurements(first[0]["id"])
-    assert [m["mode"] for m in kept] == ["draft", "batch", "baseline", "speculative"]
+    assert [m["mode"] for m in kept] == ["baseline", "speculative"]  # costs are timed after the first pair
 
     (result,) = sweep.run_sweep(exp, axes, backend, store)
     assert result.measured == 3 and result.reused == 0  # the interrupted point is measured again
@@ -95,6 +95,9 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
         assert s.draft.requested == row.draft_max and s.n_drafted == row.draft_max * s.rounds, row.draft_max
         assert s.lossless.verdict == "identical"
         spec = [m for m in store.measurements(row.run_id) if m["mode"] == "speculative"][0]
+        base = [m for m in store.measurements(row.run_id) if m["mode"] == "baseline"][0]
+        # the costs were timed at the run's own depth: the prompt as the programs counted it + n/2
+        assert s.cost_depth == base["n_prompt"] + 16 // 2, (s.cost_depth, base["n_prompt"])
         texts.add(spec["text"][:60])
     assert len(texts) == 1  # greedy output agrees across draft lengths
 

@@ -43,6 +43,7 @@ class LlamaCppBackend:
         self.build = build
         self._caps: dict[str, flags.Capabilities] = {}
         self._pairs_checked: set[tuple[str, str]] = set()
+        self._prompt_tokens: dict[str, int] = {}  # prompt text -> tokens, as the programs counted them
         modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
         self.capabilities = Capabilities(modes=frozenset(modes), settings=SETTINGS, spec_types=("draft",),
                                          draft_policy="fixed", keeps_models_loaded=False, token_ids=False)
@@ -95,9 +96,17 @@ class LlamaCppBackend:
             layers = flags.gpu_layers(s.draft_gpu_layers if on_draft else s.gpu_layers, self.build.accel, generation)
             return flags.bench_argv(self.build.program("bench"), model, s.threads_draft if on_draft and s.threads_draft else s.threads,
                                     layers, sizes=(1,) if on_draft else flags.BATCH_SIZES, repetitions=10 if on_draft else 3,
-                                    depth=bench_depth(case, s.n_predict or 0), batch_size=s.batch_size,
+                                    depth=self.bench_depth(case), batch_size=s.batch_size,
                                     flash_attn=s.flash_attn)
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
+
+    def bench_depth(self, case: ResolvedCase) -> int:
+        """The run's mean context depth: its prompt plus half its generation. The prompt's length is
+        the one a baseline or speculative run of it printed; before any, it is estimated at four
+        characters a token (llama-bench times a context of that size, it does not read the prompt)."""
+        text = prompt_text(case)
+        n_prompt = self._prompt_tokens.get(text, max(len(text) // 4, 1))
+        return n_prompt + (case.settings.n_predict or 0) // 2
 
     def resolve_model(self, model: str, variant: str) -> ModelPath:
         from llamaspec import models
@@ -148,17 +157,24 @@ class LlamaCppBackend:
             error = f"{Path(argv[0]).name} {done.describe_exit()}" + (f" after {timeout:.0f} s" if done.timed_out else "")
             return Measurement(ok=False, error=error + (f": {tail}" if tail else ""), **base)
         try:
-            if mode == "speculative":
-                spec = parse.parse_speculative(done.stdout, done.stderr)
-                return Measurement(ok=True, error=None, **base, **_speculative_fields(spec, self.profile(case), case))
             if mode in ("batch", "draft"):
                 batches = parse.parse_bench_json(done.stdout)
                 step = batches.median_ms.get(1)
+                measured_depth = prompt_text(case) in self._prompt_tokens
                 return Measurement(ok=True, error=None, **base, decode_tps=1000.0 / step if step else None,
                                    speed_basis="llama-bench: one single-token step at the run's depth (1000 / ms)",
-                                   stats={"batch_ms": batches.median_ms, "depth": batches.depth})
-            comp = parse.parse_completion(done.stdout, done.stderr)
-            return Measurement(ok=True, error=None, **base, **_completion_fields(comp, case))
+                                   stats={"batch_ms": batches.median_ms, "depth": batches.depth,
+                                          "depth_basis": "prompt tokens as counted by the run" if measured_depth
+                                          else "prompt tokens estimated at 4 characters each"})
+            if mode == "speculative":
+                spec = parse.parse_speculative(done.stdout, done.stderr)
+                m = Measurement(ok=True, error=None, **base, **_speculative_fields(spec, self.profile(case), case))
+            else:
+                comp = parse.parse_completion(done.stdout, done.stderr)
+                m = Measurement(ok=True, error=None, **base, **_completion_fields(comp, case))
+            if m.n_prompt:
+                self._prompt_tokens[prompt_text(case)] = m.n_prompt
+            return m
         except LlamaspecError as exc:
             return Measurement(ok=False, error=f"{Path(argv[0]).name} output: {exc.message}", **base)
 
@@ -189,12 +205,6 @@ def process_escapes(text: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
-
-
-def bench_depth(case: ResolvedCase, n_predict: int) -> int:
-    """The run's mean context depth: the prompt (estimated at four characters a token: llama-bench
-    times a context of that size, it does not read the prompt) plus half the generation."""
-    return max(len(prompt_text(case)) // 4, 1) + n_predict // 2
 
 
 def prompt_text(case: ResolvedCase) -> str:
