@@ -162,7 +162,8 @@ def test_study_spreads_items_over_machines_and_stores_each_once_with_its_machine
     assert stored_keys(store, "s1") == [f"item-{i:02d}" for i in range(8)]
     assert a.executed and b.executed and sorted(a.executed + b.executed) == stored_keys(store, "s1")
     for run in store.runs(sweep_id="s1"):
-        assert run["provenance"]["machine"] == run["summary"]["machine"] == report.done[run["point_key"]]
+        assert run["machine"] == run["provenance"]["machine"] == report.done[run["point_key"]]
+        assert "machine" not in run["summary"]  # the summary stays the executor's (Summary.from_dict reads it)
         assert len(store.measurements(run["id"])) == 4
     assert lines[-1].startswith("8/8 items; host-a ")
 

@@ -25,13 +25,17 @@ log = logging.getLogger(__name__)
 
 
 class MachineWorker:
-    def __init__(self, machine: str, scratch: str | None = None) -> None:
+    def __init__(self, machine: str, scratch: str | None = None, reap: bool = False) -> None:
         self.machine = machine
         self.build: Any = None  # llamaspec.llamacpp.build.Build once prepared
         self.models: dict[str, Any] = {}  # "name:variant" -> models.ModelFile
         self.wanted: Requirements | None = None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{_safe(machine)}-"))
         self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, a backend)
+        if reap:  # a worker process of its own (a Ray actor): servers must not outlive it, even killed
+            from llamaspec.cluster import reaper
+
+            self.reaper = reaper.watch(log_path=self.scratch / "reaper.log")
 
     def prepare(self, wanted: Requirements) -> dict[str, Any]:
         """Fetch the source, build llama.cpp and fetch/derive the models, all through llamaspec's own
@@ -84,9 +88,11 @@ class MachineWorker:
         return self.machine
 
     def close(self) -> None:
-        backend = self.state.pop("backend", None)
-        if backend is not None:
-            backend.close()
+        """Stop what this worker keeps running (llama-servers) and close its scratch store."""
+        for name in ("server", "backend", "store"):
+            thing = self.state.pop(name, None)
+            if thing is not None:
+                thing.close()
 
 
 def _find(builds: Any, wanted: Requirements) -> Any:
