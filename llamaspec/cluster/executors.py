@@ -255,6 +255,7 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
+MEASURING = frozenset({"pair", "case", "prompt", "tune"})  # kinds that time llama.cpp: under the machine's lock
 EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "prompt": prompt, "tune": tune, "noop": noop}
 
 

@@ -78,7 +78,17 @@ class MachineWorker:
             return {"ok": False, "error": f"worker {self.machine} was not prepared", "hint": "call prepare() first"}
         try:
             run = executors.get(item.kind)
-            result = run(self, item)
+            if item.kind in executors.MEASURING:
+                from llamaspec import lock
+
+                # The machine-wide measurement lock, as `llamaspec run` takes it: a user's own run on
+                # this machine (or another study's worker) and this item would measure each other.
+                with lock.measuring(f"llamaspec cluster item {item.key} on {self.machine}",
+                                    on_wait=lambda holder: log.info("%s: waiting for another measurement here: pid %s (%s)",
+                                                                    self.machine, holder.get("pid"), holder.get("what"))):
+                    result = run(self, item)
+            else:
+                result = run(self, item)
         except LlamaspecError as exc:
             result = {"ok": False, "status": "failed", "error": exc.message, "hint": exc.hint}
         result["machine"] = self.machine
