@@ -66,6 +66,13 @@ def run_experiment_on_cluster(exp: Any, address: str | None, *, repeats: int | N
 def rpc() -> None:
     """llama.cpp RPC workers: a target's layers held by other machines.
 
+    Build once with `llamaspec build --rpc`, serve on each lending machine, then set
+    `rpc: [HOST:PORT, ...]` in the experiment's settings: the target's layers go to those servers,
+    the draft stays local, and the run picks the RPC build by itself.
+
+    Security: the server binds 127.0.0.1 unless --host is given; the RPC protocol has no
+    authentication, so bind a private network only.
+
     Example: llamaspec rpc serve --port 50052 -t 1
     """
 
@@ -113,6 +120,15 @@ def rpc_serve(host: str, port: int, threads: int | None, cache: bool, bin_dir: P
 @main.group()
 def cluster() -> None:
     """Studies spread over the machines of a Ray cluster (pip install 'llamaspec[cluster]').
+
+    \b
+    Set up (llamaspec starts no Ray head; keep it on a private network, dashboard off):
+      ray start --head --port 6379 --num-cpus 0 --include-dashboard false
+      ray start --address HEAD:6379 --resources '{"llamaspec:box1": 1}'   # each measuring machine
+
+    `run`, `sweep`, `tune` and `prompts run` take --cluster HEAD:6379 (or $RAY_ADDRESS) too. Each
+    machine measures its own baselines (speedups per machine); results are stored here; a machine
+    lost mid-study hands its work back; a rerun resumes.
 
     Example: llamaspec cluster run smollm2-quicksort --cluster 10.0.0.5:6379 -r 6 --split-repeats
     """
@@ -162,7 +178,7 @@ def cluster_machines(address: str | None, as_json: bool) -> None:
 def cluster_run(experiment_name: str, address: str | None, prompt_set: str | None, limit: int | None,
                 sample_seed: int | None, machines: tuple[str, ...], repeats: int | None,
                 split_repeats: bool, draft_values: str | None, n_predict: int | None, threads: int | None, accel: str, as_json: bool) -> None:
-    """Run an experiment's cases over the cluster's machines; speedups per machine.
+    """Run an experiment's cases (or its prompt set) over the cluster's machines; speedups per machine.
 
     Each machine builds llama.cpp and fetches the models with the same cached, checked steps, and
     must match this machine's llama.cpp commit and model hashes. Each work item measures its own
