@@ -663,3 +663,35 @@ def test_the_reaper_of_a_worker_that_ends_normally_stops_nothing_that_ended() ->
     from llamaspec.cluster import reaper
 
     assert reaper.reap(2 ** 22 + 12345) == []  # no such process: nothing to watch, returns at once
+
+
+def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two machines whose drafts pay off differently (a dearer draft step on host-b): each tunes
+    on its own item, pinned there, and names its own best draft length."""
+    from fakes import FakeEngine
+
+    from llamaspec.backend import ModelPath
+    from llamaspec.cluster import study
+    from llamaspec.experiment import load
+    from llamaspec.settings import Settings
+
+    monkeypatch.setattr("llamaspec.models.gguf_model",
+                        lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
+    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
+    engines = {"host-a": FakeEngine(drift=0.0, draft_cost=0.05), "host-b": FakeEngine(drift=0.0, draft_cost=0.6)}
+    machines = {}
+    for name, engine in engines.items():
+        machines[name] = FakeMachine(name, engine)
+        machines[name].state["backend"] = engine  # its llama.cpp backend
+    pool = LocalPool(list(machines), factory=lambda m: machines[m])
+    exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=2)
+    work = study.tune_items(exp, sorted(machines), variants=("q4_1",), modes=("ngram-simple",))
+    assert [(i.key, i.machine) for i in work] == [("tune@host-a", "host-a"), ("tune@host-b", "host-b")]
+    try:
+        report = run_study("tune", work, pool, StoreSink(store, kind="cluster-tune"), Requirements(models=dict(SHA)))
+    finally:
+        pool.close()
+    assert report.done == {"tune@host-a": "host-a", "tune@host-b": "host-b"}, report
+    best = {r["machine"]: r["summary"]["tune"][0]["best"]["draft_max"] for r in store.runs(sweep_id="tune")}
+    assert best["host-a"] > best["host-b"], best  # cheap drafts: draft longer
+    assert all("recommended:" in r["summary"]["text"] for r in store.runs(sweep_id="tune"))

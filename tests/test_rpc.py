@@ -299,3 +299,19 @@ def test_a_terminated_rpc_serve_stops_its_server(tmp_path: Path) -> None:
     finally:
         if cli.poll() is None:
             cli.kill()
+
+
+def test_a_sweep_whose_rpc_worker_is_down_stops_before_measuring_or_storing_anything(tmp_path: Path, pair) -> None:
+    from llamaspec.results import Store
+
+    port = free_port()
+    (tmp_path / "e.yaml").write_text(
+        f"name: e\nbackend: llama.cpp\nrepeats: 1\nsettings: {{rpc: [127.0.0.1:{port}], n_predict: 8, threads: 1}}\n"
+        "cases:\n  - name: c\n    target: {model: smollm2-135m, variant: f32}\n"
+        "    draft: {model: smollm2-135m, variant: q4_1}\n    prompt: hi\n")
+    done = CliRunner().invoke(main, ["sweep", str(tmp_path / "e.yaml"), "--draft", "1,2", "--no-plot",
+                                     "--bin-dir", str(fake_bin_dir(tmp_path / "bin"))])
+    assert done.exit_code == 1, done.output
+    assert f"Error: RPC worker 127.0.0.1:{port} does not answer (Connection refused)" in done.output
+    assert f"Hint: start it with `llamaspec rpc serve --port {port}`" in done.output
+    assert Store.open().runs() == []  # nothing half-measured left behind
