@@ -201,7 +201,7 @@ def run_study(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
                 on_result(item.key, w.machine, result)
             idle.append(w)
         now = time.monotonic()
-        if finished or now - last_progress >= progress_every:
+        if finished or now - last_progress >= 6 * progress_every:  # unchanged: a line a minute says it is alive
             progress(queue.progress_line(alive))
             last_progress = now
     report.per_machine = {m: {"done": st.done, "busy_seconds": round(st.busy_seconds, 3),
