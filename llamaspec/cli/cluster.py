@@ -41,7 +41,11 @@ def echo_study(report: Any, per: dict[str, Any], lines: list[str], as_json: bool
                                "not_run": report.not_run, "per_machine_progress": report.per_machine,
                                "machines": _jsonable(per)}, indent=2, default=str))
         return
-    for line in summary.describe_report(report) + lines:
+    head = summary.describe_report(report)
+    click.echo(head[0])
+    for line in lines:
+        click.echo("  " + line)
+    for line in head[1:]:
         click.echo(line)
 
 

@@ -90,13 +90,10 @@ def describe_points(per: dict[str, dict[str, Any]]) -> list[str]:
 
 def describe_report(report: Any) -> list[str]:
     """What a study did besides its results: items run or resumed, machines refused or lost,
-    items failed or not run (one line each)."""
+    items failed or not run (one line each; throughput per machine is in the progress lines)."""
     lines = [f"study {report.study}: {len(report.done)} items run, {report.skipped} already stored"
              + (f", {len(report.failed)} failed" if report.failed else "")
-             + (f", {len(report.not_run)} not run" if report.not_run else "") + f" ({report.seconds:.0f} s)"]
-    for machine, st in report.per_machine.items():
-        rate = f", {st['per_minute']:.1f} items/min" if st.get("per_minute") else ""
-        lines.append(f"  {machine}: {st['done']} items{rate}" + (f", lost holding {st['lost']}" if st.get("lost") else ""))
+             + (f", {len(report.not_run)} not run" if report.not_run else "")]
     lines += [f"  refused: {why}" for why in report.refused.values()]
     lines += [f"  lost: {m} (items handed back and redone elsewhere: {', '.join(keys)})" for m, keys in report.lost.items()]
     lines += [f"  failed: {key}: {why}" for key, why in report.failed.items()]
