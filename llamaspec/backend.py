@@ -151,6 +151,7 @@ class BackendOptions:
 
     accel: str = "auto"  # cpu | cuda | metal | auto (llama.cpp builds); device for transformers
     bin_dir: Path | None = None  # prebuilt llama.cpp binaries instead of llamaspec's build
+    rpc: bool = False  # llama.cpp: the build with the RPC backend (an experiment that sets rpc:)
 
 
 class Backend(Protocol):

@@ -104,8 +104,8 @@ def as_json(results: Sequence[Any]) -> list[dict[str, Any]]:
 
 COMPARE_BY = {
     "build": lambda run: f"llama.cpp {run.get('llamacpp_commit')} ({run.get('backend')})",
-    "machine": lambda run: ((run.get("provenance") or {}).get("hardware") or {}).get("host", "?") + " / "
-    + ((run.get("provenance") or {}).get("hardware") or {}).get("cpu", "?"),
+    "machine": lambda run: run.get("machine") or (((run.get("provenance") or {}).get("hardware") or {}).get("host", "?")
+                                                  + " / " + ((run.get("provenance") or {}).get("hardware") or {}).get("cpu", "?")),
     "pair": lambda run: f"{run.get('target')} + {run.get('draft') or 'no draft'}",
 }
 

@@ -162,7 +162,8 @@ def test_study_spreads_items_over_machines_and_stores_each_once_with_its_machine
     assert stored_keys(store, "s1") == [f"item-{i:02d}" for i in range(8)]
     assert a.executed and b.executed and sorted(a.executed + b.executed) == stored_keys(store, "s1")
     for run in store.runs(sweep_id="s1"):
-        assert run["provenance"]["machine"] == run["summary"]["machine"] == report.done[run["point_key"]]
+        assert run["machine"] == run["provenance"]["machine"] == report.done[run["point_key"]]
+        assert "machine" not in run["summary"]  # the summary stays the executor's (Summary.from_dict reads it)
         assert len(store.measurements(run["id"])) == 4
     assert lines[-1].startswith("8/8 items; host-a ")
 
@@ -426,3 +427,271 @@ def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_
     assert _find(Builds({True}), Requirements(accel="cpu", rpc=True)).bin_dir == "cpu+rpc"
     with pytest.raises(LlamaspecError, match="rpc=True"):
         _find(Builds({False}), Requirements(accel="cpu", rpc=True))
+
+
+# --- pinned items (a per-machine tune) -----------------------------------------------------------
+
+def test_queue_gives_a_pinned_item_only_to_its_machine_and_takes_out_orphans() -> None:
+    q = WorkQueue([WorkItem("t@b", "tune", machine="b"), WorkItem("any", "fake"), WorkItem("t@c", "tune", machine="c")])
+    assert q.take("a").key == "any"
+    assert q.take("a") is None  # what is left is pinned elsewhere
+    assert q.take("b").key == "t@b"
+    assert [i.key for i in q.orphans(["a", "b"])] == ["t@c"]
+    assert not q.pending
+
+
+def test_pinned_items_run_on_their_machines_and_one_for_a_refused_machine_is_not_run(store: Store) -> None:
+    a, b = FakeWorker("host-a"), FakeWorker("host-b", commit="b38a16d")
+    pool = pool_of(a, b)
+    work = [WorkItem(f"tune@{m}", "fake", {"base": 50.0, "spec": 75.0}, machine=m) for m in ("host-a", "host-b")]
+    try:
+        report = run_study("pinned", work, pool, StoreSink(store), Requirements(commit="0c1e570", models=dict(SHA)))
+    finally:
+        pool.close()
+    assert a.executed == ["tune@host-a"] and not b.executed
+    assert report.not_run == {"tune@host-b": "worker host-b (host-host-b) has llama.cpp b38a16d, the study runs 0c1e570"}
+    assert stored_keys(store, "pinned") == ["tune@host-a"]  # not stored: a rerun with the machine fixed runs it
+
+
+def test_a_lost_machines_pinned_items_are_not_run_elsewhere(store: Store) -> None:
+    a, b = FakeWorker("host-a"), FakeWorker("host-b", die_on=1)
+    pool = pool_of(a, b)
+    work = [WorkItem("x@host-b", "fake", {"base": 50.0, "spec": 75.0}, machine="host-b"),
+            WorkItem("y@host-b", "fake", {"base": 50.0, "spec": 75.0}, machine="host-b"),
+            *items(3)]
+    try:
+        report = run_study("lost-pinned", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
+    finally:
+        pool.close()
+    assert sorted(report.not_run) == ["x@host-b", "y@host-b"] and report.lost == {"host-b": ["x@host-b"]}
+    assert sorted(a.executed) == ["item-00", "item-01", "item-02"]
+
+
+# --- prompt sets over machines -----------------------------------------------------------------
+
+class FakeMachine:
+    """A real MachineWorker whose machine has no llama.cpp: its llama-server backend is a FakeEngine
+    of this machine's speed (everything else, the prompt executor included, is the real code)."""
+
+    def __new__(cls, machine: str, engine: Any) -> Any:
+        from types import SimpleNamespace
+
+        from llamaspec.cluster.worker import MachineWorker
+
+        class Worker(MachineWorker):
+            def _prepare(self, wanted: Requirements) -> WorkerInfo:
+                self.state["server"] = engine
+                self.wanted = wanted
+                self.build = SimpleNamespace(programs={"server": "llama-server"}, bin_dir="/fake", commit="0c1e570")
+                for label in wanted.models:
+                    self.models[label] = SimpleNamespace(path=f"/models/{label}.gguf", sha256=SHA.get(label, "c" * 64))
+                return WorkerInfo(self.machine, "host-" + self.machine, "0c1e570", "key", "/fake",
+                                  {label: f.sha256 for label, f in self.models.items()})
+
+        return Worker(machine)
+
+
+def _prompt_experiment(tmp_path: Path) -> tuple[Any, Any]:
+    import json
+
+    from llamaspec import experiment
+    from llamaspec import prompts as loader
+
+    lines = [{"id": f"p{i}", "prompt": f"Write function number {i}.", "category": ("code", "prose")[i % 2]} for i in range(8)]
+    (tmp_path / "set.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "exp.yaml").write_text(
+        "name: fake-set\nbackend: llama-server\nrepeats: 2\nprompts: {source: set.jsonl}\n"
+        "settings: {n_predict: 32, threads: 1, seed: 1, temperature: 0}\n"
+        "cases:\n  - name: k8\n    target: {model: smollm2-135m, variant: f32}\n"
+        "    draft: {model: smollm2-135m, variant: q4_1}\n    settings: {draft_max: 8}\n")
+    exp = experiment.load(str(tmp_path / "exp.yaml"))
+    return exp, loader.load(str(tmp_path / "set.jsonl"))
+
+
+def test_a_prompt_set_over_two_machines_is_paired_per_machine_and_matches_one_machine(store: Store, tmp_path: Path) -> None:
+    """Two machines of different speeds (100 and 40 t/s, no drift): every prompt stored once with its
+    machine; each machine's speedup is the engine's true one (a baseline of the other machine would
+    make it 2.5x or 0.4x off); the per-machine figures are promptset's own, as a one-machine run's."""
+    from fakes import FakeEngine
+
+    from llamaspec import promptset
+    from llamaspec.cluster import promptsets
+
+    exp, prompt_set = _prompt_experiment(tmp_path)
+    fast, slow = FakeEngine(base_tps=100.0, drift=0.0), FakeEngine(base_tps=40.0, drift=0.0)
+    by_name = {"host-a": FakeMachine("host-a", fast), "host-b": FakeMachine("host-b", slow)}
+    pool = LocalPool(list(by_name), factory=lambda m: by_name[m])
+    work = promptsets.prompt_items(exp, prompt_set, repeats=2)
+    assert [i.key for i in work] == [f"k8/p{i}" for i in range(8)] and {i.kind for i in work} == {"prompt"}
+    try:
+        report = run_study("set", work, pool, StoreSink(store, kind="cluster-prompt"), Requirements(models=dict(SHA)))
+    finally:
+        pool.close()
+    assert not report.failed and sorted(report.done) == sorted(i.key for i in work)
+    runs = store.runs(sweep_id="set")
+    assert sorted(r["prompt_id"] for r in runs) == [f"p{i}" for i in range(8)]  # each prompt once
+    assert {r["machine"] for r in runs} == {"host-a", "host-b"}
+    assert all(len(store.measurements(r["id"])) == 4 for r in runs)  # 2 repeats x (baseline, speculative)
+    assert [c[0] for c in fast.calls[:4]] == ["baseline", "speculative", "speculative", "baseline"]  # ABBA
+    per = promptsets.per_machine(store, "set")["k8"]
+    true = fast.speedup_of(8)
+    for machine in ("host-a", "host-b"):
+        figures = per[machine]["set"]
+        assert figures["counted"] == sum(r["machine"] == machine for r in runs)
+        assert figures["geomean_speedup"]["median"] == pytest.approx(true, rel=1e-9), machine
+        assert figures["total_speedup"]["median"] == pytest.approx(true, rel=1e-9), machine
+    pooled = per[promptsets.ALL]["set"]
+    assert pooled["counted"] == 8 and pooled["total_speedup"] is None  # never pooled across machines
+    assert pooled["geomean_speedup"]["median"] == pytest.approx(true, rel=1e-9)
+    one = promptset.run_set(exp, prompt_set, FakeEngine(base_tps=100.0, drift=0.0), store, repeats=2)
+    alone = promptset.set_statistics(one.cases[0].items)["set"]
+    assert alone["geomean_speedup"]["median"] == pytest.approx(pooled["geomean_speedup"]["median"], rel=1e-9)
+    assert alone["accept"] == pytest.approx(pooled["accept"])
+    lines = promptsets.describe(promptsets.per_machine(store, "set"))
+    assert lines[0] == "k8:" and lines[1].lstrip().startswith("host-a") and "(not pooled)" in lines[3]
+
+
+def test_report_compare_machine_groups_by_the_machine_column(store: Store) -> None:
+    from llamaspec.report import COMPARE_BY
+
+    key = COMPARE_BY["machine"]
+    assert key({"machine": "host-b", "provenance": {"hardware": {"host": "h", "cpu": "c"}}}) == "host-b"
+    assert key({"machine": None, "provenance": {"hardware": {"host": "h", "cpu": "c"}}}) == "h / c"
+
+
+def test_a_swept_study_names_the_best_point_per_machine(store: Store) -> None:
+    from llamaspec.summary import summarize
+
+    def result(k: int, factor: float) -> dict[str, Any]:
+        from llamaspec.backend import Measurement
+
+        ms = []
+        for r in range(3):
+            for mode, tps in (("baseline", 50.0), ("speculative", 50.0 * factor * (1 + 0.01 * r))):
+                ms.append(Measurement(mode=mode, ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                                      peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=tps, text="same"))
+        return {"ok": True, "status": "ok", "experiment": "e", "case": "c", "settings": {"draft_max": k},
+                "provenance": {}, "measurements": [], "summary": summarize(ms, requested_draft=None).to_dict()}
+
+    sink = StoreSink(store)
+    for machine, factors in (("host-a", {1: 1.1, 4: 2.0, 8: 1.5}), ("host-b", {1: 1.2, 4: 1.3, 8: 1.9})):
+        for k, f in factors.items():
+            sink.save("sw", WorkItem(f"c@{k}", "pair", {"point": f"draft_max={k}"}), machine, result(k, f))
+    per = cluster_summary.per_point(store, "sw")
+    assert per["host-a"]["best"] == "c draft_max=4" and per["host-b"]["best"] == "c draft_max=8"
+    assert "Summary" not in str(type(per["host-a"]["points"]["c draft_max=1"]))
+    lines = cluster_summary.describe_points(per)
+    assert any(line.endswith("<- best") and "draft_max=4" in line for line in lines)
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["run", "smollm2-quicksort"],
+    ["sweep", "smollm2-quicksort", "--draft", "1,2"],
+    ["tune", "smollm2-quicksort"],
+    ["prompts", "run", "smollm2-server-mini", "--limit", "2"],
+    ["run", "smollm2-server-mini", "--prompts", "llamaspec-mini", "--limit", "2"],
+    ["cluster", "run", "smollm2-quicksort"],
+])
+def test_cluster_option_with_an_address_that_does_not_answer_is_one_fast_error(args: list[str],
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    port = _free_port()
+    start = time.monotonic()
+    done = CliRunner().invoke(main, [*args, "--cluster", f"127.0.0.1:{port}"])
+    assert time.monotonic() - start < 10
+    assert done.exit_code == 1, done.output
+    lines = [line for line in done.output.splitlines() if line.strip()]
+    assert lines[-2] == f"Error: no Ray cluster answers at 127.0.0.1:{port} (Connection refused)", done.output
+    assert lines[-1].startswith("Hint: start the head there with `ray start --head"), done.output
+    # RAY_ADDRESS stands in for --cluster.
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 1 and f"no Ray cluster answers at 127.0.0.1:{port}" in again.output
+
+
+# --- nothing outlives a killed worker ------------------------------------------------------------
+
+WORKER = '''
+import sys, time
+from llamaspec import proc
+from llamaspec.cluster import reaper
+reaper.watch(interval=0.1)
+server = proc.Background(["sleep", "600"])  # a llama-server stand-in: own process group, like the real ones
+print(server.pid, flush=True)
+time.sleep(600)
+'''
+
+
+def test_a_killed_worker_leaves_no_process_it_started_running(tmp_path: Path) -> None:
+    """SIGKILL (a removed node, ray.kill, the OOM killer) runs no cleanup in the worker: the reaper,
+    in a session of its own, stops what the worker had started (its own process group, as servers
+    are started) within a second or so."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    worker = subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    try:
+        server_pid = int(worker.stdout.readline())
+        server = psutil.Process(server_pid)
+        time.sleep(1.0)  # the reaper has noted it
+        assert server.is_running()
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and server.is_running() and server.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.1)
+        assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE, "the server outlived its worker"
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        with contextlib.suppress(psutil.Error, NameError):  # the test failed: clean up after it
+            server.kill()
+
+
+def test_the_reaper_of_a_worker_that_ends_normally_stops_nothing_that_ended() -> None:
+    from llamaspec.cluster import reaper
+
+    assert reaper.reap(2 ** 22 + 12345) == []  # no such process: nothing to watch, returns at once
+
+
+def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two machines whose drafts pay off differently (a dearer draft step on host-b): each tunes
+    on its own item, pinned there, and names its own best draft length."""
+    from fakes import FakeEngine
+
+    from llamaspec.backend import ModelPath
+    from llamaspec.cluster import study
+    from llamaspec.experiment import load
+    from llamaspec.settings import Settings
+
+    monkeypatch.setattr("llamaspec.models.gguf_model",
+                        lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
+    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
+    engines = {"host-a": FakeEngine(drift=0.0, draft_cost=0.05), "host-b": FakeEngine(drift=0.0, draft_cost=0.6)}
+    machines = {}
+    for name, engine in engines.items():
+        machines[name] = FakeMachine(name, engine)
+        machines[name].state["backend"] = engine  # its llama.cpp backend
+    pool = LocalPool(list(machines), factory=lambda m: machines[m])
+    exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=2)
+    work = study.tune_items(exp, sorted(machines), variants=("q4_1",), modes=("ngram-simple",))
+    assert [(i.key, i.machine) for i in work] == [("tune@host-a", "host-a"), ("tune@host-b", "host-b")]
+    try:
+        report = run_study("tune", work, pool, StoreSink(store, kind="cluster-tune"), Requirements(models=dict(SHA)))
+    finally:
+        pool.close()
+    assert report.done == {"tune@host-a": "host-a", "tune@host-b": "host-b"}, report
+    best = {r["machine"]: r["summary"]["tune"][0]["best"]["draft_max"] for r in store.runs(sweep_id="tune")}
+    assert best["host-a"] > best["host-b"], best  # cheap drafts: draft longer
+    assert all("recommended:" in r["summary"]["text"] for r in store.runs(sweep_id="tune"))

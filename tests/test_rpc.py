@@ -224,3 +224,94 @@ def test_target_on_two_rpc_servers_gives_the_local_baseline_text(rpc_build, pair
     # Once the servers are gone, the same case is refused before anything runs.
     with pytest.raises(LlamaspecError, match=f"RPC worker 127.0.0.1:{ports[0]} does not answer"):
         backend.check(remote)
+
+
+# --- the RPC build is chosen by the experiment; costs are timed where the run verifies ----------
+
+def test_llama_bench_times_the_targets_batches_on_the_rpc_servers_and_the_draft_locally(tmp_path: Path) -> None:
+    backend = LlamaCppBackend(replace(build.prebuilt(fake_bin_dir(tmp_path / "bin")), accel="cpu",
+                                      programs={**build.prebuilt(fake_bin_dir(tmp_path / "bin")).programs,
+                                                "bench": "llama-bench"}))
+    c = case("t.gguf", "d.gguf", rpc=("127.0.0.1:50052", "127.0.0.1:50053"))
+    batch, draft = backend.argv(c, "batch"), backend.argv(c, "draft")
+    assert batch[batch.index("-m") + 1] == "t.gguf" and batch[batch.index("--rpc") + 1] == "127.0.0.1:50052,127.0.0.1:50053"
+    assert batch[batch.index("-ngl") + 1] == "999"  # the target's layers on the servers, as in the run
+    assert draft[draft.index("-m") + 1] == "d.gguf" and "--rpc" not in draft and draft[draft.index("-ngl") + 1] == "0"
+    local = backend.argv(replace(c, settings=replace(c.settings, rpc=())), "batch")
+    assert "--rpc" not in local and local[local.index("-ngl") + 1] == "0"
+
+
+def test_an_experiment_that_sets_rpc_opens_the_rpc_build_and_names_the_command_when_there_is_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamaspec import experiment
+    from llamaspec.backend import BackendOptions
+    from llamaspec.llamacpp import runner
+
+    (tmp_path / "e.yaml").write_text(
+        "name: e\nbackend: llama.cpp\nsettings: {rpc: [127.0.0.1:50052]}\n"
+        "cases:\n  - name: c\n    target: {model: smollm2-135m, variant: f32}\n"
+        "    draft: {model: smollm2-135m, variant: q4_1}\n    prompt: hi\n")
+    (tmp_path / "plain.yaml").write_text((tmp_path / "e.yaml").read_text().replace("settings: {rpc: [127.0.0.1:50052]}\n", ""))
+    assert rpc.needed(experiment.load(str(tmp_path / "e.yaml")))
+    assert not rpc.needed(experiment.load(str(tmp_path / "plain.yaml")))
+    try:  # with this machine's cache: the RPC build when asked, the plain one otherwise
+        with_rpc = runner.open_backend(BackendOptions(accel="cpu", rpc=True)).build
+        assert rpc.ROLE in with_rpc.programs
+        assert rpc.ROLE not in runner.open_backend(BackendOptions(accel="cpu")).build.programs
+    except LlamaspecError as exc:
+        print(f"no cached builds here to pick from: {exc.message}")
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "empty-cache"))  # no builds at all
+    done = CliRunner().invoke(main, ["run", str(tmp_path / "e.yaml"), "--accel", "cpu"])
+    assert done.exit_code == 1
+    assert ", with RPC) in " in done.output and "Hint: run `llamaspec build --rpc` first" in done.output, done.output
+    plain = CliRunner().invoke(main, ["run", str(tmp_path / "plain.yaml"), "--accel", "cpu"])
+    assert plain.exit_code == 1 and "with RPC" not in plain.output and "`llamaspec build` first" in plain.output, plain.output
+
+
+def test_a_terminated_rpc_serve_stops_its_server(tmp_path: Path) -> None:
+    """`llamaspec rpc serve` ended by SIGTERM (kill, a node going down) takes its server with it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    bins = fake_bin_dir(tmp_path / "bin")
+    server = bins / "ggml-rpc-server"
+    server.write_text(LISTENING_SERVER.format(python=sys.executable))
+    server.chmod(0o755)
+    port = free_port()
+    cli = subprocess.Popen([sys.executable, "-m", "llamaspec", "rpc", "serve", "--bin-dir", str(bins), "--port", str(port)],
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                rpc.check_endpoints([f"127.0.0.1:{port}"], timeout=0.5)
+                break
+            except LlamaspecError:
+                time.sleep(0.1)
+        rpc.check_endpoints([f"127.0.0.1:{port}"])
+        cli.send_signal(signal.SIGTERM)
+        assert cli.wait(timeout=15) == 0
+        with pytest.raises(LlamaspecError, match=f"RPC worker 127.0.0.1:{port} does not answer"):
+            rpc.check_endpoints([f"127.0.0.1:{port}"])
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+
+
+def test_a_sweep_whose_rpc_worker_is_down_stops_before_measuring_or_storing_anything(tmp_path: Path, pair) -> None:
+    from llamaspec.results import Store
+
+    port = free_port()
+    (tmp_path / "e.yaml").write_text(
+        f"name: e\nbackend: llama.cpp\nrepeats: 1\nsettings: {{rpc: [127.0.0.1:{port}], n_predict: 8, threads: 1}}\n"
+        "cases:\n  - name: c\n    target: {model: smollm2-135m, variant: f32}\n"
+        "    draft: {model: smollm2-135m, variant: q4_1}\n    prompt: hi\n")
+    done = CliRunner().invoke(main, ["sweep", str(tmp_path / "e.yaml"), "--draft", "1,2", "--no-plot",
+                                     "--bin-dir", str(fake_bin_dir(tmp_path / "bin"))])
+    assert done.exit_code == 1, done.output
+    assert f"Error: RPC worker 127.0.0.1:{port} does not answer (Connection refused)" in done.output
+    assert f"Hint: start it with `llamaspec rpc serve --port {port}`" in done.output
+    assert Store.open().runs() == []  # nothing half-measured left behind

@@ -133,11 +133,11 @@ def check_prompt_file(prompt_file: Path | None) -> str | None:
     return str(prompt_file.resolve())
 
 
-def open_engine(backend_name: str, accel: str, bin_dir: Path | None) -> Any:
+def open_engine(backend_name: str, accel: str, bin_dir: Path | None, rpc: bool = False) -> Any:
     from llamaspec import backends
     from llamaspec.backend import BackendOptions
 
-    return backends.open_backend(backend_name, BackendOptions(accel=accel, bin_dir=bin_dir))
+    return backends.open_backend(backend_name, BackendOptions(accel=accel, bin_dir=bin_dir, rpc=rpc))
 
 
 @contextlib.contextmanager

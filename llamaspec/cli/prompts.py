@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from llamaspec.cli import main
+from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import SettingValue
 
 log = logging.getLogger("llamaspec")
@@ -116,18 +117,24 @@ def _terminate_as_interrupt() -> Iterator[None]:
 @click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto",
               show_default=True, help="Which cached llama.cpp build to use.")
 @click.option("--json", "as_json", is_flag=True, help="Print set-level and per-category figures as JSON.")
+@cluster_option
 def prompts_run(experiment_name: str, source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None,
                 turns: str | None, n_predict: int | None, draft_max: int | None, spec_type: str | None,
                 ngram_size_n: int | None, ngram_size_m: int | None, threads: int | None, gpu_layers: int | str | None,
                 repeats: int | None, timeout: float | None, parallel: str | None, plot_dir: Path | None,
-                bin_dir: Path | None, accel: str, as_json: bool) -> None:
+                bin_dir: Path | None, accel: str, as_json: bool, address: str | None = None) -> None:
     """Run every case of an experiment over a prompt set on llama-server (models loaded once).
 
     Per prompt, baseline and speculative are measured back to back; each prompt is stored as it
     finishes, so a rerun of the same command skips finished prompts. Prints total-token, mean and
     geometric-mean speedups with 95 % intervals, per category, and a recommended method per category.
 
+    With --cluster HOST:PORT (or $RAY_ADDRESS) the prompts are spread over the Ray cluster's
+    machines (one item per case and prompt, each paired on its machine); figures per machine.
+
+    \b
     Example: llamaspec prompts run smollm2-server-mini --limit 12 -n 64
+    Example: llamaspec prompts run smollm2-server-mini --limit 16 -t 1 --cluster 10.0.0.5:6379
     """
     from llamaspec import experiment, host, promptset
     from llamaspec import prompts as loader
@@ -143,6 +150,14 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
              "ngram_size_n": ngram_size_n, "ngram_size_m": ngram_size_m}
     settings = overrides(given, n_predict, timeout)
     exp = exp.with_overrides(settings, repeats)
+    if address:
+        from llamaspec.cli.cluster import run_prompt_set_on_cluster
+
+        if parallel or plot_dir is not None or bin_dir is not None:
+            raise click.UsageError("--parallel, --plot and --bin-dir are for one machine; drop them with --cluster")
+        run_prompt_set_on_cluster(exp, source, address, limit=limit, sample_seed=sample_seed, fmt=fmt, turns=turns,
+                                  repeats=exp.repeats if isinstance(exp.repeats, int) else 3, accel=accel, as_json=as_json)
+        return
     src = promptset.source_of(exp, source, format=fmt, turns=turns, limit=limit, seed=sample_seed)
     got = loader.load(src)
     log.info("%s: %d prompts in %d categories", src.label, len(got.prompts), len(got.categories()))

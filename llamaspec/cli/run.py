@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from llamaspec.cli import main
+from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import check_prompt_file, common_options, overrides, setting_options
 
 log = logging.getLogger("llamaspec")
@@ -45,17 +46,24 @@ def progress_printer(total_steps: int):
               help="Run over a prompt set instead (on llama-server; the same as `llamaspec prompts run`).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: at most N prompts.")
 @click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: a seeded sample.")
+@cluster_option
 @click.pass_context
 def run(ctx: click.Context, experiment_name: str, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
         repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str, no_wait: bool,
-        as_json: bool, prompt_set: str | None, limit: int | None, sample_seed: int | None, **given: Any) -> None:
+        as_json: bool, prompt_set: str | None, limit: int | None, sample_seed: int | None, address: str | None,
+        **given: Any) -> None:
     """Run an experiment: speculative vs the target alone, in pairs, stored with provenance.
 
     Prints decode speeds, the speedup (median of paired ratios with a 95 % interval), acceptance
     and whether the generated output is unchanged (lossless), next to the experiment's reference
     figures. Exits non-zero when a case fails or its output differs.
 
+    With --cluster HOST:PORT (or $RAY_ADDRESS) the cases (or the prompts of a set) are measured on
+    the Ray cluster's machines, each against its own baselines, and the figures are per machine.
+
+    \b
     Example: llamaspec run smollm2-quicksort --draft 4 --repeats 5
+    Example: llamaspec run smollm2-server-mini --prompts llamaspec-mini --limit 16 --cluster 10.0.0.5:6379
     """
     from llamaspec import experiment, report
     from llamaspec import run as runs
@@ -64,8 +72,8 @@ def run(ctx: click.Context, experiment_name: str, n_predict: int | None, prompt:
     if prompt_set is not None or experiment.load(experiment_name).prompts is not None:
         from llamaspec.cli.prompts import prompts_run
 
-        with measuring(f"llamaspec run {experiment_name} --prompts", no_wait):
-            ctx.invoke(prompts_run, experiment_name=experiment_name, source=prompt_set, limit=limit,
+        with measuring(f"llamaspec run {experiment_name} --prompts", no_wait) if not address else _nothing():
+            ctx.invoke(prompts_run, address=address, experiment_name=experiment_name, source=prompt_set, limit=limit,
                        sample_seed=sample_seed, n_predict=n_predict, draft_max=given.get("draft_max"),
                        spec_type=given.get("spec_type"), ngram_size_n=given.get("ngram_size_n"),
                        ngram_size_m=given.get("ngram_size_m"), threads=given.get("threads"),
@@ -74,7 +82,16 @@ def run(ctx: click.Context, experiment_name: str, n_predict: int | None, prompt:
         return
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides(given, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
-    engine = open_engine(exp.backend, accel, bin_dir)
+    if address:
+        from llamaspec.cli.cluster import run_experiment_on_cluster
+
+        if bin_dir is not None:
+            raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
+        run_experiment_on_cluster(exp, address, accel=accel, as_json=as_json)
+        return
+    from llamaspec.llamacpp import rpc as rpcs
+
+    engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
     steps = 2 * (runs.AUTO_MAX if exp.repeats == "auto" else int(exp.repeats)) * len(exp.cases)
     try:
         with measuring(f"llamaspec run {exp.name}", no_wait):
@@ -87,6 +104,12 @@ def run(ctx: click.Context, experiment_name: str, n_predict: int | None, prompt:
     else:
         click.echo(report.render(results))
     runs.raise_if_failed(results)
+
+
+def _nothing() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 @main.group()

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from llamaspec.cli import main
+from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import check_prompt_file, common_options, overrides, sweep_options
 
 log = logging.getLogger("llamaspec")
@@ -21,16 +22,22 @@ log = logging.getLogger("llamaspec")
                    "then not paired, and the output says so).")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the sweep ends.")
 @common_options
+@cluster_option
 def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
-          accel: str, no_wait: bool, as_json: bool, **given: str | None) -> None:
+          accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
     """Sweep settings (as a grid); name the tie set and recommend its cheapest point.
 
     Each point is measured next to its own baseline (pairs inside the point). Rerun the same
     command to resume: finished points are not measured again. Every sweepable setting is an
     option taking a list: --draft 1..16, --p-min 0.5,0.9 --program speculative-simple, ...
 
+    With --cluster HOST:PORT (or $RAY_ADDRESS) the points are spread over the Ray cluster's
+    machines; each point is paired on its machine, and the best point is named per machine.
+
+    \b
     Example: llamaspec sweep smollm2-quicksort --draft 1..16
+    Example: llamaspec sweep smollm2-quicksort --draft 1,2,4,8 --cluster 10.0.0.5:6379
     """
     from llamaspec import analysis, experiment
     from llamaspec import sweep as sweeps
@@ -40,7 +47,17 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
     axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
-    engine = open_engine(exp.backend, accel, bin_dir)
+    if address:
+        from llamaspec.cli.cluster import run_experiment_on_cluster
+
+        if shared_baseline or bin_dir is not None:
+            raise click.UsageError("with --cluster every point is paired on its own machine with that machine's build: "
+                                   "drop --shared-baseline and --bin-dir")
+        run_experiment_on_cluster(exp, address, accel=accel, axes=axes, as_json=as_json)
+        return
+    from llamaspec.llamacpp import rpc as rpcs
+
+    engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
     store = Store.open()
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
@@ -59,15 +76,21 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
 @click.option("--variants", default=None, metavar="LIST", help="Draft variants to consider (default: the catalog's).")
 @click.option("--modes", default=None, metavar="LIST", help="Draft-free n-gram modes to try (default: all the backend has).")
 @common_options
+@cluster_option
 def tune(experiment_name: str, variants: str | None, modes: str | None, n_predict: int | None, prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
-         no_wait: bool, as_json: bool) -> None:
+         no_wait: bool, as_json: bool, address: str | None) -> None:
     """Search draft length, draft variant and draft-free n-gram modes; name the tie set and the cheapest.
 
     The speedup model picks which draft lengths to measure and skips variants that cannot win.
     Each point is paired with its own baseline. Resumable like a sweep.
 
+    With --cluster HOST:PORT (or $RAY_ADDRESS) every machine of the Ray cluster tunes for itself
+    (the best settings are the machine's), all at once; the results are stored here, per machine.
+
+    \b
     Example: llamaspec tune smollm2-quicksort
+    Example: llamaspec tune smollm2-quicksort --cluster 10.0.0.5:6379
     """
     from llamaspec import experiment
     from llamaspec import tune as tuner
@@ -78,7 +101,19 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
 
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
-    engine = open_engine(exp.backend, accel, bin_dir)
+    if address:
+        from llamaspec.cli.cluster import tune_on_cluster
+
+        if bin_dir is not None:
+            raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
+        tune_on_cluster(exp, address, overrides=overrides({}, n_predict, timeout).to_dict(), repeats=repeats,
+                        prompt=prompt if prompt is not None else (Path(prompt_file).read_text() if prompt_file else None),
+                        variants=parse_values("draft_variant", variants) if variants else None,
+                        modes=parse_values("spec_type", modes) if modes else None, accel=accel, as_json=as_json)
+        return
+    from llamaspec.llamacpp import rpc as rpcs
+
+    engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
 
     def on_point(config, row) -> None:
         s = Summary.from_dict(row.get("summary"))

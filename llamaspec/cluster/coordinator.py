@@ -79,6 +79,7 @@ class StudyReport:
     failed: dict[str, str] = field(default_factory=dict)  # key -> error (stored as failed)
     refused: dict[str, str] = field(default_factory=dict)  # machine -> why
     lost: dict[str, list[str]] = field(default_factory=dict)  # machine -> keys handed back
+    not_run: dict[str, str] = field(default_factory=dict)  # key -> why (pinned to a machine that is not there)
     per_machine: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -150,15 +151,25 @@ def run_study(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
                              hint="fix or remove the refused workers (see the lines above), then rerun")
     queue = WorkQueue(todo)
     idle = [w for w, _info in admitted]
+    alive_names = {w.machine for w in idle}
     alive = len(idle)
     in_flight: dict[Future[dict[str, Any]], tuple[WorkerHandle, WorkItem]] = {}
     progress = on_progress or (lambda line: log.info("%s", line))
     last_progress = 0.0
+
+    def drop_orphans() -> None:
+        for item in queue.orphans(alive_names):
+            why = report.refused.get(item.machine or "") or f"machine {item.machine} is not taking part (lost or not in the cluster)"
+            report.not_run[item.key] = why
+            log.warning("not run: %s, pinned to %s: %s", item.key, item.machine, why)
+
+    drop_orphans()
     while not queue.finished():
-        while idle and queue.pending:
-            w = idle.pop(0)
+        for w in list(idle):
             item = queue.take(w.machine)
-            assert item is not None
+            if item is None:
+                continue
+            idle.remove(w)
             in_flight[w.submit(item)] = (w, item)
         if not in_flight:
             left = len(queue.pending)
@@ -176,6 +187,8 @@ def run_study(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
                 queue.give_back(item.key)
                 report.lost.setdefault(w.machine, []).append(item.key)
                 alive -= 1
+                alive_names.discard(w.machine)
+                drop_orphans()
                 log.warning("machine %s was lost (%s): item %s goes back to the queue; %d machine(s) left",
                             w.machine, _short(exc), item.key, alive)
                 continue
@@ -188,7 +201,7 @@ def run_study(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
                 on_result(item.key, w.machine, result)
             idle.append(w)
         now = time.monotonic()
-        if finished or now - last_progress >= progress_every:
+        if finished or now - last_progress >= 6 * progress_every:  # unchanged: a line a minute says it is alive
             progress(queue.progress_line(alive))
             last_progress = now
     report.per_machine = {m: {"done": st.done, "busy_seconds": round(st.busy_seconds, 3),

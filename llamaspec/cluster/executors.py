@@ -10,9 +10,13 @@ own measuring code, each returning one plain result dict:
   against the baseline measured next to it, on the same machine.
 - ``case``: one case of an experiment through the run core (``llamaspec.run.run_case``) into a
   scratch store on the worker (per machine, so shared baselines are only ever this machine's).
+- ``prompt``: one prompt of a prompt set for one case, on llama-server (models loaded once per
+  machine and kept between items): baseline and speculative back to back, ABBA over the repeats,
+  summarised by ``promptset.prompt_summary`` exactly as a one-machine ``prompts run`` does.
+- ``tune``: an experiment's whole tune on this machine (items of this kind are pinned: the best
+  draft length is a property of the machine), through ``llamaspec.tune`` into the scratch store.
 
-A new kind (a prompt of a prompt set on the llama-server backend) is one function and one
-``EXECUTORS`` entry.
+A new kind is one function and one ``EXECUTORS`` entry.
 """
 
 from __future__ import annotations
@@ -53,6 +57,27 @@ def _backend(worker: MachineWorker) -> Any:
     if "backend" not in worker.state:
         worker.state["backend"] = LlamaCppBackend(worker.build)
     return worker.state["backend"]
+
+
+def _server(worker: MachineWorker) -> Any:
+    """This machine's llama-server backend: its servers stay up between items (models loaded once)."""
+    from llamaspec.llamacpp.server import ServerBackend
+
+    if "server" not in worker.state:
+        if "server" not in worker.build.programs:
+            raise LlamaspecError(f"the llama.cpp build on {worker.machine} ({worker.build.bin_dir}) has no llama-server",
+                                 hint="rebuild there with `llamaspec build --force` (it builds llama-server)")
+        worker.state["server"] = ServerBackend(worker.build)
+    return worker.state["server"]
+
+
+def _engine(worker: MachineWorker, name: str) -> Any:
+    if name == "llama.cpp":
+        return _backend(worker)
+    if name == "llama-server":
+        return _server(worker)
+    raise LlamaspecError(f"cluster workers run llama.cpp engines, not the {name} backend",
+                         hint="run this experiment on one machine (without --cluster)")
 
 
 def _model(worker: MachineWorker, label: str) -> Any:
@@ -147,6 +172,68 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
             "measurements": rows, "summary": row["summary"] or {}}
 
 
+def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
+    """One prompt of a set for one case, on this machine's llama-server; the speedups are against
+    the baselines measured here, seconds apart."""
+    from llamaspec import promptset
+    from llamaspec import run as runs
+    from llamaspec.prompts import Prompt
+
+    p = item.payload
+    the_prompt = Prompt(**p["prompt_item"])
+    case = resolved_case(worker, p)
+    backend = _server(worker)
+    checked = worker.state.setdefault("checked", set())
+    if p["case"] not in checked:  # once per case and machine, as run_set does once per case
+        runs.check_settings(case, backend)
+        backend.check(case)
+        checked.add(p["case"])
+    one = promptset.prompt_case(case, the_prompt)
+    logs = worker.scratch / "logs" / _safe(item.key)
+    measured: list[tuple[int, Measurement]] = []
+    for r in range(int(p.get("repeats", 1))):
+        for mode in (("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")):  # ABBA
+            m = backend.measure(one, mode, logs / f"{mode}-{r}.json")
+            measured.append((r, m))
+            if not m.ok:
+                break
+        if measured and not measured[-1][1].ok:
+            break
+    summary = promptset.prompt_summary(the_prompt, [m for _r, m in measured])
+    return {
+        "ok": summary["status"] == "ok", "status": summary["status"], "error": summary["error"],
+        "experiment": case.experiment, "case": case.case, "prompt_id": the_prompt.id, "category": the_prompt.category,
+        "settings": {**case.settings.to_dict(), "prompt_id": the_prompt.id, "category": the_prompt.category},
+        "provenance": {"engine": backend.provenance(), "backend": backend.name, "identity": backend.identity(),
+                       "models": {"target": dataclasses.asdict(case.target),
+                                  **({"draft": dataclasses.asdict(case.draft)} if case.draft else {})}},
+        "measurements": [dataclasses.asdict(promptset.measurement_row(0, r, m)) for r, m in measured],
+        "summary": summary,
+    }
+
+
+def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
+    """The experiment's tune, whole, on this machine (scratch store: resumable while the worker lives)."""
+    from llamaspec import experiment
+    from llamaspec import tune as tuner
+    from llamaspec.results import Store
+    from llamaspec.settings import Settings
+
+    p = item.payload
+    exp = experiment.load(p["experiment_path"] or p["experiment"])
+    exp = exp.with_overrides(Settings.from_dict(p.get("overrides") or {}), p.get("repeats"), p.get("prompt"))
+    store = worker.state.get("store")
+    if store is None:
+        store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
+    variants = tuple(p["variants"]) if p.get("variants") else None
+    modes = tuple(p["modes"]) if p.get("modes") else None
+    results = tuner.tune(exp, _engine(worker, exp.backend), store, variants, modes)
+    return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
+            "settings": {}, "provenance": {"backend": exp.backend},
+            "measurements": [], "summary": {"tune": [r.as_dict() for r in results],
+                                            "text": "\n\n".join(r.render() for r in results)}}
+
+
 def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """No llama.cpp: use ``spin`` seconds of this process's CPU time (or do nothing), for measuring
     the cluster's own overhead and throughput (CPU time, so a busy machine shows as a slow one)."""
@@ -168,7 +255,8 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
-EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "noop": noop}
+MEASURING = frozenset({"pair", "case", "prompt", "tune"})  # kinds that time llama.cpp: under the machine's lock
+EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "prompt": prompt, "tune": tune, "noop": noop}
 
 
 def log_dir(worker: MachineWorker) -> Path:

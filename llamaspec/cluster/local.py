@@ -28,6 +28,10 @@ class LocalHandle:
         return self._thread.submit(self.worker.execute, item)
 
     def shutdown(self) -> None:
+        """Close the worker in its own thread (what it opened there, a SQLite store, is that thread's), then end it."""
+        close = getattr(self.worker, "close", None)
+        if close is not None:
+            self._thread.submit(close).result()
         self._thread.shutdown(wait=True, cancel_futures=True)
 
 
@@ -44,6 +48,3 @@ class LocalPool:
     def close(self) -> None:
         for h in self._handles:
             h.shutdown()
-            close = getattr(h.worker, "close", None)
-            if close is not None:
-                close()

@@ -52,10 +52,13 @@ class WorkQueue:
         return not self.pending and not self.in_flight
 
     def take(self, machine: str) -> WorkItem | None:
-        """The next item for ``machine`` (None: nothing left to hand out)."""
-        if not self.pending:
+        """The next item for ``machine``: the first pending one that is not pinned to another
+        machine (None: nothing left for it)."""
+        index = next((i for i, item in enumerate(self.pending) if item.machine in (None, machine)), None)
+        if index is None:
             return None
-        item = self.pending.popleft()
+        item = self.pending[index]
+        del self.pending[index]
         self.in_flight[item.key] = (machine, item, self.clock())
         self.stats.setdefault(machine, MachineStats())
         return item
@@ -81,6 +84,15 @@ class WorkQueue:
         for key in keys:
             self.give_back(key)
         return keys
+
+    def orphans(self, machines: Iterable[str]) -> list[WorkItem]:
+        """Take out of the queue the pending items pinned to a machine not among ``machines`` (it
+        was refused or lost): nothing else may run them."""
+        alive = set(machines)
+        gone = [item for item in self.pending if item.machine is not None and item.machine not in alive]
+        for item in gone:
+            self.pending.remove(item)
+        return gone
 
     def eta_seconds(self, machines: int) -> float | None:
         """Remaining items over the machines' combined throughput so far (None until one finished)."""

@@ -127,7 +127,7 @@ class RayPool:
                 options: dict[str, Any] = {"resources": {m["resource"]: 1}}
             else:
                 options = {"scheduling_strategy": NodeAffinitySchedulingStrategy(m["node_id"], soft=False)}
-            actor = remote.options(name=None, **options).remote(m["machine"])
+            actor = remote.options(name=None, **options).remote(m["machine"], None, True)  # with its reaper
             self._handles.append(RayHandle(m["machine"], actor))
 
     def workers(self) -> list[RayHandle]:
@@ -139,8 +139,18 @@ class RayPool:
                 ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError)
         return isinstance(exc, lost)
 
-    def close(self) -> None:
+    def close(self, grace: float = 30.0) -> None:
+        """Ask every worker to stop its servers, then end the actors (a worker that does not answer
+        in ``grace`` seconds is killed; its reaper stops what it left)."""
         ray = _ray()
+        closing = []
+        for h in self._handles:
+            try:
+                closing.append(h.actor.close.remote())
+            except ray.exceptions.RayError as exc:
+                log.debug("actor of %s: %s", h.machine, exc)
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=grace)
         for h in self._handles:
             try:
                 ray.kill(h.actor, no_restart=True)

@@ -59,6 +59,37 @@ def sweep_items(exp: Any, axes: dict[str, Any], repeats: int | None = None) -> l
     return items
 
 
+def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | None = None, repeats: Any = None,
+               prompt: str | None = None, variants: tuple[str, ...] | None = None,
+               modes: tuple[str, ...] | None = None) -> list[WorkItem]:
+    """One ``tune`` item per machine, pinned there: the best draft length, variant and mode are
+    properties of the machine, so each machine tunes for itself and no other stands in for it."""
+    payload = {"experiment": exp.name, "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
+               "overrides": overrides or {}, "repeats": repeats, "prompt": prompt,
+               "variants": list(variants) if variants else None, "modes": list(modes) if modes else None}
+    return [WorkItem(f"tune@{m}", "tune", payload, machine=m) for m in machines]
+
+
+def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] | None = None, accel: str = "auto",
+             **tune_options: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """``tune --cluster``: every machine tunes the experiment for itself. Returns (StudyReport,
+    machine -> the tune's result dicts and rendered text)."""
+    from llamaspec.cluster.coordinator import run_study
+    from llamaspec.cluster.sink import StoreSink, machine_of
+
+    wanted = requirements(exp, accel)
+    pool = open_pool(address, machines)
+    try:
+        names = sorted(w.machine for w in pool.workers())
+        items = tune_items(exp, names, **tune_options)
+        sid = study_id(exp, items, wanted)
+        report = run_study(sid, items, pool, StoreSink(store, kind="cluster-tune"), wanted)
+    finally:
+        pool.close()
+    per = {machine_of(r) or "?": r["summary"] for r in store.runs(sweep_id=sid, status="ok")}
+    return report, dict(sorted(per.items()))
+
+
 def requirements(exp: Any, accel: str = "auto") -> Requirements:
     """The coordinator's own llama.cpp commit, and its model hashes where it has the files
     (None where it has not: the first machine's then binds the others)."""
@@ -75,7 +106,9 @@ def requirements(exp: Any, accel: str = "auto") -> Requirements:
         name, _, variant = label.partition(":")
         done = store.finished(name, variant)
         models[label] = done.sha256 if done is not None else None
-    rpc = any(c.settings.over(exp.settings).rpc for c in exp.cases)
+    from llamaspec.llamacpp import rpc as rpcs
+
+    rpc = rpcs.needed(exp)
     return Requirements(commit=commit, accel=accel, rpc=rpc, models=models)
 
 
@@ -110,6 +143,10 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
     from llamaspec.cluster.coordinator import run_study
     from llamaspec.cluster.sink import StoreSink
 
+    if repeats is None and not isinstance(exp.repeats, int):  # "auto" needs the run core's stopping rule
+        from llamaspec import run as runs
+
+        repeats = runs.repeat_bounds(exp.repeats)[1]
     items = sweep_items(exp, axes, repeats) if axes else experiment_items(exp, repeats, split_repeats)
     wanted = requirements(exp, accel)
     sid = study_id(exp, items, wanted)
@@ -118,4 +155,4 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
         report = run_study(sid, items, pool, StoreSink(store), wanted)
     finally:
         pool.close()
-    return report, summary.per_machine(store, sid)
+    return report, (summary.per_point(store, sid) if axes else summary.per_machine(store, sid))

@@ -57,3 +57,45 @@ def describe(per: dict[str, dict[str, Any]]) -> list[str]:
         lines.append(f"{machine}: {s['items']} items, speedup {sp.text(suffix='x') if sp else '-'}"
                      f" (speculative {dec.text('{:.1f}') if dec else '-'} t/s, baseline {base.text('{:.1f}') if base else '-'} t/s)")
     return lines
+
+
+def per_point(store: Store, study: str) -> dict[str, dict[str, Any]]:
+    """A swept study per machine: each point's paired speedup (its own summary, its own baselines on
+    its machine), and the best point with those tied with it (overlapping intervals)."""
+    from llamaspec.summary import Summary
+
+    points: dict[str, list[tuple[str, stats.Spread]]] = defaultdict(list)
+    for run in sorted(store.runs(sweep_id=study, status="ok"), key=lambda r: r["id"]):
+        speedup = Summary.from_dict(run.get("summary")).speedup
+        if speedup is not None:
+            label = (run.get("provenance") or {}).get("point") or run["point_key"]
+            points[machine_of(run) or "?"].append((f"{run['case_name']} {label}", speedup))
+    out: dict[str, dict[str, Any]] = {}
+    for machine, found in sorted(points.items()):
+        best, tied = stats.ties(found)
+        out[machine] = {"points": dict(found), "best": best, "tied": [t for t in tied if t != best]}
+    return out
+
+
+def describe_points(per: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for machine, s in per.items():
+        lines.append(f"{machine}:")
+        for label, sp in s["points"].items():
+            lines.append(f"  {label:<36} speedup {sp.text(suffix='x')}" + ("   <- best" if label == s["best"] else ""))
+        if s["tied"]:
+            lines.append(f"  tied with the best: {', '.join(s['tied'])}")
+    return lines
+
+
+def describe_report(report: Any) -> list[str]:
+    """What a study did besides its results: items run or resumed, machines refused or lost,
+    items failed or not run (one line each; throughput per machine is in the progress lines)."""
+    lines = [f"study {report.study}: {len(report.done)} items run, {report.skipped} already stored"
+             + (f", {len(report.failed)} failed" if report.failed else "")
+             + (f", {len(report.not_run)} not run" if report.not_run else "")]
+    lines += [f"  refused: {why}" for why in report.refused.values()]
+    lines += [f"  lost: {m} (items handed back and redone elsewhere: {', '.join(keys)})" for m, keys in report.lost.items()]
+    lines += [f"  failed: {key}: {why}" for key, why in report.failed.items()]
+    lines += [f"  not run: {key}: {why}" for key, why in report.not_run.items()]
+    return lines

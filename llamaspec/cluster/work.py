@@ -17,12 +17,14 @@ class WorkItem:
 
     ``key`` identifies it within its study (a case name, a sweep point, a prompt id): a rerun
     skips the keys already stored. ``kind`` names the executor that runs it on the worker
-    (``llamaspec.cluster.executors``); ``payload`` is that executor's input.
+    (``llamaspec.cluster.executors``); ``payload`` is that executor's input. ``machine`` pins it
+    to one machine: what is measured is that machine itself (its own tune), so no other may stand in.
     """
 
     key: str
     kind: str
     payload: dict[str, Any] = field(default_factory=dict)
+    machine: str | None = None  # only this machine may run it (a per-machine tune); None: any
 
 
 @dataclass(frozen=True)

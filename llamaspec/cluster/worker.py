@@ -25,13 +25,17 @@ log = logging.getLogger(__name__)
 
 
 class MachineWorker:
-    def __init__(self, machine: str, scratch: str | None = None) -> None:
+    def __init__(self, machine: str, scratch: str | None = None, reap: bool = False) -> None:
         self.machine = machine
         self.build: Any = None  # llamaspec.llamacpp.build.Build once prepared
         self.models: dict[str, Any] = {}  # "name:variant" -> models.ModelFile
         self.wanted: Requirements | None = None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{_safe(machine)}-"))
         self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, a backend)
+        if reap:  # a worker process of its own (a Ray actor): servers must not outlive it, even killed
+            from llamaspec.cluster import reaper
+
+            self.reaper = reaper.watch(log_path=self.scratch / "reaper.log")
 
     def prepare(self, wanted: Requirements) -> dict[str, Any]:
         """Fetch the source, build llama.cpp and fetch/derive the models, all through llamaspec's own
@@ -74,7 +78,17 @@ class MachineWorker:
             return {"ok": False, "error": f"worker {self.machine} was not prepared", "hint": "call prepare() first"}
         try:
             run = executors.get(item.kind)
-            result = run(self, item)
+            if item.kind in executors.MEASURING:
+                from llamaspec import lock
+
+                # The machine-wide measurement lock, as `llamaspec run` takes it: a user's own run on
+                # this machine (or another study's worker) and this item would measure each other.
+                with lock.measuring(f"llamaspec cluster item {item.key} on {self.machine}",
+                                    on_wait=lambda holder: log.info("%s: waiting for another measurement here: pid %s (%s)",
+                                                                    self.machine, holder.get("pid"), holder.get("what"))):
+                    result = run(self, item)
+            else:
+                result = run(self, item)
         except LlamaspecError as exc:
             result = {"ok": False, "status": "failed", "error": exc.message, "hint": exc.hint}
         result["machine"] = self.machine
@@ -84,9 +98,11 @@ class MachineWorker:
         return self.machine
 
     def close(self) -> None:
-        backend = self.state.pop("backend", None)
-        if backend is not None:
-            backend.close()
+        """Stop what this worker keeps running (llama-servers) and close its scratch store."""
+        for name in ("server", "backend", "store"):
+            thing = self.state.pop(name, None)
+            if thing is not None:
+                thing.close()
 
 
 def _find(builds: Any, wanted: Requirements) -> Any:

@@ -85,6 +85,12 @@ def serve(build: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, thread
                     hint=f"is port {port} free? try another with --port")
 
 
+def needed(exp: Any) -> bool:
+    """Whether any case of an experiment puts its target on RPC workers: it then runs on the RPC
+    build (``find(..., rpc=True)``), chosen without being asked."""
+    return any(c.settings.rpc for c in exp.cases)
+
+
 def check_endpoints(endpoints: Iterable[str], timeout: float = 2.0) -> None:
     """Every RPC worker must accept a connection, else one error naming the first that does not."""
     for text in endpoints:

@@ -29,7 +29,7 @@ SETTINGS = frozenset(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE
 def open_backend(options: BackendOptions) -> LlamaCppBackend:
     from llamaspec.llamacpp.cache import find
 
-    build = find(options.accel, options.bin_dir)
+    build = find(options.accel, options.bin_dir, rpc=options.rpc)
     log.info("using %s from %s", build.label, build.bin_dir)
     return LlamaCppBackend(build)
 
@@ -93,11 +93,15 @@ class LlamaCppBackend:
             if on_draft and case.draft is None:
                 raise LlamaspecError("this case has no draft model to time", hint="drop the draft measurement")
             model = case.draft.path if on_draft and case.draft else case.target.path
-            layers = flags.gpu_layers(s.draft_gpu_layers if on_draft else s.gpu_layers, self.build.accel, generation)
+            # The target's batches are timed where the run verifies them: on the RPC servers (each
+            # batch crosses the network, as in the run); the draft stays local, as in the run.
+            remote = bool(s.rpc) and not on_draft
+            layers = flags.gpu_layers(s.draft_gpu_layers if on_draft else s.gpu_layers,
+                                      "rpc" if remote else self.build.accel, generation)
             return flags.bench_argv(self.build.program("bench"), model, s.threads_draft if on_draft and s.threads_draft else s.threads,
                                     layers, sizes=(1,) if on_draft else flags.BATCH_SIZES, repetitions=10 if on_draft else 3,
                                     depth=self.bench_depth(case), batch_size=s.batch_size,
-                                    flash_attn=s.flash_attn)
+                                    flash_attn=s.flash_attn, extra_args=("--rpc", ",".join(s.rpc or ())) if remote else ())
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
 
     def bench_depth(self, case: ResolvedCase) -> int:
@@ -119,7 +123,8 @@ class LlamaCppBackend:
 
             if not rpc.has_rpc(self.build):
                 raise LlamaspecError(f"this case sets rpc, but the llama.cpp build in {self.build.bin_dir} has no RPC backend",
-                                     hint="build one with `llamaspec build --rpc` and run with it (--bin-dir its bin folder)")
+                                     hint="build one with `llamaspec build --rpc` (experiments that set rpc: then use it "
+                                          "by themselves), or pass --bin-dir with binaries built with -DGGML_RPC=ON")
             rpc.check_endpoints(case.settings.rpc)
         if case.draft is not None and (case.target.path, case.draft.path) not in self._pairs_checked:
             from llamaspec import models
@@ -161,8 +166,10 @@ class LlamaCppBackend:
                 batches = parse.parse_bench_json(done.stdout)
                 step = batches.median_ms.get(1)
                 measured_depth = prompt_text(case) in self._prompt_tokens
+                where = (f", target on RPC servers {','.join(case.settings.rpc)}"
+                         if case.settings.rpc and mode == "batch" else "")
                 return Measurement(ok=True, error=None, **base, decode_tps=1000.0 / step if step else None,
-                                   speed_basis="llama-bench: one single-token step at the run's depth (1000 / ms)",
+                                   speed_basis=f"llama-bench: one single-token step at the run's depth (1000 / ms){where}",
                                    stats={"batch_ms": batches.median_ms, "depth": batches.depth,
                                           "depth_basis": "prompt tokens as counted by the run" if measured_depth
                                           else "prompt tokens estimated at 4 characters each"})

@@ -594,7 +594,7 @@ def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[
 def open_backend(options: BackendOptions) -> ServerBackend:
     from llamaspec.llamacpp.build import find
 
-    build = find(options.accel, options.bin_dir)
+    build = find(options.accel, options.bin_dir, rpc=options.rpc)
     if "server" not in build.programs:
         raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
                              hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")
