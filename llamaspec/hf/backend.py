@@ -448,7 +448,9 @@ def _draft_policy(plan: Plan, assistant: dict[str, Any]) -> str:
     start = assistant.get("start") or {}
     if start.get("num_assistant_tokens_schedule", "constant") != "constant":
         return "adaptive"
-    return "capped" if start.get("assistant_confidence_threshold") else "fixed"
+    # never "fixed", even with no confidence threshold: the assistant drafts at most what is left
+    # of max_new_tokens (less one) and stops at its end of text
+    return "capped"
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
