@@ -289,6 +289,13 @@ def _compare(compare_by: str, ok: list[dict[str, Any]]) -> list[str]:
                             body), ""]
 
 
+def _chosen(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run that stands for a group of one pair on one engine: the newest plain run, not the
+    luckiest of many (a best-of is biased upwards); a sweep's best point where there is none."""
+    plain = [r for r in rs if r["kind"] == "run"]
+    return max(plain, key=lambda r: r["id"]) if plain else _best(rs)
+
+
 # Settings that change what a speedup means: a pair measured by two engines under different values
 # of these is flagged (threads and dtypes change absolute speeds, which are not compared anyway).
 _SAME_FOR_COMPARISON = ("n_predict", "temperature", "seed")
@@ -314,7 +321,7 @@ def _compare_backends(ok: list[dict[str, Any]]) -> list[str]:
         engines = pairs[pair]
         for engine in sorted(engines):
             rs = engines[engine]
-            best = _best(rs)
+            best = _chosen(rs)
             s = Summary.from_dict(best.get("summary"))
             differ = sum(r["status"] == "differs" for r in rs)
             lossless = s.lossless.text().split(" (")[0] + (f"; {differ} of {len(rs)} runs DIFFER" if differ else "")
@@ -329,17 +336,18 @@ def _compare_backends(ok: list[dict[str, Any]]) -> list[str]:
         if len(engines) < 2:
             notes.append(f"- {pair}: measured by {next(iter(engines))} only.")
             continue
-        chosen = {engine: _best(rs).get("settings") or {} for engine, rs in engines.items()}
+        chosen = {engine: _chosen(rs).get("settings") or {} for engine, rs in engines.items()}
         for key in _SAME_FOR_COMPARISON:
             values = {engine: chosen[engine].get(key) for engine in chosen}
             if len(set(map(str, values.values()))) > 1:
                 notes.append(f"- {pair}: **{key} differs between the engines** "
                              f"({', '.join(f'{e} {v}' for e, v in sorted(values.items()))}): the speedups answer "
                              "different questions.")
-    out += [_md_table(["pair", "engine", "experiment / case", "runs", "best draft", "n_predict", "threads",
+    out += [_md_table(["pair", "engine", "experiment / case", "runs", "draft", "n_predict", "threads",
                        "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %", "lossless", "run"], body), ""]
-    out += ["Each row is the engine's run of that pair with the highest median speedup among those with an unchanged "
-            "output (the best draft length of a sweep).", ""]
+    out += ["Each row is the engine's newest `llamaspec run` of that pair (where the pair was only swept: the sweep "
+            "point with the highest median speedup and an unchanged output); `runs` counts all of them, sweep "
+            "points included.", ""]
     if notes:
         out += notes + [""]
     out += ["Speed basis per engine:", ""] + [f"- {engine}: {'; '.join(sorted(b))}" for engine, b in sorted(bases.items())] + [""]
