@@ -391,7 +391,7 @@ class TransformersBackend:
             n_predict=len(ids),
             encode_tps=input_ids.shape[1] / (first_at - start) if first_at and first_at > start else None,
             decode_tps=decode[0] / decode[1] if decode and decode[1] > 0 else None,
-            speed_basis="streamer",
+            speed_basis=SPEED_BASIS,
             text=text,
             tokens=ids,
             end_of_text=end_of_text,
