@@ -273,7 +273,10 @@ def _best(rs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _compare(compare_by: str, ok: list[dict[str, Any]]) -> list[str]:
-    key = COMPARE_BY[compare_by]
+    by = COMPARE_BY[compare_by]
+
+    def key(run: dict[str, Any]) -> str:  # another engine's "build" is its library versions
+        return engine_label(run) if compare_by == "build" and engine_name(run) not in LLAMACPP_ENGINES else by(run)
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in ok:
         groups.setdefault(key(r), []).append(r)

@@ -89,11 +89,14 @@ def test_engines_side_by_side(tmp_path: Path) -> None:
 
 def test_other_groupings_still_work_over_several_experiments() -> None:
     store = Store.open()
-    run_case(case("one"), FakeEngine(drift=0.0), store, repeats=2, hardware=HW)
-    run_case(case("two", draft="smollm2-135m:q4_0"), FakeEngine(drift=0.0), store, repeats=2, hardware=HW)
+    run_case(case("one"), FakeEngine(name="llama.cpp", drift=0.0), store, repeats=2, hardware=HW)
+    run_case(case("two", draft="smollm2-135m:q4_0"), FakeEngine(name="llama.cpp", drift=0.0), store, repeats=2, hardware=HW)
     md = report.markdown(store, ("one", "two"), "pair", plot=False)
     assert "## Compared by pair" in md
     assert "| smollm2-135m:f32 + smollm2-135m:q4_1 |" in md and "| smollm2-135m:f32 + smollm2-135m:q4_0 |" in md
+    run_case(case("two"), FakeEngine(name="transformers", drift=0.0), store, repeats=2, hardware=HW)
+    builds = report.markdown(store, ("one", "two"), "build", plot=False)
+    assert "| llama.cpp fake (None) |" in builds and "| fake-100.0 |" in builds  # a transformers run: its versions
 
 
 GUANACO = Reference(source="write-up", hardware="A40", n_predict=64, baseline_seconds=69, seconds=38)
