@@ -102,7 +102,7 @@ class SweepReport:
     def render(self) -> str:
         lines = [f"sweep {self.sweep_id}: {self.experiment} / {self.case}",
                  f"  target {self.meta['target']}, draft {self.meta['draft']}; {self.meta['hardware']}, "
-                 f"{self.meta['backend']}, llama.cpp {self.meta['commit']}",
+                 f"{self.meta['backend']}" + (f", llama.cpp {self.meta['commit']}" if self.meta['commit'] else ""),
                  f"  speed: {SPEED_DEFINITION}; speedup: median of paired ratios [95 % bootstrap interval]"]
         for g in self.groups:
             if g.label:
@@ -230,6 +230,9 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
         # changes k within the run, so its points would be fitted at a length they never used.
         return None, None, "the program adapts its draft length during the run: the speedup model (fixed k) does not apply"
     obs = [o for o in (observation(r) for r in rows) if o is not None]
+    if not obs and any(r.summary.n_drafted for r in rows) and not any(r.summary.program in theory.PROGRAMS for r in rows):
+        return None, None, ("the speedup model has round profiles for llama.cpp's programs only: no alpha or "
+                            "prediction for this engine (its measured figures stand)")
     if not obs or all(o.n_drafted == 0 for o in obs):
         return None, None, "nothing was drafted: no acceptance to model"
     try:
@@ -246,8 +249,12 @@ def _meta(store: Store, run_id: int) -> dict[str, str]:
     hw = prov.get("hardware") or {}
     gpus = hw.get("gpus") or []
     hardware = (gpus[0] if gpus else f"{hw.get('cpu', '?')}") + f", {run['settings'].get('threads')} threads"
+    llamacpp = (run.get("backend_name") or "llama.cpp") in ("llama.cpp", "llama-server")
     return {"target": run.get("target") or "?", "draft": run.get("draft") or f"none ({run['settings'].get('spec_type')})",
-            "hardware": hardware, "backend": run.get("backend") or "?", "commit": run.get("llamacpp_commit") or "?",
+            "hardware": hardware,
+            # another engine (transformers): its identity (library versions, device), and no llama.cpp commit
+            "backend": (run.get("backend") or "?") if llamacpp else str(prov.get("identity") or run.get("backend_name")),
+            "commit": (run.get("llamacpp_commit") or "?") if llamacpp else "",
             "experiment": run["experiment"], "case": run["case_name"]}
 
 

@@ -149,7 +149,7 @@ class PlotMeta:
     def subtitle(self) -> str:
         return (
             f"target {self.target_model} + draft {self.draft_model}\n"
-            f"{self.hardware} · {self.backend} · llama.cpp {self.llama_commit}"
+            f"{self.hardware} · {self.backend}" + (f" · llama.cpp {self.llama_commit}" if self.llama_commit else "")
         )
 
     def title(self, what: str) -> str:

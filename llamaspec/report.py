@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from llamaspec import stats
 from llamaspec.backend import SPEED_DEFINITION
 from llamaspec.experiment import Reference
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
+
+LLAMACPP_ENGINES = ("llama.cpp", "llama-server")
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -26,7 +29,68 @@ def _ratio(measured: float | None, reference: float | None) -> str:
     return f"{measured / reference:.2f}x"
 
 
-def rows(summary: Summary, reference: Reference | None) -> list[tuple[str, str, str, str]]:
+@dataclass(frozen=True)
+class Seconds:
+    """Wall time of one generation, per mode, and the wall-time speedup (baseline seconds over
+    speculative seconds, paired as the speed ratios are): what write-ups that timed the whole call
+    report (the guanaco table's 69 s and 38 s), next to the decode speeds."""
+
+    speculative: Spread | None
+    baseline: Spread | None
+    speedup: Spread | None
+    n_predict: int | None  # tokens the speculative generations made (median)
+    generation_only: bool  # True: the generation call alone (transformers' generate()); False: the engine's
+    # whole measurement (llama.cpp: process start and model load included)
+
+    @property
+    def basis(self) -> str:
+        return "generate() call" if self.generation_only else "whole process, model load included"
+
+
+def _get(m: Any, key: str) -> Any:
+    return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
+
+
+def seconds_of(measurements: Sequence[Any]) -> Seconds | None:
+    """Seconds from a run's measurements (``Measurement`` objects or stored rows), in the order
+    taken: the n-th speculative generation paired with the n-th baseline, as the speedup is."""
+    spec = [m for m in measurements if _get(m, "mode") == "speculative" and _get(m, "ok") and _get(m, "wall_seconds")]
+    base = [m for m in measurements if _get(m, "mode") == "baseline" and _get(m, "ok") and _get(m, "wall_seconds")]
+    if not spec and not base:
+        return None
+    ratios = ([_get(b, "wall_seconds") / _get(s, "wall_seconds") for s, b in zip(spec, base, strict=False)]
+              if len(base) >= len(spec) else [])
+    counts = sorted(int(_get(m, "n_predict")) for m in spec if _get(m, "n_predict") is not None)
+    only = all("generate_seconds" in (_get(m, "stats") or {}) for m in (*spec, *base))
+    return Seconds(stats.spread([_get(m, "wall_seconds") for m in spec]), stats.spread([_get(m, "wall_seconds") for m in base]),
+                   stats.spread(ratios), counts[len(counts) // 2] if counts else None, only)
+
+
+def _seconds_rows(seconds: Seconds, ref: Reference) -> list[tuple[str, str, str, str]]:
+    """Measured seconds against the reference's, the ratio only where both made as many tokens."""
+    comparable = ref.n_predict is None or seconds.n_predict == ref.n_predict
+    why = "" if comparable else f"n/a ({seconds.n_predict} vs {ref.n_predict} tokens)"
+
+    def ratio(measured: Spread | None, reference: float | None) -> str:
+        if reference is None or measured is None:
+            return ""
+        return _ratio(measured.median, reference) if comparable else why
+
+    ref_speedup = ref.baseline_seconds / ref.seconds if ref.seconds and ref.baseline_seconds else None
+    return [
+        (f"seconds (speculative; {seconds.basis})", _spread(seconds.speculative, suffix=" s"), _num(ref.seconds),
+         ratio(seconds.speculative, ref.seconds)),
+        ("seconds (baseline)", _spread(seconds.baseline, suffix=" s"), _num(ref.baseline_seconds),
+         ratio(seconds.baseline, ref.baseline_seconds)),
+        ("speedup in wall time (baseline s / spec s)", _spread(seconds.speedup, suffix="x"), _num(ref_speedup),
+         ratio(seconds.speedup, ref_speedup)),
+    ]
+
+
+def rows(summary: Summary, reference: Reference | None, seconds: Seconds | None = None) -> list[tuple[str, str, str, str]]:
+    """The metric rows of a run against its reference. With ``seconds``, wall times too: where the
+    generation call alone was timed (transformers) or the reference gives seconds (a write-up that
+    timed the whole call)."""
     s = summary
     ref = reference or Reference()
     med = lambda sp: sp.median if sp else None  # noqa: E731
@@ -52,6 +116,8 @@ def rows(summary: Summary, reference: Reference | None) -> list[tuple[str, str, 
          _ratio(s.mean_accepted, ref.n_accept / ref_rounds) if ref_rounds and ref.n_accept else ""),
         ("peak memory (spec/base)", f"{_mib(s.peak_rss_bytes)} / {_mib(s.baseline_peak_rss_bytes)}", "-", ""),
     ]
+    if seconds is not None and (seconds.generation_only or ref.seconds or ref.baseline_seconds):
+        out[3:3] = _seconds_rows(seconds, ref)  # after the decode speeds, before the speed ratio
     return out
 
 
@@ -59,9 +125,9 @@ def _mib(value: int | None) -> str:
     return "-" if not value else f"{value / 2**20:.0f} MiB"
 
 
-def table(title: str, summary: Summary, reference: Reference | None) -> str:
+def table(title: str, summary: Summary, reference: Reference | None, seconds: Seconds | None = None) -> str:
     lines = [title]
-    body = rows(summary, reference)
+    body = rows(summary, reference, seconds)
     header = ("metric", "measured (median [95% CI])", f"reference{' (' + reference.hardware + ')' if reference and reference.hardware else ''}", "ratio")
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(4)]
     for r in [header, *body]:
@@ -86,7 +152,7 @@ def case_title(result: Any) -> str:
 def render(results: Sequence[Any]) -> str:
     blocks = []
     for r in results:
-        text = table(case_title(r), r.summary, r.reference)
+        text = table(case_title(r), r.summary, r.reference, seconds_of(r.measurements))
         if r.status not in ("ok", "differs"):
             text += f"\n  error: {r.error}"
         blocks.append(text)
@@ -102,11 +168,29 @@ def as_json(results: Sequence[Any]) -> list[dict[str, Any]]:
 
 # --- Markdown reports from the results store ---------------------------------------------------
 
+def engine_name(run: dict[str, Any]) -> str:
+    """The engine that measured a stored run (runs stored before the column existed: llama.cpp)."""
+    return str(run.get("backend_name") or "llama.cpp")
+
+
+def engine_label(run: dict[str, Any]) -> str:
+    """The engine with its version: llama.cpp's commit and accel, or transformers' identity."""
+    name = engine_name(run)
+    if name in LLAMACPP_ENGINES:
+        return f"{name} {run.get('llamacpp_commit')} ({run.get('backend')})"
+    return str((run.get("provenance") or {}).get("identity") or name)
+
+
+def pair_label(run: dict[str, Any]) -> str:
+    draft = run.get("draft") or f"no draft ({(run.get('settings') or {}).get('spec_type') or 'draft'})"
+    return f"{run.get('target')} + {draft}"
+
 COMPARE_BY = {
     "build": lambda run: f"llama.cpp {run.get('llamacpp_commit')} ({run.get('backend')})",
     "machine": lambda run: run.get("machine") or (((run.get("provenance") or {}).get("hardware") or {}).get("host", "?")
                                                   + " / " + ((run.get("provenance") or {}).get("hardware") or {}).get("cpu", "?")),
     "pair": lambda run: f"{run.get('target')} + {run.get('draft') or 'no draft'}",
+    "backend": lambda run: f"{engine_name(run)} · {pair_label(run)}",
 }
 
 
@@ -140,51 +224,150 @@ def _md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(store: Any, experiment_name: str, compare_by: str | None = None, plot: bool = True) -> str:
-    """A Markdown summary of an experiment from the store; with ``compare_by``, its runs grouped by
-    build, machine or model pair side by side."""
-    from llamaspec import analysis
+def markdown(store: Any, experiment_name: str | Sequence[str], compare_by: str | None = None, plot: bool = True) -> str:
+    """A Markdown summary of one or more experiments from the store; with ``compare_by``, their runs
+    grouped by build, machine, model pair or engine (``backend``: llama.cpp, llama-server and
+    transformers runs of the same pair side by side) next to each other."""
     from llamaspec.errors import LlamaspecError
 
-    runs = store.runs(experiment=experiment_name)
-    if not runs:
-        raise LlamaspecError(f"no runs of {experiment_name!r} in {store.path}",
-                             hint=f"run `llamaspec run {experiment_name}` first")
-    ok = [r for r in runs if r["status"] in ("ok", "differs")]
-    out = [f"# {experiment_name}", ""]
+    names = [experiment_name] if isinstance(experiment_name, str) else list(dict.fromkeys(experiment_name))
+    if compare_by and compare_by not in COMPARE_BY:
+        raise LlamaspecError(f"cannot compare by {compare_by!r}", hint=f"use one of {', '.join(COMPARE_BY)}")
+    stored: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        stored[name] = store.runs(experiment=name)
+        if not stored[name]:
+            raise LlamaspecError(f"no runs of {name!r} in {store.path}", hint=f"run `llamaspec run {name}` first")
+    ok = {name: [r for r in runs if r["status"] in ("ok", "differs")] for name, runs in stored.items()}
+    several = len(names) > 1
+    out = [f"# {', '.join(names)}", ""]
+    for name in names:
+        out += ([f"## {name}", ""] if several else []) + _overview(stored[name], ok[name])
+    if compare_by == "backend":
+        out += _compare_backends([r for name in names for r in ok[name]])
+    elif compare_by:
+        out += _compare(compare_by, [r for name in names for r in ok[name]])
+    for name in names:
+        out += _details(store, name, stored[name], ok[name], plot, "## " if not several else "## " + name + ": ")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _overview(runs: list[dict[str, Any]], ok: list[dict[str, Any]]) -> list[str]:
     latest = ok[0] if ok else runs[0]
     prov = latest.get("provenance") or {}
     hw = prov.get("hardware") or {}
-    out += [f"- latest run: {latest['id']} ({latest['started_at']}), llama.cpp {latest.get('llamacpp_commit')} "
-            f"({latest.get('backend')}), flags: `{' '.join((prov.get('engine') or prov.get('llamacpp') or {}).get('cmake_args') or [])}`",
+    engine = engine_label(latest)
+    if engine_name(latest) in LLAMACPP_ENGINES:
+        engine += f", flags: `{' '.join((prov.get('engine') or prov.get('llamacpp') or {}).get('cmake_args') or [])}`"
+    return [f"- latest run: {latest['id']} ({latest['started_at']}), {engine}",
             f"- hardware: {hw.get('cpu')} ({hw.get('cores')} cores, {(hw.get('memory_bytes') or 0) / 2**30:.0f} GiB), "
             f"{', '.join(hw.get('gpus') or []) or 'no GPU'}",
             f"- runs stored: {len(runs)} ({len(ok)} ok, {sum(r['status'] == 'failed' for r in runs)} failed, "
             f"{sum(r['status'] == 'interrupted' for r in runs)} interrupted)", ""]
-    if compare_by:
-        if compare_by not in COMPARE_BY:
-            raise LlamaspecError(f"cannot compare by {compare_by!r}", hint=f"use one of {', '.join(COMPARE_BY)}")
-        key = COMPARE_BY[compare_by]
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for r in ok:
-            groups.setdefault(key(r), []).append(r)
-        out += [f"## Compared by {compare_by}", ""]
-        body = []
-        for label, rs in groups.items():
-            lossless = [r for r in rs if r["status"] == "ok"] or rs
-            best = max(lossless, key=lambda r: (Summary.from_dict(r.get("summary")).speedup or _ZERO).median)
+
+
+def _best(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the highest median speedup, among those with an unchanged output if any."""
+    lossless = [r for r in rs if r["status"] == "ok"] or rs
+    return max(lossless, key=lambda r: (Summary.from_dict(r.get("summary")).speedup or _ZERO).median)
+
+
+def _compare(compare_by: str, ok: list[dict[str, Any]]) -> list[str]:
+    by = COMPARE_BY[compare_by]
+
+    def key(run: dict[str, Any]) -> str:  # another engine's "build" is its library versions
+        return engine_label(run) if compare_by == "build" and engine_name(run) not in LLAMACPP_ENGINES else by(run)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in ok:
+        groups.setdefault(key(r), []).append(r)
+    out = [f"## Compared by {compare_by}", ""]
+    body = []
+    for label, rs in groups.items():
+        best = _best(rs)
+        s = Summary.from_dict(best.get("summary"))
+        body.append([label, str(len(rs)), str(best["draft_max"]), _spread(s.decode_tps),
+                     _spread(s.baseline_decode_tps), _spread(s.speedup, suffix="x"),
+                     _spread(s.accept, 1), str(best["id"])])
+    return out + [_md_table(["group", "runs", "best draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %", "run"],
+                            body), ""]
+
+
+def _chosen(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run that stands for a group of one pair on one engine: the newest plain run, not the
+    luckiest of many (a best-of is biased upwards); a sweep's best point where there is none."""
+    plain = [r for r in rs if r["kind"] == "run"]
+    return max(plain, key=lambda r: r["id"]) if plain else _best(rs)
+
+
+# Settings that change what a speedup means: a pair measured by two engines under different values
+# of these is flagged (threads and dtypes change absolute speeds, which are not compared anyway).
+_SAME_FOR_COMPARISON = ("n_predict", "temperature", "seed")
+
+
+def _compare_backends(ok: list[dict[str, Any]]) -> list[str]:
+    """Each model pair's runs per engine, side by side: speed, speedup, acceptance, lossless.
+
+    Absolute speeds of two engines are not comparable (other kernels, other weight formats, each
+    engine's own timing); each speedup is paired with its own engine's baseline, so speedups are."""
+    pairs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in ok:
+        pairs.setdefault(pair_label(r), {}).setdefault(engine_name(r), []).append(r)
+    out = ["## Compared by engine", "",
+           "Absolute speeds (t/s) of different engines are **not comparable**: each runs its own kernels on its own "
+           "weight format (transformers dequantizes a GGUF file to float32) and times decoding its own way (the "
+           "speed basis below). Each speedup is against **its own engine's baseline**, measured next to it, "
+           "so the speedups (and acceptance, and the lossless verdicts) are what compares across engines.", ""]
+    body = []
+    notes: list[str] = []
+    bases: dict[str, set[str]] = {}
+    for pair in sorted(pairs, key=lambda p: (-len(pairs[p]), p)):
+        engines = pairs[pair]
+        for engine in sorted(engines):
+            rs = engines[engine]
+            best = _chosen(rs)
             s = Summary.from_dict(best.get("summary"))
-            body.append([label, str(len(rs)), str(best["draft_max"]), _spread(s.decode_tps),
-                         _spread(s.baseline_decode_tps), _spread(s.speedup, suffix="x"),
-                         _spread(s.accept, 1), str(best["id"])])
-        out += [_md_table(["group", "runs", "best draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %", "run"], body), ""]
+            differ = sum(r["status"] == "differs" for r in rs)
+            lossless = s.lossless.text().split(" (")[0] + (f"; {differ} of {len(rs)} runs DIFFER" if differ else "")
+            settings = best.get("settings") or {}
+            body.append([pair, engine_label(best), f"{best['experiment']} / {best['case_name']}", str(len(rs)),
+                         str(best["draft_max"]), str(settings.get("n_predict")), str(settings.get("threads")),
+                         _spread(s.decode_tps), _spread(s.baseline_decode_tps),
+                         _spread(s.speedup, suffix="x") + ("" if s.paired else " (unpaired)"), _spread(s.accept, 1),
+                         lossless, str(best["id"])])
+            for mode, basis in s.speed_basis.items():
+                bases.setdefault(engine, set()).add(f"{mode}: {basis}")
+        if len(engines) < 2:
+            notes.append(f"- {pair}: measured by {next(iter(engines))} only.")
+            continue
+        chosen = {engine: _chosen(rs).get("settings") or {} for engine, rs in engines.items()}
+        for key in _SAME_FOR_COMPARISON:
+            values = {engine: chosen[engine].get(key) for engine in chosen}
+            if len(set(map(str, values.values()))) > 1:
+                notes.append(f"- {pair}: **{key} differs between the engines** "
+                             f"({', '.join(f'{e} {v}' for e, v in sorted(values.items()))}): the speedups answer "
+                             "different questions.")
+    out += [_md_table(["pair", "engine", "experiment / case", "runs", "draft", "n_predict", "threads",
+                       "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %", "lossless", "run"], body), ""]
+    out += ["Each row is the engine's newest `llamaspec run` of that pair (where the pair was only swept: the sweep "
+            "point with the highest median speedup and an unchanged output); `runs` counts all of them, sweep "
+            "points included.", ""]
+    if notes:
+        out += notes + [""]
+    out += ["Speed basis per engine:", ""] + [f"- {engine}: {'; '.join(sorted(b))}" for engine, b in sorted(bases.items())] + [""]
+    return out
+
+
+def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[str, Any]], plot: bool, head: str) -> list[str]:
+    from llamaspec import analysis
+
+    out: list[str] = []
     plain = [r for r in ok if r["kind"] == "run"]
     if plain:
-        out += ["## Runs", ""]
+        out += [f"{head}Runs", ""]
         body = []
         for r in plain[:20]:
             s = Summary.from_dict(r.get("summary"))
-            body.append([str(r["id"]), r["case_name"], f"{r.get('target')} + {r.get('draft')}", str(r["draft_max"]),
+            body.append([str(r["id"]), r["case_name"], pair_label(r), str(r["draft_max"]),
                          _spread(s.decode_tps), _spread(s.baseline_decode_tps),
                          _spread(s.speedup, suffix="x") + ("" if s.paired else " (unpaired)"), _spread(s.accept, 1),
                          s.lossless.text().split(" (")[0], r["status"]])
@@ -201,15 +384,21 @@ def markdown(store: Any, experiment_name: str, compare_by: str | None = None, pl
                 continue
             out += [f"### Run {r['id']} against the reference ({ref.hardware})", ""]
             out += [ran, ""] if ran else []
+            seconds = seconds_of(store.measurements(r["id"]))
             out += [_md_table(["metric", "measured", "reference", "ratio"],
-                              [list(row) for row in rows(Summary.from_dict(r.get("summary")), ref)]), ""]
-    sweeps = [r for r in ok if r["kind"] == "sweep"]
-    if sweeps:
-        rep = analysis.sweep_report(store, sweeps[0]["sweep_id"], plot=plot)
-        out += ["## Latest sweep", "", "```", rep.render(), "```", ""]
+                              [list(row) for row in rows(Summary.from_dict(r.get("summary")), ref, seconds)]), ""]
+    latest: dict[str, str] = {}  # a sweep is one case's: the newest sweep of each case, newest first
+    for r in ok:
+        if r["kind"] == "sweep":
+            latest.setdefault(r["case_name"], r["sweep_id"])
+    if latest:
+        out += [f"{head}Latest sweep" + ("s (one per case)" if len(set(latest.values())) > 1 else ""), ""]
+    for sweep_id in dict.fromkeys(latest.values()):
+        rep = analysis.sweep_report(store, sweep_id, plot=plot)
+        out += ["```", rep.render(), "```", ""]
         for g in rep.groups:
             out += [f"![{g.label or 'sweep'}]({p})" for p in g.plots if p.name.startswith("dashboard") and p.suffix == ".png"]
     failed = [r for r in runs if r["status"] == "failed"][:5]
     if failed:
-        out += ["", "## Recent failures", ""] + [f"- run {r['id']}: {r.get('error')}" for r in failed]
-    return "\n".join(out).rstrip() + "\n"
+        out += ["", f"{head}Recent failures", ""] + [f"- run {r['id']}: {r.get('error')}" for r in failed]
+    return out

@@ -73,10 +73,16 @@ def test_assisted_generation_is_lossless_and_counted(backend, pair, tmp_path: Pa
     assert spec.n_predict == spec.rounds + spec.n_accept  # each call: its accepted drafts plus one token of its own
     assert spec.accept == pytest.approx(100 * spec.n_accept / spec.n_drafted, abs=1e-3)
     assert spec.mean_accepted == pytest.approx(spec.n_accept / spec.rounds)
-    assert spec.draft_policy == "fixed" and spec.draft_len == 4
+    assert spec.draft_policy == "capped" and spec.draft_len == 4
+    # threshold 0: every round drafts 4, except where less is left of max_new_tokens (less one)
+    made = 0
+    for drafted, accepted in rounds:
+        assert drafted == min(4, 24 - made - 1)
+        made += accepted + 1
     assert spec.stats["assistant"]["candidate_generator"] == "AssistedCandidateGenerator"
     assert spec.stats["decode_tokens"] == 24 - spec.stats["first_call_tokens"]
     for m in (base, spec):
+        assert m.speed_basis and m.speed_basis.startswith("streamer timestamps")
         assert m.decode_tps and m.decode_tps > 0 and m.encode_tps and m.wall_seconds > 0
         assert m.decode_tps == pytest.approx(m.stats["decode_tokens"] / m.stats["decode_seconds"], rel=1e-3)
     assert '"mode": "speculative"' in (tmp_path / "s.log").read_text()

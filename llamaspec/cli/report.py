@@ -33,21 +33,29 @@ def plot(target: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("experiment_name", metavar="NAME")
-@click.option("--compare", "compare_by", type=click.Choice(["build", "machine", "pair"]), default=None,
-              help="Group the experiment's runs by llama.cpp build, machine or model pair, side by side.")
+@click.argument("experiment_names", metavar="NAME...", nargs=-1, required=True)
+@click.option("--compare", "compare_by", type=click.Choice(["build", "machine", "pair", "backend"]), default=None,
+              help="Group the runs by llama.cpp build, machine, model pair, or engine (backend: llama.cpp, "
+                   "llama-server, transformers runs of each pair side by side).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="Write the Markdown to a file.")
 @click.option("--no-plot", is_flag=True, help="Do not (re)draw the sweep plots.")
-def report(experiment_name: str, compare_by: str | None, output: Path | None, no_plot: bool) -> None:
-    """A Markdown summary of an experiment from the results store.
+def report(experiment_names: tuple[str, ...], compare_by: str | None, output: Path | None, no_plot: bool) -> None:
+    """A Markdown summary of one or more experiments from the results store.
 
-    Example: llamaspec report smollm2-quicksort --compare build -o report.md
+    With several experiments (say the same model pair under two engines), --compare sets their
+    runs side by side. Speedups of different engines compare (each is against its own engine's
+    baseline); their absolute speeds do not.
+
+    \b
+    Examples:
+      llamaspec report smollm2-quicksort --compare build -o report.md
+      llamaspec report smollm2-quicksort hf-smollm2-quicksort --compare backend
     """
     from llamaspec import atomic
     from llamaspec import report as reports
     from llamaspec.results import Store
 
-    text = reports.markdown(Store.open(), experiment_name, compare_by, plot=not no_plot)
+    text = reports.markdown(Store.open(), experiment_names, compare_by, plot=not no_plot)
     if output:
         atomic.write_text(output, text)
         click.echo(f"wrote {output}", err=True)

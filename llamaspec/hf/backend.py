@@ -391,7 +391,7 @@ class TransformersBackend:
             n_predict=len(ids),
             encode_tps=input_ids.shape[1] / (first_at - start) if first_at and first_at > start else None,
             decode_tps=decode[0] / decode[1] if decode and decode[1] > 0 else None,
-            speed_basis="streamer",
+            speed_basis=SPEED_BASIS,
             text=text,
             tokens=ids,
             end_of_text=end_of_text,
@@ -448,7 +448,9 @@ def _draft_policy(plan: Plan, assistant: dict[str, Any]) -> str:
     start = assistant.get("start") or {}
     if start.get("num_assistant_tokens_schedule", "constant") != "constant":
         return "adaptive"
-    return "capped" if start.get("assistant_confidence_threshold") else "fixed"
+    # never "fixed", even with no confidence threshold: the assistant drafts at most what is left
+    # of max_new_tokens (less one) and stops at its end of text
+    return "capped"
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
