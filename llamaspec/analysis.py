@@ -69,8 +69,9 @@ class GroupReport:
 
     @property
     def recommended(self) -> PointRow | None:
-        """The cheapest setting of the tie set: the shortest draft."""
-        ties = self.ties
+        """The cheapest setting of the tie set that measured faster than the target alone (the
+        shortest draft); None when no point did: then the advice is to run without a draft."""
+        ties = [r for r in self.ties if r.speedup is not None and r.speedup.median > 1.0]
         return min(ties, key=lambda r: (r.draft_max, -(r.speedup.median if r.speedup else 0))) if ties else None
 
     @property
@@ -155,6 +156,11 @@ class SweepReport:
             lines.append(f"\nrecommended: draft {r.draft_max}{' (' + g.label + ')' if g.label else ''} -> "
                          f"{r.speedup.text(suffix='x') if r.speedup else '-'} (run {r.run_id}); the cheapest of the tie set"
                          + (f", best median {best.speedup.median:.2f}x at draft {best.draft_max}" if best and best.speedup and best is not r else ""))
+        elif any(g.best_measured for g in self.groups):
+            best = max((g.best_measured for g in self.groups if g.best_measured),
+                       key=lambda r: r.speedup.median if r.speedup else 0)
+            lines.append(f"\nrecommended: no draft (no setting beats the target alone; best: draft {best.draft_max} -> "
+                         f"{best.speedup.text(suffix='x') if best.speedup else '-'}, run {best.run_id})")
         else:
             lines.append("\nrecommended: nothing (no point finished with an unchanged output)")
         return "\n".join(lines)

@@ -93,7 +93,7 @@ class TuneResult:
     @property
     def recommended(self) -> tuple[Config, dict[str, Any]] | None:
         """The cheapest configuration of the tie set: the shortest draft, a draft-free mode first."""
-        ties = self.ties
+        ties = [(c, r) for c, r in self.ties if self.speedup(r) > 1.0]  # never a setting slower than the target alone
         return min(ties, key=lambda cr: (cr[0].draft_max, cr[0].draft_variant is not None, -self.speedup(cr[1]))) if ties else None
 
     def render(self, target: float = analysis.TARGET_SPEEDUP) -> str:
@@ -120,6 +120,9 @@ class TuneResult:
             lines.append(f"recommended: {config.label} -> {self.summary(row).speedup.text(suffix='x')} (run {row['id']}), "  # type: ignore[union-attr]
                          f"the cheapest of the tie set; best median {self.speedup(best[1]):.2f}x ({best[0].label}); "
                          f"{verdict} the {target:.1f}x aim")
+        elif best:
+            lines.append(f"recommended: no draft (no configuration beats the target alone; best: {best[0].label} -> "
+                         f"{self.summary(best[1]).speedup.text(suffix='x')}, run {best[1]['id']})")  # type: ignore[union-attr]
         else:
             lines.append("recommended: nothing (no configuration finished with an unchanged output)")
         return "\n".join(lines)

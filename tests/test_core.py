@@ -170,3 +170,18 @@ def test_summary_round_trips_through_storage() -> None:
     result = run_case(case(), FakeEngine(), Store.open(), repeats=2, hardware=HW)
     again = Summary.from_dict(json.loads(json.dumps(result.summary.to_dict())))
     assert again == result.summary
+
+
+def test_a_draft_that_never_pays_is_not_recommended(fake_models) -> None:
+    # A poor draft (alpha 0.2) that costs as much as half a target step: every k is slower than the
+    # target alone. The tie set is still shown, but the advice is to run without a draft.
+    engine = FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5)
+    store = Store.open()
+    (res,) = sweep.run_sweep(exp(2), {"draft_max": (1, 4, 8)}, engine, store)
+    rep = analysis.sweep_report(store, res.sweep_id, plot=False)
+    assert all(r.speedup is not None and r.speedup.median < 1.0 for r in rep.groups[0].rows)
+    assert rep.groups[0].ties and rep.groups[0].recommended is None and rep.recommendation() is None
+    assert "recommended: no draft (no setting beats the target alone" in rep.render()
+    (tuned,) = tune.tune(exp(2), FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5), Store.open(), variants=())
+    assert tuned.best is not None and tuned.recommended is None
+    assert "recommended: no draft" in tuned.render()
