@@ -373,6 +373,32 @@ def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_store
     assert run["summary"]["lossless"]["verdict"] == "identical" and run["summary"]["speedup"]["median"] > 0
 
 
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_a_llama_server_experiment_is_measured_on_llama_server_by_the_workers(tmp_path: Path) -> None:
+    """`cluster run` (this machine as the one worker, the same code path as Ray's) of an experiment
+    with `backend: llama-server`, real programs: the stored runs are llama-server's."""
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    _real_or_skip()
+    (tmp_path / "srv.yaml").write_text(
+        "name: cluster-srv\nbackend: llama-server\nrepeats: 1\n"
+        "settings: {n_predict: 16, seed: 20, temperature: 0, threads: 1, ctx_size: 512, draft_max: 4}\n"
+        "cases:\n  - name: k4\n    target: {model: smollm2-135m, variant: f32}\n"
+        "    draft: {model: smollm2-135m, variant: q4_1}\n"
+        "    prompt: '# Quick-sort implementation in Python and sample usage:'\n")
+    done = CliRunner().invoke(main, ["cluster", "run", str(tmp_path / "srv.yaml"), "--accel", "cpu"])
+    assert done.exit_code == 0, done.output
+    (run,) = Store.open().runs(experiment="cluster-srv")
+    assert run["status"] == "ok" and run["backend_name"] == "llama-server" and run["provenance"]["backend"] == "llama-server"
+    ms = Store.open().measurements(run["id"])
+    assert {m["mode"] for m in ms} == {"baseline", "speculative"} and all(m["ok"] for m in ms)
+    assert all((m["speed_basis"] or "").startswith("llama-server timings") for m in ms), ms
+    assert run["provenance"]["engine"]["program"] == "llama-server"
+
+
 def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The real worker and executor on the recorded 0c1e570 programs (faithful fakes replaying real
@@ -688,10 +714,115 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
     work = study.tune_items(exp, sorted(machines), variants=("q4_1",), modes=("ngram-simple",))
     assert [(i.key, i.machine) for i in work] == [("tune@host-a", "host-a"), ("tune@host-b", "host-b")]
     try:
-        report = run_study("tune", work, pool, StoreSink(store, kind="cluster-tune"), Requirements(models=dict(SHA)))
+        returned: dict[str, dict[str, Any]] = {}
+        report = run_study("tune", work, pool, StoreSink(store, kind="cluster-tune"), Requirements(models=dict(SHA)),
+                           on_result=lambda key, _machine, result: returned.__setitem__(key, result))
     finally:
         pool.close()
     assert report.done == {"tune@host-a": "host-a", "tune@host-b": "host-b"}, report
     best = {r["machine"]: r["summary"]["tune"][0]["best"]["draft_max"] for r in store.runs(sweep_id="tune")}
     assert best["host-a"] > best["host-b"], best  # cheap drafts: draft longer
     assert all("recommended:" in r["summary"]["text"] for r in store.runs(sweep_id="tune"))
+    # Every point of each machine's tune is stored here too, once, with its machine: the worker's
+    # scratch store is never the only copy, and the rendering names this store's runs.
+    from llamaspec.summary import Summary
+
+    for r in store.runs(sweep_id="tune"):
+        (done,) = r["summary"]["tune"]
+        points = store.runs(sweep_id=f"{done['tune_id']}@{r['machine']}")
+        assert len(points) == done["measured_points"] == len({p["point_key"] for p in points}) >= 4
+        assert {p["machine"] for p in points} == {r["machine"]} and {p["kind"] for p in points} == {"sweep"}
+        assert all(Summary.from_dict(p["summary"]).paired for p in points)
+        assert all({m["mode"] for m in store.measurements(p["id"])} >= {"baseline", "speculative"} for p in points)
+        here = study._stored_tune(store, done, r["machine"])
+        assert here.as_dict()["best"]["draft_max"] == done["best"]["draft_max"]
+        assert here.best[1]["id"] in {p["id"] for p in points} and f"(run {here.recommended[1]['id']})" in here.render()
+    # The same result saved again (a rerun of a failed save) adds no second copy of a point.
+    before = len(store.runs())
+    StoreSink(store, kind="cluster-tune").save("tune-again", work[0], "host-a", returned["tune@host-a"])
+    assert len(store.runs()) == before + 1  # the item's own row only
+
+
+# --- the experiment's engine, and only engines the workers run ------------------------------------
+
+def _server_experiment(tmp_path: Path, backend: str = "llama-server") -> Any:
+    from llamaspec import experiment
+
+    (tmp_path / f"{backend}.yaml").write_text(
+        f"name: engine-{backend}\nbackend: {backend}\nrepeats: 2\n"
+        "settings: {n_predict: 32, threads: 1, seed: 1, temperature: 0, draft_max: 4}\n"
+        "cases:\n  - name: k4\n    target: {model: smollm2-135m, variant: f32}\n"
+        "    draft: {model: smollm2-135m, variant: q4_1}\n    prompt: 'def quicksort('\n")
+    return experiment.load(str(tmp_path / f"{backend}.yaml"))
+
+
+@pytest.mark.parametrize("kind", ["pair", "case"])
+def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Store, tmp_path: Path) -> None:
+    """A machine with both engines, told apart by their speeds (llama.cpp 100 t/s, llama-server 40):
+    an experiment with `backend: llama-server` is measured on llama-server only, and what is stored
+    says so (its backend, and speeds that are llama-server's)."""
+    from fakes import FakeEngine
+
+    from llamaspec.cluster import study
+
+    exp = _server_experiment(tmp_path)
+    cli = FakeEngine(base_tps=100.0, drift=0.0, name="llama.cpp")
+    server = FakeEngine(base_tps=40.0, drift=0.0, name="llama-server")
+    machine = FakeMachine("box", server)  # its llama-server
+    machine.state["backend"] = cli  # its llama.cpp command-line programs
+    if kind == "pair":
+        work = study.experiment_items(exp)
+    else:
+        work = [WorkItem("k4", "case", {"experiment": str(exp.path), "backend": exp.backend, "case": "k4", "repeats": 2})]
+    assert {i.payload["backend"] for i in work} == {"llama-server"}
+    pool = LocalPool(["box"], factory=lambda _m: machine)
+    try:
+        report = run_study(f"engine-{kind}", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
+    finally:
+        pool.close()
+    assert not report.failed and report.done == {"k4": "box"}, report
+    (run,) = store.runs(sweep_id=f"engine-{kind}")
+    assert run["provenance"]["backend"] == "llama-server" and run["backend_name"] == "llama-server"
+    assert run["provenance"]["hardware"]["cores"] >= 1  # the worker's machine, as the run core records it
+    assert len(server.calls) == 4 and not cli.calls  # 2 repeats x (baseline, speculative), all on llama-server
+    ms = store.measurements(run["id"])
+    assert sorted(m["decode_tps"] for m in ms if m["mode"] == "baseline") == [40.0, 40.0]
+    assert run["summary"]["speedup"]["median"] == pytest.approx(server.speedup_of(4))
+
+
+def test_an_experiment_on_an_engine_the_workers_do_not_run_is_refused_before_anything_is_queued(
+        store: Store, tmp_path: Path) -> None:
+    from llamaspec.cluster import study
+
+    exp = _server_experiment(tmp_path, backend="transformers")
+    line = ("experiment engine-transformers uses the transformers backend; cluster workers measure with llama.cpp "
+            "and llama-server only")
+    for call in (lambda: study.run_experiment(exp, None, store), lambda: study.run_tune(exp, None, store),
+                 lambda: study.run_experiment(exp, None, store, axes={"draft_max": (1, 2)})):
+        with pytest.raises(LlamaspecError) as err:
+            call()
+        assert err.value.message == line and "without --cluster" in (err.value.hint or "")
+    # Items built by hand are refused by the coordinator itself, before any machine is prepared.
+    idle = FakeWorker("host-a", prepare_error="must not be asked")
+    work = [WorkItem("k4", "pair", {"experiment": "e", "backend": "transformers"})]
+    with pytest.raises(LlamaspecError, match=r"^work item k4 of e uses the transformers backend"):
+        run_study("refused", work, pool_of(idle), StoreSink(store), Requirements())
+    assert not store.runs(sweep_id="refused") and not idle.calls
+
+
+@pytest.mark.parametrize("args", [["run"], ["sweep", "--draft", "1,2"], ["tune"], ["cluster", "run"]])
+def test_the_command_line_refuses_such_an_experiment_in_one_line_without_reaching_the_cluster(
+        args: list[str], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    exp = _server_experiment(tmp_path, backend="transformers")
+    port = _free_port()  # nothing listens: the refusal must come before any connection
+    done = CliRunner().invoke(main, [args[0], *args[1:2], str(exp.path), *args[2:], "--cluster", f"127.0.0.1:{port}"]
+                              if args[0] == "cluster" else [args[0], str(exp.path), *args[1:], "--cluster", f"127.0.0.1:{port}"])
+    assert done.exit_code == 1, done.output
+    lines = [line for line in done.output.splitlines() if line.strip()]
+    assert lines[-2] == ("Error: experiment engine-transformers uses the transformers backend; cluster workers measure "
+                         "with llama.cpp and llama-server only"), done.output
+    assert lines[-1].startswith("Hint: run it on one machine (without --cluster"), done.output

@@ -339,3 +339,84 @@ def test_a_prompt_set_over_two_nodes_survives_losing_one_and_leaves_no_server_ru
         time.sleep(0.2)
     left = [" ".join(p.cmdline()[:3]) for p in _tagged(tag) if "llama" in p.name()]
     assert not left, f"llama.cpp processes outlived their workers: {left}"
+
+
+@loopback_only
+@pytest.mark.llamacpp
+def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Callable[..., Any]) -> None:
+    """`llamaspec sweep ... --cluster` and `llamaspec tune ... --cluster` as a user types them, on the
+    offline pair (16 tokens, one thread, one pair per point) over two nodes: every sweep point stored
+    once with its machine and its own paired speedup, the best point named per machine, each machine
+    tuned for itself, and `report --compare machine` setting the two machines side by side."""
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+    from llamaspec.results import Store
+    from llamaspec.summary import Summary
+
+    _cpu_build()
+    if _have_models() is None:
+        pytest.skip("the offline SmolLM2 pair is not here: run `llamaspec models fetch smollm2-135m` first")
+    data = Path(os.environ["LLAMASPEC_DATA"])
+    c, _nodes = cluster_factory({m: {"LLAMASPEC_LOCK": str(data / f"{m}.lock")} for m in ("host-a", "host-b")})
+    sweep_args = ["sweep", "smollm2-quicksort", "-n", "16", "--draft", "1,2,4,8", "--repeats", "1", "-t", "1",
+                  "--accel", "cpu", "--cluster", c.address]
+    swept = CliRunner().invoke(main, sweep_args)
+    assert swept.exit_code == 0, swept.output
+    store = Store.open()
+    (study,) = {r["sweep_id"] for r in store.runs(experiment="smollm2-quicksort") if r["kind"] == "cluster"}
+    runs = store.runs(sweep_id=study)
+    keys = [r["point_key"] for r in runs]
+    assert len(keys) == 4 == len(set(keys)), keys  # each point once
+    assert {r["machine"] for r in runs} == {"host-a", "host-b"}, [(r["point_key"], r["machine"]) for r in runs]
+    for r in runs:
+        assert r["status"] == "ok" and r["provenance"]["machine"] == r["machine"]
+        assert r["provenance"]["backend"] == "llama.cpp" and r["provenance"]["hardware"]["cores"] >= 1
+        s = Summary.from_dict(r["summary"])
+        assert s.paired and s.speedup is not None and s.speedup.median > 0, r["summary"]
+        ms = store.measurements(r["id"])
+        assert sorted(m["mode"] for m in ms) == ["baseline", "speculative"]  # its own baseline, on its machine
+    lines = swept.output.splitlines()
+    for machine in ("host-a", "host-b"):
+        at = lines.index(f"  {machine}:")
+        block = []
+        for line in lines[at + 1:]:
+            if not line.startswith("    "):
+                break
+            block.append(line)
+        assert sum(line.endswith("<- best") for line in block) == 1, swept.output
+    again = CliRunner().invoke(main, sweep_args)
+    assert again.exit_code == 0 and ": 0 items run, 4 already stored" in again.output, again.output
+
+    tuned = CliRunner().invoke(main, ["tune", "smollm2-quicksort", "-n", "16", "--repeats", "1", "--variants", "q4_1",
+                                      "--accel", "cpu", "--cluster", c.address])
+    assert tuned.exit_code == 0, tuned.output
+    tunes = store.runs(experiment="smollm2-quicksort")
+    tunes = [r for r in tunes if r["kind"] == "cluster-tune"]
+    assert sorted(r["machine"] for r in tunes) == ["host-a", "host-b"], tunes
+    out = tuned.output.splitlines()
+    for r in tunes:
+        (one,) = r["summary"]["tune"]
+        assert one["best"]["draft_max"] >= 1 and "recommended:" in r["summary"]["text"]
+        # Each machine's points are stored here, once each, with that machine.
+        points = store.runs(sweep_id=f"{one['tune_id']}@{r['machine']}")
+        assert len(points) == one["measured_points"] == len({p["point_key"] for p in points}) >= 4
+        assert {p["machine"] for p in points} == {r["machine"]}
+        assert all(Summary.from_dict(p["summary"]).paired for p in points if p["status"] == "ok")
+        # Its block of the output recommends one of those runs, by this store's run id.
+        at = out.index(f"  == {r['machine']}")
+        rec = next(line for line in out[at:] if line.lstrip().startswith("recommended:"))
+        run_id = int(rec.rsplit("(run ", 1)[1].split(")")[0])
+        assert store.run(run_id)["machine"] == r["machine"], rec
+
+    compared = CliRunner().invoke(main, ["report", "smollm2-quicksort", "--compare", "machine", "--no-plot"])
+    assert compared.exit_code == 0, compared.output
+    rows = [line for line in compared.output.splitlines() if line.startswith("| host-")]
+    assert sorted(line.split("|")[1].strip() for line in rows) == ["host-a", "host-b"], compared.output
+    print("figures: sweep over two nodes:", " | ".join(line.strip() for line in lines if "speedup" in line))
+    print("figures: tune over two nodes:", " | ".join(
+        f"{r['machine']}: best draft_max {r['summary']['tune'][0]['best']['draft_max']}" for r in tunes))
+    print("figures: report | " + "\nfigures: report | ".join(compared.output.splitlines()[:40]))
+    print("figures: report --compare machine:", " | ".join(rows))
+    for name, done in (("sweep", swept), ("tune", tuned)):
+        print("\n".join(f"figures: {name} | {line}" for line in done.output.splitlines()))

@@ -44,7 +44,7 @@ def echo_study(report: Any, per: dict[str, Any], lines: list[str], as_json: bool
     head = summary.describe_report(report)
     click.echo(head[0])
     for line in lines:
-        click.echo("  " + line)
+        click.echo(("  " + line) if line else "")
     for line in head[1:]:
         click.echo(line)
 
@@ -216,7 +216,7 @@ def tune_on_cluster(exp: Any, address: str | None, *, accel: str = "auto", as_js
     report, per = study.run_tune(exp, address, Store.open(), accel=accel, **options)
     lines = []
     for machine, summary in per.items():
-        lines += ["", f"== {machine}", summary.get("text", "")]
+        lines += ["", f"== {machine}", *summary.get("text", "").splitlines()]
     echo_study(report, {m: s.get("tune") for m, s in per.items()}, lines, as_json)
     if report.failed or report.not_run:
         from llamaspec.errors import LlamaspecError

@@ -136,6 +136,9 @@ def run_study(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
               on_progress: Callable[[str], None] | None = None, progress_every: float = 10.0,
               on_result: Callable[[str, str, dict[str, Any]], None] | None = None) -> StudyReport:
     """Run ``items`` over the pool's machines; store each result through ``sink`` as it arrives."""
+    from llamaspec.cluster import executors
+
+    executors.check_items(items)  # an engine the workers do not run: refused before anything is queued
     start = time.monotonic()
     stored = sink.done_keys(study)
     todo = [i for i in items if i.key not in stored]

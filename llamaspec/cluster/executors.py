@@ -6,10 +6,12 @@ own measuring code, each returning one plain result dict:
 ``llamaspec.backend.Measurement`` plus ``repeat``), ``summary`` (dict).
 
 - ``pair``: one case measured ``repeats`` times, baseline and speculative interleaved (ABBA), on
-  this machine's llama.cpp build through ``LlamaCppBackend``; the speedup of each repeat is
-  against the baseline measured next to it, on the same machine.
-- ``case``: one case of an experiment through the run core (``llamaspec.run.run_case``) into a
-  scratch store on the worker (per machine, so shared baselines are only ever this machine's).
+  this machine's llama.cpp build with the engine the payload names (``backend``: the
+  experiment's, llama.cpp or llama-server); the speedup of each repeat is against the baseline
+  measured next to it, on the same machine.
+- ``case``: one case of an experiment through the run core (``llamaspec.run.run_case``), on the
+  experiment's engine, into a scratch store on the worker (per machine, so shared baselines are
+  only ever this machine's).
 - ``prompt``: one prompt of a prompt set for one case, on llama-server (models loaded once per
   machine and kept between items): baseline and speculative back to back, ABBA over the repeats,
   summarised by ``promptset.prompt_summary`` exactly as a one-machine ``prompts run`` does.
@@ -71,13 +73,40 @@ def _server(worker: MachineWorker) -> Any:
     return worker.state["server"]
 
 
+# The engines a worker measures with: both are its own llama.cpp build. A measurement taken with
+# another engine than the experiment names would be stored under the experiment's name as if it
+# were the experiment's, so any other engine is refused before anything is queued.
+ENGINES = ("llama.cpp", "llama-server")
+
+
+def refuse_engine(name: str | None, what: str) -> None:
+    """Raise unless ``name`` is an engine the workers run (None: the item names none, e.g. a no-op)."""
+    if name is not None and name not in ENGINES:
+        raise LlamaspecError(f"{what} uses the {name} backend; cluster workers measure with {' and '.join(ENGINES)} only",
+                             hint="run it on one machine (without --cluster and RAY_ADDRESS), or set "
+                                  "`backend: llama.cpp` or `backend: llama-server` in the experiment")
+
+
+def check_items(items: Any) -> None:
+    """Every item's engine is one the workers run (the coordinator calls this before queueing)."""
+    for item in items:
+        if item.kind in MEASURING:
+            refuse_engine(item.payload.get("backend"), f"work item {item.key} of {item.payload.get('experiment') or 'the study'}")
+
+
 def _engine(worker: MachineWorker, name: str) -> Any:
-    if name == "llama.cpp":
-        return _backend(worker)
-    if name == "llama-server":
-        return _server(worker)
-    raise LlamaspecError(f"cluster workers run llama.cpp engines, not the {name} backend",
-                         hint="run this experiment on one machine (without --cluster)")
+    """This machine's engine of that name, kept between items."""
+    refuse_engine(name, f"a work item on {worker.machine}")
+    return _server(worker) if name == "llama-server" else _backend(worker)
+
+
+def _hardware(worker: MachineWorker) -> dict[str, Any]:
+    """This machine's hardware, as the run core records it (once per worker: it asks for GPUs)."""
+    if "hardware" not in worker.state:
+        from llamaspec.host import hardware
+
+        worker.state["hardware"] = hardware()
+    return dict(worker.state["hardware"])
 
 
 def _model(worker: MachineWorker, label: str) -> Any:
@@ -109,8 +138,11 @@ def resolved_case(worker: MachineWorker, payload: dict[str, Any]) -> ResolvedCas
 
 
 def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
+    from llamaspec import run as runs
+
     case = resolved_case(worker, item.payload)
-    backend = _backend(worker)
+    backend = _engine(worker, item.payload.get("backend") or "llama.cpp")
+    runs.check_settings(case, backend)  # a setting this engine would ignore: refused, as on one machine
     backend.check(case)
     repeats = int(item.payload.get("repeats", 1))
     offset = int(item.payload.get("repeat_offset", 0))  # a split repeat keeps its place in the ABBA order
@@ -135,6 +167,7 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
         "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
         "experiment": case.experiment, "case": case.case, "settings": case.settings.to_dict(),
         "provenance": {"engine": backend.provenance(), "backend": backend.name, "identity": backend.identity(),
+                       "hardware": _hardware(worker),
                        "models": {"target": dataclasses.asdict(case.target),
                                   **({"draft": dataclasses.asdict(case.draft)} if case.draft else {})}},
         "measurements": [measurement_dict(m, r) for r, m in measured],
@@ -145,7 +178,6 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """One experiment case through the run core, stored first in this machine's scratch store."""
     from llamaspec import experiment, run
-    from llamaspec.host import hardware
     from llamaspec.results import Store
 
     p = item.payload
@@ -161,8 +193,10 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     store = worker.state.get("store")
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
-    resolved = run.resolve_case(exp, chosen, _backend(worker))
-    result = run.run_case(resolved, _backend(worker), store, repeats=p.get("repeats", exp.repeats), hardware=hardware(),
+    engine = _engine(worker, exp.backend)
+    resolved = run.resolve_case(exp, chosen, engine)
+    run.check_settings(resolved, engine)
+    result = run.run_case(resolved, engine, store, repeats=p.get("repeats", exp.repeats), hardware=_hardware(worker),
                           reference=chosen.reference, exp=exp, kind=p.get("kind", "run"),
                           shared_baseline=bool(p.get("shared_baseline", False)), warmup=bool(p.get("warmup", False)))
     row = store.run(result.run_id)
@@ -205,6 +239,7 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
         "experiment": case.experiment, "case": case.case, "prompt_id": the_prompt.id, "category": the_prompt.category,
         "settings": {**case.settings.to_dict(), "prompt_id": the_prompt.id, "category": the_prompt.category},
         "provenance": {"engine": backend.provenance(), "backend": backend.name, "identity": backend.identity(),
+                       "hardware": _hardware(worker),
                        "models": {"target": dataclasses.asdict(case.target),
                                   **({"draft": dataclasses.asdict(case.draft)} if case.draft else {})}},
         "measurements": [dataclasses.asdict(promptset.measurement_row(0, r, m)) for r, m in measured],
@@ -227,11 +262,19 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
     variants = tuple(p["variants"]) if p.get("variants") else None
     modes = tuple(p["modes"]) if p.get("modes") else None
-    results = tuner.tune(exp, _engine(worker, exp.backend), store, variants, modes)
+    engine = _engine(worker, exp.backend)
+    results = tuner.tune(exp, engine, store, variants, modes)
+    # Every point goes back whole (its settings, provenance, measurements, summary): the coordinator
+    # stores it as its own run, so the scratch store here is never the only copy.
+    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "sweep_id": r.tune_id,
+               "point_key": row["point_key"], "config": dataclasses.asdict(config), "settings": row["settings"],
+               "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
+               "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
+              for r in results for config, row in r.measured]
     return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
-            "settings": {}, "provenance": {"backend": exp.backend},
-            "measurements": [], "summary": {"tune": [r.as_dict() for r in results],
-                                            "text": "\n\n".join(r.render() for r in results)}}
+            "settings": {}, "provenance": {"backend": engine.name, "engine": engine.provenance(), "hardware": _hardware(worker)},
+            "measurements": [], "runs": points,
+            "summary": {"tune": [r.as_dict() for r in results], "text": "\n\n".join(r.render() for r in results)}}
 
 
 def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """The results store as the coordinator writes it: one run row per finished work item, under the
-study's id (``sweep_id``) and the item's key (``point_key``), with the machine that measured it.
+study's id (``sweep_id``) and the item's key (``point_key``), with the machine that measured it;
+and the runs an item made on its way (a tune's points, ``result["runs"]``), each under
+``SWEEP_ID@MACHINE``.
 
 The machine goes into the runs table's ``machine`` column (what ``report --compare machine``
 groups by) and into the run's provenance; ``machine_of(run)`` also reads rows stored before that
@@ -29,12 +31,25 @@ class StoreSink:
         return {r["point_key"] for r in self.store.runs(sweep_id=study, status="ok") if r.get("point_key")}
 
     def save(self, study: str, item: WorkItem, machine: str, result: dict[str, Any]) -> None:
-        provenance = {**(result.get("provenance") or {}), "machine": machine}
-        if item.payload.get("point"):
-            provenance["point"] = item.payload["point"]  # the sweep point's label (the key is its hash)
-        run_id = self.store.start_run(experiment=result.get("experiment") or study, case_name=result.get("case") or item.key,
-                                      settings=result.get("settings") or {}, provenance=provenance, kind=self.kind,
-                                      sweep_id=study, point_key=item.key, machine=machine,
+        # Runs an item made on its way (a tune's points): each stored once, under the machine's own
+        # sweep id (``TUNE_ID@MACHINE``: every machine tunes the same grid), before the item itself.
+        for sweep_id, runs in _by_sweep(result.get("runs") or ()).items():
+            into = f"{sweep_id}@{machine}"
+            stored = {r["point_key"] for r in self.store.runs(sweep_id=into)}
+            for run in runs:
+                if run.get("point_key") not in stored:
+                    extra = {"study": study, **({"tune_config": run["config"]} if run.get("config") else {})}
+                    self._store(run, machine, sweep_id=into, point_key=run.get("point_key"), kind=run.get("kind") or "sweep",
+                                extra=extra)
+        extra = {"point": item.payload["point"]} if item.payload.get("point") else {}  # the sweep point's label (the key is its hash)
+        self._store(result, machine, sweep_id=study, point_key=item.key, kind=self.kind, extra=extra, case=item.key)
+
+    def _store(self, result: dict[str, Any], machine: str, *, sweep_id: str, point_key: str | None, kind: str,
+               extra: dict[str, Any], case: str | None = None) -> None:
+        provenance = {**(result.get("provenance") or {}), "machine": machine, **extra}
+        run_id = self.store.start_run(experiment=result.get("experiment") or sweep_id, case_name=result.get("case") or case or "",
+                                      settings=result.get("settings") or {}, provenance=provenance, kind=kind,
+                                      sweep_id=sweep_id, point_key=point_key, machine=machine,
                                       prompt_id=result.get("prompt_id"), category=result.get("category"),
                                       backend_name=provenance.get("backend"))
         for i, m in enumerate(result.get("measurements") or ()):
@@ -46,6 +61,13 @@ class StoreSink:
         summary = result.get("summary") or {}
         self.store.finish_run(run_id, result.get("status") or ("ok" if result.get("ok") else "failed"), summary,
                               result.get("error"))
+
+
+def _by_sweep(runs: Any) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        out.setdefault(str(run.get("sweep_id")), []).append(run)
+    return out
 
 
 def machine_of(run: dict[str, Any]) -> str | None:

@@ -28,7 +28,7 @@ def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> d
 
         # Workers need not share a filesystem: ship the prompt's text.
         prompt = Path(case.prompt_file).read_text()
-    return {"experiment": exp.name, "case": case.name, "target": case.target.label,
+    return {"experiment": exp.name, "backend": exp.backend, "case": case.name, "target": case.target.label,
             "draft": case.draft.label if case.draft else None, "prompt": prompt, "prompt_file": prompt_file,
             "settings": settings.to_dict(), "repeats": repeats, "repeat_offset": repeat_offset}
 
@@ -64,7 +64,8 @@ def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | Non
                modes: tuple[str, ...] | None = None) -> list[WorkItem]:
     """One ``tune`` item per machine, pinned there: the best draft length, variant and mode are
     properties of the machine, so each machine tunes for itself and no other stands in for it."""
-    payload = {"experiment": exp.name, "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
+    payload = {"experiment": exp.name, "backend": exp.backend,
+               "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
                "overrides": overrides or {}, "repeats": repeats, "prompt": prompt,
                "variants": list(variants) if variants else None, "modes": list(modes) if modes else None}
     return [WorkItem(f"tune@{m}", "tune", payload, machine=m) for m in machines]
@@ -77,6 +78,7 @@ def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] |
     from llamaspec.cluster.coordinator import run_study
     from llamaspec.cluster.sink import StoreSink, machine_of
 
+    check_engine(exp)
     wanted = requirements(exp, accel)
     pool = open_pool(address, machines)
     try:
@@ -86,8 +88,38 @@ def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] |
         report = run_study(sid, items, pool, StoreSink(store, kind="cluster-tune"), wanted)
     finally:
         pool.close()
-    per = {machine_of(r) or "?": r["summary"] for r in store.runs(sweep_id=sid, status="ok")}
+    per = {}
+    for run in store.runs(sweep_id=sid, status="ok"):
+        machine = machine_of(run) or "?"
+        results = [_stored_tune(store, t, machine) for t in (run["summary"] or {}).get("tune", [])]
+        if all(r is not None for r in results):  # re-rendered from this store: its run ids are this store's
+            per[machine] = {"tune": [r.as_dict() for r in results if r], "text": "\n\n".join(r.render() for r in results if r)}
+        else:  # stored by an earlier llamaspec, without its points: the worker's own rendering
+            per[machine] = run["summary"]
     return report, dict(sorted(per.items()))
+
+
+def _stored_tune(store: Any, done: dict[str, Any], machine: str) -> Any:
+    """A machine's tune (``TuneResult.as_dict`` from its worker) with its points as stored here,
+    under ``TUNE_ID@MACHINE`` (None: its points are not here)."""
+    from llamaspec import tune as tuner
+
+    into = f"{done['tune_id']}@{machine}"
+    rows = sorted(store.runs(sweep_id=into), key=lambda r: r["id"])
+    measured = [(tuner.Config(**r["provenance"]["tune_config"]), r) for r in rows if (r.get("provenance") or {}).get("tune_config")]
+    if len(measured) < done.get("measured_points", 0):
+        return None
+    return tuner.TuneResult(done["experiment"], done["case"], into, measured,
+                            [(s["what"], s["why"]) for s in done.get("skipped", [])], done.get("seconds", 0.0),
+                            done.get("full_grid_points", 0))
+
+
+def check_engine(exp: Any) -> None:
+    """Refuse, before connecting or queueing anything, an experiment whose engine the workers do not
+    run: its measurements would be another engine's, stored under its name."""
+    from llamaspec.cluster import executors
+
+    executors.refuse_engine(exp.backend, f"experiment {exp.name}")
 
 
 def requirements(exp: Any, accel: str = "auto") -> Requirements:
@@ -143,6 +175,7 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
     from llamaspec.cluster.coordinator import run_study
     from llamaspec.cluster.sink import StoreSink
 
+    check_engine(exp)
     if repeats is None and not isinstance(exp.repeats, int):  # "auto" needs the run core's stopping rule
         from llamaspec import run as runs
 
