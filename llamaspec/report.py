@@ -235,7 +235,8 @@ def markdown(store: Any, experiment_name: str | Sequence[str], compare_by: str |
         raise LlamaspecError(f"cannot compare by {compare_by!r}", hint=f"use one of {', '.join(COMPARE_BY)}")
     stored: dict[str, list[dict[str, Any]]] = {}
     for name in names:
-        stored[name] = store.runs(experiment=name)
+        # A cluster tune's own row only points at its machine's stored points: not a run of its own.
+        stored[name] = [r for r in store.runs(experiment=name) if r["kind"] != "cluster-tune"]
         if not stored[name]:
             raise LlamaspecError(f"no runs of {name!r} in {store.path}", hint=f"run `llamaspec run {name}` first")
     ok = {name: [r for r in runs if r["status"] in ("ok", "differs")] for name, runs in stored.items()}
