@@ -42,6 +42,8 @@ from llamaspec.backend import Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet, PromptSource, parse_source
 from llamaspec.results import MeasurementRow, Store
+from llamaspec.summary import compare_outputs
+from llamaspec.summary import summarize as summarize_point
 
 log = logging.getLogger(__name__)
 
@@ -120,23 +122,6 @@ def measurement_row(run_id: int, repeat: int, m: Measurement) -> MeasurementRow:
                           text=m.text, stats={**(m.stats or {}), **extra}, log_path=m.log_path)
 
 
-def _same_output(a: Measurement, b: Measurement) -> tuple[bool | None, int | None]:
-    """(identical?, first differing position) on token ids, else on text."""
-    x: Sequence[Any] | None
-    y: Sequence[Any] | None
-    if a.tokens is not None and b.tokens is not None:
-        x, y = a.tokens, b.tokens
-    else:
-        x, y = a.text, b.text
-    if x is None or y is None:
-        return None, None
-    n = min(len(x), len(y))
-    first = next((i for i in range(n) if x[i] != y[i]), None)
-    if first is None and len(x) != len(y):
-        first = n
-    return first is None, first
-
-
 def decode_totals(m: Measurement) -> tuple[int, float] | None:
     """(tokens after the first, seconds) behind one decode speed: what total-token speedups add up."""
     if not m.ok or not m.decode_tps or not m.n_predict or m.n_predict < 2:
@@ -146,13 +131,16 @@ def decode_totals(m: Measurement) -> tuple[int, float] | None:
 
 
 def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str, Any]:
-    """One prompt's figures from its measurements (repeats paired by order)."""
+    """One prompt's figures from its measurements (repeats paired by order).
+
+    The speedup (median of paired ratios) and the lossless verdict are the run core's own
+    (``summary.summarize``, ``summary.compare_outputs``): one definition for a prompt and a point.
+    """
+    point = summarize_point(measured)
     base = [m for m in measured if m.mode == "baseline" and m.ok]
     spec = [m for m in measured if m.mode == "speculative" and m.ok]
-    ratios = [s.decode_tps / b.decode_tps for s, b in zip(spec, base, strict=False) if s.decode_tps and b.decode_tps]
-    speed = stats.spread(ratios)
-    verdicts = [_same_output(s, b) for s, b in zip(spec, base, strict=False)]
-    known = [v for v, _ in verdicts if v is not None]
+    speed = point.speedup
+    verdict = point.lossless
     totals_b = [t for t in (decode_totals(m) for m in base) if t]
     totals_s = [t for t in (decode_totals(m) for m in spec) if t]
     drafted = sum(m.n_drafted or 0 for m in spec)
@@ -164,7 +152,8 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
         "status": "failed" if failed else "ok",
         "error": failed.error if failed else None,
         "error_kind": (failed.stats or {}).get("error_kind") if failed else None,
-        "repeats": len(ratios),
+        "repeats": point.pairs,
+        "paired": point.paired,
         "speedup": speed.median if speed else None,
         "speedup_spread": speed.to_dict() if speed else None,
         "baseline_tps": statistics.median([m.decode_tps for m in base if m.decode_tps]) if totals_b else None,
@@ -178,10 +167,65 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
         "n_drafted": drafted if spec else None, "n_accept": accepted if spec else None,
         "accept": 100.0 * accepted / drafted if drafted else None,
         "rounds": sum(r for r in rounds if r is not None) if spec and all(r is not None for r in rounds) else None,
-        "lossless": all(known) if known else None,
-        "first_difference": next((f for v, f in verdicts if v is False), None),
+        "lossless": verdict.identical if spec and base else None,
+        "first_difference": verdict.first_difference if verdict.verdict == "differs" else None,
+        "lossless_unit": verdict.unit,
+        "lossless_text": verdict.text() if spec and base else None,
+        "divergence": None,  # filled by the run when the output differs and the backend can probe it
         "draft_len": spec[0].draft_len if spec else None,
     }
+
+
+# The target's top two candidates count as a near-tie when their probabilities are this close
+# (absolute): float rounding of a batched verification against single-token decoding moves logits
+# by ~1e-5 relative, enough to flip only such a pair. The label explains; the prompt still counts
+# as not lossless.
+NEAR_TIE = 0.02
+
+
+def divergence(backend: Backend, case: ResolvedCase, measured: Sequence[Measurement], log_path: Path) -> dict[str, Any] | None:
+    """Where a differing output first diverges, and whether the target alone saw a near-tie there.
+
+    Asks the backend (``top_tokens``; the llama-server backend has it) for the target's two most
+    probable next tokens at the divergence position, on the baseline's own path."""
+    base = next((m for m in measured if m.mode == "baseline" and m.ok and m.tokens), None)
+    spec = next((m for m in measured if m.mode == "speculative" and m.ok and m.tokens is not None
+                 and base is not None and compare_outputs(m, base).verdict == "differs"), None)
+    if base is None or spec is None or base.tokens is None or spec.tokens is None:
+        return None
+    at = compare_outputs(spec, base).first_difference
+    if at is None:
+        return None
+    out: dict[str, Any] = {"position": at, "baseline_token": base.tokens[at] if at < len(base.tokens) else None,
+                           "speculative_token": spec.tokens[at] if at < len(spec.tokens) else None,
+                           "top": None, "gap": None, "near_tie": None}
+    probe = getattr(backend, "top_tokens", None)
+    if probe is None or at >= len(base.tokens):
+        return out
+    try:
+        top = probe(case, at, base.tokens[:at], log_path)
+    except LlamaspecError as exc:
+        log.warning("%s: could not probe the divergence at token %d: %s", case.prompt_id, at, exc.message)
+        return {**out, "probe_error": exc.message}
+    if top is None or len(top) < 2:
+        return out
+    pair = {out["baseline_token"], out["speculative_token"]}
+    gap = top[0]["p"] - top[1]["p"]
+    out.update(top=top[:2], gap=gap, near_tie=gap <= NEAR_TIE and {t["id"] for t in top[:2]} == pair)
+    return out
+
+
+def divergence_text(d: dict[str, Any] | None, first_difference: int | None = None) -> str:
+    """``differs at token 28: near-tie p 0.412 vs 0.409`` (or what is known)."""
+    if not d:
+        return f"differs at token {first_difference}" if first_difference is not None else "differs"
+    head = f"differs at token {d['position']}"
+    if not d.get("top"):
+        return head + (f" (top-2 not probed: {d['probe_error']})" if d.get("probe_error") else "")
+    p1, p2 = d["top"][0]["p"], d["top"][1]["p"]
+    if d["near_tie"]:
+        return f"{head}: near-tie p {p1:.3f} vs {p2:.3f}"
+    return f"{head}: not a near-tie (target's top two p {p1:.3f} vs {p2:.3f})"
 
 
 # --- running -----------------------------------------------------------------------------------
@@ -284,6 +328,8 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
         store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured), "interrupted by the user")
         raise
     summary = prompt_summary(prompt, measured)
+    if summary["lossless"] is False:  # outside every timing: one more request to the target alone
+        summary["divergence"] = divergence(backend, case, measured, logs / "divergence.json")
     store.finish_run(run_id, summary["status"], summary, summary["error"])
     return summary
 
@@ -328,7 +374,8 @@ def progress_printer(stream: Any = None) -> Event:
                 what = f"ended early after {s['n_predict']} tokens (kept out of speedups)"
             else:
                 acc = f", accept {s['accept']:.0f}%" if s.get("accept") is not None else ""
-                what = f"{s['speedup']:.2f}x{acc}" + ("" if s["lossless"] is not False else ", OUTPUT DIFFERS")
+                differs = f", OUTPUT {divergence_text(s.get('divergence'), s.get('first_difference'))}"
+                what = f"{s['speedup']:.2f}x{acc}" + ("" if s["lossless"] is not False else differs)
             print(f"[{counts['done']}] {data['case']} {data['prompt']}: {what}{eta_text}", file=out, flush=True)
         elif event == "stopped":
             print(f"{data['case']}: stopped ({data['error']}); {len(data['not_run'])} prompts not run: "
@@ -410,7 +457,9 @@ def set_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ended_early": [{"id": i["id"], "category": i["category"], "n_predict": i["n_predict"]}
                         for i in items if i["status"] == "ok" and i["ended_early"]],
         "failed": [{"id": i["id"], "category": i["category"], "error": i["error"]} for i in items if i["status"] != "ok"],
-        "differs": [{"id": i["id"], "category": i["category"], "first_difference": i["first_difference"]}
+        "differs": [{"id": i["id"], "category": i["category"], "first_difference": i["first_difference"],
+                     "divergence": i.get("divergence"),
+                     "label": divergence_text(i.get("divergence"), i["first_difference"])}
                     for i in items if i["lossless"] is False],
     }
 
@@ -498,8 +547,8 @@ def render(summary: dict[str, Any]) -> str:
             lines.append("  ended early (not in speedups): " + ", ".join(f"{e['id']} ({e['n_predict']} tokens)"
                                                                           for e in m["ended_early"]))
         if m["differs"]:
-            lines.append("  OUTPUT DIFFERS from the baseline: " + ", ".join(
-                f"{d['id']} (token {d['first_difference']})" for d in m["differs"]))
+            lines.append("  OUTPUT DIFFERS from the baseline (counted as not lossless): " + "; ".join(
+                f"{d['id']} {d.get('label') or divergence_text(None, d['first_difference'])}" for d in m["differs"]))
         if m["failed"]:
             lines.append("  failed: " + "; ".join(f"{f['id']}: {f['error']}" for f in m["failed"]))
         if m["not_run"]:

@@ -46,6 +46,17 @@ def test_prompt_summary_pairs_repeats_and_checks_tokens() -> None:
     assert differs["lossless"] is False and differs["first_difference"] == 3
 
 
+def test_prompt_summary_takes_the_run_cores_lossless_verdict() -> None:
+    short = promptset.prompt_summary(Prompt("s", "x"), [m("baseline", 10.0), m("speculative", 12.0, tokens=tuple(range(40)))])
+    assert short["lossless"] is False and short["first_difference"] == 40 and "shorter" in short["lossless_text"]
+    past_eot = promptset.prompt_summary(Prompt("e", "x"), [m("baseline", 10.0, n=10, eot=True),
+                                                           m("speculative", 12.0, n=12)])
+    assert past_eot["lossless"] is False and "end of text" in past_eot["lossless_text"]
+    same = promptset.prompt_summary(Prompt("i", "x"), [m("baseline", 10.0), m("speculative", 12.0)])
+    assert same["lossless"] is True and same["lossless_text"].startswith("identical over 64 generated tokens")
+    assert same["paired"] is True and same["divergence"] is None
+
+
 def test_set_statistics_by_hand() -> None:
     items = [
         summary("p1", "code", 10.0, 20.0, drafted=40, accepted=30, rounds=10),
@@ -97,6 +108,8 @@ class Backend:
     die_on: str | None = None
     name: str = "fake"
     calls: int = 0
+    flip: dict[str, int] | None = None  # prompt id -> position where speculation takes token 999
+    probed: list[tuple[str, int]] | None = None
 
     capabilities = Capabilities(modes=frozenset({"baseline", "speculative"}), settings=frozenset(), keeps_models_loaded=True,
                                 token_ids=True)
@@ -121,9 +134,23 @@ class Backend:
                                stats={"error_kind": "prompt"})
         n = 3 if "short" in (case.prompt or "") else case.settings.n_predict or 16
         tps = 10.0 * (2 if mode == "speculative" and "code" in (case.prompt or "") else 1)
+        tokens = list(range(n))
+        at = (self.flip or {}).get(case.prompt_id or "")
+        if mode == "speculative" and at is not None:
+            tokens[at] = 999
         return m(mode, tps, n=n, eot=n < (case.settings.n_predict or 16),
                  drafted=8 if mode == "speculative" else None, accepted=6 if mode == "speculative" else None,
-                 rounds=2 if mode == "speculative" else None)
+                 rounds=2 if mode == "speculative" else None, tokens=tuple(tokens))
+
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Any, log_path: Path) -> list[dict[str, Any]]:
+        """The target's top two at ``position``: a near-tie where this fake flips for ``c1``, a clear
+        winner where it flips for the others, on the baseline's path (token i at position i)."""
+        assert list(prefix) == list(range(position))
+        if self.probed is not None:
+            self.probed.append((case.prompt_id or "", position))
+        if case.prompt_id == "c1":
+            return [{"id": position, "piece": "a", "p": 0.401}, {"id": 999, "piece": "b", "p": 0.399}]
+        return [{"id": position, "piece": "a", "p": 0.90}, {"id": 999, "piece": "b", "p": 0.05}]
 
     def close(self) -> None:
         pass
@@ -187,6 +214,27 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][second.cases[0].label]["categories"]["code"]["counted"] == 2
     assert figures["recommendation"]["code"]["method"] == second.cases[0].label
+
+
+def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: Path, no_provenance: None) -> None:
+    store = Store.open(tmp_path / "r.db")
+    backend = Backend(flip={"c1": 5, "p1": 9}, probed=[])
+    result = promptset.run_set(Exp(), PROMPTS, backend, store, resolve=resolve)
+    assert backend.probed == [("c1", 5), ("p1", 9)]  # only the prompts that differ, at their divergence
+    items = {i["id"]: i for i in result.cases[0].items}
+    tie, clear = items["c1"]["divergence"], items["p1"]["divergence"]
+    assert tie["position"] == 5 and tie["near_tie"] is True and math.isclose(tie["gap"], 0.002)
+    assert clear["near_tie"] is False and items["c2"]["divergence"] is None
+    st = promptset.summarize(result)
+    method = st["methods"][result.cases[0].label]
+    assert method["set"]["lossless_rate"] == 3 / 5  # near-tie or not, they are not lossless (t1 failed, unchecked)
+    text = promptset.render(st)
+    assert "c1 differs at token 5: near-tie p 0.401 vs 0.399" in text
+    assert "p1 differs at token 9: not a near-tie (target's top two p 0.900 vs 0.050)" in text
+    figures = json.loads(promptset.as_json(st))
+    assert figures["methods"][result.cases[0].label]["differs"][0]["divergence"]["near_tie"] is True
+    again = promptset.run_set(Exp(), PROMPTS, Backend(), store, resolve=resolve)  # resumed: kept as stored
+    assert {i["id"]: i for i in again.cases[0].items}["c1"]["divergence"] == tie
 
 
 def test_plots_are_written(tmp_path: Path, no_provenance: None) -> None:
