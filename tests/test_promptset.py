@@ -245,12 +245,94 @@ def test_plots_are_written(tmp_path: Path, no_provenance: None) -> None:
     assert all(p.stat().st_size > 5000 for p in paths)
 
 
-def test_concurrency_levels_report_aggregate_and_per_request_speed(tmp_path: Path) -> None:
-    rows = promptset.run_concurrency(Exp(), replace(PROMPTS, prompts=PROMPTS.prompts[:2]), Backend(), [1, 2],
-                                     resolve=resolve)
-    assert [r["parallel"] for r in rows] == [1, 2]
-    assert all(r["baseline"]["requests"] == 2 and r["speculative"]["generated"] == 32 for r in rows)
-    assert "slots" in promptset.render_concurrency(rows)
+class Slots(Backend):
+    """A server with N slots, in real time: a request's decode speed falls as slots fill, and the
+    speculative server's edge shrinks with N (2x at 1 slot, 1.5x at 2, 1x at 4). Like the real
+    server, the first request for a prompt on a server pays its chat-template rendering (100 ms)
+    unless ``prepare`` rendered it first, and the order inside a pair costs nothing. Records the
+    order of the batches it served."""
+
+    EDGE = {1: 2.0, 2: 1.5, 4: 1.0}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rendered: set[tuple[str, int, str]] = set()
+        self.order: list[tuple[int, str]] = []
+
+    def prepare(self, case: ResolvedCase) -> None:
+        for mode in promptset.MODES:
+            self.rendered.add((mode, case.settings.parallel or 1, case.prompt or ""))
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
+        import time
+
+        n_slots = case.settings.parallel or 1
+        key = (mode, n_slots, case.prompt or "")
+        if key not in self.rendered:
+            self.rendered.add(key)
+            time.sleep(0.1)
+        tps = 200.0 / (1 + 0.5 * (n_slots - 1)) * (self.EDGE[n_slots] if mode == "speculative" else 1.0)
+        n = case.settings.n_predict or 16
+        time.sleep(n / tps)
+        if n > 4:
+            self.order.append((n_slots, mode))
+        return m(mode, tps, n=n)
+
+
+def test_concurrency_pairs_batches_in_abba_order_and_reports_spreads() -> None:
+    prompts = replace(PROMPTS, prompts=PROMPTS.prompts[:4])
+    backend = Slots()
+    rows = promptset.run_concurrency(Exp(), prompts, backend, [1, 2, 4], resolve=resolve, repeats=3)
+    assert [r["parallel"] for r in rows] == [1, 2, 4]
+    b, s = "baseline", "speculative"
+    for n in (1, 2, 4):  # per level: B S, S B, B S, each batch the whole set
+        served = [mode for level, mode in backend.order if level == n]
+        assert served == [b] * 4 + [s] * 4 + [s] * 4 + [b] * 4 + [b] * 4 + [s] * 4
+    for r in rows:
+        edge = Slots.EDGE[r["parallel"]]
+        assert r["paired"] and r["pairs"] == 3 and r["unpaired"] == 0 and r["repeats"] == 3
+        req = r["per_request_speedup"]
+        assert req["n"] == 3 and math.isclose(req["median"], edge)  # from the decode speeds: exact
+        agg = r["aggregate_speedup"]
+        assert agg["n"] == 3 and agg["low"] <= agg["median"] <= agg["high"]
+        # wall-clock based: every pair within 20 % of the true edge (no rendering inside a batch)
+        assert all(abs(v / edge - 1) < 0.2 for v in agg["values"]), (r["parallel"], agg["values"])
+        for mode in (b, s):
+            assert r[mode]["aggregate_tps"]["n"] == 3 and r[mode]["per_request_tps"]["n"] == 3
+    # more slots: more aggregate throughput for the baseline, slower requests
+    base_agg = [r[b]["aggregate_tps"]["median"] for r in rows]
+    assert base_agg[0] < base_agg[1] < base_agg[2]
+    assert rows[0][b]["per_request_tps"]["median"] > rows[2][b]["per_request_tps"]["median"]
+    text = promptset.render_concurrency(rows)
+    assert "UNPAIRED" not in text and "median of paired batch ratios" in text
+
+
+def batch(mode: str, repeat: int, agg: float | None, req: float | None = None, failed: int = 0) -> dict[str, Any]:
+    return {"mode": mode, "repeat": repeat, "requests": 4, "failed": failed, "generated": 64, "wall_seconds": 1.0,
+            "aggregate_tps": agg, "per_request_tps": req if req is not None else agg, "errors": ["boom"] if failed else []}
+
+
+def test_level_figures_by_hand_and_a_failed_batch_leaves_its_partner_unpaired() -> None:
+    batches = [batch("baseline", 0, 10.0), batch("speculative", 0, 20.0, 8.0), batch("speculative", 1, 30.0, 9.0),
+               batch("baseline", 1, 10.0), batch("baseline", 2, 20.0), batch("speculative", 2, 0.5, failed=1)]
+    f = promptset.level_figures(batches, slots=3, prompts=4)
+    assert f["pairs"] == 2 and f["paired"] and f["unpaired"] == 1
+    assert f["aggregate_speedup"]["values"] == [2.0, 3.0] and f["aggregate_speedup"]["median"] == 2.5
+    assert f["per_request_speedup"]["values"] == [0.8, 0.9]
+    assert f["baseline"]["aggregate_tps"]["values"] == [10.0, 10.0, 20.0]  # the lone baseline batch is kept here
+    assert f["speculative"]["completed"] == 2 and f["speculative"]["failed_requests"] == 1
+    assert any("last wave runs 1" in n for n in f["notes"]) and any("without a completed partner" in n for n in f["notes"])
+    alone = promptset.level_figures([batch("baseline", 0, 10.0), batch("speculative", 0, None, failed=4)], 1, 4)
+    assert not alone["paired"] and alone["aggregate_speedup"] is None
+    row = {"case": "m1", "method": "m1 (draft)", "parallel": 1, **alone}
+    assert "UNPAIRED" in promptset.render_concurrency([row])
+
+
+def test_concurrency_plot_is_written(tmp_path: Path) -> None:
+    rows = promptset.run_concurrency(Exp(cases=("m1", "m2")), replace(PROMPTS, prompts=PROMPTS.prompts[:2]), Slots(),
+                                     [1, 2], resolve=resolve, repeats=1)
+    (path,) = promptset.plot_concurrency(rows, tmp_path / "plots", "exp")
+    assert path.name == "exp-concurrency.png" and path.stat().st_size > 5000
 
 
 def test_source_of_reads_the_experiments_mapping_and_the_command_line_wins(tmp_path: Path) -> None:

@@ -314,3 +314,39 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
     assert set(out["recommendation"]) == {"code-editing", "prose", "all"}
     again = CliRunner().invoke(main, args)  # everything stored: nothing measured again
     assert again.exit_code == 0 and json.loads(again.stdout)["methods"] == out["methods"]
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_concurrency_levels_on_the_real_server(server_build, pair, tmp_path: Path) -> None:
+    prompts = PromptSet(PromptSource("jsonl", "/x"), (
+        Prompt("c1", CODE_EDIT, "code-editing"), Prompt("w1", "Write a Python function that adds two numbers.", "code")))
+
+    class Exp:
+        name = "server-test"
+        cases = ("ngram",)
+        path = ""
+
+    def resolve(_exp: Any, _name: Any) -> ResolvedCase:
+        return real_case(pair, "ngram-simple", chat=True, ngram_size_n=3, ngram_size_m=8, n_predict=12)
+
+    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    levels: list[int] = []
+    b_check = b.check
+
+    def check(case: ResolvedCase) -> None:  # the level's slots reach the server's argv
+        levels.append(case.settings.parallel or 0)
+        b_check(case)
+
+    b.check = check  # type: ignore[method-assign]
+    rows = promptset.run_concurrency(Exp(), prompts, b, [1, 2], resolve=resolve, repeats=1)
+    assert levels == [1, 2] and b.servers() == []  # each level's servers stopped after it
+    for r in rows:
+        assert r["paired"] and r["pairs"] == 1 and not r["notes"], r
+        for mode in ("baseline", "speculative"):
+            run = r[mode]["runs"][0]
+            assert run["requests"] == 2 and run["failed"] == 0 and run["generated"] == 24
+            assert r[mode]["aggregate_tps"]["median"] > 0 and r[mode]["per_request_tps"]["median"] > 0
+        assert r["aggregate_speedup"]["median"] > 0 and r["per_request_speedup"]["n"] == 1
+    logs = sorted((tmp_path / "servers").glob("*.log"))
+    assert any("-np 2" in p.read_text().splitlines()[0] for p in logs)
