@@ -24,6 +24,7 @@ Only the resolve and provenance steps come from the run core, through ``_resolve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -292,6 +293,7 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
                 emit("skip", {"case": case.case, "prompt": prompt.id})
                 continue
             emit("start", {"case": case.case, "prompt": prompt.id, "index": index, "count": len(prompt_set.prompts)})
+            _prepare(backend, prompt_case(case, prompt))
             summary = _run_prompt(prompt_case(case, prompt), prompt, backend, store, set_id, repeats, hw)
             items.append(summary)
             clock.tick()
@@ -303,6 +305,16 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
                 break
         out.append(CaseSet(case, set_id, tuple(items), tuple(not_run), error))
     return SetRun(exp.name, prompt_set.source, prompt_set, tuple(out))
+
+
+def _prepare(backend: Backend, case: ResolvedCase) -> None:
+    """Servers started (side by side) and the prompt rendered before the prompt's first timing,
+    where the backend can (llama-server); a failure here is left to the measurement to report."""
+    prepare = getattr(backend, "prepare", None)
+    if prepare is None:
+        return
+    with contextlib.suppress(LlamaspecError):
+        prepare(case)
 
 
 def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Store, set_id: str, repeats: int,

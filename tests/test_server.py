@@ -350,3 +350,23 @@ def test_concurrency_levels_on_the_real_server(server_build, pair, tmp_path: Pat
         assert r["aggregate_speedup"]["median"] > 0 and r["per_request_speedup"]["n"] == 1
     logs = sorted((tmp_path / "servers").glob("*.log"))
     assert any("-np 2" in p.read_text().splitlines()[0] for p in logs)
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_prepare_starts_both_servers_side_by_side_and_renders_the_prompt(server_build, pair, tmp_path: Path) -> None:
+    import time
+
+    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    c = real_case(pair, chat=True, prompt="Say hi.")
+    t0 = time.monotonic()
+    b.prepare(c)
+    wall = time.monotonic() - t0
+    starts = [s.started_seconds or 0.0 for s in b.servers()]
+    try:
+        assert len(starts) == 2 and wall < sum(starts)  # the two loads overlapped
+        assert (c.target.path, "Say hi.") in b._prompts.rendered
+        m = b.measure(c, "speculative", tmp_path / "s.json")
+        assert m.ok and len(b.servers()) == 2  # nothing more started
+    finally:
+        b.close()

@@ -208,7 +208,7 @@ class Server:
             if time.monotonic() > deadline:
                 self.stop()
                 raise ServerDied(f"not ready after {ready_timeout:.0f} s")
-            time.sleep(0.1)
+            time.sleep(0.02)  # a small model is ready in ~1 s: poll often, the wait is wall time of the run
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -392,6 +392,7 @@ class ServerBackend:
         self._lock = threading.Lock()
         self._starting: dict[tuple[str, ...], threading.Lock] = {}
         self._prompts = _PromptCache()
+        self._explicit_port_used = False
 
     # identity and provenance
 
@@ -470,8 +471,9 @@ class ServerBackend:
                 raise ServerDied(f"({server.label}) {server.exit_description()} (log: {server.log_path})")
             label = mode if mode == "baseline" else f"speculative, {case.settings.spec_type or 'draft'}"
             stem = f"{int(time.time())}-{os.getpid()}-{len(self._pool)}-{mode}"
-            with self._lock:
-                port = self.port if self.port is not None and not self._pool else None
+            with self._lock:  # the explicit port goes to the first server started, once (starts may overlap)
+                port = self.port if self.port is not None and not self._explicit_port_used else None
+                self._explicit_port_used = self._explicit_port_used or port is not None
             server = Server(self.program, args, self.servers_dir / f"{stem}.log", label, port=port)
             server.start(READY_TIMEOUT if case.settings.timeout is None else max(READY_TIMEOUT, case.settings.timeout))
             with self._lock:
@@ -487,6 +489,7 @@ class ServerBackend:
             server.stop()
         with self._lock:
             self._pool.clear()
+            self._explicit_port_used = False
 
     # prompts
 
@@ -512,10 +515,36 @@ class ServerBackend:
         return rendered
 
     def prepare(self, case: ResolvedCase, modes: tuple[str, ...] = ("baseline", "speculative")) -> None:
-        """Start the servers for ``modes`` and render the prompt, so that nothing of it lands in a timing."""
-        for mode in modes:
-            self.server_for(case, mode)
-        self.prompt_text(case)
+        """Start the servers for ``modes`` and render the prompt, so that nothing of it lands in a timing.
+
+        Servers not yet started are started side by side: a run waits for the slowest load, not
+        for the sum of them (the loads were most of a prompt set's time outside generation). A
+        server that died is left for the next measurement to report."""
+        todo = [m for m in modes if self._pooled(case, m) is None]
+        errors: list[LlamaspecError] = []
+
+        def start(mode: str) -> None:
+            try:
+                self.server_for(case, mode)
+            except LlamaspecError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=start, args=(m,), name=f"start-{m}") for m in todo]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        base = self._pooled(case, "baseline")
+        if case.chat and base is not None and base.alive():
+            with contextlib.suppress(ServerDied):
+                self.prompt_text(case)
+
+    def _pooled(self, case: ResolvedCase, mode: str) -> Server | None:
+        key = (str(self.program), *server_args(self.caps, self.build.accel, case, mode))
+        with self._lock:
+            return self._pool.get(key)
 
     def top_tokens(self, case: ResolvedCase, position: int, prefix: Sequence[int], log_path: Path,
                    n: int = 2) -> list[dict[str, Any]] | None:
