@@ -457,6 +457,8 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tokens_per_call": generated / calls if calls > 0 and counted else None,
         "lossless_rate": sum(lossless) / len(lossless) if lossless else None,
         "lossless_checked": len(lossless),
+        # differing prompts whose divergence the target alone saw as a near-tie (still not lossless)
+        "differs_near_tie": sum(1 for i in ok if i["lossless"] is False and (i.get("divergence") or {}).get("near_tie")),
     }
 
 
@@ -489,7 +491,9 @@ def recommend(methods: dict[str, dict[str, Any]], metric: str = "geomean_speedup
             if not g:
                 continue
             if g["lossless_rate"] is not None and g["lossless_rate"] < 1.0:
-                excluded.append(label)
+                differing = round((1.0 - g["lossless_rate"]) * g["lossless_checked"])
+                ties = g.get("differs_near_tie") or 0
+                excluded.append(label + (" (every difference a greedy near-tie)" if ties and ties >= differing else ""))
                 continue
             spread = stats.Spread.from_dict(g.get(metric))
             if spread is not None:
@@ -548,7 +552,9 @@ def render(summary: dict[str, Any]) -> str:
         acc = f"{s['accept']:.1f}%" if s["accept"] is not None else "-"
         tpc = f"{s['tokens_per_call']:.2f}" if s["tokens_per_call"] is not None else "-"
         rate = f"{100 * s['lossless_rate']:.0f}% of {s['lossless_checked']}" if s["lossless_rate"] is not None else "-"
-        lines.append(f"  accept {acc}   tokens/round (tau) {tau}   tokens/target call {tpc}   identical output {rate}")
+        mean_acc = f"{s['mean_accepted']:.2f}" if s["mean_accepted"] is not None else "-"
+        lines.append(f"  accept {acc}   accepted/round {mean_acc}   tokens/round (tau) {tau}   tokens/target call {tpc}"
+                     f"   identical output {rate}")
         lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>24} {'total-token':>22} {'accept':>7} {'same':>5}")
         for cat, g in m["categories"].items():
             acc = f"{g['accept']:.0f}%" if g["accept"] is not None else "-"

@@ -233,6 +233,10 @@ def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: 
     assert "p1 differs at token 9: not a near-tie (target's top two p 0.900 vs 0.050)" in text
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][result.cases[0].label]["differs"][0]["divergence"]["near_tie"] is True
+    label = result.cases[0].label
+    assert st["recommendation"]["code"]["excluded"] == [f"{label} (every difference a greedy near-tie)"]
+    assert st["recommendation"]["prose"]["excluded"] == [label]  # p1 is no near-tie
+    assert method["categories"]["code"]["differs_near_tie"] == 1
     again = promptset.run_set(Exp(), PROMPTS, Backend(), store, resolve=resolve)  # resumed: kept as stored
     assert {i["id"]: i for i in again.cases[0].items}["c1"]["divergence"] == tie
 
