@@ -217,7 +217,7 @@ def divergence(backend: Backend, case: ResolvedCase, measured: Sequence[Measurem
 
 
 def divergence_text(d: dict[str, Any] | None, first_difference: int | None = None) -> str:
-    """``differs at token 28: near-tie p 0.412 vs 0.409`` (or what is known)."""
+    """``differs at token 28: near-tie p 0.2704 vs 0.2704 (gap 7.7e-05)`` (or what is known)."""
     if not d:
         return f"differs at token {first_difference}" if first_difference is not None else "differs"
     head = f"differs at token {d['position']}"
@@ -225,8 +225,8 @@ def divergence_text(d: dict[str, Any] | None, first_difference: int | None = Non
         return head + (f" (top-2 not probed: {d['probe_error']})" if d.get("probe_error") else "")
     p1, p2 = d["top"][0]["p"], d["top"][1]["p"]
     if d["near_tie"]:
-        return f"{head}: near-tie p {p1:.3f} vs {p2:.3f}"
-    return f"{head}: not a near-tie (target's top two p {p1:.3f} vs {p2:.3f})"
+        return f"{head}: near-tie p {p1:.4f} vs {p2:.4f} (gap {p1 - p2:.1e})"
+    return f"{head}: not a near-tie (target's top two p {p1:.4f} vs {p2:.4f})"
 
 
 # --- running -----------------------------------------------------------------------------------

@@ -229,8 +229,8 @@ def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: 
     method = st["methods"][result.cases[0].label]
     assert method["set"]["lossless_rate"] == 3 / 5  # near-tie or not, they are not lossless (t1 failed, unchecked)
     text = promptset.render(st)
-    assert "c1 differs at token 5: near-tie p 0.401 vs 0.399" in text
-    assert "p1 differs at token 9: not a near-tie (target's top two p 0.900 vs 0.050)" in text
+    assert "c1 differs at token 5: near-tie p 0.4010 vs 0.3990 (gap 2.0e-03)" in text
+    assert "p1 differs at token 9: not a near-tie (target's top two p 0.9000 vs 0.0500)" in text
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][result.cases[0].label]["differs"][0]["divergence"]["near_tie"] is True
     label = result.cases[0].label
