@@ -24,7 +24,6 @@ Only the resolve and provenance steps come from the run core, through ``_resolve
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -309,11 +308,10 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
 
 def _prepare(backend: Backend, case: ResolvedCase) -> None:
     """Servers started (side by side) and the prompt rendered before the prompt's first timing,
-    where the backend can (llama-server); a failure here is left to the measurement to report."""
+    where the backend can (llama-server). A server that cannot start raises here, as the
+    measurement would; one that died is left for the measurement to report."""
     prepare = getattr(backend, "prepare", None)
-    if prepare is None:
-        return
-    with contextlib.suppress(LlamaspecError):
+    if prepare is not None:
         prepare(case)
 
 

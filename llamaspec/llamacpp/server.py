@@ -529,11 +529,15 @@ class ServerBackend:
             except LlamaspecError as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=start, args=(m,), name=f"start-{m}") for m in todo]
+        threads = [threading.Thread(target=start, args=(m,), name=f"start-{m}", daemon=True) for m in todo]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        except KeyboardInterrupt:
+            _stop_all()  # what has started so far; a start still waiting for /health then fails and ends
+            raise
         if errors:
             raise errors[0]
         base = self._pooled(case, "baseline")
