@@ -364,7 +364,9 @@ def test_prepare_starts_both_servers_side_by_side_and_renders_the_prompt(server_
     wall = time.monotonic() - t0
     starts = [s.started_seconds or 0.0 for s in b.servers()]
     try:
-        assert len(starts) == 2 and wall < sum(starts)  # the two loads overlapped
+        assert len(starts) == 2
+        if (os.cpu_count() or 1) >= 2:  # two -t 1 servers fit: the loads overlap
+            assert wall < sum(starts)
         assert (c.target.path, "Say hi.") in b._prompts.rendered
         m = b.measure(c, "speculative", tmp_path / "s.json")
         assert m.ok and len(b.servers()) == 2  # nothing more started
