@@ -100,7 +100,7 @@ def main() -> int:
     share = 1 - server.generation / server.wall
     # Where the server's time outside generation went (all of it is in the share above).
     client = server.wall - server.starting - server.requests
-    print(f"  server, outside generation: starting the two servers (side by side) {server.starting:.1f} s, "
+    print(f"  server, outside generation: starting the servers {server.starting:.1f} s, "
           f"inside requests but outside the engine's timings {server.requests - server.generation:.2f} s, "
           f"client side (polls, logs, stopping) {client:.2f} s")
     print(f"process-per-prompt / server wall time: {per_process.wall / server.wall:.2f}x; server outside generation "
