@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 $(CONVERT_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[convert,hf,cluster,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[convert,hf,cluster,prompts,dev]'
 	touch $(CONVERT_STAMP)
 
 setup: $(STAMP)

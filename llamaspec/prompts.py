@@ -239,8 +239,8 @@ def _alpaca_rows(path: Path) -> list[dict[str, Any]]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise LlamaspecError(f"reading {path.name} needs pyarrow", hint="pip install pyarrow (or "
-                                 "give a .json/.jsonl copy of the data set)") from None
+            raise LlamaspecError(f"reading {path.name} needs pyarrow", hint="pip install 'llamaspec[prompts]' (or "
+                                 "pyarrow; or give a .json/.jsonl copy of the data set)") from None
         return list(pq.read_table(path).to_pylist())
     if path.suffix == ".jsonl":
         return [json.loads(line) for _, line in _lines(path)]

@@ -42,6 +42,8 @@ from llamaspec.backend import Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet, PromptSource, parse_source
 from llamaspec.results import MeasurementRow, Store
+from llamaspec.summary import compare_outputs
+from llamaspec.summary import summarize as summarize_point
 
 log = logging.getLogger(__name__)
 
@@ -120,23 +122,6 @@ def measurement_row(run_id: int, repeat: int, m: Measurement) -> MeasurementRow:
                           text=m.text, stats={**(m.stats or {}), **extra}, log_path=m.log_path)
 
 
-def _same_output(a: Measurement, b: Measurement) -> tuple[bool | None, int | None]:
-    """(identical?, first differing position) on token ids, else on text."""
-    x: Sequence[Any] | None
-    y: Sequence[Any] | None
-    if a.tokens is not None and b.tokens is not None:
-        x, y = a.tokens, b.tokens
-    else:
-        x, y = a.text, b.text
-    if x is None or y is None:
-        return None, None
-    n = min(len(x), len(y))
-    first = next((i for i in range(n) if x[i] != y[i]), None)
-    if first is None and len(x) != len(y):
-        first = n
-    return first is None, first
-
-
 def decode_totals(m: Measurement) -> tuple[int, float] | None:
     """(tokens after the first, seconds) behind one decode speed: what total-token speedups add up."""
     if not m.ok or not m.decode_tps or not m.n_predict or m.n_predict < 2:
@@ -146,13 +131,16 @@ def decode_totals(m: Measurement) -> tuple[int, float] | None:
 
 
 def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str, Any]:
-    """One prompt's figures from its measurements (repeats paired by order)."""
+    """One prompt's figures from its measurements (repeats paired by order).
+
+    The speedup (median of paired ratios) and the lossless verdict are the run core's own
+    (``summary.summarize``, ``summary.compare_outputs``): one definition for a prompt and a point.
+    """
+    point = summarize_point(measured)
     base = [m for m in measured if m.mode == "baseline" and m.ok]
     spec = [m for m in measured if m.mode == "speculative" and m.ok]
-    ratios = [s.decode_tps / b.decode_tps for s, b in zip(spec, base, strict=False) if s.decode_tps and b.decode_tps]
-    speed = stats.spread(ratios)
-    verdicts = [_same_output(s, b) for s, b in zip(spec, base, strict=False)]
-    known = [v for v, _ in verdicts if v is not None]
+    speed = point.speedup
+    verdict = point.lossless
     totals_b = [t for t in (decode_totals(m) for m in base) if t]
     totals_s = [t for t in (decode_totals(m) for m in spec) if t]
     drafted = sum(m.n_drafted or 0 for m in spec)
@@ -164,7 +152,8 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
         "status": "failed" if failed else "ok",
         "error": failed.error if failed else None,
         "error_kind": (failed.stats or {}).get("error_kind") if failed else None,
-        "repeats": len(ratios),
+        "repeats": point.pairs,
+        "paired": point.paired,
         "speedup": speed.median if speed else None,
         "speedup_spread": speed.to_dict() if speed else None,
         "baseline_tps": statistics.median([m.decode_tps for m in base if m.decode_tps]) if totals_b else None,
@@ -178,10 +167,65 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
         "n_drafted": drafted if spec else None, "n_accept": accepted if spec else None,
         "accept": 100.0 * accepted / drafted if drafted else None,
         "rounds": sum(r for r in rounds if r is not None) if spec and all(r is not None for r in rounds) else None,
-        "lossless": all(known) if known else None,
-        "first_difference": next((f for v, f in verdicts if v is False), None),
+        "lossless": verdict.identical if spec and base else None,
+        "first_difference": verdict.first_difference if verdict.verdict == "differs" else None,
+        "lossless_unit": verdict.unit,
+        "lossless_text": verdict.text() if spec and base else None,
+        "divergence": None,  # filled by the run when the output differs and the backend can probe it
         "draft_len": spec[0].draft_len if spec else None,
     }
+
+
+# The target's top two candidates count as a near-tie when their probabilities are this close
+# (absolute): float rounding of a batched verification against single-token decoding moves logits
+# by ~1e-5 relative, enough to flip only such a pair. The label explains; the prompt still counts
+# as not lossless.
+NEAR_TIE = 0.02
+
+
+def divergence(backend: Backend, case: ResolvedCase, measured: Sequence[Measurement], log_path: Path) -> dict[str, Any] | None:
+    """Where a differing output first diverges, and whether the target alone saw a near-tie there.
+
+    Asks the backend (``top_tokens``; the llama-server backend has it) for the target's two most
+    probable next tokens at the divergence position, on the baseline's own path."""
+    base = next((m for m in measured if m.mode == "baseline" and m.ok and m.tokens), None)
+    spec = next((m for m in measured if m.mode == "speculative" and m.ok and m.tokens is not None
+                 and base is not None and compare_outputs(m, base).verdict == "differs"), None)
+    if base is None or spec is None or base.tokens is None or spec.tokens is None:
+        return None
+    at = compare_outputs(spec, base).first_difference
+    if at is None:
+        return None
+    out: dict[str, Any] = {"position": at, "baseline_token": base.tokens[at] if at < len(base.tokens) else None,
+                           "speculative_token": spec.tokens[at] if at < len(spec.tokens) else None,
+                           "top": None, "gap": None, "near_tie": None}
+    probe = getattr(backend, "top_tokens", None)
+    if probe is None or at >= len(base.tokens):
+        return out
+    try:
+        top = probe(case, at, base.tokens[:at], log_path)
+    except LlamaspecError as exc:
+        log.warning("%s: could not probe the divergence at token %d: %s", case.prompt_id, at, exc.message)
+        return {**out, "probe_error": exc.message}
+    if top is None or len(top) < 2:
+        return out
+    pair = {out["baseline_token"], out["speculative_token"]}
+    gap = top[0]["p"] - top[1]["p"]
+    out.update(top=top[:2], gap=gap, near_tie=gap <= NEAR_TIE and {t["id"] for t in top[:2]} == pair)
+    return out
+
+
+def divergence_text(d: dict[str, Any] | None, first_difference: int | None = None) -> str:
+    """``differs at token 28: near-tie p 0.2704 vs 0.2704 (gap 7.7e-05)`` (or what is known)."""
+    if not d:
+        return f"differs at token {first_difference}" if first_difference is not None else "differs"
+    head = f"differs at token {d['position']}"
+    if not d.get("top"):
+        return head + (f" (top-2 not probed: {d['probe_error']})" if d.get("probe_error") else "")
+    p1, p2 = d["top"][0]["p"], d["top"][1]["p"]
+    if d["near_tie"]:
+        return f"{head}: near-tie p {p1:.4f} vs {p2:.4f} (gap {p1 - p2:.1e})"
+    return f"{head}: not a near-tie (target's top two p {p1:.4f} vs {p2:.4f})"
 
 
 # --- running -----------------------------------------------------------------------------------
@@ -248,6 +292,7 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
                 emit("skip", {"case": case.case, "prompt": prompt.id})
                 continue
             emit("start", {"case": case.case, "prompt": prompt.id, "index": index, "count": len(prompt_set.prompts)})
+            _prepare(backend, prompt_case(case, prompt))
             summary = _run_prompt(prompt_case(case, prompt), prompt, backend, store, set_id, repeats, hw)
             items.append(summary)
             clock.tick()
@@ -259,6 +304,15 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
                 break
         out.append(CaseSet(case, set_id, tuple(items), tuple(not_run), error))
     return SetRun(exp.name, prompt_set.source, prompt_set, tuple(out))
+
+
+def _prepare(backend: Backend, case: ResolvedCase) -> None:
+    """Servers started (side by side) and the prompt rendered before the prompt's first timing,
+    where the backend can (llama-server). A server that cannot start raises here, as the
+    measurement would; one that died is left for the measurement to report."""
+    prepare = getattr(backend, "prepare", None)
+    if prepare is not None:
+        prepare(case)
 
 
 def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Store, set_id: str, repeats: int,
@@ -284,6 +338,8 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
         store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured), "interrupted by the user")
         raise
     summary = prompt_summary(prompt, measured)
+    if summary["lossless"] is False:  # outside every timing: one more request to the target alone
+        summary["divergence"] = divergence(backend, case, measured, logs / "divergence.json")
     store.finish_run(run_id, summary["status"], summary, summary["error"])
     return summary
 
@@ -328,7 +384,8 @@ def progress_printer(stream: Any = None) -> Event:
                 what = f"ended early after {s['n_predict']} tokens (kept out of speedups)"
             else:
                 acc = f", accept {s['accept']:.0f}%" if s.get("accept") is not None else ""
-                what = f"{s['speedup']:.2f}x{acc}" + ("" if s["lossless"] is not False else ", OUTPUT DIFFERS")
+                differs = f", OUTPUT {divergence_text(s.get('divergence'), s.get('first_difference'))}"
+                what = f"{s['speedup']:.2f}x{acc}" + ("" if s["lossless"] is not False else differs)
             print(f"[{counts['done']}] {data['case']} {data['prompt']}: {what}{eta_text}", file=out, flush=True)
         elif event == "stopped":
             print(f"{data['case']}: stopped ({data['error']}); {len(data['not_run'])} prompts not run: "
@@ -398,6 +455,8 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tokens_per_call": generated / calls if calls > 0 and counted else None,
         "lossless_rate": sum(lossless) / len(lossless) if lossless else None,
         "lossless_checked": len(lossless),
+        # differing prompts whose divergence the target alone saw as a near-tie (still not lossless)
+        "differs_near_tie": sum(1 for i in ok if i["lossless"] is False and (i.get("divergence") or {}).get("near_tie")),
     }
 
 
@@ -410,7 +469,9 @@ def set_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ended_early": [{"id": i["id"], "category": i["category"], "n_predict": i["n_predict"]}
                         for i in items if i["status"] == "ok" and i["ended_early"]],
         "failed": [{"id": i["id"], "category": i["category"], "error": i["error"]} for i in items if i["status"] != "ok"],
-        "differs": [{"id": i["id"], "category": i["category"], "first_difference": i["first_difference"]}
+        "differs": [{"id": i["id"], "category": i["category"], "first_difference": i["first_difference"],
+                     "divergence": i.get("divergence"),
+                     "label": divergence_text(i.get("divergence"), i["first_difference"])}
                     for i in items if i["lossless"] is False],
     }
 
@@ -428,7 +489,9 @@ def recommend(methods: dict[str, dict[str, Any]], metric: str = "geomean_speedup
             if not g:
                 continue
             if g["lossless_rate"] is not None and g["lossless_rate"] < 1.0:
-                excluded.append(label)
+                differing = round((1.0 - g["lossless_rate"]) * g["lossless_checked"])
+                ties = g.get("differs_near_tie") or 0
+                excluded.append(label + (" (every difference a greedy near-tie)" if ties and ties >= differing else ""))
                 continue
             spread = stats.Spread.from_dict(g.get(metric))
             if spread is not None:
@@ -487,7 +550,9 @@ def render(summary: dict[str, Any]) -> str:
         acc = f"{s['accept']:.1f}%" if s["accept"] is not None else "-"
         tpc = f"{s['tokens_per_call']:.2f}" if s["tokens_per_call"] is not None else "-"
         rate = f"{100 * s['lossless_rate']:.0f}% of {s['lossless_checked']}" if s["lossless_rate"] is not None else "-"
-        lines.append(f"  accept {acc}   tokens/round (tau) {tau}   tokens/target call {tpc}   identical output {rate}")
+        mean_acc = f"{s['mean_accepted']:.2f}" if s["mean_accepted"] is not None else "-"
+        lines.append(f"  accept {acc}   accepted/round {mean_acc}   tokens/round (tau) {tau}   tokens/target call {tpc}"
+                     f"   identical output {rate}")
         lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>24} {'total-token':>22} {'accept':>7} {'same':>5}")
         for cat, g in m["categories"].items():
             acc = f"{g['accept']:.0f}%" if g["accept"] is not None else "-"
@@ -498,8 +563,8 @@ def render(summary: dict[str, Any]) -> str:
             lines.append("  ended early (not in speedups): " + ", ".join(f"{e['id']} ({e['n_predict']} tokens)"
                                                                           for e in m["ended_early"]))
         if m["differs"]:
-            lines.append("  OUTPUT DIFFERS from the baseline: " + ", ".join(
-                f"{d['id']} (token {d['first_difference']})" for d in m["differs"]))
+            lines.append("  OUTPUT DIFFERS from the baseline (counted as not lossless): " + "; ".join(
+                f"{d['id']} {d.get('label') or divergence_text(None, d['first_difference'])}" for d in m["differs"]))
         if m["failed"]:
             lines.append("  failed: " + "; ".join(f"{f['id']}: {f['error']}" for f in m["failed"]))
         if m["not_run"]:
@@ -574,60 +639,192 @@ def plot(summary: dict[str, Any], out_dir: Path) -> list[Path]:
 
 # --- concurrency -------------------------------------------------------------------------------
 
+CONCURRENCY_REPEATS = 3
+MODES = ("baseline", "speculative")
+
+
 def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: Sequence[int], *,
-                    resolve: Callable[[Any, Any], ResolvedCase] | None = None,
+                    repeats: int = CONCURRENCY_REPEATS, resolve: Callable[[Any, Any], ResolvedCase] | None = None,
                     on_event: Event | None = None) -> list[dict[str, Any]]:
-    """For each case and each N in ``levels``: a server with N slots, N client threads sending the
-    set's prompts; aggregate throughput (generated tokens over wall time) and per-request decode
-    speed, baseline and speculative (alternating which goes first)."""
+    """For each case and each N in ``levels``: both servers (target alone, and speculative) started
+    with N slots and kept loaded side by side, every prompt's template rendered, then ``repeats``
+    pairs of batches: a baseline batch and a speculative batch back to back, in ABBA order over the
+    pairs (B S, S B, B S, ...). A batch sends every prompt of the set through N client threads.
+
+    Per level, see :func:`level_figures`: aggregate and per-request throughput per mode over the
+    batches, and the speedups as medians of the paired batch ratios with bootstrap intervals."""
+    if repeats < 1:
+        raise LlamaspecError("concurrency needs at least one pair of batches per level", hint="--repeats 3")
     emit = on_event or (lambda _e, _d: None)
     resolve = resolve or _resolver(backend)
     rows: list[dict[str, Any]] = []
     logs = paths.runs_dir() / "concurrency" / time.strftime("%Y%m%d-%H%M%S")
-    for case in (resolve(exp, c) for c in exp.cases):
-        for k, n in enumerate(levels):
+    cases = [resolve(exp, c) for c in exp.cases]
+    total = len(cases) * len(levels) * repeats * len(MODES)
+    clock = _Clock(total)
+    for case in cases:
+        for n in levels:
             level_case = replace(case, settings=replace(case.settings, parallel=n))
             backend.check(level_case)
-            row: dict[str, Any] = {"case": case.case, "method": method_label(case), "parallel": n}
-            order = ("baseline", "speculative") if k % 2 == 0 else ("speculative", "baseline")
-            for mode in order:
-                row[mode] = _concurrent_batch(level_case, prompt_set.prompts, backend, mode, n, logs / f"{case.case}-np{n}")
-            b, s = row["baseline"]["aggregate_tps"], row["speculative"]["aggregate_tps"]
-            row["aggregate_speedup"] = s / b if b and s else None
+            log_dir = logs / f"{case.case}-np{n}"
+            _warm(level_case, prompt_set.prompts, backend, log_dir)
+            batches: list[dict[str, Any]] = []
+            for r in range(repeats):
+                for mode in (MODES if r % 2 == 0 else MODES[::-1]):  # ABBA over the pairs
+                    batch = _concurrent_batch(level_case, prompt_set.prompts, backend, mode, n, log_dir, r)
+                    batches.append(batch)
+                    clock.tick()
+                    emit("batch", {"case": case.case, "parallel": n, "batch": batch, "eta": clock.eta()})
+            backend.close()  # this level's servers hold N slots of context each: not kept for the next level
+            row = {"case": case.case, "method": method_label(case), "parallel": n,
+                   **level_figures(batches, n, len(prompt_set.prompts))}
             emit("level", row)
             rows.append(row)
     return rows
 
 
+def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, log_dir: Path) -> None:
+    """Both servers started and every prompt rendered before any timed batch; one short request
+    per mode so that nothing a first request pays lands in a batch."""
+    prepare = getattr(backend, "prepare", None)
+    if prepare is not None:
+        for p in prompts:
+            prepare(prompt_case(case, p))
+    short = replace(case, settings=replace(case.settings, n_predict=4))
+    for mode in MODES:
+        backend.measure(prompt_case(short, prompts[0]), mode, log_dir / f"{mode}-warmup.json")
+
+
 def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, mode: str, clients: int,
-                      log_dir: Path) -> dict[str, Any]:
-    backend.measure(prompt_case(replace(case, settings=replace(case.settings, n_predict=4)), prompts[0]), mode,
-                    log_dir / f"{mode}-warmup.json")  # starts the server and renders templates outside the timing
+                      log_dir: Path, repeat: int = 0) -> dict[str, Any]:
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=clients) as pool:
-        measured = list(pool.map(lambda ip: backend.measure(prompt_case(case, ip[1]), mode, log_dir / f"{mode}-{ip[0]}.json"),
+        measured = list(pool.map(lambda ip: backend.measure(prompt_case(case, ip[1]), mode,
+                                                            log_dir / f"{mode}-{repeat}-{ip[0]}.json"),
                                  enumerate(prompts)))
     wall = time.monotonic() - t0
     ok = [m for m in measured if m.ok]
     generated = sum(m.n_predict or 0 for m in ok)
-    per_request = stats.spread([m.decode_tps for m in ok if m.decode_tps])
-    return {"requests": len(measured), "failed": len(measured) - len(ok), "generated": generated,
-            "wall_seconds": wall, "aggregate_tps": generated / wall if wall > 0 and generated else None,
-            "per_request_tps": per_request.to_dict() if per_request else None,
+    per_request = [m.decode_tps for m in ok if m.decode_tps]
+    return {"mode": mode, "repeat": repeat, "requests": len(measured), "failed": len(measured) - len(ok),
+            "generated": generated, "wall_seconds": wall,
+            "aggregate_tps": generated / wall if wall > 0 and generated else None,
+            "per_request_tps": statistics.median(per_request) if per_request else None,
             "errors": sorted({m.error for m in measured if m.error})[:3]}
 
 
+def level_figures(batches: Sequence[dict[str, Any]], slots: int, prompts: int) -> dict[str, Any]:
+    """One concurrency level's figures from its batches (pure).
+
+    - per mode: ``aggregate_tps`` (tokens the batch generated over its wall time) and
+      ``per_request_tps`` (the median request's decode speed in a batch), each a Spread over the
+      batches that completed (a batch with a failed request generated less: left out, counted);
+    - ``aggregate_speedup`` / ``per_request_speedup``: medians of the paired batch ratios
+      (speculative over the baseline batch of the same pair) with 95 % bootstrap intervals;
+    - ``pairs``: usable pairs; ``unpaired``: completed batches whose partner failed (their
+      throughput is in the per-mode figures, not in any speedup). Without a pair the speedups are
+      None and ``paired`` is False: no ratio of batches measured apart is ever reported.
+    """
+    good = {mode: {b["repeat"]: b for b in batches if b["mode"] == mode and not b["failed"] and b["aggregate_tps"]}
+            for mode in MODES}
+    both = sorted(set(good["baseline"]) & set(good["speculative"]))
+    agg = [good["speculative"][r]["aggregate_tps"] / good["baseline"][r]["aggregate_tps"] for r in both]
+    req = [good["speculative"][r]["per_request_tps"] / good["baseline"][r]["per_request_tps"] for r in both
+           if good["speculative"][r]["per_request_tps"] and good["baseline"][r]["per_request_tps"]]
+    notes: list[str] = []
+    if prompts % slots:
+        notes.append(f"{prompts} prompts over {slots} slots: the last wave runs {prompts % slots} requests at once")
+    if prompts < slots:
+        notes.append(f"fewer prompts ({prompts}) than slots ({slots}): the level never runs {slots} requests at once")
+    unpaired = sum(len(g) for g in good.values()) - 2 * len(both)
+    if unpaired:
+        notes.append(f"{unpaired} batch(es) without a completed partner: in the per-mode figures, not in the speedups")
+
+    def per_mode(mode: str) -> dict[str, Any]:
+        done = list(good[mode].values())
+        mine = [b for b in batches if b["mode"] == mode]
+        agg_s = stats.spread([b["aggregate_tps"] for b in done])
+        req_s = stats.spread([b["per_request_tps"] for b in done])
+        return {"batches": len(mine), "completed": len(done), "failed_requests": sum(b["failed"] for b in mine),
+                "aggregate_tps": agg_s.to_dict() if agg_s else None,
+                "per_request_tps": req_s.to_dict() if req_s else None,
+                "errors": sorted({e for b in mine for e in b["errors"]})[:3], "runs": [dict(b) for b in mine]}
+
+    agg_speedup, req_speedup = stats.spread(agg), stats.spread(req)
+    return {"prompts": prompts, "repeats": max((b["repeat"] for b in batches), default=-1) + 1,
+            "pairs": len(both), "paired": bool(both), "unpaired": unpaired,
+            "baseline": per_mode("baseline"), "speculative": per_mode("speculative"),
+            "aggregate_speedup": agg_speedup.to_dict() if agg_speedup else None,
+            "per_request_speedup": req_speedup.to_dict() if req_speedup else None,
+            "notes": notes}
+
+
 def render_concurrency(rows: Sequence[dict[str, Any]]) -> str:
-    lines = [f"{'method':<40} {'slots':>5} {'baseline agg t/s':>17} {'spec agg t/s':>13} {'agg speedup':>12}"
-             f" {'per-request t/s (base / spec)':>30}"]
+    """Throughput against slots: medians over the batches [95 % interval]; speedups are medians
+    of paired batch ratios."""
+    def fmt(d: dict[str, Any] | None, f: str = "{:.1f}", suffix: str = "") -> str:
+        s = stats.Spread.from_dict(d)
+        return s.text(f, suffix) if s else "-"
+
+    lines = ["Aggregate t/s: tokens a batch generated over its wall time; per-request t/s: the median request's",
+             "decode speed in a batch. Median over the batches [95 % interval]; speedup: median of paired batch ratios.",
+             f"{'method':<36} {'N':>2} {'pairs':>5} {'aggregate t/s base':>20} {'spec':>20} {'agg speedup':>19}"
+             f" {'per-request t/s base':>20} {'spec':>20} {'per-req speedup':>19}"]
     for r in rows:
-        def med(mode: str, r: dict[str, Any] = r) -> str:
-            s = stats.Spread.from_dict(r[mode]["per_request_tps"])
-            return f"{s.median:.1f}" if s else "-"
-        agg = f"{r['aggregate_speedup']:.2f}x" if r["aggregate_speedup"] else "-"
-        lines.append(f"{r['method'][:40]:<40} {r['parallel']:>5} {r['baseline']['aggregate_tps'] or 0:>17.1f}"
-                     f" {r['speculative']['aggregate_tps'] or 0:>13.1f} {agg:>12} {med('baseline') + ' / ' + med('speculative'):>30}")
+        agg = fmt(r["aggregate_speedup"], "{:.2f}", "x") if r["paired"] else "UNPAIRED"
+        req = fmt(r["per_request_speedup"], "{:.2f}", "x") if r["paired"] else "UNPAIRED"
+        lines.append(f"{r['method'][:36]:<36} {r['parallel']:>2} {r['pairs']:>5}"
+                     f" {fmt(r['baseline']['aggregate_tps']):>20} {fmt(r['speculative']['aggregate_tps']):>20} {agg:>19}"
+                     f" {fmt(r['baseline']['per_request_tps']):>20} {fmt(r['speculative']['per_request_tps']):>20}"
+                     f" {req:>19}")
+        for mode in MODES:
+            if r[mode]["failed_requests"]:
+                lines.append(f"    {mode}: {r[mode]['failed_requests']} failed requests; {'; '.join(r[mode]['errors'])}")
+        for note in r["notes"]:
+            lines.append(f"    note: {note}")
     return "\n".join(lines)
+
+
+def plot_concurrency(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str) -> list[Path]:
+    """Aggregate and per-request throughput against N, speculative (solid) and its paired baseline
+    (dashed) per method, with the 95 % intervals over the batches."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, method in enumerate(methods):
+        mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["parallel"])
+        for ax, key in zip(axes, ("aggregate_tps", "per_request_tps"), strict=True):
+            for mode, style in (("speculative", "-"), ("baseline", "--")):
+                xs, ys, lo, hi = [], [], [], []
+                for r in mine:
+                    s = stats.Spread.from_dict(r[mode][key])
+                    if s is None:
+                        continue
+                    xs.append(r["parallel"])
+                    ys.append(s.median)
+                    lo.append(s.median - s.low)
+                    hi.append(s.high - s.median)
+                if xs:
+                    label = method if mode == "speculative" else f"baseline (paired with {method.split(' ')[0]})"
+                    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o" + style, capsize=3, color=colors[k % len(colors)],
+                                label=label, alpha=1.0 if mode == "speculative" else 0.6)
+    levels = sorted({r["parallel"] for r in rows})
+    for ax, title in zip(axes, ("aggregate throughput (t/s)", "per-request decode speed (t/s)"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels)
+        ax.set_xticklabels([str(n) for n in levels])
+        ax.set_xlabel("concurrent requests (server slots) N")
+        ax.set_ylabel(title)
+        ax.set_ylim(bottom=0)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{stem}: throughput against concurrency (median over batches, 95 % interval)")
+    return [_save(plt, fig, out_dir / f"{stem}-concurrency.png")]
 
 
 def as_json(summary: dict[str, Any]) -> str:
@@ -641,8 +838,9 @@ def as_json(summary: dict[str, Any]) -> str:
     return json.dumps(strip(summary), indent=2, default=str)
 
 
-__all__ = ["CaseSet", "SetRun", "as_json", "group_statistics", "plot", "prompt_summary", "recommend", "render",
-           "run_concurrency", "run_set", "set_statistics", "source_of", "summarize", "total_speedup"]
+__all__ = ["CaseSet", "SetRun", "as_json", "divergence", "group_statistics", "level_figures", "plot",
+           "plot_concurrency", "prompt_summary", "recommend", "render", "render_concurrency", "run_concurrency", "run_set",
+           "set_statistics", "source_of", "summarize", "total_speedup"]
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:

@@ -64,7 +64,8 @@ def compare_outputs(spec: Measurement, base: Measurement) -> Lossless:
 
     The speculative side may overshoot n_predict (the last round's accepted tokens all count), so
     it is compared over the baseline's length; a speculative output *shorter* than the baseline's
-    differs (a truncated run must not pass as identical), unless both stopped on their own.
+    differs (a truncated run must not pass as identical), and so does a longer one when the
+    baseline stopped at end of text and the speculative run did not.
     """
     if spec.tokens is not None and base.tokens is not None:
         a: Sequence[Any] = spec.tokens
@@ -78,6 +79,11 @@ def compare_outputs(spec: Measurement, base: Measurement) -> Lossless:
     if first is None and len(a) < len(b):
         return Lossless("differs", unit, len(a), 1, len(a), f"the speculative output is shorter: {len(a)} {unit} "
                         f"against the baseline's {len(b)}", _excerpt(a, len(a)), _excerpt(b, len(a)))
+    if first is None and len(a) > len(b) and base.end_of_text and not spec.end_of_text:
+        # Overshoot is only the last round's extra tokens when the baseline was cut at n_predict;
+        # a baseline that stopped on its own says the speculative run went on past end of text.
+        return Lossless("differs", unit, len(b), 1, len(b), f"the baseline stopped at end of text after {len(b)} "
+                        f"{unit}; the speculative output goes on", _excerpt(a, len(b)), "")
     if first is None and not b and not base.end_of_text:
         return Lossless("not checked", unit, reason="the baseline generated nothing")
     if first is not None:

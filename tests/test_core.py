@@ -125,6 +125,10 @@ def test_compare_outputs_on_tokens_and_text() -> None:
     assert diverge.verdict == "differs" and diverge.first_difference == 5 and diverge.unit == "chars"
     assert diverge.speculative_excerpt == "Xf" and diverge.baseline_excerpt == "ef"
     assert compare_outputs(m("speculative", text=""), m("baseline", text="x")).verdict == "differs"  # cut after the prompt
+    on = compare_outputs(m("speculative", (1, 2, 3, 4)), m("baseline", (1, 2, 3), eot=True))  # past end of text
+    assert on.verdict == "differs" and on.first_difference == 3 and "end of text" in (on.reason or "")
+    both = compare_outputs(m("speculative", (1, 2, 3), eot=True), m("baseline", (1, 2, 3), eot=True))
+    assert both.verdict == "identical"
 
 
 def test_ties_recommend_the_cheapest_and_never_a_differing_point(fake_models) -> None:

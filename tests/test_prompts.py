@@ -154,6 +154,41 @@ def test_alpaca_from_a_populated_hub_cache_offline(tmp_path: Path, monkeypatch: 
     assert [p.id for p in got.prompts] == ["alpaca-1"] and got.total == 2
 
 
+def test_alpaca_hub_parquet_from_a_populated_cache_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hub's own layout: tatsu-lab/alpaca ships data/train-*.parquet (read with the prompts extra)."""
+    pq = pytest.importorskip("pyarrow.parquet", reason="pip install 'llamaspec[prompts]'")
+    import pyarrow as pa
+
+    cache = tmp_path / "hub"
+    repo = cache / "datasets--tatsu-lab--alpaca"
+    commit = "b" * 40
+    data = repo / "snapshots" / commit / "data"
+    data.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(ALPACA), data / "train-00000-of-00001-a09b74b3ef9c3b56.parquet")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    got = prompts.load(prompts.parse_source("alpaca", format="alpaca"))
+    assert got.total == 2 and got.skipped == ("record 3: no \"instruction\"",)
+    assert [p.category for p in got.prompts] == ["no-input", "with-input"] and not got.prompts[0].chat
+    assert "### Input:\nGood morning" in got.prompts[1].prompt
+
+
+def test_parquet_without_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    (tmp_path / "train.parquet").write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(LlamaspecError, match="needs pyarrow") as info:
+        prompts.load(f"alpaca:{tmp_path / 'train.parquet'}")
+    assert "llamaspec[prompts]" in (info.value.hint or "")
+
+
 def test_shipped_set_has_40_prompts_in_4_categories_with_code_to_edit() -> None:
     got = prompts.load(str(ROOT / "experiments" / "prompts" / "llamaspec-mini.jsonl"))
     assert len(got.prompts) >= 40 and not got.skipped

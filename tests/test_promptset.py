@@ -46,6 +46,17 @@ def test_prompt_summary_pairs_repeats_and_checks_tokens() -> None:
     assert differs["lossless"] is False and differs["first_difference"] == 3
 
 
+def test_prompt_summary_takes_the_run_cores_lossless_verdict() -> None:
+    short = promptset.prompt_summary(Prompt("s", "x"), [m("baseline", 10.0), m("speculative", 12.0, tokens=tuple(range(40)))])
+    assert short["lossless"] is False and short["first_difference"] == 40 and "shorter" in short["lossless_text"]
+    past_eot = promptset.prompt_summary(Prompt("e", "x"), [m("baseline", 10.0, n=10, eot=True),
+                                                           m("speculative", 12.0, n=12)])
+    assert past_eot["lossless"] is False and "end of text" in past_eot["lossless_text"]
+    same = promptset.prompt_summary(Prompt("i", "x"), [m("baseline", 10.0), m("speculative", 12.0)])
+    assert same["lossless"] is True and same["lossless_text"].startswith("identical over 64 generated tokens")
+    assert same["paired"] is True and same["divergence"] is None
+
+
 def test_set_statistics_by_hand() -> None:
     items = [
         summary("p1", "code", 10.0, 20.0, drafted=40, accepted=30, rounds=10),
@@ -97,6 +108,8 @@ class Backend:
     die_on: str | None = None
     name: str = "fake"
     calls: int = 0
+    flip: dict[str, int] | None = None  # prompt id -> position where speculation takes token 999
+    probed: list[tuple[str, int]] | None = None
 
     capabilities = Capabilities(modes=frozenset({"baseline", "speculative"}), settings=frozenset(), keeps_models_loaded=True,
                                 token_ids=True)
@@ -121,9 +134,23 @@ class Backend:
                                stats={"error_kind": "prompt"})
         n = 3 if "short" in (case.prompt or "") else case.settings.n_predict or 16
         tps = 10.0 * (2 if mode == "speculative" and "code" in (case.prompt or "") else 1)
+        tokens = list(range(n))
+        at = (self.flip or {}).get(case.prompt_id or "")
+        if mode == "speculative" and at is not None:
+            tokens[at] = 999
         return m(mode, tps, n=n, eot=n < (case.settings.n_predict or 16),
                  drafted=8 if mode == "speculative" else None, accepted=6 if mode == "speculative" else None,
-                 rounds=2 if mode == "speculative" else None)
+                 rounds=2 if mode == "speculative" else None, tokens=tuple(tokens))
+
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Any, log_path: Path) -> list[dict[str, Any]]:
+        """The target's top two at ``position``: a near-tie where this fake flips for ``c1``, a clear
+        winner where it flips for the others, on the baseline's path (token i at position i)."""
+        assert list(prefix) == list(range(position))
+        if self.probed is not None:
+            self.probed.append((case.prompt_id or "", position))
+        if case.prompt_id == "c1":
+            return [{"id": position, "piece": "a", "p": 0.401}, {"id": 999, "piece": "b", "p": 0.399}]
+        return [{"id": position, "piece": "a", "p": 0.90}, {"id": 999, "piece": "b", "p": 0.05}]
 
     def close(self) -> None:
         pass
@@ -189,6 +216,31 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
     assert figures["recommendation"]["code"]["method"] == second.cases[0].label
 
 
+def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: Path, no_provenance: None) -> None:
+    store = Store.open(tmp_path / "r.db")
+    backend = Backend(flip={"c1": 5, "p1": 9}, probed=[])
+    result = promptset.run_set(Exp(), PROMPTS, backend, store, resolve=resolve)
+    assert backend.probed == [("c1", 5), ("p1", 9)]  # only the prompts that differ, at their divergence
+    items = {i["id"]: i for i in result.cases[0].items}
+    tie, clear = items["c1"]["divergence"], items["p1"]["divergence"]
+    assert tie["position"] == 5 and tie["near_tie"] is True and math.isclose(tie["gap"], 0.002)
+    assert clear["near_tie"] is False and items["c2"]["divergence"] is None
+    st = promptset.summarize(result)
+    method = st["methods"][result.cases[0].label]
+    assert method["set"]["lossless_rate"] == 3 / 5  # near-tie or not, they are not lossless (t1 failed, unchecked)
+    text = promptset.render(st)
+    assert "c1 differs at token 5: near-tie p 0.4010 vs 0.3990 (gap 2.0e-03)" in text
+    assert "p1 differs at token 9: not a near-tie (target's top two p 0.9000 vs 0.0500)" in text
+    figures = json.loads(promptset.as_json(st))
+    assert figures["methods"][result.cases[0].label]["differs"][0]["divergence"]["near_tie"] is True
+    label = result.cases[0].label
+    assert st["recommendation"]["code"]["excluded"] == [f"{label} (every difference a greedy near-tie)"]
+    assert st["recommendation"]["prose"]["excluded"] == [label]  # p1 is no near-tie
+    assert method["categories"]["code"]["differs_near_tie"] == 1
+    again = promptset.run_set(Exp(), PROMPTS, Backend(), store, resolve=resolve)  # resumed: kept as stored
+    assert {i["id"]: i for i in again.cases[0].items}["c1"]["divergence"] == tie
+
+
 def test_plots_are_written(tmp_path: Path, no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
     result = promptset.run_set(Exp(cases=("m1", "m2")), PROMPTS, Backend(), store, resolve=resolve)
@@ -197,12 +249,94 @@ def test_plots_are_written(tmp_path: Path, no_provenance: None) -> None:
     assert all(p.stat().st_size > 5000 for p in paths)
 
 
-def test_concurrency_levels_report_aggregate_and_per_request_speed(tmp_path: Path) -> None:
-    rows = promptset.run_concurrency(Exp(), replace(PROMPTS, prompts=PROMPTS.prompts[:2]), Backend(), [1, 2],
-                                     resolve=resolve)
-    assert [r["parallel"] for r in rows] == [1, 2]
-    assert all(r["baseline"]["requests"] == 2 and r["speculative"]["generated"] == 32 for r in rows)
-    assert "slots" in promptset.render_concurrency(rows)
+class Slots(Backend):
+    """A server with N slots, in real time: a request's decode speed falls as slots fill, and the
+    speculative server's edge shrinks with N (2x at 1 slot, 1.5x at 2, 1x at 4). Like the real
+    server, the first request for a prompt on a server pays its chat-template rendering (100 ms)
+    unless ``prepare`` rendered it first, and the order inside a pair costs nothing. Records the
+    order of the batches it served."""
+
+    EDGE = {1: 2.0, 2: 1.5, 4: 1.0}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rendered: set[tuple[str, int, str]] = set()
+        self.order: list[tuple[int, str]] = []
+
+    def prepare(self, case: ResolvedCase) -> None:
+        for mode in promptset.MODES:
+            self.rendered.add((mode, case.settings.parallel or 1, case.prompt or ""))
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
+        import time
+
+        n_slots = case.settings.parallel or 1
+        key = (mode, n_slots, case.prompt or "")
+        if key not in self.rendered:
+            self.rendered.add(key)
+            time.sleep(0.1)
+        tps = 200.0 / (1 + 0.5 * (n_slots - 1)) * (self.EDGE[n_slots] if mode == "speculative" else 1.0)
+        n = case.settings.n_predict or 16
+        time.sleep(n / tps)
+        if n > 4:
+            self.order.append((n_slots, mode))
+        return m(mode, tps, n=n)
+
+
+def test_concurrency_pairs_batches_in_abba_order_and_reports_spreads() -> None:
+    prompts = replace(PROMPTS, prompts=PROMPTS.prompts[:4])
+    backend = Slots()
+    rows = promptset.run_concurrency(Exp(), prompts, backend, [1, 2, 4], resolve=resolve, repeats=3)
+    assert [r["parallel"] for r in rows] == [1, 2, 4]
+    b, s = "baseline", "speculative"
+    for n in (1, 2, 4):  # per level: B S, S B, B S, each batch the whole set
+        served = [mode for level, mode in backend.order if level == n]
+        assert served == [b] * 4 + [s] * 4 + [s] * 4 + [b] * 4 + [b] * 4 + [s] * 4
+    for r in rows:
+        edge = Slots.EDGE[r["parallel"]]
+        assert r["paired"] and r["pairs"] == 3 and r["unpaired"] == 0 and r["repeats"] == 3
+        req = r["per_request_speedup"]
+        assert req["n"] == 3 and math.isclose(req["median"], edge)  # from the decode speeds: exact
+        agg = r["aggregate_speedup"]
+        assert agg["n"] == 3 and agg["low"] <= agg["median"] <= agg["high"]
+        # wall-clock based: every pair within 20 % of the true edge (no rendering inside a batch)
+        assert all(abs(v / edge - 1) < 0.2 for v in agg["values"]), (r["parallel"], agg["values"])
+        for mode in (b, s):
+            assert r[mode]["aggregate_tps"]["n"] == 3 and r[mode]["per_request_tps"]["n"] == 3
+    # more slots: more aggregate throughput for the baseline, slower requests
+    base_agg = [r[b]["aggregate_tps"]["median"] for r in rows]
+    assert base_agg[0] < base_agg[1] < base_agg[2]
+    assert rows[0][b]["per_request_tps"]["median"] > rows[2][b]["per_request_tps"]["median"]
+    text = promptset.render_concurrency(rows)
+    assert "UNPAIRED" not in text and "median of paired batch ratios" in text
+
+
+def batch(mode: str, repeat: int, agg: float | None, req: float | None = None, failed: int = 0) -> dict[str, Any]:
+    return {"mode": mode, "repeat": repeat, "requests": 4, "failed": failed, "generated": 64, "wall_seconds": 1.0,
+            "aggregate_tps": agg, "per_request_tps": req if req is not None else agg, "errors": ["boom"] if failed else []}
+
+
+def test_level_figures_by_hand_and_a_failed_batch_leaves_its_partner_unpaired() -> None:
+    batches = [batch("baseline", 0, 10.0), batch("speculative", 0, 20.0, 8.0), batch("speculative", 1, 30.0, 9.0),
+               batch("baseline", 1, 10.0), batch("baseline", 2, 20.0), batch("speculative", 2, 0.5, failed=1)]
+    f = promptset.level_figures(batches, slots=3, prompts=4)
+    assert f["pairs"] == 2 and f["paired"] and f["unpaired"] == 1
+    assert f["aggregate_speedup"]["values"] == [2.0, 3.0] and f["aggregate_speedup"]["median"] == 2.5
+    assert f["per_request_speedup"]["values"] == [0.8, 0.9]
+    assert f["baseline"]["aggregate_tps"]["values"] == [10.0, 10.0, 20.0]  # the lone baseline batch is kept here
+    assert f["speculative"]["completed"] == 2 and f["speculative"]["failed_requests"] == 1
+    assert any("last wave runs 1" in n for n in f["notes"]) and any("without a completed partner" in n for n in f["notes"])
+    alone = promptset.level_figures([batch("baseline", 0, 10.0), batch("speculative", 0, None, failed=4)], 1, 4)
+    assert not alone["paired"] and alone["aggregate_speedup"] is None
+    row = {"case": "m1", "method": "m1 (draft)", "parallel": 1, **alone}
+    assert "UNPAIRED" in promptset.render_concurrency([row])
+
+
+def test_concurrency_plot_is_written(tmp_path: Path) -> None:
+    rows = promptset.run_concurrency(Exp(cases=("m1", "m2")), replace(PROMPTS, prompts=PROMPTS.prompts[:2]), Slots(),
+                                     [1, 2], resolve=resolve, repeats=1)
+    (path,) = promptset.plot_concurrency(rows, tmp_path / "plots", "exp")
+    assert path.name == "exp-concurrency.png" and path.stat().st_size > 5000
 
 
 def test_source_of_reads_the_experiments_mapping_and_the_command_line_wins(tmp_path: Path) -> None:

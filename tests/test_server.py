@@ -4,6 +4,7 @@ real responses, and the real server from the pinned build on the real offline Sm
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -122,6 +123,17 @@ def test_fields_when_nothing_was_drafted_and_when_the_model_stopped() -> None:
     assert nothing["n_drafted"] == 0 and nothing["n_accept"] == 0 and nothing["accept"] is None  # absent means 0
     early = server.completion_fields(ANSWERS["eos"], "baseline", case().settings)
     assert early["end_of_text"] and early["n_predict"] < 16
+
+
+def test_top_tokens_from_a_recorded_n_probs_answer() -> None:
+    rec = json.loads((REC / "server-nprobs.json").read_text())
+    answer = rec["response"]
+    at = rec["request"]["n_predict"] - 1
+    top = server.top_tokens_at(answer, at, answer["tokens"][:at])
+    assert top is not None and [t["id"] for t in top] == [198, 11181]  # "\n" and "\n  ": the flip the draft run took
+    assert top[0]["p"] >= top[1]["p"] and top[0]["p"] - top[1]["p"] < 1e-3
+    assert top[0]["p"] == pytest.approx(math.exp(answer["completion_probabilities"][at]["top_logprobs"][0]["logprob"]))
+    assert server.top_tokens_at(answer, at, [0] * at) is None  # another path: its probabilities say nothing here
 
 
 # --- the real server ---------------------------------------------------------------------------
@@ -302,3 +314,61 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
     assert set(out["recommendation"]) == {"code-editing", "prose", "all"}
     again = CliRunner().invoke(main, args)  # everything stored: nothing measured again
     assert again.exit_code == 0 and json.loads(again.stdout)["methods"] == out["methods"]
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_concurrency_levels_on_the_real_server(server_build, pair, tmp_path: Path) -> None:
+    prompts = PromptSet(PromptSource("jsonl", "/x"), (
+        Prompt("c1", CODE_EDIT, "code-editing"), Prompt("w1", "Write a Python function that adds two numbers.", "code")))
+
+    class Exp:
+        name = "server-test"
+        cases = ("ngram",)
+        path = ""
+
+    def resolve(_exp: Any, _name: Any) -> ResolvedCase:
+        return real_case(pair, "ngram-simple", chat=True, ngram_size_n=3, ngram_size_m=8, n_predict=12)
+
+    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    levels: list[int] = []
+    b_check = b.check
+
+    def check(case: ResolvedCase) -> None:  # the level's slots reach the server's argv
+        levels.append(case.settings.parallel or 0)
+        b_check(case)
+
+    b.check = check  # type: ignore[method-assign]
+    rows = promptset.run_concurrency(Exp(), prompts, b, [1, 2], resolve=resolve, repeats=1)
+    assert levels == [1, 2] and b.servers() == []  # each level's servers stopped after it
+    for r in rows:
+        assert r["paired"] and r["pairs"] == 1 and not r["notes"], r
+        for mode in ("baseline", "speculative"):
+            run = r[mode]["runs"][0]
+            assert run["requests"] == 2 and run["failed"] == 0 and run["generated"] == 24
+            assert r[mode]["aggregate_tps"]["median"] > 0 and r[mode]["per_request_tps"]["median"] > 0
+        assert r["aggregate_speedup"]["median"] > 0 and r["per_request_speedup"]["n"] == 1
+    logs = sorted((tmp_path / "servers").glob("*.log"))
+    assert any("-np 2" in p.read_text().splitlines()[0] for p in logs)
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_prepare_starts_both_servers_side_by_side_and_renders_the_prompt(server_build, pair, tmp_path: Path) -> None:
+    import time
+
+    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    c = real_case(pair, chat=True, prompt="Say hi.")
+    t0 = time.monotonic()
+    b.prepare(c)
+    wall = time.monotonic() - t0
+    starts = [s.started_seconds or 0.0 for s in b.servers()]
+    try:
+        assert len(starts) == 2
+        if (os.cpu_count() or 1) >= 2:  # two -t 1 servers fit: the loads overlap
+            assert wall < sum(starts)
+        assert (c.target.path, "Say hi.") in b._prompts.rendered
+        m = b.measure(c, "speculative", tmp_path / "s.json")
+        assert m.ok and len(b.servers()) == 2  # nothing more started
+    finally:
+        b.close()

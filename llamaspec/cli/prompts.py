@@ -95,6 +95,17 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def _concurrency_progress(event: str, data: dict[str, Any]) -> None:
+    if event == "batch":
+        b = data["batch"]
+        eta = data.get("eta")
+        eta_text = f", ETA {int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else ""
+        failed = f", {b['failed']} FAILED" if b["failed"] else ""
+        log.info("%s, %d slots, pair %d, %s: %s aggregate t/s over %.1f s%s%s", data["case"], data["parallel"],
+                 b["repeat"] + 1, b["mode"], f"{b['aggregate_tps']:.1f}" if b["aggregate_tps"] else "-",
+                 b["wall_seconds"], failed, eta_text)
+
+
 @prompts.command("run")
 @click.argument("experiment_name", metavar="NAME|PATH")
 @click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
@@ -107,10 +118,12 @@ def _terminate_as_interrupt() -> Iterator[None]:
 @click.option("--ngram-m", "ngram_size_m", type=click.IntRange(min=1), default=None, help="N-gram modes: draft length.")
 @click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads.")
 @click.option("--gpu-layers", "-ngl", type=SettingValue("gpu_layers"), default=None, help="Offload: all, none or a layer count.")
-@click.option("--repeats", "-r", type=click.IntRange(min=1), default=None, help="Measure each prompt N times (ABBA).")
+@click.option("--repeats", "-r", type=click.IntRange(min=1), default=None,
+              help="Measure each prompt N times (ABBA); with --parallel, N pairs of batches per level (default 3).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds per request.")
 @click.option("--parallel", "parallel", default=None, metavar="N[,N...]",
-              help="Concurrency instead: N slots and N clients per level, e.g. 1,2,4.")
+              help="Concurrency instead: N slots and N clients per level, e.g. 1,2,4; paired baseline and "
+                   "speculative batches, --repeats pairs per level.")
 @click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None, help="Write plots to this folder.")
 @click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
               help="Use these llama.cpp binaries instead of llamaspec's build.")
@@ -166,10 +179,12 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
     try:
         with _terminate_as_interrupt():
             if levels:
-                rows = promptset.run_concurrency(exp, got, backend, levels, on_event=lambda _e, d: log.info(
-                    "%s, %d slots: aggregate speedup %s", d["method"], d["parallel"],
-                    f"{d['aggregate_speedup']:.2f}x" if d["aggregate_speedup"] else "-"))
+                rows = promptset.run_concurrency(exp, got, backend, levels, on_event=_concurrency_progress,
+                                                 repeats=repeats if repeats is not None else promptset.CONCURRENCY_REPEATS)
                 click.echo(json.dumps(rows, indent=2, default=str) if as_json else promptset.render_concurrency(rows))
+                if plot_dir is not None:
+                    for path in promptset.plot_concurrency(rows, plot_dir, exp.name):
+                        log.info("wrote %s", path)
                 return
             result = promptset.run_set(exp, got, backend, Store.open(), repeats=exp.repeats if isinstance(exp.repeats, int) else 3,
                                        hardware=host.hardware(),

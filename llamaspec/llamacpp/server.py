@@ -31,6 +31,7 @@ import dataclasses
 import http.client
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -38,6 +39,7 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +208,7 @@ class Server:
             if time.monotonic() > deadline:
                 self.stop()
                 raise ServerDied(f"not ready after {ready_timeout:.0f} s")
-            time.sleep(0.1)
+            time.sleep(0.02)  # a small model is ready in ~1 s: poll often, the wait is wall time of the run
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -390,6 +392,7 @@ class ServerBackend:
         self._lock = threading.Lock()
         self._starting: dict[tuple[str, ...], threading.Lock] = {}
         self._prompts = _PromptCache()
+        self._explicit_port_used = False
 
     # identity and provenance
 
@@ -468,8 +471,9 @@ class ServerBackend:
                 raise ServerDied(f"({server.label}) {server.exit_description()} (log: {server.log_path})")
             label = mode if mode == "baseline" else f"speculative, {case.settings.spec_type or 'draft'}"
             stem = f"{int(time.time())}-{os.getpid()}-{len(self._pool)}-{mode}"
-            with self._lock:
-                port = self.port if self.port is not None and not self._pool else None
+            with self._lock:  # the explicit port goes to the first server started, once (starts may overlap)
+                port = self.port if self.port is not None and not self._explicit_port_used else None
+                self._explicit_port_used = self._explicit_port_used or port is not None
             server = Server(self.program, args, self.servers_dir / f"{stem}.log", label, port=port)
             server.start(READY_TIMEOUT if case.settings.timeout is None else max(READY_TIMEOUT, case.settings.timeout))
             with self._lock:
@@ -485,6 +489,7 @@ class ServerBackend:
             server.stop()
         with self._lock:
             self._pool.clear()
+            self._explicit_port_used = False
 
     # prompts
 
@@ -508,6 +513,68 @@ class ServerBackend:
         with self._lock:
             self._prompts.rendered[key] = rendered
         return rendered
+
+    def prepare(self, case: ResolvedCase, modes: tuple[str, ...] = ("baseline", "speculative")) -> None:
+        """Start the servers for ``modes`` and render the prompt, so that nothing of it lands in a timing.
+
+        Servers not yet started are started side by side when their threads fit the cores: then
+        a run waits for the slowest load, not the sum (loads were most of a prompt set's time
+        outside generation). When they do not fit they start one after the other: on 2 cores, two
+        -t 2 servers loading at once took a median 8.9 s against 4.0 s in turn (-t 1: 2.3 s
+        against 2.6 s). A server that died is left for the next measurement to report."""
+        todo = [m for m in modes if self._pooled(case, m) is None]
+        per_server = case.settings.with_defaults().threads
+        if len(todo) > 1 and (per_server is None or per_server * len(todo) > (os.cpu_count() or 1)):
+            for mode in todo:
+                self.server_for(case, mode)
+            todo = []
+        errors: list[LlamaspecError] = []
+
+        def start(mode: str) -> None:
+            try:
+                self.server_for(case, mode)
+            except LlamaspecError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=start, args=(m,), name=f"start-{m}", daemon=True) for m in todo]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                t.join()
+        except KeyboardInterrupt:
+            _stop_all()  # what has started so far; a start still waiting for /health then fails and ends
+            raise
+        if errors:
+            raise errors[0]
+        base = self._pooled(case, "baseline")
+        if case.chat and base is not None and base.alive():
+            with contextlib.suppress(ServerDied):
+                self.prompt_text(case)
+
+    def _pooled(self, case: ResolvedCase, mode: str) -> Server | None:
+        key = (str(self.program), *server_args(self.caps, self.build.accel, case, mode))
+        with self._lock:
+            return self._pool.get(key)
+
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Sequence[int], log_path: Path,
+                   n: int = 2) -> list[dict[str, Any]] | None:
+        """The target's ``n`` most probable tokens at generated position ``position`` (0-based), on
+        its own greedy path, from the target-only server (raw probabilities, before sampling).
+
+        ``prefix`` is the baseline's output before that position; None when this request's path
+        differs from it (then the probabilities would belong to another context)."""
+        s = case.settings.with_defaults()
+        server = self.server_for(case, "baseline")
+        body = {"prompt": self.prompt_text(case), "n_predict": position + 1, "temperature": s.temperature,
+                "seed": s.seed, "cache_prompt": False, "return_tokens": True, "stream": False, "n_probs": n,
+                "post_sampling_probs": False}
+        try:
+            data = server.post("/completion", body, timeout=s.timeout or 1800.0)
+        except (ServerDied, RequestFailed, OSError, http.client.HTTPException) as exc:
+            raise LlamaspecError(f"llama-server ({server.label}) could not give token probabilities: {exc}") from None
+        _write_log(log_path, server, body, data, None)
+        return top_tokens_at(data, position, prefix)
 
     # measuring
 
@@ -582,6 +649,20 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, rounds: int 
     else:
         fields.update(draft_policy="none")
     return fields
+
+
+def top_tokens_at(data: dict[str, Any], position: int, prefix: Sequence[int]) -> list[dict[str, Any]] | None:
+    """``[{"id", "piece", "p"}, ...]`` at ``position`` from an ``n_probs`` answer (pure: tested on a
+    recorded one); None when the answer's tokens before it are not ``prefix``."""
+    tokens = data.get("tokens") or []
+    if list(tokens[:position]) != list(prefix):
+        log.warning("the probe's output differs from the baseline's before token %d: top tokens not used", position)
+        return None
+    probs = data.get("completion_probabilities") or []
+    if position >= len(probs):
+        return None
+    top = probs[position].get("top_logprobs") or []
+    return [{"id": int(t["id"]), "piece": t.get("token", ""), "p": math.exp(float(t["logprob"]))} for t in top]
 
 
 def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[str, Any], error: str | None) -> None:
