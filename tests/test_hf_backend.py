@@ -251,3 +251,22 @@ def test_unescape() -> None:
     from llamaspec.hf.backend import unescape
 
     assert unescape(r"a\nb\tc \"q\" \\n") == 'a\nb\tc "q" \\n'
+
+
+def test_an_assistant_that_samples_by_default_drafts_greedily(backend, tmp_path: Path) -> None:
+    """transformers copies an assistant's own decoding defaults (do_sample=True, ...) into its drafts
+    when the call leaves them at the global default: the draft would sample while the target decodes
+    greedily, and the acceptance measured would be the sampler's, not the pair's."""
+    import hf_factory
+    from transformers import GenerationConfig
+
+    target, assistant = hf_factory.pair(tmp_path / "pair")
+    greedy = backend.measure(case(target, assistant), "speculative", tmp_path / "g.log")
+    sampling = GenerationConfig.from_pretrained(assistant)
+    sampling.do_sample, sampling.temperature, sampling.top_k = True, 3.0, 0
+    sampling.save_pretrained(assistant)
+    backend.close()  # load the assistant again, with its sampling defaults
+    spec = backend.measure(case(target, assistant), "speculative", tmp_path / "s.log")
+    assert greedy.ok and spec.ok, (greedy.error, spec.error)
+    assert spec.stats["assistant"]["decoding_defaults_overridden"] == {"do_sample": True, "temperature": 3.0, "top_k": 0}
+    assert spec.stats["per_round"] == greedy.stats["per_round"] and spec.n_accept == greedy.n_accept > 0

@@ -47,7 +47,7 @@ def report(experiment_names: tuple[str, ...], compare_by: str | None, output: Pa
     baseline); their absolute speeds do not.
 
     \b
-    Examples:
+    Example:
       llamaspec report smollm2-quicksort --compare build -o report.md
       llamaspec report smollm2-quicksort hf-smollm2-quicksort --compare backend
     """
