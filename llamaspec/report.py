@@ -144,9 +144,11 @@ def table(title: str, summary: Summary, reference: Reference | None, seconds: Se
 def case_title(result: Any) -> str:
     case = result.case
     draft = case.draft.label if case.draft else f"none ({case.settings.spec_type})"
-    return (f"{case.experiment} / {case.case}  [run {result.run_id}, {result.status}]\n"
+    engine = getattr(result, "engine", "") or ""
+    program = f", program {case.settings.program}" if engine in ("", "llama.cpp") else ""  # llama.cpp's setting only
+    return (f"{case.experiment} / {case.case}  [run {result.run_id}, {result.status}{', ' + engine if engine else ''}]\n"
             f"  target {case.target.label}, draft {draft}, draft_max {case.settings.draft_max}, "
-            f"n_predict {case.settings.n_predict}, threads {case.settings.threads}, program {case.settings.program}")
+            f"n_predict {case.settings.n_predict}, threads {case.settings.threads}{program}")
 
 
 def render(results: Sequence[Any]) -> str:

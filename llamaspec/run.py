@@ -38,6 +38,7 @@ class CaseResult:
     reference: Reference | None
     measurements: tuple[Measurement, ...]
     summary: Summary
+    engine: str = ""  # the backend that measured it
 
     @property
     def status(self) -> str:
@@ -244,7 +245,7 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
         raise
     summary = summarize_now("failed", failed) if failed else summarize_now()
     store.finish_run(run_id, summary.status, summary.to_dict(), summary.error)
-    return CaseResult(run_id, case, reference, tuple(measured), summary)
+    return CaseResult(run_id, case, reference, tuple(measured), summary, engine=backend.name)
 
 
 def _failure(m: Measurement) -> str | None:

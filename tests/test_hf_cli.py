@@ -83,6 +83,7 @@ def test_run_sweep_report_plot(catalog: Path, tmp_path: Path) -> None:
     assert s.speedup.text(suffix="x") in ran.output
     assert "lossless: identical over 32 generated tokens (2/2 pairs)" in ran.output
     assert "seconds (speculative; generate() call)" in ran.output and "speedup in wall time" in ran.output
+    assert ", transformers]" in ran.output and "program speculative" not in ran.output  # the engine, not llama.cpp's setting
 
     swept = invoke("sweep", str(path), "--draft", "2,4,8", "--repeats", "1", "--no-plot")
     assert swept.exit_code == 0, swept.output
