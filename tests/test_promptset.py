@@ -445,3 +445,88 @@ def test_source_of_reads_the_experiments_mapping_and_the_command_line_wins(tmp_p
     assert (src.kind, src.format, src.limit) == ("jsonl", "raw", 2) and src.path == str(tmp_path / "set.jsonl")
     with pytest.raises(Exception, match="names no prompt set"):
         promptset.source_of(E())
+
+
+# --- the command line: `llamaspec run NAME --prompts FILE` is `llamaspec prompts run` -----------
+
+@pytest.fixture
+def fake_server(monkeypatch: pytest.MonkeyPatch, no_provenance: None) -> dict[str, Any]:
+    """``llama-server`` replaced by the fakes above (``Slots`` for --parallel, ``Backend``
+    otherwise); each case resolved from the experiment as the command line left it."""
+    from llamaspec.llamacpp import server
+
+    seen: dict[str, Any] = {"settings": [], "backends": []}
+
+    def open_backend(_options: Any) -> Any:
+        backend = Slots() if seen.get("slots") else Backend()
+        seen["backends"].append(backend)
+        return backend
+
+    def resolve_case(exp: Any, case: Any) -> ResolvedCase:
+        seen["settings"].append(case.settings)
+        model = ModelPath("t:f32", "/models/t.gguf")
+        draft = None if case.settings.spec_type and case.settings.spec_type != "draft" else model
+        return ResolvedCase(exp.name, case.name, model, draft, None, None, case.settings)
+
+    monkeypatch.setattr(server, "open_backend", open_backend)
+    monkeypatch.setattr(promptset, "_resolver", lambda _backend: resolve_case)
+    return seen
+
+
+def _cli(args: list[str]) -> Any:
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    return CliRunner().invoke(main, args)
+
+
+def test_run_with_prompts_takes_parallel_plot_repeats_and_json_as_prompts_run_does(
+        tmp_path: Path, fake_server: dict[str, Any]) -> None:
+    prompts = tmp_path / "set.jsonl"
+    prompts.write_text("\n".join(json.dumps(p) for p in [{"id": "c1", "category": "code", "prompt": "code one"},
+                                                       {"id": "p1", "category": "prose", "prompt": "prose one"}]))
+    fake_server["slots"] = True
+    common = ["--parallel", "2", "--json", "-r", "1", "-n", "8", "-t", "1"]
+    outputs = []
+    for args in (["prompts", "run", "smollm2-server-mini", "-P", str(prompts), "--plot", str(tmp_path / "a")],
+                 ["run", "smollm2-server-mini", "--prompts", str(prompts), "--plot", str(tmp_path / "b")]):
+        done = _cli([*args, *common])
+        assert done.exit_code == 0, done.output
+        rows = json.loads(done.stdout)
+        assert [(r["case"], r["parallel"], r["pairs"]) for r in rows] == [("draft-k8", 2, 1), ("ngram-simple", 2, 1)]
+        outputs.append(rows)
+        served = fake_server["backends"][-1].order  # one pair of batches (the 8-token requests) per case
+        assert served == [(2, "baseline")] * 2 + [(2, "speculative")] * 2 + [(2, "baseline")] * 2 + [(2, "speculative")] * 2
+    assert (tmp_path / "a" / "smollm2-server-mini-concurrency.png").is_file()
+    assert (tmp_path / "b" / "smollm2-server-mini-concurrency.png").is_file()
+    assert {(s.threads, s.n_predict) for s in fake_server["settings"]} == {(1, 8)}
+
+    # The per-prompt run: repeats, plots and the JSON figures (decode and end to end) reach it too;
+    # and every setting option of `run` (here --flash-attn), not only those `prompts run` has.
+    fake_server["slots"] = False
+    done = _cli(["run", "smollm2-server-mini", "--prompts", str(prompts), "--plot", str(tmp_path / "c"), "--json",
+                 "-r", "2", "-n", "8", "--flash-attn", "on"])
+    assert done.exit_code == 0, done.output
+    figures = json.loads(done.stdout)
+    assert set(figures["methods"]) == {"draft-k8 (draft t:f32, k=8)", "ngram-simple (ngram-simple, n=3, m=8)"}
+    assert figures["recommendation_end_to_end"]["code"]["method"] is not None
+    assert fake_server["backends"][-1].calls == 2 * 2 * 4  # cases x prompts x (2 repeats, both modes)
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["smollm2-server-mini-categories.png",
+                                                                  "smollm2-server-mini-speedup-distribution.png"]
+    assert fake_server["settings"][-1].flash_attn == "on"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--prompts", "set.jsonl", "-r", "auto"], "--repeats auto is for one prompt"),
+    (["--prompts", "set.jsonl", "--prompt", "hello"], "--prompt and --prompt-file replace one prompt"),
+])
+def test_run_with_prompts_refuses_what_a_prompt_set_cannot_take(args: list[str], message: str,
+                                                                fake_server: dict[str, Any]) -> None:
+    done = _cli(["run", "smollm2-server-mini", *args])
+    assert done.exit_code == 2 and message in done.output and not fake_server["backends"]
+
+
+def test_run_plot_without_a_prompt_set_is_a_usage_error() -> None:
+    done = _cli(["run", "smollm2-quicksort", "--plot", "plots"])
+    assert done.exit_code == 2 and "--plot is for prompt sets" in done.output
