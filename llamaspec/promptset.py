@@ -334,7 +334,7 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
         for index, prompt in enumerate(prompt_set.prompts):
             done = store.finished_point(set_id, prompt.id)
             if done is not None and done.get("summary"):
-                items.append(done["summary"])
+                items.append(_with_end_to_end(done["summary"], prompt, store, done["id"]))
                 clock.tick(skipped=True)
                 emit("skip", {"case": case.case, "prompt": prompt.id})
                 continue
@@ -351,6 +351,21 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
                 break
         out.append(CaseSet(case, set_id, tuple(items), tuple(not_run), error))
     return SetRun(exp.name, prompt_set.source, prompt_set, tuple(out))
+
+
+E2E_KEYS = ("e2e_speedup", "e2e_speedup_spread", "baseline_e2e_tokens", "baseline_e2e_seconds",
+            "speculative_e2e_tokens", "speculative_e2e_seconds", "baseline_prompt_ms", "speculative_prompt_ms")
+
+
+def _with_end_to_end(summary: dict[str, Any], prompt: Prompt, store: Store, run_id: int) -> dict[str, Any]:
+    """A prompt stored before the end-to-end figures existed gets them from its stored
+    measurements (their server timings), so that a resumed set has them for every prompt."""
+    if "e2e_speedup" in summary:
+        return summary
+    from llamaspec.run import stored_measurements
+
+    again = prompt_summary(prompt, stored_measurements(store.measurements(run_id)))
+    return {**summary, **{k: again[k] for k in E2E_KEYS}}
 
 
 def _prepare(backend: Backend, case: ResolvedCase) -> None:

@@ -530,3 +530,22 @@ def test_run_with_prompts_refuses_what_a_prompt_set_cannot_take(args: list[str],
 def test_run_plot_without_a_prompt_set_is_a_usage_error() -> None:
     done = _cli(["run", "smollm2-quicksort", "--plot", "plots"])
     assert done.exit_code == 2 and "--plot is for prompt sets" in done.output
+
+
+def test_a_prompt_stored_before_end_to_end_figures_gets_them_from_its_measurements(tmp_path: Path,
+                                                                                  no_provenance: None) -> None:
+    store = Store.open(tmp_path / "r.db")
+    first = promptset.run_set(Exp(), PROMPTS, Backend(), store, repeats=2, resolve=resolve)
+    for run in store.runs(sweep_id=first.cases[0].set_id):  # as an earlier version stored them
+        old = {k: v for k, v in (run["summary"] or {}).items() if k not in promptset.E2E_KEYS}
+        store.db.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(old), run["id"]))
+    store.db.commit()
+    again = Backend()
+    second = promptset.run_set(Exp(), PROMPTS, again, store, repeats=2, resolve=resolve)
+    assert again.calls == 1  # only t1, refused before: nothing finished is measured again
+    before = {i["id"]: i for i in first.cases[0].items}
+    for item in second.cases[0].items:
+        if item["status"] == "ok":
+            assert {k: item[k] for k in promptset.E2E_KEYS} == {k: before[item["id"]][k] for k in promptset.E2E_KEYS}
+    assert math.isclose(promptset.set_statistics(second.cases[0].items)["categories"]["code"]["e2e_total_speedup"]
+                        ["median"], 1.6 / 1.15)
