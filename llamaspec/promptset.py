@@ -10,6 +10,12 @@ Over the set (``set_statistics``):
 
 - total-token speedup: all speculative decode tokens over their time, against the same for the
   baseline (prompts weighted by their length), with a bootstrap interval over prompts;
+- end to end, prompt included (``e2e_*``): the same total over each request's whole time on the
+  server, prompt processing plus generation (llama-server's ``prompt_ms + predicted_ms``), and the
+  geometric mean of per-prompt end-to-end speedups. The decode figures above leave the prompt
+  out; on llama-server the speculative server processes each prompt with the draft as well (2.5-4x
+  the target-only server's prompt time on the offline pair), so a short answer can be faster to
+  decode and slower to get: a user choosing a method needs both, and both recommendations;
 - mean and geometric mean of per-prompt speedups, each with a 95 % bootstrap interval;
 - per-category breakdown of the same;
 - mean accepted tokens per round, counting the target's own token (Spec-Bench's tau), where
@@ -130,6 +136,33 @@ def decode_totals(m: Measurement) -> tuple[int, float] | None:
     return tokens, tokens / m.decode_tps
 
 
+def request_totals(m: Measurement) -> tuple[int, float] | None:
+    """(generated tokens, seconds from the start of prompt processing to the last token) of one
+    request: what end-to-end speedups add up. From llama-server's ``timings`` (``prompt_ms`` runs
+    from the prompt's first batch to the first sampled token, ``predicted_ms`` from there to the
+    last token, so their sum is the whole request on the server, without HTTP and queueing);
+    None where the backend gives no such timings."""
+    if not m.ok or not m.n_predict:
+        return None
+    t = (m.stats or {}).get("timings") or {}
+    prompt_ms, predicted_ms = t.get("prompt_ms"), t.get("predicted_ms")
+    if not isinstance(prompt_ms, int | float) or not isinstance(predicted_ms, int | float):
+        return None
+    if prompt_ms + predicted_ms <= 0:
+        return None
+    return m.n_predict, (prompt_ms + predicted_ms) / 1000.0
+
+
+def _prompt_ms(m: Measurement) -> float | None:
+    value = ((m.stats or {}).get("timings") or {}).get("prompt_ms")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    clean = [v for v in values if v is not None]
+    return statistics.median(clean) if clean else None
+
+
 def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str, Any]:
     """One prompt's figures from its measurements (repeats paired by order).
 
@@ -147,6 +180,11 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
     accepted = sum(m.n_accept or 0 for m in spec)
     rounds = [m.rounds for m in spec]
     failed = next((m for m in measured if not m.ok), None)
+    # End to end: paired in the order taken, as the decode speedup is (n-th with n-th).
+    e2e_b = [request_totals(m) for m in base]
+    e2e_s = [request_totals(m) for m in spec]
+    e2e_pairs = [(s_, b_) for s_, b_ in zip(e2e_s, e2e_b, strict=False) if s_ and b_] if point.paired else []
+    e2e = stats.spread([(ns / ts) / (nb / tb) for (ns, ts), (nb, tb) in e2e_pairs])
     return {
         "id": prompt.id, "category": prompt.category,
         "status": "failed" if failed else "ok",
@@ -164,6 +202,15 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
         "baseline_tokens": sum(t for t, _ in totals_b), "baseline_seconds": sum(s for _, s in totals_b),
         "speculative_tokens": sum(t for t, _ in totals_s), "speculative_seconds": sum(s for _, s in totals_s),
         "speculative_n_predict": sum(m.n_predict or 0 for m in spec),
+        # end to end, prompt included: generated tokens over prompt processing plus generation
+        "e2e_speedup": e2e.median if e2e else None,
+        "e2e_speedup_spread": e2e.to_dict() if e2e else None,
+        "baseline_e2e_tokens": sum(b_[0] for _s, b_ in e2e_pairs),
+        "baseline_e2e_seconds": sum(b_[1] for _s, b_ in e2e_pairs),
+        "speculative_e2e_tokens": sum(s_[0] for s_, _b in e2e_pairs),
+        "speculative_e2e_seconds": sum(s_[1] for s_, _b in e2e_pairs),
+        "baseline_prompt_ms": _median([_prompt_ms(m) for m in base]),
+        "speculative_prompt_ms": _median([_prompt_ms(m) for m in spec]),
         "n_drafted": drafted if spec else None, "n_accept": accepted if spec else None,
         "accept": 100.0 * accepted / drafted if drafted else None,
         "rounds": sum(r for r in rounds if r is not None) if spec and all(r is not None for r in rounds) else None,
@@ -287,7 +334,7 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
         for index, prompt in enumerate(prompt_set.prompts):
             done = store.finished_point(set_id, prompt.id)
             if done is not None and done.get("summary"):
-                items.append(done["summary"])
+                items.append(_with_end_to_end(done["summary"], prompt, store, done["id"]))
                 clock.tick(skipped=True)
                 emit("skip", {"case": case.case, "prompt": prompt.id})
                 continue
@@ -304,6 +351,21 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
                 break
         out.append(CaseSet(case, set_id, tuple(items), tuple(not_run), error))
     return SetRun(exp.name, prompt_set.source, prompt_set, tuple(out))
+
+
+E2E_KEYS = ("e2e_speedup", "e2e_speedup_spread", "baseline_e2e_tokens", "baseline_e2e_seconds",
+            "speculative_e2e_tokens", "speculative_e2e_seconds", "baseline_prompt_ms", "speculative_prompt_ms")
+
+
+def _with_end_to_end(summary: dict[str, Any], prompt: Prompt, store: Store, run_id: int) -> dict[str, Any]:
+    """A prompt stored before the end-to-end figures existed gets them from its stored
+    measurements (their server timings), so that a resumed set has them for every prompt."""
+    if "e2e_speedup" in summary:
+        return summary
+    from llamaspec.run import stored_measurements
+
+    again = prompt_summary(prompt, stored_measurements(store.measurements(run_id)))
+    return {**summary, **{k: again[k] for k in E2E_KEYS}}
 
 
 def _prepare(backend: Backend, case: ResolvedCase) -> None:
@@ -368,7 +430,7 @@ class _Clock:
 
 
 def progress_printer(stream: Any = None) -> Event:
-    """Progress lines on stderr: each prompt's speedup, with an ETA."""
+    """Progress lines on stderr: each prompt's speedups (decode, end to end), with an ETA."""
     out = stream or sys.stderr
     counts = {"done": 0}
 
@@ -385,7 +447,8 @@ def progress_printer(stream: Any = None) -> Event:
             else:
                 acc = f", accept {s['accept']:.0f}%" if s.get("accept") is not None else ""
                 differs = f", OUTPUT {divergence_text(s.get('divergence'), s.get('first_difference'))}"
-                what = f"{s['speedup']:.2f}x{acc}" + ("" if s["lossless"] is not False else differs)
+                e2e = f", {s['e2e_speedup']:.2f}x end to end" if s.get("e2e_speedup") else ""
+                what = f"{s['speedup']:.2f}x decode{e2e}{acc}" + ("" if s["lossless"] is not False else differs)
             print(f"[{counts['done']}] {data['case']} {data['prompt']}: {what}{eta_text}", file=out, flush=True)
         elif event == "stopped":
             print(f"{data['case']}: stopped ({data['error']}); {len(data['not_run'])} prompts not run: "
@@ -396,28 +459,35 @@ def progress_printer(stream: Any = None) -> Event:
 
 # --- statistics --------------------------------------------------------------------------------
 
-def _ratio_of_totals(items: Sequence[dict[str, Any]]) -> float | None:
-    bt = sum(i["baseline_tokens"] for i in items)
-    bs = sum(i["baseline_seconds"] for i in items)
-    st = sum(i["speculative_tokens"] for i in items)
-    ss = sum(i["speculative_seconds"] for i in items)
+def _ratio_of_totals(items: Sequence[dict[str, Any]], basis: str = "") -> float | None:
+    bt = sum(i.get(f"baseline_{basis}tokens") or 0 for i in items)
+    bs = sum(i.get(f"baseline_{basis}seconds") or 0 for i in items)
+    st = sum(i.get(f"speculative_{basis}tokens") or 0 for i in items)
+    ss = sum(i.get(f"speculative_{basis}seconds") or 0 for i in items)
     if not (bt and bs and st and ss):
         return None
     return (st / ss) / (bt / bs)
 
 
-def total_speedup(items: Sequence[dict[str, Any]]) -> stats.Spread | None:
-    """Total-token speedup with a bootstrap interval over prompts (in a Spread: ``median`` holds it)."""
-    value = _ratio_of_totals(items)
+def total_speedup(items: Sequence[dict[str, Any]], end_to_end: bool = False) -> stats.Spread | None:
+    """Total-token speedup with a bootstrap interval over prompts (in a Spread: ``median`` holds it).
+
+    Decode (default): tokens after the first over generation time. ``end_to_end``: every
+    generated token over the whole request, prompt processing included (the prompts that have
+    server timings)."""
+    basis, per_key = ("e2e_", "e2e_speedup") if end_to_end else ("", "speedup")
+    if end_to_end:
+        items = [i for i in items if i.get("e2e_speedup")]
+    value = _ratio_of_totals(items, basis)
     if value is None:
         return None
     index = [float(i) for i in range(len(items))]
 
     def estimator(sample: Sequence[float]) -> float:
-        return _ratio_of_totals([items[int(i)] for i in sample]) or math.nan
+        return _ratio_of_totals([items[int(i)] for i in sample], basis) or math.nan
 
     low, high = stats.bootstrap(index, estimator) if len(items) > 1 else (value, value)
-    per = [i["speedup"] for i in items if i.get("speedup")]
+    per = [i[per_key] for i in items if i.get(per_key)]
     return stats.Spread(median=value, low=low, high=high, n=len(items), min=min(per, default=value),
                         max=max(per, default=value), cv=None)
 
@@ -436,6 +506,8 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     generated = sum(i["speculative_n_predict"] for i in counted)
     calls = generated - accepted
     lossless = [i["lossless"] for i in ok if i["lossless"] is not None]
+    e2e = [i["e2e_speedup"] for i in counted if i.get("e2e_speedup")]
+    near_ties = [i["divergence"] for i in ok if i["lossless"] is False and (i.get("divergence") or {}).get("near_tie")]
 
     def as_dict(s: stats.Spread | None) -> dict[str, Any] | None:
         return s.to_dict() if s else None
@@ -447,6 +519,12 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "mean_speedup": as_dict(stats.mean_spread(speedups)),
         "geomean_speedup": as_dict(stats.mean_spread(speedups, geometric=True)),
         "median_speedup": as_dict(stats.spread(speedups)),
+        # end to end, prompt included (server timings); e2e_counted: counted prompts that have them
+        "e2e_counted": len(e2e),
+        "e2e_total_speedup": as_dict(total_speedup(counted, end_to_end=True)),
+        "e2e_geomean_speedup": as_dict(stats.mean_spread(e2e, geometric=True)),
+        "baseline_prompt_ms": _median([i.get("baseline_prompt_ms") for i in counted]),
+        "speculative_prompt_ms": _median([i.get("speculative_prompt_ms") for i in counted]),
         "accept": 100.0 * accepted / drafted if drafted else None,
         "n_drafted": drafted, "n_accept": accepted,
         # Spec-Bench's mean accepted tokens: tokens per draft-verify round, the target's own included
@@ -455,8 +533,10 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tokens_per_call": generated / calls if calls > 0 and counted else None,
         "lossless_rate": sum(lossless) / len(lossless) if lossless else None,
         "lossless_checked": len(lossless),
+        "differing": sum(1 for i in ok if i["lossless"] is False),
         # differing prompts whose divergence the target alone saw as a near-tie (still not lossless)
-        "differs_near_tie": sum(1 for i in ok if i["lossless"] is False and (i.get("divergence") or {}).get("near_tie")),
+        "differs_near_tie": len(near_ties),
+        "near_tie_max_gap": max((d["gap"] for d in near_ties if d.get("gap") is not None), default=None),
     }
 
 
@@ -476,39 +556,69 @@ def set_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def near_tie_note(g: dict[str, Any]) -> str | None:
+    """``output differs on 1 of 48 prompts, each at a greedy near-tie (gap <= 0.0035)`` when every
+    difference of a group is a probed near-tie; None when its output never differed or when a
+    difference is not a near-tie (or was not probed)."""
+    differing = g.get("differing")
+    if differing is None and g.get("lossless_rate") is not None:  # figures from before "differing" existed
+        differing = round((1.0 - g["lossless_rate"]) * g["lossless_checked"])
+    if not differing or (g.get("differs_near_tie") or 0) < differing:
+        return None
+    gap = g.get("near_tie_max_gap")
+    bound = f" (gap <= {gap:.2g})" if gap is not None else ""
+    return f"output differs on {differing} of {g['lossless_checked']} prompts, each at a greedy near-tie{bound}"
+
+
 def recommend(methods: dict[str, dict[str, Any]], metric: str = "geomean_speedup") -> dict[str, dict[str, Any]]:
-    """Per category (and "all"): the method with the best speedup among those whose output never
-    differed, the methods tied with it (overlapping intervals), or "baseline" when none beats 1."""
+    """Per category (and "all"): the method with the best speedup (``metric``) among those whose
+    output never differed or differed only at greedy near-ties, the methods tied with it
+    (overlapping intervals), or "baseline" when none beats 1.
+
+    A method with a difference that is not a near-tie, or was not probed, is excluded. One whose
+    every difference is a near-tie the target alone saw (its top two within NEAR_TIE: float
+    rounding of batched verification flips such a pair) stays a candidate, labelled
+    (``near_tie_only``, ``note``): its lossless rate stays as measured."""
     out: dict[str, dict[str, Any]] = {}
     names = sorted({c for s in methods.values() for c in s["categories"]}) + ["all"]
     for category in names:
         candidates: list[tuple[str, stats.Spread]] = []
         excluded: list[str] = []
+        notes: dict[str, str] = {}
+        groups: dict[str, dict[str, Any]] = {}
         for label, figures in methods.items():
             g = figures["set"] if category == "all" else figures["categories"].get(category)
             if not g:
                 continue
+            groups[label] = g
             if g["lossless_rate"] is not None and g["lossless_rate"] < 1.0:
-                differing = round((1.0 - g["lossless_rate"]) * g["lossless_checked"])
-                ties = g.get("differs_near_tie") or 0
-                excluded.append(label + (" (every difference a greedy near-tie)" if ties and ties >= differing else ""))
-                continue
+                note = near_tie_note(g)
+                if note is None:
+                    excluded.append(label)
+                    continue
+                notes[label] = note
             spread = stats.Spread.from_dict(g.get(metric))
             if spread is not None:
                 candidates.append((label, spread))
         if not candidates:
-            out[category] = {"method": None, "reason": "no method with counted prompts and identical output",
-                             "excluded": excluded}
+            out[category] = {"method": None, "reason": "no method with counted prompts and identical output "
+                             "(or output that differs only at greedy near-ties)", "excluded": excluded}
             continue
         best, tied = stats.ties(candidates)
         best_spread = dict(candidates)[best]
         if best_spread.median <= 1.0:
             out[category] = {"method": "baseline", "reason": f"no method beats the target alone (best: {best} "
                              f"{best_spread.text(suffix='x')})", "tied": [], "excluded": excluded}
-        else:
-            out[category] = {"method": best, "speedup": best_spread.to_dict(), "tied": [t for t in tied if t != best],
-                             "excluded": excluded,
-                             "significant": best_spread.low > 1.0}
+            continue
+        g = groups[best]
+        out[category] = {"method": best, "speedup": best_spread.to_dict(), "tied": [t for t in tied if t != best],
+                         "excluded": excluded, "significant": best_spread.low > 1.0,
+                         "near_tie_only": best in notes,
+                         "differing": g.get("differing", 0) if best in notes else 0,
+                         "lossless_checked": g["lossless_checked"],
+                         "near_tie_max_gap": g.get("near_tie_max_gap") if best in notes else None,
+                         "note": notes.get(best),
+                         "tied_near_tie_only": [t for t in tied if t != best and t in notes]}
     return out
 
 
@@ -525,8 +635,22 @@ def summarize(result: SetRun) -> dict[str, Any]:
                               "not_run": list(c.not_run), "error": c.error}
                     for c in result.cases},
         "recommendation": recommend(methods),
+        "recommendation_end_to_end": recommend(methods, "e2e_geomean_speedup"),
+        "definitions": DEFINITIONS,
         "complete": result.complete,
     }
+
+
+# What each family of figures measures (in the JSON, so that a reader of it needs no source).
+DEFINITIONS = {
+    "decode": "speedup, *_speedup, total_speedup, recommendation: decode speed only, tokens after the first over "
+              "the time from the first generated token to the last (prompt processing left out)",
+    "end_to_end": "e2e_*, recommendation_end_to_end: end to end, prompt included: generated tokens over the "
+                  "request's time on the server, prompt processing plus generation (llama-server timings "
+                  "prompt_ms + predicted_ms; HTTP and queueing left out)",
+    "prompt_ms": "baseline_prompt_ms / speculative_prompt_ms: prompt processing time per request (median); the "
+                 "speculative server processes the prompt with the draft model too",
+}
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -536,16 +660,30 @@ def _fmt(d: dict[str, Any] | None, suffix: str = "x") -> str:
     return s.text(suffix=suffix) if s else "-"
 
 
+def _ms(value: float | None) -> str:
+    return f"{value:.0f} ms" if value is not None else "-"
+
+
 def render(summary: dict[str, Any]) -> str:
-    lines = [f"{summary['experiment']} over {summary['prompt_set']}: {summary['prompts']} prompts"]
+    lines = [f"{summary['experiment']} over {summary['prompt_set']}: {summary['prompts']} prompts",
+             "decode: tokens after the first over generation time (prompt left out); end to end: every generated",
+             "token over prompt processing plus generation (server timings). Speedups: speculative over the target",
+             "alone, paired per prompt; [95 % bootstrap interval over prompts]."]
     if summary["skipped_lines"]:
         lines.append(f"  skipped {len(summary['skipped_lines'])} malformed entries: {summary['skipped_lines'][0]} ...")
     for label, m in summary["methods"].items():
         s = m["set"]
         lines.append("")
         lines.append(f"{label}")
-        lines.append(f"  total-token speedup {_fmt(s['total_speedup'])}   geometric mean {_fmt(s['geomean_speedup'])}"
-                     f"   mean {_fmt(s['mean_speedup'])}   ({s['counted']} prompts counted)")
+        lines.append(f"  decode:      total-token speedup {_fmt(s['total_speedup'])}   geometric mean "
+                     f"{_fmt(s['geomean_speedup'])}   mean {_fmt(s['mean_speedup'])}   ({s['counted']} prompts counted)")
+        if s.get("e2e_counted"):
+            lines.append(f"  end to end, prompt included: total-time speedup {_fmt(s['e2e_total_speedup'])}   "
+                         f"geometric mean {_fmt(s['e2e_geomean_speedup'])}   ({s['e2e_counted']} prompts)   prompt "
+                         f"processing {_ms(s['baseline_prompt_ms'])} alone vs {_ms(s['speculative_prompt_ms'])} "
+                         "speculative (median)")
+        else:
+            lines.append("  end to end, prompt included: - (no prompt timings from this backend)")
         tau = f"{s['tau']:.2f}" if s["tau"] is not None else "-"
         acc = f"{s['accept']:.1f}%" if s["accept"] is not None else "-"
         tpc = f"{s['tokens_per_call']:.2f}" if s["tokens_per_call"] is not None else "-"
@@ -553,11 +691,14 @@ def render(summary: dict[str, Any]) -> str:
         mean_acc = f"{s['mean_accepted']:.2f}" if s["mean_accepted"] is not None else "-"
         lines.append(f"  accept {acc}   accepted/round {mean_acc}   tokens/round (tau) {tau}   tokens/target call {tpc}"
                      f"   identical output {rate}")
-        lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>24} {'total-token':>22} {'accept':>7} {'same':>5}")
+        lines.append(f"  {'':<16} {'':>3} {'decode':^45} {'end to end, prompt included':^45}".rstrip())
+        lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>22} {'total-token':>22} {'geomean speedup':>22}"
+                     f" {'total-time':>22} {'accept':>7} {'same':>5}")
         for cat, g in m["categories"].items():
             acc = f"{g['accept']:.0f}%" if g["accept"] is not None else "-"
             same = f"{100 * g['lossless_rate']:.0f}%" if g["lossless_rate"] is not None else "-"
-            lines.append(f"  {cat:<16} {g['counted']:>3} {_fmt(g['geomean_speedup']):>24} {_fmt(g['total_speedup']):>22}"
+            lines.append(f"  {cat:<16} {g['counted']:>3} {_fmt(g['geomean_speedup']):>22} {_fmt(g['total_speedup']):>22}"
+                         f" {_fmt(g.get('e2e_geomean_speedup')):>22} {_fmt(g.get('e2e_total_speedup')):>22}"
                          f" {acc:>7} {same:>5}")
         if m["ended_early"]:
             lines.append("  ended early (not in speedups): " + ", ".join(f"{e['id']} ({e['n_predict']} tokens)"
@@ -569,17 +710,30 @@ def render(summary: dict[str, Any]) -> str:
             lines.append("  failed: " + "; ".join(f"{f['id']}: {f['error']}" for f in m["failed"]))
         if m["not_run"]:
             lines.append(f"  NOT RUN ({len(m['not_run'])} prompts, after: {m['error']}); rerun the same command to resume")
-    lines.append("")
-    lines.append("Recommendation (best geometric-mean speedup among methods with identical output):")
-    for cat, r in summary["recommendation"].items():
+    for key, title in (("recommendation", "decode"), ("recommendation_end_to_end", "end to end, prompt included")):
+        if key not in summary:
+            continue
+        lines.append("")
+        lines.append(f"Recommendation, {title} (best geometric-mean speedup; a method whose output differs is "
+                     "excluded unless every difference is a greedy near-tie):")
+        lines.extend(_recommendation_lines(summary[key]))
+    return "\n".join(lines)
+
+
+def _recommendation_lines(recommendation: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for cat, r in recommendation.items():
         excluded = f" (excluded, output differs: {', '.join(r['excluded'])})" if r.get("excluded") else ""
         if r["method"] in (None, "baseline"):
             lines.append(f"  {cat:<16} {r['method'] or '-'}: {r['reason']}{excluded}")
         else:
-            tied = f"; tied: {', '.join(r['tied'])}" if r["tied"] else ""
+            near = set(r.get("tied_near_tie_only") or ())
+            tied = (f"; tied: {', '.join(t + (' (differs at near-ties)' if t in near else '') for t in r['tied'])}"
+                    if r["tied"] else "")
             sure = "" if r["significant"] else " (interval includes 1)"
-            lines.append(f"  {cat:<16} {r['method']} {_fmt(r['speedup'])}{sure}{tied}{excluded}")
-    return "\n".join(lines)
+            note = f" - {r['note']}" if r.get("note") else ""
+            lines.append(f"  {cat:<16} {r['method']} {_fmt(r['speedup'])}{sure}{note}{tied}{excluded}")
+    return lines
 
 
 # --- plots -------------------------------------------------------------------------------------
@@ -838,9 +992,9 @@ def as_json(summary: dict[str, Any]) -> str:
     return json.dumps(strip(summary), indent=2, default=str)
 
 
-__all__ = ["CaseSet", "SetRun", "as_json", "divergence", "group_statistics", "level_figures", "plot",
-           "plot_concurrency", "prompt_summary", "recommend", "render", "render_concurrency", "run_concurrency", "run_set",
-           "set_statistics", "source_of", "summarize", "total_speedup"]
+__all__ = ["DEFINITIONS", "CaseSet", "SetRun", "as_json", "divergence", "group_statistics", "level_figures",
+           "near_tie_note", "plot", "plot_concurrency", "prompt_summary", "recommend", "render", "render_concurrency",
+           "request_totals", "run_concurrency", "run_set", "set_statistics", "source_of", "summarize", "total_speedup"]
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:

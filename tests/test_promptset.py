@@ -20,17 +20,24 @@ from llamaspec.settings import Settings
 
 
 def m(mode: str, tps: float, n: int = 64, drafted: int | None = None, accepted: int | None = None,
-      rounds: int | None = None, tokens: tuple[int, ...] | None = None, eot: bool = False) -> Measurement:
+      rounds: int | None = None, tokens: tuple[int, ...] | None = None, eot: bool = False,
+      prompt_ms: float | None = None) -> Measurement:
+    """A measurement; with ``prompt_ms``, llama-server's timings as the server reports them
+    (``predicted_ms`` from the first generated token to the last: (n - 1) tokens at ``tps``)."""
+    timings = {"prompt_n": 20, "prompt_ms": prompt_ms, "predicted_n": n, "predicted_ms": 1000.0 * (n - 1) / tps}
     return Measurement(mode=mode, ok=True, error=None, argv=(), exit_code=None, wall_seconds=1.0, peak_rss_bytes=None,
                        n_predict=n, decode_tps=tps, n_drafted=drafted, n_accept=accepted, rounds=rounds,
-                       tokens=tokens if tokens is not None else tuple(range(n)), end_of_text=eot)
+                       tokens=tokens if tokens is not None else tuple(range(n)), end_of_text=eot,
+                       stats={"timings": timings} if prompt_ms is not None else None)
 
 
 def summary(pid: str, category: str, base: float, spec: float, **kw: Any) -> dict[str, Any]:
     eot = kw.pop("eot", False)
     n = kw.pop("n", 64)
-    return promptset.prompt_summary(Prompt(pid, "x", category), [m("baseline", base, n=n, eot=eot),
-                                                                   m("speculative", spec, n=n, eot=eot, **kw)])
+    base_ms, spec_ms = kw.pop("prompt_ms", (None, None))
+    return promptset.prompt_summary(Prompt(pid, "x", category), [m("baseline", base, n=n, eot=eot, prompt_ms=base_ms),
+                                                                   m("speculative", spec, n=n, eot=eot, prompt_ms=spec_ms,
+                                                                     **kw)])
 
 
 def test_prompt_summary_pairs_repeats_and_checks_tokens() -> None:
@@ -90,6 +97,38 @@ def test_intervals_are_seeded_and_cover_the_estimate() -> None:
     assert a == b and a["low"] < a["median"] < a["high"]
 
 
+def test_end_to_end_figures_by_hand_include_the_prompt() -> None:
+    """The previous helper's case on the shipped set: the draft makes decoding 1.26x faster, but the
+    speculative server takes 700 ms on the prompt against 267 ms: at 32 tokens the request is slower."""
+    s = summary("p1", "code", 100.0, 126.0, n=32, prompt_ms=(267.0, 700.0))
+    assert math.isclose(s["speedup"], 1.26)  # decode: unchanged
+    base_s, spec_s = 0.267 + 31 / 100.0, 0.700 + 31 / 126.0
+    assert math.isclose(s["baseline_e2e_seconds"], base_s) and math.isclose(s["speculative_e2e_seconds"], spec_s)
+    assert s["baseline_e2e_tokens"] == s["speculative_e2e_tokens"] == 32  # every token: the first comes from the prompt
+    assert math.isclose(s["e2e_speedup"], base_s / spec_s) and s["e2e_speedup"] < 1 < s["speedup"]
+    assert (s["baseline_prompt_ms"], s["speculative_prompt_ms"]) == (267.0, 700.0)
+    # Two repeats, ABBA: paired in the order taken, like the decode speedup.
+    two = promptset.prompt_summary(Prompt("p2", "x", "code"), [
+        m("baseline", 100.0, n=11, prompt_ms=100.0), m("speculative", 200.0, n=11, prompt_ms=50.0),
+        m("speculative", 100.0, n=11, prompt_ms=100.0), m("baseline", 100.0, n=11, prompt_ms=100.0)])
+    assert two["e2e_speedup_spread"]["values"] == pytest.approx([2.0, 1.0]) and math.isclose(two["e2e_speedup"], 1.5)
+    assert math.isclose(two["speculative_e2e_seconds"], 0.1 + 0.2) and math.isclose(two["baseline_e2e_seconds"], 0.4)
+
+    items = [s, summary("p3", "prose", 100.0, 100.0, n=64, prompt_ms=(100.0, 400.0)),
+             summary("p4", "prose", 100.0, 200.0, n=64)]  # p4: no server timings (decode only)
+    st = promptset.set_statistics(items)
+    g = st["set"]
+    assert g["counted"] == 3 and g["e2e_counted"] == 2
+    # all tokens over all request seconds, speculative against the baseline, over p1 and p3
+    total = (32 + 64) / (spec_s + 0.4 + 0.63) / ((32 + 64) / (base_s + 0.1 + 0.63))
+    assert math.isclose(g["e2e_total_speedup"]["median"], total)
+    assert g["e2e_total_speedup"]["low"] <= total <= g["e2e_total_speedup"]["high"]
+    assert math.isclose(g["e2e_geomean_speedup"]["median"], math.sqrt(s["e2e_speedup"] * 0.73 / 1.03))
+    assert g["total_speedup"]["median"] > 1 > g["e2e_total_speedup"]["median"]  # the decode figure is unchanged
+    assert math.isclose(st["categories"]["code"]["e2e_total_speedup"]["median"], base_s / spec_s)
+    assert (g["baseline_prompt_ms"], g["speculative_prompt_ms"]) == (183.5, 550.0)  # medians over prompts
+
+
 def test_recommend_skips_methods_whose_output_differs_and_says_baseline_when_none_pays() -> None:
     fast_but_wrong = promptset.set_statistics([summary("p1", "code", 10.0, 30.0, tokens=(5,) * 64)])
     good = promptset.set_statistics([summary("p1", "code", 10.0, 15.0), summary("p2", "prose", 10.0, 8.0)])
@@ -98,12 +137,51 @@ def test_recommend_skips_methods_whose_output_differs_and_says_baseline_when_non
     assert rec["prose"]["method"] == "baseline"
 
 
+def near_tie(gap: float = 0.0035) -> dict[str, Any]:
+    return {"position": 7, "top": [{"id": 1, "p": 0.3}, {"id": 2, "p": 0.3 - gap}], "gap": gap, "near_tie": True}
+
+
+def test_recommend_keeps_a_method_whose_only_differences_are_near_ties_labelled() -> None:
+    """The faster method differs on one prompt. When that difference is a greedy near-tie it is
+    still recommended, labelled, and its lossless rate stays as measured; when it is not a
+    near-tie, or was never probed, the slower identical method is recommended instead."""
+    def faster(divergence: dict[str, Any] | None) -> dict[str, Any]:
+        items = [summary(f"p{i}", "code", 10.0, 20.0 + i) for i in range(3)]
+        differs = summary("p9", "code", 10.0, 21.0, tokens=(0, 1, 2, 3, 4, 5, 6, 9) + tuple(range(8, 64)))
+        assert differs["lossless"] is False
+        return promptset.set_statistics([*items, {**differs, "divergence": divergence}])
+
+    slower = promptset.set_statistics([summary(f"p{i}", "code", 10.0, 12.0 + 0.1 * i) for i in range(4)])
+    tie = faster(near_tie(0.0035))
+    assert tie["set"]["lossless_rate"] == 0.75 and tie["set"]["differing"] == 1 and tie["set"]["differs_near_tie"] == 1
+    rec = promptset.recommend({"draft-k8": tie, "ngram": slower})
+    for category in ("code", "all"):
+        r = rec[category]
+        assert r["method"] == "draft-k8" and r["near_tie_only"] is True and r["differing"] == 1, r
+        assert r["excluded"] == [] and r["near_tie_max_gap"] == 0.0035
+        assert r["note"] == "output differs on 1 of 4 prompts, each at a greedy near-tie (gap <= 0.0035)"
+    text = "\n".join(promptset._recommendation_lines(rec))
+    assert "draft-k8 2.10x" in text and "- output differs on 1 of 4 prompts, each at a greedy near-tie" in text
+
+    clear = {**near_tie(0.4), "near_tie": False}
+    for divergence in (clear, None, {**near_tie(), "top": None, "gap": None, "near_tie": None}):
+        rec = promptset.recommend({"draft-k8": faster(divergence), "ngram": slower})
+        assert rec["all"]["method"] == "ngram" and rec["all"]["excluded"] == ["draft-k8"], divergence
+        assert rec["all"]["near_tie_only"] is False and rec["all"]["note"] is None
+    # one near-tie and one real difference: excluded
+    mixed = faster(near_tie())["set"] | {"differing": 2, "lossless_rate": 0.6, "lossless_checked": 5}
+    assert promptset.near_tie_note(mixed) is None
+    # alone, a near-tie-only method still gets its labelled recommendation rather than none
+    assert promptset.recommend({"draft-k8": tie})["all"]["method"] == "draft-k8"
+
+
 # --- running over a set ------------------------------------------------------------------------
 
 @dataclass
 class Backend:
     """Answers like the server: n_predict tokens (a prompt containing "short" ends after 3),
-    faster when speculative on prompts with "code"; dies on the prompt named ``die_on``."""
+    faster when speculative on prompts with "code", its prompt processing 100 ms alone and 400 ms
+    with the draft; dies on the prompt named ``die_on``."""
 
     die_on: str | None = None
     name: str = "fake"
@@ -140,7 +218,8 @@ class Backend:
             tokens[at] = 999
         return m(mode, tps, n=n, eot=n < (case.settings.n_predict or 16),
                  drafted=8 if mode == "speculative" else None, accepted=6 if mode == "speculative" else None,
-                 rounds=2 if mode == "speculative" else None, tokens=tuple(tokens))
+                 rounds=2 if mode == "speculative" else None, tokens=tuple(tokens),
+                 prompt_ms=400.0 if mode == "speculative" else 100.0)
 
     def top_tokens(self, case: ResolvedCase, position: int, prefix: Any, log_path: Path) -> list[dict[str, Any]]:
         """The target's top two at ``position``: a near-tie where this fake flips for ``c1``, a clear
@@ -214,6 +293,16 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][second.cases[0].label]["categories"]["code"]["counted"] == 2
     assert figures["recommendation"]["code"]["method"] == second.cases[0].label
+    # End to end, 16 tokens: code 1.6 s alone against 0.4 + 0.75 s; prose 1.6 s against 0.4 + 1.5 s.
+    code, prose = (figures["methods"][second.cases[0].label]["categories"][c] for c in ("code", "prose"))
+    assert math.isclose(code["e2e_total_speedup"]["median"], 1.6 / 1.15)
+    assert math.isclose(prose["e2e_geomean_speedup"]["median"], 1.6 / 1.9) and prose["e2e_counted"] == 2
+    assert figures["recommendation_end_to_end"]["prose"]["method"] == "baseline"  # decode says 1.00x, e2e 0.84x
+    assert figures["recommendation_end_to_end"]["code"]["method"] == second.cases[0].label
+    assert "end to end" in figures["definitions"]["end_to_end"] and "prompt" in figures["definitions"]["decode"]
+    assert "  decode:      total-token speedup" in text and "  end to end, prompt included: total-time speedup" in text
+    assert "prompt processing 100 ms alone vs 400 ms speculative (median)" in text
+    assert "Recommendation, end to end, prompt included" in text
 
 
 def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: Path, no_provenance: None) -> None:
@@ -234,8 +323,12 @@ def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: 
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][result.cases[0].label]["differs"][0]["divergence"]["near_tie"] is True
     label = result.cases[0].label
-    assert st["recommendation"]["code"]["excluded"] == [f"{label} (every difference a greedy near-tie)"]
+    code = st["recommendation"]["code"]  # c1's only difference is a near-tie: still recommended, labelled
+    assert code["method"] == label and code["near_tie_only"] is True and code["excluded"] == []
+    assert code["note"] == "output differs on 1 of 2 prompts, each at a greedy near-tie (gap <= 0.002)"
     assert st["recommendation"]["prose"]["excluded"] == [label]  # p1 is no near-tie
+    assert st["recommendation"]["all"]["excluded"] == [label]
+    assert f"code             {label} 2.00x" in text and "each at a greedy near-tie (gap <= 0.002)" in text
     assert method["categories"]["code"]["differs_near_tie"] == 1
     again = promptset.run_set(Exp(), PROMPTS, Backend(), store, resolve=resolve)  # resumed: kept as stored
     assert {i["id"]: i for i in again.cases[0].items}["c1"]["divergence"] == tie
@@ -352,3 +445,107 @@ def test_source_of_reads_the_experiments_mapping_and_the_command_line_wins(tmp_p
     assert (src.kind, src.format, src.limit) == ("jsonl", "raw", 2) and src.path == str(tmp_path / "set.jsonl")
     with pytest.raises(Exception, match="names no prompt set"):
         promptset.source_of(E())
+
+
+# --- the command line: `llamaspec run NAME --prompts FILE` is `llamaspec prompts run` -----------
+
+@pytest.fixture
+def fake_server(monkeypatch: pytest.MonkeyPatch, no_provenance: None) -> dict[str, Any]:
+    """``llama-server`` replaced by the fakes above (``Slots`` for --parallel, ``Backend``
+    otherwise); each case resolved from the experiment as the command line left it."""
+    from llamaspec.llamacpp import server
+
+    seen: dict[str, Any] = {"settings": [], "backends": []}
+
+    def open_backend(_options: Any) -> Any:
+        backend = Slots() if seen.get("slots") else Backend()
+        seen["backends"].append(backend)
+        return backend
+
+    def resolve_case(exp: Any, case: Any) -> ResolvedCase:
+        seen["settings"].append(case.settings)
+        model = ModelPath("t:f32", "/models/t.gguf")
+        draft = None if case.settings.spec_type and case.settings.spec_type != "draft" else model
+        return ResolvedCase(exp.name, case.name, model, draft, None, None, case.settings)
+
+    monkeypatch.setattr(server, "open_backend", open_backend)
+    monkeypatch.setattr(promptset, "_resolver", lambda _backend: resolve_case)
+    return seen
+
+
+def _cli(args: list[str]) -> Any:
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    return CliRunner().invoke(main, args)
+
+
+def test_run_with_prompts_takes_parallel_plot_repeats_and_json_as_prompts_run_does(
+        tmp_path: Path, fake_server: dict[str, Any]) -> None:
+    prompts = tmp_path / "set.jsonl"
+    prompts.write_text("\n".join(json.dumps(p) for p in [{"id": "c1", "category": "code", "prompt": "code one"},
+                                                       {"id": "p1", "category": "prose", "prompt": "prose one"}]))
+    fake_server["slots"] = True
+    common = ["--parallel", "2", "--json", "-r", "1", "-n", "8", "-t", "1"]
+    outputs = []
+    for args in (["prompts", "run", "smollm2-server-mini", "-P", str(prompts), "--plot", str(tmp_path / "a")],
+                 ["run", "smollm2-server-mini", "--prompts", str(prompts), "--plot", str(tmp_path / "b")]):
+        done = _cli([*args, *common])
+        assert done.exit_code == 0, done.output
+        rows = json.loads(done.stdout)
+        assert [(r["case"], r["parallel"], r["pairs"]) for r in rows] == [("draft-k8", 2, 1), ("ngram-simple", 2, 1)]
+        outputs.append(rows)
+        served = fake_server["backends"][-1].order  # one pair of batches (the 8-token requests) per case
+        assert served == [(2, "baseline")] * 2 + [(2, "speculative")] * 2 + [(2, "baseline")] * 2 + [(2, "speculative")] * 2
+    assert (tmp_path / "a" / "smollm2-server-mini-concurrency.png").is_file()
+    assert (tmp_path / "b" / "smollm2-server-mini-concurrency.png").is_file()
+    assert {(s.threads, s.n_predict) for s in fake_server["settings"]} == {(1, 8)}
+
+    # The per-prompt run: repeats, plots and the JSON figures (decode and end to end) reach it too;
+    # and every setting option of `run` (here --flash-attn), not only those `prompts run` has.
+    fake_server["slots"] = False
+    done = _cli(["run", "smollm2-server-mini", "--prompts", str(prompts), "--plot", str(tmp_path / "c"), "--json",
+                 "-r", "2", "-n", "8", "--flash-attn", "on"])
+    assert done.exit_code == 0, done.output
+    figures = json.loads(done.stdout)
+    assert set(figures["methods"]) == {"draft-k8 (draft t:f32, k=8)", "ngram-simple (ngram-simple, n=3, m=8)"}
+    assert figures["recommendation_end_to_end"]["code"]["method"] is not None
+    assert fake_server["backends"][-1].calls == 2 * 2 * 4  # cases x prompts x (2 repeats, both modes)
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["smollm2-server-mini-categories.png",
+                                                                  "smollm2-server-mini-speedup-distribution.png"]
+    assert fake_server["settings"][-1].flash_attn == "on"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--prompts", "set.jsonl", "-r", "auto"], "--repeats auto is for one prompt"),
+    (["--prompts", "set.jsonl", "--prompt", "hello"], "--prompt and --prompt-file replace one prompt"),
+])
+def test_run_with_prompts_refuses_what_a_prompt_set_cannot_take(args: list[str], message: str,
+                                                                fake_server: dict[str, Any]) -> None:
+    done = _cli(["run", "smollm2-server-mini", *args])
+    assert done.exit_code == 2 and message in done.output and not fake_server["backends"]
+
+
+def test_run_plot_without_a_prompt_set_is_a_usage_error() -> None:
+    done = _cli(["run", "smollm2-quicksort", "--plot", "plots"])
+    assert done.exit_code == 2 and "--plot is for prompt sets" in done.output
+
+
+def test_a_prompt_stored_before_end_to_end_figures_gets_them_from_its_measurements(tmp_path: Path,
+                                                                                  no_provenance: None) -> None:
+    store = Store.open(tmp_path / "r.db")
+    first = promptset.run_set(Exp(), PROMPTS, Backend(), store, repeats=2, resolve=resolve)
+    for run in store.runs(sweep_id=first.cases[0].set_id):  # as an earlier version stored them
+        old = {k: v for k, v in (run["summary"] or {}).items() if k not in promptset.E2E_KEYS}
+        store.db.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(old), run["id"]))
+    store.db.commit()
+    again = Backend()
+    second = promptset.run_set(Exp(), PROMPTS, again, store, repeats=2, resolve=resolve)
+    assert again.calls == 1  # only t1, refused before: nothing finished is measured again
+    before = {i["id"]: i for i in first.cases[0].items}
+    for item in second.cases[0].items:
+        if item["status"] == "ok":
+            assert {k: item[k] for k in promptset.E2E_KEYS} == {k: before[item["id"]][k] for k in promptset.E2E_KEYS}
+    assert math.isclose(promptset.set_statistics(second.cases[0].items)["categories"]["code"]["e2e_total_speedup"]
+                        ["median"], 1.6 / 1.15)

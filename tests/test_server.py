@@ -311,7 +311,11 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
     for figures in out["methods"].values():
         assert set(figures["categories"]) == {"code-editing", "prose"}
         assert figures["set"]["lossless_checked"] == 2
-    assert set(out["recommendation"]) == {"code-editing", "prose", "all"}
+        # end to end from the real server's timings: both prompts, prompt processing measured on both sides
+        s = figures["set"]
+        assert s["e2e_counted"] == s["counted"] >= 1 and s["e2e_total_speedup"]["median"] > 0
+        assert s["baseline_prompt_ms"] > 0 and s["speculative_prompt_ms"] > 0
+    assert set(out["recommendation"]) == set(out["recommendation_end_to_end"]) == {"code-editing", "prose", "all"}
     again = CliRunner().invoke(main, args)  # everything stored: nothing measured again
     assert again.exit_code == 0 and json.loads(again.stdout)["methods"] == out["methods"]
 

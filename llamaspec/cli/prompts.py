@@ -140,7 +140,9 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
 
     Per prompt, baseline and speculative are measured back to back; each prompt is stored as it
     finishes, so a rerun of the same command skips finished prompts. Prints total-token, mean and
-    geometric-mean speedups with 95 % intervals, per category, and a recommended method per category.
+    geometric-mean speedups with 95 % intervals, per category, and a recommended method per category:
+    decode speed (prompt left out) and end to end (prompt processing included: the speculative
+    server processes the prompt with its draft too), each with its own recommendation.
 
     With --cluster HOST:PORT (or $RAY_ADDRESS) the prompts are spread over the Ray cluster's
     machines (one item per case and prompt, each paired on its machine); figures per machine.
@@ -149,6 +151,23 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
     Example: llamaspec prompts run smollm2-server-mini --limit 12 -n 64
     Example: llamaspec prompts run smollm2-server-mini --limit 16 -t 1 --cluster 10.0.0.5:6379
     """
+    given = {"draft_max": draft_max, "threads": threads, "gpu_layers": gpu_layers, "spec_type": spec_type,
+             "ngram_size_n": ngram_size_n, "ngram_size_m": ngram_size_m}
+    run_prompt_set(experiment_name, source, given=given, n_predict=n_predict, timeout=timeout, repeats=repeats,
+                   limit=limit, sample_seed=sample_seed, fmt=fmt, turns=turns, levels=_levels(parallel),
+                   plot_dir=plot_dir, bin_dir=bin_dir, accel=accel, as_json=as_json, address=address)
+
+
+def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str, Any], n_predict: int | None = None,
+                   timeout: float | None = None, repeats: int | None = None, limit: int | None = None,
+                   sample_seed: int | None = None, fmt: str | None = None, turns: str | None = None,
+                   levels: list[int] | None = None, plot_dir: Path | None = None, bin_dir: Path | None = None,
+                   accel: str = "auto", as_json: bool = False, address: str | None = None) -> None:
+    """The whole of ``prompts run``, also behind ``llamaspec run NAME --prompts FILE``: one
+    function, so that both commands take the same options to the same place.
+
+    ``given``: settings from the command line (None: the experiment's); ``levels``: concurrency
+    levels (``--parallel``), or None for the per-prompt run."""
     from llamaspec import experiment, host, promptset
     from llamaspec import prompts as loader
     from llamaspec.backend import BackendOptions
@@ -159,14 +178,12 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
     exp = experiment.load(experiment_name)
     if exp.backend != "llama-server":
         log.info("prompt sets run on llama-server (the experiment says %s)", exp.backend)
-    given = {"draft_max": draft_max, "threads": threads, "gpu_layers": gpu_layers, "spec_type": spec_type,
-             "ngram_size_n": ngram_size_n, "ngram_size_m": ngram_size_m}
     settings = overrides(given, n_predict, timeout)
     exp = exp.with_overrides(settings, repeats)
     if address:
         from llamaspec.cli.cluster import run_prompt_set_on_cluster
 
-        if parallel or plot_dir is not None or bin_dir is not None:
+        if levels or plot_dir is not None or bin_dir is not None:
             raise click.UsageError("--parallel, --plot and --bin-dir are for one machine; drop them with --cluster")
         run_prompt_set_on_cluster(exp, source, address, limit=limit, sample_seed=sample_seed, fmt=fmt, turns=turns,
                                   repeats=exp.repeats if isinstance(exp.repeats, int) else 3, accel=accel, as_json=as_json)
@@ -175,7 +192,6 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
     got = loader.load(src)
     log.info("%s: %d prompts in %d categories", src.label, len(got.prompts), len(got.categories()))
     backend = server.open_backend(BackendOptions(accel=accel, bin_dir=bin_dir))
-    levels = _levels(parallel)
     try:
         with _terminate_as_interrupt():
             if levels:

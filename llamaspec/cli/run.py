@@ -46,17 +46,22 @@ def progress_printer(total_steps: int):
               help="Run over a prompt set instead (on llama-server; the same as `llamaspec prompts run`).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: at most N prompts.")
 @click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: a seeded sample.")
+@click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None,
+              help="With --prompts: write the prompt set's plots to this folder.")
 @cluster_option
-@click.pass_context
-def run(ctx: click.Context, experiment_name: str, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
+def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
         repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str, no_wait: bool,
-        as_json: bool, prompt_set: str | None, limit: int | None, sample_seed: int | None, address: str | None,
-        **given: Any) -> None:
+        as_json: bool, prompt_set: str | None, limit: int | None, sample_seed: int | None, plot_dir: Path | None,
+        address: str | None, **given: Any) -> None:
     """Run an experiment: speculative vs the target alone, in pairs, stored with provenance.
 
     Prints decode speeds, the speedup (median of paired ratios with a 95 % interval), acceptance
     and whether the generated output is unchanged (lossless), next to the experiment's reference
     figures. Exits non-zero when a case fails or its output differs.
+
+    With --prompts (or an experiment that names prompts:) this is `llamaspec prompts run`: the
+    same options reach the same place, and --parallel N measures concurrency at N slots (several
+    levels: `llamaspec prompts run NAME --parallel 1,2,4`).
 
     With --cluster HOST:PORT (or $RAY_ADDRESS) the cases (or the prompts of a set) are measured on
     the Ray cluster's machines, each against its own baselines, and the figures are per machine.
@@ -70,16 +75,22 @@ def run(ctx: click.Context, experiment_name: str, n_predict: int | None, prompt:
     from llamaspec.cli.options import measuring, open_engine
 
     if prompt_set is not None or experiment.load(experiment_name).prompts is not None:
-        from llamaspec.cli.prompts import prompts_run
+        from llamaspec.cli.prompts import run_prompt_set
 
+        if prompt is not None or prompt_file is not None:
+            raise click.UsageError("--prompt and --prompt-file replace one prompt; a prompt set runs its own "
+                                   "(drop them, or run an experiment without prompts:)")
+        if repeats == "auto":
+            raise click.UsageError("--repeats auto is for one prompt; over a prompt set give a count, e.g. --repeats 3")
+        parallel = given.pop("parallel", None)  # over a prompt set: N slots served to N clients, as in prompts run
         with measuring(f"llamaspec run {experiment_name} --prompts", no_wait) if not address else _nothing():
-            ctx.invoke(prompts_run, address=address, experiment_name=experiment_name, source=prompt_set, limit=limit,
-                       sample_seed=sample_seed, n_predict=n_predict, draft_max=given.get("draft_max"),
-                       spec_type=given.get("spec_type"), ngram_size_n=given.get("ngram_size_n"),
-                       ngram_size_m=given.get("ngram_size_m"), threads=given.get("threads"),
-                       gpu_layers=given.get("gpu_layers"), repeats=repeats if isinstance(repeats, int) else None,
-                       timeout=timeout, bin_dir=bin_dir, accel=accel, as_json=as_json)
+            run_prompt_set(experiment_name, prompt_set, given=given, n_predict=n_predict, timeout=timeout,
+                           repeats=repeats if isinstance(repeats, int) else None, limit=limit,
+                           sample_seed=sample_seed, levels=[parallel] if parallel else None, plot_dir=plot_dir,
+                           bin_dir=bin_dir, accel=accel, as_json=as_json, address=address)
         return
+    if plot_dir is not None:
+        raise click.UsageError("--plot is for prompt sets (--prompts); plots of stored runs: `llamaspec plot --help`")
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides(given, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     if address:

@@ -58,9 +58,9 @@ def per_machine(store: Store, study: str) -> dict[str, dict[str, dict[str, Any]]
         out[case] = {m: promptset.set_statistics(items) for m, items in sorted(machines.items())}
         if len(machines) > 1:
             pooled = promptset.set_statistics([i for items in machines.values() for i in items])
-            pooled["set"]["total_speedup"] = None  # tokens and seconds of different machines: not one figure
-            for group in pooled["categories"].values():
-                group["total_speedup"] = None
+            for group in (pooled["set"], *pooled["categories"].values()):
+                # tokens and seconds of different machines: not one figure (decode, and end to end)
+                group["total_speedup"] = group["e2e_total_speedup"] = None
             out[case][ALL] = pooled
     return out
 
