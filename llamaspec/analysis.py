@@ -103,7 +103,7 @@ class SweepReport:
     def render(self) -> str:
         lines = [f"sweep {self.sweep_id}: {self.experiment} / {self.case}",
                  f"  target {self.meta['target']}, draft {self.meta['draft']}; {self.meta['hardware']}, "
-                 f"{self.meta['backend']}" + (f", llama.cpp {self.meta['commit']}" if self.meta['commit'] else ""),
+                 f"{self.meta['engine']}" + (f", llama.cpp {self.meta['commit']}" if self.meta['commit'] else ""),
                  f"  speed: {SPEED_DEFINITION}; speedup: median of paired ratios [95 % bootstrap interval]"]
         for g in self.groups:
             if g.label:
@@ -259,7 +259,7 @@ def _meta(store: Store, run_id: int) -> dict[str, str]:
     return {"target": run.get("target") or "?", "draft": run.get("draft") or f"none ({run['settings'].get('spec_type')})",
             "hardware": hardware,
             # another engine (transformers): its identity (library versions, device), and no llama.cpp commit
-            "backend": (run.get("backend") or "?") if llamacpp else str(prov.get("identity") or run.get("backend_name")),
+            "engine": (run.get("accel") or "?") if llamacpp else str(prov.get("identity") or run.get("backend_name")),
             "commit": (run.get("llamacpp_commit") or "?") if llamacpp else "",
             "experiment": run["experiment"], "case": run["case_name"]}
 
@@ -350,7 +350,7 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
     if not points:
         return []
     label = f"{meta['experiment']}/{meta['case']}" + (f" [{group.label}]" if group.label else "")
-    pm = plot.PlotMeta(meta["target"], meta["draft"], meta["hardware"], meta["backend"], meta["commit"], label)
+    pm = plot.PlotMeta(meta["target"], meta["draft"], meta["hardware"], meta["engine"], meta["commit"], label)
     a = group.analysis
     folder = out_dir / stem_prefix if stem_prefix else out_dir
     return plot.plot_all(points, pm, folder, predicted_speedup=a.speedup_curve if a and a.cost else None,

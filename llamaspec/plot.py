@@ -142,14 +142,14 @@ class PlotMeta:
     target_model: str
     draft_model: str
     hardware: str
-    backend: str
+    engine: str  # the accelerator of a llama.cpp build, or another engine's identity
     llama_commit: str
     label: str | None = None  # e.g. the experiment or sweep name
 
     def subtitle(self) -> str:
         return (
             f"target {self.target_model} + draft {self.draft_model}\n"
-            f"{self.hardware} · {self.backend}" + (f" · llama.cpp {self.llama_commit}" if self.llama_commit else "")
+            f"{self.hardware} · {self.engine}" + (f" · llama.cpp {self.llama_commit}" if self.llama_commit else "")
         )
 
     def title(self, what: str) -> str:

@@ -179,7 +179,7 @@ def engine_label(run: dict[str, Any]) -> str:
     """The engine with its version: llama.cpp's commit and accel, or transformers' identity."""
     name = engine_name(run)
     if name in LLAMACPP_ENGINES:
-        return f"{name} {run.get('llamacpp_commit')} ({run.get('backend')})"
+        return f"{name} {run.get('llamacpp_commit')} ({run.get('accel')})"
     return str((run.get("provenance") or {}).get("identity") or name)
 
 
@@ -188,7 +188,7 @@ def pair_label(run: dict[str, Any]) -> str:
     return f"{run.get('target')} + {draft}"
 
 COMPARE_BY = {
-    "build": lambda run: f"llama.cpp {run.get('llamacpp_commit')} ({run.get('backend')})",
+    "build": lambda run: f"llama.cpp {run.get('llamacpp_commit')} ({run.get('accel')})",
     "machine": lambda run: run.get("machine") or (((run.get("provenance") or {}).get("hardware") or {}).get("host", "?")
                                                   + " / " + ((run.get("provenance") or {}).get("hardware") or {}).get("cpu", "?")),
     "pair": lambda run: f"{run.get('target')} + {run.get('draft') or 'no draft'}",

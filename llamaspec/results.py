@@ -113,6 +113,9 @@ MIGRATIONS: tuple[str, ...] = (
         error = COALESCE(error, 'left running by an older llamaspec that recorded no process (killed?)')
         WHERE status = 'running';
     """,
+    # "backend" named what a build computes on (cpu, cuda, metal): that is the accelerator; the word
+    # backend means the engine (backend_name) everywhere else.
+    "ALTER TABLE runs RENAME COLUMN backend TO accel;",
 )
 
 INTERRUPTED = "the process ended without finishing (killed?)"
@@ -270,7 +273,7 @@ class Store:
         with self.transaction() as db:
             cur = db.execute(
                 "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, llamacpp_commit,"
-                " backend, target, draft, draft_max, settings, provenance, pid, host, proc_start, prompt_id, category,"
+                " accel, target, draft, draft_max, settings, provenance, pid, host, proc_start, prompt_id, category,"
                 " machine, backend_name) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (experiment, case_name, kind, sweep_id, point_key, "running", now(),
                  engine.get("commit"), engine.get("accel") or engine.get("backend"),
@@ -402,7 +405,7 @@ class Store:
             return json.dumps(runs, indent=2, sort_keys=True)
         if fmt == "csv":
             columns = ["run_id", "experiment", "case_name", "kind", "sweep_id", "prompt_id", "category", "status",
-                       "started_at", "llamacpp_commit", "backend_name", "backend", "machine", "target", "draft",
+                       "started_at", "llamacpp_commit", "backend_name", "accel", "machine", "target", "draft",
                        "draft_max"] + [
                 f.name for f in fields(MeasurementRow) if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id")]
             out = io.StringIO()

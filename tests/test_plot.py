@@ -18,7 +18,7 @@ META = PlotMeta(
     target_model="SmolLM2-135M F16",
     draft_model="SmolLM2-135M Q4_0",
     hardware="2x vCPU x86_64",
-    backend="cpu",
+    engine="cpu",
     llama_commit="0c1e570",
     label="sweep smol",
 )

@@ -324,3 +324,22 @@ def test_a_store_locked_for_long_says_locked(tmp_path: Path, migrated: bool) -> 
         db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
         db.close()
     Store.open(path, timeout=0.5).close()  # free again: it opens
+
+
+def test_the_accelerator_column_is_renamed_in_an_old_store(tmp_path) -> None:
+    # Stores written before migration 4 named the accelerator "backend"; the row keeps its value.
+    import sqlite3
+
+    from llamaspec import results
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    for script in results.MIGRATIONS[:3]:
+        db.executescript(script)
+    db.execute("PRAGMA user_version = 3")
+    db.execute("INSERT INTO runs (experiment, case_name, status, started_at, backend, settings, provenance)"
+               " VALUES ('e', 'c', 'ok', 'now', 'cuda', '{}', '{}')")
+    db.commit()
+    db.close()
+    (run,) = Store.open(path).runs()
+    assert run["accel"] == "cuda" and "backend" not in run
