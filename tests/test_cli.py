@@ -137,3 +137,11 @@ def test_sigterm_stops_the_child_process_too(tmp_path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_prompt_set_refuses_a_transformers_experiment(tmp_path) -> None:
+    # Prompt sets run on llama-server: a transformers experiment is refused, not measured on another engine.
+    prompts = tmp_path / "set.jsonl"
+    prompts.write_text('{"prompt": "hello"}\n')
+    result = CliRunner().invoke(main, ["prompts", "run", "hf-smollm2-quicksort", "--prompts", str(prompts)])
+    assert result.exit_code != 0 and "uses the transformers backend" in result.output, result.output

@@ -168,3 +168,23 @@ def test_describe_reads_like_a_command() -> None:
               "what": "sweeping draft_max", "since": "2026-11-30T09:00:00+0000", "since_ts": time.time() - 300}
     assert lock.describe(holder) == ("pid 42 (`llamaspec sweep 'my exp.yaml'`, sweeping draft_max) "
                                      "since 2026-11-30T09:00:00+0000 (5 min ago)")
+
+
+@pytest.mark.parametrize("command", [["prompts", "run"], ["run"]])
+def test_a_prompt_set_takes_the_lock_too(tmp_path: Path, lock_file: Path, command: list[str]) -> None:
+    # Both ways into a prompt set measure: neither may run beside another measurement.
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    prompts = tmp_path / "set.jsonl"
+    prompts.write_text('{"prompt": "hello"}\n')
+    holder = start(tmp_path / "release")
+    try:
+        assert event(holder)["event"] == "acquired"
+        result = CliRunner().invoke(main, [*command, "smollm2-server-mini", "--prompts", str(prompts), "--no-wait"])
+        assert result.exit_code != 0
+        assert f"another measurement is running: pid {holder.pid} " in result.output, result.output
+    finally:
+        (tmp_path / "release").touch()
+        holder.wait(timeout=30)

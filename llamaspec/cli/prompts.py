@@ -130,12 +130,13 @@ def _concurrency_progress(event: str, data: dict[str, Any]) -> None:
 @click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto",
               show_default=True, help="Which cached llama.cpp build to use.")
 @click.option("--json", "as_json", is_flag=True, help="Print set-level and per-category figures as JSON.")
+@click.option("--no-wait", is_flag=True, help="Fail at once if another measurement holds this machine.")
 @cluster_option
 def prompts_run(experiment_name: str, source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None,
                 turns: str | None, n_predict: int | None, draft_max: int | None, spec_type: str | None,
                 ngram_size_n: int | None, ngram_size_m: int | None, threads: int | None, gpu_layers: int | str | None,
                 repeats: int | None, timeout: float | None, parallel: str | None, plot_dir: Path | None,
-                bin_dir: Path | None, accel: str, as_json: bool, address: str | None = None) -> None:
+                bin_dir: Path | None, accel: str, as_json: bool, no_wait: bool = False, address: str | None = None) -> None:
     """Run every case of an experiment over a prompt set on llama-server (models loaded once).
 
     Per prompt, baseline and speculative are measured back to back; each prompt is stored as it
@@ -155,14 +156,14 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
              "ngram_size_n": ngram_size_n, "ngram_size_m": ngram_size_m}
     run_prompt_set(experiment_name, source, given=given, n_predict=n_predict, timeout=timeout, repeats=repeats,
                    limit=limit, sample_seed=sample_seed, fmt=fmt, turns=turns, levels=_levels(parallel),
-                   plot_dir=plot_dir, bin_dir=bin_dir, accel=accel, as_json=as_json, address=address)
+                   plot_dir=plot_dir, bin_dir=bin_dir, accel=accel, as_json=as_json, address=address, no_wait=no_wait)
 
 
 def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str, Any], n_predict: int | None = None,
                    timeout: float | None = None, repeats: int | None = None, limit: int | None = None,
                    sample_seed: int | None = None, fmt: str | None = None, turns: str | None = None,
                    levels: list[int] | None = None, plot_dir: Path | None = None, bin_dir: Path | None = None,
-                   accel: str = "auto", as_json: bool = False, address: str | None = None) -> None:
+                   accel: str = "auto", as_json: bool = False, address: str | None = None, no_wait: bool = False) -> None:
     """The whole of ``prompts run``, also behind ``llamaspec run NAME --prompts FILE``: one
     function, so that both commands take the same options to the same place.
 
@@ -176,8 +177,15 @@ def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str,
     from llamaspec.results import Store
 
     exp = experiment.load(experiment_name)
-    if exp.backend != "llama-server":
-        log.info("prompt sets run on llama-server (the experiment says %s)", exp.backend)
+    if exp.backend == "transformers":
+        from llamaspec.errors import LlamaspecError
+
+        raise LlamaspecError(f"experiment {exp.name} uses the transformers backend; prompt sets run on llama-server",
+                             hint="run a llama.cpp or llama-server experiment over the prompt set, or run this one "
+                                  "without --prompts")
+    if exp.backend != "llama-server":  # the same build and GGUF models, kept loaded: said, not silent
+        log.warning("prompt sets run on llama-server: experiment %s (backend %s) is measured there, with its models "
+                    "and settings", exp.name, exp.backend)
     settings = overrides(given, n_predict, timeout)
     exp = exp.with_overrides(settings, repeats)
     if address:
@@ -191,9 +199,11 @@ def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str,
     src = promptset.source_of(exp, source, format=fmt, turns=turns, limit=limit, seed=sample_seed)
     got = loader.load(src)
     log.info("%s: %d prompts in %d categories", src.label, len(got.prompts), len(got.categories()))
+    from llamaspec.cli.options import measuring
+
     backend = server.open_backend(BackendOptions(accel=accel, bin_dir=bin_dir))
     try:
-        with _terminate_as_interrupt():
+        with measuring(f"llamaspec prompts run {exp.name}", no_wait), _terminate_as_interrupt():
             if levels:
                 rows = promptset.run_concurrency(exp, got, backend, levels, on_event=_concurrency_progress,
                                                  repeats=repeats if repeats is not None else promptset.CONCURRENCY_REPEATS)

@@ -83,11 +83,10 @@ def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_
         if repeats == "auto":
             raise click.UsageError("--repeats auto is for one prompt; over a prompt set give a count, e.g. --repeats 3")
         parallel = given.pop("parallel", None)  # over a prompt set: N slots served to N clients, as in prompts run
-        with measuring(f"llamaspec run {experiment_name} --prompts", no_wait) if not address else _nothing():
-            run_prompt_set(experiment_name, prompt_set, given=given, n_predict=n_predict, timeout=timeout,
-                           repeats=repeats if isinstance(repeats, int) else None, limit=limit,
-                           sample_seed=sample_seed, levels=[parallel] if parallel else None, plot_dir=plot_dir,
-                           bin_dir=bin_dir, accel=accel, as_json=as_json, address=address)
+        run_prompt_set(experiment_name, prompt_set, given=given, n_predict=n_predict, timeout=timeout,
+                       repeats=repeats if isinstance(repeats, int) else None, limit=limit,
+                       sample_seed=sample_seed, levels=[parallel] if parallel else None, plot_dir=plot_dir,
+                       bin_dir=bin_dir, accel=accel, as_json=as_json, address=address, no_wait=no_wait)
         return
     if plot_dir is not None:
         raise click.UsageError("--plot is for prompt sets (--prompts); plots of stored runs: `llamaspec plot --help`")
@@ -115,12 +114,6 @@ def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_
     else:
         click.echo(report.render(results))
     runs.raise_if_failed(results)
-
-
-def _nothing() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 @main.group()
