@@ -18,9 +18,10 @@ log = logging.getLogger("llamaspec")
 TICK_SECONDS = 1.0  # how often a heartbeat bar redraws its clock on a terminal
 
 
-def _fmt_seconds(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}:{seconds % 60:02d}" if seconds >= 60 else f"{seconds}s"
+def duration(seconds: float) -> str:
+    """A time left or taken, never to be read as a time of day: 45s, 13m17s, 1h02m."""
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 class Progress:
@@ -56,8 +57,8 @@ class Progress:
         elapsed = time.monotonic() - self.start
         eta = ""
         if self.eta and 0 < fraction < 1:
-            eta = f", ETA {_fmt_seconds(elapsed / fraction - elapsed)}"
-        return f"{self.label}: {fraction * 100:5.1f}% ({_fmt_seconds(elapsed)}{eta}) {self.note}".rstrip()
+            eta = f", ETA {duration(elapsed / fraction - elapsed)}"
+        return f"{self.label}: {fraction * 100:5.1f}% ({duration(elapsed)}{eta}) {self.note}".rstrip()
 
     def update(self, done: float, note: str = "") -> None:
         with self._lock:

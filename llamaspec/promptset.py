@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths, stats
+from llamaspec import paths, progress, stats
 from llamaspec.backend import Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet, PromptSource, parse_source
@@ -439,7 +439,7 @@ def progress_printer(stream: Any = None) -> Event:
             counts["done"] += 1
             s = data["summary"]
             eta = data.get("eta")
-            eta_text = f", ETA {int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else ""
+            eta_text = f", ETA {progress.duration(eta)}" if eta is not None else ""
             if s["status"] != "ok":
                 what = f"failed: {s['error']}"
             elif s["ended_early"]:

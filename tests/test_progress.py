@@ -71,3 +71,9 @@ def test_on_a_terminal_the_clock_ticks_without_updates(monkeypatch: pytest.Monke
     assert len(frames) >= 4  # redrawn on its own, not only on update()
     assert all("70.0%" in f and "ETA" not in f for f in frames)
     assert screen.getvalue().endswith("\r")  # the bar is wiped at the end
+
+
+def test_durations_never_read_as_a_time_of_day() -> None:
+    from llamaspec.progress import duration
+
+    assert [duration(s) for s in (45, 797, 3720)] == ["45s", "13m17s", "1h02m"]

@@ -15,6 +15,7 @@ import click
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import SettingValue
+from llamaspec.progress import duration
 
 log = logging.getLogger("llamaspec")
 
@@ -99,7 +100,7 @@ def _concurrency_progress(event: str, data: dict[str, Any]) -> None:
     if event == "batch":
         b = data["batch"]
         eta = data.get("eta")
-        eta_text = f", ETA {int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else ""
+        eta_text = f", ETA {duration(eta)}" if eta is not None else ""
         failed = f", {b['failed']} FAILED" if b["failed"] else ""
         log.info("%s, %d slots, pair %d, %s: %s aggregate t/s over %.1f s%s%s", data["case"], data["parallel"],
                  b["repeat"] + 1, b["mode"], f"{b['aggregate_tps']:.1f}" if b["aggregate_tps"] else "-",

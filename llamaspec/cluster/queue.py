@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from llamaspec.cluster.work import WorkItem
+from llamaspec.progress import duration
 
 
 @dataclass
@@ -108,9 +109,6 @@ class WorkQueue:
             for m, st in sorted(self.stats.items()))
         eta = self.eta_seconds(machines)
         return (f"{len(self.done)}/{self.total} items" + (f"; {per}" if per else "")
-                + (f"; ETA {_fmt(eta)}" if eta is not None and not self.finished() else ""))
+                + (f"; ETA {duration(eta)}" if eta is not None and not self.finished() else ""))
 
 
-def _fmt(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
