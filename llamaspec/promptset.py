@@ -128,6 +128,24 @@ def measurement_row(run_id: int, repeat: int, m: Measurement) -> MeasurementRow:
                           text=m.text, stats={**(m.stats or {}), **extra}, log_path=m.log_path)
 
 
+def _ended_early_note(base: Sequence[Measurement], spec: Sequence[Measurement]) -> str | None:
+    """Which side stopped at end of text, and after how many tokens: a speculative output that
+    diverged and then ended is not the baseline ending early."""
+    def ended(ms: Sequence[Measurement]) -> int | None:
+        counts = [m.n_predict or 0 for m in ms if m.end_of_text]
+        return min(counts) if counts else None
+
+    b, s = ended(base), ended(spec)
+    if b is None and s is None:
+        return None
+    if s is None:
+        return f"{b} tokens"
+    if b is None:
+        ran = max((m.n_predict or 0 for m in base), default=0)
+        return f"the speculative output ended after {s} tokens, the baseline ran on to {ran}"
+    return f"{b} tokens" if b == s else f"baseline after {b} tokens, speculative after {s}"
+
+
 def decode_totals(m: Measurement) -> tuple[int, float] | None:
     """(tokens after the first, seconds) behind one decode speed: what total-token speedups add up."""
     if not m.ok or not m.decode_tps or not m.n_predict or m.n_predict < 2:
@@ -199,6 +217,7 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
         "n_prompt": base[0].n_prompt if base else (spec[0].n_prompt if spec else None),
         "n_predict": base[0].n_predict if base else None,
         "ended_early": any(m.end_of_text for m in (*base, *spec)),
+        "ended_early_note": _ended_early_note(base, spec),
         "baseline_tokens": sum(t for t, _ in totals_b), "baseline_seconds": sum(s for _, s in totals_b),
         "speculative_tokens": sum(t for t, _ in totals_s), "speculative_seconds": sum(s for _, s in totals_s),
         "speculative_n_predict": sum(m.n_predict or 0 for m in spec),
@@ -443,7 +462,7 @@ def progress_printer(stream: Any = None) -> Event:
             if s["status"] != "ok":
                 what = f"failed: {s['error']}"
             elif s["ended_early"]:
-                what = f"ended early after {s['n_predict']} tokens (kept out of speedups)"
+                what = f"ended early: {s.get('ended_early_note') or str(s['n_predict']) + ' tokens'} (kept out of speedups)"
             else:
                 acc = f", accept {s['accept']:.0f}%" if s.get("accept") is not None else ""
                 differs = f", OUTPUT {divergence_text(s.get('divergence'), s.get('first_difference'))}"
@@ -546,7 +565,8 @@ def set_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "set": group_statistics(items),
         "categories": {c: group_statistics([i for i in items if i["category"] == c]) for c in categories},
-        "ended_early": [{"id": i["id"], "category": i["category"], "n_predict": i["n_predict"]}
+        "ended_early": [{"id": i["id"], "category": i["category"], "n_predict": i["n_predict"],
+                         "note": i.get("ended_early_note") or f"{i['n_predict']} tokens"}
                         for i in items if i["status"] == "ok" and i["ended_early"]],
         "failed": [{"id": i["id"], "category": i["category"], "error": i["error"]} for i in items if i["status"] != "ok"],
         "differs": [{"id": i["id"], "category": i["category"], "first_difference": i["first_difference"],
@@ -701,8 +721,8 @@ def render(summary: dict[str, Any]) -> str:
                          f" {_fmt(g.get('e2e_geomean_speedup')):>22} {_fmt(g.get('e2e_total_speedup')):>22}"
                          f" {acc:>7} {same:>5}")
         if m["ended_early"]:
-            lines.append("  ended early (not in speedups): " + ", ".join(f"{e['id']} ({e['n_predict']} tokens)"
-                                                                          for e in m["ended_early"]))
+            lines.append("  ended early (not in speedups): " + ", ".join(
+                f"{e['id']} ({e.get('note') or str(e['n_predict']) + ' tokens'})" for e in m["ended_early"]))
         if m["differs"]:
             lines.append("  OUTPUT DIFFERS from the baseline (counted as not lossless): " + "; ".join(
                 f"{d['id']} {d.get('label') or divergence_text(None, d['first_difference'])}" for d in m["differs"]))

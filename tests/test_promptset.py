@@ -59,6 +59,11 @@ def test_prompt_summary_takes_the_run_cores_lossless_verdict() -> None:
     past_eot = promptset.prompt_summary(Prompt("e", "x"), [m("baseline", 10.0, n=10, eot=True),
                                                            m("speculative", 12.0, n=12)])
     assert past_eot["lossless"] is False and "end of text" in past_eot["lossless_text"]
+    # the speculative side diverged, then stopped on its own: said so, not as the baseline ending early
+    spec_ended = promptset.prompt_summary(Prompt("d", "x"), [m("baseline", 10.0),
+                                                             m("speculative", 12.0, n=30, eot=True)])
+    assert spec_ended["ended_early"] and spec_ended["lossless"] is False
+    assert spec_ended["ended_early_note"] == "the speculative output ended after 30 tokens, the baseline ran on to 64"
     same = promptset.prompt_summary(Prompt("i", "x"), [m("baseline", 10.0), m("speculative", 12.0)])
     assert same["lossless"] is True and same["lossless_text"].startswith("identical over 64 generated tokens")
     assert same["paired"] is True and same["divergence"] is None
@@ -87,7 +92,7 @@ def test_set_statistics_by_hand() -> None:
     code = st["categories"]["code"]
     assert math.isclose(code["mean_speedup"]["median"], 1.25) and math.isclose(code["total_speedup"]["median"], 0.8)
     assert st["categories"]["prose"]["counted"] == 1
-    assert st["ended_early"] == [{"id": "p4", "category": "prose", "n_predict": 3}]
+    assert st["ended_early"] == [{"id": "p4", "category": "prose", "n_predict": 3, "note": "3 tokens"}]
 
 
 def test_intervals_are_seeded_and_cover_the_estimate() -> None:
