@@ -100,11 +100,17 @@ print("fake rpc server", " ".join(sys.argv[1:]))
 '''
 
 
-def test_rpc_serve_binds_loopback_by_default_and_warns_for_any_other_address(tmp_path: Path) -> None:
+def rpc_bin_dir(tmp_path: Path, source: str) -> Path:
+    """A bin folder whose ggml-rpc-server is the given Python script."""
     bins = fake_bin_dir(tmp_path / "bin")
     server = bins / "ggml-rpc-server"
-    server.write_text(FAKE_SERVER.format(python=sys.executable))
+    server.write_text(source.format(python=sys.executable))
     server.chmod(0o755)
+    return bins
+
+
+def test_rpc_serve_binds_loopback_by_default_and_warns_for_any_other_address(tmp_path: Path) -> None:
+    bins = rpc_bin_dir(tmp_path, FAKE_SERVER)
     runner = CliRunner()
     done = runner.invoke(main, ["rpc", "serve", "--bin-dir", str(bins), "-t", "1"])
     assert done.exit_code == 0, done.output
@@ -141,11 +147,9 @@ while True:
 
 
 def test_rpc_server_in_the_background_is_ready_when_it_listens_and_stops_cleanly(tmp_path: Path) -> None:
-    bins = fake_bin_dir(tmp_path / "bin")
-    server = bins / "ggml-rpc-server"
-    server.write_text(LISTENING_SERVER.format(python=sys.executable))
-    server.chmod(0o755)
-    fake = replace(build.prebuilt(bins), programs={**build.prebuilt(bins).programs, "rpc-server": "ggml-rpc-server"})
+    bins = rpc_bin_dir(tmp_path, LISTENING_SERVER)
+    pre = build.prebuilt(bins)
+    fake = replace(pre, programs={**pre.programs, "rpc-server": "ggml-rpc-server"})
     port = free_port()
     with rpc.RpcServer(fake, port=port, threads=1, log_path=tmp_path / "rpc.log") as srv:
         assert srv.endpoint == f"127.0.0.1:{port}"
@@ -275,10 +279,7 @@ def test_a_terminated_rpc_serve_stops_its_server(tmp_path: Path) -> None:
     import subprocess
     import time
 
-    bins = fake_bin_dir(tmp_path / "bin")
-    server = bins / "ggml-rpc-server"
-    server.write_text(LISTENING_SERVER.format(python=sys.executable))
-    server.chmod(0o755)
+    bins = rpc_bin_dir(tmp_path, LISTENING_SERVER)
     port = free_port()
     cli = subprocess.Popen([sys.executable, "-m", "llamaspec", "rpc", "serve", "--bin-dir", str(bins), "--port", str(port)],
                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
