@@ -347,7 +347,7 @@ class TransformersBackend:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             self._log(log_path, {"mode": mode, "error": f"{type(exc).__name__}: {first}", "kwargs": _printable(kwargs)})
             return Measurement(ok=False, error=f"generate() failed: {type(exc).__name__}: {first}"[:500],
-                               wall_seconds=round(seconds, 3), peak_rss_bytes=_peak_rss(), **base)
+                               wall_seconds=seconds, peak_rss_bytes=_peak_rss(), **base)
         seconds = time.perf_counter() - start
         ids = tuple(int(t) for t in out[0, input_ids.shape[1]:].tolist())
         text = tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -356,12 +356,14 @@ class TransformersBackend:
         decode = streamer.decode()
         first_at = streamer.puts[0][0] if streamer.puts else None
         stats: dict[str, Any] = {
-            "generate_seconds": round(seconds, 4),
-            "first_tokens_seconds": round(first_at - start, 4) if first_at else None,
+            # full precision: decode_tps and encode_tps are derived from these, and a rounded copy
+            # would disagree with them on a fast machine (23 tokens in 47 ms)
+            "generate_seconds": seconds,
+            "first_tokens_seconds": first_at - start if first_at else None,
             "first_call_tokens": streamer.puts[0][1] if streamer.puts else None,
             "target_calls": len(streamer.puts),
             "decode_tokens": decode[0] if decode else None,
-            "decode_seconds": round(decode[1], 4) if decode else None,
+            "decode_seconds": decode[1] if decode else None,
             "speed_basis": SPEED_BASIS,
             "model": runner.info["label"],
         }
@@ -378,14 +380,14 @@ class TransformersBackend:
             stats["assistant"] = assistant_stats
             stats["per_round"] = [list(r) for r in rounds]
             counters = {"n_drafted": drafted, "n_accept": accepted, "rounds": len(rounds),
-                        "accept": round(100.0 * accepted / drafted, 3) if drafted else None,
+                        "accept": 100.0 * accepted / drafted if drafted else None,
                         "draft_len": _draft_len(plan, assistant_stats, draft_max),
                         "draft_policy": _draft_policy(plan, assistant_stats)}
         timed_out = s.timeout is not None and seconds >= s.timeout and len(ids) < n_predict and not end_of_text
         measurement = Measurement(
             ok=not timed_out,
             error=f"generation cut short by the timeout ({s.timeout:.0f} s) after {len(ids)} tokens" if timed_out else None,
-            wall_seconds=round(seconds, 3),
+            wall_seconds=seconds,
             peak_rss_bytes=_peak_rss(),
             n_prompt=int(input_ids.shape[1]),
             n_predict=len(ids),

@@ -155,7 +155,7 @@ class LlamaCppBackend:
         done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, cwd=cwd,
                         what=Path(argv[0]).name)
         base: dict[str, Any] = dict(mode=mode, argv=tuple(argv), exit_code=done.returncode,
-                                    wall_seconds=round(done.seconds, 3), peak_rss_bytes=done.peak_rss_bytes,
+                                    wall_seconds=done.seconds, peak_rss_bytes=done.peak_rss_bytes,
                                     log_path=str(log_path))
         if done.timed_out or done.returncode != 0:
             tail = " | ".join(s.strip() for s in done.tail(3).splitlines() if s.strip())

@@ -611,7 +611,7 @@ class ServerBackend:
             error, kind = f"lost the connection to llama-server ({server.label}): {exc}", "server"
         wall = time.monotonic() - t0
         _write_log(log_path, server, body, data, error)
-        base.update(wall_seconds=round(wall, 4), peak_rss_bytes=server.peak_rss_bytes())
+        base.update(wall_seconds=wall, peak_rss_bytes=server.peak_rss_bytes())
         if error is not None:
             return Measurement(ok=False, error=error, stats={"error_kind": kind, "server_log": str(server.log_path)},
                                **base)
