@@ -84,7 +84,7 @@ def test_assisted_generation_is_lossless_and_counted(backend, pair, tmp_path: Pa
     for m in (base, spec):
         assert m.speed_basis and m.speed_basis.startswith("streamer timestamps")
         assert m.decode_tps and m.decode_tps > 0 and m.encode_tps and m.wall_seconds > 0
-        assert m.decode_tps == pytest.approx(m.stats["decode_tokens"] / m.stats["decode_seconds"], rel=1e-3)
+        assert m.decode_tps == pytest.approx(m.stats["decode_tokens"] / m.stats["decode_seconds"], rel=1e-12)
     assert '"mode": "speculative"' in (tmp_path / "s.log").read_text()
 
 
