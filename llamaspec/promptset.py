@@ -43,11 +43,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths, progress, stats
+from llamaspec import pairs, paths, progress, stats
 from llamaspec.backend import Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet, PromptSource, parse_source
-from llamaspec.results import MeasurementRow, Store
+from llamaspec.results import MeasurementRow, Store, measurements_of
 from llamaspec.summary import compare_outputs
 from llamaspec.summary import summarize as summarize_point
 
@@ -117,17 +117,6 @@ def prompt_case(case: ResolvedCase, prompt: Prompt) -> ResolvedCase:
                    chat=prompt.chat)
 
 
-def measurement_row(run_id: int, repeat: int, m: Measurement) -> MeasurementRow:
-    extra = {"tokens": list(m.tokens) if m.tokens is not None else None, "rounds": m.rounds,
-             "end_of_text": m.end_of_text, "draft_len": m.draft_len, "draft_policy": m.draft_policy,
-             "speed_basis": m.speed_basis}
-    return MeasurementRow(run_id=run_id, mode=m.mode, repeat=repeat, ok=m.ok, error=m.error, argv=list(m.argv),
-                          exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
-                          n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps,
-                          decode_tps=m.decode_tps, n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept,
-                          text=m.text, stats={**(m.stats or {}), **extra}, log_path=m.log_path)
-
-
 def _ended_early_note(base: Sequence[Measurement], spec: Sequence[Measurement]) -> str | None:
     """Which side stopped at end of text, and after how many tokens: a speculative output that
     diverged and then ended is not the baseline ending early."""
@@ -162,9 +151,8 @@ def request_totals(m: Measurement) -> tuple[int, float] | None:
     None where the backend gives no such timings."""
     if not m.ok or not m.n_predict:
         return None
-    t = (m.stats or {}).get("timings") or {}
-    prompt_ms, predicted_ms = t.get("prompt_ms"), t.get("predicted_ms")
-    if not isinstance(prompt_ms, int | float) or not isinstance(predicted_ms, int | float):
+    prompt_ms, predicted_ms = m.prompt_ms, m.generation_ms
+    if prompt_ms is None or predicted_ms is None:
         return None
     if prompt_ms + predicted_ms <= 0:
         return None
@@ -172,8 +160,7 @@ def request_totals(m: Measurement) -> tuple[int, float] | None:
 
 
 def _prompt_ms(m: Measurement) -> float | None:
-    value = ((m.stats or {}).get("timings") or {}).get("prompt_ms")
-    return float(value) if isinstance(value, int | float) else None
+    return m.prompt_ms
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -207,7 +194,7 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
         "id": prompt.id, "category": prompt.category,
         "status": "failed" if failed else "ok",
         "error": failed.error if failed else None,
-        "error_kind": (failed.stats or {}).get("error_kind") if failed else None,
+        "error_kind": failed.error_kind if failed else None,
         "repeats": point.pairs,
         "paired": point.paired,
         "speedup": speed.median if speed else None,
@@ -252,7 +239,7 @@ NEAR_TIE = 0.02
 def divergence(backend: Backend, case: ResolvedCase, measured: Sequence[Measurement], log_path: Path) -> dict[str, Any] | None:
     """Where a differing output first diverges, and whether the target alone saw a near-tie there.
 
-    Asks the backend (``top_tokens``; the llama-server backend has it) for the target's two most
+    Asks the backend (``top_tokens``, where its capabilities say it has it) for the target's two most
     probable next tokens at the divergence position, on the baseline's own path."""
     base = next((m for m in measured if m.mode == "baseline" and m.ok and m.tokens), None)
     spec = next((m for m in measured if m.mode == "speculative" and m.ok and m.tokens is not None
@@ -265,11 +252,10 @@ def divergence(backend: Backend, case: ResolvedCase, measured: Sequence[Measurem
     out: dict[str, Any] = {"position": at, "baseline_token": base.tokens[at] if at < len(base.tokens) else None,
                            "speculative_token": spec.tokens[at] if at < len(spec.tokens) else None,
                            "top": None, "gap": None, "near_tie": None}
-    probe = getattr(backend, "top_tokens", None)
-    if probe is None or at >= len(base.tokens):
+    if not backend.capabilities.top_tokens or at >= len(base.tokens):
         return out
     try:
-        top = probe(case, at, base.tokens[:at], log_path)
+        top = backend.top_tokens(case, at, base.tokens[:at], log_path)
     except LlamaspecError as exc:
         log.warning("%s: could not probe the divergence at token %d: %s", case.prompt_id, at, exc.message)
         return {**out, "probe_error": exc.message}
@@ -381,9 +367,7 @@ def _with_end_to_end(summary: dict[str, Any], prompt: Prompt, store: Store, run_
     measurements (their server timings), so that a resumed set has them for every prompt."""
     if "e2e_speedup" in summary:
         return summary
-    from llamaspec.run import stored_measurements
-
-    again = prompt_summary(prompt, stored_measurements(store.measurements(run_id)))
+    again = prompt_summary(prompt, measurements_of(store.measurements(run_id)))
     return {**summary, **{k: again[k] for k in E2E_KEYS}}
 
 
@@ -391,9 +375,8 @@ def _prepare(backend: Backend, case: ResolvedCase) -> None:
     """Servers started (side by side) and the prompt rendered before the prompt's first timing,
     where the backend can (llama-server). A server that cannot start raises here, as the
     measurement would; one that died is left for the measurement to report."""
-    prepare = getattr(backend, "prepare", None)
-    if prepare is not None:
-        prepare(case)
+    if backend.capabilities.prepares:
+        backend.prepare(case)
 
 
 def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Store, set_id: str, repeats: int,
@@ -404,17 +387,15 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
                              point_key=prompt.id)
     logs = paths.runs_dir() / f"{run_id:06d}"
     measured: list[Measurement] = []
+
+    def measure(mode: str, r: int) -> Measurement:
+        m = backend.measure(case, mode, logs / f"{mode}-{r}.json")
+        store.add_measurement(MeasurementRow.of(m, run_id=run_id, repeat=r))
+        measured.append(m)
+        return m
+
     try:
-        for r in range(repeats):
-            order = ("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")  # ABBA
-            for mode in order:
-                m = backend.measure(case, mode, logs / f"{mode}-{r}.json")
-                store.add_measurement(measurement_row(run_id, r, m))
-                measured.append(m)
-                if not m.ok:
-                    raise _Stop
-    except _Stop:
-        pass
+        pairs.measure_pairs(measure, at_least=repeats)
     except KeyboardInterrupt:
         store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured), "interrupted by the user")
         raise
@@ -423,10 +404,6 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
         summary["divergence"] = divergence(backend, case, measured, logs / "divergence.json")
     store.finish_run(run_id, summary["status"], summary, summary["error"])
     return summary
-
-
-class _Stop(Exception):
-    pass
 
 
 class _Clock:
@@ -522,8 +499,6 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rounds = [i["rounds"] for i in counted]
     known_rounds = bool(counted) and all(r is not None for r in rounds)
     n_rounds = sum(r for r in rounds if r is not None)
-    generated = sum(i["speculative_n_predict"] for i in counted)
-    calls = generated - accepted
     lossless = [i["lossless"] for i in ok if i["lossless"] is not None]
     e2e = [i["e2e_speedup"] for i in counted if i.get("e2e_speedup")]
     near_ties = [i["divergence"] for i in ok if i["lossless"] is False and (i.get("divergence") or {}).get("near_tie")]
@@ -546,10 +521,9 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "speculative_prompt_ms": _median([i.get("speculative_prompt_ms") for i in counted]),
         "accept": 100.0 * accepted / drafted if drafted else None,
         "n_drafted": drafted, "n_accept": accepted,
-        # Spec-Bench's mean accepted tokens: tokens per draft-verify round, the target's own included
-        "tau": (accepted + n_rounds) / n_rounds if known_rounds and n_rounds else None,
+        # as backend.Measurement defines them, over the set's rounds (Spec-Bench's tau = tokens per round)
+        "tokens_per_round": (accepted + n_rounds) / n_rounds if known_rounds and n_rounds else None,
         "mean_accepted": accepted / n_rounds if known_rounds and n_rounds else None,
-        "tokens_per_call": generated / calls if calls > 0 and counted else None,
         "lossless_rate": sum(lossless) / len(lossless) if lossless else None,
         "lossless_checked": len(lossless),
         "differing": sum(1 for i in ok if i["lossless"] is False),
@@ -704,12 +678,11 @@ def render(summary: dict[str, Any]) -> str:
                          "speculative (median)")
         else:
             lines.append("  end to end, prompt included: - (no prompt timings from this backend)")
-        tau = f"{s['tau']:.2f}" if s["tau"] is not None else "-"
+        tau = f"{s['tokens_per_round']:.2f}" if s["tokens_per_round"] is not None else "-"
         acc = f"{s['accept']:.1f}%" if s["accept"] is not None else "-"
-        tpc = f"{s['tokens_per_call']:.2f}" if s["tokens_per_call"] is not None else "-"
         rate = f"{100 * s['lossless_rate']:.0f}% of {s['lossless_checked']}" if s["lossless_rate"] is not None else "-"
         mean_acc = f"{s['mean_accepted']:.2f}" if s["mean_accepted"] is not None else "-"
-        lines.append(f"  accept {acc}   accepted/round {mean_acc}   tokens/round (tau) {tau}   tokens/target call {tpc}"
+        lines.append(f"  accept {acc}   accepted/round {mean_acc}   tokens/round (Spec-Bench's tau) {tau}"
                      f"   identical output {rate}")
         lines.append(f"  {'':<16} {'':>3} {'decode':^45} {'end to end, prompt included':^45}".rstrip())
         lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>22} {'total-token':>22} {'geomean speedup':>22}"
@@ -814,7 +787,7 @@ def plot(summary: dict[str, Any], out_dir: Path) -> list[Path]:
 # --- concurrency -------------------------------------------------------------------------------
 
 CONCURRENCY_REPEATS = 3
-MODES = ("baseline", "speculative")
+MODES = pairs.PAIR_MODES
 
 
 def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: Sequence[int], *,
@@ -844,7 +817,7 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: S
             _warm(level_case, prompt_set.prompts, backend, log_dir)
             batches: list[dict[str, Any]] = []
             for r in range(repeats):
-                for mode in (MODES if r % 2 == 0 else MODES[::-1]):  # ABBA over the pairs
+                for mode in pairs.order(r):  # batches have no Measurement of their own: the loop's order
                     batch = _concurrent_batch(level_case, prompt_set.prompts, backend, mode, n, log_dir, r)
                     batches.append(batch)
                     clock.tick()
@@ -860,10 +833,9 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: S
 def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, log_dir: Path) -> None:
     """Both servers started and every prompt rendered before any timed batch; one short request
     per mode so that nothing a first request pays lands in a batch."""
-    prepare = getattr(backend, "prepare", None)
-    if prepare is not None:
+    if backend.capabilities.prepares:
         for p in prompts:
-            prepare(prompt_case(case, p))
+            backend.prepare(prompt_case(case, p))
     short = replace(case, settings=replace(case.settings, n_predict=4))
     for mode in MODES:
         backend.measure(prompt_case(short, prompts[0]), mode, log_dir / f"{mode}-warmup.json")

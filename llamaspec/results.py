@@ -27,14 +27,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llamaspec import paths
+from llamaspec.backend import Measurement
 from llamaspec.errors import LlamaspecError
 from llamaspec.lock import process_gone, this_process
-
-if TYPE_CHECKING:
-    from llamaspec.backend import Measurement
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +114,30 @@ MIGRATIONS: tuple[str, ...] = (
     # "backend" named what a build computes on (cpu, cuda, metal): that is the accelerator; the word
     # backend means the engine (backend_name) everywhere else.
     "ALTER TABLE runs RENAME COLUMN backend TO accel;",
+    # Every field of a measurement has its column (llamaspec.backend.Measurement <-> MeasurementRow,
+    # one mapping): the counters the speedup model reads, and what prompt sets kept in the stats JSON.
+    """
+    ALTER TABLE measurements ADD COLUMN draft_steps INTEGER;
+    ALTER TABLE measurements ADD COLUMN program TEXT;
+    ALTER TABLE measurements ADD COLUMN sample_ms_per_token REAL;
+    ALTER TABLE measurements ADD COLUMN error_kind TEXT;
+    ALTER TABLE measurements ADD COLUMN prompt_ms REAL;
+    ALTER TABLE measurements ADD COLUMN generation_ms REAL;
+    UPDATE measurements SET
+        error_kind = json_extract(stats, '$.error_kind'),
+        prompt_ms = json_extract(stats, '$.timings.prompt_ms'),
+        generation_ms = json_extract(stats, '$.timings.predicted_ms')
+        WHERE stats IS NOT NULL AND json_valid(stats);
+    UPDATE measurements SET
+        tokens = COALESCE(tokens, json_extract(stats, '$.tokens')),
+        rounds = COALESCE(rounds, json_extract(stats, '$.rounds')),
+        end_of_text = COALESCE(end_of_text, json_extract(stats, '$.end_of_text')),
+        draft_len = COALESCE(draft_len, json_extract(stats, '$.draft_len')),
+        draft_policy = COALESCE(draft_policy, json_extract(stats, '$.draft_policy')),
+        speed_basis = COALESCE(speed_basis, json_extract(stats, '$.speed_basis'))
+        WHERE stats IS NOT NULL AND json_valid(stats) AND json_type(stats, '$.draft_policy') IS NOT NULL
+            AND draft_policy IS NULL;
+    """,
 )
 
 INTERRUPTED = "the process ended without finishing (killed?)"
@@ -157,6 +179,12 @@ class MeasurementRow:
     draft_policy: str | None = None
     tokens: list[int] | None = None  # generated token ids, where the engine gives them
     end_of_text: bool = False  # the model stopped on its own before n_predict
+    draft_steps: int | None = None
+    program: str | None = None
+    sample_ms_per_token: float | None = None
+    error_kind: str | None = None
+    prompt_ms: float | None = None
+    generation_ms: float | None = None
     id: int | None = None
     created_at: str = ""
 
@@ -169,7 +197,23 @@ class MeasurementRow:
                    n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept, text=m.text, stats=m.stats,
                    log_path=m.log_path, baseline_key=baseline_key, speed_basis=m.speed_basis, rounds=m.rounds,
                    draft_len=m.draft_len, draft_policy=m.draft_policy,
-                   tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text)
+                   tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text,
+                   draft_steps=m.draft_steps, program=m.program, sample_ms_per_token=m.sample_ms_per_token,
+                   error_kind=m.error_kind, prompt_ms=m.prompt_ms, generation_ms=m.generation_ms)
+
+
+def measurement_of(row: dict[str, Any]) -> Measurement:
+    """The Measurement a stored row holds (the inverse of :meth:`MeasurementRow.of`)."""
+    names = {f.name for f in fields(Measurement)}
+    data = {k: v for k, v in row.items() if k in names}
+    data["argv"] = tuple(row.get("argv") or ())
+    data["tokens"] = tuple(row["tokens"]) if row.get("tokens") is not None else None
+    data["ok"], data["end_of_text"] = bool(row.get("ok")), bool(row.get("end_of_text"))
+    return Measurement(**data)
+
+
+def measurements_of(rows: Sequence[dict[str, Any]]) -> list[Measurement]:
+    return [measurement_of(r) for r in rows]
 
 
 JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens"}

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from llamaspec import stats
-from llamaspec.backend import SPEED_DEFINITION, Measurement
+from llamaspec.backend import SPEED_DEFINITION, Measurement, ResolvedCase
 from llamaspec.stats import Spread
 
 # Warn when the machine's own run-to-run spread is this large against the effect measured.
@@ -164,7 +164,7 @@ class Summary:
     n_accept: int | None = None
     rounds: int | None = None
     mean_accepted: float | None = None  # accepted draft tokens per round
-    tokens_per_round: float | None = None
+    tokens_per_round: float | None = None  # Spec-Bench's tau: accepted drafts plus the target's own token, per round
     drafted_per_round: float | None = None
     draft_steps: int | None = None  # draft-model decode steps in the run (for the speedup model)
     program: str | None = None  # the speculative program's profile (how it counts and spends a round)
@@ -209,6 +209,12 @@ class Summary:
 def empty(status: str, error: str | None = None) -> Summary:
     return Summary(status, 0, False, None, None, None, None, None, Lossless("not checked", reason="nothing measured"),
                    DraftCheck(None, None, None, None), error=error)
+
+
+def requested_draft(case: ResolvedCase) -> int | None:
+    """The draft length a case's drafted counts are checked against: with a draft model or in a
+    draft-free mode (n-gram), its draft_max; None for the target alone."""
+    return case.settings.draft_max if case.draft or case.settings.spec_type != "draft" else None
 
 
 def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measurement] = (), *,
@@ -257,7 +263,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         n_prompt=mid_spec.n_prompt if mid_spec else None, n_predict=mid_spec.n_predict if mid_spec else None,
         n_drafted=mid_spec.n_drafted if mid_spec else None, n_accept=mid_spec.n_accept if mid_spec else None,
         rounds=rounds, mean_accepted=mid_spec.mean_accepted if mid_spec else None,
-        tokens_per_round=(mid_spec.n_predict / rounds) if mid_spec and mid_spec.n_predict and rounds else None,
+        tokens_per_round=mid_spec.tokens_per_round if mid_spec else None,
         drafted_per_round=mid_spec.drafted_per_round if mid_spec else None,
         draft_steps=mid_spec.draft_steps if mid_spec else None,
         program=mid_spec.program if mid_spec else None,

@@ -220,7 +220,7 @@ def test_ngram_mode_drafts_and_accepts_on_a_code_edit_prompt(backend, pair, tmp_
 def test_prompt_longer_than_the_context_fails_alone(backend, pair, tmp_path: Path) -> None:
     c = real_case(pair, prompt="word " * 1500)
     m = backend.measure(c, "baseline", tmp_path / "long.json")
-    assert not m.ok and m.stats and m.stats["error_kind"] == "prompt" and "context" in (m.error or "")
+    assert not m.ok and m.error_kind == "prompt" and "context" in (m.error or "")
     ok = backend.measure(real_case(pair), "baseline", tmp_path / "ok.json")
     assert ok.ok  # the server is still there for the next prompt
 

@@ -385,6 +385,9 @@ class ServerBackend:
             draft_policy="capped",
             keeps_models_loaded=True,
             token_ids=True,
+            prepares=True,
+            top_tokens=True,
+            prompt_timings=True,
         )
         self.port = port  # an explicit port for the first server (tests, firewalls); others pick free ones
         self.servers_dir = servers_dir or paths.runs_dir() / "servers"
@@ -585,8 +588,7 @@ class ServerBackend:
             text = self.prompt_text(case)
         except ServerDied as exc:
             return Measurement(mode=mode, ok=False, error=f"llama-server {exc}", argv=(), exit_code=None,
-                               wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path),
-                               stats={"error_kind": "server"})
+                               wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path), error_kind="server")
         body = {"prompt": text, "n_predict": s.n_predict, "temperature": s.temperature, "seed": s.seed,
                 "cache_prompt": False, "return_tokens": True, "stream": False}
         serial = (s.parallel or 1) == 1
@@ -613,8 +615,7 @@ class ServerBackend:
         _write_log(log_path, server, body, data, error)
         base.update(wall_seconds=wall, peak_rss_bytes=server.peak_rss_bytes())
         if error is not None:
-            return Measurement(ok=False, error=error, stats={"error_kind": kind, "server_log": str(server.log_path)},
-                               **base)
+            return Measurement(ok=False, error=error, error_kind=kind, stats={"server_log": str(server.log_path)}, **base)
         rounds_after = server.metric("spec_decode_num_drafts_total") if rounds_before is not None else None
         rounds = int(rounds_after - rounds_before) if rounds_after is not None and rounds_before is not None else None
         return Measurement(ok=True, error=None, **base, **completion_fields(data, mode, s, rounds),
@@ -633,6 +634,8 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, rounds: int 
         n_predict=n_gen,
         encode_tps=prompt_n / (prompt_ms / 1000.0) if prompt_n and prompt_ms else None,
         decode_tps=decode,
+        prompt_ms=float(prompt_ms) if isinstance(prompt_ms, int | float) else None,
+        generation_ms=float(ms) if isinstance(ms, int | float) else None,
         text=data.get("content"),
         tokens=tuple(int(x) for x in data["tokens"]) if isinstance(data.get("tokens"), list) and data["tokens"] else None,
         end_of_text=data.get("stop_type") == "eos" and (n_gen or 0) < (s.n_predict or 0),
