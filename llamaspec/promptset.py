@@ -524,6 +524,7 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         # as backend.Measurement defines them, over the set's rounds (Spec-Bench's tau = tokens per round)
         "tokens_per_round": (accepted + n_rounds) / n_rounds if known_rounds and n_rounds else None,
         "mean_accepted": accepted / n_rounds if known_rounds and n_rounds else None,
+        "model": _model_forecast(drafted, accepted, n_rounds if known_rounds else None, speedups),
         "lossless_rate": sum(lossless) / len(lossless) if lossless else None,
         "lossless_checked": len(lossless),
         "differing": sum(1 for i in ok if i["lossless"] is False),
@@ -531,6 +532,22 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "differs_near_tie": len(near_ties),
         "near_tie_max_gap": max((d["gap"] for d in near_ties if d.get("gap") is not None), default=None),
     }
+
+
+def _model_forecast(drafted: int, accepted: int, rounds: int | None, speedups: Sequence[float]) -> dict[str, Any] | None:
+    """The paper's model through these prompts' one measured point (acceptance and drafted tokens
+    per round from the counters, the geometric-mean speedup): alpha, the cost ratio it implies and
+    the draft length it predicts best (``theory.fit_one_point``). None without rounds or drafts."""
+    if not rounds or not drafted or not speedups:
+        return None
+    from llamaspec import theory
+
+    fit = theory.fit_one_point(accepted / drafted, drafted / rounds, stats.geometric_mean(speedups))
+    if fit is None:
+        return None
+    return {"alpha": fit.alpha, "drafted_per_round": fit.draft_len, "cost_ratio": fit.cost_ratio,
+            "best_draft": fit.best_draft, "best_speedup": fit.best_speedup,
+            "basis": "Leviathan et al.'s model through the measured point (verification costs one target step)"}
 
 
 def set_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -686,13 +703,16 @@ def render(summary: dict[str, Any]) -> str:
                      f"   identical output {rate}")
         lines.append(f"  {'':<16} {'':>3} {'decode':^45} {'end to end, prompt included':^45}".rstrip())
         lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>22} {'total-token':>22} {'geomean speedup':>22}"
-                     f" {'total-time':>22} {'accept':>7} {'same':>5}")
+                     f" {'total-time':>22} {'accept':>7} {'same':>5}  model: best draft (alpha)")
         for cat, g in m["categories"].items():
             acc = f"{g['accept']:.0f}%" if g["accept"] is not None else "-"
             same = f"{100 * g['lossless_rate']:.0f}%" if g["lossless_rate"] is not None else "-"
             lines.append(f"  {cat:<16} {g['counted']:>3} {_fmt(g['geomean_speedup']):>22} {_fmt(g['total_speedup']):>22}"
                          f" {_fmt(g.get('e2e_geomean_speedup')):>22} {_fmt(g.get('e2e_total_speedup')):>22}"
                          f" {acc:>7} {same:>5}")
+        if any(g.get("model") for g in m["categories"].values()):
+            lines.append("  model column: Leviathan et al.'s model through each category's measured point (its "
+                         "acceptance and speedup at the drafted length): a forecast to check with a sweep")
         if m["ended_early"]:
             lines.append("  ended early (not in speedups): " + ", ".join(
                 f"{e['id']} ({e.get('note') or str(e['n_predict']) + ' tokens'})" for e in m["ended_early"]))
@@ -711,6 +731,12 @@ def render(summary: dict[str, Any]) -> str:
                      "excluded unless every difference is a greedy near-tie):")
         lines.extend(_recommendation_lines(summary[key]))
     return "\n".join(lines)
+
+
+def _forecast(model: dict[str, Any] | None) -> str:
+    if not model:
+        return "-"
+    return f"k={model['best_draft']} -> {model['best_speedup']:.2f}x (alpha {model['alpha']:.2f})"
 
 
 def _recommendation_lines(recommendation: dict[str, dict[str, Any]]) -> list[str]:

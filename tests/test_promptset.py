@@ -557,3 +557,16 @@ def test_a_prompt_stored_before_end_to_end_figures_gets_them_from_its_measuremen
             assert {k: item[k] for k in promptset.E2E_KEYS} == {k: before[item["id"]][k] for k in promptset.E2E_KEYS}
     assert math.isclose(promptset.set_statistics(second.cases[0].items)["categories"]["code"]["e2e_total_speedup"]
                         ["median"], 1.6 / 1.15)
+
+
+def test_each_category_gets_the_models_best_draft_length_from_its_own_acceptance() -> None:
+    """A category that accepts more is forecast a longer best draft than one that accepts less."""
+    items = [summary("h1", "code", 10.0, 25.0, drafted=80, accepted=72, rounds=10),
+             summary("h2", "code", 10.0, 24.0, drafted=80, accepted=70, rounds=10),
+             summary("l1", "prose", 10.0, 11.0, drafted=80, accepted=24, rounds=10),
+             summary("l2", "prose", 10.0, 10.5, drafted=80, accepted=20, rounds=10)]
+    cats = promptset.set_statistics(items)["categories"]
+    code, prose = cats["code"]["model"], cats["prose"]["model"]
+    assert code["drafted_per_round"] == prose["drafted_per_round"] == 8.0
+    assert code["alpha"] > prose["alpha"] and code["best_draft"] > prose["best_draft"]
+    assert promptset.set_statistics([summary("x", "code", 10.0, 10.0, drafted=0, accepted=0, rounds=0)])["set"]["model"] is None
