@@ -119,6 +119,11 @@ def test_generated_part_drops_the_echoed_prompt(tmp_path: Path) -> None:
     assert found and not text.startswith("# Quick-sort") and text and spec.text.endswith(text)
     assert generated_part("# Quick-sort implementation in Python and sample usage:", c) == ("", True)  # cut after the prompt
     assert process_escapes("a\\nb\\tc\\x41") == "a\nb\tcA"
+    # llama-speculative echoes a Llama (SPM) prompt with its BOS piece, llama-completion without it
+    prompt = "# Quick-sort implementation in Python and sample usage:"
+    assert generated_part(f"<s> {prompt} def quick", c) == (" def quick", True)
+    assert generated_part(f" {prompt} def quick", c) == (" def quick", True)
+    assert generated_part("<s> def quick", c) == ("<s> def quick", False)  # no echo: left whole
 
 
 def test_p_min_is_refused_on_the_program_that_ignores_it(tmp_path: Path) -> None:

@@ -225,10 +225,19 @@ def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bo
     if text is None:
         return None, False
     prompt = prompt_text(case)
-    for echo in (prompt, " " + prompt, prompt.lstrip()):
-        if echo and text.startswith(echo):
-            return text[len(echo):], True
+    bodies = [text]
+    special = _SPECIAL_PREFIX.match(text)
+    if special:  # llama-speculative prints the prompt's tokens with their special pieces ("<s>" for a Llama BOS)
+        bodies.append(text[special.end():])
+    for body in bodies:
+        for echo in (prompt, " " + prompt, prompt.lstrip()):
+            if echo and body.startswith(echo):
+                return body[len(echo):], True
     return text, False
+
+
+# A special token's piece at the start of an echo: "<s>" (Llama's BOS), "<|begin_of_text|>", "<bos>".
+_SPECIAL_PREFIX = re.compile(r"^(?:<\|?[A-Za-z_][\w|]*\|?>)+")
 
 
 def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.Program, case: ResolvedCase) -> dict[str, Any]:
