@@ -25,10 +25,12 @@ def tiny_gguf(path: Path, *, tokens: list[str] | None = None, tokenizer: str = "
                             add_bos=add_bos, bos=bos, eos=eos, write_tensors=write_tensors)
 
 
-def hf_checkpoint(folder: Path, seed: int = 0, tokenizer_from: Path | None = None, layers: int = 2) -> Path:
+def hf_checkpoint(folder: Path, seed: int = 0, tokenizer_from: Path | None = None, layers: int = 2,
+                  byte_fallback: bool = False) -> Path:
     """A Hugging Face-format Llama checkpoint: config.json, safetensors weights, a SentencePiece
-    tokenizer.model trained here on a few hundred lines (64 pieces), or the one of the checkpoint
-    ``tokenizer_from`` (a pair that shares its vocabulary, as CodeLlama and TinyLlama do)."""
+    tokenizer.model trained here on a few hundred lines (64 pieces; with ``byte_fallback`` 320, the
+    256 byte pieces among them, so any text tokenizes as with Llama's own), or the one of the
+    checkpoint ``tokenizer_from`` (a pair that shares its vocabulary, as CodeLlama and TinyLlama do)."""
     import sentencepiece as spm
     from safetensors.numpy import save_file
 
@@ -40,8 +42,9 @@ def hf_checkpoint(folder: Path, seed: int = 0, tokenizer_from: Path | None = Non
     if tokenizer_from is not None:
         model.write((tokenizer_from / "tokenizer.model").read_bytes())
     else:
-        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=64, model_type="bpe",
-                                       character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=320 if byte_fallback else 64,
+                                       model_type="bpe", character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                                       byte_fallback=byte_fallback, minloglevel=2)
     (folder / "tokenizer.model").write_bytes(model.getvalue())
     n_vocab = spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
     h, ff = 64, 128

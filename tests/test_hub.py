@@ -61,11 +61,12 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A tiny CodeLlama-shaped target (2 layers) and a TinyLlama-shaped draft (1 layer, other weights)
-    sharing one SentencePiece vocabulary, as the write-up's pair does."""
+    """A tiny CodeLlama-shaped target (2 layers) and a TinyLlama-shaped draft (1 layer: the target's
+    first, its embeddings and head) sharing one SentencePiece vocabulary with byte fallback, as the
+    write-up's pair does."""
     root = tmp_path_factory.mktemp("checkpoints")
-    target = hf_checkpoint(root / "target", seed=0)
-    draft = hf_checkpoint(root / "draft", seed=1, tokenizer_from=target, layers=1)
+    target = hf_checkpoint(root / "target", seed=0, byte_fallback=True)
+    draft = hf_checkpoint(root / "draft", seed=0, tokenizer_from=target, layers=1)  # the target's first layer
     return target, draft
 
 
@@ -276,15 +277,18 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _env(hub: Hub, root: Path) -> dict[str, str]:
-    env = {**os.environ, "LLAMASPEC_ROOT": str(root), "LLAMASPEC_MODELS": str(root / "models")}
-    env.pop("LLAMASPEC_LLAMACPP", None)
+    from llamaspec.llamacpp import source
+
+    env = {**os.environ, "LLAMASPEC_ROOT": str(root), "LLAMASPEC_MODELS": str(root / "models"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # this checkout's code
+    env["LLAMASPEC_LLAMACPP"] = str(source.current().tree)  # the pinned tree (its convert_hf_to_gguf.py)
     return env
 
 
 @pytest.mark.llamacpp
 @pytest.mark.convert
 @pytest.mark.slow
-def test_the_write_up_pair_is_fetched_from_the_hub_and_runs(hub: Hub, checkpoints, tmp_path: Path) -> None:
+def test_the_write_up_pair_is_fetched_from_the_hub_and_runs(llama_build, hub: Hub, checkpoints, tmp_path: Path) -> None:
     """`llamaspec models fetch codellama-7b tinyllama-1.1b-python`, then `llamaspec run quicksort-python -n 16`:
     download, convert to f16 with the pinned tree's convert_hf_to_gguf.py, quantize to q4_0, pair check, run,
     the reference comparison."""
@@ -326,7 +330,7 @@ ALPACA = [{"instruction": f"Give {i} reasons to sort a list.", "input": "" if i 
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-def test_alpaca_is_downloaded_from_the_hub_for_a_prompt_set(hub: Hub, tmp_path: Path) -> None:
+def test_alpaca_is_downloaded_from_the_hub_for_a_prompt_set(llama_build, hub: Hub, tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet", reason="pip install 'llamaspec[prompts]'")
     import pyarrow as pa
 
