@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -391,34 +391,41 @@ def _local_path(entry: ModelEntry) -> Path:
     return path if path.is_absolute() else paths.project_root() / path
 
 
+def hub_snapshot(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path | None = None, *,
+                 allow_patterns: Sequence[str] | None = None, what: str = "checkpoint", required: str = "config.json") -> Any:
+    """A Hugging Face entry's files in the Hugging Face cache (an ``hf.Snapshot``), downloaded at the
+    pinned commit (pinned now if it has no pin) after the disk and time plan for them and for
+    ``outputs`` (the variants to be made from them, in ``out_dir``) is logged and checked."""
+    from llamaspec.models import hf
+
+    source = entry.source
+    repo, revision = source.get("repo"), str(source.get("revision"))
+    patterns = allow_patterns or source.get("allow_patterns")
+    commit = pinned_commit(entry)
+    listing = None
+    if not hf.offline():
+        if commit is None:
+            change = hub_pin(entry)
+            log.info("%s (%s)", change.describe(), pins.lock_path(catalogs.load().path))
+            commit, repo = change.new, change.repo
+        listing = hf.resolve_repo(repo, commit, source.get("aliases") or (), what=what)
+        plan = plans.make(entry.name, listing, patterns or hf.default_patterns(listing), outputs, hf.cache_dir(),
+                          out_dir or model_path(entry.name, "f16").parent)
+        for line in plan.lines():
+            log.info("%s", line)
+        plan.check()
+    snap = hf.snapshot(listing.repo if listing else repo, revision, source.get("aliases") or (), patterns, what=what,
+                       required=required, commit=commit, listing=listing)
+    if commit is None and not pins.is_commit(revision):  # offline, first use: pin what the cache holds
+        pins.save(pins.lock_path(catalogs.load().path), pins.Pin(entry.name, snap.repo, revision, snap.commit))
+    return snap
+
+
 def _checkpoint(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint folder and where it came from. A Hugging Face one is downloaded at its pinned
-    commit (pinned now if it has no pin), after the disk and time plan for it and ``outputs`` (the
-    variants to be made from it, in ``out_dir``) is logged and checked."""
+    """The checkpoint folder and where it came from (a Hugging Face one: ``hub_snapshot``)."""
     source = entry.source
     if source.kind == "hf":
-        from llamaspec.models import hf
-
-        repo, revision = source.get("repo"), str(source.get("revision"))
-        commit = pinned_commit(entry)
-        listing = None
-        if not hf.offline():
-            if commit is None:
-                change = hub_pin(entry)
-                log.info("%s (%s)", change.describe(), pins.lock_path(catalogs.load().path))
-                commit = change.new
-                repo = change.repo
-            listing = hf.resolve_repo(repo, commit, source.get("aliases") or ())
-            repo = listing.repo
-            patterns = source.get("allow_patterns") or hf.default_patterns(listing)
-            plan = plans.make(entry.name, listing, patterns, outputs, hf.cache_dir(), out_dir or model_path(entry.name, "x").parent)
-            for line in plan.lines():
-                log.info("%s", line)
-            plan.check()
-        snap = hf.snapshot(repo, revision, source.get("aliases") or (), source.get("allow_patterns"), what="checkpoint",
-                           commit=commit, listing=listing)
-        if commit is None and not pins.is_commit(revision):  # offline, first use: pin what the cache holds
-            pins.save(pins.lock_path(catalogs.load().path), pins.Pin(entry.name, snap.repo, revision, snap.commit))
+        snap = hub_snapshot(entry, outputs, out_dir)
         return snap.path, {"kind": "hf", "repo": snap.repo, "revision": snap.revision, "commit": snap.commit}
     folder = _local_path(entry)
     if not (folder / "config.json").is_file():
