@@ -317,11 +317,20 @@ def test_the_write_up_pair_is_fetched_from_the_hub_and_runs(llama_build, hub: Hu
     again = _cli(["models", "fetch", "codellama-7b", "tinyllama-1.1b-python"], env, tmp_path)
     assert again.returncode == 0 and "nothing to do" in again.stderr
     assert not [r for r in hub.requests if "/resolve/" in r.path]  # the pin compared, nothing downloaded
-    hub.add(CODELLAMA, {**{p.name: p.read_bytes() for p in checkpoints[0].iterdir()},
-                        "model.safetensors": (checkpoints[1] / "model.safetensors").read_bytes()})
-    moved = _cli(["models", "fetch", "codellama-7b"], env, tmp_path)
-    assert moved.returncode == 0
-    assert "(weights differ: model.safetensors); keeping the pin (llamaspec models fetch --update codellama-7b" in moved.stderr
+    newer = hub.add(CODELLAMA, {**{p.name: p.read_bytes() for p in checkpoints[0].iterdir()},
+                                "model.safetensors": (checkpoints[1] / "model.safetensors").read_bytes()})
+    kept = _cli(["models", "fetch", "codellama-7b"], env, tmp_path)
+    assert kept.returncode == 0 and "nothing to do" in kept.stderr
+    assert (f"codellama-7b: {CODELLAMA} main moved {target[:12]} -> {newer[:12]} (weights differ: model.safetensors); "
+            "keeping the pin (llamaspec models fetch --update codellama-7b moves it)") in kept.stderr
+    moved = _cli(["models", "fetch", "--update", "codellama-7b"], env, tmp_path)
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert f"codellama-7b: {CODELLAMA} main moved {target[:12]} -> {newer[:12]} (weights differ: model.safetensors)\n" in moved.stderr
+    assert "the weights differ, making it again from the pinned commit" in moved.stderr
+    assert "codellama-7b:f16 (made)" in moved.stdout
+    f16 = json.loads((root / "models" / "codellama-7b" / "ggml-model-f16.gguf.json").read_text())
+    assert f16["provenance"]["commit"] == newer
+    assert yaml.safe_load((root / "models" / "catalog.lock").read_text())["pins"]["codellama-7b"]["commit"] == newer
 
 
 ALPACA = [{"instruction": f"Give {i} reasons to sort a list.", "input": "" if i % 2 else f"list {i}", "output": "..."}
