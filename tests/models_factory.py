@@ -59,6 +59,10 @@ def hf_checkpoint(folder: Path, seed: int = 0, tokenizer_from: Path | None = Non
 
     tensors = {"model.embed_tokens.weight": w(n_vocab, h), "model.norm.weight": np.ones(h, np.float16),
                "lm_head.weight": w(n_vocab, h)}
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    for i in range(n_vocab):  # never generate a byte or control piece: the output stays text, with no early end
+        if sp.is_byte(i) or sp.is_control(i) or sp.is_unknown(i):
+            tensors["lm_head.weight"][i] = 0
     for i in range(layers):
         p = f"model.layers.{i}."
         for n in "qkvo":

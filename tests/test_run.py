@@ -98,6 +98,15 @@ def test_output_without_stats_is_a_clear_failure(tmp_path: Path) -> None:
     assert "llama-speculative output:" in (result.error or "")
 
 
+def test_output_that_lost_its_end_once_is_run_again(tmp_path: Path) -> None:
+    """llama.cpp never joins its log thread: a short run can exit 0 before its timings are written."""
+    store = Store.open(tmp_path / "r.sqlite")
+    result = run_case(case(tmp_path), backend(tmp_path, completion="lost-tail-once"), store, hardware=HW)
+    assert result.status == "ok" and result.measurements[0].decode_tps
+    lost = sorted(p.name for p in Path(result.measurements[0].log_path).parent.iterdir() if ".lost-tail-" in p.name)
+    assert lost == [Path(result.measurements[0].log_path).stem + ".lost-tail-1.log"]
+
+
 def test_program_error_names_its_message(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "r.sqlite")
     result = run_case(case(tmp_path), backend(tmp_path, completion="fail"), store, hardware=HW)
