@@ -213,8 +213,10 @@ def _lost_tail(done: proc.Completed, mode: str) -> bool:
             parse.parse_speculative(done.stdout, done.stderr)
         else:
             parse.parse_completion(done.stdout, done.stderr)
-    except LlamaspecError as exc:
-        return "statistics in the output" in exc.message
+    except parse.ParseError:  # no statistics block, or one cut off
+        return True
+    except LlamaspecError:
+        return False
     return False
 
 
