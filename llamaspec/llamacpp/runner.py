@@ -198,7 +198,7 @@ class LlamaCppBackend:
 
 
 # A run whose output ends before its statistics is run again at most this many times in all.
-LOST_TAIL_ATTEMPTS = 3
+LOST_TAIL_ATTEMPTS = 5
 
 
 def _lost_tail(done: proc.Completed, mode: str) -> bool:
