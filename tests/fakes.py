@@ -1,6 +1,6 @@
 """Faithful fake llama.cpp programs for error paths: they answer --help and --version with the
 real recorded texts, print real recorded output, then misbehave as asked (crash, hang, stop
-without stats)."""
+without stats, always or once)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ if behaviour == "killed":
     os.kill(os.getpid(), signal.SIGKILL)
 if behaviour == "no-stats":
     sys.stdout.write(out); sys.exit(0)
+marker = Path(sys.argv[0] + ".lost-once")
+if behaviour == "lost-tail-once" and not marker.exists():  # llama.cpp's log thread not flushed at exit, once
+    marker.write_text(""); sys.stdout.write(out[: len(out) // 2]); sys.exit(0)
 if behaviour == "fail":
     sys.stderr.write("error: failed to load model 'x.gguf'\\n"); sys.exit(1)
 sys.stdout.write(out); sys.stderr.write(err)

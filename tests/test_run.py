@@ -98,6 +98,15 @@ def test_output_without_stats_is_a_clear_failure(tmp_path: Path) -> None:
     assert "llama-speculative output:" in (result.error or "")
 
 
+def test_output_that_lost_its_end_once_is_run_again(tmp_path: Path) -> None:
+    """llama.cpp never joins its log thread: a short run can exit 0 before its timings are written."""
+    store = Store.open(tmp_path / "r.sqlite")
+    result = run_case(case(tmp_path), backend(tmp_path, completion="lost-tail-once"), store, hardware=HW)
+    assert result.status == "ok" and result.measurements[0].decode_tps
+    lost = sorted(p.name for p in Path(result.measurements[0].log_path).parent.iterdir() if ".lost-tail-" in p.name)
+    assert lost == [Path(result.measurements[0].log_path).stem + ".lost-tail-1.log"]
+
+
 def test_program_error_names_its_message(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "r.sqlite")
     result = run_case(case(tmp_path), backend(tmp_path, completion="fail"), store, hardware=HW)
@@ -119,6 +128,11 @@ def test_generated_part_drops_the_echoed_prompt(tmp_path: Path) -> None:
     assert found and not text.startswith("# Quick-sort") and text and spec.text.endswith(text)
     assert generated_part("# Quick-sort implementation in Python and sample usage:", c) == ("", True)  # cut after the prompt
     assert process_escapes("a\\nb\\tc\\x41") == "a\nb\tcA"
+    # llama-speculative echoes a Llama (SPM) prompt with its BOS piece, llama-completion without it
+    prompt = "# Quick-sort implementation in Python and sample usage:"
+    assert generated_part(f"<s> {prompt} def quick", c) == (" def quick", True)
+    assert generated_part(f" {prompt} def quick", c) == (" def quick", True)
+    assert generated_part("<s> def quick", c) == ("<s> def quick", False)  # no echo: left whole
 
 
 def test_p_min_is_refused_on_the_program_that_ignores_it(tmp_path: Path) -> None:
