@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from llamaspec.host import NoiseSample
 from llamaspec.settings import Settings
 
 # speculative: target with a draft (or a draft-free mode); baseline: the target alone;
@@ -149,6 +150,7 @@ class Measurement:
     generation_ms: float | None = None  # the engine's own time from the first sampled token to the last
     stats: dict[str, Any] | None = None
     log_path: str | None = None
+    noise: NoiseSample | None = None  # what else the machine did meanwhile: set by the run core, not the engine
 
     # Derived quantities, each defined here once from the counters the engine filled; ``rounds`` is
     # the engine's, by its program's own loop (llama-speculative samples its first token from the
