@@ -345,10 +345,10 @@ class NoiseSample:
 
     def text(self, during: str = "during these runs") -> str:
         """"9 % of CPU time was stolen by the hypervisor during these runs; other processes used 35 % of the CPU"."""
-        other = f"other processes used {self.other_load:.0%} of the CPU" if self.other_load is not None else ""
+        other = f"other processes used {_share(self.other_load)} of the CPU" if self.other_load is not None else ""
         if self.steal is None:
             return f"{other} {during}".strip()
-        return f"{self.steal:.0%} of CPU time was stolen by the hypervisor {during}" + (f"; {other}" if other else "")
+        return f"{_share(self.steal)} of CPU time was stolen by the hypervisor {during}" + (f"; {other}" if other else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "busy_seconds": self.busy_seconds,
@@ -373,6 +373,11 @@ class NoiseSample:
         return cls(sum(s.seconds for s in got), sum(s.cpu_seconds for s in got), sum(s.busy_seconds for s in got),
                    sum(s.own_seconds for s in got), None if any(v is None for v in steals) else sum(v or 0.0 for v in steals),
                    sum(s.windows for s in got))
+
+
+def _share(value: float) -> str:
+    """A share in whole percent; a small one that is not zero says so ("<1%", not "0%")."""
+    return "<1%" if 0 < value < 0.005 else f"{value:.0%}"
 
 
 class NoiseMeter:

@@ -215,3 +215,26 @@ def test_sweep_json_ends_with_the_deploy_command(real_build: Build, pair: tuple[
         assert deploy["speculative"] and server_cmd["argv"][server_cmd["argv"].index("--spec-draft-n-max") + 1] == str(k)
     else:
         assert not deploy["speculative"] and "-md" not in server_cmd["argv"]
+
+
+def test_a_stored_run_deploys_with_its_settings_models_and_the_experiments_prompt(tmp_path: Path) -> None:
+    from fakes import FakeEngine
+
+    from llamaspec import deploy
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.experiment import Case, Experiment, ModelRef
+    from llamaspec.results import Store
+    from llamaspec.run import resolve_case, run_case
+
+    exp = Experiment("e", "", "fake", 1, (Case("python", ModelRef("t", "f32"), ModelRef("d", "q4_1"), PROMPT, None,
+                                               Settings(draft_max=6, n_predict=16)),))
+    engine = FakeEngine()
+    store = Store.open(tmp_path / "r.sqlite")
+    done = run_case(resolve_case(exp, exp.cases[0], engine), engine, store, hardware={})
+    case = deploy.case_of_run(exp, store.run(done.run_id))
+    assert case == done.case  # settings, model files and prompt as measured
+    d = deploy.for_run(engine, exp, store.run(done.run_id))
+    assert d.commands[0].argv == ("fake-serve", "/models/t-f32.gguf", "--draft", "/models/d-q4_1.gguf", "-k", "6")
+    assert "--draft" not in deploy.for_run(engine, exp, store.run(done.run_id), speculative=False).commands[0].argv
+    with pytest.raises(LlamaspecError, match="no longer has"):
+        deploy.case_of_run(exp, {**store.run(done.run_id), "case_name": "gone"})

@@ -158,3 +158,9 @@ def test_run_case_stores_each_measurements_noise_and_the_summary_combines_them(t
     stored = type(result.summary).from_dict(store.run(result.run_id)["summary"])
     assert stored.noise == host.NoiseSample.combine([m.noise for m in result.measurements])
     assert "cpu_steal" in store.export("csv").splitlines()[0]
+
+
+def test_a_small_share_is_not_shown_as_zero():
+    assert host.NoiseSample(1.0, 100.0, 10.0, 10.0, 0.3).text().startswith("<1% of CPU time was stolen")
+    assert host.NoiseSample(1.0, 100.0, 10.0, 10.0, 0.0).text() == ("0% of CPU time was stolen by the hypervisor during "
+                                                                    "these runs; other processes used 0% of the CPU")
