@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from llamaspec import __version__, host, pairs, paths, stats
+from llamaspec import __version__, pairs, paths, stats
 from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, Reference
@@ -235,9 +235,7 @@ class _Point:
 
     def _step(self, mode: str, r: int, shown: int) -> Measurement:
         self.emit("start", {"case": self.case.case, "mode": mode, "repeat": r, "repeats": shown})
-        meter = host.NoiseMeter.start()
-        m = self.backend.measure(self.case, mode, self.logs / f"{mode}-{r}.log")
-        m = replace(m, noise=meter.stop())  # what else the machine did meanwhile
+        m = pairs.metered(lambda: self.backend.measure(self.case, mode, self.logs / f"{mode}-{r}.log"))
         key = self.draft_key if mode == "draft" else self.key
         self.store.add_measurement(measurement_row(self.run_id, r, m, key))
         self.measured.append(m)
