@@ -100,11 +100,20 @@ class SweepReport:
         rec = group.recommended
         return (group, rec) if rec else None
 
+    def noise(self) -> Any:
+        """The machine during every point's measurements, combined (host.NoiseSample; None: not measured)."""
+        from llamaspec.host import NoiseSample
+
+        return NoiseSample.combine([r.summary.noise for g in self.groups for r in g.rows])
+
     def render(self) -> str:
         lines = [f"sweep {self.sweep_id}: {self.experiment} / {self.case}",
                  f"  target {self.meta['target']}, draft {self.meta['draft']}; {self.meta['hardware']}, "
                  f"{self.meta['engine']}" + (f", llama.cpp {self.meta['commit']}" if self.meta['commit'] else ""),
                  f"  speed: {SPEED_DEFINITION}; speedup: median of paired ratios [95 % bootstrap interval]"]
+        noise = self.noise()
+        if noise is not None:  # beside the base CV column: the measured cause of an unsteady baseline
+            lines.append(f"  machine: {noise.text()} ({noise.windows} generations)")
         for g in self.groups:
             if g.label:
                 lines.append(f"\n  [{g.label}]")
@@ -170,6 +179,7 @@ class SweepReport:
         return {
             "sweep_id": self.sweep_id, "experiment": self.experiment, "case": self.case, "meta": self.meta,
             "speed_definition": SPEED_DEFINITION,
+            "noise": noise.to_dict() if (noise := self.noise()) is not None else None,
             "recommended": {"draft_max": rec[1].draft_max, "group": rec[0].label, "run_id": rec[1].run_id,
                             "speedup": rec[1].speedup.to_dict() if rec[1].speedup else None} if rec else None,
             "groups": [{

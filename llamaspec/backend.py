@@ -15,6 +15,8 @@ A backend is an object with:
 - ``check(case)``: refuse, before anything runs, a case it cannot honour (raise LlamaspecError);
 - ``measure(case, mode, log_path)``: generate once in ``mode`` and return a :class:`Measurement`;
   a failure of the engine is returned as ``ok=False``, not raised;
+- ``deployment(case, speculative)``: the exact command that deploys the case's setting outside
+  llamaspec (a :class:`Deployment`; ``speculative=False``: the target alone);
 - ``close()``: stop what it keeps running (servers, loaded models);
 - where ``capabilities`` declares them: ``prepare(case)`` (load before timing) and
   ``top_tokens(...)`` (the target's most probable tokens at a position, for divergence probes).
@@ -36,10 +38,13 @@ run core computes speedups, intervals and the lossless verdict the same way for 
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from llamaspec.host import NoiseSample
 from llamaspec.settings import Settings
 
 # speculative: target with a draft (or a draft-free mode); baseline: the target alone;
@@ -149,6 +154,7 @@ class Measurement:
     generation_ms: float | None = None  # the engine's own time from the first sampled token to the last
     stats: dict[str, Any] | None = None
     log_path: str | None = None
+    noise: NoiseSample | None = None  # what else the machine did meanwhile: set by the run core, not the engine
 
     # Derived quantities, each defined here once from the counters the engine filled; ``rounds`` is
     # the engine's, by its program's own loop (llama-speculative samples its first token from the
@@ -184,6 +190,45 @@ def tokens_per_round(n_accept: int | None, rounds: int | None) -> float | None:
 
 
 @dataclass(frozen=True)
+class Command:
+    """One way to deploy a setting: a program's command line (``argv``, and ``text`` quoted for a
+    POSIX shell) or, for an in-process engine, a Python snippet (``argv`` empty)."""
+
+    program: str  # what runs it: llama-server, llama-speculative-simple, llama-completion, python
+    text: str
+    argv: tuple[str, ...] = ()
+    note: str | None = None
+
+    @classmethod
+    def shell(cls, program: str, argv: Sequence[str], note: str | None = None) -> Command:
+        return cls(program, shlex.join(argv), tuple(argv), note)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The exact command(s) that deploy a measured setting, made by the engine that measured it."""
+
+    engine: str
+    speculative: bool  # False: the target alone ("no draft")
+    setting: str  # what is deployed, in words ("draft 4 with smollm2-135m:q4_1", "the target alone")
+    commands: tuple[Command, ...]
+    notes: tuple[str, ...] = ()
+
+    def render(self, indent: str = "  ") -> str:
+        lines = [f"deploy: {self.setting} [{self.engine}]"]
+        for c in self.commands:
+            lines.append(f"{indent}{c.program}" + (f" ({c.note})" if c.note else "") + ":")
+            lines.extend(f"{indent}{indent}{line}" for line in c.text.splitlines())
+        lines.extend(f"{indent}note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "speculative": self.speculative, "setting": self.setting,
+                "commands": [{"program": c.program, "argv": list(c.argv), "text": c.text, "note": c.note}
+                             for c in self.commands], "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
 class BackendOptions:
     """How to open a backend: which build or binaries (llama.cpp), which device (all)."""
 
@@ -215,6 +260,11 @@ class Backend(Protocol):
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         """Generate once in ``mode``; a failure is returned as ``ok=False``, not raised."""
+        ...
+
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        """The command that deploys ``case``'s setting as measured (``speculative=False``: the
+        target alone, for a "no draft" answer); nothing is started."""
         ...
 
     def close(self) -> None:

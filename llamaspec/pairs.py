@@ -20,8 +20,9 @@ cluster payload) and what a pair's figures mean (:mod:`llamaspec.summary`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from llamaspec import host
 from llamaspec.backend import Measurement
 
 PAIR_MODES = ("baseline", "speculative")
@@ -57,6 +58,14 @@ class Pairs:
             if t.measurement.ok:
                 modes.setdefault(t.pair, set()).add(t.measurement.mode)
         return sum(1 for m in modes.values() if set(PAIR_MODES) <= m)
+
+
+def metered(measure: Callable[[], Measurement]) -> Measurement:
+    """One measurement with what else the machine did meanwhile (CPU steal, other processes' load)
+    in ``Measurement.noise``: every pair's measurement goes through here before it is stored."""
+    meter = host.NoiseMeter.start()
+    m = measure()
+    return replace(m, noise=meter.stop())
 
 
 def failure(m: Measurement) -> str | None:

@@ -389,7 +389,7 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
     measured: list[Measurement] = []
 
     def measure(mode: str, r: int) -> Measurement:
-        m = backend.measure(case, mode, logs / f"{mode}-{r}.json")
+        m = pairs.metered(lambda: backend.measure(case, mode, logs / f"{mode}-{r}.json"))
         store.add_measurement(MeasurementRow.of(m, run_id=run_id, repeat=r))
         measured.append(m)
         return m

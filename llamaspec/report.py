@@ -135,6 +135,8 @@ def table(title: str, summary: Summary, reference: Reference | None, seconds: Se
     lines.append(f"  speed: {summary.speed_definition}")
     for mode, basis in summary.speed_basis.items():
         lines.append(f"    {mode}: {basis}")
+    if summary.noise is not None:
+        lines.append(f"  machine: {summary.noise.text()} (measured over {summary.noise.windows} generations)")
     for warning in summary.warnings:
         lines.append(f"  warning: {warning}")
     return "\n".join(lines)

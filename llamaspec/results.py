@@ -32,6 +32,7 @@ from typing import Any
 from llamaspec import paths
 from llamaspec.backend import Measurement
 from llamaspec.errors import LlamaspecError
+from llamaspec.host import NoiseSample
 from llamaspec.lock import process_gone, this_process
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,9 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE stats IS NOT NULL AND json_valid(stats) AND json_type(stats, '$.draft_policy') IS NOT NULL
             AND draft_policy IS NULL;
     """,
+    # Machine noise during each measurement (host.NoiseSample as JSON: CPU seconds of the window,
+    # stolen by the hypervisor, used by the machine and by the measurement's own process tree).
+    "ALTER TABLE measurements ADD COLUMN noise TEXT;",
 )
 
 INTERRUPTED = "the process ended without finishing (killed?)"
@@ -185,6 +189,7 @@ class MeasurementRow:
     error_kind: str | None = None
     prompt_ms: float | None = None
     generation_ms: float | None = None
+    noise: dict[str, Any] | None = None  # host.NoiseSample.to_dict() of the measurement's window
     id: int | None = None
     created_at: str = ""
 
@@ -199,7 +204,8 @@ class MeasurementRow:
                    draft_len=m.draft_len, draft_policy=m.draft_policy,
                    tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text,
                    draft_steps=m.draft_steps, program=m.program, sample_ms_per_token=m.sample_ms_per_token,
-                   error_kind=m.error_kind, prompt_ms=m.prompt_ms, generation_ms=m.generation_ms)
+                   error_kind=m.error_kind, prompt_ms=m.prompt_ms, generation_ms=m.generation_ms,
+                   noise=m.noise.to_dict() if m.noise is not None else None)
 
 
 def measurement_of(row: dict[str, Any]) -> Measurement:
@@ -209,6 +215,7 @@ def measurement_of(row: dict[str, Any]) -> Measurement:
     data["argv"] = tuple(row.get("argv") or ())
     data["tokens"] = tuple(row["tokens"]) if row.get("tokens") is not None else None
     data["ok"], data["end_of_text"] = bool(row.get("ok")), bool(row.get("end_of_text"))
+    data["noise"] = NoiseSample.from_dict(row.get("noise"))
     return Measurement(**data)
 
 
@@ -216,7 +223,7 @@ def measurements_of(rows: Sequence[dict[str, Any]]) -> list[Measurement]:
     return [measurement_of(r) for r in rows]
 
 
-JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens"}
+JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens", "noise"}
 BOOL_COLUMNS = {"ok", "end_of_text"}
 
 
@@ -334,6 +341,7 @@ class Store:
         data["argv"] = json.dumps(data["argv"])
         data["stats"] = json.dumps(data["stats"]) if data["stats"] is not None else None
         data["tokens"] = json.dumps(data["tokens"]) if data["tokens"] is not None else None
+        data["noise"] = json.dumps(data["noise"]) if data["noise"] is not None else None
         data["ok"] = int(data["ok"])
         data["end_of_text"] = int(data["end_of_text"])
         cols = ", ".join(data)
@@ -451,13 +459,16 @@ class Store:
             columns = ["run_id", "experiment", "case_name", "kind", "sweep_id", "prompt_id", "category", "status",
                        "started_at", "llamacpp_commit", "backend_name", "accel", "machine", "target", "draft",
                        "draft_max"] + [
-                f.name for f in fields(MeasurementRow) if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id")]
+                f.name for f in fields(MeasurementRow)
+                if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id", "noise")] + ["cpu_steal", "other_load"]
             out = io.StringIO()
             writer = csv.DictWriter(out, columns, extrasaction="ignore")
             writer.writeheader()
             for r in runs:
                 for m in self.measurements(r["id"]):
-                    writer.writerow({**{k: r[k] for k in columns if k in r}, **m, "run_id": r["id"]})
+                    noise = m.get("noise") or {}
+                    writer.writerow({**{k: r[k] for k in columns if k in r}, **m, "run_id": r["id"],
+                                     "cpu_steal": noise.get("steal"), "other_load": noise.get("other_load")})
             return out.getvalue()
         raise LlamaspecError(f"unknown export format {fmt!r}", hint="use csv or json")
 

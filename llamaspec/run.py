@@ -235,7 +235,7 @@ class _Point:
 
     def _step(self, mode: str, r: int, shown: int) -> Measurement:
         self.emit("start", {"case": self.case.case, "mode": mode, "repeat": r, "repeats": shown})
-        m = self.backend.measure(self.case, mode, self.logs / f"{mode}-{r}.log")
+        m = pairs.metered(lambda: self.backend.measure(self.case, mode, self.logs / f"{mode}-{r}.log"))
         key = self.draft_key if mode == "draft" else self.key
         self.store.add_measurement(measurement_row(self.run_id, r, m, key))
         self.measured.append(m)

@@ -56,7 +56,7 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
-from llamaspec.backend import Capabilities, Measurement, ModelPath, ResolvedCase  # noqa: E402
+from llamaspec.backend import Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase  # noqa: E402
 
 
 @dataclass
@@ -106,6 +106,11 @@ class FakeEngine:
 
     def close(self) -> None:
         return None
+
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        argv = ["fake-serve", case.target.path, *(["--draft", case.draft.path, "-k", str(case.settings.draft_max)]
+                                                   if speculative and case.draft else [])]
+        return Deployment(self.name, speculative and case.draft is not None, "fake", (Command.shell("fake-serve", argv),))
 
     def speedup_of(self, k: int) -> float:
         accepted = self.alpha * (1 - self.alpha ** k) / (1 - self.alpha)  # expected accepted per round

@@ -12,6 +12,7 @@ from test_core import HW, case
 
 from llamaspec import pairs
 from llamaspec.backend import Measurement
+from llamaspec.host import NoiseSample
 from llamaspec.results import MeasurementRow, Store, measurement_of
 from llamaspec.run import more_pairs, run_case
 
@@ -110,7 +111,8 @@ def test_every_field_of_a_measurement_has_its_column_and_comes_back() -> None:
               "speed_basis": "basis", "n_drafted": 8, "n_accept": 6, "accept": 75.0, "rounds": 2, "draft_len": 4,
               "draft_policy": "capped", "draft_steps": 8, "program": "llama-speculative-simple",
               "sample_ms_per_token": 0.5, "text": "xy", "tokens": (1, 2), "end_of_text": True, "error_kind": "timeout",
-              "prompt_ms": 12.5, "generation_ms": 99.0, "stats": {"k": 1}, "log_path": "/l"}
+              "prompt_ms": 12.5, "generation_ms": 99.0, "stats": {"k": 1}, "log_path": "/l",
+              "noise": NoiseSample(2.0, 4.0, 3.0, 1.0, 0.25)}
     assert set(values) == {f.name for f in dataclasses.fields(Measurement)}  # a new field must be added here
     m = Measurement(**values)  # type: ignore[arg-type]
     store.add_measurement(MeasurementRow.of(m, run_id=run_id, repeat=0))

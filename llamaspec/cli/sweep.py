@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -65,10 +66,24 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
     finally:
         engine.close()
     reports = [analysis.sweep_report(store, r.sweep_id, plot=plot) for r in results]
+    deploys = [sweep_deployment(r, engine, exp, store) for r in reports]
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+        click.echo(json.dumps([{**r.as_dict(), "deploy": d.to_dict() if d else None} for r, d in zip(reports, deploys, strict=True)],
+                              indent=2, default=str))
     else:
-        click.echo("\n\n".join(r.render() for r in reports))
+        click.echo("\n\n".join(r.render() + (f"\n{d.render()}" if d else "") for r, d in zip(reports, deploys, strict=True)))
+
+
+def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
+    """The deploy command for a sweep's answer: the recommended point's setting, or the target
+    alone when the answer is "no draft"; None when nothing finished."""
+    from llamaspec import deploy
+
+    rec = report.recommendation()
+    if rec:
+        return deploy.for_run(engine, exp, store.run(rec[1].run_id))
+    best = [g.best_measured for g in report.groups if g.best_measured]
+    return deploy.for_run(engine, exp, store.run(best[0].run_id), speculative=False) if best else None
 
 
 @main.command()
@@ -120,6 +135,8 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
         log.info("  %-34s %s", config.label, f"{s.speedup.text(suffix='x')} [{row.get('status')}]" if s.speedup
                  else f"{row.get('status')}: {row.get('error')}")
 
+    from llamaspec import deploy
+
     try:
         with measuring(f"llamaspec tune {exp.name}", no_wait):
             results = tuner.tune(exp, engine, Store.open(),
@@ -127,7 +144,11 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
                                  parse_values("spec_type", modes) if modes else None, on_point)
     finally:
         engine.close()
+    # the recommended configuration's command, or the target alone when the answer is "no draft"
+    deploys = [deploy.for_run(engine, exp, r.recommended[1]) if r.recommended
+               else deploy.for_run(engine, exp, r.best[1], speculative=False) if r.best else None for r in results]
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
+        click.echo(json.dumps([{**r.as_dict(), "deploy": d.to_dict() if d else None} for r, d in zip(results, deploys, strict=True)],
+                              indent=2))
     else:
-        click.echo("\n\n".join(r.render() for r in results))
+        click.echo("\n\n".join(r.render() + (f"\n{d.render()}" if d else "") for r, d in zip(results, deploys, strict=True)))

@@ -136,7 +136,7 @@ def _measure_pairs(backend: Any, case: ResolvedCase, logs: Path, repeats: int, o
     from llamaspec import pairs
 
     suffix = ".json" if backend.capabilities.keeps_models_loaded else ".log"
-    return pairs.measure_pairs(lambda mode, r: backend.measure(case, mode, logs / f"{mode}-{r}{suffix}"),
+    return pairs.measure_pairs(lambda mode, r: pairs.metered(lambda: backend.measure(case, mode, logs / f"{mode}-{r}{suffix}")),
                                at_least=repeats, start=offset)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import proc
-from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
 from llamaspec.llamacpp.build import Build
@@ -32,6 +32,14 @@ def open_backend(options: BackendOptions) -> LlamaCppBackend:
     build = find(options.accel, options.bin_dir, rpc=options.rpc)
     log.info("using %s from %s", build.label, build.bin_dir)
     return LlamaCppBackend(build)
+
+
+def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = True) -> Deployment:
+    """The deploy command for ``case`` with the build these options find (nothing is started)."""
+    from llamaspec.llamacpp import deploy
+    from llamaspec.llamacpp.cache import find
+
+    return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc), case, "llama.cpp", speculative)
 
 
 class LlamaCppBackend:
@@ -192,6 +200,11 @@ class LlamaCppBackend:
             return m
         except LlamaspecError as exc:
             return Measurement(ok=False, error=f"{Path(argv[0]).name} output: {exc.message}", **base)
+
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        from llamaspec.llamacpp import deploy
+
+        return deploy.deployment(self.build, case, self.name, speculative)
 
     def close(self) -> None:
         """Nothing stays running: every measurement is its own process."""

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import paths, proc
-from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags
 from llamaspec.llamacpp.build import Build
@@ -317,8 +317,11 @@ def _put(argv: list[str], caps: flags.Capabilities, names: tuple[str, ...], valu
     argv.extend([flag, str(value)])
 
 
-def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode: str) -> list[str]:
-    """llama-server's arguments (without host and port) for the server that measures ``mode``."""
+def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
+    """llama-server's arguments (without host and port) for the server that measures ``mode``.
+
+    ``deploy``: the same server for serving, not measuring: the measurement's own switches
+    (``--metrics`` for the round counter, no web UI, no prompt cache across requests) are left out."""
     s = case.settings.with_defaults()
     argv: list[str] = []
 
@@ -332,10 +335,10 @@ def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode
     put("batch_size", s.batch_size)
     put("flash_attn", s.flash_attn)
     put("parallel", s.parallel or 1)  # the pinned default is "auto" (several slots)
-    for flag in ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
+    for flag in ("--jinja",) if deploy else ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
         if caps.has(flag):
             argv.append(flag)
-    if caps.has("--cache-ram"):
+    if caps.has("--cache-ram") and not deploy:
         argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
     if mode == "baseline":
         return argv
@@ -482,6 +485,11 @@ class ServerBackend:
             with self._lock:
                 self._pool[key] = server
             return server
+
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        from llamaspec.llamacpp import deploy
+
+        return deploy.deployment(self.build, case, self.name, speculative)
 
     def servers(self) -> list[Server]:
         with self._lock:
@@ -683,3 +691,11 @@ def open_backend(options: BackendOptions) -> ServerBackend:
         raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
                              hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")
     return ServerBackend(build)
+
+
+def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = True) -> Deployment:
+    """The deploy command for ``case`` with the build these options find (nothing is started)."""
+    from llamaspec.llamacpp import deploy
+    from llamaspec.llamacpp.build import find
+
+    return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc), case, "llama-server", speculative)
