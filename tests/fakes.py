@@ -9,6 +9,8 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 
+HANG_SECONDS = 600  # how long a "hang" fake sleeps: a run that lasts less was stopped by its timeout
+
 SCRIPT = '''#!{python}
 import os, signal, sys, time
 from pathlib import Path
@@ -22,7 +24,7 @@ behaviour = {behaviour!r}
 out = (rec.with_suffix(".stdout")).read_text()
 err = (rec.with_suffix(".stderr")).read_text()
 if behaviour == "hang":
-    sys.stderr.write(err[: len(err) // 3]); sys.stderr.flush(); time.sleep(600)
+    sys.stderr.write(err[: len(err) // 3]); sys.stderr.flush(); time.sleep({hang})
 if behaviour == "killed":
     sys.stdout.write(out[: len(out) // 2]); sys.stdout.flush()
     sys.stderr.write(err[: len(err) // 2]); sys.stderr.flush()
@@ -43,7 +45,8 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
                                          ("llama-completion", "completion", completion)):
         path = folder / program
         path.write_text(SCRIPT.format(python=sys.executable, recorded=str(rec / recorded), help=str(rec / f"{program}.help.txt"),
-                                      version=str(rec / f"{program}.version.txt"), behaviour=behaviour))
+                                      version=str(rec / f"{program}.version.txt"), behaviour=behaviour,
+                                      hang=HANG_SECONDS))
         path.chmod(0o755)
     return folder
 

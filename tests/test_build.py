@@ -361,7 +361,10 @@ targets = args[args.index("--target") + 1:]
 for line in Path({log!r}).read_text().splitlines():
     print(line, flush=True)
     if line.startswith("[") and "ggml-cpu.dir/ggml-cpu/ops.cpp" in line:
-        time.sleep(1.5)  # the long compile of one big file: no output meanwhile
+        # the long compile of one big file: no output until the test has seen its heartbeats
+        release, deadline = Path({release!r}), time.monotonic() + 60
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 (build_dir / "bin").mkdir(parents=True, exist_ok=True)
 for name in targets:
     (build_dir / "bin" / name).write_text("#!/bin/sh\n")
@@ -377,13 +380,29 @@ def test_compile_reports_steps_and_a_heartbeat_while_a_file_compiles(
 
     fake = tmp_path / "fakebin" / "cmake"
     fake.parent.mkdir()
-    fake.write_text(FAKE_CMAKE.replace("{python}", sys.executable).replace("{log!r}", repr(str(BUILD_LOG))))
+    release = tmp_path / "ops.cpp-compiled"
+    fake.write_text(FAKE_CMAKE.replace("{python}", sys.executable).replace("{log!r}", repr(str(BUILD_LOG)))
+                    .replace("{release!r}", repr(str(release))))
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(build, "HEARTBEAT_SECONDS", 0.4)
+    monkeypatch.setattr(build, "HEARTBEAT_SECONDS", 0.2)
+
+    class ReleaseAfterHeartbeats(logging.Handler):  # ops.cpp "compiles" until two heartbeats were said
+        def emit(self, record: logging.LogRecord) -> None:
+            line = record.getMessage()
+            if line.endswith("compiling ggml-cpu: ops.cpp") and "21.0%" in line:
+                self.seen = getattr(self, "seen", 0) + 1
+                if self.seen >= 3:
+                    release.touch()
+
+    handler = ReleaseAfterHeartbeats()
+    logging.getLogger("llamaspec").addHandler(handler)
     caplog.set_level(logging.INFO, logger="llamaspec")
-    record = build._compile(_plan("cpu"), jobs=2)
+    try:
+        record = build._compile(_plan("cpu"), jobs=2)
+    finally:
+        logging.getLogger("llamaspec").removeHandler(handler)
     assert sorted(Path(record.bin_dir).iterdir()) == [Path(record.bin_dir) / n for n in
                                                        ("llama-completion", "llama-quantize", "llama-speculative")]
     assert not (Path(record.bin_dir).parent / "manifest.json").exists()  # written only after the smoke test
@@ -400,7 +419,6 @@ def test_a_second_build_of_the_same_folder_waits_and_reuses_the_first(
     other's work directory mid-compile. Now the second waits for the first and takes its build."""
     import logging
     import threading
-    import time
 
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(build, "LOCK_NOTICE_SECONDS", 0.1)
@@ -413,21 +431,31 @@ def test_a_second_build_of_the_same_folder_waits_and_reuses_the_first(
         raise AssertionError("compiled again although the other process had just built it")
 
     monkeypatch.setattr(build, "_compile", must_not_compile)
-    holding, released = threading.Event(), threading.Event()
+    holding, released, noticed = threading.Event(), threading.Event(), threading.Event()
+
+    class Notice(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for the same llama.cpp build" in record.getMessage():
+                noticed.set()
 
     def first_process() -> None:
         with build.exclusive(the_plan.folder):
             holding.set()
-            time.sleep(0.6)
+            noticed.wait(60)  # held until the second has said it waits, however slow the machine
             (the_plan.folder / "bin").mkdir(parents=True)
             build.stamp_smoke_host(build.Build(bin_dir=str(the_plan.folder / "bin"), commit="0c1e570", accel="cpu"))
         released.set()
 
     other = threading.Thread(target=first_process)
     other.start()
-    assert holding.wait(5)
+    assert holding.wait(60)
     caplog.set_level(logging.INFO, logger="llamaspec")
-    result = build.build("cpu", source=the_plan.source)
+    notice = Notice()
+    logging.getLogger("llamaspec").addHandler(notice)
+    try:
+        result = build.build("cpu", source=the_plan.source)
+    finally:
+        logging.getLogger("llamaspec").removeHandler(notice)
     other.join()
     assert released.is_set() and result.bin_dir == str(the_plan.folder / "bin")
     assert any("waiting for the same llama.cpp build in another llamaspec (pid" in r.getMessage() for r in caplog.records)

@@ -163,6 +163,7 @@ class Server:
         self.port: int | None = None
         self.process: proc.Background | None = None
         self.started_seconds: float | None = None
+        self.launched_at: float | None = None  # time.monotonic() at launch: with started_seconds, when it was loading
 
     @property
     def argv(self) -> list[str]:
@@ -187,7 +188,7 @@ class Server:
                                           "yourself to see more") from None
 
     def _launch(self, ready_timeout: float) -> None:
-        t0 = time.monotonic()
+        t0 = self.launched_at = time.monotonic()
         log.info("starting llama-server (%s) on port %s ...", self.label, self.port)
         try:
             self.process = proc.Background(self.argv, self.log_path)  # its own process group, output in the log
