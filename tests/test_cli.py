@@ -145,3 +145,33 @@ def test_a_prompt_set_refuses_a_transformers_experiment(tmp_path) -> None:
     prompts.write_text('{"prompt": "hello"}\n')
     result = CliRunner().invoke(main, ["prompts", "run", "hf-smollm2-quicksort", "--prompts", str(prompts)])
     assert result.exit_code != 0 and "uses the transformers backend" in result.output, result.output
+
+
+@pytest.mark.parametrize(("args", "error", "hint"), [
+    (["run", "smollm2-quicksort", "--threads", "0"], "--threads 0: must be at least 1, got 0", "--threads: CPU threads"),
+    (["run", "smollm2-quicksort", "-t", "two"], "--threads two: expected a whole number", "--threads: CPU threads"),
+    (["sweep", "smollm2-quicksort", "--draft", "1,2", "--n-predict", "0"], "--n-predict 0: must be at least 1, got 0",
+     "--n-predict: tokens to generate"),
+    (["tune", "smollm2-quicksort", "--timeout", "-5"], "--timeout -5: must not be negative, got -5", "--timeout: seconds"),
+    (["sweep", "smollm2-quicksort", "--threads", "0..2"], "--threads: '0..2': 0: must be at least 1, got 0", "--threads: CPU"),
+])
+def test_a_bad_setting_on_the_command_line_is_one_line_naming_the_flag(args: list[str], error: str, hint: str) -> None:
+    """Checked by Settings before anything runs (0 threads once reached llama.cpp, which read it as all cores)."""
+    done = CliRunner().invoke(main, args)
+    lines = [line for line in done.output.splitlines() if line.strip()]
+    assert done.exit_code == 1 and lines[0] == f"Error: {error}" and lines[1].startswith(f"Hint: {hint}"), done.output
+    assert len(lines) == 2, done.output
+
+
+def test_settings_refuse_a_bad_value_whoever_builds_them() -> None:
+    """The one place the rules live: a library caller, the cluster's payloads and a sweep all build a Settings."""
+    from llamaspec.settings import SettingError, Settings
+
+    for bad in ({"threads": 0}, {"threads_draft": 0}, {"parallel": 0}, {"ctx_size": 0}, {"draft_max": 0},
+                {"n_predict": -1}, {"timeout": 0.0}, {"temperature": -0.5}, {"draft_p_min": 2.0}):
+        with pytest.raises(SettingError) as err:
+            Settings(**bad)
+        assert err.value.setting == next(iter(bad)), bad
+    with pytest.raises(SettingError, match="must be at least 1"):
+        Settings.from_dict({"threads": 0})
+    assert Settings(threads=1, draft_min=0, seed=-1, timeout=2).timeout == 2.0  # checked form: a float
