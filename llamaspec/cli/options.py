@@ -150,8 +150,12 @@ def open_engine(backend_name: str, accel: str, bin_dir: Path | None, rpc: bool =
 
 @contextlib.contextmanager
 def measuring(what: str, no_wait: bool) -> Iterator[None]:
-    """Hold the machine-wide measurement lock: one measurement at a time per machine."""
-    from llamaspec import lock
+    """Hold the machine-wide measurement lock: one measurement at a time per machine. The data
+    folder is checked first: a store that cannot be written is one line now, not after waiting and
+    measuring."""
+    from llamaspec import lock, paths
+
+    paths.writable_dir(paths.data_dir())
 
     def waiting(holder: dict[str, Any]) -> None:
         log.info("waiting for another measurement on this machine: pid %s (%s) since %s", holder.get("pid"),
