@@ -337,6 +337,33 @@ def build_step(line: str) -> tuple[float, str] | None:
     return percent, text[:60]
 
 
+class BuildProgress:
+    """The whole build's percentage from CMake's per-target ones.
+
+    ``cmake --build --target A B C`` with Makefiles builds each target in its own pass, and each
+    pass counts its own 0-100 % (a 6-program build read 100 % and then 7 %, 69 %...). Here pass
+    k of n covers k/n to (k+1)/n of the bar; a pass starts where the percentage falls after
+    reaching 100 %. Only moves forward."""
+
+    def __init__(self, targets: int) -> None:
+        self.targets = max(targets, 1)
+        self.passes_done = 0
+        self.last = 0.0
+        self.percent = 0.0
+
+    def step(self, line: str) -> tuple[float, str] | None:
+        got = build_step(line)
+        if got is None:
+            return None
+        pct, note = got
+        if pct < self.last and self.last >= 100.0 and self.passes_done < self.targets - 1:
+            self.passes_done += 1
+        self.last = pct
+        overall = 100.0 * (self.passes_done + pct / 100.0) / self.targets
+        self.percent = max(self.percent, min(overall, 100.0))
+        return self.percent, note
+
+
 def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
     folder = the_plan.folder
     paths.ensure_free_space(paths.builds_dir(), 3 * 2**30, "a llama.cpp build")
@@ -361,8 +388,10 @@ def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
     bar = Progress(f"building {len(targets)} programs ({the_plan.accel}, {jobs} jobs)", eta=False,
                    heartbeat=HEARTBEAT_SECONDS)
 
+    overall = BuildProgress(len(targets))
+
     def on_line(line: str) -> None:
-        step = build_step(line)
+        step = overall.step(line)
         if step is not None:
             bar.update(*step)
 
