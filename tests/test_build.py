@@ -354,10 +354,15 @@ import sys, time
 from pathlib import Path
 
 args = sys.argv[1:]
-if args[0] != "--build":
+if args[0] != "--build":  # configure: a CMake cache in the -B folder
+    tree = Path(args[args.index("-B") + 1])
+    tree.mkdir(parents=True, exist_ok=True)
+    (tree / "CMakeCache.txt").write_text("")
     sys.exit(0)
 build_dir = Path(args[1])
 targets = args[args.index("--target") + 1:]
+with open(build_dir / "builds.txt", "a") as f:
+    f.write(" ".join(targets) + "\n")
 for line in Path({log!r}).read_text().splitlines():
     print(line, flush=True)
     if line.startswith("[") and "ggml-cpu.dir/ggml-cpu/ops.cpp" in line:
@@ -490,3 +495,54 @@ def test_progress_never_goes_backwards(caplog: pytest.LogCaptureFixture) -> None
     bar.update(30, "less")
     assert bar.done == 50 and bar.note == "less"
     bar.close()
+
+
+def test_the_first_step_leaves_the_server_for_when_it_is_first_needed() -> None:
+    targets = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple",
+               "completion": "llama-completion", "quantize": "llama-quantize", "bench": "llama-bench",
+               "server": "llama-server", "rpc-server": "ggml-rpc-server"}
+    now, later = build.first_step(targets)
+    assert later == {"server": "llama-server"}  # what the demo never runs
+    assert now == {r: t for r, t in targets.items() if r != "server"}  # everything make demo calls, and RPC when asked
+
+
+def test_a_pending_server_is_built_into_the_same_folder_on_first_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first step builds what the demo runs and keeps its CMake tree; llama-server, looked up
+    for the first time, is one more `cmake --build --target llama-server` there, recorded in the
+    same manifest; a later lookup builds nothing."""
+    import sys
+
+    from llamaspec.llamacpp import server, smoke
+
+    fake = tmp_path / "fakebin" / "cmake"
+    fake.parent.mkdir()
+    release = tmp_path / "released"
+    release.touch()
+    fake.write_text(FAKE_CMAKE.replace("{python}", sys.executable).replace("{log!r}", repr(str(BUILD_LOG)))
+                    .replace("{release!r}", repr(str(release))))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "check_tools", lambda: None)
+    monkeypatch.setattr(server, "ServerBackend", lambda b: b)  # what open_backend hands over is the build itself
+    plan = _plan("cpu")
+    plan = BuildPlan(plan.source, plan.accel, plan.cmake_defs, plan.extra_args, plan.cpu_disable,
+                     {**plan.targets, "server": "llama-server"}, plan.native_isa)
+    first = build._compile(plan, jobs=2)
+    assert "server" not in first.programs and first.pending == {"server": "llama-server"}
+    work = build.work_dir(plan.folder) / "cmake"
+    assert (work / "builds.txt").read_text() == "llama-completion llama-quantize llama-speculative\n"
+    first = build.stamp_smoke_host(first)  # what build() does after the smoke test
+    build.point_latest(build.pointer_name(first), first.commit, plan.folder)
+    monkeypatch.setattr(smoke, "_run", lambda argv, name, log_path, usage_ok=False: None)
+
+    from llamaspec.backend import BackendOptions
+
+    got = server.open_backend(BackendOptions(accel="cpu"))  # the first lookup of llama-server
+    assert got.programs["server"] == "llama-server" and got.pending == {} and got.bin_dir == first.bin_dir
+    assert (Path(got.bin_dir) / "llama-server").is_file()
+    assert build.load_build(plan.folder) == got  # in the same manifest
+    assert not work.exists()  # nothing pending: the CMake tree is let go
+    assert build.ensure_program(got, "server") is got  # built: nothing more to do
+    assert build.ensure_program(build.find("cpu"), "server") == got

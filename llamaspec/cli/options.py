@@ -52,7 +52,8 @@ class SettingValue(click.ParamType):
         try:
             return check(self.setting, self.parse(value))
         except ValueError as exc:  # SettingError is one
-            kind = {int: "a whole number", float: "a number"}.get(self.parse, "a valid value")
+            kinds: dict[Any, str] = {int: "a whole number", float: "a number"}
+            kind = kinds.get(self.parse, "a valid value")
             reason = str(exc) if isinstance(exc, SettingError) else f"expected {kind}"
             command = f"`{ctx.command_path} -h`" if ctx is not None else "-h"
             raise LlamaspecError(f"{flag} {value}: {reason}", hint=f"{flag}: {_help(self.setting)} (see {command})") from None

@@ -61,6 +61,7 @@ class Build:
     build_seconds: float = 0.0
     smoke_host: str = ""
     prebuilt: bool = False
+    pending: dict[str, str] = field(default_factory=dict)  # role -> target: in the plan, built when first needed
 
     def program(self, role: str) -> Path:
         name = self.programs.get(role)

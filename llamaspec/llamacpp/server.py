@@ -674,9 +674,9 @@ def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[
 
 
 def open_backend(options: BackendOptions) -> ServerBackend:
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.build import ensure_program, find
 
-    build = find(options.accel, options.bin_dir, rpc=options.rpc)
+    build = ensure_program(find(options.accel, options.bin_dir, rpc=options.rpc), "server")  # built when first needed
     if "server" not in build.programs:
         raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
                              hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")

@@ -96,6 +96,12 @@ def _run(argv: list[str], what: str, log_path: Path, usage_ok: bool = False) -> 
     return done
 
 
+def version_check(program: Path, logs: Path) -> None:
+    """The one program runs here (``--version``): raise LlamaspecError (IllegalInstruction on SIGILL) if not."""
+    logs.mkdir(parents=True, exist_ok=True)
+    _run([str(program), "--version"], program.name, logs / f"smoke-{program.name}-version.log", usage_ok=True)
+
+
 def check(build: Build) -> None:
     """Raise IllegalInstruction on SIGILL, LlamaspecError on any other failure."""
     from llamaspec.llamacpp import flags
