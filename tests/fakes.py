@@ -38,11 +38,13 @@ sys.stdout.write(out); sys.stderr.write(err)
 
 
 def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570") -> Path:
-    """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings."""
+    """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings
+    (and a llama-server that answers --help and --version, enough to open the server backend)."""
     rec = FIXTURES / commit
     folder.mkdir(parents=True, exist_ok=True)
     for program, recorded, behaviour in (("llama-speculative", "speculative", speculative),
-                                         ("llama-completion", "completion", completion)):
+                                         ("llama-completion", "completion", completion),
+                                         ("llama-server", "completion", "ok")):  # --help and --version only
         path = folder / program
         path.write_text(SCRIPT.format(python=sys.executable, recorded=str(rec / recorded), help=str(rec / f"{program}.help.txt"),
                                       version=str(rec / f"{program}.version.txt"), behaviour=behaviour,

@@ -184,6 +184,7 @@ def test_describe_reads_like_a_command() -> None:
 def test_a_prompt_set_takes_the_lock_too(tmp_path: Path, lock_file: Path, command: list[str]) -> None:
     # Both ways into a prompt set measure: neither may run beside another measurement.
     from click.testing import CliRunner
+    from fakes import fake_bin_dir
 
     from llamaspec.cli import main
 
@@ -192,7 +193,9 @@ def test_a_prompt_set_takes_the_lock_too(tmp_path: Path, lock_file: Path, comman
     holder = start(tmp_path / "release")
     try:
         assert event(holder)["event"] == "acquired"
-        result = CliRunner().invoke(main, [*command, "smollm2-server-mini", "--prompts", str(prompts), "--no-wait"])
+        bins = fake_bin_dir(tmp_path / "bin")  # the lock is the point here, not a build: recorded programs
+        result = CliRunner().invoke(main, [*command, "smollm2-server-mini", "--prompts", str(prompts), "--no-wait",
+                                           "--bin-dir", str(bins)])
         assert result.exit_code != 0
         assert f"another measurement is running: pid {holder.pid} " in result.output, result.output
     finally:

@@ -223,8 +223,10 @@ def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False) ->
         return found
     if no_source is not None:
         raise LlamaspecError(
-            f"{no_source}, and no build of the pinned llama.cpp {commit} ({accel}) in {paths.builds_dir()}",
-            hint="run `llamaspec build` (it fetches the pinned source first), or pass --bin-dir with your own binaries",
+            f"{no_source}, and no build of the pinned llama.cpp {commit} ({accel}{', with RPC' if rpc else ''}) in "
+            f"{paths.builds_dir()}",
+            hint=f"run `llamaspec build{' --rpc' if rpc else ''}` first (it fetches the pinned source), or pass --bin-dir "
+                 "with your own binaries",
         )
     raise LlamaspecError(
         f"no llama.cpp build of {commit} ({accel}{', with RPC' if rpc else ''}) in {paths.builds_dir()}",
