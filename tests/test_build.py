@@ -546,3 +546,14 @@ def test_a_pending_server_is_built_into_the_same_folder_on_first_use(
     assert not work.exists()  # nothing pending: the CMake tree is let go
     assert build.ensure_program(got, "server") is got  # built: nothing more to do
     assert build.ensure_program(build.find("cpu"), "server") == got
+
+
+@pytest.mark.llamacpp
+def test_the_real_build_is_reused_for_the_server(llama_build) -> None:
+    """The cached pinned build: its llama-server built (now, or by the first step of an older llamaspec)
+    or pending; looking it up builds it at most once, into the same folder, and then reuses it."""
+    with_server = build.ensure_program(llama_build, "server")
+    assert "server" in with_server.programs and with_server.pending == {}
+    assert Path(with_server.bin_dir) == Path(llama_build.bin_dir) and (Path(with_server.bin_dir) / "llama-server").is_file()
+    assert build.ensure_program(with_server, "server") is with_server
+    assert build.load_build(Path(with_server.bin_dir).parent) == with_server
