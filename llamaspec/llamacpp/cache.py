@@ -65,6 +65,9 @@ class Build:
 
     def program(self, role: str) -> Path:
         name = self.programs.get(role)
+        if not name and role in self.pending:
+            raise LlamaspecError(f"this llama.cpp build has not built its {role} program ({self.pending[role]}) yet",
+                                 hint=f"build it with `llamaspec build --{role}` (the first run that needs it does so too)")
         if not name:
             raise LlamaspecError(
                 f"this llama.cpp build has no {role} program ({', '.join(PROGRAMS.get(role, (role,)))})",
