@@ -240,7 +240,7 @@ class Store:
         """Open (creating and migrating if needed) the store; ``timeout``: seconds to wait for a
         lock another process holds before saying it is locked."""
         path = path or paths.results_db()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        paths.writable_dir(path.parent)  # one line before anything is measured, not an OSError after
         try:
             db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
         except sqlite3.Error as exc:

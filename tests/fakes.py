@@ -9,6 +9,8 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 
+HANG_SECONDS = 600  # how long a "hang" fake sleeps: a run that lasts less was stopped by its timeout
+
 SCRIPT = '''#!{python}
 import os, signal, sys, time
 from pathlib import Path
@@ -22,7 +24,7 @@ behaviour = {behaviour!r}
 out = (rec.with_suffix(".stdout")).read_text()
 err = (rec.with_suffix(".stderr")).read_text()
 if behaviour == "hang":
-    sys.stderr.write(err[: len(err) // 3]); sys.stderr.flush(); time.sleep(600)
+    sys.stderr.write(err[: len(err) // 3]); sys.stderr.flush(); time.sleep({hang})
 if behaviour == "killed":
     sys.stdout.write(out[: len(out) // 2]); sys.stdout.flush()
     sys.stderr.write(err[: len(err) // 2]); sys.stderr.flush()
@@ -39,14 +41,17 @@ sys.stdout.write(out); sys.stderr.write(err)
 
 
 def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570") -> Path:
-    """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings."""
+    """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings
+    (and a llama-server that answers --help and --version, enough to open the server backend)."""
     rec = FIXTURES / commit
     folder.mkdir(parents=True, exist_ok=True)
     for program, recorded, behaviour in (("llama-speculative", "speculative", speculative),
-                                         ("llama-completion", "completion", completion)):
+                                         ("llama-completion", "completion", completion),
+                                         ("llama-server", "completion", "ok")):  # --help and --version only
         path = folder / program
         path.write_text(SCRIPT.format(python=sys.executable, recorded=str(rec / recorded), help=str(rec / f"{program}.help.txt"),
-                                      version=str(rec / f"{program}.version.txt"), behaviour=behaviour))
+                                      version=str(rec / f"{program}.version.txt"), behaviour=behaviour,
+                                      hang=HANG_SECONDS))
         path.chmod(0o755)
     return folder
 

@@ -59,6 +59,9 @@ def _server(worker: MachineWorker) -> Any:
     from llamaspec.llamacpp.server import ServerBackend
 
     if "server" not in worker.state:
+        from llamaspec.llamacpp.build import ensure_program
+
+        worker.build = ensure_program(worker.build, "server")  # built when first needed
         if "server" not in worker.build.programs:
             raise LlamaspecError(f"the llama.cpp build on {worker.machine} ({worker.build.bin_dir}) has no llama-server",
                                  hint="rebuild there with `llamaspec build --force` (it builds llama-server)")

@@ -163,6 +163,7 @@ class Server:
         self.port: int | None = None
         self.process: proc.Background | None = None
         self.started_seconds: float | None = None
+        self.launched_at: float | None = None  # time.monotonic() at launch: with started_seconds, when it was loading
 
     @property
     def argv(self) -> list[str]:
@@ -187,7 +188,7 @@ class Server:
                                           "yourself to see more") from None
 
     def _launch(self, ready_timeout: float) -> None:
-        t0 = time.monotonic()
+        t0 = self.launched_at = time.monotonic()
         log.info("starting llama-server (%s) on port %s ...", self.label, self.port)
         try:
             self.process = proc.Background(self.argv, self.log_path)  # its own process group, output in the log
@@ -684,9 +685,9 @@ def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[
 
 
 def open_backend(options: BackendOptions) -> ServerBackend:
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.build import ensure_program, find
 
-    build = find(options.accel, options.bin_dir, rpc=options.rpc)
+    build = ensure_program(find(options.accel, options.bin_dir, rpc=options.rpc), "server")  # built when first needed
     if "server" not in build.programs:
         raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
                              hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")
