@@ -1,0 +1,133 @@
+"""The one decision rule (llamaspec.decide) on its own: examples with known answers.
+
+The rule is also replayed on recorded real sweeps by ``benchmarks/decide.py``; the cases here pin
+each clause: shown faster beats "interval includes 1.0", cheaper wins only within the tolerance,
+"no draft" against "undecided", the model's band ranking and its disagreements, what to measure next.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llamaspec import decide
+from llamaspec.decide import Band, Candidate, ModelView
+from llamaspec.stats import Spread, spread
+
+
+def s(median: float, low: float, high: float, n: int = 3) -> Spread:
+    return Spread(median, low, high, n, low, high, 0.05)
+
+
+def c(k: int, median: float, low: float, high: float, n: int = 3) -> Candidate:
+    return Candidate(k, f"draft {k}", s(median, low, high, n), (k,))
+
+
+def view(preds: dict[int, tuple[float, float, float]], error: float = 0.02, best: int | None = None) -> ModelView:
+    bands = tuple(Band(k, f"draft {k}", p, lo, hi, (k,)) for k, (p, lo, hi) in sorted(preds.items()))
+    top = best if best is not None else max(preds, key=lambda k: preds[k][0])
+    return ModelView(bands, top, (top,), error)
+
+
+def test_the_issue_sweep_recommends_the_only_setting_shown_faster() -> None:
+    # make demo's sweep from issue 18: the old rule took draft 2 (1.07x [0.84-1.18], the cheapest of
+    # a tie set built around one noisy best point); draft 4 is the only one whose interval is above 1.
+    got = decide.decide([c(1, 1.01, 0.93, 1.08), c(2, 1.07, 0.84, 1.18), c(4, 1.20, 1.14, 1.29),
+                         c(8, 1.27, 0.95, 1.64), c(12, 1.15, 0.90, 1.30)])
+    assert got.verdict == "recommend" and got.chosen is not None and got.chosen.key == 4
+    assert not got.settled  # draft 8 might be faster, and draft 4's own interval is wider than +-5 %
+    asked = {r.key for r in got.requests}
+    assert asked >= {4, 8}
+    assert all(1 <= r.pairs <= decide.STEP for r in got.requests)
+    assert "measured higher medians but intervals that include 1.0" in got.reason
+    assert got.interval == got.chosen.measured
+
+
+def test_cheaper_wins_only_within_the_tolerance() -> None:
+    close = decide.decide([c(4, 1.50, 1.47, 1.53), c(8, 1.52, 1.49, 1.55)])
+    assert close.chosen is not None and close.chosen.key == 4  # 1.50 is within 2 % of 1.52
+    assert "cheapest setting within 2%" in close.reason
+    apart = decide.decide([c(4, 1.40, 1.30, 1.50), c(8, 1.55, 1.45, 1.65)])
+    assert apart.chosen is not None and apart.chosen.key == 8  # overlapping intervals alone do not make 4 as good
+
+
+def test_settled_when_narrow_and_no_rival_can_beat_it() -> None:
+    got = decide.decide([c(2, 1.30, 1.28, 1.32), c(4, 1.60, 1.57, 1.62), c(8, 1.55, 1.52, 1.58)])
+    assert got.verdict == "recommend" and got.chosen is not None and got.chosen.key == 4
+    assert got.settled and not got.requests
+    assert got.sureness.startswith("settled")
+    rival = decide.decide([c(4, 1.60, 1.57, 1.62), c(8, 1.58, 1.40, 1.80)])
+    assert rival.chosen is not None and rival.chosen.key == 4 and not rival.settled
+    assert [r.key for r in rival.requests] == [8]  # draft 4 is narrow; only its rival needs pairs
+
+
+def test_no_gain_is_no_draft_and_a_wide_interval_is_undecided() -> None:
+    below = decide.decide([c(1, 0.90, 0.88, 0.93), c(4, 0.97, 0.94, 0.99)])
+    assert below.verdict == "no draft" and below.settled and "at or below 1.0" in below.reason
+    assert below.lines()[0] == "recommended: no draft (measured no gain)"
+    narrow = decide.decide([c(4, 1.00, 0.98, 1.04, n=10)])  # could be +4 %, but already within +-5 %
+    assert narrow.verdict == "no draft"
+    wide = decide.decide([c(1, 0.95, 0.90, 0.99), c(4, 1.10, 0.90, 1.35)])
+    assert wide.verdict == "undecided" and not wide.settled
+    assert [r.key for r in wide.requests] == [4] and wide.requests[0].pairs >= 1
+    assert wide.lines()[0] == "undecided: the intervals are too wide"
+
+
+def test_nothing_to_decide() -> None:
+    got = decide.decide([])
+    assert got.verdict == "nothing" and got.chosen is None and not got.settled
+    assert "no setting finished" in got.reason
+
+
+def test_the_model_ranks_with_all_the_data() -> None:
+    # Two noisy points both shown faster; the model (fitted to every point) says 8 beats 6 by 10 %.
+    points = [c(6, 1.45, 1.10, 1.60), c(8, 1.40, 1.12, 1.70)]
+    alone = decide.decide(points)
+    assert alone.chosen is not None and alone.chosen.key == 6  # by the medians alone
+    model = view({6: (1.40, 1.38, 1.42), 8: (1.54, 1.52, 1.56)}, error=0.02)
+    ranked = decide.decide(points, [model])
+    assert ranked.chosen is not None and ranked.chosen.key == 8
+    assert ranked.chosen.band is not None and not ranked.chosen.disagrees
+    assert "measured and the speedup model combined" in ranked.reason
+
+
+def test_a_disagreement_is_named_and_the_measurement_trusted() -> None:
+    model = view({4: (1.50, 1.48, 1.52), 8: (2.00, 1.98, 2.02)}, error=0.02)
+    got = decide.decide([c(4, 1.50, 1.47, 1.53), c(8, 1.55, 1.52, 1.58)], [model])
+    e8 = next(e for e in got.estimates if e.key == 8)
+    assert e8.disagrees and e8.estimate == pytest.approx(1.55)
+    assert any("draft 8 measured" in n and "measurement is trusted" in n for n in got.notes)
+    assert got.chosen is not None and got.chosen.key == 8
+
+
+def test_the_model_asks_for_an_unmeasured_length() -> None:
+    model = view({4: (1.50, 1.48, 1.52), 6: (1.70, 1.66, 1.74), 8: (1.52, 1.50, 1.54)}, best=6)
+    got = decide.decide([c(4, 1.50, 1.48, 1.52), c(8, 1.52, 1.50, 1.54)], [model])
+    assert not got.settled
+    assert any(r.key == 6 and "not measured" in r.why for r in got.requests)
+    assert any("model: best draft 6 1.70x" in line for line in got.lines())
+
+
+def test_pairs_needed_follows_the_square_root_law() -> None:
+    wide = s(1.5, 1.2, 1.8, n=3)  # +-20 %: 3 x (0.20/0.05)^2 = 48 pairs, capped at one step
+    assert decide.pairs_needed(wide) == decide.STEP
+    assert decide.pairs_needed(s(1.5, 1.44, 1.56, n=4)) == 1  # +-4 %: already narrow, asked for at least 1
+    assert decide.pairs_needed(s(1.5, 1.41, 1.59, n=4), step=10) == 2  # +-6 %: ceil(4 x 1.44) - 4 = 2
+    assert decide.pairs_needed(s(1.5, 1.5, 1.5, n=1)) == decide.STEP
+
+
+def test_the_decision_serialises() -> None:
+    model = view({4: (1.50, 1.48, 1.52), 8: (1.52, 1.50, 1.54)})
+    got = decide.decide([c(4, 1.50, 1.47, 1.53), c(8, 1.52, 1.49, 1.55)], [model])
+    data = json.loads(json.dumps(got.to_dict()))
+    assert data["verdict"] == "recommend" and data["chosen"]["key"] == 4
+    assert data["models"][0]["bands"][0]["predicted"] == 1.50
+    assert isinstance(data["measure_next"], list) and "how_sure" in data
+
+
+def test_measured_ratios_make_the_interval() -> None:
+    # Candidates carry the spread of their paired ratios as the rest of llamaspec computes it.
+    ratios = (1.21, 1.18, 1.25, 1.19, 1.22)
+    got = decide.decide([Candidate(4, "draft 4", spread(ratios) or s(1, 1, 1), (4,))])
+    assert got.verdict == "recommend" and got.interval is not None and got.interval.values == ratios
