@@ -256,10 +256,12 @@ def _pairs(s: Summary) -> list[tuple[float, float, float]]:
     return list(zip(ratios, spec, base, strict=False))
 
 
-def model_view(group: GroupReport, refits: int = BOOTSTRAP_REFITS, seed: int = 0) -> decide.ModelView | None:
+def model_view(group: GroupReport, refits: int = BOOTSTRAP_REFITS, seed: int = 0,
+               grid: Sequence[int] | None = None) -> decide.ModelView | None:
     """The fitted model's band: every point's pairs resampled (with replacement) and the model
     refitted ``refits`` times; the 95 % percentile interval of its prediction at every draft
-    length, and the best length of each refit. None without a fit with costs."""
+    length (those of ``grid`` only, when given: the lengths a sweep may measure), and the best
+    length of each refit. None without a fit with costs."""
     from llamaspec import theory
 
     a = group.analysis
@@ -288,8 +290,11 @@ def model_view(group: GroupReport, refits: int = BOOTSTRAP_REFITS, seed: int = 0
         if fit.best is not None:
             bests.append(fit.best.draft_max)
     bytes_ = max((r.draft_bytes for r in group.rows), default=0)
+    allowed = set(grid) | {r.draft_max for r in group.rows} if grid is not None else None
     bands = []
     for p in a.curve:
+        if allowed is not None and p.draft_max not in allowed:
+            continue
         values = sorted(curves[p.draft_max])
         lo, hi = values[int(0.025 * (len(values) - 1))], values[int(math.ceil(0.975 * (len(values) - 1)))]
         bands.append(decide.Band((group.label, p.draft_max), setting_label(group.label, p.draft_max), p.speedup,

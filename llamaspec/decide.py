@@ -92,6 +92,14 @@ class Estimate:
     estimate: float
     band: Band | None = None
     disagrees: bool = False  # measured and predicted differ beyond the model's own error
+    upper: float | None = None  # the estimate's own 95 % upper bound (None: the measured interval's)
+
+    @property
+    def high(self) -> float:
+        """How fast this setting could plausibly be, by everything known about it."""
+        if self.upper is not None:
+            return self.upper
+        return self.measured.high if self.measured.n >= 2 else self.estimate
 
     @property
     def shown_faster(self) -> bool:
@@ -99,7 +107,8 @@ class Estimate:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": _jsonable(self.key), "label": self.label, "measured": self.measured.to_dict(),
-                "cost": list(self.cost), "estimate": self.estimate, "shown_faster": self.shown_faster,
+                "cost": list(self.cost), "estimate": self.estimate, "could_reach": self.high,
+                "shown_faster": self.shown_faster,
                 "predicted": {"median": self.band.predicted, "low": self.band.low, "high": self.band.high}
                 if self.band else None, "disagrees": self.disagrees}
 
@@ -217,14 +226,15 @@ def estimate(c: Candidate, models: Sequence[ModelView] = ()) -> Estimate:
     var_p = _sd(p_low, p_high) ** 2
     var_m = _sd(m.low, m.high) ** 2 if m.n >= 2 else math.inf
     if var_m == 0:
-        value = m.median
-    elif math.isinf(var_m):
-        value = band.predicted if var_p > 0 else m.median
+        return Estimate(c.key, c.label, m, c.cost, m.median, band)
+    if math.isinf(var_m):
+        value, var = band.predicted, var_p
     elif var_p == 0:
-        value = band.predicted
+        value, var = band.predicted, 0.0
     else:
-        value = (m.median / var_m + band.predicted / var_p) / (1 / var_m + 1 / var_p)
-    return Estimate(c.key, c.label, m, c.cost, value, band)
+        var = 1 / (1 / var_m + 1 / var_p)
+        value = (m.median / var_m + band.predicted / var_p) * var
+    return Estimate(c.key, c.label, m, c.cost, value, band, upper=value + _Z * math.sqrt(var))
 
 
 def pairs_needed(s: Spread, half_width: float = HALF_WIDTH, step: int = STEP) -> int:
@@ -274,9 +284,9 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
         requests.append(Request(chosen.key, chosen.label, pairs_needed(chosen.measured, half_width, step),
                                 f"its interval is +-{chosen.measured.half_width:.0%}, settled at +-{half_width:.0%}"
                                 if chosen.measured.n >= 2 else "one pair gives no interval"))
-    for e in sorted(rivals, key=lambda e: -e.measured.high)[:MAX_REQUESTS - len(requests)]:
+    for e in sorted(rivals, key=lambda e: -e.high)[:MAX_REQUESTS - len(requests)]:
         requests.append(Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
-                                f"measured up to {e.measured.high:.2f}x, past {chosen.label}'s {chosen.estimate:.2f}x"))
+                                f"could be up to {e.high:.2f}x, past {chosen.label}'s {chosen.estimate:.2f}x"))
     for b in unmeasured[:max(0, MAX_REQUESTS - len(requests))]:
         requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x"))
 
@@ -301,7 +311,7 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
 
 def _could_beat(e: Estimate, bar: float) -> bool:
     """Whether this setting might be more than the tolerance faster than the chosen one."""
-    return e.measured.high > bar if e.measured.n >= 2 else e.estimate > bar
+    return e.high > bar
 
 
 def _error_of(e: Estimate, models: Sequence[ModelView]) -> float:
@@ -314,8 +324,7 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
     "undecided" with what to measure."""
     best = ranked[0]
     gain = 1.0 + tolerance
-    open_ = [e for e in ranked if (e.measured.high if e.measured.n >= 2 else e.estimate) > gain
-             and not (e.measured.n >= 2 and e.measured.half_width <= half_width)]
+    open_ = [e for e in ranked if e.high > gain and not (e.measured.n >= 2 and e.measured.half_width <= half_width)]
     measured_keys = {e.key for e in ranked}
     unmeasured = sorted((b for m in models for b in m.bands if b.key not in measured_keys and b.low > gain),
                         key=lambda b: -b.predicted)
@@ -329,7 +338,8 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
                         f"{e.measured.text(suffix='x')}: could be a gain or none") for e in open_[:MAX_REQUESTS]]
     requests += [Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x "
                          f"[{b.low:.2f}-{b.high:.2f}]") for b in unmeasured[:max(0, MAX_REQUESTS - len(requests))]]
-    why = (f"no setting is shown faster than the target alone, and {len(open_) + len(unmeasured)} could be "
+    could = [f"{len(open_)} measured" if open_ else "", f"{len(unmeasured)} not measured yet" if unmeasured else ""]
+    why = (f"no setting is shown faster than the target alone, but {' and '.join(w for w in could if w)} could be "
            f"(best: {best.label} -> {best.measured.text(suffix='x')})")
     return Decision("undecided", best, why, settled=False, contenders=tuple(open_), requests=tuple(requests), **common)
 

@@ -131,3 +131,59 @@ def test_measured_ratios_make_the_interval() -> None:
     ratios = (1.21, 1.18, 1.25, 1.19, 1.22)
     got = decide.decide([Candidate(4, "draft 4", spread(ratios) or s(1, 1, 1), (4,))])
     assert got.verdict == "recommend" and got.interval is not None and got.interval.values == ratios
+
+
+# --- the recorded sweeps ------------------------------------------------------------------------
+# tests/fixtures/llamacpp/0c1e570/sweep-accept/<level>/sweep.json: real draft-length sweeps of the
+# offline pair at three acceptance levels (record.sh there; README.md says when and where).
+
+LEVELS = {"q4_1": (0.80, 1.00), "q4_0": (0.35, 0.65), "q2_k": (0.15, 0.45)}  # llama.cpp's accept, as a fraction
+MODEL_ERROR_BOUND = 0.10
+
+
+def _recorded(level: str):  # type: ignore[no-untyped-def]
+    from benchmarks.decide import FIXTURES, load
+
+    if not (FIXTURES / level / "sweep.json").is_file():
+        pytest.fail(f"recorded sweep {level} missing under {FIXTURES}")
+    return load(level)
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_the_recorded_sweeps_are_what_their_readme_says(level: str) -> None:
+    rec = _recorded(level)
+    settings = rec.data["settings"]
+    assert rec.data["llamacpp_commit"] == "0c1e570" and settings["threads"] == 1 and settings["n_predict"] == 64
+    low, high = LEVELS[level]
+    for k, point in rec.points.items():
+        s = point.summary
+        assert s.status == "ok" and s.lossless.verdict == "identical" and s.paired
+        assert len(point.pairs) == s.pairs >= (10 if level != "q2_k" else 3)
+        # the pairs read back from the measurements are the ones the stored speedup was computed from
+        assert s.speedup is not None and tuple(p.ratio for p in point.pairs) == pytest.approx(s.speedup.values)
+        assert s.accept is not None and low <= s.accept.median / 100 <= high, (k, s.accept.median)
+        assert s.n_drafted == k * (s.rounds or 0)  # llama-speculative drafts exactly k per round
+    if level != "q2_k":
+        assert rec.grid == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
+    costs = [m for p in rec.data["points"] for m in p["measurements"] if m["mode"] in ("batch", "draft")]
+    assert {m["mode"] for m in costs} == {"batch", "draft"}  # llama-bench's timings, once per sweep
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_the_speedup_model_predicts_each_acceptance_level(level: str) -> None:
+    from benchmarks.decide import group_for
+
+    rec = _recorded(level)
+    group = group_for(rec, {k: list(range(len(p.pairs))) for k, p in rec.points.items()}, refits=50)
+    assert group.analysis is not None and group.analysis.cost is not None
+    print(level, group.analysis.table())
+    assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, group.analysis.table()
+
+
+@pytest.mark.parametrize("level", ["q4_1", "q4_0"])
+def test_the_decision_on_a_whole_recording_is_right(level: str) -> None:
+    from benchmarks.decide import chosen_length, new_rule, wrong
+
+    rec = _recorded(level)
+    d = new_rule(rec, {k: list(range(len(p.pairs))) for k, p in rec.points.items()}, refits=50)
+    assert not wrong(rec, chosen_length(d)), "\n".join(d.lines())
