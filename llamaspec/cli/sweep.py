@@ -26,7 +26,11 @@ log = logging.getLogger("llamaspec")
 def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
-    """Sweep settings (as a grid); name the tie set and recommend its cheapest point.
+    """Sweep settings (as a grid); recommend a setting shown faster than the target alone.
+
+    The decision (llamaspec.decide) ranks the points with the speedup model fitted to all of
+    them, takes a cheaper point only within 2 % of the best, and says how sure it is; when no
+    point is shown faster it says "no draft" or "undecided" and what to measure next.
 
     Each point is measured next to its own baseline (pairs inside the point). Rerun the same
     command to resume: finished points are not measured again. Every sweepable setting is an
@@ -80,7 +84,7 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
 def tune(experiment_name: str, variants: str | None, modes: str | None, n_predict: int | None, prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
          no_wait: bool, as_json: bool, address: str | None) -> None:
-    """Search draft length, draft variant and draft-free n-gram modes; name the tie set and the cheapest.
+    """Search draft length, draft variant and draft-free n-gram modes; recommend by the decision rule.
 
     The speedup model picks which draft lengths to measure and skips variants that cannot win.
     Each point is paired with its own baseline. Resumable like a sweep.
