@@ -440,8 +440,9 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
     pm = plot.PlotMeta(meta["target"], meta["draft"], meta["hardware"], meta["engine"], meta["commit"], label)
     a = group.analysis
     folder = out_dir / stem_prefix if stem_prefix else out_dir
+    band = [(float(b.cost[0]), b.low, b.high) for b in group.view.bands] if group.view else None  # cost[0]: the length
     return plot.plot_all(points, pm, folder, predicted_speedup=a.speedup_curve if a and a.cost else None,
-                         predicted_accept=a.accept_curve if a else None)
+                         predicted_accept=a.accept_curve if a else None, band=band)
 
 
 def experiment_report(store: Store, experiment: str, plot: bool = True) -> SweepReport:
