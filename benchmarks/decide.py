@@ -172,18 +172,15 @@ def seconds(rec: Recorded, draws: dict[int, list[int]]) -> float:
 def adaptive(rec: Recorded, rng: random.Random, refits: int, budget: int) -> tuple[decide.Decision, dict[int, list[int]], str]:
     """Coarse grid first, then what the decision asks for, until settled or out of pairs."""
     draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in COARSE if k in rec.points}
+    measurable = [("", k) for k in rec.grid]
     while True:
         d = new_rule(rec, draws, refits)
-        spent = sum(len(v) for v in draws.values())
-        if d.settled:
-            return d, draws, "settled"
-        asked = [r for r in d.requests if _length(r.key) in rec.points]
-        if spent >= budget or not asked:
-            return d, draws, "budget" if spent >= budget else "no request"
-        for r in asked:
+        step = decide.next_step(d, sum(len(v) for v in draws.values()), budget, measurable)
+        if step.stop:
+            return d, draws, step.stop
+        for r in step.requests:
             k = _length(r.key)
-            for _ in range(min(r.pairs, budget - sum(len(v) for v in draws.values()))):
-                draws.setdefault(k, []).append(rng.randrange(len(rec.points[k].pairs)))
+            draws.setdefault(k, []).extend(rng.randrange(len(rec.points[k].pairs)) for _ in range(r.pairs))
 
 
 def _length(key: Any) -> int:

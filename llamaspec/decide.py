@@ -344,5 +344,44 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
     return Decision("undecided", best, why, settled=False, contenders=tuple(open_), requests=tuple(requests), **common)
 
 
+@dataclass(frozen=True)
+class Step:
+    """What an adaptive sweep does next: measure ``requests``, or stop (``stop`` says why)."""
+
+    requests: tuple[Request, ...]
+    stop: str | None  # "settled" | "budget" | "nothing to measure" | None (go on)
+    progress: str  # one line for the progress display
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": [r.to_dict() for r in self.requests], "stop": self.stop, "progress": self.progress}
+
+
+def next_step(decision: Decision, spent: int, budget: int | None = None,
+              measurable: Sequence[Hashable] | None = None) -> Step:
+    """The adaptive policy, pure: after ``decision`` on ``spent`` pairs, with at most ``budget``
+    pairs in all (None: no limit), measuring only settings in ``measurable`` (None: any), which
+    pairs to measure next, trimmed to the budget, or why to stop."""
+    if decision.settled:
+        return Step((), "settled", f"settled: {decision.sureness}")
+    left = None if budget is None else budget - spent
+    if left is not None and left <= 0:
+        return Step((), "budget", f"budget spent ({spent} pairs): {decision.sureness}")
+    allowed = None if measurable is None else set(measurable)
+    out: list[Request] = []
+    for r in decision.requests:
+        if allowed is not None and r.key not in allowed:
+            continue
+        n = r.pairs if left is None else min(r.pairs, left - sum(q.pairs for q in out))
+        if n <= 0:
+            break
+        out.append(Request(r.key, r.label, n, r.why))
+    if not out:
+        return Step((), "nothing to measure", f"nothing left to measure: {decision.sureness}")
+    names = [r.label for r in out]
+    what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    total = sum(r.pairs for r in out)
+    return Step(tuple(out), None, f"deciding between {what}: {total} more pair{'s' if total != 1 else ''}")
+
+
 __all__ = ["HALF_WIDTH", "STEP", "TOLERANCE", "VERDICTS", "Band", "Candidate", "Decision", "Estimate", "ModelView",
-           "Request", "decide", "estimate", "pairs_needed"]
+           "Request", "Step", "decide", "estimate", "next_step", "pairs_needed"]

@@ -117,6 +117,19 @@ def test_pairs_needed_follows_the_square_root_law() -> None:
     assert decide.pairs_needed(s(1.5, 1.5, 1.5, n=1)) == decide.STEP
 
 
+def test_the_next_step_of_an_adaptive_sweep() -> None:
+    d = decide.decide([c(1, 1.01, 0.93, 1.08), c(4, 1.20, 1.14, 1.29), c(8, 1.27, 0.95, 1.64)])
+    step = decide.next_step(d, spent=9, budget=None)
+    assert step.stop is None and {r.key for r in step.requests} == {r.key for r in d.requests}
+    assert step.progress.startswith("deciding between draft 4 and draft 8") or "draft 8" in step.progress
+    trimmed = decide.next_step(d, spent=9, budget=11)
+    assert sum(r.pairs for r in trimmed.requests) == 2  # two pairs left in the budget
+    assert decide.next_step(d, spent=11, budget=11).stop == "budget"
+    assert decide.next_step(d, spent=9, measurable=[1]).stop == "nothing to measure"
+    settled = decide.decide([c(4, 1.60, 1.57, 1.62), c(8, 1.55, 1.52, 1.58)])
+    assert decide.next_step(settled, spent=6, budget=100).stop == "settled"
+
+
 def test_the_decision_serialises() -> None:
     model = view({4: (1.50, 1.48, 1.52), 8: (1.52, 1.50, 1.54)})
     got = decide.decide([c(4, 1.50, 1.47, 1.53), c(8, 1.52, 1.49, 1.55)], [model])
