@@ -39,6 +39,7 @@ HALF_WIDTH = 0.05  # settled: the chosen setting's interval within +-5 %
 STEP = 3  # at most this many more pairs per request (then decide again)
 MAX_REQUESTS = 3  # contenders measured per step
 _Z = 1.96  # a 95 % interval spans about 2 x 1.96 standard errors
+MAD_TO_SD = 1.4826
 VERDICTS = ("recommend", "no draft", "undecided", "nothing")
 
 
@@ -219,11 +220,13 @@ def estimate(c: Candidate, models: Sequence[ModelView] = ()) -> Estimate:
     if band is None:
         return Estimate(c.key, c.label, m, c.cost, m.median)
     error = next(mv.error for mv in models if mv.band(c.key) is not None)
-    # The model's own error widens its band before it is compared or weighed.
+    # The model's own error widens its band before it is compared.
     p_low, p_high = band.low - error * band.predicted, band.high + error * band.predicted
     if m.n >= 2 and (m.high < p_low or m.low > p_high):
         return Estimate(c.key, c.label, m, c.cost, m.median, band, disagrees=True)
-    var_p = _sd(p_low, p_high) ** 2
+    # Weighed, the model counts with its band's spread and its typical miss: the median absolute
+    # error is 0.67 standard deviations of a normal error.
+    var_p = _sd(band.low, band.high) ** 2 + (MAD_TO_SD * error * band.predicted) ** 2
     var_m = _sd(m.low, m.high) ** 2 if m.n >= 2 else math.inf
     if var_m == 0:
         return Estimate(c.key, c.label, m, c.cost, m.median, band)
