@@ -293,7 +293,7 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
     for b in unmeasured[:max(0, MAX_REQUESTS - len(requests))]:
         requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x"))
 
-    best = ranked[0]
+    best = max(faster, key=lambda e: e.estimate)
     if len(faster) == 1:
         why = "the only setting shown faster than the target alone (its interval lies above 1.0)"
     elif chosen is best:
