@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec import pairs, paths, progress, stats
+from llamaspec import decide, pairs, paths, progress, stats
 from llamaspec.backend import Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet, PromptSource, parse_source
@@ -582,9 +582,10 @@ def near_tie_note(g: dict[str, Any]) -> str | None:
 
 
 def recommend(methods: dict[str, dict[str, Any]], metric: str = "geomean_speedup") -> dict[str, dict[str, Any]]:
-    """Per category (and "all"): the method with the best speedup (``metric``) among those whose
-    output never differed or differed only at greedy near-ties, the methods tied with it
-    (overlapping intervals), or "baseline" when none beats 1.
+    """Per category (and "all"): the method the one decision rule (``llamaspec.decide``) picks by
+    ``metric`` among those whose output never differed or differed only at greedy near-ties, the
+    contenders that might still beat it ("tied"), "baseline" when none is a gain ("no draft") or
+    "undecided" when the intervals are too wide to tell (with what to measure next).
 
     A method with a difference that is not a near-tie, or was not probed, is excluded. One whose
     every difference is a near-tie the target alone saw (its top two within NEAR_TIE: float
@@ -615,15 +616,20 @@ def recommend(methods: dict[str, dict[str, Any]], metric: str = "geomean_speedup
             out[category] = {"method": None, "reason": "no method with counted prompts and identical output "
                              "(or output that differs only at greedy near-ties)", "excluded": excluded}
             continue
-        best, tied = stats.ties(candidates)
-        best_spread = dict(candidates)[best]
-        if best_spread.median <= 1.0:
-            out[category] = {"method": "baseline", "reason": f"no method beats the target alone (best: {best} "
-                             f"{best_spread.text(suffix='x')})", "tied": [], "excluded": excluded}
+        decision = decide.decide([decide.Candidate(label, label, spread) for label, spread in candidates])
+        if decision.verdict != "recommend" or decision.chosen is None:
+            best_label = decision.chosen.label if decision.chosen else candidates[0][0]
+            out[category] = {"method": "baseline" if decision.verdict == "no draft" else "undecided",
+                             "reason": decision.reason, "tied": [], "excluded": excluded,
+                             "measure_next": [r.to_dict() for r in decision.requests], "best": best_label}
             continue
+        best = decision.chosen.label
+        best_spread = decision.chosen.measured
+        tied = [e.label for e in decision.contenders]
         g = groups[best]
         out[category] = {"method": best, "speedup": best_spread.to_dict(), "tied": [t for t in tied if t != best],
                          "excluded": excluded, "significant": best_spread.low > 1.0,
+                         "reason": decision.reason, "how_sure": decision.sureness,
                          "near_tie_only": best in notes,
                          "differing": g.get("differing", 0) if best in notes else 0,
                          "lossless_checked": g["lossless_checked"],
@@ -743,11 +749,11 @@ def _recommendation_lines(recommendation: dict[str, dict[str, Any]]) -> list[str
     lines = []
     for cat, r in recommendation.items():
         excluded = f" (excluded, output differs: {', '.join(r['excluded'])})" if r.get("excluded") else ""
-        if r["method"] in (None, "baseline"):
+        if r["method"] in (None, "baseline", "undecided"):
             lines.append(f"  {cat:<16} {r['method'] or '-'}: {r['reason']}{excluded}")
         else:
             near = set(r.get("tied_near_tie_only") or ())
-            tied = (f"; tied: {', '.join(t + (' (differs at near-ties)' if t in near else '') for t in r['tied'])}"
+            tied = (f"; could still beat it: {', '.join(t + (' (differs at near-ties)' if t in near else '') for t in r['tied'])}"
                     if r["tied"] else "")
             sure = "" if r["significant"] else " (interval includes 1)"
             note = f" - {r['note']}" if r.get("note") else ""

@@ -350,9 +350,14 @@ class CostModel:
     target_sample_ms: float = 0.0
     draft_sample_ms: float = 0.0
     depth: int | None = None  # the context depth the costs were timed at (documentation)
+    # The target-alone step as the run's own baselines measured it (ms per token on SPEED_DEFINITION,
+    # sampling included); None takes it from the timed step (target_ms_per_token + target_sample_ms).
+    baseline_step_ms: float | None = None
 
     def __post_init__(self) -> None:
         _positive("target_ms_per_token", self.target_ms_per_token)
+        if self.baseline_step_ms is not None:
+            _positive("baseline_step_ms", self.baseline_step_ms)
         _non_negative("draft_ms_per_token", self.draft_ms_per_token)
         _non_negative("target_sample_ms", self.target_sample_ms)
         _non_negative("draft_sample_ms", self.draft_sample_ms)
@@ -394,6 +399,10 @@ class CostModel:
 
     @property
     def baseline_ms_per_token(self) -> float:
+        """What the baseline spends per token: measured by the baselines themselves when given,
+        else the timed step plus sampling."""
+        if self.baseline_step_ms is not None:
+            return self.baseline_step_ms
         return self.target_ms_per_token + self.target_sample_ms
 
     def verify_ms(self, k: float) -> float:
@@ -439,6 +448,7 @@ class CostModel:
             target_sample_ms=self.target_sample_ms,
             draft_sample_ms=self.draft_sample_ms * scale,
             depth=self.depth,
+            baseline_step_ms=self.baseline_step_ms,
         )
 
 

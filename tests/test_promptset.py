@@ -137,10 +137,14 @@ def test_end_to_end_figures_by_hand_include_the_prompt() -> None:
 
 def test_recommend_skips_methods_whose_output_differs_and_says_baseline_when_none_pays() -> None:
     fast_but_wrong = promptset.set_statistics([summary("p1", "code", 10.0, 30.0, tokens=(5,) * 64)])
-    good = promptset.set_statistics([summary("p1", "code", 10.0, 15.0), summary("p2", "prose", 10.0, 8.0)])
+    # two code prompts: one prompt gives no interval, and a setting is recommended only when shown faster
+    good = promptset.set_statistics([summary("p1", "code", 10.0, 15.0), summary("p3", "code", 10.0, 16.0),
+                                     summary("p2", "prose", 10.0, 8.0)])
     rec = promptset.recommend({"wrong": fast_but_wrong, "good": good})
     assert rec["code"]["method"] == "good" and rec["code"]["excluded"] == ["wrong"]
     assert rec["prose"]["method"] == "baseline"
+    one = promptset.recommend({"good": promptset.set_statistics([summary("p1", "code", 10.0, 15.0)])})
+    assert one["code"]["method"] == "undecided" and one["code"]["measure_next"][0]["key"] == "good"
 
 
 def near_tie(gap: float = 0.0035) -> dict[str, Any]:

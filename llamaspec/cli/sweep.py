@@ -27,7 +27,11 @@ log = logging.getLogger("llamaspec")
 def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
-    """Sweep settings (as a grid); name the tie set and recommend its cheapest point.
+    """Sweep settings (as a grid); recommend a setting shown faster than the target alone.
+
+    The decision (llamaspec.decide) ranks the points with the speedup model fitted to all of
+    them, takes a cheaper point only within 2 % of the best, and says how sure it is; when no
+    point is shown faster it says "no draft" or "undecided" and what to measure next.
 
     Each point is measured next to its own baseline (pairs inside the point). Rerun the same
     command to resume: finished points are not measured again. Every sweepable setting is an
@@ -76,14 +80,14 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
 
 def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
     """The deploy command for a sweep's answer: the recommended point's setting, or the target
-    alone when the answer is "no draft"; None when nothing finished."""
+    alone when the answer is "no draft"; None when it is undecided (measure first) or nothing finished."""
     from llamaspec import deploy
 
-    rec = report.recommendation()
-    if rec:
-        return deploy.for_run(engine, exp, store.run(rec[1].run_id))
-    best = [g.best_measured for g in report.groups if g.best_measured]
-    return deploy.for_run(engine, exp, store.run(best[0].run_id), speculative=False) if best else None
+    decision = report.decision()
+    found = report.row(decision.chosen.key) if decision.chosen is not None else None
+    if found is None or decision.verdict not in ("recommend", "no draft"):
+        return None
+    return deploy.for_run(engine, exp, store.run(found[1].run_id), speculative=decision.verdict == "recommend")
 
 
 @main.command()
@@ -95,7 +99,7 @@ def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
 def tune(experiment_name: str, variants: str | None, modes: str | None, n_predict: int | None, prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
          no_wait: bool, as_json: bool, address: str | None) -> None:
-    """Search draft length, draft variant and draft-free n-gram modes; name the tie set and the cheapest.
+    """Search draft length, draft variant and draft-free n-gram modes; recommend by the decision rule.
 
     The speedup model picks which draft lengths to measure and skips variants that cannot win.
     Each point is paired with its own baseline. Resumable like a sweep.
@@ -144,9 +148,11 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
                                  parse_values("spec_type", modes) if modes else None, on_point)
     finally:
         engine.close()
-    # the recommended configuration's command, or the target alone when the answer is "no draft"
+    # the recommended configuration's command, the target alone when the answer is "no draft",
+    # nothing while it is undecided (the output says what to measure first)
     deploys = [deploy.for_run(engine, exp, r.recommended[1]) if r.recommended
-               else deploy.for_run(engine, exp, r.best[1], speculative=False) if r.best else None for r in results]
+               else deploy.for_run(engine, exp, r.best[1], speculative=False)
+               if r.best and r.decision.verdict == "no draft" else None for r in results]
     if as_json:
         click.echo(json.dumps([{**r.as_dict(), "deploy": d.to_dict() if d else None} for r, d in zip(results, deploys, strict=True)],
                               indent=2))
