@@ -39,7 +39,7 @@ def study(pool, items, name: str, store) -> tuple[float, dict]:
     from llamaspec.cluster import Requirements, StoreSink, run_study
 
     t0 = time.perf_counter()
-    report = run_study(name, items, pool, StoreSink(store), Requirements(llamacpp=False), on_progress=lambda _l: None,
+    report = run_study(name, items, pool, StoreSink(store), Requirements(engine=None), on_progress=lambda _l: None,
                        progress_every=60)
     return time.perf_counter() - t0, report.per_machine
 

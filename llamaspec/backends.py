@@ -48,3 +48,36 @@ def deployment(name: str, case: ResolvedCase, options: BackendOptions | None = N
     speculative)``. With an engine already open, ``backend.deployment(case)`` is the same."""
     made: Deployment = _module(name).deployment(case, options or BackendOptions(), speculative)
     return made
+
+
+# Engines a cluster machine can provide for itself (a build, models): the module with
+# ``requirements(exp)``, ``provide(accel, options, labels, machine)`` and a ``Machine`` whose
+# ``open(name)`` gives the engine. An engine without one is measured on one machine only.
+MACHINES: dict[str, str] = {
+    "llama.cpp": "llamaspec.llamacpp.machine",
+    "llama-server": "llamaspec.llamacpp.machine",
+}
+
+
+def cluster_engines() -> tuple[str, ...]:
+    return tuple(MACHINES)
+
+
+def _machine_module(name: str) -> Any:
+    if name not in MACHINES:
+        raise LlamaspecError(f"cluster workers cannot provide the {name} backend",
+                             hint=f"they run {' and '.join(MACHINES)}; measure {name} on one machine")
+    return importlib.import_module(MACHINES[name])
+
+
+def machine_requirements(name: str, exp: Any) -> dict[str, Any]:
+    """What every machine measuring ``exp`` with engine ``name`` must share (the coordinator's view):
+    ``commit`` (None: the first machine's binds the others) and the engine's own ``options``."""
+    found: dict[str, Any] = _machine_module(name).requirements(exp)
+    return found
+
+
+def provide_machine(name: str, accel: str, options: dict[str, Any], labels: list[str], machine: str) -> Any:
+    """On a worker: what engine ``name`` needs there (built, fetched, derived), as a machine object
+    with ``open(engine)``, ``model(label)``, ``commit``, ``build_key``, ``bin_dir`` and ``close()``."""
+    return _machine_module(name).provide(accel, options, labels, machine)

@@ -225,6 +225,11 @@ class AdaptiveResult:
                 f"of the fixed grid's {self.fixed_grid_pairs})")
 
 
+def coarse_lengths(lengths: Sequence[int]) -> list[int]:
+    """The first pass of an adaptive sweep: the coarse lengths the grid has (all of a grid of 3 or fewer)."""
+    return ([k for k in lengths if k in COARSE] if len(lengths) > 3 else []) or list(lengths)
+
+
 def adaptive_applies(axes: Mapping[str, Sequence[Any]]) -> bool:
     """The decision is over draft lengths: an adaptive sweep takes a grid of draft lengths alone."""
     return set(axes) == {"draft_max"}
@@ -264,7 +269,7 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
         check_settings(rc, backend)
         backend.check(rc)
     start = time.monotonic()
-    coarse = ([k for k in by_length if k in COARSE] if len(by_length) > 3 else []) or list(by_length)
+    coarse = coarse_lengths(list(by_length))
     measured: list[int] = []
 
     def measure(k: int, pairs: int) -> None:

@@ -312,7 +312,7 @@ def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None
     assert [(p.payload["settings"]["draft_max"], p.payload["draft"]) for p in points] == [(2, "smollm2-135m:q4_0"),
                                                                                           (4, "smollm2-135m:q4_0")]
     wanted = study.requirements(exp)
-    assert set(wanted.models) == {F32, Q41} and not wanted.rpc
+    assert set(wanted.models) == {F32, Q41} and not wanted.options["rpc"] and wanted.engine == "llama.cpp"
     assert study.study_id(exp, split, wanted) == study.study_id(exp, list(split), wanted) != study.study_id(exp, points, wanted)
 
 
@@ -437,7 +437,7 @@ def test_a_worker_whose_commit_is_unknown_is_refused_saying_so() -> None:
 
 
 def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_one() -> None:
-    from llamaspec.cluster.worker import _find
+    from llamaspec.llamacpp.machine import _find
 
     class Builds:
         def __init__(self, have: set[bool]) -> None:
@@ -448,11 +448,11 @@ def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_
                 raise LlamaspecError(f"no build (rpc={rpc})")
             return WorkerInfo("m", "h", "0c1e570", None, bin_dir=f"{accel}{'+rpc' if rpc else ''}")
 
-    assert _find(Builds({False, True}), Requirements(accel="cpu")).bin_dir == "cpu"
-    assert _find(Builds({True}), Requirements(accel="cpu")).bin_dir == "cpu+rpc"
-    assert _find(Builds({True}), Requirements(accel="cpu", rpc=True)).bin_dir == "cpu+rpc"
+    assert _find(Builds({False, True}), "cpu", False).bin_dir == "cpu"
+    assert _find(Builds({True}), "cpu", False).bin_dir == "cpu+rpc"
+    assert _find(Builds({True}), "cpu", True).bin_dir == "cpu+rpc"
     with pytest.raises(LlamaspecError, match="rpc=True"):
-        _find(Builds({False}), Requirements(accel="cpu", rpc=True))
+        _find(Builds({False}), "cpu", True)
 
 
 # --- pinned items (a per-machine tune) -----------------------------------------------------------
@@ -504,15 +504,36 @@ class FakeMachine:
 
         from llamaspec.cluster.worker import MachineWorker
 
+        class Env:
+            """What an engine provides on a machine (backends.provide_machine): engines and models."""
+
+            def __init__(self) -> None:
+                self.engines: dict[str, Any] = {"llama-server": engine}
+                self.models: dict[str, Any] = {}
+                self.commit, self.build_key, self.bin_dir = "0c1e570", "key", "/fake"
+
+            def open(self, name: str) -> Any:
+                return self.engines[name]
+
+            def model(self, label: str) -> Any:
+                from llamaspec.backend import ModelPath
+
+                return ModelPath(label, f"/models/{label}.gguf", SHA.get(label, "c" * 64))
+
+            def close(self) -> None:
+                for e in self.engines.values():
+                    e.close()
+
         class Worker(MachineWorker):
+            def __init__(self, machine: str) -> None:
+                super().__init__(machine)
+                self.fake_env = Env()
+
             def _prepare(self, wanted: Requirements) -> WorkerInfo:
-                self.state["server"] = engine
+                self.env = self.fake_env
                 self.wanted = wanted
-                self.build = SimpleNamespace(programs={"server": "llama-server"}, bin_dir="/fake", commit="0c1e570")
-                for label in wanted.models:
-                    self.models[label] = SimpleNamespace(path=f"/models/{label}.gguf", sha256=SHA.get(label, "c" * 64))
                 return WorkerInfo(self.machine, "host-" + self.machine, "0c1e570", "key", "/fake",
-                                  {label: f.sha256 for label, f in self.models.items()})
+                                  {label: self.env.model(label).sha256 for label in wanted.models})
 
         return Worker(machine)
 
@@ -714,7 +735,7 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
     machines = {}
     for name, engine in engines.items():
         machines[name] = FakeMachine(name, engine)
-        machines[name].state["backend"] = engine  # its llama.cpp backend
+        machines[name].fake_env.engines["llama.cpp"] = engine  # its llama.cpp backend
     pool = LocalPool(list(machines), factory=lambda m: machines[m])
     exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=2)
     work = study.tune_items(exp, sorted(machines), variants=("q4_1",), modes=("ngram-simple",))
@@ -775,7 +796,7 @@ def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Sto
     cli = FakeEngine(base_tps=100.0, drift=0.0, name="llama.cpp")
     server = FakeEngine(base_tps=40.0, drift=0.0, name="llama-server")
     machine = FakeMachine("box", server)  # its llama-server
-    machine.state["backend"] = cli  # its llama.cpp command-line programs
+    machine.fake_env.engines["llama.cpp"] = cli  # its llama.cpp command-line programs
     if kind == "pair":
         work = study.experiment_items(exp)
     else:

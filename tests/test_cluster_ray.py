@@ -127,7 +127,7 @@ def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: C
     items = [WorkItem(f"i{i:02d}", "noop", {"spin": 0.3}) for i in range(12)]
     on_result, killed = _kill_on_first_result(c, nodes["host-b"], "host-b")
     lines: list[str] = []
-    report = run_study("noop-study", items, pool, StoreSink(store), Requirements(llamacpp=False), on_result=on_result,
+    report = run_study("noop-study", items, pool, StoreSink(store), Requirements(engine=None), on_result=on_result,
                        on_progress=lines.append, progress_every=1.0)
     runs = store.runs(sweep_id="noop-study")
     keys = sorted(r["point_key"] for r in runs)
@@ -141,7 +141,7 @@ def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: C
     assert len({pids[k] for k, m in by_key.items() if m == "host-a"}) == 1  # one actor per machine
     assert any("host-a" in line and "/min" in line for line in lines)
     # A rerun finds everything stored and prepares no machine.
-    again = run_study("noop-study", items, pool, StoreSink(store), Requirements(llamacpp=False))
+    again = run_study("noop-study", items, pool, StoreSink(store), Requirements(engine=None))
     assert again.skipped == 12 and not again.done
     pool.close()
 

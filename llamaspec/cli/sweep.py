@@ -88,9 +88,10 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
             if adaptive:
-                fixed = len(next(iter(axes.values()))) * (exp.repeats if isinstance(exp.repeats, int) else 3)
-                limit = limit or sweeps.Budget(pairs=fixed)
                 first = repeats if isinstance(repeats, int) else sweeps.FIRST_PAIRS
+                if limit is None:  # the fixed grid's pairs, and at least room to decide after the first pass
+                    fixed = len(next(iter(axes.values()))) * (exp.repeats if isinstance(exp.repeats, int) else 3)
+                    limit = sweeps.Budget(pairs=max(fixed, 2 * first * len(_coarse(axes))))
                 _refuse_small_budget(limit, axes, first)
                 done = sweeps.run_adaptive_sweep(exp, axes, engine, store, limit, first_pairs=first)
                 results, stops = [r for r, _a in done], [a for _r, a in done]
@@ -113,12 +114,15 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
                              hint="see the status column above; `llamaspec results show RUN` has each point's log")
 
 
-def _refuse_small_budget(limit: Any, axes: dict[str, Any], first: int) -> None:
-    """A pairs budget that cannot pay for the first pass is refused before anything is measured."""
+def _coarse(axes: dict[str, Any]) -> list[int]:
     from llamaspec import sweep as sweeps
 
-    lengths = next(iter(axes.values()))
-    coarse = ([k for k in lengths if k in sweeps.COARSE] if len(lengths) > 3 else []) or list(lengths)
+    return sweeps.coarse_lengths(next(iter(axes.values())))
+
+
+def _refuse_small_budget(limit: Any, axes: dict[str, Any], first: int) -> None:
+    """A pairs budget that cannot pay for the first pass is refused before anything is measured."""
+    coarse = _coarse(axes)
     if limit.pairs is not None and limit.pairs < first * len(coarse):
         raise LlamaspecError(f"--budget {limit.pairs} pairs is too small: the first pass alone measures "
                              f"{first * len(coarse)} ({first} pairs at draft {', '.join(map(str, coarse))})",

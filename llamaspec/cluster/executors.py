@@ -46,41 +46,18 @@ def get(kind: str) -> Executor:
     return EXECUTORS[kind]
 
 
-def _backend(worker: MachineWorker) -> Any:
-    from llamaspec.llamacpp.runner import LlamaCppBackend
-
-    if "backend" not in worker.state:
-        worker.state["backend"] = LlamaCppBackend(worker.build)
-    return worker.state["backend"]
-
-
-def _server(worker: MachineWorker) -> Any:
-    """This machine's llama-server backend: its servers stay up between items (models loaded once)."""
-    from llamaspec.llamacpp.server import ServerBackend
-
-    if "server" not in worker.state:
-        from llamaspec.llamacpp.build import ensure_program
-
-        worker.build = ensure_program(worker.build, "server")  # built when first needed
-        if "server" not in worker.build.programs:
-            raise LlamaspecError(f"the llama.cpp build on {worker.machine} ({worker.build.bin_dir}) has no llama-server",
-                                 hint="rebuild there with `llamaspec build --force` (it builds llama-server)")
-        worker.state["server"] = ServerBackend(worker.build)
-    return worker.state["server"]
-
-
-# The engines a worker measures with: both are its own llama.cpp build. A measurement taken with
-# another engine than the experiment names would be stored under the experiment's name as if it
-# were the experiment's, so any other engine is refused before anything is queued.
-ENGINES = ("llama.cpp", "llama-server")
-
-
 def refuse_engine(name: str | None, what: str) -> None:
-    """Raise unless ``name`` is an engine the workers run (None: the item names none, e.g. a no-op)."""
-    if name is not None and name not in ENGINES:
-        raise LlamaspecError(f"{what} uses the {name} backend; cluster workers measure with {' and '.join(ENGINES)} only",
+    """Raise unless ``name`` is an engine the workers can provide for themselves (None: the item
+    names none, e.g. a no-op). A measurement taken with another engine than the experiment names
+    would be stored under the experiment's name as if it were the experiment's, so any other
+    engine is refused before anything is queued."""
+    from llamaspec import backends
+
+    engines = backends.cluster_engines()
+    if name is not None and name not in engines:
+        raise LlamaspecError(f"{what} uses the {name} backend; cluster workers measure with {' and '.join(engines)} only",
                              hint="run it on one machine (without --cluster and RAY_ADDRESS), or set "
-                                  "`backend: llama.cpp` or `backend: llama-server` in the experiment")
+                                  f"`backend: {engines[0]}` in the experiment")
 
 
 def check_items(items: Any) -> None:
@@ -91,9 +68,9 @@ def check_items(items: Any) -> None:
 
 
 def _engine(worker: MachineWorker, name: str) -> Any:
-    """This machine's engine of that name, kept between items."""
+    """This machine's engine of that name (opened by what the engine provided here), kept between items."""
     refuse_engine(name, f"a work item on {worker.machine}")
-    return _server(worker) if name == "llama-server" else _backend(worker)
+    return worker.env.open(name)
 
 
 def _hardware(worker: MachineWorker) -> dict[str, Any]:
@@ -103,17 +80,6 @@ def _hardware(worker: MachineWorker) -> dict[str, Any]:
 
         worker.state["hardware"] = hardware()
     return dict(worker.state["hardware"])
-
-
-def _model(worker: MachineWorker, label: str) -> Any:
-    from llamaspec.backend import ModelPath
-
-    f = worker.models.get(label)
-    if f is None:
-        from llamaspec import models
-
-        f = worker.models[label] = models.open_ref(label, build=worker.build)
-    return ModelPath(label=label, path=str(f.path), sha256=f.sha256)
 
 
 def resolved_case(worker: MachineWorker, payload: dict[str, Any]) -> ResolvedCase:
@@ -128,7 +94,7 @@ def resolved_case(worker: MachineWorker, payload: dict[str, Any]) -> ResolvedCas
         settings = dataclasses.replace(settings, threads=psutil.cpu_count(logical=False) or 1)
     return ResolvedCase(
         experiment=payload.get("experiment", "cluster"), case=payload.get("case", "case"),
-        target=_model(worker, payload["target"]), draft=_model(worker, payload["draft"]) if payload.get("draft") else None,
+        target=worker.env.model(payload["target"]), draft=worker.env.model(payload["draft"]) if payload.get("draft") else None,
         prompt=payload.get("prompt"), prompt_file=payload.get("prompt_file"), settings=settings,
         prompt_id=payload.get("prompt_id"), category=payload.get("category"))
 
@@ -217,7 +183,7 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     p = item.payload
     the_prompt = Prompt(**p["prompt_item"])
     case = resolved_case(worker, p)
-    backend = _server(worker)
+    backend = _engine(worker, "llama-server")
     checked = worker.state.setdefault("checked", set())
     if p["case"] not in checked:  # once per case and machine, as run_set does once per case
         runs.check_settings(case, backend)

@@ -14,7 +14,6 @@ import json
 from typing import Any
 
 from llamaspec.cluster.work import Requirements, WorkItem
-from llamaspec.errors import LlamaspecError
 
 
 def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> dict[str, Any]:
@@ -123,25 +122,21 @@ def check_engine(exp: Any) -> None:
 
 
 def requirements(exp: Any, accel: str = "auto") -> Requirements:
-    """The coordinator's own llama.cpp commit, and its model hashes where it has the files
-    (None where it has not: the first machine's then binds the others)."""
-    from llamaspec.llamacpp import source as sources
+    """The coordinator's own engine version and options (from the engine, through the registry),
+    and its model hashes where it has the files (None where it has not: the first machine's then
+    binds the others)."""
+    from llamaspec import backends
     from llamaspec.models import store
 
-    try:
-        commit: str | None = sources.current().commit
-    except LlamaspecError:
-        commit = None
+    engine = exp.backend if exp.backend in backends.cluster_engines() else "llama.cpp"
+    own = backends.machine_requirements(engine, exp)
     labels = sorted({c.target.label for c in exp.cases} | {c.draft.label for c in exp.cases if c.draft})
     models: dict[str, str | None] = {}
     for label in labels:
         name, _, variant = label.partition(":")
         done = store.finished(name, variant)
         models[label] = done.sha256 if done is not None else None
-    from llamaspec.llamacpp import rpc as rpcs
-
-    rpc = rpcs.needed(exp)
-    return Requirements(commit=commit, accel=accel, rpc=rpc, models=models)
+    return Requirements(commit=own["commit"], accel=accel, engine=engine, options={"rpc": own["rpc"]}, models=models)
 
 
 def study_id(exp: Any, items: list[WorkItem], wanted: Requirements) -> str:

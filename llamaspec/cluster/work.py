@@ -29,14 +29,15 @@ class WorkItem:
 
 @dataclass(frozen=True)
 class Requirements:
-    """What every machine of a study must have, identical: the llama.cpp source commit, the
-    build flavour, and each model file's sha256 (None: whatever the first machine has, but
-    then the same on all)."""
+    """What every machine of a study must have, identical: the engine that provides for the machine
+    (``llamaspec.backends.MACHINES``) with its own options, the engine's version (a source
+    commit), what it computes on, and each model file's sha256 (None: whatever the first machine
+    has, but then the same on all)."""
 
     commit: str | None = None
-    accel: str = "auto"  # what llama.cpp computes on at the workers: auto | cpu | cuda | metal
-    rpc: bool = False  # the workers need a build with the RPC backend
-    llamacpp: bool = True  # False: items that need no llama.cpp (the overhead benchmark's no-op items)
+    accel: str = "auto"  # what the engine computes on at the workers: auto | cpu | cuda | metal
+    engine: str | None = "llama.cpp"  # None: items that need no engine (the overhead benchmark's no-op items)
+    options: dict[str, Any] = field(default_factory=dict)  # the engine's own (llama.cpp: {"rpc": True})
     models: dict[str, str | None] = field(default_factory=dict)  # "name:variant" -> sha256
 
 
@@ -75,5 +76,5 @@ def pin(wanted: Requirements, info: WorkerInfo) -> Requirements:
     """The requirements with every open slot (commit, model hash) filled from ``info``: the first
     accepted machine fixes what the others must match."""
     models = {label: sha or info.models.get(label) for label, sha in wanted.models.items()}
-    return Requirements(commit=wanted.commit or info.commit, accel=wanted.accel, rpc=wanted.rpc,
-                        llamacpp=wanted.llamacpp, models=models)
+    return Requirements(commit=wanted.commit or info.commit, accel=wanted.accel, engine=wanted.engine,
+                        options=dict(wanted.options), models=models)

@@ -27,8 +27,7 @@ log = logging.getLogger(__name__)
 class MachineWorker:
     def __init__(self, machine: str, scratch: str | None = None, reap: bool = False) -> None:
         self.machine = machine
-        self.build: Any = None  # llamaspec.llamacpp.build.Build once prepared
-        self.models: dict[str, Any] = {}  # "name:variant" -> models.ModelFile
+        self.env: Any = None  # what the engine provided here (backends.provide_machine), once prepared
         self.wanted: Requirements | None = None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{_safe(machine)}-"))
         self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, a backend)
@@ -46,32 +45,18 @@ class MachineWorker:
             return {"ok": False, "error": exc.message, "hint": exc.hint}
 
     def _prepare(self, wanted: Requirements) -> WorkerInfo:
-        from llamaspec import models
+        from llamaspec import backends
         from llamaspec.host import hardware
-        from llamaspec.llamacpp import build as builds
-        from llamaspec.llamacpp import source as sources
 
-        if not wanted.llamacpp:
-            self.wanted = wanted
+        self.wanted = wanted
+        if wanted.engine is None:
             return WorkerInfo(machine=self.machine, host=platform.node(), commit=None, build_key=None, bin_dir=None,
                               hardware=hardware())
-        try:
-            self.build = _find(builds, wanted)
-        except LlamaspecError:
-            try:
-                src = sources.current()
-            except LlamaspecError:
-                log.info("%s: fetching the pinned llama.cpp source", self.machine)
-                src = sources.fetch(sources.DEFAULT_SPEC)
-            log.info("%s: building llama.cpp %s", self.machine, src.commit)
-            self.build = builds.build(wanted.accel,
-                                      source=src, rpc=wanted.rpc)
-        for label in wanted.models:  # NAME:VARIANT (fetched or derived here), or a path to a GGUF file
-            self.models[label] = models.open_ref(label, build=self.build)
-        self.wanted = wanted
-        return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.build.commit,
-                          build_key=self.build.key or None, bin_dir=self.build.bin_dir,
-                          models={label: f.sha256 for label, f in self.models.items()}, hardware=hardware())
+        self.env = backends.provide_machine(wanted.engine, wanted.accel, dict(wanted.options), list(wanted.models),
+                                            self.machine)
+        shas = {label: self.env.model(label).sha256 for label in wanted.models}
+        return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.env.commit,
+                          build_key=self.env.build_key, bin_dir=self.env.bin_dir, models=shas, hardware=hardware())
 
     def execute(self, item: WorkItem) -> dict[str, Any]:
         if self.wanted is None:
@@ -99,23 +84,11 @@ class MachineWorker:
 
     def close(self) -> None:
         """Stop what this worker keeps running (llama-servers) and close its scratch store."""
-        for name in ("server", "backend", "store"):
-            thing = self.state.pop(name, None)
-            if thing is not None:
-                thing.close()
-
-
-def _find(builds: Any, wanted: Requirements) -> Any:
-    """The machine's cached build; an RPC build stands in for a plain one of the same commit (the
-    same programs, with the RPC backend compiled in and unused), rather than building again."""
-    try:
-        return builds.find(wanted.accel, rpc=wanted.rpc)
-    except LlamaspecError:
-        if wanted.rpc:
-            raise
-        found = builds.find(wanted.accel, rpc=True)
-        log.info("using the RPC build %s (no plain build of this commit here)", found.bin_dir)
-        return found
+        if self.env is not None:
+            self.env.close()
+        store = self.state.pop("store", None)
+        if store is not None:
+            store.close()
 
 
 def _safe(text: str) -> str:
