@@ -10,7 +10,8 @@ Every setting is one field of :class:`Settings`, described once in its field met
   two baselines comparable), ``draft`` (the speculative side only), or ``run`` (neither: timeouts).
 
 Adding a setting is one field here plus its row in each engine's flag table
-(``llamaspec/llamacpp/flags.py`` for llama.cpp). Precedence, stated once:
+(``llamaspec/llamacpp/flags.py`` for llama.cpp: one row serves the command-line programs and
+llama-server alike). Precedence, stated once:
 command line > case settings > experiment settings > these defaults.
 """
 

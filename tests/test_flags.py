@@ -160,13 +160,74 @@ def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
 def test_every_setting_reaches_llama_cpp_through_the_table_or_is_refused() -> None:
     """Adding a setting is its schema entry plus its flag-table row: nothing else knows about it. A
     setting of another engine (transformers' dtype, say) is not in the table, and the llama.cpp
-    backend does not declare it, so the run core refuses it there (tests/test_run.py)."""
+    backends do not declare it, so the run core refuses it there (tests/test_run.py). What each
+    backend honours is read from the table."""
+    from llamaspec.llamacpp import server
     from llamaspec.llamacpp.runner import SETTINGS
 
-    assert set(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE == SETTINGS
-    assert set(FIELDS) >= SETTINGS
-    others = set(FIELDS) - SETTINGS
-    assert all(FIELDS[name].metadata["engine"] in ("transformers", "llama-server") for name in others), others
+    assert not set(flags.FLAG_TABLE) & set(flags.HANDLED_ELSEWHERE)
+    rows = {**flags.FLAG_TABLE, **flags.HANDLED_ELSEWHERE}
+    assert set(FIELDS) >= set(rows)
+    command_line = {n for n, r in flags.FLAG_TABLE.items() if r.programs & flags.COMMAND_LINE}
+    assert command_line | {n for n, p in flags.HANDLED_ELSEWHERE.items() if p & flags.COMMAND_LINE} == SETTINGS
+    assert flags.takes("server") == server.HONOURED
+    assert {n for n, r in flags.FLAG_TABLE.items() if "server" in r.programs} | {
+        n for n, p in flags.HANDLED_ELSEWHERE.items() if "server" in p} == server.HONOURED
+    others = set(FIELDS) - set(rows)
+    assert all(FIELDS[name].metadata["engine"] == "transformers" for name in others), others
+    for name in set(FIELDS) - SETTINGS:  # llama-server's own (slots, n-gram sizes) or another engine's
+        assert FIELDS[name].metadata["engine"] in ("transformers", "llama-server"), name
+
+
+# One value of each row's setting that differs from its default, to see it reach each program.
+SAMPLES: dict[str, object] = {
+    "n_predict": 7, "seed": 3, "temperature": 0.5, "threads": 1, "gpu_layers": 5, "ctx_size": 256,
+    "batch_size": 64, "flash_attn": "on", "parallel": 3, "rpc": ("127.0.0.1:50052",), "draft_max": 4,
+    "draft_min": 2, "draft_p_min": 0.5, "threads_draft": 1, "draft_gpu_layers": 3,
+}
+PROGRAM_HELP = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple",
+                "completion": "llama-completion", "server": "llama-server"}
+
+
+@pytest.mark.parametrize("setting", sorted(flags.FLAG_TABLE))
+def test_each_row_reaches_the_programs_it_names_and_no_other(setting: str) -> None:
+    """On the pinned build's recorded --help: a row's setting, set, puts its flag (or, on llama-server,
+    its request field) into the command line of each program the row names, and into no other's."""
+    from llamaspec.backend import ModelPath, ResolvedCase
+    from llamaspec.llamacpp import server
+
+    assert set(SAMPLES) == set(flags.FLAG_TABLE), "give the new row a sample value"
+    row = flags.FLAG_TABLE[setting]
+    value = SAMPLES[setting]
+    for program, help_name in PROGRAM_HELP.items():
+        c = caps(NEW, help_name)
+        flag = c.pick(row.names)
+        s = Settings(**{setting: value})  # type: ignore[arg-type]
+        if program == "server":
+            rc = ResolvedCase("e", "c", ModelPath("t", "/m/t.gguf"), ModelPath("d", "/m/d.gguf"), "p", None,
+                              s.with_defaults())
+            argv = server.server_args(c, "cuda", rc, "speculative")
+            if row.request:
+                assert flags.request_fields(rc.settings)[row.request] == value
+                assert flag not in argv
+                continue
+        else:
+            inv = flags.Invocation("/m/t.gguf", s.with_defaults(), draft=None if program == "completion" else "/m/d.gguf",
+                                   prompt="p", accel="cuda")
+            argv = (flags.completion_argv(c, Path("/bin/x"), inv) if program == "completion"
+                    else flags.speculative_argv(c, Path("/bin/x"), inv, program))
+        taken = program in row.programs
+        assert flag is not None or not taken, (setting, program)  # a program that takes it lists it
+        assert (flag in argv) == taken, (setting, program, argv)
+        assert (setting in flags.takes(program)) == taken
+
+
+def test_the_speculative_programs_read_draft_p_min_as_their_profiles_say() -> None:
+    for profile in flags.PROGRAMS.values():
+        assert profile.reads_p_min == ("draft_p_min" in flags.FLAG_TABLE and
+                                       profile.role in flags.FLAG_TABLE["draft_p_min"].programs)
+    assert flags.program("speculative-simple", "2026").reads_p_min
+    assert not flags.program("speculative", "2026").reads_p_min
 
 
 def test_flash_attention_takes_a_value_now_and_was_a_switch_before() -> None:

@@ -19,11 +19,12 @@ from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPa
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
 from llamaspec.llamacpp.build import Build
+from llamaspec.settings import DEFAULTS
 
 log = logging.getLogger(__name__)
 
 
-SETTINGS = frozenset(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE
+SETTINGS = flags.takes("speculative") | flags.takes("speculative-simple") | flags.takes("completion")
 
 
 def open_backend(options: BackendOptions) -> LlamaCppBackend:
@@ -79,7 +80,7 @@ class LlamaCppBackend:
         inv = self.invocation(case, case.target.path)
         if mode == "speculative":
             role = self._role(case)
-            return flags.speculative_argv(self.caps(role), self.build.program(role), inv)
+            return flags.speculative_argv(self.caps(role), self.build.program(role), inv, role)
         if mode == "baseline":
             return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
                                          replace(inv, draft=None))
@@ -139,6 +140,15 @@ class LlamaCppBackend:
             raise LlamaspecError(
                 f"llama-{profile.role} ignores p-min (the program never reads it: the same tokens are drafted at any value)",
                 hint="use program: speculative-simple (the common/speculative path llama-server uses), which reads it")
+        role = self._role(case)
+        for name in sorted(SETTINGS - flags.takes(role)):
+            value = getattr(case.settings, name)
+            if value not in (None, (), getattr(DEFAULTS, name)):
+                readers = sorted(r for r in flags.SPECULATIVE if name in flags.takes(r))
+                raise LlamaspecError(f"llama-{role} does not read {name} (set to {value!r}): its --help may list "
+                                     f"the flag, but the program never uses it",
+                                     hint=f"use program: {' or '.join(readers)}, which reads it" if readers
+                                     else f"drop {name}")
         self.argv(case, "speculative")
         self.argv(case, "baseline")
 
