@@ -131,7 +131,8 @@ class Settings:
     seed: int | None = _setting(_signed_int, default=20)
     temperature: float | None = _setting(_float, default=0.0)
     draft_max: int | None = _setting(_int, default=8, sweep=int, side="draft", help="tokens drafted per round (k)")
-    draft_min: int | None = _setting(_int, side="draft")
+    draft_min: int | None = _setting(_int, sweep=int, side="draft",
+                                     help="drop a round's draft when it is shorter than this (not every program reads it)")
     draft_p_min: float | None = _setting(_probability, sweep=float, side="draft",
                                          help="stop drafting below this draft probability (not every program reads it)")
     threads: int | None = _setting(_int, sweep=int, help="CPU threads (default: physical cores)")

@@ -222,6 +222,28 @@ def test_each_row_reaches_the_programs_it_names_and_no_other(setting: str) -> No
         assert (setting in flags.takes(program)) == taken
 
 
+@pytest.mark.parametrize("folder, flag", [(NEW, "--spec-draft-n-min"), (OLD, "--draft-min")])
+def test_draft_min_reaches_speculative_simple_by_each_generations_name(folder: Path, flag: str) -> None:
+    """--spec-draft-n-min on the pinned build (where --draft-min and --draft-n-min are listed as removed),
+    --draft-min on 2024 to early-2026 builds; llama-speculative never gets it (it never reads n_min)."""
+    inv = settings(draft_min=3)
+    simple = flags.speculative_argv(caps(folder, "llama-speculative-simple"), Path("/bin/x"), inv, "speculative-simple")
+    assert (flag, "3") in pairs(simple)
+    assert not {"--draft-min", "--draft-n-min", "--spec-draft-n-min"} - {flag} & set(simple)
+    spec = flags.speculative_argv(caps(folder, "llama-speculative"), Path("/bin/x"), inv, "speculative")
+    assert flag not in spec
+    assert "draft_min" in flags.takes("speculative-simple") and "draft_min" not in flags.takes("speculative")
+
+
+def test_draft_min_is_a_sweep_axis() -> None:
+    from llamaspec import sweep
+
+    assert sweep.parse_values("draft_min", "0,2") == (0, 2)
+    assert sweep.parse_values("draft_min", "1..3") == (1, 2, 3)
+    with pytest.raises(LlamaspecError, match="must not be negative"):
+        sweep.parse_values("draft_min", "-1")
+
+
 def test_the_speculative_programs_read_draft_p_min_as_their_profiles_say() -> None:
     for profile in flags.PROGRAMS.values():
         assert profile.reads_p_min == ("draft_p_min" in flags.FLAG_TABLE and

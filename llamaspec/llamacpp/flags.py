@@ -153,8 +153,8 @@ FLAG_TABLE: dict[str, Flag] = {
     "parallel": Flag(("-np", "--parallel"), SERVER, unset=1),  # the pinned server's default is "auto" (several slots)
     "rpc": Flag(("--rpc",), COMMAND_LINE, render=_joined),  # the target's layers on these RPC servers
     "draft_max": Flag(("--spec-draft-n-max", "--draft-max", "--draft"), SPECULATIVE | SERVER, draft=True),
-    "draft_min": Flag(("--spec-draft-n-min", "--draft-min"), SPECULATIVE | SERVER, draft=True),
-    # llama-speculative lists --spec-draft-p-min (shared options) but never reads it.
+    # llama-speculative lists --spec-draft-n-min and --spec-draft-p-min (shared options), never reads them.
+    "draft_min": Flag(("--spec-draft-n-min", "--draft-min"), frozenset({"speculative-simple"}) | SERVER, draft=True),
     "draft_p_min": Flag(("--spec-draft-p-min", "--draft-p-min"), frozenset({"speculative-simple"}) | SERVER, draft=True),
     "threads_draft": Flag(("-td", "--threads-draft", "--spec-draft-threads"), SPECULATIVE | SERVER, draft=True),
     # Optional: 2023 builds have no -ngld.
