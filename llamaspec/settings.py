@@ -118,7 +118,7 @@ def _setting(check: Callable[[Any], Any], *, default: Any = None, sweep: Callabl
                                          "engine": engine, "help": help})
 
 
-PROGRAMS = ("speculative", "speculative-simple")
+PROGRAM_CHOICES = ("speculative", "speculative-simple")
 DRAFT_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
@@ -150,7 +150,7 @@ class Settings:
     ngram_size_m: int | None = _setting(_int, engine="llama-server", sweep=int, side="draft",
                                         help="n-gram modes: length of the drafted m-gram (llama-server)")
     parallel: int | None = _setting(_int, engine="llama-server", sweep=int, help="llama-server slots, served to as many concurrent clients")
-    program: str | None = _setting(_choice(*PROGRAMS), default="speculative", sweep=str, side="draft",
+    program: str | None = _setting(_choice(*PROGRAM_CHOICES), default="speculative", sweep=str, side="draft",
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
     timeout: float | None = _setting(_float, default=1800.0, side="run", help="seconds per process")
     extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="draft")

@@ -22,12 +22,12 @@ OLD = FIXTURES / "7841fc7"  # llama-cpp-python 0.3.8, Feb 2025: --draft-max
 NEW = FIXTURES / "0c1e570"  # the pinned tree: --spec-draft-n-max, --spec-type
 
 
-def caps(folder: Path, program: str) -> flags.Capabilities:
-    """Capabilities as ``flags.capabilities`` makes them, from the recorded --help and --version."""
+def caps(folder: Path, program: str) -> flags.ProgramFlags:
+    """Program flags as ``flags.program_flags`` reads them, from the recorded --help and --version."""
     help_text = (folder / f"{program}.help.txt").read_text()
     options, removed, spec_types = flags.parse_help(help_text)
     version = flags.parse_version((folder / f"{program}.version.txt").read_text())
-    return flags.Capabilities(f"/bin/{program}", options, removed, spec_types, version, help_text)
+    return flags.ProgramFlags(f"/bin/{program}", options, removed, spec_types, version, help_text)
 
 
 def recorded(folder: Path, case: str) -> list[str]:
@@ -245,11 +245,11 @@ def test_draft_min_is_a_sweep_axis() -> None:
 
 
 def test_the_speculative_programs_read_draft_p_min_as_their_profiles_say() -> None:
-    for profile in flags.PROGRAMS.values():
+    for profile in flags.PROFILES.values():
         assert profile.reads_p_min == ("draft_p_min" in flags.FLAG_TABLE and
                                        profile.role in flags.FLAG_TABLE["draft_p_min"].programs)
-    assert flags.program("speculative-simple", "2026").reads_p_min
-    assert not flags.program("speculative", "2026").reads_p_min
+    assert flags.profile("speculative-simple", "2026").reads_p_min
+    assert not flags.profile("speculative", "2026").reads_p_min
 
 
 def test_flash_attention_takes_a_value_now_and_was_a_switch_before() -> None:
@@ -272,11 +272,11 @@ def test_rounds_follow_each_program(folder: Path, generation: str) -> None:
     """llama-speculative samples the first token from the prompt: rounds = n_predict - n_accept - 1 and it
     drafts exactly k per round; llama-speculative-simple emits accepted + 1 per round and drafts up to k."""
     spec = _counters(folder, "speculative")
-    fixed = flags.program("speculative", generation)
+    fixed = flags.profile("speculative", generation)
     assert fixed.draft_policy == "fixed" and not fixed.reads_p_min
     assert spec.n_drafted == spec.n_draft * fixed.rounds(spec.n_predict, spec.n_accept)  # 112 = 8 x 14
     simple = _counters(folder, "speculative-simple")
-    capped = flags.program("speculative-simple", generation)
+    capped = flags.profile("speculative-simple", generation)
     assert capped.draft_policy == "capped" and capped.reads_p_min
     rounds = capped.rounds(simple.n_predict, simple.n_accept)
     assert simple.n_drafted <= simple.n_draft * rounds
@@ -312,7 +312,7 @@ def test_2023_programs_are_told_apart_by_their_help(commit: str, policy: str) ->
     round early below --p-accept. Both sample the first token from the prompt."""
     folder = FIXTURES / commit
     c = caps(folder, "speculative")
-    profile = flags.program_for(c, "speculative")
+    profile = flags.profile_for(c, "speculative")
     assert c.generation == "2023" and profile.draft_policy == policy
     spec = _counters(folder, "speculative")
     rounds = profile.rounds(spec.n_predict, spec.n_accept)

@@ -29,7 +29,10 @@ class Version:
 
 
 @dataclass(frozen=True)
-class Capabilities:
+class ProgramFlags:
+    """What one program's ``--help`` offers: its flags, the ones it lists as removed, its speculative
+    modes and version (an engine's own abilities are ``backend.Capabilities``)."""
+
     program: str
     options: frozenset[str]
     removed: frozenset[str]
@@ -81,29 +84,29 @@ class Invocation:
         return cls(target, Settings(**settings).with_defaults(), draft, prompt, prompt_file, accel)
 
 
-Render = Callable[["Capabilities", str, Any, "Invocation"], list[str]]
+Render = Callable[["ProgramFlags", str, Any, "Invocation"], list[str]]
 
 
-def _plain(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _plain(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     return [flag, format(value, "g") if isinstance(value, float) else str(value)]
 
 
-def _offload(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _offload(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     layers = gpu_layers(value, inv.accel, caps.generation)
     return [] if layers is None else [flag, str(layers)]
 
 
-def _target_offload(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _target_offload(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     """The target's -ngl: with RPC servers its layers go to them (devices even on a CPU build)."""
     layers = gpu_layers(value, "rpc" if inv.settings.rpc else inv.accel, caps.generation)
     return [] if layers is None else [flag, str(layers)]
 
 
-def _joined(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _joined(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     return [flag, ",".join(value)] if value else []
 
 
-def _switch_or_value(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _switch_or_value(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     """``-fa on|off|auto`` on builds whose help shows a value, a bare ``-fa`` switch on older ones."""
     if caps.takes_value(flag):
         return [flag, str(value)]
@@ -263,11 +266,11 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
 
 
 def probe_version(program: Path) -> Version:
-    return capabilities(program).version
+    return program_flags(program).version
 
 
-def capabilities(program: Path) -> Capabilities:
-    """Read a program's flags (cached per binary and modification time)."""
+def program_flags(program: Path) -> ProgramFlags:
+    """Read a program's flags from its ``--help`` (cached per binary and modification time)."""
     program = Path(program)
     if not program.is_file():
         raise LlamaspecError(f"llama.cpp program not found: {program}", hint="run `llamaspec build` first")
@@ -276,10 +279,10 @@ def capabilities(program: Path) -> Capabilities:
     options, removed, spec_types = parse_help(help_text)
     if not options:
         raise LlamaspecError(f"{program.name} --help printed no options", hint="is this a llama.cpp program?")
-    return Capabilities(str(program), options, removed, spec_types, parse_version(version_text), help_text)
+    return ProgramFlags(str(program), options, removed, spec_types, parse_version(version_text), help_text)
 
 
-def _pick_or_refuse(caps: Capabilities, setting: str, names: Sequence[str], required: bool) -> str | None:
+def _pick_or_refuse(caps: ProgramFlags, setting: str, names: Sequence[str], required: bool) -> str | None:
     flag = caps.pick(names)
     if flag is None and required:
         raise LlamaspecError(
@@ -290,7 +293,7 @@ def _pick_or_refuse(caps: Capabilities, setting: str, names: Sequence[str], requ
     return flag
 
 
-def settings_argv(caps: Capabilities, inv: Invocation, program: str, *, draft: bool) -> list[str]:
+def settings_argv(caps: ProgramFlags, inv: Invocation, program: str, *, draft: bool) -> list[str]:
     """The flags of ``program`` for ``inv``'s settings, in table order: the rows it takes that are
     flags (not request fields), with a value or an ``unset`` one; ``draft``: the draft side's rows
     (only when a draft model is loaded) instead of the others."""
@@ -315,7 +318,7 @@ def request_fields(settings: Settings) -> dict[str, Any]:
             if row.request and "server" in row.programs}
 
 
-def common_argv(caps: Capabilities, inv: Invocation, program: str) -> list[str]:
+def common_argv(caps: ProgramFlags, inv: Invocation, program: str) -> list[str]:
     """Models, prompt and settings of the command-line program with role ``program``; a setting
     it does not take gets no flag (the runner refuses it when set)."""
     speculative = program in SPECULATIVE
@@ -337,7 +340,7 @@ def common_argv(caps: Capabilities, inv: Invocation, program: str) -> list[str]:
     return argv
 
 
-def speculative_argv(caps: Capabilities, program: Path, inv: Invocation, role: str = "speculative") -> list[str]:
+def speculative_argv(caps: ProgramFlags, program: Path, inv: Invocation, role: str = "speculative") -> list[str]:
     """The command line of the speculative program ``role`` (speculative or speculative-simple)."""
     spec_type = inv.settings.spec_type
     draftless = spec_type not in (None, "draft")
@@ -362,7 +365,7 @@ def speculative_argv(caps: Capabilities, program: Path, inv: Invocation, role: s
     return argv
 
 
-def completion_argv(caps: Capabilities, program: Path, inv: Invocation) -> list[str]:
+def completion_argv(caps: ProgramFlags, program: Path, inv: Invocation) -> list[str]:
     """The target-only baseline's command line (llama-completion, or llama-cli/main on older builds)."""
     argv = [str(program), *common_argv(caps, inv, "completion")]
     if caps.has("-no-cnv"):
@@ -431,7 +434,7 @@ def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int |
 
 
 @dataclass(frozen=True)
-class Program:
+class ProgramProfile:
     """How one speculative program of one generation drafts and counts: the counters llamaspec
     derives from what it prints are computed here and nowhere else.
 
@@ -475,32 +478,32 @@ _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens i
                  "verification round, which the program does not time apart (about 1/rounds of T)")
 _SPEC, _SIMPLE = theory.LLAMA_SPECULATIVE, theory.SPECULATIVE_SIMPLE
 
-PROGRAMS: dict[tuple[str, str], Program] = {
+PROFILES: dict[tuple[str, str], ProgramProfile] = {
     # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
     # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
-    ("speculative", "2023-sep"): Program("speculative", "2023-sep", "adaptive", _SPEC, _SPEC_BASIS),
+    ("speculative", "2023-sep"): ProgramProfile("speculative", "2023-sep", "adaptive", _SPEC, _SPEC_BASIS),
     # Nov 2023 (0.2.20): the length stays as asked, a round stops drafting below --p-accept (0.5).
-    ("speculative", "2023-nov"): Program("speculative", "2023-nov", "capped", _SPEC, _SPEC_BASIS),
-    ("speculative", "2024"): Program("speculative", "2024", "fixed", _SPEC, _SPEC_BASIS),
-    ("speculative", "2026"): Program("speculative", "2026", "fixed", _SPEC, _SPEC_BASIS),
-    ("speculative-simple", "2024"): Program("speculative-simple", "2024", "capped", _SIMPLE, _SIMPLE_BASIS),
-    ("speculative-simple", "2026"): Program("speculative-simple", "2026", "capped", _SIMPLE, _SIMPLE_BASIS),
+    ("speculative", "2023-nov"): ProgramProfile("speculative", "2023-nov", "capped", _SPEC, _SPEC_BASIS),
+    ("speculative", "2024"): ProgramProfile("speculative", "2024", "fixed", _SPEC, _SPEC_BASIS),
+    ("speculative", "2026"): ProgramProfile("speculative", "2026", "fixed", _SPEC, _SPEC_BASIS),
+    ("speculative-simple", "2024"): ProgramProfile("speculative-simple", "2024", "capped", _SIMPLE, _SIMPLE_BASIS),
+    ("speculative-simple", "2026"): ProgramProfile("speculative-simple", "2026", "capped", _SIMPLE, _SIMPLE_BASIS),
 }
 
 
-def program_for(caps: Capabilities, role: str) -> Program:
+def profile_for(caps: ProgramFlags, role: str) -> ProgramProfile:
     """The profile of a speculative program from its ``--help``: 2023 builds with ``--p-accept``
     (Nov 2023 on) keep the draft length; the ones before adapt it."""
     generation = caps.generation
     if generation == "2023":
         generation = "2023-nov" if caps.has("--p-accept") or caps.has("-pa") else "2023-sep"
-    return program(role, generation)
+    return profile(role, generation)
 
 
-def program(role: str, generation: str) -> Program:
+def profile(role: str, generation: str) -> ProgramProfile:
     try:
-        return PROGRAMS[(role, generation)]
+        return PROFILES[(role, generation)]
     except KeyError:
-        known = ", ".join(f"{r} ({g})" for r, g in PROGRAMS)
+        known = ", ".join(f"{r} ({g})" for r, g in PROFILES)
         raise LlamaspecError(f"llamaspec does not know how {role} of the {generation} generation counts",
                              hint=f"known: {known}") from None

@@ -42,16 +42,16 @@ class LlamaCppBackend:
 
     def __init__(self, build: Build) -> None:
         self.build = build
-        self._caps: dict[str, flags.Capabilities] = {}
+        self._caps: dict[str, flags.ProgramFlags] = {}
         self._pairs_checked: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[str, int] = {}  # prompt text -> tokens, as the programs counted them
         modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
         self.capabilities = Capabilities(modes=frozenset(modes), settings=SETTINGS, spec_types=("draft",),
                                          draft_policy="fixed", keeps_models_loaded=False, token_ids=False)
 
-    def caps(self, role: str) -> flags.Capabilities:
+    def caps(self, role: str) -> flags.ProgramFlags:
         if role not in self._caps:
-            self._caps[role] = flags.capabilities(self.build.program(role))
+            self._caps[role] = flags.program_flags(self.build.program(role))
         return self._caps[role]
 
     def identity(self) -> str:
@@ -66,10 +66,10 @@ class LlamaCppBackend:
     def _role(self, case: ResolvedCase) -> str:
         return "speculative-simple" if case.settings.program == "speculative-simple" else "speculative"
 
-    def profile(self, case: ResolvedCase) -> flags.Program:
+    def profile(self, case: ResolvedCase) -> flags.ProgramProfile:
         """How the case's speculative program drafts and counts (fixed, capped or adaptive)."""
         role = self._role(case)
-        return flags.program_for(self.caps(role), role)
+        return flags.profile_for(self.caps(role), role)
 
     def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
         return flags.Invocation(target=model, settings=case.settings, draft=case.draft.path if case.draft else None,
@@ -241,7 +241,7 @@ def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bo
     return text, False
 
 
-def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.Program, case: ResolvedCase) -> dict[str, Any]:
+def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.ProgramProfile, case: ResolvedCase) -> dict[str, Any]:
     text, echoed = generated_part(stats.text, case)
     requested = case.settings.n_predict
     return dict(

@@ -288,7 +288,7 @@ class Server:
 
 # --- argv from settings ------------------------------------------------------------------------
 
-def _pick(caps: flags.Capabilities, names: tuple[str, ...], what: str) -> str:
+def _pick(caps: flags.ProgramFlags, names: tuple[str, ...], what: str) -> str:
     flag = caps.pick(names)
     if flag is None:
         raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
@@ -296,7 +296,7 @@ def _pick(caps: flags.Capabilities, names: tuple[str, ...], what: str) -> str:
     return flag
 
 
-def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode: str) -> list[str]:
+def server_args(caps: flags.ProgramFlags, backend: str, case: ResolvedCase, mode: str) -> list[str]:
     """llama-server's arguments (without host and port) for the server that measures ``mode``: the
     flag table's rows for the server, the target side first (the baseline's arguments are the
     speculative server's first ones), then the draft side."""
@@ -345,7 +345,7 @@ class ServerBackend:
     def __init__(self, build: Build, port: int | None = None, servers_dir: Path | None = None) -> None:
         self.build = build
         self.program = build.program("server")
-        self.caps = flags.capabilities(self.program)
+        self.caps = flags.program_flags(self.program)
         types = [t for t in self.caps.spec_types if t not in ("none", "draft-simple")]
         self.capabilities = Capabilities(
             modes=frozenset({"baseline", "speculative"}),
