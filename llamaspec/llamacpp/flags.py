@@ -3,7 +3,10 @@
 llama.cpp renames flags between generations (``--draft`` in 2023, ``--draft-max`` 2024 to early
 2026, ``--spec-draft-n-max`` now) and its defaults drift. So we read each program's ``--help``
 once, keep the set of flags it accepts (minus the ones it lists as removed), and build command
-lines from a declarative table: for each setting, the flag names in order of preference.
+lines from one declarative table (``FLAG_TABLE``): for each setting, the programs that take it
+(the speculative programs, the completion baseline, llama-server), its flag names in order of
+preference, and how its value is written. llama-server's command line and request come from the
+same rows, and what each llama.cpp backend honours is read from them (``takes``).
 """
 
 from __future__ import annotations
