@@ -120,10 +120,11 @@ def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_
 
 def test_draft_min_drops_short_drafts_on_speculative_simple(llama_build, offline_pair) -> None:
     """draft_min reaches llama-speculative-simple: with p-min cutting drafts short, a minimum of 6
-    drops the rounds' short drafts, so fewer tokens are drafted; output stays identical."""
+    drops the rounds' short drafts, so fewer tokens are drafted (26 against 15 when measured); output
+    stays identical."""
     backend = LlamaCppBackend(llama_build)
     store = Store.open()
-    (result,) = sweep.run_sweep(small(n=32, draft=8, program="speculative-simple", draft_p_min=0.9),
+    (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple", draft_p_min=0.9),
                                 {"draft_min": (0, 6)}, backend, store)
     rows = {r["settings"]["draft_min"]: r for r in store.runs(sweep_id=result.sweep_id)}
     runs = {k: Summary.from_dict(r["summary"]) for k, r in rows.items()}
