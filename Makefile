@@ -1,5 +1,6 @@
-# The two commands a newcomer needs (see README.md):
+# The commands a newcomer needs (see README.md):
 #   make demo   build llama.cpp, fetch the offline pair, run, sweep, report and plot
+#   make check  the quick tier: ruff, mypy and the tests that need no binaries, torch or Ray (< 90 s)
 #   make test   the whole test suite (builds llama.cpp first if the cache has no build)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +12,7 @@ DRAFTS ?= 1,2,4,8,12
 STAMP  := $(VENV)/.installed
 CONVERT_STAMP := $(VENV)/.installed-convert
 
-.PHONY: demo test lint setup setup-convert build models clean-venv
+.PHONY: demo check test lint setup setup-convert build models clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +41,16 @@ demo: models
 	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS) --repeats 3
 	$(BIN)/llamaspec report $(EXPERIMENT)
 
+# What the quick tier leaves out, by marker (pyproject.toml says what each needs).
+QUICK := not llamacpp and not slow and not convert and not hf and not cluster
+
+check: setup
+	$(BIN)/ruff check llamaspec tests benchmarks
+	$(BIN)/mypy llamaspec
+	$(BIN)/python -m pytest -q -m "$(QUICK)" --durations=5
+
 test: setup-convert build
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=10
 
 lint: setup
 	$(BIN)/ruff check llamaspec tests benchmarks

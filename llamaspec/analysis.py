@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths
+from llamaspec import decide, paths
 from llamaspec.backend import SPEED_DEFINITION
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import Store
@@ -34,10 +36,30 @@ class PointRow:
     label: str  # the non-draft-length axes of the point
     draft_max: int
     summary: Summary
+    draft_bytes: int = 0  # the draft file's size (a cheaper draft wins ties with a dearer one)
 
     @property
     def speedup(self) -> Spread | None:
         return self.summary.speedup
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.label, self.draft_max)
+
+    @property
+    def name(self) -> str:
+        return setting_label(self.label, self.draft_max)
+
+    @property
+    def cost(self) -> tuple[float, ...]:
+        return (self.draft_max, self.draft_bytes)
+
+    def candidate(self) -> decide.Candidate | None:
+        return decide.Candidate(self.key, self.name, self.speedup, self.cost) if self.speedup else None
+
+
+def setting_label(group: str, draft_max: int) -> str:
+    return f"draft {draft_max}" + (f" ({group})" if group else "")
 
 
 @dataclass
@@ -48,6 +70,7 @@ class GroupReport:
     explanation: str | None = None
     plots: list[Path] = field(default_factory=list)
     note: str | None = None
+    view: decide.ModelView | None = None  # the model's bootstrap band, for the decision
 
     @property
     def candidates(self) -> list[PointRow]:
@@ -60,19 +83,9 @@ class GroupReport:
         return max(scored, key=lambda r: r.speedup.median if r.speedup else 0) if scored else None
 
     @property
-    def ties(self) -> list[PointRow]:
-        """The points whose 95 % interval overlaps the best one's: indistinguishable from it."""
-        best = self.best_measured
-        if best is None or best.speedup is None:
-            return []
-        return [r for r in self.candidates if r.speedup is not None and r.speedup.overlaps(best.speedup)]
-
-    @property
-    def recommended(self) -> PointRow | None:
-        """The cheapest setting of the tie set that measured faster than the target alone (the
-        shortest draft); None when no point did: then the advice is to run without a draft."""
-        ties = [r for r in self.ties if r.speedup is not None and r.speedup.median > 1.0]
-        return min(ties, key=lambda r: (r.draft_max, -(r.speedup.median if r.speedup else 0))) if ties else None
+    def decision(self) -> decide.Decision:
+        """This group's decision on its own (the sweep decides over every group at once)."""
+        return decide.decide([c for r in self.candidates if (c := r.candidate())], (self.view,) if self.view else ())
 
     @property
     def model_error(self) -> float | None:
@@ -91,34 +104,45 @@ class SweepReport:
     meta: dict[str, str]
     groups: list[GroupReport]
 
-    def recommendation(self) -> tuple[GroupReport, PointRow] | None:
-        """The recommended point of the best group (the group whose best point is highest)."""
-        found = [(g, g.best_measured) for g in self.groups if g.best_measured]
-        if not found:
-            return None
-        group = max(found, key=lambda gr: gr[1].speedup.median if gr[1] and gr[1].speedup else 0)[0]
-        rec = group.recommended
-        return (group, rec) if rec else None
+    def decision(self) -> decide.Decision:
+        """The one decision over every point of every group (llamaspec.decide)."""
+        candidates = [c for g in self.groups for r in g.candidates if (c := r.candidate())]
+        return decide.decide(candidates, [g.view for g in self.groups if g.view])
+
+    def row(self, key: object) -> tuple[GroupReport, PointRow] | None:
+        return next(((g, r) for g in self.groups for r in g.rows if r.key == key), None)
+
+    def noise(self) -> Any:
+        """The machine during every point's measurements, combined (host.NoiseSample; None: not measured)."""
+        from llamaspec.host import NoiseSample
+
+        return NoiseSample.combine([r.summary.noise for g in self.groups for r in g.rows])
 
     def render(self) -> str:
         lines = [f"sweep {self.sweep_id}: {self.experiment} / {self.case}",
                  f"  target {self.meta['target']}, draft {self.meta['draft']}; {self.meta['hardware']}, "
                  f"{self.meta['engine']}" + (f", llama.cpp {self.meta['commit']}" if self.meta['commit'] else ""),
                  f"  speed: {SPEED_DEFINITION}; speedup: median of paired ratios [95 % bootstrap interval]"]
+        noise = self.noise()
+        if noise is not None:  # beside the base CV column: the measured cause of an unsteady baseline
+            lines.append(f"  machine: {noise.text()} ({noise.windows} generations)")
+        decision = self.decision()
+        marks = {e.key: "contender" for e in decision.contenders}
+        if decision.chosen is not None and decision.verdict == "recommend":
+            marks[decision.chosen.key] = "recommended"
         for g in self.groups:
             if g.label:
                 lines.append(f"\n  [{g.label}]")
             lines.append(f"  {'draft':>5} {'spec t/s':>9} {'base t/s':>9} {'base CV':>7} {'speedup [95% CI]':>20} "
                          f"{'accept':>7} {'tok/rnd':>7} {'predicted':>9} {'error':>6}  status")
             fits = {p.draft_max: p for p in (g.analysis.points if g.analysis else ())}
-            tie_ids = {r.run_id for r in g.ties}
             for r in sorted(g.rows, key=lambda r: r.draft_max):
                 s = r.summary
                 fit = fits.get(r.draft_max)
                 pred = fit.predicted_speedup if fit else None
                 err = f"{fit.rel_error * 100:+.0f}%" if fit and fit.rel_error is not None else "-"
                 cv = s.baseline_decode_tps.cv if s.baseline_decode_tps else None
-                status = s.status if s.status != "ok" else ("tie" if r.run_id in tie_ids else "")
+                status = s.status if s.status != "ok" else marks.get(r.key, "")
                 if not s.paired and s.speedup:
                     status = (status + " shared-baseline").strip()
                 lines.append(
@@ -137,46 +161,35 @@ class SweepReport:
                 if g.model_error is not None:
                     lines.append(f"  model error: median {g.model_error:.1%} over {len(a.points)} points")
                 if a.cost and a.best:
-                    inside = any(r.draft_max == a.best.draft_max for r in g.ties)
+                    band = g.view.band((g.label, a.best.draft_max)) if g.view else None
                     lines.append(f"  predicted best draft length {a.best.draft_max}: {a.best.speedup:.2f}x"
-                                 + (" (inside the measured tie set)" if inside else " (outside the measured tie set)"))
+                                 + (f" [{band.low:.2f}-{band.high:.2f}] (bootstrap over pairs)" if band else ""))
             if g.note:
                 lines.append(f"  note: {g.note}")
             if g.explanation:
                 lines.append(f"  why not {TARGET_SPEEDUP:.1f}x: {g.explanation}")
-            if g.ties:
-                lines.append(f"  tie set (intervals overlap the best): draft {', '.join(str(r.draft_max) for r in sorted(g.ties, key=lambda r: r.draft_max))}")
             for p in g.plots:
                 if p.suffix == ".png":
                     lines.append(f"  plot: {p}")
-        rec = self.recommendation()
-        if rec:
-            g, r = rec
-            best = g.best_measured
-            lines.append(f"\nrecommended: draft {r.draft_max}{' (' + g.label + ')' if g.label else ''} -> "
-                         f"{r.speedup.text(suffix='x') if r.speedup else '-'} (run {r.run_id}); the cheapest of the tie set"
-                         + (f", best median {best.speedup.median:.2f}x at draft {best.draft_max}" if best and best.speedup and best is not r else ""))
-        elif any(g.best_measured for g in self.groups):
-            best = max((g.best_measured for g in self.groups if g.best_measured),
-                       key=lambda r: r.speedup.median if r.speedup else 0)
-            lines.append(f"\nrecommended: no draft (no setting beats the target alone; best: draft {best.draft_max} -> "
-                         f"{best.speedup.text(suffix='x') if best.speedup else '-'}, run {best.run_id})")
-        else:
-            lines.append("\nrecommended: nothing (no point finished with an unchanged output)")
+        lines.append("")
+        lines += decision.lines()
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        rec = self.recommendation()
+        decision = self.decision()
+        rec = self.row(decision.chosen.key) if decision.chosen and decision.verdict == "recommend" else None
         return {
             "sweep_id": self.sweep_id, "experiment": self.experiment, "case": self.case, "meta": self.meta,
             "speed_definition": SPEED_DEFINITION,
+            "noise": noise.to_dict() if (noise := self.noise()) is not None else None,
+            "decision": decision.to_dict(),
             "recommended": {"draft_max": rec[1].draft_max, "group": rec[0].label, "run_id": rec[1].run_id,
                             "speedup": rec[1].speedup.to_dict() if rec[1].speedup else None} if rec else None,
             "groups": [{
                 "label": g.label,
                 "points": [{"run_id": r.run_id, "draft_max": r.draft_max, "summary": r.summary.to_dict()} for r in g.rows],
-                "ties": [r.draft_max for r in g.ties],
-                "recommended": g.recommended.draft_max if g.recommended else None,
+                "model_band": [{"draft_max": b.key[1] if isinstance(b.key, tuple) else b.key, "predicted": b.predicted,
+                                "low": b.low, "high": b.high} for b in g.view.bands] if g.view else [],
                 "model_error": g.model_error,
                 "alpha": g.analysis.alpha if g.analysis else None,
                 "cost_ratio": g.analysis.cost.cost_ratio if g.analysis and g.analysis.cost else None,
@@ -213,18 +226,93 @@ def observation(row: PointRow) -> Any:
     )
 
 
-def cost_model(rows: Sequence[PointRow], program: Any) -> Any:
+def baseline_step_ms(rows: Sequence[PointRow]) -> float | None:
+    """The target-alone step the sweep's own baselines measured: 1000 / the median decode speed of
+    every baseline run of these points (SPEED_DEFINITION, sampling included)."""
+    speeds = [v for r in rows if r.summary.baseline_decode_tps for v in r.summary.baseline_decode_tps.values if v > 0]
+    return 1000.0 / statistics.median(speeds) if speeds else None
+
+
+def cost_model(rows: Sequence[PointRow], program: Any, step_from_baselines: bool = True) -> Any:
     """The measured costs of these points (llama-bench at the run's depth: the target's batches and
-    the draft's step, shared by the points of a sweep), or None when they were not timed."""
+    the draft's step, shared by the points of a sweep), or None when they were not timed.
+
+    ``step_from_baselines``: the baseline's cost per token is what the sweep's own baselines
+    measured (:func:`baseline_step_ms`), not llama-bench's batch of one: the target alone in
+    llama-completion, under the run's own conditions, is the thing each speedup divides by."""
     from llamaspec import theory
 
     for r in rows:
         s = r.summary
         if s.batch_ms and 1 in s.batch_ms and s.draft_decode_tps:
             sample = s.sample_ms_per_token or 0.0
-            return theory.CostModel.from_bench(s.batch_ms, 1000.0 / s.draft_decode_tps.median, program,
+            cost = theory.CostModel.from_bench(s.batch_ms, 1000.0 / s.draft_decode_tps.median, program,
                                                target_sample_ms=sample, draft_sample_ms=sample, depth=s.cost_depth)
+            step = baseline_step_ms(rows) if step_from_baselines else None
+            return dataclasses.replace(cost, baseline_step_ms=step) if step else cost
     return None
+
+
+BOOTSTRAP_REFITS = 200
+
+
+def _pairs(s: Summary) -> list[tuple[float, float, float]]:
+    """(ratio, speculative t/s, baseline t/s) of each pair, in the order measured ([] if unpaired)."""
+    if not (s.paired and s.speedup and s.decode_tps and s.baseline_decode_tps):
+        return []
+    ratios, spec, base = s.speedup.values, s.decode_tps.values, s.baseline_decode_tps.values
+    if len(spec) < len(ratios) or len(base) < len(ratios):
+        return []
+    return list(zip(ratios, spec, base, strict=False))
+
+
+def model_view(group: GroupReport, refits: int = BOOTSTRAP_REFITS, seed: int = 0,
+               grid: Sequence[int] | None = None) -> decide.ModelView | None:
+    """The fitted model's band: every point's pairs resampled (with replacement) and the model
+    refitted ``refits`` times; the 95 % percentile interval of its prediction at every draft
+    length (those of ``grid`` only, when given: the lengths a sweep may measure), and the best
+    length of each refit. None without a fit with costs."""
+    from llamaspec import theory
+
+    a = group.analysis
+    if a is None or a.cost is None or not a.curve or group.model_error is None:
+        return None
+    fitted = [(o, _pairs(r.summary)) for r in group.rows if (o := observation(r)) is not None]
+    if not fitted or any(not pairs for _o, pairs in fitted):
+        return None
+    rng = random.Random(seed)
+    curves: dict[int, list[float]] = {p.draft_max: [] for p in a.curve}
+    bests: list[int] = []
+    for _ in range(refits):
+        obs, base_all = [], []
+        for o, pairs in fitted:
+            pick = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+            base_all += [b for _r, _s, b in pick]
+            obs.append(dataclasses.replace(o, speedup=statistics.median(r for r, _s, _b in pick),
+                                           spec_decode_tps=statistics.median(sp for _r, sp, _b in pick),
+                                           baseline_decode_tps=statistics.median(b for _r, _s, b in pick)))
+        cost = a.cost
+        if cost.baseline_step_ms is not None:
+            cost = dataclasses.replace(cost, baseline_step_ms=1000.0 / statistics.median(base_all))
+        fit = theory.analyze(obs, cost, max_draft=a.max_draft)
+        for p in fit.curve:
+            curves[p.draft_max].append(p.speedup)
+        if fit.best is not None:
+            bests.append(fit.best.draft_max)
+    bytes_ = max((r.draft_bytes for r in group.rows), default=0)
+    allowed = set(grid) | {r.draft_max for r in group.rows} if grid is not None else None
+    bands = []
+    for p in a.curve:
+        if allowed is not None and p.draft_max not in allowed:
+            continue
+        values = sorted(curves[p.draft_max])
+        lo, hi = values[int(0.025 * (len(values) - 1))], values[int(math.ceil(0.975 * (len(values) - 1)))]
+        bands.append(decide.Band((group.label, p.draft_max), setting_label(group.label, p.draft_max), p.speedup,
+                                 min(lo, p.speedup), max(hi, p.speedup), (p.draft_max, bytes_)))
+    best = a.best.draft_max if a.best else a.curve[0].draft_max
+    common = sorted(set(bests), key=lambda k: -bests.count(k))
+    best_range = tuple((group.label, k) for k in sorted(k for k in common if bests.count(k) >= 0.025 * len(bests)))
+    return decide.ModelView(tuple(bands), (group.label, best), best_range or ((group.label, best),), group.model_error)
 
 
 def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, str | None, str | None]:
@@ -279,8 +367,16 @@ def rows_to_groups(runs: Sequence[dict[str, Any]], axes: Sequence[str]) -> dict[
     for run in runs:
         label = _group_label(run["settings"], axes, run.get("draft"))
         groups.setdefault(label, []).append(PointRow(run["id"], label, int(run["settings"].get("draft_max") or 0),
-                                                     Summary.from_dict(run.get("summary"))))
+                                                     Summary.from_dict(run.get("summary")), _draft_bytes(run)))
     return groups
+
+
+def _draft_bytes(run: dict[str, Any]) -> int:
+    """The draft file's size as recorded with the run (0 when unknown or draft-free)."""
+    draft = ((run.get("provenance") or {}).get("models") or {}).get("draft") or {}
+    meta = draft.get("metadata") or {}
+    size = meta.get("size_bytes") or meta.get("size") or meta.get("file_size")
+    return int(size) if isinstance(size, (int, float)) else 0
 
 
 def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axes: Sequence[str], plot: bool,
@@ -293,6 +389,7 @@ def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axe
         rows = _latest_per_draft(rows)
         analysis, explanation, note = analyze_rows(rows)
         group = GroupReport(label, rows, analysis, explanation, note=note)
+        group.view = model_view(group)
         if plot:
             group.plots = draw(group, meta, out_dir, stem_prefix=_slug(label))
         groups.append(group)
@@ -353,8 +450,9 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
     pm = plot.PlotMeta(meta["target"], meta["draft"], meta["hardware"], meta["engine"], meta["commit"], label)
     a = group.analysis
     folder = out_dir / stem_prefix if stem_prefix else out_dir
+    band = [(float(b.cost[0]), b.low, b.high) for b in group.view.bands] if group.view else None  # cost[0]: the length
     return plot.plot_all(points, pm, folder, predicted_speedup=a.speedup_curve if a and a.cost else None,
-                         predicted_accept=a.accept_curve if a else None)
+                         predicted_accept=a.accept_curve if a else None, band=band)
 
 
 def experiment_report(store: Store, experiment: str, plot: bool = True) -> SweepReport:

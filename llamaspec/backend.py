@@ -15,7 +15,11 @@ A backend is an object with:
 - ``check(case)``: refuse, before anything runs, a case it cannot honour (raise LlamaspecError);
 - ``measure(case, mode, log_path)``: generate once in ``mode`` and return a :class:`Measurement`;
   a failure of the engine is returned as ``ok=False``, not raised;
-- ``close()``: stop what it keeps running (servers, loaded models).
+- ``deployment(case, speculative)``: the exact command that deploys the case's setting outside
+  llamaspec (a :class:`Deployment`; ``speculative=False``: the target alone);
+- ``close()``: stop what it keeps running (servers, loaded models);
+- where ``capabilities`` declares them: ``prepare(case)`` (load before timing) and
+  ``top_tokens(...)`` (the target's most probable tokens at a position, for divergence probes).
 
 Adding an engine is one subpackage with a module-level ``open_backend(options)`` plus one line in
 ``llamaspec.engines.REGISTRY``. The engines:
@@ -34,10 +38,13 @@ run core computes speedups, intervals and the lossless verdict the same way for 
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from llamaspec.host import NoiseSample
 from llamaspec.settings import Settings
 
 # speculative: target with a draft (or a draft-free mode); baseline: the target alone;
@@ -56,6 +63,13 @@ DRAFT_POLICIES = (
     "adaptive",  # the program changes the length during the run (2023 llama.cpp: +8 / -1)
     "none",      # nothing drafted by design (a baseline)
 )
+
+
+# Why a measurement failed, where the engine can tell: "server" (the engine's process is gone),
+# "timeout" (no answer in time), "prompt" (the engine refused this prompt), "request" (another
+# refusal of this one request). A prompt set stops at the first "server" or "timeout": the prompts
+# after it would fail alike.
+ERROR_KINDS = ("server", "timeout", "prompt", "request")
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,9 @@ class Capabilities:
     draft_policy: str = "fixed"  # of DRAFT_POLICIES, for the default program
     keeps_models_loaded: bool = False  # True: no process start or model load inside a measurement
     token_ids: bool = False  # Measurement.tokens is filled: lossless is checked on ids, not text
+    prepares: bool = False  # prepare(case) loads what a measurement needs before it is timed
+    top_tokens: bool = False  # top_tokens(...) gives the target's most probable tokens at a position
+    prompt_timings: bool = False  # Measurement.prompt_ms and generation_ms are filled (end-to-end figures)
 
     @property
     def times_costs(self) -> bool:
@@ -132,17 +149,83 @@ class Measurement:
     text: str | None = None  # the generation, without the prompt
     tokens: tuple[int, ...] | None = None  # generated token ids, where the engine gives them
     end_of_text: bool = False  # the model stopped on its own before n_predict
+    error_kind: str | None = None  # of ERROR_KINDS, when not ok
+    prompt_ms: float | None = None  # the engine's own prompt processing time (to the first sampled token)
+    generation_ms: float | None = None  # the engine's own time from the first sampled token to the last
     stats: dict[str, Any] | None = None
     log_path: str | None = None
+    noise: NoiseSample | None = None  # what else the machine did meanwhile: set by the run core, not the engine
+
+    # Derived quantities, each defined here once from the counters the engine filled; ``rounds`` is
+    # the engine's, by its program's own loop (llama-speculative samples its first token from the
+    # prompt, outside any round).
 
     @property
     def mean_accepted(self) -> float | None:
-        """Mean accepted draft tokens per round."""
-        return self.n_accept / self.rounds if self.n_accept is not None and self.rounds else None
+        return mean_accepted(self.n_accept, self.rounds)
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        return tokens_per_round(self.n_accept, self.rounds)
+
+    @property
+    def acceptance(self) -> float | None:
+        """Accepted over drafted, as a fraction (``accept`` is the percentage the engine printed)."""
+        return self.n_accept / self.n_drafted if self.n_accept is not None and self.n_drafted else None
 
     @property
     def drafted_per_round(self) -> float | None:
         return self.n_drafted / self.rounds if self.n_drafted is not None and self.rounds else None
+
+
+def mean_accepted(n_accept: int | None, rounds: int | None) -> float | None:
+    """Mean accepted draft tokens per round (the mean accepted length)."""
+    return n_accept / rounds if n_accept is not None and rounds else None
+
+
+def tokens_per_round(n_accept: int | None, rounds: int | None) -> float | None:
+    """Tokens a round emits on average: its accepted drafts plus the target's own token
+    (Spec-Bench's tau, "mean accepted tokens")."""
+    return (n_accept + rounds) / rounds if n_accept is not None and rounds else None
+
+
+@dataclass(frozen=True)
+class Command:
+    """One way to deploy a setting: a program's command line (``argv``, and ``text`` quoted for a
+    POSIX shell) or, for an in-process engine, a Python snippet (``argv`` empty)."""
+
+    program: str  # what runs it: llama-server, llama-speculative-simple, llama-completion, python
+    text: str
+    argv: tuple[str, ...] = ()
+    note: str | None = None
+
+    @classmethod
+    def shell(cls, program: str, argv: Sequence[str], note: str | None = None) -> Command:
+        return cls(program, shlex.join(argv), tuple(argv), note)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The exact command(s) that deploy a measured setting, made by the engine that measured it."""
+
+    engine: str
+    speculative: bool  # False: the target alone ("no draft")
+    setting: str  # what is deployed, in words ("draft 4 with smollm2-135m:q4_1", "the target alone")
+    commands: tuple[Command, ...]
+    notes: tuple[str, ...] = ()
+
+    def render(self, indent: str = "  ") -> str:
+        lines = [f"deploy: {self.setting} [{self.engine}]"]
+        for c in self.commands:
+            lines.append(f"{indent}{c.program}" + (f" ({c.note})" if c.note else "") + ":")
+            lines.extend(f"{indent}{indent}{line}" for line in c.text.splitlines())
+        lines.extend(f"{indent}note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "speculative": self.speculative, "setting": self.setting,
+                "commands": [{"program": c.program, "argv": list(c.argv), "text": c.text, "note": c.note}
+                             for c in self.commands], "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
@@ -179,6 +262,24 @@ class Backend(Protocol):
         """Generate once in ``mode``; a failure is returned as ``ok=False``, not raised."""
         ...
 
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        """The command that deploys ``case``'s setting as measured (``speculative=False``: the
+        target alone, for a "no draft" answer); nothing is started."""
+        ...
+
     def close(self) -> None:
         """Stop whatever the backend keeps running (servers, loaded models)."""
+        ...
+
+    # Called only where ``capabilities`` says the backend can:
+
+    def prepare(self, case: ResolvedCase, modes: tuple[str, ...] = ("baseline", "speculative")) -> None:
+        """(``capabilities.prepares``) Load what measuring ``case`` in ``modes`` needs (servers,
+        models, the rendered prompt), so that none of it lands in a timing."""
+        ...
+
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Any, log_path: Path,
+                   n: int = 2) -> list[dict[str, Any]] | None:
+        """(``capabilities.top_tokens``) The target alone's ``n`` most probable tokens (``{"id", "p"}``)
+        at generated position ``position`` on the path ``prefix``; None when its path differs."""
         ...

@@ -23,6 +23,26 @@ INTERESTING_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "av
                      "amx_bf16", "neon", "asimd", "sve")
 
 
+NOISE_SAMPLE_SECONDS = 2.0
+
+
+def noise_check(sample: host.NoiseSample | None) -> Check:
+    """What the machine did over a short idle sample: CPU stolen by the hypervisor, other processes' load."""
+    if sample is None:
+        return Check("machine noise", "info", "not measurable here (no /proc/stat or process times)")
+    text = sample.text(f"over {sample.seconds:.0f} s")
+    if not sample.noisy:
+        return Check("machine noise", "ok", text)
+    hints = []
+    if (sample.steal or 0.0) >= host.NOISY_STEAL:
+        hints.append("the hypervisor takes CPU time from this VM (shared host): absolute speeds will drift, "
+                     "compare paired ratios and use more pairs (--repeats auto)")
+    if (sample.other_load or 0.0) >= host.NOISY_OTHER_LOAD:
+        hints.append("other processes are busy: stop them, or measure with fewer threads than cores so they do not "
+                     "compete (llamaspec stores the steal and load of every measurement with the run)")
+    return Check("machine noise", "warn", text, "; ".join(hints))
+
+
 def examine() -> list[Check]:
     import psutil
 
@@ -44,6 +64,7 @@ def examine() -> list[Check]:
         "from run to run (measured on 2 cores: 69-108 t/s with -t 2, CV 13.5 %; 65-70 t/s with -t 1, CV 2.6 %)",
         f"measure with fewer threads than cores (e.g. -t {max(cores - 1, 1)}) and compare paired ratios; "
         "`python benchmarks/noise.py` measures this machine"))
+    checks.append(noise_check(host.sample_noise(NOISE_SAMPLE_SECONDS)))
     if host.native_enables(host.FEATURE_PROBES["amx"].compiler_flag):
         faults = host.feature_faults("amx")
         checks.append(Check("amx", "warn" if faults else "ok", "faults (SIGILL) on this machine" if faults else "usable",

@@ -10,8 +10,9 @@ to the others.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
-from llamaspec.backend import Backend, BackendOptions
+from llamaspec.backend import Backend, BackendOptions, Deployment, ResolvedCase
 from llamaspec.errors import LlamaspecError
 
 REGISTRY: dict[str, str] = {
@@ -25,15 +26,27 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
-def open_backend(name: str, options: BackendOptions | None = None) -> Backend:
+def _module(name: str) -> Any:
     if name not in REGISTRY:
         raise LlamaspecError(f"unknown backend {name!r}", hint=f"known backends: {', '.join(REGISTRY)}")
     try:
-        module = importlib.import_module(REGISTRY[name])
+        return importlib.import_module(REGISTRY[name])
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("llamaspec"):
             raise LlamaspecError(f"backend {name!r} is not available in this llamaspec ({exc.name} is missing)",
                                  hint="upgrade llamaspec") from exc
         raise
-    backend: Backend = module.open_backend(options or BackendOptions())
+
+
+def open_backend(name: str, options: BackendOptions | None = None) -> Backend:
+    backend: Backend = _module(name).open_backend(options or BackendOptions())
     return backend
+
+
+def deployment(name: str, case: ResolvedCase, options: BackendOptions | None = None, *,
+               speculative: bool = True) -> Deployment:
+    """The command that deploys ``case`` as engine ``name`` measured it, without opening the engine
+    (no models loaded, no torch imported): each engine module has ``deployment(case, options,
+    speculative)``. With an engine already open, ``backend.deployment(case)`` is the same."""
+    made: Deployment = _module(name).deployment(case, options or BackendOptions(), speculative)
+    return made

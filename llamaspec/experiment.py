@@ -23,7 +23,6 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS as DEFAULT_SETTINGS
 from llamaspec.settings import FIELDS as SETTING_FIELDS
 from llamaspec.settings import SettingError, Settings
-from llamaspec.settings import check as check_setting
 
 
 @dataclass(frozen=True)
@@ -130,15 +129,10 @@ def parse_settings(c: _Checker, raw: Any, where: str) -> Settings:
     if raw is None:
         return Settings()
     raw = c.mapping(raw, where, SETTING_FIELDS)
-    values = {}
-    for key, value in raw.items():
-        if value is None:
-            continue
-        try:
-            values[key] = check_setting(key, value)
-        except SettingError as exc:
-            raise c.fail(f"{where}.{key}", str(exc)) from None
-    return Settings(**values)
+    try:
+        return Settings(**{key: value for key, value in raw.items() if value is not None})  # checked there, once
+    except SettingError as exc:
+        raise c.fail(f"{where}.{exc.setting}", str(exc)) from None
 
 
 REFERENCE_KEYS = {f.name: f.type for f in dataclasses.fields(Reference)}

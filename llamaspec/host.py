@@ -9,17 +9,22 @@ decides what to do with these facts; ``llamaspec doctor`` shows them.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import re
 import shutil
 import socket
 import tempfile
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llamaspec import proc
+
+log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT = 30.0  # seconds; a version query or a compiler's feature dump takes well under one
 
@@ -240,3 +245,175 @@ def hardware() -> dict[str, Any]:
         "gpus": list(list_gpus()),
         "host": platform.node(),
     }
+
+
+# --- machine noise: CPU steal and other processes' load during a measurement ---------------------
+
+# /proc/stat's aggregate "cpu" line, in USER_HZ ticks: user nice system idle iowait irq softirq steal
+# guest guest_nice (proc(5)). guest and guest_nice are already inside user and nice.
+PROC_STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+NOISY_STEAL = 0.05  # a share of CPU time stolen by the hypervisor worth a warning
+NOISY_OTHER_LOAD = 0.25  # a share of the machine's CPU used by other processes worth a warning
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """The whole machine's CPU time so far, in seconds summed over every CPU."""
+
+    total: float  # every column: what all CPUs had in the time since boot
+    busy: float  # user + nice + system + irq + softirq: running something (guests included)
+    steal: float | None  # taken by the hypervisor for other guests (None: the platform does not say)
+
+
+def parse_proc_stat(text: str, ticks_per_second: float = 100.0) -> CpuTimes:
+    """The aggregate ``cpu`` line of ``/proc/stat`` (pure: tested on a recorded one). Kernels before
+    2.6.11 have no steal column: then steal is None."""
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            values = [int(v) for v in parts[1:1 + len(PROC_STAT_COLUMNS)]]
+            if len(values) < 4:
+                break
+            col = dict(zip(PROC_STAT_COLUMNS, values, strict=False))
+            busy = sum(col.get(k, 0) for k in ("user", "nice", "system", "irq", "softirq"))
+            return CpuTimes(total=sum(values) / ticks_per_second, busy=busy / ticks_per_second,
+                            steal=col["steal"] / ticks_per_second if "steal" in col else None)
+    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+
+
+def cpu_times() -> CpuTimes:
+    """This machine's CPU time now: ``/proc/stat`` on Linux, psutil elsewhere (no steal there)."""
+    try:
+        text = Path("/proc/stat").read_text()
+    except OSError:
+        text = ""
+    if text:
+        return parse_proc_stat(text, float(os.sysconf("SC_CLK_TCK")))
+    import psutil
+
+    t = psutil.cpu_times()
+    total = float(sum(t))
+    return CpuTimes(total=total, busy=total - t.idle - getattr(t, "iowait", 0.0), steal=getattr(t, "steal", None))
+
+
+def own_cpu_seconds() -> float:
+    """CPU time of this process and every process under it: the live ones, and (in each one's
+    ``children_*``) the ones it has reaped. A child that ends inside a window moves its time into
+    its parent's ``children_*``, so the difference over the window still counts it once."""
+    import psutil
+
+    def used(p: psutil.Process) -> float:
+        t = p.cpu_times()
+        return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+
+    me = psutil.Process()
+    total = used(me)
+    for child in me.children(recursive=True):
+        try:
+            total += used(child)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total
+
+
+@dataclass(frozen=True)
+class NoiseSample:
+    """What else the machine did during one measurement window (or several, combined).
+
+    Seconds are CPU seconds summed over every CPU; the shares are of the machine's CPU time in the
+    window: ``steal`` taken by the hypervisor, ``other_load`` used by processes outside this
+    measurement's process tree (this process and its children)."""
+
+    seconds: float  # wall time of the window(s)
+    cpu_seconds: float  # the machine's CPU time in it (wall time x CPUs, as the kernel counts)
+    busy_seconds: float
+    own_seconds: float
+    steal_seconds: float | None
+    windows: int = 1
+
+    @property
+    def steal(self) -> float | None:
+        return self.steal_seconds / self.cpu_seconds if self.steal_seconds is not None and self.cpu_seconds > 0 else None
+
+    @property
+    def other_load(self) -> float | None:
+        return max(self.busy_seconds - self.own_seconds, 0.0) / self.cpu_seconds if self.cpu_seconds > 0 else None
+
+    @property
+    def noisy(self) -> bool:
+        return (self.steal or 0.0) >= NOISY_STEAL or (self.other_load or 0.0) >= NOISY_OTHER_LOAD
+
+    def text(self, during: str = "during these runs") -> str:
+        """"9 % of CPU time was stolen by the hypervisor during these runs; other processes used 35 % of the CPU"."""
+        other = f"other processes used {_share(self.other_load)} of the CPU" if self.other_load is not None else ""
+        if self.steal is None:
+            return f"{other} {during}".strip()
+        return f"{_share(self.steal)} of CPU time was stolen by the hypervisor {during}" + (f"; {other}" if other else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "busy_seconds": self.busy_seconds,
+                "own_seconds": self.own_seconds, "steal_seconds": self.steal_seconds, "windows": self.windows,
+                "steal": self.steal, "other_load": self.other_load}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> NoiseSample | None:
+        if not data:
+            return None
+        return cls(float(data["seconds"]), float(data["cpu_seconds"]), float(data["busy_seconds"]),
+                   float(data["own_seconds"]), None if data.get("steal_seconds") is None else float(data["steal_seconds"]),
+                   int(data.get("windows", 1)))
+
+    @classmethod
+    def combine(cls, samples: Sequence[NoiseSample | None]) -> NoiseSample | None:
+        """Several windows as one: seconds summed, so a long window weighs more than a short one."""
+        got = [s for s in samples if s is not None]
+        if not got:
+            return None
+        steals = [s.steal_seconds for s in got]
+        return cls(sum(s.seconds for s in got), sum(s.cpu_seconds for s in got), sum(s.busy_seconds for s in got),
+                   sum(s.own_seconds for s in got), None if any(v is None for v in steals) else sum(v or 0.0 for v in steals),
+                   sum(s.windows for s in got))
+
+
+def _share(value: float) -> str:
+    """A share in whole percent; a small one that is not zero says so ("<1%", not "0%")."""
+    return "<1%" if 0 < value < 0.005 else f"{value:.0%}"
+
+
+class NoiseMeter:
+    """Start before a measurement, stop after it: ``NoiseMeter.start() ... meter.stop() -> NoiseSample``.
+
+    Cheap (one read of /proc/stat and of this process tree's times at each end); never raises:
+    where the machine does not say, ``stop()`` returns None."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self._cpu0 = self._read(cpu_times)
+        self._own0 = self._read(own_cpu_seconds)
+
+    @classmethod
+    def start(cls) -> NoiseMeter:
+        return cls()
+
+    @staticmethod
+    def _read(probe: Callable[[], Any]) -> Any:
+        try:
+            return probe()
+        except (OSError, ValueError, ImportError) as exc:
+            log.debug("machine noise not measurable here: %s", exc)
+            return None
+
+    def stop(self) -> NoiseSample | None:
+        seconds = time.monotonic() - self._t0
+        cpu1, own1 = self._read(cpu_times), self._read(own_cpu_seconds)
+        if None in (self._cpu0, self._own0, cpu1, own1):
+            return None
+        steal = (cpu1.steal - self._cpu0.steal) if cpu1.steal is not None and self._cpu0.steal is not None else None
+        return NoiseSample(seconds, cpu1.total - self._cpu0.total, cpu1.busy - self._cpu0.busy, own1 - self._own0, steal)
+
+
+def sample_noise(seconds: float = 2.0) -> NoiseSample | None:
+    """What the machine does while this process waits ``seconds`` (``llamaspec doctor``)."""
+    meter = NoiseMeter.start()
+    time.sleep(seconds)
+    return meter.stop()

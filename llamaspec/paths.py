@@ -43,6 +43,29 @@ def data_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".local" / "share").resolve() / "llamaspec"
 
 
+def writable_dir(path: Path) -> Path:
+    """``path`` as a folder this process can write in (made if missing), or one error line naming
+    it and the variable that moves it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        writable = os.access(path, os.W_OK | os.X_OK)
+        why = "" if writable else "no permission to write in it"
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    if why:
+        raise LlamaspecError(f"cannot write in {path}: {why}", hint=moved_by(path))
+    return path
+
+
+def moved_by(path: Path) -> str:
+    """A hint for a place llamaspec cannot write: which variable moves it (or its permissions)."""
+    for var, base in (("LLAMASPEC_DATA", data_dir()), ("LLAMASPEC_CACHE", cache_dir()), ("LLAMASPEC_MODELS", models_dir())):
+        if path == base or base in path.parents:
+            now = f" (now {os.environ[var]})" if os.environ.get(var) else ""
+            return f"set {var}{now} to a folder you can write in, or fix the permissions of {base}"
+    return f"fix the permissions of {path}, or point llamaspec elsewhere (LLAMASPEC_DATA, LLAMASPEC_CACHE)"
+
+
 def vendor_dir() -> Path:
     return project_root() / "vendor" / "llama.cpp"
 

@@ -40,6 +40,7 @@ __all__ = [
 FORMATS = ("png", "svg", "pdf")
 DEFAULT_FORMATS = ("png", "svg")
 Curve = Sequence[tuple[float, float]]  # (draft length, value)
+BandCurve = Sequence[tuple[float, float, float]]  # (draft length, low, high)
 
 _DPI = 150
 _SINGLE_SIZE = (7.5, 5.0)
@@ -201,13 +202,15 @@ def plot_speedup(
     out_dir: Path,
     *,
     predicted: Curve | None = None,
+    band: BandCurve | None = None,
     stem: str = "speedup",
     formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
-    """Measured speedup against draft length, with the predicted curve and the break-even line y = 1."""
+    """Measured speedup against draft length, with the predicted curve (and its bootstrap band)
+    and the break-even line y = 1."""
     pts = _checked(points, formats)
     fig, (ax,) = _figure(1, _SINGLE_SIZE)
-    _draw_speedup(ax, pts, predicted, _x_range(pts, predicted))
+    _draw_speedup(ax, pts, predicted, _x_range(pts, predicted), band)
     ax.set_title(meta.title("Speedup vs draft length"), fontsize=10)
     return _save(fig, out_dir, stem, formats)
 
@@ -219,6 +222,7 @@ def plot_dashboard(
     *,
     predicted_speedup: Curve | None = None,
     predicted_accept: Curve | None = None,
+    band: BandCurve | None = None,
     stem: str = "dashboard",
     formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
@@ -228,7 +232,7 @@ def plot_dashboard(
     xr = _x_range(pts, predicted_speedup, predicted_accept)
     _draw_decode_tps(ax_tps, pts, xr)
     _draw_acceptance(ax_acc, pts, predicted_accept, xr)
-    _draw_speedup(ax_speed, pts, predicted_speedup, xr)
+    _draw_speedup(ax_speed, pts, predicted_speedup, xr, band)
     ax_tps.set_title("Decode speed", fontsize=11)
     ax_acc.set_title("Draft acceptance", fontsize=11)
     ax_speed.set_title("Speedup over the target alone", fontsize=11)
@@ -243,19 +247,22 @@ def plot_all(
     *,
     predicted_speedup: Curve | None = None,
     predicted_accept: Curve | None = None,
+    band: BandCurve | None = None,
     formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
-    """The three single plots and the dashboard; returns every path written."""
+    """The three single plots and the dashboard; returns every path written. ``band``: the
+    model's 95 % bootstrap band, (draft length, low, high) per length."""
     return [
         *plot_decode_tps(points, meta, out_dir, formats=formats),
         *plot_acceptance(points, meta, out_dir, predicted=predicted_accept, formats=formats),
-        *plot_speedup(points, meta, out_dir, predicted=predicted_speedup, formats=formats),
+        *plot_speedup(points, meta, out_dir, predicted=predicted_speedup, band=band, formats=formats),
         *plot_dashboard(
             points,
             meta,
             out_dir,
             predicted_speedup=predicted_speedup,
             predicted_accept=predicted_accept,
+            band=band,
             formats=formats,
         ),
     ]
@@ -349,7 +356,8 @@ def _draw_acceptance(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None
         ax.legend(loc="best", fontsize=9)
 
 
-def _draw_speedup(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None, xr: tuple[float, float]) -> None:
+def _draw_speedup(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None, xr: tuple[float, float],
+                  band: BandCurve | None = None) -> None:
     xs = [p.draft_max for p in pts]
     ys = [p.speedup for p in pts]
     err = _spread(ys, [p.speedup_interval[0] for p in pts], [p.speedup_interval[1] for p in pts])
@@ -365,6 +373,10 @@ def _draw_speedup(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None, x
         px, py = zip(*predicted, strict=True)
         ax.plot(px, py, linestyle="-", color="C1", alpha=0.8, label="model prediction")
         tops.append(max(py))
+    if band:
+        bx, blo, bhi = zip(*band, strict=True)
+        ax.fill_between(bx, blo, bhi, color="C1", alpha=0.18, linewidth=0, label="model, 95 % bootstrap band")
+        tops.append(max(bhi))
     at_points = [(p.draft_max, p.predicted_speedup) for p in pts if p.predicted_speedup is not None]
     if at_points:
         ax.plot(

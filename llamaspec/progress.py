@@ -62,7 +62,7 @@ class Progress:
 
     def update(self, done: float, note: str = "") -> None:
         with self._lock:
-            self.done = min(done, self.total)
+            self.done = max(self.done, min(done, self.total))  # never backwards
             self.note = note or self.note
             if self.tty:
                 self._draw()

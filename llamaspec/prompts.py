@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -254,25 +253,18 @@ def _alpaca_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def alpaca_file() -> Path:
-    """The hub copy of tatsu-lab/alpaca (its parquet file), downloaded once into the HF cache.
+    """The hub copy of tatsu-lab/alpaca (its parquet file), downloaded once into the HF cache
+    (``llamaspec.models.hf``: checked against the hub's sha256, errors as one line).
     With HF_HUB_OFFLINE=1 only the cache is used."""
+    from llamaspec.models import hf
+
     try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
-    except ImportError:  # pragma: no cover - a dependency of llamaspec
-        raise LlamaspecError("huggingface_hub is not installed", hint="pip install huggingface_hub") from None
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    try:
-        folder = Path(snapshot_download(ALPACA_REPO, repo_type="dataset", allow_patterns=["*.parquet", "*.json"],
-                                        local_files_only=offline))
-    except LocalEntryNotFoundError as exc:
-        raise LlamaspecError(f"{ALPACA_REPO} is not in the Hugging Face cache and the hub is not reachable"
-                             + (" (HF_HUB_OFFLINE is set)" if offline else ""),
-                             hint="download it where the hub is reachable, or give a local copy: "
-                                  "prompts: alpaca:PATH (.json, .jsonl or .parquet)") from exc
-    except OSError as exc:
-        raise LlamaspecError(f"cannot fetch {ALPACA_REPO}: {exc}",
-                             hint="check the network, or give a local copy: prompts: alpaca:PATH") from exc
+        snap = hf.snapshot(ALPACA_REPO, "main", allow_patterns=["*.parquet", "*.json"], what="dataset", required="",
+                           repo_type="dataset")
+    except LlamaspecError as exc:
+        raise LlamaspecError(exc.message, hint=f"{exc.hint}; or give a local copy: prompts: alpaca:PATH "
+                                               "(.json, .jsonl or .parquet)") from None
+    folder = snap.path
     files = sorted(folder.rglob("*.parquet")) or sorted(folder.rglob("*.json"))
     if not files:
         raise LlamaspecError(f"{ALPACA_REPO} snapshot in {folder} holds no data file", hint="remove it and fetch again")

@@ -43,11 +43,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths, progress, stats
+from llamaspec import decide, pairs, paths, progress, stats
 from llamaspec.backend import Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet, PromptSource, parse_source
-from llamaspec.results import MeasurementRow, Store
+from llamaspec.results import MeasurementRow, Store, measurements_of
 from llamaspec.summary import compare_outputs
 from llamaspec.summary import summarize as summarize_point
 
@@ -117,17 +117,6 @@ def prompt_case(case: ResolvedCase, prompt: Prompt) -> ResolvedCase:
                    chat=prompt.chat)
 
 
-def measurement_row(run_id: int, repeat: int, m: Measurement) -> MeasurementRow:
-    extra = {"tokens": list(m.tokens) if m.tokens is not None else None, "rounds": m.rounds,
-             "end_of_text": m.end_of_text, "draft_len": m.draft_len, "draft_policy": m.draft_policy,
-             "speed_basis": m.speed_basis}
-    return MeasurementRow(run_id=run_id, mode=m.mode, repeat=repeat, ok=m.ok, error=m.error, argv=list(m.argv),
-                          exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
-                          n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps,
-                          decode_tps=m.decode_tps, n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept,
-                          text=m.text, stats={**(m.stats or {}), **extra}, log_path=m.log_path)
-
-
 def _ended_early_note(base: Sequence[Measurement], spec: Sequence[Measurement]) -> str | None:
     """Which side stopped at end of text, and after how many tokens: a speculative output that
     diverged and then ended is not the baseline ending early."""
@@ -162,9 +151,8 @@ def request_totals(m: Measurement) -> tuple[int, float] | None:
     None where the backend gives no such timings."""
     if not m.ok or not m.n_predict:
         return None
-    t = (m.stats or {}).get("timings") or {}
-    prompt_ms, predicted_ms = t.get("prompt_ms"), t.get("predicted_ms")
-    if not isinstance(prompt_ms, int | float) or not isinstance(predicted_ms, int | float):
+    prompt_ms, predicted_ms = m.prompt_ms, m.generation_ms
+    if prompt_ms is None or predicted_ms is None:
         return None
     if prompt_ms + predicted_ms <= 0:
         return None
@@ -172,8 +160,7 @@ def request_totals(m: Measurement) -> tuple[int, float] | None:
 
 
 def _prompt_ms(m: Measurement) -> float | None:
-    value = ((m.stats or {}).get("timings") or {}).get("prompt_ms")
-    return float(value) if isinstance(value, int | float) else None
+    return m.prompt_ms
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -207,7 +194,7 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> dict[str,
         "id": prompt.id, "category": prompt.category,
         "status": "failed" if failed else "ok",
         "error": failed.error if failed else None,
-        "error_kind": (failed.stats or {}).get("error_kind") if failed else None,
+        "error_kind": failed.error_kind if failed else None,
         "repeats": point.pairs,
         "paired": point.paired,
         "speedup": speed.median if speed else None,
@@ -252,7 +239,7 @@ NEAR_TIE = 0.02
 def divergence(backend: Backend, case: ResolvedCase, measured: Sequence[Measurement], log_path: Path) -> dict[str, Any] | None:
     """Where a differing output first diverges, and whether the target alone saw a near-tie there.
 
-    Asks the backend (``top_tokens``; the llama-server backend has it) for the target's two most
+    Asks the backend (``top_tokens``, where its capabilities say it has it) for the target's two most
     probable next tokens at the divergence position, on the baseline's own path."""
     base = next((m for m in measured if m.mode == "baseline" and m.ok and m.tokens), None)
     spec = next((m for m in measured if m.mode == "speculative" and m.ok and m.tokens is not None
@@ -265,11 +252,10 @@ def divergence(backend: Backend, case: ResolvedCase, measured: Sequence[Measurem
     out: dict[str, Any] = {"position": at, "baseline_token": base.tokens[at] if at < len(base.tokens) else None,
                            "speculative_token": spec.tokens[at] if at < len(spec.tokens) else None,
                            "top": None, "gap": None, "near_tie": None}
-    probe = getattr(backend, "top_tokens", None)
-    if probe is None or at >= len(base.tokens):
+    if not backend.capabilities.top_tokens or at >= len(base.tokens):
         return out
     try:
-        top = probe(case, at, base.tokens[:at], log_path)
+        top = backend.top_tokens(case, at, base.tokens[:at], log_path)
     except LlamaspecError as exc:
         log.warning("%s: could not probe the divergence at token %d: %s", case.prompt_id, at, exc.message)
         return {**out, "probe_error": exc.message}
@@ -381,9 +367,7 @@ def _with_end_to_end(summary: dict[str, Any], prompt: Prompt, store: Store, run_
     measurements (their server timings), so that a resumed set has them for every prompt."""
     if "e2e_speedup" in summary:
         return summary
-    from llamaspec.run import stored_measurements
-
-    again = prompt_summary(prompt, stored_measurements(store.measurements(run_id)))
+    again = prompt_summary(prompt, measurements_of(store.measurements(run_id)))
     return {**summary, **{k: again[k] for k in E2E_KEYS}}
 
 
@@ -391,9 +375,8 @@ def _prepare(backend: Backend, case: ResolvedCase) -> None:
     """Servers started (side by side) and the prompt rendered before the prompt's first timing,
     where the backend can (llama-server). A server that cannot start raises here, as the
     measurement would; one that died is left for the measurement to report."""
-    prepare = getattr(backend, "prepare", None)
-    if prepare is not None:
-        prepare(case)
+    if backend.capabilities.prepares:
+        backend.prepare(case)
 
 
 def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Store, set_id: str, repeats: int,
@@ -404,17 +387,15 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
                              point_key=prompt.id)
     logs = paths.runs_dir() / f"{run_id:06d}"
     measured: list[Measurement] = []
+
+    def measure(mode: str, r: int) -> Measurement:
+        m = pairs.metered(lambda: backend.measure(case, mode, logs / f"{mode}-{r}.json"))
+        store.add_measurement(MeasurementRow.of(m, run_id=run_id, repeat=r))
+        measured.append(m)
+        return m
+
     try:
-        for r in range(repeats):
-            order = ("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")  # ABBA
-            for mode in order:
-                m = backend.measure(case, mode, logs / f"{mode}-{r}.json")
-                store.add_measurement(measurement_row(run_id, r, m))
-                measured.append(m)
-                if not m.ok:
-                    raise _Stop
-    except _Stop:
-        pass
+        pairs.measure_pairs(measure, at_least=repeats)
     except KeyboardInterrupt:
         store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured), "interrupted by the user")
         raise
@@ -423,10 +404,6 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
         summary["divergence"] = divergence(backend, case, measured, logs / "divergence.json")
     store.finish_run(run_id, summary["status"], summary, summary["error"])
     return summary
-
-
-class _Stop(Exception):
-    pass
 
 
 class _Clock:
@@ -522,8 +499,6 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rounds = [i["rounds"] for i in counted]
     known_rounds = bool(counted) and all(r is not None for r in rounds)
     n_rounds = sum(r for r in rounds if r is not None)
-    generated = sum(i["speculative_n_predict"] for i in counted)
-    calls = generated - accepted
     lossless = [i["lossless"] for i in ok if i["lossless"] is not None]
     e2e = [i["e2e_speedup"] for i in counted if i.get("e2e_speedup")]
     near_ties = [i["divergence"] for i in ok if i["lossless"] is False and (i.get("divergence") or {}).get("near_tie")]
@@ -546,10 +521,10 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "speculative_prompt_ms": _median([i.get("speculative_prompt_ms") for i in counted]),
         "accept": 100.0 * accepted / drafted if drafted else None,
         "n_drafted": drafted, "n_accept": accepted,
-        # Spec-Bench's mean accepted tokens: tokens per draft-verify round, the target's own included
-        "tau": (accepted + n_rounds) / n_rounds if known_rounds and n_rounds else None,
+        # as backend.Measurement defines them, over the set's rounds (Spec-Bench's tau = tokens per round)
+        "tokens_per_round": (accepted + n_rounds) / n_rounds if known_rounds and n_rounds else None,
         "mean_accepted": accepted / n_rounds if known_rounds and n_rounds else None,
-        "tokens_per_call": generated / calls if calls > 0 and counted else None,
+        "model": _model_forecast(drafted, accepted, n_rounds if known_rounds else None, speedups),
         "lossless_rate": sum(lossless) / len(lossless) if lossless else None,
         "lossless_checked": len(lossless),
         "differing": sum(1 for i in ok if i["lossless"] is False),
@@ -557,6 +532,22 @@ def group_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "differs_near_tie": len(near_ties),
         "near_tie_max_gap": max((d["gap"] for d in near_ties if d.get("gap") is not None), default=None),
     }
+
+
+def _model_forecast(drafted: int, accepted: int, rounds: int | None, speedups: Sequence[float]) -> dict[str, Any] | None:
+    """The paper's model through these prompts' one measured point (acceptance and drafted tokens
+    per round from the counters, the geometric-mean speedup): alpha, the cost ratio it implies and
+    the draft length it predicts best (``theory.fit_one_point``). None without rounds or drafts."""
+    if not rounds or not drafted or not speedups:
+        return None
+    from llamaspec import theory
+
+    fit = theory.fit_one_point(accepted / drafted, drafted / rounds, stats.geometric_mean(speedups))
+    if fit is None:
+        return None
+    return {"alpha": fit.alpha, "drafted_per_round": fit.draft_len, "cost_ratio": fit.cost_ratio,
+            "best_draft": fit.best_draft, "best_speedup": fit.best_speedup,
+            "basis": "Leviathan et al.'s model through the measured point (verification costs one target step)"}
 
 
 def set_statistics(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -591,9 +582,10 @@ def near_tie_note(g: dict[str, Any]) -> str | None:
 
 
 def recommend(methods: dict[str, dict[str, Any]], metric: str = "geomean_speedup") -> dict[str, dict[str, Any]]:
-    """Per category (and "all"): the method with the best speedup (``metric``) among those whose
-    output never differed or differed only at greedy near-ties, the methods tied with it
-    (overlapping intervals), or "baseline" when none beats 1.
+    """Per category (and "all"): the method the one decision rule (``llamaspec.decide``) picks by
+    ``metric`` among those whose output never differed or differed only at greedy near-ties, the
+    contenders that might still beat it ("tied"), "baseline" when none is a gain ("no draft") or
+    "undecided" when the intervals are too wide to tell (with what to measure next).
 
     A method with a difference that is not a near-tie, or was not probed, is excluded. One whose
     every difference is a near-tie the target alone saw (its top two within NEAR_TIE: float
@@ -624,15 +616,20 @@ def recommend(methods: dict[str, dict[str, Any]], metric: str = "geomean_speedup
             out[category] = {"method": None, "reason": "no method with counted prompts and identical output "
                              "(or output that differs only at greedy near-ties)", "excluded": excluded}
             continue
-        best, tied = stats.ties(candidates)
-        best_spread = dict(candidates)[best]
-        if best_spread.median <= 1.0:
-            out[category] = {"method": "baseline", "reason": f"no method beats the target alone (best: {best} "
-                             f"{best_spread.text(suffix='x')})", "tied": [], "excluded": excluded}
+        decision = decide.decide([decide.Candidate(label, label, spread) for label, spread in candidates])
+        if decision.verdict != "recommend" or decision.chosen is None:
+            best_label = decision.chosen.label if decision.chosen else candidates[0][0]
+            out[category] = {"method": "baseline" if decision.verdict == "no draft" else "undecided",
+                             "reason": decision.reason, "tied": [], "excluded": excluded,
+                             "measure_next": [r.to_dict() for r in decision.requests], "best": best_label}
             continue
+        best = decision.chosen.label
+        best_spread = decision.chosen.measured
+        tied = [e.label for e in decision.contenders]
         g = groups[best]
         out[category] = {"method": best, "speedup": best_spread.to_dict(), "tied": [t for t in tied if t != best],
                          "excluded": excluded, "significant": best_spread.low > 1.0,
+                         "reason": decision.reason, "how_sure": decision.sureness,
                          "near_tie_only": best in notes,
                          "differing": g.get("differing", 0) if best in notes else 0,
                          "lossless_checked": g["lossless_checked"],
@@ -704,22 +701,24 @@ def render(summary: dict[str, Any]) -> str:
                          "speculative (median)")
         else:
             lines.append("  end to end, prompt included: - (no prompt timings from this backend)")
-        tau = f"{s['tau']:.2f}" if s["tau"] is not None else "-"
+        tau = f"{s['tokens_per_round']:.2f}" if s["tokens_per_round"] is not None else "-"
         acc = f"{s['accept']:.1f}%" if s["accept"] is not None else "-"
-        tpc = f"{s['tokens_per_call']:.2f}" if s["tokens_per_call"] is not None else "-"
         rate = f"{100 * s['lossless_rate']:.0f}% of {s['lossless_checked']}" if s["lossless_rate"] is not None else "-"
         mean_acc = f"{s['mean_accepted']:.2f}" if s["mean_accepted"] is not None else "-"
-        lines.append(f"  accept {acc}   accepted/round {mean_acc}   tokens/round (tau) {tau}   tokens/target call {tpc}"
+        lines.append(f"  accept {acc}   accepted/round {mean_acc}   tokens/round (Spec-Bench's tau) {tau}"
                      f"   identical output {rate}")
         lines.append(f"  {'':<16} {'':>3} {'decode':^45} {'end to end, prompt included':^45}".rstrip())
         lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>22} {'total-token':>22} {'geomean speedup':>22}"
-                     f" {'total-time':>22} {'accept':>7} {'same':>5}")
+                     f" {'total-time':>22} {'accept':>7} {'same':>5}  model: best draft (alpha)")
         for cat, g in m["categories"].items():
             acc = f"{g['accept']:.0f}%" if g["accept"] is not None else "-"
             same = f"{100 * g['lossless_rate']:.0f}%" if g["lossless_rate"] is not None else "-"
             lines.append(f"  {cat:<16} {g['counted']:>3} {_fmt(g['geomean_speedup']):>22} {_fmt(g['total_speedup']):>22}"
                          f" {_fmt(g.get('e2e_geomean_speedup')):>22} {_fmt(g.get('e2e_total_speedup')):>22}"
                          f" {acc:>7} {same:>5}")
+        if any(g.get("model") for g in m["categories"].values()):
+            lines.append("  model column: Leviathan et al.'s model through each category's measured point (its "
+                         "acceptance and speedup at the drafted length): a forecast to check with a sweep")
         if m["ended_early"]:
             lines.append("  ended early (not in speedups): " + ", ".join(
                 f"{e['id']} ({e.get('note') or str(e['n_predict']) + ' tokens'})" for e in m["ended_early"]))
@@ -740,15 +739,21 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _forecast(model: dict[str, Any] | None) -> str:
+    if not model:
+        return "-"
+    return f"k={model['best_draft']} -> {model['best_speedup']:.2f}x (alpha {model['alpha']:.2f})"
+
+
 def _recommendation_lines(recommendation: dict[str, dict[str, Any]]) -> list[str]:
     lines = []
     for cat, r in recommendation.items():
         excluded = f" (excluded, output differs: {', '.join(r['excluded'])})" if r.get("excluded") else ""
-        if r["method"] in (None, "baseline"):
+        if r["method"] in (None, "baseline", "undecided"):
             lines.append(f"  {cat:<16} {r['method'] or '-'}: {r['reason']}{excluded}")
         else:
             near = set(r.get("tied_near_tie_only") or ())
-            tied = (f"; tied: {', '.join(t + (' (differs at near-ties)' if t in near else '') for t in r['tied'])}"
+            tied = (f"; could still beat it: {', '.join(t + (' (differs at near-ties)' if t in near else '') for t in r['tied'])}"
                     if r["tied"] else "")
             sure = "" if r["significant"] else " (interval includes 1)"
             note = f" - {r['note']}" if r.get("note") else ""
@@ -814,7 +819,7 @@ def plot(summary: dict[str, Any], out_dir: Path) -> list[Path]:
 # --- concurrency -------------------------------------------------------------------------------
 
 CONCURRENCY_REPEATS = 3
-MODES = ("baseline", "speculative")
+MODES = pairs.PAIR_MODES
 
 
 def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: Sequence[int], *,
@@ -844,7 +849,7 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: S
             _warm(level_case, prompt_set.prompts, backend, log_dir)
             batches: list[dict[str, Any]] = []
             for r in range(repeats):
-                for mode in (MODES if r % 2 == 0 else MODES[::-1]):  # ABBA over the pairs
+                for mode in pairs.order(r):  # batches have no Measurement of their own: the loop's order
                     batch = _concurrent_batch(level_case, prompt_set.prompts, backend, mode, n, log_dir, r)
                     batches.append(batch)
                     clock.tick()
@@ -860,10 +865,9 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: S
 def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, log_dir: Path) -> None:
     """Both servers started and every prompt rendered before any timed batch; one short request
     per mode so that nothing a first request pays lands in a batch."""
-    prepare = getattr(backend, "prepare", None)
-    if prepare is not None:
+    if backend.capabilities.prepares:
         for p in prompts:
-            prepare(prompt_case(case, p))
+            backend.prepare(prompt_case(case, p))
     short = replace(case, settings=replace(case.settings, n_predict=4))
     for mode in MODES:
         backend.measure(prompt_case(short, prompts[0]), mode, log_dir / f"{mode}-warmup.json")

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llamaspec import stats
-from llamaspec.backend import SPEED_DEFINITION
+from llamaspec import stats, theory
+from llamaspec.backend import SPEED_DEFINITION, mean_accepted, tokens_per_round
 from llamaspec.experiment import Reference
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
@@ -94,7 +94,10 @@ def rows(summary: Summary, reference: Reference | None, seconds: Seconds | None 
     s = summary
     ref = reference or Reference()
     med = lambda sp: sp.median if sp else None  # noqa: E731
-    ref_rounds = ref.n_predict - ref.n_accept - 1 if ref.n_predict is not None and ref.n_accept is not None else None
+    # the write-up's numbers come from Sep 2023's `speculative`, which counts rounds as llama-speculative does
+    ref_rounds = (theory.LLAMA_SPECULATIVE.rounds(ref.n_predict, ref.n_accept)
+                  if ref.n_predict is not None and ref.n_accept is not None else None)
+    ref_tpr, ref_mal = tokens_per_round(ref.n_accept, ref_rounds), mean_accepted(ref.n_accept, ref_rounds)
     out = [
         ("decode t/s (speculative)", _spread(s.decode_tps), _num(ref.decode_tps), _ratio(med(s.decode_tps), ref.decode_tps)),
         ("encode t/s (speculative)", _spread(s.encode_tps), _num(ref.encode_tps), _ratio(med(s.encode_tps), ref.encode_tps)),
@@ -108,12 +111,8 @@ def rows(summary: Summary, reference: Reference | None, seconds: Seconds | None 
         ("n_accept", str(s.n_accept if s.n_accept is not None else "-"), str(ref.n_accept or "-"), _ratio(s.n_accept, ref.n_accept)),
         ("n_predict", str(s.n_predict if s.n_predict is not None else "-"), str(ref.n_predict or "-"), ""),
         ("rounds (target verifications)", str(s.rounds if s.rounds is not None else "-"), str(ref_rounds if ref_rounds else "-"), ""),
-        ("tokens per round", _num(s.tokens_per_round),
-         _num(ref.n_predict / ref_rounds) if ref_rounds and ref.n_predict else "-",
-         _ratio(s.tokens_per_round, ref.n_predict / ref_rounds) if ref_rounds and ref.n_predict else ""),
-        ("mean accepted length", _num(s.mean_accepted),
-         _num(ref.n_accept / ref_rounds) if ref_rounds and ref.n_accept is not None else "-",
-         _ratio(s.mean_accepted, ref.n_accept / ref_rounds) if ref_rounds and ref.n_accept else ""),
+        ("tokens per round (tau)", _num(s.tokens_per_round), _num(ref_tpr), _ratio(s.tokens_per_round, ref_tpr)),
+        ("mean accepted length", _num(s.mean_accepted), _num(ref_mal), _ratio(s.mean_accepted, ref_mal)),
         ("peak memory (spec/base)", f"{_mib(s.peak_rss_bytes)} / {_mib(s.baseline_peak_rss_bytes)}", "-", ""),
     ]
     if seconds is not None and (seconds.generation_only or ref.seconds or ref.baseline_seconds):
@@ -136,6 +135,8 @@ def table(title: str, summary: Summary, reference: Reference | None, seconds: Se
     lines.append(f"  speed: {summary.speed_definition}")
     for mode, basis in summary.speed_basis.items():
         lines.append(f"    {mode}: {basis}")
+    if summary.noise is not None:
+        lines.append(f"  machine: {summary.noise.text()} (measured over {summary.noise.windows} generations)")
     for warning in summary.warnings:
         lines.append(f"  warning: {warning}")
     return "\n".join(lines)

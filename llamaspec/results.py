@@ -27,14 +27,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llamaspec import paths
+from llamaspec.backend import Measurement
 from llamaspec.errors import LlamaspecError
+from llamaspec.host import NoiseSample
 from llamaspec.lock import process_gone, this_process
-
-if TYPE_CHECKING:
-    from llamaspec.backend import Measurement
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +115,33 @@ MIGRATIONS: tuple[str, ...] = (
     # "backend" named what a build computes on (cpu, cuda, metal): that is the accelerator; the word
     # backend means the engine (backend_name) everywhere else.
     "ALTER TABLE runs RENAME COLUMN backend TO accel;",
+    # Every field of a measurement has its column (llamaspec.backend.Measurement <-> MeasurementRow,
+    # one mapping): the counters the speedup model reads, and what prompt sets kept in the stats JSON.
+    """
+    ALTER TABLE measurements ADD COLUMN draft_steps INTEGER;
+    ALTER TABLE measurements ADD COLUMN program TEXT;
+    ALTER TABLE measurements ADD COLUMN sample_ms_per_token REAL;
+    ALTER TABLE measurements ADD COLUMN error_kind TEXT;
+    ALTER TABLE measurements ADD COLUMN prompt_ms REAL;
+    ALTER TABLE measurements ADD COLUMN generation_ms REAL;
+    UPDATE measurements SET
+        error_kind = json_extract(stats, '$.error_kind'),
+        prompt_ms = json_extract(stats, '$.timings.prompt_ms'),
+        generation_ms = json_extract(stats, '$.timings.predicted_ms')
+        WHERE stats IS NOT NULL AND json_valid(stats);
+    UPDATE measurements SET
+        tokens = COALESCE(tokens, json_extract(stats, '$.tokens')),
+        rounds = COALESCE(rounds, json_extract(stats, '$.rounds')),
+        end_of_text = COALESCE(end_of_text, json_extract(stats, '$.end_of_text')),
+        draft_len = COALESCE(draft_len, json_extract(stats, '$.draft_len')),
+        draft_policy = COALESCE(draft_policy, json_extract(stats, '$.draft_policy')),
+        speed_basis = COALESCE(speed_basis, json_extract(stats, '$.speed_basis'))
+        WHERE stats IS NOT NULL AND json_valid(stats) AND json_type(stats, '$.draft_policy') IS NOT NULL
+            AND draft_policy IS NULL;
+    """,
+    # Machine noise during each measurement (host.NoiseSample as JSON: CPU seconds of the window,
+    # stolen by the hypervisor, used by the machine and by the measurement's own process tree).
+    "ALTER TABLE measurements ADD COLUMN noise TEXT;",
 )
 
 INTERRUPTED = "the process ended without finishing (killed?)"
@@ -157,6 +183,13 @@ class MeasurementRow:
     draft_policy: str | None = None
     tokens: list[int] | None = None  # generated token ids, where the engine gives them
     end_of_text: bool = False  # the model stopped on its own before n_predict
+    draft_steps: int | None = None
+    program: str | None = None
+    sample_ms_per_token: float | None = None
+    error_kind: str | None = None
+    prompt_ms: float | None = None
+    generation_ms: float | None = None
+    noise: dict[str, Any] | None = None  # host.NoiseSample.to_dict() of the measurement's window
     id: int | None = None
     created_at: str = ""
 
@@ -169,10 +202,28 @@ class MeasurementRow:
                    n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept, text=m.text, stats=m.stats,
                    log_path=m.log_path, baseline_key=baseline_key, speed_basis=m.speed_basis, rounds=m.rounds,
                    draft_len=m.draft_len, draft_policy=m.draft_policy,
-                   tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text)
+                   tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text,
+                   draft_steps=m.draft_steps, program=m.program, sample_ms_per_token=m.sample_ms_per_token,
+                   error_kind=m.error_kind, prompt_ms=m.prompt_ms, generation_ms=m.generation_ms,
+                   noise=m.noise.to_dict() if m.noise is not None else None)
 
 
-JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens"}
+def measurement_of(row: dict[str, Any]) -> Measurement:
+    """The Measurement a stored row holds (the inverse of :meth:`MeasurementRow.of`)."""
+    names = {f.name for f in fields(Measurement)}
+    data = {k: v for k, v in row.items() if k in names}
+    data["argv"] = tuple(row.get("argv") or ())
+    data["tokens"] = tuple(row["tokens"]) if row.get("tokens") is not None else None
+    data["ok"], data["end_of_text"] = bool(row.get("ok")), bool(row.get("end_of_text"))
+    data["noise"] = NoiseSample.from_dict(row.get("noise"))
+    return Measurement(**data)
+
+
+def measurements_of(rows: Sequence[dict[str, Any]]) -> list[Measurement]:
+    return [measurement_of(r) for r in rows]
+
+
+JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens", "noise"}
 BOOL_COLUMNS = {"ok", "end_of_text"}
 
 
@@ -189,7 +240,7 @@ class Store:
         """Open (creating and migrating if needed) the store; ``timeout``: seconds to wait for a
         lock another process holds before saying it is locked."""
         path = path or paths.results_db()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        paths.writable_dir(path.parent)  # one line before anything is measured, not an OSError after
         try:
             db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
         except sqlite3.Error as exc:
@@ -290,6 +341,7 @@ class Store:
         data["argv"] = json.dumps(data["argv"])
         data["stats"] = json.dumps(data["stats"]) if data["stats"] is not None else None
         data["tokens"] = json.dumps(data["tokens"]) if data["tokens"] is not None else None
+        data["noise"] = json.dumps(data["noise"]) if data["noise"] is not None else None
         data["ok"] = int(data["ok"])
         data["end_of_text"] = int(data["end_of_text"])
         cols = ", ".join(data)
@@ -407,13 +459,16 @@ class Store:
             columns = ["run_id", "experiment", "case_name", "kind", "sweep_id", "prompt_id", "category", "status",
                        "started_at", "llamacpp_commit", "backend_name", "accel", "machine", "target", "draft",
                        "draft_max"] + [
-                f.name for f in fields(MeasurementRow) if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id")]
+                f.name for f in fields(MeasurementRow)
+                if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id", "noise")] + ["cpu_steal", "other_load"]
             out = io.StringIO()
             writer = csv.DictWriter(out, columns, extrasaction="ignore")
             writer.writeheader()
             for r in runs:
                 for m in self.measurements(r["id"]):
-                    writer.writerow({**{k: r[k] for k in columns if k in r}, **m, "run_id": r["id"]})
+                    noise = m.get("noise") or {}
+                    writer.writerow({**{k: r[k] for k in columns if k in r}, **m, "run_id": r["id"],
+                                     "cpu_steal": noise.get("steal"), "other_load": noise.get("other_load")})
             return out.getvalue()
         raise LlamaspecError(f"unknown export format {fmt!r}", hint="use csv or json")
 

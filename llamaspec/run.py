@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from llamaspec import __version__, paths, stats
+from llamaspec import __version__, pairs, paths, stats
 from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, Reference
-from llamaspec.results import MeasurementRow, Store
-from llamaspec.summary import Summary, summarize
+from llamaspec.results import MeasurementRow, Store, measurements_of
+from llamaspec.summary import Summary, requested_draft, summarize
 
 log = logging.getLogger(__name__)
 
@@ -154,17 +154,6 @@ def measurement_row(run_id: int, repeat: int, m: Measurement, key: str | None) -
     return MeasurementRow.of(m, run_id=run_id, repeat=repeat, baseline_key=key if m.mode != "speculative" else None)
 
 
-def stored_measurements(rows: list[dict[str, Any]]) -> list[Measurement]:
-    return [Measurement(mode=r["mode"], ok=bool(r["ok"]), error=r.get("error"), argv=tuple(r["argv"]),
-                        exit_code=r["exit_code"], wall_seconds=r["wall_seconds"], peak_rss_bytes=r["peak_rss_bytes"],
-                        n_prompt=r["n_prompt"], n_predict=r["n_predict"], encode_tps=r["encode_tps"],
-                        decode_tps=r["decode_tps"], speed_basis=r.get("speed_basis"), n_drafted=r.get("n_drafted"),
-                        n_accept=r.get("n_accept"), accept=r.get("accept"), rounds=r.get("rounds"),
-                        draft_len=r.get("draft_len"), draft_policy=r.get("draft_policy"), text=r["text"],
-                        tokens=tuple(r["tokens"]) if r.get("tokens") is not None else None,
-                        end_of_text=bool(r.get("end_of_text")), stats=r["stats"], log_path=r["log_path"]) for r in rows]
-
-
 # --- measuring -----------------------------------------------------------------------------------
 
 def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Repeats = 1, hardware: dict[str, Any],
@@ -173,7 +162,7 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
              baseline_scope: str | None = None, time_costs: bool = False, warmup: bool = False,
              on_event: Event | None = None) -> CaseResult:
     """Measure one case: baseline and speculative in pairs, next to each other, the order
-    alternating (ABBA) so that machine drift does not pose as speedup.
+    alternating (ABBA) so that machine drift does not pose as speedup (:mod:`llamaspec.pairs`).
 
     - ``repeats``: pairs to measure, or ``"auto"``: at least 3, then more until the speedup's 95 %
       interval is within +-3 % of its median, at most 10.
@@ -185,71 +174,119 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
       the scope.
     - ``warmup``: one short unrecorded generation first, so cold caches do not count.
     """
-    emit = on_event or (lambda _event, _data: None)
     check_settings(case, backend)
     backend.check(case)
     at_least, at_most = repeat_bounds(repeats)
-    key = baseline_key(backend, case, baseline_scope)
-    caps = backend.capabilities
-    costs = time_costs and case.draft is not None and caps.times_costs
-    draft_key = baseline_key(backend, replace(case, target=case.draft), baseline_scope) if costs and case.draft else None
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
                              provenance=provenance(backend, case, hardware, exp, reference), kind=kind,
                              sweep_id=sweep_id, point_key=point_key, prompt_id=case.prompt_id, category=case.category,
                              backend_name=backend.name)
-    logs = paths.runs_dir() / f"{run_id:06d}"
-    shared = stored_measurements(store.shared(key))[:at_most] if shared_baseline else []
-    if draft_key:
-        shared += stored_measurements(store.shared(draft_key, "draft"))[:at_most] + stored_measurements(store.shared(key, "batch"))[:1]
-    measured: list[Measurement] = []
-    summarize_now = lambda status="ok", error=None: summarize(  # noqa: E731
-        measured, shared, requested_draft=case.settings.draft_max if case.draft or case.settings.spec_type != "draft" else None,
-        status=status, error=error, baseline_key=key, threads_hint=(case.settings.threads or 0) >= default_threads() > 1)
+    point = _Point(case, backend, store, run_id, baseline_scope, time_costs, shared_baseline, at_most, on_event)
+    if warmup:
+        point.emit("start", {"case": case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
+        backend.measure(replace(case, settings=replace(case.settings, n_predict=16)), "baseline", point.logs / "warmup.log")
+    settled = (lambda: stats.interval_reached(point.summary().speedup, AUTO_HALF_WIDTH)) if repeats == "auto" else None
+    summary = point.measure(at_least, at_most, 0, settled, shown=at_most if repeats == "auto" else at_least)
+    return CaseResult(run_id, case, reference, tuple(point.measured), summary, engine=backend.name)
 
-    def step(mode: str, r: int) -> Measurement:
-        emit("start", {"case": case.case, "mode": mode, "repeat": r, "repeats": at_most if repeats == "auto" else at_least})
-        m = backend.measure(case, mode, logs / f"{mode}-{r}.log")
-        store.add_measurement(measurement_row(run_id, r, m, draft_key if mode == "draft" else key))
-        measured.append(m)
-        emit("done", {"case": case.case, "mode": mode, "repeat": r, "measurement": m})
+
+def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, pairs: int, *,
+               baseline_scope: str | None = None, on_event: Event | None = None) -> CaseResult:
+    """``pairs`` more pairs for a stored run of ``case`` (the adaptive sweep's "N more pairs at
+    this setting"): they continue the run's ABBA order, are stored with it, and its summary is
+    recomputed over every pair. An interrupted extension keeps the run's earlier pairs: the run
+    is finished again with everything measured."""
+    if pairs < 1:
+        raise LlamaspecError(f"more pairs for run {run_id}: asked for {pairs}", hint="ask for at least one pair")
+    rows = store.measurements(run_id)
+    before = measurements_of(rows)
+    start = 1 + max((r["repeat"] for r in rows if r["mode"] in ("baseline", "speculative")), default=-1)
+    point = _Point(case, backend, store, run_id, baseline_scope, True, False, start + pairs, on_event, before)
+    summary = point.measure(pairs, pairs, start, None, shown=start + pairs)
+    return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name)
+
+
+class _Point:
+    """One stored run being measured: where its measurements go and how it is summarised."""
+
+    def __init__(self, case: ResolvedCase, backend: Backend, store: Store, run_id: int, scope: str | None,
+                 time_costs: bool, shared_baseline: bool, at_most: int, on_event: Event | None,
+                 before: Sequence[Measurement] = ()) -> None:
+        self.case, self.backend, self.store, self.run_id = case, backend, store, run_id
+        self.emit: Event = on_event or (lambda _event, _data: None)
+        self.key = baseline_key(backend, case, scope)
+        costs = time_costs and case.draft is not None and backend.capabilities.times_costs
+        self.draft_key = baseline_key(backend, replace(case, target=case.draft), scope) if costs and case.draft else None
+        self.logs = paths.runs_dir() / f"{run_id:06d}"
+        self.measured: list[Measurement] = list(before)
+        self.before = len(before)
+        self.new: list[tuple[int, Measurement]] = []  # this call's measurements with their pair
+        self.shared = measurements_of(store.shared(self.key))[:at_most] if shared_baseline else []
+        if self.draft_key:
+            self.shared += (measurements_of(store.shared(self.draft_key, "draft"))[:at_most]
+                            + measurements_of(store.shared(self.key, "batch"))[:1])
+
+    def summary(self, status: str = "ok", error: str | None = None) -> Summary:
+        c = self.case
+        return summarize(self.measured, self.shared,
+                         requested_draft=requested_draft(c),
+                         status=status, error=error, baseline_key=self.key,
+                         threads_hint=(c.settings.threads or 0) >= default_threads() > 1)
+
+    def _step(self, mode: str, r: int, shown: int) -> Measurement:
+        self.emit("start", {"case": self.case.case, "mode": mode, "repeat": r, "repeats": shown})
+        m = pairs.metered(lambda: self.backend.measure(self.case, mode, self.logs / f"{mode}-{r}.log"))
+        key = self.draft_key if mode == "draft" else self.key
+        self.store.add_measurement(measurement_row(self.run_id, r, m, key))
+        self.measured.append(m)
+        self.new.append((r if mode in pairs.PAIR_MODES else -1, m))
+        self.emit("done", {"case": self.case.case, "mode": mode, "repeat": r, "measurement": m})
         return m
 
-    try:
-        if warmup:
-            emit("start", {"case": case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
-            backend.measure(replace(case, settings=replace(case.settings, n_predict=16)), "baseline", logs / "warmup.log")
-        failed = None
-        have_base = sum(m.mode == "baseline" for m in shared)
-        r = 0
-        while not failed and r < at_most:
-            pair = ("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")
-            for mode in pair:
-                if mode == "baseline" and r < have_base:
-                    continue
-                failed = _failure(step(mode, r))
-                if failed:
+    def _costs(self, r: int, shown: int) -> list[Measurement]:
+        """After the first pair, so the engine knows the prompt's real length in tokens (the depth
+        the costs are timed at); one timing each, the engine repeats inside."""
+        if not self.draft_key or any(m.mode in ("draft", "batch") for m in self.measured):
+            return []
+        done: list[Measurement] = []
+        for mode in ("draft", "batch"):
+            if not any(m.mode == mode for m in self.shared):
+                done.append(m := self._step(mode, 0, shown))
+                if not m.ok:
                     break
-            r += 1
-            if draft_key and r == 1 and not failed:
-                # After the first pair, so the engine knows the prompt's real length in tokens (the
-                # depth the costs are timed at); one timing each, the engine repeats inside.
-                if not any(m.mode == "draft" for m in shared):
-                    failed = _failure(step("draft", 0))
-                if not failed and not any(m.mode == "batch" for m in shared):
-                    failed = _failure(step("batch", 0))
-            if r >= at_least and (repeats != "auto" or stats.interval_reached(summarize_now().speedup, AUTO_HALF_WIDTH)):
-                break
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", summarize_now("interrupted", "interrupted by the user").to_dict(),
-                         "interrupted by the user")
-        raise
-    summary = summarize_now("failed", failed) if failed else summarize_now()
-    store.finish_run(run_id, summary.status, summary.to_dict(), summary.error)
-    return CaseResult(run_id, case, reference, tuple(measured), summary, engine=backend.name)
+        return done
 
+    def measure(self, at_least: int, at_most: int, start: int, settled: Callable[[], bool] | None, shown: int) -> Summary:
+        have_base = sum(m.mode == "baseline" for m in self.shared)
+        try:
+            got = pairs.measure_pairs(lambda mode, r: self._step(mode, r, shown), at_least=at_least, at_most=at_most,
+                                      start=start, have_baseline=lambda r: r < have_base,
+                                      after_pair=lambda r: self._costs(r, shown), settled=settled)
+        except KeyboardInterrupt:
+            self.store.finish_run(self.run_id, *self._interrupted())
+            raise
+        summary = self.summary("failed", got.failed) if got.failed else self.summary()
+        self.store.finish_run(self.run_id, summary.status, summary.to_dict(), summary.error)
+        return summary
 
-def _failure(m: Measurement) -> str | None:
-    return None if m.ok else (m.error or f"{m.mode} failed")
+    def _interrupted(self) -> tuple[str, dict[str, Any], str | None]:
+        """An extended run keeps its complete pairs as its result (its pairs before the extension
+        were a finished result; a half pair is left out of the figures, its rows stay stored); a
+        run interrupted before it ever finished is 'interrupted'."""
+        if self.before:
+            complete = self.measured[:self.before] + self._complete_new()
+            kept = summarize(complete, self.shared, requested_draft=requested_draft(self.case),
+                             baseline_key=self.key)
+            if kept.status in ("ok", "differs"):
+                return kept.status, kept.to_dict(), None
+        return "interrupted", self.summary("interrupted", "interrupted by the user").to_dict(), "interrupted by the user"
+
+    def _complete_new(self) -> list[Measurement]:
+        by_pair: dict[int, list[Measurement]] = {}
+        for r, m in self.new:
+            by_pair.setdefault(r, []).append(m)
+        return [m for ms in by_pair.values() if {"baseline", "speculative"} <= {m.mode for m in ms if m.ok} or
+                all(m.mode in ("draft", "batch") for m in ms) for m in ms]
 
 
 def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Backend, store: Store, *, repeats: int,

@@ -26,7 +26,13 @@ from typing import Any
 
 
 class SettingError(ValueError):
-    """A value that does not fit a setting; the message says what was expected."""
+    """A value that does not fit a setting; the message says what was expected. Raised by a
+    ``Settings`` with a bad value, ``setting`` names the field (the caller names the file and key,
+    or the command-line flag)."""
+
+    def __init__(self, message: str, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 def _kind(value: Any, kinds: tuple[type, ...], name: str) -> None:
@@ -43,6 +49,15 @@ def _int(value: Any) -> int:
     return value
 
 
+def _count(value: Any) -> int:
+    """A count of something that must exist: threads, tokens, slots, a context (0 would mean "all
+    cores" or "the model's" to llama.cpp, not what was asked)."""
+    _kind(value, (int,), "int")
+    if value < 1:
+        raise SettingError(f"must be at least 1, got {value}")
+    return value
+
+
 def _signed_int(value: Any) -> int:
     _kind(value, (int,), "int")
     return value
@@ -51,8 +66,15 @@ def _signed_int(value: Any) -> int:
 def _float(value: Any) -> float:
     _kind(value, (int, float), "float")
     if value < 0:
-        raise SettingError(f"must not be negative, got {value}")
+        raise SettingError(f"must not be negative, got {value:g}")
     return float(value)
+
+
+def _positive(value: Any) -> float:
+    value = _float(value)
+    if value <= 0:
+        raise SettingError(f"must be more than 0, got {value:g}")
+    return value
 
 
 def _probability(value: Any) -> float:
@@ -125,34 +147,38 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class Settings:
-    """Generation settings; None means "not set here" (the next level down decides)."""
+    """Generation settings; None means "not set here" (the next level down decides).
 
-    n_predict: int | None = _setting(_int, default=256, help="tokens to generate")
+    Every value is checked here, once, by its field's ``check`` (whoever builds one: a YAML file,
+    a command-line flag, a sweep axis, the cluster, a library caller): a bad value raises
+    SettingError naming the field, and nothing invalid reaches an engine."""
+
+    n_predict: int | None = _setting(_count, default=256, help="tokens to generate")
     seed: int | None = _setting(_signed_int, default=20)
     temperature: float | None = _setting(_float, default=0.0)
-    draft_max: int | None = _setting(_int, default=8, sweep=int, side="draft", help="tokens drafted per round (k)")
+    draft_max: int | None = _setting(_count, default=8, sweep=int, side="draft", help="tokens drafted per round (k)")
     draft_min: int | None = _setting(_int, sweep=int, side="draft",
                                      help="drop a round's draft when it is shorter than this (not every program reads it)")
     draft_p_min: float | None = _setting(_probability, sweep=float, side="draft",
                                          help="stop drafting below this draft probability (not every program reads it)")
-    threads: int | None = _setting(_int, sweep=int, help="CPU threads (default: physical cores)")
-    threads_draft: int | None = _setting(_int, side="draft")
+    threads: int | None = _setting(_count, sweep=int, help="CPU threads (default: physical cores)")
+    threads_draft: int | None = _setting(_count, side="draft")
     gpu_layers: int | str | None = _setting(_gpu, default="all", sweep=_gpu_arg, help="offload intent: all, none or N")
     draft_gpu_layers: int | str | None = _setting(_gpu, default="all", side="draft")
-    ctx_size: int | None = _setting(_int, default=4096)
-    batch_size: int | None = _setting(_int)
+    ctx_size: int | None = _setting(_count, default=4096)
+    batch_size: int | None = _setting(_count)
     flash_attn: str | None = _setting(_choice("on", "off", "auto"), sweep=str, help="flash attention: on, off or auto")
     escape: bool | None = _setting(_bool, default=True)
     spec_type: str | None = _setting(_str, default="draft", sweep=str, side="draft",
                                      help="draft (a draft model) or a draft-free n-gram mode")
-    ngram_size_n: int | None = _setting(_int, engine="llama-server", sweep=int, side="draft",
+    ngram_size_n: int | None = _setting(_count, engine="llama-server", sweep=int, side="draft",
                                         help="n-gram modes: length of the lookup n-gram (llama-server)")
-    ngram_size_m: int | None = _setting(_int, engine="llama-server", sweep=int, side="draft",
+    ngram_size_m: int | None = _setting(_count, engine="llama-server", sweep=int, side="draft",
                                         help="n-gram modes: length of the drafted m-gram (llama-server)")
-    parallel: int | None = _setting(_int, engine="llama-server", sweep=int, help="llama-server slots, served to as many concurrent clients")
+    parallel: int | None = _setting(_count, engine="llama-server", sweep=int, help="llama-server slots, served to as many concurrent clients")
     program: str | None = _setting(_choice(*PROGRAM_CHOICES), default="speculative", sweep=str, side="draft",
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
-    timeout: float | None = _setting(_float, default=1800.0, side="run", help="seconds per process")
+    timeout: float | None = _setting(_positive, default=1800.0, side="run", help="seconds per process")
     extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="draft")
     # transformers only (llama.cpp refuses them when set); draft_max is num_assistant_tokens there, draft_p_min assistant_confidence_threshold
     draft_schedule: str | None = _setting(_choice(*DRAFT_SCHEDULES), engine="transformers", sweep=str, side="draft",
@@ -164,6 +190,16 @@ class Settings:
     universal_assisted: bool | None = _setting(_bool, engine="transformers", side="draft", help="transformers: allow an assistant with another tokenizer")
     rpc: tuple[str, ...] | None = _setting(_endpoints, default=(), engine="llama.cpp",
                                          help="llama.cpp RPC servers (host:port) holding the target's layers; the draft stays local")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            try:
+                object.__setattr__(self, f.name, f.metadata["check"](value))  # the checked form: 2 -> 2.0, a list -> a tuple
+            except SettingError as exc:
+                raise SettingError(str(exc), setting=f.name) from None
 
     def over(self, base: Settings) -> Settings:
         """These settings, falling back to ``base`` where unset."""

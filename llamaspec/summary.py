@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from llamaspec import stats
-from llamaspec.backend import SPEED_DEFINITION, Measurement
+from llamaspec.backend import SPEED_DEFINITION, Measurement, ResolvedCase
+from llamaspec.host import NoiseSample
 from llamaspec.stats import Spread
 
 # Warn when the machine's own run-to-run spread is this large against the effect measured.
@@ -164,7 +165,7 @@ class Summary:
     n_accept: int | None = None
     rounds: int | None = None
     mean_accepted: float | None = None  # accepted draft tokens per round
-    tokens_per_round: float | None = None
+    tokens_per_round: float | None = None  # Spec-Bench's tau: accepted drafts plus the target's own token, per round
     drafted_per_round: float | None = None
     draft_steps: int | None = None  # draft-model decode steps in the run (for the speedup model)
     program: str | None = None  # the speculative program's profile (how it counts and spends a round)
@@ -179,6 +180,7 @@ class Summary:
     warnings: tuple[str, ...] = ()
     error: str | None = None
     speed_definition: str = SPEED_DEFINITION
+    noise: NoiseSample | None = None  # the machine during this point's own measurements (steal, other load)
 
     @property
     def recommendable(self) -> bool:
@@ -191,6 +193,7 @@ class Summary:
             data[key] = value.to_dict() if value is not None else None
         data["batch_ms"] = {str(k): v for k, v in self.batch_ms.items()} if self.batch_ms else None
         data["warnings"] = list(self.warnings)
+        data["noise"] = self.noise.to_dict() if self.noise is not None else None
         return data
 
     @classmethod
@@ -203,12 +206,19 @@ class Summary:
         batch = data.get("batch_ms")
         return cls(**{**data, **spreads, "lossless": Lossless(**data["lossless"]), "draft": DraftCheck(**data["draft"]),
                       "batch_ms": {int(k): v for k, v in batch.items()} if batch else None,
-                      "warnings": tuple(data.get("warnings") or ()), "speed_basis": dict(data.get("speed_basis") or {})})
+                      "warnings": tuple(data.get("warnings") or ()), "speed_basis": dict(data.get("speed_basis") or {}),
+                      "noise": NoiseSample.from_dict(data.get("noise"))})
 
 
 def empty(status: str, error: str | None = None) -> Summary:
     return Summary(status, 0, False, None, None, None, None, None, Lossless("not checked", reason="nothing measured"),
                    DraftCheck(None, None, None, None), error=error)
+
+
+def requested_draft(case: ResolvedCase) -> int | None:
+    """The draft length a case's drafted counts are checked against: with a draft model or in a
+    draft-free mode (n-gram), its draft_max; None for the target alone."""
+    return case.settings.draft_max if case.draft or case.settings.spec_type != "draft" else None
 
 
 def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measurement] = (), *,
@@ -242,7 +252,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     if status == "ok" and spec and not base:
         status, error = "failed", "no baseline was measured"
     base_spread = stats.spread([b.decode_tps for b in base])
-    warnings = _warnings(base_spread, speedup, paired, bool(shared_baseline) and not own_base, threads_hint)
+    noise = NoiseSample.combine([m.noise for m in measured if m.mode in ("baseline", "speculative")])
+    warnings = _warnings(base_spread, speedup, paired, bool(shared_baseline) and not own_base, threads_hint, noise)
     if mid_spec is not None and mid_spec.n_drafted == 0:
         warnings.append("nothing was drafted: the speculative run is the target alone plus overhead")
     basis = {m.mode: m.speed_basis for m in (*spec[:1], *base[:1]) if m.speed_basis}
@@ -257,7 +268,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         n_prompt=mid_spec.n_prompt if mid_spec else None, n_predict=mid_spec.n_predict if mid_spec else None,
         n_drafted=mid_spec.n_drafted if mid_spec else None, n_accept=mid_spec.n_accept if mid_spec else None,
         rounds=rounds, mean_accepted=mid_spec.mean_accepted if mid_spec else None,
-        tokens_per_round=(mid_spec.n_predict / rounds) if mid_spec and mid_spec.n_predict and rounds else None,
+        tokens_per_round=mid_spec.tokens_per_round if mid_spec else None,
         drafted_per_round=mid_spec.drafted_per_round if mid_spec else None,
         draft_steps=mid_spec.draft_steps if mid_spec else None,
         program=mid_spec.program if mid_spec else None,
@@ -267,12 +278,15 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         batch_ms={int(k): v for k, v in batches[0].stats["batch_ms"].items()} if batches and batches[0].stats else None,
         peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in spec) or None if spec else None,
         baseline_peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in base) or None if base else None,
-        speed_basis=basis, baseline_key=baseline_key, warnings=tuple(warnings), error=error,
+        speed_basis=basis, baseline_key=baseline_key, warnings=tuple(warnings), error=error, noise=noise,
     )
 
 
-def _warnings(base: Spread | None, speedup: Spread | None, paired: bool, shared: bool, threads_hint: bool) -> list[str]:
+def _warnings(base: Spread | None, speedup: Spread | None, paired: bool, shared: bool, threads_hint: bool,
+              noise: NoiseSample | None = None) -> list[str]:
     out: list[str] = []
+    # What else the machine did, next to the baseline's CV: the measured cause of an unsteady baseline.
+    meanwhile = f"; meanwhile {noise.text()}" if noise is not None else ""
     if shared:
         out.append("baseline shared with other points (measured apart from this point, not paired): drift between "
                    "them counts as speedup")
@@ -281,9 +295,11 @@ def _warnings(base: Spread | None, speedup: Spread | None, paired: bool, shared:
         hint = " (using every core makes llama.cpp's speed bimodal here: try fewer threads, e.g. -t 1)" if threads_hint else ""
         if base.cv > effect / 2:
             out.append(f"the machine is too unsteady for this effect: the baseline varies by {base.cv:.0%} (CV) run to run "
-                       f"against a {effect:.0%} effect{hint}")
+                       f"against a {effect:.0%} effect{hint}{meanwhile}")
         else:
-            out.append(f"the baseline varies by {base.cv:.0%} (CV) run to run{hint}")
+            out.append(f"the baseline varies by {base.cv:.0%} (CV) run to run{hint}{meanwhile}")
+    elif noise is not None and noise.noisy:
+        out.append(f"the machine was busy: {noise.text()}")
     if speedup is not None and speedup.n >= 2 and speedup.low <= 1.0 <= speedup.high:
         out.append("the speedup's interval includes 1.0x: no measurable difference from the target alone")
     return out

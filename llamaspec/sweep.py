@@ -24,7 +24,7 @@ from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.progress import Progress
 from llamaspec.results import Store
 from llamaspec.run import CaseResult, check_settings, resolve_case, run_case
-from llamaspec.settings import SWEEPABLE, SettingError, Settings, check
+from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 # "draft_variant", which swaps the draft model's variant.
 AXES: dict[str, Callable[[str], Any]] = {**SWEEPABLE, "draft_variant": str}
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?::(\d+))?$")
+
+
+def _axis_help(axis: str) -> str:
+    return (FIELDS[axis].metadata["help"] if axis in FIELDS else "") or axis.replace("_", " ")
 
 
 def parse_values(axis: str, text: str) -> tuple[Any, ...]:
@@ -52,13 +56,17 @@ def parse_values(axis: str, text: str) -> tuple[Any, ...]:
                 raise LlamaspecError(f"--{axis.replace('_', '-')}: empty range {part!r}", hint="write low..high, e.g. 1..16")
             if AXES[axis] is str:
                 raise LlamaspecError(f"--{axis.replace('_', '-')}: ranges need numbers, got {part!r}")
-            values.extend(range(lo, hi + 1, step))
+            for v in range(lo, hi + 1, step):  # each value checked, as a listed one is
+                try:
+                    values.append(check(axis, v) if axis in SWEEPABLE else v)
+                except SettingError as exc:
+                    raise LlamaspecError(f"{option}: {part!r}: {v}: {exc}", hint=f"{option}: {_axis_help(axis)}") from None
             continue
         try:
             values.append(check(axis, AXES[axis](part)) if axis in SWEEPABLE else part)
         except (ValueError, SettingError) as exc:
             if isinstance(exc, SettingError):
-                raise LlamaspecError(f"{option}: {part!r}: {exc}") from None
+                raise LlamaspecError(f"{option}: {part!r}: {exc}", hint=f"{option}: {_axis_help(axis)}") from None
             raise LlamaspecError(f"--{axis.replace('_', '-')}: {part!r} is not a valid value",
                                  hint="give a comma-separated list or a range, e.g. 1,2,4,8 or 1..16") from None
     for v in values:

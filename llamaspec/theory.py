@@ -188,6 +188,32 @@ def paper_speedup(alpha: float, k: float, cost_ratio: float) -> float:
     return tokens_per_call(alpha, k) / (k * cost_ratio + 1.0)
 
 
+@dataclass(frozen=True)
+class OnePointFit:
+    """Leviathan et al.'s model put through one measured point (see :func:`fit_one_point`)."""
+
+    alpha: float
+    draft_len: float  # the drafted tokens per round the point measured
+    cost_ratio: float  # c that makes the model meet the measured speedup there
+    best_draft: int
+    best_speedup: float
+
+
+def fit_one_point(accept: float, draft_len: float, speedup: float, max_draft: int = 16) -> OnePointFit | None:
+    """α from a point's acceptance (``accept``: accepted over drafted, at ``draft_len`` drafted
+    tokens per round), the cost ratio c for which :func:`paper_speedup` equals the measured
+    ``speedup`` there, and the draft length that model puts best. For figures measured at one
+    draft length (a prompt set on llama-server, per category): a forecast, named as the paper's
+    model (it takes verification to cost one target step whatever the batch). None when the
+    point cannot carry a fit (nothing drafted, no gain figure)."""
+    if not (draft_len > 0 and speedup > 0 and 0.0 <= accept <= 1.0):
+        return None
+    alpha = alpha_from_accept_rate(accept, draft_len)
+    cost_ratio = max((tokens_per_call(alpha, draft_len) / speedup - 1.0) / draft_len, 0.0)
+    best = max(range(1, max_draft + 1), key=lambda k: paper_speedup(alpha, k, cost_ratio))
+    return OnePointFit(alpha, draft_len, cost_ratio, best, paper_speedup(alpha, best, cost_ratio))
+
+
 def ceiling_speedup(alpha: float) -> float:
     """The k → ∞, c → 0 limit: 1/(1 - α) tokens per call, hence speedup (inf at α = 1)."""
     _check_alpha(alpha)
@@ -324,9 +350,14 @@ class CostModel:
     target_sample_ms: float = 0.0
     draft_sample_ms: float = 0.0
     depth: int | None = None  # the context depth the costs were timed at (documentation)
+    # The target-alone step as the run's own baselines measured it (ms per token on SPEED_DEFINITION,
+    # sampling included); None takes it from the timed step (target_ms_per_token + target_sample_ms).
+    baseline_step_ms: float | None = None
 
     def __post_init__(self) -> None:
         _positive("target_ms_per_token", self.target_ms_per_token)
+        if self.baseline_step_ms is not None:
+            _positive("baseline_step_ms", self.baseline_step_ms)
         _non_negative("draft_ms_per_token", self.draft_ms_per_token)
         _non_negative("target_sample_ms", self.target_sample_ms)
         _non_negative("draft_sample_ms", self.draft_sample_ms)
@@ -368,6 +399,10 @@ class CostModel:
 
     @property
     def baseline_ms_per_token(self) -> float:
+        """What the baseline spends per token: measured by the baselines themselves when given,
+        else the timed step plus sampling."""
+        if self.baseline_step_ms is not None:
+            return self.baseline_step_ms
         return self.target_ms_per_token + self.target_sample_ms
 
     def verify_ms(self, k: float) -> float:
@@ -413,6 +448,7 @@ class CostModel:
             target_sample_ms=self.target_sample_ms,
             draft_sample_ms=self.draft_sample_ms * scale,
             depth=self.depth,
+            baseline_step_ms=self.baseline_step_ms,
         )
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamaspec import analysis
+from llamaspec import analysis, decide
 from llamaspec.backend import Backend
 from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.results import Store
@@ -81,28 +81,30 @@ class TuneResult:
         return max(ok, key=lambda cr: self.speedup(cr[1])) if ok else None
 
     @property
-    def ties(self) -> list[tuple[Config, dict[str, Any]]]:
-        """Configurations whose 95 % interval overlaps the best one's."""
-        best = self.best
-        if best is None:
-            return []
-        top = self.summary(best[1]).speedup
-        assert top is not None
-        return [(c, r) for c, r in self.candidates if (s := self.summary(r).speedup) is not None and s.overlaps(top)]
+    def decision(self) -> decide.Decision:
+        """The one decision rule (llamaspec.decide) over the configurations measured: cheaper means
+        a shorter draft, then a draft-free mode before a draft model, then a smaller draft file."""
+        return decide.decide([decide.Candidate(config, config.label, s, _cost(config, row))
+                              for config, row in self.candidates if (s := self.summary(row).speedup) is not None])
 
     @property
     def recommended(self) -> tuple[Config, dict[str, Any]] | None:
-        """The cheapest configuration of the tie set: the shortest draft, a draft-free mode first."""
-        ties = [(c, r) for c, r in self.ties if self.speedup(r) > 1.0]  # never a setting slower than the target alone
-        return min(ties, key=lambda cr: (cr[0].draft_max, cr[0].draft_variant is not None, -self.speedup(cr[1]))) if ties else None
+        """The configuration the decision recommends (None: no draft, undecided or nothing)."""
+        d = self.decision
+        if d.verdict != "recommend" or d.chosen is None:
+            return None
+        return next((c, r) for c, r in self.candidates if c == d.chosen.key)
 
     def render(self, target: float = analysis.TARGET_SPEEDUP) -> str:
         lines = [f"tune {self.tune_id}: {self.experiment} / {self.case}",
                  f"  {'configuration':<34} {'speedup [95% CI]':>20} {'accept':>8} {'spec t/s':>9} {'base t/s':>9}  run"]
-        tie_ids = {r.get("id") for _c, r in self.ties}
+        decision = self.decision
+        marks = {e.key: "contender" for e in decision.contenders}
+        if decision.verdict == "recommend" and decision.chosen is not None:
+            marks[decision.chosen.key] = "recommended"
         for config, row in sorted(self.measured, key=lambda cr: (cr[0].draft_variant or "~" + cr[0].spec_type, cr[0].draft_max)):
             s = self.summary(row)
-            status = row.get("status") if row.get("status") != "ok" else ("tie" if row.get("id") in tie_ids else "")
+            status = row.get("status") if row.get("status") != "ok" else marks.get(config, "")
             lines.append(f"  {config.label:<34} {s.speedup.text(suffix='x') if s.speedup else '-':>20} "
                          f"{f'{s.accept.median:.1f}%' if s.accept else '-':>8} "
                          f"{s.decode_tps.median if s.decode_tps else 0:>9.2f} "
@@ -113,18 +115,13 @@ class TuneResult:
         lines.append(f"  cost: {n} points measured in {self.seconds:.0f} s, against {self.full_grid_points} for the full grid "
                      f"({n / max(self.full_grid_points, 1):.0%})")
         rec, best = self.recommended, self.best
-        if rec and best:
-            config, row = rec
-            verdict = "beats" if self.speedup(row) >= target else "does not reach"
-            lines.append(f"tie set (intervals overlap the best): {', '.join(c.label for c, _r in self.ties)}")
-            lines.append(f"recommended: {config.label} -> {self.summary(row).speedup.text(suffix='x')} (run {row['id']}), "  # type: ignore[union-attr]
-                         f"the cheapest of the tie set; best median {self.speedup(best[1]):.2f}x ({best[0].label}); "
-                         f"{verdict} the {target:.1f}x aim")
-        elif best:
-            lines.append(f"recommended: no draft (no configuration beats the target alone; best: {best[0].label} -> "
-                         f"{self.summary(best[1]).speedup.text(suffix='x')}, run {best[1]['id']})")  # type: ignore[union-attr]
-        else:
-            lines.append("recommended: nothing (no configuration finished with an unchanged output)")
+        found = decision.lines()
+        if rec:
+            verdict = "beats" if self.speedup(rec[1]) >= target else "does not reach"
+            found[0] += f" (run {rec[1]['id']}); {verdict} the {target:.1f}x aim"
+        elif best and decision.verdict != "nothing":
+            found[0] += f" (best: {best[0].label}, run {best[1]['id']})"
+        lines += found
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,10 +130,16 @@ class TuneResult:
                 "full_grid_points": self.full_grid_points, "measured_points": len(self.measured),
                 "best": {**dataclasses.asdict(best[0]), "speedup": self.speedup(best[1]), "run_id": best[1]["id"]} if best else None,
                 "recommended": {**dataclasses.asdict(rec[0]), "speedup": self.speedup(rec[1]), "run_id": rec[1]["id"]} if rec else None,
-                "ties": [c.label for c, _r in self.ties],
+                "decision": self.decision.to_dict(),
                 "points": [{**dataclasses.asdict(c), "run_id": r.get("id"), "status": r.get("status"),
                             "summary": self.summary(r).to_dict()} for c, r in self.measured],
                 "skipped": [{"what": w, "why": y} for w, y in self.skipped]}
+
+
+def _cost(config: Config, row: dict[str, Any]) -> tuple[float, ...]:
+    draft = ((row.get("provenance") or {}).get("models") or {}).get("draft") or {}
+    size = (draft.get("metadata") or {}).get("file_size")
+    return (config.draft_max, 0 if config.draft_variant is None else 1, size if isinstance(size, (int, float)) else 0)
 
 
 def _case_for(case: Case, config: Config) -> Case:

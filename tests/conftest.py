@@ -16,6 +16,30 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+# Markers whose tests need an extra that a clone with only the `dev` extra lacks: skipped, saying
+# so, where it is missing (`make test` installs every extra, so nothing is skipped there).
+NEEDS = {
+    "convert": (("torch", "transformers"), "the convert extra (pip install -e '.[convert]', or make setup-convert)"),
+    "hf": (("torch", "transformers"), "the hf extra (pip install -e '.[hf]', or make setup-convert)"),
+    "cluster": (("ray",), "the cluster extra (pip install -e '.[cluster]', or make setup-convert)"),
+}
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    import importlib.util
+
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    absent = {marker: (missing, how) for marker, (modules, how) in NEEDS.items() if (missing := _missing(modules))}
+    for item in items:
+        for marker, (missing, how) in absent.items():
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(missing)}: {how}"))
+                break
+
+
 @pytest.fixture(autouse=True)
 def _isolated_data(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     data = tmp_path_factory.mktemp("llamaspec-data")

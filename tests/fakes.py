@@ -1,6 +1,6 @@
 """Faithful fake llama.cpp programs for error paths: they answer --help and --version with the
 real recorded texts, print real recorded output, then misbehave as asked (crash, hang, stop
-without stats)."""
+without stats, always or once)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
+
+HANG_SECONDS = 600  # how long a "hang" fake sleeps: a run that lasts less was stopped by its timeout
 
 SCRIPT = '''#!{python}
 import os, signal, sys, time
@@ -22,13 +24,16 @@ behaviour = {behaviour!r}
 out = (rec.with_suffix(".stdout")).read_text()
 err = (rec.with_suffix(".stderr")).read_text()
 if behaviour == "hang":
-    sys.stderr.write(err[: len(err) // 3]); sys.stderr.flush(); time.sleep(600)
+    sys.stderr.write(err[: len(err) // 3]); sys.stderr.flush(); time.sleep({hang})
 if behaviour == "killed":
     sys.stdout.write(out[: len(out) // 2]); sys.stdout.flush()
     sys.stderr.write(err[: len(err) // 2]); sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 if behaviour == "no-stats":
     sys.stdout.write(out); sys.exit(0)
+marker = Path(sys.argv[0] + ".lost-once")
+if behaviour == "lost-tail-once" and not marker.exists():  # llama.cpp's log thread not flushed at exit, once
+    marker.write_text(""); sys.stdout.write(out[: len(out) // 2]); sys.exit(0)
 if behaviour == "fail":
     sys.stderr.write("error: failed to load model 'x.gguf'\\n"); sys.exit(1)
 sys.stdout.write(out); sys.stderr.write(err)
@@ -36,14 +41,17 @@ sys.stdout.write(out); sys.stderr.write(err)
 
 
 def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570") -> Path:
-    """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings."""
+    """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings
+    (and a llama-server that answers --help and --version, enough to open the server backend)."""
     rec = FIXTURES / commit
     folder.mkdir(parents=True, exist_ok=True)
     for program, recorded, behaviour in (("llama-speculative", "speculative", speculative),
-                                         ("llama-completion", "completion", completion)):
+                                         ("llama-completion", "completion", completion),
+                                         ("llama-server", "completion", "ok")):  # --help and --version only
         path = folder / program
         path.write_text(SCRIPT.format(python=sys.executable, recorded=str(rec / recorded), help=str(rec / f"{program}.help.txt"),
-                                      version=str(rec / f"{program}.version.txt"), behaviour=behaviour))
+                                      version=str(rec / f"{program}.version.txt"), behaviour=behaviour,
+                                      hang=HANG_SECONDS))
         path.chmod(0o755)
     return folder
 
@@ -53,7 +61,7 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
-from llamaspec.backend import Capabilities, Measurement, ModelPath, ResolvedCase  # noqa: E402
+from llamaspec.backend import Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase  # noqa: E402
 
 
 @dataclass
@@ -103,6 +111,11 @@ class FakeEngine:
 
     def close(self) -> None:
         return None
+
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        argv = ["fake-serve", case.target.path, *(["--draft", case.draft.path, "-k", str(case.settings.draft_max)]
+                                                   if speculative and case.draft else [])]
+        return Deployment(self.name, speculative and case.draft is not None, "fake", (Command.shell("fake-serve", argv),))
 
     def speedup_of(self, k: int) -> float:
         accepted = self.alpha * (1 - self.alpha ** k) / (1 - self.alpha)  # expected accepted per round

@@ -25,9 +25,12 @@ def tiny_gguf(path: Path, *, tokens: list[str] | None = None, tokenizer: str = "
                             add_bos=add_bos, bos=bos, eos=eos, write_tensors=write_tensors)
 
 
-def hf_checkpoint(folder: Path, seed: int = 0) -> Path:
+def hf_checkpoint(folder: Path, seed: int = 0, tokenizer_from: Path | None = None, layers: int = 2,
+                  byte_fallback: bool = False) -> Path:
     """A Hugging Face-format Llama checkpoint: config.json, safetensors weights, a SentencePiece
-    tokenizer.model trained here on a few hundred lines (64 pieces)."""
+    tokenizer.model trained here on a few hundred lines (64 pieces; with ``byte_fallback`` 320, the
+    256 byte pieces among them, so any text tokenizes as with Llama's own), or the one of the
+    checkpoint ``tokenizer_from`` (a pair that shares its vocabulary, as CodeLlama and TinyLlama do)."""
     import sentencepiece as spm
     from safetensors.numpy import save_file
 
@@ -36,11 +39,15 @@ def hf_checkpoint(folder: Path, seed: int = 0) -> Path:
     words = ["def", "sort", "quick", "list", "return", "if", "else", "for", "in", "range", "len", "pivot", "left", "right", "python", "the", "a", "of", "to", "and"]
     lines = [" ".join(rng.choice(words, 12)) for _ in range(400)]
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=64, model_type="bpe",
-                                   character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+    if tokenizer_from is not None:
+        model.write((tokenizer_from / "tokenizer.model").read_bytes())
+    else:
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=320 if byte_fallback else 64,
+                                       model_type="bpe", character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                                       byte_fallback=byte_fallback, minloglevel=2)
     (folder / "tokenizer.model").write_bytes(model.getvalue())
     n_vocab = spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
-    h, ff, layers = 64, 128, 2
+    h, ff = 64, 128
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": ff,
               "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": n_vocab,
               "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 1,
@@ -52,6 +59,10 @@ def hf_checkpoint(folder: Path, seed: int = 0) -> Path:
 
     tensors = {"model.embed_tokens.weight": w(n_vocab, h), "model.norm.weight": np.ones(h, np.float16),
                "lm_head.weight": w(n_vocab, h)}
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    for i in range(n_vocab):  # never generate a byte or control piece: the output stays text, with no early end
+        if sp.is_byte(i) or sp.is_control(i) or sp.is_unknown(i):
+            tensors["lm_head.weight"][i] = 0
     for i in range(layers):
         p = f"model.layers.{i}."
         for n in "qkvo":

@@ -354,14 +354,22 @@ import sys, time
 from pathlib import Path
 
 args = sys.argv[1:]
-if args[0] != "--build":
+if args[0] != "--build":  # configure: a CMake cache in the -B folder
+    tree = Path(args[args.index("-B") + 1])
+    tree.mkdir(parents=True, exist_ok=True)
+    (tree / "CMakeCache.txt").write_text("")
     sys.exit(0)
 build_dir = Path(args[1])
 targets = args[args.index("--target") + 1:]
+with open(build_dir / "builds.txt", "a") as f:
+    f.write(" ".join(targets) + "\n")
 for line in Path({log!r}).read_text().splitlines():
     print(line, flush=True)
     if line.startswith("[") and "ggml-cpu.dir/ggml-cpu/ops.cpp" in line:
-        time.sleep(1.5)  # the long compile of one big file: no output meanwhile
+        # the long compile of one big file: no output until the test has seen its heartbeats
+        release, deadline = Path({release!r}), time.monotonic() + 60
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 (build_dir / "bin").mkdir(parents=True, exist_ok=True)
 for name in targets:
     (build_dir / "bin" / name).write_text("#!/bin/sh\n")
@@ -377,20 +385,37 @@ def test_compile_reports_steps_and_a_heartbeat_while_a_file_compiles(
 
     fake = tmp_path / "fakebin" / "cmake"
     fake.parent.mkdir()
-    fake.write_text(FAKE_CMAKE.replace("{python}", sys.executable).replace("{log!r}", repr(str(BUILD_LOG))))
+    release = tmp_path / "ops.cpp-compiled"
+    fake.write_text(FAKE_CMAKE.replace("{python}", sys.executable).replace("{log!r}", repr(str(BUILD_LOG)))
+                    .replace("{release!r}", repr(str(release))))
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(build, "HEARTBEAT_SECONDS", 0.4)
+    monkeypatch.setattr(build, "HEARTBEAT_SECONDS", 0.2)
+
+    class ReleaseAfterHeartbeats(logging.Handler):  # ops.cpp "compiles" until two heartbeats were said
+        def emit(self, record: logging.LogRecord) -> None:
+            line = record.getMessage()
+            if line.endswith("compiling ggml-cpu: ops.cpp") and "7.0%" in line:
+                self.seen = getattr(self, "seen", 0) + 1
+                if self.seen >= 3:
+                    release.touch()
+
+    handler = ReleaseAfterHeartbeats()
+    logging.getLogger("llamaspec").addHandler(handler)
     caplog.set_level(logging.INFO, logger="llamaspec")
-    record = build._compile(_plan("cpu"), jobs=2)
+    try:
+        record = build._compile(_plan("cpu"), jobs=2)
+    finally:
+        logging.getLogger("llamaspec").removeHandler(handler)
     assert sorted(Path(record.bin_dir).iterdir()) == [Path(record.bin_dir) / n for n in
                                                        ("llama-completion", "llama-quantize", "llama-speculative")]
     assert not (Path(record.bin_dir).parent / "manifest.json").exists()  # written only after the smoke test
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("building 3 programs")]
     assert lines and not any("ETA" in line for line in lines)
-    stuck = [line for line in lines if line.endswith("compiling ggml-cpu: ops.cpp") and "21.0%" in line]
-    assert len(stuck) >= 3, lines  # the 20 % line, then heartbeats while ops.cpp compiles
+    # CMake's 21 % of the first of 3 target passes: 7 % of the whole build
+    stuck = [line for line in lines if line.endswith("compiling ggml-cpu: ops.cpp") and "  7.0%" in line]
+    assert len(stuck) >= 3, lines  # the 7 % line, then heartbeats while ops.cpp compiles
     assert any(r.getMessage().startswith("built llama.cpp in") for r in caplog.records)
 
 
@@ -400,7 +425,6 @@ def test_a_second_build_of_the_same_folder_waits_and_reuses_the_first(
     other's work directory mid-compile. Now the second waits for the first and takes its build."""
     import logging
     import threading
-    import time
 
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(build, "LOCK_NOTICE_SECONDS", 0.1)
@@ -413,21 +437,123 @@ def test_a_second_build_of_the_same_folder_waits_and_reuses_the_first(
         raise AssertionError("compiled again although the other process had just built it")
 
     monkeypatch.setattr(build, "_compile", must_not_compile)
-    holding, released = threading.Event(), threading.Event()
+    holding, released, noticed = threading.Event(), threading.Event(), threading.Event()
+
+    class Notice(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for the same llama.cpp build" in record.getMessage():
+                noticed.set()
 
     def first_process() -> None:
         with build.exclusive(the_plan.folder):
             holding.set()
-            time.sleep(0.6)
+            noticed.wait(60)  # held until the second has said it waits, however slow the machine
             (the_plan.folder / "bin").mkdir(parents=True)
             build.stamp_smoke_host(build.Build(bin_dir=str(the_plan.folder / "bin"), commit="0c1e570", accel="cpu"))
         released.set()
 
     other = threading.Thread(target=first_process)
     other.start()
-    assert holding.wait(5)
+    assert holding.wait(60)
     caplog.set_level(logging.INFO, logger="llamaspec")
-    result = build.build("cpu", source=the_plan.source)
+    notice = Notice()
+    logging.getLogger("llamaspec").addHandler(notice)
+    try:
+        result = build.build("cpu", source=the_plan.source)
+    finally:
+        logging.getLogger("llamaspec").removeHandler(notice)
     other.join()
     assert released.is_set() and result.bin_dir == str(the_plan.folder / "bin")
     assert any("waiting for the same llama.cpp build in another llamaspec (pid" in r.getMessage() for r in caplog.records)
+
+
+def test_build_progress_only_moves_forward_over_every_target_pass() -> None:
+    """A real 6-program build (its progress lines, recorded at 0c1e570): CMake counts 0-100 % per
+    target pass, so the raw figure read 100 % then 7 %, 69 %...; the whole build's never falls."""
+    recorded = (BUILD_LOG.parent / "build-6-targets-steps.log").read_text().splitlines()
+    targets = recorded[0].split("--target ")[1].split()
+    assert len(targets) == 6
+    raw = [s[0] for s in map(build.build_step, recorded) if s is not None]
+    assert any(b < a for a, b in zip(raw, raw[1:], strict=False))  # the recording does fall back
+    overall = build.BuildProgress(len(targets))
+    shown = [(pct, note) for pct, note in (overall.step(line) or (None, "") for line in recorded) if pct is not None]
+    percents = [pct for pct, _ in shown]
+    assert len(shown) == len(raw) and percents == sorted(percents) and percents[-1] == 100.0
+    assert overall.passes_done == 5 and 100.0 not in percents[:-3]  # 100 % only in the last pass's final lines
+    built = {note.removeprefix("built "): pct for pct, note in shown if note.removeprefix("built ") in targets}
+    for k, name in enumerate(targets):  # pass k ends at (k + 1) / 6 of the bar
+        assert built[name] == pytest.approx(100.0 * (k + 1) / 6), (name, built)
+
+
+def test_progress_never_goes_backwards(caplog: pytest.LogCaptureFixture) -> None:
+    import io
+
+    from llamaspec.progress import Progress
+
+    bar = Progress("x", stream=io.StringIO(), eta=False)
+    bar.update(50, "half")
+    bar.update(30, "less")
+    assert bar.done == 50 and bar.note == "less"
+    bar.close()
+
+
+def test_the_first_step_leaves_the_server_for_when_it_is_first_needed() -> None:
+    targets = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple",
+               "completion": "llama-completion", "quantize": "llama-quantize", "bench": "llama-bench",
+               "server": "llama-server", "rpc-server": "ggml-rpc-server"}
+    now, later = build.first_step(targets)
+    assert later == {"server": "llama-server"}  # what the demo never runs
+    assert now == {r: t for r, t in targets.items() if r != "server"}  # everything make demo calls, and RPC when asked
+
+
+def test_a_pending_server_is_built_into_the_same_folder_on_first_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first step builds what the demo runs and keeps its CMake tree; llama-server, looked up
+    for the first time, is one more `cmake --build --target llama-server` there, recorded in the
+    same manifest; a later lookup builds nothing."""
+    import sys
+
+    from llamaspec.llamacpp import server, smoke
+
+    fake = tmp_path / "fakebin" / "cmake"
+    fake.parent.mkdir()
+    release = tmp_path / "released"
+    release.touch()
+    fake.write_text(FAKE_CMAKE.replace("{python}", sys.executable).replace("{log!r}", repr(str(BUILD_LOG)))
+                    .replace("{release!r}", repr(str(release))))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "check_tools", lambda: None)
+    monkeypatch.setattr(server, "ServerBackend", lambda b: b)  # what open_backend hands over is the build itself
+    plan = _plan("cpu")
+    plan = BuildPlan(plan.source, plan.accel, plan.cmake_defs, plan.extra_args, plan.cpu_disable,
+                     {**plan.targets, "server": "llama-server"}, plan.native_isa)
+    first = build._compile(plan, jobs=2)
+    assert "server" not in first.programs and first.pending == {"server": "llama-server"}
+    work = build.work_dir(plan.folder) / "cmake"
+    assert (work / "builds.txt").read_text() == "llama-completion llama-quantize llama-speculative\n"
+    first = build.stamp_smoke_host(first)  # what build() does after the smoke test
+    build.point_latest(build.pointer_name(first), first.commit, plan.folder)
+    monkeypatch.setattr(smoke, "_run", lambda argv, name, log_path, usage_ok=False: None)
+
+    from llamaspec.backend import BackendOptions
+
+    got = server.open_backend(BackendOptions(accel="cpu"))  # the first lookup of llama-server
+    assert got.programs["server"] == "llama-server" and got.pending == {} and got.bin_dir == first.bin_dir
+    assert (Path(got.bin_dir) / "llama-server").is_file()
+    assert build.load_build(plan.folder) == got  # in the same manifest
+    assert not work.exists()  # nothing pending: the CMake tree is let go
+    assert build.ensure_program(got, "server") is got  # built: nothing more to do
+    assert build.ensure_program(build.find("cpu"), "server") == got
+
+
+@pytest.mark.llamacpp
+def test_the_real_build_is_reused_for_the_server(llama_build) -> None:
+    """The cached pinned build: its llama-server built (now, or by the first step of an older llamaspec)
+    or pending; looking it up builds it at most once, into the same folder, and then reuses it."""
+    with_server = build.ensure_program(llama_build, "server")
+    assert "server" in with_server.programs and with_server.pending == {}
+    assert Path(with_server.bin_dir) == Path(llama_build.bin_dir) and (Path(with_server.bin_dir) / "llama-server").is_file()
+    assert build.ensure_program(with_server, "server") is with_server
+    assert build.load_build(Path(with_server.bin_dir).parent) == with_server

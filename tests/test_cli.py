@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -145,3 +146,82 @@ def test_a_prompt_set_refuses_a_transformers_experiment(tmp_path) -> None:
     prompts.write_text('{"prompt": "hello"}\n')
     result = CliRunner().invoke(main, ["prompts", "run", "hf-smollm2-quicksort", "--prompts", str(prompts)])
     assert result.exit_code != 0 and "uses the transformers backend" in result.output, result.output
+
+
+@pytest.mark.parametrize(("args", "error", "hint"), [
+    (["run", "smollm2-quicksort", "--threads", "0"], "--threads 0: must be at least 1, got 0", "--threads: CPU threads"),
+    (["run", "smollm2-quicksort", "-t", "two"], "--threads two: expected a whole number", "--threads: CPU threads"),
+    (["sweep", "smollm2-quicksort", "--draft", "1,2", "--n-predict", "0"], "--n-predict 0: must be at least 1, got 0",
+     "--n-predict: tokens to generate"),
+    (["tune", "smollm2-quicksort", "--timeout", "-5"], "--timeout -5: must not be negative, got -5", "--timeout: seconds"),
+    (["sweep", "smollm2-quicksort", "--threads", "0..2"], "--threads: '0..2': 0: must be at least 1, got 0", "--threads: CPU"),
+])
+def test_a_bad_setting_on_the_command_line_is_one_line_naming_the_flag(args: list[str], error: str, hint: str) -> None:
+    """Checked by Settings before anything runs (0 threads once reached llama.cpp, which read it as all cores)."""
+    done = CliRunner().invoke(main, args)
+    lines = [line for line in done.output.splitlines() if line.strip()]
+    assert done.exit_code == 1 and lines[0] == f"Error: {error}" and lines[1].startswith(f"Hint: {hint}"), done.output
+    assert len(lines) == 2, done.output
+
+
+def test_settings_refuse_a_bad_value_whoever_builds_them() -> None:
+    """The one place the rules live: a library caller, the cluster's payloads and a sweep all build a Settings."""
+    from llamaspec.settings import SettingError, Settings
+
+    for bad in ({"threads": 0}, {"threads_draft": 0}, {"parallel": 0}, {"ctx_size": 0}, {"draft_max": 0},
+                {"n_predict": -1}, {"timeout": 0.0}, {"temperature": -0.5}, {"draft_p_min": 2.0}):
+        with pytest.raises(SettingError) as err:
+            Settings(**bad)
+        assert err.value.setting == next(iter(bad)), bad
+    with pytest.raises(SettingError, match="must be at least 1"):
+        Settings.from_dict({"threads": 0})
+    assert Settings(threads=1, draft_min=0, seed=-1, timeout=2).timeout == 2.0  # checked form: a float
+
+
+def _unwritable(tmp_path) -> str:
+    """A data folder this process cannot write in: read-only by its mode, or (as root, who writes
+    anywhere) a place the kernel refuses."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if not os.access(folder, os.W_OK):
+        return str(folder / "data")
+    probe = Path("/sys/llamaspec-test-data")
+    try:
+        probe.mkdir()
+    except OSError:
+        return str(probe / "data")
+    probe.rmdir()
+    pytest.skip("this process can write everywhere it could try")
+
+
+def test_an_unwritable_data_folder_is_one_line_before_anything_runs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fakes import fake_bin_dir
+
+    monkeypatch.setenv("LLAMASPEC_DATA", _unwritable(tmp_path))
+    bins = fake_bin_dir(tmp_path / "bin")
+    for args in (["results", "list"], ["run", "smollm2-quicksort", "--bin-dir", str(bins), "-n", "4"]):
+        done = CliRunner().invoke(main, args)
+        lines = [line for line in done.output.splitlines() if line.startswith(("Error", "Hint", "Traceback"))]
+        assert done.exit_code == 1 and len(lines) == 2, done.output
+        assert lines[0].startswith(f"Error: cannot write in {os.environ['LLAMASPEC_DATA']}: "), done.output
+        assert lines[1].startswith("Hint: set LLAMASPEC_DATA (now ") and "to a folder you can write in" in lines[1]
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("LLAMASPEC_DATA", str(tmp_path / "file" / "data"))
+    done = CliRunner().invoke(main, ["results", "list"])
+    assert done.exit_code == 1 and "Not a directory" in done.output and "Traceback" not in done.output, done.output
+
+
+def test_a_permission_error_writing_anywhere_is_one_line(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import click
+
+    @click.command("denied")
+    def denied() -> None:
+        raise PermissionError(13, "Permission denied", str(tmp_path / "plots" / "speedup.png"))
+
+    monkeypatch.setitem(main.commands, "denied", denied)
+    done = CliRunner().invoke(main, ["denied"])
+    assert done.exit_code == 1, done.output
+    assert done.output.splitlines() == [f"Error: cannot write {tmp_path / 'plots' / 'speedup.png'}: Permission denied",
+                                        f"Hint: fix the permissions of {tmp_path / 'plots' / 'speedup.png'}, or point "
+                                        "llamaspec elsewhere (LLAMASPEC_DATA, LLAMASPEC_CACHE)"]

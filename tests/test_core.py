@@ -131,17 +131,21 @@ def test_compare_outputs_on_tokens_and_text() -> None:
     assert both.verdict == "identical"
 
 
-def test_ties_recommend_the_cheapest_and_never_a_differing_point(fake_models) -> None:
+def test_the_decision_takes_the_cheapest_as_good_and_never_a_differing_point(fake_models) -> None:
     engine = FakeEngine(drift=0.0, alpha=0.95, draft_cost=0.02, noise=(1.0, 1.12, 0.88, 1.0, 1.1), differ_at_k=(12,))
     store = Store.open()
     (res,) = sweep.run_sweep(exp(3), {"draft_max": (2, 8, 10, 12)}, engine, store)
     rep = analysis.sweep_report(store, res.sweep_id, plot=False)
-    group = rep.groups[0]
-    assert 12 not in [r.draft_max for r in group.ties]  # it differs: never a candidate
-    assert {r.draft_max for r in group.ties} >= {8, 10}
-    assert group.recommended is not None and group.recommended.draft_max == min(r.draft_max for r in group.ties)
+    decision = rep.decision()
+    assert ("", 12) not in [e.key for e in decision.estimates]  # it differs: never a candidate
+    assert decision.verdict == "recommend" and decision.chosen is not None and decision.chosen.shown_faster
+    # the cheapest of the settings shown faster whose estimate is within the tolerance of the best one
+    faster = [e for e in decision.estimates if e.shown_faster]
+    top = max(e.estimate for e in faster)
+    assert decision.chosen.estimate >= top * (1 - decision.tolerance)
+    assert decision.chosen.cost == min(e.cost for e in faster if e.estimate >= top * (1 - decision.tolerance))
     text = rep.render()
-    assert "recommended: draft" in text and "DIFFERS" in text
+    assert "recommended: draft" in text and "DIFFERS" in text and "how sure:" in text
 
 
 def test_repeats_auto_stops_when_the_interval_is_narrow() -> None:
@@ -159,13 +163,14 @@ def test_noisy_baseline_is_named(fake_models) -> None:
     assert any("varies by" in w for w in result.summary.warnings)
 
 
-def test_tune_recommends_from_the_tie_set(fake_models) -> None:
+def test_tune_recommends_by_the_decision_rule(fake_models) -> None:
     engine = FakeEngine(drift=0.0)
     (result,) = tune.tune(exp(2), engine, Store.open(), variants=())
     assert result.recommended is not None
-    assert result.recommended in result.ties
+    decision = result.decision
+    assert decision.chosen is not None and decision.chosen.key == result.recommended[0] and decision.chosen.shown_faster
     text = result.render()
-    assert "recommended:" in text and "tie set" in text
+    assert "recommended:" in text and "how sure:" in text and f"(run {result.recommended[1]['id']})" in text
     assert "draft-free n-gram modes" in text  # the fake declares none
     json.dumps(result.as_dict())
 
@@ -178,14 +183,14 @@ def test_summary_round_trips_through_storage() -> None:
 
 def test_a_draft_that_never_pays_is_not_recommended(fake_models) -> None:
     # A poor draft (alpha 0.2) that costs as much as half a target step: every k is slower than the
-    # target alone. The tie set is still shown, but the advice is to run without a draft.
+    # target alone: the advice is to run without a draft.
     engine = FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5)
     store = Store.open()
     (res,) = sweep.run_sweep(exp(2), {"draft_max": (1, 4, 8)}, engine, store)
     rep = analysis.sweep_report(store, res.sweep_id, plot=False)
     assert all(r.speedup is not None and r.speedup.median < 1.0 for r in rep.groups[0].rows)
-    assert rep.groups[0].ties and rep.groups[0].recommended is None and rep.recommendation() is None
-    assert "recommended: no draft (no setting beats the target alone" in rep.render()
+    assert rep.decision().verdict == "no draft" and rep.groups[0].decision.verdict == "no draft"
+    assert "recommended: no draft (measured no gain)" in rep.render()
     (tuned,) = tune.tune(exp(2), FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5), Store.open(), variants=())
     assert tuned.best is not None and tuned.recommended is None
     assert "recommended: no draft" in tuned.render()

@@ -121,7 +121,7 @@ def test_completion_programs_take_no_cnv() -> None:
 
 def test_current_speculative_argv_matches_the_recorded_run() -> None:
     c = caps(NEW, "llama-speculative")
-    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings())
+    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings(), "speculative")
     assert ("--spec-draft-n-max", "8") in pairs(argv)
     assert ("--spec-type", "draft-simple") in pairs(argv)
     assert not any(a in argv for a in ("--draft-max", "--draft", "--draft-n"))
@@ -130,7 +130,7 @@ def test_current_speculative_argv_matches_the_recorded_run() -> None:
 
 def test_2025_speculative_argv_matches_the_recorded_run() -> None:
     c = caps(OLD, "llama-speculative")
-    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings())
+    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings(), "speculative")
     assert ("--draft-max", "8") in pairs(argv)
     assert "--spec-type" not in argv and "--spec-draft-n-max" not in argv
     assert pairs(argv) == pairs(recorded(OLD, "speculative"))
@@ -147,14 +147,14 @@ def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
     s = settings(draft=None, draft_max=None, spec_type="ngram-simple")
     for generation in (NEW, OLD):
         with pytest.raises(LlamaspecError, match="llama-speculative needs a draft model") as err:
-            flags.speculative_argv(caps(generation, "llama-speculative"), Path("/bin/llama-speculative"), s)
+            flags.speculative_argv(caps(generation, "llama-speculative"), Path("/bin/llama-speculative"), s, "speculative")
         assert "llama-server" in (err.value.hint or "")
     with_draft = settings(spec_type="draft")
     assert ("--spec-type", "draft-simple") in pairs(
-        flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), with_draft))
+        flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), with_draft, "speculative"))
     with pytest.raises(LlamaspecError, match="does not know --spec-type"):
         flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"),
-                               settings(spec_type="ngram-nonsense"))
+                               settings(spec_type="ngram-nonsense"), "speculative")
 
 
 def test_every_setting_reaches_llama_cpp_through_the_table_or_is_refused() -> None:
@@ -298,7 +298,7 @@ def test_2023_argv_matches_the_recorded_run(folder: Path) -> None:
     s = settings(target=f"/tmp/ls-models/smollm2-135m-f32-{variant}.gguf",
                  draft=f"/tmp/ls-models/smollm2-135m-q4_1-{variant}.gguf", threads=1,
                  extra_args=("--repeat-penalty", "1.0"))
-    argv = flags.speculative_argv(c, Path("/bin/speculative"), s)
+    argv = flags.speculative_argv(c, Path("/bin/speculative"), s, "speculative")
     assert ("--draft", "8") in pairs(argv) and "--draft-max" not in argv
     assert pairs(argv) == pairs(recorded(folder, "speculative"))
     main = flags.completion_argv(caps(folder, "main"), Path("/bin/main"), replace(s, draft=None, settings=replace(s.settings, draft_max=None)))

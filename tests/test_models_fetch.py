@@ -227,6 +227,7 @@ def _real_catalog(home: Path) -> None:
     shutil.copyfile(ROOT / "models" / "catalog.yaml", home / "catalog.yaml")
 
 
+@pytest.mark.convert  # the error after the conversion requirements were found
 def test_missing_repo_offline_is_one_line_with_a_hint(home: Path, hf_cache: Path, stub_tree: Path) -> None:
     write_catalog(home, {"ghost": {"source": {"kind": "hf", "repo": "llamaspec-tests/does-not-exist"}, "variants": ["f16"]}})
     with pytest.raises(LlamaspecError) as err:
@@ -236,6 +237,7 @@ def test_missing_repo_offline_is_one_line_with_a_hint(home: Path, hf_cache: Path
     assert "unset HF_HUB_OFFLINE" in (err.value.hint or "")
 
 
+@pytest.mark.convert  # the error after the conversion requirements were found
 def test_unreachable_hub_is_one_line_with_a_hint(tmp_path: Path, stub_tree: Path) -> None:
     """Online, the first call goes to the Hub; here the Hub is a closed local port."""
     root = tmp_path / "project"
@@ -264,7 +266,8 @@ def test_missing_torch_is_named_before_any_download(home: Path, hf_cache: Path, 
     _real_catalog(home)
     with pytest.raises(LlamaspecError) as err:
         models.resolve("codellama-7b", "f16")
-    assert err.value.message.startswith("converting a Hugging Face checkpoint needs torch, not installed")
+    missing = " and ".join(["torch"] + (["transformers"] if real("transformers") is None else []))  # dev extra only: both
+    assert err.value.message.startswith(f"converting a Hugging Face checkpoint needs {missing}, not installed")
     assert err.value.hint == "install the conversion requirements: pip install -e '.[convert]'"
 
 
@@ -304,7 +307,7 @@ def test_tinyllama_under_its_former_name_is_converted_quantized_and_runs(
     models.check_pair(f16, q4)
     program = llama_build.program("speculative")
     argv = flags.speculative_argv(flags.program_flags(program), program, flags.Invocation.of(
-        target=str(f16.path), draft=str(q4.path), prompt="def quick", n_predict=8, draft_max=2, threads=2, ctx_size=256))
+        target=str(f16.path), draft=str(q4.path), prompt="def quick", n_predict=8, draft_max=2, threads=2, ctx_size=256), "speculative")
     proc.run(argv, timeout=120, log_path=tmp_path / "speculative.log")
 
 

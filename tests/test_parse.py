@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from llamaspec.backend import Measurement, tokens_per_round
 from llamaspec.cli import main
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import parse
 from llamaspec.llamacpp.parse import ParseError, Timings, parse_completion, parse_speculative
+from llamaspec.theory import LLAMA_SPECULATIVE
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 WRITEUP = FIXTURES / "writeup-2023"
@@ -78,18 +80,23 @@ def test_writeup_rounds_account_for_every_target_token(name: str) -> None:
     one batch of (1 + drafted) tokens: the target's own token counts must agree."""
     s = parse_speculative(read(WRITEUP, name))
     assert s.target is not None
-    assert s.target.prompt_eval_tokens + s.target.eval_runs == s.n_encoded + s.target_batches + s.n_drafted
-    assert s.accept == round(100 * s.acceptance, 3)
+    rounds = LLAMA_SPECULATIVE.rounds(s.n_predict, s.n_accept)  # the program's own count: one batch a round
+    assert s.target.prompt_eval_tokens + s.target.eval_runs == s.n_encoded + rounds + s.n_drafted
+    assert s.accept == round(100 * s.n_accept / s.n_drafted, 3)
 
 
 def test_writeup_derived_quantities() -> None:
+    """Rounds and what derives from them come from the program's profile, not from the parse
+    (which keeps the printed counters only): one definition, on the Measurement."""
     s = parse_speculative(read(WRITEUP, "quicksort-python.log"))
-    assert s.rounds == 265 - 195 == 70
-    assert s.target_batches == 69
-    assert s.tokens_per_round == pytest.approx(265 / 70)
-    assert s.mean_accepted == pytest.approx(195 / 70)
-    assert s.mean_draft_length == pytest.approx(317 / 69)
-    assert s.acceptance == pytest.approx(195 / 317)
+    assert "rounds" not in s.to_dict() and "tokens_per_round" not in s.to_dict()
+    rounds = LLAMA_SPECULATIVE.rounds(s.n_predict, s.n_accept)
+    assert rounds == 265 - 195 - 1 == 69  # the first token is sampled from the prompt, outside any round
+    m = Measurement(mode="speculative", ok=True, error=None, argv=(), exit_code=0, wall_seconds=1.0, peak_rss_bytes=None,
+                    n_predict=s.n_predict, n_drafted=s.n_drafted, n_accept=s.n_accept, rounds=rounds)
+    assert m.tokens_per_round == pytest.approx((195 + 69) / 69)
+    assert m.mean_accepted == pytest.approx(195 / 69)
+    assert m.acceptance == pytest.approx(195 / 317)
 
 
 # --- the pinned tree (0c1e570, common_perf_print, log prefixes) -------------------------------------
@@ -111,9 +118,11 @@ def test_current_speculative_separate_streams() -> None:
     assert s.text is not None
     assert s.text.startswith(PROMPT + "\n\n```python\nimport random\n")
     assert s.text.endswith("        return quick_sort_")  # the framing blank lines are gone, the indent is not
-    # 15 rounds; the 14 verification batches of 1 + drafted tokens all count as the target's prompt eval
-    assert s.rounds == 15 and s.target_batches == 14
-    assert s.target.prompt_eval_tokens == s.n_encoded + s.target_batches + s.n_drafted
+    # 14 verification rounds (the first token comes from the prompt): their batches of 1 + drafted
+    # tokens all count as the target's prompt eval
+    rounds = LLAMA_SPECULATIVE.rounds(s.n_predict, s.n_accept)
+    assert rounds == 14 and s.n_drafted == 8 * rounds
+    assert s.target.prompt_eval_tokens == s.n_encoded + rounds + s.n_drafted
 
 
 def test_current_speculative_verbose_has_the_draft_block() -> None:
@@ -135,8 +144,8 @@ def test_nothing_drafted_gives_no_acceptance(folder: Path) -> None:
     s = parse_speculative(*pair(folder, "speculative-no-draft"))
     assert "accept    = -nan%" in read(folder, "speculative-no-draft.stderr")
     assert (s.n_draft, s.n_drafted, s.n_accept, s.n_predict) == (0, 0, 0, 17)
-    assert s.accept is None and s.acceptance is None and s.mean_draft_length == 0.0
-    assert s.rounds == 17 and s.tokens_per_round == 1.0
+    assert s.accept is None
+    assert tokens_per_round(s.n_accept, LLAMA_SPECULATIVE.rounds(s.n_predict, s.n_accept)) == 1.0
 
 
 @pytest.mark.parametrize("folder", [NEW, OLD], ids=["0c1e570", "7841fc7"])
@@ -332,7 +341,7 @@ def test_auto_kind() -> None:
 def test_to_json_round_trips_and_has_derived_values() -> None:
     data = json.loads(parse.to_json(parse_speculative(*pair(NEW, "speculative-no-draft"))))
     assert data["kind"] == "speculative" and data["accept"] is None
-    assert data["derived"]["rounds"] == 17
+    assert "derived" not in data  # rounds and the like belong to the program's profile, not to the parse
     assert data["target"]["derived"]["eval_tokens_per_s"] == pytest.approx(16 / 2.79108)
 
 
@@ -426,7 +435,8 @@ def test_nov2023_speculative_keeps_its_draft_length() -> None:
     assert (s.n_encoded, s.n_decoded, s.decode_s) == (11, 66, 5.624)  # no BOS: the model says add_bos false
     assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.accept) == (8, 66, 55, 55, 100.0)
     # every drafted token decoded on the draft model, plus the target's own token of each round
-    assert s.draft is not None and s.draft.eval_runs == s.rounds + s.n_drafted == 66
+    rounds = s.n_predict - s.n_accept  # Nov 2023's loop: one round per token the target chose itself
+    assert s.draft is not None and s.draft.eval_runs == rounds + s.n_drafted == 66
     none = parse_speculative(*pair(NOV2023, "speculative-no-draft"))
     assert (none.n_draft, none.n_drafted, none.accept) == (0, 0, None)  # "accept = -nan%"
     assert parse_speculative(read(NOV2023, "speculative-combined.log")).n_draft == 4
@@ -443,8 +453,8 @@ CASES_2023 = [(WRITEUP, "quicksort-python.log"), (WRITEUP, "quicksort-c.log")] +
 def test_2023_rounds_formula_accounts_for_every_target_token(folder: Path, case: str) -> None:
     s = parse_speculative(read(folder, case)) if case.endswith(".log") else parse_speculative(*pair(folder, case))
     assert s.target is not None and s.target.prompt_eval_tokens is not None and s.target.eval_runs is not None
-    batches = s.n_predict - s.n_accept - 1
-    assert s.target_batches == batches
+    batches = LLAMA_SPECULATIVE.rounds(s.n_predict, s.n_accept)
+    assert batches == s.n_predict - s.n_accept - 1
     assert s.n_encoded + batches + s.n_drafted == s.target.prompt_eval_tokens + s.target.eval_runs
 
 

@@ -130,7 +130,7 @@ def test_alpaca_from_the_hub_offline_without_a_cache_says_what_to_do(tmp_path: P
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    with pytest.raises(LlamaspecError, match="tatsu-lab/alpaca is not in the Hugging Face cache") as info:
+    with pytest.raises(LlamaspecError, match="dataset tatsu-lab/alpaca@main is not in the Hugging Face cache") as info:
         prompts.load("alpaca")
     assert "alpaca:PATH" in (info.value.hint or "")
 
@@ -150,6 +150,7 @@ def test_alpaca_from_a_populated_hub_cache_offline(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     got = prompts.load(prompts.parse_source("alpaca", limit=1))
     assert [p.id for p in got.prompts] == ["alpaca-1"] and got.total == 2
 
@@ -172,6 +173,7 @@ def test_alpaca_hub_parquet_from_a_populated_cache_offline(tmp_path: Path, monke
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     got = prompts.load(prompts.parse_source("alpaca", format="alpaca"))
     assert got.total == 2 and got.skipped == ("record 3: no \"instruction\"",)
     assert [p.category for p in got.prompts] == ["no-input", "with-input"] and not got.prompts[0].chat

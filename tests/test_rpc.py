@@ -82,6 +82,7 @@ def test_a_build_without_rpc_is_refused_with_the_command_that_makes_one(tmp_path
     assert "llamaspec build --rpc" in (err.value.hint or "")
 
 
+@pytest.mark.llamacpp  # reads the pinned source tree's CMake files
 def test_the_build_plan_adds_the_rpc_flag_and_server_and_keeps_its_own_cache_entry() -> None:
     from llamaspec.llamacpp import source
 

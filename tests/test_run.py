@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fakes import FIXTURES, fake_bin_dir
+from fakes import FIXTURES, HANG_SECONDS, fake_bin_dir
 
 from llamaspec import report
 from llamaspec.backend import ModelPath, ResolvedCase
@@ -88,7 +88,7 @@ def test_timeout_stops_the_program(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "r.sqlite")
     result = run_case(case(tmp_path, timeout=2.0), backend(tmp_path, completion="hang"), store, hardware=HW)
     assert result.status == "failed" and "timed out after 2 s" in (result.error or "")
-    assert result.measurements[0].wall_seconds < 30
+    assert result.measurements[0].wall_seconds < HANG_SECONDS  # stopped by the timeout, not by the fake's own end
 
 
 def test_output_without_stats_is_a_clear_failure(tmp_path: Path) -> None:
@@ -96,6 +96,15 @@ def test_output_without_stats_is_a_clear_failure(tmp_path: Path) -> None:
     result = run_case(case(tmp_path), backend(tmp_path, speculative="no-stats"), store, hardware=HW)
     assert result.status == "failed"
     assert "llama-speculative output:" in (result.error or "")
+
+
+def test_output_that_lost_its_end_once_is_run_again(tmp_path: Path) -> None:
+    """llama.cpp never joins its log thread: a short run can exit 0 before its timings are written."""
+    store = Store.open(tmp_path / "r.sqlite")
+    result = run_case(case(tmp_path), backend(tmp_path, completion="lost-tail-once"), store, hardware=HW)
+    assert result.status == "ok" and result.measurements[0].decode_tps
+    lost = sorted(p.name for p in Path(result.measurements[0].log_path).parent.iterdir() if ".lost-tail-" in p.name)
+    assert lost == [Path(result.measurements[0].log_path).stem + ".lost-tail-1.log"]
 
 
 def test_program_error_names_its_message(tmp_path: Path) -> None:
@@ -119,6 +128,11 @@ def test_generated_part_drops_the_echoed_prompt(tmp_path: Path) -> None:
     assert found and not text.startswith("# Quick-sort") and text and spec.text.endswith(text)
     assert generated_part("# Quick-sort implementation in Python and sample usage:", c) == ("", True)  # cut after the prompt
     assert process_escapes("a\\nb\\tc\\x41") == "a\nb\tcA"
+    # llama-speculative echoes a Llama (SPM) prompt with its BOS piece, llama-completion without it
+    prompt = "# Quick-sort implementation in Python and sample usage:"
+    assert generated_part(f"<s> {prompt} def quick", c) == (" def quick", True)
+    assert generated_part(f" {prompt} def quick", c) == (" def quick", True)
+    assert generated_part("<s> def quick", c) == ("<s> def quick", False)  # no echo: left whole
 
 
 def test_p_min_is_refused_on_the_program_that_ignores_it(tmp_path: Path) -> None:

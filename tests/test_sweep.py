@@ -42,7 +42,8 @@ def test_value_lists(text: str, values: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [("", "empty value"), ("1,,2", "empty value"), ("a", "'a' is not a valid value"),
-                                                ("8..1", "empty range"), ("-2", "must not be negative"), ("1..4:0", "empty range")])
+                                                ("8..1", "empty range"), ("-2", "must be at least 1, got -2"), ("1..4:0", "empty range"),
+                                                ("0..2", "'0..2': 0: must be at least 1, got 0")])
 def test_bad_value_lists(text: str, message: str) -> None:
     with pytest.raises(LlamaspecError, match=message):
         sweep.parse_values("draft_max", text)

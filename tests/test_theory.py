@@ -527,3 +527,15 @@ def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:
     adaptive = replace(fixed, draft=DraftCheck(8, 22, "adaptive", None))
     assert "adapts its draft length" in (analysis.analyze_rows([analysis.PointRow(1, "", 8, adaptive)])[2] or "")
     assert "adapts" not in (analysis.analyze_rows([analysis.PointRow(1, "", 8, fixed)])[2] or "")
+
+
+def test_one_point_fit_recovers_the_model_that_made_the_point() -> None:
+    from llamaspec.theory import accept_rate, fit_one_point, paper_speedup
+
+    alpha, k, c = 0.7, 8, 0.15
+    fit = fit_one_point(accept_rate(alpha, k), k, paper_speedup(alpha, k, c))
+    assert fit is not None
+    assert fit.alpha == pytest.approx(alpha, abs=1e-6) and fit.cost_ratio == pytest.approx(c, abs=1e-6)
+    assert fit.best_draft == max(range(1, 17), key=lambda n: paper_speedup(alpha, n, c))
+    assert fit.best_draft < k  # at this cost, 8 drafts are too many: the forecast says shorter
+    assert fit_one_point(accept_rate(alpha, k), 0, 1.2) is None

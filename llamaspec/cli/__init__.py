@@ -61,6 +61,14 @@ class _Group(click.Group):
                        err=True)
             sys.exit(130)
         except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename and not os.environ.get("LLAMASPEC_DEBUG"):
+                from pathlib import Path
+
+                from llamaspec import paths
+
+                click.secho(f"Error: cannot write {exc.filename}: {exc.strerror}", fg="red", err=True)
+                click.echo(f"Hint: {paths.moved_by(Path(exc.filename).resolve())}", err=True)
+                sys.exit(1)
             if exc.errno != errno.ENOSPC:
                 raise
             click.secho(f"Error: no space left on the device while writing {exc.filename or 'a file'}", fg="red", err=True)

@@ -52,10 +52,12 @@ def source_show() -> None:
 @click.option("--source", "source_spec", default=None, metavar="SPEC",
               help="Build another tree: path:/your/llama.cpp (default: vendor/llama.cpp, fetched if missing).")
 @click.option("--rpc", is_flag=True, help="Also build llama.cpp's RPC server and backend (-DGGML_RPC=ON): a separate cached build.")
+@click.option("--server", "with_server", is_flag=True,
+              help="Also build llama-server now (otherwise it is built the first time a run needs it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON.")
 @click.argument("cmake_args", nargs=-1, type=click.UNPROCESSED)
-def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rpc: bool, as_json: bool,
-          cmake_args: tuple[str, ...]) -> None:
+def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rpc: bool, with_server: bool,
+          as_json: bool, cmake_args: tuple[str, ...]) -> None:
     """Build llama.cpp's programs into the build cache (reused when nothing changed).
 
     Extra CMake flags go after --, e.g. `llamaspec build -- -DGGML_CUDA_FORCE_MMQ=ON`.
@@ -76,12 +78,16 @@ def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rp
     else:
         info = sources.current()
     result = builds.build(accel, cmake_args, jobs, force, info, rpc=rpc)
+    if with_server:
+        result = builds.ensure_program(result, "server", jobs)
     if as_json:
         click.echo(json.dumps(asdict(result), indent=2))
     else:
         click.echo(f"{result.label}: {result.bin_dir}")
         for role, name in sorted(result.programs.items()):
             click.echo(f"  {role:<19} {name}")
+        for role, name in sorted(result.pending.items()):
+            click.echo(f"  {role:<19} {name} (built when first needed, or now with --server)")
 
 
 @main.command()

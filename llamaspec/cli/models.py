@@ -158,23 +158,46 @@ def show(model: str, as_json: bool) -> None:
 
 
 @models.command("fetch")
-@click.argument("name")
+@click.argument("names", nargs=-1, required=True, metavar="NAME...")
 @click.option("--variant", "variants", multiple=True, metavar="V",
-              help="A variant to make (repeatable; default: the catalog's fetch list).")
+              help="A variant to make (repeatable; default: the catalog's fetch list). With one NAME only.")
+@click.option("--update", is_flag=True,
+              help="Move each Hugging Face model's pin (models/catalog.lock) to what its revision points at now.")
 @json_option
-def fetch(name: str, variants: tuple[str, ...], as_json: bool) -> None:
-    """Download, convert and quantize a catalog model into models/NAME/ (finished files are reused).
+def fetch(names: tuple[str, ...], variants: tuple[str, ...], update: bool, as_json: bool) -> None:
+    """Download, convert and quantize catalog models into models/NAME/ (finished files are reused).
 
-    NAME may carry a variant (NAME:VARIANT), as everywhere else a model is named.
+    NAME may carry a variant (NAME:VARIANT), as everywhere else a model is named. A Hugging Face
+    checkpoint is downloaded at the commit pinned in models/catalog.lock (pinned on its first
+    fetch); before downloading, the sizes, the free disk and a time estimate are printed.
 
-    Example: llamaspec models fetch smollm2-135m --variant f16 --variant q4_0
+    Example: llamaspec models fetch codellama-7b tinyllama-1.1b-python
     """
     from llamaspec import models as core
-    from llamaspec.models import catalog
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.models import catalog, hf, store
 
-    ref = catalog.parse_ref(name)
-    wanted = ([ref.variant] if ref.variant else []) + list(variants)
-    files = core.ensure(ref.name, wanted or None)
+    if variants and len(names) > 1:
+        raise LlamaspecError("--variant applies to one model", hint="fetch one NAME with --variant, or write NAME:VARIANT")
+    cat = core.load_catalog()
+    refs = [catalog.parse_ref(n) for n in names]
+    entries = [cat.entry(r.name) for r in refs]  # every name checked before anything is downloaded
+    files: list[ModelFile] = []
+    for ref, entry in zip(refs, entries, strict=True):
+        if entry.source.kind == "hf" and not hf.offline() and (update or store.pinned_commit(entry, cat)):
+            try:
+                change = store.hub_pin(entry, cat, update=update)
+            except LlamaspecError as exc:
+                if update:
+                    raise
+                click.echo(f"warning: could not compare {entry.name}'s pin with the hub: {exc.message}", err=True)
+            else:
+                if update or change.old != change.new:
+                    note = "" if update or change.old is None else (
+                        f"; keeping the pin (llamaspec models fetch --update {entry.name} moves it)")
+                    click.echo(change.describe() + note, err=True)
+        wanted = ([ref.variant] if ref.variant else []) + list(variants)
+        files += core.ensure(ref.name, wanted or None, catalog=cat)
     if as_json:
         click.echo(json.dumps([{**_file_dict(f), "made_now": f.made_now} for f in files], indent=2))
         return
@@ -182,7 +205,8 @@ def fetch(name: str, variants: tuple[str, ...], as_json: bool) -> None:
         state = "made" if f.made_now else "already there"
         click.echo(f"{f.ref} ({state})\n{_describe_file(f)}")
     if not any(f.made_now for f in files):
-        click.echo(f"nothing to do: {', '.join(f.variant for f in files)} already fetched", err=True)
+        done = [f.variant if len(names) == 1 else f.ref for f in files]
+        click.echo(f"nothing to do: {', '.join(done)} already fetched", err=True)
 
 
 @models.command("check-pair")

@@ -35,19 +35,28 @@ def option_names(setting: str) -> tuple[str, ...]:
 
 
 class SettingValue(click.ParamType):
-    """One value of a setting, parsed and checked by the settings schema."""
+    """One value of a setting, parsed here and checked by ``Settings`` (the one place the rules
+    live); a bad one is one error line naming the flag, with a hint."""
 
-    def __init__(self, setting: str) -> None:
+    def __init__(self, setting: str, parse: Callable[[str], Any] | None = None) -> None:
         self.setting = setting
         self.name = setting
+        self.parse = parse or SWEEPABLE[setting]
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):
             return value
+        from llamaspec.errors import LlamaspecError
+
+        flag = max(param.opts, key=len) if param is not None and param.opts else option_names(self.setting)[0]
         try:
-            return check(self.setting, SWEEPABLE[self.setting](value))
-        except (ValueError, SettingError) as exc:
-            self.fail(f"{value!r}: {exc}", param, ctx)
+            return check(self.setting, self.parse(value))
+        except ValueError as exc:  # SettingError is one
+            kinds: dict[Any, str] = {int: "a whole number", float: "a number"}
+            kind = kinds.get(self.parse, "a valid value")
+            reason = str(exc) if isinstance(exc, SettingError) else f"expected {kind}"
+            command = f"`{ctx.command_path} -h`" if ctx is not None else "-h"
+            raise LlamaspecError(f"{flag} {value}: {reason}", hint=f"{flag}: {_help(self.setting)} (see {command})") from None
 
 
 class Repeats(click.ParamType):
@@ -93,13 +102,13 @@ def sweep_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 # Options every measuring command (run, sweep, tune) takes.
 COMMON_OPTIONS: list[Decorator] = [
-    click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate."),
+    click.option("--n-predict", "-n", type=SettingValue("n_predict", int), default=None, help="Tokens to generate."),
     click.option("--prompt", "-p", default=None, help="Replace the experiment's prompt."),
     click.option("--prompt-file", "-f", type=click.Path(path_type=Path), default=None, help="Read the prompt from a file."),
     click.option("--repeats", "-r", type=Repeats(), default=None,
                  help="Pairs (baseline + speculative) per setting, or 'auto': until the speedup's 95 % interval "
                       "is within +-3 % (3 to 10 pairs)."),
-    click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds before a process is stopped."),
+    click.option("--timeout", type=SettingValue("timeout", float), default=None, help="Seconds before a process is stopped."),
     click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
                  help="Use these llama.cpp binaries (any generation) instead of llamaspec's build."),
     click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
@@ -142,8 +151,12 @@ def open_engine(backend_name: str, accel: str, bin_dir: Path | None, rpc: bool =
 
 @contextlib.contextmanager
 def measuring(what: str, no_wait: bool) -> Iterator[None]:
-    """Hold the machine-wide measurement lock: one measurement at a time per machine."""
-    from llamaspec import lock
+    """Hold the machine-wide measurement lock: one measurement at a time per machine. The data
+    folder is checked first: a store that cannot be written is one line now, not after waiting and
+    measuring."""
+    from llamaspec import lock, paths
+
+    paths.writable_dir(paths.data_dir())
 
     def waiting(holder: dict[str, Any]) -> None:
         log.info("waiting for another measurement on this machine: pid %s (%s) since %s", holder.get("pid"),

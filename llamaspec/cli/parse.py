@@ -33,7 +33,7 @@ def parse_command(logfile: Path, stderr_file: Path | None, kind: str) -> None:
     \b
     Example:
       llama-speculative -m big.gguf -md small.gguf -p "def qsort" -n 64 > out.txt 2> err.txt
-      llamaspec parse out.txt --stderr err.txt | jq .derived
+      llamaspec parse out.txt --stderr err.txt | jq '{n_predict, n_drafted, n_accept, accept}'
     """
     from llamaspec.llamacpp import parse
 

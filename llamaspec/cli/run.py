@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -109,10 +110,21 @@ def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_
                                           warmup=exp.repeats == "auto" or int(exp.repeats) > 1)
     finally:
         engine.close()
+    # The measured setting's command; the target alone when it measured slower than the target alone.
+    deploys = []
+    for r in results:
+        speedup = r.summary.speedup
+        slower = speedup is not None and speedup.high < 1.0
+        d = engine.deployment(r.case, speculative=not slower) if r.status == "ok" else None
+        if d is not None and speedup is not None and slower:
+            d = dataclasses.replace(d, notes=(f"with the draft this case measured slower than the target alone "
+                                              f"({speedup.text(suffix='x')})", *d.notes))
+        deploys.append(d)
     if as_json:
-        click.echo(json.dumps(report.as_json(results), indent=2))
+        click.echo(json.dumps([{**data, "deploy": d.to_dict() if d else None}
+                               for data, d in zip(report.as_json(results), deploys, strict=True)], indent=2))
     else:
-        click.echo(report.render(results))
+        click.echo(report.render(results) + "".join(f"\n\n{d.render()}" for d in deploys if d))
     runs.raise_if_failed(results)
 
 

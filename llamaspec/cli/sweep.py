@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,7 +27,11 @@ log = logging.getLogger("llamaspec")
 def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
-    """Sweep settings (as a grid); name the tie set and recommend its cheapest point.
+    """Sweep settings (as a grid); recommend a setting shown faster than the target alone.
+
+    The decision (llamaspec.decide) ranks the points with the speedup model fitted to all of
+    them, takes a cheaper point only within 2 % of the best, and says how sure it is; when no
+    point is shown faster it says "no draft" or "undecided" and what to measure next.
 
     Each point is measured next to its own baseline (pairs inside the point). Rerun the same
     command to resume: finished points are not measured again. Every sweepable setting is an
@@ -65,10 +70,24 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
     finally:
         engine.close()
     reports = [analysis.sweep_report(store, r.sweep_id, plot=plot) for r in results]
+    deploys = [sweep_deployment(r, engine, exp, store) for r in reports]
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+        click.echo(json.dumps([{**r.as_dict(), "deploy": d.to_dict() if d else None} for r, d in zip(reports, deploys, strict=True)],
+                              indent=2, default=str))
     else:
-        click.echo("\n\n".join(r.render() for r in reports))
+        click.echo("\n\n".join(r.render() + (f"\n{d.render()}" if d else "") for r, d in zip(reports, deploys, strict=True)))
+
+
+def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
+    """The deploy command for a sweep's answer: the recommended point's setting, or the target
+    alone when the answer is "no draft"; None when it is undecided (measure first) or nothing finished."""
+    from llamaspec import deploy
+
+    decision = report.decision()
+    found = report.row(decision.chosen.key) if decision.chosen is not None else None
+    if found is None or decision.verdict not in ("recommend", "no draft"):
+        return None
+    return deploy.for_run(engine, exp, store.run(found[1].run_id), speculative=decision.verdict == "recommend")
 
 
 @main.command()
@@ -80,7 +99,7 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
 def tune(experiment_name: str, variants: str | None, modes: str | None, n_predict: int | None, prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
          no_wait: bool, as_json: bool, address: str | None) -> None:
-    """Search draft length, draft variant and draft-free n-gram modes; name the tie set and the cheapest.
+    """Search draft length, draft variant and draft-free n-gram modes; recommend by the decision rule.
 
     The speedup model picks which draft lengths to measure and skips variants that cannot win.
     Each point is paired with its own baseline. Resumable like a sweep.
@@ -120,6 +139,8 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
         log.info("  %-34s %s", config.label, f"{s.speedup.text(suffix='x')} [{row.get('status')}]" if s.speedup
                  else f"{row.get('status')}: {row.get('error')}")
 
+    from llamaspec import deploy
+
     try:
         with measuring(f"llamaspec tune {exp.name}", no_wait):
             results = tuner.tune(exp, engine, Store.open(),
@@ -127,7 +148,13 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
                                  parse_values("spec_type", modes) if modes else None, on_point)
     finally:
         engine.close()
+    # the recommended configuration's command, the target alone when the answer is "no draft",
+    # nothing while it is undecided (the output says what to measure first)
+    deploys = [deploy.for_run(engine, exp, r.recommended[1]) if r.recommended
+               else deploy.for_run(engine, exp, r.best[1], speculative=False)
+               if r.best and r.decision.verdict == "no draft" else None for r in results]
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
+        click.echo(json.dumps([{**r.as_dict(), "deploy": d.to_dict() if d else None} for r, d in zip(results, deploys, strict=True)],
+                              indent=2))
     else:
-        click.echo("\n\n".join(r.render() for r in results))
+        click.echo("\n\n".join(r.render() + (f"\n{d.render()}" if d else "") for r, d in zip(results, deploys, strict=True)))

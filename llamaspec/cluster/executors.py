@@ -32,8 +32,9 @@ from llamaspec.cluster.work import WorkItem
 from llamaspec.errors import LlamaspecError
 
 if TYPE_CHECKING:
-    from llamaspec.backend import Measurement, ResolvedCase
+    from llamaspec.backend import ResolvedCase
     from llamaspec.cluster.worker import MachineWorker
+    from llamaspec.pairs import Pairs
 
 Executor = Callable[["MachineWorker", WorkItem], dict[str, Any]]
 
@@ -43,14 +44,6 @@ def get(kind: str) -> Executor:
         raise LlamaspecError(f"this worker does not know work items of kind {kind!r}",
                              hint=f"known kinds: {', '.join(EXECUTORS)}; upgrade llamaspec on the worker")
     return EXECUTORS[kind]
-
-
-def measurement_dict(m: Measurement, repeat: int) -> dict[str, Any]:
-    out = dataclasses.asdict(m)
-    out["argv"] = list(m.argv)
-    out["tokens"] = list(m.tokens) if m.tokens is not None else None
-    out["repeat"] = repeat
-    return out
 
 
 def _backend(worker: MachineWorker) -> Any:
@@ -66,6 +59,9 @@ def _server(worker: MachineWorker) -> Any:
     from llamaspec.llamacpp.server import ServerBackend
 
     if "server" not in worker.state:
+        from llamaspec.llamacpp.build import ensure_program
+
+        worker.build = ensure_program(worker.build, "server")  # built when first needed
         if "server" not in worker.build.programs:
             raise LlamaspecError(f"the llama.cpp build on {worker.machine} ({worker.build.bin_dir}) has no llama-server",
                                  hint="rebuild there with `llamaspec build --force` (it builds llama-server)")
@@ -137,41 +133,46 @@ def resolved_case(worker: MachineWorker, payload: dict[str, Any]) -> ResolvedCas
         prompt_id=payload.get("prompt_id"), category=payload.get("category"))
 
 
+def _measure_pairs(backend: Any, case: ResolvedCase, logs: Path, repeats: int, offset: int = 0) -> Pairs:
+    """The run core's one pairs loop on this machine; ``offset``: a split repeat keeps its place
+    in the ABBA order."""
+    from llamaspec import pairs
+
+    suffix = ".json" if backend.capabilities.keeps_models_loaded else ".log"
+    return pairs.measure_pairs(lambda mode, r: pairs.metered(lambda: backend.measure(case, mode, logs / f"{mode}-{r}{suffix}")),
+                               at_least=repeats, start=offset)
+
+
+def _rows(got: Pairs) -> list[dict[str, Any]]:
+    """The measurements as the store's rows have them (the sink stores them as they are)."""
+    from llamaspec.results import MeasurementRow
+
+    return [dataclasses.asdict(MeasurementRow.of(t.measurement, run_id=0, repeat=t.pair)) for t in got.taken]
+
+
+def _provenance(worker: MachineWorker, backend: Any, case: ResolvedCase) -> dict[str, Any]:
+    from llamaspec import run
+
+    return run.provenance(backend, case, _hardware(worker))
+
+
 def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     from llamaspec import run as runs
+    from llamaspec.summary import requested_draft, summarize
 
     case = resolved_case(worker, item.payload)
     backend = _engine(worker, item.payload.get("backend") or "llama.cpp")
     runs.check_settings(case, backend)  # a setting this engine would ignore: refused, as on one machine
     backend.check(case)
-    repeats = int(item.payload.get("repeats", 1))
-    offset = int(item.payload.get("repeat_offset", 0))  # a split repeat keeps its place in the ABBA order
-    logs = worker.scratch / "logs" / _safe(item.key)
-    measured: list[tuple[int, Measurement]] = []
-    error = None
-    for r in range(offset, offset + repeats):
-        for mode in (("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")):
-            m = backend.measure(case, mode, logs / f"{mode}-{r}.log")
-            measured.append((r, m))
-            if not m.ok:
-                error = m.error
-                break
-        if error:
-            break
+    got = _measure_pairs(backend, case, worker.scratch / "logs" / _safe(item.key), int(item.payload.get("repeats", 1)),
+                         int(item.payload.get("repeat_offset", 0)))
     # The run core's one summary (speedup of paired runs, lossless verdict, drafted-length check).
-    from llamaspec.summary import summarize
-
-    summary = summarize([m for _r, m in measured], requested_draft=case.settings.draft_max if case.draft else None,
-                        status="failed" if error else "ok", error=error)
+    summary = summarize(got.measurements, requested_draft=requested_draft(case), status="failed" if got.failed else "ok",
+                        error=got.failed)
     return {
         "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
         "experiment": case.experiment, "case": case.case, "settings": case.settings.to_dict(),
-        "provenance": {"engine": backend.provenance(), "backend": backend.name, "identity": backend.identity(),
-                       "hardware": _hardware(worker),
-                       "models": {"target": dataclasses.asdict(case.target),
-                                  **({"draft": dataclasses.asdict(case.draft)} if case.draft else {})}},
-        "measurements": [measurement_dict(m, r) for r, m in measured],
-        "summary": summary.to_dict(),
+        "provenance": _provenance(worker, backend, case), "measurements": _rows(got), "summary": summary.to_dict(),
     }
 
 
@@ -223,27 +224,13 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
         backend.check(case)
         checked.add(p["case"])
     one = promptset.prompt_case(case, the_prompt)
-    logs = worker.scratch / "logs" / _safe(item.key)
-    measured: list[tuple[int, Measurement]] = []
-    for r in range(int(p.get("repeats", 1))):
-        for mode in (("baseline", "speculative") if r % 2 == 0 else ("speculative", "baseline")):  # ABBA
-            m = backend.measure(one, mode, logs / f"{mode}-{r}.json")
-            measured.append((r, m))
-            if not m.ok:
-                break
-        if measured and not measured[-1][1].ok:
-            break
-    summary = promptset.prompt_summary(the_prompt, [m for _r, m in measured])
+    got = _measure_pairs(backend, one, worker.scratch / "logs" / _safe(item.key), int(p.get("repeats", 1)))
+    summary = promptset.prompt_summary(the_prompt, got.measurements)
     return {
         "ok": summary["status"] == "ok", "status": summary["status"], "error": summary["error"],
         "experiment": case.experiment, "case": case.case, "prompt_id": the_prompt.id, "category": the_prompt.category,
         "settings": {**case.settings.to_dict(), "prompt_id": the_prompt.id, "category": the_prompt.category},
-        "provenance": {"engine": backend.provenance(), "backend": backend.name, "identity": backend.identity(),
-                       "hardware": _hardware(worker),
-                       "models": {"target": dataclasses.asdict(case.target),
-                                  **({"draft": dataclasses.asdict(case.draft)} if case.draft else {})}},
-        "measurements": [dataclasses.asdict(promptset.measurement_row(0, r, m)) for r, m in measured],
-        "summary": summary,
+        "provenance": _provenance(worker, backend, one), "measurements": _rows(got), "summary": summary,
     }
 
 

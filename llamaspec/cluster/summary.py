@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from llamaspec import stats
+from llamaspec import decide, stats
 from llamaspec.cluster.sink import machine_of
 from llamaspec.results import Store
 
@@ -61,7 +61,8 @@ def describe(per: dict[str, dict[str, Any]]) -> list[str]:
 
 def per_point(store: Store, study: str) -> dict[str, dict[str, Any]]:
     """A swept study per machine: each point's paired speedup (its own summary, its own baselines on
-    its machine), and the best point with those tied with it (overlapping intervals)."""
+    its machine), and the point the one decision rule (llamaspec.decide) picks there, with the
+    contenders that could still beat it ("tied")."""
     from llamaspec.summary import Summary
 
     points: dict[str, list[tuple[str, stats.Spread]]] = defaultdict(list)
@@ -72,8 +73,10 @@ def per_point(store: Store, study: str) -> dict[str, dict[str, Any]]:
             points[machine_of(run) or "?"].append((f"{run['case_name']} {label}", speedup))
     out: dict[str, dict[str, Any]] = {}
     for machine, found in sorted(points.items()):
-        best, tied = stats.ties(found)
-        out[machine] = {"points": dict(found), "best": best, "tied": [t for t in tied if t != best]}
+        d = decide.decide([decide.Candidate(label, label, spread) for label, spread in found])
+        best = d.chosen.label if d.chosen else None
+        out[machine] = {"points": dict(found), "best": best, "verdict": d.verdict,
+                        "tied": [e.label for e in d.contenders if e.label != best]}
     return out
 
 
@@ -84,7 +87,9 @@ def describe_points(per: dict[str, dict[str, Any]]) -> list[str]:
         for label, sp in s["points"].items():
             lines.append(f"  {label:<36} speedup {sp.text(suffix='x')}" + ("   <- best" if label == s["best"] else ""))
         if s["tied"]:
-            lines.append(f"  tied with the best: {', '.join(s['tied'])}")
+            lines.append(f"  could still beat it: {', '.join(s['tied'])}")
+        if s.get("verdict") not in (None, "recommend"):
+            lines.append(f"  decision: {s['verdict']}")
     return lines
 
 

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS, Settings
 
@@ -85,6 +85,13 @@ def require() -> tuple[Any, Any]:
 def open_backend(options: BackendOptions) -> TransformersBackend:
     require()
     return TransformersBackend(options)
+
+
+def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = True) -> Deployment:
+    """The Python that deploys ``case`` (no torch imported here: the snippet imports it)."""
+    from llamaspec.hf import deploy
+
+    return deploy.deployment(case, options.accel, speculative)
 
 
 def unescape(text: str) -> str:
@@ -191,6 +198,13 @@ class TransformersBackend:
         except LlamaspecError as exc:
             return Measurement(ok=False, error=exc.message, wall_seconds=0.0, peak_rss_bytes=None, **base)
         return self._generate(case, mode, plan, target, draft, log_path, base)
+
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        from llamaspec.hf import deploy
+
+        s = case.settings
+        return deploy.deployment(case, self.options.accel, speculative,
+                                 device=s.device if s.device not in (None, "auto") else self.default_device())
 
     def close(self) -> None:
         self._loaded.clear()

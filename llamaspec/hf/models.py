@@ -51,11 +51,11 @@ def checkpoint(entry: ModelEntry, adapter: bool = False) -> tuple[Path, dict[str
     source = entry.source
     required = "adapter_config.json" if adapter else "config.json"
     if source.kind == "hf":
-        from llamaspec.models import hf
+        from llamaspec.models import store
 
         patterns = source.get("allow_patterns") or (ADAPTER_PATTERNS if adapter else None)
-        snap = hf.snapshot(source.get("repo"), source.get("revision"), source.get("aliases") or (), patterns,
-                           what="adapter" if adapter else "checkpoint", required=required)
+        snap = store.hub_snapshot(entry, allow_patterns=patterns, what="adapter" if adapter else "checkpoint",
+                                  required=required)  # at the commit pinned in models/catalog.lock
         return snap.path, {"kind": "hf", "repo": snap.repo, "revision": snap.revision, "commit": snap.commit}
     folder = Path(str(source.get("path"))).expanduser()
     folder = folder if folder.is_absolute() else paths.project_root() / folder

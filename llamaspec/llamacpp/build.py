@@ -8,6 +8,7 @@ Facts about the machine (compilers, the CUDA toolkit, GPUs, CPU features that fa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -38,6 +39,7 @@ from llamaspec.llamacpp.cache import (  # noqa: F401 - re-exported: callers impo
     prebuilt,
     safe_name,
     stamp_smoke_host,
+    write_manifest,
 )
 from llamaspec.progress import Progress
 
@@ -226,6 +228,68 @@ def check_tools() -> None:
         raise LlamaspecError(f"cannot build llama.cpp: {' and '.join(missing)} not found", hint=hint)
 
 
+# Programs that are part of a build's plan (and of its cache key) but compiled only when first
+# needed: llama-server and its multimodal library took 8.5 of a bare clone's 15.5 minutes on 2 cores,
+# and the demo never runs it. ``ensure_program`` builds it into the same cache folder, reusing the
+# first step's CMake tree.
+ON_DEMAND = ("server",)
+
+
+def first_step(targets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The roles a build compiles now, and those it leaves for when they are first needed (pure)."""
+    now = {role: t for role, t in targets.items() if role not in ON_DEMAND}
+    return now, {role: t for role, t in targets.items() if role in ON_DEMAND}
+
+
+def work_dir(folder: Path) -> Path:
+    """Where a build's CMake tree lives; kept while the build has programs pending."""
+    return paths.builds_dir() / ".work" / folder.name
+
+
+def ensure_program(built: Build, role: str, jobs: int | None = None) -> Build:
+    """``built`` with ``role``'s program: compiled now, into the same cache folder, if it was left
+    for when first needed (other builds, a --bin-dir or a prebuilt one, are returned as they are)."""
+    if role in built.programs or role not in built.pending or built.prebuilt:
+        return built
+    folder = Path(built.bin_dir).parent
+    with exclusive(folder):
+        again = load_build(folder) or built
+        if role in again.programs:  # another process built it meanwhile
+            return again
+        target = again.pending[role]
+        log.info("llama-server is needed for the first time: building %s into %s", target, folder)
+        check_tools()
+        work = work_dir(folder)
+        if not (work / "cmake" / "CMakeCache.txt").is_file():  # the first step's tree is gone: configure again
+            try:
+                source = sources.current()
+            except LlamaspecError:
+                source = sources.fetch(sources.DEFAULT_SPEC)
+            if source.commit != again.commit:
+                raise LlamaspecError(f"cannot add {target} to the llama.cpp {again.commit} build: the source here is {source.commit}",
+                                     hint=f"run `llamaspec build --force` to rebuild {folder.name} with it")
+            _configure(source.path, work, again.cmake_args, folder)
+        logs = folder / "logs"
+        t0 = time.monotonic()
+        _cmake_build(work, [target], jobs, logs / f"build-{target}.log", again.accel)
+        made = work / "cmake" / "bin" / target
+        if not made.is_file():
+            raise LlamaspecError(f"the build reported success but produced no {target}", hint=f"read {logs / f'build-{target}.log'}")
+        with atomic.atomic_path(folder / "bin" / target) as tmp:
+            shutil.copy2(made, tmp)
+        from llamaspec.llamacpp import smoke
+
+        smoke.version_check(folder / "bin" / target, logs)
+        pending = {r: t for r, t in again.pending.items() if r != role}
+        record = dataclasses.replace(again, programs={**again.programs, role: target}, pending=pending,
+                                     build_seconds=round(again.build_seconds + time.monotonic() - t0, 1))
+        write_manifest(record)
+        if not pending:
+            shutil.rmtree(work, ignore_errors=True)
+        log.info("built %s in %.0f s", target, time.monotonic() - t0)
+        return record
+
+
 LOCK_NOTICE_SECONDS = 60.0  # while waiting for another process's build, say so this often
 
 
@@ -337,42 +401,81 @@ def build_step(line: str) -> tuple[float, str] | None:
     return percent, text[:60]
 
 
-def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
-    folder = the_plan.folder
-    paths.ensure_free_space(paths.builds_dir(), 3 * 2**30, "a llama.cpp build")
-    jobs = jobs or os.cpu_count() or 2
+class BuildProgress:
+    """The whole build's percentage from CMake's per-target ones.
+
+    ``cmake --build --target A B C`` with Makefiles builds each target in its own pass, and each
+    pass counts its own 0-100 % (a 6-program build read 100 % and then 7 %, 69 %...). Here pass
+    k of n covers k/n to (k+1)/n of the bar; a pass starts where the percentage falls after
+    reaching 100 %. Only moves forward."""
+
+    def __init__(self, targets: int) -> None:
+        self.targets = max(targets, 1)
+        self.passes_done = 0
+        self.last = 0.0
+        self.percent = 0.0
+
+    def step(self, line: str) -> tuple[float, str] | None:
+        got = build_step(line)
+        if got is None:
+            return None
+        pct, note = got
+        if pct < self.last and self.last >= 100.0 and self.passes_done < self.targets - 1:
+            self.passes_done += 1
+        self.last = pct
+        overall = 100.0 * (self.passes_done + pct / 100.0) / self.targets
+        self.percent = max(self.percent, min(overall, 100.0))
+        return self.percent, note
+
+
+def _configure(source_path: str, work: Path, cmake_args: Sequence[str], folder: Path) -> None:
     launcher = {}
     if shutil.which("ccache"):
         launcher = {"CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
                     "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache"}
-    work = paths.builds_dir() / ".work" / folder.name
+    logs = folder / "logs" if (folder / "logs").is_dir() else folder.with_name(folder.name + ".logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    configure = ["cmake", "-S", source_path, "-B", str(work / "cmake"), *cmake_args,
+                 *[f"-D{k}={v}" for k, v in launcher.items()]]
+    proc.run(configure, log_path=logs / "configure.log", what="CMake configure", timeout=1800,
+             hint=f"read {logs / 'configure.log'}; for CUDA check the toolkit and cuBLAS, or try --accel cpu")
+
+
+def _cmake_build(work: Path, targets: Sequence[str], jobs: int | None, log_path: Path, accel: str) -> None:
+    jobs = jobs or os.cpu_count() or 2
+    what = f"{len(targets)} programs" if len(targets) > 1 else targets[0]
+    # No ETA: compile times per file differ by 100x (ggml-cpu's ops vs a small tool), so a linear
+    # extrapolation from the percentage is fiction. Elapsed time and a heartbeat show it is alive.
+    bar = Progress(f"building {what} ({accel}, {jobs} jobs)", eta=False, heartbeat=HEARTBEAT_SECONDS)
+    overall = BuildProgress(len(targets))
+
+    def on_line(line: str) -> None:
+        step = overall.step(line)
+        if step is not None:
+            bar.update(*step)
+
+    try:
+        proc.run(["cmake", "--build", str(work / "cmake"), "--config", "Release", "-j", str(jobs), "--target", *targets],
+                 log_path=log_path, what="llama.cpp build", timeout=4 * 3600, on_line=on_line, hint=f"read {log_path}")
+    finally:
+        bar.close()
+
+
+def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
+    folder = the_plan.folder
+    paths.ensure_free_space(paths.builds_dir(), 3 * 2**30, "a llama.cpp build")
+    jobs = jobs or os.cpu_count() or 2
+    work = work_dir(folder)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     logs = folder.with_name(folder.name + ".logs")
     logs.mkdir(parents=True, exist_ok=True)
-    configure = ["cmake", "-S", the_plan.source.path, "-B", str(work / "cmake"),
-                 *the_plan.cmake_args(), *[f"-D{k}={v}" for k, v in launcher.items()]]
     log.info("configuring llama.cpp %s for %s", the_plan.source.commit, the_plan.accel)
-    proc.run(configure, log_path=logs / "configure.log", what="CMake configure", timeout=1800,
-             hint=f"read {logs / 'configure.log'}; for CUDA check the toolkit and cuBLAS, or try --accel cpu")
-    targets = sorted(set(the_plan.targets.values()))
-    # No ETA: compile times per file differ by 100x (ggml-cpu's ops vs a small tool), so a linear
-    # extrapolation from the percentage is fiction. Elapsed time and a heartbeat show it is alive.
-    bar = Progress(f"building {len(targets)} programs ({the_plan.accel}, {jobs} jobs)", eta=False,
-                   heartbeat=HEARTBEAT_SECONDS)
-
-    def on_line(line: str) -> None:
-        step = build_step(line)
-        if step is not None:
-            bar.update(*step)
-
+    _configure(the_plan.source.path, work, the_plan.cmake_args(), folder)
+    now, later = first_step(the_plan.targets)
+    targets = sorted(set(now.values()))
     t0 = time.monotonic()
-    try:
-        proc.run(["cmake", "--build", str(work / "cmake"), "--config", "Release", "-j", str(jobs), "--target", *targets],
-                 log_path=logs / "build.log", what="llama.cpp build", timeout=4 * 3600, on_line=on_line,
-                 hint=f"read {logs / 'build.log'}")
-    finally:
-        bar.close()
+    _cmake_build(work, targets, jobs, logs / "build.log", the_plan.accel)
     log.info("built llama.cpp in %.0f s", time.monotonic() - t0)
     with atomic.atomic_path(folder) as tmp:
         bin_dir = tmp / "bin"
@@ -385,10 +488,11 @@ def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
         shutil.move(str(logs), tmp / "logs")
         record = Build(
             bin_dir=str(folder / "bin"), commit=the_plan.source.commit, accel=the_plan.accel,
-            cmake_args=the_plan.cmake_args(), programs=dict(the_plan.targets), source=the_plan.source.origin,
+            cmake_args=the_plan.cmake_args(), programs=now, pending=later, source=the_plan.source.origin,
             key=the_plan.key, built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             build_seconds=round(time.monotonic() - t0, 1),
         )
         # The manifest is written by the caller after the smoke test: until then this is no build.
-    shutil.rmtree(work, ignore_errors=True)
+    if not later:  # kept otherwise: a pending program builds on this tree (minutes, not the whole build again)
+        shutil.rmtree(work, ignore_errors=True)
     return record

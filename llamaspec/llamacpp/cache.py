@@ -61,9 +61,13 @@ class Build:
     build_seconds: float = 0.0
     smoke_host: str = ""
     prebuilt: bool = False
+    pending: dict[str, str] = field(default_factory=dict)  # role -> target: in the plan, built when first needed
 
     def program(self, role: str) -> Path:
         name = self.programs.get(role)
+        if not name and role in self.pending:
+            raise LlamaspecError(f"this llama.cpp build has not built its {role} program ({self.pending[role]}) yet",
+                                 hint=f"build it with `llamaspec build --{role}` (the first run that needs it does so too)")
         if not name:
             raise LlamaspecError(
                 f"this llama.cpp build has no {role} program ({', '.join(BINARIES.get(role, (role,)))})",
@@ -222,8 +226,10 @@ def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False) ->
         return found
     if no_source is not None:
         raise LlamaspecError(
-            f"{no_source}, and no build of the pinned llama.cpp {commit} ({accel}) in {paths.builds_dir()}",
-            hint="run `llamaspec build` (it fetches the pinned source first), or pass --bin-dir with your own binaries",
+            f"{no_source}, and no build of the pinned llama.cpp {commit} ({accel}{', with RPC' if rpc else ''}) in "
+            f"{paths.builds_dir()}",
+            hint=f"run `llamaspec build{' --rpc' if rpc else ''}` first (it fetches the pinned source), or pass --bin-dir "
+                 "with your own binaries",
         )
     raise LlamaspecError(
         f"no llama.cpp build of {commit} ({accel}{', with RPC' if rpc else ''}) in {paths.builds_dir()}",

@@ -343,7 +343,7 @@ def common_argv(caps: ProgramFlags, inv: Invocation, program: str) -> list[str]:
     return argv
 
 
-def speculative_argv(caps: ProgramFlags, program: Path, inv: Invocation, role: str = "speculative") -> list[str]:
+def speculative_argv(caps: ProgramFlags, program: Path, inv: Invocation, role: str) -> list[str]:
     """The command line of the speculative program ``role`` (speculative or speculative-simple)."""
     spec_type = inv.settings.spec_type
     draftless = spec_type not in (None, "draft")

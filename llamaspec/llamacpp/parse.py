@@ -125,43 +125,14 @@ class SpeculativeStats:
     text: str | None  # stdout without the blank lines around it: prompt + generation since 2024
     log_prefix: bool = False  # lines carried llama.cpp's "M.SS.mmm.uuu L " prefix
 
-    @property
-    def acceptance(self) -> float | None:
-        """n_accept / n_drafted (what ``accept`` prints, as a fraction and unrounded)."""
-        return self.n_accept / self.n_drafted if self.n_drafted else None
-
-    @property
-    def rounds(self) -> int:
-        """Draft-verify rounds: each ends with exactly one token the target chose itself.
-
-        Holds for llama-speculative with one draft sequence (the default ``-np 1``) and for
-        llama-speculative-simple: every round emits its accepted tokens plus one.
-        """
-        return self.n_predict - self.n_accept
-
-    @property
-    def target_batches(self) -> int:
-        """Target verification batches after the prompt (the last round stops before drafting)."""
-        return max(self.rounds - 1, 0)
-
-    @property
-    def tokens_per_round(self) -> float | None:
-        """Mean tokens emitted per target verification: accepted + 1."""
-        return self.n_predict / self.rounds if self.rounds > 0 else None
-
-    @property
-    def mean_accepted(self) -> float | None:
-        """Mean accepted draft tokens per round (the mean accepted length)."""
-        return self.n_accept / self.rounds if self.rounds > 0 else None
-
-    @property
-    def mean_draft_length(self) -> float | None:
-        """Mean tokens drafted per target verification batch."""
-        return self.n_drafted / self.target_batches if self.target_batches > 0 else None
+    # Printed counters only: rounds, tokens per round and the mean accepted length depend on how
+    # each program of each generation counts a round, so the program's profile derives them
+    # (llamaspec.llamacpp.flags.ProgramProfile, llamaspec.theory.Program), once, onto the Measurement.
 
     def to_dict(self) -> dict[str, Any]:
-        return _with_derived(self, ("acceptance", "rounds", "target_batches", "tokens_per_round", "mean_accepted",
-                                    "mean_draft_length"))
+        data = _with_derived(self, ())
+        data.pop("derived")
+        return data
 
 
 @dataclass(frozen=True)

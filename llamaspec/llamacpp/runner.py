@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import proc
-from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
 from llamaspec.llamacpp.build import Build
@@ -33,6 +33,14 @@ def open_backend(options: BackendOptions) -> LlamaCppBackend:
     build = find(options.accel, options.bin_dir, rpc=options.rpc)
     log.info("using %s from %s", build.label, build.bin_dir)
     return LlamaCppBackend(build)
+
+
+def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = True) -> Deployment:
+    """The deploy command for ``case`` with the build these options find (nothing is started)."""
+    from llamaspec.llamacpp import deploy
+    from llamaspec.llamacpp.cache import find
+
+    return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc), case, "llama.cpp", speculative)
 
 
 class LlamaCppBackend:
@@ -162,8 +170,16 @@ class LlamaCppBackend:
         if mode != "batch" and self.caps("speculative").generation == "2023":  # the build's generation
             cwd = Path(log_path).with_suffix(".trace")
             cwd.mkdir(parents=True, exist_ok=True)
-        done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, cwd=cwd,
-                        what=Path(argv[0]).name)
+        for attempt in range(1, LOST_TAIL_ATTEMPTS + 1):
+            done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, cwd=cwd,
+                            what=Path(argv[0]).name)
+            if not _lost_tail(done, mode) or attempt == LOST_TAIL_ATTEMPTS:
+                break
+            kept = Path(log_path).with_name(f"{Path(log_path).stem}.lost-tail-{attempt}.log")
+            Path(log_path).replace(kept)
+            log.warning("%s exited 0 but its output stops before its statistics (llama.cpp leaks its log thread "
+                        "at exit and can lose the end of a short run's output: llama.cpp issue 22142); running it "
+                        "again (log kept: %s)", Path(argv[0]).name, kept)
         base: dict[str, Any] = dict(mode=mode, argv=tuple(argv), exit_code=done.returncode,
                                     wall_seconds=done.seconds, peak_rss_bytes=done.peak_rss_bytes,
                                     log_path=str(log_path))
@@ -195,8 +211,36 @@ class LlamaCppBackend:
         except LlamaspecError as exc:
             return Measurement(ok=False, error=f"{Path(argv[0]).name} output: {exc.message}", **base)
 
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        from llamaspec.llamacpp import deploy
+
+        return deploy.deployment(self.build, case, self.name, speculative)
+
     def close(self) -> None:
         """Nothing stays running: every measurement is its own process."""
+
+
+# A run whose output ends before its statistics is run again at most this many times in all.
+LOST_TAIL_ATTEMPTS = 5
+
+
+def _lost_tail(done: proc.Completed, mode: str) -> bool:
+    """A program that exited 0 without printing its statistics: llama.cpp's logger is a thread that
+    is never joined at exit (common/log.cpp, deliberately, since llama.cpp issue 22142), so a short
+    run can exit before the thread has written the last lines (the generation's end, the timings).
+    Nothing was measured: running it again is sound."""
+    if done.timed_out or done.returncode != 0 or mode in ("batch", "draft"):
+        return False
+    try:
+        if mode == "speculative":
+            parse.parse_speculative(done.stdout, done.stderr)
+        else:
+            parse.parse_completion(done.stdout, done.stderr)
+    except parse.ParseError:  # no statistics block, or one cut off
+        return True
+    except LlamaspecError:
+        return False
+    return False
 
 
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\", "?": "?", "a": "\a", "b": "\b",
@@ -235,10 +279,19 @@ def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bo
     if text is None:
         return None, False
     prompt = prompt_text(case)
-    for echo in (prompt, " " + prompt, prompt.lstrip()):
-        if echo and text.startswith(echo):
-            return text[len(echo):], True
+    bodies = [text]
+    special = _SPECIAL_PREFIX.match(text)
+    if special:  # llama-speculative prints the prompt's tokens with their special pieces ("<s>" for a Llama BOS)
+        bodies.append(text[special.end():])
+    for body in bodies:
+        for echo in (prompt, " " + prompt, prompt.lstrip()):
+            if echo and body.startswith(echo):
+                return body[len(echo):], True
     return text, False
+
+
+# A special token's piece at the start of an echo: "<s>" (Llama's BOS), "<|begin_of_text|>", "<bos>".
+_SPECIAL_PREFIX = re.compile(r"^(?:<\|?[A-Za-z_][\w|]*\|?>)+")
 
 
 def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.ProgramProfile, case: ResolvedCase) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import paths, proc
-from llamaspec.backend import BackendOptions, Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags
 from llamaspec.llamacpp.build import Build
@@ -144,6 +144,7 @@ class Server:
         self.port: int | None = None
         self.process: proc.Background | None = None
         self.started_seconds: float | None = None
+        self.launched_at: float | None = None  # time.monotonic() at launch: with started_seconds, when it was loading
 
     @property
     def argv(self) -> list[str]:
@@ -168,7 +169,7 @@ class Server:
                                           "yourself to see more") from None
 
     def _launch(self, ready_timeout: float) -> None:
-        t0 = time.monotonic()
+        t0 = self.launched_at = time.monotonic()
         log.info("starting llama-server (%s) on port %s ...", self.label, self.port)
         try:
             self.process = proc.Background(self.argv, self.log_path)  # its own process group, output in the log
@@ -296,20 +297,23 @@ def _pick(caps: flags.ProgramFlags, names: tuple[str, ...], what: str) -> str:
     return flag
 
 
-def server_args(caps: flags.ProgramFlags, backend: str, case: ResolvedCase, mode: str) -> list[str]:
+def server_args(caps: flags.ProgramFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
     """llama-server's arguments (without host and port) for the server that measures ``mode``: the
     flag table's rows for the server, the target side first (the baseline's arguments are the
-    speculative server's first ones), then the draft side."""
+    speculative server's first ones), then the draft side.
+
+    ``deploy``: the same server for serving, not measuring: the measurement's own switches
+    (``--metrics`` for the round counter, no web UI, no prompt cache across requests) are left out."""
     s = case.settings.with_defaults()
     spec_type = s.spec_type or "draft"
     draft = case.draft.path if mode != "baseline" and case.draft and not is_draft_free(spec_type) else None
     inv = flags.Invocation(target=case.target.path, settings=s, draft=draft, accel=backend)
     argv = [_pick(caps, flags.MODEL_FLAGS["target"], "target"), case.target.path]
     argv += flags.settings_argv(caps, inv, "server", draft=False)
-    for flag in ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
+    for flag in ("--jinja",) if deploy else ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
         if caps.has(flag):
             argv.append(flag)
-    if caps.has("--cache-ram"):
+    if caps.has("--cache-ram") and not deploy:
         argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
     if mode == "baseline":
         return argv
@@ -354,6 +358,9 @@ class ServerBackend:
             draft_policy="capped",
             keeps_models_loaded=True,
             token_ids=True,
+            prepares=True,
+            top_tokens=True,
+            prompt_timings=True,
         )
         self.port = port  # an explicit port for the first server (tests, firewalls); others pick free ones
         self.servers_dir = servers_dir or paths.runs_dir() / "servers"
@@ -448,6 +455,11 @@ class ServerBackend:
             with self._lock:
                 self._pool[key] = server
             return server
+
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        from llamaspec.llamacpp import deploy
+
+        return deploy.deployment(self.build, case, self.name, speculative)
 
     def servers(self) -> list[Server]:
         with self._lock:
@@ -554,8 +566,7 @@ class ServerBackend:
             text = self.prompt_text(case)
         except ServerDied as exc:
             return Measurement(mode=mode, ok=False, error=f"llama-server {exc}", argv=(), exit_code=None,
-                               wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path),
-                               stats={"error_kind": "server"})
+                               wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path), error_kind="server")
         body = {"prompt": text, **flags.request_fields(s), "cache_prompt": False, "return_tokens": True, "stream": False}
         serial = (s.parallel or 1) == 1
         rounds_before = server.metric("spec_decode_num_drafts_total") if serial and mode == "speculative" else None
@@ -581,8 +592,7 @@ class ServerBackend:
         _write_log(log_path, server, body, data, error)
         base.update(wall_seconds=wall, peak_rss_bytes=server.peak_rss_bytes())
         if error is not None:
-            return Measurement(ok=False, error=error, stats={"error_kind": kind, "server_log": str(server.log_path)},
-                               **base)
+            return Measurement(ok=False, error=error, error_kind=kind, stats={"server_log": str(server.log_path)}, **base)
         rounds_after = server.metric("spec_decode_num_drafts_total") if rounds_before is not None else None
         rounds = int(rounds_after - rounds_before) if rounds_after is not None and rounds_before is not None else None
         return Measurement(ok=True, error=None, **base, **completion_fields(data, mode, s, rounds),
@@ -601,6 +611,8 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, rounds: int 
         n_predict=n_gen,
         encode_tps=prompt_n / (prompt_ms / 1000.0) if prompt_n and prompt_ms else None,
         decode_tps=decode,
+        prompt_ms=float(prompt_ms) if isinstance(prompt_ms, int | float) else None,
+        generation_ms=float(ms) if isinstance(ms, int | float) else None,
         text=data.get("content"),
         tokens=tuple(int(x) for x in data["tokens"]) if isinstance(data.get("tokens"), list) and data["tokens"] else None,
         end_of_text=data.get("stop_type") == "eos" and (n_gen or 0) < (s.n_predict or 0),
@@ -641,10 +653,18 @@ def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[
 
 
 def open_backend(options: BackendOptions) -> ServerBackend:
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.build import ensure_program, find
 
-    build = find(options.accel, options.bin_dir, rpc=options.rpc)
+    build = ensure_program(find(options.accel, options.bin_dir, rpc=options.rpc), "server")  # built when first needed
     if "server" not in build.programs:
         raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
                              hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")
     return ServerBackend(build)
+
+
+def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = True) -> Deployment:
+    """The deploy command for ``case`` with the build these options find (nothing is started)."""
+    from llamaspec.llamacpp import deploy
+    from llamaspec.llamacpp.build import find
+
+    return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc), case, "llama-server", speculative)

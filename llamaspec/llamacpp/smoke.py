@@ -86,7 +86,8 @@ def write_tiny_llama(path: Path, *, n_embd: int = 64, n_layer: int = 2, seed: in
 
 
 def _run(argv: list[str], what: str, log_path: Path, usage_ok: bool = False) -> proc.Completed:
-    done = proc.run(argv, log_path=log_path, timeout=120, check=False, what=what)
+    # cwd: beside the logs, where 2023 programs write their trace logs (speculative.log), not the user's folder
+    done = proc.run(argv, log_path=log_path, timeout=120, check=False, what=what, cwd=log_path.parent)
     if done.signal_name == "SIGILL":
         raise IllegalInstruction(what)
     printed_usage = usage_ok and done.returncode > 0 and "usage" in (done.stdout + done.stderr).lower()
@@ -94,6 +95,12 @@ def _run(argv: list[str], what: str, log_path: Path, usage_ok: bool = False) -> 
         proc.raise_failure(done, f"smoke test of {what}", log_path,
                            hint="the build looks broken; rebuild with `llamaspec build --force`")
     return done
+
+
+def version_check(program: Path, logs: Path) -> None:
+    """The one program runs here (``--version``): raise LlamaspecError (IllegalInstruction on SIGILL) if not."""
+    logs.mkdir(parents=True, exist_ok=True)
+    _run([str(program), "--version"], program.name, logs / f"smoke-{program.name}-version.log", usage_ok=True)
 
 
 def check(build: Build) -> None:
@@ -117,6 +124,6 @@ def check(build: Build) -> None:
         argv = flags.speculative_argv(caps, spec, flags.Invocation.of(
             target=str(f32), draft=str(q4), prompt="the", n_predict=8, draft_max=2, threads=2, seed=1, temperature=0.0,
             ctx_size=256,
-        ))
+        ), "speculative")
         _run(argv, spec.name, logs / "smoke-speculative.log")
     log.info("smoke test passed: %s", ", ".join(sorted(build.programs.values())))

@@ -8,11 +8,13 @@ so they can be changed after huggingface_hub was imported.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llamaspec import paths
 from llamaspec.errors import LlamaspecError
@@ -60,46 +62,245 @@ def _commit_of(snapshot_file: Path) -> str:
     return parts[parts.index("snapshots") + 1] if "snapshots" in parts else "unknown"
 
 
-def _translate(exc: BaseException, repo: str, revision: str, what: str) -> LlamaspecError:
+@dataclass(frozen=True)
+class _Where:
+    """What was being downloaded when huggingface_hub raised: the context of every error line."""
+
+    repo: str
+    revision: str
+    what: str
+
+    @property
+    def at(self) -> str:
+        return f"{self.repo}@{self.revision}"
+
+
+def _timeout() -> float:
+    """Seconds huggingface_hub waits for the hub to answer (its HF_HUB_ETAG_TIMEOUT, read at call time)."""
+    try:
+        return float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or 10)
+    except ValueError:
+        return 10.0
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+_RETRY = "run the command again (downloads resume where they stopped)"
+_LOGIN = "run `hf auth login` (or set HF_TOKEN)"
+
+
+def _gated(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"{w.at} is gated: the hub refused the download without an account that accepted its license",
+                          hint=f"accept it at https://huggingface.co/{w.repo}, then {_LOGIN}")
+
+
+def _repo_missing(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"Hugging Face repo {w.repo} not found (or private)",
+                          hint=f"check the repo id in models/catalog.yaml; for a private repo {_LOGIN}")
+
+
+def _revision_missing(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"revision {w.revision!r} not found in {w.repo}",
+                          hint="check `revision:` in models/catalog.yaml; for a commit pinned in models/catalog.lock that the "
+                               "hub no longer has, `llamaspec models fetch --update NAME` pins the current one")
+
+
+def _not_cached(exc: BaseException, w: _Where) -> LlamaspecError:
+    if offline():
+        return LlamaspecError(f"{w.what} {w.at} is not in the Hugging Face cache ({cache_dir()}) and HF_HUB_OFFLINE is set",
+                              hint="unset HF_HUB_OFFLINE to download it, or fill the cache on a machine with internet")
+    return LlamaspecError(f"cannot reach Hugging Face to download {w.what} {w.at}, and it is not in the cache ({cache_dir()})",
+                          hint="check your internet connection (or HF_ENDPOINT / proxy settings), then run the command again")
+
+
+def _entry_missing(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"{w.what} not found in {w.at}", hint="check the file name in models/catalog.yaml")
+
+
+def _invalid_id(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"invalid Hugging Face repo id {w.repo!r}: {_first_line(exc)}", hint="a repo id looks like org/name")
+
+
+def _cut(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"the download of {w.what} {w.at} was cut off: {_first_line(exc)}",
+                          hint=f"{_RETRY}; nothing half-downloaded is used")
+
+
+def _slow(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"Hugging Face ({_endpoint()}) did not answer within {_timeout():g} s while downloading {w.what} {w.at}",
+                          hint="check your connection; on a slow link raise HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT "
+                               f"(seconds), then {_RETRY}")
+
+
+def _unreachable(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"cannot reach Hugging Face ({_endpoint()}) to download {w.what} {w.at}",
+                          hint="check your internet connection (or HF_ENDPOINT / proxy settings); "
+                               "with the files already in the cache, set HF_HUB_OFFLINE=1")
+
+
+def _http(exc: BaseException, w: _Where) -> LlamaspecError:
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status in (401, 403):
+        return LlamaspecError(f"Hugging Face refused {w.what} {w.at} (HTTP {status})",
+                              hint=f"{_LOGIN} with an account that may read the repo")
+    return LlamaspecError(f"download of {w.what} {w.at} failed: {_first_line(exc)}", hint=f"{_RETRY}; set HF_DEBUG=1 for details")
+
+
+def _os(exc: BaseException, w: _Where) -> LlamaspecError:
+    return LlamaspecError(f"download of {w.what} {w.at} failed: {_first_line(exc)}", hint=_RETRY)
+
+
+@functools.lru_cache(maxsize=1)
+def _error_table() -> tuple[tuple[type[BaseException], Callable[[BaseException, _Where], LlamaspecError]], ...]:
+    """huggingface_hub's (and requests') exceptions -> one line and a hint, as huggingface_hub's own
+    CLI_ERROR_MAPPINGS does. The first match wins, so subclasses come before their bases (GatedRepo
+    is a RepositoryNotFound, LocalEntryNotFound an EntryNotFound, ConnectTimeout both a Timeout and
+    a ConnectionError, every one of them an OSError)."""
+    import requests
     from huggingface_hub import errors
 
-    where = f"{repo}@{revision}"
-    if isinstance(exc, errors.GatedRepoError):
-        return LlamaspecError(f"{where} is gated: you must accept its license on Hugging Face",
-                              hint=f"accept it at https://huggingface.co/{repo}, then run `hf auth login`")
-    if isinstance(exc, errors.RepositoryNotFoundError):
-        return LlamaspecError(f"Hugging Face repo {repo} not found (or private)",
-                              hint="check the repo id in models/catalog.yaml; for a private repo run `hf auth login`")
-    if isinstance(exc, errors.RevisionNotFoundError):
-        return LlamaspecError(f"revision {revision!r} not found in {repo}",
-                              hint="check `revision:` in models/catalog.yaml (a branch, tag or commit)")
-    if isinstance(exc, errors.LocalEntryNotFoundError):
-        if offline():
-            return LlamaspecError(f"{what} {where} is not in the Hugging Face cache ({cache_dir()}) and HF_HUB_OFFLINE is set",
-                                  hint="unset HF_HUB_OFFLINE to download it, or fill the cache on a machine with internet")
-        return LlamaspecError(f"cannot reach Hugging Face to download {what} {where}, and it is not in the cache ({cache_dir()})",
-                              hint="check your internet connection (or HF_ENDPOINT / proxy settings), then run the command again")
-    import requests
-
-    if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
-        return LlamaspecError(f"cannot reach Hugging Face ({_endpoint()}) to download {what} {where}",
-                              hint="check your internet connection (or HF_ENDPOINT / proxy settings); "
-                                   "with the files already in the cache, set HF_HUB_OFFLINE=1")
-    if isinstance(exc, errors.EntryNotFoundError):
-        return LlamaspecError(f"{what} not found in {where}", hint="check the file name in models/catalog.yaml")
-    if isinstance(exc, errors.HFValidationError):
-        return LlamaspecError(f"invalid Hugging Face repo id {repo!r}: {exc}".splitlines()[0],
-                              hint="a repo id looks like org/name")
-    first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return LlamaspecError(f"download of {what} {where} failed: {first_line}",
-                          hint="run the command again (downloads resume); set HF_DEBUG=1 for details")
+    return (
+        (errors.GatedRepoError, _gated),
+        (errors.RepositoryNotFoundError, _repo_missing),
+        (errors.RevisionNotFoundError, _revision_missing),
+        (errors.LocalEntryNotFoundError, _not_cached),
+        (errors.EntryNotFoundError, _entry_missing),
+        (errors.HFValidationError, _invalid_id),
+        (requests.exceptions.ChunkedEncodingError, _cut),
+        (requests.Timeout, _slow),
+        (requests.ConnectionError, _unreachable),
+        (requests.HTTPError, _http),
+        (OSError, _os),
+    )
 
 
 def _hub_errors() -> tuple[type[BaseException], ...]:
-    import requests
+    return tuple(kind for kind, _ in _error_table())
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not c for c in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _translate(exc: BaseException, repo: str, revision: str, what: str) -> LlamaspecError:
+    """The one place a download error becomes a LlamaspecError (see ``_error_table``)."""
     from huggingface_hub import errors
 
-    return (errors.HfHubHTTPError, errors.LocalEntryNotFoundError, errors.HFValidationError, requests.RequestException, OSError)
+    chosen = exc
+    if isinstance(exc, errors.LocalEntryNotFoundError) and not offline():
+        # huggingface_hub falls back to the cache when the hub fails and then says only that the
+        # cache lacks the file: the hub's own failure (a timeout, a refusal) is the one to name
+        chosen = next((c for c in _causes(exc)[1:] if isinstance(c, _hub_errors())
+                       and not isinstance(c, errors.LocalEntryNotFoundError)), exc)
+    for kind, render in _error_table():
+        if isinstance(chosen, kind):
+            return render(chosen, _Where(repo, revision, what))
+    return _os(chosen, _Where(repo, revision, what))
+
+
+def _listing(repo: str, revision: str, repo_type: str) -> Remote:
+    """The hub's model (or dataset) info with files metadata; raises huggingface_hub's errors."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    get = api.dataset_info if repo_type == "dataset" else api.model_info
+    info: Any = get(repo, revision=revision, files_metadata=True, timeout=_timeout())
+    files = {s.rfilename: RemoteFile(s.rfilename, int(s.size or 0), s.lfs.sha256 if s.lfs else None)
+             for s in (info.siblings or [])}
+    return Remote(repo, str(info.sha), files)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    name: str
+    size: int
+    sha256: str | None  # LFS files (weights, parquet): the hub's checksum of the content
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A repo at one commit, as the hub lists it (model info with files metadata)."""
+
+    repo: str
+    commit: str
+    files: dict[str, RemoteFile]
+
+    def matching(self, patterns: Sequence[str]) -> list[RemoteFile]:
+        return [f for name, f in sorted(self.files.items()) if _matches(name, patterns)]
+
+
+def remote(repo: str, revision: str, repo_type: str = "model", what: str = "checkpoint") -> Remote:
+    """The commit ``revision`` points at now, and its files with sizes and checksums (online only)."""
+    try:
+        return _listing(repo, revision, repo_type)
+    except _hub_errors() as exc:
+        raise _translate(exc, repo, revision, what) from None
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    from fnmatch import fnmatch
+
+    return any(fnmatch(name, p) for p in patterns)
+
+
+def default_patterns(listing: Remote | None) -> list[str]:
+    """Config and tokenizer files plus the safetensors weights, or the ``.bin`` ones when there are none."""
+    if listing is None:
+        return [*CONFIG_PATTERNS, *SAFETENSORS_PATTERNS, *PYTORCH_PATTERNS]
+    weights = SAFETENSORS_PATTERNS if any(_matches(f, SAFETENSORS_PATTERNS) for f in listing.files) else PYTORCH_PATTERNS
+    return [*CONFIG_PATTERNS, *weights]
+
+
+def resolve_repo(repo: str, revision: str, aliases: Sequence[str] = (), what: str = "checkpoint") -> Remote:
+    """``remote`` of ``repo``, or of the first of ``aliases`` (older names) the hub knows."""
+    failure: LlamaspecError | None = None
+    for candidate in (repo, *aliases):
+        try:
+            return remote(candidate, revision, what=what)
+        except LlamaspecError as exc:
+            if not exc.message.startswith(f"Hugging Face repo {candidate} not found"):
+                raise
+            failure = failure or exc
+            if aliases:
+                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
+    assert failure is not None
+    raise failure
+
+
+def snapshot(repo: str, revision: str = "main", aliases: Sequence[str] = (), allow_patterns: Sequence[str] | None = None,
+             what: str = "checkpoint", required: str = "config.json", *, commit: str | None = None,
+             listing: Remote | None = None, repo_type: str = "model") -> Snapshot:
+    """Download (or find in the cache) what conversion needs from a repo.
+
+    ``commit``: download that commit (a pin) rather than what ``revision`` points at now;
+    ``listing``: the hub's listing of it, when the caller has one. Tries ``repo``, then each of
+    ``aliases`` (older names of the same repo) when it is not found. Without ``allow_patterns``,
+    takes the config and tokenizer files plus the safetensors weights, or the PyTorch ``.bin``
+    weights when the repo has no safetensors. ``required``: the file that makes the download what
+    was asked for (``adapter_config.json`` for a PEFT adapter). Every file the hub gives a sha256
+    for is checked against it after the download.
+    """
+    failure: BaseException | None = None
+    for candidate in (repo, *aliases):
+        try:
+            return _snapshot(candidate, revision, allow_patterns, what, required, commit, listing, repo_type)
+        except _hub_errors() as exc:
+            if not _not_found(exc):
+                raise _translate(exc, candidate, commit or revision, what) from None
+            if candidate != repo:
+                log.debug("alias %s not found either", candidate)
+            failure = failure or exc
+            if aliases:
+                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
+    assert failure is not None
+    raise _translate(failure, repo, commit or revision, what) from None
 
 
 def _not_found(exc: BaseException) -> bool:
@@ -109,68 +310,48 @@ def _not_found(exc: BaseException) -> bool:
         exc, errors.GatedRepoError)
 
 
-def _file_sizes(repo: str, revision: str) -> tuple[str, dict[str, int]]:
-    """The commit a revision points at, and the size of each file there (online only)."""
-    from huggingface_hub import HfApi
-
-    info = HfApi().model_info(repo, revision=revision, files_metadata=True)
-    return str(info.sha), {s.rfilename: int(s.size or 0) for s in (info.siblings or [])}
-
-
-def _matches(name: str, patterns: Sequence[str]) -> bool:
-    from fnmatch import fnmatch
-
-    return any(fnmatch(name, p) for p in patterns)
-
-
-def snapshot(repo: str, revision: str = "main", aliases: Sequence[str] = (), allow_patterns: Sequence[str] | None = None,
-             what: str = "checkpoint", required: str = "config.json") -> Snapshot:
-    """Download (or find in the cache) what conversion needs from a model repo.
-
-    Tries ``repo``, then each of ``aliases`` (older names of the same repo) when it is not found.
-    Without ``allow_patterns``, takes the config and tokenizer files plus the safetensors weights,
-    or the PyTorch ``.bin`` weights when the repo has no safetensors. ``required``: the file that
-    makes the download what was asked for (``adapter_config.json`` for a PEFT adapter).
-    """
-    failure: BaseException | None = None
-    for candidate in (repo, *aliases):
-        try:
-            return _snapshot(candidate, revision, allow_patterns, what, required)
-        except _hub_errors() as exc:
-            if not _not_found(exc):
-                raise _translate(exc, candidate, revision, what) from None
-            if candidate != repo:
-                log.debug("alias %s not found either", candidate)
-            failure = failure or exc
-            if aliases:
-                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
-    assert failure is not None
-    raise _translate(failure, repo, revision, what) from None
-
-
-def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, what: str,
-              required: str = "config.json") -> Snapshot:
+def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, what: str, required: str,
+              commit: str | None, listing: Remote | None, repo_type: str) -> Snapshot:
     from huggingface_hub import snapshot_download
 
     patterns = list(allow_patterns) if allow_patterns else None
-    pinned = revision
+    wanted = commit or revision
     if not offline():
-        commit, sizes = _file_sizes(repo, revision)
-        pinned = commit  # both calls must see the same commit even if the branch moves meanwhile
-        if patterns is None:
-            weights = SAFETENSORS_PATTERNS if any(_matches(f, SAFETENSORS_PATTERNS) for f in sizes) else PYTORCH_PATTERNS
-            patterns = [*CONFIG_PATTERNS, *weights]
-        needed = sum(size for name, size in sizes.items() if _matches(name, patterns))
+        if listing is None or listing.repo != repo:
+            listing = _listing(repo, wanted, repo_type)
+        wanted = listing.commit  # both calls must see the same commit even if the branch moves meanwhile
+        patterns = patterns or default_patterns(listing)
+        needed = sum(f.size for f in listing.matching(patterns))
         paths.ensure_free_space(cache_dir(), int(needed * 1.05) + 2**20, f"{repo} ({needed / 2**30:.1f} GiB)")
-        log.info("downloading %s@%s (%s, %.2f GiB) into %s", repo, commit[:12], what, needed / 2**30, cache_dir())
-    if patterns is None:
-        patterns = [*CONFIG_PATTERNS, *SAFETENSORS_PATTERNS, *PYTORCH_PATTERNS]
-    folder = Path(snapshot_download(repo, revision=pinned, cache_dir=cache_dir(), allow_patterns=patterns,
-                                    local_files_only=offline()))
-    if not (folder / required).is_file():
+        log.info("downloading %s@%s (%s, %.2f GiB) into %s", repo, wanted[:12], what, needed / 2**30, cache_dir())
+    patterns = patterns or default_patterns(None)
+    folder = Path(snapshot_download(repo, revision=wanted, repo_type=repo_type, cache_dir=cache_dir(),
+                                    allow_patterns=patterns, local_files_only=offline(), etag_timeout=_timeout()))
+    if listing is not None:
+        _verify(folder, listing.matching(patterns), f"{repo}@{wanted[:12]}")
+    if required and not (folder / required).is_file():
         raise LlamaspecError(f"{repo}@{revision} ({folder}) has no {required}: not a Hugging Face {what}",
                              hint="check the repo id, or its allow_patterns in models/catalog.yaml")
     return Snapshot(repo, revision, folder.name, folder)
+
+
+def _verify(folder: Path, files: Sequence[RemoteFile], where: str) -> None:
+    """Each downloaded file the hub gives a sha256 for must have it; a file that does not is deleted
+    from the cache (its blob and its link), so the next run downloads it again."""
+    from llamaspec.atomic import sha256_file
+
+    for f in files:
+        path = folder / f.name
+        if f.sha256 is None or not path.is_file():
+            continue
+        got = sha256_file(path, f.name)
+        if got != f.sha256:
+            blob = path.resolve()
+            path.unlink(missing_ok=True)
+            blob.unlink(missing_ok=True)
+            raise LlamaspecError(f"{f.name} from {where} has sha256 {got}, the hub says {f.sha256}: deleted it from the cache",
+                                 hint="run the command again to download it anew; if it repeats, a proxy or mirror "
+                                      "(HF_ENDPOINT) serves a damaged file")
 
 
 def file(repo: str, filename: str, revision: str = "main") -> Snapshot:
@@ -178,17 +359,17 @@ def file(repo: str, filename: str, revision: str = "main") -> Snapshot:
     from huggingface_hub import hf_hub_download
 
     try:
+        listing = None
         if not offline():
-            commit, sizes = _file_sizes(repo, revision)
-            if filename not in sizes:
+            listing = remote(repo, revision, what=filename)
+            if filename not in listing.files:
                 raise LlamaspecError(f"{filename} not found in {repo}@{revision}",
-                                     hint=f"files there: {', '.join(sorted(sizes)[:12])}")
-            paths.ensure_free_space(cache_dir(), int(sizes[filename] * 1.05) + 2**20, f"{repo}/{filename}")
-            revision_used = commit
-        else:
-            revision_used = revision
-        got = Path(hf_hub_download(repo, filename, revision=revision_used, cache_dir=cache_dir(),
-                                   local_files_only=offline()))
+                                     hint=f"files there: {', '.join(sorted(listing.files)[:12])}")
+            paths.ensure_free_space(cache_dir(), int(listing.files[filename].size * 1.05) + 2**20, f"{repo}/{filename}")
+        got = Path(hf_hub_download(repo, filename, revision=listing.commit if listing else revision, cache_dir=cache_dir(),
+                                   local_files_only=offline(), etag_timeout=_timeout()))
+        if listing is not None:
+            _verify(Path(str(got)[: -len(filename)]), [listing.files[filename]], f"{repo}@{listing.commit[:12]}")
     except _hub_errors() as exc:
         raise _translate(exc, repo, revision, filename) from None
     return Snapshot(repo, revision, _commit_of(got), got)

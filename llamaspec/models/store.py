@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from llamaspec import atomic, paths
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import catalog as catalogs
-from llamaspec.models import reader
+from llamaspec.models import pins, plans, reader
 from llamaspec.models.catalog import Catalog, ModelEntry
 from llamaspec.models.quantize import CONVERT_OUTTYPES, file_type
 from llamaspec.models.reader import GGUFMetadata, Vocab
@@ -89,6 +89,10 @@ def finished(name: str, variant: str) -> ModelFile | None:
     data = _load_record(path)
     if data is None or not path.is_file():
         return None
+    stale = _stale_commit(name, data)
+    if stale is not None:
+        log.warning("%s", stale)
+        return None
     st = path.stat()
     if st.st_size != data.get("size"):
         log.warning("%s is %d bytes but its record says %s: making it again", path, st.st_size, data.get("size"))
@@ -101,6 +105,80 @@ def finished(name: str, variant: str) -> ModelFile | None:
             return None
         atomic.write_json(record_path(path), {**data, "mtime_ns": st.st_mtime_ns})
     return _from_record(path, data)
+
+
+def _stale_commit(name: str, data: dict[str, Any]) -> str | None:
+    """Why a file made from a Hugging Face commit other than the one models/catalog.lock pins now is
+    not the model asked for (the weights differ), or None."""
+    made_from = data.get("provenance", {}).get("commit")
+    if not made_from:
+        return None
+    try:
+        cat = catalogs.load()
+    except LlamaspecError:
+        return None
+    entry = cat.models.get(name)
+    if entry is None or entry.source.kind != "hf":
+        return None
+    pinned = pinned_commit(entry, cat)
+    if pinned is None or pinned == made_from:
+        return None
+    return (f"{name}:{data.get('variant')} was made from {entry.source.get('repo')}@{made_from[:12]}, but "
+            f"{pins.lock_path(cat.path).name} pins {pinned[:12]}: the weights differ, making it again from the pinned commit")
+
+
+def pinned_commit(entry: ModelEntry, catalog: Catalog | None = None) -> str | None:
+    """The commit a Hugging Face entry's files come from: its revision when that is a commit, else
+    the pin in models/catalog.lock that applies to its repo and revision (None: not pinned yet)."""
+    source = entry.source
+    revision = str(source.get("revision"))
+    if pins.is_commit(revision):
+        return revision
+    cat = catalog or catalogs.load()
+    pin = pins.load(pins.lock_path(cat.path)).get(entry.name)
+    if pin is not None and pin.applies_to(source.get("repo"), revision, tuple(source.get("aliases") or ())):
+        return pin.commit
+    return None
+
+
+@dataclass(frozen=True)
+class PinChange:
+    name: str
+    repo: str
+    revision: str
+    old: str | None
+    new: str
+    weights_differ: list[str]  # weight files whose sha256 differ between the old and the new commit
+
+    def describe(self) -> str:
+        head = f"{self.name}: {self.repo} {self.revision}"
+        if self.old is None:
+            return f"{head} pinned at {self.new[:12]}"
+        if self.old == self.new:
+            return f"{head} still at {self.new[:12]} (pin unchanged)"
+        what = (f"weights differ: {', '.join(self.weights_differ)}" if self.weights_differ else "weights unchanged")
+        return f"{head} moved {self.old[:12]} -> {self.new[:12]} ({what})"
+
+
+def hub_pin(entry: ModelEntry, catalog: Catalog | None = None, *, update: bool = False) -> PinChange:
+    """Resolve the entry's revision on the hub now. Without ``update``, only compare it with the pin
+    (a branch that moved is reported, the pin kept); with it, move the pin. Online only."""
+    from llamaspec.models import hf
+
+    cat = catalog or catalogs.load()
+    source = entry.source
+    revision = str(source.get("revision"))
+    now = hf.resolve_repo(source.get("repo"), revision, source.get("aliases") or ())
+    old = pinned_commit(entry, cat)
+    differ: list[str] = []
+    if old is not None and old != now.commit:
+        before = hf.remote(now.repo, old)
+        patterns = source.get("allow_patterns") or hf.default_patterns(now)
+        weights = [f for f in now.matching(patterns) if f.sha256 is not None]
+        differ = [f.name for f in weights if before.files.get(f.name) is None or before.files[f.name].sha256 != f.sha256]
+    if (update or old is None) and not pins.is_commit(revision):
+        pins.save(pins.lock_path(cat.path), pins.Pin(entry.name, now.repo, revision, now.commit))
+    return PinChange(entry.name, now.repo, revision, old, now.commit, differ)
 
 
 def _current_record(path: Path) -> dict[str, Any] | None:
@@ -171,7 +249,8 @@ def ensure(name: str, variants: list[str] | tuple[str, ...] | None = None, *, ca
     return [resolve(name, v, catalog=cat, build=build) for v in chosen]
 
 
-def _ensure(entry: ModelEntry, variant: str, build: Build | None) -> ModelFile:
+def _ensure(entry: ModelEntry, variant: str, build: Build | None, then: tuple[str, ...] = ()) -> ModelFile:
+    """``then``: the variants to be made from this one afterwards (for the disk and time plan)."""
     have = finished(entry.name, variant)
     if have is not None:
         level = logging.DEBUG if have.path in _announced else logging.INFO
@@ -187,11 +266,11 @@ def _ensure(entry: ModelEntry, variant: str, build: Build | None) -> ModelFile:
     if shipped == variant:
         return _produce(entry, variant, lambda tmp: _fetch_shipped(entry, tmp))
     if shipped is None and variant in CONVERT_OUTTYPES:
-        return _produce(entry, variant, lambda tmp: _convert(entry, variant, tmp))
+        return _produce(entry, variant, lambda tmp: _convert(entry, variant, tmp, then))
     base_variant = shipped or source.get("base")
     if base_variant == variant:
         raise LlamaspecError(f"{entry.name}: base variant {variant} cannot be made from itself", hint="fix models/catalog.yaml")
-    base = _ensure(entry, base_variant, build)
+    base = _ensure(entry, base_variant, build, (variant, *then))
     return _produce(entry, variant, lambda tmp: _quantize(entry, base, variant, tmp, build))
 
 
@@ -312,13 +391,41 @@ def _local_path(entry: ModelEntry) -> Path:
     return path if path.is_absolute() else paths.project_root() / path
 
 
-def _checkpoint(entry: ModelEntry) -> tuple[Path, dict[str, Any]]:
+def hub_snapshot(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path | None = None, *,
+                 allow_patterns: Sequence[str] | None = None, what: str = "checkpoint", required: str = "config.json") -> Any:
+    """A Hugging Face entry's files in the Hugging Face cache (an ``hf.Snapshot``), downloaded at the
+    pinned commit (pinned now if it has no pin) after the disk and time plan for them and for
+    ``outputs`` (the variants to be made from them, in ``out_dir``) is logged and checked."""
+    from llamaspec.models import hf
+
+    source = entry.source
+    repo, revision = source.get("repo"), str(source.get("revision"))
+    patterns = allow_patterns or source.get("allow_patterns")
+    commit = pinned_commit(entry)
+    listing = None
+    if not hf.offline():
+        if commit is None:
+            change = hub_pin(entry)
+            log.info("%s (%s)", change.describe(), pins.lock_path(catalogs.load().path))
+            commit, repo = change.new, change.repo
+        listing = hf.resolve_repo(repo, commit, source.get("aliases") or (), what=what)
+        plan = plans.make(entry.name, listing, patterns or hf.default_patterns(listing), outputs, hf.cache_dir(),
+                          out_dir or model_path(entry.name, "f16").parent)
+        for line in plan.lines():
+            log.info("%s", line)
+        plan.check()
+    snap = hf.snapshot(listing.repo if listing else repo, revision, source.get("aliases") or (), patterns, what=what,
+                       required=required, commit=commit, listing=listing)
+    if commit is None and not pins.is_commit(revision):  # offline, first use: pin what the cache holds
+        pins.save(pins.lock_path(catalogs.load().path), pins.Pin(entry.name, snap.repo, revision, snap.commit))
+    return snap
+
+
+def _checkpoint(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint folder and where it came from (a Hugging Face one: ``hub_snapshot``)."""
     source = entry.source
     if source.kind == "hf":
-        from llamaspec.models import hf
-
-        snap = hf.snapshot(source.get("repo"), source.get("revision"), source.get("aliases") or (),
-                           source.get("allow_patterns"), what="checkpoint")
+        snap = hub_snapshot(entry, outputs, out_dir)
         return snap.path, {"kind": "hf", "repo": snap.repo, "revision": snap.revision, "commit": snap.commit}
     folder = _local_path(entry)
     if not (folder / "config.json").is_file():
@@ -327,14 +434,14 @@ def _checkpoint(entry: ModelEntry) -> tuple[Path, dict[str, Any]]:
     return folder, {"kind": "path", "path": str(folder)}
 
 
-def _convert(entry: ModelEntry, variant: str, tmp: Path) -> dict[str, Any]:
+def _convert(entry: ModelEntry, variant: str, tmp: Path, then: tuple[str, ...] = ()) -> dict[str, Any]:
     from llamaspec.llamacpp import source as sources
     from llamaspec.models import convert
 
     tree = sources.current()
     convert.check_requirements()  # before a long download that could not be used
     convert.script(tree.tree)
-    folder, origin = _checkpoint(entry)
+    folder, origin = _checkpoint(entry, (variant, *then), tmp.parent)
     convert.convert(tree.tree, folder, tmp, variant, label=f"{entry.name}:{variant}",
                     log_path=logs_dir(entry.name) / f"convert-{variant}.log")
     return {**origin, "converted_by": f"{convert.SCRIPT} of llama.cpp {tree.commit}", "outtype": variant}
@@ -352,7 +459,7 @@ def _quantize(entry: ModelEntry, base: ModelFile, variant: str, tmp: Path, build
     quantize.quantize(program, base.path, tmp, variant, allow_requantize=requantize, label=f"{entry.name}:{variant}",
                       log_path=logs_dir(entry.name) / f"quantize-{variant}.log")
     return {"kind": "quantize", "from": base.ref, "from_sha256": base.sha256, "allow_requantize": requantize,
-            "quantized_by": f"{program.name} of {chosen.label}"}
+            "quantized_by": f"{program.name} of {chosen.label}", **_commit_of(base)}
 
 
 def _derive(base: ModelFile, derivation: str, tmp: Path) -> dict[str, Any]:
@@ -363,7 +470,13 @@ def _derive(base: ModelFile, derivation: str, tmp: Path) -> dict[str, Any]:
         raise LlamaspecError(f"no way to make the {derivation!r} derivation", hint="fix models/catalog.yaml")
     paths.ensure_free_space(tmp.parent, int(base.path.stat().st_size * 1.3), f"making {base.ref}-{derivation}")
     done = makers[derivation](base.path, tmp)
-    return {"kind": derivation, "from": base.ref, "from_sha256": base.sha256, **done}
+    return {"kind": derivation, "from": base.ref, "from_sha256": base.sha256, **done, **_commit_of(base)}
+
+
+def _commit_of(base: ModelFile) -> dict[str, Any]:
+    """The Hugging Face commit a derived file's weights come from, carried over from its base."""
+    commit = base.provenance.get("commit")
+    return {"commit": commit} if commit else {}
 
 
 def local_variants(entry: ModelEntry) -> dict[str, ModelFile]:

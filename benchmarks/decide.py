@@ -1,0 +1,267 @@
+"""How often does a sweep's decision pick a setting that is really worse, and what does it cost?
+
+Replays recorded real sweeps (``tests/fixtures/llamacpp/0c1e570/sweep-accept/<level>/sweep.json``:
+draft lengths 1..16, 10 pairs each, every run's figures) by resampling their pairs: each replay
+draws pairs with replacement from the recording, as a new sweep on the same machine would have
+measured them. Three policies decide on the drawn pairs:
+
+- **old rule**: the tie set (intervals overlapping the best median's) and its shortest draft, as
+  llamaspec decided before issue 18;
+- **new rule, fixed grid**: ``llamaspec.decide`` on 3 pairs at every recorded length;
+- **adaptive**: ``llamaspec.decide`` on 2 pairs at a coarse grid (1, 2, 4, 8, 16), then the pairs its
+  ``requests`` ask for (the contenders, the model's unmeasured favourites), until the decision is
+  settled or the budget (60 % of the fixed grid's pairs) is spent.
+
+A decision is **wrong** (column "wrong") when the true speedup of the setting it recommends (the median of every
+recorded pair there) is more than 3 % below the true best, or when it recommends nothing although
+the true best is a gain of more than 3 % ("no answer" counts those); ">5% off" is the same with
+5 %, since the recording's own medians carry a few per cent of noise. Time is the recorded wall time of the pairs a policy drew
+(speculative run + baseline), relative to the fixed 3-pair grid of the same replay (the one-off
+llama-bench cost timings are the same for every policy and left out).
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/decide.py [--replays 200] [--levels q4_1,q4_0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llamaspec import analysis, decide, stats
+from llamaspec.stats import Spread
+from llamaspec.summary import Summary
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570" / "sweep-accept"
+WORSE = 0.03  # a decision is wrong when its setting is truly more than 3 % below the best
+FIXED_PAIRS = 3
+COARSE = (1, 2, 4, 8, 12, 16)
+FIRST_PAIRS = 2
+BUDGET_SHARE = 0.6
+
+
+@dataclass(frozen=True)
+class Pair:
+    ratio: float  # speculative decode t/s over the baseline's, measured next to it
+    spec_tps: float
+    base_tps: float
+    seconds: float  # wall time of both runs
+
+
+@dataclass(frozen=True)
+class Point:
+    draft_max: int
+    run: dict[str, Any]  # the exported run: summary, measurements
+    summary: Summary
+    pairs: tuple[Pair, ...]
+
+    @property
+    def true_speedup(self) -> float:
+        return statistics.median(p.ratio for p in self.pairs)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    name: str
+    data: dict[str, Any]
+    points: dict[int, Point]
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return tuple(sorted(self.points))
+
+    @property
+    def true_best(self) -> float:
+        return max(p.true_speedup for p in self.points.values())
+
+
+def pairs_of(run: dict[str, Any]) -> tuple[Pair, ...]:
+    """The run's pairs, by pair index: its speculative and baseline measurements of one repeat."""
+    by: dict[int, dict[str, dict[str, Any]]] = {}
+    for m in run["measurements"]:
+        if m["mode"] in ("speculative", "baseline") and m["ok"] and m["decode_tps"]:
+            by.setdefault(m["repeat"], {})[m["mode"]] = m
+    out = []
+    for r in sorted(by):
+        s, b = by[r].get("speculative"), by[r].get("baseline")
+        if s and b:
+            out.append(Pair(s["decode_tps"] / b["decode_tps"], s["decode_tps"], b["decode_tps"],
+                            (s["wall_seconds"] or 0.0) + (b["wall_seconds"] or 0.0)))
+    return tuple(out)
+
+
+def load(level: str, root: Path = FIXTURES) -> Recorded:
+    data = json.loads((root / level / "sweep.json").read_text())
+    points = {}
+    for run in data["points"]:
+        if run["status"] != "ok":
+            continue
+        points[int(run["draft_max"])] = Point(int(run["draft_max"]), run, Summary.from_dict(run["summary"]), pairs_of(run))
+    return Recorded(level, data, points)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _speedup(ratios: tuple[float, ...]) -> Spread:
+    s = stats.spread(ratios)
+    assert s is not None
+    return s
+
+
+def _values(values: tuple[float, ...]) -> Spread:
+    """Median and values only (what the model reads from the speeds); no bootstrap."""
+    return Spread(statistics.median(values), min(values), max(values), len(values), min(values), max(values),
+                  stats.cv(values), values)
+
+
+def rows_for(rec: Recorded, draws: dict[int, list[int]]) -> list[analysis.PointRow]:
+    """The sweep's points as if these pairs (indices into each point's recording) had been measured."""
+    rows = []
+    for k, picks in sorted(draws.items()):
+        if not picks:
+            continue
+        point = rec.points[k]
+        chosen = [point.pairs[i] for i in picks]
+        summary = dataclasses.replace(point.summary, pairs=len(chosen),
+                                      speedup=_speedup(tuple(p.ratio for p in chosen)),
+                                      decode_tps=_values(tuple(p.spec_tps for p in chosen)),
+                                      baseline_decode_tps=_values(tuple(p.base_tps for p in chosen)))
+        rows.append(analysis.PointRow(point.run["run_id"], "", k, summary))
+    return rows
+
+
+def group_for(rec: Recorded, draws: dict[int, list[int]], refits: int) -> analysis.GroupReport:
+    rows = rows_for(rec, draws)
+    fit, explanation, note = analysis.analyze_rows(rows)
+    group = analysis.GroupReport("", rows, fit, explanation, note=note)
+    group.view = analysis.model_view(group, refits=refits, grid=rec.grid)
+    return group
+
+
+def new_rule(rec: Recorded, draws: dict[int, list[int]], refits: int) -> decide.Decision:
+    return group_for(rec, draws, refits).decision
+
+
+def old_rule(rec: Recorded, draws: dict[int, list[int]]) -> int | None:
+    """Before issue 18: the points whose interval overlaps the best median's, then the shortest
+    draft among them that measured above 1.0 (None: no draft)."""
+    rows = [r for r in rows_for(rec, draws) if r.speedup is not None]
+    best = max(rows, key=lambda r: r.speedup.median if r.speedup else 0.0)
+    assert best.speedup is not None
+    ties = [r for r in rows if r.speedup is not None and r.speedup.overlaps(best.speedup) and r.speedup.median > 1.0]
+    return min(r.draft_max for r in ties) if ties else None
+
+
+def chosen_length(d: decide.Decision) -> int | None:
+    if d.verdict != "recommend" or d.chosen is None:
+        return None
+    key = d.chosen.key
+    return int(key[1]) if isinstance(key, tuple) else int(key)  # type: ignore[call-overload]
+
+
+def seconds(rec: Recorded, draws: dict[int, list[int]]) -> float:
+    return sum(rec.points[k].pairs[i].seconds for k, picks in draws.items() for i in picks)
+
+
+def adaptive(rec: Recorded, rng: random.Random, refits: int, budget: int) -> tuple[decide.Decision, dict[int, list[int]], str]:
+    """Coarse grid first, then what the decision asks for, until settled or out of pairs."""
+    draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in COARSE if k in rec.points}
+    measurable = [("", k) for k in rec.grid]
+    while True:
+        d = new_rule(rec, draws, refits)
+        step = decide.next_step(d, sum(len(v) for v in draws.values()), budget, measurable)
+        if step.stop:
+            return d, draws, step.stop
+        for r in step.requests:
+            k = _length(r.key)
+            draws.setdefault(k, []).extend(rng.randrange(len(rec.points[k].pairs)) for _ in range(r.pairs))
+
+
+def _length(key: Any) -> int:
+    return int(key[1]) if isinstance(key, tuple) else int(key)
+
+
+def wrong(rec: Recorded, k: int | None, worse: float = WORSE) -> bool:
+    best = rec.true_best
+    if k is None:
+        return best > 1.0 + worse
+    return rec.points[k].true_speedup < best * (1.0 - worse)
+
+
+@dataclass
+class Tally:
+    wrong: int = 0
+    wrong5: int = 0  # more than 5 % below the best (the recording's own noise is several %)
+    no_answer: int = 0
+    seconds: float = 0.0
+    pairs: int = 0
+    settled: int = 0
+    picks: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def add(self, rec: Recorded, k: int | None, draws: dict[int, list[int]], settled: bool = False) -> None:
+        self.wrong += wrong(rec, k)
+        self.wrong5 += wrong(rec, k, 0.05)
+        self.no_answer += k is None
+        self.seconds += seconds(rec, draws)
+        self.pairs += sum(len(v) for v in draws.values())
+        self.settled += settled
+        label = "none" if k is None else str(k)
+        self.picks[label] = self.picks.get(label, 0) + 1
+
+
+def replay(rec: Recorded, replays: int, refits: int, seed: int = 0) -> dict[str, Tally]:
+    rng = random.Random(seed)
+    fixed_pairs = FIXED_PAIRS * len(rec.grid)
+    budget = int(BUDGET_SHARE * fixed_pairs)
+    out = {"old rule, fixed 3-pair grid": Tally(), "new rule, fixed 3-pair grid": Tally(), "adaptive (new rule)": Tally()}
+    for _ in range(replays):
+        draws = {k: [rng.randrange(len(p.pairs)) for _ in range(FIXED_PAIRS)] for k, p in rec.points.items()}
+        out["old rule, fixed 3-pair grid"].add(rec, old_rule(rec, draws), draws)
+        d = new_rule(rec, draws, refits)
+        out["new rule, fixed 3-pair grid"].add(rec, chosen_length(d), draws, d.settled)
+        d, adaptive_draws, _why = adaptive(rec, rng, refits, budget)
+        out["adaptive (new rule)"].add(rec, chosen_length(d), adaptive_draws, d.settled)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    global COARSE
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--refits", type=int, default=100, help="bootstrap refits of the model per decision")
+    ap.add_argument("--levels", default="q4_1,q4_0")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--coarse", default=",".join(map(str, COARSE)), help="the adaptive policy's first lengths")
+    a = ap.parse_args(argv)
+    COARSE = tuple(int(k) for k in a.coarse.split(","))
+    print(f"{'sweep':<7} {'policy':<28} {'wrong':>6} {'>5% off':>7} {'no answer':>9} {'settled':>7} {'pairs':>6} {'time vs fixed':>13}  picks")
+    goal_met = True
+    for level in a.levels.split(","):
+        rec = load(level)
+        started = time.monotonic()
+        tallies = replay(rec, a.replays, a.refits, a.seed)
+        fixed = tallies["new rule, fixed 3-pair grid"].seconds
+        truth = ", ".join(f"{k}: {p.true_speedup:.2f}x" for k, p in sorted(rec.points.items()))
+        print(f"{level:<7} truth (median of {min(len(p.pairs) for p in rec.points.values())}+ pairs): {truth}")
+        for name, t in tallies.items():
+            share = t.wrong / a.replays
+            rel = t.seconds / fixed if fixed else float("nan")
+            picks = ", ".join(f"{k}:{n}" for k, n in sorted(t.picks.items(), key=lambda kv: -kv[1])[:6])
+            print(f"{level:<7} {name:<28} {share:>6.1%} {t.wrong5 / a.replays:>7.1%} {t.no_answer / a.replays:>9.1%} {t.settled / a.replays:>7.1%} "
+                  f"{t.pairs / a.replays:>6.1f} {rel:>12.0%}  {picks}")
+            if name.startswith("adaptive") and (share > 0.05 or rel > 0.60):
+                goal_met = False
+        print(f"{level:<7} ({a.replays} replays in {time.monotonic() - started:.0f} s)", file=sys.stderr)
+    print(f"goal (adaptive: at most 5 % wrong at no more than 60 % of the fixed grid's time): {'met' if goal_met else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

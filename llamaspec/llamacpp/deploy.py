@@ -1,0 +1,69 @@
+"""The command that deploys a measured llama.cpp setting: ``llama-server`` (what serves it) and
+``llama-speculative-simple`` (the same speculative loop from the command line), or for the target
+alone ``llama-server`` without a draft and ``llama-completion``.
+
+Flags come from the same tables the measurement used, read from each binary's ``--help``
+(``server.server_args`` for the server, ``flags.speculative_argv`` / ``completion_argv`` for the
+programs), so the command names the flags of the build that measured, by its full path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from llamaspec.backend import Command, Deployment, ResolvedCase
+from llamaspec.llamacpp import flags, server
+from llamaspec.llamacpp.build import Build
+
+SERVER_NOTE = "serves on 127.0.0.1:8080; add --host and --port to serve elsewhere"
+
+
+def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool = True) -> Deployment:
+    s = case.settings.with_defaults()
+    draft_free = server.is_draft_free(s.spec_type)
+    speculative = speculative and (case.draft is not None or draft_free)
+    alone = replace(case, draft=None, settings=replace(s, spec_type=None)) if not speculative else replace(case, settings=s)
+    commands: list[Command] = []
+    notes: list[str] = []
+    if "server" in build.programs:
+        program = build.program("server")
+        args = server.server_args(flags.program_flags(program), build.accel, alone,
+                                  "speculative" if speculative else "baseline", deploy=True)
+        commands.append(Command.shell("llama-server", [str(program), *args], SERVER_NOTE))
+    else:
+        notes.append(f"the build in {build.bin_dir} has no llama-server")
+    inv = flags.Invocation(target=case.target.path, settings=alone.settings,
+                           draft=case.draft.path if speculative and case.draft else None, prompt=case.prompt,
+                           prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None,
+                           accel=build.accel)
+    if not speculative:
+        if "completion" in build.programs:
+            program = build.program("completion")
+            commands.append(Command.shell(Path(program).name, flags.completion_argv(flags.program_flags(program), program, inv),
+                                          "this case's prompt and length, without a draft"))
+    elif draft_free:
+        notes.append(f"{s.spec_type} is draft-free: it runs in llama-server only (llama-speculative-simple needs a "
+                     "draft model)")
+    elif "speculative-simple" in build.programs:
+        program = build.program("speculative-simple")
+        commands.append(Command.shell("llama-speculative-simple",
+                                      flags.speculative_argv(flags.program_flags(program), program, inv, "speculative-simple"),
+                                      "this case's prompt and length, with the draft"))
+    else:
+        notes.append(f"the build in {build.bin_dir} has no llama-speculative-simple")
+    if speculative and engine == "llama.cpp" and s.program != "speculative-simple" and not draft_free:
+        notes.append("measured with llama-speculative (exactly k drafted per round); llama-server and "
+                     "llama-speculative-simple draft up to k: confirm with --program speculative-simple")
+    if s.rpc:
+        notes.append(f"the target's layers ran on the RPC servers {','.join(s.rpc)}: start llamaspec rpc serve there "
+                     "(llama-server needs --rpc with them as well)")
+    if s.extra_args:
+        notes.append(f"the experiment's extra_args ({' '.join(s.extra_args)}) are passed through as measured")
+    what = (f"no draft: the target {case.target.label} alone" if not speculative
+            else " ".join([str(s.spec_type), *(f"{k}={v}" for k, v in (("n", s.ngram_size_n), ("m", s.ngram_size_m))
+                                                if v is not None)]) if draft_free
+            else f"draft {s.draft_max} ({case.draft.label if case.draft else '?'})")
+    if speculative:
+        what += f" on the target {case.target.label}"
+    return Deployment(engine, speculative, what, tuple(commands), tuple(notes))

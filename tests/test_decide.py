@@ -1,0 +1,215 @@
+"""The one decision rule (llamaspec.decide) on its own: examples with known answers.
+
+The rule is also replayed on recorded real sweeps by ``benchmarks/decide.py``; the cases here pin
+each clause: shown faster beats "interval includes 1.0", cheaper wins only within the tolerance,
+"no draft" against "undecided", the model's band ranking and its disagreements, what to measure next.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llamaspec import decide
+from llamaspec.decide import Band, Candidate, ModelView
+from llamaspec.stats import Spread, spread
+
+
+def s(median: float, low: float, high: float, n: int = 3) -> Spread:
+    return Spread(median, low, high, n, low, high, 0.05)
+
+
+def c(k: int, median: float, low: float, high: float, n: int = 3) -> Candidate:
+    return Candidate(k, f"draft {k}", s(median, low, high, n), (k,))
+
+
+def view(preds: dict[int, tuple[float, float, float]], error: float = 0.02, best: int | None = None) -> ModelView:
+    bands = tuple(Band(k, f"draft {k}", p, lo, hi, (k,)) for k, (p, lo, hi) in sorted(preds.items()))
+    top = best if best is not None else max(preds, key=lambda k: preds[k][0])
+    return ModelView(bands, top, (top,), error)
+
+
+def test_the_issue_sweep_recommends_the_only_setting_shown_faster() -> None:
+    # make demo's sweep from issue 18: the old rule took draft 2 (1.07x [0.84-1.18], the cheapest of
+    # a tie set built around one noisy best point); draft 4 is the only one whose interval is above 1.
+    got = decide.decide([c(1, 1.01, 0.93, 1.08), c(2, 1.07, 0.84, 1.18), c(4, 1.20, 1.14, 1.29),
+                         c(8, 1.27, 0.95, 1.64), c(12, 1.15, 0.90, 1.30)])
+    assert got.verdict == "recommend" and got.chosen is not None and got.chosen.key == 4
+    assert not got.settled  # draft 8 might be faster, and draft 4's own interval is wider than +-5 %
+    asked = {r.key for r in got.requests}
+    assert asked >= {4, 8}
+    assert all(1 <= r.pairs <= decide.STEP for r in got.requests)
+    assert "measured higher medians but intervals that include 1.0" in got.reason
+    assert got.interval == got.chosen.measured
+
+
+def test_cheaper_wins_only_within_the_tolerance() -> None:
+    close = decide.decide([c(4, 1.50, 1.47, 1.53), c(8, 1.52, 1.49, 1.55)])
+    assert close.chosen is not None and close.chosen.key == 4  # 1.50 is within 2 % of 1.52
+    assert "cheapest setting within 2%" in close.reason
+    apart = decide.decide([c(4, 1.40, 1.30, 1.50), c(8, 1.55, 1.45, 1.65)])
+    assert apart.chosen is not None and apart.chosen.key == 8  # overlapping intervals alone do not make 4 as good
+
+
+def test_settled_when_narrow_and_no_rival_can_beat_it() -> None:
+    got = decide.decide([c(2, 1.30, 1.28, 1.32), c(4, 1.60, 1.57, 1.62), c(8, 1.55, 1.52, 1.58)])
+    assert got.verdict == "recommend" and got.chosen is not None and got.chosen.key == 4
+    assert got.settled and not got.requests
+    assert got.sureness.startswith("settled")
+    rival = decide.decide([c(4, 1.60, 1.57, 1.62), c(8, 1.58, 1.40, 1.80)])
+    assert rival.chosen is not None and rival.chosen.key == 4 and not rival.settled
+    assert [r.key for r in rival.requests] == [8]  # draft 4 is narrow; only its rival needs pairs
+
+
+def test_no_gain_is_no_draft_and_a_wide_interval_is_undecided() -> None:
+    below = decide.decide([c(1, 0.90, 0.88, 0.93), c(4, 0.97, 0.94, 0.99)])
+    assert below.verdict == "no draft" and below.settled and "at or below 1.0" in below.reason
+    assert below.lines()[0] == "recommended: no draft (measured no gain)"
+    narrow = decide.decide([c(4, 1.00, 0.98, 1.04, n=10)])  # could be +4 %, but already within +-5 %
+    assert narrow.verdict == "no draft"
+    wide = decide.decide([c(1, 0.95, 0.90, 0.99), c(4, 1.10, 0.90, 1.35)])
+    assert wide.verdict == "undecided" and not wide.settled
+    assert [r.key for r in wide.requests] == [4] and wide.requests[0].pairs >= 1
+    assert wide.lines()[0] == "undecided: the intervals are too wide"
+
+
+def test_nothing_to_decide() -> None:
+    got = decide.decide([])
+    assert got.verdict == "nothing" and got.chosen is None and not got.settled
+    assert "no setting finished" in got.reason
+
+
+def test_the_model_ranks_with_all_the_data() -> None:
+    # Two noisy points both shown faster; the model (fitted to every point) says 8 beats 6 by 10 %.
+    points = [c(6, 1.45, 1.10, 1.60), c(8, 1.40, 1.12, 1.70)]
+    alone = decide.decide(points)
+    assert alone.chosen is not None and alone.chosen.key == 6  # by the medians alone
+    model = view({6: (1.40, 1.38, 1.42), 8: (1.54, 1.52, 1.56)}, error=0.02)
+    ranked = decide.decide(points, [model])
+    assert ranked.chosen is not None and ranked.chosen.key == 8
+    assert ranked.chosen.band is not None and not ranked.chosen.disagrees
+    assert "measured and the speedup model combined" in ranked.reason
+
+
+def test_a_disagreement_is_named_and_the_measurement_trusted() -> None:
+    model = view({4: (1.50, 1.48, 1.52), 8: (2.00, 1.98, 2.02)}, error=0.02)
+    got = decide.decide([c(4, 1.50, 1.47, 1.53), c(8, 1.55, 1.52, 1.58)], [model])
+    e8 = next(e for e in got.estimates if e.key == 8)
+    assert e8.disagrees and e8.estimate == pytest.approx(1.55)
+    assert any("draft 8 measured" in n and "measurement is trusted" in n for n in got.notes)
+    assert got.chosen is not None and got.chosen.key == 8
+
+
+def test_the_model_asks_for_an_unmeasured_length() -> None:
+    model = view({4: (1.50, 1.48, 1.52), 6: (1.70, 1.66, 1.74), 8: (1.52, 1.50, 1.54)}, best=6)
+    got = decide.decide([c(4, 1.50, 1.48, 1.52), c(8, 1.52, 1.50, 1.54)], [model])
+    assert not got.settled
+    assert any(r.key == 6 and "not measured" in r.why for r in got.requests)
+    assert any("model: best draft 6 1.70x" in line for line in got.lines())
+
+
+def test_pairs_needed_follows_the_square_root_law() -> None:
+    wide = s(1.5, 1.2, 1.8, n=3)  # +-20 %: 3 x (0.20/0.05)^2 = 48 pairs, capped at one step
+    assert decide.pairs_needed(wide) == decide.STEP
+    assert decide.pairs_needed(s(1.5, 1.44, 1.56, n=4)) == 1  # +-4 %: already narrow, asked for at least 1
+    assert decide.pairs_needed(s(1.5, 1.41, 1.59, n=4), step=10) == 2  # +-6 %: ceil(4 x 1.44) - 4 = 2
+    assert decide.pairs_needed(s(1.5, 1.5, 1.5, n=1)) == decide.STEP
+
+
+def test_the_next_step_of_an_adaptive_sweep() -> None:
+    d = decide.decide([c(1, 1.01, 0.93, 1.08), c(4, 1.20, 1.14, 1.29), c(8, 1.27, 0.95, 1.64)])
+    step = decide.next_step(d, spent=9, budget=None)
+    assert step.stop is None and {r.key for r in step.requests} == {r.key for r in d.requests}
+    assert step.progress.startswith("deciding between draft 4 and draft 8") or "draft 8" in step.progress
+    trimmed = decide.next_step(d, spent=9, budget=11)
+    assert sum(r.pairs for r in trimmed.requests) == 2  # two pairs left in the budget
+    assert decide.next_step(d, spent=11, budget=11).stop == "budget"
+    assert decide.next_step(d, spent=9, measurable=[1]).stop == "nothing to measure"
+    settled = decide.decide([c(4, 1.60, 1.57, 1.62), c(8, 1.55, 1.52, 1.58)])
+    assert decide.next_step(settled, spent=6, budget=100).stop == "settled"
+
+
+def test_the_decision_serialises() -> None:
+    model = view({4: (1.50, 1.48, 1.52), 8: (1.52, 1.50, 1.54)})
+    got = decide.decide([c(4, 1.50, 1.47, 1.53), c(8, 1.52, 1.49, 1.55)], [model])
+    data = json.loads(json.dumps(got.to_dict()))
+    assert data["verdict"] == "recommend" and data["chosen"]["key"] == 4
+    assert data["models"][0]["bands"][0]["predicted"] == 1.50
+    assert isinstance(data["measure_next"], list) and "how_sure" in data
+
+
+def test_measured_ratios_make_the_interval() -> None:
+    # Candidates carry the spread of their paired ratios as the rest of llamaspec computes it.
+    ratios = (1.21, 1.18, 1.25, 1.19, 1.22)
+    got = decide.decide([Candidate(4, "draft 4", spread(ratios) or s(1, 1, 1), (4,))])
+    assert got.verdict == "recommend" and got.interval is not None and got.interval.values == ratios
+
+
+# --- the recorded sweeps ------------------------------------------------------------------------
+# tests/fixtures/llamacpp/0c1e570/sweep-accept/<level>/sweep.json: real draft-length sweeps of the
+# offline pair at three acceptance levels (record.sh there; README.md says when and where).
+
+# llama.cpp's accept at draft 8 (a fraction): about 90, 50 and 30 %
+LEVELS = {"q4_1": (0.80, 1.00), "q4_0": (0.35, 0.65), "q2_k": (0.15, 0.45)}
+MODEL_ERROR_BOUND = 0.10
+
+
+def _recorded(level: str):  # type: ignore[no-untyped-def]
+    from benchmarks.decide import FIXTURES, load
+
+    if not (FIXTURES / level / "sweep.json").is_file():
+        pytest.fail(f"recorded sweep {level} missing under {FIXTURES}")
+    return load(level)
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_the_recorded_sweeps_are_what_their_readme_says(level: str) -> None:
+    rec = _recorded(level)
+    settings = rec.data["settings"]
+    assert rec.data["llamacpp_commit"] == "0c1e570" and settings["threads"] == 1 and settings["n_predict"] == 64
+    low, high = LEVELS[level]
+    for k, point in rec.points.items():
+        s = point.summary
+        assert s.status == "ok" and s.lossless.verdict == "identical" and s.paired
+        assert len(point.pairs) == s.pairs >= (10 if level != "q2_k" else 3)
+        # the pairs read back from the measurements are the ones the stored speedup was computed from
+        assert s.speedup is not None and tuple(p.ratio for p in point.pairs) == pytest.approx(s.speedup.values)
+        assert s.n_drafted == k * (s.rounds or 0)  # llama-speculative drafts exactly k per round
+    eight = rec.points[8].summary.accept
+    assert eight is not None and low <= eight.median / 100 <= high, eight.median
+    assert rec.grid == {"q4_1": (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16), "q4_0": (1, 2, 3, 4, 6, 8, 12, 16),
+                        "q2_k": (1, 2, 4, 8)}[level]
+    costs = [m for p in rec.data["points"] for m in p["measurements"] if m["mode"] in ("batch", "draft")]
+    assert {m["mode"] for m in costs} == {"batch", "draft"}  # llama-bench's timings, once per sweep
+
+
+# Measured (the model as it stands: llama-bench's costs, the target-alone step from the sweep's own
+# baselines): q4_1 10.9 %, q4_0 29.6 %, q2_k 7.5 % (with llama-bench's batch 1 as the step: 26.7 %,
+# 15.1 %, 7.7 %). The Q4_1 and Q4_0 recordings were made while other sessions loaded the 2 cores
+# (load average up to 9, baseline CV up to 34 %, llama-bench batches out of order): their measured
+# curves are not smooth to 10 % (Q4_1: 1.00x at draft 3-7, 1.43x at 10), so no smooth model meets
+# the bound on them. Known misses, kept visible: strict, so a better model or recording shows up.
+_MISSES = {"q4_1": "median error 10.9 % on a recording made under heavy load",
+           "q4_0": "median error 29.6 % on a recording made under heavy load"}
+
+
+@pytest.mark.parametrize("level", [pytest.param(level, marks=pytest.mark.xfail(reason=_MISSES[level], strict=True))
+                                   if level in _MISSES else level for level in LEVELS])
+def test_the_speedup_model_predicts_each_acceptance_level(level: str) -> None:
+    from benchmarks.decide import group_for
+
+    rec = _recorded(level)
+    group = group_for(rec, {k: list(range(len(p.pairs))) for k, p in rec.points.items()}, refits=50)
+    assert group.analysis is not None and group.analysis.cost is not None
+    print(level, group.analysis.table())
+    assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, group.analysis.table()
+
+
+@pytest.mark.parametrize("level", ["q4_1", "q4_0"])
+def test_the_decision_on_a_whole_recording_is_right(level: str) -> None:
+    from benchmarks.decide import chosen_length, new_rule, wrong
+
+    rec = _recorded(level)
+    d = new_rule(rec, {k: list(range(len(p.pairs))) for k, p in rec.points.items()}, refits=50)
+    assert not wrong(rec, chosen_length(d)), "\n".join(d.lines())

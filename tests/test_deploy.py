@@ -1,0 +1,240 @@
+"""The answer as a command: the deploy commands each engine prints for a setting, run for real
+(llama-server and llama-speculative-simple from the pinned build on the offline SmolLM2 pair; the
+transformers snippet on a tiny local pair), plus the sweep's --json carrying them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llamaspec import engines
+from llamaspec.backend import BackendOptions, Command, Deployment, ModelPath, ResolvedCase
+from llamaspec.llamacpp import parse, server
+from llamaspec.llamacpp.build import Build
+from llamaspec.settings import Settings
+
+PROMPT = "# Quick-sort implementation in Python and sample usage:"
+
+
+def test_a_command_is_quoted_for_a_shell_and_rendered() -> None:
+    argv = ["/opt/llama cpp/bin/llama-server", "-m", "/m/it's.gguf", "-t", "1"]
+    c = Command.shell("llama-server", argv, "a note")
+    assert shlex.split(c.text) == argv and c.argv == tuple(argv)
+    d = Deployment("llama.cpp", True, "draft 4", (c,), ("n1",))
+    text = d.render()
+    assert text.splitlines()[0] == "deploy: draft 4 [llama.cpp]"
+    assert f"    {c.text}" in text.splitlines() and "  note: n1" in text.splitlines()
+    assert d.to_dict()["commands"][0]["argv"] == argv
+
+
+# --- llama.cpp: the real build on the offline pair ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real_build(request: pytest.FixtureRequest) -> Build:
+    from llamaspec.llamacpp import build
+
+    bin_dir = os.environ.get("LLAMASPEC_TEST_BIN_DIR")
+    return build.prebuilt(Path(bin_dir)) if bin_dir else request.getfixturevalue("llama_build")
+
+
+@pytest.fixture(scope="module")
+def pair(real_build: Build) -> tuple[Any, Any]:
+    from llamaspec import models
+
+    return (models.resolve("smollm2-135m", "f32", build=real_build),
+            models.resolve("smollm2-135m", "q4_1", build=real_build))
+
+
+def real_case(pair: tuple[Any, Any], draft: bool = True, **settings: Any) -> ResolvedCase:
+    target, d = pair
+    s = Settings(**{"n_predict": 24, "threads": 1, "ctx_size": 1024, "draft_max": 4, **settings}).with_defaults()
+    return ResolvedCase("deploy-test", "python", ModelPath("smollm2-135m:f32", str(target.path)),
+                        ModelPath("smollm2-135m:q4_1", str(d.path)) if draft else None, PROMPT, None, s)
+
+
+def _command(d: Deployment, program: str) -> Command:
+    return next(c for c in d.commands if c.program == program)
+
+
+def _ask(argv: list[str], log: Path, n_predict: int = 32) -> dict[str, Any]:
+    """Start the printed llama-server command on a free loopback port, ask one completion, stop it."""
+    srv = server.Server(Path(argv[0]), argv[1:], log, "deploy")  # adds --host 127.0.0.1 --port <free>
+    try:
+        srv.start(ready_timeout=300)
+        return srv.post("/completion", {"prompt": PROMPT, "n_predict": n_predict, "temperature": 0.0}, timeout=300)
+    finally:
+        srv.stop()
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_the_printed_llamacpp_commands_run_and_draft(real_build: Build, pair: tuple[Any, Any], tmp_path: Path) -> None:
+    from llamaspec.llamacpp.runner import LlamaCppBackend
+
+    case = real_case(pair, draft_p_min=0.0, program="speculative-simple")
+    d = LlamaCppBackend(real_build).deployment(case)
+    assert d.speculative and d.engine == "llama.cpp" and d.setting.startswith("draft 4 (smollm2-135m:q4_1)")
+    srv, simple = _command(d, "llama-server"), _command(d, "llama-speculative-simple")
+    for c in (srv, simple):
+        argv = shlex.split(c.text)
+        assert argv == list(c.argv) and Path(argv[0]).is_absolute() and Path(argv[0]).parent == Path(real_build.bin_dir)
+    joined = " ".join(srv.argv)
+    for part in (f"-m {pair[0].path}", f"-md {pair[1].path}", "--spec-type draft-simple", "--spec-draft-n-max 4",
+                 "--spec-draft-p-min 0", "-t 1", "-c 1024", "-ngl 0"):
+        assert part in joined, part
+    assert "--metrics" not in srv.argv and "--cache-ram" not in srv.argv  # measuring switches, not serving ones
+    # the same command a shell would run: start it, ask, it answers and drafted
+    answer = _ask(shlex.split(srv.text), tmp_path / "server.log")
+    assert answer.get("content") and answer["timings"].get("draft_n", 0) > 0, answer.get("timings")
+
+    argv = shlex.split(simple.text)
+    assert "-md" in argv and argv[argv.index("--spec-draft-n-max") + 1] == "4"
+    argv[argv.index("-n") + 1] = "8"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert parse.parse_speculative(done.stdout, done.stderr).n_drafted > 0
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_no_draft_is_the_target_alone(real_build: Build, pair: tuple[Any, Any], tmp_path: Path) -> None:
+    d = engines.deployment("llama.cpp", real_case(pair), BackendOptions(bin_dir=Path(real_build.bin_dir)),
+                            speculative=False)
+    assert not d.speculative and d.setting == "no draft: the target smollm2-135m:f32 alone"
+    srv = _command(d, "llama-server")
+    assert not {"-md", "--spec-type", "--spec-draft-n-max"} & set(srv.argv)
+    completion = next(c for c in d.commands if c.program.startswith("llama-completion"))
+    argv = shlex.split(completion.text)
+    argv[argv.index("-n") + 1] = "4"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert parse.parse_completion(done.stdout, done.stderr).n_decoded >= 1
+
+
+@pytest.mark.llamacpp
+def test_an_ngram_mode_deploys_on_llama_server_without_a_draft(real_build: Build, pair: tuple[Any, Any]) -> None:
+    case = real_case(pair, draft=False, spec_type="ngram-simple", ngram_size_n=3, ngram_size_m=8)
+    from llamaspec.llamacpp import build
+
+    prebuilt = build.prebuilt(Path(real_build.bin_dir))  # what --bin-dir opens (its accel unknown: -ngl as measured there)
+    d = server.ServerBackend(prebuilt).deployment(case)
+    assert d.speculative and [c.program for c in d.commands] == ["llama-server"]
+    argv = list(d.commands[0].argv)
+    assert "-md" not in argv and argv[argv.index("--spec-type") + 1] == "ngram-simple"
+    assert argv[argv.index("--spec-ngram-simple-size-n") + 1] == "3"
+    assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "8"
+    assert any("draft-free" in n for n in d.notes)
+    assert d == engines.deployment("llama-server", case, BackendOptions(bin_dir=Path(real_build.bin_dir)))
+
+
+@pytest.mark.llamacpp
+def test_measured_with_llama_speculative_says_so(real_build: Build, pair: tuple[Any, Any]) -> None:
+    from llamaspec.llamacpp.runner import LlamaCppBackend
+
+    d = LlamaCppBackend(real_build).deployment(real_case(pair))  # program: speculative (the default)
+    assert any("llama-speculative (exactly k" in n for n in d.notes)
+    assert "--spec-draft-p-min" not in d.commands[0].argv  # nothing invented that was not measured
+
+
+# --- transformers: the snippet, run on a tiny pair -------------------------------------------------
+
+def hf_case(target: str, draft: str | None, **settings: Any) -> ResolvedCase:
+    s = Settings(**{"n_predict": 16, "threads": 1, "draft_max": 4, "draft_p_min": 0.0, **settings}).with_defaults()
+    return ResolvedCase("exp", "case", ModelPath("target:hf", target), ModelPath("assistant:hf", draft) if draft else None,
+                        "def quick sort the list", None, s)
+
+
+def test_the_transformers_snippet_sets_the_assistant_and_the_generate_arguments() -> None:
+    from llamaspec.hf import deploy
+
+    d = deploy.deployment(hf_case("/m/t", "/m/a"), "cpu")
+    code = d.commands[0].text
+    compile(code, "<deploy>", "exec")
+    assert "assistant.generation_config.num_assistant_tokens = 4" in code
+    assert "assistant.generation_config.assistant_confidence_threshold = 0.0" in code
+    assert "assistant_model=assistant" in code and "max_new_tokens=16" in code and "torch.set_num_threads(1)" in code
+    gguf = deploy.deployment(hf_case("/m/f32/ggml-model-f32.gguf", None, spec_type="prompt-lookup"), "cpu")
+    code = gguf.commands[0].text
+    assert "prompt_lookup_num_tokens=4" in code and "assistant" not in code and "gguf_file='ggml-model-f32.gguf'" in code
+    alone = deploy.deployment(hf_case("/m/t", "/m/a"), "cpu", speculative=False)
+    assert not alone.speculative and "assistant" not in alone.commands[0].text
+
+
+@pytest.mark.hf
+def test_the_transformers_snippet_generates_what_the_backend_measured(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    import hf_factory
+
+    from llamaspec.hf.backend import open_backend
+
+    target, assistant = hf_factory.pair(tmp_path / "pair")
+    case = hf_case(str(target), str(assistant))
+    engine = open_backend(BackendOptions(accel="cpu"))
+    try:
+        engine.check(case)
+        measured = engine.measure(case, "speculative", tmp_path / "s.log")
+        d = engine.deployment(case)
+    finally:
+        engine.close()
+    assert measured.ok and (measured.n_drafted or 0) > 0
+    done = subprocess.run([sys.executable, "-c", d.commands[0].text], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.rstrip("\n") == measured.text
+
+
+# --- the sweep's --json carries the command ---------------------------------------------------------
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_sweep_json_ends_with_the_deploy_command(real_build: Build, pair: tuple[Any, Any], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"name: deploy-sweep\nrepeats: 1\nsettings: {{n_predict: 16, threads: 1, ctx_size: 512}}\n"
+                   f"cases:\n  - name: python\n    target: {{model: smollm2-135m, variant: f32}}\n"
+                   f"    draft: {{model: smollm2-135m, variant: q4_1}}\n"
+                   f"    prompt: {json.dumps(PROMPT)}\n")
+    result = CliRunner().invoke(main, ["sweep", str(exp), "--draft", "2,4", "--no-plot", "--json",
+                                       "--bin-dir", str(real_build.bin_dir)])
+    assert result.exit_code == 0, result.output
+    [report] = json.loads(result.stdout)
+    deploy = report["deploy"]
+    assert deploy is not None and deploy["engine"] == "llama.cpp"
+    server_cmd = next(c for c in deploy["commands"] if c["program"] == "llama-server")
+    if report["recommended"]:
+        k = report["recommended"]["draft_max"]
+        assert deploy["speculative"] and server_cmd["argv"][server_cmd["argv"].index("--spec-draft-n-max") + 1] == str(k)
+    else:
+        assert not deploy["speculative"] and "-md" not in server_cmd["argv"]
+
+
+def test_a_stored_run_deploys_with_its_settings_models_and_the_experiments_prompt(tmp_path: Path) -> None:
+    from fakes import FakeEngine
+
+    from llamaspec import deploy
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.experiment import Case, Experiment, ModelRef
+    from llamaspec.results import Store
+    from llamaspec.run import resolve_case, run_case
+
+    exp = Experiment("e", "", "fake", 1, (Case("python", ModelRef("t", "f32"), ModelRef("d", "q4_1"), PROMPT, None,
+                                               Settings(draft_max=6, n_predict=16)),))
+    engine = FakeEngine()
+    store = Store.open(tmp_path / "r.sqlite")
+    done = run_case(resolve_case(exp, exp.cases[0], engine), engine, store, hardware={})
+    case = deploy.case_of_run(exp, store.run(done.run_id))
+    assert case == done.case  # settings, model files and prompt as measured
+    d = deploy.for_run(engine, exp, store.run(done.run_id))
+    assert d.commands[0].argv == ("fake-serve", "/models/t-f32.gguf", "--draft", "/models/d-q4_1.gguf", "-k", "6")
+    assert "--draft" not in deploy.for_run(engine, exp, store.run(done.run_id), speculative=False).commands[0].argv
+    with pytest.raises(LlamaspecError, match="no longer has"):
+        deploy.case_of_run(exp, {**store.run(done.run_id), "case_name": "gone"})

@@ -1,0 +1,119 @@
+"""The one pairs loop (llamaspec.pairs) and the runs built on it: ABBA order owned by the pair's
+index, stopping at a failure, auto repeats, more pairs for a stored run, and the one mapping
+between a measurement and its stored row."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from fakes import FakeEngine
+from test_core import HW, case
+
+from llamaspec import pairs
+from llamaspec.backend import Measurement
+from llamaspec.host import NoiseSample
+from llamaspec.results import MeasurementRow, Store, measurement_of
+from llamaspec.run import more_pairs, run_case
+
+
+def measurement(mode: str, ok: bool = True) -> Measurement:
+    return Measurement(mode=mode, ok=ok, error=None if ok else f"{mode} crashed", argv=(mode,), exit_code=0 if ok else 1,
+                       wall_seconds=0.1, peak_rss_bytes=None, decode_tps=10.0)
+
+
+def recorder(fail: tuple[str, int] | None = None) -> tuple[list[tuple[str, int]], pairs.Measure]:
+    seen: list[tuple[str, int]] = []
+
+    def measure(mode: str, r: int) -> Measurement:
+        seen.append((mode, r))
+        return measurement(mode, ok=(mode, r) != fail)
+    return seen, measure
+
+
+def test_order_belongs_to_the_pair_index_not_to_the_call() -> None:
+    seen, measure = recorder()
+    pairs.measure_pairs(measure, at_least=2)
+    pairs.measure_pairs(measure, at_least=2, start=2)  # pairs added later keep their place in the ABBA order
+    assert [m[0][0] for m in seen] == list("bssbbssb")
+    assert [r for _m, r in seen] == [0, 0, 1, 1, 2, 2, 3, 3]
+    seen, measure = recorder()
+    pairs.measure_pairs(measure, at_least=1, start=3)  # a cluster item split off at repeat 3
+    assert seen == [("speculative", 3), ("baseline", 3)]
+
+
+def test_a_failure_ends_the_loop_and_keeps_what_came_before() -> None:
+    seen, measure = recorder(fail=("speculative", 1))
+    got = pairs.measure_pairs(measure, at_least=5)
+    assert seen == [("baseline", 0), ("speculative", 0), ("speculative", 1)]
+    assert got.failed == "speculative crashed" and got.complete == 1 and len(got.taken) == 3
+
+
+def test_auto_repeats_stop_when_settled_but_not_before_at_least() -> None:
+    seen, measure = recorder()
+    got = pairs.measure_pairs(measure, at_least=3, at_most=10, settled=lambda: True)
+    assert got.complete == 3
+    seen, measure = recorder()
+    got = pairs.measure_pairs(measure, at_least=3, at_most=10, settled=lambda: False)
+    assert got.complete == 10
+
+
+def test_shared_baselines_and_cost_timings_join_the_loop() -> None:
+    seen, measure = recorder()
+    extra: list[int] = []
+
+    def after(r: int) -> list[Measurement]:
+        extra.append(r)
+        return [measurement("draft")] if r == 0 else []
+    got = pairs.measure_pairs(measure, at_least=2, have_baseline=lambda r: r == 0, after_pair=after)
+    assert seen == [("speculative", 0), ("speculative", 1), ("baseline", 1)]
+    assert extra == [0, 1] and [t.measurement.mode for t in got.taken].count("draft") == 1
+
+
+def test_more_pairs_continue_a_stored_run_in_its_order_and_resummarise() -> None:
+    engine = FakeEngine(drift=0.0)
+    store = Store.open()
+    first = run_case(case(), engine, store, repeats=2, hardware=HW, time_costs=True)
+    assert first.summary.pairs == 2
+    engine.calls.clear()
+    more = more_pairs(first.run_id, case(), engine, store, 3)
+    assert [m for m, _ in engine.calls] == ["baseline", "speculative", "speculative", "baseline", "baseline", "speculative"]
+    assert more.summary.pairs == 5 and more.summary.paired and more.summary.status == "ok"
+    row = store.run(first.run_id)
+    assert row["status"] == "ok" and row["summary"]["pairs"] == 5
+    assert sorted({r["repeat"] for r in store.measurements(first.run_id) if r["mode"] == "speculative"}) == [0, 1, 2, 3, 4]
+    assert more.summary.batch_ms == first.summary.batch_ms  # the costs are not timed again
+    with pytest.raises(Exception, match="at least one pair"):
+        more_pairs(first.run_id, case(), engine, store, 0)
+
+
+def test_an_interrupted_extension_keeps_the_runs_complete_pairs() -> None:
+    class Interrupting(FakeEngine):
+        def measure(self, c, mode, log_path):  # type: ignore[no-untyped-def]
+            if len(self.calls) >= 5:
+                raise KeyboardInterrupt
+            return super().measure(c, mode, log_path)
+
+    engine = Interrupting(drift=0.0)
+    store = Store.open()
+    first = run_case(case(), engine, store, repeats=2, hardware=HW)  # 4 calls
+    with pytest.raises(KeyboardInterrupt):
+        more_pairs(first.run_id, case(), engine, store, 3)  # pair 2: baseline taken, speculative interrupted
+    row = store.run(first.run_id)
+    assert row["status"] == "ok" and row["summary"]["pairs"] == 2 and row["summary"]["paired"]
+
+
+def test_every_field_of_a_measurement_has_its_column_and_comes_back() -> None:
+    store = Store.open()
+    run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance={})
+    values = {"mode": "speculative", "ok": True, "error": None, "argv": ("a", "b"), "exit_code": 0, "wall_seconds": 1.5,
+              "peak_rss_bytes": 7, "n_prompt": 3, "n_predict": 9, "encode_tps": 1.25, "decode_tps": 2.5,
+              "speed_basis": "basis", "n_drafted": 8, "n_accept": 6, "accept": 75.0, "rounds": 2, "draft_len": 4,
+              "draft_policy": "capped", "draft_steps": 8, "program": "llama-speculative-simple",
+              "sample_ms_per_token": 0.5, "text": "xy", "tokens": (1, 2), "end_of_text": True, "error_kind": "timeout",
+              "prompt_ms": 12.5, "generation_ms": 99.0, "stats": {"k": 1}, "log_path": "/l",
+              "noise": NoiseSample(2.0, 4.0, 3.0, 1.0, 0.25)}
+    assert set(values) == {f.name for f in dataclasses.fields(Measurement)}  # a new field must be added here
+    m = Measurement(**values)  # type: ignore[arg-type]
+    store.add_measurement(MeasurementRow.of(m, run_id=run_id, repeat=0))
+    assert measurement_of(store.measurements(run_id)[0]) == m
