@@ -36,10 +36,12 @@ build: setup
 models: build
 	$(BIN)/llamaspec models fetch smollm2-135m
 
+# The demo ends with the answer: the adaptive sweep's recommendation, how sure it is, and the
+# command that deploys it.
 demo: models
 	$(BIN)/llamaspec run $(EXPERIMENT) --repeats 5
-	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS) --repeats 3
-	$(BIN)/llamaspec report $(EXPERIMENT)
+	$(BIN)/llamaspec report $(EXPERIMENT) --no-plot
+	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS)
 
 # What the quick tier leaves out, by marker (pyproject.toml says what each needs).
 QUICK := not llamacpp and not slow and not convert and not hf and not cluster

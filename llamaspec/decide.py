@@ -365,7 +365,7 @@ def next_step(decision: Decision, spent: int, budget: int | None = None,
     pairs in all (None: no limit), measuring only settings in ``measurable`` (None: any), which
     pairs to measure next, trimmed to the budget, or why to stop."""
     if decision.settled:
-        return Step((), "settled", f"settled: {decision.sureness}")
+        return Step((), "settled", decision.sureness)
     left = None if budget is None else budget - spent
     if left is not None and left <= 0:
         return Step((), "budget", f"budget spent ({spent} pairs): {decision.sureness}")

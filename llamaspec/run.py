@@ -190,19 +190,26 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
     return CaseResult(run_id, case, reference, tuple(point.measured), summary, engine=backend.name)
 
 
-def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, pairs: int, *,
+def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, count: int, *,
                baseline_scope: str | None = None, on_event: Event | None = None) -> CaseResult:
-    """``pairs`` more pairs for a stored run of ``case`` (the adaptive sweep's "N more pairs at
+    """``count`` more pairs for a stored run of ``case`` (the adaptive sweep's "N more pairs at
     this setting"): they continue the run's ABBA order, are stored with it, and its summary is
     recomputed over every pair. An interrupted extension keeps the run's earlier pairs: the run
     is finished again with everything measured."""
-    if pairs < 1:
-        raise LlamaspecError(f"more pairs for run {run_id}: asked for {pairs}", hint="ask for at least one pair")
+    if count < 1:
+        raise LlamaspecError(f"more pairs for run {run_id}: asked for {count}", hint="ask for at least one pair")
     rows = store.measurements(run_id)
-    before = measurements_of(rows)
-    start = 1 + max((r["repeat"] for r in rows if r["mode"] in ("baseline", "speculative")), default=-1)
-    point = _Point(case, backend, store, run_id, baseline_scope, True, False, start + pairs, on_event, before)
-    summary = point.measure(pairs, pairs, start, None, shown=start + pairs)
+    start = 1 + max((r["repeat"] for r in rows if r["mode"] in pairs.PAIR_MODES), default=-1)
+    # The summary pairs the n-th speculative run with the n-th baseline: a half pair left by an
+    # interruption (its rows stay stored) must not shift the pairs after it.
+    sides: dict[int, set[str]] = {}
+    for r in rows:
+        if r["mode"] in pairs.PAIR_MODES and r["ok"]:
+            sides.setdefault(r["repeat"], set()).add(r["mode"])
+    whole = {rep for rep, modes in sides.items() if modes == set(pairs.PAIR_MODES)}
+    before = measurements_of([r for r in rows if r["mode"] not in pairs.PAIR_MODES or r["repeat"] in whole])
+    point = _Point(case, backend, store, run_id, baseline_scope, True, False, start + count, on_event, before)
+    summary = point.measure(count, count, start, None, shown=start + count)
     return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name)
 
 

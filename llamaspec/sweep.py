@@ -168,3 +168,139 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backe
         rows = [(p, store.finished_point(sid, p.key) or {}) for p in points]
         out.append(SweepResult(sid, exp.name, case.name, tuple(rows), len(todo), reused))
     return out
+
+
+# --- adaptive sweeps -----------------------------------------------------------------------------
+
+# The policy benchmarks/decide.py replays: 2 pairs at a coarse subset of the draft lengths, then the
+# pairs the decision asks for (llamaspec.decide.next_step), until it is settled or the budget is spent.
+COARSE = (1, 2, 4, 8, 12, 16)
+FIRST_PAIRS = 2
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|pairs?)?\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much an adaptive sweep may spend: pairs (baseline + speculative), wall time, or both."""
+
+    pairs: int | None = None
+    seconds: float | None = None
+
+    def text(self) -> str:
+        parts = ([f"{self.pairs} pairs"] if self.pairs is not None else []) + (
+            [f"{self.seconds:.0f} s"] if self.seconds is not None else [])
+        return " or ".join(parts) or "none"
+
+
+def parse_budget(text: str) -> Budget:
+    """``10m``, ``90s``, ``1h`` (wall time) or ``40`` / ``40 pairs``."""
+    m = _BUDGET.match(text or "")
+    if not m:
+        raise LlamaspecError(f"--budget: {text!r} is neither a time nor a number of pairs",
+                             hint="e.g. --budget 10m, --budget 90s or --budget 40 (pairs)")
+    value, unit = float(m.group(1)), (m.group(2) or "pairs").lower()
+    if value <= 0:
+        raise LlamaspecError(f"--budget: {text!r} allows nothing to be measured", hint="give a positive budget, e.g. 10m")
+    if unit.startswith("pair"):
+        if value != int(value):
+            raise LlamaspecError(f"--budget: {text!r}: pairs are counted whole", hint="e.g. --budget 40")
+        return Budget(pairs=int(value))
+    return Budget(seconds=value * {"s": 1, "m": 60, "h": 3600}[unit])
+
+
+@dataclass(frozen=True)
+class AdaptiveResult:
+    """How an adaptive sweep ended: ``stop`` is "settled", "budget" or "nothing to measure"."""
+
+    stop: str
+    pairs: int  # pairs measured over the whole sweep (earlier, interrupted runs of it included)
+    fixed_grid_pairs: int  # what the fixed grid at the experiment's repeats would have measured
+    seconds: float  # this invocation's wall time
+    last_progress: str
+
+    def text(self) -> str:
+        why = {"settled": "the decision is settled", "budget": "the budget is spent",
+               "nothing to measure": "nothing left that the decision asks to measure"}.get(self.stop, self.stop)
+        return (f"adaptive sweep stopped: {why}, after {self.pairs} pairs ({self.pairs / max(self.fixed_grid_pairs, 1):.0%} "
+                f"of the fixed grid's {self.fixed_grid_pairs})")
+
+
+def adaptive_applies(axes: Mapping[str, Sequence[Any]]) -> bool:
+    """The decision is over draft lengths: an adaptive sweep takes a grid of draft lengths alone."""
+    return set(axes) == {"draft_max"}
+
+
+def run_adaptive_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backend, store: Store, budget: Budget,
+                       *, first_pairs: int = FIRST_PAIRS, on_event: Callable[[str, dict[str, Any]], None] | None = None
+                       ) -> list[tuple[SweepResult, AdaptiveResult]]:
+    """Spend pairs where the decision is uncertain: ``first_pairs`` at a coarse subset of the draft
+    lengths, then what :func:`llamaspec.decide.next_step` asks for (more pairs for the contenders,
+    a length the model favours that was not measured yet), until the decision is settled or the
+    budget runs out. Every pair is stored as it is measured: a rerun of the same command resumes
+    with every pair it had (extensions go through :func:`llamaspec.run.more_pairs`)."""
+    from llamaspec import host
+
+    if not adaptive_applies(axes):
+        raise LlamaspecError("an adaptive sweep decides over draft lengths alone",
+                             hint="sweep --draft only, or add --fixed-grid to measure every point of this grid")
+    hw = host.hardware()
+    return [_adaptive_case(exp, case, axes, backend, store, budget, first_pairs, hw, on_event) for case in exp.cases]
+
+
+def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], backend: Backend, store: Store,
+                   budget: Budget, first_pairs: int, hw: dict[str, Any],
+                   on_event: Callable[[str, dict[str, Any]], None] | None) -> tuple[SweepResult, AdaptiveResult]:
+    import time
+
+    from llamaspec import analysis, decide
+    from llamaspec.run import more_pairs
+
+    points = grid(axes)
+    by_length = {int(dict(p.values)["draft_max"]): p for p in points}
+    repeats = exp.repeats if isinstance(exp.repeats, int) else 3
+    sid = sweep_id(exp, case, {**axes, "adaptive": ("decide",)}, backend.identity(), False)
+    resolved = {k: resolve_case(exp, p.apply(case), backend) for k, p in by_length.items()}
+    for rc in resolved.values():  # refuse values the build does not take before measuring anything
+        check_settings(rc, backend)
+        backend.check(rc)
+    start = time.monotonic()
+    coarse = ([k for k in by_length if k in COARSE] if len(by_length) > 3 else []) or list(by_length)
+    measured: list[int] = []
+
+    def measure(k: int, pairs: int) -> None:
+        point, rc = by_length[k], resolved[k]
+        row = store.finished_point(sid, point.key)
+        if row is None:
+            result = run_case(rc, backend, store, repeats=pairs, hardware=hw, reference=case.reference, exp=exp,
+                              kind="sweep", sweep_id=sid, point_key=point.key, baseline_scope=sid, time_costs=True,
+                              warmup=not measured, on_event=on_event)
+        else:
+            result = more_pairs(row["id"], rc, backend, store, pairs, baseline_scope=sid, on_event=on_event)
+        measured.append(k)
+        if result.status == "failed":
+            raise LlamaspecError(f"sweep point {point.label} failed: {result.error}",
+                                 hint=f"every pair measured so far is stored (sweep {sid}); fix the cause and "
+                                      "rerun the same command to resume")
+
+    bar = Progress(f"sweep {exp.name}/{case.name} (adaptive)", total=len(coarse))
+    for i, k in enumerate(coarse):
+        bar.update(i, f"draft {k}: first {first_pairs} pairs")
+        if store.finished_point(sid, by_length[k].key) is None:
+            measure(k, first_pairs)
+    bar.close()
+    measurable = [("", k) for k in by_length]
+    while True:
+        report = analysis.sweep_report(store, sid, plot=False)
+        spent = sum(r.summary.pairs for g in report.groups for r in g.rows)
+        decision = report.decision()
+        step = decide.next_step(decision, spent, budget.pairs, measurable)
+        if step.stop is None and budget.seconds is not None and time.monotonic() - start >= budget.seconds:
+            step = decide.Step((), "budget", f"time budget spent ({budget.seconds:.0f} s): {decision.sureness}")
+        log.info("%s", step.progress)
+        if step.stop is not None:
+            break
+        for r in step.requests:
+            measure(int(r.key[1]) if isinstance(r.key, tuple) else int(r.key), r.pairs)  # type: ignore[call-overload]
+    rows = [(p, store.finished_point(sid, p.key) or {}) for p in points]
+    return (SweepResult(sid, exp.name, case.name, tuple(rows), len(set(measured)), len(points) - len(set(measured))),
+            AdaptiveResult(step.stop, spent, len(points) * repeats, time.monotonic() - start, step.progress))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -12,6 +13,7 @@ import click
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import check_prompt_file, common_options, overrides, sweep_options
+from llamaspec.errors import LlamaspecError
 
 log = logging.getLogger("llamaspec")
 
@@ -22,9 +24,15 @@ log = logging.getLogger("llamaspec")
               help="Cost saver: measure one baseline per target setting and share it across points (speedups are "
                    "then not paired, and the output says so).")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the sweep ends.")
+@click.option("--budget", default=None, metavar="TIME|PAIRS",
+              help="Adaptive sweeps: stop after this much (10m, 90s, 1h, or a number of pairs; default: the pairs "
+                   "of the fixed grid at --repeats).")
+@click.option("--fixed-grid", is_flag=True,
+              help="Measure every point with --repeats pairs instead of spending pairs where the decision is uncertain.")
 @common_options
 @cluster_option
-def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: int | None, prompt: str | None,
+def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool,
+          n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
     """Sweep settings (as a grid); recommend a setting shown faster than the target alone.
@@ -33,8 +41,14 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
     them, takes a cheaper point only within 2 % of the best, and says how sure it is; when no
     point is shown faster it says "no draft" or "undecided" and what to measure next.
 
+    A sweep over draft lengths is adaptive: 2 pairs at a coarse subset of the lengths (1, 2, 4, 8,
+    12, 16 where the grid has them), then more pairs where the decision is uncertain (its
+    contenders, a length the model favours), until it is settled (the recommended setting's
+    interval within +-5 % and its lead established) or the budget is spent; the output says which
+    ended it. --fixed-grid measures every point with --repeats pairs instead (any grid of settings).
+
     Each point is measured next to its own baseline (pairs inside the point). Rerun the same
-    command to resume: finished points are not measured again. Every sweepable setting is an
+    command to resume: every stored pair is kept and finished points are not measured again. Every sweepable setting is an
     option taking a list: --draft 1..16, --p-min 0.5,0.9 --program speculative-simple, ...
 
     With --cluster HOST:PORT (or $RAY_ADDRESS) the points are spread over the Ray cluster's
@@ -42,6 +56,7 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
 
     \b
     Example: llamaspec sweep smollm2-quicksort --draft 1..16
+    Example: llamaspec sweep smollm2-quicksort --draft 1..16 --budget 10m
     Example: llamaspec sweep smollm2-quicksort --draft 1,2,4,8 --cluster 10.0.0.5:6379
     """
     from llamaspec import analysis, experiment
@@ -50,6 +65,11 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
     from llamaspec.results import Store
 
     axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
+    adaptive = not fixed_grid and not shared_baseline and sweeps.adaptive_applies(axes)
+    limit = sweeps.parse_budget(budget) if budget is not None else None
+    if limit is not None and not adaptive:
+        raise click.UsageError("--budget is for adaptive sweeps (a grid of --draft lengths alone, without "
+                               "--fixed-grid or --shared-baseline)")
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     if address:
@@ -64,18 +84,45 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, n_predict: in
 
     engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
     store = Store.open()
+    stops: list[Any] = []
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
-            results = sweeps.run_sweep(exp, axes, engine, store, shared_baseline=shared_baseline)
+            if adaptive:
+                fixed = len(next(iter(axes.values()))) * (exp.repeats if isinstance(exp.repeats, int) else 3)
+                limit = limit or sweeps.Budget(pairs=fixed)
+                first = repeats if isinstance(repeats, int) else sweeps.FIRST_PAIRS
+                _refuse_small_budget(limit, axes, first)
+                done = sweeps.run_adaptive_sweep(exp, axes, engine, store, limit, first_pairs=first)
+                results, stops = [r for r, _a in done], [a for _r, a in done]
+            else:
+                results = sweeps.run_sweep(exp, axes, engine, store, shared_baseline=shared_baseline)
     finally:
         engine.close()
     reports = [analysis.sweep_report(store, r.sweep_id, plot=plot) for r in results]
     deploys = [sweep_deployment(r, engine, exp, store) for r in reports]
+    ends = stops or [None] * len(reports)
     if as_json:
-        click.echo(json.dumps([{**r.as_dict(), "deploy": d.to_dict() if d else None} for r, d in zip(reports, deploys, strict=True)],
+        click.echo(json.dumps([{**r.as_dict(), "adaptive": dataclasses.asdict(a) if a else None,
+                                "deploy": d.to_dict() if d else None} for r, d, a in zip(reports, deploys, ends, strict=True)],
                               indent=2, default=str))
     else:
-        click.echo("\n\n".join(r.render() + (f"\n{d.render()}" if d else "") for r, d in zip(reports, deploys, strict=True)))
+        click.echo("\n\n".join((f"{a.text()}\n" if a else "") + r.render() + (f"\n{d.render()}" if d else "")
+                                for r, d, a in zip(reports, deploys, ends, strict=True)))
+    if all(r.decision().verdict == "nothing" for r in reports):
+        raise LlamaspecError("nothing to recommend: no point finished with an output equal to the target alone's",
+                             hint="see the status column above; `llamaspec results show RUN` has each point's log")
+
+
+def _refuse_small_budget(limit: Any, axes: dict[str, Any], first: int) -> None:
+    """A pairs budget that cannot pay for the first pass is refused before anything is measured."""
+    from llamaspec import sweep as sweeps
+
+    lengths = next(iter(axes.values()))
+    coarse = ([k for k in lengths if k in sweeps.COARSE] if len(lengths) > 3 else []) or list(lengths)
+    if limit.pairs is not None and limit.pairs < first * len(coarse):
+        raise LlamaspecError(f"--budget {limit.pairs} pairs is too small: the first pass alone measures "
+                             f"{first * len(coarse)} ({first} pairs at draft {', '.join(map(str, coarse))})",
+                             hint=f"give at least --budget {first * len(coarse)}, or a time such as --budget 10m")
 
 
 def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
