@@ -1,7 +1,7 @@
 """The contract between the run core and an engine: "run this case, give me timings, counters and text".
 
 The run core (``run``, ``sweep``, ``tune``, ``analysis``, ``report``, ``plot``) knows engines only
-through this module and the registry in ``llamaspec.backends``; it never imports one.
+through this module and the registry in ``llamaspec.engines``; it never imports one.
 
 A backend is an object with:
 
@@ -22,7 +22,7 @@ A backend is an object with:
   ``top_tokens(...)`` (the target's most probable tokens at a position, for divergence probes).
 
 Adding an engine is one subpackage with a module-level ``open_backend(options)`` plus one line in
-``llamaspec.backends.REGISTRY``. The engines:
+``llamaspec.engines.REGISTRY``. The engines:
 
 - ``llama.cpp`` (``llamaspec.llamacpp.runner``): llama-speculative / llama-speculative-simple
   against llama-completion, one process per measurement;

@@ -1,7 +1,7 @@
 """The answer as a command: the deploy command for a recommended setting (or the target alone).
 
 The engine that measured a setting writes its command (``Backend.deployment``; without an open
-engine, ``backends.deployment(name, ...)``); this module only finds what to deploy from a stored
+engine, ``engines.deployment(name, ...)``); this module only finds what to deploy from a stored
 run: its settings and model files as stored, its prompt from the experiment. The run core names
 no engine module here either.
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import backends, paths
+from llamaspec import engines, paths
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS as DEFAULT_SETTINGS
 from llamaspec.settings import FIELDS as SETTING_FIELDS
@@ -67,7 +67,7 @@ class Case:
 class Experiment:
     name: str
     description: str
-    backend: str  # the engine: a name in llamaspec.backends.REGISTRY
+    backend: str  # the engine: a name in llamaspec.engines.REGISTRY
     repeats: int | str  # pairs per point, or "auto"
     cases: tuple[Case, ...]
     path: str = ""
@@ -172,8 +172,8 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
     top = c.mapping(data, "", TOP_KEYS, required=("name", "cases"))
     name = c.typed(top["name"], "name", str)
     backend = c.typed(top.get("backend", "llama.cpp"), "backend", str)
-    if backend not in backends.names():
-        raise c.fail("backend", f"unknown backend {backend!r} (known: {', '.join(backends.names())})")
+    if backend not in engines.names():
+        raise c.fail("backend", f"unknown backend {backend!r} (known: {', '.join(engines.names())})")
     repeats = top.get("repeats", 1)
     if repeats != "auto":
         repeats = c.typed(repeats, "repeats", int)

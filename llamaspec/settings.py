@@ -10,7 +10,8 @@ Every setting is one field of :class:`Settings`, described once in its field met
   two baselines comparable), ``draft`` (the speculative side only), or ``run`` (neither: timeouts).
 
 Adding a setting is one field here plus its row in each engine's flag table
-(``llamaspec/llamacpp/flags.py`` for llama.cpp). Precedence, stated once:
+(``llamaspec/llamacpp/flags.py`` for llama.cpp: one row serves the command-line programs and
+llama-server alike). Precedence, stated once:
 command line > case settings > experiment settings > these defaults.
 """
 
@@ -139,7 +140,7 @@ def _setting(check: Callable[[Any], Any], *, default: Any = None, sweep: Callabl
                                          "engine": engine, "help": help})
 
 
-PROGRAMS = ("speculative", "speculative-simple")
+PROGRAM_CHOICES = ("speculative", "speculative-simple")
 DRAFT_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
@@ -156,7 +157,8 @@ class Settings:
     seed: int | None = _setting(_signed_int, default=20)
     temperature: float | None = _setting(_float, default=0.0)
     draft_max: int | None = _setting(_count, default=8, sweep=int, side="draft", help="tokens drafted per round (k)")
-    draft_min: int | None = _setting(_int, side="draft")
+    draft_min: int | None = _setting(_int, sweep=int, side="draft",
+                                     help="drop a round's draft when it is shorter than this (not every program reads it)")
     draft_p_min: float | None = _setting(_probability, sweep=float, side="draft",
                                          help="stop drafting below this draft probability (not every program reads it)")
     threads: int | None = _setting(_count, sweep=int, help="CPU threads (default: physical cores)")
@@ -174,7 +176,7 @@ class Settings:
     ngram_size_m: int | None = _setting(_count, engine="llama-server", sweep=int, side="draft",
                                         help="n-gram modes: length of the drafted m-gram (llama-server)")
     parallel: int | None = _setting(_count, engine="llama-server", sweep=int, help="llama-server slots, served to as many concurrent clients")
-    program: str | None = _setting(_choice(*PROGRAMS), default="speculative", sweep=str, side="draft",
+    program: str | None = _setting(_choice(*PROGRAM_CHOICES), default="speculative", sweep=str, side="draft",
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
     timeout: float | None = _setting(_positive, default=1800.0, side="run", help="seconds per process")
     extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="draft")

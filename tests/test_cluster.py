@@ -500,12 +500,11 @@ class FakeMachine:
     of this machine's speed (everything else, the prompt executor included, is the real code)."""
 
     def __new__(cls, machine: str, engine: Any) -> Any:
-        from types import SimpleNamespace
 
         from llamaspec.cluster.worker import MachineWorker
 
         class Env:
-            """What an engine provides on a machine (backends.provide_machine): engines and models."""
+            """What an engine provides on a machine (engines.provide_machine): engines and models."""
 
             def __init__(self) -> None:
                 self.engines: dict[str, Any] = {"llama-server": engine}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from llamaspec import backends
+from llamaspec import engines
 from llamaspec.backend import BackendOptions, Command, Deployment, ModelPath, ResolvedCase
 from llamaspec.llamacpp import parse, server
 from llamaspec.llamacpp.build import Build
@@ -105,7 +105,7 @@ def test_the_printed_llamacpp_commands_run_and_draft(real_build: Build, pair: tu
 @pytest.mark.llamacpp
 @pytest.mark.slow
 def test_no_draft_is_the_target_alone(real_build: Build, pair: tuple[Any, Any], tmp_path: Path) -> None:
-    d = backends.deployment("llama.cpp", real_case(pair), BackendOptions(bin_dir=Path(real_build.bin_dir)),
+    d = engines.deployment("llama.cpp", real_case(pair), BackendOptions(bin_dir=Path(real_build.bin_dir)),
                             speculative=False)
     assert not d.speculative and d.setting == "no draft: the target smollm2-135m:f32 alone"
     srv = _command(d, "llama-server")
@@ -131,7 +131,7 @@ def test_an_ngram_mode_deploys_on_llama_server_without_a_draft(real_build: Build
     assert argv[argv.index("--spec-ngram-simple-size-n") + 1] == "3"
     assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "8"
     assert any("draft-free" in n for n in d.notes)
-    assert d == backends.deployment("llama-server", case, BackendOptions(bin_dir=Path(real_build.bin_dir)))
+    assert d == engines.deployment("llama-server", case, BackendOptions(bin_dir=Path(real_build.bin_dir)))
 
 
 @pytest.mark.llamacpp

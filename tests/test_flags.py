@@ -22,12 +22,12 @@ OLD = FIXTURES / "7841fc7"  # llama-cpp-python 0.3.8, Feb 2025: --draft-max
 NEW = FIXTURES / "0c1e570"  # the pinned tree: --spec-draft-n-max, --spec-type
 
 
-def caps(folder: Path, program: str) -> flags.Capabilities:
-    """Capabilities as ``flags.capabilities`` makes them, from the recorded --help and --version."""
+def caps(folder: Path, program: str) -> flags.ProgramFlags:
+    """Program flags as ``flags.program_flags`` reads them, from the recorded --help and --version."""
     help_text = (folder / f"{program}.help.txt").read_text()
     options, removed, spec_types = flags.parse_help(help_text)
     version = flags.parse_version((folder / f"{program}.version.txt").read_text())
-    return flags.Capabilities(f"/bin/{program}", options, removed, spec_types, version, help_text)
+    return flags.ProgramFlags(f"/bin/{program}", options, removed, spec_types, version, help_text)
 
 
 def recorded(folder: Path, case: str) -> list[str]:
@@ -121,7 +121,7 @@ def test_completion_programs_take_no_cnv() -> None:
 
 def test_current_speculative_argv_matches_the_recorded_run() -> None:
     c = caps(NEW, "llama-speculative")
-    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings())
+    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings(), "speculative")
     assert ("--spec-draft-n-max", "8") in pairs(argv)
     assert ("--spec-type", "draft-simple") in pairs(argv)
     assert not any(a in argv for a in ("--draft-max", "--draft", "--draft-n"))
@@ -130,7 +130,7 @@ def test_current_speculative_argv_matches_the_recorded_run() -> None:
 
 def test_2025_speculative_argv_matches_the_recorded_run() -> None:
     c = caps(OLD, "llama-speculative")
-    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings())
+    argv = flags.speculative_argv(c, Path("/bin/llama-speculative"), settings(), "speculative")
     assert ("--draft-max", "8") in pairs(argv)
     assert "--spec-type" not in argv and "--spec-draft-n-max" not in argv
     assert pairs(argv) == pairs(recorded(OLD, "speculative"))
@@ -147,26 +147,109 @@ def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
     s = settings(draft=None, draft_max=None, spec_type="ngram-simple")
     for generation in (NEW, OLD):
         with pytest.raises(LlamaspecError, match="llama-speculative needs a draft model") as err:
-            flags.speculative_argv(caps(generation, "llama-speculative"), Path("/bin/llama-speculative"), s)
+            flags.speculative_argv(caps(generation, "llama-speculative"), Path("/bin/llama-speculative"), s, "speculative")
         assert "llama-server" in (err.value.hint or "")
     with_draft = settings(spec_type="draft")
     assert ("--spec-type", "draft-simple") in pairs(
-        flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), with_draft))
+        flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), with_draft, "speculative"))
     with pytest.raises(LlamaspecError, match="does not know --spec-type"):
         flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"),
-                               settings(spec_type="ngram-nonsense"))
+                               settings(spec_type="ngram-nonsense"), "speculative")
 
 
 def test_every_setting_reaches_llama_cpp_through_the_table_or_is_refused() -> None:
     """Adding a setting is its schema entry plus its flag-table row: nothing else knows about it. A
     setting of another engine (transformers' dtype, say) is not in the table, and the llama.cpp
-    backend does not declare it, so the run core refuses it there (tests/test_run.py)."""
+    backends do not declare it, so the run core refuses it there (tests/test_run.py). What each
+    backend honours is read from the table."""
+    from llamaspec.llamacpp import server
     from llamaspec.llamacpp.runner import SETTINGS
 
-    assert set(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE == SETTINGS
-    assert set(FIELDS) >= SETTINGS
-    others = set(FIELDS) - SETTINGS
-    assert all(FIELDS[name].metadata["engine"] in ("transformers", "llama-server") for name in others), others
+    assert not set(flags.FLAG_TABLE) & set(flags.HANDLED_ELSEWHERE)
+    rows = {**flags.FLAG_TABLE, **flags.HANDLED_ELSEWHERE}
+    assert set(FIELDS) >= set(rows)
+    command_line = {n for n, r in flags.FLAG_TABLE.items() if r.programs & flags.COMMAND_LINE}
+    assert command_line | {n for n, p in flags.HANDLED_ELSEWHERE.items() if p & flags.COMMAND_LINE} == SETTINGS
+    assert flags.takes("server") == server.HONOURED
+    assert {n for n, r in flags.FLAG_TABLE.items() if "server" in r.programs} | {
+        n for n, p in flags.HANDLED_ELSEWHERE.items() if "server" in p} == server.HONOURED
+    others = set(FIELDS) - set(rows)
+    assert all(FIELDS[name].metadata["engine"] == "transformers" for name in others), others
+    for name in set(FIELDS) - SETTINGS:  # llama-server's own (slots, n-gram sizes) or another engine's
+        assert FIELDS[name].metadata["engine"] in ("transformers", "llama-server"), name
+
+
+# One value of each row's setting that differs from its default, to see it reach each program.
+SAMPLES: dict[str, object] = {
+    "n_predict": 7, "seed": 3, "temperature": 0.5, "threads": 1, "gpu_layers": 5, "ctx_size": 256,
+    "batch_size": 64, "flash_attn": "on", "parallel": 3, "rpc": ("127.0.0.1:50052",), "draft_max": 4,
+    "draft_min": 2, "draft_p_min": 0.5, "threads_draft": 1, "draft_gpu_layers": 3,
+}
+PROGRAM_HELP = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple",
+                "completion": "llama-completion", "server": "llama-server"}
+
+
+@pytest.mark.parametrize("setting", sorted(flags.FLAG_TABLE))
+def test_each_row_reaches_the_programs_it_names_and_no_other(setting: str) -> None:
+    """On the pinned build's recorded --help: a row's setting, set, puts its flag (or, on llama-server,
+    its request field) into the command line of each program the row names, and into no other's."""
+    from llamaspec.backend import ModelPath, ResolvedCase
+    from llamaspec.llamacpp import server
+
+    assert set(SAMPLES) == set(flags.FLAG_TABLE), "give the new row a sample value"
+    row = flags.FLAG_TABLE[setting]
+    value = SAMPLES[setting]
+    for program, help_name in PROGRAM_HELP.items():
+        c = caps(NEW, help_name)
+        flag = c.pick(row.names)
+        s = Settings(**{setting: value})  # type: ignore[arg-type]
+        if program == "server":
+            rc = ResolvedCase("e", "c", ModelPath("t", "/m/t.gguf"), ModelPath("d", "/m/d.gguf"), "p", None,
+                              s.with_defaults())
+            argv = server.server_args(c, "cuda", rc, "speculative")
+            if row.request:
+                assert flags.request_fields(rc.settings)[row.request] == value
+                assert flag not in argv
+                continue
+        else:
+            inv = flags.Invocation("/m/t.gguf", s.with_defaults(), draft=None if program == "completion" else "/m/d.gguf",
+                                   prompt="p", accel="cuda")
+            argv = (flags.completion_argv(c, Path("/bin/x"), inv) if program == "completion"
+                    else flags.speculative_argv(c, Path("/bin/x"), inv, program))
+        taken = program in row.programs
+        assert flag is not None or not taken, (setting, program)  # a program that takes it lists it
+        assert (flag in argv) == taken, (setting, program, argv)
+        assert (setting in flags.takes(program)) == taken
+
+
+@pytest.mark.parametrize("folder, flag", [(NEW, "--spec-draft-n-min"), (OLD, "--draft-min")])
+def test_draft_min_reaches_speculative_simple_by_each_generations_name(folder: Path, flag: str) -> None:
+    """--spec-draft-n-min on the pinned build (where --draft-min and --draft-n-min are listed as removed),
+    --draft-min on 2024 to early-2026 builds; llama-speculative never gets it (it never reads n_min)."""
+    inv = settings(draft_min=3)
+    simple = flags.speculative_argv(caps(folder, "llama-speculative-simple"), Path("/bin/x"), inv, "speculative-simple")
+    assert (flag, "3") in pairs(simple)
+    assert not {"--draft-min", "--draft-n-min", "--spec-draft-n-min"} - {flag} & set(simple)
+    spec = flags.speculative_argv(caps(folder, "llama-speculative"), Path("/bin/x"), inv, "speculative")
+    assert flag not in spec
+    assert "draft_min" in flags.takes("speculative-simple") and "draft_min" not in flags.takes("speculative")
+
+
+def test_draft_min_is_a_sweep_axis() -> None:
+    from llamaspec import sweep
+
+    assert sweep.parse_values("draft_min", "0,2") == (0, 2)
+    assert sweep.parse_values("draft_min", "1..3") == (1, 2, 3)
+    with pytest.raises(LlamaspecError, match="must not be negative"):
+        sweep.parse_values("draft_min", "-1")
+
+
+def test_the_speculative_programs_read_draft_p_min_as_their_profiles_say() -> None:
+    for profile in flags.PROFILES.values():
+        assert profile.reads_p_min == ("draft_p_min" in flags.FLAG_TABLE and
+                                       profile.role in flags.FLAG_TABLE["draft_p_min"].programs)
+    assert flags.profile("speculative-simple", "2026").reads_p_min
+    assert not flags.profile("speculative", "2026").reads_p_min
 
 
 def test_flash_attention_takes_a_value_now_and_was_a_switch_before() -> None:
@@ -189,11 +272,11 @@ def test_rounds_follow_each_program(folder: Path, generation: str) -> None:
     """llama-speculative samples the first token from the prompt: rounds = n_predict - n_accept - 1 and it
     drafts exactly k per round; llama-speculative-simple emits accepted + 1 per round and drafts up to k."""
     spec = _counters(folder, "speculative")
-    fixed = flags.program("speculative", generation)
+    fixed = flags.profile("speculative", generation)
     assert fixed.draft_policy == "fixed" and not fixed.reads_p_min
     assert spec.n_drafted == spec.n_draft * fixed.rounds(spec.n_predict, spec.n_accept)  # 112 = 8 x 14
     simple = _counters(folder, "speculative-simple")
-    capped = flags.program("speculative-simple", generation)
+    capped = flags.profile("speculative-simple", generation)
     assert capped.draft_policy == "capped" and capped.reads_p_min
     rounds = capped.rounds(simple.n_predict, simple.n_accept)
     assert simple.n_drafted <= simple.n_draft * rounds
@@ -215,7 +298,7 @@ def test_2023_argv_matches_the_recorded_run(folder: Path) -> None:
     s = settings(target=f"/tmp/ls-models/smollm2-135m-f32-{variant}.gguf",
                  draft=f"/tmp/ls-models/smollm2-135m-q4_1-{variant}.gguf", threads=1,
                  extra_args=("--repeat-penalty", "1.0"))
-    argv = flags.speculative_argv(c, Path("/bin/speculative"), s)
+    argv = flags.speculative_argv(c, Path("/bin/speculative"), s, "speculative")
     assert ("--draft", "8") in pairs(argv) and "--draft-max" not in argv
     assert pairs(argv) == pairs(recorded(folder, "speculative"))
     main = flags.completion_argv(caps(folder, "main"), Path("/bin/main"), replace(s, draft=None, settings=replace(s.settings, draft_max=None)))
@@ -229,7 +312,7 @@ def test_2023_programs_are_told_apart_by_their_help(commit: str, policy: str) ->
     round early below --p-accept. Both sample the first token from the prompt."""
     folder = FIXTURES / commit
     c = caps(folder, "speculative")
-    profile = flags.program_for(c, "speculative")
+    profile = flags.profile_for(c, "speculative")
     assert c.generation == "2023" and profile.draft_policy == policy
     spec = _counters(folder, "speculative")
     rounds = profile.rounds(spec.n_predict, spec.n_accept)

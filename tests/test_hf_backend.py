@@ -226,12 +226,12 @@ def test_corrupt_model_is_refused_in_check(backend, pair, tmp_path: Path) -> Non
 
 
 def test_missing_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamaspec import backends
+    from llamaspec import engines
     from llamaspec.hf import backend as hf_backend
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # what an environment without the extra gives
     with pytest.raises(LlamaspecError, match="needs torch and transformers") as info:
-        backends.open_backend("transformers")
+        engines.open_backend("transformers")
     assert info.value.hint == "pip install 'llamaspec[hf]'"
     with pytest.raises(LlamaspecError):
         hf_backend.TransformersBackend()

@@ -32,8 +32,8 @@ def test_shipped_catalog_has_the_write_up_models_and_the_offline_pair() -> None:
     assert cat.entry("tinyllama-1.1b-chat").source.get("repo") == "PY007/TinyLlama-1.1B-Chat-v0.1"
     smol = cat.entry("smollm2-135m")
     assert {k: smol.source.get(k) for k in GOOD_WHEEL if k != "kind"} == {k: v for k, v in GOOD_WHEEL.items() if k != "kind"}
-    assert set(smol.variants) == {"q4_1", "f16", "f32", "q8_0", "q4_0", "f32-untied", "q4_1-untied", "f32-sep2023", "q4_1-sep2023"}
-    assert smol.plain_variants == ("q4_1", "f16", "f32", "q8_0", "q4_0")
+    assert set(smol.variants) == {"q4_1", "f16", "f32", "q8_0", "q4_0", "q2_k", "f32-untied", "q4_1-untied", "f32-sep2023", "q4_1-sep2023"}
+    assert smol.plain_variants == ("q4_1", "f16", "f32", "q8_0", "q4_0", "q2_k")
     pair = cat.default_pair
     assert pair is not None and pair.target.name == pair.draft.name == "smollm2-135m"
     assert {pair.target.variant, pair.draft.variant} <= set(smol.fetch)

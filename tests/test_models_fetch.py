@@ -306,8 +306,8 @@ def test_tinyllama_under_its_former_name_is_converted_quantized_and_runs(
     assert f16.provenance["repo"] == "PY007/TinyLlama-1.1B-python-v0.1"
     models.check_pair(f16, q4)
     program = llama_build.program("speculative")
-    argv = flags.speculative_argv(flags.capabilities(program), program, flags.Invocation.of(
-        target=str(f16.path), draft=str(q4.path), prompt="def quick", n_predict=8, draft_max=2, threads=2, ctx_size=256))
+    argv = flags.speculative_argv(flags.program_flags(program), program, flags.Invocation.of(
+        target=str(f16.path), draft=str(q4.path), prompt="def quick", n_predict=8, draft_max=2, threads=2, ctx_size=256), "speculative")
     proc.run(argv, timeout=120, log_path=tmp_path / "speculative.log")
 
 

@@ -111,8 +111,8 @@ def test_llama_cpp_agrees_with_the_pair_check(llama_build, tmp_path: Path, case:
         with pytest.raises(LlamaspecError, match=ours):
             models.check_pair(target, draft)
     program = llama_build.program("speculative")
-    argv = flags.speculative_argv(flags.capabilities(program), program, flags.Invocation.of(
-        target=str(target), draft=str(draft), prompt="the", n_predict=4, draft_max=2, threads=2, seed=1, ctx_size=256))
+    argv = flags.speculative_argv(flags.program_flags(program), program, flags.Invocation.of(
+        target=str(target), draft=str(draft), prompt="the", n_predict=4, draft_max=2, threads=2, seed=1, ctx_size=256), "speculative")
     done = proc.run(argv, check=False, timeout=120, log_path=tmp_path / "speculative.log")
     if theirs is None:
         assert done.returncode == 0, done.tail()

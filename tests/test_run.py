@@ -143,6 +143,16 @@ def test_p_min_is_refused_on_the_program_that_ignores_it(tmp_path: Path) -> None
     assert "speculative-simple" in (err.value.hint or "")
 
 
+def test_draft_min_is_refused_on_the_program_that_never_reads_it(tmp_path: Path) -> None:
+    """llama-speculative lists --spec-draft-n-min (shared options) but never reads it: the flag table
+    says which programs take it, and the runner refuses it on the others, pointing at the one that does."""
+    from llamaspec.errors import LlamaspecError
+
+    with pytest.raises(LlamaspecError, match="llama-speculative does not read draft_min") as err:
+        run_case(case(tmp_path, draft_min=3), backend(tmp_path), Store.open(tmp_path / "r.sqlite"), hardware=HW)
+    assert "program: speculative-simple" in (err.value.hint or "")
+
+
 def test_cli_run_failure_is_one_line_with_hint_and_nonzero_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A crashing binary through the CLI: one Error line, a Hint, exit 1, the run stored as failed."""
 

@@ -118,6 +118,22 @@ def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_
         assert s.draft.policy == "capped" and s.n_drafted <= 8 * s.rounds and s.lossless.verdict == "identical"
 
 
+def test_draft_min_drops_short_drafts_on_speculative_simple(llama_build, offline_pair) -> None:
+    """draft_min reaches llama-speculative-simple: with p-min cutting drafts short, a minimum of 6
+    drops the rounds' short drafts, so fewer tokens are drafted (26 against 15 when measured); output
+    stays identical."""
+    backend = LlamaCppBackend(llama_build)
+    store = Store.open()
+    (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple", draft_p_min=0.9),
+                                {"draft_min": (0, 6)}, backend, store)
+    rows = {r["settings"]["draft_min"]: r for r in store.runs(sweep_id=result.sweep_id)}
+    runs = {k: Summary.from_dict(r["summary"]) for k, r in rows.items()}
+    assert runs[6].n_drafted < runs[0].n_drafted
+    assert all(s.lossless.verdict == "identical" for s in runs.values())
+    spec = [m for m in store.measurements(rows[6]["id"]) if m["mode"] == "speculative"]
+    assert "--spec-draft-n-min" in spec[0]["argv"]
+
+
 def test_old_generation_binaries(offline_pair) -> None:
     """The same experiment on an early-2025 llama.cpp (--draft-max, llama-cli) given as a binaries folder."""
     from llamaspec.llamacpp import build, source

@@ -32,9 +32,9 @@ TARGET = ModelPath("smollm2-135m:f32", "/m/f32.gguf")
 DRAFT = ModelPath("smollm2-135m:q4_1", "/m/q4_1.gguf")
 
 
-def caps() -> flags.Capabilities:
+def caps() -> flags.ProgramFlags:
     options, removed, spec_types = flags.parse_help(HELP)
-    return flags.Capabilities("llama-server", options, removed, spec_types, flags.Version(None, "0c1e570"), HELP)
+    return flags.ProgramFlags("llama-server", options, removed, spec_types, flags.Version(None, "0c1e570"), HELP)
 
 
 def case(spec_type: str | None = None, draft: ModelPath | None = DRAFT, **settings: Any) -> ResolvedCase:
@@ -74,6 +74,15 @@ def test_argv_speculative_draft_and_baseline() -> None:
     assert "-md" not in base and "--spec-type" not in base and base == spec[:len(base)]
 
 
+def test_draft_min_reaches_the_speculative_server_only() -> None:
+    c = caps()
+    spec = server.server_args(c, "cpu", case(draft_max=8, draft_min=3), "speculative")
+    assert spec[spec.index("--spec-draft-n-min") + 1] == "3"
+    base = server.server_args(c, "cpu", case(draft_max=8, draft_min=3), "baseline")
+    assert "--spec-draft-n-min" not in base and base == spec[:len(base)]
+    assert "draft_min" in server.HONOURED
+
+
 def test_argv_ngram_mode_with_sizes_and_slots() -> None:
     args = server.server_args(caps(), "cpu", case("ngram-simple", None, ngram_size_n=3, ngram_size_m=8, parallel=2),
                               "speculative")
@@ -91,6 +100,7 @@ def test_argv_ngram_mode_with_sizes_and_slots() -> None:
     ("draft", DRAFT, {"ngram_size_n": 3}, "ngram_size_n applies to n-gram modes"),
     ("ngram-cache", None, {"ngram_size_m": 3}, "ngram_size_m has no meaning for spec_type ngram-cache"),
     ("ngram-simple", None, {"draft_p_min": 0.5}, "draft_p_min applies to a draft model"),
+    ("ngram-simple", None, {"draft_min": 2}, "draft_min applies to a draft model"),
     ("draft", DRAFT, {"program": "speculative-simple"}, "does not take setting program"),
 ])
 def test_check_refuses_with_one_clear_line(kind: str, draft: ModelPath | None, extra: dict[str, Any],

@@ -143,10 +143,10 @@ def check_prompt_file(prompt_file: Path | None) -> str | None:
 
 
 def open_engine(backend_name: str, accel: str, bin_dir: Path | None, rpc: bool = False) -> Any:
-    from llamaspec import backends
+    from llamaspec import engines
     from llamaspec.backend import BackendOptions
 
-    return backends.open_backend(backend_name, BackendOptions(accel=accel, bin_dir=bin_dir, rpc=rpc))
+    return engines.open_backend(backend_name, BackendOptions(accel=accel, bin_dir=bin_dir, rpc=rpc))
 
 
 @contextlib.contextmanager

@@ -51,13 +51,13 @@ def refuse_engine(name: str | None, what: str) -> None:
     names none, e.g. a no-op). A measurement taken with another engine than the experiment names
     would be stored under the experiment's name as if it were the experiment's, so any other
     engine is refused before anything is queued."""
-    from llamaspec import backends
+    from llamaspec import engines
 
-    engines = backends.cluster_engines()
-    if name is not None and name not in engines:
-        raise LlamaspecError(f"{what} uses the {name} backend; cluster workers measure with {' and '.join(engines)} only",
+    known = engines.cluster_engines()
+    if name is not None and name not in known:
+        raise LlamaspecError(f"{what} uses the {name} backend; cluster workers measure with {' and '.join(known)} only",
                              hint="run it on one machine (without --cluster and RAY_ADDRESS), or set "
-                                  f"`backend: {engines[0]}` in the experiment")
+                                  f"`backend: {known[0]}` in the experiment")
 
 
 def check_items(items: Any) -> None:

@@ -125,11 +125,11 @@ def requirements(exp: Any, accel: str = "auto") -> Requirements:
     """The coordinator's own engine version and options (from the engine, through the registry),
     and its model hashes where it has the files (None where it has not: the first machine's then
     binds the others)."""
-    from llamaspec import backends
+    from llamaspec import engines
     from llamaspec.models import store
 
-    engine = exp.backend if exp.backend in backends.cluster_engines() else "llama.cpp"
-    own = backends.machine_requirements(engine, exp)
+    engine = exp.backend if exp.backend in engines.cluster_engines() else "llama.cpp"
+    own = engines.machine_requirements(engine, exp)
     labels = sorted({c.target.label for c in exp.cases} | {c.draft.label for c in exp.cases if c.draft})
     models: dict[str, str | None] = {}
     for label in labels:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class MachineWorker:
     def __init__(self, machine: str, scratch: str | None = None, reap: bool = False) -> None:
         self.machine = machine
-        self.env: Any = None  # what the engine provided here (backends.provide_machine), once prepared
+        self.env: Any = None  # what the engine provided here (engines.provide_machine), once prepared
         self.wanted: Requirements | None = None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{_safe(machine)}-"))
         self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, a backend)
@@ -45,14 +45,14 @@ class MachineWorker:
             return {"ok": False, "error": exc.message, "hint": exc.hint}
 
     def _prepare(self, wanted: Requirements) -> WorkerInfo:
-        from llamaspec import backends
+        from llamaspec import engines
         from llamaspec.host import hardware
 
         self.wanted = wanted
         if wanted.engine is None:
             return WorkerInfo(machine=self.machine, host=platform.node(), commit=None, build_key=None, bin_dir=None,
                               hardware=hardware())
-        self.env = backends.provide_machine(wanted.engine, wanted.accel, dict(wanted.options), list(wanted.models),
+        self.env = engines.provide_machine(wanted.engine, wanted.accel, dict(wanted.options), list(wanted.models),
                                             self.machine)
         shas = {label: self.env.model(label).sha256 for label in wanted.models}
         return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.env.commit,

@@ -27,7 +27,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import source as sources
 from llamaspec.llamacpp.cache import (  # noqa: F401 - re-exported: callers import them from here
     ACCELS,
-    PROGRAMS,
+    BINARIES,
     REQUIRED_PROGRAMS,
     RPC_ROLE,
     Build,
@@ -177,7 +177,7 @@ def tree_targets(tree: Path) -> dict[str, str]:
     for cmake in list(tree.glob("examples/*/CMakeLists.txt")) + list(tree.glob("tools/*/CMakeLists.txt")):
         defined.update(re.findall(r"set\s*\(\s*TARGET\s+([\w-]+)\s*\)", cmake.read_text(errors="replace")))
     targets = {}
-    for role, names in PROGRAMS.items():
+    for role, names in BINARIES.items():
         for name in names:
             if name in defined:
                 targets[role] = name
@@ -198,7 +198,7 @@ def plan(source: sources.SourceInfo, accel: str = "auto", extra_args: Sequence[s
     targets = tree_targets(source.tree)
     missing = [r for r in REQUIRED_PROGRAMS if r not in targets]
     if missing:
-        raise LlamaspecError(f"{source.tree} defines no {' / '.join(PROGRAMS[missing[0]])} program",
+        raise LlamaspecError(f"{source.tree} defines no {' / '.join(BINARIES[missing[0]])} program",
                              hint="use a llama.cpp tree that has examples/speculative and tools/quantize")
     if rpc:
         defs["GGML_RPC"] = "ON"

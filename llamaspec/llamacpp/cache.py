@@ -7,7 +7,7 @@ so a run finds it without probing compilers or toolkits. A prebuilt binaries fol
 in for a build (``--bin-dir``/``LLAMASPEC_BIN_DIR``).
 
 ``accel`` is what the programs compute on: ``cpu``, ``cuda`` or ``metal`` (the word "backend"
-names an engine such as llama.cpp or transformers, see ``llamaspec.backends``).
+names an engine such as llama.cpp or transformers, see ``llamaspec.engines``).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 
 ACCELS = ("cpu", "cuda", "metal")
 
-# The programs llamaspec runs, with older names where llama.cpp renamed them. Each tree gets
-# the first name of each row that its CMake files define.
-PROGRAMS: dict[str, tuple[str, ...]] = {
+# The programs llamaspec runs: role -> binary names, with older names where llama.cpp renamed
+# them. Each tree gets the first name of each row that its CMake files define.
+BINARIES: dict[str, tuple[str, ...]] = {
     "speculative": ("llama-speculative", "speculative"),
     "speculative-simple": ("llama-speculative-simple",),
     "completion": ("llama-completion", "llama-cli", "main"),
@@ -70,7 +70,7 @@ class Build:
                                  hint=f"build it with `llamaspec build --{role}` (the first run that needs it does so too)")
         if not name:
             raise LlamaspecError(
-                f"this llama.cpp build has no {role} program ({', '.join(PROGRAMS.get(role, (role,)))})",
+                f"this llama.cpp build has no {role} program ({', '.join(BINARIES.get(role, (role,)))})",
                 hint=f"build it with `llamaspec build`, or add it to {self.bin_dir}",
             )
         return Path(self.bin_dir) / name
@@ -175,7 +175,7 @@ def prebuilt(bin_dir: Path) -> Build:
     if not bin_dir.is_dir():
         raise LlamaspecError(f"binaries folder not found: {bin_dir}", hint="pass the folder that holds llama-speculative")
     programs = {}
-    for role, names in PROGRAMS.items():
+    for role, names in BINARIES.items():
         for name in names:
             if (bin_dir / name).is_file() and os.access(bin_dir / name, os.X_OK):
                 programs[role] = name

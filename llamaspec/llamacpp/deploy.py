@@ -28,7 +28,7 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     notes: list[str] = []
     if "server" in build.programs:
         program = build.program("server")
-        args = server.server_args(flags.capabilities(program), build.accel, alone,
+        args = server.server_args(flags.program_flags(program), build.accel, alone,
                                   "speculative" if speculative else "baseline", deploy=True)
         commands.append(Command.shell("llama-server", [str(program), *args], SERVER_NOTE))
     else:
@@ -40,7 +40,7 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     if not speculative:
         if "completion" in build.programs:
             program = build.program("completion")
-            commands.append(Command.shell(Path(program).name, flags.completion_argv(flags.capabilities(program), program, inv),
+            commands.append(Command.shell(Path(program).name, flags.completion_argv(flags.program_flags(program), program, inv),
                                           "this case's prompt and length, without a draft"))
     elif draft_free:
         notes.append(f"{s.spec_type} is draft-free: it runs in llama-server only (llama-speculative-simple needs a "
@@ -48,7 +48,7 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     elif "speculative-simple" in build.programs:
         program = build.program("speculative-simple")
         commands.append(Command.shell("llama-speculative-simple",
-                                      flags.speculative_argv(flags.capabilities(program), program, inv),
+                                      flags.speculative_argv(flags.program_flags(program), program, inv, "speculative-simple"),
                                       "this case's prompt and length, with the draft"))
     else:
         notes.append(f"the build in {build.bin_dir} has no llama-speculative-simple")

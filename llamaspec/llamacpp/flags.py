@@ -3,7 +3,10 @@
 llama.cpp renames flags between generations (``--draft`` in 2023, ``--draft-max`` 2024 to early
 2026, ``--spec-draft-n-max`` now) and its defaults drift. So we read each program's ``--help``
 once, keep the set of flags it accepts (minus the ones it lists as removed), and build command
-lines from a declarative table: for each setting, the flag names in order of preference.
+lines from one declarative table (``FLAG_TABLE``): for each setting, the programs that take it
+(the speculative programs, the completion baseline, llama-server), its flag names in order of
+preference, and how its value is written. llama-server's command line and request come from the
+same rows, and what each llama.cpp backend honours is read from them (``takes``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ class Version:
 
 
 @dataclass(frozen=True)
-class Capabilities:
+class ProgramFlags:
+    """What one program's ``--help`` offers: its flags, the ones it lists as removed, its speculative
+    modes and version (an engine's own abilities are ``backend.Capabilities``)."""
+
     program: str
     options: frozenset[str]
     removed: frozenset[str]
@@ -81,29 +87,29 @@ class Invocation:
         return cls(target, Settings(**settings).with_defaults(), draft, prompt, prompt_file, accel)
 
 
-Render = Callable[["Capabilities", str, Any, "Invocation"], list[str]]
+Render = Callable[["ProgramFlags", str, Any, "Invocation"], list[str]]
 
 
-def _plain(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _plain(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     return [flag, format(value, "g") if isinstance(value, float) else str(value)]
 
 
-def _offload(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _offload(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     layers = gpu_layers(value, inv.accel, caps.generation)
     return [] if layers is None else [flag, str(layers)]
 
 
-def _target_offload(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _target_offload(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     """The target's -ngl: with RPC servers its layers go to them (devices even on a CPU build)."""
     layers = gpu_layers(value, "rpc" if inv.settings.rpc else inv.accel, caps.generation)
     return [] if layers is None else [flag, str(layers)]
 
 
-def _joined(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _joined(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     return [flag, ",".join(value)] if value else []
 
 
-def _switch_or_value(caps: Capabilities, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _switch_or_value(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     """``-fa on|off|auto`` on builds whose help shows a value, a bare ``-fa`` switch on older ones."""
     if caps.takes_value(flag):
         return [flag, str(value)]
@@ -115,35 +121,51 @@ def _switch_or_value(caps: Capabilities, flag: str, value: Any, inv: Invocation)
                          hint="use flash_attn: on or off with this build")
 
 
+# The programs a row is for, by role: the two speculative command-line programs, the target-only
+# baseline (llama-completion; llama-cli or main on older builds) and llama-server.
+SPECULATIVE = frozenset({"speculative", "speculative-simple"})
+COMMAND_LINE = SPECULATIVE | {"completion"}
+SERVER = frozenset({"server"})
+EVERY = COMMAND_LINE | SERVER
+
+
 @dataclass(frozen=True)
 class Flag:
-    """How one setting reaches a program: flag names (most recent first; the first the build
-    accepts wins), where it applies, and how its value is written."""
+    """How one setting reaches the programs that take it: flag names (most recent first; the first
+    the build's ``--help`` offers wins), which programs take it, and how its value is written."""
 
     names: tuple[str, ...]
-    scope: str = "all"  # all programs | "speculative" (only the speculative programs) | "draft-model" (when one is loaded)
-    required: bool = False  # a build without any of the names is refused when the setting is set
+    programs: frozenset[str] = EVERY  # roles that take it; the others never see it (and refuse it when set)
+    draft: bool = False  # only where a draft model is loaded (the speculative side)
+    required: bool = True  # a build without any of the names is refused when the setting is set
     render: Render = _plain
+    request: str | None = None  # llama-server takes it per request, under this /completion key, not as a flag
+    unset: Any = None  # written when the setting is unset (None: no flag, the program's own default)
 
 
-# The one place a setting meets llama.cpp's flags. A setting of llamaspec.settings.Settings is
-# either a row here or listed in HANDLED_ELSEWHERE (a test keeps the two complete).
+# The one place a setting meets llama.cpp's programs. A setting of llamaspec.settings.Settings is
+# either a row here or in HANDLED_ELSEWHERE (a test keeps the two complete); the command lines of
+# every program, llama-server's included, and the settings each backend honours come from here.
 FLAG_TABLE: dict[str, Flag] = {
-    "n_predict": Flag(("-n", "--n-predict")),
-    "seed": Flag(("-s", "--seed")),
-    "temperature": Flag(("--temp",)),
+    "n_predict": Flag(("-n", "--n-predict"), request="n_predict"),
+    "seed": Flag(("-s", "--seed"), request="seed"),
+    "temperature": Flag(("--temp",), request="temperature"),
     "threads": Flag(("-t", "--threads")),
-    "gpu_layers": Flag(("-ngl", "--n-gpu-layers", "--gpu-layers"), render=_target_offload),
+    # Optional: 2023 CPU builds have no -ngl (nothing to offload); the intent still defaults to "all".
+    "gpu_layers": Flag(("-ngl", "--n-gpu-layers", "--gpu-layers"), required=False, render=_target_offload),
     "ctx_size": Flag(("-c", "--ctx-size")),
     "batch_size": Flag(("-b", "--batch-size")),
-    "flash_attn": Flag(("-fa", "--flash-attn"), required=True, render=_switch_or_value),
-    "draft_max": Flag(("--spec-draft-n-max", "--draft-max", "--draft"), scope="speculative", required=True),
-    "draft_min": Flag(("--spec-draft-n-min", "--draft-min"), scope="speculative", required=True),
-    "draft_p_min": Flag(("--spec-draft-p-min", "--draft-p-min"), scope="speculative", required=True),
-    "threads_draft": Flag(("-td", "--threads-draft", "--spec-draft-threads"), scope="speculative"),
+    "flash_attn": Flag(("-fa", "--flash-attn"), render=_switch_or_value),
+    "parallel": Flag(("-np", "--parallel"), SERVER, unset=1),  # the pinned server's default is "auto" (several slots)
+    "rpc": Flag(("--rpc",), COMMAND_LINE, render=_joined),  # the target's layers on these RPC servers
+    "draft_max": Flag(("--spec-draft-n-max", "--draft-max", "--draft"), SPECULATIVE | SERVER, draft=True),
+    # llama-speculative lists --spec-draft-n-min and --spec-draft-p-min (shared options), never reads them.
+    "draft_min": Flag(("--spec-draft-n-min", "--draft-min"), frozenset({"speculative-simple"}) | SERVER, draft=True),
+    "draft_p_min": Flag(("--spec-draft-p-min", "--draft-p-min"), frozenset({"speculative-simple"}) | SERVER, draft=True),
+    "threads_draft": Flag(("-td", "--threads-draft", "--spec-draft-threads"), SPECULATIVE | SERVER, draft=True),
+    # Optional: 2023 builds have no -ngld.
     "draft_gpu_layers": Flag(("-ngld", "--n-gpu-layers-draft", "--gpu-layers-draft", "--spec-draft-ngl"),
-                             scope="draft-model", render=_offload),
-    "rpc": Flag(("--rpc",), required=True, render=_joined),  # the target's layers on these RPC servers
+                             SPECULATIVE | SERVER, draft=True, required=False, render=_offload),
 }
 # Models and prompt: not settings, but flags all the same.
 MODEL_FLAGS = {
@@ -152,9 +174,26 @@ MODEL_FLAGS = {
     "prompt": ("-p", "--prompt"),
     "prompt_file": ("-f", "--file"),
 }
-# Settings that are not one flag: the speculative mode and program are chosen by the runner,
-# escape is a switch pair, extra_args go last verbatim, timeout is llamaspec's own.
-HANDLED_ELSEWHERE = frozenset({"spec_type", "program", "escape", "extra_args", "timeout"})
+# Settings that are not one flag, and the programs that take them: the speculative mode
+# (--spec-type, its value chosen by the runner and the server), the program (which binary runs),
+# escape (a switch pair; the server gets the prompt in JSON, as is), extra_args (last, verbatim),
+# timeout (llamaspec's own) and the n-gram sizes (one flag family per mode: server.NGRAM_FLAG_TABLE).
+HANDLED_ELSEWHERE: dict[str, frozenset[str]] = {
+    "spec_type": EVERY,
+    "program": COMMAND_LINE,
+    "escape": EVERY,
+    "extra_args": EVERY,
+    "timeout": EVERY,
+    "ngram_size_n": SERVER,
+    "ngram_size_m": SERVER,
+}
+
+
+def takes(program: str) -> frozenset[str]:
+    """The settings the program with this role honours (``speculative``, ``speculative-simple``,
+    ``completion`` or ``server``), read from the table."""
+    return (frozenset(name for name, row in FLAG_TABLE.items() if program in row.programs)
+            | frozenset(name for name, programs in HANDLED_ELSEWHERE.items() if program in programs))
 
 
 _OPTION_LINE = re.compile(r"^\s{0,4}(-[-\w]+(?:,\s*-[-\w]+)*)")
@@ -230,11 +269,11 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
 
 
 def probe_version(program: Path) -> Version:
-    return capabilities(program).version
+    return program_flags(program).version
 
 
-def capabilities(program: Path) -> Capabilities:
-    """Read a program's flags (cached per binary and modification time)."""
+def program_flags(program: Path) -> ProgramFlags:
+    """Read a program's flags from its ``--help`` (cached per binary and modification time)."""
     program = Path(program)
     if not program.is_file():
         raise LlamaspecError(f"llama.cpp program not found: {program}", hint="run `llamaspec build` first")
@@ -243,10 +282,10 @@ def capabilities(program: Path) -> Capabilities:
     options, removed, spec_types = parse_help(help_text)
     if not options:
         raise LlamaspecError(f"{program.name} --help printed no options", hint="is this a llama.cpp program?")
-    return Capabilities(str(program), options, removed, spec_types, parse_version(version_text), help_text)
+    return ProgramFlags(str(program), options, removed, spec_types, parse_version(version_text), help_text)
 
 
-def _pick_or_refuse(caps: Capabilities, setting: str, names: Sequence[str], required: bool) -> str | None:
+def _pick_or_refuse(caps: ProgramFlags, setting: str, names: Sequence[str], required: bool) -> str | None:
     flag = caps.pick(names)
     if flag is None and required:
         raise LlamaspecError(
@@ -257,11 +296,18 @@ def _pick_or_refuse(caps: Capabilities, setting: str, names: Sequence[str], requ
     return flag
 
 
-def _settings_argv(caps: Capabilities, inv: Invocation, *, speculative: bool) -> list[str]:
+def settings_argv(caps: ProgramFlags, inv: Invocation, program: str, *, draft: bool) -> list[str]:
+    """The flags of ``program`` for ``inv``'s settings, in table order: the rows it takes that are
+    flags (not request fields), with a value or an ``unset`` one; ``draft``: the draft side's rows
+    (only when a draft model is loaded) instead of the others."""
     argv: list[str] = []
     for setting, row in FLAG_TABLE.items():
+        if program not in row.programs or row.draft != draft or (program == "server" and row.request):
+            continue
         value = getattr(inv.settings, setting)
-        if value is None or value == () or (row.scope == "speculative" and not speculative) or (row.scope == "draft-model" and not inv.draft):
+        if value is None:
+            value = row.unset
+        if value is None or value == () or (row.draft and not inv.draft):
             continue
         flag = _pick_or_refuse(caps, setting, row.names, row.required)
         if flag is not None:
@@ -269,7 +315,16 @@ def _settings_argv(caps: Capabilities, inv: Invocation, *, speculative: bool) ->
     return argv
 
 
-def common_argv(caps: Capabilities, inv: Invocation, *, speculative: bool) -> list[str]:
+def request_fields(settings: Settings) -> dict[str, Any]:
+    """llama-server's per-request fields for these settings (the rows with ``request``)."""
+    return {row.request: getattr(settings, name) for name, row in FLAG_TABLE.items()
+            if row.request and "server" in row.programs}
+
+
+def common_argv(caps: ProgramFlags, inv: Invocation, program: str) -> list[str]:
+    """Models, prompt and settings of the command-line program with role ``program``; a setting
+    it does not take gets no flag (the runner refuses it when set)."""
+    speculative = program in SPECULATIVE
     argv: list[str] = []
     for name in ("target", "draft", "prompt_file", "prompt"):
         value = getattr(inv, name)
@@ -278,7 +333,9 @@ def common_argv(caps: Capabilities, inv: Invocation, *, speculative: bool) -> li
         flag = _pick_or_refuse(caps, name, MODEL_FLAGS[name], name == "draft")
         if flag is not None:
             argv += [flag, value]
-    argv += _settings_argv(caps, inv, speculative=speculative)
+    argv += settings_argv(caps, inv, program, draft=False)
+    if speculative:
+        argv += settings_argv(caps, inv, program, draft=True)
     if inv.settings.escape and caps.has("-e"):
         argv.append("-e")
     elif inv.settings.escape is False and caps.has("--no-escape"):
@@ -286,8 +343,8 @@ def common_argv(caps: Capabilities, inv: Invocation, *, speculative: bool) -> li
     return argv
 
 
-def speculative_argv(caps: Capabilities, program: Path, inv: Invocation) -> list[str]:
-    """The speculative program's command line for this invocation."""
+def speculative_argv(caps: ProgramFlags, program: Path, inv: Invocation, role: str) -> list[str]:
+    """The command line of the speculative program ``role`` (speculative or speculative-simple)."""
     spec_type = inv.settings.spec_type
     draftless = spec_type not in (None, "draft")
     if inv.draft is None:
@@ -297,7 +354,7 @@ def speculative_argv(caps: Capabilities, program: Path, inv: Invocation) -> list
             f"{program.name} needs a draft model" + (f"; it cannot run --spec-type {spec_type} alone" if draftless else ""),
             hint="give the case a draft model; draft-free n-gram modes run on the llama-server backend (backend: llama-server)",
         )
-    argv = [str(program), *common_argv(caps, inv, speculative=True)]
+    argv = [str(program), *common_argv(caps, inv, role)]
     if caps.has("--spec-type"):
         kind = "draft-simple" if not draftless else str(spec_type)
         if caps.spec_types and kind not in caps.spec_types:
@@ -311,9 +368,9 @@ def speculative_argv(caps: Capabilities, program: Path, inv: Invocation) -> list
     return argv
 
 
-def completion_argv(caps: Capabilities, program: Path, inv: Invocation) -> list[str]:
+def completion_argv(caps: ProgramFlags, program: Path, inv: Invocation) -> list[str]:
     """The target-only baseline's command line (llama-completion, or llama-cli/main on older builds)."""
-    argv = [str(program), *common_argv(caps, inv, speculative=False)]
+    argv = [str(program), *common_argv(caps, inv, "completion")]
     if caps.has("-no-cnv"):
         argv.append("-no-cnv")  # plain completion of the prompt, never chat mode
     argv.extend(inv.settings.extra_args or ())
@@ -380,7 +437,7 @@ def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int |
 
 
 @dataclass(frozen=True)
-class Program:
+class ProgramProfile:
     """How one speculative program of one generation drafts and counts: the counters llamaspec
     derives from what it prints are computed here and nowhere else.
 
@@ -399,8 +456,12 @@ class Program:
     generation: str
     draft_policy: str
     shape: theory.Program
-    reads_p_min: bool
     speed_basis: str
+
+    @property
+    def reads_p_min(self) -> bool:
+        """Whether the program reads draft_p_min at all (the flag table says which programs take it)."""
+        return "draft_p_min" in takes(self.role)
 
     def rounds(self, n_predict: int, n_accept: int) -> int:
         return max(self.shape.rounds(n_predict, n_accept), 0)
@@ -420,32 +481,32 @@ _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens i
                  "verification round, which the program does not time apart (about 1/rounds of T)")
 _SPEC, _SIMPLE = theory.LLAMA_SPECULATIVE, theory.SPECULATIVE_SIMPLE
 
-PROGRAMS: dict[tuple[str, str], Program] = {
+PROFILES: dict[tuple[str, str], ProgramProfile] = {
     # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
     # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
-    ("speculative", "2023-sep"): Program("speculative", "2023-sep", "adaptive", _SPEC, False, _SPEC_BASIS),
+    ("speculative", "2023-sep"): ProgramProfile("speculative", "2023-sep", "adaptive", _SPEC, _SPEC_BASIS),
     # Nov 2023 (0.2.20): the length stays as asked, a round stops drafting below --p-accept (0.5).
-    ("speculative", "2023-nov"): Program("speculative", "2023-nov", "capped", _SPEC, False, _SPEC_BASIS),
-    ("speculative", "2024"): Program("speculative", "2024", "fixed", _SPEC, False, _SPEC_BASIS),
-    ("speculative", "2026"): Program("speculative", "2026", "fixed", _SPEC, False, _SPEC_BASIS),
-    ("speculative-simple", "2024"): Program("speculative-simple", "2024", "capped", _SIMPLE, True, _SIMPLE_BASIS),
-    ("speculative-simple", "2026"): Program("speculative-simple", "2026", "capped", _SIMPLE, True, _SIMPLE_BASIS),
+    ("speculative", "2023-nov"): ProgramProfile("speculative", "2023-nov", "capped", _SPEC, _SPEC_BASIS),
+    ("speculative", "2024"): ProgramProfile("speculative", "2024", "fixed", _SPEC, _SPEC_BASIS),
+    ("speculative", "2026"): ProgramProfile("speculative", "2026", "fixed", _SPEC, _SPEC_BASIS),
+    ("speculative-simple", "2024"): ProgramProfile("speculative-simple", "2024", "capped", _SIMPLE, _SIMPLE_BASIS),
+    ("speculative-simple", "2026"): ProgramProfile("speculative-simple", "2026", "capped", _SIMPLE, _SIMPLE_BASIS),
 }
 
 
-def program_for(caps: Capabilities, role: str) -> Program:
+def profile_for(caps: ProgramFlags, role: str) -> ProgramProfile:
     """The profile of a speculative program from its ``--help``: 2023 builds with ``--p-accept``
     (Nov 2023 on) keep the draft length; the ones before adapt it."""
     generation = caps.generation
     if generation == "2023":
         generation = "2023-nov" if caps.has("--p-accept") or caps.has("-pa") else "2023-sep"
-    return program(role, generation)
+    return profile(role, generation)
 
 
-def program(role: str, generation: str) -> Program:
+def profile(role: str, generation: str) -> ProgramProfile:
     try:
-        return PROGRAMS[(role, generation)]
+        return PROFILES[(role, generation)]
     except KeyError:
-        known = ", ".join(f"{r} ({g})" for r, g in PROGRAMS)
+        known = ", ".join(f"{r} ({g})" for r, g in PROFILES)
         raise LlamaspecError(f"llamaspec does not know how {role} of the {generation} generation counts",
                              hint=f"known: {known}") from None

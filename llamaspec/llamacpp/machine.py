@@ -1,6 +1,6 @@
 """What a machine needs to measure with llama.cpp's engines (``llama.cpp``, ``llama-server``), and
 the engines opened on it: the cluster's workers reach this through the engine registry
-(``llamaspec.backends.provide_machine``) and never name a llama.cpp module themselves.
+(``llamaspec.engines.provide_machine``) and never name a llama.cpp module themselves.
 
 - :func:`requirements`: what every machine of a study must share, from the coordinator's point of
   view (its llama.cpp commit, whether the RPC build is needed);

@@ -19,11 +19,12 @@ from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurem
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
 from llamaspec.llamacpp.build import Build
+from llamaspec.settings import DEFAULTS
 
 log = logging.getLogger(__name__)
 
 
-SETTINGS = frozenset(flags.FLAG_TABLE) | flags.HANDLED_ELSEWHERE
+SETTINGS = flags.takes("speculative") | flags.takes("speculative-simple") | flags.takes("completion")
 
 
 def open_backend(options: BackendOptions) -> LlamaCppBackend:
@@ -49,16 +50,16 @@ class LlamaCppBackend:
 
     def __init__(self, build: Build) -> None:
         self.build = build
-        self._caps: dict[str, flags.Capabilities] = {}
+        self._caps: dict[str, flags.ProgramFlags] = {}
         self._pairs_checked: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[str, int] = {}  # prompt text -> tokens, as the programs counted them
         modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
         self.capabilities = Capabilities(modes=frozenset(modes), settings=SETTINGS, spec_types=("draft",),
                                          draft_policy="fixed", keeps_models_loaded=False, token_ids=False)
 
-    def caps(self, role: str) -> flags.Capabilities:
+    def caps(self, role: str) -> flags.ProgramFlags:
         if role not in self._caps:
-            self._caps[role] = flags.capabilities(self.build.program(role))
+            self._caps[role] = flags.program_flags(self.build.program(role))
         return self._caps[role]
 
     def identity(self) -> str:
@@ -73,10 +74,10 @@ class LlamaCppBackend:
     def _role(self, case: ResolvedCase) -> str:
         return "speculative-simple" if case.settings.program == "speculative-simple" else "speculative"
 
-    def profile(self, case: ResolvedCase) -> flags.Program:
+    def profile(self, case: ResolvedCase) -> flags.ProgramProfile:
         """How the case's speculative program drafts and counts (fixed, capped or adaptive)."""
         role = self._role(case)
-        return flags.program_for(self.caps(role), role)
+        return flags.profile_for(self.caps(role), role)
 
     def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
         return flags.Invocation(target=model, settings=case.settings, draft=case.draft.path if case.draft else None,
@@ -87,7 +88,7 @@ class LlamaCppBackend:
         inv = self.invocation(case, case.target.path)
         if mode == "speculative":
             role = self._role(case)
-            return flags.speculative_argv(self.caps(role), self.build.program(role), inv)
+            return flags.speculative_argv(self.caps(role), self.build.program(role), inv, role)
         if mode == "baseline":
             return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
                                          replace(inv, draft=None))
@@ -147,6 +148,15 @@ class LlamaCppBackend:
             raise LlamaspecError(
                 f"llama-{profile.role} ignores p-min (the program never reads it: the same tokens are drafted at any value)",
                 hint="use program: speculative-simple (the common/speculative path llama-server uses), which reads it")
+        role = self._role(case)
+        for name in sorted(SETTINGS - flags.takes(role)):
+            value = getattr(case.settings, name)
+            if value not in (None, (), getattr(DEFAULTS, name)):
+                readers = sorted(r for r in flags.SPECULATIVE if name in flags.takes(r))
+                raise LlamaspecError(f"llama-{role} does not read {name} (set to {value!r}): its --help may list "
+                                     f"the flag, but the program never uses it",
+                                     hint=f"use program: {' or '.join(readers)}, which reads it" if readers
+                                     else f"drop {name}")
         self.argv(case, "speculative")
         self.argv(case, "baseline")
 
@@ -292,7 +302,7 @@ def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bo
 _SPECIAL_PREFIX = re.compile(r"^(?:<\|?[A-Za-z_][\w|]*\|?>)+")
 
 
-def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.Program, case: ResolvedCase) -> dict[str, Any]:
+def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.ProgramProfile, case: ResolvedCase) -> dict[str, Any]:
     text, echoed = generated_part(stats.text, case)
     requested = case.settings.n_predict
     return dict(

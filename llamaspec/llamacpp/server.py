@@ -54,23 +54,6 @@ log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"  # loopback only: the server is never reachable from elsewhere
 
-# setting -> llama-server flag names, most recent first; the first one the build accepts wins.
-SERVER_FLAG_TABLE: dict[str, tuple[str, ...]] = {
-    "target": ("-m", "--model"),
-    "draft": ("-md", "--model-draft", "--spec-draft-model"),
-    "threads": ("-t", "--threads"),
-    "threads_draft": ("-td", "--spec-draft-threads", "--threads-draft"),
-    "gpu_layers": ("-ngl", "--n-gpu-layers", "--gpu-layers"),
-    "draft_gpu_layers": ("-ngld", "--spec-draft-ngl", "--n-gpu-layers-draft", "--gpu-layers-draft"),
-    "ctx_size": ("-c", "--ctx-size"),
-    "batch_size": ("-b", "--batch-size"),
-    "flash_attn": ("-fa", "--flash-attn"),
-    "parallel": ("-np", "--parallel"),
-    "draft_max": ("--spec-draft-n-max", "--draft-max", "--draft"),
-    "draft_min": ("--spec-draft-n-min", "--draft-min"),
-    "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
-    "spec_type": ("--spec-type",),
-}
 # Draft-free modes: the n-gram sizes have one flag family per mode (ngram-mod calls the lookup
 # length n-match and the draft length n-max). ngram-cache has none.
 NGRAM_FLAG_TABLE: dict[str, dict[str, tuple[str, ...]]] = {
@@ -82,15 +65,13 @@ NGRAM_FLAG_TABLE: dict[str, dict[str, tuple[str, ...]]] = {
 }
 # Our "draft" is llama.cpp's plain draft-model speculation.
 SPEC_TYPE_NAMES = {"draft": "draft-simple"}
-# Settings that only make sense with a draft model, and those only with an n-gram mode.
-DRAFT_ONLY = ("draft_min", "draft_p_min", "threads_draft")
+# The settings llama-server honours, and how each reaches it, come from the one flag table
+# (flags.FLAG_TABLE). The draft side's settings without a built-in default are refused in a
+# draft-free mode when set (draft_max and draft_gpu_layers have defaults and stay unused there).
+HONOURED = flags.takes("server")
+DRAFT_ONLY = tuple(name for name, row in flags.FLAG_TABLE.items()
+                   if row.draft and "server" in row.programs and getattr(DEFAULTS, name) is None)
 NGRAM_ONLY = ("ngram_size_n", "ngram_size_m")
-
-HONOURED = frozenset({
-    "n_predict", "seed", "temperature", "draft_max", "draft_min", "draft_p_min", "threads", "threads_draft",
-    "gpu_layers", "draft_gpu_layers", "ctx_size", "batch_size", "flash_attn", "spec_type", "ngram_size_n",
-    "ngram_size_m", "parallel", "timeout", "extra_args", "escape",  # escape: JSON carries the prompt as is
-})
 
 SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicted_ms runs from the first generated "
                "token to the last, predicted_n counts the first (same as its predicted_per_second)")
@@ -308,34 +289,27 @@ class Server:
 
 # --- argv from settings ------------------------------------------------------------------------
 
-def _put(argv: list[str], caps: flags.Capabilities, names: tuple[str, ...], value: object, what: str) -> None:
-    if value is None:
-        return
+def _pick(caps: flags.ProgramFlags, names: tuple[str, ...], what: str) -> str:
     flag = caps.pick(names)
     if flag is None:
         raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
                              hint="drop that setting from the experiment, or use a llama.cpp build that has it")
-    argv.extend([flag, str(value)])
+    return flag
 
 
-def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
-    """llama-server's arguments (without host and port) for the server that measures ``mode``.
+def server_args(caps: flags.ProgramFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
+    """llama-server's arguments (without host and port) for the server that measures ``mode``: the
+    flag table's rows for the server, the target side first (the baseline's arguments are the
+    speculative server's first ones), then the draft side.
 
     ``deploy``: the same server for serving, not measuring: the measurement's own switches
     (``--metrics`` for the round counter, no web UI, no prompt cache across requests) are left out."""
     s = case.settings.with_defaults()
-    argv: list[str] = []
-
-    def put(setting: str, value: object) -> None:
-        _put(argv, caps, SERVER_FLAG_TABLE[setting], value, setting.replace("_", " "))
-
-    put("target", case.target.path)
-    put("threads", s.threads)
-    put("gpu_layers", flags.gpu_layers(s.gpu_layers, backend, caps.generation))
-    put("ctx_size", s.ctx_size)
-    put("batch_size", s.batch_size)
-    put("flash_attn", s.flash_attn)
-    put("parallel", s.parallel or 1)  # the pinned default is "auto" (several slots)
+    spec_type = s.spec_type or "draft"
+    draft = case.draft.path if mode != "baseline" and case.draft and not is_draft_free(spec_type) else None
+    inv = flags.Invocation(target=case.target.path, settings=s, draft=draft, accel=backend)
+    argv = [_pick(caps, flags.MODEL_FLAGS["target"], "target"), case.target.path]
+    argv += flags.settings_argv(caps, inv, "server", draft=False)
     for flag in ("--jinja",) if deploy else ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
         if caps.has(flag):
             argv.append(flag)
@@ -343,16 +317,11 @@ def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode
         argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
     if mode == "baseline":
         return argv
-    spec_type = s.spec_type or "draft"
-    if not is_draft_free(spec_type):
-        put("draft", case.draft.path if case.draft else None)
-        put("draft_max", s.draft_max)
-        put("draft_min", s.draft_min)
-        put("draft_p_min", s.draft_p_min)
-        put("threads_draft", s.threads_draft)
-        put("draft_gpu_layers", flags.gpu_layers(s.draft_gpu_layers, backend, caps.generation))
+    if draft is not None:
+        argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
+        argv += flags.settings_argv(caps, inv, "server", draft=True)
     # Always explicit: without --spec-type the pinned server loads a draft and never uses it.
-    put("spec_type", server_spec_type(spec_type))
+    argv += [_pick(caps, ("--spec-type",), "spec type"), server_spec_type(spec_type)]
     for setting in NGRAM_ONLY:
         value = getattr(s, setting)
         if value is not None:
@@ -360,7 +329,7 @@ def server_args(caps: flags.Capabilities, backend: str, case: ResolvedCase, mode
             if not names:
                 raise LlamaspecError(f"{setting} has no meaning for spec_type {spec_type}",
                                      hint=f"{setting} applies to: {', '.join(NGRAM_FLAG_TABLE)}")
-            _put(argv, caps, names, value, f"{setting} of {spec_type}")
+            argv += [_pick(caps, names, f"{setting} of {spec_type}"), str(value)]
     argv.extend(s.extra_args or ())
     return argv
 
@@ -380,7 +349,7 @@ class ServerBackend:
     def __init__(self, build: Build, port: int | None = None, servers_dir: Path | None = None) -> None:
         self.build = build
         self.program = build.program("server")
-        self.caps = flags.capabilities(self.program)
+        self.caps = flags.program_flags(self.program)
         types = [t for t in self.caps.spec_types if t not in ("none", "draft-simple")]
         self.capabilities = Capabilities(
             modes=frozenset({"baseline", "speculative"}),
@@ -598,8 +567,7 @@ class ServerBackend:
         except ServerDied as exc:
             return Measurement(mode=mode, ok=False, error=f"llama-server {exc}", argv=(), exit_code=None,
                                wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path), error_kind="server")
-        body = {"prompt": text, "n_predict": s.n_predict, "temperature": s.temperature, "seed": s.seed,
-                "cache_prompt": False, "return_tokens": True, "stream": False}
+        body = {"prompt": text, **flags.request_fields(s), "cache_prompt": False, "return_tokens": True, "stream": False}
         serial = (s.parallel or 1) == 1
         rounds_before = server.metric("spec_decode_num_drafts_total") if serial and mode == "speculative" else None
         timeout = s.timeout or 1800.0

@@ -120,10 +120,10 @@ def check(build: Build) -> None:
         quantize = build.program("quantize")
         _run([str(quantize), str(f32), str(q4), "Q4_0"], quantize.name, logs / "smoke-quantize.log")
         spec = build.program("speculative")
-        caps = flags.capabilities(spec)
+        caps = flags.program_flags(spec)
         argv = flags.speculative_argv(caps, spec, flags.Invocation.of(
             target=str(f32), draft=str(q4), prompt="the", n_predict=8, draft_max=2, threads=2, seed=1, temperature=0.0,
             ctx_size=256,
-        ))
+        ), "speculative")
         _run(argv, spec.name, logs / "smoke-speculative.log")
     log.info("smoke test passed: %s", ", ".join(sorted(build.programs.values())))

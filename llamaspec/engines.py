@@ -1,4 +1,6 @@
-"""The backend registry: an experiment's ``backend:`` name -> the module that opens it.
+"""The engine registry: an experiment's ``backend:`` name -> the module that opens it.
+
+(``llamaspec.backend`` is the contract every engine fulfils; this module only finds them.)
 
 A new engine is one subpackage with ``open_backend(options) -> Backend`` and one line here.
 Modules are imported only when their backend is opened, so heavy engines (torch) cost nothing
@@ -81,3 +83,4 @@ def provide_machine(name: str, accel: str, options: dict[str, Any], labels: list
     """On a worker: what engine ``name`` needs there (built, fetched, derived), as a machine object
     with ``open(engine)``, ``model(label)``, ``commit``, ``build_key``, ``bin_dir`` and ``close()``."""
     return _machine_module(name).provide(accel, options, labels, machine)
+__all__ = ["REGISTRY", "deployment", "names", "open_backend"]
