@@ -53,11 +53,15 @@ def test_cheaper_wins_only_within_the_tolerance() -> None:
 
 
 def test_settled_when_narrow_and_no_rival_can_beat_it() -> None:
-    got = decide.decide([c(2, 1.30, 1.28, 1.32), c(4, 1.60, 1.57, 1.62), c(8, 1.55, 1.52, 1.58)])
+    got = decide.decide([c(2, 1.30, 1.28, 1.32), c(4, 1.60, 1.57, 1.62, n=5), c(8, 1.55, 1.52, 1.58)])
     assert got.verdict == "recommend" and got.chosen is not None and got.chosen.key == 4
     assert got.settled and not got.requests
     assert got.sureness.startswith("settled")
-    rival = decide.decide([c(4, 1.60, 1.57, 1.62), c(8, 1.58, 1.40, 1.80)])
+    # two or three close ratios make a narrow interval that proves little: settled needs 5 pairs
+    few = decide.decide([c(2, 1.30, 1.28, 1.32), c(4, 1.60, 1.59, 1.61, n=2), c(8, 1.55, 1.52, 1.58)])
+    assert few.chosen is not None and few.chosen.key == 4 and not few.settled
+    assert [(r.key, r.pairs) for r in few.requests] == [(4, 3)] and "settled needs 5" in few.requests[0].why
+    rival = decide.decide([c(4, 1.60, 1.57, 1.62, n=5), c(8, 1.58, 1.40, 1.80)])
     assert rival.chosen is not None and rival.chosen.key == 4 and not rival.settled
     assert [r.key for r in rival.requests] == [8]  # draft 4 is narrow; only its rival needs pairs
 
@@ -126,8 +130,8 @@ def test_the_next_step_of_an_adaptive_sweep() -> None:
     assert sum(r.pairs for r in trimmed.requests) == 2  # two pairs left in the budget
     assert decide.next_step(d, spent=11, budget=11).stop == "budget"
     assert decide.next_step(d, spent=9, measurable=[1]).stop == "nothing to measure"
-    settled = decide.decide([c(4, 1.60, 1.57, 1.62), c(8, 1.55, 1.52, 1.58)])
-    assert decide.next_step(settled, spent=6, budget=100).stop == "settled"
+    settled = decide.decide([c(4, 1.60, 1.57, 1.62, n=5), c(8, 1.55, 1.52, 1.58)])
+    assert decide.next_step(settled, spent=8, budget=100).stop == "settled"
 
 
 def test_the_decision_serialises() -> None:
