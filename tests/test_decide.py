@@ -188,14 +188,14 @@ def test_the_recorded_sweeps_are_what_their_readme_says(level: str) -> None:
     assert {m["mode"] for m in costs} == {"batch", "draft"}  # llama-bench's timings, once per sweep
 
 
-# Measured (the model as it stands: llama-bench's costs, the target-alone step from the sweep's own
-# baselines): q4_1 10.9 %, q4_0 29.6 %, q2_k 7.5 % (with llama-bench's batch 1 as the step: 26.7 %,
-# 15.1 %, 7.7 %). The Q4_1 and Q4_0 recordings were made while other sessions loaded the 2 cores
+# Measured (the model as it stands: llama-bench's costs, its batch of one as the target's step):
+# q4_1 26.7 %, q4_0 15.1 %, q2_k 7.7 % (with the step from the sweep's own baselines: 10.9 %, 29.6 %,
+# 7.5 %; that choice did worse on the demo's and sweep-t1's sweeps, see analysis.cost_model). The Q4_1 and Q4_0 recordings were made while other sessions loaded the 2 cores
 # (load average up to 9, baseline CV up to 34 %, llama-bench batches out of order): their measured
 # curves are not smooth to 10 % (Q4_1: 1.00x at draft 3-7, 1.43x at 10), so no smooth model meets
 # the bound on them. Known misses, kept visible: strict, so a better model or recording shows up.
-_MISSES = {"q4_1": "median error 10.9 % on a recording made under heavy load",
-           "q4_0": "median error 29.6 % on a recording made under heavy load"}
+_MISSES = {"q4_1": "median error 26.7 % on a recording made under heavy load",
+           "q4_0": "median error 15.1 % on a recording made under heavy load"}
 
 
 @pytest.mark.parametrize("level", [pytest.param(level, marks=pytest.mark.xfail(reason=_MISSES[level], strict=True))
