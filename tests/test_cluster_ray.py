@@ -71,12 +71,17 @@ def loopback_only(test: Callable[..., None]) -> Callable[..., None]:
 
 
 @pytest.fixture
-def cluster_factory() -> Iterator[Callable[..., Any]]:
+def cluster_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
     """Start a local Ray cluster (head without CPUs for work) with the given machines."""
     from ray.cluster_utils import Cluster
 
     made: list[Any] = []
     temp = tempfile.mkdtemp(prefix="lsray-", dir="/tmp")  # short: Ray's unix sockets live under it
+    # Ray writes the address of "the current cluster" into <RAY_TMPDIR or /tmp>/ray/, which it does
+    # not create: on a fresh machine (no /tmp/ray yet), or when another run removes it, the head's
+    # start failed. This test's own folder, made here, serves both and keeps runs apart.
+    monkeypatch.setenv("RAY_TMPDIR", temp)
+    os.makedirs(os.path.join(temp, "ray"), exist_ok=True)
 
     def make(machines: dict[str, dict[str, str]]) -> tuple[Any, dict[str, Any]]:
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,

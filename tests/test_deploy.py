@@ -76,9 +76,19 @@ def _ask(argv: list[str], log: Path, n_predict: int = 32) -> dict[str, Any]:
 @pytest.mark.llamacpp
 @pytest.mark.slow
 def test_the_printed_llamacpp_commands_run_and_draft(real_build: Build, pair: tuple[Any, Any], tmp_path: Path) -> None:
+    import dataclasses
+
+    from llamaspec.llamacpp.build import ensure_program
     from llamaspec.llamacpp.runner import LlamaCppBackend
 
     case = real_case(pair, draft_p_min=0.0, program="speculative-simple")
+    if not real_build.prebuilt:  # as a build made without it (make demo's) has it: pending
+        waiting = dataclasses.replace(real_build, programs={r: p for r, p in real_build.programs.items() if r != "server"},
+                                      pending={**real_build.pending, "server": "llama-server"})
+        later = LlamaCppBackend(waiting).deployment(case)
+        assert "llama-server" not in {c.program for c in later.commands}
+        assert any("`llamaspec build --server`" in n for n in later.notes)
+    real_build = ensure_program(real_build, "server")  # built when first needed, as a user's first server
     d = LlamaCppBackend(real_build).deployment(case)
     assert d.speculative and d.engine == "llama.cpp" and d.setting.startswith("draft 4 (smollm2-135m:q4_1)")
     srv, simple = _command(d, "llama-server"), _command(d, "llama-speculative-simple")

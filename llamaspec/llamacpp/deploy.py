@@ -31,6 +31,9 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
         args = server.server_args(flags.program_flags(program), build.accel, alone,
                                   "speculative" if speculative else "baseline", deploy=True)
         commands.append(Command.shell("llama-server", [str(program), *args], SERVER_NOTE))
+    elif "server" in build.pending:  # compiled when first needed (the demo never starts a server)
+        notes.append(f"llama-server is not built yet in {build.bin_dir}: `llamaspec build --server` adds it to "
+                     "this build; rerun this command then to print its llama-server command")
     else:
         notes.append(f"the build in {build.bin_dir} has no llama-server")
     inv = flags.Invocation(target=case.target.path, settings=alone.settings,
