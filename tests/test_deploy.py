@@ -41,7 +41,10 @@ def real_build(request: pytest.FixtureRequest) -> Build:
     from llamaspec.llamacpp import build
 
     bin_dir = os.environ.get("LLAMASPEC_TEST_BIN_DIR")
-    return build.prebuilt(Path(bin_dir)) if bin_dir else request.getfixturevalue("llama_build")
+    if bin_dir:
+        return build.prebuilt(Path(bin_dir))
+    # these tests start the printed llama-server: built now where the cached build left it for later
+    return build.ensure_program(request.getfixturevalue("llama_build"), "server")
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,6 @@ def _ask(argv: list[str], log: Path, n_predict: int = 32) -> dict[str, Any]:
 def test_the_printed_llamacpp_commands_run_and_draft(real_build: Build, pair: tuple[Any, Any], tmp_path: Path) -> None:
     import dataclasses
 
-    from llamaspec.llamacpp.build import ensure_program
     from llamaspec.llamacpp.runner import LlamaCppBackend
 
     case = real_case(pair, draft_p_min=0.0, program="speculative-simple")
@@ -88,7 +90,6 @@ def test_the_printed_llamacpp_commands_run_and_draft(real_build: Build, pair: tu
         later = LlamaCppBackend(waiting).deployment(case)
         assert "llama-server" not in {c.program for c in later.commands}
         assert any("`llamaspec build --server`" in n for n in later.notes)
-    real_build = ensure_program(real_build, "server")  # built when first needed, as a user's first server
     d = LlamaCppBackend(real_build).deployment(case)
     assert d.speculative and d.engine == "llama.cpp" and d.setting.startswith("draft 4 (smollm2-135m:q4_1)")
     srv, simple = _command(d, "llama-server"), _command(d, "llama-speculative-simple")
@@ -218,6 +219,9 @@ def test_sweep_json_ends_with_the_deploy_command(real_build: Build, pair: tuple[
     assert result.exit_code == 0, result.output
     [report] = json.loads(result.stdout)
     deploy = report["deploy"]
+    if report["decision"]["verdict"] == "undecided":  # 16 tokens on a shared machine can leave it open:
+        assert deploy is None and report["decision"]["measure_next"]  # no command then, but what to measure
+        return
     assert deploy is not None and deploy["engine"] == "llama.cpp"
     server_cmd = next(c for c in deploy["commands"] if c["program"] == "llama-server")
     if report["recommended"]:
