@@ -163,12 +163,13 @@ def _cpu_build() -> Any:
     from llamaspec.llamacpp import build
 
     try:
-        return build.find("cpu")
+        found = build.find("cpu")
     except LlamaspecError as exc:
         try:
-            return build.find("cpu", rpc=True)  # the workers take it too (MachineWorker._prepare)
+            found = build.find("cpu", rpc=True)  # the workers take it too (llamacpp.machine.provide)
         except LlamaspecError:
             pytest.skip(f"no llama.cpp CPU build: {exc.message}")
+    return build.ensure_program(found, "server")  # left for when first needed; the prompt-set test starts it
 
 
 @loopback_only
