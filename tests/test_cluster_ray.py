@@ -403,7 +403,8 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     out = tuned.output.splitlines()
     for r in tunes:
         (one,) = r["summary"]["tune"]
-        assert one["best"]["draft_max"] >= 1 and "recommended:" in r["summary"]["text"]
+        # one pair per point on a shared machine: the decision may be to measure more ("undecided: ...")
+        assert one["best"]["draft_max"] >= 1 and ("recommended:" in r["summary"]["text"] or "undecided:" in r["summary"]["text"])
         # Each machine's points are stored here, once each, with that machine.
         points = store.runs(sweep_id=f"{one['tune_id']}@{r['machine']}")
         assert len(points) == one["measured_points"] == len({p["point_key"] for p in points}) >= 4
@@ -411,9 +412,12 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
         assert all(Summary.from_dict(p["summary"]).paired for p in points if p["status"] == "ok")
         # Its block of the output recommends one of those runs, by this store's run id.
         at = out.index(f"  == {r['machine']}")
-        rec = next(line for line in out[at:] if line.lstrip().startswith("recommended:"))
-        run_id = int(rec.rsplit("(run ", 1)[1].split(")")[0])
-        assert store.run(run_id)["machine"] == r["machine"], rec
+        rec = next(line for line in out[at:] if line.lstrip().startswith(("recommended:", "undecided:")))
+        if "(run " in rec:  # a recommended setting names its run, of this machine
+            run_id = int(rec.rsplit("(run ", 1)[1].split(")")[0])
+            assert store.run(run_id)["machine"] == r["machine"], rec
+        else:
+            assert rec.lstrip().startswith("undecided:") or "no draft" in rec or "nothing" in rec, rec
 
     compared = CliRunner().invoke(main, ["report", "smollm2-quicksort", "--compare", "machine", "--no-plot"])
     assert compared.exit_code == 0, compared.output
