@@ -29,8 +29,13 @@ def names() -> tuple[str, ...]:
 def _module(name: str) -> Any:
     if name not in REGISTRY:
         raise LlamaspecError(f"unknown backend {name!r}", hint=f"known backends: {', '.join(REGISTRY)}")
+    return _import(name, REGISTRY[name])
+
+
+def _import(name: str, module: str) -> Any:
+    """An engine's module, imported only when asked for (heavy engines cost the others nothing)."""
     try:
-        return importlib.import_module(REGISTRY[name])
+        return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("llamaspec"):
             raise LlamaspecError(f"backend {name!r} is not available in this llamaspec ({exc.name} is missing)",
@@ -69,7 +74,7 @@ def _machine_module(name: str) -> Any:
     if name not in MACHINES:
         raise LlamaspecError(f"cluster workers cannot provide the {name} backend",
                              hint=f"they run {' and '.join(MACHINES)}; measure {name} on one machine")
-    return importlib.import_module(MACHINES[name])
+    return _import(name, MACHINES[name])
 
 
 def machine_requirements(name: str, exp: Any) -> dict[str, Any]:

@@ -230,6 +230,16 @@ def coarse_lengths(lengths: Sequence[int]) -> list[int]:
     return ([k for k in lengths if k in COARSE] if len(lengths) > 3 else []) or list(lengths)
 
 
+def fixed_grid_pairs(exp: Experiment, lengths: Sequence[int]) -> int:
+    """What the fixed grid would measure: every length at the experiment's repeats (3 for 'auto')."""
+    return len(lengths) * (exp.repeats if isinstance(exp.repeats, int) else 3)
+
+
+def default_budget(exp: Experiment, lengths: Sequence[int], first_pairs: int) -> Budget:
+    """The fixed grid's pairs, and at least room to decide once after the first pass."""
+    return Budget(pairs=max(fixed_grid_pairs(exp, lengths), 2 * first_pairs * len(coarse_lengths(lengths))))
+
+
 def adaptive_applies(axes: Mapping[str, Sequence[Any]]) -> bool:
     """The decision is over draft lengths: an adaptive sweep takes a grid of draft lengths alone."""
     return set(axes) == {"draft_max"}
@@ -262,7 +272,6 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
 
     points = grid(axes)
     by_length = {int(dict(p.values)["draft_max"]): p for p in points}
-    repeats = exp.repeats if isinstance(exp.repeats, int) else 3
     sid = sweep_id(exp, case, {**axes, "adaptive": ("decide",)}, backend.identity(), False)
     resolved = {k: resolve_case(exp, p.apply(case), backend) for k, p in by_length.items()}
     for rc in resolved.values():  # refuse values the build does not take before measuring anything
@@ -308,4 +317,5 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
             measure(int(r.key[1]) if isinstance(r.key, tuple) else int(r.key), r.pairs)  # type: ignore[call-overload]
     rows = [(p, store.finished_point(sid, p.key) or {}) for p in points]
     return (SweepResult(sid, exp.name, case.name, tuple(rows), len(set(measured)), len(points) - len(set(measured))),
-            AdaptiveResult(step.stop, spent, len(points) * repeats, time.monotonic() - start, step.progress))
+            AdaptiveResult(step.stop, spent, fixed_grid_pairs(exp, list(by_length)), time.monotonic() - start,
+                           step.progress))

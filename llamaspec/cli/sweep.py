@@ -89,9 +89,7 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
             if adaptive:
                 first = repeats if isinstance(repeats, int) else sweeps.FIRST_PAIRS
-                if limit is None:  # the fixed grid's pairs, and at least room to decide after the first pass
-                    fixed = len(next(iter(axes.values()))) * (exp.repeats if isinstance(exp.repeats, int) else 3)
-                    limit = sweeps.Budget(pairs=max(fixed, 2 * first * len(_coarse(axes))))
+                limit = limit or sweeps.default_budget(exp, list(next(iter(axes.values()))), first)
                 _refuse_small_budget(limit, axes, first)
                 done = sweeps.run_adaptive_sweep(exp, axes, engine, store, limit, first_pairs=first)
                 results, stops = [r for r, _a in done], [a for _r, a in done]
