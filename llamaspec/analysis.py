@@ -157,7 +157,9 @@ class SweepReport:
             if g.analysis is not None:
                 a = g.analysis
                 lines.append(f"  model: alpha {a.alpha:.3f} (per-token acceptance), ceiling {a.ceiling_speedup:.2f}x"
-                             + (f", draft/target cost c = {a.cost.cost_ratio:.2f}" if a.cost else ""))
+                             + (f", draft/target cost c = {a.cost.cost_ratio:.2f}" if a.cost else "")
+                             + (f" (fitted to the speedups; timed alone {a.cost.timed_cost_ratio:.2f})"
+                                if a.cost and a.cost.timed_cost_ratio is not None else ""))
                 if g.model_error is not None:
                     lines.append(f"  model error: median {g.model_error:.1%} over {len(a.points)} points")
                 if a.cost and a.best:
@@ -193,6 +195,7 @@ class SweepReport:
                 "model_error": g.model_error,
                 "alpha": g.analysis.alpha if g.analysis else None,
                 "cost_ratio": g.analysis.cost.cost_ratio if g.analysis and g.analysis.cost else None,
+                "timed_cost_ratio": g.analysis.cost.timed_cost_ratio if g.analysis and g.analysis.cost else None,
                 "ceiling": g.analysis.ceiling_speedup if g.analysis else None,
                 "predicted_best": dataclasses.asdict(g.analysis.best) if g.analysis and g.analysis.best else None,
                 "fits": [dataclasses.asdict(p) for p in g.analysis.points] if g.analysis else [],

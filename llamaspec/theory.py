@@ -50,6 +50,7 @@ Everything here is pure: frozen dataclasses in, frozen dataclasses out, Llamaspe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -274,6 +275,11 @@ def program(name: str) -> Program:
                              hint=f"known programs: {', '.join(PROGRAMS)}") from None
 
 
+# The draft's cost is fitted to measured speedups only over at least this many draft lengths: with
+# fewer, one parameter would match the points by construction and its error would say nothing.
+FIT_MIN_LENGTHS = 3
+
+
 def bench_depth(n_prompt: int, n_predict: int) -> int:
     """The context depth at which a run's costs are timed: its prompt plus half its generation
     (the mean depth of the rounds, attention cost being linear in depth)."""
@@ -353,6 +359,9 @@ class CostModel:
     # The target-alone step as the run's own baselines measured it (ms per token on SPEED_DEFINITION,
     # sampling included); None takes it from the timed step (target_ms_per_token + target_sample_ms).
     baseline_step_ms: float | None = None
+    # The draft's c as timed alone, when draft_ms_per_token was fitted to measured speedups instead
+    # (:meth:`fitted_to`); None: the draft's costs are as timed.
+    timed_cost_ratio: float | None = None
 
     def __post_init__(self) -> None:
         _positive("target_ms_per_token", self.target_ms_per_token)
@@ -435,6 +444,37 @@ class CostModel:
             return math.inf
         return tokens * self.baseline_ms_per_token / call
 
+    @property
+    def draft_fitted(self) -> bool:
+        return self.timed_cost_ratio is not None
+
+    def fitted_to(self, observations: Sequence[Observation], alpha: float) -> CostModel:
+        """This model with the draft's costs (its step, batch and sampling, scaled together) set to
+        what best explains the measured speedups at ``alpha``; the target's costs stay as timed.
+
+        Why: inside a round the draft's steps need not cost what the draft timed alone does (on
+        the offline pair's recordings they cost 25 % less with a Q4_0 draft, 5 % more with Q4_1),
+        while the paired speedups are measured where it matters. One parameter, by least squares
+        on 1/speedup (relative: each point weighted by its measured speedup squared), closed form
+        since a round's time is linear in the draft's scale. Needs :data:`FIT_MIN_LENGTHS` draft
+        lengths; fewer, or nothing drafted, returns this model unchanged."""
+        drafted = [o for o in observations if o.n_drafted > 0]
+        if len({o.draft_max for o in drafted}) < FIT_MIN_LENGTHS or self.draft_ms_per_token <= 0:
+            return self
+        num = den = 0.0
+        for o in drafted:
+            k = o.drafted_per_call
+            tokens = tokens_per_call(alpha, k)
+            per = tokens * self.baseline_ms_per_token
+            d = self.draft_ms(k) / per  # the draft's share of 1/speedup
+            rest = (self.verify_ms(k) + tokens * self.target_sample_ms) / per
+            w = o.measured_speedup ** 2
+            num += w * d * (1.0 / o.measured_speedup - rest)
+            den += w * d * d
+        scale = max(num / den, 0.0) if den > 0 else 1.0
+        fitted = self.with_cost_ratio(scale * self.cost_ratio)
+        return dataclasses.replace(fitted, timed_cost_ratio=self.timed_cost_ratio if self.draft_fitted else self.cost_ratio)
+
     def with_cost_ratio(self, cost_ratio: float) -> CostModel:
         """The same model with the draft's per-token cost set to ``cost_ratio`` target steps
         (its draft batches scaled alike)."""
@@ -449,6 +489,7 @@ class CostModel:
             draft_sample_ms=self.draft_sample_ms * scale,
             depth=self.depth,
             baseline_step_ms=self.baseline_step_ms,
+            timed_cost_ratio=self.timed_cost_ratio,
         )
 
 
@@ -738,8 +779,9 @@ class Analysis:
             lines.append(f"{p.draft_max:>5} {acc:>7} {p.tokens_per_call:>9.2f} {p.measured_speedup:>8.3f}x {pred:>9} {err:>7}")
         lines.append(self.fit_quality())
         if self.best is not None and self.cost is not None:
+            timed = f", timed alone {self.cost.timed_cost_ratio:.3f}" if self.cost.timed_cost_ratio is not None else ""
             lines.append(f"predicted best draft length {self.best.draft_max}: {self.best.speedup:.3f}x "
-                         f"(alpha {self.alpha:.3f}, c {self.cost.cost_ratio:.3f})")
+                         f"(alpha {self.alpha:.3f}, c {self.cost.cost_ratio:.3f}{timed})")
         return "\n".join(lines)
 
 
@@ -764,12 +806,14 @@ def _pooled_alpha(observations: Sequence[Observation]) -> float:
     return _solve_increasing(accepted, goal, 0.0, 1.0)
 
 
-def analyze(observations: Sequence[Observation], cost: CostModel | None = None, max_draft: int = 16) -> Analysis:
+def analyze(observations: Sequence[Observation], cost: CostModel | None = None, max_draft: int = 16,
+            fit_draft: bool = True) -> Analysis:
     """Fit α to measured points and predict every draft length 1..K with measured costs.
 
     α is pooled over the points (weighted by their rounds); ``cost`` holds the costs measured for
     this setting (llama-bench at the run's depth, :meth:`CostModel.from_bench`); without it only α
-    and the ceiling are known. K is the larger of ``max_draft`` and the largest measured draft
+    and the ceiling are known. ``fit_draft``: the draft's cost is fitted to the measured speedups
+    (:meth:`CostModel.fitted_to`, over 3 or more draft lengths), the target's stays as timed. K is the larger of ``max_draft`` and the largest measured draft
     length. Each point's prediction uses the pooled α at the length that point drafted per round.
     """
     obs = list(observations)
@@ -787,6 +831,8 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
                              hint="build the cost model with the points' program")
     alpha = _pooled_alpha(obs)
     k_max = max(max_draft, *(o.draft_max for o in obs))
+    if cost is not None and fit_draft:
+        cost = cost.fitted_to(obs, alpha)
 
     curve: tuple[Prediction, ...] = ()
     if cost is not None:

@@ -299,7 +299,7 @@ def test_the_old_model_misses_the_recorded_sweep() -> None:
             speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)), runs=len(pairs)))
     last_only = parse.parse_bench_json(_read("bench-target-last-output.json"))
     assert not last_only.all_outputs
-    an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old))
+    an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old), fit_draft=False)
     assert an.median_abs_error is not None and an.median_abs_error > ERROR_BOUND
     assert all(e > 0.05 for e in an.rel_errors)  # too high at every point
 
@@ -364,6 +364,26 @@ def test_fit_recovers_a_known_model() -> None:
     assert an.accept_curve[0][1] == pytest.approx(an.alpha)  # at k = 1 accept is α
     assert an.median_abs_error == pytest.approx(0.0, abs=1e-3)
     assert "median |error| 0.0%" in an.fit_quality() and "predicted best draft length" in an.table()
+
+
+def test_the_draft_cost_is_fitted_to_the_measured_speedups() -> None:
+    # Points whose draft step costs 2.5 ms inside the rounds (c 0.125), fitted from costs that timed
+    # the draft alone at 4 ms (c 0.2): the fit finds the draft's cost, the target's stays as timed.
+    truth = CPU_COST.with_cost_ratio(0.125)
+    obs = _points(0.85, [1, 2, 4, 8, 16], truth)
+    an = analyze(obs, CPU_COST)
+    assert an.cost is not None and an.cost.cost_ratio == pytest.approx(0.125, rel=1e-3)
+    assert an.cost.timed_cost_ratio == pytest.approx(0.2) and an.cost.target_ms_per_token == CPU_COST.target_ms_per_token
+    assert an.median_abs_error == pytest.approx(0.0, abs=1e-3)
+    assert "c 0.125, timed alone 0.200" in an.table()
+    as_timed = analyze(obs, CPU_COST, fit_draft=False)
+    assert as_timed.median_abs_error is not None and as_timed.median_abs_error > 0.05
+    # Refitting a fitted model keeps what was timed.
+    again = analyze(obs, an.cost)
+    assert again.cost is not None and again.cost.timed_cost_ratio == pytest.approx(0.2)
+    # Two lengths: one parameter would match them by construction; the draft stays as timed.
+    two = analyze(_points(0.85, [2, 8], truth), CPU_COST)
+    assert two.cost is not None and two.cost.timed_cost_ratio is None and two.cost.cost_ratio == pytest.approx(0.2)
 
 
 def test_pooled_alpha_lies_between_the_points() -> None:
