@@ -219,8 +219,9 @@ class AdaptiveResult:
     last_progress: str
 
     def text(self) -> str:
-        why = {"settled": "the decision is settled", "budget": "the budget is spent",
-               "nothing to measure": "nothing left that the decision asks to measure"}.get(self.stop, self.stop)
+        from llamaspec import decide
+
+        why = decide.STOP_WORDS.get(self.stop, self.stop)
         return (f"adaptive sweep stopped: {why}, after {self.pairs} pairs ({self.pairs / max(self.fixed_grid_pairs, 1):.0%} "
                 f"of the fixed grid's {self.fixed_grid_pairs})")
 
