@@ -8,6 +8,10 @@ the speedup model allows.
    variant whose bound is below the best already measured cannot win and is skipped.
 3. The build's draft-free n-gram modes (no draft cost to bound them): measured once each at the
    best draft length.
+4. Settling: more pairs where the decision is unsure (:func:`llamaspec.decide.next_step`: the
+   chosen configuration until its interval is narrow, the rivals that could still beat it), until
+   the decision is settled or the budget (by default twice the pairs of steps 1-3 at the
+   experiment's repeats) is spent. The result says which ended it.
 
 Every point is stored like a sweep point (resumable: a rerun skips what is stored), and the
 result names the best configuration, its measured speedup, and what the search cost against a
@@ -27,11 +31,13 @@ from typing import Any
 
 from llamaspec import analysis, decide
 from llamaspec.backend import Backend
+from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.results import Store
 from llamaspec.run import resolve_case, run_case
 from llamaspec.settings import Settings
 from llamaspec.summary import Summary
+from llamaspec.sweep import Budget
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,9 @@ class TuneResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # what, why
     seconds: float = 0.0
     full_grid_points: int = 0
+    budget_pairs: int | None = None  # the most pairs the tune may measure in all (None: time only)
+    stop: str = ""  # why settling ended: "settled", "budget" or "nothing to measure"
+    stop_progress: str = ""  # the last thing the settling step said
 
     @staticmethod
     def summary(row: dict[str, Any]) -> Summary:
@@ -69,6 +78,11 @@ class TuneResult:
     def speedup(self, row: dict[str, Any]) -> float:
         s = self.summary(row).speedup
         return s.median if s else 0.0
+
+    @property
+    def pairs(self) -> int:
+        """Pairs measured over every configuration (an interrupted earlier tune's included)."""
+        return sum(self.summary(r).pairs for _c, r in self.measured)
 
     @property
     def candidates(self) -> list[tuple[Config, dict[str, Any]]]:
@@ -114,6 +128,9 @@ class TuneResult:
         n = len(self.measured)
         lines.append(f"  cost: {n} points measured in {self.seconds:.0f} s, against {self.full_grid_points} for the full grid "
                      f"({n / max(self.full_grid_points, 1):.0%})")
+        if self.stop:
+            budget = f" of a budget of {self.budget_pairs}" if self.budget_pairs is not None else ""
+            lines.append(f"  settling stopped: {decide.STOP_WORDS.get(self.stop, self.stop)}, after {self.pairs} pairs in all{budget}")
         rec, best = self.recommended, self.best
         found = decision.lines()
         if rec:
@@ -131,6 +148,8 @@ class TuneResult:
                 "best": {**dataclasses.asdict(best[0]), "speedup": self.speedup(best[1]), "run_id": best[1]["id"]} if best else None,
                 "recommended": {**dataclasses.asdict(rec[0]), "speedup": self.speedup(rec[1]), "run_id": rec[1]["id"]} if rec else None,
                 "decision": self.decision.to_dict(),
+                "settling": {"stop": self.stop, "pairs": self.pairs, "budget_pairs": self.budget_pairs,
+                             "last_progress": self.stop_progress},
                 "points": [{**dataclasses.asdict(c), "run_id": r.get("id"), "status": r.get("status"),
                             "summary": self.summary(r).to_dict()} for c, r in self.measured],
                 "skipped": [{"what": w, "why": y} for w, y in self.skipped]}
@@ -151,16 +170,20 @@ def _case_for(case: Case, config: Config) -> Case:
 
 
 def tune(exp: Experiment, backend: Backend, store: Store, variants: tuple[str, ...] | None = None,
-         modes: tuple[str, ...] | None = None, on_point: Callable[[Config, dict[str, Any]], None] | None = None) -> list[TuneResult]:
+         modes: tuple[str, ...] | None = None, on_point: Callable[[Config, dict[str, Any]], None] | None = None,
+         budget: Budget | None = None) -> list[TuneResult]:
+    """Tune every case that has a draft. ``budget``: what the settling step may spend (pairs, or
+    wall time counted from the start of each case's tune); None: as many pairs again as the search."""
     from llamaspec import host
 
     hw = host.hardware()
-    return [_tune_case(exp, case, backend, store, hw, variants, modes, on_point) for case in exp.cases if case.draft is not None]
+    return [_tune_case(exp, case, backend, store, hw, variants, modes, on_point, budget) for case in exp.cases
+            if case.draft is not None]
 
 
 def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: dict[str, Any],
                variants: tuple[str, ...] | None, modes: tuple[str, ...] | None,
-               on_point: Callable[[Config, dict[str, Any]], None] | None) -> TuneResult:
+               on_point: Callable[[Config, dict[str, Any]], None] | None, budget: Budget | None) -> TuneResult:
     from llamaspec import models
 
     assert case.draft is not None
@@ -220,9 +243,41 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
     best_k = result.best[0].draft_max if result.best else 4
     for mode in chosen_modes:
         measure(Config(None, mode, best_k))
+    _settle(result, exp, case, backend, store, budget, start)
     result.seconds = time.monotonic() - start
     result.full_grid_points = (1 + len(others)) * MAX_DRAFT + len(chosen_modes) * MAX_DRAFT
     return result
+
+
+def _settle(result: TuneResult, exp: Experiment, case: Case, backend: Backend, store: Store, budget: Budget | None,
+            start: float) -> None:
+    """Step 4: the pairs the decision asks for, until it is settled or the budget is spent. The
+    search's own points, reread from the store, count: a rerun resumes with every pair it had."""
+    from llamaspec.run import more_pairs
+
+    spent = result.pairs
+    per_point = exp.repeats if isinstance(exp.repeats, int) else 3
+    limit = budget.pairs if budget is not None else 2 * per_point * len(result.measured)
+    result.budget_pairs = limit
+    while True:
+        decision = result.decision
+        step = decide.next_step(decision, spent, limit, [c for c, _r in result.candidates])
+        if step.stop is None and budget is not None and budget.seconds is not None and time.monotonic() - start >= budget.seconds:
+            step = decide.Step((), "budget", f"time budget spent ({budget.seconds:.0f} s): {decision.sureness}")
+        log.info("tune %s: %s", result.tune_id, step.progress)
+        result.stop, result.stop_progress = step.stop or "", step.progress
+        if step.stop is not None:
+            break
+        for r in step.requests:
+            i, (config, row) = next((i, cr) for i, cr in enumerate(result.measured) if cr[0] == r.key)
+            resolved = resolve_case(exp, _case_for(case, config), backend)
+            done = more_pairs(row["id"], resolved, backend, store, r.pairs, baseline_scope=result.tune_id)
+            result.measured[i] = (config, store.run(row["id"]))
+            spent += r.pairs
+            if done.status == "failed":
+                raise LlamaspecError(f"tune {result.tune_id}: more pairs for {config.label} failed: {done.error}",
+                                     hint="every pair measured so far is stored; fix the cause and rerun the same "
+                                          "command to resume")
 
 
 def _draft_free_modes(backend: Backend) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from fakes import FakeEngine, fake_bin_dir
 
-from llamaspec import analysis, experiment, sweep, tune
+from llamaspec import analysis, decide, experiment, sweep, tune
 from llamaspec.backend import ModelPath
 from llamaspec.cli import main
 from llamaspec.errors import LlamaspecError
@@ -114,6 +114,40 @@ def test_tune_names_the_tie_set_and_the_search_cost(fake_models) -> None:
     again = tune.tune(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))[0]
     assert len(store.runs()) == stored  # a rerun measures nothing new
     assert [r["id"] for _, r in again.measured] == [r["id"] for _, r in result.measured]
+
+
+def test_tune_settles_its_decision_where_it_is_unsure(fake_models) -> None:
+    """The search leaves each configuration with the experiment's pairs (3), short of the 5 a
+    settled decision needs at the chosen one: the settling step adds pairs there (and at rivals
+    that could beat it), stored with those runs, and says why it stopped. A rerun resumes with
+    every pair and measures nothing."""
+    store = Store.open()
+    engine = FakeEngine(drift=0.0, noise=(1.0, 0.97, 1.02, 1.0, 1.03, 0.98))
+    (result,) = tune.tune(exp(), engine, store, variants=())
+    assert result.stop in ("settled", "budget"), result.stop_progress
+    chosen = result.decision.chosen
+    assert chosen is not None and chosen.measured.n >= decide.SETTLE_PAIRS
+    searched = len(result.measured) * exp().repeats  # type: ignore[operator]
+    assert result.pairs > searched  # settling measured more
+    assert result.budget_pairs == 2 * searched and result.pairs <= result.budget_pairs
+    (config, row) = next(cr for cr in result.measured if cr[0] == chosen.key)
+    rows = store.measurements(row["id"])
+    assert sum(r["mode"] == "speculative" for r in rows) == tune.TuneResult.summary(row).pairs == chosen.measured.n
+    text = result.render()
+    assert f"settling stopped: {decide.STOP_WORDS[result.stop]}, after {result.pairs} pairs in all" in text
+    calls = len(engine.calls)
+    again = tune.tune(exp(), engine, store, variants=())[0]
+    assert len(engine.calls) == calls and again.pairs == result.pairs
+    assert again.decision.chosen is not None and again.decision.chosen.key == chosen.key
+
+
+def test_a_tune_budget_stops_the_settling(fake_models) -> None:
+    engine = FakeEngine(drift=0.0, noise=(1.0, 0.97, 1.02))
+    (result,) = tune.tune(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=1))
+    assert result.stop == "budget" and result.pairs == len(result.measured) * exp().repeats  # type: ignore[operator]
+    assert "settling stopped: the budget is spent" in result.render()
+    bad = CliRunner().invoke(main, ["tune", "smollm2-quicksort", "--budget", "0"])
+    assert bad.exit_code != 0 and "--budget: '0' allows nothing to be measured" in bad.output
 
 
 def test_flash_attention_is_a_sweep_axis(fake_models) -> None:

@@ -143,15 +143,21 @@ def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
 @click.argument("experiment_name", metavar="NAME|PATH")
 @click.option("--variants", default=None, metavar="LIST", help="Draft variants to consider (default: the catalog's).")
 @click.option("--modes", default=None, metavar="LIST", help="Draft-free n-gram modes to try (default: all the backend has).")
+@click.option("--budget", default=None, metavar="TIME|PAIRS",
+              help="Stop settling the decision after this much (10m, 90s, 1h, or a number of pairs in all; default: "
+                   "twice the search's pairs at --repeats).")
 @common_options
 @cluster_option
-def tune(experiment_name: str, variants: str | None, modes: str | None, n_predict: int | None, prompt: str | None,
+def tune(experiment_name: str, variants: str | None, modes: str | None, budget: str | None, n_predict: int | None,
+         prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
          no_wait: bool, as_json: bool, address: str | None) -> None:
     """Search draft length, draft variant and draft-free n-gram modes; recommend by the decision rule.
 
     The speedup model picks which draft lengths to measure and skips variants that cannot win.
-    Each point is paired with its own baseline. Resumable like a sweep.
+    Then more pairs go where the decision is unsure (the chosen configuration, its rivals) until
+    it is settled or the budget is spent; the output says which ended it. Each point is paired
+    with its own baseline. Resumable like a sweep: every stored pair is kept.
 
     With --cluster HOST:PORT (or $RAY_ADDRESS) every machine of the Ray cluster tunes for itself
     (the best settings are the machine's), all at once; the results are stored here, per machine.
@@ -165,13 +171,16 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
     from llamaspec.cli.options import measuring, open_engine
     from llamaspec.results import Store
     from llamaspec.summary import Summary
-    from llamaspec.sweep import parse_values
+    from llamaspec.sweep import parse_budget, parse_values
 
+    limit = parse_budget(budget) if budget is not None else None
     exp = experiment.load(experiment_name)
     exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     if address:
         from llamaspec.cli.cluster import tune_on_cluster
 
+        if limit is not None:
+            raise click.UsageError("--budget is for a tune on this machine; each cluster machine settles with the default")
         if bin_dir is not None:
             raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
         tune_on_cluster(exp, address, overrides=overrides({}, n_predict, timeout).to_dict(), repeats=repeats,
@@ -194,7 +203,7 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
         with measuring(f"llamaspec tune {exp.name}", no_wait):
             results = tuner.tune(exp, engine, Store.open(),
                                  parse_values("draft_variant", variants) if variants else None,
-                                 parse_values("spec_type", modes) if modes else None, on_point)
+                                 parse_values("spec_type", modes) if modes else None, on_point, budget=limit)
     finally:
         engine.close()
     # the recommended configuration's command, the target alone when the answer is "no draft",
