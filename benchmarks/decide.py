@@ -8,9 +8,12 @@ measured them. Three policies decide on the drawn pairs:
 - **old rule**: the tie set (intervals overlapping the best median's) and its shortest draft, as
   llamaspec decided before issue 18;
 - **new rule, fixed grid**: ``llamaspec.decide`` on 3 pairs at every recorded length;
-- **adaptive**: ``llamaspec.decide`` on 2 pairs at a coarse grid (1, 2, 4, 8, 16), then the pairs its
-  ``requests`` ask for (the contenders, the model's unmeasured favourites), until the decision is
-  settled or the budget (60 % of the fixed grid's pairs) is spent.
+- **adaptive**: ``llamaspec.decide`` on 2 pairs at a coarse grid (``llamaspec.sweep.COARSE``), then
+  the pairs its ``requests`` ask for (the contenders, the model's unmeasured favourites), until the
+  decision is settled or the budget (60 % of the fixed grid's pairs) is spent;
+- **bound**: the same budget spent evenly on the recording's true contenders (its best and every
+  length within 5 % of it), the best median taken: what deciding by measurement alone can reach
+  with those pairs on this machine's noise (an oracle: it knows where to look).
 
 A decision is **wrong** (column "wrong") when the true speedup of the setting it recommends (the median of every
 recorded pair there) is more than 3 % below the true best, or when it recommends nothing although
@@ -36,15 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec import analysis, decide, stats
+from llamaspec import analysis, decide, stats, sweep
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570" / "sweep-accept"
 WORSE = 0.03  # a decision is wrong when its setting is truly more than 3 % below the best
 FIXED_PAIRS = 3
-COARSE = (1, 2, 4, 8, 12, 16)
-FIRST_PAIRS = 2
+COARSE = sweep.COARSE  # the adaptive sweep's own first pass
+FIRST_PAIRS = sweep.FIRST_PAIRS
 BUDGET_SHARE = 0.6
 
 
@@ -220,7 +223,9 @@ def replay(rec: Recorded, replays: int, refits: int, seed: int = 0) -> dict[str,
     rng = random.Random(seed)
     fixed_pairs = FIXED_PAIRS * len(rec.grid)
     budget = int(BUDGET_SHARE * fixed_pairs)
-    out = {"old rule, fixed 3-pair grid": Tally(), "new rule, fixed 3-pair grid": Tally(), "adaptive (new rule)": Tally()}
+    out = {"old rule, fixed 3-pair grid": Tally(), "new rule, fixed 3-pair grid": Tally(), "adaptive (new rule)": Tally(),
+           ORACLE: Tally()}
+    top = contenders(rec)
     for _ in range(replays):
         draws = {k: [rng.randrange(len(p.pairs)) for _ in range(FIXED_PAIRS)] for k, p in rec.points.items()}
         out["old rule, fixed 3-pair grid"].add(rec, old_rule(rec, draws), draws)
@@ -228,7 +233,27 @@ def replay(rec: Recorded, replays: int, refits: int, seed: int = 0) -> dict[str,
         out["new rule, fixed 3-pair grid"].add(rec, chosen_length(d), draws, d.settled)
         d, adaptive_draws, _why = adaptive(rec, rng, refits, budget)
         out["adaptive (new rule)"].add(rec, chosen_length(d), adaptive_draws, d.settled)
+        share = {k: budget // len(top) + (i < budget % len(top)) for i, k in enumerate(top)}
+        oracle_draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(n)] for k, n in share.items()}
+        out[ORACLE].add(rec, oracle(rec, oracle_draws), oracle_draws)
     return out
+
+
+# The noise floor: a policy told where the answer lies (the recording's best and every length
+# within 5 % of it), spending the adaptive budget evenly there and taking the best median. No
+# policy that decides by measurement does better with the same pairs; when it is wrong more
+# often than the goal allows, the machine's run-to-run noise, not the policy, is what limits.
+ORACLE = "bound: budget on true contenders"
+
+
+def contenders(rec: Recorded, within: float = 0.05) -> list[int]:
+    return [k for k in rec.grid if rec.points[k].true_speedup >= rec.true_best * (1 - within)]
+
+
+def oracle(rec: Recorded, draws: dict[int, list[int]]) -> int | None:
+    medians = {k: statistics.median(rec.points[k].pairs[i].ratio for i in picks) for k, picks in draws.items() if picks}
+    k = max(medians, key=lambda k: medians[k])
+    return k if medians[k] > 1.0 else None
 
 
 def main(argv: list[str] | None = None) -> int:
