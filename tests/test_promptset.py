@@ -376,8 +376,11 @@ class VirtualTime:
 
 @pytest.fixture
 def virtual_time(monkeypatch: pytest.MonkeyPatch) -> VirtualTime:
+    from llamaspec.promptset import concurrency, measure
+
     clock = VirtualTime()
-    monkeypatch.setattr(promptset, "time", clock)
+    for module in (concurrency, measure):  # the batches' wall time, and the ETA's
+        monkeypatch.setattr(module, "time", clock)
     return clock
 
 
