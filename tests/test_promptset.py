@@ -350,7 +350,7 @@ def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: 
 def test_plots_are_written(tmp_path: Path, no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
     result = promptset.run_set(Exp(cases=("m1", "m2")), PROMPTS, Backend(), store, resolve=resolve)
-    paths = promptset.plot(promptset.summarize(result), tmp_path / "plots")
+    paths = promptset.plot_set(promptset.summarize(result), tmp_path / "plots")
     assert [p.name for p in paths] == ["exp-speedup-distribution.png", "exp-categories.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
 

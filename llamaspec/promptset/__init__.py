@@ -29,7 +29,7 @@ Only the resolve and provenance steps come from the run core, through ``_resolve
 
 The modules, by reason: ``sources`` (the set an experiment names, the set's key), ``measure``
 (measuring and resuming, progress lines), ``prompt_figures`` (one prompt's figures), ``probe``
-(the divergence probe), ``concurrency`` (throughput against server slots).
+(the divergence probe), ``concurrency`` (throughput against server slots), ``plots``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from llamaspec import decide, stats
@@ -50,6 +49,7 @@ from llamaspec.promptset.concurrency import (
     run_concurrency,
 )
 from llamaspec.promptset.measure import STOPPING_ERRORS, CaseSet, Event, SetRun, progress_printer, run_set
+from llamaspec.promptset.plots import plot_concurrency, plot_set
 from llamaspec.promptset.probe import NEAR_TIE, divergence, divergence_text
 from llamaspec.promptset.prompt_figures import E2E_KEYS, _median, decode_totals, prompt_summary, request_totals
 from llamaspec.promptset.sources import method_label, prompt_case, set_key, source_of
@@ -381,103 +381,6 @@ def _recommendation_lines(recommendation: dict[str, dict[str, Any]]) -> list[str
     return lines
 
 
-# --- plots -------------------------------------------------------------------------------------
-
-def plot(summary: dict[str, Any], out_dir: Path) -> list[Path]:
-    """Per-prompt speedup distribution, and speedup and acceptance per category (per method)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    methods = summary["methods"]
-    written: list[Path] = []
-    stem = summary["experiment"]
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for label, m in methods.items():
-        values = (m["set"]["geomean_speedup"] or {}).get("values") or []
-        if values:
-            ax.hist(values, bins=min(20, max(5, len(values) // 2)), alpha=0.5, label=label)
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("speedup per prompt (speculative / baseline decode speed)")
-    ax.set_ylabel("prompts")
-    ax.legend(fontsize=7)
-    ax.set_title(f"{stem}: per-prompt speedup")
-    written.append(_save(plt, fig, out_dir / f"{stem}-speedup-distribution.png"))
-
-    categories = sorted({c for m in methods.values() for c in m["categories"]})
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    width = 0.8 / max(1, len(methods))
-    for k, (label, m) in enumerate(methods.items()):
-        xs, ys, lo, hi, acc = [], [], [], [], []
-        for j, cat in enumerate(categories):
-            g = m["categories"].get(cat)
-            s = stats.Spread.from_dict((g or {}).get("geomean_speedup"))
-            if s is None:
-                continue
-            xs.append(j + k * width)
-            ys.append(s.median)
-            lo.append(s.median - s.low)
-            hi.append(s.high - s.median)
-            acc.append((g or {}).get("accept") or 0.0)
-        ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label)
-        ax2.bar(xs, acc, width, label=label)
-    for ax in (ax1, ax2):
-        ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(categories))])
-        ax.set_xticklabels(categories, rotation=20, fontsize=8)
-    ax1.axhline(1.0, color="black", linewidth=0.8)
-    ax1.set_ylabel("geometric-mean speedup (95 % interval)")
-    ax2.set_ylabel("draft tokens accepted (%)")
-    ax1.legend(fontsize=7)
-    fig.suptitle(f"{stem}: per category")
-    written.append(_save(plt, fig, out_dir / f"{stem}-categories.png"))
-    return written
-
-
-def plot_concurrency(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str) -> list[Path]:
-    """Aggregate and per-request throughput against N, speculative (solid) and its paired baseline
-    (dashed) per method, with the 95 % intervals over the batches."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for k, method in enumerate(methods):
-        mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["parallel"])
-        for ax, key in zip(axes, ("aggregate_tps", "per_request_tps"), strict=True):
-            for mode, style in (("speculative", "-"), ("baseline", "--")):
-                xs, ys, lo, hi = [], [], [], []
-                for r in mine:
-                    s = stats.Spread.from_dict(r[mode][key])
-                    if s is None:
-                        continue
-                    xs.append(r["parallel"])
-                    ys.append(s.median)
-                    lo.append(s.median - s.low)
-                    hi.append(s.high - s.median)
-                if xs:
-                    label = method if mode == "speculative" else f"baseline (paired with {method.split(' ')[0]})"
-                    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o" + style, capsize=3, color=colors[k % len(colors)],
-                                label=label, alpha=1.0 if mode == "speculative" else 0.6)
-    levels = sorted({r["parallel"] for r in rows})
-    for ax, title in zip(axes, ("aggregate throughput (t/s)", "per-request decode speed (t/s)"), strict=True):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(levels)
-        ax.set_xticklabels([str(n) for n in levels])
-        ax.set_xlabel("concurrent requests (server slots) N")
-        ax.set_ylabel(title)
-        ax.set_ylim(bottom=0)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"{stem}: throughput against concurrency (median over batches, 95 % interval)")
-    return [_save(plt, fig, out_dir / f"{stem}-concurrency.png")]
-
-
 def as_json(summary: dict[str, Any]) -> str:
     """Set-level and per-category figures (per-prompt values left out of the intervals' dicts)."""
     def strip(obj: Any) -> Any:
@@ -491,13 +394,7 @@ def as_json(summary: dict[str, Any]) -> str:
 
 __all__ = ["CONCURRENCY_REPEATS", "DEFINITIONS", "E2E_KEYS", "MODES", "NEAR_TIE", "STOPPING_ERRORS", "CaseSet",
            "Event", "SetRun", "as_json", "decode_totals", "divergence", "divergence_text", "group_statistics",
-           "level_figures", "method_label", "near_tie_note", "plot", "plot_concurrency", "progress_printer",
+           "level_figures", "method_label", "near_tie_note", "plot_concurrency", "plot_set", "progress_printer",
            "prompt_case", "prompt_summary", "recommend", "render", "render_concurrency", "request_totals",
            "run_concurrency", "run_set", "set_key", "set_statistics", "source_of", "summarize", "total_speedup"]
 
-
-def _save(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
