@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
@@ -20,7 +20,7 @@ from llamaspec import pairs, paths, progress
 from llamaspec.backend import Backend, Measurement, ResolvedCase
 from llamaspec.prompts import Prompt, PromptSet, PromptSource
 from llamaspec.promptset.probe import divergence, divergence_text
-from llamaspec.promptset.prompt_figures import E2E_KEYS, prompt_summary
+from llamaspec.promptset.prompt_figures import E2E_KEYS, PromptFigures, prompt_summary
 from llamaspec.promptset.sources import method_label, prompt_case, set_key
 from llamaspec.results import MeasurementRow, Store, measurements_of
 
@@ -38,11 +38,11 @@ def run_core() -> ModuleType:
 
 @dataclass(frozen=True)
 class CaseSet:
-    """One case (method) over the set: its per-prompt summaries and what did not run."""
+    """One case (method) over the set: its per-prompt figures and what did not run."""
 
     case: ResolvedCase
     set_id: str
-    items: tuple[dict[str, Any], ...]
+    items: tuple[PromptFigures, ...]
     not_run: tuple[str, ...] = ()  # prompt ids left after a stopping failure
     error: str | None = None
 
@@ -78,7 +78,7 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
     out: list[CaseSet] = []
     for case in cases:
         set_id = set_key(backend, case, prompt_set.source, repeats)
-        items: list[dict[str, Any]] = []
+        items: list[PromptFigures] = []
         not_run: list[str] = []
         error = None
         for index, prompt in enumerate(prompt_set.prompts):
@@ -94,22 +94,24 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, 
             items.append(summary)
             clock.tick()
             emit("done", {"case": case.case, "prompt": prompt.id, "summary": summary, "eta": clock.eta()})
-            if summary["status"] != "ok" and summary.get("error_kind") in STOPPING_ERRORS:
+            if summary.status != "ok" and summary.error_kind in STOPPING_ERRORS:
                 not_run = [p.id for p in prompt_set.prompts[index + 1:]]
-                error = summary["error"]
+                error = summary.error
                 emit("stopped", {"case": case.case, "error": error, "not_run": not_run})
                 break
         out.append(CaseSet(case, set_id, tuple(items), tuple(not_run), error))
     return SetRun(exp.name, prompt_set.source, prompt_set, tuple(out))
 
 
-def _with_end_to_end(summary: dict[str, Any], prompt: Prompt, store: Store, run_id: int) -> dict[str, Any]:
-    """A prompt stored before the end-to-end figures existed gets them from its stored
-    measurements (their server timings), so that a resumed set has them for every prompt."""
-    if "e2e_speedup" in summary:
-        return summary
+def _with_end_to_end(stored: dict[str, Any], prompt: Prompt, store: Store, run_id: int) -> PromptFigures:
+    """A finished prompt's figures as stored. One stored before the end-to-end figures existed
+    gets them from its stored measurements (their server timings), so that a resumed set has them
+    for every prompt."""
+    figures = PromptFigures.from_dict(stored)
+    if "e2e_speedup" in stored:
+        return figures
     again = prompt_summary(prompt, measurements_of(store.measurements(run_id)))
-    return {**summary, **{k: again[k] for k in E2E_KEYS}}
+    return replace(figures, **{k: getattr(again, k) for k in E2E_KEYS})
 
 
 def _prepare(backend: Backend, case: ResolvedCase) -> None:
@@ -121,11 +123,11 @@ def _prepare(backend: Backend, case: ResolvedCase) -> None:
 
 
 def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Store, set_id: str, repeats: int,
-                hardware: dict[str, Any]) -> dict[str, Any]:
+                hardware: dict[str, Any]) -> PromptFigures:
     run_id = store.start_run(experiment=case.experiment, case_name=case.case,
                              settings={**case.settings.to_dict(), "prompt_id": prompt.id, "category": prompt.category},
-                             provenance=run_core()._provenance(backend, case, hardware), kind="promptset", sweep_id=set_id,
-                             point_key=prompt.id)
+                             provenance=run_core()._provenance(backend, case, hardware), kind="promptset",
+                             sweep_id=set_id, point_key=prompt.id)
     logs = paths.runs_dir() / f"{run_id:06d}"
     measured: list[Measurement] = []
 
@@ -138,12 +140,12 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
     try:
         pairs.measure_pairs(measure, at_least=repeats)
     except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured), "interrupted by the user")
+        store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured).to_dict(), "interrupted by the user")
         raise
     summary = prompt_summary(prompt, measured)
-    if summary["lossless"] is False:  # outside every timing: one more request to the target alone
-        summary["divergence"] = divergence(backend, case, measured, logs / "divergence.json")
-    store.finish_run(run_id, summary["status"], summary, summary["error"])
+    if summary.lossless is False:  # outside every timing: one more request to the target alone
+        summary = replace(summary, divergence=divergence(backend, case, measured, logs / "divergence.json"))
+    store.finish_run(run_id, summary.status, summary.to_dict(), summary.error)
     return summary
 
 
@@ -174,18 +176,18 @@ def progress_printer(stream: Any = None) -> Event:
     def on_event(event: str, data: dict[str, Any]) -> None:
         if event == "done":
             counts["done"] += 1
-            s = data["summary"]
+            s: PromptFigures = data["summary"]
             eta = data.get("eta")
             eta_text = f", ETA {progress.duration(eta)}" if eta is not None else ""
-            if s["status"] != "ok":
-                what = f"failed: {s['error']}"
-            elif s["ended_early"]:
-                what = f"ended early: {s.get('ended_early_note') or str(s['n_predict']) + ' tokens'} (kept out of speedups)"
+            if s.status != "ok":
+                what = f"failed: {s.error}"
+            elif s.ended_early:
+                what = f"ended early: {s.ended_early_note or str(s.n_predict) + ' tokens'} (kept out of speedups)"
             else:
-                acc = f", accept {s['accept']:.0f}%" if s.get("accept") is not None else ""
-                differs = f", OUTPUT {divergence_text(s.get('divergence'), s.get('first_difference'))}"
-                e2e = f", {s['e2e_speedup']:.2f}x end to end" if s.get("e2e_speedup") else ""
-                what = f"{s['speedup']:.2f}x decode{e2e}{acc}" + ("" if s["lossless"] is not False else differs)
+                acc = f", accept {s.accept:.0f}%" if s.accept is not None else ""
+                differs = f", OUTPUT {divergence_text(s.divergence, s.first_difference)}"
+                e2e = f", {s.e2e_speedup:.2f}x end to end" if s.e2e_speedup else ""
+                what = f"{s.speedup:.2f}x decode{e2e}{acc}" + ("" if s.lossless is not False else differs)
             print(f"[{counts['done']}] {data['case']} {data['prompt']}: {what}{eta_text}", file=out, flush=True)
         elif event == "stopped":
             print(f"{data['case']}: stopped ({data['error']}); {len(data['not_run'])} prompts not run: "

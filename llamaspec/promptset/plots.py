@@ -9,23 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamaspec import stats
 from llamaspec.plot import _figure, _save
+
+if TYPE_CHECKING:
+    from llamaspec.promptset.output import SetSummary
 
 _FORMATS = ("png",)
 _WIDE = (11.0, 4.2)
 
 
-def plot_set(summary: dict[str, Any], out_dir: Path) -> list[Path]:
+def plot_set(summary: SetSummary, out_dir: Path) -> list[Path]:
     """Per-prompt speedup distribution, and speedup and acceptance per category (per method)."""
-    methods = summary["methods"]
-    stem = summary["experiment"]
+    methods = summary.methods
+    stem = summary.experiment
 
     fig, (ax,) = _figure(1, (7.0, 4.2))
     for label, m in methods.items():
-        values = (m["set"]["geomean_speedup"] or {}).get("values") or []
+        spread = m.figures.set.geomean_speedup
+        values = list(spread.values) if spread else []
         if values:
             ax.hist(values, bins=min(20, max(5, len(values) // 2)), alpha=0.5, label=label)
     ax.axvline(1.0, color="C3", linestyle="--", linewidth=1)
@@ -36,21 +40,21 @@ def plot_set(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_title(f"{stem}: per-prompt speedup", fontsize=10)
     written = _save(fig, out_dir, f"{stem}-speedup-distribution", _FORMATS)
 
-    categories = sorted({c for m in methods.values() for c in m["categories"]})
+    categories = sorted({c for m in methods.values() for c in m.figures.categories})
     fig, (ax1, ax2) = _figure(2, _WIDE)
     width = 0.8 / max(1, len(methods))
     for k, (label, m) in enumerate(methods.items()):
         xs, ys, lo, hi, acc = [], [], [], [], []
         for j, cat in enumerate(categories):
-            g = m["categories"].get(cat)
-            s = stats.Spread.from_dict((g or {}).get("geomean_speedup"))
-            if s is None:
+            g = m.figures.categories.get(cat)
+            s = g.geomean_speedup if g else None
+            if g is None or s is None:
                 continue
             xs.append(j + k * width)
             ys.append(s.median)
             lo.append(s.median - s.low)
             hi.append(s.high - s.median)
-            acc.append((g or {}).get("accept") or 0.0)
+            acc.append(g.accept or 0.0)
         ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=3, color=f"C{k % 10}", label=label)
         ax2.bar(xs, acc, width, color=f"C{k % 10}", label=label)
     for ax in (ax1, ax2):
