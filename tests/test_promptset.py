@@ -309,6 +309,8 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
     assert [f.id for f in method.failed] == ["t1"]
     text = promptset.render(st)
     assert "ended early (not in speedups): s1 (3 tokens)" in text and "code" in text
+    code_model = method.categories["code"].model  # the header's model column has each category's forecast
+    assert code_model and f"k={code_model.best_draft} -> {code_model.best_speedup:.2f}x (alpha" in text
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][second.cases[0].label]["categories"]["code"]["counted"] == 2
     assert figures["recommendation"]["code"]["method"] == second.cases[0].label

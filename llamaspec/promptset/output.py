@@ -121,7 +121,7 @@ def render(summary: SetSummary) -> str:
             same = f"{100 * g.lossless_rate:.0f}%" if g.lossless_rate is not None else "-"
             lines.append(f"  {cat:<16} {g.counted:>3} {_fmt(g.geomean_speedup):>22} {_fmt(g.total_speedup):>22}"
                          f" {_fmt(g.e2e_geomean_speedup):>22} {_fmt(g.e2e_total_speedup):>22}"
-                         f" {acc:>7} {same:>5}")
+                         f" {acc:>7} {same:>5}  {_forecast(g.model)}")
         if any(g.model for g in m.figures.categories.values()):
             lines.append("  model column: Leviathan et al.'s model through each category's measured point (its "
                          "acceptance and speedup at the drafted length): a forecast to check with a sweep")
