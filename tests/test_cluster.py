@@ -582,17 +582,18 @@ def test_a_prompt_set_over_two_machines_is_paired_per_machine_and_matches_one_ma
     per = promptsets.per_machine(store, "set")["k8"]
     true = fast.speedup_of(8)
     for machine in ("host-a", "host-b"):
-        figures = per[machine]["set"]
-        assert figures["counted"] == sum(r["machine"] == machine for r in runs)
-        assert figures["geomean_speedup"]["median"] == pytest.approx(true, rel=1e-9), machine
-        assert figures["total_speedup"]["median"] == pytest.approx(true, rel=1e-9), machine
-    pooled = per[promptsets.ALL]["set"]
-    assert pooled["counted"] == 8 and pooled["total_speedup"] is None  # never pooled across machines
-    assert pooled["geomean_speedup"]["median"] == pytest.approx(true, rel=1e-9)
+        figures = per[machine].set
+        assert figures.counted == sum(r["machine"] == machine for r in runs)
+        assert figures.geomean_speedup and figures.geomean_speedup.median == pytest.approx(true, rel=1e-9), machine
+        assert figures.total_speedup and figures.total_speedup.median == pytest.approx(true, rel=1e-9), machine
+    pooled = per[promptsets.ALL].set
+    assert pooled.counted == 8 and pooled.total_speedup is None  # never pooled across machines
+    assert pooled.geomean_speedup and pooled.geomean_speedup.median == pytest.approx(true, rel=1e-9)
+    assert all(g.total_speedup is None for g in per[promptsets.ALL].categories.values())
     one = promptset.run_set(exp, prompt_set, FakeEngine(base_tps=100.0, drift=0.0), store, repeats=2)
-    alone = promptset.set_statistics(one.cases[0].items)["set"]
-    assert alone["geomean_speedup"]["median"] == pytest.approx(pooled["geomean_speedup"]["median"], rel=1e-9)
-    assert alone["accept"] == pytest.approx(pooled["accept"])
+    alone = promptset.set_statistics(one.cases[0].items).set
+    assert alone.geomean_speedup and alone.geomean_speedup.median == pytest.approx(pooled.geomean_speedup.median, rel=1e-9)
+    assert alone.accept == pytest.approx(pooled.accept)
     lines = promptsets.describe(promptsets.per_machine(store, "set"))
     assert lines[0] == "k8:" and lines[1].lstrip().startswith("host-a") and "(not pooled)" in lines[3]
 

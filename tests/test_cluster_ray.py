@@ -335,9 +335,9 @@ def test_a_prompt_set_over_two_nodes_survives_losing_one_and_leaves_no_server_ru
     by_key = {r["point_key"]: r["machine"] for r in runs}
     assert by_key[report.lost["host-b"][0]] == "host-a"
     per = promptsets.per_machine(store, "set")["k8"]
-    assert per["host-a"]["set"]["counted"] + per["host-b"]["set"]["counted"] == 6 - sum(
-        p["set"]["ended_early"] for m, p in per.items() if m != promptsets.ALL)
-    assert per["host-a"]["set"]["lossless_rate"] == 1.0
+    assert per["host-a"].set.counted + per["host-b"].set.counted == 6 - sum(
+        p.set.ended_early for m, p in per.items() if m != promptsets.ALL)
+    assert per["host-a"].set.lossless_rate == 1.0
     print("figures: prompt set over two nodes:", " | ".join(line.strip() for line in promptsets.describe(
         promptsets.per_machine(store, "set"))[1:]))
     deadline = time.monotonic() + 15

@@ -33,7 +33,7 @@ def m(mode: str, tps: float, n: int = 64, drafted: int | None = None, accepted: 
                        stats={"timings": timings} if prompt_ms is not None else None)
 
 
-def summary(pid: str, category: str, base: float, spec: float, **kw: Any) -> dict[str, Any]:
+def summary(pid: str, category: str, base: float, spec: float, **kw: Any) -> promptset.PromptFigures:
     eot = kw.pop("eot", False)
     n = kw.pop("n", 64)
     base_ms, spec_ms = kw.pop("prompt_ms", (None, None))
@@ -46,29 +46,30 @@ def test_prompt_summary_pairs_repeats_and_checks_tokens() -> None:
     s = promptset.prompt_summary(Prompt("a", "x", "code"), [
         m("baseline", 10.0), m("speculative", 20.0, drafted=40, accepted=30, rounds=10),
         m("speculative", 30.0, drafted=40, accepted=30, rounds=10), m("baseline", 10.0)])
-    assert s["speedup"] == 2.5  # median of the paired ratios 2.0 and 3.0
-    assert s["n_drafted"] == 80 and s["n_accept"] == 60 and s["accept"] == 75.0 and s["rounds"] == 20
-    assert s["lossless"] is True and s["first_difference"] is None
-    assert s["baseline_tokens"] == 126 and math.isclose(s["baseline_seconds"], 12.6)
+    assert s.speedup == 2.5  # median of the paired ratios 2.0 and 3.0
+    assert s.n_drafted == 80 and s.n_accept == 60 and s.accept == 75.0 and s.rounds == 20
+    assert s.lossless is True and s.first_difference is None
+    assert s.baseline_tokens == 126 and math.isclose(s.baseline_seconds, 12.6)
+    assert promptset.PromptFigures.from_dict(json.loads(json.dumps(s.to_dict()))) == s  # as a run row stores it
     differs = promptset.prompt_summary(Prompt("b", "x"), [m("baseline", 10.0), m("speculative", 12.0,
                                                                                  tokens=(0, 1, 2, 9) + tuple(range(4, 64)))])
-    assert differs["lossless"] is False and differs["first_difference"] == 3
+    assert differs.lossless is False and differs.first_difference == 3
 
 
 def test_prompt_summary_takes_the_run_cores_lossless_verdict() -> None:
     short = promptset.prompt_summary(Prompt("s", "x"), [m("baseline", 10.0), m("speculative", 12.0, tokens=tuple(range(40)))])
-    assert short["lossless"] is False and short["first_difference"] == 40 and "shorter" in short["lossless_text"]
+    assert short.lossless is False and short.first_difference == 40 and "shorter" in (short.lossless_text or "")
     past_eot = promptset.prompt_summary(Prompt("e", "x"), [m("baseline", 10.0, n=10, eot=True),
                                                            m("speculative", 12.0, n=12)])
-    assert past_eot["lossless"] is False and "end of text" in past_eot["lossless_text"]
+    assert past_eot.lossless is False and "end of text" in (past_eot.lossless_text or "")
     # the speculative side diverged, then stopped on its own: said so, not as the baseline ending early
     spec_ended = promptset.prompt_summary(Prompt("d", "x"), [m("baseline", 10.0),
                                                              m("speculative", 12.0, n=30, eot=True)])
-    assert spec_ended["ended_early"] and spec_ended["lossless"] is False
-    assert spec_ended["ended_early_note"] == "the speculative output ended after 30 tokens, the baseline ran on to 64"
+    assert spec_ended.ended_early and spec_ended.lossless is False
+    assert spec_ended.ended_early_note == "the speculative output ended after 30 tokens, the baseline ran on to 64"
     same = promptset.prompt_summary(Prompt("i", "x"), [m("baseline", 10.0), m("speculative", 12.0)])
-    assert same["lossless"] is True and same["lossless_text"].startswith("identical over 64 generated tokens")
-    assert same["paired"] is True and same["divergence"] is None
+    assert same.lossless is True and (same.lossless_text or "").startswith("identical over 64 generated tokens")
+    assert same.paired is True and same.divergence is None
 
 
 def test_set_statistics_by_hand() -> None:
@@ -79,60 +80,64 @@ def test_set_statistics_by_hand() -> None:
         summary("p4", "prose", 10.0, 40.0, n=3, eot=True, drafted=2, accepted=2, rounds=1),
     ]
     st = promptset.set_statistics(items)
-    s = st["set"]
-    assert (s["prompts"], s["counted"], s["ended_early"]) == (4, 3, 1)
-    assert math.isclose(s["mean_speedup"]["median"], 7 / 6)  # (2 + 0.5 + 1) / 3; p4's 4x is not counted
-    assert math.isclose(s["geomean_speedup"]["median"], 1.0)  # (2 * 0.5 * 1) ** (1/3)
-    assert math.isclose(s["median_speedup"]["median"], 1.0)
+    s = st.set
+    assert (s.prompts, s.counted, s.ended_early) == (4, 3, 1)
+    assert s.mean_speedup and math.isclose(s.mean_speedup.median, 7 / 6)  # (2 + 0.5 + 1) / 3; p4's 4x is not counted
+    assert s.geomean_speedup and math.isclose(s.geomean_speedup.median, 1.0)  # (2 * 0.5 * 1) ** (1/3)
+    assert s.median_speedup and math.isclose(s.median_speedup.median, 1.0)
     # 189 tokens in 3.15 + 12.6 + 6.3 s against 189 tokens in 3 * 6.3 s
-    assert math.isclose(s["total_speedup"]["median"], 18.9 / 22.05)
-    assert s["total_speedup"]["low"] <= s["total_speedup"]["median"] <= s["total_speedup"]["high"]
-    assert s["accept"] == 50.0  # 40 of 80
-    assert math.isclose(s["tokens_per_round"], (40 + 30) / 30)  # tokens per round, the target's own included
-    assert s["lossless_rate"] == 1.0 and s["lossless_checked"] == 4
-    code = st["categories"]["code"]
-    assert math.isclose(code["mean_speedup"]["median"], 1.25) and math.isclose(code["total_speedup"]["median"], 0.8)
-    assert st["categories"]["prose"]["counted"] == 1
-    assert st["ended_early"] == [{"id": "p4", "category": "prose", "n_predict": 3, "note": "3 tokens"}]
+    assert s.total_speedup and math.isclose(s.total_speedup.median, 18.9 / 22.05)
+    assert s.total_speedup.low <= s.total_speedup.median <= s.total_speedup.high
+    assert s.accept == 50.0  # 40 of 80
+    assert s.tokens_per_round and math.isclose(s.tokens_per_round, (40 + 30) / 30)  # the target's own token included
+    assert s.lossless_rate == 1.0 and s.lossless_checked == 4
+    code = st.categories["code"]
+    assert code.mean_speedup and math.isclose(code.mean_speedup.median, 1.25)
+    assert code.total_speedup and math.isclose(code.total_speedup.median, 0.8)
+    assert st.categories["prose"].counted == 1
+    assert st.ended_early == (promptset.EndedEarly("p4", "prose", 3, "3 tokens"),)
+    assert st.to_dict()["ended_early"] == [{"id": "p4", "category": "prose", "n_predict": 3, "note": "3 tokens"}]
 
 
 def test_intervals_are_seeded_and_cover_the_estimate() -> None:
     items = [summary(f"p{i}", "c", 10.0, 10.0 + i) for i in range(10)]
-    a = promptset.set_statistics(items)["set"]["geomean_speedup"]
-    b = promptset.set_statistics(items)["set"]["geomean_speedup"]
-    assert a == b and a["low"] < a["median"] < a["high"]
+    a = promptset.set_statistics(items).set.geomean_speedup
+    b = promptset.set_statistics(items).set.geomean_speedup
+    assert a is not None and a == b and a.low < a.median < a.high
 
 
 def test_end_to_end_figures_by_hand_include_the_prompt() -> None:
     """The previous helper's case on the shipped set: the draft makes decoding 1.26x faster, but the
     speculative server takes 700 ms on the prompt against 267 ms: at 32 tokens the request is slower."""
     s = summary("p1", "code", 100.0, 126.0, n=32, prompt_ms=(267.0, 700.0))
-    assert math.isclose(s["speedup"], 1.26)  # decode: unchanged
+    assert s.speedup and math.isclose(s.speedup, 1.26)  # decode: unchanged
     base_s, spec_s = 0.267 + 31 / 100.0, 0.700 + 31 / 126.0
-    assert math.isclose(s["baseline_e2e_seconds"], base_s) and math.isclose(s["speculative_e2e_seconds"], spec_s)
-    assert s["baseline_e2e_tokens"] == s["speculative_e2e_tokens"] == 32  # every token: the first comes from the prompt
-    assert math.isclose(s["e2e_speedup"], base_s / spec_s) and s["e2e_speedup"] < 1 < s["speedup"]
-    assert (s["baseline_prompt_ms"], s["speculative_prompt_ms"]) == (267.0, 700.0)
+    assert math.isclose(s.baseline_e2e_seconds, base_s) and math.isclose(s.speculative_e2e_seconds, spec_s)
+    assert s.baseline_e2e_tokens == s.speculative_e2e_tokens == 32  # every token: the first comes from the prompt
+    assert s.e2e_speedup and math.isclose(s.e2e_speedup, base_s / spec_s) and s.e2e_speedup < 1 < s.speedup
+    assert (s.baseline_prompt_ms, s.speculative_prompt_ms) == (267.0, 700.0)
     # Two repeats, ABBA: paired in the order taken, like the decode speedup.
     two = promptset.prompt_summary(Prompt("p2", "x", "code"), [
         m("baseline", 100.0, n=11, prompt_ms=100.0), m("speculative", 200.0, n=11, prompt_ms=50.0),
         m("speculative", 100.0, n=11, prompt_ms=100.0), m("baseline", 100.0, n=11, prompt_ms=100.0)])
-    assert two["e2e_speedup_spread"]["values"] == pytest.approx([2.0, 1.0]) and math.isclose(two["e2e_speedup"], 1.5)
-    assert math.isclose(two["speculative_e2e_seconds"], 0.1 + 0.2) and math.isclose(two["baseline_e2e_seconds"], 0.4)
+    assert two.e2e_speedup_spread and list(two.e2e_speedup_spread.values) == pytest.approx([2.0, 1.0])
+    assert two.e2e_speedup and math.isclose(two.e2e_speedup, 1.5)
+    assert math.isclose(two.speculative_e2e_seconds, 0.1 + 0.2) and math.isclose(two.baseline_e2e_seconds, 0.4)
 
     items = [s, summary("p3", "prose", 100.0, 100.0, n=64, prompt_ms=(100.0, 400.0)),
              summary("p4", "prose", 100.0, 200.0, n=64)]  # p4: no server timings (decode only)
     st = promptset.set_statistics(items)
-    g = st["set"]
-    assert g["counted"] == 3 and g["e2e_counted"] == 2
+    g = st.set
+    assert g.counted == 3 and g.e2e_counted == 2
     # all tokens over all request seconds, speculative against the baseline, over p1 and p3
     total = (32 + 64) / (spec_s + 0.4 + 0.63) / ((32 + 64) / (base_s + 0.1 + 0.63))
-    assert math.isclose(g["e2e_total_speedup"]["median"], total)
-    assert g["e2e_total_speedup"]["low"] <= total <= g["e2e_total_speedup"]["high"]
-    assert math.isclose(g["e2e_geomean_speedup"]["median"], math.sqrt(s["e2e_speedup"] * 0.73 / 1.03))
-    assert g["total_speedup"]["median"] > 1 > g["e2e_total_speedup"]["median"]  # the decode figure is unchanged
-    assert math.isclose(st["categories"]["code"]["e2e_total_speedup"]["median"], base_s / spec_s)
-    assert (g["baseline_prompt_ms"], g["speculative_prompt_ms"]) == (183.5, 550.0)  # medians over prompts
+    assert g.e2e_total_speedup and math.isclose(g.e2e_total_speedup.median, total)
+    assert g.e2e_total_speedup.low <= total <= g.e2e_total_speedup.high
+    assert g.e2e_geomean_speedup and math.isclose(g.e2e_geomean_speedup.median, math.sqrt(s.e2e_speedup * 0.73 / 1.03))
+    assert g.total_speedup and g.total_speedup.median > 1 > g.e2e_total_speedup.median  # the decode figure is unchanged
+    code_e2e = st.categories["code"].e2e_total_speedup
+    assert code_e2e and math.isclose(code_e2e.median, base_s / spec_s)
+    assert (g.baseline_prompt_ms, g.speculative_prompt_ms) == (183.5, 550.0)  # medians over prompts
 
 
 def test_recommend_skips_methods_whose_output_differs_and_says_baseline_when_none_pays() -> None:
@@ -141,10 +146,11 @@ def test_recommend_skips_methods_whose_output_differs_and_says_baseline_when_non
     good = promptset.set_statistics([summary("p1", "code", 10.0, 15.0), summary("p3", "code", 10.0, 16.0),
                                      summary("p2", "prose", 10.0, 8.0)])
     rec = promptset.recommend({"wrong": fast_but_wrong, "good": good})
-    assert rec["code"]["method"] == "good" and rec["code"]["excluded"] == ["wrong"]
-    assert rec["prose"]["method"] == "baseline"
+    assert rec["code"].method == "good" and rec["code"].excluded == ("wrong",)
+    assert rec["prose"].method == "baseline"
     one = promptset.recommend({"good": promptset.set_statistics([summary("p1", "code", 10.0, 15.0)])})
-    assert one["code"]["method"] == "undecided" and one["code"]["measure_next"][0]["key"] == "good"
+    assert one["code"].method == "undecided" and one["code"].measure_next[0].key == "good"
+    assert one["code"].to_dict()["measure_next"][0]["key"] == "good" and one["code"].to_dict()["best"] == "good"
 
 
 def near_tie(gap: float = 0.0035) -> dict[str, Any]:
@@ -155,34 +161,34 @@ def test_recommend_keeps_a_method_whose_only_differences_are_near_ties_labelled(
     """The faster method differs on one prompt. When that difference is a greedy near-tie it is
     still recommended, labelled, and its lossless rate stays as measured; when it is not a
     near-tie, or was never probed, the slower identical method is recommended instead."""
-    def faster(divergence: dict[str, Any] | None) -> dict[str, Any]:
+    def faster(divergence: dict[str, Any] | None) -> promptset.SetFigures:
         items = [summary(f"p{i}", "code", 10.0, 20.0 + i) for i in range(3)]
         differs = summary("p9", "code", 10.0, 21.0, tokens=(0, 1, 2, 3, 4, 5, 6, 9) + tuple(range(8, 64)))
-        assert differs["lossless"] is False
-        return promptset.set_statistics([*items, {**differs, "divergence": divergence}])
+        assert differs.lossless is False
+        return promptset.set_statistics([*items, replace(differs, divergence=promptset.Divergence.from_dict(divergence))])
 
     slower = promptset.set_statistics([summary(f"p{i}", "code", 10.0, 12.0 + 0.1 * i) for i in range(4)])
     tie = faster(near_tie(0.0035))
-    assert tie["set"]["lossless_rate"] == 0.75 and tie["set"]["differing"] == 1 and tie["set"]["differs_near_tie"] == 1
+    assert tie.set.lossless_rate == 0.75 and tie.set.differing == 1 and tie.set.differs_near_tie == 1
     rec = promptset.recommend({"draft-k8": tie, "ngram": slower})
     for category in ("code", "all"):
         r = rec[category]
-        assert r["method"] == "draft-k8" and r["near_tie_only"] is True and r["differing"] == 1, r
-        assert r["excluded"] == [] and r["near_tie_max_gap"] == 0.0035
-        assert r["note"] == "output differs on 1 of 4 prompts, each at a greedy near-tie (gap <= 0.0035)"
-    text = "\n".join(promptset._recommendation_lines(rec))
+        assert r.method == "draft-k8" and r.near_tie_only is True and r.differing == 1, r
+        assert r.excluded == () and r.near_tie_max_gap == 0.0035
+        assert r.note == "output differs on 1 of 4 prompts, each at a greedy near-tie (gap <= 0.0035)"
+    text = "\n".join(promptset.output._recommendation_lines(rec))
     assert "draft-k8 2.10x" in text and "- output differs on 1 of 4 prompts, each at a greedy near-tie" in text
 
     clear = {**near_tie(0.4), "near_tie": False}
     for divergence in (clear, None, {**near_tie(), "top": None, "gap": None, "near_tie": None}):
         rec = promptset.recommend({"draft-k8": faster(divergence), "ngram": slower})
-        assert rec["all"]["method"] == "ngram" and rec["all"]["excluded"] == ["draft-k8"], divergence
-        assert rec["all"]["near_tie_only"] is False and rec["all"]["note"] is None
+        assert rec["all"].method == "ngram" and rec["all"].excluded == ("draft-k8",), divergence
+        assert rec["all"].near_tie_only is False and rec["all"].note is None
     # one near-tie and one real difference: excluded
-    mixed = faster(near_tie())["set"] | {"differing": 2, "lossless_rate": 0.6, "lossless_checked": 5}
+    mixed = replace(faster(near_tie()).set, differing=2, lossless_rate=0.6, lossless_checked=5)
     assert promptset.near_tie_note(mixed) is None
     # alone, a near-tie-only method still gets its labelled recommendation rather than none
-    assert promptset.recommend({"draft-k8": tie})["all"]["method"] == "draft-k8"
+    assert promptset.recommend({"draft-k8": tie})["all"].method == "draft-k8"
 
 
 # --- running over a set ------------------------------------------------------------------------
@@ -277,9 +283,9 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
                               on_event=lambda e, d: events.append((e, d)))
     case = first.cases[0]
     assert not first.complete and case.not_run == ("p2",) and "SIGKILL" in (case.error or "")
-    assert [i["id"] for i in case.items] == ["c1", "c2", "s1", "t1", "p1"]
-    assert [i["status"] for i in case.items] == ["ok", "ok", "ok", "failed", "failed"]
-    assert "exceeds the context" in case.items[3]["error"]  # one prompt's error; the next ones still ran
+    assert [i.id for i in case.items] == ["c1", "c2", "s1", "t1", "p1"]
+    assert [i.status for i in case.items] == ["ok", "ok", "ok", "failed", "failed"]
+    assert "exceeds the context" in (case.items[3].error or "")  # one prompt's error; the next ones still ran
     rows = store.runs(sweep_id=case.set_id)
     assert sorted(r["status"] for r in rows) == ["failed", "failed", "ok", "ok", "ok"]
     ok_rows = [r for r in rows if r["status"] == "ok"]
@@ -294,15 +300,17 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
     # finished prompts skipped; the refused one, the one the server died on and the one not run are measured
     assert again.calls == 1 + 4 + 4  # t1 is refused at its first request
     items = second.cases[0].items
-    assert [i["id"] for i in items] == ["c1", "c2", "s1", "t1", "p1", "p2"]
-    st = promptset.summarize(second)
-    method = st["methods"][second.cases[0].label]
-    assert method["set"]["counted"] == 4 and method["ended_early"][0]["id"] == "s1"
-    assert method["categories"]["code"]["geomean_speedup"]["median"] == 2.0
-    assert method["categories"]["prose"]["geomean_speedup"]["median"] == 1.0
-    assert [f["id"] for f in method["failed"]] == ["t1"]
+    assert [i.id for i in items] == ["c1", "c2", "s1", "t1", "p1", "p2"]
+    st = promptset.set_summary(second)
+    method = st.methods[second.cases[0].label].figures
+    assert method.set.counted == 4 and method.ended_early[0].id == "s1"
+    code_g, prose_g = method.categories["code"].geomean_speedup, method.categories["prose"].geomean_speedup
+    assert code_g and code_g.median == 2.0 and prose_g and prose_g.median == 1.0
+    assert [f.id for f in method.failed] == ["t1"]
     text = promptset.render(st)
     assert "ended early (not in speedups): s1 (3 tokens)" in text and "code" in text
+    code_model = method.categories["code"].model  # the header's model column has each category's forecast
+    assert code_model and f"k={code_model.best_draft} -> {code_model.best_speedup:.2f}x (alpha" in text
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][second.cases[0].label]["categories"]["code"]["counted"] == 2
     assert figures["recommendation"]["code"]["method"] == second.cases[0].label
@@ -323,34 +331,34 @@ def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: 
     backend = Backend(flip={"c1": 5, "p1": 9}, probed=[])
     result = promptset.run_set(Exp(), PROMPTS, backend, store, resolve=resolve)
     assert backend.probed == [("c1", 5), ("p1", 9)]  # only the prompts that differ, at their divergence
-    items = {i["id"]: i for i in result.cases[0].items}
-    tie, clear = items["c1"]["divergence"], items["p1"]["divergence"]
-    assert tie["position"] == 5 and tie["near_tie"] is True and math.isclose(tie["gap"], 0.002)
-    assert clear["near_tie"] is False and items["c2"]["divergence"] is None
-    st = promptset.summarize(result)
-    method = st["methods"][result.cases[0].label]
-    assert method["set"]["lossless_rate"] == 3 / 5  # near-tie or not, they are not lossless (t1 failed, unchecked)
+    items = {i.id: i for i in result.cases[0].items}
+    tie, clear = items["c1"].divergence, items["p1"].divergence
+    assert tie and tie.position == 5 and tie.near_tie is True and math.isclose(tie.gap or 0, 0.002)
+    assert clear and clear.near_tie is False and items["c2"].divergence is None
+    st = promptset.set_summary(result)
+    method = st.methods[result.cases[0].label].figures
+    assert method.set.lossless_rate == 3 / 5  # near-tie or not, they are not lossless (t1 failed, unchecked)
     text = promptset.render(st)
     assert "c1 differs at token 5: near-tie p 0.4010 vs 0.3990 (gap 2.0e-03)" in text
     assert "p1 differs at token 9: not a near-tie (target's top two p 0.9000 vs 0.0500)" in text
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][result.cases[0].label]["differs"][0]["divergence"]["near_tie"] is True
     label = result.cases[0].label
-    code = st["recommendation"]["code"]  # c1's only difference is a near-tie: still recommended, labelled
-    assert code["method"] == label and code["near_tie_only"] is True and code["excluded"] == []
-    assert code["note"] == "output differs on 1 of 2 prompts, each at a greedy near-tie (gap <= 0.002)"
-    assert st["recommendation"]["prose"]["excluded"] == [label]  # p1 is no near-tie
-    assert st["recommendation"]["all"]["excluded"] == [label]
+    code = st.recommendation["code"]  # c1's only difference is a near-tie: still recommended, labelled
+    assert code.method == label and code.near_tie_only is True and code.excluded == ()
+    assert code.note == "output differs on 1 of 2 prompts, each at a greedy near-tie (gap <= 0.002)"
+    assert st.recommendation["prose"].excluded == (label,)  # p1 is no near-tie
+    assert st.recommendation["all"].excluded == (label,)
     assert f"code             {label} 2.00x" in text and "each at a greedy near-tie (gap <= 0.002)" in text
-    assert method["categories"]["code"]["differs_near_tie"] == 1
+    assert method.categories["code"].differs_near_tie == 1
     again = promptset.run_set(Exp(), PROMPTS, Backend(), store, resolve=resolve)  # resumed: kept as stored
-    assert {i["id"]: i for i in again.cases[0].items}["c1"]["divergence"] == tie
+    assert {i.id: i for i in again.cases[0].items}["c1"].divergence == tie
 
 
 def test_plots_are_written(tmp_path: Path, no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
     result = promptset.run_set(Exp(cases=("m1", "m2")), PROMPTS, Backend(), store, resolve=resolve)
-    paths = promptset.plot(promptset.summarize(result), tmp_path / "plots")
+    paths = promptset.plot_set(promptset.set_summary(result), tmp_path / "plots")
     assert [p.name for p in paths] == ["exp-speedup-distribution.png", "exp-categories.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
 
@@ -376,8 +384,11 @@ class VirtualTime:
 
 @pytest.fixture
 def virtual_time(monkeypatch: pytest.MonkeyPatch) -> VirtualTime:
+    from llamaspec.promptset import concurrency, measure
+
     clock = VirtualTime()
-    monkeypatch.setattr(promptset, "time", clock)
+    for module in (concurrency, measure):  # the batches' wall time, and the ETA's
+        monkeypatch.setattr(module, "time", clock)
     return clock
 
 
@@ -589,12 +600,12 @@ def test_a_prompt_stored_before_end_to_end_figures_gets_them_from_its_measuremen
     again = Backend()
     second = promptset.run_set(Exp(), PROMPTS, again, store, repeats=2, resolve=resolve)
     assert again.calls == 1  # only t1, refused before: nothing finished is measured again
-    before = {i["id"]: i for i in first.cases[0].items}
+    before = {i.id: i for i in first.cases[0].items}
     for item in second.cases[0].items:
-        if item["status"] == "ok":
-            assert {k: item[k] for k in promptset.E2E_KEYS} == {k: before[item["id"]][k] for k in promptset.E2E_KEYS}
-    assert math.isclose(promptset.set_statistics(second.cases[0].items)["categories"]["code"]["e2e_total_speedup"]
-                        ["median"], 1.6 / 1.15)
+        if item.status == "ok":
+            assert item == before[item.id]  # the end-to-end figures, and all the others
+    code = promptset.set_statistics(second.cases[0].items).categories["code"]
+    assert code.e2e_total_speedup and math.isclose(code.e2e_total_speedup.median, 1.6 / 1.15)
 
 
 def test_each_category_gets_the_models_best_draft_length_from_its_own_acceptance() -> None:
@@ -603,8 +614,8 @@ def test_each_category_gets_the_models_best_draft_length_from_its_own_acceptance
              summary("h2", "code", 10.0, 24.0, drafted=80, accepted=70, rounds=10),
              summary("l1", "prose", 10.0, 11.0, drafted=80, accepted=24, rounds=10),
              summary("l2", "prose", 10.0, 10.5, drafted=80, accepted=20, rounds=10)]
-    cats = promptset.set_statistics(items)["categories"]
-    code, prose = cats["code"]["model"], cats["prose"]["model"]
-    assert code["drafted_per_round"] == prose["drafted_per_round"] == 8.0
-    assert code["alpha"] > prose["alpha"] and code["best_draft"] > prose["best_draft"]
-    assert promptset.set_statistics([summary("x", "code", 10.0, 10.0, drafted=0, accepted=0, rounds=0)])["set"]["model"] is None
+    cats = promptset.set_statistics(items).categories
+    code, prose = cats["code"].model, cats["prose"].model
+    assert code and prose and code.drafted_per_round == prose.drafted_per_round == 8.0
+    assert code.alpha > prose.alpha and code.best_draft > prose.best_draft
+    assert promptset.set_statistics([summary("x", "code", 10.0, 10.0, drafted=0, accepted=0, rounds=0)]).set.model is None

@@ -289,16 +289,16 @@ def test_set_run_resumes_after_the_speculative_server_is_killed(server_build, pa
 
     first = promptset.run_set(Exp(), prompts, b, store, resolve=resolve, on_event=kill_after_first)
     c = first.cases[0]
-    assert [i["status"] for i in c.items] == ["ok", "failed"] and c.not_run == ("i1",)
-    assert "SIGKILL" in c.items[1]["error"] and c.items[1]["error_kind"] == "server"
+    assert [i.status for i in c.items] == ["ok", "failed"] and c.not_run == ("i1",)
+    assert "SIGKILL" in (c.items[1].error or "") and c.items[1].error_kind == "server"
     second = promptset.run_set(Exp(), prompts, b, store, resolve=resolve)
     b.close()
-    assert second.complete and [i["status"] for i in second.cases[0].items] == ["ok", "ok", "ok"]
+    assert second.complete and [i.status for i in second.cases[0].items] == ["ok", "ok", "ok"]
     assert second.cases[0].items[0] == c.items[0]  # kept, not measured again
-    st = promptset.summarize(second)
-    figures = st["methods"][second.cases[0].label]
-    assert set(figures["categories"]) == {"code-editing", "code", "instructions"}
-    assert figures["set"]["lossless_rate"] == 1.0
+    st = promptset.set_summary(second)
+    figures = st.methods[second.cases[0].label].figures
+    assert set(figures.categories) == {"code-editing", "code", "instructions"}
+    assert figures.set.lossless_rate == 1.0
 
 
 @pytest.mark.llamacpp

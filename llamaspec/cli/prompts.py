@@ -218,10 +218,10 @@ def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str,
                                        on_event=promptset.progress_printer())
     finally:
         backend.close()
-    summary = promptset.summarize(result)
+    summary = promptset.set_summary(result)
     click.echo(promptset.as_json(summary) if as_json else promptset.render(summary))
     if plot_dir is not None:
-        for path in promptset.plot(summary, plot_dir):
+        for path in promptset.plot_set(summary, plot_dir):
             log.info("wrote %s", path)
     if not result.complete:
         from llamaspec.errors import LlamaspecError

@@ -193,10 +193,11 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     got = _measure_pairs(backend, one, worker.scratch / "logs" / _safe(item.key), int(p.get("repeats", 1)))
     summary = promptset.prompt_summary(the_prompt, got.measurements)
     return {
-        "ok": summary["status"] == "ok", "status": summary["status"], "error": summary["error"],
+        "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
         "experiment": case.experiment, "case": case.case, "prompt_id": the_prompt.id, "category": the_prompt.category,
         "settings": {**case.settings.to_dict(), "prompt_id": the_prompt.id, "category": the_prompt.category},
-        "provenance": _provenance(worker, backend, one), "measurements": _rows(got), "summary": summary,
+        "provenance": _provenance(worker, backend, one), "measurements": _rows(got),
+        "summary": summary.to_dict(),
     }
 
 

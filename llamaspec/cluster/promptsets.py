@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamaspec import stats
 from llamaspec.cluster.sink import machine_of
 from llamaspec.cluster.work import WorkItem
 from llamaspec.results import Store
+
+if TYPE_CHECKING:
+    from llamaspec.promptset import GroupFigures, PromptFigures, SetFigures
 
 ALL = "all machines"
 
@@ -40,7 +43,7 @@ def prompt_items(exp: Any, prompt_set: Any, repeats: int) -> list[WorkItem]:
     return items
 
 
-def per_machine(store: Store, study: str) -> dict[str, dict[str, dict[str, Any]]]:
+def per_machine(store: Store, study: str) -> dict[str, dict[str, SetFigures]]:
     """case -> machine -> ``promptset.set_statistics`` of that machine's prompts (plus ``ALL``:
     per-prompt ratios pooled over machines, each ratio within its machine)."""
     from llamaspec import promptset
@@ -50,45 +53,47 @@ def per_machine(store: Store, study: str) -> dict[str, dict[str, dict[str, Any]]
         if (run["status"] in ("ok", "failed") and (run.get("summary") or {}).get("id") is not None
                 and (run["point_key"] not in latest or run["id"] > latest[run["point_key"]]["id"])):
             latest[run["point_key"]] = run
-    grouped: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    grouped: dict[str, dict[str, list[PromptFigures]]] = defaultdict(lambda: defaultdict(list))
     for run in sorted(latest.values(), key=lambda r: r["id"]):
-        grouped[run["case_name"]][machine_of(run) or "?"].append(run["summary"])
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+        grouped[run["case_name"]][machine_of(run) or "?"].append(promptset.PromptFigures.from_dict(run["summary"]))
+    out: dict[str, dict[str, SetFigures]] = {}
     for case, machines in grouped.items():
         out[case] = {m: promptset.set_statistics(items) for m, items in sorted(machines.items())}
         if len(machines) > 1:
             pooled = promptset.set_statistics([i for items in machines.values() for i in items])
-            for group in (pooled["set"], *pooled["categories"].values()):
-                # tokens and seconds of different machines: not one figure (decode, and end to end)
-                group["total_speedup"] = group["e2e_total_speedup"] = None
-            out[case][ALL] = pooled
+            out[case][ALL] = dataclasses.replace(pooled, set=_unpooled(pooled.set),
+                                                 categories={c: _unpooled(g) for c, g in pooled.categories.items()})
     return out
 
 
-def describe(per: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+def _unpooled(group: GroupFigures) -> GroupFigures:
+    """Tokens and seconds of different machines are not one figure (decode, and end to end)."""
+    return dataclasses.replace(group, total_speedup=None, e2e_total_speedup=None)
+
+
+def describe(per: dict[str, dict[str, SetFigures]]) -> list[str]:
     """One line per case and machine: prompts counted, total-token and geometric-mean speedups with
     their 95 % intervals, acceptance, identical-output rate."""
-    def fmt(d: dict[str, Any] | None) -> str:
-        s = stats.Spread.from_dict(d)
+    def fmt(s: stats.Spread | None) -> str:
         return s.text(suffix="x") if s else "-"
 
     lines = []
     for case, machines in per.items():
         lines.append(f"{case}:")
         for machine, figures in machines.items():
-            s = figures["set"]
-            acc = f"{s['accept']:.1f}%" if s["accept"] is not None else "-"
-            same = f"{100 * s['lossless_rate']:.0f}%" if s["lossless_rate"] is not None else "-"
-            total = fmt(s["total_speedup"]) if machine != ALL else "(not pooled)"
-            lines.append(f"  {machine:<14} {s['counted']:>3} prompts  total-token {total:<24} geomean "
-                         f"{fmt(s['geomean_speedup']):<24} accept {acc:>6}  identical {same}"
-                         + (f"  ({s['failed']} failed)" if s["failed"] else "")
-                         + (f"  ({s['ended_early']} ended early, not counted)" if s["ended_early"] else ""))
+            s = figures.set
+            acc = f"{s.accept:.1f}%" if s.accept is not None else "-"
+            same = f"{100 * s.lossless_rate:.0f}%" if s.lossless_rate is not None else "-"
+            total = fmt(s.total_speedup) if machine != ALL else "(not pooled)"
+            lines.append(f"  {machine:<14} {s.counted:>3} prompts  total-token {total:<24} geomean "
+                         f"{fmt(s.geomean_speedup):<24} accept {acc:>6}  identical {same}"
+                         + (f"  ({s.failed} failed)" if s.failed else "")
+                         + (f"  ({s.ended_early} ended early, not counted)" if s.ended_early else ""))
     return lines
 
 
 def run_prompt_set(exp: Any, prompt_set: Any, address: str | None, store: Store, *, repeats: int = 1,
-                   machines: list[str] | None = None, accel: str = "auto") -> tuple[Any, dict[str, dict[str, dict[str, Any]]]]:
+                   machines: list[str] | None = None, accel: str = "auto") -> tuple[Any, dict[str, dict[str, SetFigures]]]:
     """The whole of ``prompts run --cluster``: items, requirements, study id (a rerun resumes), the
     study loop, the per-machine set figures. Returns (StudyReport, per_machine(...))."""
     from llamaspec.cluster.coordinator import run_study

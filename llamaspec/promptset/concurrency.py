@@ -1,0 +1,167 @@
+"""Throughput against concurrency: both servers with N slots, pairs of batches in ABBA order.
+
+A batch sends every prompt of the set through N client threads; a level's figures
+(``level_figures``, pure) are per-mode throughputs over the batches and speedups as medians of
+paired batch ratios. Rows stay plain dicts: they are printed as JSON as they are.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from llamaspec import pairs, paths, stats
+from llamaspec.backend import Backend, ResolvedCase
+from llamaspec.errors import LlamaspecError
+from llamaspec.prompts import Prompt, PromptSet
+from llamaspec.promptset.measure import Clock, Event, run_core
+from llamaspec.promptset.sources import method_label, prompt_case
+
+CONCURRENCY_REPEATS = 3
+MODES = pairs.PAIR_MODES
+
+
+def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: Sequence[int], *,
+                    repeats: int = CONCURRENCY_REPEATS, resolve: Callable[[Any, Any], ResolvedCase] | None = None,
+                    on_event: Event | None = None) -> list[dict[str, Any]]:
+    """For each case and each N in ``levels``: both servers (target alone, and speculative) started
+    with N slots and kept loaded side by side, every prompt's template rendered, then ``repeats``
+    pairs of batches: a baseline batch and a speculative batch back to back, in ABBA order over the
+    pairs (B S, S B, B S, ...). A batch sends every prompt of the set through N client threads.
+
+    Per level, see :func:`level_figures`: aggregate and per-request throughput per mode over the
+    batches, and the speedups as medians of the paired batch ratios with bootstrap intervals."""
+    if repeats < 1:
+        raise LlamaspecError("concurrency needs at least one pair of batches per level", hint="--repeats 3")
+    emit = on_event or (lambda _e, _d: None)
+    resolve = resolve or run_core()._resolver(backend)
+    rows: list[dict[str, Any]] = []
+    logs = paths.runs_dir() / "concurrency" / time.strftime("%Y%m%d-%H%M%S")
+    cases = [resolve(exp, c) for c in exp.cases]
+    total = len(cases) * len(levels) * repeats * len(MODES)
+    clock = Clock(total)
+    for case in cases:
+        for n in levels:
+            level_case = replace(case, settings=replace(case.settings, parallel=n))
+            backend.check(level_case)
+            log_dir = logs / f"{case.case}-np{n}"
+            _warm(level_case, prompt_set.prompts, backend, log_dir)
+            batches: list[dict[str, Any]] = []
+            for r in range(repeats):
+                for mode in pairs.order(r):  # batches have no Measurement of their own: the loop's order
+                    batch = _concurrent_batch(level_case, prompt_set.prompts, backend, mode, n, log_dir, r)
+                    batches.append(batch)
+                    clock.tick()
+                    emit("batch", {"case": case.case, "parallel": n, "batch": batch, "eta": clock.eta()})
+            backend.close()  # this level's servers hold N slots of context each: not kept for the next level
+            row = {"case": case.case, "method": method_label(case), "parallel": n,
+                   **level_figures(batches, n, len(prompt_set.prompts))}
+            emit("level", row)
+            rows.append(row)
+    return rows
+
+
+def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, log_dir: Path) -> None:
+    """Both servers started and every prompt rendered before any timed batch; one short request
+    per mode so that nothing a first request pays lands in a batch."""
+    if backend.capabilities.prepares:
+        for p in prompts:
+            backend.prepare(prompt_case(case, p))
+    short = replace(case, settings=replace(case.settings, n_predict=4))
+    for mode in MODES:
+        backend.measure(prompt_case(short, prompts[0]), mode, log_dir / f"{mode}-warmup.json")
+
+
+def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, mode: str, clients: int,
+                      log_dir: Path, repeat: int = 0) -> dict[str, Any]:
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        measured = list(pool.map(lambda ip: backend.measure(prompt_case(case, ip[1]), mode,
+                                                            log_dir / f"{mode}-{repeat}-{ip[0]}.json"),
+                                 enumerate(prompts)))
+    wall = time.monotonic() - t0
+    ok = [m for m in measured if m.ok]
+    generated = sum(m.n_predict or 0 for m in ok)
+    per_request = [m.decode_tps for m in ok if m.decode_tps]
+    return {"mode": mode, "repeat": repeat, "requests": len(measured), "failed": len(measured) - len(ok),
+            "generated": generated, "wall_seconds": wall,
+            "aggregate_tps": generated / wall if wall > 0 and generated else None,
+            "per_request_tps": statistics.median(per_request) if per_request else None,
+            "errors": sorted({m.error for m in measured if m.error})[:3]}
+
+
+def level_figures(batches: Sequence[dict[str, Any]], slots: int, prompts: int) -> dict[str, Any]:
+    """One concurrency level's figures from its batches (pure).
+
+    - per mode: ``aggregate_tps`` (tokens the batch generated over its wall time) and
+      ``per_request_tps`` (the median request's decode speed in a batch), each a Spread over the
+      batches that completed (a batch with a failed request generated less: left out, counted);
+    - ``aggregate_speedup`` / ``per_request_speedup``: medians of the paired batch ratios
+      (speculative over the baseline batch of the same pair) with 95 % bootstrap intervals;
+    - ``pairs``: usable pairs; ``unpaired``: completed batches whose partner failed (their
+      throughput is in the per-mode figures, not in any speedup). Without a pair the speedups are
+      None and ``paired`` is False: no ratio of batches measured apart is ever reported.
+    """
+    good = {mode: {b["repeat"]: b for b in batches if b["mode"] == mode and not b["failed"] and b["aggregate_tps"]}
+            for mode in MODES}
+    both = sorted(set(good["baseline"]) & set(good["speculative"]))
+    agg = [good["speculative"][r]["aggregate_tps"] / good["baseline"][r]["aggregate_tps"] for r in both]
+    req = [good["speculative"][r]["per_request_tps"] / good["baseline"][r]["per_request_tps"] for r in both
+           if good["speculative"][r]["per_request_tps"] and good["baseline"][r]["per_request_tps"]]
+    notes: list[str] = []
+    if prompts % slots:
+        notes.append(f"{prompts} prompts over {slots} slots: the last wave runs {prompts % slots} requests at once")
+    if prompts < slots:
+        notes.append(f"fewer prompts ({prompts}) than slots ({slots}): the level never runs {slots} requests at once")
+    unpaired = sum(len(g) for g in good.values()) - 2 * len(both)
+    if unpaired:
+        notes.append(f"{unpaired} batch(es) without a completed partner: in the per-mode figures, not in the speedups")
+
+    def per_mode(mode: str) -> dict[str, Any]:
+        done = list(good[mode].values())
+        mine = [b for b in batches if b["mode"] == mode]
+        agg_s = stats.spread([b["aggregate_tps"] for b in done])
+        req_s = stats.spread([b["per_request_tps"] for b in done])
+        return {"batches": len(mine), "completed": len(done), "failed_requests": sum(b["failed"] for b in mine),
+                "aggregate_tps": agg_s.to_dict() if agg_s else None,
+                "per_request_tps": req_s.to_dict() if req_s else None,
+                "errors": sorted({e for b in mine for e in b["errors"]})[:3], "runs": [dict(b) for b in mine]}
+
+    agg_speedup, req_speedup = stats.spread(agg), stats.spread(req)
+    return {"prompts": prompts, "repeats": max((b["repeat"] for b in batches), default=-1) + 1,
+            "pairs": len(both), "paired": bool(both), "unpaired": unpaired,
+            "baseline": per_mode("baseline"), "speculative": per_mode("speculative"),
+            "aggregate_speedup": agg_speedup.to_dict() if agg_speedup else None,
+            "per_request_speedup": req_speedup.to_dict() if req_speedup else None,
+            "notes": notes}
+
+
+def render_concurrency(rows: Sequence[dict[str, Any]]) -> str:
+    """Throughput against slots: medians over the batches [95 % interval]; speedups are medians
+    of paired batch ratios."""
+    def fmt(d: dict[str, Any] | None, f: str = "{:.1f}", suffix: str = "") -> str:
+        s = stats.Spread.from_dict(d)
+        return s.text(f, suffix) if s else "-"
+
+    lines = ["Aggregate t/s: tokens a batch generated over its wall time; per-request t/s: the median request's",
+             "decode speed in a batch. Median over the batches [95 % interval]; speedup: median of paired batch ratios.",
+             f"{'method':<36} {'N':>2} {'pairs':>5} {'aggregate t/s base':>20} {'spec':>20} {'agg speedup':>19}"
+             f" {'per-request t/s base':>20} {'spec':>20} {'per-req speedup':>19}"]
+    for r in rows:
+        agg = fmt(r["aggregate_speedup"], "{:.2f}", "x") if r["paired"] else "UNPAIRED"
+        req = fmt(r["per_request_speedup"], "{:.2f}", "x") if r["paired"] else "UNPAIRED"
+        lines.append(f"{r['method'][:36]:<36} {r['parallel']:>2} {r['pairs']:>5}"
+                     f" {fmt(r['baseline']['aggregate_tps']):>20} {fmt(r['speculative']['aggregate_tps']):>20} {agg:>19}"
+                     f" {fmt(r['baseline']['per_request_tps']):>20} {fmt(r['speculative']['per_request_tps']):>20}"
+                     f" {req:>19}")
+        for mode in MODES:
+            if r[mode]["failed_requests"]:
+                lines.append(f"    {mode}: {r[mode]['failed_requests']} failed requests; {'; '.join(r[mode]['errors'])}")
+        for note in r["notes"]:
+            lines.append(f"    note: {note}")
+    return "\n".join(lines)
