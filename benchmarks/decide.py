@@ -8,8 +8,8 @@ measured them. Three policies decide on the drawn pairs:
 - **old rule**: the tie set (intervals overlapping the best median's) and its shortest draft, as
   llamaspec decided before issue 18;
 - **new rule, fixed grid**: ``llamaspec.decide`` on 3 pairs at every recorded length;
-- **adaptive**: ``llamaspec.decide`` on 2 pairs at a coarse grid (``llamaspec.sweep.COARSE``), then
-  the pairs its ``requests`` ask for (the contenders, the model's unmeasured favourites), until the
+- **adaptive**: ``llamaspec.decide`` on one pair at every length (``llamaspec.sweep``'s first
+  pass), then the pairs its ``requests`` ask for (the contenders, the model's unmeasured favourites), until the
   decision is settled or the budget (60 % of the fixed grid's pairs) is spent;
 - **bound**: the same budget spent evenly on the recording's true contenders (its best and every
   length within 5 % of it), the best median taken: what deciding by measurement alone can reach
@@ -46,8 +46,8 @@ from llamaspec.summary import Summary
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570" / "sweep-accept"
 WORSE = 0.03  # a decision is wrong when its setting is truly more than 3 % below the best
 FIXED_PAIRS = 3
-COARSE = sweep.COARSE  # the adaptive sweep's own first pass
-FIRST_PAIRS = sweep.FIRST_PAIRS
+FIRST_PAIRS = sweep.FIRST_PAIRS  # the adaptive sweep's own first pass
+FIRST: tuple[int, ...] | None = None  # --first: other first lengths (None: the sweep's, every length)
 BUDGET_SHARE = 0.6
 
 
@@ -175,7 +175,8 @@ def seconds(rec: Recorded, draws: dict[int, list[int]]) -> float:
 
 def adaptive(rec: Recorded, rng: random.Random, refits: int, budget: int) -> tuple[decide.Decision, dict[int, list[int]], str]:
     """Coarse grid first, then what the decision asks for, until settled or out of pairs."""
-    draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in COARSE if k in rec.points}
+    first = FIRST if FIRST is not None else sweep.first_lengths(rec.grid)
+    draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in first if k in rec.points}
     measurable = [("", k) for k in rec.grid]
     while True:
         d = new_rule(rec, draws, refits)
@@ -257,15 +258,17 @@ def oracle(rec: Recorded, draws: dict[int, list[int]]) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global COARSE
+    global FIRST, FIRST_PAIRS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--refits", type=int, default=100, help="bootstrap refits of the model per decision")
     ap.add_argument("--levels", default="q4_1,q4_0")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--coarse", default=",".join(map(str, COARSE)), help="the adaptive policy's first lengths")
+    ap.add_argument("--first", default=None, help="the adaptive policy's first lengths (default: every length)")
+    ap.add_argument("--first-pairs", type=int, default=FIRST_PAIRS, help="pairs per length in the first pass")
     a = ap.parse_args(argv)
-    COARSE = tuple(int(k) for k in a.coarse.split(","))
+    FIRST = tuple(int(k) for k in a.first.split(",")) if a.first else None
+    FIRST_PAIRS = a.first_pairs
     print(f"{'sweep':<7} {'policy':<28} {'wrong':>6} {'>5% off':>7} {'no answer':>9} {'settled':>7} {'pairs':>6} {'time vs fixed':>13}  picks")
     goal_met = True
     for level in a.levels.split(","):

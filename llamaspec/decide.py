@@ -303,10 +303,14 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
                if enough else f"{chosen.measured.n} pair{'s' if chosen.measured.n != 1 else ''}: settled needs "
                f"{SETTLE_PAIRS} at the chosen setting")
         requests.append(Request(chosen.key, chosen.label, pairs, why))
-    for e in sorted(rivals, key=lambda e: -e.high)[:MAX_REQUESTS - len(requests)]:
+    # The model's best unmeasured setting gets a place before the measured rivals: they can be
+    # measured again any time, while a length never measured cannot win at all.
+    for b in unmeasured[:1]:
+        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x"))
+    for e in sorted(rivals, key=lambda e: -e.high)[:max(0, MAX_REQUESTS - len(requests))]:
         requests.append(Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
                                 f"could be up to {e.high:.2f}x, past {chosen.label}'s {chosen.estimate:.2f}x"))
-    for b in unmeasured[:max(0, MAX_REQUESTS - len(requests))]:
+    for b in unmeasured[1:1 + max(0, MAX_REQUESTS - len(requests))]:
         requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x"))
 
     if len(faster) == 1:
@@ -353,7 +357,10 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
     "undecided" with what to measure."""
     best = ranked[0]
     gain = 1.0 + tolerance
-    open_ = [e for e in ranked if e.high > gain and not (e.measured.n >= 2 and e.measured.half_width <= half_width)]
+    # as with a recommendation, an interval is narrow enough to close the question only over
+    # SETTLE_PAIRS pairs: the bootstrap interval of 2 or 3 ratios is about their range
+    open_ = [e for e in ranked if e.high > gain
+             and not (e.measured.n >= SETTLE_PAIRS and e.measured.half_width <= half_width)]
     measured_keys = {e.key for e in ranked}
     unmeasured = sorted((b for m in models for b in m.bands if b.key not in measured_keys and b.low > gain),
                         key=lambda b: -b.predicted)

@@ -30,7 +30,7 @@ def test_pairs_go_to_the_contenders_and_the_answer_is_near_the_true_best(fake_mo
     spent = pairs_at(store, result.sweep_id)
     assert ended.stop in ("settled", "budget", "nothing to measure") and ended.pairs == sum(spent.values()) <= 48
     assert ended.fixed_grid_pairs == 16 * 3
-    assert set(spent) >= {1, 2, 4, 8, 12, 16}  # the coarse pass
+    assert set(spent) == set(GRID["draft_max"])  # the first pass: every length
     assert min(spent.values()) >= sweep.FIRST_PAIRS
     assert max(spent.values()) > sweep.FIRST_PAIRS  # more pairs somewhere: where the decision was uncertain
     decision = analysis.sweep_report(store, result.sweep_id, plot=False).decision()
@@ -51,7 +51,7 @@ def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F
             return super().measure(case, mode, log_path)
 
     engine = Interrupting(drift=0.0, noise=NOISE)
-    engine.limit = 40  # inside the extension requests, after the 6 x 2 pairs of the coarse pass (and the costs)
+    engine.limit = 44  # inside the extension requests, after the first pass's 16 pairs (and the costs)
     store = Store.open()
     with pytest.raises(KeyboardInterrupt):
         sweep.run_adaptive_sweep(exp(3), GRID, engine, store, sweep.Budget(pairs=60))
@@ -69,10 +69,10 @@ def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F
 
 
 def test_the_budget_ends_it_and_says_so(fake_models) -> None:  # noqa: F811
-    engine = FakeEngine(drift=0.0, noise=(1.0, 0.8, 1.25, 0.9, 1.15))  # too noisy to settle in 14 pairs
+    engine = FakeEngine(drift=0.0, noise=(1.0, 0.8, 1.25, 0.9, 1.15))  # too noisy to settle in 22 pairs
     store = Store.open()
-    ((_result, ended),) = sweep.run_adaptive_sweep(exp(3), GRID, engine, store, sweep.Budget(pairs=14))
-    assert ended.stop == "budget" and ended.pairs <= 14 and "budget is spent" in ended.text()
+    ((_result, ended),) = sweep.run_adaptive_sweep(exp(3), GRID, engine, store, sweep.Budget(pairs=22))
+    assert ended.stop == "budget" and ended.pairs <= 22 and "budget is spent" in ended.text()
 
 
 def test_bad_budgets_are_one_line_each() -> None:

@@ -41,9 +41,8 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
     them, takes a cheaper point only within 2 % of the best, and says how sure it is; when no
     point is shown faster it says "no draft" or "undecided" and what to measure next.
 
-    A sweep over draft lengths is adaptive: 2 pairs at a coarse subset of the lengths (1, 2, 4, 8,
-    12, 16 where the grid has them), then more pairs where the decision is uncertain (its
-    contenders, a length the model favours), until it is settled (the recommended setting's
+    A sweep over draft lengths is adaptive: one pair at every length (--repeats N: N pairs), then
+    more pairs where the decision is uncertain (its contenders, a length the model favours), until it is settled (the recommended setting's
     interval within +-5 % and its lead established) or the budget is spent; the output says which
     ended it. --fixed-grid measures every point with --repeats pairs instead (any grid of settings).
 
@@ -112,19 +111,20 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
                              hint="see the status column above; `llamaspec results show RUN` has each point's log")
 
 
-def _coarse(axes: dict[str, Any]) -> list[int]:
+def _first_lengths(axes: dict[str, Any]) -> list[int]:
     from llamaspec import sweep as sweeps
 
-    return sweeps.coarse_lengths(next(iter(axes.values())))
+    return sweeps.first_lengths(next(iter(axes.values())))
 
 
 def _refuse_small_budget(limit: Any, axes: dict[str, Any], first: int) -> None:
     """A pairs budget that cannot pay for the first pass is refused before anything is measured."""
-    coarse = _coarse(axes)
-    if limit.pairs is not None and limit.pairs < first * len(coarse):
+    lengths = _first_lengths(axes)
+    if limit.pairs is not None and limit.pairs < first * len(lengths):
         raise LlamaspecError(f"--budget {limit.pairs} pairs is too small: the first pass alone measures "
-                             f"{first * len(coarse)} ({first} pairs at draft {', '.join(map(str, coarse))})",
-                             hint=f"give at least --budget {first * len(coarse)}, or a time such as --budget 10m")
+                             f"{first * len(lengths)} ({first} pair{'s' if first != 1 else ''} at draft "
+                             f"{', '.join(map(str, lengths))})",
+                             hint=f"give at least --budget {first * len(lengths)}, or a time such as --budget 10m")
 
 
 def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
