@@ -2,10 +2,11 @@
 
 Tables (columns named after llama.cpp's own labels where there is one):
 - ``runs``: one row per ``llamaspec run`` case, sweep point or prompt of a prompt set: experiment,
-  case, status (running / ok / failed / interrupted), error, settings, provenance (llama.cpp
-  commit, backend, build flags, models with files and sha256, hardware), summary, and the process
-  that measured it (pid, host, start time: a ``running`` row whose process is gone is shown as
-  ``interrupted``).
+  case, status (running / ok / failed / interrupted), error, the engine (``engine``: what an
+  experiment's ``engine:`` names; ``engine_version``: its build's commit or library version;
+  ``accel``), settings, provenance (the engine's build flags, models with files and sha256,
+  hardware), summary, and the process that measured it (pid, host, start time: a ``running`` row
+  whose process is gone is shown as ``interrupted``).
 - ``measurements``: one row per generation: mode (speculative / baseline / draft / batch), repeat,
   argv, exit status, wall seconds, peak memory, parsed counters and timings, generated text and
   token ids, log path.
@@ -142,6 +143,17 @@ MIGRATIONS: tuple[str, ...] = (
     # Machine noise during each measurement (host.NoiseSample as JSON: CPU seconds of the window,
     # stolen by the hypervisor, used by the machine and by the measurement's own process tree).
     "ALTER TABLE measurements ADD COLUMN noise TEXT;",
+    # One word for the engine: ``engine`` is what an experiment's ``engine:`` (formerly ``backend:``)
+    # names (the column was backend_name), ``engine_version`` the version of it that measured
+    # (llama.cpp's build commit; the column was llamacpp_commit). Rows stored before the engine had
+    # a column were measured by llama.cpp's command-line programs, the only engine then.
+    """
+    ALTER TABLE runs RENAME COLUMN llamacpp_commit TO engine_version;
+    ALTER TABLE runs RENAME COLUMN backend_name TO engine;
+    UPDATE runs SET engine = COALESCE(CASE WHEN json_valid(provenance) THEN json_extract(provenance, '$.backend') END,
+                                      'llama.cpp')
+        WHERE engine IS NULL;
+    """,
 )
 
 INTERRUPTED = "the process ended without finishing (killed?)"
@@ -312,25 +324,26 @@ class Store:
 
     def start_run(self, *, experiment: str, case_name: str, settings: dict, provenance: dict, kind: str = "run",
                   sweep_id: str | None = None, point_key: str | None = None, prompt_id: str | None = None,
-                  category: str | None = None, machine: str | None = None, backend_name: str | None = None) -> int:
+                  category: str | None = None, machine: str | None = None) -> int:
         """Record a run as ``running``, with this process (pid, host, start time) as its owner.
 
         ``machine``: the cluster machine that measures it (None: this one; the owner is then
-        this process); ``backend_name``: the engine (llama.cpp / llama-server / transformers).
+        this process). The engine's name, version and accelerator come from ``provenance``
+        (:func:`engine_of`).
         """
         models = provenance.get("models", {})
-        engine = provenance.get("engine") or provenance.get("llamacpp") or {}  # "llamacpp" in stores before 0.2
+        engine = engine_of(provenance)
         pid, host, proc_start = this_process()
         with self.transaction() as db:
             cur = db.execute(
-                "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, llamacpp_commit,"
+                "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, engine_version,"
                 " accel, target, draft, draft_max, settings, provenance, pid, host, proc_start, prompt_id, category,"
-                " machine, backend_name) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " machine, engine) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (experiment, case_name, kind, sweep_id, point_key, "running", now(),
-                 engine.get("commit"), engine.get("accel") or engine.get("backend"),
+                 engine.get("version") or engine.get("commit"), engine.get("accel") or engine.get("backend"),
                  models.get("target", {}).get("label"), models.get("draft", {}).get("label"), settings.get("draft_max"),
                  json.dumps(settings, sort_keys=True), json.dumps(provenance, sort_keys=True),
-                 pid, host, proc_start, prompt_id, category, machine, backend_name),
+                 pid, host, proc_start, prompt_id, category, machine, engine.get("name")),
             )
             return int(cur.lastrowid or 0)
 
@@ -457,7 +470,7 @@ class Store:
             return json.dumps(runs, indent=2, sort_keys=True)
         if fmt == "csv":
             columns = ["run_id", "experiment", "case_name", "kind", "sweep_id", "prompt_id", "category", "status",
-                       "started_at", "llamacpp_commit", "backend_name", "accel", "machine", "target", "draft",
+                       "started_at", "engine", "engine_version", "accel", "machine", "target", "draft",
                        "draft_max"] + [
                 f.name for f in fields(MeasurementRow)
                 if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id", "noise")] + ["cpu_steal", "other_load"]
@@ -471,6 +484,30 @@ class Store:
                                      "cpu_steal": noise.get("steal"), "other_load": noise.get("other_load")})
             return out.getvalue()
         raise LlamaspecError(f"unknown export format {fmt!r}", hint="use csv or json")
+
+
+def engine_of(provenance: dict[str, Any]) -> dict[str, Any]:
+    """A run's provenance of its engine, with its ``name`` (what an experiment's ``engine:`` names),
+    however it was stored: ``provenance["engine"]`` holds the name since the engine's own provenance
+    and its name were merged; before, the name was ``provenance["backend"]``, and before 0.2 the
+    engine's provenance was under ``"llamacpp"``."""
+    engine = provenance.get("engine") or provenance.get("llamacpp") or {}
+    if not isinstance(engine, dict):
+        return {}
+    if "name" not in engine and isinstance(provenance.get("backend"), str):
+        return {**engine, "name": provenance["backend"]}
+    return engine
+
+
+def built_from(run: dict[str, Any]) -> str | None:
+    """The source tree a stored run's engine was built from (``Capabilities.built_from``; its
+    ``engine_version`` is that tree's commit), None for an engine in a library. Runs stored before
+    engines declared it: the engines that recorded a commit were the ones built from llama.cpp."""
+    engine = engine_of(run.get("provenance") or {})
+    if "built_from" in engine:
+        found = engine["built_from"]
+        return str(found) if found else None
+    return "llama.cpp" if run.get("engine_version") else None
 
 
 def _wal(db: sqlite3.Connection, timeout: float) -> None:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from llamaspec import __version__, pairs, paths, stats
-from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase
+from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase, engine_provenance
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, Reference
 from llamaspec.results import MeasurementRow, Store, measurements_of
@@ -38,7 +38,8 @@ class CaseResult:
     reference: Reference | None
     measurements: tuple[Measurement, ...]
     summary: Summary
-    engine: str = ""  # the backend that measured it
+    engine: str = ""  # the engine that measured it
+    engine_settings: frozenset[str] | None = None  # the settings that engine takes (Capabilities.settings)
 
     @property
     def status(self) -> str:
@@ -113,8 +114,7 @@ def provenance(backend: Backend, case: ResolvedCase, hardware: dict[str, Any], e
     if case.draft:
         models["draft"] = asdict(case.draft)
     return {
-        "engine": backend.provenance(),
-        "backend": backend.name,
+        "engine": engine_provenance(backend),
         "identity": backend.identity(),
         "models": models,
         "hardware": hardware,
@@ -179,15 +179,15 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
     at_least, at_most = repeat_bounds(repeats)
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
                              provenance=provenance(backend, case, hardware, exp, reference), kind=kind,
-                             sweep_id=sweep_id, point_key=point_key, prompt_id=case.prompt_id, category=case.category,
-                             backend_name=backend.name)
+                             sweep_id=sweep_id, point_key=point_key, prompt_id=case.prompt_id, category=case.category)
     point = _Point(case, backend, store, run_id, baseline_scope, time_costs, shared_baseline, at_most, on_event)
     if warmup:
         point.emit("start", {"case": case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
         backend.measure(replace(case, settings=replace(case.settings, n_predict=16)), "baseline", point.logs / "warmup.log")
     settled = (lambda: stats.interval_reached(point.summary().speedup, AUTO_HALF_WIDTH)) if repeats == "auto" else None
     summary = point.measure(at_least, at_most, 0, settled, shown=at_most if repeats == "auto" else at_least)
-    return CaseResult(run_id, case, reference, tuple(point.measured), summary, engine=backend.name)
+    return CaseResult(run_id, case, reference, tuple(point.measured), summary, engine=backend.name,
+                      engine_settings=backend.capabilities.settings)
 
 
 def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, count: int, *,
@@ -210,7 +210,8 @@ def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, 
     before = measurements_of([r for r in rows if r["mode"] not in pairs.PAIR_MODES or r["repeat"] in whole])
     point = _Point(case, backend, store, run_id, baseline_scope, True, False, start + count, on_event, before)
     summary = point.measure(count, count, start, None, shown=start + count)
-    return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name)
+    return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name,
+                      engine_settings=backend.capabilities.settings)
 
 
 class _Point:

@@ -112,7 +112,7 @@ def sweep_id(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], ide
     blob = {"experiment": exp.name, "case": case.name, "axes": sorted(axes), "build": identity, "repeats": exp.repeats,
             "settings": dataclasses.asdict(case.settings), "target": case.target.label, "prompt": case.prompt,
             "prompt_file": case.prompt_file, "draft": case.draft.label if case.draft else None,
-            "shared_baseline": shared_baseline, "engine": exp.backend}
+            "shared_baseline": shared_baseline, "engine": exp.engine}
     return f"{exp.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:10]}"
 
 

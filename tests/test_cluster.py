@@ -392,7 +392,7 @@ def test_a_llama_server_experiment_is_measured_on_llama_server_by_the_workers(tm
     done = CliRunner().invoke(main, ["cluster", "run", str(tmp_path / "srv.yaml"), "--accel", "cpu"])
     assert done.exit_code == 0, done.output
     (run,) = Store.open().runs(experiment="cluster-srv")
-    assert run["status"] == "ok" and run["backend_name"] == "llama-server" and run["provenance"]["backend"] == "llama-server"
+    assert run["status"] == "ok" and run["engine"] == "llama-server" and run["provenance"]["engine"]["name"] == "llama-server"
     ms = Store.open().measurements(run["id"])
     assert {m["mode"] for m in ms} == {"baseline", "speculative"} and all(m["ok"] for m in ms)
     assert all((m["speed_basis"] or "").startswith("llama-server timings") for m in ms), ms
@@ -799,8 +799,8 @@ def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Sto
     if kind == "pair":
         work = study.experiment_items(exp)
     else:
-        work = [WorkItem("k4", "case", {"experiment": str(exp.path), "backend": exp.backend, "case": "k4", "repeats": 2})]
-    assert {i.payload["backend"] for i in work} == {"llama-server"}
+        work = [WorkItem("k4", "case", {"experiment": str(exp.path), "engine": exp.engine, "case": "k4", "repeats": 2})]
+    assert {i.payload["engine"] for i in work} == {"llama-server"}
     pool = LocalPool(["box"], factory=lambda _m: machine)
     try:
         report = run_study(f"engine-{kind}", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
@@ -808,7 +808,7 @@ def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Sto
         pool.close()
     assert not report.failed and report.done == {"k4": "box"}, report
     (run,) = store.runs(sweep_id=f"engine-{kind}")
-    assert run["provenance"]["backend"] == "llama-server" and run["backend_name"] == "llama-server"
+    assert run["provenance"]["engine"]["name"] == "llama-server" and run["engine"] == "llama-server"
     assert run["provenance"]["hardware"]["cores"] >= 1  # the worker's machine, as the run core records it
     assert len(server.calls) == 4 and not cli.calls  # 2 repeats x (baseline, speculative), all on llama-server
     ms = store.measurements(run["id"])
@@ -821,7 +821,7 @@ def test_an_experiment_on_an_engine_the_workers_do_not_run_is_refused_before_any
     from llamaspec.cluster import study
 
     exp = _server_experiment(tmp_path, backend="transformers")
-    line = ("experiment engine-transformers uses the transformers backend; cluster workers measure with llama.cpp "
+    line = ("experiment engine-transformers uses the transformers engine; cluster workers measure with llama.cpp "
             "and llama-server only")
     for call in (lambda: study.run_experiment(exp, None, store), lambda: study.run_tune(exp, None, store),
                  lambda: study.run_experiment(exp, None, store, axes={"draft_max": (1, 2)})):
@@ -830,8 +830,8 @@ def test_an_experiment_on_an_engine_the_workers_do_not_run_is_refused_before_any
         assert err.value.message == line and "without --cluster" in (err.value.hint or "")
     # Items built by hand are refused by the coordinator itself, before any machine is prepared.
     idle = FakeWorker("host-a", prepare_error="must not be asked")
-    work = [WorkItem("k4", "pair", {"experiment": "e", "backend": "transformers"})]
-    with pytest.raises(LlamaspecError, match=r"^work item k4 of e uses the transformers backend"):
+    work = [WorkItem("k4", "pair", {"experiment": "e", "engine": "transformers"})]
+    with pytest.raises(LlamaspecError, match=r"^work item k4 of e uses the transformers engine"):
         run_study("refused", work, pool_of(idle), StoreSink(store), Requirements())
     assert not store.runs(sweep_id="refused") and not idle.calls
 
@@ -849,6 +849,6 @@ def test_the_command_line_refuses_such_an_experiment_in_one_line_without_reachin
                               if args[0] == "cluster" else [args[0], str(exp.path), *args[1:], "--cluster", f"127.0.0.1:{port}"])
     assert done.exit_code == 1, done.output
     lines = [line for line in done.output.splitlines() if line.strip()]
-    assert lines[-2] == ("Error: experiment engine-transformers uses the transformers backend; cluster workers measure "
+    assert lines[-2] == ("Error: experiment engine-transformers uses the transformers engine; cluster workers measure "
                          "with llama.cpp and llama-server only"), done.output
     assert lines[-1].startswith("Hint: run it on one machine (without --cluster"), done.output

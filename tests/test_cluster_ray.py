@@ -377,7 +377,7 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     assert {r["machine"] for r in runs} == {"host-a", "host-b"}, [(r["point_key"], r["machine"]) for r in runs]
     for r in runs:
         assert r["status"] == "ok" and r["provenance"]["machine"] == r["machine"]
-        assert r["provenance"]["backend"] == "llama.cpp" and r["provenance"]["hardware"]["cores"] >= 1
+        assert r["provenance"]["engine"]["name"] == "llama.cpp" and r["provenance"]["hardware"]["cores"] >= 1
         s = Summary.from_dict(r["summary"])
         assert s.paired and s.speedup is not None and s.speedup.median > 0, r["summary"]
         ms = store.measurements(r["id"])

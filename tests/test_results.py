@@ -25,7 +25,7 @@ from llamaspec.results import INTERRUPTED, MIGRATIONS, MeasurementRow, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PROVENANCE = {"engine": {"commit": "0c1e570", "accel": "cpu"},
+PROVENANCE = {"engine": {"name": "llama.cpp", "version": "0c1e570", "accel": "cpu"},
               "models": {"target": {"label": "smollm2-135m:f16"}, "draft": {"label": "smollm2-135m:q4_0"}}}
 
 
@@ -44,7 +44,7 @@ def test_round_trip_and_exports(tmp_path: Path) -> None:
     store.add_measurement(row(run_id, "speculative"))
     store.finish_run(run_id, "ok", {"speedup": {"median": 1.1}})
     got = store.run(run_id)
-    assert got["status"] == "ok" and got["draft_max"] == 4 and got["llamacpp_commit"] == "0c1e570"
+    assert got["status"] == "ok" and got["draft_max"] == 4 and got["engine_version"] == "0c1e570"
     assert got["target"] == "smollm2-135m:f16" and got["summary"]["speedup"]["median"] == 1.1
     ms = store.measurements(run_id)
     assert [m["mode"] for m in ms] == ["baseline", "speculative"]
@@ -117,9 +117,9 @@ def test_full_disk_while_storing_is_one_clear_error(tmp_path: Path) -> None:
 
 def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "r.sqlite")
-    run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, kind="prompt",
-                             sweep_id="s1", point_key="p1", prompt_id="q7", category="code", machine="node-2",
-                             backend_name="llama-server")
+    served = {**PROVENANCE, "engine": {**PROVENANCE["engine"], "name": "llama-server"}}
+    run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance=served, kind="prompt",
+                             sweep_id="s1", point_key="p1", prompt_id="q7", category="code", machine="node-2")
     m = Measurement(mode="speculative", ok=True, error=None, argv=("llama-server",), exit_code=None, wall_seconds=2.0,
                     peak_rss_bytes=None, n_predict=5, decode_tps=31.5, speed_basis="server timings", n_drafted=8,
                     n_accept=4, rounds=3, draft_len=4, draft_policy="capped", text="a b", tokens=(5, 6, 7, 8, 9),
@@ -129,7 +129,7 @@ def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
     got = store.run(run_id)
     assert (got["pid"], got["host"]) == (os.getpid(), socket.gethostname())
     assert got["proc_start"] == pytest.approx(__import__("psutil").Process().create_time(), abs=1)
-    assert (got["kind"], got["prompt_id"], got["category"], got["machine"], got["backend_name"]) == (
+    assert (got["kind"], got["prompt_id"], got["category"], got["machine"], got["engine"]) == (
         "prompt", "q7", "code", "node-2", "llama-server")
     spec, base = store.measurements(run_id)
     assert spec["tokens"] == [5, 6, 7, 8, 9] and spec["end_of_text"] is True and spec["repeat"] == 2
@@ -343,3 +343,46 @@ def test_the_accelerator_column_is_renamed_in_an_old_store(tmp_path) -> None:
     db.close()
     (run,) = Store.open(path).runs()
     assert run["accel"] == "cuda" and "backend" not in run
+
+
+def test_the_engine_columns_are_renamed_in_an_old_store(tmp_path: Path) -> None:
+    # A store at the schema before the engine's columns were renamed (every migration up to that
+    # one applied): llamacpp_commit becomes engine_version and backend_name engine, values kept; a
+    # row stored before the engine had a column takes its name from the provenance, or is llama.cpp's.
+    from llamaspec import results
+
+    renamed = next(i for i, m in enumerate(MIGRATIONS) if "RENAME COLUMN llamacpp_commit" in m)
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    for script in MIGRATIONS[:renamed]:
+        db.executescript(script)
+    db.execute(f"PRAGMA user_version = {renamed}")
+    old = "INSERT INTO runs (experiment, case_name, status, started_at, settings, provenance, llamacpp_commit, backend_name)"
+    db.execute(old + " VALUES ('e', 'server', 'ok', 'then', '{}', ?, '0c1e570', 'llama-server')",
+               (json.dumps({"engine": {"commit": "0c1e570", "accel": "cpu"}, "backend": "llama-server"}),))
+    db.execute(old + " VALUES ('e', 'hf', 'ok', 'then', '{}', ?, NULL, NULL)",
+               (json.dumps({"engine": {"versions": {"transformers": "4.57.1"}}, "backend": "transformers",
+                            "identity": "transformers 4.57.1 torch 2.9.0 cpu"}),))
+    db.execute(old + " VALUES ('e', 'ancient', 'ok', 'then', '{}', ?, 'b1240', NULL)",
+               (json.dumps({"llamacpp": {"commit": "b1240", "backend": "metal"}}),))
+    db.commit()
+    db.close()
+    runs = {r["case_name"]: r for r in Store.open(path).runs()}
+    assert all("llamacpp_commit" not in r and "backend_name" not in r for r in runs.values())
+    assert (runs["server"]["engine"], runs["server"]["engine_version"]) == ("llama-server", "0c1e570")
+    assert (runs["hf"]["engine"], runs["hf"]["engine_version"]) == ("transformers", None)
+    assert (runs["ancient"]["engine"], runs["ancient"]["engine_version"]) == ("llama.cpp", "b1240")
+    # how the old provenance reads: the engine's name, and whether it was built from a source tree
+    assert results.engine_of(runs["server"]["provenance"])["name"] == "llama-server"
+    assert results.engine_of(runs["ancient"]["provenance"])["commit"] == "b1240"
+    assert [results.built_from(runs[c]) for c in ("server", "hf", "ancient")] == ["llama.cpp", None, "llama.cpp"]
+
+
+def test_a_new_run_stores_its_engine_from_the_provenance(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "r.sqlite")
+    hf = {"engine": {"name": "transformers", "built_from": None, "version": "4.57.1", "accel": "cpu"}}
+    run = store.run(store.start_run(experiment="e", case_name="c", settings={}, provenance=hf))
+    assert (run["engine"], run["engine_version"], run["accel"]) == ("transformers", "4.57.1", "cpu")
+    from llamaspec.results import built_from
+
+    assert built_from(run) is None  # a version, but no source tree: known by its identity

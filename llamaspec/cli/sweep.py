@@ -82,7 +82,7 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
         return
     from llamaspec.llamacpp import rpc as rpcs
 
-    engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
     store = Store.open()
     stops: list[Any] = []
     try:
@@ -181,7 +181,7 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, n_predic
         return
     from llamaspec.llamacpp import rpc as rpcs
 
-    engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
 
     def on_point(config, row) -> None:
         s = Summary.from_dict(row.get("summary"))

@@ -32,9 +32,9 @@ def prompt_items(exp: Any, prompt_set: Any, repeats: int) -> list[WorkItem]:
     for case in exp.cases:
         base = case_payload(exp, case, repeats)
         for p in prompt_set.prompts:
-            # Prompt sets run on llama-server whatever the experiment's backend (as on one machine):
+            # Prompt sets run on llama-server whatever the experiment's engine (as on one machine):
             # the item names the engine that measures it.
-            payload = {**base, "backend": "llama-server", "prompt": p.prompt, "prompt_id": p.id, "category": p.category,
+            payload = {**base, "engine": "llama-server", "prompt": p.prompt, "prompt_id": p.id, "category": p.category,
                        "prompt_item": dataclasses.asdict(p)}
             items.append(WorkItem(f"{case.name}/{p.id}", "prompt", payload))
     return items

@@ -50,8 +50,7 @@ class StoreSink:
         run_id = self.store.start_run(experiment=result.get("experiment") or sweep_id, case_name=result.get("case") or case or "",
                                       settings=result.get("settings") or {}, provenance=provenance, kind=kind,
                                       sweep_id=sweep_id, point_key=point_key, machine=machine,
-                                      prompt_id=result.get("prompt_id"), category=result.get("category"),
-                                      backend_name=provenance.get("backend"))
+                                      prompt_id=result.get("prompt_id"), category=result.get("category"))
         for i, m in enumerate(result.get("measurements") or ()):
             data: dict[str, Any] = {f: m.get(f) for f in _ROW_FIELDS if f in m or f in _REQUIRED}
             data["repeat"] = i if data["repeat"] is None else data["repeat"]
