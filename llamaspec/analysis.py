@@ -412,7 +412,7 @@ def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def sweep_report(store: Store, sweep_id: str, plot: bool = True) -> SweepReport:
-    runs = [r for r in finished(store.runs(sweep_id=sweep_id)) if r["kind"] == "sweep"]
+    runs = [r for r in finished(store.runs(group_id=sweep_id)) if r["kind"] == "sweep"]
     axes = _axes_of(runs)
     return report_for_runs(store, runs, sweep_id, axes, plot, paths.plots_dir() / sweep_id)
 
@@ -466,5 +466,5 @@ def experiment_report(store: Store, experiment: str, plot: bool = True) -> Sweep
                              hint=f"run `llamaspec run {experiment}` or `llamaspec sweep {experiment} --draft 1..8` first")
     sweeps = [r for r in runs if r["kind"] == "sweep"]
     if sweeps:
-        return sweep_report(store, sweeps[0]["sweep_id"], plot)
+        return sweep_report(store, sweeps[0]["group_id"], plot)
     return report_for_runs(store, runs, experiment, _axes_of(runs), plot, paths.plots_dir() / _slug(experiment))

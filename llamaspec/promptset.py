@@ -3,7 +3,7 @@
 Per prompt and per case (a method: a draft length, an n-gram mode): the baseline and the
 speculative generation are measured seconds apart on two live servers, in ABBA order over the
 repeats, and stored as one run row (``kind="promptset"``) as soon as the prompt finishes. The
-row's ``sweep_id`` identifies (case settings, models, build, prompt set) and its ``point_key``
+row's ``group_id`` identifies (case settings, models, build, prompt set) and its ``point_key``
 the prompt, so a rerun skips what is finished and resumes where a run stopped.
 
 Over the set (``set_statistics``):
@@ -47,7 +47,7 @@ from llamaspec import decide, pairs, paths, progress, stats
 from llamaspec.backend import Backend, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet, PromptSource, parse_source
-from llamaspec.results import MeasurementRow, Store, measurements_of
+from llamaspec.results import Group, MeasurementRow, Store, measurements_of
 from llamaspec.summary import compare_outputs
 from llamaspec.summary import summarize as summarize_point
 
@@ -383,8 +383,8 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
                 hardware: dict[str, Any]) -> dict[str, Any]:
     run_id = store.start_run(experiment=case.experiment, case_name=case.case,
                              settings={**case.settings.to_dict(), "prompt_id": prompt.id, "category": prompt.category},
-                             provenance=_provenance(backend, case, hardware), kind="promptset", sweep_id=set_id,
-                             point_key=prompt.id)
+                             provenance=_provenance(backend, case, hardware), kind="promptset",
+                             group=Group("promptset", set_id), point_key=prompt.id)
     logs = paths.runs_dir() / f"{run_id:06d}"
     measured: list[Measurement] = []
 

@@ -405,7 +405,7 @@ def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[st
     latest: dict[str, str] = {}  # a sweep is one case's: the newest sweep of each case, newest first
     for r in ok:
         if r["kind"] == "sweep":
-            latest.setdefault(r["case_name"], r["sweep_id"])
+            latest.setdefault(r["case_name"], r["group_id"])
     if latest:
         out += [f"{head}Latest sweep" + ("s (one per case)" if len(set(latest.values())) > 1 else ""), ""]
     for sweep_id in dict.fromkeys(latest.values()):

@@ -2,7 +2,8 @@
 
 Tables (columns named after llama.cpp's own labels where there is one):
 - ``runs``: one row per ``llamaspec run`` case, sweep point or prompt of a prompt set: experiment,
-  case, status (running / ok / failed / interrupted), error, the engine (``engine``: what an
+  case, the group it belongs to (``group_kind``: sweep, tune, promptset or study; ``group_id``),
+  status (running / ok / failed / interrupted), error, the engine (``engine``: what an
   experiment's ``engine:`` names; ``engine_version``: its build's commit or library version;
   ``accel``), settings, provenance (the engine's build flags, models with files and sha256,
   hardware), summary, and the process that measured it (pid, host, start time: a ``running`` row
@@ -154,7 +155,38 @@ MIGRATIONS: tuple[str, ...] = (
                                       'llama.cpp')
         WHERE engine IS NULL;
     """,
+    # sweep_id held the id of whatever set a run belongs to: a sweep, a tune, a prompt set or a
+    # cluster study. It is the group's id now, and group_kind says which (Group), read for the rows
+    # stored before from where they came: a prompt set's rows are of kind promptset, a study's of
+    # kind cluster*, a tune's ids (also a tune's points measured on a cluster machine, TUNE_ID@MACHINE)
+    # begin with tune-; the rest were sweeps.
+    """
+    ALTER TABLE runs RENAME COLUMN sweep_id TO group_id;
+    ALTER TABLE runs ADD COLUMN group_kind TEXT;
+    UPDATE runs SET group_kind = CASE
+        WHEN kind = 'promptset' THEN 'promptset'
+        WHEN kind LIKE 'cluster%' THEN 'study'
+        WHEN group_id LIKE 'tune-%' THEN 'tune'
+        ELSE 'sweep' END
+        WHERE group_id IS NOT NULL;
+    """,
 )
+
+GROUP_KINDS = ("sweep", "tune", "promptset", "study")
+
+
+@dataclass(frozen=True)
+class Group:
+    """The set a run belongs to beside its experiment: a sweep (its points), a tune (the settings it
+    measured), a prompt set (its prompts) or a cluster study (its work items). ``id`` is what a rerun
+    of the same command finds it by, to resume it."""
+
+    kind: str  # of GROUP_KINDS
+    id: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in GROUP_KINDS:
+            raise ValueError(f"group kind {self.kind!r} is not one of {', '.join(GROUP_KINDS)}")
 
 INTERRUPTED = "the process ended without finishing (killed?)"
 _REAP_WAIT_MS = 2000
@@ -323,11 +355,12 @@ class Store:
     # --- writing ---------------------------------------------------------------------------
 
     def start_run(self, *, experiment: str, case_name: str, settings: dict, provenance: dict, kind: str = "run",
-                  sweep_id: str | None = None, point_key: str | None = None, prompt_id: str | None = None,
+                  group: Group | None = None, point_key: str | None = None, prompt_id: str | None = None,
                   category: str | None = None, machine: str | None = None) -> int:
         """Record a run as ``running``, with this process (pid, host, start time) as its owner.
 
-        ``machine``: the cluster machine that measures it (None: this one; the owner is then
+        ``group``: the sweep, tune, prompt set or study it belongs to (``point_key``: its place
+        there); ``machine``: the cluster machine that measures it (None: this one; the owner is then
         this process). The engine's name, version and accelerator come from ``provenance``
         (:func:`engine_of`).
         """
@@ -336,10 +369,11 @@ class Store:
         pid, host, proc_start = this_process()
         with self.transaction() as db:
             cur = db.execute(
-                "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, engine_version,"
-                " accel, target, draft, draft_max, settings, provenance, pid, host, proc_start, prompt_id, category,"
-                " machine, engine) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (experiment, case_name, kind, sweep_id, point_key, "running", now(),
+                "INSERT INTO runs (experiment, case_name, kind, group_kind, group_id, point_key, status, started_at,"
+                " engine_version, accel, target, draft, draft_max, settings, provenance, pid, host, proc_start, prompt_id,"
+                " category, machine, engine) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (experiment, case_name, kind, group.kind if group else None, group.id if group else None, point_key,
+                 "running", now(),
                  engine.get("version") or engine.get("commit"), engine.get("accel") or engine.get("backend"),
                  models.get("target", {}).get("label"), models.get("draft", {}).get("label"), settings.get("draft_max"),
                  json.dumps(settings, sort_keys=True), json.dumps(provenance, sort_keys=True),
@@ -408,14 +442,14 @@ class Store:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def runs(self, experiment: str | None = None, sweep_id: str | None = None, status: str | None = None,
+    def runs(self, experiment: str | None = None, group_id: str | None = None, status: str | None = None,
              limit: int | None = None, ids: Sequence[int] | None = None, *, kind: str | None = None,
              prompt_id: str | None = None) -> list[dict[str, Any]]:
         """Stored runs, newest first, filtered by whichever arguments are given."""
         self.mark_stale_running()
         where: list[str] = []
         args: list[Any] = []
-        for column, value in (("experiment", experiment), ("sweep_id", sweep_id), ("status", status), ("kind", kind),
+        for column, value in (("experiment", experiment), ("group_id", group_id), ("status", status), ("kind", kind),
                               ("prompt_id", prompt_id)):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -442,16 +476,16 @@ class Store:
         return [_decode(r) for r in self._query(
             "SELECT * FROM measurements WHERE baseline_key = ? AND mode = ? AND ok = 1 ORDER BY id", (key, mode))]
 
-    def finished_point(self, sweep_id: str, point_key: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT * FROM runs WHERE sweep_id = ? AND point_key = ? AND status IN ('ok', 'differs') ORDER BY id DESC LIMIT 1",
-                           (sweep_id, point_key))
+    def finished_point(self, group_id: str, point_key: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT * FROM runs WHERE group_id = ? AND point_key = ? AND status IN ('ok', 'differs') ORDER BY id DESC LIMIT 1",
+                           (group_id, point_key))
         return _decode(rows[0]) if rows else None
 
-    def finished_prompt(self, sweep_id: str, point_key: str | None, prompt_id: str) -> dict[str, Any] | None:
+    def finished_prompt(self, group_id: str, point_key: str | None, prompt_id: str) -> dict[str, Any] | None:
         """The newest finished run of one prompt of a prompt set at one point (``point_key`` None:
         a run outside a sweep's points), for resuming a prompt set prompt by prompt."""
-        rows = self._query("SELECT * FROM runs WHERE sweep_id = ? AND prompt_id = ? AND point_key IS ? AND status IN ('ok', 'differs')"
-                           " ORDER BY id DESC LIMIT 1", (sweep_id, prompt_id, point_key))
+        rows = self._query("SELECT * FROM runs WHERE group_id = ? AND prompt_id = ? AND point_key IS ? AND status IN ('ok', 'differs')"
+                           " ORDER BY id DESC LIMIT 1", (group_id, prompt_id, point_key))
         return _decode(rows[0]) if rows else None
 
     def _query(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
@@ -469,7 +503,7 @@ class Store:
                 r["measurements"] = self.measurements(r["id"])
             return json.dumps(runs, indent=2, sort_keys=True)
         if fmt == "csv":
-            columns = ["run_id", "experiment", "case_name", "kind", "sweep_id", "prompt_id", "category", "status",
+            columns = ["run_id", "experiment", "case_name", "kind", "group_kind", "group_id", "prompt_id", "category", "status",
                        "started_at", "engine", "engine_version", "accel", "machine", "target", "draft",
                        "draft_max"] + [
                 f.name for f in fields(MeasurementRow)

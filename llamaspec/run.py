@@ -25,7 +25,7 @@ from llamaspec import __version__, pairs, paths, stats
 from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase, engine_provenance
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, Reference
-from llamaspec.results import MeasurementRow, Store, measurements_of
+from llamaspec.results import Group, MeasurementRow, Store, measurements_of
 from llamaspec.summary import Summary, requested_draft, summarize
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ def measurement_row(run_id: int, repeat: int, m: Measurement, key: str | None) -
 
 def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Repeats = 1, hardware: dict[str, Any],
              reference: Reference | None = None, exp: Experiment | None = None, kind: str = "run",
-             sweep_id: str | None = None, point_key: str | None = None, shared_baseline: bool = False,
+             group: Group | None = None, point_key: str | None = None, shared_baseline: bool = False,
              baseline_scope: str | None = None, time_costs: bool = False, warmup: bool = False,
              on_event: Event | None = None) -> CaseResult:
     """Measure one case: baseline and speculative in pairs, next to each other, the order
@@ -179,7 +179,7 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
     at_least, at_most = repeat_bounds(repeats)
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
                              provenance=provenance(backend, case, hardware, exp, reference), kind=kind,
-                             sweep_id=sweep_id, point_key=point_key, prompt_id=case.prompt_id, category=case.category)
+                             group=group, point_key=point_key, prompt_id=case.prompt_id, category=case.category)
     point = _Point(case, backend, store, run_id, baseline_scope, time_costs, shared_baseline, at_most, on_event)
     if warmup:
         point.emit("start", {"case": case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
@@ -298,11 +298,11 @@ class _Point:
 
 
 def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Backend, store: Store, *, repeats: int,
-                   hardware: dict[str, Any], kind: str, sweep_id: str | None, point_key: str | None = None) -> list[Measurement]:
+                   hardware: dict[str, Any], kind: str, group: Group | None, point_key: str | None = None) -> list[Measurement]:
     """Measure ``mode`` ``repeats`` times in a run row of its own, stored under the shared ``key``
     (a draft variant's timing); stops at the first failure."""
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
-                             provenance=provenance(backend, case, hardware), kind=kind, sweep_id=sweep_id,
+                             provenance=provenance(backend, case, hardware), kind=kind, group=group,
                              point_key=point_key)
     done: list[Measurement] = []
     for r in range(repeats):

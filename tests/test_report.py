@@ -16,7 +16,7 @@ from llamaspec import experiment, report
 from llamaspec.backend import Measurement, ModelPath, ResolvedCase
 from llamaspec.cli import main
 from llamaspec.experiment import Reference
-from llamaspec.results import Store
+from llamaspec.results import Group, Store
 from llamaspec.run import run_case
 from llamaspec.settings import Settings
 
@@ -51,7 +51,8 @@ def test_engines_side_by_side(tmp_path: Path) -> None:
     run_case(case("cpp-exp", "long", draft="smollm2-135m:q8_0", n_predict=128), cpp, store, repeats=2, hardware=HW)
     run_case(case("hf-exp", "long", draft="smollm2-135m:q8_0"), hf, store, repeats=2, hardware=HW)
     # a luckier sweep point does not stand for the engine: its newest plain run does
-    swept = run_case(case("cpp-exp", draft_max=6), cpp, store, repeats=2, hardware=HW, kind="sweep", sweep_id="s1")
+    swept = run_case(case("cpp-exp", draft_max=6), cpp, store, repeats=2, hardware=HW, kind="sweep",
+                     group=Group("sweep", "s1"))
     assert swept.summary.speedup and a.summary.speedup and b.summary.speedup
     assert swept.summary.speedup.median > a.summary.speedup.median
     assert a.summary.speedup.median == pytest.approx(cpp.speedup_of(8)) != pytest.approx(hf.speedup_of(8))

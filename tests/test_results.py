@@ -21,7 +21,7 @@ import pytest
 
 from llamaspec.backend import Measurement
 from llamaspec.errors import LlamaspecError
-from llamaspec.results import INTERRUPTED, MIGRATIONS, MeasurementRow, Store
+from llamaspec.results import INTERRUPTED, MIGRATIONS, Group, MeasurementRow, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,7 +119,7 @@ def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "r.sqlite")
     served = {**PROVENANCE, "engine": {**PROVENANCE["engine"], "name": "llama-server"}}
     run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance=served, kind="prompt",
-                             sweep_id="s1", point_key="p1", prompt_id="q7", category="code", machine="node-2")
+                             group=Group("sweep", "s1"), point_key="p1", prompt_id="q7", category="code", machine="node-2")
     m = Measurement(mode="speculative", ok=True, error=None, argv=("llama-server",), exit_code=None, wall_seconds=2.0,
                     peak_rss_bytes=None, n_predict=5, decode_tps=31.5, speed_basis="server timings", n_drafted=8,
                     n_accept=4, rounds=3, draft_len=4, draft_policy="capped", text="a b", tokens=(5, 6, 7, 8, 9),
@@ -147,11 +147,12 @@ def test_runs_filter_by_kind_and_prompt_and_prompts_resume(tmp_path: Path) -> No
     for prompt in ("a", "b"):
         for point in ("p1", "p2"):
             ids[point, prompt] = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE,
-                                                 kind="sweep", sweep_id="s", point_key=point, prompt_id=prompt)
+                                                 kind="sweep", group=Group("sweep", "s"), point_key=point,
+                                                 prompt_id=prompt)
     base = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, kind="sweep-baseline",
-                           sweep_id="s")
+                           group=Group("sweep", "s"))
     assert [r["id"] for r in store.runs(kind="sweep-baseline")] == [base]
-    assert {r["id"] for r in store.runs(sweep_id="s", prompt_id="a")} == {ids["p1", "a"], ids["p2", "a"]}
+    assert {r["id"] for r in store.runs(group_id="s", prompt_id="a")} == {ids["p1", "a"], ids["p2", "a"]}
     assert store.runs(kind="run") == []
     assert store.finished_prompt("s", "p1", "a") is None  # still running
     store.finish_run(ids["p1", "a"], "ok", {})
@@ -160,7 +161,8 @@ def test_runs_filter_by_kind_and_prompt_and_prompts_resume(tmp_path: Path) -> No
     assert store.finished_prompt("s", "p1", "b") is None  # failed: measured again on resume
     assert store.finished_prompt("s", "p2", "a") is None  # another point
     assert store.finished_prompt("s", None, "a") is None
-    alone = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, sweep_id="s", prompt_id="a")
+    alone = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, group=Group("sweep", "s"),
+                            prompt_id="a")
     store.finish_run(alone, "ok", {})
     assert (store.finished_prompt("s", None, "a") or {}).get("id") == alone
 
@@ -386,3 +388,41 @@ def test_a_new_run_stores_its_engine_from_the_provenance(tmp_path: Path) -> None
     from llamaspec.results import built_from
 
     assert built_from(run) is None  # a version, but no source tree: known by its identity
+
+
+def test_the_group_column_is_renamed_and_its_kind_read_in_an_old_store(tmp_path: Path) -> None:
+    # A store at the schema before sweep_id became group_id (every migration up to that one
+    # applied): each row keeps its id, and its group's kind is read from where the row came from.
+    grouped = next(i for i, m in enumerate(MIGRATIONS) if "RENAME COLUMN sweep_id" in m)
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    for script in MIGRATIONS[:grouped]:
+        db.executescript(script)
+    db.execute(f"PRAGMA user_version = {grouped}")
+    rows = [("sweep point", "sweep", "smollm2-quicksort-0123456789"), ("tune point", "sweep", "tune-e-0123456789"),
+            ("draft timing", "draft-timing", "tune-e-0123456789"), ("prompt", "promptset", "set-0123456789abcdef"),
+            ("study item", "cluster", "cluster-e-0123456789"), ("study tune", "cluster-tune", "cluster-e-9876543210"),
+            ("tune on a machine", "sweep", "tune-e-0123456789@box-1"), ("plain run", "run", None)]
+    for case, kind, sweep_id in rows:
+        db.execute("INSERT INTO runs (experiment, case_name, kind, sweep_id, status, started_at, settings, provenance)"
+                   " VALUES ('e', ?, ?, ?, 'ok', 'then', '{}', '{}')", (case, kind, sweep_id))
+    db.commit()
+    db.close()
+    store = Store.open(path)
+    got = {r["case_name"]: (r["group_kind"], r["group_id"]) for r in store.runs()}
+    assert "sweep_id" not in store.runs()[0]
+    assert got == {"sweep point": ("sweep", "smollm2-quicksort-0123456789"), "tune point": ("tune", "tune-e-0123456789"),
+                   "draft timing": ("tune", "tune-e-0123456789"), "prompt": ("promptset", "set-0123456789abcdef"),
+                   "study item": ("study", "cluster-e-0123456789"), "study tune": ("study", "cluster-e-9876543210"),
+                   "tune on a machine": ("tune", "tune-e-0123456789@box-1"), "plain run": (None, None)}
+    assert [r["case_name"] for r in store.runs(group_id="tune-e-0123456789")] == ["draft timing", "tune point"]
+
+
+def test_a_group_has_one_of_the_known_kinds(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not one of sweep, tune, promptset, study"):
+        Group("sweep-baseline", "s")
+    store = Store.open(tmp_path / "r.sqlite")
+    run = store.run(store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE,
+                                    group=Group("tune", "tune-e-1"), point_key="k"))
+    assert (run["group_kind"], run["group_id"], run["point_key"]) == ("tune", "tune-e-1", "k")
+    assert run["kind"] == "run"  # what the row is; the group says what it belongs to

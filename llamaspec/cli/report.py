@@ -25,7 +25,7 @@ def plot(target: str, as_json: bool) -> None:
     if target.isdigit():
         run = store.run(int(target))
         rep = analysis.report_for_runs(store, [run], f"run-{target}", [], True, paths.plots_dir() / f"run-{target}")
-    elif store.runs(sweep_id=target, limit=1):
+    elif store.runs(group_id=target, limit=1):
         rep = analysis.sweep_report(store, target)
     else:
         rep = analysis.experiment_report(store, target)

@@ -226,7 +226,7 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     results = tuner.tune(exp, engine, store, variants, modes)
     # Every point goes back whole (its settings, provenance, measurements, summary): the coordinator
     # stores it as its own run, so the scratch store here is never the only copy.
-    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "sweep_id": r.tune_id,
+    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "group_kind": row["group_kind"], "group_id": r.tune_id,
                "point_key": row["point_key"], "config": dataclasses.asdict(config), "settings": row["settings"],
                "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
                "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}

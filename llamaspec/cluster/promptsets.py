@@ -46,7 +46,7 @@ def per_machine(store: Store, study: str) -> dict[str, dict[str, dict[str, Any]]
     from llamaspec import promptset
 
     latest: dict[str, dict[str, Any]] = {}  # a failed item measured again by a rerun counts once, as rerun
-    for run in store.runs(sweep_id=study):
+    for run in store.runs(group_id=study):
         if (run["status"] in ("ok", "failed") and (run.get("summary") or {}).get("id") is not None
                 and (run["point_key"] not in latest or run["id"] > latest[run["point_key"]]["id"])):
             latest[run["point_key"]] = run

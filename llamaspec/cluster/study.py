@@ -88,7 +88,7 @@ def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] |
     finally:
         pool.close()
     per = {}
-    for run in store.runs(sweep_id=sid, status="ok"):
+    for run in store.runs(group_id=sid, status="ok"):
         machine = machine_of(run) or "?"
         results = [_stored_tune(store, t, machine) for t in (run["summary"] or {}).get("tune", [])]
         if all(r is not None for r in results):  # re-rendered from this store: its run ids are this store's
@@ -104,7 +104,7 @@ def _stored_tune(store: Any, done: dict[str, Any], machine: str) -> Any:
     from llamaspec import tune as tuner
 
     into = f"{done['tune_id']}@{machine}"
-    rows = sorted(store.runs(sweep_id=into), key=lambda r: r["id"])
+    rows = sorted(store.runs(group_id=into), key=lambda r: r["id"])
     measured = [(tuner.Config(**r["provenance"]["tune_config"]), r) for r in rows if (r.get("provenance") or {}).get("tune_config")]
     if len(measured) < done.get("measured_points", 0):
         return None
