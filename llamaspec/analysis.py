@@ -20,7 +20,7 @@ from typing import Any
 from llamaspec import decide, paths
 from llamaspec.backend import SPEED_DEFINITION
 from llamaspec.errors import LlamaspecError
-from llamaspec.results import Store
+from llamaspec.results import Store, built_from
 from llamaspec.settings import SWEEPABLE
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
@@ -121,7 +121,7 @@ class SweepReport:
     def render(self) -> str:
         lines = [f"sweep {self.sweep_id}: {self.experiment} / {self.case}",
                  f"  target {self.meta['target']}, draft {self.meta['draft']}; {self.meta['hardware']}, "
-                 f"{self.meta['engine']}" + (f", llama.cpp {self.meta['commit']}" if self.meta['commit'] else ""),
+                 f"{self.meta['engine']}" + (f", {self.meta['build']}" if self.meta.get('build') else ""),
                  f"  speed: {SPEED_DEFINITION}; speedup: median of paired ratios [95 % bootstrap interval]"]
         noise = self.noise()
         if noise is not None:  # beside the base CV column: the measured cause of an unsteady baseline
@@ -348,12 +348,13 @@ def _meta(store: Store, run_id: int) -> dict[str, str]:
     hw = prov.get("hardware") or {}
     gpus = hw.get("gpus") or []
     hardware = (gpus[0] if gpus else f"{hw.get('cpu', '?')}") + f", {run['settings'].get('threads')} threads"
-    llamacpp = (run.get("backend_name") or "llama.cpp") in ("llama.cpp", "llama-server")
+    source = built_from(run)
     return {"target": run.get("target") or "?", "draft": run.get("draft") or f"none ({run['settings'].get('spec_type')})",
             "hardware": hardware,
-            # another engine (transformers): its identity (library versions, device), and no llama.cpp commit
-            "engine": (run.get("accel") or "?") if llamacpp else str(prov.get("identity") or run.get("backend_name")),
-            "commit": (run.get("llamacpp_commit") or "?") if llamacpp else "",
+            # an engine built from source: its accelerator and build ("llama.cpp 0c1e570"); an engine in
+            # a library: its identity (library versions, device), and no build
+            "engine": (run.get("accel") or "?") if source else str(prov.get("identity") or run.get("engine")),
+            "build": f"{source} {run.get('engine_version') or '?'}" if source else "",
             "experiment": run["experiment"], "case": run["case_name"]}
 
 
@@ -414,7 +415,7 @@ def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def sweep_report(store: Store, sweep_id: str, plot: bool = True) -> SweepReport:
-    runs = [r for r in finished(store.runs(sweep_id=sweep_id)) if r["kind"] == "sweep"]
+    runs = [r for r in finished(store.runs(group_id=sweep_id)) if r["kind"] == "sweep"]
     axes = _axes_of(runs)
     return report_for_runs(store, runs, sweep_id, axes, plot, paths.plots_dir() / sweep_id)
 
@@ -452,7 +453,7 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
     if not points:
         return []
     label = f"{meta['experiment']}/{meta['case']}" + (f" [{group.label}]" if group.label else "")
-    pm = plot.PlotMeta(meta["target"], meta["draft"], meta["hardware"], meta["engine"], meta["commit"], label)
+    pm = plot.PlotMeta(meta["target"], meta["draft"], meta["hardware"], meta["engine"], meta["build"], label)
     a = group.analysis
     folder = out_dir / stem_prefix if stem_prefix else out_dir
     band = [(float(b.cost[0]), b.low, b.high) for b in group.view.bands] if group.view else None  # cost[0]: the length
@@ -468,5 +469,5 @@ def experiment_report(store: Store, experiment: str, plot: bool = True) -> Sweep
                              hint=f"run `llamaspec run {experiment}` or `llamaspec sweep {experiment} --draft 1..8` first")
     sweeps = [r for r in runs if r["kind"] == "sweep"]
     if sweeps:
-        return sweep_report(store, sweeps[0]["sweep_id"], plot)
+        return sweep_report(store, sweeps[0]["group_id"], plot)
     return report_for_runs(store, runs, experiment, _axes_of(runs), plot, paths.plots_dir() / _slug(experiment))

@@ -9,7 +9,7 @@ A backend is an object with:
   never probed with ``getattr``;
 - ``identity()``: what makes two of its measurements comparable (a build key, a library version);
   baselines are shared only under the same identity;
-- ``provenance()``: what produced the numbers;
+- ``provenance()``: what produced the numbers (its ``version`` and ``accel`` among them);
 - ``resolve_model(model, variant)``: the model in the form the engine loads (a GGUF file for
   llama.cpp; a checkpoint folder or a GGUF file for transformers), via the models room;
 - ``check(case)``: refuse, before anything runs, a case it cannot honour (raise LlamaspecError);
@@ -111,6 +111,10 @@ class Capabilities:
     prepares: bool = False  # prepare(case) loads what a measurement needs before it is timed
     top_tokens: bool = False  # top_tokens(...) gives the target's most probable tokens at a position
     prompt_timings: bool = False  # Measurement.prompt_ms and generation_ms are filled (end-to-end figures)
+    # The source tree the engine's programs are built from ("llama.cpp" for the command-line programs
+    # and the server: one build), whose commit is its provenance's ``version``, with the ``accel`` and
+    # CMake flags of the build; None: an engine in a library, known by its identity (transformers).
+    built_from: str | None = None
 
     @property
     def times_costs(self) -> bool:
@@ -189,6 +193,13 @@ def tokens_per_round(n_accept: int | None, rounds: int | None) -> float | None:
     return (n_accept + rounds) / rounds if n_accept is not None and rounds else None
 
 
+def engine_provenance(backend: Backend) -> dict[str, Any]:
+    """What a run stores as ``provenance["engine"]``: the engine's name (what an experiment's
+    ``engine:`` names), where it was built from (``Capabilities.built_from``), and its own
+    ``provenance()``, whose ``version`` and ``accel`` the results store keeps in columns."""
+    return {**backend.provenance(), "name": backend.name, "built_from": backend.capabilities.built_from}
+
+
 @dataclass(frozen=True)
 class Command:
     """One way to deploy a setting: a program's command line (``argv``, and ``text`` quoted for a
@@ -246,7 +257,8 @@ class Backend(Protocol):
         ...
 
     def provenance(self) -> dict[str, Any]:
-        """What produced the numbers (program versions, build flags, devices)."""
+        """What produced the numbers (program versions, build flags, devices): ``version`` (the
+        build's commit, or the library's version) and ``accel`` (what it computed on) among them."""
         ...
 
     def resolve_model(self, model: str, variant: str) -> ModelPath:

@@ -1,4 +1,4 @@
-"""The engine registry: an experiment's ``backend:`` name -> the module that opens it.
+"""The engine registry: an experiment's ``engine:`` name (``backend:`` before) -> the module that opens it.
 
 (``llamaspec.backend`` is the contract every engine fulfils; this module only finds them.)
 
@@ -28,7 +28,7 @@ def names() -> tuple[str, ...]:
 
 def _module(name: str) -> Any:
     if name not in REGISTRY:
-        raise LlamaspecError(f"unknown backend {name!r}", hint=f"known backends: {', '.join(REGISTRY)}")
+        raise LlamaspecError(f"unknown engine {name!r}", hint=f"known engines: {', '.join(REGISTRY)}")
     return _import(name, REGISTRY[name])
 
 

@@ -67,7 +67,7 @@ class Case:
 class Experiment:
     name: str
     description: str
-    backend: str  # the engine: a name in llamaspec.engines.REGISTRY
+    engine: str  # a name in llamaspec.engines.REGISTRY (the file's ``engine:``, or ``backend:`` as before)
     repeats: int | str  # pairs per point, or "auto"
     cases: tuple[Case, ...]
     path: str = ""
@@ -160,7 +160,7 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
     return ref
 
 
-TOP_KEYS = {"name": str, "description": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list,
+TOP_KEYS = {"name": str, "description": str, "engine": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list,
             "prompts": (str, dict)}
 CASE_KEYS = {"name": str, "target": dict, "draft": dict, "prompt": str, "prompt_file": str, "settings": dict, "reference": dict}
 
@@ -171,9 +171,13 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
     c = _Checker(source)
     top = c.mapping(data, "", TOP_KEYS, required=("name", "cases"))
     name = c.typed(top["name"], "name", str)
-    backend = c.typed(top.get("backend", "llama.cpp"), "backend", str)
-    if backend not in engines.names():
-        raise c.fail("backend", f"unknown backend {backend!r} (known: {', '.join(engines.names())})")
+    # ``engine:`` is the word; ``backend:``, the older one, is still read (not both: which would win?)
+    if "engine" in top and "backend" in top:
+        raise c.fail("backend", "give the engine once: `engine:` (backend: is its older name)")
+    key = "backend" if "backend" in top else "engine"
+    engine = c.typed(top.get(key, "llama.cpp"), key, str)
+    if engine not in engines.names():
+        raise c.fail(key, f"unknown engine {engine!r} (known: {', '.join(engines.names())})")
     repeats = top.get("repeats", 1)
     if repeats != "auto":
         repeats = c.typed(repeats, "repeats", int)
@@ -216,7 +220,7 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
     if len(set(names)) != len(names):
         raise c.fail("cases", f"case names must be unique, got {names}")
     prompts = c.typed(top["prompts"], "prompts", (str, dict)) if top.get("prompts") is not None else None
-    return Experiment(name, c.typed(top.get("description", ""), "description", str), backend, repeats, tuple(cases),
+    return Experiment(name, c.typed(top.get("description", ""), "description", str), engine, repeats, tuple(cases),
                       source, settings, prompts=prompts)
 
 

@@ -143,14 +143,14 @@ class PlotMeta:
     target_model: str
     draft_model: str
     hardware: str
-    engine: str  # the accelerator of a llama.cpp build, or another engine's identity
-    llama_commit: str
+    engine: str  # the accelerator of an engine built from source, or a library engine's identity
+    build: str  # the source tree and commit it was built from ("llama.cpp 0c1e570"); "" for a library engine
     label: str | None = None  # e.g. the experiment or sweep name
 
     def subtitle(self) -> str:
         return (
             f"target {self.target_model} + draft {self.draft_model}\n"
-            f"{self.hardware} · {self.engine}" + (f" · llama.cpp {self.llama_commit}" if self.llama_commit else "")
+            f"{self.hardware} · {self.engine}" + (f" · {self.build}" if self.build else "")
         )
 
     def title(self, what: str) -> str:

@@ -9,10 +9,9 @@ from typing import Any
 from llamaspec import stats, theory
 from llamaspec.backend import SPEED_DEFINITION, mean_accepted, tokens_per_round
 from llamaspec.experiment import Reference
+from llamaspec.results import built_from, engine_of
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
-
-LLAMACPP_ENGINES = ("llama.cpp", "llama-server")
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -146,7 +145,9 @@ def case_title(result: Any) -> str:
     case = result.case
     draft = case.draft.label if case.draft else f"none ({case.settings.spec_type})"
     engine = getattr(result, "engine", "") or ""
-    program = f", program {case.settings.program}" if engine in ("", "llama.cpp") else ""  # llama.cpp's setting only
+    # the program is a setting only where the engine takes it (None: not said, e.g. a caller's own result)
+    takes = getattr(result, "engine_settings", None)
+    program = f", program {case.settings.program}" if takes is None or "program" in takes else ""
     return (f"{case.experiment} / {case.case}  [run {result.run_id}, {result.status}{', ' + engine if engine else ''}]\n"
             f"  target {case.target.label}, draft {draft}, draft_max {case.settings.draft_max}, "
             f"n_predict {case.settings.n_predict}, threads {case.settings.threads}{program}")
@@ -172,16 +173,27 @@ def as_json(results: Sequence[Any]) -> list[dict[str, Any]]:
 # --- Markdown reports from the results store ---------------------------------------------------
 
 def engine_name(run: dict[str, Any]) -> str:
-    """The engine that measured a stored run (runs stored before the column existed: llama.cpp)."""
-    return str(run.get("backend_name") or "llama.cpp")
+    """The engine that measured a stored run (the store fills it in for runs stored before it had a column)."""
+    return str(run.get("engine") or "?")
+
+
+def _version(run: dict[str, Any]) -> str:
+    return f"{run.get('engine_version')}" + (f" ({run['accel']})" if run.get("accel") else "")
 
 
 def engine_label(run: dict[str, Any]) -> str:
-    """The engine with its version: llama.cpp's commit and accel, or transformers' identity."""
-    name = engine_name(run)
-    if name in LLAMACPP_ENGINES:
-        return f"{name} {run.get('llamacpp_commit')} ({run.get('accel')})"
-    return str((run.get("provenance") or {}).get("identity") or name)
+    """The engine with its version: an engine built from source, by its build's commit and accel; an
+    engine in a library, by its identity (library versions, device)."""
+    if built_from(run):
+        return f"{engine_name(run)} {_version(run)}"
+    return str((run.get("provenance") or {}).get("identity") or engine_name(run))
+
+
+def build_label(run: dict[str, Any]) -> str:
+    """The build that measured a stored run: the source tree and its commit (two engines built from one
+    tree share a build), or a library engine's identity."""
+    source = built_from(run)
+    return f"{source} {_version(run)}" if source else engine_label(run)
 
 
 def pair_label(run: dict[str, Any]) -> str:
@@ -189,12 +201,13 @@ def pair_label(run: dict[str, Any]) -> str:
     return f"{run.get('target')} + {draft}"
 
 COMPARE_BY = {
-    "build": lambda run: f"llama.cpp {run.get('llamacpp_commit')} ({run.get('accel')})",
+    "build": build_label,
     "machine": lambda run: run.get("machine") or (((run.get("provenance") or {}).get("hardware") or {}).get("host", "?")
                                                   + " / " + ((run.get("provenance") or {}).get("hardware") or {}).get("cpu", "?")),
     "pair": lambda run: f"{run.get('target')} + {run.get('draft') or 'no draft'}",
-    "backend": lambda run: f"{engine_name(run)} · {pair_label(run)}",
+    "engine": lambda run: f"{engine_name(run)} · {pair_label(run)}",
 }
+COMPARE_ALIASES = {"backend": "engine"}  # the word before "engine"
 
 
 _ZERO = Spread(0.0, 0.0, 0.0, 0, 0.0, 0.0, None)
@@ -229,11 +242,12 @@ def _md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
 
 def markdown(store: Any, experiment_name: str | Sequence[str], compare_by: str | None = None, plot: bool = True) -> str:
     """A Markdown summary of one or more experiments from the store; with ``compare_by``, their runs
-    grouped by build, machine, model pair or engine (``backend``: llama.cpp, llama-server and
-    transformers runs of the same pair side by side) next to each other."""
+    grouped by build, machine, model pair or engine (``engine``, or ``backend`` as before: runs of the
+    same pair by each engine side by side) next to each other."""
     from llamaspec.errors import LlamaspecError
 
     names = [experiment_name] if isinstance(experiment_name, str) else list(dict.fromkeys(experiment_name))
+    compare_by = COMPARE_ALIASES.get(compare_by or "", compare_by)
     if compare_by and compare_by not in COMPARE_BY:
         raise LlamaspecError(f"cannot compare by {compare_by!r}", hint=f"use one of {', '.join(COMPARE_BY)}")
     stored: dict[str, list[dict[str, Any]]] = {}
@@ -247,8 +261,8 @@ def markdown(store: Any, experiment_name: str | Sequence[str], compare_by: str |
     out = [f"# {', '.join(names)}", ""]
     for name in names:
         out += ([f"## {name}", ""] if several else []) + _overview(stored[name], ok[name])
-    if compare_by == "backend":
-        out += _compare_backends([r for name in names for r in ok[name]])
+    if compare_by == "engine":
+        out += _compare_engines([r for name in names for r in ok[name]])
     elif compare_by:
         out += _compare(compare_by, [r for name in names for r in ok[name]])
     for name in names:
@@ -261,8 +275,8 @@ def _overview(runs: list[dict[str, Any]], ok: list[dict[str, Any]]) -> list[str]
     prov = latest.get("provenance") or {}
     hw = prov.get("hardware") or {}
     engine = engine_label(latest)
-    if engine_name(latest) in LLAMACPP_ENGINES:
-        engine += f", flags: `{' '.join((prov.get('engine') or prov.get('llamacpp') or {}).get('cmake_args') or [])}`"
+    if built_from(latest):  # the build's CMake flags
+        engine += f", flags: `{' '.join(engine_of(prov).get('cmake_args') or [])}`"
     return [f"- latest run: {latest['id']} ({latest['started_at']}), {engine}",
             f"- hardware: {hw.get('cpu')} ({hw.get('cores')} cores, {(hw.get('memory_bytes') or 0) / 2**30:.0f} GiB), "
             f"{', '.join(hw.get('gpus') or []) or 'no GPU'}",
@@ -278,12 +292,9 @@ def _best(rs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _compare(compare_by: str, ok: list[dict[str, Any]]) -> list[str]:
     by = COMPARE_BY[compare_by]
-
-    def key(run: dict[str, Any]) -> str:  # another engine's "build" is its library versions
-        return engine_label(run) if compare_by == "build" and engine_name(run) not in LLAMACPP_ENGINES else by(run)
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in ok:
-        groups.setdefault(key(r), []).append(r)
+        groups.setdefault(by(r), []).append(r)
     out = [f"## Compared by {compare_by}", ""]
     body = []
     for label, rs in groups.items():
@@ -308,7 +319,7 @@ def _chosen(rs: list[dict[str, Any]]) -> dict[str, Any]:
 _SAME_FOR_COMPARISON = ("n_predict", "temperature", "seed")
 
 
-def _compare_backends(ok: list[dict[str, Any]]) -> list[str]:
+def _compare_engines(ok: list[dict[str, Any]]) -> list[str]:
     """Each model pair's runs per engine, side by side: speed, speedup, acceptance, lossless.
 
     Absolute speeds of two engines are not comparable (other kernels, other weight formats, each
@@ -394,7 +405,7 @@ def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[st
     latest: dict[str, str] = {}  # a sweep is one case's: the newest sweep of each case, newest first
     for r in ok:
         if r["kind"] == "sweep":
-            latest.setdefault(r["case_name"], r["sweep_id"])
+            latest.setdefault(r["case_name"], r["group_id"])
     if latest:
         out += [f"{head}Latest sweep" + ("s (one per case)" if len(set(latest.values())) > 1 else ""), ""]
     for sweep_id in dict.fromkeys(latest.values()):

@@ -2,10 +2,12 @@
 
 Tables (columns named after llama.cpp's own labels where there is one):
 - ``runs``: one row per ``llamaspec run`` case, sweep point or prompt of a prompt set: experiment,
-  case, status (running / ok / failed / interrupted), error, settings, provenance (llama.cpp
-  commit, backend, build flags, models with files and sha256, hardware), summary, and the process
-  that measured it (pid, host, start time: a ``running`` row whose process is gone is shown as
-  ``interrupted``).
+  case, the group it belongs to (``group_kind``: sweep, tune, promptset or study; ``group_id``),
+  status (running / ok / failed / interrupted), error, the engine (``engine``: what an
+  experiment's ``engine:`` names; ``engine_version``: its build's commit or library version;
+  ``accel``), settings, provenance (the engine's build flags, models with files and sha256,
+  hardware), summary, and the process that measured it (pid, host, start time: a ``running`` row
+  whose process is gone is shown as ``interrupted``).
 - ``measurements``: one row per generation: mode (speculative / baseline / draft / batch), repeat,
   argv, exit status, wall seconds, peak memory, parsed counters and timings, generated text and
   token ids, log path.
@@ -142,7 +144,49 @@ MIGRATIONS: tuple[str, ...] = (
     # Machine noise during each measurement (host.NoiseSample as JSON: CPU seconds of the window,
     # stolen by the hypervisor, used by the machine and by the measurement's own process tree).
     "ALTER TABLE measurements ADD COLUMN noise TEXT;",
+    # One word for the engine: ``engine`` is what an experiment's ``engine:`` (formerly ``backend:``)
+    # names (the column was backend_name), ``engine_version`` the version of it that measured
+    # (llama.cpp's build commit; the column was llamacpp_commit). Rows stored before the engine had
+    # a column were measured by llama.cpp's command-line programs, the only engine then.
+    """
+    ALTER TABLE runs RENAME COLUMN llamacpp_commit TO engine_version;
+    ALTER TABLE runs RENAME COLUMN backend_name TO engine;
+    UPDATE runs SET engine = COALESCE(CASE WHEN json_valid(provenance) THEN json_extract(provenance, '$.backend') END,
+                                      'llama.cpp')
+        WHERE engine IS NULL;
+    """,
+    # sweep_id held the id of whatever set a run belongs to: a sweep, a tune, a prompt set or a
+    # cluster study. It is the group's id now, and group_kind says which (Group), read for the rows
+    # stored before from where they came: a prompt set's rows are of kind promptset, a study's of
+    # kind cluster*, a tune's ids (also a tune's points measured on a cluster machine, TUNE_ID@MACHINE)
+    # begin with tune-; the rest were sweeps.
+    """
+    ALTER TABLE runs RENAME COLUMN sweep_id TO group_id;
+    ALTER TABLE runs ADD COLUMN group_kind TEXT;
+    UPDATE runs SET group_kind = CASE
+        WHEN kind = 'promptset' THEN 'promptset'
+        WHEN kind LIKE 'cluster%' THEN 'study'
+        WHEN group_id LIKE 'tune-%' THEN 'tune'
+        ELSE 'sweep' END
+        WHERE group_id IS NOT NULL;
+    """,
 )
+
+GROUP_KINDS = ("sweep", "tune", "promptset", "study")
+
+
+@dataclass(frozen=True)
+class Group:
+    """The set a run belongs to beside its experiment: a sweep (its points), a tune (the settings it
+    measured), a prompt set (its prompts) or a cluster study (its work items). ``id`` is what a rerun
+    of the same command finds it by, to resume it."""
+
+    kind: str  # of GROUP_KINDS
+    id: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in GROUP_KINDS:
+            raise ValueError(f"group kind {self.kind!r} is not one of {', '.join(GROUP_KINDS)}")
 
 INTERRUPTED = "the process ended without finishing (killed?)"
 _REAP_WAIT_MS = 2000
@@ -311,26 +355,29 @@ class Store:
     # --- writing ---------------------------------------------------------------------------
 
     def start_run(self, *, experiment: str, case_name: str, settings: dict, provenance: dict, kind: str = "run",
-                  sweep_id: str | None = None, point_key: str | None = None, prompt_id: str | None = None,
-                  category: str | None = None, machine: str | None = None, backend_name: str | None = None) -> int:
+                  group: Group | None = None, point_key: str | None = None, prompt_id: str | None = None,
+                  category: str | None = None, machine: str | None = None) -> int:
         """Record a run as ``running``, with this process (pid, host, start time) as its owner.
 
-        ``machine``: the cluster machine that measures it (None: this one; the owner is then
-        this process); ``backend_name``: the engine (llama.cpp / llama-server / transformers).
+        ``group``: the sweep, tune, prompt set or study it belongs to (``point_key``: its place
+        there); ``machine``: the cluster machine that measures it (None: this one; the owner is then
+        this process). The engine's name, version and accelerator come from ``provenance``
+        (:func:`engine_of`).
         """
         models = provenance.get("models", {})
-        engine = provenance.get("engine") or provenance.get("llamacpp") or {}  # "llamacpp" in stores before 0.2
+        engine = engine_of(provenance)
         pid, host, proc_start = this_process()
         with self.transaction() as db:
             cur = db.execute(
-                "INSERT INTO runs (experiment, case_name, kind, sweep_id, point_key, status, started_at, llamacpp_commit,"
-                " accel, target, draft, draft_max, settings, provenance, pid, host, proc_start, prompt_id, category,"
-                " machine, backend_name) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (experiment, case_name, kind, sweep_id, point_key, "running", now(),
-                 engine.get("commit"), engine.get("accel") or engine.get("backend"),
+                "INSERT INTO runs (experiment, case_name, kind, group_kind, group_id, point_key, status, started_at,"
+                " engine_version, accel, target, draft, draft_max, settings, provenance, pid, host, proc_start, prompt_id,"
+                " category, machine, engine) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (experiment, case_name, kind, group.kind if group else None, group.id if group else None, point_key,
+                 "running", now(),
+                 engine.get("version") or engine.get("commit"), engine.get("accel") or engine.get("backend"),
                  models.get("target", {}).get("label"), models.get("draft", {}).get("label"), settings.get("draft_max"),
                  json.dumps(settings, sort_keys=True), json.dumps(provenance, sort_keys=True),
-                 pid, host, proc_start, prompt_id, category, machine, backend_name),
+                 pid, host, proc_start, prompt_id, category, machine, engine.get("name")),
             )
             return int(cur.lastrowid or 0)
 
@@ -395,14 +442,14 @@ class Store:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def runs(self, experiment: str | None = None, sweep_id: str | None = None, status: str | None = None,
+    def runs(self, experiment: str | None = None, group_id: str | None = None, status: str | None = None,
              limit: int | None = None, ids: Sequence[int] | None = None, *, kind: str | None = None,
              prompt_id: str | None = None) -> list[dict[str, Any]]:
         """Stored runs, newest first, filtered by whichever arguments are given."""
         self.mark_stale_running()
         where: list[str] = []
         args: list[Any] = []
-        for column, value in (("experiment", experiment), ("sweep_id", sweep_id), ("status", status), ("kind", kind),
+        for column, value in (("experiment", experiment), ("group_id", group_id), ("status", status), ("kind", kind),
                               ("prompt_id", prompt_id)):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -429,16 +476,16 @@ class Store:
         return [_decode(r) for r in self._query(
             "SELECT * FROM measurements WHERE baseline_key = ? AND mode = ? AND ok = 1 ORDER BY id", (key, mode))]
 
-    def finished_point(self, sweep_id: str, point_key: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT * FROM runs WHERE sweep_id = ? AND point_key = ? AND status IN ('ok', 'differs') ORDER BY id DESC LIMIT 1",
-                           (sweep_id, point_key))
+    def finished_point(self, group_id: str, point_key: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT * FROM runs WHERE group_id = ? AND point_key = ? AND status IN ('ok', 'differs') ORDER BY id DESC LIMIT 1",
+                           (group_id, point_key))
         return _decode(rows[0]) if rows else None
 
-    def finished_prompt(self, sweep_id: str, point_key: str | None, prompt_id: str) -> dict[str, Any] | None:
+    def finished_prompt(self, group_id: str, point_key: str | None, prompt_id: str) -> dict[str, Any] | None:
         """The newest finished run of one prompt of a prompt set at one point (``point_key`` None:
         a run outside a sweep's points), for resuming a prompt set prompt by prompt."""
-        rows = self._query("SELECT * FROM runs WHERE sweep_id = ? AND prompt_id = ? AND point_key IS ? AND status IN ('ok', 'differs')"
-                           " ORDER BY id DESC LIMIT 1", (sweep_id, prompt_id, point_key))
+        rows = self._query("SELECT * FROM runs WHERE group_id = ? AND prompt_id = ? AND point_key IS ? AND status IN ('ok', 'differs')"
+                           " ORDER BY id DESC LIMIT 1", (group_id, prompt_id, point_key))
         return _decode(rows[0]) if rows else None
 
     def _query(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
@@ -456,8 +503,8 @@ class Store:
                 r["measurements"] = self.measurements(r["id"])
             return json.dumps(runs, indent=2, sort_keys=True)
         if fmt == "csv":
-            columns = ["run_id", "experiment", "case_name", "kind", "sweep_id", "prompt_id", "category", "status",
-                       "started_at", "llamacpp_commit", "backend_name", "accel", "machine", "target", "draft",
+            columns = ["run_id", "experiment", "case_name", "kind", "group_kind", "group_id", "prompt_id", "category", "status",
+                       "started_at", "engine", "engine_version", "accel", "machine", "target", "draft",
                        "draft_max"] + [
                 f.name for f in fields(MeasurementRow)
                 if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id", "noise")] + ["cpu_steal", "other_load"]
@@ -471,6 +518,30 @@ class Store:
                                      "cpu_steal": noise.get("steal"), "other_load": noise.get("other_load")})
             return out.getvalue()
         raise LlamaspecError(f"unknown export format {fmt!r}", hint="use csv or json")
+
+
+def engine_of(provenance: dict[str, Any]) -> dict[str, Any]:
+    """A run's provenance of its engine, with its ``name`` (what an experiment's ``engine:`` names),
+    however it was stored: ``provenance["engine"]`` holds the name since the engine's own provenance
+    and its name were merged; before, the name was ``provenance["backend"]``, and before 0.2 the
+    engine's provenance was under ``"llamacpp"``."""
+    engine = provenance.get("engine") or provenance.get("llamacpp") or {}
+    if not isinstance(engine, dict):
+        return {}
+    if "name" not in engine and isinstance(provenance.get("backend"), str):
+        return {**engine, "name": provenance["backend"]}
+    return engine
+
+
+def built_from(run: dict[str, Any]) -> str | None:
+    """The source tree a stored run's engine was built from (``Capabilities.built_from``; its
+    ``engine_version`` is that tree's commit), None for an engine in a library. Runs stored before
+    engines declared it: the engines that recorded a commit were the ones built from llama.cpp."""
+    engine = engine_of(run.get("provenance") or {})
+    if "built_from" in engine:
+        found = engine["built_from"]
+        return str(found) if found else None
+    return "llama.cpp" if run.get("engine_version") else None
 
 
 def _wal(db: sqlite3.Connection, timeout: float) -> None:

@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from llamaspec import __version__, pairs, paths, stats
-from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase
+from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase, engine_provenance
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, Reference
-from llamaspec.results import MeasurementRow, Store, measurements_of
+from llamaspec.results import Group, MeasurementRow, Store, measurements_of
 from llamaspec.summary import Summary, requested_draft, summarize
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,8 @@ class CaseResult:
     reference: Reference | None
     measurements: tuple[Measurement, ...]
     summary: Summary
-    engine: str = ""  # the backend that measured it
+    engine: str = ""  # the engine that measured it
+    engine_settings: frozenset[str] | None = None  # the settings that engine takes (Capabilities.settings)
 
     @property
     def status(self) -> str:
@@ -113,8 +114,7 @@ def provenance(backend: Backend, case: ResolvedCase, hardware: dict[str, Any], e
     if case.draft:
         models["draft"] = asdict(case.draft)
     return {
-        "engine": backend.provenance(),
-        "backend": backend.name,
+        "engine": engine_provenance(backend),
         "identity": backend.identity(),
         "models": models,
         "hardware": hardware,
@@ -158,7 +158,7 @@ def measurement_row(run_id: int, repeat: int, m: Measurement, key: str | None) -
 
 def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Repeats = 1, hardware: dict[str, Any],
              reference: Reference | None = None, exp: Experiment | None = None, kind: str = "run",
-             sweep_id: str | None = None, point_key: str | None = None, shared_baseline: bool = False,
+             group: Group | None = None, point_key: str | None = None, shared_baseline: bool = False,
              baseline_scope: str | None = None, time_costs: bool = False, warmup: bool = False,
              on_event: Event | None = None) -> CaseResult:
     """Measure one case: baseline and speculative in pairs, next to each other, the order
@@ -179,15 +179,15 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
     at_least, at_most = repeat_bounds(repeats)
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
                              provenance=provenance(backend, case, hardware, exp, reference), kind=kind,
-                             sweep_id=sweep_id, point_key=point_key, prompt_id=case.prompt_id, category=case.category,
-                             backend_name=backend.name)
+                             group=group, point_key=point_key, prompt_id=case.prompt_id, category=case.category)
     point = _Point(case, backend, store, run_id, baseline_scope, time_costs, shared_baseline, at_most, on_event)
     if warmup:
         point.emit("start", {"case": case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
         backend.measure(replace(case, settings=replace(case.settings, n_predict=16)), "baseline", point.logs / "warmup.log")
     settled = (lambda: stats.interval_reached(point.summary().speedup, AUTO_HALF_WIDTH)) if repeats == "auto" else None
     summary = point.measure(at_least, at_most, 0, settled, shown=at_most if repeats == "auto" else at_least)
-    return CaseResult(run_id, case, reference, tuple(point.measured), summary, engine=backend.name)
+    return CaseResult(run_id, case, reference, tuple(point.measured), summary, engine=backend.name,
+                      engine_settings=backend.capabilities.settings)
 
 
 def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, count: int, *,
@@ -210,7 +210,8 @@ def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, 
     before = measurements_of([r for r in rows if r["mode"] not in pairs.PAIR_MODES or r["repeat"] in whole])
     point = _Point(case, backend, store, run_id, baseline_scope, True, False, start + count, on_event, before)
     summary = point.measure(count, count, start, None, shown=start + count)
-    return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name)
+    return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name,
+                      engine_settings=backend.capabilities.settings)
 
 
 class _Point:
@@ -297,11 +298,11 @@ class _Point:
 
 
 def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Backend, store: Store, *, repeats: int,
-                   hardware: dict[str, Any], kind: str, sweep_id: str | None, point_key: str | None = None) -> list[Measurement]:
+                   hardware: dict[str, Any], kind: str, group: Group | None, point_key: str | None = None) -> list[Measurement]:
     """Measure ``mode`` ``repeats`` times in a run row of its own, stored under the shared ``key``
     (a draft variant's timing); stops at the first failure."""
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
-                             provenance=provenance(backend, case, hardware), kind=kind, sweep_id=sweep_id,
+                             provenance=provenance(backend, case, hardware), kind=kind, group=group,
                              point_key=point_key)
     done: list[Measurement] = []
     for r in range(repeats):

@@ -22,7 +22,7 @@ from llamaspec.backend import Backend
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.progress import Progress
-from llamaspec.results import Store
+from llamaspec.results import Group, Store
 from llamaspec.run import CaseResult, check_settings, resolve_case, run_case
 from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
 
@@ -112,7 +112,7 @@ def sweep_id(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], ide
     blob = {"experiment": exp.name, "case": case.name, "axes": sorted(axes), "build": identity, "repeats": exp.repeats,
             "settings": dataclasses.asdict(case.settings), "target": case.target.label, "prompt": case.prompt,
             "prompt_file": case.prompt_file, "draft": case.draft.label if case.draft else None,
-            "shared_baseline": shared_baseline, "engine": exp.backend}
+            "shared_baseline": shared_baseline, "engine": exp.engine}
     return f"{exp.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:10]}"
 
 
@@ -153,7 +153,7 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backe
         for i, (point, rc) in enumerate(todo):
             bar.update(i, point.label)
             result: CaseResult = run_case(rc, backend, store, repeats=exp.repeats, hardware=hw, reference=case.reference,
-                                          exp=exp, kind="sweep", sweep_id=sid, point_key=point.key,
+                                          exp=exp, kind="sweep", group=Group("sweep", sid), point_key=point.key,
                                           shared_baseline=shared_baseline, baseline_scope=sid, time_costs=True,
                                           warmup=i == 0, on_event=on_event)
             s = result.summary
@@ -289,7 +289,7 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
         row = store.finished_point(sid, point.key)
         if row is None:
             result = run_case(rc, backend, store, repeats=pairs, hardware=hw, reference=case.reference, exp=exp,
-                              kind="sweep", sweep_id=sid, point_key=point.key, baseline_scope=sid, time_costs=True,
+                              kind="sweep", group=Group("sweep", sid), point_key=point.key, baseline_scope=sid, time_costs=True,
                               warmup=not measured, on_event=on_event)
         else:
             result = more_pairs(row["id"], rc, backend, store, pairs, baseline_scope=sid, on_event=on_event)

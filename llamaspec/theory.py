@@ -41,7 +41,7 @@ are counted in n_drafted but can never be accepted, so with a fixed draft length
 
 E.g. α = 0.9 at k = 8 gives accept = 0.64. We solve this for α numerically
 (:func:`alpha_from_accept_rate`), or, equivalently when the number of rounds is known, solve
-tokens per round (:func:`alpha_from_tokens_per_call`). A fit (:func:`analyze`) uses the mean number
+tokens per round (:func:`alpha_from_tokens_per_round`). A fit (:func:`analyze`) uses the mean number
 drafted per round, ``n_drafted / rounds``, as ``k``: programs draft fewer than ``--draft`` with
 ``--draft-p-min`` or near the end of generation, and 2023 builds adapted the length.
 
@@ -70,12 +70,13 @@ __all__ = [
     "Program",
     "accept_rate",
     "alpha_from_accept_rate",
-    "alpha_from_tokens_per_call",
+    "alpha_from_tokens_per_round",
     "analyze",
     "best_draft_length",
     "bench_depth",
     "ceiling_speedup",
     "expected_accepted",
+    "expected_tokens_per_round",
     "explain_shortfall",
     "interpolate",
     "max_cost_ratio",
@@ -83,7 +84,6 @@ __all__ = [
     "paper_speedup",
     "program",
     "required_alpha",
-    "tokens_per_call",
 ]
 
 _HINT_COUNTS = "check the counters parsed from the speculative program's output (n_drafted, n_accept, n_predict)"
@@ -105,7 +105,7 @@ def _check_k(k: float) -> None:
 
 
 def expected_accepted(alpha: float, k: float) -> float:
-    """Mean accepted draft tokens per target call: α(1 - α^k)/(1 - α); k at α = 1, 0 at α = 0.
+    """Mean accepted draft tokens per round (one target call): α(1 - α^k)/(1 - α); k at α = 1, 0 at α = 0.
 
     ``k`` may be fractional (a mean draft length); the formula is then an interpolation.
     """
@@ -119,8 +119,10 @@ def expected_accepted(alpha: float, k: float) -> float:
     return alpha * -math.expm1(k * math.log(alpha)) / (1.0 - alpha)
 
 
-def tokens_per_call(alpha: float, k: float) -> float:
-    """Mean tokens emitted per target call: (1 - α^(k+1))/(1 - α) = 1 + expected_accepted."""
+def expected_tokens_per_round(alpha: float, k: float) -> float:
+    """Mean tokens a round (one target call) emits, as the model expects them at per-token acceptance α
+    and draft length k: (1 - α^(k+1))/(1 - α) = 1 + expected_accepted. (Measured from a run's counters:
+    ``llamaspec.backend.tokens_per_round``.)"""
     return 1.0 + expected_accepted(alpha, k)
 
 
@@ -163,8 +165,8 @@ def alpha_from_accept_rate(accept: float, k: float) -> float:
     return _solve_increasing(lambda a: accept_rate(a, k), accept, 0.0, 1.0)
 
 
-def alpha_from_tokens_per_call(tokens: float, k: float) -> float:
-    """Invert :func:`tokens_per_call`: α from measured tokens per target call at draft length k.
+def alpha_from_tokens_per_round(tokens: float, k: float) -> float:
+    """Invert :func:`expected_tokens_per_round`: α from measured tokens per round at draft length k.
 
     ``tokens`` must lie in [1, k + 1]: 1 means nothing accepted, k + 1 means everything.
     """
@@ -173,20 +175,20 @@ def alpha_from_tokens_per_call(tokens: float, k: float) -> float:
         raise LlamaspecError("cannot infer alpha when nothing was drafted (k = 0)", hint=_HINT_COUNTS)
     if not (isinstance(tokens, (int, float)) and 1.0 <= tokens <= k + 1.0 + 1e-12):
         raise LlamaspecError(
-            f"tokens per target call must be in [1, k + 1] = [1, {k + 1:g}], got {tokens!r}", hint=_HINT_COUNTS
+            f"tokens per round must be in [1, k + 1] = [1, {k + 1:g}], got {tokens!r}", hint=_HINT_COUNTS
         )
     if tokens <= 1.0:
         return 0.0
     if tokens >= k + 1.0:
         return 1.0
-    return _solve_increasing(lambda a: tokens_per_call(a, k), tokens, 0.0, 1.0)
+    return _solve_increasing(lambda a: expected_tokens_per_round(a, k), tokens, 0.0, 1.0)
 
 
 def paper_speedup(alpha: float, k: float, cost_ratio: float) -> float:
     """Leviathan et al.'s expected walltime improvement: (1 - α^(k+1)) / ((1 - α)(k·c + 1))."""
     if not (math.isfinite(cost_ratio) and cost_ratio >= 0):
         raise LlamaspecError(f"cost ratio c must be a finite number >= 0, got {cost_ratio!r}")
-    return tokens_per_call(alpha, k) / (k * cost_ratio + 1.0)
+    return expected_tokens_per_round(alpha, k) / (k * cost_ratio + 1.0)
 
 
 @dataclass(frozen=True)
@@ -210,13 +212,13 @@ def fit_one_point(accept: float, draft_len: float, speedup: float, max_draft: in
     if not (draft_len > 0 and speedup > 0 and 0.0 <= accept <= 1.0):
         return None
     alpha = alpha_from_accept_rate(accept, draft_len)
-    cost_ratio = max((tokens_per_call(alpha, draft_len) / speedup - 1.0) / draft_len, 0.0)
+    cost_ratio = max((expected_tokens_per_round(alpha, draft_len) / speedup - 1.0) / draft_len, 0.0)
     best = max(range(1, max_draft + 1), key=lambda k: paper_speedup(alpha, k, cost_ratio))
     return OnePointFit(alpha, draft_len, cost_ratio, best, paper_speedup(alpha, best, cost_ratio))
 
 
 def ceiling_speedup(alpha: float) -> float:
-    """The k → ∞, c → 0 limit: 1/(1 - α) tokens per call, hence speedup (inf at α = 1)."""
+    """The k → ∞, c → 0 limit: 1/(1 - α) tokens per round, hence speedup (inf at α = 1)."""
     _check_alpha(alpha)
     return math.inf if alpha == 1.0 else 1.0 / (1.0 - alpha)
 
@@ -438,7 +440,7 @@ class CostModel:
 
     def speedup(self, alpha: float, k: float) -> float:
         """Predicted decode speedup over the target alone: tokens per round · baseline ms per token / T_round(k)."""
-        tokens = tokens_per_call(alpha, k)
+        tokens = expected_tokens_per_round(alpha, k)
         call = self.call_ms(k, tokens)
         if call <= 0:
             return math.inf
@@ -463,8 +465,8 @@ class CostModel:
             return self
         num = den = 0.0
         for o in drafted:
-            k = o.drafted_per_call
-            tokens = tokens_per_call(alpha, k)
+            k = o.drafted_per_round
+            tokens = expected_tokens_per_round(alpha, k)
             per = tokens * self.baseline_ms_per_token
             d = self.draft_ms(k) / per  # the draft's share of 1/speedup
             rest = (self.verify_ms(k) + tokens * self.target_sample_ms) / per
@@ -632,13 +634,13 @@ class Observation:
         return self.rounds if self.rounds is not None else self.derived_rounds
 
     @property
-    def drafted_per_call(self) -> float:
+    def drafted_per_round(self) -> float:
         """Mean tokens actually drafted per round (≤ draft_max unless the build adapts it)."""
         return self.n_drafted / self.calls
 
     @property
-    def tokens_per_call(self) -> float:
-        """Tokens emitted per round: accepted + the target's own."""
+    def tokens_per_round(self) -> float:
+        """Tokens emitted per round, measured: accepted + the target's own (Spec-Bench's tau)."""
         return 1.0 + self.n_accept / self.calls
 
     @property
@@ -650,8 +652,8 @@ class Observation:
         """This point's own α, from tokens per round at its mean drafted length; None if nothing drafted."""
         if self.n_drafted == 0:
             return None
-        k = self.drafted_per_call
-        return alpha_from_tokens_per_call(min(self.tokens_per_call, k + 1.0), k)
+        k = self.drafted_per_round
+        return alpha_from_tokens_per_round(min(self.tokens_per_round, k + 1.0), k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,12 +670,12 @@ class PointFit:
     alpha: float | None  # this point's own α (None: nothing drafted)
     calls: int  # verification rounds
     calls_measured: bool  # False: derived from the counters by the program's loop
-    drafted_per_call: float  # the k the prediction uses
-    tokens_per_call: float
-    mean_accepted: float  # accepted drafts per round = tokens_per_call - 1
+    drafted_per_round: float  # the k the prediction uses
+    tokens_per_round: float
+    mean_accepted: float  # accepted drafts per round = tokens_per_round - 1
     measured_speedup: float
-    measured_call_ms: float  # ms per round the measured speed implies: tokens_per_call · 1000 / spec_decode_tps
-    predicted_speedup: float | None  # pooled α and cost model at drafted_per_call
+    measured_call_ms: float  # ms per round the measured speed implies: tokens_per_round · 1000 / spec_decode_tps
+    predicted_speedup: float | None  # pooled α and cost model at drafted_per_round
     predicted_call_ms: float | None
     implied_cost_ratio: float | None  # the c that would make the prediction match the measurement
 
@@ -692,7 +694,7 @@ class PointFit:
 @dataclass(frozen=True)
 class Prediction:
     draft_max: int
-    tokens_per_call: float
+    tokens_per_round: float
     accept_rate: float  # what llama.cpp would print as accept, as a fraction
     call_steps: float  # cost of one round in baseline tokens' time
     speedup: float
@@ -709,7 +711,7 @@ class Analysis:
     program: Program = field(default=LLAMA_SPECULATIVE)
 
     @property
-    def tokens_per_call_ceiling(self) -> float:
+    def tokens_per_round_ceiling(self) -> float:
         """1/(1 - α): tokens per round as k → ∞."""
         return ceiling_speedup(self.alpha)
 
@@ -776,7 +778,7 @@ class Analysis:
             pred = f"{p.predicted_speedup:.3f}x" if p.predicted_speedup is not None else "-"
             err = f"{100 * p.rel_error:+.1f}%" if p.rel_error is not None else "-"
             acc = f"{100 * p.accept_rate:.1f}%" if p.accept_rate is not None else "-"
-            lines.append(f"{p.draft_max:>5} {acc:>7} {p.tokens_per_call:>9.2f} {p.measured_speedup:>8.3f}x {pred:>9} {err:>7}")
+            lines.append(f"{p.draft_max:>5} {acc:>7} {p.tokens_per_round:>9.2f} {p.measured_speedup:>8.3f}x {pred:>9} {err:>7}")
         lines.append(self.fit_quality())
         if self.best is not None and self.cost is not None:
             timed = f", timed alone {self.cost.timed_cost_ratio:.3f}" if self.cost.timed_cost_ratio is not None else ""
@@ -801,7 +803,7 @@ def _pooled_alpha(observations: Sequence[Observation]) -> float:
         return 1.0
 
     def accepted(a: float) -> float:
-        return sum(o.calls * expected_accepted(a, o.drafted_per_call) for o in drafted)
+        return sum(o.calls * expected_accepted(a, o.drafted_per_round) for o in drafted)
 
     return _solve_increasing(accepted, goal, 0.0, 1.0)
 
@@ -839,9 +841,9 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
         curve = tuple(
             Prediction(
                 draft_max=k,
-                tokens_per_call=tokens_per_call(alpha, k),
+                tokens_per_round=expected_tokens_per_round(alpha, k),
                 accept_rate=accept_rate(alpha, k),
-                call_steps=cost.call_ms(k, tokens_per_call(alpha, k)) / cost.baseline_ms_per_token,
+                call_steps=cost.call_ms(k, expected_tokens_per_round(alpha, k)) / cost.baseline_ms_per_token,
                 speedup=cost.speedup(alpha, k),
             )
             for k in range(1, k_max + 1)
@@ -849,16 +851,16 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
 
     points = []
     for o in obs:
-        k = o.drafted_per_call
+        k = o.drafted_per_round
         predicted = predicted_ms = implied = None
         if cost is not None:
             predicted = cost.speedup(alpha, k)
-            predicted_ms = cost.call_ms(k, tokens_per_call(alpha, k))
+            predicted_ms = cost.call_ms(k, expected_tokens_per_round(alpha, k))
             steps = cost.program.draft_steps_per_round(k)
             if steps > 0:
                 # tokens · t_base / (steps·c·t_target + the rest) = measured, solved for c
                 rest = predicted_ms - steps * cost.draft_ms_per_token
-                implied = ((o.tokens_per_call * cost.baseline_ms_per_token / o.measured_speedup - rest)
+                implied = ((o.tokens_per_round * cost.baseline_ms_per_token / o.measured_speedup - rest)
                            / (steps * cost.target_ms_per_token))
         points.append(
             PointFit(
@@ -867,11 +869,11 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
                 alpha=o.alpha,
                 calls=o.calls,
                 calls_measured=o.rounds is not None,
-                drafted_per_call=k,
-                tokens_per_call=o.tokens_per_call,
-                mean_accepted=o.tokens_per_call - 1.0,
+                drafted_per_round=k,
+                tokens_per_round=o.tokens_per_round,
+                mean_accepted=o.tokens_per_round - 1.0,
                 measured_speedup=o.measured_speedup,
-                measured_call_ms=1000.0 * o.tokens_per_call / o.spec_decode_tps,
+                measured_call_ms=1000.0 * o.tokens_per_round / o.spec_decode_tps,
                 predicted_speedup=predicted,
                 predicted_call_ms=predicted_ms,
                 implied_cost_ratio=implied,

@@ -33,7 +33,7 @@ from llamaspec import analysis, decide
 from llamaspec.backend import Backend
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
-from llamaspec.results import Store
+from llamaspec.results import Group, Store
 from llamaspec.run import resolve_case, run_case
 from llamaspec.settings import Settings
 from llamaspec.summary import Summary
@@ -200,7 +200,7 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
         if row is None:
             resolved = resolve_case(exp, _case_for(case, config), backend)
             done = run_case(resolved, backend, store, repeats=exp.repeats, hardware=hw, exp=exp, kind="sweep",
-                            sweep_id=tune_id, point_key=key, baseline_scope=tune_id,
+                            group=Group("tune", tune_id), point_key=key, baseline_scope=tune_id,
                             time_costs=config.draft_variant is not None, warmup=not result.measured)
             row = store.run(done.run_id)
         result.measured.append((config, row))
@@ -299,7 +299,7 @@ def _bound(exp: Experiment, case: Case, variant: str, backend: Backend, store: S
     timed = [row["decode_tps"] for row in store.shared(key, "draft")]
     if not timed:
         done = measure_shared(resolved, "draft", key, backend, store, repeats=1, hardware=hw, kind="draft-timing",
-                              sweep_id=tune_id, point_key=f"draft-{variant}")
+                              group=Group("tune", tune_id), point_key=f"draft-{variant}")
         timed = [m.decode_tps for m in done if m.ok and m.decode_tps]
     if not timed or not timed[0]:
         return None

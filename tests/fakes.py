@@ -88,6 +88,7 @@ class FakeEngine:
     differ_at_k: tuple[int, ...] = ()
     noise: tuple[float, ...] = (1.0,)  # multiplicative factors cycled per measurement
     name: str = "fake"
+    built_from: str | None = None  # Capabilities.built_from: a source tree (its version is then "fake")
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -95,13 +96,13 @@ class FakeEngine:
                                          settings=frozenset({"n_predict", "draft_max", "threads", "seed", "ctx_size",
                                                              "flash_attn", "temperature", "escape", "gpu_layers",
                                                              "draft_gpu_layers", "spec_type", "program", "timeout"}),
-                                         spec_types=("draft",), draft_policy="fixed")
+                                         spec_types=("draft",), draft_policy="fixed", built_from=self.built_from)
 
     def identity(self) -> str:
         return f"fake-{self.base_tps}"
 
     def provenance(self) -> dict[str, Any]:
-        return {"engine": "fake", "commit": "fake", "build_key": self.identity()}
+        return {"version": "fake", "build_key": self.identity()}
 
     def resolve_model(self, model: str, variant: str) -> ModelPath:
         return ModelPath(f"{model}:{variant}", f"/models/{model}-{variant}.gguf", variant)

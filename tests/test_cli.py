@@ -145,7 +145,7 @@ def test_a_prompt_set_refuses_a_transformers_experiment(tmp_path) -> None:
     prompts = tmp_path / "set.jsonl"
     prompts.write_text('{"prompt": "hello"}\n')
     result = CliRunner().invoke(main, ["prompts", "run", "hf-smollm2-quicksort", "--prompts", str(prompts)])
-    assert result.exit_code != 0 and "uses the transformers backend" in result.output, result.output
+    assert result.exit_code != 0 and "uses the transformers engine" in result.output, result.output
 
 
 @pytest.mark.parametrize(("args", "error", "hint"), [

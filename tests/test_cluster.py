@@ -83,7 +83,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def stored_keys(store: Store, study: str) -> list[str]:
-    return sorted(r["point_key"] for r in store.runs(sweep_id=study))
+    return sorted(r["point_key"] for r in store.runs(group_id=study))
 
 
 # --- queue --------------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_study_spreads_items_over_machines_and_stores_each_once_with_its_machine
         pool.close()
     assert stored_keys(store, "s1") == [f"item-{i:02d}" for i in range(8)]
     assert a.executed and b.executed and sorted(a.executed + b.executed) == stored_keys(store, "s1")
-    for run in store.runs(sweep_id="s1"):
+    for run in store.runs(group_id="s1"):
         assert run["machine"] == run["provenance"]["machine"] == report.done[run["point_key"]]
         assert "machine" not in run["summary"]  # the summary stays the executor's (Summary.from_dict reads it)
         assert len(store.measurements(run["id"])) == 4
@@ -206,7 +206,7 @@ def test_a_failed_item_is_stored_as_failed_and_retried_by_a_rerun(store: Store) 
     work[1] = WorkItem(work[1].key, "fake", {**work[1].payload, "fail": True})
     report = run_study("s4", work, pool_of(FakeWorker("host-a")), StoreSink(store), Requirements())
     assert report.failed == {"item-01": "boom"}
-    assert {r["point_key"]: r["status"] for r in store.runs(sweep_id="s4")} == {"item-00": "ok", "item-01": "failed",
+    assert {r["point_key"]: r["status"] for r in store.runs(group_id="s4")} == {"item-00": "ok", "item-01": "failed",
                                                                                 "item-02": "ok"}
     retry = FakeWorker("host-a")
     run_study("s4", items(3), pool_of(retry), StoreSink(store), Requirements())
@@ -367,7 +367,7 @@ def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_store
     report = run_study("core", [item], pool, StoreSink(store), Requirements(accel="cpu", models={F32: None, Q41: None}))
     pool.close()
     assert report.done == {"python": "box"} and not report.failed
-    (run,) = store.runs(sweep_id="core")
+    (run,) = store.runs(group_id="core")
     assert run["provenance"]["machine"] == "box" and run["provenance"]["engine"]["commit"] == "0c1e570"
     assert {m["mode"] for m in store.measurements(run["id"])} == {"baseline", "speculative"}
     assert run["summary"]["lossless"]["verdict"] == "identical" and run["summary"]["speedup"]["median"] > 0
@@ -392,7 +392,7 @@ def test_a_llama_server_experiment_is_measured_on_llama_server_by_the_workers(tm
     done = CliRunner().invoke(main, ["cluster", "run", str(tmp_path / "srv.yaml"), "--accel", "cpu"])
     assert done.exit_code == 0, done.output
     (run,) = Store.open().runs(experiment="cluster-srv")
-    assert run["status"] == "ok" and run["backend_name"] == "llama-server" and run["provenance"]["backend"] == "llama-server"
+    assert run["status"] == "ok" and run["engine"] == "llama-server" and run["provenance"]["engine"]["name"] == "llama-server"
     ms = Store.open().measurements(run["id"])
     assert {m["mode"] for m in ms} == {"baseline", "speculative"} and all(m["ok"] for m in ms)
     assert all((m["speed_basis"] or "").startswith("llama-server timings") for m in ms), ms
@@ -418,7 +418,7 @@ def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store,
                        Requirements(commit="0c1e570", accel="cpu", models={str(target): None, str(draft): None}))
     pool.close()
     assert not report.refused and sorted(report.done) == ["c#0", "c#1"]
-    for run in store.runs(sweep_id="fake-pairs"):
+    for run in store.runs(group_id="fake-pairs"):
         ms = store.measurements(run["id"])
         assert [(m["mode"], m["repeat"]) for m in ms] == [("baseline", 0), ("speculative", 0), ("speculative", 1),
                                                            ("baseline", 1)]  # ABBA
@@ -574,7 +574,7 @@ def test_a_prompt_set_over_two_machines_is_paired_per_machine_and_matches_one_ma
     finally:
         pool.close()
     assert not report.failed and sorted(report.done) == sorted(i.key for i in work)
-    runs = store.runs(sweep_id="set")
+    runs = store.runs(group_id="set")
     assert sorted(r["prompt_id"] for r in runs) == [f"p{i}" for i in range(8)]  # each prompt once
     assert {r["machine"] for r in runs} == {"host-a", "host-b"}
     assert all(len(store.measurements(r["id"])) == 4 for r in runs)  # 2 repeats x (baseline, speculative)
@@ -747,16 +747,16 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
     finally:
         pool.close()
     assert report.done == {"tune@host-a": "host-a", "tune@host-b": "host-b"}, report
-    best = {r["machine"]: r["summary"]["tune"][0]["best"]["draft_max"] for r in store.runs(sweep_id="tune")}
+    best = {r["machine"]: r["summary"]["tune"][0]["best"]["draft_max"] for r in store.runs(group_id="tune")}
     assert best["host-a"] > best["host-b"], best  # cheap drafts: draft longer
-    assert all("recommended:" in r["summary"]["text"] for r in store.runs(sweep_id="tune"))
+    assert all("recommended:" in r["summary"]["text"] for r in store.runs(group_id="tune"))
     # Every point of each machine's tune is stored here too, once, with its machine: the worker's
     # scratch store is never the only copy, and the rendering names this store's runs.
     from llamaspec.summary import Summary
 
-    for r in store.runs(sweep_id="tune"):
+    for r in store.runs(group_id="tune"):
         (done,) = r["summary"]["tune"]
-        points = store.runs(sweep_id=f"{done['tune_id']}@{r['machine']}")
+        points = store.runs(group_id=f"{done['tune_id']}@{r['machine']}")
         assert len(points) == done["measured_points"] == len({p["point_key"] for p in points}) >= 4
         assert {p["machine"] for p in points} == {r["machine"]} and {p["kind"] for p in points} == {"sweep"}
         assert all(Summary.from_dict(p["summary"]).paired for p in points)
@@ -800,16 +800,16 @@ def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Sto
     if kind == "pair":
         work = study.experiment_items(exp)
     else:
-        work = [WorkItem("k4", "case", {"experiment": str(exp.path), "backend": exp.backend, "case": "k4", "repeats": 2})]
-    assert {i.payload["backend"] for i in work} == {"llama-server"}
+        work = [WorkItem("k4", "case", {"experiment": str(exp.path), "engine": exp.engine, "case": "k4", "repeats": 2})]
+    assert {i.payload["engine"] for i in work} == {"llama-server"}
     pool = LocalPool(["box"], factory=lambda _m: machine)
     try:
         report = run_study(f"engine-{kind}", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
     finally:
         pool.close()
     assert not report.failed and report.done == {"k4": "box"}, report
-    (run,) = store.runs(sweep_id=f"engine-{kind}")
-    assert run["provenance"]["backend"] == "llama-server" and run["backend_name"] == "llama-server"
+    (run,) = store.runs(group_id=f"engine-{kind}")
+    assert run["provenance"]["engine"]["name"] == "llama-server" and run["engine"] == "llama-server"
     assert run["provenance"]["hardware"]["cores"] >= 1  # the worker's machine, as the run core records it
     assert len(server.calls) == 4 and not cli.calls  # 2 repeats x (baseline, speculative), all on llama-server
     ms = store.measurements(run["id"])
@@ -822,7 +822,7 @@ def test_an_experiment_on_an_engine_the_workers_do_not_run_is_refused_before_any
     from llamaspec.cluster import study
 
     exp = _server_experiment(tmp_path, backend="transformers")
-    line = ("experiment engine-transformers uses the transformers backend; cluster workers measure with llama.cpp "
+    line = ("experiment engine-transformers uses the transformers engine; cluster workers measure with llama.cpp "
             "and llama-server only")
     for call in (lambda: study.run_experiment(exp, None, store), lambda: study.run_tune(exp, None, store),
                  lambda: study.run_experiment(exp, None, store, axes={"draft_max": (1, 2)})):
@@ -831,10 +831,10 @@ def test_an_experiment_on_an_engine_the_workers_do_not_run_is_refused_before_any
         assert err.value.message == line and "without --cluster" in (err.value.hint or "")
     # Items built by hand are refused by the coordinator itself, before any machine is prepared.
     idle = FakeWorker("host-a", prepare_error="must not be asked")
-    work = [WorkItem("k4", "pair", {"experiment": "e", "backend": "transformers"})]
-    with pytest.raises(LlamaspecError, match=r"^work item k4 of e uses the transformers backend"):
+    work = [WorkItem("k4", "pair", {"experiment": "e", "engine": "transformers"})]
+    with pytest.raises(LlamaspecError, match=r"^work item k4 of e uses the transformers engine"):
         run_study("refused", work, pool_of(idle), StoreSink(store), Requirements())
-    assert not store.runs(sweep_id="refused") and not idle.calls
+    assert not store.runs(group_id="refused") and not idle.calls
 
 
 @pytest.mark.parametrize("args", [["run"], ["sweep", "--draft", "1,2"], ["tune"], ["cluster", "run"]])
@@ -850,6 +850,6 @@ def test_the_command_line_refuses_such_an_experiment_in_one_line_without_reachin
                               if args[0] == "cluster" else [args[0], str(exp.path), *args[1:], "--cluster", f"127.0.0.1:{port}"])
     assert done.exit_code == 1, done.output
     lines = [line for line in done.output.splitlines() if line.strip()]
-    assert lines[-2] == ("Error: experiment engine-transformers uses the transformers backend; cluster workers measure "
+    assert lines[-2] == ("Error: experiment engine-transformers uses the transformers engine; cluster workers measure "
                          "with llama.cpp and llama-server only"), done.output
     assert lines[-1].startswith("Hint: run it on one machine (without --cluster"), done.output

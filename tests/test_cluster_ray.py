@@ -134,7 +134,7 @@ def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: C
     lines: list[str] = []
     report = run_study("noop-study", items, pool, StoreSink(store), Requirements(engine=None), on_result=on_result,
                        on_progress=lines.append, progress_every=1.0)
-    runs = store.runs(sweep_id="noop-study")
+    runs = store.runs(group_id="noop-study")
     keys = sorted(r["point_key"] for r in runs)
     assert keys == [i.key for i in items]  # every item stored, each exactly once
     assert killed and report.lost.get("host-b"), report
@@ -213,7 +213,7 @@ def test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on(clust
                   "(on Debian/Ubuntu: apt-get install cmake build-essential; on macOS: xcode-select --install && brew install cmake)",
     }, report.refused
     assert set(report.done.values()) == {"host-a"} and sorted(report.done) == [i.key for i in items]
-    assert sorted(r["point_key"] for r in store.runs(sweep_id="odd")) == [i.key for i in items]
+    assert sorted(r["point_key"] for r in store.runs(group_id="odd")) == [i.key for i in items]
 
 
 @loopback_only
@@ -245,7 +245,7 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
     report = run_study("real", items, pool, StoreSink(store), wanted, on_result=on_result)
     pool.close()
     assert not report.failed and not report.refused, report
-    runs = store.runs(sweep_id="real")
+    runs = store.runs(group_id="real")
     assert sorted(r["point_key"] for r in runs) == [i.key for i in items]
     assert killed and report.lost.get("host-b"), report
     machines = {r["point_key"]: r["provenance"]["machine"] for r in runs}
@@ -257,7 +257,7 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
     cluster_per, one_per = summary.per_machine(store, "real"), summary.per_machine(store, "one")
     texts = {}
     for study in ("real", "one"):
-        for r in store.runs(sweep_id=study):
+        for r in store.runs(group_id=study):
             ms = store.measurements(r["id"])
             assert {m["mode"] for m in ms} == {"baseline", "speculative"} and all(m["ok"] for m in ms)
             for m in ms:
@@ -329,7 +329,7 @@ def test_a_prompt_set_over_two_nodes_survives_losing_one_and_leaves_no_server_ru
                        Requirements(commit=build.commit, accel="cpu", models=models), on_result=on_result)
     pool.close()
     assert not report.failed and not report.refused, report
-    runs = store.runs(sweep_id="set")
+    runs = store.runs(group_id="set")
     assert sorted(r["point_key"] for r in runs) == sorted(i.key for i in work)  # each prompt once
     assert killed and report.lost.get("host-b"), report
     by_key = {r["point_key"]: r["machine"] for r in runs}
@@ -370,14 +370,14 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     swept = CliRunner().invoke(main, sweep_args)
     assert swept.exit_code == 0, swept.output
     store = Store.open()
-    (study,) = {r["sweep_id"] for r in store.runs(experiment="smollm2-quicksort") if r["kind"] == "cluster"}
-    runs = store.runs(sweep_id=study)
+    (study,) = {r["group_id"] for r in store.runs(experiment="smollm2-quicksort") if r["kind"] == "cluster"}
+    runs = store.runs(group_id=study)
     keys = [r["point_key"] for r in runs]
     assert len(keys) == 4 == len(set(keys)), keys  # each point once
     assert {r["machine"] for r in runs} == {"host-a", "host-b"}, [(r["point_key"], r["machine"]) for r in runs]
     for r in runs:
         assert r["status"] == "ok" and r["provenance"]["machine"] == r["machine"]
-        assert r["provenance"]["backend"] == "llama.cpp" and r["provenance"]["hardware"]["cores"] >= 1
+        assert r["provenance"]["engine"]["name"] == "llama.cpp" and r["provenance"]["hardware"]["cores"] >= 1
         s = Summary.from_dict(r["summary"])
         assert s.paired and s.speedup is not None and s.speedup.median > 0, r["summary"]
         ms = store.measurements(r["id"])
@@ -406,7 +406,7 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
         # one pair per point on a shared machine: the decision may be to measure more ("undecided: ...")
         assert one["best"]["draft_max"] >= 1 and ("recommended:" in r["summary"]["text"] or "undecided:" in r["summary"]["text"])
         # Each machine's points are stored here, once each, with that machine.
-        points = store.runs(sweep_id=f"{one['tune_id']}@{r['machine']}")
+        points = store.runs(group_id=f"{one['tune_id']}@{r['machine']}")
         assert len(points) == one["measured_points"] == len({p["point_key"] for p in points}) >= 4
         assert {p["machine"] for p in points} == {r["machine"]}
         assert all(Summary.from_dict(p["summary"]).paired for p in points if p["status"] == "ok")

@@ -4,6 +4,7 @@ check, the drafted-length check, ties and recommendations."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -165,8 +166,10 @@ def test_noisy_baseline_is_named(fake_models) -> None:
 
 def test_tune_recommends_by_the_decision_rule(fake_models) -> None:
     engine = FakeEngine(drift=0.0)
-    (result,) = tune.tune(exp(2), engine, Store.open(), variants=())
+    store = Store.open()
+    (result,) = tune.tune(exp(2), engine, store, variants=())
     assert result.recommended is not None
+    assert {r["group_kind"] for r in store.runs(group_id=result.tune_id)} == {"tune"}  # its points: a tune's, not a sweep's
     decision = result.decision
     assert decision.chosen is not None and decision.chosen.key == result.recommended[0] and decision.chosen.shown_faster
     text = result.render()
@@ -194,3 +197,28 @@ def test_a_draft_that_never_pays_is_not_recommended(fake_models) -> None:
     (tuned,) = tune.tune(exp(2), FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5), Store.open(), variants=())
     assert tuned.best is not None and tuned.recommended is None
     assert "recommended: no draft" in tuned.render()
+
+
+def test_a_run_stores_its_engine_once_and_its_group_by_kind(fake_models) -> None:
+    # provenance["engine"] holds the engine's name beside its own provenance (no second "backend" key);
+    # the store's columns follow it, and a sweep's rows say they belong to a sweep.
+    engine = FakeEngine(drift=0.0, name="llama-server", built_from="llama.cpp")
+    store = Store.open()
+    plain = run_case(case(), engine, store, repeats=1, hardware=HW)
+    row = store.run(plain.run_id)
+    assert row["provenance"]["engine"] == {"name": "llama-server", "built_from": "llama.cpp", "version": "fake",
+                                           "build_key": "fake-100.0"}
+    assert "backend" not in row["provenance"]
+    assert (row["engine"], row["engine_version"], row["group_kind"], row["group_id"]) == ("llama-server", "fake", None, None)
+    (swept,) = sweep.run_sweep(exp(repeats=1), {"draft_max": (2, 4)}, engine, store)
+    assert {(r["group_kind"], r["group_id"]) for r in store.runs(kind="sweep")} == {("sweep", swept.sweep_id)}
+
+
+def test_the_title_names_the_program_only_where_the_engine_takes_it() -> None:
+    store = Store.open()
+    takes = run_case(case(), FakeEngine(drift=0.0), store, repeats=1, hardware=HW)
+    other = FakeEngine(drift=0.0, name="other")
+    other.capabilities = dataclasses.replace(other.capabilities, settings=other.capabilities.settings - {"program"})
+    without = run_case(case(), other, store, repeats=1, hardware=HW)
+    assert "program speculative" in report.case_title(takes)
+    assert "program" not in report.case_title(without).split("\n")[1]

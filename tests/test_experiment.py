@@ -94,7 +94,9 @@ def test_precedence_command_line_over_case_over_experiment(tmp_path: Path) -> No
         ("name: t\ncases: []\n", "cases: needs at least one case"),
         ("cases: [1]\n", "name: missing"),
         ("name: t\ncases:\n  - 3\n", "cases[0]: expected a mapping, got int"),
-        (GOOD.replace("name: t", "name: t\nbackend: vllm"), "backend: unknown backend 'vllm'"),
+        (GOOD.replace("name: t", "name: t\nbackend: vllm"), "backend: unknown engine 'vllm'"),
+        (GOOD.replace("name: t", "name: t\nengine: vllm"), "engine: unknown engine 'vllm'"),
+        (GOOD.replace("name: t", "name: t\nengine: llama.cpp\nbackend: llama.cpp"), "backend: give the engine once"),
         (GOOD.replace("name: t", "name: t\nrepeats: 0"), "repeats: must be at least 1"),
         (GOOD.replace("draft_max: 4", "draft_max: 4, gpu_layers: some"), "settings.gpu_layers: expected 'all', 'none' or a layer count"),
         (GOOD.replace("draft_max: 4", "draft_max: 4, draft_p_min: 1.5"), "settings.draft_p_min: must be between 0 and 1"),
@@ -108,6 +110,13 @@ def test_bad_experiments_point_at_the_key(tmp_path: Path, text: str, message: st
         experiment.load(str(write(tmp_path, text)), known)
     assert message in err.value.message
     assert str(tmp_path / "exp.yaml") in err.value.message
+
+
+@pytest.mark.parametrize("key", ["engine", "backend"])
+def test_the_engine_is_named_by_engine_or_by_its_older_key(tmp_path: Path, key: str) -> None:
+    exp = experiment.load(str(write(tmp_path, GOOD.replace("name: t", f"name: t\n{key}: llama-server"))), known)
+    assert exp.engine == "llama-server"
+    assert experiment.load(str(write(tmp_path, GOOD)), known).engine == "llama.cpp"  # the default
 
 
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def test_run_sweep_report_plot(catalog: Path, tmp_path: Path) -> None:
     assert ran.exit_code == 0, ran.output
     store = Store.open()
     (run,) = store.runs(experiment=NAME)
-    assert run["backend_name"] == "transformers" and run["status"] == "ok"
+    assert run["engine"] == "transformers" and run["engine_version"] and run["status"] == "ok"
     s = Summary.from_dict(run["summary"])
     assert s.pairs == 2 and s.speedup is not None and s.speedup.n == 2 and s.speedup.low <= s.speedup.median <= s.speedup.high
     assert s.lossless.verdict == "identical" and s.lossless.compared == 32 and s.lossless.unit == "tokens"
@@ -119,7 +119,7 @@ def test_run_sweep_report_plot(catalog: Path, tmp_path: Path) -> None:
     assert {p.stem for p in pngs if p.suffix == ".png"} == {"decode_tps", "acceptance", "speedup", "dashboard"}
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs if p.suffix == ".png")
 
-    compared = invoke("report", NAME, "--compare", "backend", "--no-plot")
+    compared = invoke("report", NAME, "--compare", "engine", "--no-plot")
     assert compared.exit_code == 0 and "## Compared by engine" in compared.output
     assert "measured by transformers only" in compared.output
 

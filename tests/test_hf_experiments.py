@@ -20,7 +20,7 @@ WRITE_UP = {"guanaco-7b": (69, 38), "guanaco-13b": (84, 45), "guanaco-33b": (109
 @pytest.mark.parametrize("name", FILES)
 def test_settings_and_models_are_known(name: str) -> None:
     data = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
-    assert data["backend"] == "transformers"
+    assert data["engine"] == "transformers"
     known = experiment.catalog_checker()
     for case in data["cases"]:
         for where in (data["settings"], case.get("settings") or {}):
@@ -42,7 +42,7 @@ def test_settings_and_models_are_known(name: str) -> None:
 @pytest.mark.parametrize("name", FILES)
 def test_files_load_as_experiments(name: str) -> None:
     exp = experiment.load(name)
-    assert exp.backend == "transformers" and exp.cases
+    assert exp.engine == "transformers" and exp.cases
     if name in WRITE_UP:
         ref = exp.cases[0].reference
         assert ref is not None and (ref.baseline_seconds, ref.seconds) == WRITE_UP[name]

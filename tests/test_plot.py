@@ -19,7 +19,7 @@ META = PlotMeta(
     draft_model="SmolLM2-135M Q4_0",
     hardware="2x vCPU x86_64",
     engine="cpu",
-    llama_commit="0c1e570",
+    build="llama.cpp 0c1e570",
     label="sweep smol",
 )
 

@@ -286,7 +286,7 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
     assert [i.id for i in case.items] == ["c1", "c2", "s1", "t1", "p1"]
     assert [i.status for i in case.items] == ["ok", "ok", "ok", "failed", "failed"]
     assert "exceeds the context" in (case.items[3].error or "")  # one prompt's error; the next ones still ran
-    rows = store.runs(sweep_id=case.set_id)
+    rows = store.runs(group_id=case.set_id)
     assert sorted(r["status"] for r in rows) == ["failed", "failed", "ok", "ok", "ok"]
     ok_rows = [r for r in rows if r["status"] == "ok"]
     assert all(len(store.measurements(r["id"])) == 4 for r in ok_rows)  # ABBA over two repeats
@@ -593,7 +593,7 @@ def test_a_prompt_stored_before_end_to_end_figures_gets_them_from_its_measuremen
                                                                                   no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
     first = promptset.run_set(Exp(), PROMPTS, Backend(), store, repeats=2, resolve=resolve)
-    for run in store.runs(sweep_id=first.cases[0].set_id):  # as an earlier version stored them
+    for run in store.runs(group_id=first.cases[0].set_id):  # as an earlier version stored them
         old = {k: v for k, v in (run["summary"] or {}).items() if k not in promptset.E2E_KEYS}
         store.db.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(old), run["id"]))
     store.db.commit()

@@ -16,7 +16,7 @@ from llamaspec import experiment, report
 from llamaspec.backend import Measurement, ModelPath, ResolvedCase
 from llamaspec.cli import main
 from llamaspec.experiment import Reference
-from llamaspec.results import Store
+from llamaspec.results import Group, Store
 from llamaspec.run import run_case
 from llamaspec.settings import Settings
 
@@ -42,7 +42,7 @@ def case(exp: str, name: str = "python", draft: str | None = "smollm2-135m:q4_1"
 
 def test_engines_side_by_side(tmp_path: Path) -> None:
     store = Store.open()
-    cpp = FakeEngine(name="llama.cpp", base_tps=100.0, alpha=0.8, drift=0.0)
+    cpp = FakeEngine(name="llama.cpp", base_tps=100.0, alpha=0.8, drift=0.0, built_from="llama.cpp")
     hf = FakeEngine(name="transformers", base_tps=30.0, alpha=0.5, drift=0.0)
     a = run_case(case("cpp-exp"), cpp, store, repeats=2, hardware=HW)
     b = run_case(case("hf-exp"), hf, store, repeats=2, hardware=HW)
@@ -51,12 +51,13 @@ def test_engines_side_by_side(tmp_path: Path) -> None:
     run_case(case("cpp-exp", "long", draft="smollm2-135m:q8_0", n_predict=128), cpp, store, repeats=2, hardware=HW)
     run_case(case("hf-exp", "long", draft="smollm2-135m:q8_0"), hf, store, repeats=2, hardware=HW)
     # a luckier sweep point does not stand for the engine: its newest plain run does
-    swept = run_case(case("cpp-exp", draft_max=6), cpp, store, repeats=2, hardware=HW, kind="sweep", sweep_id="s1")
+    swept = run_case(case("cpp-exp", draft_max=6), cpp, store, repeats=2, hardware=HW, kind="sweep",
+                     group=Group("sweep", "s1"))
     assert swept.summary.speedup and a.summary.speedup and b.summary.speedup
     assert swept.summary.speedup.median > a.summary.speedup.median
     assert a.summary.speedup.median == pytest.approx(cpp.speedup_of(8)) != pytest.approx(hf.speedup_of(8))
 
-    md = report.markdown(store, ["cpp-exp", "hf-exp"], "backend", plot=False)
+    md = report.markdown(store, ["cpp-exp", "hf-exp"], "engine", plot=False)
     assert md.startswith("# cpp-exp, hf-exp") and "## cpp-exp" in md and "## hf-exp" in md
     section = md.split("## Compared by engine", 1)[1].split("\n## ", 1)[0]
     assert "**not comparable**" in section and "its own engine's baseline" in section
@@ -81,22 +82,26 @@ def test_engines_side_by_side(tmp_path: Path) -> None:
     # each experiment's own runs follow, headed by its name
     assert "## cpp-exp: Runs" in md and "## hf-exp: Runs" in md
 
-    cli = CliRunner().invoke(main, ["report", "cpp-exp", "hf-exp", "--compare", "backend", "--no-plot"])
+    cli = CliRunner().invoke(main, ["report", "cpp-exp", "hf-exp", "--compare", "engine", "--no-plot"])
     assert cli.exit_code == 0 and cli.output == md
+    older = CliRunner().invoke(main, ["report", "cpp-exp", "hf-exp", "--compare", "backend", "--no-plot"])  # its older name
+    assert older.exit_code == 0 and older.output == md
     missing = CliRunner().invoke(main, ["report", "cpp-exp", "nothing", "--compare", "backend"])
     assert missing.exit_code == 1 and "Error: no runs of 'nothing'" in missing.output
 
 
 def test_other_groupings_still_work_over_several_experiments() -> None:
     store = Store.open()
-    run_case(case("one"), FakeEngine(name="llama.cpp", drift=0.0), store, repeats=2, hardware=HW)
-    run_case(case("two", draft="smollm2-135m:q4_0"), FakeEngine(name="llama.cpp", drift=0.0), store, repeats=2, hardware=HW)
+    run_case(case("one"), FakeEngine(name="llama.cpp", drift=0.0, built_from="llama.cpp"), store, repeats=2, hardware=HW)
+    run_case(case("two", draft="smollm2-135m:q4_0"), FakeEngine(name="llama-server", drift=0.0, built_from="llama.cpp"),
+             store, repeats=2, hardware=HW)
     md = report.markdown(store, ("one", "two"), "pair", plot=False)
     assert "## Compared by pair" in md
     assert "| smollm2-135m:f32 + smollm2-135m:q4_1 |" in md and "| smollm2-135m:f32 + smollm2-135m:q4_0 |" in md
     run_case(case("two"), FakeEngine(name="transformers", drift=0.0), store, repeats=2, hardware=HW)
     builds = report.markdown(store, ("one", "two"), "build", plot=False)
-    assert "| llama.cpp fake (None) |" in builds and "| fake-100.0 |" in builds  # a transformers run: its versions
+    # two engines built from one tree share a build; an engine in a library is known by its versions
+    assert "| llama.cpp fake | 2 |" in builds and "| fake-100.0 | 1 |" in builds
 
 
 GUANACO = Reference(source="write-up", hardware="A40", n_predict=64, baseline_seconds=69, seconds=38)

@@ -21,11 +21,11 @@ import pytest
 
 from llamaspec.backend import Measurement
 from llamaspec.errors import LlamaspecError
-from llamaspec.results import INTERRUPTED, MIGRATIONS, MeasurementRow, Store
+from llamaspec.results import INTERRUPTED, MIGRATIONS, Group, MeasurementRow, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PROVENANCE = {"engine": {"commit": "0c1e570", "accel": "cpu"},
+PROVENANCE = {"engine": {"name": "llama.cpp", "version": "0c1e570", "accel": "cpu"},
               "models": {"target": {"label": "smollm2-135m:f16"}, "draft": {"label": "smollm2-135m:q4_0"}}}
 
 
@@ -44,7 +44,7 @@ def test_round_trip_and_exports(tmp_path: Path) -> None:
     store.add_measurement(row(run_id, "speculative"))
     store.finish_run(run_id, "ok", {"speedup": {"median": 1.1}})
     got = store.run(run_id)
-    assert got["status"] == "ok" and got["draft_max"] == 4 and got["llamacpp_commit"] == "0c1e570"
+    assert got["status"] == "ok" and got["draft_max"] == 4 and got["engine_version"] == "0c1e570"
     assert got["target"] == "smollm2-135m:f16" and got["summary"]["speedup"]["median"] == 1.1
     ms = store.measurements(run_id)
     assert [m["mode"] for m in ms] == ["baseline", "speculative"]
@@ -117,9 +117,9 @@ def test_full_disk_while_storing_is_one_clear_error(tmp_path: Path) -> None:
 
 def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "r.sqlite")
-    run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, kind="prompt",
-                             sweep_id="s1", point_key="p1", prompt_id="q7", category="code", machine="node-2",
-                             backend_name="llama-server")
+    served = {**PROVENANCE, "engine": {**PROVENANCE["engine"], "name": "llama-server"}}
+    run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance=served, kind="prompt",
+                             group=Group("sweep", "s1"), point_key="p1", prompt_id="q7", category="code", machine="node-2")
     m = Measurement(mode="speculative", ok=True, error=None, argv=("llama-server",), exit_code=None, wall_seconds=2.0,
                     peak_rss_bytes=None, n_predict=5, decode_tps=31.5, speed_basis="server timings", n_drafted=8,
                     n_accept=4, rounds=3, draft_len=4, draft_policy="capped", text="a b", tokens=(5, 6, 7, 8, 9),
@@ -129,7 +129,7 @@ def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
     got = store.run(run_id)
     assert (got["pid"], got["host"]) == (os.getpid(), socket.gethostname())
     assert got["proc_start"] == pytest.approx(__import__("psutil").Process().create_time(), abs=1)
-    assert (got["kind"], got["prompt_id"], got["category"], got["machine"], got["backend_name"]) == (
+    assert (got["kind"], got["prompt_id"], got["category"], got["machine"], got["engine"]) == (
         "prompt", "q7", "code", "node-2", "llama-server")
     spec, base = store.measurements(run_id)
     assert spec["tokens"] == [5, 6, 7, 8, 9] and spec["end_of_text"] is True and spec["repeat"] == 2
@@ -147,11 +147,12 @@ def test_runs_filter_by_kind_and_prompt_and_prompts_resume(tmp_path: Path) -> No
     for prompt in ("a", "b"):
         for point in ("p1", "p2"):
             ids[point, prompt] = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE,
-                                                 kind="sweep", sweep_id="s", point_key=point, prompt_id=prompt)
+                                                 kind="sweep", group=Group("sweep", "s"), point_key=point,
+                                                 prompt_id=prompt)
     base = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, kind="sweep-baseline",
-                           sweep_id="s")
+                           group=Group("sweep", "s"))
     assert [r["id"] for r in store.runs(kind="sweep-baseline")] == [base]
-    assert {r["id"] for r in store.runs(sweep_id="s", prompt_id="a")} == {ids["p1", "a"], ids["p2", "a"]}
+    assert {r["id"] for r in store.runs(group_id="s", prompt_id="a")} == {ids["p1", "a"], ids["p2", "a"]}
     assert store.runs(kind="run") == []
     assert store.finished_prompt("s", "p1", "a") is None  # still running
     store.finish_run(ids["p1", "a"], "ok", {})
@@ -160,7 +161,8 @@ def test_runs_filter_by_kind_and_prompt_and_prompts_resume(tmp_path: Path) -> No
     assert store.finished_prompt("s", "p1", "b") is None  # failed: measured again on resume
     assert store.finished_prompt("s", "p2", "a") is None  # another point
     assert store.finished_prompt("s", None, "a") is None
-    alone = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, sweep_id="s", prompt_id="a")
+    alone = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, group=Group("sweep", "s"),
+                            prompt_id="a")
     store.finish_run(alone, "ok", {})
     assert (store.finished_prompt("s", None, "a") or {}).get("id") == alone
 
@@ -343,3 +345,84 @@ def test_the_accelerator_column_is_renamed_in_an_old_store(tmp_path) -> None:
     db.close()
     (run,) = Store.open(path).runs()
     assert run["accel"] == "cuda" and "backend" not in run
+
+
+def test_the_engine_columns_are_renamed_in_an_old_store(tmp_path: Path) -> None:
+    # A store at the schema before the engine's columns were renamed (every migration up to that
+    # one applied): llamacpp_commit becomes engine_version and backend_name engine, values kept; a
+    # row stored before the engine had a column takes its name from the provenance, or is llama.cpp's.
+    from llamaspec import results
+
+    renamed = next(i for i, m in enumerate(MIGRATIONS) if "RENAME COLUMN llamacpp_commit" in m)
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    for script in MIGRATIONS[:renamed]:
+        db.executescript(script)
+    db.execute(f"PRAGMA user_version = {renamed}")
+    old = "INSERT INTO runs (experiment, case_name, status, started_at, settings, provenance, llamacpp_commit, backend_name)"
+    db.execute(old + " VALUES ('e', 'server', 'ok', 'then', '{}', ?, '0c1e570', 'llama-server')",
+               (json.dumps({"engine": {"commit": "0c1e570", "accel": "cpu"}, "backend": "llama-server"}),))
+    db.execute(old + " VALUES ('e', 'hf', 'ok', 'then', '{}', ?, NULL, NULL)",
+               (json.dumps({"engine": {"versions": {"transformers": "4.57.1"}}, "backend": "transformers",
+                            "identity": "transformers 4.57.1 torch 2.9.0 cpu"}),))
+    db.execute(old + " VALUES ('e', 'ancient', 'ok', 'then', '{}', ?, 'b1240', NULL)",
+               (json.dumps({"llamacpp": {"commit": "b1240", "backend": "metal"}}),))
+    db.commit()
+    db.close()
+    runs = {r["case_name"]: r for r in Store.open(path).runs()}
+    assert all("llamacpp_commit" not in r and "backend_name" not in r for r in runs.values())
+    assert (runs["server"]["engine"], runs["server"]["engine_version"]) == ("llama-server", "0c1e570")
+    assert (runs["hf"]["engine"], runs["hf"]["engine_version"]) == ("transformers", None)
+    assert (runs["ancient"]["engine"], runs["ancient"]["engine_version"]) == ("llama.cpp", "b1240")
+    # how the old provenance reads: the engine's name, and whether it was built from a source tree
+    assert results.engine_of(runs["server"]["provenance"])["name"] == "llama-server"
+    assert results.engine_of(runs["ancient"]["provenance"])["commit"] == "b1240"
+    assert [results.built_from(runs[c]) for c in ("server", "hf", "ancient")] == ["llama.cpp", None, "llama.cpp"]
+
+
+def test_a_new_run_stores_its_engine_from_the_provenance(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "r.sqlite")
+    hf = {"engine": {"name": "transformers", "built_from": None, "version": "4.57.1", "accel": "cpu"}}
+    run = store.run(store.start_run(experiment="e", case_name="c", settings={}, provenance=hf))
+    assert (run["engine"], run["engine_version"], run["accel"]) == ("transformers", "4.57.1", "cpu")
+    from llamaspec.results import built_from
+
+    assert built_from(run) is None  # a version, but no source tree: known by its identity
+
+
+def test_the_group_column_is_renamed_and_its_kind_read_in_an_old_store(tmp_path: Path) -> None:
+    # A store at the schema before sweep_id became group_id (every migration up to that one
+    # applied): each row keeps its id, and its group's kind is read from where the row came from.
+    grouped = next(i for i, m in enumerate(MIGRATIONS) if "RENAME COLUMN sweep_id" in m)
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    for script in MIGRATIONS[:grouped]:
+        db.executescript(script)
+    db.execute(f"PRAGMA user_version = {grouped}")
+    rows = [("sweep point", "sweep", "smollm2-quicksort-0123456789"), ("tune point", "sweep", "tune-e-0123456789"),
+            ("draft timing", "draft-timing", "tune-e-0123456789"), ("prompt", "promptset", "set-0123456789abcdef"),
+            ("study item", "cluster", "cluster-e-0123456789"), ("study tune", "cluster-tune", "cluster-e-9876543210"),
+            ("tune on a machine", "sweep", "tune-e-0123456789@box-1"), ("plain run", "run", None)]
+    for case, kind, sweep_id in rows:
+        db.execute("INSERT INTO runs (experiment, case_name, kind, sweep_id, status, started_at, settings, provenance)"
+                   " VALUES ('e', ?, ?, ?, 'ok', 'then', '{}', '{}')", (case, kind, sweep_id))
+    db.commit()
+    db.close()
+    store = Store.open(path)
+    got = {r["case_name"]: (r["group_kind"], r["group_id"]) for r in store.runs()}
+    assert "sweep_id" not in store.runs()[0]
+    assert got == {"sweep point": ("sweep", "smollm2-quicksort-0123456789"), "tune point": ("tune", "tune-e-0123456789"),
+                   "draft timing": ("tune", "tune-e-0123456789"), "prompt": ("promptset", "set-0123456789abcdef"),
+                   "study item": ("study", "cluster-e-0123456789"), "study tune": ("study", "cluster-e-9876543210"),
+                   "tune on a machine": ("tune", "tune-e-0123456789@box-1"), "plain run": (None, None)}
+    assert [r["case_name"] for r in store.runs(group_id="tune-e-0123456789")] == ["draft timing", "tune point"]
+
+
+def test_a_group_has_one_of_the_known_kinds(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not one of sweep, tune, promptset, study"):
+        Group("sweep-baseline", "s")
+    store = Store.open(tmp_path / "r.sqlite")
+    run = store.run(store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE,
+                                    group=Group("tune", "tune-e-1"), point_key="k"))
+    assert (run["group_kind"], run["group_id"], run["point_key"]) == ("tune", "tune-e-1", "k")
+    assert run["kind"] == "run"  # what the row is; the group says what it belongs to

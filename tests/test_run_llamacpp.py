@@ -111,9 +111,9 @@ def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_
         sweep.run_sweep(small(n=48, draft=8), {"draft_p_min": (0.0, 0.9)}, backend, store)
     (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple"), {"draft_p_min": (0.0, 0.9)}, backend, store)
     drafted = {r["settings"]["draft_p_min"]: Summary.from_dict(r["summary"]).n_drafted
-               for r in store.runs(sweep_id=result.sweep_id)}
+               for r in store.runs(group_id=result.sweep_id)}
     assert drafted[0.9] < drafted[0.0]  # a confident-only draft stops early
-    for r in store.runs(sweep_id=result.sweep_id):
+    for r in store.runs(group_id=result.sweep_id):
         s = Summary.from_dict(r["summary"])
         assert s.draft.policy == "capped" and s.n_drafted <= 8 * s.rounds and s.lossless.verdict == "identical"
 
@@ -126,7 +126,7 @@ def test_draft_min_drops_short_drafts_on_speculative_simple(llama_build, offline
     store = Store.open()
     (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple", draft_p_min=0.9),
                                 {"draft_min": (0, 6)}, backend, store)
-    rows = {r["settings"]["draft_min"]: r for r in store.runs(sweep_id=result.sweep_id)}
+    rows = {r["settings"]["draft_min"]: r for r in store.runs(group_id=result.sweep_id)}
     runs = {k: Summary.from_dict(r["summary"]) for k, r in rows.items()}
     assert runs[6].n_drafted < runs[0].n_drafted
     assert all(s.lossless.verdict == "identical" for s in runs.values())

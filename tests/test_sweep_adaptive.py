@@ -55,7 +55,7 @@ def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F
     store = Store.open()
     with pytest.raises(KeyboardInterrupt):
         sweep.run_adaptive_sweep(exp(3), GRID, engine, store, sweep.Budget(pairs=60))
-    sid = store.runs(kind="sweep")[0]["sweep_id"]
+    sid = store.runs(kind="sweep")[0]["group_id"]
     before = pairs_at(store, sid)
     assert sum(before.values()) >= 12
     engine.limit = 1_000_000

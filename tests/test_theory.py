@@ -30,19 +30,19 @@ from llamaspec.theory import (
     Program,
     accept_rate,
     alpha_from_accept_rate,
-    alpha_from_tokens_per_call,
+    alpha_from_tokens_per_round,
     analyze,
     bench_depth,
     best_draft_length,
     ceiling_speedup,
     expected_accepted,
+    expected_tokens_per_round,
     explain_shortfall,
     interpolate,
     max_cost_ratio,
     paper_speedup,
     program,
     required_alpha,
-    tokens_per_call,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
@@ -55,8 +55,8 @@ ERROR_BOUND = 0.10  # median |predicted - measured| / measured over the sweep
 def test_closed_forms_match_hand_computed_values() -> None:
     assert expected_accepted(0.5, 1) == pytest.approx(0.5)
     assert expected_accepted(0.5, 2) == pytest.approx(0.75)
-    assert tokens_per_call(0.5, 2) == pytest.approx(1.75)  # (1 - 0.5^3) / 0.5
-    assert tokens_per_call(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
+    assert expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)  # (1 - 0.5^3) / 0.5
+    assert expected_tokens_per_round(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
     assert accept_rate(0.9, 8) == pytest.approx(0.9 * (1 - 0.9**8) / (0.1 * 8))  # 0.6407
     # The paper's expected walltime improvement, e.g. α=0.8, k=4, c=0.05: 0.67232 / (0.2 * 1.2)
     assert paper_speedup(0.8, 4, 0.05) == pytest.approx(2.8013333, rel=1e-6)
@@ -65,14 +65,14 @@ def test_closed_forms_match_hand_computed_values() -> None:
 
 def test_closed_forms_at_the_edges() -> None:
     assert expected_accepted(0.0, 8) == 0.0
-    assert tokens_per_call(0.0, 8) == 1.0
+    assert expected_tokens_per_round(0.0, 8) == 1.0
     assert expected_accepted(1.0, 8) == 8.0
-    assert tokens_per_call(1.0, 8) == 9.0
+    assert expected_tokens_per_round(1.0, 8) == 9.0
     assert ceiling_speedup(1.0) == math.inf
     assert ceiling_speedup(0.0) == 1.0
     # α just below 1 stays finite and continuous (no 0/0)
-    assert tokens_per_call(1 - 1e-12, 8) == pytest.approx(9.0, rel=1e-9)
-    # With a free draft the paper's speedup is tokens per call; as k grows it tends to 1/(1-α)
+    assert expected_tokens_per_round(1 - 1e-12, 8) == pytest.approx(9.0, rel=1e-9)
+    # With a free draft the paper's speedup is tokens per round; as k grows it tends to 1/(1-α)
     assert paper_speedup(0.9, 400, 0.0) == pytest.approx(ceiling_speedup(0.9), rel=1e-9)
 
 
@@ -87,20 +87,20 @@ def test_llama_cpp_accept_is_not_alpha() -> None:
 @pytest.mark.parametrize("k", [1, 2, 5, 8, 16, 4.53])
 def test_alpha_inversions_round_trip(alpha: float, k: float) -> None:
     assert alpha_from_accept_rate(accept_rate(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
-    assert alpha_from_tokens_per_call(tokens_per_call(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
+    assert alpha_from_tokens_per_round(expected_tokens_per_round(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
 
 
 def test_alpha_inversion_endpoints_and_bad_input() -> None:
     assert alpha_from_accept_rate(0.0, 8) == 0.0
     assert alpha_from_accept_rate(1.0, 8) == 1.0
-    assert alpha_from_tokens_per_call(1.0, 8) == 0.0
-    assert alpha_from_tokens_per_call(9.0, 8) == 1.0
+    assert alpha_from_tokens_per_round(1.0, 8) == 0.0
+    assert alpha_from_tokens_per_round(9.0, 8) == 1.0
     for call in (
         lambda: alpha_from_accept_rate(0.5, 0),  # nothing drafted
         lambda: alpha_from_accept_rate(1.5, 8),
         lambda: alpha_from_accept_rate(-0.1, 8),
-        lambda: alpha_from_tokens_per_call(10.0, 8),  # more than k + 1 per call
-        lambda: alpha_from_tokens_per_call(0.5, 8),
+        lambda: alpha_from_tokens_per_round(10.0, 8),  # more than k + 1 per round
+        lambda: alpha_from_tokens_per_round(0.5, 8),
         lambda: expected_accepted(1.2, 4),
         lambda: expected_accepted(0.5, -1),
         lambda: paper_speedup(0.5, 4, -0.1),
@@ -390,7 +390,7 @@ def test_pooled_alpha_lies_between_the_points() -> None:
     an = analyze([*_points(0.7, [4], CPU_COST), *_points(0.9, [8], CPU_COST)], CPU_COST)
     alphas = sorted(p.alpha for p in an.points if p.alpha is not None)
     assert alphas[0] < an.alpha < alphas[1]
-    total = sum(p.calls * expected_accepted(an.alpha, p.drafted_per_call) for p in an.points)
+    total = sum(p.calls * expected_accepted(an.alpha, p.drafted_per_round) for p in an.points)
     assert total == pytest.approx(sum(round(10_000 * expected_accepted(a, k)) for a, k in ((0.7, 4), (0.9, 8))), rel=1e-9)
 
 
@@ -424,7 +424,7 @@ def test_point_without_drafts_has_no_alpha_but_the_fit_goes_on() -> None:
     empty = Observation(draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0)
     an = analyze([empty, *_points(0.8, [4], CPU_COST)], CPU_COST)
     assert an.points[0].alpha is None and an.points[0].accept_rate is None
-    assert an.points[0].tokens_per_call == 1.0
+    assert an.points[0].tokens_per_round == 1.0
     assert an.alpha == pytest.approx(0.8, abs=1e-4)
 
 

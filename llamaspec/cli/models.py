@@ -37,7 +37,7 @@ def _summary(meta: GGUFMetadata) -> dict[str, Any]:
 
 
 def _file_dict(f: ModelFile) -> dict[str, Any]:
-    return {"ref": f.ref, "path": str(f.path), "sha256": f.sha256, "size": f.metadata.file_size,
+    return {"label": f.label, "path": str(f.path), "sha256": f.sha256, "size": f.metadata.file_size,
             "metadata": f.metadata.to_dict(), "provenance": f.provenance}
 
 
@@ -203,9 +203,9 @@ def fetch(names: tuple[str, ...], variants: tuple[str, ...], update: bool, as_js
         return
     for f in files:
         state = "made" if f.made_now else "already there"
-        click.echo(f"{f.ref} ({state})\n{_describe_file(f)}")
+        click.echo(f"{f.label} ({state})\n{_describe_file(f)}")
     if not any(f.made_now for f in files):
-        done = [f.variant if len(names) == 1 else f.ref for f in files]
+        done = [f.variant if len(names) == 1 else f.label for f in files]
         click.echo(f"nothing to do: {', '.join(done)} already fetched", err=True)
 
 

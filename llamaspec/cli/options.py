@@ -142,11 +142,11 @@ def check_prompt_file(prompt_file: Path | None) -> str | None:
     return str(prompt_file.resolve())
 
 
-def open_engine(backend_name: str, accel: str, bin_dir: Path | None, rpc: bool = False) -> Any:
+def open_engine(engine_name: str, accel: str, bin_dir: Path | None, rpc: bool = False) -> Any:
     from llamaspec import engines
     from llamaspec.backend import BackendOptions
 
-    return engines.open_backend(backend_name, BackendOptions(accel=accel, bin_dir=bin_dir, rpc=rpc))
+    return engines.open_backend(engine_name, BackendOptions(accel=accel, bin_dir=bin_dir, rpc=rpc))
 
 
 @contextlib.contextmanager

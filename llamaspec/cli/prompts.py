@@ -178,15 +178,15 @@ def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str,
     from llamaspec.results import Store
 
     exp = experiment.load(experiment_name)
-    if exp.backend == "transformers":
+    if exp.engine == "transformers":
         from llamaspec.errors import LlamaspecError
 
-        raise LlamaspecError(f"experiment {exp.name} uses the transformers backend; prompt sets run on llama-server",
+        raise LlamaspecError(f"experiment {exp.name} uses the transformers engine; prompt sets run on llama-server",
                              hint="run a llama.cpp or llama-server experiment over the prompt set, or run this one "
                                   "without --prompts")
-    if exp.backend != "llama-server":  # the same build and GGUF models, kept loaded: said, not silent
-        log.warning("prompt sets run on llama-server: experiment %s (backend %s) is measured there, with its models "
-                    "and settings", exp.name, exp.backend)
+    if exp.engine != "llama-server":  # the same build and GGUF models, kept loaded: said, not silent
+        log.warning("prompt sets run on llama-server: experiment %s (engine %s) is measured there, with its models "
+                    "and settings", exp.name, exp.engine)
     settings = overrides(given, n_predict, timeout)
     exp = exp.with_overrides(settings, repeats)
     if address:

@@ -25,7 +25,7 @@ def plot(target: str, as_json: bool) -> None:
     if target.isdigit():
         run = store.run(int(target))
         rep = analysis.report_for_runs(store, [run], f"run-{target}", [], True, paths.plots_dir() / f"run-{target}")
-    elif store.runs(sweep_id=target, limit=1):
+    elif store.runs(group_id=target, limit=1):
         rep = analysis.sweep_report(store, target)
     else:
         rep = analysis.experiment_report(store, target)
@@ -34,9 +34,9 @@ def plot(target: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("experiment_names", metavar="NAME...", nargs=-1, required=True)
-@click.option("--compare", "compare_by", type=click.Choice(["build", "machine", "pair", "backend"]), default=None,
-              help="Group the runs by llama.cpp build, machine, model pair, or engine (backend: llama.cpp, "
-                   "llama-server, transformers runs of each pair side by side).")
+@click.option("--compare", "compare_by", type=click.Choice(["build", "machine", "pair", "engine", "backend"]), default=None,
+              help="Group the runs by build, machine, model pair, or engine (llama.cpp, llama-server, transformers "
+                   "runs of each pair side by side; 'backend' is its older name).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="Write the Markdown to a file.")
 @click.option("--no-plot", is_flag=True, help="Do not (re)draw the sweep plots.")
 def report(experiment_names: tuple[str, ...], compare_by: str | None, output: Path | None, no_plot: bool) -> None:
@@ -49,7 +49,7 @@ def report(experiment_names: tuple[str, ...], compare_by: str | None, output: Pa
     \b
     Example:
       llamaspec report smollm2-quicksort --compare build -o report.md
-      llamaspec report smollm2-quicksort hf-smollm2-quicksort --compare backend
+      llamaspec report smollm2-quicksort hf-smollm2-quicksort --compare engine
     """
     from llamaspec import atomic
     from llamaspec import report as reports

@@ -102,7 +102,7 @@ def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_
         return
     from llamaspec.llamacpp import rpc as rpcs
 
-    engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
     steps = 2 * (runs.AUTO_MAX if exp.repeats == "auto" else int(exp.repeats)) * len(exp.cases)
     try:
         with measuring(f"llamaspec run {exp.name}", no_wait):

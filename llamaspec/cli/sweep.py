@@ -81,7 +81,7 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
         return
     from llamaspec.llamacpp import rpc as rpcs
 
-    engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
     store = Store.open()
     stops: list[Any] = []
     try:
@@ -190,7 +190,7 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, budget: 
         return
     from llamaspec.llamacpp import rpc as rpcs
 
-    engine = open_engine(exp.backend, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
 
     def on_point(config, row) -> None:
         s = Summary.from_dict(row.get("summary"))

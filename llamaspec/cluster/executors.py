@@ -6,7 +6,7 @@ own measuring code, each returning one plain result dict:
 ``llamaspec.backend.Measurement`` plus ``repeat``), ``summary`` (dict).
 
 - ``pair``: one case measured ``repeats`` times, baseline and speculative interleaved (ABBA), on
-  this machine's llama.cpp build with the engine the payload names (``backend``: the
+  this machine's llama.cpp build with the engine the payload names (``engine``: the
   experiment's, llama.cpp or llama-server); the speedup of each repeat is against the baseline
   measured next to it, on the same machine.
 - ``case``: one case of an experiment through the run core (``llamaspec.run.run_case``), on the
@@ -55,16 +55,22 @@ def refuse_engine(name: str | None, what: str) -> None:
 
     known = engines.cluster_engines()
     if name is not None and name not in known:
-        raise LlamaspecError(f"{what} uses the {name} backend; cluster workers measure with {' and '.join(known)} only",
+        raise LlamaspecError(f"{what} uses the {name} engine; cluster workers measure with {' and '.join(known)} only",
                              hint="run it on one machine (without --cluster and RAY_ADDRESS), or set "
-                                  f"`backend: {known[0]}` in the experiment")
+                                  f"`engine: {known[0]}` in the experiment")
 
 
 def check_items(items: Any) -> None:
     """Every item's engine is one the workers run (the coordinator calls this before queueing)."""
     for item in items:
         if item.kind in MEASURING:
-            refuse_engine(item.payload.get("backend"), f"work item {item.key} of {item.payload.get('experiment') or 'the study'}")
+            refuse_engine(engine_of(item.payload), f"work item {item.key} of {item.payload.get('experiment') or 'the study'}")
+
+
+def engine_of(payload: dict[str, Any]) -> str | None:
+    """The engine a work item names (``backend`` in items queued before the key was ``engine``)."""
+    found = payload.get("engine") or payload.get("backend")
+    return str(found) if found else None
 
 
 def _engine(worker: MachineWorker, name: str) -> Any:
@@ -127,7 +133,7 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     from llamaspec.summary import requested_draft, summarize
 
     case = resolved_case(worker, item.payload)
-    backend = _engine(worker, item.payload.get("backend") or "llama.cpp")
+    backend = _engine(worker, engine_of(item.payload) or "llama.cpp")
     runs.check_settings(case, backend)  # a setting this engine would ignore: refused, as on one machine
     backend.check(case)
     got = _measure_pairs(backend, case, worker.scratch / "logs" / _safe(item.key), int(item.payload.get("repeats", 1)),
@@ -160,7 +166,7 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     store = worker.state.get("store")
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
-    engine = _engine(worker, exp.backend)
+    engine = _engine(worker, exp.engine)
     resolved = run.resolve_case(exp, chosen, engine)
     run.check_settings(resolved, engine)
     result = run.run_case(resolved, engine, store, repeats=p.get("repeats", exp.repeats), hardware=_hardware(worker),
@@ -205,6 +211,7 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """The experiment's tune, whole, on this machine (scratch store: resumable while the worker lives)."""
     from llamaspec import experiment
     from llamaspec import tune as tuner
+    from llamaspec.backend import engine_provenance
     from llamaspec.results import Store
     from llamaspec.settings import Settings
 
@@ -216,17 +223,17 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
     variants = tuple(p["variants"]) if p.get("variants") else None
     modes = tuple(p["modes"]) if p.get("modes") else None
-    engine = _engine(worker, exp.backend)
+    engine = _engine(worker, exp.engine)
     results = tuner.tune(exp, engine, store, variants, modes)
     # Every point goes back whole (its settings, provenance, measurements, summary): the coordinator
     # stores it as its own run, so the scratch store here is never the only copy.
-    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "sweep_id": r.tune_id,
+    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "group_kind": row["group_kind"], "group_id": r.tune_id,
                "point_key": row["point_key"], "config": dataclasses.asdict(config), "settings": row["settings"],
                "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
                "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
               for r in results for config, row in r.measured]
     return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
-            "settings": {}, "provenance": {"backend": engine.name, "engine": engine.provenance(), "hardware": _hardware(worker)},
+            "settings": {}, "provenance": {"engine": engine_provenance(engine), "hardware": _hardware(worker)},
             "measurements": [], "runs": points,
             "summary": {"tune": [r.as_dict() for r in results], "text": "\n\n".join(r.render() for r in results)}}
 

@@ -35,9 +35,9 @@ def prompt_items(exp: Any, prompt_set: Any, repeats: int) -> list[WorkItem]:
     for case in exp.cases:
         base = case_payload(exp, case, repeats)
         for p in prompt_set.prompts:
-            # Prompt sets run on llama-server whatever the experiment's backend (as on one machine):
+            # Prompt sets run on llama-server whatever the experiment's engine (as on one machine):
             # the item names the engine that measures it.
-            payload = {**base, "backend": "llama-server", "prompt": p.prompt, "prompt_id": p.id, "category": p.category,
+            payload = {**base, "engine": "llama-server", "prompt": p.prompt, "prompt_id": p.id, "category": p.category,
                        "prompt_item": dataclasses.asdict(p)}
             items.append(WorkItem(f"{case.name}/{p.id}", "prompt", payload))
     return items
@@ -49,7 +49,7 @@ def per_machine(store: Store, study: str) -> dict[str, dict[str, SetFigures]]:
     from llamaspec import promptset
 
     latest: dict[str, dict[str, Any]] = {}  # a failed item measured again by a rerun counts once, as rerun
-    for run in store.runs(sweep_id=study):
+    for run in store.runs(group_id=study):
         if (run["status"] in ("ok", "failed") and (run.get("summary") or {}).get("id") is not None
                 and (run["point_key"] not in latest or run["id"] > latest[run["point_key"]]["id"])):
             latest[run["point_key"]] = run

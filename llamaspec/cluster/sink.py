@@ -1,7 +1,7 @@
 """The results store as the coordinator writes it: one run row per finished work item, under the
-study's id (``sweep_id``) and the item's key (``point_key``), with the machine that measured it;
-and the runs an item made on its way (a tune's points, ``result["runs"]``), each under
-``SWEEP_ID@MACHINE``.
+study's id (a ``Group`` of kind ``study``) and the item's key (``point_key``), with the machine that
+measured it; and the runs an item made on its way (a tune's points, ``result["runs"]``), each under
+``TUNE_ID@MACHINE`` (a group of the kind the item made, a tune).
 
 The machine goes into the runs table's ``machine`` column (what ``report --compare machine``
 groups by) and into the run's provenance; ``machine_of(run)`` also reads rows stored before that
@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from llamaspec.cluster.work import WorkItem
-from llamaspec.results import MeasurementRow, Store
+from llamaspec.results import Group, MeasurementRow, Store
 
 _ROW_FIELDS = {f.name for f in dataclasses.fields(MeasurementRow)} - {"run_id", "id", "created_at"}
 # Fields a row must be given (the others keep their defaults when a worker's llamaspec lacks them).
@@ -28,30 +28,30 @@ class StoreSink:
         self.kind = kind
 
     def done_keys(self, study: str) -> set[str]:
-        return {r["point_key"] for r in self.store.runs(sweep_id=study, status="ok") if r.get("point_key")}
+        return {r["point_key"] for r in self.store.runs(group_id=study, status="ok") if r.get("point_key")}
 
     def save(self, study: str, item: WorkItem, machine: str, result: dict[str, Any]) -> None:
         # Runs an item made on its way (a tune's points): each stored once, under the machine's own
-        # sweep id (``TUNE_ID@MACHINE``: every machine tunes the same grid), before the item itself.
-        for sweep_id, runs in _by_sweep(result.get("runs") or ()).items():
-            into = f"{sweep_id}@{machine}"
-            stored = {r["point_key"] for r in self.store.runs(sweep_id=into)}
+        # group id (``TUNE_ID@MACHINE``: every machine tunes the same grid), before the item itself.
+        for (group_kind, group_id), runs in _by_group(result.get("runs") or ()).items():
+            into = Group(group_kind, f"{group_id}@{machine}")
+            stored = {r["point_key"] for r in self.store.runs(group_id=into.id)}
             for run in runs:
                 if run.get("point_key") not in stored:
                     extra = {"study": study, **({"tune_config": run["config"]} if run.get("config") else {})}
-                    self._store(run, machine, sweep_id=into, point_key=run.get("point_key"), kind=run.get("kind") or "sweep",
+                    self._store(run, machine, group=into, point_key=run.get("point_key"), kind=run.get("kind") or "sweep",
                                 extra=extra)
         extra = {"point": item.payload["point"]} if item.payload.get("point") else {}  # the sweep point's label (the key is its hash)
-        self._store(result, machine, sweep_id=study, point_key=item.key, kind=self.kind, extra=extra, case=item.key)
+        self._store(result, machine, group=Group("study", study), point_key=item.key, kind=self.kind, extra=extra,
+                    case=item.key)
 
-    def _store(self, result: dict[str, Any], machine: str, *, sweep_id: str, point_key: str | None, kind: str,
+    def _store(self, result: dict[str, Any], machine: str, *, group: Group, point_key: str | None, kind: str,
                extra: dict[str, Any], case: str | None = None) -> None:
         provenance = {**(result.get("provenance") or {}), "machine": machine, **extra}
-        run_id = self.store.start_run(experiment=result.get("experiment") or sweep_id, case_name=result.get("case") or case or "",
+        run_id = self.store.start_run(experiment=result.get("experiment") or group.id, case_name=result.get("case") or case or "",
                                       settings=result.get("settings") or {}, provenance=provenance, kind=kind,
-                                      sweep_id=sweep_id, point_key=point_key, machine=machine,
-                                      prompt_id=result.get("prompt_id"), category=result.get("category"),
-                                      backend_name=provenance.get("backend"))
+                                      group=group, point_key=point_key, machine=machine,
+                                      prompt_id=result.get("prompt_id"), category=result.get("category"))
         for i, m in enumerate(result.get("measurements") or ()):
             data: dict[str, Any] = {f: m.get(f) for f in _ROW_FIELDS if f in m or f in _REQUIRED}
             data["repeat"] = i if data["repeat"] is None else data["repeat"]
@@ -63,10 +63,13 @@ class StoreSink:
                               result.get("error"))
 
 
-def _by_sweep(runs: Any) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+def _by_group(runs: Any) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The runs an item made, by the group they belong to (a worker before groups had a kind sent
+    ``sweep_id``: its runs were a tune's points)."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in runs:
-        out.setdefault(str(run.get("sweep_id")), []).append(run)
+        key = (str(run.get("group_kind") or "tune"), str(run.get("group_id") or run.get("sweep_id")))
+        out.setdefault(key, []).append(run)
     return out
 
 

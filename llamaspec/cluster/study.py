@@ -27,7 +27,7 @@ def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> d
 
         # Workers need not share a filesystem: ship the prompt's text.
         prompt = Path(case.prompt_file).read_text()
-    return {"experiment": exp.name, "backend": exp.backend, "case": case.name, "target": case.target.label,
+    return {"experiment": exp.name, "engine": exp.engine, "case": case.name, "target": case.target.label,
             "draft": case.draft.label if case.draft else None, "prompt": prompt, "prompt_file": prompt_file,
             "settings": settings.to_dict(), "repeats": repeats, "repeat_offset": repeat_offset}
 
@@ -63,7 +63,7 @@ def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | Non
                modes: tuple[str, ...] | None = None) -> list[WorkItem]:
     """One ``tune`` item per machine, pinned there: the best draft length, variant and mode are
     properties of the machine, so each machine tunes for itself and no other stands in for it."""
-    payload = {"experiment": exp.name, "backend": exp.backend,
+    payload = {"experiment": exp.name, "engine": exp.engine,
                "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
                "overrides": overrides or {}, "repeats": repeats, "prompt": prompt,
                "variants": list(variants) if variants else None, "modes": list(modes) if modes else None}
@@ -88,7 +88,7 @@ def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] |
     finally:
         pool.close()
     per = {}
-    for run in store.runs(sweep_id=sid, status="ok"):
+    for run in store.runs(group_id=sid, status="ok"):
         machine = machine_of(run) or "?"
         results = [_stored_tune(store, t, machine) for t in (run["summary"] or {}).get("tune", [])]
         if all(r is not None for r in results):  # re-rendered from this store: its run ids are this store's
@@ -104,7 +104,7 @@ def _stored_tune(store: Any, done: dict[str, Any], machine: str) -> Any:
     from llamaspec import tune as tuner
 
     into = f"{done['tune_id']}@{machine}"
-    rows = sorted(store.runs(sweep_id=into), key=lambda r: r["id"])
+    rows = sorted(store.runs(group_id=into), key=lambda r: r["id"])
     measured = [(tuner.Config(**r["provenance"]["tune_config"]), r) for r in rows if (r.get("provenance") or {}).get("tune_config")]
     if len(measured) < done.get("measured_points", 0):
         return None
@@ -118,7 +118,7 @@ def check_engine(exp: Any) -> None:
     run: its measurements would be another engine's, stored under its name."""
     from llamaspec.cluster import executors
 
-    executors.refuse_engine(exp.backend, f"experiment {exp.name}")
+    executors.refuse_engine(exp.engine, f"experiment {exp.name}")
 
 
 def requirements(exp: Any, accel: str = "auto") -> Requirements:
@@ -128,7 +128,7 @@ def requirements(exp: Any, accel: str = "auto") -> Requirements:
     from llamaspec import engines
     from llamaspec.models import store
 
-    engine = exp.backend if exp.backend in engines.cluster_engines() else "llama.cpp"
+    engine = exp.engine if exp.engine in engines.cluster_engines() else "llama.cpp"
     own = engines.machine_requirements(engine, exp)
     labels = sorted({c.target.label for c in exp.cases} | {c.draft.label for c in exp.cases if c.draft})
     models: dict[str, str | None] = {}

@@ -28,7 +28,7 @@ def item_speedups(run: dict[str, Any], measurements: list[dict[str, Any]]) -> li
 def per_machine(store: Store, study: str) -> dict[str, dict[str, Any]]:
     """For each machine of a study: items done, the geometric mean of its items' speedups (each item's
     median over its repeats) with a bootstrap interval, and every repeat's speedup."""
-    runs = store.runs(sweep_id=study, status="ok")
+    runs = store.runs(group_id=study, status="ok")
     grouped: dict[str, list[tuple[str, list[float], list[dict[str, Any]]]]] = defaultdict(list)
     for run in runs:
         ms = store.measurements(run["id"])
@@ -66,7 +66,7 @@ def per_point(store: Store, study: str) -> dict[str, dict[str, Any]]:
     from llamaspec.summary import Summary
 
     points: dict[str, list[tuple[str, stats.Spread]]] = defaultdict(list)
-    for run in sorted(store.runs(sweep_id=study, status="ok"), key=lambda r: r["id"]):
+    for run in sorted(store.runs(group_id=study, status="ok"), key=lambda r: r["id"]):
         speedup = Summary.from_dict(run.get("summary")).speedup
         if speedup is not None:
             label = (run.get("provenance") or {}).get("point") or run["point_key"]

@@ -135,7 +135,8 @@ class TransformersBackend:
             versions[name] = getattr(module, "__version__", None) if module else _version_of(name)
         device = self.default_device()
         return {
-            "backend": "transformers",
+            "version": self.transformers.__version__,
+            "accel": device,  # what it computed on: cpu, cuda, mps
             "versions": versions,
             "device": device,
             "device_name": self.torch.cuda.get_device_name(0) if device.startswith("cuda") else None,

@@ -116,8 +116,10 @@ def load_build(folder: Path) -> Build | None:
 def provenance(build: Build, version: Any) -> dict[str, Any]:
     """What a build is, for the provenance of the numbers it produced (``version``: a program's
     parsed ``--version``, for builds that do not know their own commit)."""
+    commit = build.commit if build.commit != "unknown" else version.commit
     return {
-        "commit": build.commit if build.commit != "unknown" else version.commit,
+        "version": commit,  # the engine's version, as the results store keeps it (engine_version)
+        "commit": commit,
         "build_number": version.number,
         "accel": build.accel,
         "cmake_args": list(build.cmake_args),

@@ -55,7 +55,8 @@ class LlamaCppBackend:
         self._prompt_tokens: dict[str, int] = {}  # prompt text -> tokens, as the programs counted them
         modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
         self.capabilities = Capabilities(modes=frozenset(modes), settings=SETTINGS, spec_types=("draft",),
-                                         draft_policy="fixed", keeps_models_loaded=False, token_ids=False)
+                                         draft_policy="fixed", keeps_models_loaded=False, token_ids=False,
+                                         built_from="llama.cpp")
 
     def caps(self, role: str) -> flags.ProgramFlags:
         if role not in self._caps:

@@ -361,6 +361,7 @@ class ServerBackend:
             prepares=True,
             top_tokens=True,
             prompt_timings=True,
+            built_from="llama.cpp",
         )
         self.port = port  # an explicit port for the first server (tests, firewalls); others pick free ones
         self.servers_dir = servers_dir or paths.runs_dir() / "servers"

@@ -122,8 +122,13 @@ class CatalogRef:
     name: str
     variant: str | None = None
 
-    def __str__(self) -> str:
+    @property
+    def label(self) -> str:
+        """``name:variant`` (the name alone: a path, or a model whose variant is chosen later)."""
         return f"{self.name}:{self.variant}" if self.variant else self.name
+
+    def __str__(self) -> str:
+        return self.label
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,8 @@ class ModelFile:
     made_now: bool = field(default=False, compare=False)  # False: it was already there
 
     @property
-    def ref(self) -> str:
+    def label(self) -> str:
+        """``name:variant``, as every model is labelled (ModelRef.label, ModelPath.label, CatalogRef.label)."""
         return f"{self.name}:{self.variant}"
 
 
@@ -458,7 +459,7 @@ def _quantize(entry: ModelEntry, base: ModelFile, variant: str, tmp: Path, build
     requantize = file_type(catalogs.split_variant(base.variant)[0]).quantized
     quantize.quantize(program, base.path, tmp, variant, allow_requantize=requantize, label=f"{entry.name}:{variant}",
                       log_path=logs_dir(entry.name) / f"quantize-{variant}.log")
-    return {"kind": "quantize", "from": base.ref, "from_sha256": base.sha256, "allow_requantize": requantize,
+    return {"kind": "quantize", "from": base.label, "from_sha256": base.sha256, "allow_requantize": requantize,
             "quantized_by": f"{program.name} of {chosen.label}", **_commit_of(base)}
 
 
@@ -468,9 +469,9 @@ def _derive(base: ModelFile, derivation: str, tmp: Path) -> dict[str, Any]:
     makers = {"untied": legacy.untie, "sep2023": legacy.for_sep2023}
     if derivation not in makers:  # the catalog admits only the derivations of catalogs.DERIVATIONS
         raise LlamaspecError(f"no way to make the {derivation!r} derivation", hint="fix models/catalog.yaml")
-    paths.ensure_free_space(tmp.parent, int(base.path.stat().st_size * 1.3), f"making {base.ref}-{derivation}")
+    paths.ensure_free_space(tmp.parent, int(base.path.stat().st_size * 1.3), f"making {base.label}-{derivation}")
     done = makers[derivation](base.path, tmp)
-    return {"kind": derivation, "from": base.ref, "from_sha256": base.sha256, **done, **_commit_of(base)}
+    return {"kind": derivation, "from": base.label, "from_sha256": base.sha256, **done, **_commit_of(base)}
 
 
 def _commit_of(base: ModelFile) -> dict[str, Any]:

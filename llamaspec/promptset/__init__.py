@@ -3,7 +3,7 @@
 Per prompt and per case (a method: a draft length, an n-gram mode): the baseline and the
 speculative generation are measured seconds apart on two live servers, in ABBA order over the
 repeats, and stored as one run row (``kind="promptset"``) as soon as the prompt finishes. The
-row's ``sweep_id`` identifies (case settings, models, build, prompt set) and its ``point_key``
+row's ``group_id`` identifies (case settings, models, build, prompt set) and its ``point_key``
 the prompt, so a rerun skips what is finished and resumes where a run stopped.
 
 The modules, one reason each:

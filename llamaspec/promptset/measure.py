@@ -2,7 +2,7 @@
 
 Per prompt and per case: the servers prepared, then the one pairs loop (``pairs.measure_pairs``)
 measures baseline and speculative generations seconds apart, each stored as it is taken; the
-prompt's figures go into its run row (``kind="promptset"``, ``sweep_id`` the set's key,
+prompt's figures go into its run row (``kind="promptset"``, ``group_id`` the set's key,
 ``point_key`` the prompt), so a rerun skips what is finished. A server that died or hung stops the
 case (later prompts would fail alike); a prompt the server refused does not.
 """
@@ -22,7 +22,7 @@ from llamaspec.prompts import Prompt, PromptSet, PromptSource
 from llamaspec.promptset.probe import divergence, divergence_text
 from llamaspec.promptset.prompt_figures import E2E_KEYS, PromptFigures, prompt_summary
 from llamaspec.promptset.sources import method_label, prompt_case, set_key
-from llamaspec.results import MeasurementRow, Store, measurements_of
+from llamaspec.results import Group, MeasurementRow, Store, measurements_of
 
 Event = Callable[[str, dict[str, Any]], None]
 STOPPING_ERRORS = ("server", "timeout")  # the server is gone or stuck: later prompts would fail alike
@@ -127,7 +127,7 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Sto
     run_id = store.start_run(experiment=case.experiment, case_name=case.case,
                              settings={**case.settings.to_dict(), "prompt_id": prompt.id, "category": prompt.category},
                              provenance=run_core()._provenance(backend, case, hardware), kind="promptset",
-                             sweep_id=set_id, point_key=prompt.id)
+                             group=Group("promptset", set_id), point_key=prompt.id)
     logs = paths.runs_dir() / f"{run_id:06d}"
     measured: list[Measurement] = []
 
