@@ -11,9 +11,10 @@ measured them. Three policies decide on the drawn pairs:
 - **adaptive**: ``llamaspec.decide`` on one pair at every length (``llamaspec.sweep``'s first
   pass), then the pairs its ``requests`` ask for (the contenders, the model's unmeasured favourites), until the
   decision is settled or the budget (60 % of the fixed grid's pairs) is spent;
-- **bound**: the same budget spent evenly on the recording's true contenders (its best and every
-  length within 5 % of it), the best median taken: what deciding by measurement alone can reach
-  with those pairs on this machine's noise (an oracle: it knows where to look).
+- **oracle**: the same budget spent evenly on the recording's true contenders (its best and every
+  length within 5 % of it), the best median taken: what deciding by measurement alone reaches
+  with those pairs on this machine's noise when told where to look (the adaptive sweep can do
+  better, since the model's curve adds what the pairs alone do not tell).
 
 A decision is **wrong** (column "wrong") when the true speedup of the setting it recommends (the median of every
 recorded pair there) is more than 3 % below the true best, or when it recommends nothing although
@@ -240,11 +241,11 @@ def replay(rec: Recorded, replays: int, refits: int, seed: int = 0) -> dict[str,
     return out
 
 
-# The noise floor: a policy told where the answer lies (the recording's best and every length
-# within 5 % of it), spending the adaptive budget evenly there and taking the best median. No
-# policy that decides by measurement does better with the same pairs; when it is wrong more
-# often than the goal allows, the machine's run-to-run noise, not the policy, is what limits.
-ORACLE = "bound: budget on true contenders"
+# Measurement alone, told where the answer lies (the recording's best and every length within 5 %
+# of it): the adaptive budget spent evenly there, the best median taken. When this is wrong more
+# often than the goal allows, the machine's run-to-run noise is what limits a decision by
+# measurement; only the model's curve can help beyond it.
+ORACLE = "oracle: told the contenders"
 
 
 def contenders(rec: Recorded, within: float = 0.05) -> list[int]:
