@@ -205,7 +205,12 @@ def _fetch_sdist(requirement: str, dest: Path) -> SourceInfo:
 
 
 def download_sdist(version: str) -> Path:
-    """``pip download`` the sdist into the download cache (reused when present)."""
+    """``pip download`` the sdist into the download cache (reused when present), through the user's
+    own pip configuration (index, proxy, certificates).
+
+    ``--no-binary llama-cpp-python``, not ``:all:``: pip prepares an sdist's metadata, which
+    installs its build dependencies first, and ``:all:`` made it build those from source too
+    (scikit-build-core and its own dependencies): over 7 minutes on a fresh machine, 13 s this way."""
     folder = paths.downloads_dir() / "sdists"
     archive = folder / f"llama_cpp_python-{version}.tar.gz"
     if archive.is_file():
@@ -214,7 +219,7 @@ def download_sdist(version: str) -> Path:
     with atomic.atomic_path(folder / f"pip-{version}") as tmp:
         tmp.mkdir(parents=True)
         proc.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
              "--disable-pip-version-check", f"llama-cpp-python=={version}", "-d", str(tmp)],
             what="pip download of the llama.cpp sdist",
             hint="check that PyPI is reachable (pip config list), or fetch a tree with --source git:... / path:...",
