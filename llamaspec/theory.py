@@ -302,7 +302,7 @@ SPECULATIVE_SIMPLE = Program("llama-speculative-simple", extra_draft_steps=0, fi
 # sampling time: its baselines' step beyond llama-bench's is charged per emitted token (its sampler
 # chain runs per verified position). On the recorded server sweep (tests/fixtures/llamacpp/0c1e570/
 # sweep-server/q4_1: baselines at 55.6 ms a token against llama-bench's 26.4 ms step) the median
-# error is 4.3 % so, 11.2 % with llama-bench's step alone, 61.6 % with the excess charged per round.
+# error is 4.3 % that way; 11.2 % with llama-bench's step alone, 61.6 % with the excess charged per round.
 LLAMA_SERVER = Program("llama-server", extra_draft_steps=0, first_token_from_prompt=True, draft_processes_batch=True,
                        draft_policy="capped", counted_rounds="drafted", loop_overhead="token",
                        unmodelled=("rounds: /metrics counts only steps that drafted; the model counts every target "
