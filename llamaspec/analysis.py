@@ -162,6 +162,13 @@ class SweepReport:
                                 if a.cost and a.cost.timed_cost_ratio is not None else ""))
                 if g.model_error is not None:
                     lines.append(f"  model error: median {g.model_error:.1%} over {len(a.points)} points")
+                drafted = [(p.draft_max, p.drafted_calls, p.calls) for p in sorted(a.points, key=lambda p: p.draft_max)
+                           if p.drafted_calls is not None]
+                if drafted:  # the engine counted only the rounds that drafted: the model counts every target call
+                    lines.append("  model rounds: every target call, from the counters (rounds that drafted / calls: "
+                                 + ", ".join(f"draft {k} {d}/{c}" for k, d, c in drafted) + ")")
+                if a.cost:
+                    lines += [f"  model leaves out: {item}" for item in a.program.unmodelled]
                 if a.cost and a.best:
                     band = g.view.band((g.label, a.best.draft_max)) if g.view else None
                     lines.append(f"  predicted best draft length {a.best.draft_max}: {a.best.speedup:.2f}x"
@@ -199,6 +206,8 @@ class SweepReport:
                 "ceiling": g.analysis.ceiling_speedup if g.analysis else None,
                 "predicted_best": dataclasses.asdict(g.analysis.best) if g.analysis and g.analysis.best else None,
                 "fits": [dataclasses.asdict(p) for p in g.analysis.points] if g.analysis else [],
+                "program": g.analysis.program.name if g.analysis else None,
+                "unmodelled": list(g.analysis.program.unmodelled) if g.analysis else [],
                 "explanation": g.explanation, "plots": [str(p) for p in g.plots],
             } for g in self.groups],
         }
@@ -218,14 +227,19 @@ def observation(row: PointRow) -> Any:
 
     s = row.summary
     spec, base = s.decode_tps, s.baseline_decode_tps
-    if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict and s.rounds):
+    if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict):
         return None
     if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in theory.PROGRAMS:
         return None
+    prog = theory.program(s.program)
+    if prog.counted_rounds == "all" and not s.rounds:
+        return None
+    # rounds: the engine's count (llama-server's counts only the rounds that drafted: the profile
+    # then derives every target call from the counters)
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
         spec_decode_tps=spec.median, baseline_decode_tps=base.median, rounds=s.rounds,
-        program=theory.program(s.program), speedup=s.speedup.median if s.speedup else None,
+        program=prog, speedup=s.speedup.median if s.speedup else None,
     )
 
 
@@ -244,7 +258,14 @@ def cost_model(rows: Sequence[PointRow], program: Any, step_from_baselines: bool
     measured (:func:`baseline_step_ms`), not llama-bench's batch of one. Off by default: over six
     recorded sweeps llama-bench's step had the smaller median error in four (the demo's sweep twice:
     3.6 % and 6.9 % against 5.7 % and 20.2 %; sweep-t1 5.1 % against 10.0 %; Q4_0 15.1 % against
-    29.6 %), the baselines' in two (Q4_1 10.9 % against 26.7 %; Q2_K 7.5 % against 7.7 %)."""
+    29.6 %), the baselines' in two (Q4_1 10.9 % against 26.7 %; Q2_K 7.5 % against 7.7 %).
+
+    A program that charges its engine's loop (``program.loop_overhead``: llama-server, transformers)
+    always takes the baselines' step: the loop's cost is that step less the timed one.
+
+    The costs are the engine's own (``Capabilities.times_costs``: the ``batch`` and ``draft``
+    measurements, stored with the point): ``batch_ms`` and ``cost_depth`` from the batch timing,
+    the draft's step from the draft timing, whichever engine took them."""
     from llamaspec import theory
 
     for r in rows:
@@ -253,7 +274,8 @@ def cost_model(rows: Sequence[PointRow], program: Any, step_from_baselines: bool
             sample = s.sample_ms_per_token or 0.0
             cost = theory.CostModel.from_bench(s.batch_ms, 1000.0 / s.draft_decode_tps.median, program,
                                                target_sample_ms=sample, draft_sample_ms=sample, depth=s.cost_depth)
-            step = baseline_step_ms(rows) if step_from_baselines else None
+            from_baselines = step_from_baselines or program.loop_overhead != "none"
+            step = baseline_step_ms(rows) if from_baselines else None
             return dataclasses.replace(cost, baseline_step_ms=step) if step else cost
     return None
 
@@ -328,10 +350,14 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
         # The model spends k draft steps a round at the requested k; an adaptive program (Sep 2023)
         # changes k within the run, so its points would be fitted at a length they never used.
         return None, None, "the program adapts its draft length during the run: the speedup model (fixed k) does not apply"
-    obs = [o for o in (observation(r) for r in rows) if o is not None]
+    try:
+        obs = [o for o in (observation(r) for r in rows) if o is not None]
+    except LlamaspecError as exc:  # counters that contradict the program's loop
+        return None, None, f"the speedup model could not be fitted: {exc.message}"
     if not obs and any(r.summary.n_drafted for r in rows) and not any(r.summary.program in theory.PROGRAMS for r in rows):
-        return None, None, ("the speedup model has round profiles for llama.cpp's programs only: no alpha or "
-                            "prediction for this engine (its measured figures stand)")
+        named = sorted({r.summary.program or "none" for r in rows})
+        return None, None, (f"these runs name no round profile the speedup model knows (program {', '.join(named)}): "
+                            "no alpha or prediction (the measured figures stand)")
     if not obs or all(o.n_drafted == 0 for o in obs):
         return None, None, "nothing was drafted: no acceptance to model"
     try:

@@ -27,6 +27,12 @@ What a real program spends per round is not the paper's ``k·c + 1`` target step
   so it verifies ``n_predict - n_accept - 1`` times; ``llama-speculative-simple`` holds the last
   prompt token back and verifies ``n_predict - n_accept`` times. :meth:`Program.rounds`.
 
+Every engine that records a round profile's name with its runs (``Measurement.program``) and
+times the two costs (``Capabilities.times_costs``) gets the model: llama.cpp's two programs and
+llama-server (llama-bench on the same build), transformers' assisted generation (torch forward
+passes timed by the engine). What a profile cannot see is said with its fit
+(:attr:`Program.unmodelled`).
+
 The target's single-token step comes from the same llama-bench data (batch 1 at the same depth),
 so verify(k+1)/step and the draft's step/target step are ratios taken within one program. The
 speed both sides are compared on is ``llamaspec.backend.SPEED_DEFINITION`` (tokens after the
@@ -59,9 +65,12 @@ from dataclasses import dataclass, field
 from llamaspec.errors import LlamaspecError
 
 __all__ = [
+    "LLAMA_SERVER",
     "LLAMA_SPECULATIVE",
     "PROGRAMS",
     "SPECULATIVE_SIMPLE",
+    "TRANSFORMERS_ASSISTED",
+    "TRANSFORMERS_PROMPT_LOOKUP",
     "Analysis",
     "CostModel",
     "Observation",
@@ -237,6 +246,15 @@ class Program:
       outside any round, so rounds = n_predict - n_accept - 1 (else n_predict - n_accept).
     - ``draft_processes_batch``: the draft also decodes the verified batch (k + 1 tokens) each round.
     - ``draft_policy``: of ``llamaspec.backend.DRAFT_POLICIES``.
+    - ``counted_rounds``: what the engine's own round count covers: ``"all"`` (every verification)
+      or ``"drafted"`` (only the rounds that drafted something: a step whose draft came back empty
+      is a plain decode it does not count). With ``"drafted"`` the model counts every target call
+      from the counters (:meth:`rounds`) and keeps the engine's count as the drafted share.
+    - ``loop_overhead``: where the engine's own loop spends time beyond the timed forward passes
+      and sampling: ``"none"`` (nothing worth modelling: the costs are timed as the program spends
+      them), or charged once per ``"round"`` or per emitted ``"token"``; it is then the step the
+      run's baselines measured less the timed step (:attr:`CostModel.loop_overhead_ms`).
+    - ``unmodelled``: what the model cannot see for this program, said next to its fit.
     """
 
     name: str
@@ -244,13 +262,23 @@ class Program:
     first_token_from_prompt: bool
     draft_processes_batch: bool = False
     draft_policy: str = "fixed"
+    counted_rounds: str = "all"
+    loop_overhead: str = "none"
+    unmodelled: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.counted_rounds not in ("all", "drafted"):
+            raise LlamaspecError(f"counted_rounds must be 'all' or 'drafted', got {self.counted_rounds!r}")
+        if self.loop_overhead not in ("none", "round", "token"):
+            raise LlamaspecError(f"loop_overhead must be 'none', 'round' or 'token', got {self.loop_overhead!r}")
 
     def draft_steps_per_round(self, k: float) -> float:
         """Single-token draft decodes per round at draft length k."""
         return k + self.extra_draft_steps
 
     def rounds(self, n_predict: int, n_accept: int) -> int:
-        """Verification rounds from the printed counters, by this program's own loop."""
+        """Verification rounds (target calls after the prompt) from the printed counters, by this
+        program's own loop."""
         return n_predict - n_accept - (1 if self.first_token_from_prompt else 0)
 
 
@@ -263,8 +291,48 @@ LLAMA_SPECULATIVE = Program("llama-speculative", extra_draft_steps=1, first_toke
 # back and verified in the first round; the draft decodes id_last and each drafted token but the last
 # (k decodes), stops early below --spec-draft-p-min, and decodes the verified batch (process()).
 SPECULATIVE_SIMPLE = Program("llama-speculative-simple", extra_draft_steps=0, first_token_from_prompt=False,
-                             draft_processes_batch=True, draft_policy="capped")
-PROGRAMS: dict[str, Program] = {p.name: p for p in (LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE)}
+                             draft_processes_batch=True, draft_policy="capped",
+                             unmodelled=("the draft's pass over each verified batch is counted as one draft step "
+                                         "(not timed)",))
+# tools/server/server-context.cpp at 0c1e570, with the same common/speculative draft-simple: the
+# prompt is processed and the first token sampled from its logits (n_gen 1 starts predicted_ms);
+# each later step drafts up to min(k, n_remaining - 1) tokens from the last sampled one (k draft
+# decodes, stopping below p-min) and verifies draft + 1 on the target; a step whose draft is
+# empty (the last token, p-min, n-min) decodes one token. The draft then processes every batch
+# the target decoded. /metrics' spec_decode_num_drafts_total (n_draft_verif_steps) grows only in
+# steps that drafted: every target call is n_predict - n_accept - 1 (recorded: predicted_n 16,
+# draft_n 16 at k 8, 12 accepted: 3 calls, 2 of them drafted rounds). llama-server reports no
+# sampling time: its baselines' step beyond llama-bench's is charged per emitted token (its sampler
+# chain runs per verified position). On the recorded server sweep (tests/fixtures/llamacpp/0c1e570/
+# sweep-server/q4_1: baselines at 55.6 ms a token against llama-bench's 26.4 ms step) the median
+# error is 4.3 % that way; 11.2 % with llama-bench's step alone, 61.6 % with the excess charged per round.
+LLAMA_SERVER = Program("llama-server", extra_draft_steps=0, first_token_from_prompt=True, draft_processes_batch=True,
+                       draft_policy="capped", counted_rounds="drafted", loop_overhead="token",
+                       unmodelled=("rounds: /metrics counts only steps that drafted; the model counts every target "
+                                   "call from the counters (n_predict - n_accept - 1)",
+                                   "sampling and the server's loop: not reported by llama-server; charged per emitted "
+                                   "token as the baselines' step beyond llama-bench's",
+                                   "the draft's pass over each verified batch is counted as one draft step (not timed)"))
+# transformers 4.57 _assisted_decoding: every round the assistant's generate() drafts up to
+# num_assistant_tokens (one forward per drafted token, the first over the tokens it has not seen)
+# and the target runs one forward over the last token and the candidates (k + 1, logits for
+# each); the first round is fused with the prompt's forward, so every token comes from a round
+# (rounds = n_predict - n_accept) and the counting hook counts them all. generate()'s own loop
+# (logits processors, stopping criteria, cache bookkeeping) runs once per round on the target
+# side: the baselines' step beyond the timed forward pass, charged per round.
+TRANSFORMERS_ASSISTED = Program("transformers-assisted", extra_draft_steps=0, first_token_from_prompt=False,
+                                draft_policy="capped", loop_overhead="round",
+                                unmodelled=("generate()'s loop: charged once per round as the baselines' step beyond "
+                                            "the timed forward pass",
+                                            "the assistant's generate() set-up each round is not timed",
+                                            "the first round (fused with the prompt) is in the counters, not in the "
+                                            "speed"))
+# transformers' prompt lookup: the same loop with n-grams of the context as candidates (no draft
+# model, nothing to time on a draft side: alpha and the ceiling only).
+TRANSFORMERS_PROMPT_LOOKUP = Program("transformers-prompt-lookup", extra_draft_steps=0, first_token_from_prompt=False,
+                                     draft_policy="capped", loop_overhead="round")
+PROGRAMS: dict[str, Program] = {p.name: p for p in (LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE, LLAMA_SERVER,
+                                                    TRANSFORMERS_ASSISTED, TRANSFORMERS_PROMPT_LOOKUP)}
 
 
 def program(name: str) -> Program:
@@ -434,9 +502,20 @@ class CostModel:
             ms += interpolate(self.draft_batches, k + 1.0) if self.draft_batches else self.draft_ms_per_token
         return ms
 
+    @property
+    def loop_overhead_ms(self) -> float:
+        """The engine's own loop beyond the timed step and its sampling, per round or per emitted
+        token (``program.loop_overhead``): the step the run's baselines measured less the timed one
+        (at least 0); 0 when the program charges none or no baseline step is given."""
+        if self.program.loop_overhead == "none" or self.baseline_step_ms is None:
+            return 0.0
+        return max(self.baseline_step_ms - self.target_ms_per_token - self.target_sample_ms, 0.0)
+
     def call_ms(self, k: float, tokens: float = 1.0) -> float:
-        """One round at draft length k emitting ``tokens`` tokens (sampled on the target, one each)."""
-        return self.draft_ms(k) + self.verify_ms(k) + tokens * self.target_sample_ms
+        """One round at draft length k emitting ``tokens`` tokens (sampled on the target, one each),
+        with the engine's loop overhead where its program charges it."""
+        loop = self.loop_overhead_ms * (tokens if self.program.loop_overhead == "token" else 1.0)
+        return self.draft_ms(k) + self.verify_ms(k) + tokens * self.target_sample_ms + loop
 
     def speedup(self, alpha: float, k: float) -> float:
         """Predicted decode speedup over the target alone: tokens per round · baseline ms per token / T_round(k)."""
@@ -469,7 +548,7 @@ class CostModel:
             tokens = expected_tokens_per_round(alpha, k)
             per = tokens * self.baseline_ms_per_token
             d = self.draft_ms(k) / per  # the draft's share of 1/speedup
-            rest = (self.verify_ms(k) + tokens * self.target_sample_ms) / per
+            rest = (self.call_ms(k, tokens) - self.draft_ms(k)) / per  # verification, sampling, the engine's loop
             w = o.measured_speedup ** 2
             num += w * d * (1.0 / o.measured_speedup - rest)
             den += w * d * d
@@ -479,19 +558,13 @@ class CostModel:
 
     def with_cost_ratio(self, cost_ratio: float) -> CostModel:
         """The same model with the draft's per-token cost set to ``cost_ratio`` target steps
-        (its draft batches scaled alike)."""
+        (its draft batches and sampling scaled alike; every other field kept)."""
         scale = cost_ratio / self.cost_ratio if self.cost_ratio > 0 else 0.0
-        return CostModel(
-            target_ms_per_token=self.target_ms_per_token,
+        return dataclasses.replace(
+            self,
             draft_ms_per_token=cost_ratio * self.target_ms_per_token,
-            verify_batches=self.verify_batches,
             draft_batches=tuple((s, ms * scale) for s, ms in self.draft_batches) if scale > 0 else (),
-            program=self.program,
-            target_sample_ms=self.target_sample_ms,
             draft_sample_ms=self.draft_sample_ms * scale,
-            depth=self.depth,
-            baseline_step_ms=self.baseline_step_ms,
-            timed_cost_ratio=self.timed_cost_ratio,
         )
 
 
@@ -570,7 +643,9 @@ class Observation:
     - ``n_generated``: ``n_predict =`` (summed over repeats).
     - ``spec_decode_tps``, ``baseline_decode_tps``: speeds on SPEED_DEFINITION (medians).
     - ``rounds``: verification rounds as the backend counted them (summed); None derives them from
-      the counters by ``program``'s own loop (:meth:`Program.rounds`, per run: pass ``runs``).
+      the counters by ``program``'s own loop (:meth:`Program.rounds`, per run: pass ``runs``). For a
+      program whose engine counts only the rounds that drafted (``counted_rounds == "drafted"``)
+      the model's rounds are always the derived ones, and this count is their drafted share.
     - ``speedup``: the measured speedup if known better than the ratio of the two medians (the median
       of paired ratios); None uses spec/baseline.
     - ``runs``: how many runs the counters sum over (the derived rounds subtract one per run).
@@ -598,7 +673,14 @@ class Observation:
                 f"n_accept ({self.n_accept}) exceeds n_drafted ({self.n_drafted}): only drafted tokens can be accepted",
                 hint=_HINT_COUNTS,
             )
-        if self.rounds is not None:
+        if self.rounds is not None and self.program.counted_rounds == "drafted":
+            _count("rounds", self.rounds)
+            if self.rounds > self.derived_rounds:
+                raise LlamaspecError(
+                    f"{self.program.name} counted {self.rounds} rounds that drafted, more than the "
+                    f"{self.derived_rounds} target calls its counters leave (n_predict {self.n_generated}, "
+                    f"n_accept {self.n_accept})", hint=_HINT_COUNTS)
+        if self.rounds is not None and self.program.counted_rounds == "all":
             _count("rounds", self.rounds, minimum=1)
             if self.rounds + self.n_accept > self.n_generated:
                 raise LlamaspecError(
@@ -606,7 +688,7 @@ class Observation:
                     "every round emits its accepted tokens plus one",
                     hint=_HINT_COUNTS,
                 )
-        elif self.derived_rounds < 1:
+        if not self.rounds_counted and self.derived_rounds < 1:
             raise LlamaspecError(
                 f"n_accept ({self.n_accept}) leaves no verification round in {self.n_generated} generated tokens "
                 f"({self.program.name}: rounds = n_predict - n_accept"
@@ -629,9 +711,19 @@ class Observation:
         return self.n_accept / self.n_drafted if self.n_drafted else None
 
     @property
+    def rounds_counted(self) -> bool:
+        """Whether :attr:`calls` is the engine's own count (else derived from the counters)."""
+        return self.rounds is not None and self.program.counted_rounds == "all"
+
+    @property
     def calls(self) -> int:
         """Verification rounds: counted, or derived from the counters by the program's loop."""
-        return self.rounds if self.rounds is not None else self.derived_rounds
+        return self.rounds if self.rounds is not None and self.rounds_counted else self.derived_rounds
+
+    @property
+    def drafted_calls(self) -> int | None:
+        """Rounds that drafted something, where the engine counts them apart (else None)."""
+        return self.rounds if self.program.counted_rounds == "drafted" else None
 
     @property
     def drafted_per_round(self) -> float:
@@ -678,6 +770,7 @@ class PointFit:
     predicted_speedup: float | None  # pooled α and cost model at drafted_per_round
     predicted_call_ms: float | None
     implied_cost_ratio: float | None  # the c that would make the prediction match the measurement
+    drafted_calls: int | None = None  # rounds that drafted, where the engine counts only those (llama-server)
 
     @property
     def abs_error(self) -> float | None:
@@ -868,7 +961,7 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
                 accept_rate=o.accept_rate,
                 alpha=o.alpha,
                 calls=o.calls,
-                calls_measured=o.rounds is not None,
+                calls_measured=o.rounds_counted,
                 drafted_per_round=k,
                 tokens_per_round=o.tokens_per_round,
                 mean_accepted=o.tokens_per_round - 1.0,
@@ -877,6 +970,7 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
                 predicted_speedup=predicted,
                 predicted_call_ms=predicted_ms,
                 implied_cost_ratio=implied,
+                drafted_calls=o.drafted_calls,
             )
         )
     return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve, program=prog)

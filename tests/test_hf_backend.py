@@ -73,7 +73,7 @@ def test_assisted_generation_is_lossless_and_counted(backend, pair, tmp_path: Pa
     assert spec.n_predict == spec.rounds + spec.n_accept  # each call: its accepted drafts plus one token of its own
     assert spec.accept == pytest.approx(100 * spec.n_accept / spec.n_drafted, abs=1e-3)
     assert spec.mean_accepted == pytest.approx(spec.n_accept / spec.rounds)
-    assert spec.draft_policy == "capped" and spec.draft_len == 4
+    assert spec.draft_policy == "capped" and spec.draft_len == 4 and spec.program == "transformers-assisted"
     # threshold 0: every round drafts 4, except where less is left of max_new_tokens (less one)
     made = 0
     for drafted, accepted in rounds:
@@ -91,6 +91,43 @@ def test_assisted_generation_is_lossless_and_counted(backend, pair, tmp_path: Pa
 def test_draft_mode_times_the_assistant_alone(backend, pair, tmp_path: Path) -> None:
     m = backend.measure(case(*pair), "draft", tmp_path / "d.log")
     assert m.ok and m.n_predict == 24 and m.stats["model"] == "assistant:hf" and m.n_drafted is None
+
+
+def test_batch_mode_times_the_target_s_forward_passes_at_the_run_s_depth(backend, pair, tmp_path: Path) -> None:
+    c = case(*pair)
+    m = backend.measure(c, "batch", tmp_path / "batch.log")
+    assert m.ok, m.error
+    batch = m.stats["batch_ms"]
+    assert sorted(batch) == list(range(1, 18)) and all(ms > 0 for ms in batch.values())
+    assert m.stats["depth"] == m.n_prompt + 24 // 2 and m.stats["model"] == "target:hf"
+    assert m.decode_tps == pytest.approx(1000.0 / batch[1]) and m.speed_basis.startswith("torch: one forward pass")
+    assert '"mode": "batch"' in (tmp_path / "batch.log").read_text()
+
+
+def test_every_timed_forward_pass_sees_the_same_depth(pair) -> None:
+    """The cache is cropped back after each pass: a pass over 5 tokens after a 40-token context
+    attends to 40 cached tokens, however many passes came before it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from llamaspec.hf import generation
+
+    model = AutoModelForCausalLM.from_pretrained(str(pair[0]))
+    seen: list[tuple[int, int]] = []  # (cached tokens, new tokens) at each forward pass
+    original = model.forward
+
+    def spy(input_ids=None, past_key_values=None, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((past_key_values.get_seq_length(), int(input_ids.shape[1])))
+        out = original(input_ids=input_ids, past_key_values=past_key_values, **kwargs)
+        assert out.logits.shape[1] == input_ids.shape[1]  # logits for every token, as a verification
+        return out
+
+    model.forward = spy
+    context = torch.arange(3, 43).unsqueeze(0)
+    got = generation.time_forward(model, context, (1, 5, 17), repetitions=2)
+    assert sorted(got) == [1, 5, 17] and all(ms > 0 for ms in got.values())
+    assert seen[0] == (0, 40)  # the context, once
+    assert seen[1:] == [(40, n) for _ in range(3) for n in (1, 5, 17)]  # a warm-up pass, then 2 timed
 
 
 def test_assistant_settings_are_pinned_each_call(backend, pair, tmp_path: Path) -> None:
@@ -211,8 +248,8 @@ def test_no_assistant_without_prompt_lookup(backend, pair) -> None:
 def test_measure_reports_failures_instead_of_raising(backend, pair, tmp_path: Path) -> None:
     m = backend.measure(case(*pair, load_in="8bit"), "speculative", tmp_path / "x.log")
     assert not m.ok and "needs a CUDA GPU" in (m.error or "")
-    m = backend.measure(case(*pair), "batch", tmp_path / "y.log")
-    assert not m.ok and "does not measure mode 'batch'" in (m.error or "")
+    m = backend.measure(case(*pair), "prompt", tmp_path / "y.log")  # a mode it does not declare
+    assert not m.ok and "does not measure mode 'prompt'" in (m.error or "")
 
 
 def test_corrupt_model_is_refused_in_check(backend, pair, tmp_path: Path) -> None:

@@ -384,3 +384,46 @@ def test_prepare_starts_both_servers_side_by_side_and_renders_the_prompt(server_
         assert m.ok and len(b.servers()) == 2  # nothing more started
     finally:
         b.close()
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server_build, pair, tmp_path: Path) -> None:
+    """The sweep on llama-server: llama-bench's costs on the same build once per sweep (after the
+    first pair, at the depth the server counted), then the fitted model on the server's profile."""
+    import yaml
+
+    from llamaspec import analysis, experiment, sweep, theory
+
+    target, draft = pair
+    body = {"name": "server-sweep", "description": "the offline pair on llama-server", "backend": "llama-server", "repeats": 2,
+            "settings": {"n_predict": 32, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": 1024},
+            "cases": [{"name": "q4_1", "target": {"model": "smollm2-135m", "variant": "f32"},
+                       "draft": {"model": "smollm2-135m", "variant": "q4_1"},
+                       "prompt": "# Quick-sort implementation in Python and sample usage:"}]}
+    path = tmp_path / "server-sweep.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    engine = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    store = Store.open()
+    try:
+        (result,) = sweep.run_sweep(experiment.load(str(path)), {"draft_max": (1, 4, 8)}, engine, store)
+    finally:
+        engine.close()
+    runs = store.runs(sweep_id=result.sweep_id)
+    costs = [m for r in runs for m in store.measurements(r["id"]) if m["mode"] in ("draft", "batch")]
+    assert sorted(m["mode"] for m in costs) == ["batch", "draft"] and all(m["ok"] for m in costs)
+    assert all(Path(m["argv"][0]).name == "llama-bench" for m in costs)
+    (batch,) = [m for m in costs if m["mode"] == "batch"]
+    prompt_tokens = {m["n_prompt"] for r in runs for m in store.measurements(r["id"]) if m["mode"] == "baseline"}
+    assert batch["stats"]["depth"] == prompt_tokens.pop() + 32 // 2  # the prompt as the server counted it
+    assert batch["stats"]["depth_basis"] == "prompt tokens as counted by the run"
+    report = analysis.sweep_report(store, result.sweep_id, plot=False)
+    (group,) = report.groups
+    a = group.analysis
+    assert a is not None and a.cost is not None and a.program is theory.LLAMA_SERVER, group.note
+    assert sorted(p.draft_max for p in a.points) == [1, 4, 8]
+    for p in a.points:  # /metrics counted the steps that drafted, at p-min 0 all but the last token's at most
+        assert p.drafted_calls is not None and 0 <= p.calls - p.drafted_calls <= 1
+    text = report.render()
+    assert "model error: median" in text and "predicted best draft length" in text
+    assert "model rounds: every target call, from the counters" in text

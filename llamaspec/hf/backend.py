@@ -5,7 +5,13 @@ Modes:
 - ``baseline``: the target alone;
 - ``speculative``: with ``assistant_model`` (spec_type ``draft``), or draft-free prompt lookup
   (spec_type ``prompt-lookup``: ``prompt_lookup_num_tokens``);
-- ``draft``: the assistant alone (one draft step's cost).
+- ``draft``: the assistant alone (one draft step's cost: its generate() steps, as it drafts);
+- ``batch``: the target's forward pass over 1..17 new tokens after a cached context at the run's
+  mean depth, logits for each (a verification's cost; batch 1 is its own step), timed with torch.
+
+The speedup model reads the last two (``theory.TRANSFORMERS_ASSISTED``): the assistant's step
+from ``draft``, the target's batches from ``batch``, generate()'s own loop as the baselines' step
+beyond the timed forward pass.
 
 Settings, in llamaspec's names (``llamaspec.settings``):
 
@@ -60,8 +66,12 @@ HONOURED = frozenset({
     "n_predict", "seed", "temperature", "draft_max", "draft_p_min", "threads", "escape", "spec_type", "timeout",
     "draft_schedule", "dtype", "draft_dtype", "load_in", "device", "universal_assisted",
 })
+# The round profiles the speedup model reads (theory.PROGRAMS), by spec_type.
+PROGRAMS = {"draft": "transformers-assisted", "prompt-lookup": "transformers-prompt-lookup"}
+BATCH_SIZES = tuple(range(1, 18))  # verification batches: a draft of up to 16 tokens plus one
+BATCH_REPETITIONS = 3
 CAPABILITIES = Capabilities(
-    modes=frozenset({"baseline", "speculative", "draft"}),
+    modes=frozenset({"baseline", "speculative", "draft", "batch"}),
     settings=HONOURED,
     spec_types=SPEC_TYPES,
     draft_policy="capped",  # transformers' default: up to num_assistant_tokens, fewer below the confidence threshold
@@ -193,6 +203,8 @@ class TransformersBackend:
             if mode == "draft" and case.draft is None:
                 raise LlamaspecError("this case has no assistant to time", hint="drop the draft measurement")
             target = self._ensure(case.target, plan.device, plan.dtype, plan.load_in)
+            if mode == "batch":
+                return self._time_batches(case, target, log_path, base)
             draft = (self._ensure(case.draft, plan.device, plan.draft_dtype, "none")
                      if case.draft is not None and (mode == "draft" or (mode == "speculative" and plan.spec_type == "draft"))
                      else None)
@@ -315,17 +327,9 @@ class TransformersBackend:
         s = case.settings
         runner = draft if mode == "draft" else target
         n_predict = s.n_predict if s.n_predict is not None else 256
-        prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
-        if s.escape:
-            prompt = unescape(prompt)
         tokenizer = runner.tokenizer
-        if case.chat and getattr(tokenizer, "chat_template", None):
-            input_ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                      return_tensors="pt")
-        else:
-            input_ids = tokenizer(prompt, return_tensors="pt").input_ids
         model = runner.generator
-        input_ids = input_ids.to(model.device)
+        input_ids = _input_ids(case, tokenizer).to(model.device)
         sampling = bool(s.temperature)
         kwargs: dict[str, Any] = {"max_new_tokens": n_predict, "do_sample": sampling,
                                   "attention_mask": torch.ones_like(input_ids)}
@@ -405,7 +409,8 @@ class TransformersBackend:
             counters = {"n_drafted": drafted, "n_accept": accepted, "rounds": len(rounds),
                         "accept": 100.0 * accepted / drafted if drafted else None,
                         "draft_len": _draft_len(plan, assistant_stats, draft_max),
-                        "draft_policy": _draft_policy(plan, assistant_stats)}
+                        "draft_policy": _draft_policy(plan, assistant_stats),
+                        "program": PROGRAMS[plan.spec_type]}
         timed_out = s.timeout is not None and seconds >= s.timeout and len(ids) < n_predict and not end_of_text
         measurement = Measurement(
             ok=not timed_out,
@@ -428,6 +433,36 @@ class TransformersBackend:
                              "counters": counters, "n_predict": len(ids), "decode_tps": measurement.decode_tps,
                              "text": text})
         return measurement
+
+    def _time_batches(self, case: ResolvedCase, target: Any, log_path: Path, base: dict[str, Any]) -> Measurement:
+        """The target's forward pass over 1..17 new tokens at the run's mean depth (the prompt's
+        tokens plus half the generation; the context is the prompt's tokens repeated to that
+        length: a dense model's cost depends on how many tokens it attends to, not which)."""
+        from llamaspec.hf import generation
+
+        s = case.settings
+        model = target.generator
+        prompt_ids = _input_ids(case, target.tokenizer).to(model.device)
+        n_prompt = int(prompt_ids.shape[1])
+        depth = n_prompt + (s.n_predict if s.n_predict is not None else 256) // 2
+        context = prompt_ids.repeat(1, -(-depth // max(n_prompt, 1)))[:, :depth]
+        start = time.perf_counter()
+        try:
+            batch_ms = generation.time_forward(model, context, BATCH_SIZES, BATCH_REPETITIONS)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return Measurement(ok=False, error=f"timing the target's forward pass failed: {type(exc).__name__}: {first}"[:500],
+                               wall_seconds=time.perf_counter() - start, peak_rss_bytes=_peak_rss(), **base)
+        seconds = time.perf_counter() - start
+        stats = {"batch_ms": batch_ms, "depth": depth, "repetitions": BATCH_REPETITIONS,
+                 "depth_basis": "prompt tokens as the target's tokenizer counted them, plus half of n_predict",
+                 "model": target.info["label"]}
+        self._log(log_path, {"mode": "batch", "case": case.case, "stats": stats})
+        return Measurement(ok=True, error=None, wall_seconds=seconds, peak_rss_bytes=_peak_rss(), n_prompt=n_prompt,
+                           decode_tps=1000.0 / batch_ms[1], stats=stats,
+                           speed_basis="torch: one forward pass over one new token at the run's depth (1000 / ms)",
+                           **{**base, "argv": ("forward", f"model={target.info['path']}", f"depth={depth}",
+                                               f"tokens={BATCH_SIZES[0]}..{BATCH_SIZES[-1]}")})
 
     def _pin_assistant(self, draft: Any, s: Settings, draft_max: int) -> dict[str, Any]:
         """Set the assistant's generation_config from the case (transformers reads it from there and
@@ -489,6 +524,17 @@ _DECODING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typica
 SPEED_BASIS = ("streamer timestamps: tokens after the first target call over the time from that call's tokens to the "
                "last (without an assistant: after the first token, SPEED_DEFINITION exactly; with one, the first "
                "call's accepted drafts are left out with it)")
+
+
+def _input_ids(case: ResolvedCase, tokenizer: Any) -> Any:
+    """The prompt as token ids (a chat prompt through the model's template)."""
+    prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
+    if case.settings.escape:
+        prompt = unescape(prompt)
+    if case.chat and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                             return_tensors="pt")
+    return tokenizer(prompt, return_tensors="pt").input_ids
 
 
 def _draft_len(plan: Plan, assistant: dict[str, Any], draft_max: int) -> int:

@@ -6,6 +6,8 @@ backend is opened (torch and transformers at module level here).
 - ``TimingStreamer``: timestamps every ``put`` generate() makes; the first is the prompt, each
   later one the tokens of one target call (one token without an assistant; the accepted drafts
   plus the target's own token with one).
+- ``time_forward(model, context, sizes, repetitions)``: one forward pass over n new tokens after a
+  cached context, timed (the target's verification batches for the speedup model).
 - ``counting(model, rounds)``: while active, each candidate generator ``model`` makes is turned
   into a subclass that records (drafted, accepted) per round from transformers' own
   ``update_candidate_strategy(input_ids, scores, num_matches)`` hook; transformers counts nothing
@@ -19,8 +21,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +187,33 @@ class TimingStreamer(BaseStreamer):
             return None
         tokens = sum(n for _, n in self.puts[1:])
         return tokens, self.puts[-1][0] - self.puts[0][0]
+
+
+def time_forward(model: Any, context: Any, sizes: Sequence[int], repetitions: int) -> dict[int, float]:
+    """Median milliseconds of one forward pass of ``model`` over n new tokens after ``context``
+    (held in the KV cache), logits for every one of them (a verification's shape), for each n in
+    ``sizes``. The cache is cropped back to the context after each pass, so every pass sees the
+    same depth; one unrecorded pass over the sizes first (allocations, kernel selection). The
+    device is synchronized around each timed pass."""
+    kind = context.device.type
+    sync: Any = (torch.cuda.synchronize if kind == "cuda" else torch.mps.synchronize if kind == "mps"
+                 else (lambda: None))
+    depth = int(context.shape[1])
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    with torch.inference_mode():
+        cache = transformers.DynamicCache()
+        model(context, past_key_values=cache, use_cache=True)
+        for rep in range(repetitions + 1):
+            for n in sizes:
+                ids = context[:, -n:] if n <= depth else context[:, :1].repeat(1, n)
+                sync()
+                start = time.perf_counter()
+                model(ids, past_key_values=cache, use_cache=True)
+                sync()
+                if rep:
+                    times[n].append((time.perf_counter() - start) * 1000.0)
+                cache.crop(depth)
+    return {n: statistics.median(v) for n, v in times.items()}
 
 
 # --- counting ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 from llamaspec import proc
 from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
-from llamaspec.llamacpp import flags, parse
+from llamaspec.llamacpp import costs, flags, parse
 from llamaspec.llamacpp.build import Build
 from llamaspec.settings import DEFAULTS
 
@@ -93,25 +93,9 @@ class LlamaCppBackend:
         if mode == "baseline":
             return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
                                          replace(inv, draft=None))
-        if mode in ("draft", "batch"):
-            # The speedup model's costs, timed by llama-bench on the run's footing (threads, offload,
-            # batch, flash attention) at the run's mean context depth: the draft's single step, and
-            # the target's batches of 1..17 tokens (batch 1 is its step: every ratio from one program).
-            s = case.settings
-            generation = self.caps("completion").generation
-            on_draft = mode == "draft"
-            if on_draft and case.draft is None:
-                raise LlamaspecError("this case has no draft model to time", hint="drop the draft measurement")
-            model = case.draft.path if on_draft and case.draft else case.target.path
-            # The target's batches are timed where the run verifies them: on the RPC servers (each
-            # batch crosses the network, as in the run); the draft stays local, as in the run.
-            remote = bool(s.rpc) and not on_draft
-            layers = flags.gpu_layers(s.draft_gpu_layers if on_draft else s.gpu_layers,
-                                      "rpc" if remote else self.build.accel, generation)
-            return flags.bench_argv(self.build.program("bench"), model, s.threads_draft if on_draft and s.threads_draft else s.threads,
-                                    layers, sizes=(1,) if on_draft else flags.BATCH_SIZES, repetitions=10 if on_draft else 3,
-                                    depth=self.bench_depth(case), batch_size=s.batch_size,
-                                    flash_attn=s.flash_attn, extra_args=("--rpc", ",".join(s.rpc or ())) if remote else ())
+        if mode in costs.MODES:
+            # The speedup model's costs: llama-bench on the run's footing at its mean depth (costs.py).
+            return costs.argv(self.build, self.caps("completion").generation, case, mode, self.bench_depth(case))
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
 
     def bench_depth(self, case: ResolvedCase) -> int:
@@ -119,8 +103,7 @@ class LlamaCppBackend:
         the one a baseline or speculative run of it printed; before any, it is estimated at four
         characters a token (llama-bench times a context of that size, it does not read the prompt)."""
         text = prompt_text(case)
-        n_prompt = self._prompt_tokens.get(text, max(len(text) // 4, 1))
-        return n_prompt + (case.settings.n_predict or 0) // 2
+        return costs.depth(self._prompt_tokens.get(text, max(len(text) // 4, 1)), case.settings.n_predict)
 
     def resolve_model(self, model: str, variant: str) -> ModelPath:
         from llamaspec import models
@@ -189,17 +172,9 @@ class LlamaCppBackend:
             error = f"{Path(argv[0]).name} {done.describe_exit()}" + (f" after {timeout:.0f} s" if done.timed_out else "")
             return Measurement(ok=False, error=error + (f": {tail}" if tail else ""), **base)
         try:
-            if mode in ("batch", "draft"):
-                batches = parse.parse_bench_json(done.stdout)
-                step = batches.median_ms.get(1)
-                measured_depth = prompt_text(case) in self._prompt_tokens
-                where = (f", target on RPC servers {','.join(case.settings.rpc)}"
-                         if case.settings.rpc and mode == "batch" else "")
-                return Measurement(ok=True, error=None, **base, decode_tps=1000.0 / step if step else None,
-                                   speed_basis=f"llama-bench: one single-token step at the run's depth (1000 / ms){where}",
-                                   stats={"batch_ms": batches.median_ms, "depth": batches.depth,
-                                          "depth_basis": "prompt tokens as counted by the run" if measured_depth
-                                          else "prompt tokens estimated at 4 characters each"})
+            if mode in costs.MODES:
+                return Measurement(ok=True, error=None, **base,
+                                   **costs.fields(done.stdout, case, mode, prompt_text(case) in self._prompt_tokens))
             if mode == "speculative":
                 spec = parse.parse_speculative(done.stdout, done.stderr)
                 m = Measurement(ok=True, error=None, **base, **_speculative_fields(spec, self.profile(case), case))

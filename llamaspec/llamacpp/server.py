@@ -46,7 +46,7 @@ from typing import Any
 from llamaspec import paths, proc
 from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
-from llamaspec.llamacpp import flags
+from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
 from llamaspec.settings import DEFAULTS, Settings
 
@@ -75,6 +75,8 @@ NGRAM_ONLY = ("ngram_size_n", "ngram_size_m")
 
 SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicted_ms runs from the first generated "
                "token to the last, predicted_n counts the first (same as its predicted_per_second)")
+# The round profile the speedup model reads for this engine's speculative runs (theory.PROGRAMS).
+PROGRAM = "llama-server"
 READY_TIMEOUT = 600.0  # seconds for a server to load its models
 LOG_TAIL = 6
 
@@ -351,8 +353,10 @@ class ServerBackend:
         self.program = build.program("server")
         self.caps = flags.program_flags(self.program)
         types = [t for t in self.caps.spec_types if t not in ("none", "draft-simple")]
+        # The speedup model's costs (draft, batch) are llama-bench's on the same build and files.
+        costs_modes = set(costs.MODES) if "bench" in build.programs else set()
         self.capabilities = Capabilities(
-            modes=frozenset({"baseline", "speculative"}),
+            modes=frozenset({"baseline", "speculative", *costs_modes}),
             settings=HONOURED,
             spec_types=("draft", *types),
             draft_policy="capped",
@@ -369,6 +373,7 @@ class ServerBackend:
         self._lock = threading.Lock()
         self._starting: dict[tuple[str, ...], threading.Lock] = {}
         self._prompts = _PromptCache()
+        self._prompt_tokens: dict[tuple[str, str, bool], int] = {}  # _prompt_key(case) -> tokens the server counted
         self._explicit_port_used = False
 
     # identity and provenance
@@ -429,8 +434,8 @@ class ServerBackend:
 
     def server_for(self, case: ResolvedCase, mode: str) -> Server:
         """The running server for this case and mode, started (outside any timing) if needed."""
-        if mode not in self.capabilities.modes:
-            raise LlamaspecError(f"llama-server cannot measure mode {mode!r}", hint="modes: baseline, speculative")
+        if mode not in ("baseline", "speculative"):
+            raise LlamaspecError(f"no llama-server measures mode {mode!r}", hint="modes: baseline, speculative")
         args = server_args(self.caps, self.build.accel, case, mode)
         key = (str(self.program), *args)
         with self._lock:
@@ -562,6 +567,8 @@ class ServerBackend:
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
         s = case.settings.with_defaults()
+        if mode in costs.MODES and mode in self.capabilities.modes:
+            return self._time_costs(case, mode, log_path)
         try:
             server = self.server_for(case, mode)
             text = self.prompt_text(case)
@@ -596,8 +603,27 @@ class ServerBackend:
             return Measurement(ok=False, error=error, error_kind=kind, stats={"server_log": str(server.log_path)}, **base)
         rounds_after = server.metric("spec_decode_num_drafts_total") if rounds_before is not None else None
         rounds = int(rounds_after - rounds_before) if rounds_after is not None and rounds_before is not None else None
-        return Measurement(ok=True, error=None, **base, **completion_fields(data, mode, s, rounds),
-                           speed_basis=SPEED_BASIS)
+        fields = completion_fields(data, mode, s, rounds)
+        if isinstance(fields.get("n_prompt"), int):
+            with self._lock:
+                self._prompt_tokens[_prompt_key(case)] = fields["n_prompt"]
+        return Measurement(ok=True, error=None, **base, **fields, speed_basis=SPEED_BASIS)
+
+    def _time_costs(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
+        """The speedup model's costs with llama-bench (costs.py), at the run's mean depth: the prompt
+        as the server counted it (after the first pair; before any, four characters a token)."""
+        key = _prompt_key(case)
+        with self._lock:
+            counted = self._prompt_tokens.get(key)
+        n_prompt = counted if counted is not None else max(len(key[1]) // 4, 1)
+        return costs.measure(self.build, self.caps.generation, case, mode, log_path,
+                             costs.depth(n_prompt, case.settings.with_defaults().n_predict), counted is not None)
+
+
+def _prompt_key(case: ResolvedCase) -> tuple[str, str, bool]:
+    """(target, prompt, chat): what fixes the prompt's length in tokens."""
+    prompt = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+    return (case.target.path, prompt, case.chat)
 
 
 def completion_fields(data: dict[str, Any], mode: str, s: Settings, rounds: int | None = None) -> dict[str, Any]:
@@ -624,8 +650,11 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, rounds: int 
         drafted = int(t.get("draft_n", 0))  # absent: nothing was drafted
         accepted = int(t.get("draft_n_accepted", 0))
         spec_type = s.spec_type or "draft"
+        # rounds: /metrics' verification steps, which count only the rounds that drafted something
+        # (a step whose draft came back empty, the last token among them, is a plain decode); the
+        # speedup model's profile (theory.LLAMA_SERVER) counts every target call from the counters.
         fields.update(n_drafted=drafted, n_accept=accepted, accept=100.0 * accepted / drafted if drafted else None,
-                      rounds=rounds, draft_policy="capped",
+                      rounds=rounds, draft_policy="capped", program=PROGRAM,
                       draft_len=s.ngram_size_m if is_draft_free(spec_type) else s.draft_max)
     else:
         fields.update(draft_policy="none")
