@@ -5,6 +5,10 @@ Ray binds non-loopback addresses even when told 127.0.0.1, so every test body ru
 fresh network namespace whose only interface is loopback (``unshare -n``, as root): the
 ``loopback_only`` decorator re-runs the test there and skips, saying why, where it cannot.
 Nothing here can send a packet off this machine.
+
+The selected tests run there in one second pytest, on one Ray head; each test starts its own
+nodes with its own environment and removes them at its end (a Ray start each, and a pytest
+start each, cost about as much as the smaller tests themselves).
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ def netns_unavailable() -> str | None:
 
 
 def loopback_only(test: Callable[..., None]) -> Callable[..., None]:
-    """Run the test body in a fresh network namespace with loopback only (a second pytest)."""
+    """Run the test body in a fresh network namespace with loopback only (a second pytest, which
+    runs every selected test of this module at once: see :func:`_inner_results`)."""
 
     @functools.wraps(test)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -54,50 +59,129 @@ def loopback_only(test: Callable[..., None]) -> Callable[..., None]:
         why = netns_unavailable()
         if why:
             pytest.skip(f"Ray tests run in a loopback-only network namespace: {why}")
-        node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
-        argv = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-                sys.executable, "-m", "pytest", "-q", "-s", "-x", "-rs", "-p", "no:cacheprovider", node]
-        done = subprocess.run(argv, env={**os.environ, INSIDE: "1"}, capture_output=True, text=True, timeout=900,
-                              cwd=Path(__file__).resolve().parent.parent)
-        tail = (done.stdout + done.stderr)[-6000:]
-        last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-        if done.returncode == 0 and "skipped" in last and "passed" not in last:
-            reason = next((line.split(": ", 1)[-1] for line in done.stdout.splitlines() if line.startswith("SKIPPED")), last)
-            pytest.skip(reason)
-        assert done.returncode == 0, tail
-        print("\n".join(line for line in done.stdout.splitlines() if line.startswith("figures:")))  # shown with -s
+        outcome, text, out = _inner_results(test.__name__)
+        if outcome == "skipped":
+            pytest.skip(text)
+        assert outcome == "passed", text
+        print("\n".join(line for line in out.splitlines() if line.startswith("figures:")))  # shown with -s
 
+    wrapper.loopback_only = True  # type: ignore[attr-defined]
     return wrapper
 
 
-@pytest.fixture
-def cluster_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
-    """Start a local Ray cluster (head without CPUs for work) with the given machines."""
-    from ray.cluster_utils import Cluster
+_SELECTED: list[str] = []  # this module's loopback-only tests that the outer session runs (node ids)
+_RESULTS: dict[str, tuple[str, str, str]] = {}  # test name -> (outcome, message, its stdout)
 
-    made: list[Any] = []
-    temp = tempfile.mkdtemp(prefix="lsray-", dir="/tmp")  # short: Ray's unix sockets live under it
-    # Ray writes the address of "the current cluster" into <RAY_TMPDIR or /tmp>/ray/, which it does
-    # not create: on a fresh machine (no /tmp/ray yet), or when another run removes it, the head's
-    # start failed. This test's own folder, made here, serves both and keeps runs apart.
-    monkeypatch.setenv("RAY_TMPDIR", temp)
-    os.makedirs(os.path.join(temp, "ray"), exist_ok=True)
+
+@pytest.fixture(scope="module", autouse=True)
+def _selected_tests(request: pytest.FixtureRequest) -> None:
+    _SELECTED[:] = [item.nodeid for item in request.session.items
+                    if item.module is request.module and getattr(getattr(item, "function", None), "loopback_only", False)]
+    _RESULTS.clear()
+
+
+def _inner_results(name: str) -> tuple[str, str, str]:
+    """The inner pytest's outcome for test ``name``: on first call, one pytest in a loopback-only
+    namespace runs every selected test of this module (one interpreter start and one Ray head for
+    them all, instead of one each); each outer test then reports its own outcome."""
+    if name not in _RESULTS:
+        import xml.etree.ElementTree as ET
+
+        nodes = _SELECTED if any(n.rsplit("::", 1)[-1] == name for n in _SELECTED) else [f"{Path(__file__).resolve()}::{name}"]
+        with tempfile.TemporaryDirectory(prefix="lsray-junit-") as folder:
+            junit = Path(folder) / "inner.xml"
+            argv = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
+                    sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                    "-o", "junit_logging=system-out", *nodes]
+            try:
+                done = subprocess.run(argv, env={**os.environ, INSIDE: "1"}, capture_output=True, text=True,
+                                      timeout=900 * len(nodes), cwd=Path(__file__).resolve().parent.parent)
+                tail = f"exit {done.returncode}: {(done.stdout + done.stderr)[-6000:]}"
+            except subprocess.TimeoutExpired as exc:
+                tail = f"no end after {exc.timeout:.0f} s: {str(exc.stdout or '')[-6000:]}"
+            cases = ET.parse(junit).getroot().iter("testcase") if junit.is_file() else iter(())
+            for case in cases:
+                out = "".join(e.text or "" for e in case.findall("system-out"))
+                bad = next((e for e in case if e.tag in ("failure", "error")), None)
+                skipped = case.find("skipped")
+                if bad is not None:
+                    _RESULTS[case.get("name", "")] = ("failed", f"{bad.get('message', '')}\n{bad.text or ''}"[-6000:], out)
+                elif skipped is not None:
+                    _RESULTS[case.get("name", "")] = ("skipped", skipped.get("message", ""), out)
+                else:
+                    _RESULTS[case.get("name", "")] = ("passed", "", out)
+        for node in nodes:  # a test the inner run never reported (it crashed or hung): its output says why
+            _RESULTS.setdefault(node.rsplit("::", 1)[-1], ("failed", tail, ""))
+    return _RESULTS[name]
+
+
+class _Head:
+    """One Ray head for the module's tests (started by the first that asks): each test adds its
+    own nodes and removes them at its end."""
+
+    def __init__(self) -> None:
+        self.cluster: Any = None
+        self.temp = ""
+        self.env = pytest.MonkeyPatch()
+
+    def get(self) -> Any:
+        if self.cluster is None:
+            from ray.cluster_utils import Cluster
+
+            self.temp = tempfile.mkdtemp(prefix="lsray-", dir="/tmp")  # short: Ray's unix sockets live under it
+            # Ray writes the address of "the current cluster" into <RAY_TMPDIR or /tmp>/ray/, which it
+            # does not create: on a fresh machine (no /tmp/ray yet), or when another run removes it, the
+            # head's start failed. This module's own folder, made here, serves both and keeps runs apart.
+            self.env.setenv("RAY_TMPDIR", self.temp)
+            os.makedirs(os.path.join(self.temp, "ray"), exist_ok=True)
+            self.cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 0, "include_dashboard": False, "node_ip_address": "127.0.0.1", "temp_dir": self.temp})
+        return self.cluster
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            ray.shutdown()
+            self.cluster.shutdown()
+            self.cluster = None
+        self.env.undo()
+        if self.temp:
+            shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[_Head]:
+    head = _Head()
+    yield head
+    head.close()
+
+
+@pytest.fixture
+def cluster_factory(ray_head: _Head) -> Iterator[Callable[..., Any]]:
+    """A local Ray cluster (the module's head, without CPUs for work) with the given machines: the
+    test's own nodes, started with its environment and removed at its end."""
+    added: list[Any] = []
 
     def make(machines: dict[str, dict[str, str]]) -> tuple[Any, dict[str, Any]]:
-        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
-                                                          "node_ip_address": "127.0.0.1", "temp_dir": temp})
-        made.append(c)
+        c = ray_head.get()
         nodes = {name: c.add_node(num_cpus=1, resources={f"llamaspec:{name}": 1}, node_ip_address="127.0.0.1",
                                   env_vars=env or None)
                  for name, env in machines.items()}
-        c.wait_for_nodes()
+        added.extend(nodes.values())
+        c.wait_for_nodes()  # also waits until an earlier test's nodes are gone
         return c, nodes
 
     yield make
     ray.shutdown()
-    for c in made:
-        c.shutdown()
-    shutil.rmtree(temp, ignore_errors=True)
+    for thread in _REMOVING:  # a node the test removes mid-study: gone before the rest go
+        thread.join(timeout=120)
+    _REMOVING.clear()
+    c = ray_head.cluster
+    for node in added:
+        if c is not None and node in c.worker_nodes:  # not already removed by the test
+            c.remove_node(node)
+
+
+_REMOVING: list[threading.Thread] = []
 
 
 def _kill_on_first_result(c: Any, node: Any, machine: str) -> tuple[Callable[[str, str, dict[str, Any]], None], list[str]]:
@@ -108,7 +192,8 @@ def _kill_on_first_result(c: Any, node: Any, machine: str) -> tuple[Callable[[st
         # mid-item when the node goes.
         if by == machine and not killed:
             killed.append(key)
-            threading.Thread(target=c.remove_node, args=(node,), daemon=True).start()
+            _REMOVING.append(thread := threading.Thread(target=c.remove_node, args=(node,), daemon=True))
+            thread.start()
 
     return on_result, killed
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,15 @@ def offline_pair(llama_build):
 
 def small(name: str = "smollm2-quicksort", n: int = 24, draft: int = 4, repeats: int = 1, **settings) -> experiment.Experiment:
     return experiment.load(name).with_overrides(Settings(n_predict=n, draft_max=draft, threads=1, **settings), repeats=repeats)
+
+
+def drafting_only(backend: LlamaCppBackend) -> LlamaCppBackend:
+    """The backend without the speedup model's costs (llama-bench: a third of a short sweep's
+    time), for the tests about what the programs draft; test_sweep_stopped_midway_resumes_without_rerunning
+    times and checks the costs."""
+    backend.capabilities = replace(backend.capabilities, modes=backend.capabilities.modes - {"batch"})
+    assert not backend.capabilities.times_costs
+    return backend
 
 
 def test_run_reports_speedup_acceptance_and_lossless(llama_build, offline_pair) -> None:
@@ -105,7 +115,7 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
 def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_pair) -> None:
     from llamaspec.errors import LlamaspecError
 
-    backend = LlamaCppBackend(llama_build)
+    backend = drafting_only(LlamaCppBackend(llama_build))
     store = Store.open()
     with pytest.raises(LlamaspecError, match="ignores p-min"):
         sweep.run_sweep(small(n=48, draft=8), {"draft_p_min": (0.0, 0.9)}, backend, store)
@@ -122,7 +132,7 @@ def test_draft_min_drops_short_drafts_on_speculative_simple(llama_build, offline
     """draft_min reaches llama-speculative-simple: with p-min cutting drafts short, a minimum of 6
     drops the rounds' short drafts, so fewer tokens are drafted (26 against 15 when measured); output
     stays identical."""
-    backend = LlamaCppBackend(llama_build)
+    backend = drafting_only(LlamaCppBackend(llama_build))
     store = Store.open()
     (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple", draft_p_min=0.9),
                                 {"draft_min": (0, 6)}, backend, store)
