@@ -409,7 +409,7 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
         (result,) = sweep.run_sweep(experiment.load(str(path)), {"draft_max": (1, 4, 8)}, engine, store)
     finally:
         engine.close()
-    runs = store.runs(sweep_id=result.sweep_id)
+    runs = store.runs(group_id=result.sweep_id)
     costs = [m for r in runs for m in store.measurements(r["id"]) if m["mode"] in ("draft", "batch")]
     assert sorted(m["mode"] for m in costs) == ["batch", "draft"] and all(m["ok"] for m in costs)
     assert all(Path(m["argv"][0]).name == "llama-bench" for m in costs)
