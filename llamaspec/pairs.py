@@ -21,11 +21,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from llamaspec import host
 from llamaspec.backend import Measurement
 
 PAIR_MODES = ("baseline", "speculative")
+
+
+def whole_pairs(rows: Sequence[dict[str, Any]]) -> set[int]:
+    """The pair indices of stored measurement rows that have both sides measured: a pair left half
+    done by an interruption is not one (its rows stay stored, outside every pair)."""
+    sides: dict[int, set[str]] = {}
+    for r in rows:
+        if r["mode"] in PAIR_MODES and r["ok"]:
+            sides.setdefault(r["repeat"], set()).add(r["mode"])
+    return {rep for rep, modes in sides.items() if modes == set(PAIR_MODES)}
 
 
 def order(pair: int) -> tuple[str, str]:

@@ -202,11 +202,7 @@ def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, 
     start = 1 + max((r["repeat"] for r in rows if r["mode"] in pairs.PAIR_MODES), default=-1)
     # The summary pairs the n-th speculative run with the n-th baseline: a half pair left by an
     # interruption (its rows stay stored) must not shift the pairs after it.
-    sides: dict[int, set[str]] = {}
-    for r in rows:
-        if r["mode"] in pairs.PAIR_MODES and r["ok"]:
-            sides.setdefault(r["repeat"], set()).add(r["mode"])
-    whole = {rep for rep, modes in sides.items() if modes == set(pairs.PAIR_MODES)}
+    whole = pairs.whole_pairs(rows)
     before = measurements_of([r for r in rows if r["mode"] not in pairs.PAIR_MODES or r["repeat"] in whole])
     point = _Point(case, backend, store, run_id, baseline_scope, True, False, start + count, on_event, before)
     summary = point.measure(count, count, start, None, shown=start + count)

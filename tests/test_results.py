@@ -347,18 +347,24 @@ def test_the_accelerator_column_is_renamed_in_an_old_store(tmp_path) -> None:
     assert run["accel"] == "cuda" and "backend" not in run
 
 
+def _store_before(path: Path, marker: str) -> sqlite3.Connection:
+    """A store at the schema just before the migration containing ``marker``: every earlier one applied."""
+    before = next(i for i, m in enumerate(MIGRATIONS) if marker in m)
+    db = sqlite3.connect(path)
+    for script in MIGRATIONS[:before]:
+        db.executescript(script)
+    db.execute(f"PRAGMA user_version = {before}")
+    return db
+
+
 def test_the_engine_columns_are_renamed_in_an_old_store(tmp_path: Path) -> None:
     # A store at the schema before the engine's columns were renamed (every migration up to that
     # one applied): llamacpp_commit becomes engine_version and backend_name engine, values kept; a
     # row stored before the engine had a column takes its name from the provenance, or is llama.cpp's.
     from llamaspec import results
 
-    renamed = next(i for i, m in enumerate(MIGRATIONS) if "RENAME COLUMN llamacpp_commit" in m)
     path = tmp_path / "old.sqlite"
-    db = sqlite3.connect(path)
-    for script in MIGRATIONS[:renamed]:
-        db.executescript(script)
-    db.execute(f"PRAGMA user_version = {renamed}")
+    db = _store_before(path, "RENAME COLUMN llamacpp_commit")
     old = "INSERT INTO runs (experiment, case_name, status, started_at, settings, provenance, llamacpp_commit, backend_name)"
     db.execute(old + " VALUES ('e', 'server', 'ok', 'then', '{}', ?, '0c1e570', 'llama-server')",
                (json.dumps({"engine": {"commit": "0c1e570", "accel": "cpu"}, "backend": "llama-server"}),))
@@ -393,12 +399,8 @@ def test_a_new_run_stores_its_engine_from_the_provenance(tmp_path: Path) -> None
 def test_the_group_column_is_renamed_and_its_kind_read_in_an_old_store(tmp_path: Path) -> None:
     # A store at the schema before sweep_id became group_id (every migration up to that one
     # applied): each row keeps its id, and its group's kind is read from where the row came from.
-    grouped = next(i for i, m in enumerate(MIGRATIONS) if "RENAME COLUMN sweep_id" in m)
     path = tmp_path / "old.sqlite"
-    db = sqlite3.connect(path)
-    for script in MIGRATIONS[:grouped]:
-        db.executescript(script)
-    db.execute(f"PRAGMA user_version = {grouped}")
+    db = _store_before(path, "RENAME COLUMN sweep_id")
     rows = [("sweep point", "sweep", "smollm2-quicksort-0123456789"), ("tune point", "sweep", "tune-e-0123456789"),
             ("draft timing", "draft-timing", "tune-e-0123456789"), ("prompt", "promptset", "set-0123456789abcdef"),
             ("study item", "cluster", "cluster-e-0123456789"), ("study tune", "cluster-tune", "cluster-e-9876543210"),

@@ -111,15 +111,11 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
                              hint="see the status column above; `llamaspec results show RUN` has each point's log")
 
 
-def _first_lengths(axes: dict[str, Any]) -> list[int]:
-    from llamaspec import sweep as sweeps
-
-    return sweeps.first_lengths(next(iter(axes.values())))
-
-
 def _refuse_small_budget(limit: Any, axes: dict[str, Any], first: int) -> None:
     """A pairs budget that cannot pay for the first pass is refused before anything is measured."""
-    lengths = _first_lengths(axes)
+    from llamaspec import sweep as sweeps
+
+    lengths = sweeps.first_lengths(next(iter(axes.values())))
     if limit.pairs is not None and limit.pairs < first * len(lengths):
         raise LlamaspecError(f"--budget {limit.pairs} pairs is too small: the first pass alone measures "
                              f"{first * len(lengths)} ({first} pair{'s' if first != 1 else ''} at draft "
