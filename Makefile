@@ -46,13 +46,19 @@ demo: models
 # What the quick tier leaves out, by marker (pyproject.toml says what each needs).
 QUICK := not llamacpp and not slow and not convert and not hf and not cluster
 
+# The quick tests run in 4 processes (pytest-xdist): most of their time is waiting on child
+# processes, sockets and locks, so 4 fit 2 cores. The tests that run the real binaries, servers and
+# Ray run one at a time, as they measure and start servers of their own.
+WORKERS ?= 4
+
 check: setup
 	$(BIN)/ruff check llamaspec tests benchmarks
 	$(BIN)/mypy llamaspec
-	$(BIN)/python -m pytest -q -m "$(QUICK)" --durations=5
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "$(QUICK)" --durations=5
 
 test: setup-convert build
-	$(BIN)/python -m pytest -q --durations=10
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "$(QUICK)"
+	$(BIN)/python -m pytest -q -m "not ($(QUICK))" --durations=10
 
 lint: setup
 	$(BIN)/ruff check llamaspec tests benchmarks

@@ -164,9 +164,9 @@ class SweepReport:
                     lines.append(f"  model error: median {g.model_error:.1%} over {len(a.points)} points")
                 drafted = [(p.draft_max, p.drafted_calls, p.calls) for p in sorted(a.points, key=lambda p: p.draft_max)
                            if p.drafted_calls is not None]
-                if drafted:  # the engine counted only the rounds that drafted: the model counts every target call
-                    lines.append("  model rounds: every target call, from the counters (rounds that drafted / calls: "
-                                 + ", ".join(f"draft {k} {d}/{c}" for k, d, c in drafted) + ")")
+                if drafted:  # the engine counts the rounds that drafted apart (llama-server's /metrics)
+                    lines.append("  rounds that drafted (the engine's count) / rounds (every target call): "
+                                 + ", ".join(f"draft {k} {d}/{c}" for k, d, c in drafted))
                 if a.cost:
                     lines += [f"  model leaves out: {item}" for item in a.program.unmodelled]
                 if a.cost and a.best:
@@ -231,15 +231,13 @@ def observation(row: PointRow) -> Any:
         return None
     if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in theory.PROGRAMS:
         return None
-    prog = theory.program(s.program)
-    if prog.counted_rounds == "all" and not s.rounds:
+    if not s.rounds:
         return None
-    # rounds: the engine's count (llama-server's counts only the rounds that drafted: the profile
-    # then derives every target call from the counters)
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
         spec_decode_tps=spec.median, baseline_decode_tps=base.median, rounds=s.rounds,
-        program=prog, speedup=s.speedup.median if s.speedup else None,
+        drafted_rounds=s.drafted_rounds, program=theory.program(s.program),
+        speedup=s.speedup.median if s.speedup else None,
     )
 
 

@@ -144,7 +144,8 @@ class Measurement:
     n_drafted: int | None = None
     n_accept: int | None = None
     accept: float | None = None  # percent, n_accept / n_drafted, as llama.cpp prints it
-    rounds: int | None = None  # draft-verify rounds (target verification calls), by the program's own formula
+    rounds: int | None = None  # every verification round (target call after the prompt), by the program's own loop
+    drafted_rounds: int | None = None  # the rounds that drafted something, where the engine counts them apart
     draft_len: int | None = None  # the draft length the program reports having used (its final one, if adaptive)
     draft_policy: str | None = None  # of DRAFT_POLICIES
     draft_steps: int | None = None  # draft-model decode steps in the run (rounds x steps per round)
@@ -160,9 +161,10 @@ class Measurement:
     log_path: str | None = None
     noise: NoiseSample | None = None  # what else the machine did meanwhile: set by the run core, not the engine
 
-    # Derived quantities, each defined here once from the counters the engine filled; ``rounds`` is
-    # the engine's, by its program's own loop (llama-speculative samples its first token from the
-    # prompt, outside any round).
+    # Derived quantities, each defined here once from the counters the engine filled. ``rounds`` has
+    # one meaning for every engine: every target call after the prompt, by its program's own loop
+    # (llama-speculative samples its first token from the prompt, outside any round; llama-server
+    # too, and its /metrics count only the rounds that drafted, kept as ``drafted_rounds``).
 
     @property
     def mean_accepted(self) -> float | None:

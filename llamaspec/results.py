@@ -169,6 +169,30 @@ MIGRATIONS: tuple[str, ...] = (
         WHEN group_id LIKE 'tune-%' THEN 'tune'
         ELSE 'sweep' END
         WHERE group_id IS NOT NULL;
+    """,    # One definition of rounds for every engine: every target call after the prompt. llama-server's
+    # rows held /metrics' count, which leaves out the steps that drafted nothing: that count is
+    # drafted_rounds now, and rounds follow from the counters by the server's loop (the first
+    # token comes from the prompt's logits: n_predict - n_accept - 1), in the rows and in the
+    # runs' summaries with the figures per round derived from them.
+    """
+    ALTER TABLE measurements ADD COLUMN drafted_rounds INTEGER;
+    UPDATE measurements SET drafted_rounds = rounds, rounds = (n_predict - n_accept - 1)
+        WHERE mode = 'speculative' AND n_predict IS NOT NULL AND n_accept IS NOT NULL
+            AND (program = 'llama-server'
+                 OR (program IS NULL AND run_id IN (SELECT id FROM runs WHERE engine = 'llama-server')))
+            AND (n_predict - n_accept - 1) >= 0;
+    UPDATE runs SET summary = json_set(summary,
+            '$.drafted_rounds', json_extract(summary, '$.rounds'),
+            '$.rounds', (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1),
+            '$.mean_accepted', CASE WHEN (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) > 0
+                THEN json_extract(summary, '$.n_accept') * 1.0 / (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) END,
+            '$.tokens_per_round', CASE WHEN (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) > 0
+                THEN (json_extract(summary, '$.n_accept') + (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1)) * 1.0 / (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) END,
+            '$.drafted_per_round', CASE WHEN (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) > 0
+                THEN json_extract(summary, '$.n_drafted') * 1.0 / (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) END)
+        WHERE summary IS NOT NULL AND json_valid(summary) AND json_extract(summary, '$.program') = 'llama-server'
+            AND json_type(summary, '$.n_predict') = 'integer' AND json_type(summary, '$.n_accept') = 'integer'
+            AND (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) >= 0;
     """,
 )
 
@@ -223,6 +247,7 @@ class MeasurementRow:
     baseline_key: str | None = None
     speed_basis: str | None = None
     rounds: int | None = None
+    drafted_rounds: int | None = None
     draft_len: int | None = None
     draft_policy: str | None = None
     tokens: list[int] | None = None  # generated token ids, where the engine gives them
@@ -245,6 +270,7 @@ class MeasurementRow:
                    n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
                    n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept, text=m.text, stats=m.stats,
                    log_path=m.log_path, baseline_key=baseline_key, speed_basis=m.speed_basis, rounds=m.rounds,
+                   drafted_rounds=m.drafted_rounds,
                    draft_len=m.draft_len, draft_policy=m.draft_policy,
                    tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text,
                    draft_steps=m.draft_steps, program=m.program, sample_ms_per_token=m.sample_ms_per_token,

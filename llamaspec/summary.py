@@ -163,7 +163,8 @@ class Summary:
     n_predict: int | None = None
     n_drafted: int | None = None
     n_accept: int | None = None
-    rounds: int | None = None
+    rounds: int | None = None  # every target call after the prompt (Measurement.rounds)
+    drafted_rounds: int | None = None  # the rounds that drafted something, where the engine counts them apart
     mean_accepted: float | None = None  # accepted draft tokens per round
     tokens_per_round: float | None = None  # Spec-Bench's tau: accepted drafts plus the target's own token, per round
     drafted_per_round: float | None = None
@@ -267,7 +268,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         lossless=lossless, draft=draft,
         n_prompt=mid_spec.n_prompt if mid_spec else None, n_predict=mid_spec.n_predict if mid_spec else None,
         n_drafted=mid_spec.n_drafted if mid_spec else None, n_accept=mid_spec.n_accept if mid_spec else None,
-        rounds=rounds, mean_accepted=mid_spec.mean_accepted if mid_spec else None,
+        rounds=rounds, drafted_rounds=mid_spec.drafted_rounds if mid_spec else None,
+        mean_accepted=mid_spec.mean_accepted if mid_spec else None,
         tokens_per_round=mid_spec.tokens_per_round if mid_spec else None,
         drafted_per_round=mid_spec.drafted_per_round if mid_spec else None,
         draft_steps=mid_spec.draft_steps if mid_spec else None,

@@ -246,10 +246,6 @@ class Program:
       outside any round, so rounds = n_predict - n_accept - 1 (else n_predict - n_accept).
     - ``draft_processes_batch``: the draft also decodes the verified batch (k + 1 tokens) each round.
     - ``draft_policy``: of ``llamaspec.backend.DRAFT_POLICIES``.
-    - ``counted_rounds``: what the engine's own round count covers: ``"all"`` (every verification)
-      or ``"drafted"`` (only the rounds that drafted something: a step whose draft came back empty
-      is a plain decode it does not count). With ``"drafted"`` the model counts every target call
-      from the counters (:meth:`rounds`) and keeps the engine's count as the drafted share.
     - ``loop_overhead``: where the engine's own loop spends time beyond the timed forward passes
       and sampling: ``"none"`` (nothing worth modelling: the costs are timed as the program spends
       them), or charged once per ``"round"`` or per emitted ``"token"``; it is then the step the
@@ -262,13 +258,10 @@ class Program:
     first_token_from_prompt: bool
     draft_processes_batch: bool = False
     draft_policy: str = "fixed"
-    counted_rounds: str = "all"
     loop_overhead: str = "none"
     unmodelled: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.counted_rounds not in ("all", "drafted"):
-            raise LlamaspecError(f"counted_rounds must be 'all' or 'drafted', got {self.counted_rounds!r}")
         if self.loop_overhead not in ("none", "round", "token"):
             raise LlamaspecError(f"loop_overhead must be 'none', 'round' or 'token', got {self.loop_overhead!r}")
 
@@ -307,10 +300,8 @@ SPECULATIVE_SIMPLE = Program("llama-speculative-simple", extra_draft_steps=0, fi
 # sweep-server/q4_1: baselines at 55.6 ms a token against llama-bench's 26.4 ms step) the median
 # error is 4.3 % that way; 11.2 % with llama-bench's step alone, 61.6 % with the excess charged per round.
 LLAMA_SERVER = Program("llama-server", extra_draft_steps=0, first_token_from_prompt=True, draft_processes_batch=True,
-                       draft_policy="capped", counted_rounds="drafted", loop_overhead="token",
-                       unmodelled=("rounds: /metrics counts only steps that drafted; the model counts every target "
-                                   "call from the counters (n_predict - n_accept - 1)",
-                                   "sampling and the server's loop: not reported by llama-server; charged per emitted "
+                       draft_policy="capped", loop_overhead="token",
+                       unmodelled=("sampling and the server's loop: not reported by llama-server; charged per emitted "
                                    "token as the baselines' step beyond llama-bench's",
                                    "the draft's pass over each verified batch is counted as one draft step (not timed)"))
 # transformers 4.57 _assisted_decoding: every round the assistant's generate() drafts up to
@@ -642,10 +633,13 @@ class Observation:
       repeats). Its ``accept = x%`` line is ``100 * n_accept / n_drafted`` (see :attr:`accept_rate`).
     - ``n_generated``: ``n_predict =`` (summed over repeats).
     - ``spec_decode_tps``, ``baseline_decode_tps``: speeds on SPEED_DEFINITION (medians).
-    - ``rounds``: verification rounds as the backend counted them (summed); None derives them from
-      the counters by ``program``'s own loop (:meth:`Program.rounds`, per run: pass ``runs``). For a
-      program whose engine counts only the rounds that drafted (``counted_rounds == "drafted"``)
-      the model's rounds are always the derived ones, and this count is their drafted share.
+    - ``rounds``: every verification round (target call after the prompt), summed, as the
+      measurements carry them (``Measurement.rounds``, one definition for every engine); None
+      derives them from the counters by ``program``'s own loop (:meth:`Program.rounds`, per run:
+      pass ``runs``).
+    - ``drafted_rounds``: the rounds that drafted something, where the engine counts them apart
+      (llama-server's /metrics: a step whose draft came back empty is a plain decode); None where
+      every round drafts or the engine does not say.
     - ``speedup``: the measured speedup if known better than the ratio of the two medians (the median
       of paired ratios); None uses spec/baseline.
     - ``runs``: how many runs the counters sum over (the derived rounds subtract one per run).
@@ -661,6 +655,7 @@ class Observation:
     program: Program = LLAMA_SPECULATIVE
     speedup: float | None = None
     runs: int = 1
+    drafted_rounds: int | None = None
 
     def __post_init__(self) -> None:
         _count("draft_max", self.draft_max, minimum=1)
@@ -673,14 +668,7 @@ class Observation:
                 f"n_accept ({self.n_accept}) exceeds n_drafted ({self.n_drafted}): only drafted tokens can be accepted",
                 hint=_HINT_COUNTS,
             )
-        if self.rounds is not None and self.program.counted_rounds == "drafted":
-            _count("rounds", self.rounds)
-            if self.rounds > self.derived_rounds:
-                raise LlamaspecError(
-                    f"{self.program.name} counted {self.rounds} rounds that drafted, more than the "
-                    f"{self.derived_rounds} target calls its counters leave (n_predict {self.n_generated}, "
-                    f"n_accept {self.n_accept})", hint=_HINT_COUNTS)
-        if self.rounds is not None and self.program.counted_rounds == "all":
+        if self.rounds is not None:
             _count("rounds", self.rounds, minimum=1)
             if self.rounds + self.n_accept > self.n_generated:
                 raise LlamaspecError(
@@ -688,6 +676,12 @@ class Observation:
                     "every round emits its accepted tokens plus one",
                     hint=_HINT_COUNTS,
                 )
+        if self.drafted_rounds is not None:
+            _count("drafted_rounds", self.drafted_rounds)
+            if self.drafted_rounds > self.calls:
+                raise LlamaspecError(
+                    f"{self.program.name} counted {self.drafted_rounds} rounds that drafted, more than its "
+                    f"{self.calls} rounds (n_predict {self.n_generated}, n_accept {self.n_accept})", hint=_HINT_COUNTS)
         if not self.rounds_counted and self.derived_rounds < 1:
             raise LlamaspecError(
                 f"n_accept ({self.n_accept}) leaves no verification round in {self.n_generated} generated tokens "
@@ -712,18 +706,18 @@ class Observation:
 
     @property
     def rounds_counted(self) -> bool:
-        """Whether :attr:`calls` is the engine's own count (else derived from the counters)."""
-        return self.rounds is not None and self.program.counted_rounds == "all"
+        """Whether :attr:`calls` came with the measurements (else derived from the counters)."""
+        return self.rounds is not None
 
     @property
     def calls(self) -> int:
-        """Verification rounds: counted, or derived from the counters by the program's loop."""
-        return self.rounds if self.rounds is not None and self.rounds_counted else self.derived_rounds
+        """Verification rounds: as measured, or derived from the counters by the program's loop."""
+        return self.rounds if self.rounds is not None else self.derived_rounds
 
     @property
     def drafted_calls(self) -> int | None:
         """Rounds that drafted something, where the engine counts them apart (else None)."""
-        return self.rounds if self.program.counted_rounds == "drafted" else None
+        return self.drafted_rounds
 
     @property
     def drafted_per_round(self) -> float:

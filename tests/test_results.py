@@ -122,7 +122,7 @@ def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
                              group=Group("sweep", "s1"), point_key="p1", prompt_id="q7", category="code", machine="node-2")
     m = Measurement(mode="speculative", ok=True, error=None, argv=("llama-server",), exit_code=None, wall_seconds=2.0,
                     peak_rss_bytes=None, n_predict=5, decode_tps=31.5, speed_basis="server timings", n_drafted=8,
-                    n_accept=4, rounds=3, draft_len=4, draft_policy="capped", text="a b", tokens=(5, 6, 7, 8, 9),
+                    n_accept=4, rounds=3, drafted_rounds=2, draft_len=4, draft_policy="capped", text="a b", tokens=(5, 6, 7, 8, 9),
                     end_of_text=True)
     store.add_measurement(MeasurementRow.of(m, run_id=run_id, repeat=2, baseline_key="k"))
     store.add_measurement(row(run_id, "baseline"))  # a caller that knows nothing of the new fields
@@ -133,7 +133,8 @@ def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
         "prompt", "q7", "code", "node-2", "llama-server")
     spec, base = store.measurements(run_id)
     assert spec["tokens"] == [5, 6, 7, 8, 9] and spec["end_of_text"] is True and spec["repeat"] == 2
-    assert (spec["speed_basis"], spec["rounds"], spec["draft_len"], spec["draft_policy"]) == ("server timings", 3, 4, "capped")
+    assert (spec["speed_basis"], spec["rounds"], spec["drafted_rounds"], spec["draft_len"], spec["draft_policy"]) == (
+        "server timings", 3, 2, 4, "capped")
     assert base["tokens"] is None and base["end_of_text"] is False and base["rounds"] is None
     assert json.loads(store.export("json"))[0]["measurements"][0]["tokens"] == [5, 6, 7, 8, 9]
     table = list(csv.DictReader(io.StringIO(store.export("csv"))))
@@ -428,3 +429,38 @@ def test_a_group_has_one_of_the_known_kinds(tmp_path: Path) -> None:
                                     group=Group("tune", "tune-e-1"), point_key="k"))
     assert (run["group_kind"], run["group_id"], run["point_key"]) == ("tune", "tune-e-1", "k")
     assert run["kind"] == "run"  # what the row is; the group says what it belongs to
+
+
+def test_the_server_rounds_become_every_target_call_in_an_old_store(tmp_path: Path) -> None:
+    # A store from before rounds had one meaning: llama-server's rows held /metrics' count (the
+    # rounds that drafted). They become drafted_rounds, and rounds every target call from the
+    # counters (n_predict - n_accept - 1), in the rows and in the run's summary; llama.cpp's
+    # command-line rows, whose rounds were already every call, are left as they were.
+    path = tmp_path / "old.sqlite"
+    db = _store_before(path, "ADD COLUMN drafted_rounds")
+    summary = {"program": "llama-server", "n_predict": 16, "n_accept": 12, "n_drafted": 16, "rounds": 2,
+               "mean_accepted": 6.0, "tokens_per_round": 7.0, "drafted_per_round": 8.0}
+    for case, engine, program, rounds in (("server", "llama-server", "llama-server", 2),
+                                          ("server, no program", "llama-server", None, 2),
+                                          ("cli", "llama.cpp", "llama-speculative", 3)):
+        run = db.execute("INSERT INTO runs (experiment, case_name, status, started_at, settings, provenance, engine, summary)"
+                         " VALUES ('e', ?, 'ok', 'then', '{}', '{}', ?, ?)",
+                         (case, engine, json.dumps({**summary, "program": program or engine})))
+        for mode in ("speculative", "baseline"):
+            db.execute("INSERT INTO measurements (run_id, mode, repeat, ok, argv, created_at, n_predict, n_accept, rounds,"
+                       " program) VALUES (?, ?, 0, 1, '[]', 'then', 16, ?, ?, ?)",
+                       (run.lastrowid, mode, 12 if mode == "speculative" else None,
+                        rounds if mode == "speculative" else None, program if mode == "speculative" else None))
+    db.commit()
+    db.close()
+    store = Store.open(path)
+    runs = {r["case_name"]: r for r in store.runs()}
+    for case in ("server", "server, no program"):
+        spec, base = store.measurements(runs[case]["id"])
+        assert (spec["rounds"], spec["drafted_rounds"]) == (3, 2) and base["rounds"] is None
+    got = runs["server"]["summary"]
+    assert (got["rounds"], got["drafted_rounds"]) == (3, 2)
+    assert (got["mean_accepted"], got["tokens_per_round"], got["drafted_per_round"]) == pytest.approx((4.0, 5.0, 16 / 3))
+    spec, _ = store.measurements(runs["cli"]["id"])
+    assert (spec["rounds"], spec["drafted_rounds"]) == (3, None)
+    assert "drafted_rounds" not in runs["cli"]["summary"] and runs["cli"]["summary"]["rounds"] == 2

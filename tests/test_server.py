@@ -115,14 +115,16 @@ def test_check_refuses_with_one_clear_line(kind: str, draft: ModelPath | None, e
 def test_fields_from_a_recorded_speculative_answer() -> None:
     answer = ANSWERS["speculative"]
     s = case(draft_max=8)
-    f = server.completion_fields(answer, "speculative", s.settings, rounds=5)
+    f = server.completion_fields(answer, "speculative", s.settings, drafted_rounds=2)
     t = answer["timings"]
     assert f["decode_tps"] == pytest.approx((t["predicted_n"] - 1) / t["predicted_ms"] * 1000)
     assert f["decode_tps"] == pytest.approx(t["predicted_per_second"], rel=1e-6)
     assert f["n_drafted"] == t["draft_n"] and f["n_accept"] == t["draft_n_accepted"]
     assert f["accept"] == pytest.approx(100 * t["draft_n_accepted"] / t["draft_n"])
     assert f["tokens"] == tuple(answer["tokens"]) and f["text"] == answer["content"]
-    assert f["n_predict"] == 16 and not f["end_of_text"] and f["rounds"] == 5 and f["draft_len"] == 8
+    assert f["n_predict"] == 16 and not f["end_of_text"] and f["draft_len"] == 8
+    # every target call after the first token (16 - 12 - 1), and the 2 that drafted apart (/metrics)
+    assert (f["rounds"], f["drafted_rounds"]) == (3, 2)
 
 
 def test_fields_when_nothing_was_drafted_and_when_the_model_stopped() -> None:
@@ -426,4 +428,4 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
         assert p.drafted_calls is not None and 0 <= p.calls - p.drafted_calls <= 1
     text = report.render()
     assert "model error: median" in text and "predicted best draft length" in text
-    assert "model rounds: every target call, from the counters" in text
+    assert "rounds that drafted (the engine's count) / rounds (every target call)" in text

@@ -36,30 +36,32 @@ HF_SWEEPS = FIXTURES / "hf" / "sweep-smollm2"
 # --- round profiles -----------------------------------------------------------------------------
 
 
-def test_the_server_profile_counts_every_target_call_from_the_counters() -> None:
+def test_the_server_rounds_are_every_target_call_and_the_drafted_ones_apart() -> None:
     # A recorded answer of the pinned server at draft 8: 16 predicted (the first from the prompt),
     # 16 drafted, 12 accepted: 3 target calls after the first token, of which the 2 that drafted
     # are what /metrics counts (8 + 8 drafted; the last call, with 1 token left, drafts nothing).
     answer = json.loads((REC / "server-completion.json").read_text())["speculative"]
     settings = Settings(n_predict=16, draft_max=8).with_defaults()
-    fields = server.completion_fields(answer, "speculative", settings, rounds=2)
+    fields = server.completion_fields(answer, "speculative", settings, drafted_rounds=2)
     assert fields["program"] == server.PROGRAM == LLAMA_SERVER.name and program(server.PROGRAM) is LLAMA_SERVER
+    assert (fields["rounds"], fields["drafted_rounds"]) == (3, 2)  # one meaning of rounds for every engine
+    assert server.completion_fields(answer, "speculative", settings)["rounds"] == 3  # without /metrics (slots)
     o = Observation(draft_max=8, n_drafted=fields["n_drafted"], n_accept=fields["n_accept"],
                     n_generated=fields["n_predict"], spec_decode_tps=fields["decode_tps"], baseline_decode_tps=5.82,
-                    rounds=fields["rounds"], program=LLAMA_SERVER)
+                    rounds=fields["rounds"], drafted_rounds=fields["drafted_rounds"], program=LLAMA_SERVER)
     assert (o.n_drafted, o.n_accept, o.n_generated) == (16, 12, 16)
-    assert o.calls == 3 and o.drafted_calls == 2 and not o.rounds_counted
+    assert o.calls == 3 and o.drafted_calls == 2 and o.rounds_counted
     assert o.tokens_per_round == pytest.approx(1 + 12 / 3) and o.drafted_per_round == pytest.approx(16 / 3)
-    assert replace(o, rounds=None).calls == 3  # without the metric (parallel slots): the same calls
-    with pytest.raises(LlamaspecError, match="counted 4 rounds that drafted, more than the 3 target calls"):
-        replace(o, rounds=4)
+    assert replace(o, rounds=None).calls == 3  # derived from the counters by the server's loop: the same
+    with pytest.raises(LlamaspecError, match="counted 4 rounds that drafted, more than its 3 rounds"):
+        replace(o, drafted_rounds=4)
     fit = analyze([o]).points[0]
-    assert fit.calls == 3 and fit.drafted_calls == 2 and not fit.calls_measured
+    assert fit.calls == 3 and fit.drafted_calls == 2 and fit.calls_measured
 
 
 def test_the_transformers_profile_counts_every_round_itself() -> None:
     # Every token comes from a round (the first is fused with the prompt): 24 = rounds + accepted.
-    assert TRANSFORMERS_ASSISTED.rounds(24, 17) == 7 and TRANSFORMERS_ASSISTED.counted_rounds == "all"
+    assert TRANSFORMERS_ASSISTED.rounds(24, 17) == 7
     o = Observation(draft_max=4, n_drafted=26, n_accept=17, n_generated=24, spec_decode_tps=10.0,
                     baseline_decode_tps=10.0, rounds=7, program=TRANSFORMERS_ASSISTED)
     assert o.calls == 7 and o.rounds_counted and o.drafted_calls is None
@@ -67,9 +69,7 @@ def test_the_transformers_profile_counts_every_round_itself() -> None:
         replace(o, rounds=8)
 
 
-def test_a_profile_refuses_an_unknown_counting_or_loop() -> None:
-    with pytest.raises(LlamaspecError, match="counted_rounds"):
-        Program("x", 0, True, counted_rounds="some")
+def test_a_profile_refuses_an_unknown_loop() -> None:
     with pytest.raises(LlamaspecError, match="loop_overhead"):
         Program("x", 0, True, loop_overhead="call")
 
@@ -139,9 +139,10 @@ def test_a_recorded_server_sweep_gets_the_model(name: str) -> None:
     spec = [m for p in data["points"] for m in p["measurements"] if m["mode"] == "speculative" and m["ok"]]
     assert spec
     for m in spec:
-        # /metrics counted the steps that drafted; at p-min 0 the only other one is the last token's
-        calls = LLAMA_SERVER.rounds(m["n_predict"], m["n_accept"])
-        assert m["rounds"] is not None and 0 <= calls - m["rounds"] <= 1, m
+        # rounds: every target call; /metrics counted the steps that drafted, and at p-min 0 the
+        # only other one is the last token's
+        assert m["rounds"] == LLAMA_SERVER.rounds(m["n_predict"], m["n_accept"]), m
+        assert m["drafted_rounds"] is not None and 0 <= m["rounds"] - m["drafted_rounds"] <= 1, m
     costs = _costs(data)
     assert {m["mode"] for m in costs} == {"batch", "draft"}  # llama-bench's timings, once per sweep
     assert all(m["speed_basis"].startswith("llama-bench") for m in costs)
@@ -153,7 +154,7 @@ def test_a_recorded_server_sweep_gets_the_model(name: str) -> None:
     text = _rendered(data, group)
     print(a.table())
     print(text)
-    assert "model rounds: every target call, from the counters" in text and "model leaves out: sampling" in text
+    assert "rounds that drafted (the engine's count) / rounds" in text and "model leaves out: sampling" in text
     assert "predicted best draft length" in text and "model error: median" in text
     assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, a.table()
 

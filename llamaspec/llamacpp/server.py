@@ -14,8 +14,9 @@ the moment the first generated token was sampled (``t_prompt_last``, set when ``
 predicted_ms``. That is exactly SPEED_DEFINITION, so ``decode_tps`` is computed the same way
 from the two raw figures and ``speed_basis`` says so. ``draft_n`` / ``draft_n_accepted`` are only
 present when something was drafted: absent means 0. Verification rounds are not in the
-response; with one slot they are the change of ``spec_decode_num_drafts_total`` on ``/metrics``
-across the request.
+response: ``rounds`` (every target call) follows from the counters by the server's loop
+(``theory.LLAMA_SERVER``), and with one slot the rounds that drafted something are the change of
+``spec_decode_num_drafts_total`` on ``/metrics`` across the request (``drafted_rounds``).
 
 Prompts are sent as text to ``/completion`` with ``return_tokens`` so that the lossless check
 runs on token ids. A chat prompt is first rendered with the model's own template
@@ -43,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths, proc
+from llamaspec import paths, proc, theory
 from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
@@ -577,6 +578,7 @@ class ServerBackend:
                                wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path), error_kind="server")
         body = {"prompt": text, **flags.request_fields(s), "cache_prompt": False, "return_tokens": True, "stream": False}
         serial = (s.parallel or 1) == 1
+        # the rounds that drafted, from /metrics: only one request at a time tells its own
         rounds_before = server.metric("spec_decode_num_drafts_total") if serial and mode == "speculative" else None
         timeout = s.timeout or 1800.0
         base: dict[str, Any] = dict(mode=mode, argv=tuple(server.argv), exit_code=None, log_path=str(log_path))
@@ -602,8 +604,8 @@ class ServerBackend:
         if error is not None:
             return Measurement(ok=False, error=error, error_kind=kind, stats={"server_log": str(server.log_path)}, **base)
         rounds_after = server.metric("spec_decode_num_drafts_total") if rounds_before is not None else None
-        rounds = int(rounds_after - rounds_before) if rounds_after is not None and rounds_before is not None else None
-        fields = completion_fields(data, mode, s, rounds)
+        drafted = int(rounds_after - rounds_before) if rounds_after is not None and rounds_before is not None else None
+        fields = completion_fields(data, mode, s, drafted)
         if isinstance(fields.get("n_prompt"), int):
             with self._lock:
                 self._prompt_tokens[_prompt_key(case)] = fields["n_prompt"]
@@ -626,8 +628,9 @@ def _prompt_key(case: ResolvedCase) -> tuple[str, str, bool]:
     return (case.target.path, prompt, case.chat)
 
 
-def completion_fields(data: dict[str, Any], mode: str, s: Settings, rounds: int | None = None) -> dict[str, Any]:
-    """Measurement fields from one ``/completion`` answer (pure: tested on recorded answers)."""
+def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_rounds: int | None = None) -> dict[str, Any]:
+    """Measurement fields from one ``/completion`` answer (pure: tested on recorded answers);
+    ``drafted_rounds``: how much /metrics' count of verification steps grew over the request."""
     t = data.get("timings") or {}
     n_gen = t.get("predicted_n", data.get("tokens_predicted"))
     ms = t.get("predicted_ms")
@@ -650,11 +653,14 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, rounds: int 
         drafted = int(t.get("draft_n", 0))  # absent: nothing was drafted
         accepted = int(t.get("draft_n_accepted", 0))
         spec_type = s.spec_type or "draft"
-        # rounds: /metrics' verification steps, which count only the rounds that drafted something
-        # (a step whose draft came back empty, the last token among them, is a plain decode); the
-        # speedup model's profile (theory.LLAMA_SERVER) counts every target call from the counters.
+        # rounds: every target call after the prompt (theory.LLAMA_SERVER's loop: the first token
+        # comes from the prompt's logits), as for every engine; /metrics' verification steps count
+        # only the rounds that drafted something (a step whose draft came back empty, the last
+        # token among them, is a plain decode): those are drafted_rounds.
+        rounds = theory.LLAMA_SERVER.rounds(n_gen, accepted) if isinstance(n_gen, int) and n_gen >= 1 else None
         fields.update(n_drafted=drafted, n_accept=accepted, accept=100.0 * accepted / drafted if drafted else None,
-                      rounds=rounds, draft_policy="capped", program=PROGRAM,
+                      rounds=rounds if rounds is None or rounds >= 0 else None, drafted_rounds=drafted_rounds,
+                      draft_policy="capped", program=PROGRAM,
                       draft_len=s.ngram_size_m if is_draft_free(spec_type) else s.draft_max)
     else:
         fields.update(draft_policy="none")
