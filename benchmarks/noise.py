@@ -10,7 +10,7 @@ back to back, the order alternating (ABBA), ``--repeats`` times, and prints:
   and 10 paired repeats (``llamaspec.stats``; the median over every window of that many
   consecutive pairs, so one lucky window does not decide).
 
-Speeds follow ``llamaspec.backend.SPEED_DEFINITION``: tokens after the first over the time from the
+Speeds follow ``llamaspec.contract.SPEED_DEFINITION``: tokens after the first over the time from the
 first generated token to the last (llama-speculative: (N-1)/T of "decoded N tokens in T seconds";
 llama-completion: eval runs / (eval time + sampling time)).
 

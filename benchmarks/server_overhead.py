@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llamaspec import models, prompts
-from llamaspec.backend import Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import Measurement, ModelPath, ResolvedCase
 from llamaspec.llamacpp.build import find
-from llamaspec.llamacpp.runner import LlamaCppBackend
-from llamaspec.llamacpp.server import ServerBackend
+from llamaspec.llamacpp.runner import LlamaCppEngine
+from llamaspec.llamacpp.server import ServerEngine
 from llamaspec.settings import Settings
 
 
@@ -87,8 +87,8 @@ def main() -> int:
     cases = [replace(base, prompt=p.prompt, prompt_id=p.id, category=p.category, chat=False) for p in chosen]
     logs = Path(tempfile.mkdtemp(prefix="llamaspec-server-overhead-"))
     results: dict[str, Tally] = {}
-    server_backend = ServerBackend(build, servers_dir=logs / "servers")
-    for name, backend in (("server (loaded once)", server_backend), ("process per prompt", LlamaCppBackend(build))):
+    server_backend = ServerEngine(build, servers_dir=logs / "servers")
+    for name, backend in (("server (loaded once)", server_backend), ("process per prompt", LlamaCppEngine(build))):
         tally = run(backend, cases, logs / name.split()[0])
         results[name] = tally
         print(f"  {name}: {tally.wall:.1f} s wall, {tally.generation:.1f} s generating, {tally.failed} failed",

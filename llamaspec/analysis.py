@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import decide, paths
-from llamaspec.backend import SPEED_DEFINITION
+from llamaspec.contract import SPEED_DEFINITION
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import Store, built_from
 from llamaspec.settings import SWEEPABLE

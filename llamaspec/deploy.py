@@ -1,6 +1,6 @@
 """The answer as a command: the deploy command for a recommended setting (or the target alone).
 
-The engine that measured a setting writes its command (``Backend.deployment``; without an open
+The engine that measured a setting writes its command (``Engine.deployment``; without an open
 engine, ``engines.deployment(name, ...)``); this module only finds what to deploy from a stored
 run: its settings and model files as stored, its prompt from the experiment. The run core names
 no engine module here either.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaspec.backend import Backend, Deployment, ModelPath, ResolvedCase
+from llamaspec.contract import Deployment, Engine, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Experiment
 from llamaspec.settings import Settings
@@ -36,5 +36,5 @@ def case_of_run(exp: Experiment, run: dict[str, Any]) -> ResolvedCase:
                         Settings.from_dict(run.get("settings") or {}))
 
 
-def for_run(backend: Backend, exp: Experiment, run: dict[str, Any], speculative: bool = True) -> Deployment:
+def for_run(backend: Engine, exp: Experiment, run: dict[str, Any], speculative: bool = True) -> Deployment:
     return backend.deployment(case_of_run(exp, run), speculative)

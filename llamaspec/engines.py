@@ -1,8 +1,8 @@
 """The engine registry: an experiment's ``engine:`` name (``backend:`` before) -> the module that opens it.
 
-(``llamaspec.backend`` is the contract every engine fulfils; this module only finds them.)
+(``llamaspec.contract`` is the contract every engine fulfils; this module only finds them.)
 
-A new engine is one subpackage with ``open_backend(options) -> Backend`` and one line here.
+A new engine is one subpackage with ``open_engine(options) -> Engine`` and one line here.
 Modules are imported only when their backend is opened, so heavy engines (torch) cost nothing
 to the others.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from llamaspec.backend import Backend, BackendOptions, Deployment, ResolvedCase
+from llamaspec.contract import Deployment, Engine, EngineOptions, ResolvedCase
 from llamaspec.errors import LlamaspecError
 
 REGISTRY: dict[str, str] = {
     "llama.cpp": "llamaspec.llamacpp.runner",
     "llama-server": "llamaspec.llamacpp.server",
-    "transformers": "llamaspec.hf.backend",
+    "transformers": "llamaspec.hf.runner",
 }
 
 
@@ -43,17 +43,17 @@ def _import(name: str, module: str) -> Any:
         raise
 
 
-def open_backend(name: str, options: BackendOptions | None = None) -> Backend:
-    backend: Backend = _module(name).open_backend(options or BackendOptions())
+def open_engine(name: str, options: EngineOptions | None = None) -> Engine:
+    backend: Engine = _module(name).open_engine(options or EngineOptions())
     return backend
 
 
-def deployment(name: str, case: ResolvedCase, options: BackendOptions | None = None, *,
+def deployment(name: str, case: ResolvedCase, options: EngineOptions | None = None, *,
                speculative: bool = True) -> Deployment:
     """The command that deploys ``case`` as engine ``name`` measured it, without opening the engine
     (no models loaded, no torch imported): each engine module has ``deployment(case, options,
     speculative)``. With an engine already open, ``backend.deployment(case)`` is the same."""
-    made: Deployment = _module(name).deployment(case, options or BackendOptions(), speculative)
+    made: Deployment = _module(name).deployment(case, options or EngineOptions(), speculative)
     return made
 
 
@@ -88,4 +88,4 @@ def provide_machine(name: str, accel: str, options: dict[str, Any], labels: list
     """On a worker: what engine ``name`` needs there (built, fetched, derived), as a machine object
     with ``open(engine)``, ``model(label)``, ``commit``, ``build_key``, ``bin_dir`` and ``close()``."""
     return _machine_module(name).provide(accel, options, labels, machine)
-__all__ = ["REGISTRY", "deployment", "names", "open_backend"]
+__all__ = ["REGISTRY", "deployment", "names", "open_engine"]

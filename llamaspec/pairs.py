@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llamaspec import host
-from llamaspec.backend import Measurement
+from llamaspec.contract import Measurement
 
 PAIR_MODES = ("baseline", "speculative")
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from llamaspec import stats, theory
-from llamaspec.backend import SPEED_DEFINITION, mean_accepted, tokens_per_round
+from llamaspec.contract import SPEED_DEFINITION, mean_accepted, tokens_per_round
 from llamaspec.experiment import Reference
 from llamaspec.results import built_from, engine_of
 from llamaspec.stats import Spread

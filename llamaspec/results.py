@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import paths
-from llamaspec.backend import Measurement
+from llamaspec.contract import Measurement
 from llamaspec.errors import LlamaspecError
 from llamaspec.host import NoiseSample
 from llamaspec.lock import process_gone, this_process
@@ -91,7 +91,7 @@ MIGRATIONS: tuple[str, ...] = (
     # Measurements shared by several runs (the baseline of a sweep's points with the same target
     # settings, the draft-alone timing): the key they are shared under.
     "ALTER TABLE measurements ADD COLUMN baseline_key TEXT; CREATE INDEX measurements_by_baseline ON measurements(baseline_key);",
-    # The backend contract's counters (llamaspec.backend.Measurement), the process that measured a
+    # The backend contract's counters (llamaspec.contract.Measurement), the process that measured a
     # run (to tell a killed run from a running one), prompt sets, cluster machines, the engine.
     # Rows left 'running' by an older llamaspec recorded no process to check: they are over.
     """
@@ -117,7 +117,7 @@ MIGRATIONS: tuple[str, ...] = (
     # "backend" named what a build computes on (cpu, cuda, metal): that is the accelerator; the word
     # backend means the engine (backend_name) everywhere else.
     "ALTER TABLE runs RENAME COLUMN backend TO accel;",
-    # Every field of a measurement has its column (llamaspec.backend.Measurement <-> MeasurementRow,
+    # Every field of a measurement has its column (llamaspec.contract.Measurement <-> MeasurementRow,
     # one mapping): the counters the speedup model reads, and what prompt sets kept in the stats JSON.
     """
     ALTER TABLE measurements ADD COLUMN draft_steps INTEGER;
@@ -264,7 +264,7 @@ class MeasurementRow:
 
     @classmethod
     def of(cls, m: Measurement, *, run_id: int, repeat: int, baseline_key: str | None = None) -> MeasurementRow:
-        """The row for a backend's Measurement (every field of the contract, none forgotten)."""
+        """The row for an engine's Measurement (every field of the contract, none forgotten)."""
         return cls(run_id=run_id, mode=m.mode, repeat=repeat, ok=m.ok, error=m.error, argv=list(m.argv),
                    exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
                    n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from llamaspec import __version__, pairs, paths, stats
-from llamaspec.backend import SPEED_DEFINITION, Backend, Measurement, ResolvedCase, engine_provenance
+from llamaspec.contract import SPEED_DEFINITION, Engine, Measurement, ResolvedCase, engine_provenance
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, Reference
 from llamaspec.results import Group, MeasurementRow, Store, measurements_of
@@ -72,7 +72,7 @@ def default_threads() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def resolve_case(exp: Experiment, case: Case, backend: Backend) -> ResolvedCase:
+def resolve_case(exp: Experiment, case: Case, backend: Engine) -> ResolvedCase:
     """The case with its models on disk in the engine's form and every setting decided."""
     settings = case.settings.with_defaults()
     if settings.threads is None:
@@ -82,22 +82,22 @@ def resolve_case(exp: Experiment, case: Case, backend: Backend) -> ResolvedCase:
     return ResolvedCase(exp.name, case.name, target, draft, case.prompt, case.prompt_file, settings)
 
 
-def check_settings(case: ResolvedCase, backend: Backend) -> None:
+def check_settings(case: ResolvedCase, backend: Engine) -> None:
     """Refuse, before anything runs, a setting this backend does not honour: set to something other
-    than its built-in default, and not among the settings the backend declares."""
+    than its built-in default, and not among the settings the engine declares."""
     from llamaspec.settings import DEFAULTS
 
     unknown = [f.name for f in dataclasses.fields(case.settings)
                if getattr(case.settings, f.name) not in (None, getattr(DEFAULTS, f.name))
                and f.name not in backend.capabilities.settings]
     if unknown:
-        engines = sorted(_backends_for(unknown))
-        raise LlamaspecError(f"the {backend.name} backend has no equivalent of {', '.join(unknown)}",
+        engines = sorted(_engines_for(unknown))
+        raise LlamaspecError(f"the {backend.name} engine has no equivalent of {', '.join(unknown)}",
                              hint="drop those settings from the experiment"
-                                  + (f", or use the backend that has them (backend: {', '.join(engines)})" if engines else ""))
+                                  + (f", or use the engine that has them (engine: {', '.join(engines)})" if engines else ""))
 
 
-def _backends_for(names: Sequence[str]) -> set[str]:
+def _engines_for(names: Sequence[str]) -> set[str]:
     """The engines these settings belong to."""
     from llamaspec.settings import FIELDS
 
@@ -106,7 +106,7 @@ def _backends_for(names: Sequence[str]) -> set[str]:
 
 # --- provenance and keys -----------------------------------------------------------------------
 
-def provenance(backend: Backend, case: ResolvedCase, hardware: dict[str, Any], exp: Experiment | None = None,
+def provenance(backend: Engine, case: ResolvedCase, hardware: dict[str, Any], exp: Experiment | None = None,
                reference: Reference | None = None) -> dict[str, Any]:
     from llamaspec import lock
 
@@ -138,7 +138,7 @@ def _own_commit() -> str | None:
         return None
 
 
-def baseline_key(backend: Backend, case: ResolvedCase, scope: str | None = None) -> str:
+def baseline_key(backend: Engine, case: ResolvedCase, scope: str | None = None) -> str:
     """Same engine build, target, prompt and target-side settings (within one sweep, when scoped):
     the same baseline. Scoping keeps a baseline from another day posing as today's."""
     blob = {"scope": scope, "engine": backend.name, "identity": backend.identity(),
@@ -156,7 +156,7 @@ def measurement_row(run_id: int, repeat: int, m: Measurement, key: str | None) -
 
 # --- measuring -----------------------------------------------------------------------------------
 
-def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Repeats = 1, hardware: dict[str, Any],
+def run_case(case: ResolvedCase, backend: Engine, store: Store, *, repeats: Repeats = 1, hardware: dict[str, Any],
              reference: Reference | None = None, exp: Experiment | None = None, kind: str = "run",
              group: Group | None = None, point_key: str | None = None, shared_baseline: bool = False,
              baseline_scope: str | None = None, time_costs: bool = False, warmup: bool = False,
@@ -190,7 +190,7 @@ def run_case(case: ResolvedCase, backend: Backend, store: Store, *, repeats: Rep
                       engine_settings=backend.capabilities.settings)
 
 
-def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, count: int, *,
+def more_pairs(run_id: int, case: ResolvedCase, backend: Engine, store: Store, count: int, *,
                baseline_scope: str | None = None, on_event: Event | None = None) -> CaseResult:
     """``count`` more pairs for a stored run of ``case`` (the adaptive sweep's "N more pairs at
     this setting"): they continue the run's ABBA order, are stored with it, and its summary is
@@ -213,7 +213,7 @@ def more_pairs(run_id: int, case: ResolvedCase, backend: Backend, store: Store, 
 class _Point:
     """One stored run being measured: where its measurements go and how it is summarised."""
 
-    def __init__(self, case: ResolvedCase, backend: Backend, store: Store, run_id: int, scope: str | None,
+    def __init__(self, case: ResolvedCase, backend: Engine, store: Store, run_id: int, scope: str | None,
                  time_costs: bool, shared_baseline: bool, at_most: int, on_event: Event | None,
                  before: Sequence[Measurement] = ()) -> None:
         self.case, self.backend, self.store, self.run_id = case, backend, store, run_id
@@ -293,7 +293,7 @@ class _Point:
                 all(m.mode in ("draft", "batch") for m in ms) for m in ms]
 
 
-def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Backend, store: Store, *, repeats: int,
+def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Engine, store: Store, *, repeats: int,
                    hardware: dict[str, Any], kind: str, group: Group | None, point_key: str | None = None) -> list[Measurement]:
     """Measure ``mode`` ``repeats`` times in a run row of its own, stored under the shared ``key``
     (a draft variant's timing); stops at the first failure."""
@@ -312,7 +312,7 @@ def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Backend, st
     return done
 
 
-def run_experiment(exp: Experiment, backend: Backend, store: Store | None = None, on_event: Event | None = None,
+def run_experiment(exp: Experiment, backend: Engine, store: Store | None = None, on_event: Event | None = None,
                    warmup: bool = False, repeats: Repeats | None = None) -> list[CaseResult]:
     from llamaspec import host
 

@@ -186,7 +186,7 @@ class Settings:
     dtype: str | None = _setting(_choice(*DTYPES), engine="transformers", sweep=str, help="transformers: weight dtype of the target (auto: the checkpoint's)")
     draft_dtype: str | None = _setting(_choice(*DTYPES), engine="transformers", side="draft", help="transformers: weight dtype of the assistant (default: dtype)")
     load_in: str | None = _setting(_choice("8bit", "4bit", "none"), engine="transformers", help="transformers: bitsandbytes 8bit or 4bit target (CUDA GPU only)")
-    device: str | None = _setting(_str, engine="transformers", help="transformers: cpu, cuda, cuda:N, mps or auto (default: the backend's accel)")
+    device: str | None = _setting(_str, engine="transformers", help="transformers: cpu, cuda, cuda:N, mps or auto (default: the engine's accel)")
     universal_assisted: bool | None = _setting(_bool, engine="transformers", side="draft", help="transformers: allow an assistant with another tokenizer")
     rpc: tuple[str, ...] | None = _setting(_endpoints, default=(), engine="llama.cpp",
                                          help="llama.cpp RPC servers (host:port) holding the target's layers; the draft stays local")

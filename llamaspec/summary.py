@@ -11,7 +11,7 @@ point (and, only when asked, a shared baseline), and stored as JSON with the run
   divided by the shared baseline's median instead, and the summary says so (``paired`` False).
 - **lossless**: greedy output with a draft must equal greedy output without one, on the generated
   part only, token ids where the engine gives them; a shorter speculative output differs.
-- **counters**: rounds, mean accepted length and drafted-per-round come from the backend's own
+- **counters**: rounds, mean accepted length and drafted-per-round come from the engine's own
   per-program formula; the drafted length is checked against the requested one.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from llamaspec import stats
-from llamaspec.backend import SPEED_DEFINITION, Measurement, ResolvedCase
+from llamaspec.contract import SPEED_DEFINITION, Measurement, ResolvedCase
 from llamaspec.host import NoiseSample
 from llamaspec.stats import Spread
 

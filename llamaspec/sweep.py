@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec.backend import Backend
+from llamaspec.contract import Engine
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.progress import Progress
@@ -126,7 +126,7 @@ class SweepResult:
     reused: int
 
 
-def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backend, store: Store,
+def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Engine, store: Store,
               on_event: Callable[[str, dict[str, Any]], None] | None = None, shared_baseline: bool = False) -> list[SweepResult]:
     """Measure every point of the grid, each next to its own baseline (pairs inside the point).
 
@@ -250,7 +250,7 @@ def adaptive_applies(axes: Mapping[str, Sequence[Any]]) -> bool:
     return set(axes) == {"draft_max"}
 
 
-def run_adaptive_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Backend, store: Store, budget: Budget,
+def run_adaptive_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Engine, store: Store, budget: Budget,
                        *, first_pairs: int = FIRST_PAIRS, on_event: Callable[[str, dict[str, Any]], None] | None = None
                        ) -> list[tuple[SweepResult, AdaptiveResult]]:
     """Spend pairs where the decision is uncertain: ``first_pairs`` at every draft length, then what :func:`llamaspec.decide.next_step` asks for (more pairs for the contenders,
@@ -266,7 +266,7 @@ def run_adaptive_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backe
     return [_adaptive_case(exp, case, axes, backend, store, budget, first_pairs, hw, on_event) for case in exp.cases]
 
 
-def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], backend: Backend, store: Store,
+def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], backend: Engine, store: Store,
                    budget: Budget, first_pairs: int, hw: dict[str, Any],
                    on_event: Callable[[str, dict[str, Any]], None] | None) -> tuple[SweepResult, AdaptiveResult]:
     import time

@@ -35,7 +35,7 @@ passes timed by the engine). What a profile cannot see is said with its fit
 
 The target's single-token step comes from the same llama-bench data (batch 1 at the same depth),
 so verify(k+1)/step and the draft's step/target step are ratios taken within one program. The
-speed both sides are compared on is ``llamaspec.backend.SPEED_DEFINITION`` (tokens after the
+speed both sides are compared on is ``llamaspec.contract.SPEED_DEFINITION`` (tokens after the
 first over the time from the first generated token to the last), so the predicted speedup is
 tokens per round × (baseline time per token) / (time per round).
 
@@ -131,7 +131,7 @@ def expected_accepted(alpha: float, k: float) -> float:
 def expected_tokens_per_round(alpha: float, k: float) -> float:
     """Mean tokens a round (one target call) emits, as the model expects them at per-token acceptance α
     and draft length k: (1 - α^(k+1))/(1 - α) = 1 + expected_accepted. (Measured from a run's counters:
-    ``llamaspec.backend.tokens_per_round``.)"""
+    ``llamaspec.contract.tokens_per_round``.)"""
     return 1.0 + expected_accepted(alpha, k)
 
 
@@ -245,7 +245,7 @@ class Program:
     - ``first_token_from_prompt``: the first generated token is sampled from the prompt's logits,
       outside any round, so rounds = n_predict - n_accept - 1 (else n_predict - n_accept).
     - ``draft_processes_batch``: the draft also decodes the verified batch (k + 1 tokens) each round.
-    - ``draft_policy``: of ``llamaspec.backend.DRAFT_POLICIES``.
+    - ``draft_policy``: of ``llamaspec.contract.DRAFT_POLICIES``.
     - ``loop_overhead``: where the engine's own loop spends time beyond the timed forward passes
       and sampling: ``"none"`` (nothing worth modelling: the costs are timed as the program spends
       them), or charged once per ``"round"`` or per emitted ``"token"``; it is then the step the

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamaspec import analysis, decide
-from llamaspec.backend import Backend
+from llamaspec.contract import Engine
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.results import Group, Store
@@ -169,7 +169,7 @@ def _case_for(case: Case, config: Config) -> Case:
     return dataclasses.replace(case, draft=ModelRef(case.draft.model, config.draft_variant), settings=settings)
 
 
-def tune(exp: Experiment, backend: Backend, store: Store, variants: tuple[str, ...] | None = None,
+def tune(exp: Experiment, backend: Engine, store: Store, variants: tuple[str, ...] | None = None,
          modes: tuple[str, ...] | None = None, on_point: Callable[[Config, dict[str, Any]], None] | None = None,
          budget: Budget | None = None) -> list[TuneResult]:
     """Tune every case that has a draft. ``budget``: what the settling step may spend (pairs, or
@@ -181,7 +181,7 @@ def tune(exp: Experiment, backend: Backend, store: Store, variants: tuple[str, .
             if case.draft is not None]
 
 
-def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: dict[str, Any],
+def _tune_case(exp: Experiment, case: Case, backend: Engine, store: Store, hw: dict[str, Any],
                variants: tuple[str, ...] | None, modes: tuple[str, ...] | None,
                on_point: Callable[[Config, dict[str, Any]], None] | None, budget: Budget | None) -> TuneResult:
     from llamaspec import models
@@ -249,7 +249,7 @@ def _tune_case(exp: Experiment, case: Case, backend: Backend, store: Store, hw: 
     return result
 
 
-def _settle(result: TuneResult, exp: Experiment, case: Case, backend: Backend, store: Store, budget: Budget | None,
+def _settle(result: TuneResult, exp: Experiment, case: Case, backend: Engine, store: Store, budget: Budget | None,
             start: float) -> None:
     """Step 4: the pairs the decision asks for, until it is settled or the budget is spent. The
     search's own points, reread from the store, count: a rerun resumes with every pair it had."""
@@ -280,13 +280,13 @@ def _settle(result: TuneResult, exp: Experiment, case: Case, backend: Backend, s
                                           "command to resume")
 
 
-def _draft_free_modes(backend: Backend) -> tuple[str, ...]:
-    """Draft-free modes the backend declares (llama-server's n-gram modes; the command-line
+def _draft_free_modes(backend: Engine) -> tuple[str, ...]:
+    """Draft-free modes the engine declares (llama-server's n-gram modes; the command-line
     programs need a draft model)."""
     return tuple(m for m in backend.capabilities.spec_types if m != "draft")
 
 
-def _bound(exp: Experiment, case: Case, variant: str, backend: Backend, store: Store, hw: dict[str, Any], tune_id: str,
+def _bound(exp: Experiment, case: Case, variant: str, backend: Engine, store: Store, hw: dict[str, Any], tune_id: str,
            base_fit: Any) -> float | None:
     """The best speedup any draft length could give with this variant if every draft were accepted."""
     if base_fit is None or base_fit.cost is None:

@@ -61,7 +61,7 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
-from llamaspec.backend import Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase  # noqa: E402
+from llamaspec.contract import Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase  # noqa: E402
 
 
 @dataclass

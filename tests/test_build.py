@@ -525,7 +525,7 @@ def test_a_pending_server_is_built_into_the_same_folder_on_first_use(
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(build, "check_tools", lambda: None)
-    monkeypatch.setattr(server, "ServerBackend", lambda b: b)  # what open_backend hands over is the build itself
+    monkeypatch.setattr(server, "ServerEngine", lambda b: b)  # what open_engine hands over is the build itself
     plan = _plan("cpu")
     plan = BuildPlan(plan.source, plan.accel, plan.cmake_defs, plan.extra_args, plan.cpu_disable,
                      {**plan.targets, "server": "llama-server"}, plan.native_isa)
@@ -537,9 +537,9 @@ def test_a_pending_server_is_built_into_the_same_folder_on_first_use(
     build.point_latest(build.pointer_name(first), first.commit, plan.folder)
     monkeypatch.setattr(smoke, "_run", lambda argv, name, log_path, usage_ok=False: None)
 
-    from llamaspec.backend import BackendOptions
+    from llamaspec.contract import EngineOptions
 
-    got = server.open_backend(BackendOptions(accel="cpu"))  # the first lookup of llama-server
+    got = server.open_engine(EngineOptions(accel="cpu"))  # the first lookup of llama-server
     assert got.programs["server"] == "llama-server" and got.pending == {} and got.bin_dir == first.bin_dir
     assert (Path(got.bin_dir) / "llama-server").is_file()
     assert build.load_build(plan.folder) == got  # in the same manifest

@@ -515,7 +515,7 @@ class FakeMachine:
                 return self.engines[name]
 
             def model(self, label: str) -> Any:
-                from llamaspec.backend import ModelPath
+                from llamaspec.contract import ModelPath
 
                 return ModelPath(label, f"/models/{label}.gguf", SHA.get(label, "c" * 64))
 
@@ -610,7 +610,7 @@ def test_a_swept_study_names_the_best_point_per_machine(store: Store) -> None:
     from llamaspec.summary import summarize
 
     def result(k: int, factor: float) -> dict[str, Any]:
-        from llamaspec.backend import Measurement
+        from llamaspec.contract import Measurement
 
         ms = []
         for r in range(3):
@@ -723,8 +723,8 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
     on its own item, pinned there, and names its own best draft length."""
     from fakes import FakeEngine
 
-    from llamaspec.backend import ModelPath
     from llamaspec.cluster import study
+    from llamaspec.contract import ModelPath
     from llamaspec.experiment import load
     from llamaspec.settings import Settings
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from fakes import FakeEngine
 
 from llamaspec import analysis, experiment, report, sweep, tune
-from llamaspec.backend import Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import Measurement, ModelPath, ResolvedCase
 from llamaspec.results import Store
 from llamaspec.run import raise_if_failed, run_case
 from llamaspec.settings import Settings

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from llamaspec import engines
-from llamaspec.backend import BackendOptions, Command, Deployment, ModelPath, ResolvedCase
+from llamaspec.contract import Command, Deployment, EngineOptions, ModelPath, ResolvedCase
 from llamaspec.llamacpp import parse, server
 from llamaspec.llamacpp.build import Build
 from llamaspec.settings import Settings
@@ -80,16 +80,16 @@ def _ask(argv: list[str], log: Path, n_predict: int = 32) -> dict[str, Any]:
 def test_the_printed_llamacpp_commands_run_and_draft(real_build: Build, pair: tuple[Any, Any], tmp_path: Path) -> None:
     import dataclasses
 
-    from llamaspec.llamacpp.runner import LlamaCppBackend
+    from llamaspec.llamacpp.runner import LlamaCppEngine
 
     case = real_case(pair, draft_p_min=0.0, program="speculative-simple")
     if not real_build.prebuilt:  # as a build made without it (make demo's) has it: pending
         waiting = dataclasses.replace(real_build, programs={r: p for r, p in real_build.programs.items() if r != "server"},
                                       pending={**real_build.pending, "server": "llama-server"})
-        later = LlamaCppBackend(waiting).deployment(case)
+        later = LlamaCppEngine(waiting).deployment(case)
         assert "llama-server" not in {c.program for c in later.commands}
         assert any("`llamaspec build --server`" in n for n in later.notes)
-    d = LlamaCppBackend(real_build).deployment(case)
+    d = LlamaCppEngine(real_build).deployment(case)
     assert d.speculative and d.engine == "llama.cpp" and d.setting.startswith("draft 4 (smollm2-135m:q4_1)")
     srv, simple = _command(d, "llama-server"), _command(d, "llama-speculative-simple")
     for c in (srv, simple):
@@ -115,7 +115,7 @@ def test_the_printed_llamacpp_commands_run_and_draft(real_build: Build, pair: tu
 @pytest.mark.llamacpp
 @pytest.mark.slow
 def test_no_draft_is_the_target_alone(real_build: Build, pair: tuple[Any, Any], tmp_path: Path) -> None:
-    d = engines.deployment("llama.cpp", real_case(pair), BackendOptions(bin_dir=Path(real_build.bin_dir)),
+    d = engines.deployment("llama.cpp", real_case(pair), EngineOptions(bin_dir=Path(real_build.bin_dir)),
                             speculative=False)
     assert not d.speculative and d.setting == "no draft: the target smollm2-135m:f32 alone"
     srv = _command(d, "llama-server")
@@ -134,21 +134,21 @@ def test_an_ngram_mode_deploys_on_llama_server_without_a_draft(real_build: Build
     from llamaspec.llamacpp import build
 
     prebuilt = build.prebuilt(Path(real_build.bin_dir))  # what --bin-dir opens (its accel unknown: -ngl as measured there)
-    d = server.ServerBackend(prebuilt).deployment(case)
+    d = server.ServerEngine(prebuilt).deployment(case)
     assert d.speculative and [c.program for c in d.commands] == ["llama-server"]
     argv = list(d.commands[0].argv)
     assert "-md" not in argv and argv[argv.index("--spec-type") + 1] == "ngram-simple"
     assert argv[argv.index("--spec-ngram-simple-size-n") + 1] == "3"
     assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "8"
     assert any("draft-free" in n for n in d.notes)
-    assert d == engines.deployment("llama-server", case, BackendOptions(bin_dir=Path(real_build.bin_dir)))
+    assert d == engines.deployment("llama-server", case, EngineOptions(bin_dir=Path(real_build.bin_dir)))
 
 
 @pytest.mark.llamacpp
 def test_measured_with_llama_speculative_says_so(real_build: Build, pair: tuple[Any, Any]) -> None:
-    from llamaspec.llamacpp.runner import LlamaCppBackend
+    from llamaspec.llamacpp.runner import LlamaCppEngine
 
-    d = LlamaCppBackend(real_build).deployment(real_case(pair))  # program: speculative (the default)
+    d = LlamaCppEngine(real_build).deployment(real_case(pair))  # program: speculative (the default)
     assert any("llama-speculative (exactly k" in n for n in d.notes)
     assert "--spec-draft-p-min" not in d.commands[0].argv  # nothing invented that was not measured
 
@@ -182,11 +182,11 @@ def test_the_transformers_snippet_generates_what_the_backend_measured(tmp_path: 
     pytest.importorskip("transformers")
     import hf_factory
 
-    from llamaspec.hf.backend import open_backend
+    from llamaspec.hf.runner import open_engine
 
     target, assistant = hf_factory.pair(tmp_path / "pair")
     case = hf_case(str(target), str(assistant))
-    engine = open_backend(BackendOptions(accel="cpu"))
+    engine = open_engine(EngineOptions(accel="cpu"))
     try:
         engine.check(case)
         measured = engine.measure(case, "speculative", tmp_path / "s.log")

@@ -193,7 +193,7 @@ PROGRAM_HELP = {"speculative": "llama-speculative", "speculative-simple": "llama
 def test_each_row_reaches_the_programs_it_names_and_no_other(setting: str) -> None:
     """On the pinned build's recorded --help: a row's setting, set, puts its flag (or, on llama-server,
     its request field) into the command line of each program the row names, and into no other's."""
-    from llamaspec.backend import ModelPath, ResolvedCase
+    from llamaspec.contract import ModelPath, ResolvedCase
     from llamaspec.llamacpp import server
 
     assert set(SAMPLES) == set(flags.FLAG_TABLE), "give the new row a sample value"

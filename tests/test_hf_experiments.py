@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from llamaspec import experiment, settings
-from llamaspec.backend import BackendOptions, ResolvedCase
+from llamaspec.contract import EngineOptions, ResolvedCase
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["guanaco-7b", "guanaco-13b", "guanaco-33b", "hf-smollm2-quicksort", "hf-gemma-smollm2"]
@@ -53,12 +53,12 @@ def test_files_load_as_experiments(name: str) -> None:
 def test_smollm2_gguf_assisted_by_itself_and_by_prompt_lookup(tmp_path: Path) -> None:
     """The real SmolLM2-135M Q4_1 file (PyPI wheel), loaded and dequantized by transformers."""
     pytest.importorskip("transformers")
-    from llamaspec.hf.backend import open_backend
     from llamaspec.hf.models import resolve_model
+    from llamaspec.hf.runner import open_engine
 
     target = resolve_model("smollm2-135m", "q4_1")
     assert target.metadata["format"] == "gguf" and target.sha256
-    backend = open_backend(BackendOptions(accel="cpu"))
+    backend = open_engine(EngineOptions(accel="cpu"))
     chosen = settings.Settings(n_predict=24, threads=2, draft_max=8, draft_p_min=0.0).with_defaults()
     prompt = "# Quick-sort implementation in Python and sample usage:"
     self_case = ResolvedCase("hf-smollm2-quicksort", "self", target, target, prompt, None, chosen)

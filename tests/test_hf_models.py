@@ -11,7 +11,7 @@ import pytest
 from models_factory import hf_cache_entry, write_catalog
 
 from llamaspec import models
-from llamaspec.backend import BackendOptions, ModelPath, ResolvedCase
+from llamaspec.contract import EngineOptions, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import Settings
 
@@ -72,8 +72,8 @@ def test_adapter_over_its_base_from_the_cache(home: Path, hf_cache: Path, tmp_pa
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from llamaspec.hf.backend import open_backend
     from llamaspec.hf.models import resolve_model
+    from llamaspec.hf.runner import open_engine
 
     target, assistant = hf_factory.pair(tmp_path / "pair")
     torch.manual_seed(1)
@@ -95,7 +95,7 @@ def test_adapter_over_its_base_from_the_cache(home: Path, hf_cache: Path, tmp_pa
     assert chat.metadata["base"] == "tiny-base:hf" and chat.metadata["base_path"] == base.path
     assert (Path(chat.path) / "adapter_config.json").is_file()
 
-    backend = open_backend(BackendOptions(accel="cpu"))
+    backend = open_engine(EngineOptions(accel="cpu"))
     settings = Settings(n_predict=16, threads=1, draft_max=4, draft_p_min=0.0).with_defaults()
     plain = ResolvedCase("e", "plain", base, ModelPath("assistant", str(assistant)), "def quick sort", None, settings)
     tuned = ResolvedCase("e", "tuned", chat, ModelPath("assistant", str(assistant)), "def quick sort", None, settings)

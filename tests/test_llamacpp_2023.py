@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from llamaspec import experiment, models
-from llamaspec.backend import ModelPath, ResolvedCase
+from llamaspec.contract import ModelPath, ResolvedCase
 from llamaspec.llamacpp import build, source
-from llamaspec.llamacpp.runner import LlamaCppBackend
+from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.settings import DEFAULTS
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -45,7 +45,7 @@ def test_2023_speculative_and_main_through_the_runner(version: str, request: pyt
     tree = source.fetch(f"pypi:llama-cpp-python=={version}", source.paths.cache_dir() / "trees" / f"llama-cpp-python-{version}")
     built = build.build("cpu", source=tree)  # cached after the first time
     assert built.commit == commit and built.programs["speculative"] == "speculative" and built.programs["completion"] == "main"
-    backend = LlamaCppBackend(build.prebuilt(Path(built.bin_dir)))  # as --bin-dir gives it
+    backend = LlamaCppEngine(build.prebuilt(Path(built.bin_dir)))  # as --bin-dir gives it
     assert backend.caps("speculative").generation == "2023"
 
     exp = experiment.load(name)

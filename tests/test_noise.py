@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from llamaspec import host
-from llamaspec.backend import Measurement
+from llamaspec.contract import Measurement
 from llamaspec.summary import summarize
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "host"
@@ -137,9 +137,9 @@ def test_run_case_stores_each_measurements_noise_and_the_summary_combines_them(t
                                                                                monkeypatch: pytest.MonkeyPatch):
     from fakes import fake_bin_dir
 
-    from llamaspec.backend import ModelPath, ResolvedCase
+    from llamaspec.contract import ModelPath, ResolvedCase
     from llamaspec.llamacpp import build
-    from llamaspec.llamacpp.runner import LlamaCppBackend
+    from llamaspec.llamacpp.runner import LlamaCppEngine
     from llamaspec.results import Store, measurements_of
     from llamaspec.run import run_case
     from llamaspec.settings import Settings
@@ -149,7 +149,7 @@ def test_run_case_stores_each_measurements_noise_and_the_summary_combines_them(t
     case = ResolvedCase("exp", "python", ModelPath("t:f16", str(tmp_path / "t.gguf")), ModelPath("d:q4_0", str(tmp_path / "d.gguf")),
                         "# Quick-sort implementation in Python and sample usage:", None, s)
     store = Store.open(tmp_path / "r.sqlite")
-    result = run_case(case, LlamaCppBackend(build.prebuilt(fake_bin_dir(tmp_path / "bin"))), store, repeats=2,
+    result = run_case(case, LlamaCppEngine(build.prebuilt(fake_bin_dir(tmp_path / "bin"))), store, repeats=2,
                       hardware={"cpu": "test"})
     rows = store.measurements(result.run_id)
     assert len(rows) == 4 and all(r["noise"]["windows"] == 1 and r["noise"]["seconds"] > 0 for r in rows)

@@ -11,7 +11,7 @@ from fakes import FakeEngine
 from test_core import HW, case
 
 from llamaspec import pairs
-from llamaspec.backend import Measurement
+from llamaspec.contract import Measurement
 from llamaspec.host import NoiseSample
 from llamaspec.results import MeasurementRow, Store, measurement_of
 from llamaspec.run import more_pairs, run_case

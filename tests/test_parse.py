@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llamaspec.backend import Measurement, tokens_per_round
 from llamaspec.cli import main
+from llamaspec.contract import Measurement, tokens_per_round
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import parse
 from llamaspec.llamacpp.parse import ParseError, Timings, parse_completion, parse_speculative

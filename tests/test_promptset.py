@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from llamaspec import promptset
-from llamaspec.backend import Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import Capabilities, Measurement, ModelPath, ResolvedCase
 from llamaspec.prompts import Prompt, PromptSet, PromptSource
 from llamaspec.results import Store
 from llamaspec.settings import Settings
@@ -194,7 +194,7 @@ def test_recommend_keeps_a_method_whose_only_differences_are_near_ties_labelled(
 # --- running over a set ------------------------------------------------------------------------
 
 @dataclass
-class Backend:
+class Engine:
     """Answers like the server: n_predict tokens (a prompt containing "short" ends after 3),
     faster when speculative on prompts with "code", its prompt processing 100 ms alone and 400 ms
     with the draft; dies on the prompt named ``die_on``."""
@@ -279,7 +279,7 @@ def no_provenance(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Path, no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
     events: list[tuple[str, dict[str, Any]]] = []
-    first = promptset.run_set(Exp(), PROMPTS, Backend(die_on="p1"), store, repeats=2, resolve=resolve,
+    first = promptset.run_set(Exp(), PROMPTS, Engine(die_on="p1"), store, repeats=2, resolve=resolve,
                               on_event=lambda e, d: events.append((e, d)))
     case = first.cases[0]
     assert not first.complete and case.not_run == ("p2",) and "SIGKILL" in (case.error or "")
@@ -294,7 +294,7 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
     assert orders[0] == ["baseline", "speculative", "speculative", "baseline"]
     assert any(e == "stopped" for e, _ in events)
 
-    again = Backend()
+    again = Engine()
     second = promptset.run_set(Exp(), PROMPTS, again, store, repeats=2, resolve=resolve)
     assert second.complete
     # finished prompts skipped; the refused one, the one the server died on and the one not run are measured
@@ -328,7 +328,7 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
 
 def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: Path, no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
-    backend = Backend(flip={"c1": 5, "p1": 9}, probed=[])
+    backend = Engine(flip={"c1": 5, "p1": 9}, probed=[])
     result = promptset.run_set(Exp(), PROMPTS, backend, store, resolve=resolve)
     assert backend.probed == [("c1", 5), ("p1", 9)]  # only the prompts that differ, at their divergence
     items = {i.id: i for i in result.cases[0].items}
@@ -351,13 +351,13 @@ def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: 
     assert st.recommendation["all"].excluded == (label,)
     assert f"code             {label} 2.00x" in text and "each at a greedy near-tie (gap <= 0.002)" in text
     assert method.categories["code"].differs_near_tie == 1
-    again = promptset.run_set(Exp(), PROMPTS, Backend(), store, resolve=resolve)  # resumed: kept as stored
+    again = promptset.run_set(Exp(), PROMPTS, Engine(), store, resolve=resolve)  # resumed: kept as stored
     assert {i.id: i for i in again.cases[0].items}["c1"].divergence == tie
 
 
 def test_plots_are_written(tmp_path: Path, no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
-    result = promptset.run_set(Exp(cases=("m1", "m2")), PROMPTS, Backend(), store, resolve=resolve)
+    result = promptset.run_set(Exp(cases=("m1", "m2")), PROMPTS, Engine(), store, resolve=resolve)
     paths = promptset.plot_set(promptset.set_summary(result), tmp_path / "plots")
     assert [p.name for p in paths] == ["exp-speedup-distribution.png", "exp-categories.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
@@ -392,7 +392,7 @@ def virtual_time(monkeypatch: pytest.MonkeyPatch) -> VirtualTime:
     return clock
 
 
-class Slots(Backend):
+class Slots(Engine):
     """A server with N slots, on a virtual clock: a request's decode speed falls as slots fill, and
     the speculative server's edge shrinks with N (2x at 1 slot, 1.5x at 2, 1x at 4); N requests in
     flight share the time, so each one moves the clock by its duration over N. Like the real server,
@@ -508,14 +508,14 @@ def test_source_of_reads_the_experiments_mapping_and_the_command_line_wins(tmp_p
 
 @pytest.fixture
 def fake_server(monkeypatch: pytest.MonkeyPatch, no_provenance: None, virtual_time: VirtualTime) -> dict[str, Any]:
-    """``llama-server`` replaced by the fakes above (``Slots`` for --parallel, ``Backend``
+    """``llama-server`` replaced by the fakes above (``Slots`` for --parallel, ``Engine``
     otherwise); each case resolved from the experiment as the command line left it."""
     from llamaspec.llamacpp import server
 
     seen: dict[str, Any] = {"settings": [], "backends": []}
 
-    def open_backend(_options: Any) -> Any:
-        backend = Slots(virtual_time) if seen.get("slots") else Backend()
+    def open_engine(_options: Any) -> Any:
+        backend = Slots(virtual_time) if seen.get("slots") else Engine()
         seen["backends"].append(backend)
         return backend
 
@@ -525,7 +525,7 @@ def fake_server(monkeypatch: pytest.MonkeyPatch, no_provenance: None, virtual_ti
         draft = None if case.settings.spec_type and case.settings.spec_type != "draft" else model
         return ResolvedCase(exp.name, case.name, model, draft, None, None, case.settings)
 
-    monkeypatch.setattr(server, "open_backend", open_backend)
+    monkeypatch.setattr(server, "open_engine", open_engine)
     monkeypatch.setattr(promptset, "_resolver", lambda _backend: resolve_case)
     return seen
 
@@ -592,12 +592,12 @@ def test_run_plot_without_a_prompt_set_is_a_usage_error() -> None:
 def test_a_prompt_stored_before_end_to_end_figures_gets_them_from_its_measurements(tmp_path: Path,
                                                                                   no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
-    first = promptset.run_set(Exp(), PROMPTS, Backend(), store, repeats=2, resolve=resolve)
+    first = promptset.run_set(Exp(), PROMPTS, Engine(), store, repeats=2, resolve=resolve)
     for run in store.runs(group_id=first.cases[0].set_id):  # as an earlier version stored them
         old = {k: v for k, v in (run["summary"] or {}).items() if k not in promptset.E2E_KEYS}
         store.db.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(old), run["id"]))
     store.db.commit()
-    again = Backend()
+    again = Engine()
     second = promptset.run_set(Exp(), PROMPTS, again, store, repeats=2, resolve=resolve)
     assert again.calls == 1  # only t1, refused before: nothing finished is measured again
     before = {i.id: i for i in first.cases[0].items}

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from fakes import FakeEngine
 
 from llamaspec import experiment, report
-from llamaspec.backend import Measurement, ModelPath, ResolvedCase
 from llamaspec.cli import main
+from llamaspec.contract import Measurement, ModelPath, ResolvedCase
 from llamaspec.experiment import Reference
 from llamaspec.results import Group, Store
 from llamaspec.run import run_case

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from llamaspec.backend import Measurement
+from llamaspec.contract import Measurement
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import INTERRUPTED, MIGRATIONS, Group, MeasurementRow, Store
 

@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from fakes import fake_bin_dir
 
 from llamaspec import settings as settings_mod
-from llamaspec.backend import ModelPath, ResolvedCase
 from llamaspec.cli import main
+from llamaspec.contract import ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import build, rpc
-from llamaspec.llamacpp.runner import LlamaCppBackend
+from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.settings import DEFAULTS, Settings
 
 PROMPT = "# Quick-sort implementation in Python and sample usage:"
@@ -50,7 +50,7 @@ def test_the_rpc_setting_takes_host_port_lists() -> None:
 
 def test_rpc_puts_the_targets_layers_on_the_servers_and_keeps_the_draft_local(tmp_path: Path) -> None:
     # The recorded 0c1e570 programs as a CPU build: without rpc every layer stays on the CPU (-ngl 0).
-    backend = LlamaCppBackend(replace(build.prebuilt(fake_bin_dir(tmp_path / "bin")), accel="cpu"))
+    backend = LlamaCppEngine(replace(build.prebuilt(fake_bin_dir(tmp_path / "bin")), accel="cpu"))
     c = case("t.gguf", "d.gguf", rpc=("127.0.0.1:50052", "127.0.0.1:50053"))
     spec = backend.argv(c, "speculative")
     base = backend.argv(c, "baseline")
@@ -64,7 +64,7 @@ def test_rpc_puts_the_targets_layers_on_the_servers_and_keeps_the_draft_local(tm
 
 def test_a_worker_that_is_down_is_one_clear_error_before_anything_runs(tmp_path: Path) -> None:
     port = free_port()
-    backend = LlamaCppBackend(build.prebuilt(fake_bin_dir(tmp_path / "bin")))
+    backend = LlamaCppEngine(build.prebuilt(fake_bin_dir(tmp_path / "bin")))
     with pytest.raises(LlamaspecError) as err:
         backend.check(case("t.gguf", "d.gguf", rpc=(f"127.0.0.1:{port}",)))
     assert err.value.message == f"RPC worker 127.0.0.1:{port} does not answer (Connection refused)"
@@ -75,7 +75,7 @@ def test_a_build_without_rpc_is_refused_with_the_command_that_makes_one(tmp_path
     plain = build.Build(bin_dir=str(tmp_path), commit="0c1e570", accel="cpu", cmake_args=["-DGGML_CPU=ON"],
                         programs={"speculative": "llama-speculative"})
     with pytest.raises(LlamaspecError, match="has no RPC backend") as err:
-        LlamaCppBackend(plain).check(case("t.gguf", "d.gguf", rpc=("127.0.0.1:1",)))
+        LlamaCppEngine(plain).check(case("t.gguf", "d.gguf", rpc=("127.0.0.1:1",)))
     assert "llamaspec build --rpc" in (err.value.hint or "")
     with pytest.raises(LlamaspecError, match="has no RPC server") as err:
         rpc.server_program(plain)
@@ -199,7 +199,7 @@ def pair():
 @pytest.mark.llamacpp
 @pytest.mark.slow
 def test_target_on_two_rpc_servers_gives_the_local_baseline_text(rpc_build, pair, tmp_path: Path) -> None:
-    backend = LlamaCppBackend(rpc_build)
+    backend = LlamaCppEngine(rpc_build)
     local = case(*pair)
     base_local = backend.measure(local, "baseline", tmp_path / "local-baseline.log")
     assert base_local.ok, base_local.error
@@ -234,7 +234,7 @@ def test_target_on_two_rpc_servers_gives_the_local_baseline_text(rpc_build, pair
 # --- the RPC build is chosen by the experiment; costs are timed where the run verifies ----------
 
 def test_llama_bench_times_the_targets_batches_on_the_rpc_servers_and_the_draft_locally(tmp_path: Path) -> None:
-    backend = LlamaCppBackend(replace(build.prebuilt(fake_bin_dir(tmp_path / "bin")), accel="cpu",
+    backend = LlamaCppEngine(replace(build.prebuilt(fake_bin_dir(tmp_path / "bin")), accel="cpu",
                                       programs={**build.prebuilt(fake_bin_dir(tmp_path / "bin")).programs,
                                                 "bench": "llama-bench"}))
     c = case("t.gguf", "d.gguf", rpc=("127.0.0.1:50052", "127.0.0.1:50053"))
@@ -249,7 +249,7 @@ def test_llama_bench_times_the_targets_batches_on_the_rpc_servers_and_the_draft_
 def test_an_experiment_that_sets_rpc_opens_the_rpc_build_and_names_the_command_when_there_is_none(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llamaspec import experiment
-    from llamaspec.backend import BackendOptions
+    from llamaspec.contract import EngineOptions
     from llamaspec.llamacpp import runner
 
     (tmp_path / "e.yaml").write_text(
@@ -260,9 +260,9 @@ def test_an_experiment_that_sets_rpc_opens_the_rpc_build_and_names_the_command_w
     assert rpc.needed(experiment.load(str(tmp_path / "e.yaml")))
     assert not rpc.needed(experiment.load(str(tmp_path / "plain.yaml")))
     try:  # with this machine's cache: the RPC build when asked, the plain one otherwise
-        with_rpc = runner.open_backend(BackendOptions(accel="cpu", rpc=True)).build
+        with_rpc = runner.open_engine(EngineOptions(accel="cpu", rpc=True)).build
         assert rpc.ROLE in with_rpc.programs
-        assert rpc.ROLE not in runner.open_backend(BackendOptions(accel="cpu")).build.programs
+        assert rpc.ROLE not in runner.open_engine(EngineOptions(accel="cpu")).build.programs
     except LlamaspecError as exc:
         print(f"no cached builds here to pick from: {exc.message}")
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "empty-cache"))  # no builds at all

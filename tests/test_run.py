@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from fakes import FIXTURES, HANG_SECONDS, fake_bin_dir
 
 from llamaspec import report
-from llamaspec.backend import ModelPath, ResolvedCase
 from llamaspec.cli import main
+from llamaspec.contract import ModelPath, ResolvedCase
 from llamaspec.llamacpp import build, parse
-from llamaspec.llamacpp.runner import LlamaCppBackend, generated_part, process_escapes
+from llamaspec.llamacpp.runner import LlamaCppEngine, generated_part, process_escapes
 from llamaspec.results import Store
 from llamaspec.run import run_case
 from llamaspec.settings import Settings
@@ -35,8 +35,8 @@ def case(tmp_path: Path, **settings) -> ResolvedCase:
                         "# Quick-sort implementation in Python and sample usage:", None, s)
 
 
-def backend(tmp_path: Path, **behaviour) -> LlamaCppBackend:
-    return LlamaCppBackend(build.prebuilt(fake_bin_dir(tmp_path / "bin", **behaviour)))
+def backend(tmp_path: Path, **behaviour) -> LlamaCppEngine:
+    return LlamaCppEngine(build.prebuilt(fake_bin_dir(tmp_path / "bin", **behaviour)))
 
 
 def recorded(name: str) -> tuple[str, str]:
@@ -194,7 +194,7 @@ def test_a_setting_the_engine_does_not_have_is_refused_before_running(tmp_path: 
     from llamaspec.errors import LlamaspecError
 
     store = Store.open(tmp_path / "r.sqlite")
-    with pytest.raises(LlamaspecError, match="llama.cpp backend has no equivalent of dtype") as err:
+    with pytest.raises(LlamaspecError, match="llama.cpp engine has no equivalent of dtype") as err:
         run_case(case(tmp_path, dtype="bfloat16"), backend(tmp_path), store, hardware=HW)
     assert "transformers" in (err.value.hint or "")
     assert store.runs() == []

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from llamaspec import analysis, experiment, sweep
 from llamaspec.cli import main
-from llamaspec.llamacpp.runner import LlamaCppBackend
+from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.results import Store
 from llamaspec.run import run_experiment
 from llamaspec.settings import Settings
@@ -30,7 +30,7 @@ def small(name: str = "smollm2-quicksort", n: int = 24, draft: int = 4, repeats:
     return experiment.load(name).with_overrides(Settings(n_predict=n, draft_max=draft, threads=1, **settings), repeats=repeats)
 
 
-def drafting_only(backend: LlamaCppBackend) -> LlamaCppBackend:
+def drafting_only(backend: LlamaCppEngine) -> LlamaCppEngine:
     """The backend without the speedup model's costs (llama-bench: a third of a short sweep's
     time), for the tests about what the programs draft; test_sweep_stopped_midway_resumes_without_rerunning
     times and checks the costs."""
@@ -41,7 +41,7 @@ def drafting_only(backend: LlamaCppBackend) -> LlamaCppBackend:
 
 def test_run_reports_speedup_acceptance_and_lossless(llama_build, offline_pair) -> None:
     store = Store.open()
-    (result,) = run_experiment(small(repeats=3), LlamaCppBackend(llama_build), store)
+    (result,) = run_experiment(small(repeats=3), LlamaCppEngine(llama_build), store)
     assert result.status == "ok", result.error
     s = result.summary
     assert s.decode_tps.median > 0 and s.baseline_decode_tps.median > 0 and s.paired
@@ -74,7 +74,7 @@ def test_cli_run_prints_the_table(llama_build, offline_pair) -> None:
 
 def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pair) -> None:
     store = Store.open()
-    backend = LlamaCppBackend(llama_build)
+    backend = LlamaCppEngine(llama_build)
     exp = small(n=16)
     axes = {"draft_max": sweep.parse_values("draft_max", "1..2")}  # two points: the stopped one and one after it
     seen: list[str] = []
@@ -115,7 +115,7 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
 def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_pair) -> None:
     from llamaspec.errors import LlamaspecError
 
-    backend = drafting_only(LlamaCppBackend(llama_build))
+    backend = drafting_only(LlamaCppEngine(llama_build))
     store = Store.open()
     with pytest.raises(LlamaspecError, match="ignores p-min"):
         sweep.run_sweep(small(n=48, draft=8), {"draft_p_min": (0.0, 0.9)}, backend, store)
@@ -132,7 +132,7 @@ def test_draft_min_drops_short_drafts_on_speculative_simple(llama_build, offline
     """draft_min reaches llama-speculative-simple: with p-min cutting drafts short, a minimum of 6
     drops the rounds' short drafts, so fewer tokens are drafted (26 against 15 when measured); output
     stays identical."""
-    backend = drafting_only(LlamaCppBackend(llama_build))
+    backend = drafting_only(LlamaCppEngine(llama_build))
     store = Store.open()
     (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple", draft_p_min=0.9),
                                 {"draft_min": (0, 6)}, backend, store)
@@ -153,7 +153,7 @@ def test_old_generation_binaries(offline_pair) -> None:
         pytest.skip("no older generation pinned")
     info = source.fetch("pypi:llama-cpp-python==0.3.8", source.paths.cache_dir() / "trees" / "llama-cpp-python-0.3.8")
     old = build.build("cpu", source=info)  # cached after the first time
-    backend = LlamaCppBackend(build.prebuilt(Path(old.bin_dir)))
+    backend = LlamaCppEngine(build.prebuilt(Path(old.bin_dir)))
     assert backend.caps("speculative").generation == "2024"
     (result,) = run_experiment(small(n=16), backend, Store.open())
     assert result.status == "ok", result.error

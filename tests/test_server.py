@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamaspec import promptset
-from llamaspec.backend import ModelPath, ResolvedCase
+from llamaspec.contract import ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, server
 from llamaspec.llamacpp.build import Build
@@ -42,7 +42,7 @@ def case(spec_type: str | None = None, draft: ModelPath | None = DRAFT, **settin
     return ResolvedCase("e", "c", TARGET, draft, "hello", None, s)
 
 
-class Offline(server.ServerBackend):
+class Offline(server.ServerEngine):
     """The backend on the recorded --help, without a binary (argv and refusals only)."""
 
     def __init__(self) -> None:  # noqa: D107 - no build, no process
@@ -174,7 +174,7 @@ def pair(server_build):
 
 @pytest.fixture(scope="module")
 def backend(server_build, tmp_path_factory):
-    b = server.ServerBackend(server_build, servers_dir=tmp_path_factory.mktemp("servers"))
+    b = server.ServerEngine(server_build, servers_dir=tmp_path_factory.mktemp("servers"))
     yield b
     b.close()
 
@@ -242,7 +242,7 @@ def test_prompt_longer_than_the_context_fails_alone(backend, pair, tmp_path: Pat
 def test_bad_model_file_fails_to_start_with_the_log(server_build, pair, tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file" * 10)
-    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    b = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
     c = replace(real_case(pair), target=ModelPath("bad", str(bad)))
     with pytest.raises(LlamaspecError, match=r"failed to start: exited with code \d+: .*\(log: .*\.log\)") as info:
         b.measure(c, "baseline", tmp_path / "m.json")
@@ -257,7 +257,7 @@ def test_an_explicit_port_in_use_is_refused_and_free_ports_are_found(server_buil
         s.bind(("127.0.0.1", 0))
         s.listen()
         taken = s.getsockname()[1]
-        b = server.ServerBackend(server_build, port=taken, servers_dir=tmp_path / "servers")
+        b = server.ServerEngine(server_build, port=taken, servers_dir=tmp_path / "servers")
         with pytest.raises(LlamaspecError, match=f"port {taken} on 127.0.0.1 is already in use"):
             b.server_for(real_case(pair), "baseline")
         b.close()
@@ -280,7 +280,7 @@ def test_set_run_resumes_after_the_speculative_server_is_killed(server_build, pa
     def resolve(_exp: Any, _name: Any) -> ResolvedCase:
         return real_case(pair, "ngram-simple", ngram_size_n=3, ngram_size_m=8, n_predict=16)
 
-    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    b = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
     store = Store.open(tmp_path / "r.db")
 
     def kill_after_first(event: str, data: dict[str, Any]) -> None:
@@ -346,7 +346,7 @@ def test_concurrency_levels_on_the_real_server(server_build, pair, tmp_path: Pat
     def resolve(_exp: Any, _name: Any) -> ResolvedCase:
         return real_case(pair, "ngram-simple", chat=True, ngram_size_n=3, ngram_size_m=8, n_predict=12)
 
-    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    b = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
     levels: list[int] = []
     b_check = b.check
 
@@ -371,7 +371,7 @@ def test_concurrency_levels_on_the_real_server(server_build, pair, tmp_path: Pat
 @pytest.mark.llamacpp
 @pytest.mark.slow
 def test_prepare_starts_both_servers_side_by_side_and_renders_the_prompt(server_build, pair, tmp_path: Path) -> None:
-    b = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    b = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
     c = real_case(pair, chat=True, prompt="Say hi.")
     b.prepare(c)
     loading = [(s.launched_at, s.launched_at + s.started_seconds) for s in b.servers()
@@ -405,7 +405,7 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
                        "prompt": "# Quick-sort implementation in Python and sample usage:"}]}
     path = tmp_path / "server-sweep.yaml"
     path.write_text(yaml.safe_dump(body, sort_keys=False))
-    engine = server.ServerBackend(server_build, servers_dir=tmp_path / "servers")
+    engine = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
     store = Store.open()
     try:
         (result,) = sweep.run_sweep(experiment.load(str(path)), {"draft_max": (1, 4, 8)}, engine, store)

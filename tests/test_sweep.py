@@ -10,11 +10,11 @@ from click.testing import CliRunner
 from fakes import FakeEngine, fake_bin_dir
 
 from llamaspec import analysis, decide, experiment, sweep, tune
-from llamaspec.backend import ModelPath
 from llamaspec.cli import main
+from llamaspec.contract import ModelPath
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import build
-from llamaspec.llamacpp.runner import LlamaCppBackend
+from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.results import Store
 from llamaspec.settings import Settings
 
@@ -27,8 +27,8 @@ def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture()
-def backend(tmp_path: Path) -> LlamaCppBackend:
-    return LlamaCppBackend(build.prebuilt(fake_bin_dir(tmp_path / "bin")))
+def backend(tmp_path: Path) -> LlamaCppEngine:
+    return LlamaCppEngine(build.prebuilt(fake_bin_dir(tmp_path / "bin")))
 
 
 def exp() -> experiment.Experiment:

@@ -144,9 +144,9 @@ def check_prompt_file(prompt_file: Path | None) -> str | None:
 
 def open_engine(engine_name: str, accel: str, bin_dir: Path | None, rpc: bool = False) -> Any:
     from llamaspec import engines
-    from llamaspec.backend import BackendOptions
+    from llamaspec.contract import EngineOptions
 
-    return engines.open_backend(engine_name, BackendOptions(accel=accel, bin_dir=bin_dir, rpc=rpc))
+    return engines.open_engine(engine_name, EngineOptions(accel=accel, bin_dir=bin_dir, rpc=rpc))
 
 
 @contextlib.contextmanager

@@ -172,8 +172,8 @@ def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str,
     levels (``--parallel``), or None for the per-prompt run."""
     from llamaspec import experiment, host, promptset
     from llamaspec import prompts as loader
-    from llamaspec.backend import BackendOptions
     from llamaspec.cli.options import overrides
+    from llamaspec.contract import EngineOptions
     from llamaspec.llamacpp import server
     from llamaspec.results import Store
 
@@ -202,7 +202,7 @@ def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str,
     log.info("%s: %d prompts in %d categories", src.label, len(got.prompts), len(got.categories()))
     from llamaspec.cli.options import measuring
 
-    backend = server.open_backend(BackendOptions(accel=accel, bin_dir=bin_dir))
+    backend = server.open_engine(EngineOptions(accel=accel, bin_dir=bin_dir))
     try:
         with measuring(f"llamaspec prompts run {exp.name}", no_wait), _terminate_as_interrupt():
             if levels:

@@ -138,7 +138,7 @@ def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
 @main.command()
 @click.argument("experiment_name", metavar="NAME|PATH")
 @click.option("--variants", default=None, metavar="LIST", help="Draft variants to consider (default: the catalog's).")
-@click.option("--modes", default=None, metavar="LIST", help="Draft-free n-gram modes to try (default: all the backend has).")
+@click.option("--modes", default=None, metavar="LIST", help="Draft-free n-gram modes to try (default: all the engine has).")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
               help="Stop settling the decision after this much (10m, 90s, 1h, or a number of pairs in all; default: "
                    "twice the search's pairs at --repeats).")

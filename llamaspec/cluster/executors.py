@@ -3,7 +3,7 @@ own measuring code, each returning one plain result dict:
 
 ``ok``, ``status`` (ok | failed), ``error``, ``experiment``, ``case``, ``settings`` (dict),
 ``provenance`` (dict), ``measurements`` (list of dicts with the fields of
-``llamaspec.backend.Measurement`` plus ``repeat``), ``summary`` (dict).
+``llamaspec.contract.Measurement`` plus ``repeat``), ``summary`` (dict).
 
 - ``pair``: one case measured ``repeats`` times, baseline and speculative interleaved (ABBA), on
   this machine's llama.cpp build with the engine the payload names (``engine``: the
@@ -32,8 +32,8 @@ from llamaspec.cluster.work import WorkItem
 from llamaspec.errors import LlamaspecError
 
 if TYPE_CHECKING:
-    from llamaspec.backend import ResolvedCase
     from llamaspec.cluster.worker import MachineWorker
+    from llamaspec.contract import ResolvedCase
     from llamaspec.pairs import Pairs
 
 Executor = Callable[["MachineWorker", WorkItem], dict[str, Any]]
@@ -90,7 +90,7 @@ def _hardware(worker: MachineWorker) -> dict[str, Any]:
 
 def resolved_case(worker: MachineWorker, payload: dict[str, Any]) -> ResolvedCase:
     """The payload's case with this machine's model paths and every setting decided."""
-    from llamaspec.backend import ResolvedCase
+    from llamaspec.contract import ResolvedCase
     from llamaspec.settings import Settings
 
     settings = Settings.from_dict(payload.get("settings") or {}).with_defaults()
@@ -211,7 +211,7 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """The experiment's tune, whole, on this machine (scratch store: resumable while the worker lives)."""
     from llamaspec import experiment
     from llamaspec import tune as tuner
-    from llamaspec.backend import engine_provenance
+    from llamaspec.contract import engine_provenance
     from llamaspec.results import Store
     from llamaspec.settings import Settings
 

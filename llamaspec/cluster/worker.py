@@ -30,7 +30,7 @@ class MachineWorker:
         self.env: Any = None  # what the engine provided here (engines.provide_machine), once prepared
         self.wanted: Requirements | None = None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{_safe(machine)}-"))
-        self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, a backend)
+        self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, an engine)
         if reap:  # a worker process of its own (a Ray actor): servers must not outlive it, even killed
             from llamaspec.cluster import reaper
 

@@ -1,6 +1,6 @@
 """The transformers backend: Hugging Face assisted generation, measured like the llama.cpp runs.
 
-- ``llamaspec.hf.backend``: ``open_backend(options) -> TransformersBackend`` (the registry's
+- ``llamaspec.hf.runner``: ``open_engine(options) -> TransformersEngine`` (the registry's
   ``"transformers"``), light to import; torch and transformers are imported when it is opened.
 - ``llamaspec.hf.models``: ``resolve_model(name, variant) -> ModelPath``: a catalog model's
   ``hf`` variant (the checkpoint in the Hugging Face cache, fetched with huggingface_hub; a PEFT

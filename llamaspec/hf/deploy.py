@@ -1,17 +1,17 @@
-"""The Python that deploys a measured transformers setting: the models loaded as the backend loads
+"""The Python that deploys a measured transformers setting: the models loaded as the engine loads
 them and ``generate()`` called with the keyword arguments the measurement used.
 
 transformers reads the drafting settings (``num_assistant_tokens``, its schedule, the confidence
 threshold) from the **assistant's** ``generation_config``, not from ``generate()``'s arguments
 (candidate_generator.py, 4.57): passed to ``generate()`` they would be silently ignored, so the
-snippet sets them there, as the backend does before each generation.
+snippet sets them there, as the engine does before each generation.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from llamaspec.backend import Command, Deployment, ModelPath, ResolvedCase
+from llamaspec.contract import Command, Deployment, ModelPath, ResolvedCase
 from llamaspec.hf import models as hf_models
 
 _ACCEL_DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
@@ -46,8 +46,8 @@ def _load(var: str, model: ModelPath, dtype: str, load_in: str, device: str) -> 
 
 
 def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True, device: str | None = None) -> Deployment:
-    """``device``: where the backend ran it (None: from the case's device setting or ``accel``)."""
-    from llamaspec.hf.backend import unescape
+    """``device``: where the engine ran it (None: from the case's device setting or ``accel``)."""
+    from llamaspec.hf.runner import unescape
 
     s = case.settings.with_defaults()
     spec_type = s.spec_type or "draft"

@@ -32,7 +32,7 @@ import torch
 import transformers
 from transformers.generation.streamers import BaseStreamer
 
-from llamaspec.backend import ModelPath
+from llamaspec.contract import ModelPath
 from llamaspec.errors import LlamaspecError
 from llamaspec.hf import models as hf_models
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import paths
-from llamaspec.backend import ModelPath
+from llamaspec.contract import ModelPath
 from llamaspec.errors import LlamaspecError
 from llamaspec.models.catalog import HF_VARIANT, Catalog, ModelEntry
 

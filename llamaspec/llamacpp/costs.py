@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import proc
-from llamaspec.backend import Measurement, ResolvedCase
+from llamaspec.contract import Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
 from llamaspec.llamacpp.build import Build

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from llamaspec.backend import Command, Deployment, ResolvedCase
+from llamaspec.contract import Command, Deployment, ResolvedCase
 from llamaspec.llamacpp import flags, server
 from llamaspec.llamacpp.build import Build
 

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamaspec.backend import Backend, ModelPath
+from llamaspec.contract import Engine, ModelPath
 from llamaspec.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class Machine:
 
     build: Any  # llamaspec.llamacpp.build.Build
     models: dict[str, Any] = field(default_factory=dict)  # "name:variant" -> models.ModelFile
-    engines: dict[str, Backend] = field(default_factory=dict)
+    engines: dict[str, Engine] = field(default_factory=dict)
 
     @property
     def commit(self) -> str | None:
@@ -65,24 +65,24 @@ class Machine:
             f = self.models[label] = models.open_ref(label, build=self.build)
         return ModelPath(label=label, path=str(f.path), sha256=f.sha256)
 
-    def open(self, name: str) -> Backend:
+    def open(self, name: str) -> Engine:
         """The engine ``name`` on this machine's build, kept between items."""
         if name not in ENGINES:
             raise LlamaspecError(f"llama.cpp's machines run {' and '.join(ENGINES)}, not {name}")
         if name not in self.engines:
             if name == "llama-server":
                 from llamaspec.llamacpp.build import ensure_program
-                from llamaspec.llamacpp.server import ServerBackend
+                from llamaspec.llamacpp.server import ServerEngine
 
                 self.build = ensure_program(self.build, "server")  # built when first needed
                 if "server" not in self.build.programs:
                     raise LlamaspecError(f"the llama.cpp build {self.build.bin_dir} has no llama-server",
                                          hint="rebuild there with `llamaspec build --server --force`")
-                self.engines[name] = ServerBackend(self.build)
+                self.engines[name] = ServerEngine(self.build)
             else:
-                from llamaspec.llamacpp.runner import LlamaCppBackend
+                from llamaspec.llamacpp.runner import LlamaCppEngine
 
-                self.engines[name] = LlamaCppBackend(self.build)
+                self.engines[name] = LlamaCppEngine(self.build)
         return self.engines[name]
 
     def close(self) -> None:

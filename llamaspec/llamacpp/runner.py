@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import proc
-from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags, parse
 from llamaspec.llamacpp.build import Build
@@ -27,15 +27,15 @@ log = logging.getLogger(__name__)
 SETTINGS = flags.takes("speculative") | flags.takes("speculative-simple") | flags.takes("completion")
 
 
-def open_backend(options: BackendOptions) -> LlamaCppBackend:
+def open_engine(options: EngineOptions) -> LlamaCppEngine:
     from llamaspec.llamacpp.cache import find
 
     build = find(options.accel, options.bin_dir, rpc=options.rpc)
     log.info("using %s from %s", build.label, build.bin_dir)
-    return LlamaCppBackend(build)
+    return LlamaCppEngine(build)
 
 
-def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = True) -> Deployment:
+def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
     """The deploy command for ``case`` with the build these options find (nothing is started)."""
     from llamaspec.llamacpp import deploy
     from llamaspec.llamacpp.cache import find
@@ -43,7 +43,7 @@ def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = 
     return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc), case, "llama.cpp", speculative)
 
 
-class LlamaCppBackend:
+class LlamaCppEngine:
     """llama.cpp's command-line programs, one process per measurement."""
 
     name = "llama.cpp"

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import paths, proc, theory
-from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
@@ -337,14 +337,14 @@ def server_args(caps: flags.ProgramFlags, backend: str, case: ResolvedCase, mode
     return argv
 
 
-# --- the backend -------------------------------------------------------------------------------
+# --- the engine -------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class _PromptCache:
     rendered: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
 
 
-class ServerBackend:
+class ServerEngine:
     """The ``llama-server`` backend (see the module docstring)."""
 
     name = "llama-server"
@@ -688,17 +688,17 @@ def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[
     log_path.write_text(json.dumps(record, indent=1, ensure_ascii=False))
 
 
-def open_backend(options: BackendOptions) -> ServerBackend:
+def open_engine(options: EngineOptions) -> ServerEngine:
     from llamaspec.llamacpp.build import ensure_program, find
 
     build = ensure_program(find(options.accel, options.bin_dir, rpc=options.rpc), "server")  # built when first needed
     if "server" not in build.programs:
         raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
                              hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")
-    return ServerBackend(build)
+    return ServerEngine(build)
 
 
-def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = True) -> Deployment:
+def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
     """The deploy command for ``case`` with the build these options find (nothing is started)."""
     from llamaspec.llamacpp import deploy
     from llamaspec.llamacpp.build import find

@@ -56,7 +56,7 @@ def gguf_model(model: str, variant: str) -> Any:
     engine takes (what the llama.cpp engines load)."""
     from dataclasses import asdict
 
-    from llamaspec.backend import ModelPath
+    from llamaspec.contract import ModelPath
 
     got = resolve(model, variant)
     meta = got.metadata.to_dict() if hasattr(got.metadata, "to_dict") else asdict(got.metadata)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llamaspec.backend import Backend, ResolvedCase
+from llamaspec.contract import Engine, ResolvedCase
 from llamaspec.promptset.concurrency import (
     CONCURRENCY_REPEATS,
     MODES,
@@ -57,7 +57,7 @@ from llamaspec.promptset.sources import method_label, prompt_case, set_key, sour
 
 # --- the run core, through a thin adapter ------------------------------------------------------
 
-def _resolver(backend: Backend) -> Callable[[Any, Any], ResolvedCase]:
+def _resolver(backend: Engine) -> Callable[[Any, Any], ResolvedCase]:
     from llamaspec import run
 
     def resolve(exp: Any, case: Any) -> ResolvedCase:
@@ -68,7 +68,7 @@ def _resolver(backend: Backend) -> Callable[[Any, Any], ResolvedCase]:
     return resolve
 
 
-def _provenance(backend: Backend, case: ResolvedCase, hardware: dict[str, Any]) -> dict[str, Any]:
+def _provenance(backend: Engine, case: ResolvedCase, hardware: dict[str, Any]) -> dict[str, Any]:
     from llamaspec import run
 
     return run.provenance(backend, case, hardware)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import pairs, paths, stats
-from llamaspec.backend import Backend, ResolvedCase
+from llamaspec.contract import Engine, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet
 from llamaspec.promptset.measure import Clock, Event, run_core
@@ -26,7 +26,7 @@ CONCURRENCY_REPEATS = 3
 MODES = pairs.PAIR_MODES
 
 
-def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: Sequence[int], *,
+def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Sequence[int], *,
                     repeats: int = CONCURRENCY_REPEATS, resolve: Callable[[Any, Any], ResolvedCase] | None = None,
                     on_event: Event | None = None) -> list[dict[str, Any]]:
     """For each case and each N in ``levels``: both servers (target alone, and speculative) started
@@ -66,7 +66,7 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Backend, levels: S
     return rows
 
 
-def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, log_dir: Path) -> None:
+def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, log_dir: Path) -> None:
     """Both servers started and every prompt rendered before any timed batch; one short request
     per mode so that nothing a first request pays lands in a batch."""
     if backend.capabilities.prepares:
@@ -77,7 +77,7 @@ def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, log_d
         backend.measure(prompt_case(short, prompts[0]), mode, log_dir / f"{mode}-warmup.json")
 
 
-def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: Backend, mode: str, clients: int,
+def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, mode: str, clients: int,
                       log_dir: Path, repeat: int = 0) -> dict[str, Any]:
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=clients) as pool:

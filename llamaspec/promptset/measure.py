@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from llamaspec import pairs, paths, progress
-from llamaspec.backend import Backend, Measurement, ResolvedCase
+from llamaspec.contract import Engine, Measurement, ResolvedCase
 from llamaspec.prompts import Prompt, PromptSet, PromptSource
 from llamaspec.promptset.probe import divergence, divergence_text
 from llamaspec.promptset.prompt_figures import E2E_KEYS, PromptFigures, prompt_summary
@@ -63,7 +63,7 @@ class SetRun:
         return all(not c.not_run for c in self.cases)
 
 
-def run_set(exp: Any, prompt_set: PromptSet, backend: Backend, store: Store, *, repeats: int = 1,
+def run_set(exp: Any, prompt_set: PromptSet, backend: Engine, store: Store, *, repeats: int = 1,
             hardware: dict[str, Any] | None = None, on_event: Event | None = None,
             resolve: Callable[[Any, Any], ResolvedCase] | None = None) -> SetRun:
     """Measure every case of ``exp`` on every prompt of the set; stored per prompt; resumable."""
@@ -114,15 +114,15 @@ def _with_end_to_end(stored: dict[str, Any], prompt: Prompt, store: Store, run_i
     return replace(figures, **{k: getattr(again, k) for k in E2E_KEYS})
 
 
-def _prepare(backend: Backend, case: ResolvedCase) -> None:
+def _prepare(backend: Engine, case: ResolvedCase) -> None:
     """Servers started (side by side) and the prompt rendered before the prompt's first timing,
-    where the backend can (llama-server). A server that cannot start raises here, as the
+    where the engine can (llama-server). A server that cannot start raises here, as the
     measurement would; one that died is left for the measurement to report."""
     if backend.capabilities.prepares:
         backend.prepare(case)
 
 
-def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Backend, store: Store, set_id: str, repeats: int,
+def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Engine, store: Store, set_id: str, repeats: int,
                 hardware: dict[str, Any]) -> PromptFigures:
     run_id = store.start_run(experiment=case.experiment, case_name=case.case,
                              settings={**case.settings.to_dict(), "prompt_id": prompt.id, "category": prompt.category},

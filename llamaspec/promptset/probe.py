@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec.backend import Backend, Measurement, ResolvedCase
+from llamaspec.contract import Engine, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.summary import compare_outputs
 
@@ -54,10 +54,10 @@ class Divergence:
                    gap=data.get("gap"), near_tie=data.get("near_tie"), probe_error=data.get("probe_error"))
 
 
-def divergence(backend: Backend, case: ResolvedCase, measured: Sequence[Measurement], log_path: Path) -> Divergence | None:
+def divergence(backend: Engine, case: ResolvedCase, measured: Sequence[Measurement], log_path: Path) -> Divergence | None:
     """Where a differing output first diverges, and whether the target alone saw a near-tie there.
 
-    Asks the backend (``top_tokens``, where its capabilities say it has it) for the target's two most
+    Asks the engine (``top_tokens``, where its capabilities say it has it) for the target's two most
     probable next tokens at the divergence position, on the baseline's own path."""
     base = next((m for m in measured if m.mode == "baseline" and m.ok and m.tokens), None)
     spec = next((m for m in measured if m.mode == "speculative" and m.ok and m.tokens is not None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaspec import stats
-from llamaspec.backend import Measurement
+from llamaspec.contract import Measurement
 from llamaspec.prompts import Prompt
 from llamaspec.promptset.probe import Divergence
 from llamaspec.summary import summarize as summarize_point
@@ -137,7 +137,7 @@ def request_totals(m: Measurement) -> tuple[int, float] | None:
     request: what end-to-end speedups add up. From llama-server's ``timings`` (``prompt_ms`` runs
     from the prompt's first batch to the first sampled token, ``predicted_ms`` from there to the
     last token, so their sum is the whole request on the server, without HTTP and queueing);
-    None where the backend gives no such timings."""
+    None where the engine gives no such timings."""
     if not m.ok or not m.n_predict:
         return None
     prompt_ms, predicted_ms = m.prompt_ms, m.generation_ms

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec.backend import Backend, ResolvedCase
+from llamaspec.contract import Engine, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSource, parse_source
 
@@ -39,7 +39,7 @@ def source_of(exp: Any, override: str | None = None, **options: Any) -> PromptSo
     return parse_source(spec, base_dir, **options)
 
 
-def set_key(backend: Backend, case: ResolvedCase, source: PromptSource, repeats: int) -> str:
+def set_key(backend: Engine, case: ResolvedCase, source: PromptSource, repeats: int) -> str:
     """Same case settings, models, build, prompt set and repeats: the same set run (resumable)."""
     blob = {"identity": backend.identity(), "experiment": case.experiment, "case": case.case,
             "target": case.target.sha256 or case.target.path,

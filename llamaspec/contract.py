@@ -3,7 +3,7 @@
 The run core (``run``, ``sweep``, ``tune``, ``analysis``, ``report``, ``plot``) knows engines only
 through this module and the registry in ``llamaspec.engines``; it never imports one.
 
-A backend is an object with:
+An engine (:class:`Engine`) is an object with:
 
 - ``name`` and ``capabilities``: what it can measure and which settings it honours, declared,
   never probed with ``getattr``;
@@ -21,7 +21,7 @@ A backend is an object with:
 - where ``capabilities`` declares them: ``prepare(case)`` (load before timing) and
   ``top_tokens(...)`` (the target's most probable tokens at a position, for divergence probes).
 
-Adding an engine is one subpackage with a module-level ``open_backend(options)`` plus one line in
+Adding an engine is one subpackage with a module-level ``open_engine(options)`` plus one line in
 ``llamaspec.engines.REGISTRY``. The engines:
 
 - ``llama.cpp`` (``llamaspec.llamacpp.runner``): llama-speculative / llama-speculative-simple
@@ -100,7 +100,7 @@ class ResolvedCase:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can do, declared once."""
+    """What an engine can do, declared once."""
 
     modes: frozenset[str]  # which of MODES it measures ("draft" and "batch" feed the speedup model)
     settings: frozenset[str]  # Settings fields it honours; check() refuses the others when set
@@ -195,7 +195,7 @@ def tokens_per_round(n_accept: int | None, rounds: int | None) -> float | None:
     return (n_accept + rounds) / rounds if n_accept is not None and rounds else None
 
 
-def engine_provenance(backend: Backend) -> dict[str, Any]:
+def engine_provenance(backend: Engine) -> dict[str, Any]:
     """What a run stores as ``provenance["engine"]``: the engine's name (what an experiment's
     ``engine:`` names), where it was built from (``Capabilities.built_from``), and its own
     ``provenance()``, whose ``version`` and ``accel`` the results store keeps in columns."""
@@ -242,15 +242,15 @@ class Deployment:
 
 
 @dataclass(frozen=True)
-class BackendOptions:
-    """How to open a backend: which build or binaries (llama.cpp), which device (all)."""
+class EngineOptions:
+    """How to open an engine: which build or binaries (llama.cpp), which device (all)."""
 
     accel: str = "auto"  # cpu | cuda | metal | auto (llama.cpp builds); device for transformers
     bin_dir: Path | None = None  # prebuilt llama.cpp binaries instead of llamaspec's build
     rpc: bool = False  # llama.cpp: the build with the RPC backend (an experiment that sets rpc:)
 
 
-class Backend(Protocol):
+class Engine(Protocol):
     name: str
     capabilities: Capabilities
 
@@ -282,10 +282,10 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None:
-        """Stop whatever the backend keeps running (servers, loaded models)."""
+        """Stop whatever the engine keeps running (servers, loaded models)."""
         ...
 
-    # Called only where ``capabilities`` says the backend can:
+    # Called only where ``capabilities`` says the engine can:
 
     def prepare(self, case: ResolvedCase, modes: tuple[str, ...] = ("baseline", "speculative")) -> None:
         """(``capabilities.prepares``) Load what measuring ``case`` in ``modes`` needs (servers,

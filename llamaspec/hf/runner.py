@@ -25,7 +25,7 @@ Settings, in llamaspec's names (``llamaspec.settings``):
 ``threads``             ``torch.set_num_threads``
 ``dtype``/draft_dtype   weight dtypes of target / assistant (auto: the checkpoint's; GGUF: float32)
 ``load_in``             bitsandbytes ``8bit`` / ``4bit`` for the target (CUDA GPUs only)
-``device``              cpu, cuda, cuda:N, mps, auto (default: the BackendOptions accel)
+``device``              cpu, cuda, cuda:N, mps, auto (default: the EngineOptions accel)
 ``universal_assisted``  allow an assistant with another tokenizer (``tokenizer=`` and
                         ``assistant_tokenizer=``: text re-tokenized every round)
 ``escape``              process ``\\n``-style escapes in the prompt, as llama.cpp's ``-e``
@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llamaspec.backend import BackendOptions, Capabilities, Deployment, Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS, Settings
 
@@ -67,7 +67,7 @@ HONOURED = frozenset({
     "draft_schedule", "dtype", "draft_dtype", "load_in", "device", "universal_assisted",
 })
 # The round profiles the speedup model reads (theory.PROGRAMS), by spec_type.
-PROGRAMS = {"draft": "transformers-assisted", "prompt-lookup": "transformers-prompt-lookup"}
+PROFILES = {"draft": "transformers-assisted", "prompt-lookup": "transformers-prompt-lookup"}
 BATCH_SIZES = tuple(range(1, 18))  # verification batches: a draft of up to 16 tokens plus one
 BATCH_REPETITIONS = 3
 CAPABILITIES = Capabilities(
@@ -92,12 +92,12 @@ def require() -> tuple[Any, Any]:
     return torch, transformers
 
 
-def open_backend(options: BackendOptions) -> TransformersBackend:
+def open_engine(options: EngineOptions) -> TransformersEngine:
     require()
-    return TransformersBackend(options)
+    return TransformersEngine(options)
 
 
-def deployment(case: ResolvedCase, options: BackendOptions, speculative: bool = True) -> Deployment:
+def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
     """The Python that deploys ``case`` (no torch imported here: the snippet imports it)."""
     from llamaspec.hf import deploy
 
@@ -122,13 +122,13 @@ class Plan:
     universal: bool
 
 
-class TransformersBackend:
+class TransformersEngine:
     name = "transformers"
     capabilities = CAPABILITIES
 
-    def __init__(self, options: BackendOptions | None = None) -> None:
+    def __init__(self, options: EngineOptions | None = None) -> None:
         self.torch, self.transformers = require()
-        self.options = options or BackendOptions()
+        self.options = options or EngineOptions()
         self._loaded: dict[tuple[str, ...], Any] = {}  # LoadSpec.key -> generation.Loaded
 
     # --- the contract ---------------------------------------------------------------------------
@@ -410,7 +410,7 @@ class TransformersBackend:
                         "accept": 100.0 * accepted / drafted if drafted else None,
                         "draft_len": _draft_len(plan, assistant_stats, draft_max),
                         "draft_policy": _draft_policy(plan, assistant_stats),
-                        "program": PROGRAMS[plan.spec_type]}
+                        "program": PROFILES[plan.spec_type]}
         timed_out = s.timeout is not None and seconds >= s.timeout and len(ids) < n_predict and not end_of_text
         measurement = Measurement(
             ok=not timed_out,

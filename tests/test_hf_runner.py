@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.backend import BackendOptions, ModelPath, ResolvedCase
+from llamaspec.contract import EngineOptions, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import Settings
 
@@ -38,9 +38,9 @@ def other_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def backend():
-    from llamaspec.hf.backend import open_backend
+    from llamaspec.hf.runner import open_engine
 
-    opened = open_backend(BackendOptions(accel="cpu"))
+    opened = open_engine(EngineOptions(accel="cpu"))
     yield opened
     opened.close()
 
@@ -264,28 +264,28 @@ def test_corrupt_model_is_refused_in_check(backend, pair, tmp_path: Path) -> Non
 
 def test_missing_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from llamaspec import engines
-    from llamaspec.hf import backend as hf_backend
+    from llamaspec.hf import runner as hf_runner
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # what an environment without the extra gives
     with pytest.raises(LlamaspecError, match="needs torch and transformers") as info:
-        engines.open_backend("transformers")
+        engines.open_engine("transformers")
     assert info.value.hint == "pip install 'llamaspec[hf]'"
     with pytest.raises(LlamaspecError):
-        hf_backend.TransformersBackend()
+        hf_runner.TransformersEngine()
 
 
 def test_heavy_imports_stay_out() -> None:
     """`llamaspec --help` and importing the backend module do not import torch or transformers."""
     code = ("import sys; from click.testing import CliRunner; from llamaspec.cli import main; "
             "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0, r.output; "
-            "import llamaspec.hf.backend, llamaspec.hf.models; "
+            "import llamaspec.hf.runner, llamaspec.hf.models; "
             "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not heavy, heavy")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_unescape() -> None:
-    from llamaspec.hf.backend import unescape
+    from llamaspec.hf.runner import unescape
 
     assert unescape(r"a\nb\tc \"q\" \\n") == 'a\nb\tc "q" \\n'
 
