@@ -177,11 +177,25 @@ class Measurement:
     @property
     def acceptance(self) -> float | None:
         """Accepted over drafted, as a fraction (``accept`` is the percentage the engine printed)."""
-        return self.n_accept / self.n_drafted if self.n_accept is not None and self.n_drafted else None
+        return acceptance(self.n_accept, self.n_drafted)
 
     @property
     def drafted_per_round(self) -> float | None:
-        return self.n_drafted / self.rounds if self.n_drafted is not None and self.rounds else None
+        return drafted_per_round(self.n_drafted, self.rounds)
+
+
+# The derived quantities' one definition each, from counters (of one run, or summed over runs:
+# a prompt set's figures, the speedup model's pooled points).
+
+
+def acceptance(n_accept: int | None, n_drafted: int | None) -> float | None:
+    """Accepted drafts over drafted ones, as a fraction."""
+    return n_accept / n_drafted if n_accept is not None and n_drafted else None
+
+
+def drafted_per_round(n_drafted: int | None, rounds: int | None) -> float | None:
+    """Draft tokens proposed per round (at most the draft length)."""
+    return n_drafted / rounds if n_drafted is not None and rounds else None
 
 
 def mean_accepted(n_accept: int | None, rounds: int | None) -> float | None:

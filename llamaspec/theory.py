@@ -62,6 +62,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from llamaspec import contract
 from llamaspec.errors import LlamaspecError
 
 __all__ = [
@@ -722,12 +723,16 @@ class Observation:
     @property
     def drafted_per_round(self) -> float:
         """Mean tokens actually drafted per round (≤ draft_max unless the build adapts it)."""
-        return self.n_drafted / self.calls
+        value = contract.drafted_per_round(self.n_drafted, self.calls)
+        assert value is not None  # calls >= 1, checked on construction
+        return value
 
     @property
     def tokens_per_round(self) -> float:
         """Tokens emitted per round, measured: accepted + the target's own (Spec-Bench's tau)."""
-        return 1.0 + self.n_accept / self.calls
+        value = contract.tokens_per_round(self.n_accept, self.calls)
+        assert value is not None  # calls >= 1, checked on construction
+        return value
 
     @property
     def measured_speedup(self) -> float:

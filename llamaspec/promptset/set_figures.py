@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaspec import stats
+from llamaspec.contract import acceptance, mean_accepted, tokens_per_round
 from llamaspec.promptset.probe import Divergence, divergence_text
 from llamaspec.promptset.prompt_figures import PromptFigures, fields_dict, median_or_none
 
@@ -179,10 +180,10 @@ def group_statistics(items: Sequence[PromptFigures]) -> GroupFigures:
         e2e_geomean_speedup=stats.mean_spread(e2e, geometric=True),
         baseline_prompt_ms=median_or_none([i.baseline_prompt_ms for i in counted]),
         speculative_prompt_ms=median_or_none([i.speculative_prompt_ms for i in counted]),
-        accept=100.0 * accepted / drafted if drafted else None,
+        accept=100.0 * a if (a := acceptance(accepted, drafted)) is not None else None,
         n_drafted=drafted, n_accept=accepted,
-        tokens_per_round=(accepted + n_rounds) / n_rounds if known_rounds and n_rounds else None,
-        mean_accepted=accepted / n_rounds if known_rounds and n_rounds else None,
+        tokens_per_round=tokens_per_round(accepted, n_rounds) if known_rounds else None,
+        mean_accepted=mean_accepted(accepted, n_rounds) if known_rounds else None,
         model=_model_forecast(drafted, accepted, n_rounds if known_rounds else None, speedups),
         lossless_rate=sum(lossless) / len(lossless) if lossless else None,
         lossless_checked=len(lossless),
