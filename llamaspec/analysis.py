@@ -162,8 +162,8 @@ class SweepReport:
                                 if a.cost and a.cost.timed_cost_ratio is not None else ""))
                 if g.model_error is not None:
                     lines.append(f"  model error: median {g.model_error:.1%} over {len(a.points)} points")
-                drafted = [(p.draft_max, p.drafted_calls, p.calls) for p in sorted(a.points, key=lambda p: p.draft_max)
-                           if p.drafted_calls is not None]
+                drafted = [(p.draft_max, p.drafted_rounds, p.calls) for p in sorted(a.points, key=lambda p: p.draft_max)
+                           if p.drafted_rounds is not None]
                 if drafted:  # the engine counts the rounds that drafted apart (llama-server's /metrics)
                     lines.append("  rounds that drafted (the engine's count) / rounds (every target call): "
                                  + ", ".join(f"draft {k} {d}/{c}" for k, d, c in drafted))

@@ -188,25 +188,30 @@ class Measurement:
 # a prompt set's figures, the speedup model's pooled points).
 
 
+def _per(count: int | None, per: int | None) -> float | None:
+    return count / per if count is not None and per else None
+
+
 def acceptance(n_accept: int | None, n_drafted: int | None) -> float | None:
     """Accepted drafts over drafted ones, as a fraction."""
-    return n_accept / n_drafted if n_accept is not None and n_drafted else None
+    return _per(n_accept, n_drafted)
 
 
 def drafted_per_round(n_drafted: int | None, rounds: int | None) -> float | None:
     """Draft tokens proposed per round (at most the draft length)."""
-    return n_drafted / rounds if n_drafted is not None and rounds else None
+    return _per(n_drafted, rounds)
 
 
 def mean_accepted(n_accept: int | None, rounds: int | None) -> float | None:
     """Mean accepted draft tokens per round (the mean accepted length)."""
-    return n_accept / rounds if n_accept is not None and rounds else None
+    return _per(n_accept, rounds)
 
 
 def tokens_per_round(n_accept: int | None, rounds: int | None) -> float | None:
     """Tokens a round emits on average: its accepted drafts plus the target's own token
     (Spec-Bench's tau, "mean accepted tokens")."""
-    return (n_accept + rounds) / rounds if n_accept is not None and rounds else None
+    accepted = mean_accepted(n_accept, rounds)
+    return None if accepted is None else 1.0 + accepted
 
 
 def engine_provenance(backend: Engine) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamaspec import stats, theory
 from llamaspec.contract import SPEED_DEFINITION, mean_accepted, tokens_per_round
@@ -12,6 +12,9 @@ from llamaspec.experiment import Reference
 from llamaspec.results import built_from, engine_of
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
+
+if TYPE_CHECKING:
+    from llamaspec.run import CaseResult
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -141,19 +144,19 @@ def table(title: str, summary: Summary, reference: Reference | None, seconds: Se
     return "\n".join(lines)
 
 
-def case_title(result: Any) -> str:
+def case_title(result: CaseResult) -> str:
     case = result.case
     draft = case.draft.label if case.draft else f"none ({case.settings.spec_type})"
-    engine = getattr(result, "engine", "") or ""
-    # the program is a setting only where the engine takes it (None: not said, e.g. a caller's own result)
-    takes = getattr(result, "engine_settings", None)
+    engine = result.engine
+    # the program is a setting only where the engine takes it (None: the result does not say)
+    takes = result.engine_settings
     program = f", program {case.settings.program}" if takes is None or "program" in takes else ""
     return (f"{case.experiment} / {case.case}  [run {result.run_id}, {result.status}{', ' + engine if engine else ''}]\n"
             f"  target {case.target.label}, draft {draft}, draft_max {case.settings.draft_max}, "
             f"n_predict {case.settings.n_predict}, threads {case.settings.threads}{program}")
 
 
-def render(results: Sequence[Any]) -> str:
+def render(results: Sequence[CaseResult]) -> str:
     blocks = []
     for r in results:
         text = table(case_title(r), r.summary, r.reference, seconds_of(r.measurements))

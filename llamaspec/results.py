@@ -169,30 +169,28 @@ MIGRATIONS: tuple[str, ...] = (
         WHEN group_id LIKE 'tune-%' THEN 'tune'
         ELSE 'sweep' END
         WHERE group_id IS NOT NULL;
-    """,    # One definition of rounds for every engine: every target call after the prompt. llama-server's
+    """,
+    # One definition of rounds for every engine: every target call after the prompt. llama-server's
     # rows held /metrics' count, which leaves out the steps that drafted nothing: that count is
     # drafted_rounds now, and rounds follow from the counters by the server's loop (the first
     # token comes from the prompt's logits: n_predict - n_accept - 1), in the rows and in the
-    # runs' summaries with the figures per round derived from them.
+    # runs' summaries, whose figures per round are then derived again from the new rounds.
     """
     ALTER TABLE measurements ADD COLUMN drafted_rounds INTEGER;
-    UPDATE measurements SET drafted_rounds = rounds, rounds = (n_predict - n_accept - 1)
-        WHERE mode = 'speculative' AND n_predict IS NOT NULL AND n_accept IS NOT NULL
+    UPDATE measurements SET drafted_rounds = rounds, rounds = n_predict - n_accept - 1
+        WHERE mode = 'speculative' AND n_predict - n_accept - 1 >= 0
             AND (program = 'llama-server'
-                 OR (program IS NULL AND run_id IN (SELECT id FROM runs WHERE engine = 'llama-server')))
-            AND (n_predict - n_accept - 1) >= 0;
+                 OR (program IS NULL AND run_id IN (SELECT id FROM runs WHERE engine = 'llama-server')));
+    UPDATE runs SET summary = json_set(summary, '$.drafted_rounds', json_extract(summary, '$.rounds'),
+            '$.rounds', json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1)
+        WHERE json_valid(summary) AND json_extract(summary, '$.program') = 'llama-server'
+            AND json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1 >= 0;
     UPDATE runs SET summary = json_set(summary,
-            '$.drafted_rounds', json_extract(summary, '$.rounds'),
-            '$.rounds', (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1),
-            '$.mean_accepted', CASE WHEN (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) > 0
-                THEN json_extract(summary, '$.n_accept') * 1.0 / (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) END,
-            '$.tokens_per_round', CASE WHEN (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) > 0
-                THEN (json_extract(summary, '$.n_accept') + (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1)) * 1.0 / (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) END,
-            '$.drafted_per_round', CASE WHEN (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) > 0
-                THEN json_extract(summary, '$.n_drafted') * 1.0 / (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) END)
-        WHERE summary IS NOT NULL AND json_valid(summary) AND json_extract(summary, '$.program') = 'llama-server'
-            AND json_type(summary, '$.n_predict') = 'integer' AND json_type(summary, '$.n_accept') = 'integer'
-            AND (json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1) >= 0;
+            '$.mean_accepted', json_extract(summary, '$.n_accept') * 1.0 / json_extract(summary, '$.rounds'),
+            '$.tokens_per_round', 1.0 + json_extract(summary, '$.n_accept') * 1.0 / json_extract(summary, '$.rounds'),
+            '$.drafted_per_round', json_extract(summary, '$.n_drafted') * 1.0 / json_extract(summary, '$.rounds'))
+        WHERE json_valid(summary) AND json_extract(summary, '$.program') = 'llama-server'
+            AND json_extract(summary, '$.rounds') > 0;
     """,
 )
 

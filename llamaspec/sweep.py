@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llamaspec import decide
 from llamaspec.contract import Engine
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
@@ -223,8 +224,6 @@ class AdaptiveResult:
     last_progress: str
 
     def text(self) -> str:
-        from llamaspec import decide
-
         why = decide.STOP_WORDS.get(self.stop, self.stop)
         return (f"adaptive sweep stopped: {why}, after {self.pairs} pairs ({self.pairs / max(self.fixed_grid_pairs, 1):.0%} "
                 f"of the fixed grid's {self.fixed_grid_pairs})")
@@ -235,9 +234,14 @@ def first_lengths(lengths: Sequence[int]) -> list[int]:
     return sorted(set(lengths))
 
 
+def pairs_per_point(exp: Experiment) -> int:
+    """The pairs a fixed grid measures at each point: the experiment's repeats (3 for 'auto')."""
+    return exp.repeats if isinstance(exp.repeats, int) else 3
+
+
 def fixed_grid_pairs(exp: Experiment, lengths: Sequence[int]) -> int:
-    """What the fixed grid would measure: every length at the experiment's repeats (3 for 'auto')."""
-    return len(lengths) * (exp.repeats if isinstance(exp.repeats, int) else 3)
+    """What the fixed grid would measure: every length at the experiment's repeats."""
+    return len(lengths) * pairs_per_point(exp)
 
 
 def default_budget(exp: Experiment, lengths: Sequence[int], first_pairs: int) -> Budget:

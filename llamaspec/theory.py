@@ -683,7 +683,7 @@ class Observation:
                 raise LlamaspecError(
                     f"{self.program.name} counted {self.drafted_rounds} rounds that drafted, more than its "
                     f"{self.calls} rounds (n_predict {self.n_generated}, n_accept {self.n_accept})", hint=_HINT_COUNTS)
-        if not self.rounds_counted and self.derived_rounds < 1:
+        if self.rounds is None and self.derived_rounds < 1:
             raise LlamaspecError(
                 f"n_accept ({self.n_accept}) leaves no verification round in {self.n_generated} generated tokens "
                 f"({self.program.name}: rounds = n_predict - n_accept"
@@ -703,22 +703,12 @@ class Observation:
     @property
     def accept_rate(self) -> float | None:
         """llama.cpp's ``accept`` as a fraction (n_accept / n_drafted); None if nothing was drafted."""
-        return self.n_accept / self.n_drafted if self.n_drafted else None
-
-    @property
-    def rounds_counted(self) -> bool:
-        """Whether :attr:`calls` came with the measurements (else derived from the counters)."""
-        return self.rounds is not None
+        return contract.acceptance(self.n_accept, self.n_drafted)
 
     @property
     def calls(self) -> int:
         """Verification rounds: as measured, or derived from the counters by the program's loop."""
         return self.rounds if self.rounds is not None else self.derived_rounds
-
-    @property
-    def drafted_calls(self) -> int | None:
-        """Rounds that drafted something, where the engine counts them apart (else None)."""
-        return self.drafted_rounds
 
     @property
     def drafted_per_round(self) -> float:
@@ -769,7 +759,7 @@ class PointFit:
     predicted_speedup: float | None  # pooled α and cost model at drafted_per_round
     predicted_call_ms: float | None
     implied_cost_ratio: float | None  # the c that would make the prediction match the measurement
-    drafted_calls: int | None = None  # rounds that drafted, where the engine counts only those (llama-server)
+    drafted_rounds: int | None = None  # rounds that drafted, where the engine counts them apart (llama-server)
 
     @property
     def abs_error(self) -> float | None:
@@ -960,7 +950,7 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
                 accept_rate=o.accept_rate,
                 alpha=o.alpha,
                 calls=o.calls,
-                calls_measured=o.rounds_counted,
+                calls_measured=o.rounds is not None,
                 drafted_per_round=k,
                 tokens_per_round=o.tokens_per_round,
                 mean_accepted=o.tokens_per_round - 1.0,
@@ -969,7 +959,7 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
                 predicted_speedup=predicted,
                 predicted_call_ms=predicted_ms,
                 implied_cost_ratio=implied,
-                drafted_calls=o.drafted_calls,
+                drafted_rounds=o.drafted_rounds,
             )
         )
     return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve, program=prog)

@@ -37,7 +37,7 @@ from llamaspec.results import Group, Store
 from llamaspec.run import resolve_case, run_case
 from llamaspec.settings import Settings
 from llamaspec.summary import Summary
-from llamaspec.sweep import Budget
+from llamaspec.sweep import Budget, pairs_per_point
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +255,10 @@ def _settle(result: TuneResult, exp: Experiment, case: Case, backend: Engine, st
     search's own points, reread from the store, count: a rerun resumes with every pair it had."""
     from llamaspec.run import more_pairs
 
+    # spent counts the pairs asked for, not those the store holds afterwards: a request that adds
+    # fewer (an output that differs) still moves the tune towards its budget, so it always ends.
     spent = result.pairs
-    per_point = exp.repeats if isinstance(exp.repeats, int) else 3
-    limit = budget.pairs if budget is not None else 2 * per_point * len(result.measured)
+    limit = budget.pairs if budget is not None else 2 * pairs_per_point(exp) * len(result.measured)
     result.budget_pairs = limit
     while True:
         decision = result.decision

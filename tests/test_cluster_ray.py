@@ -14,7 +14,6 @@ start each, cost about as much as the smaller tests themselves).
 from __future__ import annotations
 
 import functools
-import math
 import os
 import shutil
 import subprocess
@@ -356,15 +355,17 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
           f"all repeats {cluster_all.text(suffix='x')}; one machine {one_all.text(suffix='x')};",
           f"lost {report.lost}; speculative t/s two nodes {stats.spread([v for s in cluster_per.values() for v in s['decode_tps'].values]).text('{:.1f}')},"
           f" one machine {one_per['one-machine']['decode_tps'].text('{:.1f}')}")
-    # The two nodes share this machine's 2 cores and measure at the same time, each pair under the
-    # other node's load; the one machine measures alone, minutes later. Their speedups have differed
-    # by 12 % (1.36x [1.31-1.40] against 1.21x [1.16-1.27] in one CI run: the intervals apart), so
-    # overlapping intervals cannot be asked for. What the cluster path could break moves it much
-    # further: a pair split across machines, or a setting lost on the way (nothing drafted: under
-    # 1.0x; another draft length fails the drafted-length check above). Both medians must be a
-    # gain, and within 25 % of each other.
-    assert cluster_all.median > 1.0 and one_all.median > 1.0, (cluster_all, one_all)
-    assert abs(math.log(cluster_all.median / one_all.median)) <= math.log(1.25), (cluster_all, one_all)
+    # What the cluster path could break shows exactly, not in a speed: greedy runs of one build with
+    # the same settings draft and accept the same tokens on every machine, so every speculative
+    # measurement of both studies has the same counters (a setting lost on the way changes them),
+    # and each item is one whole pair (a pair split across machines is not). The speedups are
+    # printed, not compared: the two nodes share this machine's 2 cores while measuring, and their
+    # median has differed from the one machine's by 12 % either way between runs (1.36x against
+    # 1.21x, 1.16x against 1.29x).
+    counters = {(m["n_predict"], m["n_drafted"], m["n_accept"]) for study in ("real", "one")
+                for r in store.runs(group_id=study) for m in store.measurements(r["id"]) if m["mode"] == "speculative"}
+    assert len(counters) == 1, counters
+    assert cluster_all.n == one_all.n == len(items), (cluster_all, one_all)
 
 
 def _tagged(tag: str) -> list[Any]:

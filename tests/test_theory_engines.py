@@ -50,13 +50,13 @@ def test_the_server_rounds_are_every_target_call_and_the_drafted_ones_apart() ->
                     n_generated=fields["n_predict"], spec_decode_tps=fields["decode_tps"], baseline_decode_tps=5.82,
                     rounds=fields["rounds"], drafted_rounds=fields["drafted_rounds"], program=LLAMA_SERVER)
     assert (o.n_drafted, o.n_accept, o.n_generated) == (16, 12, 16)
-    assert o.calls == 3 and o.drafted_calls == 2 and o.rounds_counted
+    assert o.calls == 3 and o.drafted_rounds == 2
     assert o.tokens_per_round == pytest.approx(1 + 12 / 3) and o.drafted_per_round == pytest.approx(16 / 3)
     assert replace(o, rounds=None).calls == 3  # derived from the counters by the server's loop: the same
     with pytest.raises(LlamaspecError, match="counted 4 rounds that drafted, more than its 3 rounds"):
         replace(o, drafted_rounds=4)
     fit = analyze([o]).points[0]
-    assert fit.calls == 3 and fit.drafted_calls == 2 and fit.calls_measured
+    assert fit.calls == 3 and fit.drafted_rounds == 2 and fit.calls_measured
 
 
 def test_the_transformers_profile_counts_every_round_itself() -> None:
@@ -64,7 +64,7 @@ def test_the_transformers_profile_counts_every_round_itself() -> None:
     assert TRANSFORMERS_ASSISTED.rounds(24, 17) == 7
     o = Observation(draft_max=4, n_drafted=26, n_accept=17, n_generated=24, spec_decode_tps=10.0,
                     baseline_decode_tps=10.0, rounds=7, program=TRANSFORMERS_ASSISTED)
-    assert o.calls == 7 and o.rounds_counted and o.drafted_calls is None
+    assert o.calls == 7 and o.drafted_rounds is None
     with pytest.raises(LlamaspecError, match="exceed n_generated"):
         replace(o, rounds=8)
 
@@ -150,7 +150,7 @@ def test_a_recorded_server_sweep_gets_the_model(name: str) -> None:
     a = group.analysis
     assert a is not None and a.cost is not None and a.program is LLAMA_SERVER, group.note
     assert a.cost.baseline_step_ms is not None and a.cost.loop_overhead_ms >= 0.0
-    assert all(p.drafted_calls is not None and p.drafted_calls <= p.calls for p in a.points)
+    assert all(p.drafted_rounds is not None and p.drafted_rounds <= p.calls for p in a.points)
     text = _rendered(data, group)
     print(a.table())
     print(text)

@@ -77,7 +77,7 @@ NGRAM_ONLY = ("ngram_size_n", "ngram_size_m")
 SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicted_ms runs from the first generated "
                "token to the last, predicted_n counts the first (same as its predicted_per_second)")
 # The round profile the speedup model reads for this engine's speculative runs (theory.PROGRAMS).
-PROGRAM = "llama-server"
+PROGRAM = theory.LLAMA_SERVER.name
 READY_TIMEOUT = 600.0  # seconds for a server to load its models
 LOG_TAIL = 6
 
@@ -657,9 +657,9 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
         # comes from the prompt's logits), as for every engine; /metrics' verification steps count
         # only the rounds that drafted something (a step whose draft came back empty, the last
         # token among them, is a plain decode): those are drafted_rounds.
-        rounds = theory.LLAMA_SERVER.rounds(n_gen, accepted) if isinstance(n_gen, int) and n_gen >= 1 else None
+        calls = theory.LLAMA_SERVER.rounds(n_gen, accepted) if isinstance(n_gen, int) else -1
         fields.update(n_drafted=drafted, n_accept=accepted, accept=100.0 * accepted / drafted if drafted else None,
-                      rounds=rounds if rounds is None or rounds >= 0 else None, drafted_rounds=drafted_rounds,
+                      rounds=calls if calls >= 0 else None, drafted_rounds=drafted_rounds,
                       draft_policy="capped", program=PROGRAM,
                       draft_len=s.ngram_size_m if is_draft_free(spec_type) else s.draft_max)
     else:
