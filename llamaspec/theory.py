@@ -72,6 +72,7 @@ __all__ = [
     "SPECULATIVE_SIMPLE",
     "TRANSFORMERS_ASSISTED",
     "TRANSFORMERS_PROMPT_LOOKUP",
+    "VERIFY_BATCH_SIZES",
     "Analysis",
     "CostModel",
     "Observation",
@@ -336,6 +337,10 @@ def program(name: str) -> Program:
         raise LlamaspecError(f"no round profile for program {name!r}",
                              hint=f"known programs: {', '.join(PROGRAMS)}") from None
 
+
+# The target's batches the model interpolates a verification's cost in: a draft of up to 16 tokens
+# plus one (batch 1 is the target's own step). Every engine that times costs times these.
+VERIFY_BATCH_SIZES = tuple(range(1, 18))
 
 # The draft's cost is fitted to measured speedups only over at least this many draft lengths: with
 # fewer, one parameter would match the points by construction and its error would say nothing.

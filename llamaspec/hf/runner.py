@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llamaspec import theory
 from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS, Settings
@@ -68,7 +69,6 @@ HONOURED = frozenset({
 })
 # The round profiles the speedup model reads (theory.PROGRAMS), by spec_type.
 PROFILES = {"draft": "transformers-assisted", "prompt-lookup": "transformers-prompt-lookup"}
-BATCH_SIZES = tuple(range(1, 18))  # verification batches: a draft of up to 16 tokens plus one
 BATCH_REPETITIONS = 3
 CAPABILITIES = Capabilities(
     modes=frozenset({"baseline", "speculative", "draft", "batch"}),
@@ -448,7 +448,7 @@ class TransformersEngine:
         context = prompt_ids.repeat(1, -(-depth // max(n_prompt, 1)))[:, :depth]
         start = time.perf_counter()
         try:
-            batch_ms = generation.time_forward(model, context, BATCH_SIZES, BATCH_REPETITIONS)
+            batch_ms = generation.time_forward(model, context, theory.VERIFY_BATCH_SIZES, BATCH_REPETITIONS)
         except (RuntimeError, ValueError, TypeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return Measurement(ok=False, error=f"timing the target's forward pass failed: {type(exc).__name__}: {first}"[:500],
@@ -462,7 +462,7 @@ class TransformersEngine:
                            decode_tps=1000.0 / batch_ms[1], stats=stats,
                            speed_basis="torch: one forward pass over one new token at the run's depth (1000 / ms)",
                            **{**base, "argv": ("forward", f"model={target.info['path']}", f"depth={depth}",
-                                               f"tokens={BATCH_SIZES[0]}..{BATCH_SIZES[-1]}")})
+                                               f"tokens={theory.VERIFY_BATCH_SIZES[0]}..{theory.VERIFY_BATCH_SIZES[-1]}")})
 
     def _pin_assistant(self, draft: Any, s: Settings, draft_max: int) -> dict[str, Any]:
         """Set the assistant's generation_config from the case (transformers reads it from there and

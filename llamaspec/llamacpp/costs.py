@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llamaspec import proc
+from llamaspec import proc, theory
 from llamaspec.contract import Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
@@ -26,9 +26,12 @@ from llamaspec.llamacpp.build import Build
 MODES = ("draft", "batch")
 
 
-def depth(n_prompt: int, n_predict: int | None) -> int:
-    """The run's mean context depth: its prompt plus half its generation."""
-    return n_prompt + (n_predict or 0) // 2
+def depth(counted_prompt: int | None, prompt: str, n_predict: int | None) -> int:
+    """The run's mean context depth (``theory.bench_depth``: its prompt plus half its generation),
+    the prompt as the engine counted it in an earlier run, else estimated at four characters a
+    token (llama-bench times a context of that size; it does not read the prompt)."""
+    n_prompt = counted_prompt if counted_prompt is not None else max(len(prompt) // 4, 1)
+    return theory.bench_depth(n_prompt, n_predict or 0)
 
 
 def argv(build: Build, generation: str, case: ResolvedCase, mode: str, at_depth: int) -> list[str]:
@@ -49,7 +52,7 @@ def argv(build: Build, generation: str, case: ResolvedCase, mode: str, at_depth:
     layers = flags.gpu_layers(s.draft_gpu_layers if on_draft else s.gpu_layers, "rpc" if remote else build.accel,
                               generation)
     return flags.bench_argv(build.program("bench"), model, s.threads_draft if on_draft and s.threads_draft else s.threads,
-                            layers, sizes=(1,) if on_draft else flags.BATCH_SIZES, repetitions=10 if on_draft else 3,
+                            layers, sizes=(1,) if on_draft else theory.VERIFY_BATCH_SIZES, repetitions=10 if on_draft else 3,
                             depth=at_depth, batch_size=s.batch_size, flash_attn=s.flash_attn,
                             extra_args=("--rpc", ",".join(s.rpc or ())) if remote else ())
 

@@ -393,11 +393,8 @@ def gpu_layers(intent: int | str | None, accel: str, generation: str) -> int | N
     return int(intent)
 
 
-BATCH_SIZES = tuple(range(1, 18))  # verification batches: a draft of up to 16 tokens plus one
-
-
 def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int | None,
-               sizes: tuple[int, ...] = BATCH_SIZES, repetitions: int = 3, *, depth: int | None = None,
+               sizes: tuple[int, ...] = theory.VERIFY_BATCH_SIZES, repetitions: int = 3, *, depth: int | None = None,
                batch_size: int | None = None, ubatch_size: int | None = None, flash_attn: str | None = None,
                all_outputs: bool = True, extra_args: Sequence[str] = ()) -> list[str]:
     """llama-bench timing one model on single batches of each size, at a context depth: what a

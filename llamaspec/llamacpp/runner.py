@@ -99,11 +99,10 @@ class LlamaCppEngine:
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
 
     def bench_depth(self, case: ResolvedCase) -> int:
-        """The run's mean context depth: its prompt plus half its generation. The prompt's length is
-        the one a baseline or speculative run of it printed; before any, it is estimated at four
-        characters a token (llama-bench times a context of that size, it does not read the prompt)."""
+        """The run's mean context depth (``costs.depth``), the prompt's length as a baseline or
+        speculative run of it printed."""
         text = prompt_text(case)
-        return costs.depth(self._prompt_tokens.get(text, max(len(text) // 4, 1)), case.settings.n_predict)
+        return costs.depth(self._prompt_tokens.get(text), text, case.settings.n_predict)
 
     def resolve_model(self, model: str, variant: str) -> ModelPath:
         from llamaspec import models

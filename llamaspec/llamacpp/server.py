@@ -617,9 +617,8 @@ class ServerEngine:
         key = _prompt_key(case)
         with self._lock:
             counted = self._prompt_tokens.get(key)
-        n_prompt = counted if counted is not None else max(len(key[1]) // 4, 1)
         return costs.measure(self.build, self.caps.generation, case, mode, log_path,
-                             costs.depth(n_prompt, case.settings.with_defaults().n_predict), counted is not None)
+                             costs.depth(counted, key[1], case.settings.with_defaults().n_predict), counted is not None)
 
 
 def _prompt_key(case: ResolvedCase) -> tuple[str, str, bool]:
