@@ -1,7 +1,7 @@
 """How often does a sweep's decision pick a setting that is really worse, and what does it cost?
 
 Replays recorded real sweeps (``tests/fixtures/llamacpp/0c1e570/sweep-accept/<level>/sweep.json``:
-draft lengths 1..16, 10 pairs each, every run's figures) by resampling their pairs: each replay
+draft lengths 1..16, 10 pairs each, 30 for Q4_1, every run's figures) by resampling their pairs: each replay
 draws pairs with replacement from the recording, as a new sweep on the same machine would have
 measured them. Three policies decide on the drawn pairs:
 
@@ -21,8 +21,10 @@ recorded pair there) is more than 3 % below the true best, or when it recommends
 the true best is a gain of more than 3 % ("no answer" counts those); ">5% off" is the same with
 5 %, since the recording's own medians carry a few per cent of noise; "shown" counts the wrong
 decisions that stay wrong by the recording's own 95 % interval at the chosen setting (all of it
-more than 3 % below the true best). The goal is judged on "wrong". Time is the recorded wall time of the pairs a policy drew
-(speculative run + baseline), relative to the fixed 3-pair grid of the same replay (the one-off
+more than 3 % below the true best). The goal is judged on "wrong", by its 95 % interval over
+the replays (column "(95 %)", Wilson's): "met" when all of it is at or under 5 %, "NOT met" when
+all of it is above. Time is the recorded wall time of the pairs a policy drew (speculative run +
+baseline), relative to the fixed 3-pair grid of the same replay (the one-off
 llama-bench cost timings are the same for every policy and left out).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/decide.py [--replays 200] [--levels q4_1,q4_0]
@@ -278,6 +280,28 @@ def oracle(rec: Recorded, draws: dict[int, list[int]]) -> int | None:
     return k if medians[k] > 1.0 else None
 
 
+def share_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson 95 % interval on a share of ``hits`` in ``n`` replays: the replays are a sample
+    too (at 100 replays a measured 4 % is 1.6-9.8 %), so the goal is judged on this, not the share
+    alone."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def verdict(hits: int, n: int, rel_time: float, goal: float = 0.05, time_goal: float = BUDGET_SHARE) -> str:
+    """The goal's verdict on one sweep's adaptive row: "met" when the whole interval on its wrong
+    share lies at or under ``goal``, "NOT met" when the whole of it lies above, else "not shown
+    either way" (more replays cannot settle it when the truth sits near the line)."""
+    if rel_time > time_goal:
+        return "NOT met"
+    low, high = share_interval(hits, n)
+    return "met" if high <= goal else "NOT met" if low > goal else "not shown either way"
+
+
 def main(argv: list[str] | None = None) -> int:
     global FIRST, FIRST_PAIRS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -290,9 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     FIRST = tuple(int(k) for k in a.first.split(",")) if a.first else None
     FIRST_PAIRS = a.first_pairs
-    print(f"{'sweep':<7} {'policy':<28} {'wrong':>6} {'>5% off':>7} {'shown':>6} {'no answer':>9} {'settled':>7} {'pairs':>6} "
-          f"{'time vs fixed':>13}  picks")
-    goal_met = True
+    print(f"{'sweep':<7} {'policy':<28} {'wrong':>6} {'(95 %)':>11} {'>5% off':>7} {'shown':>6} {'no answer':>9} {'settled':>7} "
+          f"{'pairs':>6} {'time vs fixed':>13}  picks")
+    verdicts: dict[str, str] = {}
     for level in a.levels.split(","):
         rec = load(level)
         started = time.monotonic()
@@ -304,13 +328,17 @@ def main(argv: list[str] | None = None) -> int:
             share = t.wrong / a.replays
             rel = t.seconds / fixed if fixed else float("nan")
             picks = ", ".join(f"{k}:{n}" for k, n in sorted(t.picks.items(), key=lambda kv: -kv[1])[:6])
-            print(f"{level:<7} {name:<28} {share:>6.1%} {t.wrong5 / a.replays:>7.1%} {t.shown / a.replays:>6.1%} "
-                  f"{t.no_answer / a.replays:>9.1%} {t.settled / a.replays:>7.1%} "
+            low, high = share_interval(t.wrong, a.replays)
+            print(f"{level:<7} {name:<28} {share:>6.1%} {f'{low:.0%}-{high:.0%}':>11} {t.wrong5 / a.replays:>7.1%} "
+                  f"{t.shown / a.replays:>6.1%} {t.no_answer / a.replays:>9.1%} {t.settled / a.replays:>7.1%} "
                   f"{t.pairs / a.replays:>6.1f} {rel:>12.0%}  {picks}")
-            if name.startswith("adaptive") and (share > 0.05 or rel > 0.60):
-                goal_met = False
+            if name.startswith("adaptive"):
+                verdicts[level] = verdict(t.wrong, a.replays, rel)
         print(f"{level:<7} ({a.replays} replays in {time.monotonic() - started:.0f} s)", file=sys.stderr)
-    print(f"goal (adaptive: at most 5 % wrong at no more than 60 % of the fixed grid's time): {'met' if goal_met else 'NOT met'}")
+    overall = ("met" if all(v == "met" for v in verdicts.values()) else
+               "NOT met" if any(v == "NOT met" for v in verdicts.values()) else "not shown either way")
+    print(f"goal (adaptive: at most 5 % wrong, by the 95 % interval over the replays, at no more than 60 % of the fixed "
+          f"grid's time): {overall} ({', '.join(f'{k} {v}' for k, v in verdicts.items())})")
     return 0
 
 

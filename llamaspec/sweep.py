@@ -179,7 +179,7 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Engin
 # run are exact, so the model sees every length's acceptance at once, and a length whose rounds
 # happen to suit the prompt (Q4_0's draft 5: 1.10x between 1.04x and 0.97x) is not left out. On the
 # recordings (benchmarks/decide.py) that took the adaptive sweep's wrong decisions from 47 % to 16 %
-# (Q4_1) and from 57 % to 4 % (Q4_0) at the same budget.
+# (Q4_1, its first recording of 10 pairs) and from 57 % to 4 % (Q4_0) at the same budget.
 FIRST_PAIRS = 1
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|pairs?)?\s*$", re.I)
 

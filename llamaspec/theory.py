@@ -531,7 +531,7 @@ class CostModel:
         what best explains the measured speedups at ``alpha``; the target's costs stay as timed.
 
         Why: inside a round the draft's steps need not cost what the draft timed alone does (on
-        the offline pair's recordings they cost 25 % less with a Q4_0 draft, 5 % more with Q4_1),
+        the offline pair's recordings they cost 25 % less with a Q4_0 draft, 12 % less with Q4_1),
         while the paired speedups are measured where it matters. One parameter, by least squares
         on 1/speedup (relative: each point weighted by its measured speedup squared), closed form
         since a round's time is linear in the draft's scale. Needs :data:`FIT_MIN_LENGTHS` draft
