@@ -71,6 +71,9 @@ class FakeEngine:
     - The target alone runs at ``base_tps / threads_penalty(threads)``, scaled by the machine's
       speed at that moment: each measurement makes the machine ``drift`` slower (a shared,
       noisy machine), so a baseline measured earlier than its speculative partner flatters it.
+      ``spec_drift`` makes each measurement slow the speculative side by that much more (a
+      machine whose state hurts the two-model run more as a sweep goes on, which pairing cannot
+      cancel: a point measured later reads lower).
     - With a draft of length k, the true speedup is ``speedup_of(k)``; the speculative speed is
       that times the target's speed at the moment of the measurement.
     - Counters follow a fixed-length program: rounds = n - accepted - 1, n_drafted = k x rounds.
@@ -87,6 +90,7 @@ class FakeEngine:
     truncate: int | None = None
     differ_at_k: tuple[int, ...] = ()
     noise: tuple[float, ...] = (1.0,)  # multiplicative factors cycled per measurement
+    spec_drift: float = 0.0
     name: str = "fake"
     built_from: str | None = None  # Capabilities.built_from: a source tree (its version is then "fake")
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -131,6 +135,8 @@ class FakeEngine:
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Any) -> Measurement:
         speed = self.machine_speed()
+        if mode == "speculative":
+            speed *= (1 - self.spec_drift) ** len(self.calls)
         self.calls.append((mode, {"threads": case.settings.threads, "draft_max": case.settings.draft_max}))
         n = case.settings.n_predict or 16
         tokens = tuple(range(100, 100 + n))

@@ -70,6 +70,49 @@ def test_every_sweep_point_gets_its_own_baseline_next_to_it(fake_models) -> None
     assert "shared-baseline" in analysis.sweep_report(store, shared.sweep_id, plot=False).render()
 
 
+def test_a_fixed_grid_spreads_the_machines_drift_over_every_point(fake_models) -> None:
+    """Measured point after point, a sweep lends each point the minutes it was measured in: on a
+    machine that hurts the speculative side more as time goes on, the later points read lower
+    than they are. In passes (a pair at every point, the order rotating), the drift falls on every
+    point alike: each reads its true speedup times the same factor."""
+    engine = FakeEngine(drift=0.0, spec_drift=0.004)
+    store = Store.open()
+    lengths = (1, 4, 8)
+    (result,) = sweep.run_sweep(exp(6), {"draft_max": lengths}, engine, store)
+    spec = [c["draft_max"] for mode, c in engine.calls if mode == "speculative"]
+    assert spec[:9] == [1, 4, 8, 4, 8, 1, 8, 1, 4]  # pass 1, then each pass starts one point later
+    rows = analysis.sweep_report(store, result.sweep_id, plot=False).groups[0].rows
+    assert [r.summary.pairs for r in rows] == [6, 6, 6]
+    factors = [r.summary.speedup.median / engine.speedup_of(r.draft_max) for r in rows]
+    assert max(factors) / min(factors) < 1.01, factors
+    # point after point, the same machine reads the last point about 8 % lower than the first
+    after = FakeEngine(drift=0.0, spec_drift=0.004)
+    (shared,) = sweep.run_sweep(exp("auto"), {"draft_max": lengths}, after, Store.open())
+    rows = analysis.sweep_report(Store.open(), shared.sweep_id, plot=False).groups[0].rows
+    factors = [r.summary.speedup.median / after.speedup_of(r.draft_max) for r in rows]
+    assert factors[0] / factors[-1] > 1.02, factors
+
+
+def test_an_interrupted_pass_resumes_with_every_pair(fake_models) -> None:
+    engine = FakeEngine(drift=0.0)
+    store = Store.open()
+    calls = []
+
+    def stop_in_the_second_pass(event: str, data: dict) -> None:
+        calls.append(event)
+        if event == "done" and data["mode"] == "speculative" and len(engine.calls) > 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(exp(3), {"draft_max": (2, 4)}, engine, store, on_event=stop_in_the_second_pass)
+    (result,) = sweep.run_sweep(exp(3), {"draft_max": (2, 4)}, engine, store)
+    rows = analysis.sweep_report(store, result.sweep_id, plot=False).groups[0].rows
+    assert [r.summary.pairs for r in rows] == [3, 3]
+    assert all(r.summary.status == "ok" for r in rows)
+    (again,) = sweep.run_sweep(exp(3), {"draft_max": (2, 4)}, engine, store)
+    assert again.measured == 0 and again.reused == 2
+
+
 def test_a_point_never_borrows_a_baseline_of_other_target_settings(fake_models) -> None:
     """Threads change the target's own speed: each point must be divided by its own threads' baseline."""
     engine = FakeEngine(drift=0.0)

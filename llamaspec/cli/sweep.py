@@ -28,7 +28,8 @@ log = logging.getLogger("llamaspec")
               help="Adaptive sweeps: stop after this much (10m, 90s, 1h, or a number of pairs; default: the pairs "
                    "of the fixed grid at --repeats).")
 @click.option("--fixed-grid", is_flag=True,
-              help="Measure every point with --repeats pairs instead of spending pairs where the decision is uncertain.")
+              help="Measure every point with --repeats pairs (in passes: a pair at every point, the order rotating) "
+                   "instead of spending pairs where the decision is uncertain.")
 @common_options
 @cluster_option
 def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool,
@@ -44,7 +45,8 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
     A sweep over draft lengths is adaptive: one pair at every length (--repeats N: N pairs), then
     more pairs where the decision is uncertain (its contenders, a length the model favours), until it is settled (the recommended setting's
     interval within +-5 % and its lead established) or the budget is spent; the output says which
-    ended it. --fixed-grid measures every point with --repeats pairs instead (any grid of settings).
+    ended it. --fixed-grid measures every point with --repeats pairs instead (any grid of settings),
+    in passes: one pair at every point per pass, so the machine's drift falls on every point alike.
 
     Each point is measured next to its own baseline (pairs inside the point). Rerun the same
     command to resume: every stored pair is kept and finished points are not measured again. Every sweepable setting is an
