@@ -138,7 +138,8 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Engin
     experiment's repeats. A shared machine drifts over the minutes a sweep takes, and pairing only
     cancels what the two sides of one pair share: measured point after point, each point would
     carry the few minutes it was measured in (on the 2-core VM, a fixed grid of 30 pairs per point
-    read draft 16 4 % below draft 14, while the two measured side by side read alike). ``repeats:
+    measured so read draft 16 4 % below draft 14, its baselines drifting from 34.8 to 40.5 t/s
+    across the points, while the two measured side by side read alike). ``repeats:
     auto`` stops each point when its interval is narrow, so it measures point after point.
 
     ``shared_baseline`` is the explicit cost saver: points with the same target-side settings
@@ -163,15 +164,17 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Engin
         if reused:
             log.info("sweep %s: %d of %d points already measured, resuming with the other %d", sid, reused, len(points), len(todo))
         bar = Progress(f"sweep {exp.name}/{case.name}" + (" (pass 1)" if passes else ""), total=max(len(todo), 1))
-        for i, (point, rc) in enumerate(todo):
-            bar.update(i, point.label)
-            result: CaseResult = run_case(rc, backend, store, repeats=first, hardware=hw, reference=case.reference,
-                                          exp=exp, kind="sweep", group=Group("sweep", sid), point_key=point.key,
-                                          shared_baseline=shared_baseline, baseline_scope=sid, time_costs=True,
-                                          warmup=i == 0, on_event=on_event)
-            _log_point(point, result)
-            _raise_if_point_failed(point, result, sid)
-        bar.close()
+        try:
+            for i, (point, rc) in enumerate(todo):
+                bar.update(i, point.label)
+                result: CaseResult = run_case(rc, backend, store, repeats=first, hardware=hw, reference=case.reference,
+                                              exp=exp, kind="sweep", group=Group("sweep", sid), point_key=point.key,
+                                              shared_baseline=shared_baseline, baseline_scope=sid, time_costs=True,
+                                              warmup=i == 0, on_event=on_event)
+                log.info("  %-28s %s", point.label, _point_text(result.summary))
+                _raise_if_point_failed(point, result, sid)
+        finally:
+            bar.close()
         topped = (measure_in_passes(exp, case, sid, resolved, backend, store, int(exp.repeats), on_event)
                   if passes else set())
         rows = [(p, store.finished_point(sid, p.key) or {}) for p in points]
@@ -188,33 +191,37 @@ def measure_in_passes(exp: Experiment, case: Case, sid: str, resolved: Sequence[
     does not change with more pairs). Returns the keys of the points that got pairs."""
     from llamaspec.run import more_pairs
 
-    def have(point: Point) -> tuple[dict[str, Any], int] | None:
+    have: dict[str, tuple[int, int]] = {}  # point key -> (run id, whole pairs stored)
+    for point, _rc in resolved:
         row = store.finished_point(sid, point.key)
-        if row is None or row["status"] != "ok":
-            return None
-        return row, len(whole_pairs(store.measurements(row["id"])))
-
-    missing = sum(max(0, want - h[1]) for p, _rc in resolved if (h := have(p)) is not None)
+        if row is not None and row["status"] == "ok":
+            have[point.key] = row["id"], len(whole_pairs(store.measurements(row["id"])))
+    missing = sum(max(0, want - n) for _id, n in have.values())
     if not missing:
         return set()
     bar = Progress(f"sweep {exp.name}/{case.name} (passes: {want} pairs at every point)", total=missing)
     done, topped = 0, set()
-    for turn in itertools.count(1):  # pass 1 went in the grid's order; each pass after starts one point later
-        order = [*resolved[turn % len(resolved):], *resolved[:turn % len(resolved)]]
-        measured_this_pass = False
-        for point, rc in order:
-            h = have(point)
-            if h is None or h[1] >= want:
-                continue
-            row, n = h
-            bar.update(done, f"{point.label}: pair {n + 1} of {want}")
-            result = more_pairs(row["id"], rc, backend, store, 1, baseline_scope=sid, on_event=on_event)
-            done, measured_this_pass = done + 1, True
-            topped.add(point.key)
-            _raise_if_point_failed(point, result, sid)
-        if not measured_this_pass:
-            break
-    bar.close()
+    try:
+        for turn in itertools.count(1):  # pass 1 went in the grid's order; each pass after starts one point later
+            order = [*resolved[turn % len(resolved):], *resolved[:turn % len(resolved)]]
+            measured_this_pass = False
+            for point, rc in order:
+                if point.key not in have or have[point.key][1] >= want:
+                    continue
+                run_id, n = have[point.key]
+                bar.update(done, f"{point.label}: pair {n + 1} of {want}")
+                result = more_pairs(run_id, rc, backend, store, 1, baseline_scope=sid, on_event=on_event)
+                done, measured_this_pass = done + 1, True
+                topped.add(point.key)
+                _raise_if_point_failed(point, result, sid)
+                if result.status == "ok":
+                    have[point.key] = run_id, n + 1
+                else:  # its output differs: more pairs would not change that
+                    del have[point.key]
+            if not measured_this_pass:
+                break
+    finally:
+        bar.close()
     for point, _rc in resolved:
         if point.key in topped and (final := store.finished_point(sid, point.key)) is not None:
             log.info("  %-28s %s", point.label, _point_text(Summary.from_dict(final["summary"])))
@@ -226,10 +233,6 @@ def _point_text(s: Summary) -> str:
         return f"{s.status}: {s.error}"
     return (f"speedup {s.speedup.text(suffix='x')}, accept {s.accept.median if s.accept else 0:.1f}%"
             + ("" if s.status == "ok" else f" [{s.status}]"))
-
-
-def _log_point(point: Point, result: CaseResult) -> None:
-    log.info("  %-28s %s", point.label, _point_text(result.summary))
 
 
 def _raise_if_point_failed(point: Point, result: CaseResult, sid: str) -> None:
