@@ -248,9 +248,9 @@ def _raise_if_point_failed(point: Point, result: CaseResult, sid: str) -> None:
 # decision asks for (llamaspec.decide.next_step), until it is settled or the budget is spent. One pair
 # everywhere, not two at a coarse subset (1, 2, 4, 8, 12, 16, as before): the counters of one greedy
 # run are exact, so the model sees every length's acceptance at once, and a length whose rounds
-# happen to suit the prompt (Q4_0's draft 5: 1.10x between 1.04x and 0.97x) is not left out. On the
-# recordings (benchmarks/decide.py) that took the adaptive sweep's wrong decisions from 47 % to 16 %
-# (Q4_1, its first recording of 10 pairs) and from 57 % to 4 % (Q4_0) at the same budget.
+# happen to suit the prompt (Q4_0's draft 5: 1.04x between 0.97x and 0.94x) is not left out. On the
+# 2 December recordings (benchmarks/decide.py) that took the adaptive sweep's wrong decisions from
+# 47 % to 16 % (Q4_1, 10 pairs a point) and from 57 % to 4 % (Q4_0) at the same budget.
 FIRST_PAIRS = 1
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|pairs?)?\s*$", re.I)
 

@@ -160,7 +160,7 @@ def test_measured_ratios_make_the_interval() -> None:
 
 # llama.cpp's accept at draft 8 (a fraction): about 90, 50 and 30 %
 LEVELS = {"q4_1": (0.80, 1.00), "q4_0": (0.35, 0.65), "q2_k": (0.15, 0.45)}
-PAIRS = {"q4_1": 30, "q4_0": 10, "q2_k": 10}  # per point, as the fixtures' README.md says
+PAIRS = {"q4_1": 30, "q4_0": 30, "q2_k": 10}  # per point, as the fixtures' README.md says
 MODEL_ERROR_BOUND = 0.10
 
 
@@ -194,7 +194,8 @@ def test_the_recorded_sweeps_are_what_their_readme_says(level: str) -> None:
 
 
 # Measured on the recordings (llama-bench's target costs, the draft's cost fitted to the speedups):
-# Q4_1 3.7 %, Q4_0 7.2 %, Q2_K 4.0 %. With the draft's cost as timed alone Q4_0 missed the bound (11.4 %).
+# Q4_1 2.7 %, Q4_0 4.2 %, Q2_K 3.1 %. With the draft's cost as llama-bench timed it alone, Q4_1 and
+# Q2_K miss the bound (23.6 % and 19.9 %; Q4_0 3.3 %).
 @pytest.mark.parametrize("level", list(LEVELS))
 def test_the_speedup_model_predicts_each_acceptance_level(level: str) -> None:
     from benchmarks.decide import group_for
@@ -216,16 +217,45 @@ def test_the_decision_on_a_whole_recording_is_right(level: str) -> None:
 
 
 def test_shown_wrong_allows_for_the_recordings_own_noise() -> None:
-    # Q4_1's draft 16 (1.12x over 30 pairs) is more than 3 % below draft 14's 1.17x, but its own
-    # interval (1.10-1.16) reaches past that line: wrong by the medians, not shown wrong. Draft 1 (0.70x) is both.
+    # Q4_1's best is draft 12 (1.26x over 30 pairs). Draft 14's 1.19x is more than 3 % below it, but
+    # its own interval (1.13-1.24) reaches past that line: wrong by the medians, not shown wrong.
+    # Draft 10 (1.22x) is within 3 %; draft 1 (0.71x) is wrong either way.
     from benchmarks.decide import shown_wrong, wrong
 
     rec = _recorded("q4_1")
-    sixteen = rec.points[16]
-    assert wrong(rec, 16) and not shown_wrong(rec, 16), sixteen.true_interval
-    assert sixteen.true_interval.high >= rec.true_best * 0.97 > sixteen.true_speedup
+    assert max(rec.points, key=lambda k: rec.points[k].true_speedup) == 12
+    fourteen = rec.points[14]
+    assert wrong(rec, 14) and not shown_wrong(rec, 14), fourteen.true_interval
+    assert fourteen.true_interval.high >= rec.true_best * 0.97 > fourteen.true_speedup
     assert wrong(rec, 1) and shown_wrong(rec, 1)
-    assert not wrong(rec, 14) and not shown_wrong(rec, 14)
+    assert not wrong(rec, 10) and not shown_wrong(rec, 10)
+
+
+@pytest.mark.parametrize("level", [*LEVELS, "q4_1-later"])
+def test_the_recorded_sweeps_were_measured_in_passes(level: str) -> None:
+    # One pair at every length, then the next: every point's pairs span the whole recording, so the
+    # machine's drift over it falls on every length alike (measured point after point, the old
+    # Q4_1 recording's baselines drifted from 34.8 to 40.5 t/s between its first and last point).
+    rec = _recorded(level)
+    spans = [sorted(m["created_at"] for m in p.run["measurements"] if m["mode"] == "speculative")
+             for p in rec.points.values()]
+    assert max(s[0] for s in spans) < min(s[-1] for s in spans)
+    assert max(s[1] for s in spans) < min(s[-2] for s in spans)
+
+
+def test_a_later_session_of_the_same_sweep_reads_differently() -> None:
+    # q4_1-later/: the Q4_1 sweep again, three hours later on the same idle machine, in passes (30
+    # pairs a point, then 30 more at the lengths within 5 % of its best). The counters are the same
+    # run for run; the speedups are not: its baselines ran faster (37-39 t/s against 33-34) and its
+    # best reads 1.14x at draft 10 against 1.26x at draft 12. Pairs from two sessions do not pool.
+    rec, later = _recorded("q4_1"), _recorded("q4_1-later")
+    for k, point in rec.points.items():
+        s, t = point.summary, later.points[k].summary
+        assert s.accept is not None and t.accept is not None and s.accept.median == t.accept.median
+        assert s.tokens_per_round == t.tokens_per_round
+        assert len(later.points[k].pairs) == t.pairs == (60 if k in (5, 8, 10, 12, 14, 16) else 30)
+    assert later.true_best < rec.true_best * 0.95
+    assert max(later.points, key=lambda k: later.points[k].true_speedup) == 10
 
 
 def test_the_benchmarks_goal_is_judged_on_the_replays_own_interval() -> None:
