@@ -30,7 +30,7 @@ all of it is above. Time is the recorded wall time of the pairs a policy drew (s
 baseline), relative to the fixed 3-pair grid of the same replay (the one-off
 llama-bench cost timings are the same for every policy and left out).
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/decide.py [--replays 200] [--levels q4_1,q4_0]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/decide.py [--replays 200] [--levels q4_1,q4_0,q2_k,q4_1-later]
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--refits", type=int, default=100, help="bootstrap refits of the model per decision")
-    ap.add_argument("--levels", default="q4_1,q4_0")
+    ap.add_argument("--levels", default="q4_1,q4_0,q2_k,q4_1-later")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--first", default=None, help="the adaptive policy's first lengths (default: every length)")
     ap.add_argument("--first-pairs", type=int, default=FIRST_PAIRS, help="pairs per length in the first pass")
