@@ -100,6 +100,11 @@ class Recorded:
         return max(p.true_speedup for p in self.points.values())
 
     @property
+    def every_pair(self) -> dict[int, list[int]]:
+        """Draws of every recorded pair at every length: the whole recording."""
+        return {k: list(range(len(p.pairs))) for k, p in self.points.items()}
+
+    @property
     def gain_shown(self) -> bool:
         """Whether the whole recording shows some length faster than the target alone."""
         return any(p.true_interval.low > 1.0 for p in self.points.values())
@@ -338,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         fixed = tallies["new rule, fixed 3-pair grid"].seconds
         truth = ", ".join(f"{k}: {p.true_speedup:.2f}x" for k, p in sorted(rec.points.items()))
         print(f"{level:<10} truth (median of {min(len(p.pairs) for p in rec.points.values())}+ pairs): {truth}")
-        whole = new_rule(rec, {k: list(range(len(p.pairs))) for k, p in rec.points.items()}, a.refits)
+        whole = new_rule(rec, rec.every_pair, a.refits)
         print(f"{level:<10} every pair on record: {whole.lines()[0]}"
               + ("" if rec.gain_shown else " (no length shown faster: recommending nothing is right)"))
         for name, t in tallies.items():

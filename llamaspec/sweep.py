@@ -25,7 +25,7 @@ from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.pairs import whole_pairs
 from llamaspec.progress import Progress
 from llamaspec.results import Group, Store
-from llamaspec.run import CaseResult, check_settings, resolve_case, run_case
+from llamaspec.run import CaseResult, check_settings, more_pairs, resolve_case, run_case
 from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
 from llamaspec.summary import Summary
 
@@ -189,8 +189,6 @@ def measure_in_passes(exp: Experiment, case: Case, sid: str, resolved: Sequence[
     """One more pair at every stored point of sweep ``sid`` per pass, the order rotated each pass,
     until every point has ``want`` pairs; a point whose output differs gets no more (greedy output
     does not change with more pairs). Returns the keys of the points that got pairs."""
-    from llamaspec.run import more_pairs
-
     have: dict[str, tuple[int, int]] = {}  # point key -> (run id, whole pairs stored)
     for point, _rc in resolved:
         row = store.finished_point(sid, point.key)
@@ -201,25 +199,23 @@ def measure_in_passes(exp: Experiment, case: Case, sid: str, resolved: Sequence[
         return set()
     bar = Progress(f"sweep {exp.name}/{case.name} (passes: {want} pairs at every point)", total=missing)
     done, topped = 0, set()
+    turn = 0  # pass 1 went in the grid's order; each pass after starts one point later
     try:
-        for turn in itertools.count(1):  # pass 1 went in the grid's order; each pass after starts one point later
-            order = [*resolved[turn % len(resolved):], *resolved[:turn % len(resolved)]]
-            measured_this_pass = False
-            for point, rc in order:
+        while any(n < want for _id, n in have.values()):
+            turn += 1
+            for point, rc in [*resolved[turn % len(resolved):], *resolved[:turn % len(resolved)]]:
                 if point.key not in have or have[point.key][1] >= want:
                     continue
                 run_id, n = have[point.key]
                 bar.update(done, f"{point.label}: pair {n + 1} of {want}")
                 result = more_pairs(run_id, rc, backend, store, 1, baseline_scope=sid, on_event=on_event)
-                done, measured_this_pass = done + 1, True
+                done += 1
                 topped.add(point.key)
                 _raise_if_point_failed(point, result, sid)
                 if result.status == "ok":
                     have[point.key] = run_id, n + 1
                 else:  # its output differs: more pairs would not change that
                     del have[point.key]
-            if not measured_this_pass:
-                break
     finally:
         bar.close()
     for point, _rc in resolved:
@@ -346,8 +342,7 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
                    on_event: Callable[[str, dict[str, Any]], None] | None) -> tuple[SweepResult, AdaptiveResult]:
     import time
 
-    from llamaspec import analysis, decide
-    from llamaspec.run import more_pairs
+    from llamaspec import analysis
 
     points = grid(axes)
     by_length = {int(dict(p.values)["draft_max"]): p for p in points}

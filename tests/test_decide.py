@@ -201,7 +201,7 @@ def test_the_speedup_model_predicts_each_acceptance_level(level: str) -> None:
     from benchmarks.decide import group_for
 
     rec = _recorded(level)
-    group = group_for(rec, {k: list(range(len(p.pairs))) for k, p in rec.points.items()}, refits=50)
+    group = group_for(rec, rec.every_pair, refits=50)
     assert group.analysis is not None and group.analysis.cost is not None
     print(level, group.analysis.table())
     assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, group.analysis.table()
@@ -212,7 +212,7 @@ def test_the_decision_on_a_whole_recording_is_right(level: str) -> None:
     from benchmarks.decide import chosen_length, new_rule, wrong
 
     rec = _recorded(level)
-    d = new_rule(rec, {k: list(range(len(p.pairs))) for k, p in rec.points.items()}, refits=50)
+    d = new_rule(rec, rec.every_pair, refits=50)
     assert not wrong(rec, chosen_length(d)), "\n".join(d.lines())
 
 
