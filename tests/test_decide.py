@@ -269,3 +269,18 @@ def test_the_benchmarks_goal_is_judged_on_the_replays_own_interval() -> None:
     assert verdict(0, 100, 0.57) == "met" and verdict(0, 100, 0.61) == "NOT met"  # too slow
     assert verdict(29, 200, 0.57) == "NOT met"  # 10-20 %
     assert share_interval(0, 0) == (0.0, 1.0)
+
+
+def test_the_floor_redraws_every_recorded_pair_without_moving_the_other_rows() -> None:
+    # The benchmark's "every pair, redrawn" row decides on as many pairs at every length as the
+    # recording holds; it draws from its own stream, so the other rows (the README's table) read the
+    # same with it as without it.
+    from benchmarks.decide import FLOOR, replay
+
+    rec = _recorded("q2_k")
+    with_floor = replay(rec, 2, refits=5, seed=3)
+    without = replay(rec, 2, refits=5, seed=3, floor=False)
+    assert FLOOR not in without
+    assert {name: t for name, t in with_floor.items() if name != FLOOR} == without
+    assert with_floor[FLOOR].pairs == 2 * sum(len(p.pairs) for p in rec.points.values())
+    assert with_floor[FLOOR].pairs > 3 * without["new rule, fixed 3-pair grid"].pairs
