@@ -2,6 +2,7 @@
 #   make demo   build llama.cpp, fetch the offline pair, run, sweep, report and plot
 #   make check  the quick tier: ruff, mypy and the tests that need no binaries, torch or Ray (< 90 s)
 #   make test   the whole test suite (builds llama.cpp first if the cache has no build)
+#   make test-hub  the hub tests on the newest huggingface_hub (part of make test)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -12,7 +13,7 @@ DRAFTS ?= 1,2,4,8,12
 STAMP  := $(VENV)/.installed
 CONVERT_STAMP := $(VENV)/.installed-convert
 
-.PHONY: demo check test lint setup setup-convert build models clean-venv
+.PHONY: demo check test test-hub lint setup setup-convert build models clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +25,19 @@ $(STAMP): pyproject.toml
 $(CONVERT_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[convert,hf,cluster,prompts,dev]'
 	touch $(CONVERT_STAMP)
+
+# The hub tests again on the newest huggingface_hub pip takes for llamaspec alone (2.x, httpx2),
+# in a venv of their own: the main one holds 0.36, which transformers 4.57 needs. sentencepiece
+# and protobuf make the tiny checkpoints, pyarrow reads Alpaca's parquet.
+HUB_VENV  ?= .venv-hub
+HUB_STAMP := $(HUB_VENV)/.installed
+HUB_TESTS := tests/test_hub.py tests/test_models_fetch.py tests/test_hf_models.py tests/test_prompts.py
+
+$(HUB_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(HUB_VENV)
+	$(HUB_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(HUB_VENV)/bin/python -m pip install --quiet --upgrade -e '.[prompts]' pytest 'sentencepiece>=0.1.98,<0.3.0' 'protobuf>=4.21.0' safetensors
+	touch $(HUB_STAMP)
 
 setup: $(STAMP)
 
@@ -59,10 +73,15 @@ check: setup
 test: setup-convert build
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m "$(QUICK)"
 	$(BIN)/python -m pytest -q -m "not ($(QUICK))" --durations=10
+	$(MAKE) test-hub
+
+test-hub: $(HUB_STAMP)
+	$(HUB_VENV)/bin/python -c 'import huggingface_hub as h; print("huggingface_hub", h.__version__)'
+	$(HUB_VENV)/bin/python -m pytest -q -p no:cacheprovider $(HUB_TESTS)
 
 lint: setup
 	$(BIN)/ruff check llamaspec tests benchmarks
 	$(BIN)/mypy llamaspec
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(HUB_VENV)

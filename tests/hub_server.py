@@ -1,13 +1,16 @@
 """A Hugging Face hub on loopback, for huggingface_hub (the real client) to download from.
 
-It serves repositories the tests make, the way huggingface.co does for huggingface_hub 0.3x
-(``file_download.py``, ``hf_api.py``, ``_snapshot_download.py``):
+It serves repositories the tests make, the way huggingface.co does for huggingface_hub 0.3x and
+2.x (``file_download.py``, ``hf_api.py``, ``_snapshot_download.py``):
 
 - ``GET /api/{models,datasets}/REPO[/revision/REV][?blobs=1]``: the repo's info (``sha`` = the
   commit REV points at, ``siblings`` with ``size``, ``blobId`` and ``lfs.sha256``);
+- ``GET /api/{models,datasets}/REPO/tree/REV[?recursive=...]``: every file of that commit (``path``,
+  ``size``, ``oid`` = its git blob id, ``lfs.oid`` = its sha256), one page: what snapshot_download
+  lists from 1.x on;
 - ``HEAD|GET /[datasets/]REPO/resolve/REV/FILE``: a plain file answers 200 with ``ETag`` (its git
   blob id), ``X-Repo-Commit`` and ``Content-Length``; an LFS file (weights, parquet) answers 302 to
-  ``/cdn/SHA256`` with ``X-Linked-Etag`` (its sha256), ``X-Linked-Size`` and ``X-Repo-Commit``, as
+  ``/cdn/SHA256`` on another host name (``localhost``) with ``X-Linked-Etag`` (its sha256), ``X-Linked-Size`` and ``X-Repo-Commit``, as
   the hub redirects to its CDN;
 - ``GET /cdn/SHA256``: the bytes, honouring ``Range: bytes=N-`` (206) so a cut download resumes;
 - errors as the hub sends them: ``X-Error-Code`` ``RepoNotFound`` (401), ``RevisionNotFound`` and
@@ -73,6 +76,13 @@ class Hub:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
+    @property
+    def cdn_url(self) -> str:
+        """Where LFS files are redirected: the same server under another name (``localhost``), as the
+        hub's CDN is another host; huggingface_hub 1.x and later follow a redirect to the same host
+        and would read the file's metadata from the CDN's answer instead of the hub's."""
+        return f"http://localhost:{self._server.server_address[1]}"
+
     def __enter__(self) -> Hub:
         self._thread.start()
         return self
@@ -126,6 +136,13 @@ def _sibling(name: str, data: bytes) -> dict[str, object]:
     return entry
 
 
+def _tree_entry(name: str, data: bytes) -> dict[str, object]:
+    entry: dict[str, object] = {"type": "file", "path": name, "size": len(data), "oid": git_blob_id(data)}
+    if is_lfs(name):
+        entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+    return entry
+
+
 def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -160,6 +177,8 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             if hub.delay:
                 time.sleep(hub.delay)
             parts = [unquote(p) for p in path.strip("/").split("/")]
+            if parts[:1] == ["api"] and parts[4:5] == ["tree"] and len(parts) >= 6:
+                return self._tree(parts[1], parts[2] + "/" + parts[3], parts[5], head)
             if parts[:1] == ["api"] and len(parts) >= 4:
                 return self._info(parts[1], parts[2] + "/" + parts[3], parts[5] if parts[4:5] == ["revision"] else "main", head)
             if parts[:1] == ["cdn"] and len(parts) == 2:
@@ -190,6 +209,16 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                                "siblings": [_sibling(n, d) for n, d in sorted(files.items())]}).encode()
             self._send(200, {"Content-Type": "application/json"}, body, head)
 
+        def _tree(self, kind: str, repo_id: str, revision: str, head: bool) -> None:
+            repo = self._repo(kind, repo_id, head)
+            if repo is None:
+                return
+            commit = hub.commit_of(repo, revision)
+            if commit is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+            body = json.dumps([_tree_entry(n, d) for n, d in sorted(repo.commits[commit].items())]).encode()
+            self._send(200, {"Content-Type": "application/json"}, body, head)
+
         def _resolve(self, kind: str, repo_id: str, revision: str, name: str, head: bool) -> None:
             repo = self._repo(kind, repo_id, head)
             if repo is None:
@@ -205,7 +234,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             common = {"X-Repo-Commit": commit}
             if is_lfs(name):
                 sha = hashlib.sha256(data).hexdigest()
-                return self._send(302, {**common, "Location": f"{hub.url}/cdn/{sha}?name={name}",
+                return self._send(302, {**common, "Location": f"{hub.cdn_url}/cdn/{sha}?name={name}",
                                         "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data)),
                                         "ETag": f'"{git_blob_id(data)}"'}, b"", head)
             self._send(200, {**common, "ETag": f'"{git_blob_id(data)}"', "Content-Type": "application/octet-stream"},

@@ -152,13 +152,38 @@ def _os(exc: BaseException, w: _Where) -> LlamaspecError:
     return LlamaspecError(f"download of {w.what} {w.at} failed: {_first_line(exc)}", hint=_RETRY)
 
 
+_Mapping = tuple[type[BaseException], Callable[[BaseException, _Where], LlamaspecError]]
+
+
+def _transport_errors() -> list[_Mapping]:
+    """The HTTP library's exceptions, for each library huggingface_hub may use: requests below 1.0,
+    httpx from 1.0, httpx2 later. Only those installed are imported. The most specific kind of
+    every library comes before any library's broader one: a cut body, a timeout, a lost
+    connection, an HTTP status."""
+    import importlib
+
+    by_kind: dict[str, list[type[BaseException]]] = {"cut": [], "slow": [], "unreachable": [], "http": []}
+    for name in ("requests", "httpx", "httpx2"):
+        try:
+            lib = importlib.import_module(name)
+        except ImportError:
+            continue
+        if name == "requests":
+            kinds = (lib.exceptions.ChunkedEncodingError, lib.Timeout, lib.ConnectionError, lib.HTTPError)
+        else:
+            kinds = (lib.RemoteProtocolError, lib.TimeoutException, lib.TransportError, lib.HTTPStatusError)
+        for errors, kind in zip(by_kind.values(), kinds, strict=True):
+            errors.append(kind)
+    handlers = {"cut": _cut, "slow": _slow, "unreachable": _unreachable, "http": _http}
+    return [(kind, handlers[name]) for name, kinds in by_kind.items() for kind in kinds]
+
+
 @functools.lru_cache(maxsize=1)
-def _error_table() -> tuple[tuple[type[BaseException], Callable[[BaseException, _Where], LlamaspecError]], ...]:
-    """huggingface_hub's (and requests') exceptions -> one line and a hint, as huggingface_hub's own
-    CLI_ERROR_MAPPINGS does. The first match wins, so subclasses come before their bases (GatedRepo
-    is a RepositoryNotFound, LocalEntryNotFound an EntryNotFound, ConnectTimeout both a Timeout and
-    a ConnectionError, every one of them an OSError)."""
-    import requests
+def _error_table() -> tuple[_Mapping, ...]:
+    """huggingface_hub's (and its HTTP library's) exceptions -> one line and a hint, as
+    huggingface_hub's own CLI_ERROR_MAPPINGS does. The first match wins, so subclasses come before
+    their bases (GatedRepo is a RepositoryNotFound, LocalEntryNotFound an EntryNotFound, ConnectTimeout
+    both a Timeout and a ConnectionError, every one of them an OSError)."""
     from huggingface_hub import errors
 
     return (
@@ -168,10 +193,7 @@ def _error_table() -> tuple[tuple[type[BaseException], Callable[[BaseException, 
         (errors.LocalEntryNotFoundError, _not_cached),
         (errors.EntryNotFoundError, _entry_missing),
         (errors.HFValidationError, _invalid_id),
-        (requests.exceptions.ChunkedEncodingError, _cut),
-        (requests.Timeout, _slow),
-        (requests.ConnectionError, _unreachable),
-        (requests.HTTPError, _http),
+        *_transport_errors(),
         (OSError, _os),
     )
 
