@@ -348,3 +348,23 @@ def test_interrupted_conversion_leaves_nothing_finished_and_the_rerun_completes(
     made = models.resolve("codellama-7b", "f16")
     assert made.made_now and made.metadata.file_type == "F16"
     assert _leftovers(home) == []
+
+
+@pytest.mark.parametrize("library", ["requests", "httpx", "httpx2"])
+def test_each_http_librarys_errors_read_as_one_line(library: str) -> None:
+    # huggingface_hub uses requests below 1.0, httpx from 1.0, httpx2 later: a timeout (even one on
+    # connecting, which requests also counts as a lost connection), a lost connection and a cut body
+    # read the same whichever raised them. `make test-hub` runs this where httpx2 is installed.
+    from llamaspec.models import hf
+
+    lib = pytest.importorskip(library)
+    if library == "requests":
+        timeout, lost = lib.exceptions.ConnectTimeout("t"), lib.ConnectionError("c")
+        cut = lib.exceptions.ChunkedEncodingError("x")
+    else:
+        timeout, lost, cut = lib.ConnectTimeout("t"), lib.ConnectError("c"), lib.RemoteProtocolError("x")
+    said = {name: hf._translate(exc, "org/name", "main", "checkpoint").message
+            for name, exc in (("timeout", timeout), ("lost", lost), ("cut", cut))}
+    assert said["timeout"].startswith("Hugging Face (") and " did not answer within " in said["timeout"], said
+    assert said["lost"].startswith("cannot reach Hugging Face ("), said
+    assert said["cut"].startswith("the download of checkpoint org/name@main was cut off: x"), said
