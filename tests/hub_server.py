@@ -190,45 +190,46 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 return self._resolve(kind, parts[0] + "/" + parts[1], parts[3], "/".join(parts[4:]), head)
             self._error(404, "EntryNotFound", f"no route for {path}", head)
 
-        def _repo(self, kind: str, repo_id: str, head: bool) -> Repo | None:
+        def _commit(self, kind: str, repo_id: str, revision: str, head: bool, *, files: bool = False) -> tuple[str, dict[str, bytes]] | None:
+            """The commit ``revision`` names and its files, or None with the hub's error sent: the
+            repo missing (401), gated (403, for its ``files`` only: the info stays public), the
+            revision unknown (404)."""
             repo = hub.repos.get((kind, repo_id))
             if repo is None:
                 self._error(401, "RepoNotFound", "Repository not found", head)
-            return repo
-
-        def _info(self, kind: str, repo_id: str, revision: str, head: bool) -> None:
-            repo = self._repo(kind, repo_id, head)
-            if repo is None:
-                return
+                return None
+            if files and repo_id in hub.gated:
+                self._error(403, "GatedRepo", f"Access to model {repo_id} is restricted.", head)
+                return None
             commit = hub.commit_of(repo, revision)
             if commit is None:
-                return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
-            files = repo.commits[commit]
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+                return None
+            return commit, repo.commits[commit]
+
+        def _info(self, kind: str, repo_id: str, revision: str, head: bool) -> None:
+            found = self._commit(kind, repo_id, revision, head)
+            if found is None:
+                return
+            commit, files = found
             body = json.dumps({"id": repo_id, "sha": commit, "private": False,
                                "gated": "manual" if repo_id in hub.gated else False,
                                "siblings": [_sibling(n, d) for n, d in sorted(files.items())]}).encode()
             self._send(200, {"Content-Type": "application/json"}, body, head)
 
         def _tree(self, kind: str, repo_id: str, revision: str, head: bool) -> None:
-            repo = self._repo(kind, repo_id, head)
-            if repo is None:
+            found = self._commit(kind, repo_id, revision, head)
+            if found is None:
                 return
-            commit = hub.commit_of(repo, revision)
-            if commit is None:
-                return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
-            body = json.dumps([_tree_entry(n, d) for n, d in sorted(repo.commits[commit].items())]).encode()
+            body = json.dumps([_tree_entry(n, d) for n, d in sorted(found[1].items())]).encode()
             self._send(200, {"Content-Type": "application/json"}, body, head)
 
         def _resolve(self, kind: str, repo_id: str, revision: str, name: str, head: bool) -> None:
-            repo = self._repo(kind, repo_id, head)
-            if repo is None:
+            found = self._commit(kind, repo_id, revision, head, files=True)
+            if found is None:
                 return
-            if repo_id in hub.gated:
-                return self._error(403, "GatedRepo", f"Access to model {repo_id} is restricted.", head)
-            commit = hub.commit_of(repo, revision)
-            if commit is None:
-                return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
-            data = repo.commits[commit].get(name)
+            commit, files = found
+            data = files.get(name)
             if data is None:
                 return self._error(404, "EntryNotFound", f"{name} does not exist at {commit}", head)
             common = {"X-Repo-Commit": commit}

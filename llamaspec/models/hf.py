@@ -162,20 +162,16 @@ def _transport_errors() -> list[_Mapping]:
     connection, an HTTP status."""
     import importlib
 
-    by_kind: dict[str, list[type[BaseException]]] = {"cut": [], "slow": [], "unreachable": [], "http": []}
+    libraries = []
     for name in ("requests", "httpx", "httpx2"):
         try:
             lib = importlib.import_module(name)
         except ImportError:
             continue
-        if name == "requests":
-            kinds = (lib.exceptions.ChunkedEncodingError, lib.Timeout, lib.ConnectionError, lib.HTTPError)
-        else:
-            kinds = (lib.RemoteProtocolError, lib.TimeoutException, lib.TransportError, lib.HTTPStatusError)
-        for errors, kind in zip(by_kind.values(), kinds, strict=True):
-            errors.append(kind)
-    handlers = {"cut": _cut, "slow": _slow, "unreachable": _unreachable, "http": _http}
-    return [(kind, handlers[name]) for name, kinds in by_kind.items() for kind in kinds]
+        libraries.append((lib.exceptions.ChunkedEncodingError, lib.Timeout, lib.ConnectionError, lib.HTTPError)
+                         if name == "requests" else
+                         (lib.RemoteProtocolError, lib.TimeoutException, lib.TransportError, lib.HTTPStatusError))
+    return [(kinds[i], render) for i, render in enumerate((_cut, _slow, _unreachable, _http)) for kinds in libraries]
 
 
 @functools.lru_cache(maxsize=1)
