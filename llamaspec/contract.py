@@ -157,6 +157,11 @@ class Measurement:
     error_kind: str | None = None  # of ERROR_KINDS, when not ok
     prompt_ms: float | None = None  # the engine's own prompt processing time (to the first sampled token)
     generation_ms: float | None = None  # the engine's own time from the first sampled token to the last
+    # Acceptance by draft position (index i-1 holds position i), summed over the run's rounds, where
+    # the engine counts it: the rounds that drafted a token at position i, and of those the rounds whose
+    # draft was accepted through position i (a round's acceptance stops at its first rejected token).
+    drafted_by_position: tuple[int, ...] | None = None
+    accepted_by_position: tuple[int, ...] | None = None
     stats: dict[str, Any] | None = None
     log_path: str | None = None
     noise: NoiseSample | None = None  # what else the machine did meanwhile: set by the run core, not the engine
@@ -183,6 +188,12 @@ class Measurement:
     def drafted_per_round(self) -> float | None:
         return drafted_per_round(self.n_drafted, self.rounds)
 
+    @property
+    def acceptance_by_position(self) -> tuple[float | None, ...] | None:
+        """Per draft position i (index i-1), the share of the rounds that drafted position i whose
+        draft was accepted through it; None where the engine does not count positions."""
+        return acceptance_by_position(self.accepted_by_position, self.drafted_by_position)
+
 
 # The derived quantities' one definition each, from counters (of one run, or summed over runs:
 # a prompt set's figures, the speedup model's pooled points).
@@ -200,6 +211,15 @@ def acceptance(n_accept: int | None, n_drafted: int | None) -> float | None:
 def drafted_per_round(n_drafted: int | None, rounds: int | None) -> float | None:
     """Draft tokens proposed per round (at most the draft length)."""
     return _per(n_drafted, rounds)
+
+
+def acceptance_by_position(accepted: Sequence[int] | None,
+                           drafted: Sequence[int] | None) -> tuple[float | None, ...] | None:
+    """Accepted through position i over drafted at position i, per position, as fractions (None at a
+    position no round drafted)."""
+    if accepted is None or drafted is None:
+        return None
+    return tuple(_per(a, d) for a, d in zip(accepted, drafted, strict=True))
 
 
 def mean_accepted(n_accept: int | None, rounds: int | None) -> float | None:
