@@ -3,6 +3,7 @@
 #   make check  the quick tier: ruff, mypy and the tests that need no binaries, torch or Ray (< 90 s)
 #   make test   the whole test suite (builds llama.cpp first if the cache has no build)
 #   make test-hub  the hub tests on the newest huggingface_hub (part of make test)
+#   make docs   docs/results.md's tables from the recorded sweeps
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -13,7 +14,7 @@ DRAFTS ?= 1,2,4,8,12
 STAMP  := $(VENV)/.installed
 CONVERT_STAMP := $(VENV)/.installed-convert
 
-.PHONY: demo check test test-hub lint setup setup-convert build models clean-venv
+.PHONY: demo check test test-hub lint docs setup setup-convert build models clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +79,10 @@ test: setup-convert build
 test-hub: $(HUB_STAMP)
 	$(HUB_VENV)/bin/python -c 'import huggingface_hub as h; print("huggingface_hub", h.__version__)'
 	$(HUB_VENV)/bin/python -m pytest -q -p no:cacheprovider $(HUB_TESTS)
+
+# docs/results.md's tables, from the sweeps recorded in tests/fixtures (tests/test_docs.py checks them).
+docs: setup
+	$(BIN)/python docs/make_results.py
 
 lint: setup
 	$(BIN)/ruff check llamaspec tests benchmarks
