@@ -76,8 +76,7 @@ def _shell_lines(text: str) -> Iterator[str]:
             command = line.split(" #", 1)[0].strip()
             if command.startswith("llamaspec "):
                 yield command
-    for span in re.findall(r"`(llamaspec [^`]+)`", text):
-        yield span
+    yield from re.findall(r"`(llamaspec [^`]+)`", text)
 
 
 def parse_command_line(line: str) -> None:
