@@ -275,6 +275,3 @@ def load(name_or_path: str, known_model: Callable[[str, str], str | None] | None
     exp = parse(data, str(path), known_model or catalog_checker(), base_dir=path.parent)
     return dataclasses.replace(exp, sha256=hashlib.sha256(raw).hexdigest())
 
-
-def list_experiments() -> list[Path]:
-    return sorted(paths.experiments_dir().glob("*.yaml"))

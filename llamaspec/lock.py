@@ -143,21 +143,6 @@ def measuring(what: str, wait: bool = True, on_wait: Callable[[Holder], None] | 
             os.close(fd)  # releases the lock
 
 
-def holder_of(path: Path | None = None) -> Holder | None:
-    """Who holds the lock now (None: nobody), without taking it."""
-    lock_file = path or paths.lock_path()
-    if not lock_file.exists():
-        return None
-    fd = _open(lock_file)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return _description(lock_file)
-    finally:
-        os.close(fd)
-    return None
-
-
 def _open(lock_file: Path) -> int:
     try:
         lock_file.parent.mkdir(parents=True, exist_ok=True)

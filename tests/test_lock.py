@@ -143,13 +143,13 @@ def test_nesting_in_one_process_is_a_no_op_and_holds_the_lock(tmp_path: Path, lo
     with lock.measuring("sweep", wait=False) as outer:
         with lock.measuring("case 1", wait=False) as inner:
             assert inner is outer and inner["what"] == "sweep"
-            assert lock.holder_of() is not None and lock.holder_of()["pid"] == os.getpid()  # type: ignore[index]
+            assert lock.held() is not None and lock.held()["pid"] == os.getpid()  # type: ignore[index]
             other = start(tmp_path / "release", wait=False)
             said = event(other)
             assert said["event"] == "refused" and f"pid {os.getpid()} " in said["message"]
             other.wait(timeout=30)
-        assert lock.holder_of() is not None  # the inner block did not let go of it
-    assert lock.holder_of() is None
+        assert lock.held() is not None  # the inner block did not let go of it
+    assert lock.held() is None
     (tmp_path / "release").touch()
     free = start(tmp_path / "release", wait=False)
     assert event(free)["event"] == "acquired"

@@ -17,7 +17,7 @@ import ipaddress
 import logging
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,3 @@ class RpcServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-
-def endpoints_text(endpoints: Sequence[str]) -> str:
-    return ",".join(endpoints)
