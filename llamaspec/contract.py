@@ -51,6 +51,8 @@ from llamaspec.settings import Settings
 # draft: the draft model alone (one draft step's cost); batch: the target on batches of
 # 1..17 tokens (one verification call's cost). The last two feed the speedup model.
 MODES = ("baseline", "speculative", "draft", "batch")
+# The two modes a pair holds: the target alone and with speculation, measured next to each other.
+PAIR_MODES = ("baseline", "speculative")
 
 # The one definition of decode speed every backend reports in Measurement.decode_tps.
 SPEED_DEFINITION = ("generated tokens after the first, over the time from the first generated token to the last "
@@ -165,6 +167,10 @@ class Measurement:
     stats: dict[str, Any] | None = None
     log_path: str | None = None
     noise: NoiseSample | None = None  # what else the machine did meanwhile: set by the run core, not the engine
+    # The pair this measurement belongs to (PAIR_MODES only; stored as the row's ``repeat``): set by
+    # the pairs loop, not the engine. Which measurements form a pair is decided from it alone
+    # (``pairs.whole_pairs``), never by the order they were taken in.
+    pair: int | None = None
 
     # Derived quantities, each defined here once from the counters the engine filled. ``rounds`` has
     # one meaning for every engine: every target call after the prompt, by its program's own loop

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import paths
-from llamaspec.contract import Measurement
+from llamaspec.contract import PAIR_MODES, Measurement
 from llamaspec.errors import LlamaspecError
 from llamaspec.host import NoiseSample
 from llamaspec.lock import process_gone, this_process
@@ -261,9 +261,14 @@ class MeasurementRow:
     created_at: str = ""
 
     @classmethod
-    def of(cls, m: Measurement, *, run_id: int, repeat: int, baseline_key: str | None = None) -> MeasurementRow:
-        """The row for an engine's Measurement (every field of the contract, none forgotten)."""
-        return cls(run_id=run_id, mode=m.mode, repeat=repeat, ok=m.ok, error=m.error, argv=list(m.argv),
+    def of(cls, m: Measurement, *, run_id: int, repeat: int | None = None, baseline_key: str | None = None) -> MeasurementRow:
+        """The row for an engine's Measurement (every field of the contract, none forgotten). ``repeat``
+        is the measurement's pair index (``Measurement.pair``); a draft or batch timing, in no pair,
+        takes ``repeat`` (0 by default)."""
+        if m.pair is not None and repeat is not None and repeat != m.pair:
+            raise ValueError(f"a {m.mode} measurement of pair {m.pair} stored as repeat {repeat}")
+        index = m.pair if m.pair is not None else (repeat or 0)
+        return cls(run_id=run_id, mode=m.mode, repeat=index, ok=m.ok, error=m.error, argv=list(m.argv),
                    exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
                    n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
                    n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept, text=m.text, stats=m.stats,
@@ -284,6 +289,7 @@ def measurement_of(row: dict[str, Any]) -> Measurement:
     data["tokens"] = tuple(row["tokens"]) if row.get("tokens") is not None else None
     data["ok"], data["end_of_text"] = bool(row.get("ok")), bool(row.get("end_of_text"))
     data["noise"] = NoiseSample.from_dict(row.get("noise"))
+    data["pair"] = int(row["repeat"]) if row.get("mode") in PAIR_MODES and row.get("repeat") is not None else None
     return Measurement(**data)
 
 

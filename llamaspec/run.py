@@ -198,12 +198,10 @@ def more_pairs(run_id: int, case: ResolvedCase, backend: Engine, store: Store, c
     is finished again with everything measured."""
     if count < 1:
         raise LlamaspecError(f"more pairs for run {run_id}: asked for {count}", hint="ask for at least one pair")
-    rows = store.measurements(run_id)
-    start = 1 + max((r["repeat"] for r in rows if r["mode"] in pairs.PAIR_MODES), default=-1)
-    # The summary pairs the n-th speculative run with the n-th baseline: a half pair left by an
-    # interruption (its rows stay stored) must not shift the pairs after it.
-    whole = pairs.whole_pairs(rows)
-    before = measurements_of([r for r in rows if r["mode"] not in pairs.PAIR_MODES or r["repeat"] in whole])
+    before = measurements_of(store.measurements(run_id))
+    # Pairs are made by their index (pairs.whole_pairs): a half pair left by an interruption stays
+    # stored, in no pair, and the new pairs continue after the last index taken.
+    start = 1 + max((m.pair for m in before if m.pair is not None), default=-1)
     point = _Point(case, backend, store, run_id, baseline_scope, True, False, start + count, on_event, before)
     summary = point.measure(count, count, start, None, shown=start + count)
     return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name,
@@ -224,7 +222,6 @@ class _Point:
         self.logs = paths.runs_dir() / f"{run_id:06d}"
         self.measured: list[Measurement] = list(before)
         self.before = len(before)
-        self.new: list[tuple[int, Measurement]] = []  # this call's measurements with their pair
         self.shared = measurements_of(store.shared(self.key))[:at_most] if shared_baseline else []
         if self.draft_key:
             self.shared += (measurements_of(store.shared(self.draft_key, "draft"))[:at_most]
@@ -239,11 +236,10 @@ class _Point:
 
     def _step(self, mode: str, r: int, shown: int) -> Measurement:
         self.emit("start", {"case": self.case.case, "mode": mode, "repeat": r, "repeats": shown})
-        m = pairs.metered(lambda: self.backend.measure(self.case, mode, self.logs / f"{mode}-{r}.log"))
         key = self.draft_key if mode == "draft" else self.key
-        self.store.add_measurement(measurement_row(self.run_id, r, m, key))
+        m = pairs.measure_one(self.backend, self.case, mode, r, self.logs / f"{mode}-{r}.log",
+                              keep=lambda m: self.store.add_measurement(measurement_row(self.run_id, r, m, key)))
         self.measured.append(m)
-        self.new.append((r if mode in pairs.PAIR_MODES else -1, m))
         self.emit("done", {"case": self.case.case, "mode": mode, "repeat": r, "measurement": m})
         return m
 
@@ -277,39 +273,28 @@ class _Point:
         """An extended run keeps its complete pairs as its result (its pairs before the extension
         were a finished result; a half pair is left out of the figures, its rows stay stored); a
         run interrupted before it ever finished is 'interrupted'."""
-        if self.before:
-            complete = self.measured[:self.before] + self._complete_new()
-            kept = summarize(complete, self.shared, requested_draft=requested_draft(self.case),
+        if self.before:  # the summary pairs by index: the half pair the interruption left is in none
+            kept = summarize(self.measured, self.shared, requested_draft=requested_draft(self.case),
                              baseline_key=self.key)
             if kept.status in ("ok", "differs"):
                 return kept.status, kept.to_dict(), None
         return "interrupted", self.summary("interrupted", "interrupted by the user").to_dict(), "interrupted by the user"
 
-    def _complete_new(self) -> list[Measurement]:
-        by_pair: dict[int, list[Measurement]] = {}
-        for r, m in self.new:
-            by_pair.setdefault(r, []).append(m)
-        return [m for ms in by_pair.values() if {"baseline", "speculative"} <= {m.mode for m in ms if m.ok} or
-                all(m.mode in ("draft", "batch") for m in ms) for m in ms]
-
 
 def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Engine, store: Store, *, repeats: int,
                    hardware: dict[str, Any], kind: str, group: Group | None, point_key: str | None = None) -> list[Measurement]:
     """Measure ``mode`` ``repeats`` times in a run row of its own, stored under the shared ``key``
-    (a draft variant's timing); stops at the first failure."""
+    (a draft variant's timing), through the pairs loop's one step (metered, stored as taken) and its
+    stop at the first failure."""
     run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
                              provenance=provenance(backend, case, hardware), kind=kind, group=group,
                              point_key=point_key)
-    done: list[Measurement] = []
-    for r in range(repeats):
-        m = backend.measure(case, mode, paths.runs_dir() / f"{run_id:06d}" / f"{mode}-{r}.log")
-        store.add_measurement(measurement_row(run_id, r, m, key))
-        done.append(m)
-        if not m.ok:
-            break
-    failed = next((m for m in done if not m.ok), None)
-    store.finish_run(run_id, "failed" if failed else "ok", {}, failed.error if failed else None)
-    return done
+    logs = paths.runs_dir() / f"{run_id:06d}"
+    got = pairs.measure_runs(lambda r: pairs.measure_one(
+        backend, case, mode, r, logs / f"{mode}-{r}.log",
+        keep=lambda m: store.add_measurement(measurement_row(run_id, r, m, key))), repeats)
+    store.finish_run(run_id, "failed" if got.failed else "ok", {}, got.failed)
+    return got.measurements
 
 
 def run_experiment(exp: Experiment, backend: Engine, store: Store | None = None, on_event: Event | None = None,

@@ -225,20 +225,36 @@ def requested_draft(case: ResolvedCase) -> int | None:
 def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measurement] = (), *,
               requested_draft: int | None = None, status: str = "ok", error: str | None = None,
               baseline_key: str | None = None, threads_hint: bool = False) -> Summary:
-    """The one summary of a point: its own measurements in the order taken (pairs are formed
-    in that order: the n-th speculative run with the n-th baseline), plus an explicitly shared
-    baseline when the point has none of its own."""
-    spec = [m for m in measured if m.mode == "speculative" and m.ok]
+    """The one summary of a point: its own measurements, paired by their pair index
+    (:func:`llamaspec.pairs.whole_pairs`), plus an explicitly shared baseline where the point's
+    speculative runs have no baseline of their own.
+
+    The point's estimator (:data:`POINT_ESTIMATOR`): the median of the paired ratios, each
+    speculative run over the baseline of its own pair. A half pair (a side failed or was
+    interrupted) is in no pair: its measurements are kept out of every figure that compares the two
+    modes. With a shared baseline (an explicit cost saver), each speculative run is divided by the
+    shared baseline's median, and ``paired`` says so."""
+    from llamaspec.pairs import whole_pairs
+
+    whole = whole_pairs(measured)
+    in_pairs = {p.index for p in whole}
+    ok_spec = [m for m in measured if m.mode == "speculative" and m.ok]
     own_base = [m for m in measured if m.mode == "baseline" and m.ok]
-    base = own_base or [m for m in shared_baseline if m.mode == "baseline" and m.ok]
-    paired = bool(own_base) and len(own_base) >= len(spec) > 0
+    shared_base = [m for m in shared_baseline if m.mode == "baseline" and m.ok]
+    alone = [m for m in ok_spec if m.pair is None or m.pair not in in_pairs]  # no baseline partner of its own
+    paired = bool(whole) and not (shared_base and alone)
+    pairs: list[tuple[Measurement, Measurement]]
     if paired:
-        pairs = list(zip(spec, own_base, strict=False))
-        ratios = [s.decode_tps / b.decode_tps for s, b in pairs if s.decode_tps and b.decode_tps]
-    else:
+        spec, base = [p.speculative for p in whole], [p.baseline for p in whole]
+        pairs = [(p.speculative, p.baseline) for p in whole]
+        ratios = [r for p in whole if (r := p.ratio) is not None]
+    elif shared_base:
+        spec, base = ok_spec, shared_base
         mid = statistics.median([b.decode_tps for b in base if b.decode_tps]) if any(b.decode_tps for b in base) else None
-        pairs = [(s, base[0]) for s in spec] if base else []
+        pairs = [(s, base[0]) for s in spec]
         ratios = [s.decode_tps / mid for s in spec if s.decode_tps and mid]
+    else:  # no pair and nothing shared: no ratio of runs measured apart is ever reported
+        spec, base, pairs, ratios = ok_spec, own_base, [], []
     speedup = stats.spread(ratios)
     lossless = merge_lossless([compare_outputs(s, b) for s, b in pairs])
     mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
@@ -252,9 +268,11 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         status = "differs"
     if status == "ok" and spec and not base:
         status, error = "failed", "no baseline was measured"
+    elif status == "ok" and spec and not ratios and not paired and not shared_base:
+        status, error = "failed", "no speculative run has a baseline of its own pair"
     base_spread = stats.spread([b.decode_tps for b in base])
     noise = NoiseSample.combine([m.noise for m in measured if m.mode in ("baseline", "speculative")])
-    warnings = _warnings(base_spread, speedup, paired, bool(shared_baseline) and not own_base, threads_hint, noise)
+    warnings = _warnings(base_spread, speedup, paired, bool(shared_base) and not paired, threads_hint, noise)
     if mid_spec is not None and mid_spec.n_drafted == 0:
         warnings.append("nothing was drafted: the speculative run is the target alone plus overhead")
     basis = {m.mode: m.speed_basis for m in (*spec[:1], *base[:1]) if m.speed_basis}

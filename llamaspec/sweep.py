@@ -24,7 +24,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
 from llamaspec.pairs import whole_pairs
 from llamaspec.progress import Progress
-from llamaspec.results import Group, Store
+from llamaspec.results import Group, Store, measurements_of
 from llamaspec.run import CaseResult, check_settings, more_pairs, resolve_case, run_case
 from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
 from llamaspec.summary import Summary
@@ -193,7 +193,7 @@ def measure_in_passes(exp: Experiment, case: Case, sid: str, resolved: Sequence[
     for point, _rc in resolved:
         row = store.finished_point(sid, point.key)
         if row is not None and row["status"] == "ok":
-            have[point.key] = row["id"], len(whole_pairs(store.measurements(row["id"])))
+            have[point.key] = row["id"], len(whole_pairs(measurements_of(store.measurements(row["id"]))))
     missing = sum(max(0, want - n) for _id, n in have.values())
     if not missing:
         return set()

@@ -22,15 +22,15 @@ from llamaspec.settings import Settings
 
 def m(mode: str, tps: float, n: int = 64, drafted: int | None = None, accepted: int | None = None,
       rounds: int | None = None, tokens: tuple[int, ...] | None = None, eot: bool = False,
-      prompt_ms: float | None = None) -> Measurement:
-    """A measurement; with ``prompt_ms``, llama-server's timings as the server reports them
-    (``predicted_ms`` from the first generated token to the last: (n - 1) tokens at ``tps``)."""
+      prompt_ms: float | None = None, pair: int = 0) -> Measurement:
+    """A measurement of pair ``pair``; with ``prompt_ms``, llama-server's timings as the server reports
+    them (``predicted_ms`` from the first generated token to the last: (n - 1) tokens at ``tps``)."""
     timings = {"prompt_n": 20, "prompt_ms": prompt_ms, "predicted_n": n, "predicted_ms": 1000.0 * (n - 1) / tps}
     return Measurement(mode=mode, ok=True, error=None, argv=(), exit_code=None, wall_seconds=1.0, peak_rss_bytes=None,
                        n_predict=n, decode_tps=tps, n_drafted=drafted, n_accept=accepted, rounds=rounds,
                        tokens=tokens if tokens is not None else tuple(range(n)), end_of_text=eot,
                        prompt_ms=prompt_ms, generation_ms=timings["predicted_ms"] if prompt_ms is not None else None,
-                       stats={"timings": timings} if prompt_ms is not None else None)
+                       stats={"timings": timings} if prompt_ms is not None else None, pair=pair)
 
 
 def summary(pid: str, category: str, base: float, spec: float, **kw: Any) -> promptset.PromptFigures:
@@ -45,7 +45,7 @@ def summary(pid: str, category: str, base: float, spec: float, **kw: Any) -> pro
 def test_prompt_summary_pairs_repeats_and_checks_tokens() -> None:
     s = promptset.prompt_summary(Prompt("a", "x", "code"), [
         m("baseline", 10.0), m("speculative", 20.0, drafted=40, accepted=30, rounds=10),
-        m("speculative", 30.0, drafted=40, accepted=30, rounds=10), m("baseline", 10.0)])
+        m("speculative", 30.0, drafted=40, accepted=30, rounds=10, pair=1), m("baseline", 10.0, pair=1)])
     assert s.speedup == 2.5  # median of the paired ratios 2.0 and 3.0
     assert s.n_drafted == 80 and s.n_accept == 60 and s.accept == 75.0 and s.rounds == 20
     assert s.lossless is True and s.first_difference is None
@@ -119,7 +119,7 @@ def test_end_to_end_figures_by_hand_include_the_prompt() -> None:
     # Two repeats, ABBA: paired in the order taken, like the decode speedup.
     two = promptset.prompt_summary(Prompt("p2", "x", "code"), [
         m("baseline", 100.0, n=11, prompt_ms=100.0), m("speculative", 200.0, n=11, prompt_ms=50.0),
-        m("speculative", 100.0, n=11, prompt_ms=100.0), m("baseline", 100.0, n=11, prompt_ms=100.0)])
+        m("speculative", 100.0, n=11, prompt_ms=100.0, pair=1), m("baseline", 100.0, n=11, prompt_ms=100.0, pair=1)])
     assert two.e2e_speedup_spread and list(two.e2e_speedup_spread.values) == pytest.approx([2.0, 1.0])
     assert two.e2e_speedup and math.isclose(two.e2e_speedup, 1.5)
     assert math.isclose(two.speculative_e2e_seconds, 0.1 + 0.2) and math.isclose(two.baseline_e2e_seconds, 0.4)

@@ -131,11 +131,12 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Engine, store: Stor
     logs = paths.runs_dir() / f"{run_id:06d}"
     measured: list[Measurement] = []
 
-    def measure(mode: str, r: int) -> Measurement:
-        m = pairs.metered(lambda: backend.measure(case, mode, logs / f"{mode}-{r}.json"))
-        store.add_measurement(MeasurementRow.of(m, run_id=run_id, repeat=r))
+    def keep(m: Measurement) -> None:
+        store.add_measurement(MeasurementRow.of(m, run_id=run_id))
         measured.append(m)
-        return m
+
+    def measure(mode: str, r: int) -> Measurement:
+        return pairs.measure_one(backend, case, mode, r, logs / f"{mode}-{r}.json", keep)
 
     try:
         pairs.measure_pairs(measure, at_least=repeats)

@@ -15,6 +15,7 @@ from typing import Any
 
 from llamaspec import stats
 from llamaspec.contract import Measurement
+from llamaspec.pairs import whole_pairs
 from llamaspec.prompts import Prompt
 from llamaspec.promptset.probe import Divergence
 from llamaspec.summary import summarize as summarize_point
@@ -44,7 +45,7 @@ def plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class PromptFigures:
-    """One prompt's figures for one method (repeats paired in the order taken).
+    """One prompt's figures for one method (its pairs made by ``pairs.whole_pairs``).
 
     Decode figures: tokens after the first over generation time; ``e2e_*``: every generated token
     over the request's time on the server, prompt processing included, over the pairs that have
@@ -154,14 +155,15 @@ def median_or_none(values: Sequence[float | None]) -> float | None:
 
 
 def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> PromptFigures:
-    """One prompt's figures from its measurements (repeats paired by order).
+    """One prompt's figures from its measurements (paired by their pair index, ``pairs.whole_pairs``).
 
     The speedup (median of paired ratios) and the lossless verdict are the run core's own
     (``summary.summarize``, ``summary.compare_outputs``): one definition for a prompt and a point.
     """
     point = summarize_point(measured)
-    base = [m for m in measured if m.mode == "baseline" and m.ok]
-    spec = [m for m in measured if m.mode == "speculative" and m.ok]
+    whole = whole_pairs(measured)  # every figure that sets the two modes side by side: whole pairs only
+    base = [p.baseline for p in whole]
+    spec = [p.speculative for p in whole]
     speed = point.speedup
     verdict = point.lossless
     totals_b = [t for t in (decode_totals(m) for m in base) if t]
@@ -170,10 +172,9 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> PromptFig
     accepted = sum(m.n_accept or 0 for m in spec)
     rounds = [m.rounds for m in spec]
     failed = next((m for m in measured if not m.ok), None)
-    # End to end: paired in the order taken, as the decode speedup is (n-th with n-th).
-    e2e_b = [request_totals(m) for m in base]
-    e2e_s = [request_totals(m) for m in spec]
-    e2e_pairs = [(s_, b_) for s_, b_ in zip(e2e_s, e2e_b, strict=False) if s_ and b_] if point.paired else []
+    # End to end: the decode speedup's pairs (pairs.whole_pairs, by pair index).
+    e2e_pairs = [(s_, b_) for p in whole
+                 if (s_ := request_totals(p.speculative)) and (b_ := request_totals(p.baseline))]
     e2e = stats.spread([(ns / ts) / (nb / tb) for (ns, ts), (nb, tb) in e2e_pairs])
     return PromptFigures(
         id=prompt.id, category=prompt.category,
