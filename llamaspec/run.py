@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from llamaspec import __version__, pairs, paths, stats
-from llamaspec.contract import SPEED_DEFINITION, Engine, Measurement, ResolvedCase, engine_provenance
+from llamaspec.contract import SPEED_DEFINITION, Engine, Measurement, ModelPath, ResolvedCase, engine_provenance
 from llamaspec.errors import LlamaspecError
-from llamaspec.experiment import Case, Experiment, Reference
+from llamaspec.experiment import Case, Experiment, ModelRef, Reference
 from llamaspec.results import Group, MeasurementRow, Store, measurements_of
 from llamaspec.summary import Summary, requested_draft, summarize
 
@@ -67,18 +67,24 @@ def repeat_bounds(repeats: Repeats) -> tuple[int, int]:
 # --- resolving ---------------------------------------------------------------------------------
 
 def default_threads() -> int:
+    """Threads when a case sets none: the machine's physical cores (every engine, every machine)."""
     import psutil
 
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def resolve_case(exp: Experiment, case: Case, backend: Engine) -> ResolvedCase:
-    """The case with its models on disk in the engine's form and every setting decided."""
+def resolve_case(exp: Experiment, case: Case, backend: Engine,
+                 models: Callable[[ModelRef], ModelPath] | None = None) -> ResolvedCase:
+    """The case with its models on disk in the engine's form and every setting decided: the one
+    resolver (a cluster worker's too), with the one default for threads (:func:`default_threads`).
+    ``models``: where a model's file comes from (default: the engine's ``resolve_model``; a cluster
+    worker: the files its machine fetched or derived)."""
+    find = models or (lambda ref: backend.resolve_model(ref.model, ref.variant))
     settings = case.settings.with_defaults()
     if settings.threads is None:
         settings = replace(settings, threads=default_threads())
-    target = backend.resolve_model(case.target.model, case.target.variant)
-    draft = backend.resolve_model(case.draft.model, case.draft.variant) if case.draft else None
+    target = find(case.target)
+    draft = find(case.draft) if case.draft else None
     return ResolvedCase(exp.name, case.name, target, draft, case.prompt, case.prompt_file, settings)
 
 

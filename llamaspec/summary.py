@@ -6,8 +6,9 @@ point (and, only when asked, a shared baseline), and stored as JSON with the run
 
 - **speed**: every backend reports ``decode_tps`` on one definition (``backend.SPEED_DEFINITION``);
   each measurement says how it got there (``speed_basis``).
-- **speedup**: the median of paired ratios (each speculative run over the baseline measured next to
-  it) with a 95 % bootstrap interval. With a shared baseline (an explicit cost saver) each run is
+- **speedup**: the point estimator (:mod:`llamaspec.estimators`, named in ``estimator``): the median
+  of paired ratios (each speculative run over the baseline of its own pair, pairs made by index)
+  with a 95 % bootstrap interval. With a shared baseline (an explicit cost saver) each run is
   divided by the shared baseline's median instead, and the summary says so (``paired`` False).
 - **lossless**: greedy output with a draft must equal greedy output without one, on the generated
   part only, token ids where the engine gives them; a shorter speculative output differs.
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from llamaspec import stats
+from llamaspec import estimators, stats
 from llamaspec.contract import SPEED_DEFINITION, Measurement, ResolvedCase
 from llamaspec.host import NoiseSample
 from llamaspec.stats import Spread
@@ -182,6 +183,7 @@ class Summary:
     error: str | None = None
     speed_definition: str = SPEED_DEFINITION
     noise: NoiseSample | None = None  # the machine during this point's own measurements (steal, other load)
+    estimator: str = estimators.POINT  # how ``speedup`` was computed (llamaspec.estimators)
 
     @property
     def recommendable(self) -> bool:
@@ -255,11 +257,11 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         ratios = [s.decode_tps / mid for s in spec if s.decode_tps and mid]
     else:  # no pair and nothing shared: no ratio of runs measured apart is ever reported
         spec, base, pairs, ratios = ok_spec, own_base, [], []
-    speedup = stats.spread(ratios)
+    speedup = estimators.point(ratios)
     lossless = merge_lossless([compare_outputs(s, b) for s, b in pairs])
     mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
     draft = check_draft(mid_spec, requested_draft) if mid_spec else DraftCheck(requested_draft, None, None, None)
-    problems = [p for p in (check_draft(m, requested_draft).problem for m in spec) if p]
+    problems = [p for p in (check_draft(m, requested_draft).problem for m in ok_spec) if p]
     if problems:
         draft = replace(draft, problem=problems[0])
     if status == "ok" and problems:
@@ -299,6 +301,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in spec) or None if spec else None,
         baseline_peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in base) or None if base else None,
         speed_basis=basis, baseline_key=baseline_key, warnings=tuple(warnings), error=error, noise=noise,
+        estimator=estimators.POINT if paired or not shared_base else estimators.SHARED_BASELINE,
     )
 
 

@@ -181,16 +181,25 @@ def tune(exp: Experiment, backend: Engine, store: Store, variants: tuple[str, ..
             if case.draft is not None]
 
 
+def tune_key(exp: Experiment, case: Case, backend: Engine) -> str:
+    """The tune's id: same experiment, case, settings, models, prompt, repeats and engine (its name
+    and ``identity()``: the build for llama.cpp; transformers, torch and the device for
+    transformers): the same tune, resumed. Another engine version starts afresh, never reusing
+    points another version measured."""
+    assert case.draft is not None
+    blob = {"exp": exp.name, "case": case.name, "settings": dataclasses.asdict(case.settings),
+            "engine": backend.name, "identity": backend.identity(), "draft": case.draft.label,
+            "target": case.target.label, "prompt": case.prompt, "repeats": exp.repeats}
+    return f"tune-{exp.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:10]}"
+
+
 def _tune_case(exp: Experiment, case: Case, backend: Engine, store: Store, hw: dict[str, Any],
                variants: tuple[str, ...] | None, modes: tuple[str, ...] | None,
                on_point: Callable[[Config, dict[str, Any]], None] | None, budget: Budget | None) -> TuneResult:
     from llamaspec import models
 
     assert case.draft is not None
-    blob = {"exp": exp.name, "case": case.name, "settings": dataclasses.asdict(case.settings), "build":
-            backend.provenance().get("build_key"), "draft": case.draft.label, "target": case.target.label,
-            "prompt": case.prompt, "repeats": exp.repeats}
-    tune_id = f"tune-{exp.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:10]}"
+    tune_id = tune_key(exp, case, backend)
     result = TuneResult(exp.name, case.name, tune_id)
     start = time.monotonic()
 

@@ -229,10 +229,13 @@ def test_speedups_are_per_machine_from_that_machines_own_baselines(store: Store)
     per = cluster_summary.per_machine(store, "s6")
     assert set(per) == {"host-a", "host-b"}
     for machine, s in per.items():
-        assert s["speedup"].median == pytest.approx(1.5, rel=1e-9), machine
-        assert all(r == pytest.approx(1.5) for r in s["speedups"])
+        assert s["speedup"] is None and s["items"] == len(s["cases"]) == 3  # three cases: no one figure over them
+        for case, point in s["cases"].items():
+            assert point.paired and point.pairs == 2 and point.speedup.median == pytest.approx(1.5, rel=1e-9), (machine, case)
+        assert len(s["speedups"]) == 6 and all(r == pytest.approx(1.5) for r in s["speedups"])
     assert per["host-b"]["baseline_decode_tps"].median == pytest.approx(2 * per["host-a"]["baseline_decode_tps"].median, rel=0.02)
-    assert cluster_summary.describe(per)[0].startswith("host-a: ")
+    lines = cluster_summary.describe(per)
+    assert lines[0].startswith("host-a: 3 items") and lines[-1].startswith("speedup: median of paired ratios")
 
 
 # --- connecting -------------------------------------------------------------------------------
@@ -361,8 +364,12 @@ def test_cluster_run_on_this_machine_alone_reports_per_machine_and_resumes() -> 
 @pytest.mark.slow
 def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_stores_it(store: Store) -> None:
     _real_or_skip()
-    item = WorkItem("python", "case", {"experiment": "smollm2-quicksort", "case": "python", "repeats": 1,
-                                       "settings": {"n_predict": 16, "threads": 1}})
+    from llamaspec.cluster import study
+    from llamaspec.experiment import load
+    from llamaspec.settings import Settings
+
+    exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=16, threads=1))
+    item = study.case_item(exp, exp.cases[0], 1)
     pool = LocalPool(["box"])
     report = run_study("core", [item], pool, StoreSink(store), Requirements(accel="cpu", models={F32: None, Q41: None}))
     pool.close()
@@ -616,7 +623,7 @@ def test_a_swept_study_names_the_best_point_per_machine(store: Store) -> None:
         for r in range(3):
             for mode, tps in (("baseline", 50.0), ("speculative", 50.0 * factor * (1 + 0.01 * r))):
                 ms.append(Measurement(mode=mode, ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
-                                      peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=tps, text="same"))
+                                      peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=tps, text="same", pair=r))
         return {"ok": True, "status": "ok", "experiment": "e", "case": "c", "settings": {"draft_max": k},
                 "provenance": {}, "measurements": [], "summary": summarize(ms, requested_draft=None).to_dict()}
 
@@ -800,7 +807,7 @@ def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Sto
     if kind == "pair":
         work = study.experiment_items(exp)
     else:
-        work = [WorkItem("k4", "case", {"experiment": str(exp.path), "engine": exp.engine, "case": "k4", "repeats": 2})]
+        work = [study.case_item(exp, exp.cases[0], 2)]
     assert {i.payload["engine"] for i in work} == {"llama-server"}
     pool = LocalPool(["box"], factory=lambda _m: machine)
     try:
@@ -853,3 +860,46 @@ def test_the_command_line_refuses_such_an_experiment_in_one_line_without_reachin
     assert lines[-2] == ("Error: experiment engine-transformers uses the transformers engine; cluster workers measure "
                          "with llama.cpp and llama-server only"), done.output
     assert lines[-1].startswith("Hint: run it on one machine (without --cluster"), done.output
+
+
+def test_one_study_measured_here_and_through_the_cluster_executor_reports_identical_figures(
+        store: Store, tmp_path: Path) -> None:
+    """One case, five pairs, on an engine whose machine changes speed from one measurement to the
+    next (so the pairs' ratios differ): measured by the run core on one machine, and as five split
+    items (one pair each, keeping its place in the ABBA order) through the cluster's pair executor
+    and the local pool. Both report the point estimator over the same pairs: identical figures. A
+    per-machine mean of item medians (the geometric mean the cluster once reported) reads otherwise."""
+    from fakes import FakeEngine
+
+    from llamaspec import estimators, run
+    from llamaspec.cluster import study
+
+    exp = _server_experiment(tmp_path, backend="llama.cpp")
+    noise = (1.0, 0.8, 1.15, 0.9, 1.3, 0.85, 1.05)
+    here = FakeEngine(base_tps=100.0, drift=0.0, noise=noise, name="llama.cpp")
+    local = run.run_case(run.resolve_case(exp, exp.cases[0], here), here, store, repeats=5, hardware={}).summary
+
+    there = FakeEngine(base_tps=100.0, drift=0.0, noise=noise, name="llama.cpp")
+    machine = FakeMachine("box", there)
+    machine.fake_env.engines["llama.cpp"] = there
+    work = study.experiment_items(exp, 5, split_repeats=True)
+    assert [i.payload["repeat_offset"] for i in work] == [0, 1, 2, 3, 4]
+    pool = LocalPool(["box"], factory=lambda _m: machine)
+    try:
+        report = run_study("split", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
+    finally:
+        pool.close()
+    assert not report.failed and len(report.done) == 5, report
+    assert there.calls == here.calls  # the same measurements asked for, in the same order, threads included
+    per = cluster_summary.per_machine(store, "split")["box"]
+    remote = per["cases"]["k4"]
+    assert per["speedup"] == remote.speedup and per["estimator"] == estimators.OVER_MACHINES
+    assert local.paired and remote.paired and local.pairs == remote.pairs == 5
+    assert remote.speedup == local.speedup  # median, interval, extremes and every ratio
+    assert remote.decode_tps == local.decode_tps and remote.baseline_decode_tps == local.baseline_decode_tps
+    assert remote.lossless == local.lossless and remote.estimator == local.estimator == estimators.POINT
+    assert local.speedup is not None and len(set(local.speedup.values)) == 5
+    item_medians = [r["summary"]["speedup"]["median"] for r in store.runs(group_id="split")]
+    from llamaspec import stats
+
+    assert abs(stats.geometric_mean(item_medians) - local.speedup.median) > 1e-3

@@ -123,3 +123,35 @@ def test_every_field_of_a_measurement_has_its_column_and_comes_back() -> None:
     draft = dataclasses.replace(m, mode="draft", pair=None)  # a cost timing is in no pair
     store.add_measurement(MeasurementRow.of(draft, run_id=run_id))
     assert measurement_of(store.measurements(run_id)[1]).pair is None
+
+
+def paired(mode: str, pair: int, tps: float, ok: bool = True) -> Measurement:
+    return dataclasses.replace(measurement(mode, ok), decode_tps=tps, pair=pair)
+
+
+def test_pairs_are_made_by_index_not_by_the_order_taken() -> None:
+    """Pair 1's speculative run failed (its baseline at 10 t/s stands alone); pairs 0 and 2 are whole.
+    By index: ratios 2.0 (20/10) and 3.0 (60/20). Paired by order taken (the n-th speculative run
+    with the n-th baseline), pair 2's speculative run would meet pair 1's baseline: 6.0."""
+    from llamaspec.summary import summarize
+
+    taken = [paired("baseline", 0, 10.0), paired("speculative", 0, 20.0), paired("speculative", 1, 0.0, ok=False),
+             paired("baseline", 1, 10.0), paired("baseline", 2, 20.0), paired("speculative", 2, 60.0)]
+    whole = pairs.whole_pairs(taken)
+    assert [(p.index, p.ratio) for p in whole] == [(0, 2.0), (2, 3.0)]
+    assert pairs.whole_pairs(reversed(taken)) == whole  # the order they come in plays no part
+    s = summarize(taken)
+    assert s.paired and s.pairs == 2 and s.speedup is not None and sorted(s.speedup.values) == [2.0, 3.0]
+    assert s.baseline_decode_tps is not None and s.baseline_decode_tps.values == (10.0, 20.0)  # the lone baseline left out
+    # A side taken twice under one index (two runs mixed by mistake) makes that index no pair.
+    assert [p.index for p in pairs.whole_pairs([*taken, paired("baseline", 0, 99.0)])] == [2]
+    # Without an index, a measurement is in no pair: no ratio of runs measured apart is reported.
+    loose = summarize([measurement("baseline"), measurement("speculative")])
+    assert not loose.paired and loose.speedup is None and loose.status == "failed"
+
+
+def test_the_loop_stamps_each_measurement_with_its_pair() -> None:
+    seen, measure = recorder()
+    got = pairs.measure_pairs(measure, at_least=2, start=3)
+    assert [(t.pair, t.measurement.pair) for t in got.taken] == [(3, 3), (3, 3), (4, 4), (4, 4)]
+    assert got.complete == 2 and [p.index for p in pairs.whole_pairs(got.measurements)] == [3, 4]

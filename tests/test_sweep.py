@@ -170,3 +170,36 @@ def test_report_compare_by_unknown_key() -> None:
     assert result.exit_code == 2  # click refuses the choice
 
 
+
+
+class LibraryEngine(FakeEngine):
+    """An engine in a library, as transformers is: its identity is its library versions and device,
+    and its provenance has no build key."""
+
+    torch: str = "2.5.0"
+
+    def identity(self) -> str:
+        return f"transformers 4.46.0 torch {self.torch} cpu"
+
+    def provenance(self) -> dict[str, object]:
+        return {"version": "4.46.0", "torch": self.torch, "accel": "cpu"}
+
+
+def test_a_tune_under_another_engine_version_starts_afresh(fake_models) -> None:
+    """The tune's id names the engine's identity: the same versions resume every point; another
+    torch measures afresh (its points are not the old torch's), and the old ones resume again."""
+    store = Store.open()
+    engine = LibraryEngine(drift=0.0)
+    (first,) = tune.tune(exp(), engine, store, variants=())
+    calls = len(engine.calls)
+    (again,) = tune.tune(exp(), engine, store, variants=())
+    assert again.tune_id == first.tune_id and len(engine.calls) == calls  # resumed: nothing measured
+    engine.torch = "2.6.0"
+    (other,) = tune.tune(exp(), engine, store, variants=())
+    assert other.tune_id != first.tune_id and len(engine.calls) > calls
+    assert not {r["id"] for _c, r in other.measured} & {r["id"] for _c, r in first.measured}
+    assert all(r["provenance"]["identity"] == engine.identity() for _c, r in other.measured)
+    engine.torch = "2.5.0"
+    calls = len(engine.calls)
+    (back,) = tune.tune(exp(), engine, store, variants=())
+    assert back.tune_id == first.tune_id and len(engine.calls) == calls

@@ -34,6 +34,7 @@ from llamaspec.errors import LlamaspecError
 if TYPE_CHECKING:
     from llamaspec.cluster.worker import MachineWorker
     from llamaspec.contract import ResolvedCase
+    from llamaspec.experiment import Case, Experiment, ModelRef
     from llamaspec.pairs import Pairs
 
 Executor = Callable[["MachineWorker", WorkItem], dict[str, Any]]
@@ -88,30 +89,58 @@ def _hardware(worker: MachineWorker) -> dict[str, Any]:
     return dict(worker.state["hardware"])
 
 
-def resolved_case(worker: MachineWorker, payload: dict[str, Any]) -> ResolvedCase:
-    """The payload's case with this machine's model paths and every setting decided."""
-    from llamaspec.contract import ResolvedCase
+def experiment_of(payload: dict[str, Any]) -> Experiment:
+    """The experiment a work item carries (``study.experiment_payload``, or one case's
+    ``study.case_payload``): rebuilt from the payload, never from a file on the worker (the
+    coordinator decided every setting; the worker's checkout need not have the file, or the same one)."""
+    from llamaspec.experiment import Experiment
+
+    cases = payload.get("cases") or [payload]
+    repeats = payload.get("repeats") or 1
+    return Experiment(name=str(payload.get("experiment") or "cluster"), description="",
+                      engine=engine_of(payload) or "llama.cpp", repeats=repeats,
+                      cases=tuple(case_of(c) for c in cases), path=str(payload.get("experiment_path") or ""),
+                      sha256=payload.get("experiment_sha256"))
+
+
+def case_of(payload: dict[str, Any]) -> Case:
+    """One case of a payload (``study.case_payload``): model labels, prompt, settings, reference."""
+    from llamaspec.experiment import Case, ModelRef, Reference
     from llamaspec.settings import Settings
 
-    settings = Settings.from_dict(payload.get("settings") or {}).with_defaults()
-    if settings.threads is None:
-        import psutil
+    def ref(label: str) -> ModelRef:
+        model, _, variant = label.partition(":")
+        return ModelRef(model, variant)
 
-        settings = dataclasses.replace(settings, threads=psutil.cpu_count(logical=False) or 1)
-    return ResolvedCase(
-        experiment=payload.get("experiment", "cluster"), case=payload.get("case", "case"),
-        target=worker.env.model(payload["target"]), draft=worker.env.model(payload["draft"]) if payload.get("draft") else None,
-        prompt=payload.get("prompt"), prompt_file=payload.get("prompt_file"), settings=settings,
-        prompt_id=payload.get("prompt_id"), category=payload.get("category"))
+    reference = payload.get("reference")
+    return Case(name=str(payload.get("case") or "case"), target=ref(payload["target"]),
+                draft=ref(payload["draft"]) if payload.get("draft") else None,
+                prompt=payload.get("prompt"), prompt_file=payload.get("prompt_file"),
+                settings=Settings.from_dict(payload.get("settings") or {}),
+                reference=Reference(**reference) if reference else None)
+
+
+def resolved_case(worker: MachineWorker, payload: dict[str, Any], backend: Any) -> ResolvedCase:
+    """The payload's case with this machine's model files, resolved by the run core's one resolver
+    (``run.resolve_case``: the same setting defaults and thread rule as on one machine)."""
+    from llamaspec import run
+
+    exp = experiment_of(payload)
+    return run.resolve_case(exp, exp.cases[0], backend, models=lambda ref: worker.env.model(_label(ref)))
+
+
+def _label(ref: ModelRef) -> str:
+    """The label the coordinator sent: ``name:variant``, or a GGUF path as it was (no variant)."""
+    return ref.label if ref.variant else ref.model
 
 
 def _measure_pairs(backend: Any, case: ResolvedCase, logs: Path, repeats: int, offset: int = 0) -> Pairs:
-    """The run core's one pairs loop on this machine; ``offset``: a split repeat keeps its place
-    in the ABBA order."""
+    """The run core's one pairs loop and its one measuring step on this machine; ``offset``: a split
+    repeat keeps its place in the ABBA order."""
     from llamaspec import pairs
 
     suffix = ".json" if backend.capabilities.keeps_models_loaded else ".log"
-    return pairs.measure_pairs(lambda mode, r: pairs.metered(lambda: backend.measure(case, mode, logs / f"{mode}-{r}{suffix}")),
+    return pairs.measure_pairs(lambda mode, r: pairs.measure_one(backend, case, mode, r, logs / f"{mode}-{r}{suffix}"),
                                at_least=repeats, start=offset)
 
 
@@ -132,8 +161,8 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     from llamaspec import run as runs
     from llamaspec.summary import requested_draft, summarize
 
-    case = resolved_case(worker, item.payload)
     backend = _engine(worker, engine_of(item.payload) or "llama.cpp")
+    case = resolved_case(worker, item.payload, backend)
     runs.check_settings(case, backend)  # a setting this engine would ignore: refused, as on one machine
     backend.check(case)
     got = _measure_pairs(backend, case, worker.scratch / "logs" / _safe(item.key), int(item.payload.get("repeats", 1)),
@@ -149,25 +178,19 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 
 
 def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
-    """One experiment case through the run core, stored first in this machine's scratch store."""
-    from llamaspec import experiment, run
+    """One experiment case (``study.case_payload`` with ``reference``) through the run core, stored
+    first in this machine's scratch store."""
+    from llamaspec import run
     from llamaspec.results import Store
 
     p = item.payload
-    exp = experiment.load(p["experiment"])
-    chosen = next((c for c in exp.cases if c.name == p["case"]), None)
-    if chosen is None:
-        raise LlamaspecError(f"experiment {exp.name} on worker {worker.machine} has no case {p['case']!r}",
-                             hint="the workers must run the same llamaspec checkout (experiments/) as the coordinator")
-    if p.get("settings"):
-        from llamaspec.settings import Settings
-
-        chosen = dataclasses.replace(chosen, settings=Settings.from_dict(p["settings"]).over(chosen.settings))
+    exp = experiment_of(p)
+    chosen = exp.cases[0]
     store = worker.state.get("store")
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
     engine = _engine(worker, exp.engine)
-    resolved = run.resolve_case(exp, chosen, engine)
+    resolved = resolved_case(worker, p, engine)
     run.check_settings(resolved, engine)
     result = run.run_case(resolved, engine, store, repeats=p.get("repeats", exp.repeats), hardware=_hardware(worker),
                           reference=chosen.reference, exp=exp, kind=p.get("kind", "run"),
@@ -188,8 +211,8 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 
     p = item.payload
     the_prompt = Prompt(**p["prompt_item"])
-    case = resolved_case(worker, p)
     backend = _engine(worker, "llama-server")
+    case = resolved_case(worker, p, backend)
     checked = worker.state.setdefault("checked", set())
     if p["case"] not in checked:  # once per case and machine, as run_set does once per case
         runs.check_settings(case, backend)
@@ -209,15 +232,12 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 
 def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """The experiment's tune, whole, on this machine (scratch store: resumable while the worker lives)."""
-    from llamaspec import experiment
     from llamaspec import tune as tuner
     from llamaspec.contract import engine_provenance
     from llamaspec.results import Store
-    from llamaspec.settings import Settings
 
     p = item.payload
-    exp = experiment.load(p["experiment_path"] or p["experiment"])
-    exp = exp.with_overrides(Settings.from_dict(p.get("overrides") or {}), p.get("repeats"), p.get("prompt"))
+    exp = experiment_of(p)  # the command line's overrides applied on the coordinator
     store = worker.state.get("store")
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")

@@ -29,7 +29,27 @@ def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> d
         prompt = Path(case.prompt_file).read_text()
     return {"experiment": exp.name, "engine": exp.engine, "case": case.name, "target": case.target.label,
             "draft": case.draft.label if case.draft else None, "prompt": prompt, "prompt_file": prompt_file,
-            "settings": settings.to_dict(), "repeats": repeats, "repeat_offset": repeat_offset}
+            "settings": settings.to_dict(), "repeats": repeats, "repeat_offset": repeat_offset,
+            "reference": dataclasses.asdict(case.reference) if getattr(case, "reference", None) else None,
+            "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
+            "experiment_sha256": getattr(exp, "sha256", None)}
+
+
+def experiment_payload(exp: Any) -> dict[str, Any]:
+    """The whole experiment as a work item carries it (every case portable, settings decided here):
+    the worker rebuilds it (``executors.experiment_of``) and never reads an experiment file."""
+    first = case_payload(exp, exp.cases[0], 1) if exp.cases else {}
+    return {"experiment": exp.name, "engine": exp.engine, "repeats": exp.repeats,
+            "experiment_path": first.get("experiment_path"), "experiment_sha256": first.get("experiment_sha256"),
+            "cases": [case_payload(exp, c, 1) for c in exp.cases]}
+
+
+def case_item(exp: Any, case: Any, repeats: int | str | None = None, **options: Any) -> WorkItem:
+    """One ``case`` item: the case through the run core on a worker (``options``: ``kind``,
+    ``shared_baseline``, ``warmup``)."""
+    payload = case_payload(exp, case, 1)
+    payload["repeats"] = repeats if repeats is not None else exp.repeats
+    return WorkItem(case.name, "case", {**payload, **options})
 
 
 def experiment_items(exp: Any, repeats: int | None = None, split_repeats: bool = False) -> list[WorkItem]:
@@ -63,9 +83,10 @@ def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | Non
                modes: tuple[str, ...] | None = None) -> list[WorkItem]:
     """One ``tune`` item per machine, pinned there: the best draft length, variant and mode are
     properties of the machine, so each machine tunes for itself and no other stands in for it."""
-    payload = {"experiment": exp.name, "engine": exp.engine,
-               "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
-               "overrides": overrides or {}, "repeats": repeats, "prompt": prompt,
+    from llamaspec.settings import Settings
+
+    exp = exp.with_overrides(Settings.from_dict(overrides or {}), repeats, prompt)  # decided here, not on the worker
+    payload = {**experiment_payload(exp),
                "variants": list(variants) if variants else None, "modes": list(modes) if modes else None}
     return [WorkItem(f"tune@{m}", "tune", payload, machine=m) for m in machines]
 

@@ -3,6 +3,11 @@
 A work item measures its baselines on the machine that measures its speculative runs, so every
 ratio here is within one machine; machines are never mixed into one ratio (a fast machine's
 baseline against a slow machine's speculative run would be a hardware comparison, not a speedup).
+
+The estimator is the one a single machine uses (:data:`llamaspec.estimators.OVER_MACHINES`): per
+machine and case, the run core's own summary (``summary.summarize``) over every pair that machine
+measured of that case, its items pooled and paired by pair index (a case split into one item per
+repeat is one point again). The same study measured on one machine reports the same figures.
 """
 
 from __future__ import annotations
@@ -10,39 +15,36 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from llamaspec import decide, stats
+from llamaspec import decide, estimators, stats
 from llamaspec.cluster.sink import machine_of
-from llamaspec.results import Store
-
-
-def item_speedups(run: dict[str, Any], measurements: list[dict[str, Any]]) -> list[float]:
-    """Speculative over baseline decode speed per repeat, pairing only measurements of this run
-    (one machine) with the same repeat number."""
-    by_repeat: dict[int, dict[str, float]] = defaultdict(dict)
-    for m in measurements:
-        if m.get("ok") and m.get("decode_tps") and m.get("mode") in ("baseline", "speculative"):
-            by_repeat[int(m["repeat"])][m["mode"]] = float(m["decode_tps"])
-    return [p["speculative"] / p["baseline"] for _r, p in sorted(by_repeat.items()) if "speculative" in p and "baseline" in p]
+from llamaspec.results import Store, measurements_of
+from llamaspec.summary import Summary, summarize
 
 
 def per_machine(store: Store, study: str) -> dict[str, dict[str, Any]]:
-    """For each machine of a study: items done, the geometric mean of its items' speedups (each item's
-    median over its repeats) with a bootstrap interval, and every repeat's speedup."""
+    """For each machine of a study: items done, and per case the point's :class:`Summary` over all
+    that machine's pairs of the case (``cases``); ``speedup`` is the case's when the study has one
+    case; ``speedups`` every pair's ratio; ``estimator`` names how the speedups were computed."""
     runs = store.runs(group_id=study, status="ok")
-    grouped: dict[str, list[tuple[str, list[float], list[dict[str, Any]]]]] = defaultdict(list)
-    for run in runs:
-        ms = store.measurements(run["id"])
-        grouped[machine_of(run) or "?"].append((run["point_key"], item_speedups(run, ms), ms))
+    grouped: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    items: dict[str, int] = defaultdict(int)
+    for run in sorted(runs, key=lambda r: r["id"]):
+        machine = machine_of(run) or "?"
+        items[machine] += 1
+        grouped[machine][run["case_name"]] += store.measurements(run["id"])
     out: dict[str, dict[str, Any]] = {}
-    for machine, items in sorted(grouped.items()):
-        per_item = [stats.spread(s).median for _k, s, _m in items if s]  # type: ignore[union-attr]
-        all_ratios = [r for _k, s, _m in items for r in s]
-        spec = [m["decode_tps"] for _k, _s, ms in items for m in ms if m["mode"] == "speculative" and m["ok"] and m["decode_tps"]]
-        base = [m["decode_tps"] for _k, _s, ms in items for m in ms if m["mode"] == "baseline" and m["ok"] and m["decode_tps"]]
+    for machine, cases in sorted(grouped.items()):
+        summaries = {case: summarize(measurements_of(rows)) for case, rows in cases.items()}
+        ratios = [r for s in summaries.values() if s.speedup for r in (s.speedup.values or ())]
+        spec = [m["decode_tps"] for rows in cases.values() for m in rows if m["mode"] == "speculative" and m["ok"] and m["decode_tps"]]
+        base = [m["decode_tps"] for rows in cases.values() for m in rows if m["mode"] == "baseline" and m["ok"] and m["decode_tps"]]
+        only = next(iter(summaries.values())) if len(summaries) == 1 else None
         out[machine] = {
-            "items": len(items),
-            "speedup": stats.mean_spread(per_item, geometric=True),
-            "speedups": all_ratios,
+            "items": items[machine],
+            "estimator": estimators.OVER_MACHINES,
+            "cases": summaries,
+            "speedup": only.speedup if only else None,
+            "speedups": ratios,
             "decode_tps": stats.spread(spec),
             "baseline_decode_tps": stats.spread(base),
         }
@@ -52,10 +54,19 @@ def per_machine(store: Store, study: str) -> dict[str, dict[str, Any]]:
 def describe(per: dict[str, dict[str, Any]]) -> list[str]:
     lines = []
     for machine, s in per.items():
-        sp = s["speedup"]
+        sp, cases = s["speedup"], s["cases"]
         dec, base = s["decode_tps"], s["baseline_decode_tps"]
-        lines.append(f"{machine}: {s['items']} items, speedup {sp.text(suffix='x') if sp else '-'}"
-                     f" (speculative {dec.text('{:.1f}') if dec else '-'} t/s, baseline {base.text('{:.1f}') if base else '-'} t/s)")
+        speeds = (f" (speculative {dec.text('{:.1f}') if dec else '-'} t/s, baseline "
+                  f"{base.text('{:.1f}') if base else '-'} t/s)")
+        if len(cases) == 1:
+            lines.append(f"{machine}: {s['items']} items, speedup {sp.text(suffix='x') if sp else '-'}{speeds}")
+            continue
+        lines.append(f"{machine}: {s['items']} items{speeds}")
+        for case, summary in cases.items():
+            lines.append(f"  {case:<24} speedup {summary.speedup.text(suffix='x') if summary.speedup else '-'}"
+                         f" ({summary.pairs} pairs)")
+    if per:
+        lines.append(f"speedup: {estimators.POINT}, per machine and case")
     return lines
 
 
@@ -63,7 +74,6 @@ def per_point(store: Store, study: str) -> dict[str, dict[str, Any]]:
     """A swept study per machine: each point's paired speedup (its own summary, its own baselines on
     its machine), and the point the one decision rule (llamaspec.decide) picks there, with the
     contenders that could still beat it ("tied")."""
-    from llamaspec.summary import Summary
 
     points: dict[str, list[tuple[str, stats.Spread]]] = defaultdict(list)
     for run in sorted(store.runs(group_id=study, status="ok"), key=lambda r: r["id"]):
@@ -90,6 +100,8 @@ def describe_points(per: dict[str, dict[str, Any]]) -> list[str]:
             lines.append(f"  could still beat it: {', '.join(s['tied'])}")
         if s.get("verdict") not in (None, "recommend"):
             lines.append(f"  decision: {s['verdict']}")
+    if per:
+        lines.append(f"speedup: {estimators.POINT}, per machine and point")
     return lines
 
 

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import stats
+from llamaspec import estimators, stats
 from llamaspec.promptset.measure import SetRun
 from llamaspec.promptset.probe import divergence_text
 from llamaspec.promptset.recommendation import Recommendation, recommend
@@ -22,6 +22,8 @@ DEFINITIONS = {
                   "prompt_ms + predicted_ms; HTTP and queueing left out)",
     "prompt_ms": "baseline_prompt_ms / speculative_prompt_ms: prompt processing time per request (median); the "
                  "speculative server processes the prompt with the draft model too",
+    "set_speedup": f"geomean_speedup, the set's speedup (recommendations decide on it): {estimators.PROMPT_SET}",
+    "prompt_speedup": f"a prompt's speedup: {estimators.POINT}",
 }
 
 
@@ -98,7 +100,7 @@ def render(summary: SetSummary) -> str:
         s = m.figures.set
         lines.append("")
         lines.append(f"{label}")
-        lines.append(f"  decode:      total-token speedup {_fmt(s.total_speedup)}   geometric mean "
+        lines.append(f"  decode:      total-token speedup {_fmt(s.total_speedup)}   geometric mean (the set's speedup) "
                      f"{_fmt(s.geomean_speedup)}   mean {_fmt(s.mean_speedup)}   ({s.counted} prompts counted)")
         if s.e2e_counted:
             lines.append(f"  end to end, prompt included: total-time speedup {_fmt(s.e2e_total_speedup)}   "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import decide, stats
+from llamaspec import decide, estimators, stats
 from llamaspec.promptset.set_figures import GroupFigures, SetFigures
 
 NO_METHOD = "no method with counted prompts and identical output (or output that differs only at greedy near-ties)"
@@ -66,7 +66,7 @@ def near_tie_note(g: GroupFigures) -> str | None:
     return f"output differs on {g.differing} of {g.lossless_checked} prompts, each at a greedy near-tie{bound}"
 
 
-def recommend(methods: dict[str, SetFigures], metric: str = "geomean_speedup") -> dict[str, Recommendation]:
+def recommend(methods: dict[str, SetFigures], metric: str = estimators.PROMPT_SET_METRIC) -> dict[str, Recommendation]:
     """Per category (and "all"): the method the one decision rule (``llamaspec.decide``) picks by
     ``metric`` (a ``GroupFigures`` speedup) among those whose output never differed or differed
     only at greedy near-ties, the contenders that might still beat it ("tied"), "baseline" when

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import stats
+from llamaspec import estimators, stats
 from llamaspec.contract import acceptance, mean_accepted, tokens_per_round
 from llamaspec.promptset.probe import Divergence, divergence_text
 from llamaspec.promptset.prompt_figures import PromptFigures, fields_dict, median_or_none
@@ -46,7 +46,9 @@ class Forecast:
 @dataclass(frozen=True)
 class GroupFigures:
     """Speedups, acceptance and lossless rate over some prompts (a set, or one category).
-    Speedups are over the counted prompts: finished, not ended early, with a speedup."""
+    Speedups are over the counted prompts: finished, not ended early, with a speedup. The set's
+    speedup is ``geomean_speedup`` (the prompt-set estimator, ``estimator``); the others are shown
+    beside it, each named."""
 
     prompts: int
     counted: int
@@ -73,6 +75,7 @@ class GroupFigures:
     differing: int
     differs_near_tie: int  # differing prompts whose divergence the target alone saw as a near-tie
     near_tie_max_gap: float | None
+    estimator: str = estimators.PROMPT_SET  # how geomean_speedup, the set's speedup, is computed
 
     def to_dict(self) -> dict[str, Any]:
         return fields_dict(self)
@@ -173,7 +176,7 @@ def group_statistics(items: Sequence[PromptFigures]) -> GroupFigures:
         failed=len(items) - len(ok),
         total_speedup=total_speedup(counted),
         mean_speedup=stats.mean_spread(speedups),
-        geomean_speedup=stats.mean_spread(speedups, geometric=True),
+        geomean_speedup=estimators.prompt_set(speedups),
         median_speedup=stats.spread(speedups),
         e2e_counted=len(e2e),
         e2e_total_speedup=total_speedup(counted, end_to_end=True),
