@@ -52,7 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec import analysis, decide, stats, sweep
+from llamaspec import analysis, decide, pairs, stats, sweep
+from llamaspec.results import measurements_of
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
 
@@ -116,17 +117,12 @@ class Recorded:
 
 
 def pairs_of(run: dict[str, Any]) -> tuple[Pair, ...]:
-    """The run's pairs, by pair index: its speculative and baseline measurements of one repeat."""
-    by: dict[int, dict[str, dict[str, Any]]] = {}
-    for m in run["measurements"]:
-        if m["mode"] in ("speculative", "baseline") and m["ok"] and m["decode_tps"]:
-            by.setdefault(m["repeat"], {})[m["mode"]] = m
+    """The run's pairs as the run core makes them (``pairs.whole_pairs``, by pair index)."""
     out = []
-    for r in sorted(by):
-        s, b = by[r].get("speculative"), by[r].get("baseline")
-        if s and b:
-            out.append(Pair(s["decode_tps"] / b["decode_tps"], s["decode_tps"], b["decode_tps"],
-                            (s["wall_seconds"] or 0.0) + (b["wall_seconds"] or 0.0)))
+    for p in pairs.whole_pairs(measurements_of(run["measurements"])):
+        if p.ratio is not None and p.speculative.decode_tps and p.baseline.decode_tps:
+            out.append(Pair(p.ratio, p.speculative.decode_tps, p.baseline.decode_tps,
+                            (p.speculative.wall_seconds or 0.0) + (p.baseline.wall_seconds or 0.0)))
     return tuple(out)
 
 

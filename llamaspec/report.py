@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from llamaspec import stats, theory
-from llamaspec.contract import SPEED_DEFINITION, mean_accepted, tokens_per_round
+from llamaspec.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
 from llamaspec.experiment import Reference
-from llamaspec.results import built_from, engine_of
+from llamaspec.results import built_from, engine_of, measurement_of
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
 
@@ -49,22 +49,21 @@ class Seconds:
         return "generate() call" if self.generation_only else "whole process, model load included"
 
 
-def _get(m: Any, key: str) -> Any:
-    return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
-
-
 def seconds_of(measurements: Sequence[Any]) -> Seconds | None:
-    """Seconds from a run's measurements (``Measurement`` objects or stored rows), in the order
-    taken: the n-th speculative generation paired with the n-th baseline, as the speedup is."""
-    spec = [m for m in measurements if _get(m, "mode") == "speculative" and _get(m, "ok") and _get(m, "wall_seconds")]
-    base = [m for m in measurements if _get(m, "mode") == "baseline" and _get(m, "ok") and _get(m, "wall_seconds")]
-    if not spec and not base:
+    """Seconds from a run's measurements (``Measurement`` objects or stored rows), over its whole
+    pairs (``pairs.whole_pairs``, as the speedup is): each pair's baseline seconds over its
+    speculative seconds."""
+    from llamaspec.pairs import whole_pairs
+
+    whole = [p for p in whole_pairs(m if isinstance(m, Measurement) else measurement_of(m) for m in measurements)
+             if p.speculative.wall_seconds and p.baseline.wall_seconds]
+    if not whole:
         return None
-    ratios = ([_get(b, "wall_seconds") / _get(s, "wall_seconds") for s, b in zip(spec, base, strict=False)]
-              if len(base) >= len(spec) else [])
-    counts = sorted(int(_get(m, "n_predict")) for m in spec if _get(m, "n_predict") is not None)
-    only = all("generate_seconds" in (_get(m, "stats") or {}) for m in (*spec, *base))
-    return Seconds(stats.spread([_get(m, "wall_seconds") for m in spec]), stats.spread([_get(m, "wall_seconds") for m in base]),
+    spec, base = [p.speculative for p in whole], [p.baseline for p in whole]
+    ratios = [p.baseline.wall_seconds / p.speculative.wall_seconds for p in whole]
+    counts = sorted(int(m.n_predict) for m in spec if m.n_predict is not None)
+    only = all("generate_seconds" in (m.stats or {}) for m in (*spec, *base))
+    return Seconds(stats.spread([m.wall_seconds for m in spec]), stats.spread([m.wall_seconds for m in base]),
                    stats.spread(ratios), counts[len(counts) // 2] if counts else None, only)
 
 

@@ -285,6 +285,8 @@ def measurement_of(row: dict[str, Any]) -> Measurement:
     """The Measurement a stored row holds (the inverse of :meth:`MeasurementRow.of`)."""
     names = {f.name for f in fields(Measurement)}
     data = {k: v for k, v in row.items() if k in names}
+    for key in ("error", "exit_code", "peak_rss_bytes"):  # rows recorded without them (benchmark fixtures)
+        data.setdefault(key, None)
     data["argv"] = tuple(row.get("argv") or ())
     data["tokens"] = tuple(row["tokens"]) if row.get("tokens") is not None else None
     data["ok"], data["end_of_text"] = bool(row.get("ok")), bool(row.get("end_of_text"))

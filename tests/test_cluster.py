@@ -804,10 +804,7 @@ def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Sto
     server = FakeEngine(base_tps=40.0, drift=0.0, name="llama-server")
     machine = FakeMachine("box", server)  # its llama-server
     machine.fake_env.engines["llama.cpp"] = cli  # its llama.cpp command-line programs
-    if kind == "pair":
-        work = study.experiment_items(exp)
-    else:
-        work = [study.case_item(exp, exp.cases[0], 2)]
+    work = study.experiment_items(exp) if kind == "pair" else [study.case_item(exp, exp.cases[0], 2)]
     assert {i.payload["engine"] for i in work} == {"llama-server"}
     pool = LocalPool(["box"], factory=lambda _m: machine)
     try:
