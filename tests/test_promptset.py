@@ -4,6 +4,7 @@ each request from what it is asked (mode, prompt, n_predict)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -461,9 +462,10 @@ def test_concurrency_pairs_batches_in_abba_order_and_reports_spreads(virtual_tim
     assert "UNPAIRED" not in text and "median of paired batch ratios" in text
 
 
-def batch(mode: str, repeat: int, agg: float | None, req: float | None = None, failed: int = 0) -> dict[str, Any]:
-    return {"mode": mode, "repeat": repeat, "requests": 4, "failed": failed, "generated": 64, "wall_seconds": 1.0,
-            "aggregate_tps": agg, "per_request_tps": req if req is not None else agg, "errors": ["boom"] if failed else []}
+def batch(mode: str, repeat: int, agg: float | None, req: float | None = None, failed: int = 0) -> Measurement:
+    return promptset.batch_measurement(
+        {"mode": mode, "repeat": repeat, "requests": 4, "failed": failed, "generated": 64, "wall_seconds": 1.0,
+         "aggregate_tps": agg, "per_request_tps": req if req is not None else agg, "errors": ["boom"] if failed else []})
 
 
 def test_level_figures_by_hand_and_a_failed_batch_leaves_its_partner_unpaired() -> None:
@@ -480,6 +482,30 @@ def test_level_figures_by_hand_and_a_failed_batch_leaves_its_partner_unpaired() 
     assert not alone["paired"] and alone["aggregate_speedup"] is None
     row = {"case": "m1", "method": "m1 (draft)", "parallel": 1, **alone}
     assert "UNPAIRED" in promptset.render_concurrency([row])
+
+
+class FailingSlots(Slots):
+    """Slots whose speculative server fails every timed request from its second batch on."""
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
+        got = super().measure(case, mode, log_path)
+        timed = [o for o in self.order if o[1] == "speculative"]
+        if mode == "speculative" and (case.settings.n_predict or 16) > 4 and len(timed) > 2:  # 2 prompts a batch
+            return dataclasses.replace(got, ok=False, error="slot crashed", decode_tps=None)
+        return got
+
+
+def test_a_failed_batch_ends_its_level_through_the_pairs_loop(virtual_time: VirtualTime) -> None:
+    """Batches go through the one pairs loop: pair 1's speculative batch fails (pair 1 runs S then B),
+    so its baseline batch and pair 2 are never sent; the level reports the one whole pair and why
+    it stopped."""
+    backend = FailingSlots(virtual_time)
+    (row,) = promptset.run_concurrency(Exp(), replace(PROMPTS, prompts=PROMPTS.prompts[:2]), backend, [1],
+                                       resolve=resolve, repeats=3)
+    assert [mode for _n, mode in backend.order] == ["baseline"] * 2 + ["speculative"] * 4
+    assert row["pairs"] == 1 and row["paired"] and row["speculative"]["batches"] == 2
+    assert row["speculative"]["completed"] == 1 and row["baseline"]["batches"] == 1
+    assert any(n.startswith("stopped at the first failed batch (2 of 2 requests failed: slot crashed)") for n in row["notes"])
 
 
 def test_concurrency_plot_is_written(tmp_path: Path, virtual_time: VirtualTime) -> None:

@@ -32,6 +32,7 @@ from llamaspec.contract import Engine, ResolvedCase
 from llamaspec.promptset.concurrency import (
     CONCURRENCY_REPEATS,
     MODES,
+    batch_measurement,
     level_figures,
     render_concurrency,
     run_concurrency,
@@ -77,6 +78,7 @@ def _provenance(backend: Engine, case: ResolvedCase, hardware: dict[str, Any]) -
 __all__ = ["CONCURRENCY_REPEATS", "DEFINITIONS", "E2E_KEYS", "MODES", "NEAR_TIE", "STOPPING_ERRORS", "CaseSet",
            "DifferingPrompt", "Divergence", "EndedEarly", "Event", "FailedPrompt", "Forecast", "GroupFigures",
            "MethodFigures", "PromptFigures", "Recommendation", "SetFigures", "SetRun", "SetSummary", "as_json",
+           "batch_measurement",
            "decode_totals", "divergence", "divergence_text", "group_statistics", "level_figures", "method_label",
            "near_tie_note", "plot_concurrency", "plot_set", "progress_printer", "prompt_case", "prompt_summary",
            "recommend", "render", "render_concurrency", "request_totals", "run_concurrency", "run_set", "set_key",

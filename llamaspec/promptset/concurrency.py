@@ -1,8 +1,11 @@
 """Throughput against concurrency: both servers with N slots, pairs of batches in ABBA order.
 
-A batch sends every prompt of the set through N client threads; a level's figures
-(``level_figures``, pure) are per-mode throughputs over the batches and speedups as medians of
-paired batch ratios. Rows stay plain dicts: they are printed as JSON as they are.
+A batch sends every prompt of the set through N client threads. Batches are measured by the one
+pairs loop (``pairs.measure_pairs``: ABBA by pair index, metered, stopping at the first failed
+batch), each a :class:`Measurement` of its own (``stats`` holds the batch's figures), and paired by
+``pairs.whole_pairs``. A level's figures (``level_figures``, pure) are per-mode throughputs over the
+batches and speedups as medians of paired batch ratios. Rows stay plain dicts: they are printed as
+JSON as they are.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import pairs, paths, stats
-from llamaspec.contract import Engine, ResolvedCase
+from llamaspec.contract import Engine, Measurement, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSet
 from llamaspec.promptset.measure import Clock, Event, run_core
@@ -32,7 +35,8 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Se
     """For each case and each N in ``levels``: both servers (target alone, and speculative) started
     with N slots and kept loaded side by side, every prompt's template rendered, then ``repeats``
     pairs of batches: a baseline batch and a speculative batch back to back, in ABBA order over the
-    pairs (B S, S B, B S, ...). A batch sends every prompt of the set through N client threads.
+    pairs (B S, S B, B S, ...). A batch sends every prompt of the set through N client threads; a
+    batch with a failed request ends its level (later batches would fail alike), noted in the row.
 
     Per level, see :func:`level_figures`: aggregate and per-request throughput per mode over the
     batches, and the speedups as medians of the paired batch ratios with bootstrap intervals."""
@@ -51,19 +55,29 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Se
             backend.check(level_case)
             log_dir = logs / f"{case.case}-np{n}"
             _warm(level_case, prompt_set.prompts, backend, log_dir)
-            batches: list[dict[str, Any]] = []
-            for r in range(repeats):
-                for mode in pairs.order(r):  # batches have no Measurement of their own: the loop's order
-                    batch = _concurrent_batch(level_case, prompt_set.prompts, backend, mode, n, log_dir, r)
-                    batches.append(batch)
-                    clock.tick()
-                    emit("batch", {"case": case.case, "parallel": n, "batch": batch, "eta": clock.eta()})
+            got = _measure_level(level_case, prompt_set.prompts, backend, n, log_dir, repeats, clock, emit)
             backend.close()  # this level's servers hold N slots of context each: not kept for the next level
             row = {"case": case.case, "method": method_label(case), "parallel": n,
-                   **level_figures(batches, n, len(prompt_set.prompts))}
+                   **level_figures(got.measurements, n, len(prompt_set.prompts))}
+            if got.failed:
+                row["notes"] = [*row["notes"], f"stopped at the first failed batch ({got.failed}); "
+                                               f"{repeats - got.complete} pair(s) of batches not measured"]
             emit("level", row)
             rows.append(row)
     return rows
+
+
+def _measure_level(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, slots: int, log_dir: Path,
+                   repeats: int, clock: Clock, emit: Event) -> pairs.Pairs:
+    """``repeats`` pairs of batches at one level, through the one pairs loop (metered, ABBA by pair
+    index, stopping at the first failed batch)."""
+    def measure(mode: str, r: int) -> Measurement:
+        m = pairs.metered(lambda: _concurrent_batch(case, prompts, backend, mode, slots, log_dir, r))
+        clock.tick()
+        emit("batch", {"case": case.case, "parallel": slots, "batch": m.stats, "eta": clock.eta()})
+        return m
+
+    return pairs.measure_pairs(measure, at_least=repeats)
 
 
 def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, log_dir: Path) -> None:
@@ -78,7 +92,9 @@ def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, log_di
 
 
 def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, mode: str, clients: int,
-                      log_dir: Path, repeat: int = 0) -> dict[str, Any]:
+                      log_dir: Path, repeat: int = 0) -> Measurement:
+    """One batch as a measurement of pair ``repeat``: ok when every request succeeded and it
+    generated something; its figures (the dict the JSON prints) in ``stats``."""
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=clients) as pool:
         measured = list(pool.map(lambda ip: backend.measure(prompt_case(case, ip[1]), mode,
@@ -88,53 +104,66 @@ def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: En
     ok = [m for m in measured if m.ok]
     generated = sum(m.n_predict or 0 for m in ok)
     per_request = [m.decode_tps for m in ok if m.decode_tps]
-    return {"mode": mode, "repeat": repeat, "requests": len(measured), "failed": len(measured) - len(ok),
-            "generated": generated, "wall_seconds": wall,
-            "aggregate_tps": generated / wall if wall > 0 and generated else None,
-            "per_request_tps": statistics.median(per_request) if per_request else None,
-            "errors": sorted({m.error for m in measured if m.error})[:3]}
+    batch = {"mode": mode, "repeat": repeat, "requests": len(measured), "failed": len(measured) - len(ok),
+             "generated": generated, "wall_seconds": wall,
+             "aggregate_tps": generated / wall if wall > 0 and generated else None,
+             "per_request_tps": statistics.median(per_request) if per_request else None,
+             "errors": sorted({m.error for m in measured if m.error})[:3]}
+    return batch_measurement(batch)
 
 
-def level_figures(batches: Sequence[dict[str, Any]], slots: int, prompts: int) -> dict[str, Any]:
-    """One concurrency level's figures from its batches (pure).
+def batch_measurement(batch: dict[str, Any]) -> Measurement:
+    """A batch's figures as the measurement of its pair (``repeat``) the pairs loop takes."""
+    if batch["failed"]:
+        error: str | None = f"{batch['failed']} of {batch['requests']} requests failed" + (
+            f": {batch['errors'][0]}" if batch["errors"] else "")
+    else:
+        error = None if batch["aggregate_tps"] else "the batch generated nothing"
+    return Measurement(mode=batch["mode"], ok=error is None, error=error, argv=(), exit_code=None,
+                       wall_seconds=batch["wall_seconds"], peak_rss_bytes=None, n_predict=batch["generated"],
+                       stats=dict(batch), pair=batch["repeat"])
+
+
+def level_figures(batches: Sequence[Measurement], slots: int, prompts: int) -> dict[str, Any]:
+    """One concurrency level's figures from its batches (pure; each batch a measurement of its pair
+    with its figures in ``stats``, see :func:`batch_measurement`).
 
     - per mode: ``aggregate_tps`` (tokens the batch generated over its wall time) and
       ``per_request_tps`` (the median request's decode speed in a batch), each a Spread over the
       batches that completed (a batch with a failed request generated less: left out, counted);
     - ``aggregate_speedup`` / ``per_request_speedup``: medians of the paired batch ratios
-      (speculative over the baseline batch of the same pair) with 95 % bootstrap intervals;
+      (speculative over the baseline batch of the same pair, ``pairs.whole_pairs``) with 95 %
+      bootstrap intervals;
     - ``pairs``: usable pairs; ``unpaired``: completed batches whose partner failed (their
       throughput is in the per-mode figures, not in any speedup). Without a pair the speedups are
       None and ``paired`` is False: no ratio of batches measured apart is ever reported.
     """
-    good = {mode: {b["repeat"]: b for b in batches if b["mode"] == mode and not b["failed"] and b["aggregate_tps"]}
-            for mode in MODES}
-    both = sorted(set(good["baseline"]) & set(good["speculative"]))
-    agg = [good["speculative"][r]["aggregate_tps"] / good["baseline"][r]["aggregate_tps"] for r in both]
-    req = [good["speculative"][r]["per_request_tps"] / good["baseline"][r]["per_request_tps"] for r in both
-           if good["speculative"][r]["per_request_tps"] and good["baseline"][r]["per_request_tps"]]
+    whole = pairs.whole_pairs(batches)
+    both = [(p.speculative.stats or {}, p.baseline.stats or {}) for p in whole]
+    agg = [s["aggregate_tps"] / b["aggregate_tps"] for s, b in both]
+    req = [s["per_request_tps"] / b["per_request_tps"] for s, b in both if s["per_request_tps"] and b["per_request_tps"]]
+    done = {mode: [b.stats or {} for b in batches if b.mode == mode and b.ok] for mode in MODES}
     notes: list[str] = []
     if prompts % slots:
         notes.append(f"{prompts} prompts over {slots} slots: the last wave runs {prompts % slots} requests at once")
     if prompts < slots:
         notes.append(f"fewer prompts ({prompts}) than slots ({slots}): the level never runs {slots} requests at once")
-    unpaired = sum(len(g) for g in good.values()) - 2 * len(both)
+    unpaired = sum(len(d) for d in done.values()) - 2 * len(whole)
     if unpaired:
         notes.append(f"{unpaired} batch(es) without a completed partner: in the per-mode figures, not in the speedups")
 
     def per_mode(mode: str) -> dict[str, Any]:
-        done = list(good[mode].values())
-        mine = [b for b in batches if b["mode"] == mode]
-        agg_s = stats.spread([b["aggregate_tps"] for b in done])
-        req_s = stats.spread([b["per_request_tps"] for b in done])
-        return {"batches": len(mine), "completed": len(done), "failed_requests": sum(b["failed"] for b in mine),
+        mine = [b.stats or {} for b in batches if b.mode == mode]
+        agg_s = stats.spread([b["aggregate_tps"] for b in done[mode]])
+        req_s = stats.spread([b["per_request_tps"] for b in done[mode]])
+        return {"batches": len(mine), "completed": len(done[mode]), "failed_requests": sum(b["failed"] for b in mine),
                 "aggregate_tps": agg_s.to_dict() if agg_s else None,
                 "per_request_tps": req_s.to_dict() if req_s else None,
                 "errors": sorted({e for b in mine for e in b["errors"]})[:3], "runs": [dict(b) for b in mine]}
 
     agg_speedup, req_speedup = stats.spread(agg), stats.spread(req)
-    return {"prompts": prompts, "repeats": max((b["repeat"] for b in batches), default=-1) + 1,
-            "pairs": len(both), "paired": bool(both), "unpaired": unpaired,
+    return {"prompts": prompts, "repeats": max((b.pair for b in batches if b.pair is not None), default=-1) + 1,
+            "pairs": len(whole), "paired": bool(whole), "unpaired": unpaired,
             "baseline": per_mode("baseline"), "speculative": per_mode("speculative"),
             "aggregate_speedup": agg_speedup.to_dict() if agg_speedup else None,
             "per_request_speedup": req_speedup.to_dict() if req_speedup else None,
