@@ -282,7 +282,8 @@ BOOTSTRAP_REFITS = 200
 
 
 def _pairs(s: Summary) -> list[tuple[float, float, float]]:
-    """(ratio, speculative t/s, baseline t/s) of each pair, in the order measured ([] if unpaired)."""
+    """(ratio, speculative t/s, baseline t/s) of each pair, in pair order ([] if unpaired): a paired
+    summary's three spreads hold the same pairs in the same order (``summary.summarize``)."""
     if not (s.paired and s.speedup and s.decode_tps and s.baseline_decode_tps):
         return []
     ratios, spec, base = s.speedup.values, s.decode_tps.values, s.baseline_decode_tps.values

@@ -247,9 +247,12 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     paired = bool(whole) and not (shared_base and alone)
     pairs: list[tuple[Measurement, Measurement]]
     if paired:
-        spec, base = [p.speculative for p in whole], [p.baseline for p in whole]
+        # The speeds' spreads hold the pairs that have a ratio, in pair order, as the speedup's does
+        # (analysis reads them side by side); every whole pair is compared for losslessness.
+        rated = [p for p in whole if p.ratio is not None]
+        spec, base = [p.speculative for p in rated], [p.baseline for p in rated]
         pairs = [(p.speculative, p.baseline) for p in whole]
-        ratios = [r for p in whole if (r := p.ratio) is not None]
+        ratios = [r for p in rated if (r := p.ratio) is not None]
     elif shared_base:
         spec, base = ok_spec, shared_base
         mid = statistics.median([b.decode_tps for b in base if b.decode_tps]) if any(b.decode_tps for b in base) else None

@@ -54,6 +54,8 @@ class StoreSink:
                                       prompt_id=result.get("prompt_id"), category=result.get("category"))
         for i, m in enumerate(result.get("measurements") or ()):
             data: dict[str, Any] = {f: m.get(f) for f in _ROW_FIELDS if f in m or f in _REQUIRED}
+            # Executors send each measurement's pair index; one without (an older worker's) gets an
+            # index of its own, so it forms no pair with anything (pairs.whole_pairs).
             data["repeat"] = i if data["repeat"] is None else data["repeat"]
             data["argv"] = list(data["argv"] or ())
             self.store.add_measurement(MeasurementRow(run_id=run_id, **data))
