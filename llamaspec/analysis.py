@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import decide, paths
+from llamaspec import decide, estimators, paths
 from llamaspec.contract import SPEED_DEFINITION
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import Store, built_from
@@ -122,7 +122,7 @@ class SweepReport:
         lines = [f"sweep {self.sweep_id}: {self.experiment} / {self.case}",
                  f"  target {self.meta['target']}, draft {self.meta['draft']}; {self.meta['hardware']}, "
                  f"{self.meta['engine']}" + (f", {self.meta['build']}" if self.meta.get('build') else ""),
-                 f"  speed: {SPEED_DEFINITION}; speedup: median of paired ratios [95 % bootstrap interval]"]
+                 f"  speed: {SPEED_DEFINITION}; speedup: {estimators.POINT}"]
         noise = self.noise()
         if noise is not None:  # beside the base CV column: the measured cause of an unsteady baseline
             lines.append(f"  machine: {noise.text()} ({noise.windows} generations)")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from llamaspec import stats, theory
+from llamaspec import estimators, stats, theory
 from llamaspec.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
 from llamaspec.experiment import Reference
 from llamaspec.results import built_from, engine_of, measurement_of
@@ -390,7 +390,7 @@ def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[st
                          s.lossless.text().split(" (")[0], r["status"]])
         out += [_md_table(["run", "case", "pair", "draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %",
                            "lossless", "status"], body), ""]
-        out += [f"Speed: {SPEED_DEFINITION}. Speedup: median of paired ratios with a 95 % bootstrap interval.", ""]
+        out += [f"Speed: {SPEED_DEFINITION}. Speedup: {estimators.POINT}.", ""]
         seen: set[str] = set()
         for r in plain:
             if r["case_name"] in seen:

@@ -1,8 +1,9 @@
 """The statistics every figure goes through: medians with 95 % bootstrap intervals, spreads, ties.
 
-One estimator everywhere: the speedup of a setting is the median of its paired ratios
-(speculative speed over the baseline measured next to it), with a percentile bootstrap interval
-of that median. Bootstraps are seeded, so the same measurements always give the same interval.
+The speedup estimators built on these (one per kind of study) are defined in
+:mod:`llamaspec.estimators`: a setting's speedup is the median of its paired ratios (speculative
+speed over the baseline of its own pair), with a percentile bootstrap interval of that median.
+Bootstraps are seeded, so the same measurements always give the same interval.
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     (:func:`llamaspec.pairs.whole_pairs`), plus an explicitly shared baseline where the point's
     speculative runs have no baseline of their own.
 
-    The point's estimator (:data:`POINT_ESTIMATOR`): the median of the paired ratios, each
+    The point's estimator (:data:`llamaspec.estimators.POINT`): the median of the paired ratios, each
     speculative run over the baseline of its own pair. A half pair (a side failed or was
     interrupted) is in no pair: its measurements are kept out of every figure that compares the two
     modes. With a shared baseline (an explicit cost saver), each speculative run is divided by the
