@@ -94,9 +94,9 @@ def test_a_busy_process_outside_the_tree_is_other_load_and_a_busy_child_is_not()
     assert inside is not None and inside.own_seconds >= BURN_S - 0.05
 
 
-def _m(mode: str, tps: float, noise: host.NoiseSample) -> Measurement:
+def _m(mode: str, tps: float, noise: host.NoiseSample, pair: int = 0) -> Measurement:
     return Measurement(mode=mode, ok=True, error=None, argv=(), exit_code=0, wall_seconds=1.0, peak_rss_bytes=None,
-                       n_predict=32, decode_tps=tps, text="same", noise=noise)
+                       n_predict=32, decode_tps=tps, text="same", noise=noise, pair=pair)
 
 
 def test_the_summary_says_what_the_machine_did_next_to_the_baseline_cv():
@@ -104,9 +104,9 @@ def test_the_summary_says_what_the_machine_did_next_to_the_baseline_cv():
 
     noisy = host.NoiseSample(2.0, 4.0, 3.0, 1.56, 0.36)  # 9 % stolen, other processes 36 %
     measured = [_m("baseline", 10.0, noisy), _m("speculative", 15.0, noisy),
-                _m("speculative", 15.0, noisy), _m("baseline", 14.0, noisy)]  # baseline CV ~ 24 %
+                _m("speculative", 15.0, noisy, 1), _m("baseline", 14.0, noisy, 1)]  # baseline CV ~ 24 %
     s = summarize(measured)
-    assert s.noise is not None and s.noise.windows == 4
+    assert s.paired and s.pairs == 2 and s.noise is not None and s.noise.windows == 4
     cv = next(w for w in s.warnings if "(CV)" in w)
     assert cv.endswith("meanwhile 9% of CPU time was stolen by the hypervisor during these runs; "
                        "other processes used 36% of the CPU")
