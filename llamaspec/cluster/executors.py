@@ -3,7 +3,13 @@ own measuring code, each returning one plain result dict:
 
 ``ok``, ``status`` (ok | failed), ``error``, ``experiment``, ``case``, ``settings`` (dict),
 ``provenance`` (dict), ``measurements`` (list of dicts with the fields of
-``llamaspec.contract.Measurement`` plus ``repeat``), ``summary`` (dict).
+``llamaspec.contract.Measurement`` plus ``repeat``, the pair index), ``summary`` (dict).
+
+Every item carries its case or its whole experiment as the coordinator decided it
+(``study.case_payload``, ``study.experiment_payload``); the worker rebuilds it
+(:func:`experiment_of`), resolves it with the run core's one resolver (``run.resolve_case``: the
+same defaults, threads included, as on one machine) on this machine's model files, and measures
+through the run core's pairs loop and measuring step. No experiment file is read on a worker.
 
 - ``pair``: one case measured ``repeats`` times, baseline and speculative interleaved (ABBA), on
   this machine's llama.cpp build with the engine the payload names (``engine``: the
