@@ -58,11 +58,17 @@ def divergence(backend: Engine, case: ResolvedCase, measured: Sequence[Measureme
     """Where a differing output first diverges, and whether the target alone saw a near-tie there.
 
     Asks the engine (``top_tokens``, where its capabilities say it has it) for the target's two most
-    probable next tokens at the divergence position, on the baseline's own path."""
-    base = next((m for m in measured if m.mode == "baseline" and m.ok and m.tokens), None)
-    spec = next((m for m in measured if m.mode == "speculative" and m.ok and m.tokens is not None
-                 and base is not None and compare_outputs(m, base).verdict == "differs"), None)
-    if base is None or spec is None or base.tokens is None or spec.tokens is None:
+    probable next tokens at the divergence position, on the baseline's own path. The outputs
+    compared are the first whole pair's (``pairs.whole_pairs``) whose outputs differ, as the
+    lossless verdict compared them."""
+    from llamaspec.pairs import whole_pairs
+
+    found = next((p for p in whole_pairs(measured) if p.baseline.tokens and p.speculative.tokens is not None
+                  and compare_outputs(p.speculative, p.baseline).verdict == "differs"), None)
+    if found is None:
+        return None
+    base, spec = found.baseline, found.speculative
+    if base.tokens is None or spec.tokens is None:
         return None
     at = compare_outputs(spec, base).first_difference
     if at is None:
