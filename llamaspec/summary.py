@@ -253,8 +253,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         spec, base = [p.speculative for p in rated], [p.baseline for p in rated]
         pairs = [(p.speculative, p.baseline) for p in whole]
         ratios = [r for p in rated if (r := p.ratio) is not None]
-    elif shared_base:
-        spec, base = ok_spec, shared_base
+    elif shared_base:  # every baseline under the shared key, this point's own too: all measured apart
+        spec, base = ok_spec, shared_base + own_base
         mid = statistics.median([b.decode_tps for b in base if b.decode_tps]) if any(b.decode_tps for b in base) else None
         pairs = [(s, base[0]) for s in spec]
         ratios = [s.decode_tps / mid for s in spec if s.decode_tps and mid]

@@ -16,7 +16,7 @@ import dataclasses
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from llamaspec import stats
+from llamaspec import estimators, stats
 from llamaspec.cluster.sink import machine_of
 from llamaspec.cluster.work import WorkItem
 from llamaspec.results import Store
@@ -89,6 +89,8 @@ def describe(per: dict[str, dict[str, SetFigures]]) -> list[str]:
                          f"{fmt(s.geomean_speedup):<24} accept {acc:>6}  identical {same}"
                          + (f"  ({s.failed} failed)" if s.failed else "")
                          + (f"  ({s.ended_early} ended early, not counted)" if s.ended_early else ""))
+    if per:
+        lines.append(f"a set's speedup: {estimators.PROMPT_SET}, per machine")
     return lines
 
 
