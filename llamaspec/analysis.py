@@ -475,15 +475,20 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
             decode_tps_min=s.decode_tps.min, decode_tps_max=s.decode_tps.max,
             speedup_median=s.speedup.median, speedup_low=s.speedup.low, speedup_high=s.speedup.high,
             differs=s.status == "differs"))
-    if not points:
+    lines = [plot.PositionLine(f"draft {r.draft_max}" + (f" (run {r.run_id})" if len(group.rows) > 1 and
+                                                          sum(o.draft_max == r.draft_max for o in group.rows) > 1 else ""),
+                               rates, r.summary.drafted_by_position[0] if r.summary.drafted_by_position else None)
+             for r in group.rows if (rates := r.summary.acceptance_by_position)]
+    if not points and not lines:
         return []
     label = f"{meta['experiment']}/{meta['case']}" + (f" [{group.label}]" if group.label else "")
     pm = plot.PlotMeta(meta["target"], meta["draft"], meta["hardware"], meta["engine"], meta["build"], label)
     a = group.analysis
     folder = out_dir / stem_prefix if stem_prefix else out_dir
     band = [(float(b.cost[0]), b.low, b.high) for b in group.view.bands] if group.view else None  # cost[0]: the length
-    return plot.plot_all(points, pm, folder, predicted_speedup=a.speedup_curve if a and a.cost else None,
-                         predicted_accept=a.accept_curve if a else None, band=band)
+    drawn = plot.plot_all(points, pm, folder, predicted_speedup=a.speedup_curve if a and a.cost else None,
+                          predicted_accept=a.accept_curve if a else None, band=band) if points else []
+    return drawn + (plot.plot_acceptance_by_position(lines, pm, folder) if lines else [])
 
 
 def experiment_report(store: Store, experiment: str, plot: bool = True) -> SweepReport:

@@ -228,6 +228,76 @@ def acceptance_by_position(accepted: Sequence[int] | None,
     return tuple(_per(a, d) for a, d in zip(accepted, drafted, strict=True))
 
 
+@dataclass(frozen=True)
+class Positions:
+    """Acceptance by draft position as an engine counted it (``Measurement.drafted_by_position`` and
+    ``accepted_by_position``), or a labelled gap: ``note`` says why positions are missing or cut
+    short (an older program that prints none, a cut statistics line, counts that contradict each
+    other). ``drafted``/``accepted`` cover the same positions 1..len, every one counted exactly."""
+
+    drafted: tuple[int, ...] | None = None
+    accepted: tuple[int, ...] | None = None
+    note: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The Measurement's two fields."""
+        return {"drafted_by_position": self.drafted, "accepted_by_position": self.accepted}
+
+
+def positions_from_rounds(rounds: Sequence[tuple[int, int]]) -> Positions:
+    """Acceptance by position from each round's (drafted, accepted) counts: position i was drafted
+    by the rounds that drafted at least i tokens and accepted through by those that accepted at
+    least i (a round's acceptance stops at its first rejected token)."""
+    bad = [r for r in rounds if not 0 <= r[1] <= r[0]]
+    if bad:
+        return Positions(note=f"a round accepted more than it drafted ({bad[0][1]} of {bad[0][0]})")
+    longest = max((d for d, _ in rounds), default=0)
+    if longest == 0:
+        return Positions(note="nothing was drafted")
+    return Positions(tuple(sum(1 for d, _ in rounds if d >= i) for i in range(1, longest + 1)),
+                     tuple(sum(1 for _, a in rounds if a >= i) for i in range(1, longest + 1)))
+
+
+def check_positions(drafted: Sequence[int], accepted: Sequence[int]) -> str | None:
+    """Why two by-position tuples cannot be counts of one run (None: they can): equal lengths,
+    drafted and accepted never growing with the position, accepted at most drafted."""
+    if len(drafted) != len(accepted):
+        return f"{len(accepted)} accepted counts for {len(drafted)} drafted positions"
+    for name, seq in (("drafted", drafted), ("accepted", accepted)):
+        if any(c < 0 for c in seq):
+            return f"a negative {name} count"
+        grows = next((i for i in range(1, len(seq)) if seq[i] > seq[i - 1]), None)
+        if grows is not None:
+            return (f"{name} counts grow with the position ({seq[grows - 1]} at position {grows}, "
+                    f"{seq[grows]} at {grows + 1}): a round accepted through position i was accepted through i-1")
+    over = next((i for i, (d, a) in enumerate(zip(drafted, accepted, strict=True)) if a > d), None)
+    if over is not None:
+        return f"more accepted ({accepted[over]}) than drafted ({drafted[over]}) at position {over + 1}"
+    return None
+
+
+def sum_positions(measured: Sequence[Measurement]) -> Positions:
+    """Acceptance by position over several measurements: counts summed over the positions every
+    one of them counted (a gap in one is a gap in the sum: the note says which)."""
+    known = [m for m in measured if m.drafted_by_position is not None and m.accepted_by_position is not None]
+    if not measured:
+        return Positions(note="nothing measured")
+    if len(known) < len(measured):
+        # the engine's own word for the gap, where it left one (stats["by_position"]["note"])
+        why = next((str(n) for m in measured if m.drafted_by_position is None
+                    and (n := ((m.stats or {}).get("by_position") or {}).get("note"))), None)
+        counted = f"{len(measured) - len(known)} of {len(measured)} runs counted no positions"
+        return Positions(note=f"{why} ({counted})" if why and known else why or counted)
+    n = min(len(m.drafted_by_position or ()) for m in known)
+    if n == 0:
+        return Positions(note="no position counted in every run")
+    drafted = tuple(sum((m.drafted_by_position or ())[i] for m in known) for i in range(n))
+    accepted = tuple(sum((m.accepted_by_position or ())[i] for m in known) for i in range(n))
+    longest = max(len(m.drafted_by_position or ()) for m in known)
+    note = f"positions {n + 1}..{longest} counted in only some runs: left out" if longest > n else None
+    return Positions(drafted, accepted, note)
+
+
 def mean_accepted(n_accept: int | None, rounds: int | None) -> float | None:
     """Mean accepted draft tokens per round (the mean accepted length)."""
     return _per(n_accept, rounds)

@@ -31,6 +31,7 @@ __all__ = [
     "PlotMeta",
     "PlotPoint",
     "plot_acceptance",
+    "plot_acceptance_by_position",
     "plot_all",
     "plot_dashboard",
     "plot_decode_tps",
@@ -196,6 +197,49 @@ def plot_acceptance(
     return _save(fig, out_dir, stem, formats)
 
 
+@dataclass(frozen=True)
+class PositionLine:
+    """One run's or sweep point's acceptance by draft position: per position 1..n, the share of
+    the rounds that drafted it whose draft was accepted through it (None: no round drafted it)."""
+
+    label: str  # e.g. "draft 8"
+    rates: tuple[float | None, ...]
+    rounds: int | None = None  # the rounds that drafted position 1
+
+
+def plot_acceptance_by_position(
+    lines: Sequence[PositionLine],
+    meta: PlotMeta,
+    out_dir: Path,
+    *,
+    stem: str = "acceptance_by_position",
+    formats: Sequence[str] = DEFAULT_FORMATS,
+) -> list[Path]:
+    """Acceptance by draft position, one line per run or sweep point."""
+    drawn = [line for line in lines if any(r is not None for r in line.rates)]
+    if not drawn:
+        raise LlamaspecError("nothing to plot: no acceptance by position measured",
+                             hint="measure with llama-server, llama-speculative-simple or transformers")
+    _check_formats(formats)
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    fig, (ax,) = _figure(1, _SINGLE_SIZE)
+    for i, line in enumerate(drawn):
+        xs = [pos for pos, r in enumerate(line.rates, start=1) if r is not None]
+        ys = [100.0 * r for r in line.rates if r is not None]
+        label = line.label + (f" ({line.rounds} rounds)" if line.rounds is not None else "")
+        ax.plot(xs, ys, marker="o", markersize=3, color=f"C{i % 10}", label=label)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("rounds accepted through the position, of those that drafted it")
+    ax.yaxis.set_major_formatter(PercentFormatter(100))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, 105)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8, ncol=2 if len(drawn) > 8 else 1)
+    ax.set_title(meta.title("Acceptance by draft position"), fontsize=10)
+    return _save(fig, out_dir, stem, formats)
+
+
 def plot_speedup(
     points: Sequence[PlotPoint],
     meta: PlotMeta,
@@ -276,12 +320,16 @@ def plot_all(
 def _checked(points: Sequence[PlotPoint], formats: Sequence[str]) -> list[PlotPoint]:
     if not points:
         raise LlamaspecError("nothing to plot: no measured points", hint="run a sweep or a measurement first")
+    _check_formats(formats)
+    return sorted(points, key=lambda p: p.draft_max)
+
+
+def _check_formats(formats: Sequence[str]) -> None:
     if not formats:
         raise LlamaspecError("no image format asked for", hint=f"use any of {', '.join(FORMATS)}")
     for fmt in formats:
         if fmt not in FORMATS:
             raise LlamaspecError(f"unsupported image format {fmt!r}", hint=f"use any of {', '.join(FORMATS)}")
-    return sorted(points, key=lambda p: p.draft_max)
 
 
 def _figure(ncols: int, size: tuple[float, float]) -> tuple[Figure, list[Axes]]:

@@ -133,6 +133,8 @@ def table(title: str, summary: Summary, reference: Reference | None, seconds: Se
     for r in [header, *body]:
         lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
     lines.append(f"  lossless: {summary.lossless.text()}")
+    if (positions := summary.positions_text()) is not None:
+        lines.append(f"  {positions}")
     lines.append(f"  speed: {summary.speed_definition}")
     for mode, basis in summary.speed_basis.items():
         lines.append(f"    {mode}: {basis}")

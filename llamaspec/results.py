@@ -192,6 +192,12 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE json_valid(summary) AND json_extract(summary, '$.program') = 'llama-server'
             AND json_extract(summary, '$.rounds') > 0;
     """,
+    # Acceptance by draft position (contract.Measurement.drafted_by_position / accepted_by_position):
+    # JSON lists of counts, index i-1 for position i; NULL where the engine counted none.
+    """
+    ALTER TABLE measurements ADD COLUMN drafted_by_position TEXT;
+    ALTER TABLE measurements ADD COLUMN accepted_by_position TEXT;
+    """,
 )
 
 GROUP_KINDS = ("sweep", "tune", "promptset", "study")
@@ -257,6 +263,8 @@ class MeasurementRow:
     prompt_ms: float | None = None
     generation_ms: float | None = None
     noise: dict[str, Any] | None = None  # host.NoiseSample.to_dict() of the measurement's window
+    drafted_by_position: list[int] | None = None
+    accepted_by_position: list[int] | None = None
     id: int | None = None
     created_at: str = ""
 
@@ -278,7 +286,9 @@ class MeasurementRow:
                    tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text,
                    draft_steps=m.draft_steps, program=m.program, sample_ms_per_token=m.sample_ms_per_token,
                    error_kind=m.error_kind, prompt_ms=m.prompt_ms, generation_ms=m.generation_ms,
-                   noise=m.noise.to_dict() if m.noise is not None else None)
+                   noise=m.noise.to_dict() if m.noise is not None else None,
+                   drafted_by_position=list(m.drafted_by_position) if m.drafted_by_position is not None else None,
+                   accepted_by_position=list(m.accepted_by_position) if m.accepted_by_position is not None else None)
 
 
 def measurement_of(row: dict[str, Any]) -> Measurement:
@@ -289,6 +299,8 @@ def measurement_of(row: dict[str, Any]) -> Measurement:
         data.setdefault(key, None)
     data["argv"] = tuple(row.get("argv") or ())
     data["tokens"] = tuple(row["tokens"]) if row.get("tokens") is not None else None
+    for key in ("drafted_by_position", "accepted_by_position"):
+        data[key] = tuple(row[key]) if row.get(key) is not None else None
     data["ok"], data["end_of_text"] = bool(row.get("ok")), bool(row.get("end_of_text"))
     data["noise"] = NoiseSample.from_dict(row.get("noise"))
     data["pair"] = int(row["repeat"]) if row.get("mode") in PAIR_MODES and row.get("repeat") is not None else None
@@ -299,7 +311,8 @@ def measurements_of(rows: Sequence[dict[str, Any]]) -> list[Measurement]:
     return [measurement_of(r) for r in rows]
 
 
-JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens", "noise"}
+JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens", "noise", "drafted_by_position",
+                "accepted_by_position"}
 BOOL_COLUMNS = {"ok", "end_of_text"}
 
 
@@ -421,6 +434,8 @@ class Store:
         data["stats"] = json.dumps(data["stats"]) if data["stats"] is not None else None
         data["tokens"] = json.dumps(data["tokens"]) if data["tokens"] is not None else None
         data["noise"] = json.dumps(data["noise"]) if data["noise"] is not None else None
+        for key in ("drafted_by_position", "accepted_by_position"):
+            data[key] = json.dumps(data[key]) if data[key] is not None else None
         data["ok"] = int(data["ok"])
         data["end_of_text"] = int(data["end_of_text"])
         cols = ", ".join(data)

@@ -24,7 +24,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from llamaspec import estimators, stats
-from llamaspec.contract import SPEED_DEFINITION, Measurement, ResolvedCase
+from llamaspec.contract import (
+    SPEED_DEFINITION,
+    Measurement,
+    Positions,
+    ResolvedCase,
+    acceptance_by_position,
+    sum_positions,
+)
 from llamaspec.host import NoiseSample
 from llamaspec.stats import Spread
 
@@ -184,6 +191,25 @@ class Summary:
     speed_definition: str = SPEED_DEFINITION
     noise: NoiseSample | None = None  # the machine during this point's own measurements (steal, other load)
     estimator: str = estimators.POINT  # how ``speedup`` was computed (llamaspec.estimators)
+    # Acceptance by draft position, counts summed over the point's speculative measurements
+    # (contract.sum_positions); None with a note where they are not known.
+    drafted_by_position: tuple[int, ...] | None = None
+    accepted_by_position: tuple[int, ...] | None = None
+    positions_note: str | None = None
+
+    @property
+    def acceptance_by_position(self) -> tuple[float | None, ...] | None:
+        return acceptance_by_position(self.accepted_by_position, self.drafted_by_position)
+
+    def positions_text(self) -> str | None:
+        """``accepted at position 1..k: 97 %, 93 %, ...`` (the note, where positions are missing)."""
+        rates = self.acceptance_by_position
+        if not rates:
+            return f"acceptance by position: not known ({self.positions_note})" if self.positions_note else None
+        shown = ", ".join("-" if r is None else f"{100 * r:.0f} %" for r in rates)
+        runs = self.drafted_by_position[0] if self.drafted_by_position else 0
+        text = f"accepted at position 1..{len(rates)}: {shown} (of {runs} drafting rounds)"
+        return text + (f"; {self.positions_note}" if self.positions_note else "")
 
     @property
     def recommendable(self) -> bool:
@@ -210,7 +236,9 @@ class Summary:
         return cls(**{**data, **spreads, "lossless": Lossless(**data["lossless"]), "draft": DraftCheck(**data["draft"]),
                       "batch_ms": {int(k): v for k, v in batch.items()} if batch else None,
                       "warnings": tuple(data.get("warnings") or ()), "speed_basis": dict(data.get("speed_basis") or {}),
-                      "noise": NoiseSample.from_dict(data.get("noise"))})
+                      "noise": NoiseSample.from_dict(data.get("noise")),
+                      **{k: tuple(data[k]) if data.get(k) is not None else None
+                         for k in ("drafted_by_position", "accepted_by_position")}})
 
 
 def empty(status: str, error: str | None = None) -> Summary:
@@ -284,6 +312,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     draft_runs = [m for m in (*measured, *shared_baseline) if m.mode == "draft" and m.ok]
     batches = [m for m in (*measured, *shared_baseline) if m.mode == "batch" and m.ok and m.stats]
     rounds = mid_spec.rounds if mid_spec else None
+    by = sum_positions(spec) if spec else Positions()
     return Summary(
         status=status, pairs=len(ratios), paired=paired, speedup=speedup,
         decode_tps=stats.spread([m.decode_tps for m in spec]), baseline_decode_tps=base_spread,
@@ -305,6 +334,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         baseline_peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in base) or None if base else None,
         speed_basis=basis, baseline_key=baseline_key, warnings=tuple(warnings), error=error, noise=noise,
         estimator=estimators.POINT if paired or not shared_base else estimators.SHARED_BASELINE,
+        drafted_by_position=by.drafted, accepted_by_position=by.accepted, positions_note=by.note,
     )
 
 

@@ -55,7 +55,15 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import theory
-from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import (
+    Capabilities,
+    Deployment,
+    EngineOptions,
+    Measurement,
+    ModelPath,
+    ResolvedCase,
+    positions_from_rounds,
+)
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS, Settings
 
@@ -406,7 +414,9 @@ class TransformersEngine:
                                "universal": "tokenizer" in kwargs}
             stats["assistant"] = assistant_stats
             stats["per_round"] = [list(r) for r in rounds]
-            counters = {"n_drafted": drafted, "n_accept": accepted, "rounds": len(rounds),
+            by = positions_from_rounds(rounds)  # each round's candidates and accepted count, from the hook
+            stats["by_position"] = {"drafted": by.drafted, "accepted": by.accepted, "note": by.note}
+            counters = {**by.fields(), "n_drafted": drafted, "n_accept": accepted, "rounds": len(rounds),
                         "accept": 100.0 * accepted / drafted if drafted else None,
                         "draft_len": _draft_len(plan, assistant_stats, draft_max),
                         "draft_policy": _draft_policy(plan, assistant_stats),

@@ -454,6 +454,10 @@ class ProgramProfile:
     draft_policy: str
     shape: theory.Program
     speed_basis: str
+    # Flags that make the program print its acceptance by draft position (parse.positions): the
+    # pinned llama-speculative-simple logs common_speculative_print_stats at trace level (-lv 4);
+    # () where the program prints none (llama-speculative of every generation).
+    positions_argv: tuple[str, ...] = ()
 
     @property
     def reads_p_min(self) -> bool:
@@ -487,7 +491,8 @@ PROFILES: dict[tuple[str, str], ProgramProfile] = {
     ("speculative", "2024"): ProgramProfile("speculative", "2024", "fixed", _SPEC, _SPEC_BASIS),
     ("speculative", "2026"): ProgramProfile("speculative", "2026", "fixed", _SPEC, _SPEC_BASIS),
     ("speculative-simple", "2024"): ProgramProfile("speculative-simple", "2024", "capped", _SIMPLE, _SIMPLE_BASIS),
-    ("speculative-simple", "2026"): ProgramProfile("speculative-simple", "2026", "capped", _SIMPLE, _SIMPLE_BASIS),
+    ("speculative-simple", "2026"): ProgramProfile("speculative-simple", "2026", "capped", _SIMPLE, _SIMPLE_BASIS,
+                                                   positions_argv=("-lv", "4")),
 }
 
 

@@ -51,6 +51,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llamaspec.contract import Positions, acceptance_by_position, check_positions
 from llamaspec.errors import LlamaspecError
 
 # --- the result types -------------------------------------------------------------------------
@@ -105,6 +106,46 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class DraftStatistics:
+    """One line of ``common_speculative_print_stats`` (common/speculative.cpp), which the pinned
+    llama-speculative-simple calls at its end and logs at trace level (``-lv 4``)::
+
+        spec common_specu: statistics     draft-simple: #calls(b,g,a) =    1     15     14, #gen drafts =     14,
+            #acc drafts =    12, #gen tokens =    112, #acc tokens =    58, #mean acc len = 5.14,
+            #acc rate/pos = (0.857, 0.786, ...)
+
+    Each field, from the implementation's counters:
+
+    - ``calls_begin/calls_draft/calls_accept`` (``#calls(b,g,a)``): begin, draft and accept calls;
+      ``calls_accept`` is every verification round after the first draft (an empty draft still calls
+      accept with 0), the denominator of ``#mean acc len`` and ``#acc rate/pos``;
+    - ``gen_drafts`` / ``gen_tokens``: the rounds that drafted at least one token, and the tokens
+      they drafted; ``acc_drafts`` / ``acc_tokens``: the rounds that had at least one accepted, and
+      the accepted tokens;
+    - ``mean_acc_len``: 1 + acc_tokens / calls_accept, as printed (2 decimals);
+    - ``acc_rate_by_position`` (``#acc rate/pos``): per position i, the rounds accepted through i
+      over ``calls_accept`` (3 decimals). Only the rates are printed, so the counts are derived:
+      rate x calls_accept, rounded (exact while calls_accept < 1000, and checked against
+      acc_drafts and acc_tokens); see :func:`positions`. The list is as long as the longest
+      accepted run: positions beyond it had no token accepted.
+
+    Printed only when the implementation was called to accept at least once; without a round the
+    line ends after ``#acc tokens`` (mean and rates None).
+    """
+
+    implementation: str  # draft-simple, ngram-mod, ...
+    calls_begin: int
+    calls_draft: int
+    calls_accept: int
+    gen_drafts: int
+    acc_drafts: int
+    gen_tokens: int
+    acc_tokens: int
+    mean_acc_len: float | None = None
+    acc_rate_by_position: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
 class SpeculativeStats:
     """What ``llama-speculative`` (or ``speculative``, ``llama-speculative-simple``) printed."""
 
@@ -124,6 +165,13 @@ class SpeculativeStats:
     target: Timings | None
     text: str | None  # stdout without the blank lines around it: prompt + generation since 2024
     log_prefix: bool = False  # lines carried llama.cpp's "M.SS.mmm.uuu L " prefix
+    # common_speculative_print_stats' lines (llama-speculative-simple at -lv 4 and up), one per
+    # speculative implementation; empty when the program prints none (llama-speculative never does).
+    statistics: tuple[DraftStatistics, ...] = ()
+    statistics_problem: str | None = None  # a statistics line that could not be read (cut off, malformed)
+    # "- n_max=4, n_min=0, p_min=0.000000" (trace level, when the implementation is added): the
+    # draft's p-min as the program applied it; None where not printed.
+    p_min: float | None = None
 
     # Printed counters only: rounds, tokens per round and the mean accepted length depend on how
     # each program of each generation counts a round, so the program's profile derives them
@@ -132,6 +180,9 @@ class SpeculativeStats:
     def to_dict(self) -> dict[str, Any]:
         data = _with_derived(self, ())
         data.pop("derived")
+        by = positions(self)
+        data["by_position"] = {"drafted": by.drafted, "accepted": by.accepted, "note": by.note,
+                               "acceptance": acceptance_by_position(by.accepted, by.drafted)}
         return data
 
 
@@ -219,6 +270,10 @@ _TIMING = re.compile(
     rf"(?:\s*\(\s*(?P<per>{_NUM}) ms per token,\s*(?P<tps>{_NUM}) tokens per second\))?",
     re.I,
 )
+# common_speculative_print_stats, after the log prefix and "spec common_specu: ".
+_STATISTICS = re.compile(r"(?:^|\s)statistics\s+(?P<impl>[\w-]+):\s*(?P<rest>#calls.*)$")
+_IMPL_PARAMS = re.compile(rf"^(?:spec \S+: )?- n_max=\d+, n_min=\d+, p_min=(?P<p_min>{_NUM})")
+_STAT_FIELD = re.compile(r"#(?P<label>[a-z][a-z/(),]*(?: [a-z/]+)*)\s*=\s*(?P<value>\([^)]*\)?|[^,]*)")
 _END_OF_TEXT = " [end of text]\n"
 
 # Lines that are llama.cpp's log, not generated text: for cutting the text out of a combined capture.
@@ -328,6 +383,9 @@ class _Scan:
     sources: set[str] = field(default_factory=set)
     prefixed: bool = False
     first_stats_offset: int | None = None  # character offset of the first stats line in the text
+    statistics: list[DraftStatistics] = field(default_factory=list)
+    statistics_problem: str | None = None
+    p_min: float | None = None
 
     @property
     def has_speculative(self) -> bool:
@@ -364,6 +422,15 @@ def _scan(text: str) -> _Scan:
         elif m := _TIMING.match(line):
             scan.sources.add(m.group("src"))
             scan.blocks.setdefault(section, _Block()).add(m)
+        elif m := _IMPL_PARAMS.match(line):
+            scan.p_min = _number(m.group("p_min"))
+            stats = False
+        elif m := _STATISTICS.search(line):
+            try:
+                scan.statistics.append(parse_statistics_line(m.group("impl"), m.group("rest")))
+            except ValueError as exc:
+                scan.statistics_problem = f"{m.group('impl')}: {exc}"
+            stats = False  # printed after the counters: not where the generated text ends
         else:
             stats = False
         if stats and scan.first_stats_offset is None:
@@ -410,6 +477,187 @@ def _split_end_of_text(text: str) -> tuple[str, bool]:
 def _tail_hint(text: str) -> str:
     lines = [ln for ln in (_strip(x)[0].strip() for x in text.splitlines()) if ln]
     return f" (last line: {lines[-1][:120]!r})" if lines else " (the output is empty)"
+
+
+# --- acceptance by position ------------------------------------------------------------------------
+
+_STAT_INTS = {"gen drafts": "gen_drafts", "acc drafts": "acc_drafts", "gen tokens": "gen_tokens",
+              "acc tokens": "acc_tokens"}
+
+
+def parse_statistics_line(implementation: str, rest: str) -> DraftStatistics:
+    """The fields of one ``statistics <impl>: #calls(b,g,a) = ...`` line (``rest`` from ``#calls``
+    on), keyed on labels; ValueError naming what is missing or unreadable."""
+    values: dict[str, Any] = {}
+    for m in _STAT_FIELD.finditer(rest):
+        label, value = m.group("label").strip(), m.group("value").strip()
+        if label == "calls(b,g,a)":
+            parts = value.split()
+            if len(parts) != 3 or not all(p.isdigit() for p in parts):
+                raise ValueError(f"#calls(b,g,a) is not three counts: {value!r}")
+            values["calls_begin"], values["calls_draft"], values["calls_accept"] = (int(p) for p in parts)
+        elif label in _STAT_INTS:
+            if not value.isdigit():
+                raise ValueError(f"#{label} is not a count: {value!r}")
+            values[_STAT_INTS[label]] = int(value)
+        elif label == "mean acc len":
+            try:
+                values["mean_acc_len"] = float(value)
+            except ValueError:
+                raise ValueError(f"#mean acc len is not a number: {value!r}") from None
+        elif label == "acc rate/pos":
+            if not (value.startswith("(") and value.endswith(")")):
+                raise ValueError("the #acc rate/pos list is cut off (no closing parenthesis)")
+            try:
+                rates = tuple(float(x) for x in value[1:-1].split(",") if x.strip())
+            except ValueError:
+                raise ValueError(f"#acc rate/pos holds something other than numbers: {value[:80]!r}") from None
+            if any(not (0.0 <= r <= 1.0) for r in rates):
+                raise ValueError(f"#acc rate/pos holds a rate outside 0..1: {value[:80]!r}")
+            values["acc_rate_by_position"] = rates
+    missing = [n for n in ("calls_accept", *_STAT_INTS.values()) if n not in values]
+    if missing:
+        raise ValueError(f"the line is cut off or malformed: no {', '.join(missing)}")
+    if values["calls_accept"] > 0 and "acc_rate_by_position" not in values:
+        raise ValueError("the line is cut off: no #acc rate/pos after its rounds")
+    return DraftStatistics(implementation=implementation, **values)
+
+
+# Rates are printed with 3 decimals: rate x rounds is within 0.0005 x rounds of the count, so the
+# nearest integer is the count while rounds stay below this.
+EXACT_RATE_ROUNDS = 1000
+
+
+def positions(stats: SpeculativeStats) -> Positions:
+    """Acceptance by draft position from llama-speculative-simple's statistics line, or a labelled gap.
+
+    Counts: accepted through position i = rate_i x ``#calls`` accept, rounded (checked: position 1's
+    count is ``#acc drafts`` and their sum ``#acc tokens``). Drafted at position i: the line gives
+    only the drafting rounds D (``#gen drafts``) and their tokens T (``#gen tokens``), not each
+    round's length: :func:`by_position` derives the counts from D, T and the length k where they are
+    certain (with the printed p-min 0, the rounds cut short are the last ones, each shorter than the
+    one before) and leaves the other positions out, with a note saying so.
+    """
+    if stats.statistics_problem:
+        return Positions(note=f"the statistics line is unreadable ({stats.statistics_problem})")
+    if not stats.statistics:
+        return Positions(note="no statistics line (llama-speculative prints none; llama-speculative-simple "
+                              "prints it at -lv 4 and up)")
+    drafting = [s for s in stats.statistics if s.gen_drafts > 0]
+    if len(drafting) > 1:
+        return Positions(note="more than one speculative implementation drafted: the line does not split them")
+    if not drafting:
+        return Positions(note="nothing was drafted")
+    s = drafting[0]
+    rates = s.acc_rate_by_position or ()
+    n = s.calls_accept
+    if n >= EXACT_RATE_ROUNDS:
+        return Positions(note=f"{n} rounds: rates printed to 3 decimals no longer give exact counts")
+    accepted = tuple(round(r * n) for r in rates)
+    if any(abs(r * n - c) > 0.0005 * n + 1e-9 for r, c in zip(rates, accepted, strict=True)):
+        return Positions(note="#acc rate/pos is not a count over the rounds (#calls accept)")
+    if (accepted[0] if accepted else 0) != s.acc_drafts or sum(accepted) != s.acc_tokens:
+        return Positions(note=f"#acc rate/pos disagrees with the counts (position 1: {accepted[:1]} vs #acc drafts "
+                              f"{s.acc_drafts}; sum {sum(accepted)} vs #acc tokens {s.acc_tokens})")
+    # p-min 0 as printed: only the context and the -n budget cut a draft (see by_position)
+    return by_position(accepted, s.gen_drafts, s.gen_tokens, stats.n_draft, shrinking=stats.p_min == 0.0)
+
+
+def by_position(accepted: tuple[int, ...], drafting_rounds: int, drafted_tokens: int, draft_len: int,
+                shrinking: bool = False) -> Positions:
+    """Drafted and accepted counts by position from the accepted ones and the drafting rounds'
+    totals (llama-speculative-simple's statistics line, llama-server's /metrics).
+
+    With every drafting round at the full length k, every position was drafted by all of them. The
+    S = k x rounds - tokens missing tokens come from rounds cut short, each missing at most S, so
+    positions 1..k-S were drafted by every round. ``shrinking``: the only rounds cut short are the
+    last ones (p-min 0: only the context or the -n budget cuts a draft), and what is left of both
+    shrinks by exactly the tokens a round emits, so a short round of r tokens that accepted a is
+    followed by one of r - a - 1: the short rounds' lengths are distinct, and every round but the
+    last of them accepted a number fixed by the lengths, which must be among the accepted numbers
+    the counts give. Every set of short lengths that fits is tried, and a position is kept where all
+    of them agree on how many rounds drafted it. Positions after the last one known are left out,
+    with a note saying so."""
+    if draft_len <= 0:
+        return Positions(note="no draft length")
+    while accepted and accepted[-1] == 0:  # llama.cpp's lists may run on with zeros: they say nothing
+        accepted = accepted[:-1]
+    if len(accepted) > draft_len:
+        return Positions(note=f"accepted counts for {len(accepted)} positions with a draft length of {draft_len}")
+    if drafted_tokens > draft_len * drafting_rounds:
+        return Positions(note=f"{drafted_tokens} tokens drafted in {drafting_rounds} rounds of at most {draft_len}")
+    if drafting_rounds <= 0:
+        return Positions(note="nothing was drafted")
+    problem = check_positions((drafting_rounds,) * len(accepted), accepted) if accepted else None
+    if problem:
+        return Positions(note=problem)
+    short = draft_len * drafting_rounds - drafted_tokens
+    # how many drafting rounds accepted exactly n tokens, n = 0..k (from "accepted through n")
+    through = (*accepted, *(0,) * (draft_len + 1 - len(accepted)))
+    exactly = (drafting_rounds - through[0], *(through[n] - through[n + 1] for n in range(draft_len)))
+    missing = _missing_by_position(short, draft_len, drafting_rounds, exactly if shrinking else None)
+    known = len(missing)
+    if known == 0:
+        return Positions(note=f"drafts were shorter than {draft_len} tokens ({drafted_tokens} in {drafting_rounds} "
+                              "rounds) and the program does not say by how much each: no position known for certain")
+    drafted = tuple(drafting_rounds - m for m in missing)
+    counts = (accepted + (0,) * draft_len)[:known]
+    problem = check_positions(drafted, counts)
+    if problem:
+        return Positions(note=problem)
+    note = (f"positions {known + 1}..{draft_len} left out: {short} drafted tokens short of {drafting_rounds} full "
+            "rounds, and the program does not say which rounds were cut" if known < draft_len else None)
+    return Positions(drafted, counts, note)
+
+
+# Sets of short rounds tried at most (the subsets of 1..k-1 summing to S); past it, the plain rule.
+_MAX_SHORT_SETS = 20000
+
+
+def _missing_by_position(short: int, draft_len: int, rounds: int,
+                         exactly: tuple[int, ...] | None) -> tuple[int, ...]:
+    """For positions 1..n (as far as known), how many drafting rounds did not reach the position.
+    ``exactly``: how many rounds accepted n tokens, n = 0..k, where the short rounds shrink (see
+    :func:`by_position`); None: nothing known of them."""
+    if short == 0:
+        return (0,) * draft_len
+    plain = (0,) * max(draft_len - short, 0)
+    if exactly is None:
+        return plain
+
+    def fits(deficits: tuple[int, ...]) -> bool:
+        # lengths from the first short round to the last; each but the last accepted r_j - r_j+1 - 1
+        lengths = sorted((draft_len - d for d in deficits), reverse=True)
+        needed: dict[int, int] = {}
+        for r, after in zip(lengths, lengths[1:], strict=False):
+            needed[r - after - 1] = needed.get(r - after - 1, 0) + 1
+        return all(n < len(exactly) and exactly[n] >= c for n, c in needed.items())
+
+    sets: list[tuple[int, ...]] = []
+
+    def deficits(left: int, below: int, chosen: tuple[int, ...]) -> None:
+        if len(sets) > _MAX_SHORT_SETS or len(chosen) > rounds:
+            return
+        if left == 0:
+            if fits(chosen):
+                sets.append(chosen)
+            return
+        for d in range(min(left, below - 1), 0, -1):
+            if d * (d + 1) // 2 < left:  # the distinct parts below d+1 cannot add up to what is left
+                break
+            deficits(left - d, d, (*chosen, d))
+
+    deficits(short, draft_len, ())  # each short round misses 1..k-1 tokens (an empty one is not a drafting round)
+    if not sets or len(sets) > _MAX_SHORT_SETS:
+        return plain
+    out: list[int] = []
+    for i in range(1, draft_len + 1):
+        # a round missing d tokens drafted positions 1..k-d: it did not reach i when d >= k - i + 1
+        counts = {sum(1 for d in chosen if d >= draft_len - i + 1) for chosen in sets}
+        if len(counts) != 1:
+            break
+        out.append(counts.pop())
+    return tuple(out)
 
 
 # --- the parsers ------------------------------------------------------------------------------------
@@ -460,6 +708,9 @@ def parse_speculative(stdout: str, stderr: str = "") -> SpeculativeStats:
         draft=blocks.get("draft"), target=blocks.get("target"),
         text=text,
         log_prefix=out_scan.prefixed or err_scan.prefixed,
+        statistics=tuple(scan.statistics),
+        statistics_problem=scan.statistics_problem,
+        p_min=scan.p_min,
     )
 
 

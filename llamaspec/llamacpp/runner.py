@@ -89,7 +89,10 @@ class LlamaCppEngine:
         inv = self.invocation(case, case.target.path)
         if mode == "speculative":
             role = self._role(case)
-            return flags.speculative_argv(self.caps(role), self.build.program(role), inv, role)
+            argv = flags.speculative_argv(self.caps(role), self.build.program(role), inv, role)
+            # the log level that prints acceptance by position, before extra_args (which stay last)
+            at = len(argv) - len(case.settings.extra_args or ())
+            return [*argv[:at], *self.profile(case).positions_argv, *argv[at:]]
         if mode == "baseline":
             return flags.completion_argv(self.caps("completion"), self.build.program("completion"),
                                          replace(inv, draft=None))
@@ -298,6 +301,7 @@ def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.ProgramPro
         text=text,
         end_of_text=requested is not None and stats.n_predict < requested,
         stats={**stats.to_dict(), "prompt_echo_found": echoed},
+        **parse.positions(stats).fields(),
     )
 
 

@@ -45,10 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import paths, proc, theory
-from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, Positions, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
+from llamaspec.llamacpp.parse import by_position
 from llamaspec.settings import DEFAULTS, Settings
 
 log = logging.getLogger(__name__)
@@ -263,12 +264,15 @@ class Server:
 
     def metric(self, name: str) -> float | None:
         """One counter from ``/metrics`` (Prometheus text; needs --metrics), None when absent."""
+        text = self.metrics_text()
+        return metric_value(text, name) if text is not None else None
+
+    def metrics_text(self) -> str | None:
+        """``/metrics`` as text (needs --metrics), None when the server does not answer it."""
         with contextlib.suppress(OSError, http.client.HTTPException):
             status, text = self.get("/metrics")
             if status == 200:
-                m = re.search(rf"^llamacpp:{re.escape(name)}\s+(\S+)$", text, re.MULTILINE)
-                if m:
-                    return float(m.group(1))
+                return text
         return None
 
     def peak_rss_bytes(self) -> int | None:
@@ -579,7 +583,7 @@ class ServerEngine:
         body = {"prompt": text, **flags.request_fields(s), "cache_prompt": False, "return_tokens": True, "stream": False}
         serial = (s.parallel or 1) == 1
         # the rounds that drafted, from /metrics: only one request at a time tells its own
-        rounds_before = server.metric("spec_decode_num_drafts_total") if serial and mode == "speculative" else None
+        metrics_before = server.metrics_text() if serial and mode == "speculative" else None
         timeout = s.timeout or 1800.0
         base: dict[str, Any] = dict(mode=mode, argv=tuple(server.argv), exit_code=None, log_path=str(log_path))
         t0 = time.monotonic()
@@ -603,9 +607,18 @@ class ServerEngine:
         base.update(wall_seconds=wall, peak_rss_bytes=server.peak_rss_bytes())
         if error is not None:
             return Measurement(ok=False, error=error, error_kind=kind, stats={"server_log": str(server.log_path)}, **base)
-        rounds_after = server.metric("spec_decode_num_drafts_total") if rounds_before is not None else None
-        drafted = int(rounds_after - rounds_before) if rounds_after is not None and rounds_before is not None else None
-        fields = completion_fields(data, mode, s, drafted)
+        metrics_after = server.metrics_text() if metrics_before is not None else None
+        change = metrics_change(metrics_before, metrics_after)
+        rounds = change.get("spec_decode_num_drafts_total")
+        fields = completion_fields(data, mode, s, int(rounds) if rounds is not None else None)
+        if mode == "speculative":
+            by = (positions_from_metrics(metrics_before, metrics_after, fields["draft_len"])
+                  if metrics_before is not None and metrics_after is not None else
+                  Positions(note="several requests at a time: /metrics does not tell one request's positions"
+                            if not serial else "/metrics did not answer"))
+            fields.update(by.fields())
+            fields["stats"] = {**fields["stats"], "by_position": {"drafted": by.drafted, "accepted": by.accepted,
+                                                                  "note": by.note}}
         if isinstance(fields.get("n_prompt"), int):
             with self._lock:
                 self._prompt_tokens[_prompt_key(case)] = fields["n_prompt"]
@@ -664,6 +677,93 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
     else:
         fields.update(draft_policy="none")
     return fields
+
+
+# --- /metrics (Prometheus text) -----------------------------------------------------------------------
+
+_METRIC_LINE = re.compile(r'^llamacpp:(?P<name>\w+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)\s*$')
+PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def metric_value(text: str, name: str) -> float | None:
+    """One unlabelled ``llamacpp:`` series from ``/metrics`` text, None when absent or unreadable."""
+    for line in text.splitlines():
+        m = _METRIC_LINE.match(line.strip())
+        if m and m.group("name") == name and not m.group("labels"):
+            with contextlib.suppress(ValueError):
+                return float(m.group("value"))
+    return None
+
+
+def accepted_per_position(text: str) -> tuple[int, ...] | None:
+    """``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"}`` (i from 0: draft
+    position i + 1), as a tuple indexed by position; None when the series is absent (a server from
+    before it, or one that has verified no draft yet) or a position is missing or unreadable.
+
+    What it counts (tools/server/server-context.cpp, pinned 0c1e570): each verification step adds
+    one at positions 1..n where n tokens of its draft were accepted, so position i's count is the
+    steps accepted through i; the vector is as long as the longest draft the server may make
+    (``common_speculative_n_max``) and summed over finished requests. Its denominator is
+    ``spec_decode_num_drafts_total`` (verification steps), as in the server's own log line."""
+    found: dict[int, int] = {}
+    for line in text.splitlines():
+        m = _METRIC_LINE.match(line.strip())
+        if not m or m.group("name") != PER_POSITION:
+            continue
+        label = re.search(r'position="(\d+)"', m.group("labels") or "")
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            return None
+        if label is None or not math.isfinite(value) or value < 0 or value != int(value):
+            return None
+        found[int(label.group(1))] = int(value)
+    if not found or sorted(found) != list(range(len(found))):
+        return None
+    return tuple(found[i] for i in range(len(found)))
+
+
+def metrics_change(before: str | None, after: str | None) -> dict[str, float]:
+    """How each unlabelled counter of ``/metrics`` grew between two readings (both present only)."""
+    if before is None or after is None:
+        return {}
+    out: dict[str, float] = {}
+    for name in ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                 "spec_decode_num_accepted_tokens_total"):
+        a, b = metric_value(before, name), metric_value(after, name)
+        if a is not None and b is not None:
+            out[name] = b - a
+    return out
+
+
+def positions_from_metrics(before: str, after: str, draft_len: int | None) -> Positions:
+    """One request's acceptance by position: the change of /metrics' per-position series across it
+    (one slot, one request at a time), with drafted counts by ``parse.by_position``'s rule from the
+    change of verification steps and drafted tokens. A labelled gap where the server has no
+    per-position series, or where the counts contradict each other."""
+    change = metrics_change(before, after)
+    steps = change.get("spec_decode_num_drafts_total")
+    tokens = change.get("spec_decode_num_draft_tokens_total")
+    if steps is None or tokens is None:
+        return Positions(note="/metrics has no speculative counters (a server without --metrics?)")
+    if steps == 0:
+        return Positions(note="nothing was drafted")
+    after_counts = accepted_per_position(after)
+    if after_counts is None:
+        return Positions(note=f"/metrics has no readable {PER_POSITION} series (a llama-server from before it)")
+    before_counts = accepted_per_position(before) or ()
+    if len(before_counts) > len(after_counts):
+        return Positions(note="/metrics' per-position series got shorter during the request (a restarted server?)")
+    padded = before_counts + (0,) * (len(after_counts) - len(before_counts))
+    counts = tuple(a - b for a, b in zip(after_counts, padded, strict=True))
+    if any(c < 0 for c in counts):
+        return Positions(note="/metrics' per-position counts went down during the request (a restarted server?)")
+    accepted = change.get("spec_decode_num_accepted_tokens_total")
+    if accepted is not None and sum(counts) != accepted:
+        return Positions(note=f"/metrics' per-position counts sum to {sum(counts)}, its accepted tokens to {accepted:.0f}")
+    while counts and counts[-1] == 0:  # the series is as long as the longest draft allowed: trailing zeros say nothing
+        counts = counts[:-1]
+    return by_position(counts, int(steps), int(tokens), draft_len or 0)
 
 
 def top_tokens_at(data: dict[str, Any], position: int, prefix: Sequence[int]) -> list[dict[str, Any]] | None:
