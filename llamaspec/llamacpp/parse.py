@@ -528,7 +528,7 @@ def parse_statistics_line(implementation: str, rest: str) -> DraftStatistics:
 EXACT_RATE_ROUNDS = 1000
 
 
-def positions(stats: SpeculativeStats) -> Positions:
+def positions(stats: SpeculativeStats, n_predict: int | None = None) -> Positions:
     """Acceptance by draft position from llama-speculative-simple's statistics line, or a labelled gap.
 
     Counts: accepted through position i = rate_i x ``#calls`` accept, rounded (checked: position 1's
@@ -536,7 +536,9 @@ def positions(stats: SpeculativeStats) -> Positions:
     only the drafting rounds D (``#gen drafts``) and their tokens T (``#gen tokens``), not each
     round's length: :func:`by_position` derives the counts from D, T and the length k where they are
     certain (with the printed p-min 0, the rounds cut short are the last ones, each shorter than the
-    one before) and leaves the other positions out, with a note saying so.
+    one before) and leaves the other positions out, with a note saying so. ``n_predict``: the -n
+    the program ran with, where known: a run that went past it had no end of text among its cut
+    rounds, so the last of them left no budget for another (which narrows down their lengths).
     """
     if stats.statistics_problem:
         return Positions(note=f"the statistics line is unreadable ({stats.statistics_problem})")
@@ -553,6 +555,8 @@ def positions(stats: SpeculativeStats) -> Positions:
     n = s.calls_accept
     if n >= EXACT_RATE_ROUNDS:
         return Positions(note=f"{n} rounds: rates printed to 3 decimals no longer give exact counts")
+    if len(rates) > stats.n_draft:
+        return Positions(note=f"#acc rate/pos has {len(rates)} positions with a draft length of {stats.n_draft}")
     accepted = tuple(round(r * n) for r in rates)
     if any(abs(r * n - c) > 0.0005 * n + 1e-9 for r, c in zip(rates, accepted, strict=True)):
         return Positions(note="#acc rate/pos is not a count over the rounds (#calls accept)")
@@ -560,11 +564,13 @@ def positions(stats: SpeculativeStats) -> Positions:
         return Positions(note=f"#acc rate/pos disagrees with the counts (position 1: {accepted[:1]} vs #acc drafts "
                               f"{s.acc_drafts}; sum {sum(accepted)} vs #acc tokens {s.acc_tokens})")
     # p-min 0 as printed: only the context and the -n budget cut a draft (see by_position)
-    return by_position(accepted, s.gen_drafts, s.gen_tokens, stats.n_draft, shrinking=stats.p_min == 0.0)
+    ran_out = n_predict is not None and stats.n_predict > n_predict
+    return by_position(accepted, s.gen_drafts, s.gen_tokens, stats.n_draft, shrinking=stats.p_min == 0.0,
+                       ran_out=ran_out)
 
 
 def by_position(accepted: tuple[int, ...], drafting_rounds: int, drafted_tokens: int, draft_len: int,
-                shrinking: bool = False) -> Positions:
+                shrinking: bool = False, ran_out: bool = False) -> Positions:
     """Drafted and accepted counts by position from the accepted ones and the drafting rounds'
     totals (llama-speculative-simple's statistics line, llama-server's /metrics).
 
@@ -575,9 +581,10 @@ def by_position(accepted: tuple[int, ...], drafting_rounds: int, drafted_tokens:
     shrinks by exactly the tokens a round emits, so a short round of r tokens that accepted a is
     followed by one of r - a - 1: the short rounds' lengths are distinct, and every round but the
     last of them accepted a number fixed by the lengths, which must be among the accepted numbers
-    the counts give. Every set of short lengths that fits is tried, and a position is kept where all
-    of them agree on how many rounds drafted it. Positions after the last one known are left out,
-    with a note saying so."""
+    the counts give; ``ran_out``: the run used up its budget (no end of text cut it), so the last
+    short round of r accepted r - 1 or r (nothing left for another). Every set of short lengths
+    that fits is tried, and a position is kept where all of them agree on how many rounds drafted
+    it. Positions after the last one known are left out, with a note saying so."""
     if draft_len <= 0:
         return Positions(note="no draft length")
     while accepted and accepted[-1] == 0:  # llama.cpp's lists may run on with zeros: they say nothing
@@ -595,7 +602,7 @@ def by_position(accepted: tuple[int, ...], drafting_rounds: int, drafted_tokens:
     # how many drafting rounds accepted exactly n tokens, n = 0..k (from "accepted through n")
     through = (*accepted, *(0,) * (draft_len + 1 - len(accepted)))
     exactly = (drafting_rounds - through[0], *(through[n] - through[n + 1] for n in range(draft_len)))
-    missing = _missing_by_position(short, draft_len, drafting_rounds, exactly if shrinking else None)
+    missing = _missing_by_position(short, draft_len, drafting_rounds, exactly if shrinking else None, ran_out)
     known = len(missing)
     if known == 0:
         return Positions(note=f"drafts were shorter than {draft_len} tokens ({drafted_tokens} in {drafting_rounds} "
@@ -615,7 +622,7 @@ _MAX_SHORT_SETS = 20000
 
 
 def _missing_by_position(short: int, draft_len: int, rounds: int,
-                         exactly: tuple[int, ...] | None) -> tuple[int, ...]:
+                         exactly: tuple[int, ...] | None, ran_out: bool = False) -> tuple[int, ...]:
     """For positions 1..n (as far as known), how many drafting rounds did not reach the position.
     ``exactly``: how many rounds accepted n tokens, n = 0..k, where the short rounds shrink (see
     :func:`by_position`); None: nothing known of them."""
@@ -631,7 +638,9 @@ def _missing_by_position(short: int, draft_len: int, rounds: int,
         needed: dict[int, int] = {}
         for r, after in zip(lengths, lengths[1:], strict=False):
             needed[r - after - 1] = needed.get(r - after - 1, 0) + 1
-        return all(n < len(exactly) and exactly[n] >= c for n, c in needed.items())
+        last = (lengths[-1] - 1, lengths[-1]) if ran_out else (None,)
+        return any(all(n < len(exactly) and exactly[n] >= c + (n == a) for n, c in {**needed, **(
+            {a: needed.get(a, 0)} if a is not None else {})}.items()) for a in last)
 
     sets: list[tuple[int, ...]] = []
 

@@ -301,7 +301,7 @@ def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.ProgramPro
         text=text,
         end_of_text=requested is not None and stats.n_predict < requested,
         stats={**stats.to_dict(), "prompt_echo_found": echoed},
-        **parse.positions(stats).fields(),
+        **parse.positions(stats, requested).fields(),
     )
 
 

@@ -612,7 +612,9 @@ class ServerEngine:
         rounds = change.get("spec_decode_num_drafts_total")
         fields = completion_fields(data, mode, s, int(rounds) if rounds is not None else None)
         if mode == "speculative":
-            by = (positions_from_metrics(metrics_before, metrics_after, fields["draft_len"])
+            by = (positions_from_metrics(metrics_before, metrics_after, fields["draft_len"],
+                                         p_min_zero=not s.draft_p_min and not is_draft_free(s.spec_type),
+                                         ran_out=data.get("stop_type") == "limit")
                   if metrics_before is not None and metrics_after is not None else
                   Positions(note="several requests at a time: /metrics does not tell one request's positions"
                             if not serial else "/metrics did not answer"))
@@ -736,11 +738,16 @@ def metrics_change(before: str | None, after: str | None) -> dict[str, float]:
     return out
 
 
-def positions_from_metrics(before: str, after: str, draft_len: int | None) -> Positions:
+def positions_from_metrics(before: str, after: str, draft_len: int | None, *, p_min_zero: bool = False,
+                           ran_out: bool = False) -> Positions:
     """One request's acceptance by position: the change of /metrics' per-position series across it
     (one slot, one request at a time), with drafted counts by ``parse.by_position``'s rule from the
-    change of verification steps and drafted tokens. A labelled gap where the server has no
-    per-position series, or where the counts contradict each other."""
+    change of verification steps and drafted tokens. The server cuts a draft to what is left of the
+    context and of n_predict, each shrinking by the tokens a step emits, as llama-speculative-simple
+    does: with p-min 0 (``p_min_zero``) its short drafts are the last ones, each shorter than the one
+    before; ``ran_out``: the request stopped at its n_predict (``stop_type`` "limit"), so the last of
+    them left nothing to draft after it. A labelled gap where the server has no per-position
+    series, or where the counts contradict each other."""
     change = metrics_change(before, after)
     steps = change.get("spec_decode_num_drafts_total")
     tokens = change.get("spec_decode_num_draft_tokens_total")
@@ -763,7 +770,7 @@ def positions_from_metrics(before: str, after: str, draft_len: int | None) -> Po
         return Positions(note=f"/metrics' per-position counts sum to {sum(counts)}, its accepted tokens to {accepted:.0f}")
     while counts and counts[-1] == 0:  # the series is as long as the longest draft allowed: trailing zeros say nothing
         counts = counts[:-1]
-    return by_position(counts, int(steps), int(tokens), draft_len or 0)
+    return by_position(counts, int(steps), int(tokens), draft_len or 0, shrinking=p_min_zero, ran_out=ran_out)
 
 
 def top_tokens_at(data: dict[str, Any], position: int, prefix: Sequence[int]) -> list[dict[str, Any]] | None:
