@@ -294,8 +294,11 @@ def sum_positions(measured: Sequence[Measurement]) -> Positions:
     drafted = tuple(sum((m.drafted_by_position or ())[i] for m in known) for i in range(n))
     accepted = tuple(sum((m.accepted_by_position or ())[i] for m in known) for i in range(n))
     longest = max(len(m.drafted_by_position or ()) for m in known)
-    note = f"positions {n + 1}..{longest} counted in only some runs: left out" if longest > n else None
-    return Positions(drafted, accepted, note)
+    notes = [f"positions {n + 1}..{longest} counted in only some runs: left out"] if longest > n else []
+    # why the engine left positions out (the same reason in every run, as a rule: said once)
+    notes += list(dict.fromkeys(str(note) for m in known
+                                if (note := ((m.stats or {}).get("by_position") or {}).get("note"))))[:1]
+    return Positions(drafted, accepted, "; ".join(notes) or None)
 
 
 def mean_accepted(n_accept: int | None, rounds: int | None) -> float | None:

@@ -223,11 +223,13 @@ class Summary:
         data["batch_ms"] = {str(k): v for k, v in self.batch_ms.items()} if self.batch_ms else None
         data["warnings"] = list(self.warnings)
         data["noise"] = self.noise.to_dict() if self.noise is not None else None
+        data["acceptance_by_position"] = self.acceptance_by_position  # derived: for readers of --json
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Summary:
         data = dict(data or {})
+        data.pop("acceptance_by_position", None)  # derived from the counts
         if "lossless" not in data or "draft" not in data or "pairs" not in data:
             return empty(data.get("status", "failed"), data.get("error"))
         spreads = {k: Spread.from_dict(data.get(k)) for k in

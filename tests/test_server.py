@@ -429,3 +429,38 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
     text = report.render()
     assert "model error: median" in text and "predicted best draft length" in text
     assert "rounds that drafted (the engine's count) / rounds (every target call)" in text
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_run_on_the_server_prints_acceptance_by_position(server_build, pair, tmp_path: Path) -> None:
+    """llama-server's /metrics per-position counters, read around each request: `llamaspec run` shows
+    acceptance by position and stores it; the counts match the request's own draft figures."""
+    import re
+
+    import yaml
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    body = {"name": "server-positions", "description": "the offline pair on llama-server", "engine": "llama-server",
+            "repeats": 1, "settings": {"n_predict": 32, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": 1024,
+                                       "draft_max": 8},
+            "cases": [{"name": "q4_1", "target": {"model": "smollm2-135m", "variant": "f32"},
+                       "draft": {"model": "smollm2-135m", "variant": "q4_1"},
+                       "prompt": "# Quick-sort implementation in Python and sample usage:"}]}
+    path = tmp_path / "server-positions.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    args = ["run", str(path)] + (["--bin-dir", os.environ["LLAMASPEC_TEST_BIN_DIR"]]
+                                 if os.environ.get("LLAMASPEC_TEST_BIN_DIR") else [])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    line = re.search(r"accepted at position 1\.\.(\d+): .* \(of (\d+) drafting rounds\)", result.output)
+    assert line, result.output
+    store = Store.open()
+    (run,) = store.runs(experiment="server-positions")
+    (spec,) = [m for m in store.measurements(run["id"]) if m["mode"] == "speculative"]
+    drafted, accepted = spec["drafted_by_position"], spec["accepted_by_position"]
+    assert drafted[0] == spec["drafted_rounds"] == int(line.group(2)) and len(drafted) == int(line.group(1))
+    if len(drafted) == 8:
+        assert sum(drafted) == spec["n_drafted"] and sum(accepted) == spec["n_accept"]

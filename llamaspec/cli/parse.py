@@ -30,7 +30,7 @@ def parse_command(logfile: Path, stderr_file: Path | None, kind: str) -> None:
     --stderr naming the rest. Every llama.cpp generation since 2023 is understood
     (llama_print_timings, llama_perf_*_print, common_perf_print, log prefixes).
 
-    Acceptance by draft position ("by_position": drafted and accepted counts per position, and
+    Acceptance by draft position (`jq .by_position`: drafted and accepted counts per position, and
     their ratio) comes from llama-speculative-simple's statistics line, which it prints at -lv 4;
     llama-speculative prints none ("note" says why a position is missing).
 
@@ -38,8 +38,6 @@ def parse_command(logfile: Path, stderr_file: Path | None, kind: str) -> None:
     Example:
       llama-speculative -m big.gguf -md small.gguf -p "def qsort" -n 64 > out.txt 2> err.txt
       llamaspec parse out.txt --stderr err.txt | jq '{n_predict, n_drafted, n_accept, accept}'
-      llama-speculative-simple -m big.gguf -md small.gguf -p "def qsort" -lv 4 > all.log 2>&1
-      llamaspec parse all.log | jq .by_position
     """
     from llamaspec.llamacpp import parse
 

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import proc
-from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, ResolvedCase
+from llamaspec.contract import (
+    Capabilities,
+    Deployment,
+    EngineOptions,
+    Measurement,
+    ModelPath,
+    ResolvedCase,
+    acceptance_by_position,
+)
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags, parse
 from llamaspec.llamacpp.build import Build
@@ -283,6 +291,7 @@ _SPECIAL_PREFIX = re.compile(r"^(?:<\|?[A-Za-z_][\w|]*\|?>)+")
 def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.ProgramProfile, case: ResolvedCase) -> dict[str, Any]:
     text, echoed = generated_part(stats.text, case)
     requested = case.settings.n_predict
+    by = parse.positions(stats, requested)  # with the -n it ran with, which pins down more positions
     return dict(
         n_prompt=stats.n_encoded,
         n_predict=stats.n_predict,
@@ -300,8 +309,10 @@ def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.ProgramPro
         program=f"llama-{profile.role}",
         text=text,
         end_of_text=requested is not None and stats.n_predict < requested,
-        stats={**stats.to_dict(), "prompt_echo_found": echoed},
-        **parse.positions(stats, requested).fields(),
+        stats={**stats.to_dict(), "prompt_echo_found": echoed,
+               "by_position": {"drafted": by.drafted, "accepted": by.accepted, "note": by.note,
+                               "acceptance": acceptance_by_position(by.accepted, by.drafted)}},
+        **by.fields(),
     )
 
 
