@@ -112,7 +112,8 @@ def test_every_field_of_a_measurement_has_its_column_and_comes_back() -> None:
               "draft_policy": "capped", "draft_steps": 8, "program": "llama-speculative-simple",
               "sample_ms_per_token": 0.5, "text": "xy", "tokens": (1, 2), "end_of_text": True, "error_kind": "timeout",
               "prompt_ms": 12.5, "generation_ms": 99.0, "stats": {"k": 1}, "log_path": "/l",
-              "noise": NoiseSample(2.0, 4.0, 3.0, 1.0, 0.25), "pair": 3}
+              "noise": NoiseSample(2.0, 4.0, 3.0, 1.0, 0.25), "pair": 3, "drafted_by_position": (2, 2, 1),
+              "accepted_by_position": (2, 1, 0)}
     assert set(values) == {f.name for f in dataclasses.fields(Measurement)}  # a new field must be added here
     m = Measurement(**values)  # type: ignore[arg-type]
     store.add_measurement(MeasurementRow.of(m, run_id=run_id))  # the pair index is the row's repeat
