@@ -73,6 +73,10 @@ def test_assisted_generation_is_lossless_and_counted(backend, pair, tmp_path: Pa
     assert spec.n_predict == spec.rounds + spec.n_accept  # each call: its accepted drafts plus one token of its own
     assert spec.accept == pytest.approx(100 * spec.n_accept / spec.n_drafted, abs=1e-3)
     assert spec.mean_accepted == pytest.approx(spec.n_accept / spec.rounds)
+    # acceptance by position: the rounds that drafted position i and those accepted through it
+    assert spec.drafted_by_position == tuple(sum(d >= i for d, _ in rounds) for i in range(1, 5))
+    assert spec.accepted_by_position == tuple(sum(a >= i for _, a in rounds) for i in range(1, 5))
+    assert sum(spec.drafted_by_position) == spec.n_drafted and sum(spec.accepted_by_position) == spec.n_accept
     assert spec.draft_policy == "capped" and spec.draft_len == 4 and spec.program == "transformers-assisted"
     # threshold 0: every round drafts 4, except where less is left of max_new_tokens (less one)
     made = 0
