@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -633,14 +634,16 @@ def _missing_by_position(short: int, draft_len: int, rounds: int,
         return plain
 
     def fits(deficits: tuple[int, ...]) -> bool:
+        """Whether the counts allow these short rounds: the accepted numbers their lengths fix."""
         # lengths from the first short round to the last; each but the last accepted r_j - r_j+1 - 1
         lengths = sorted((draft_len - d for d in deficits), reverse=True)
-        needed: dict[int, int] = {}
-        for r, after in zip(lengths, lengths[1:], strict=False):
-            needed[r - after - 1] = needed.get(r - after - 1, 0) + 1
-        last = (lengths[-1] - 1, lengths[-1]) if ran_out else (None,)
-        return any(all(n < len(exactly) and exactly[n] >= c + (n == a) for n, c in {**needed, **(
-            {a: needed.get(a, 0)} if a is not None else {})}.items()) for a in last)
+        needed = Counter(r - after - 1 for r, after in zip(lengths, lengths[1:], strict=False))
+        # the last one accepted r - 1 or r where the run ran out of budget; anything up to r where not known
+        for last in ((lengths[-1] - 1, lengths[-1]) if ran_out else (None,)):
+            want = needed + Counter([last]) if last is not None else needed
+            if all(n < len(exactly) and exactly[n] >= c for n, c in want.items()):
+                return True
+        return False
 
     sets: list[tuple[int, ...]] = []
 
