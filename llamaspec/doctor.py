@@ -6,6 +6,7 @@ import os
 import platform
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from llamaspec import host, paths
 from llamaspec.errors import LlamaspecError
@@ -43,11 +44,10 @@ def noise_check(sample: host.NoiseSample | None) -> Check:
     return Check("machine noise", "warn", text, "; ".join(hints))
 
 
-def examine() -> list[Check]:
+def examine(bin_dir: Path | None = None) -> list[Check]:
     import psutil
 
     from llamaspec.llamacpp import build as builds
-    from llamaspec.llamacpp import cache
     from llamaspec.llamacpp import source as sources
 
     checks = [Check("os", "info", f"{platform.system()} {platform.release()} ({platform.machine()})")]
@@ -111,10 +111,54 @@ def examine() -> list[Check]:
     except LlamaspecError as exc:
         # Not fatal while the build cache holds the pinned commit's build: runs use that.
         checks.append(Check("llama.cpp source", "warn", exc.message, exc.hint or ""))
-    try:
-        found = cache.find()
-        checks.append(Check("llama.cpp build", "ok", f"{found.bin_dir} ({found.accel}, commit {found.commit})"))
-    except LlamaspecError as exc:
-        checks.append(Check("llama.cpp build", "warn", exc.message, exc.hint or ""))
+    checks += llamacpp_checks(bin_dir)
     return checks
 
+
+def llamacpp_checks(bin_dir: Path | None = None) -> list[Check]:
+    """Where a run's llama.cpp comes from: every place the lookup looks, in its order (``cache.candidates``),
+    which one a run uses and why the others are not. ``llama.cpp build`` names the winner."""
+    from llamaspec.llamacpp import cache
+
+    checks: list[Check] = []
+    chosen: cache.Candidate | None = None
+    try:
+        found = list(cache.candidates(bin_dir=bin_dir))
+    except LlamaspecError as exc:
+        return [Check("llama.cpp build", "warn", exc.message, exc.hint or "")]
+    on_path_unfit = [c for c in found if c.origin == "PATH" and c.build is None]
+    for candidate in found:
+        label = f"llama.cpp: {candidate.origin}"
+        if candidate.build is not None:
+            b = candidate.build
+            versions = "; ".join(sorted(set(candidate.versions.values()))) or f"commit {b.commit}"
+            what = f"{b.bin_dir} ({', '.join(sorted(b.programs.values()))}; {versions})" if candidate.origin == "PATH" \
+                else f"{b.bin_dir} ({b.accel}, commit {b.commit})"
+            if chosen is None:
+                chosen = candidate
+                checks.append(Check(label, "ok", f"{what}: used"))
+            else:
+                checks.append(Check(label, "info", f"{what}: not used, {chosen.origin} comes first"))
+        elif chosen is not None:
+            checks.append(Check(label, "info", f"{candidate.where}: not looked at ({chosen.origin} comes first)"))
+        elif candidate.origin == "build":
+            if on_path_unfit:
+                checks.append(Check(label, "info", f"{candidate.where}: not built by a run while llama.cpp on PATH "
+                                                   "cannot serve it (see above)"))
+            else:
+                state = "built by the first run that needs it" if cache.auto_build() else \
+                    f"not built by runs ({cache.AUTO_BUILD_ENV}=0)"
+                checks.append(Check(label, "warn", f"{candidate.where}: {state}, "
+                                                   f"{cache.expected_build_time('auto')}", candidate.hint))
+        else:
+            status = "fail" if candidate.fatal else "warn" if candidate.origin == "PATH" else "info"
+            checks.append(Check(label, status, candidate.problem, candidate.hint))
+    if chosen is not None and chosen.build is not None:
+        b = chosen.build
+        what = f"{b.bin_dir} ({b.accel}, commit {b.commit})" if not b.prebuilt else f"{b.bin_dir} (commit {b.commit})"
+        tied = "; results are tied to that build" if chosen.origin == "PATH" else ""
+        checks.insert(0, Check("llama.cpp build", "ok", f"{what} from {chosen.origin}{tied}"))
+    else:
+        problem = (on_path_unfit or [c for c in found if c.fatal] or found[-1:])[0]
+        checks.insert(0, Check("llama.cpp build", "warn", problem.problem, problem.hint))
+    return checks

@@ -91,15 +91,21 @@ def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rp
 
 
 @main.command()
+@click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
+              help="Check these llama.cpp binaries as a run given --bin-dir would.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def doctor(as_json: bool) -> None:
+def doctor(bin_dir: Path | None, as_json: bool) -> None:
     """Check this machine: OS, CPU, memory, disk, GPU, compilers, CUDA, llama.cpp source and build.
+
+    Shows where a run's llama.cpp comes from, in the order looked at: --bin-dir / LLAMASPEC_BIN_DIR,
+    llamaspec's cached build, llama.cpp programs on PATH (with their versions), and the build a run
+    would make; which one is used, and why not the others.
 
     Example: llamaspec doctor
     """
     from llamaspec import doctor as doc
 
-    report = doc.examine()
+    report = doc.examine(bin_dir)
     if as_json:
         click.echo(json.dumps([asdict(c) for c in report], indent=2))
         return

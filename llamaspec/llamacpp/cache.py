@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,8 +127,17 @@ def provenance(build: Build, version: Any) -> dict[str, Any]:
         "bin_dir": build.bin_dir,
         "programs": dict(build.programs),
         "source": build.source,
+        "origin": origin(build),
         "build_key": build.key,
     }
+
+
+def origin(build: Build) -> str:
+    """Where a build's programs came from: ``PATH`` (found there), ``bin-dir`` (named) or ``llamaspec``
+    (built and cached by llamaspec)."""
+    if build.source.startswith("PATH:"):
+        return "PATH"
+    return "bin-dir" if build.prebuilt else "llamaspec"
 
 
 def write_manifest(build: Build) -> None:
@@ -170,24 +180,102 @@ def latest(accel: str, commit: str) -> Build | None:
 
 
 # --- which build a run uses ----------------------------------------------------------------------
+#
+# One lookup, in this order (``find``; ``doctor`` shows every step with ``candidates``):
+#   1. --bin-dir / LLAMASPEC_BIN_DIR: the folder named, and nothing else;
+#   2. llamaspec's cached build of the wanted commit (the source tree's, else the pinned one);
+#   3. llama.cpp programs on PATH (Homebrew, a distribution's package, one's own build) that have
+#      the programs and flags the run needs: the results are then tied to that build;
+#   4. building the wanted commit (minutes: said first, with the expected time), where allowed.
+# A llama.cpp on PATH that is there but cannot serve the run (too old), with none after it that
+# can, ends the lookup with its version and the missing flag rather than a build nobody asked for.
 
-def prebuilt(bin_dir: Path) -> Build:
-    """A folder of llama.cpp programs someone else built (any generation)."""
+# The programs (roles) each engine runs: what a folder of someone else's programs must hold.
+RUN_ROLES = ("speculative", "completion")  # the llama.cpp engine (llama-speculative and its baseline)
+SERVER_ROLES = ("server",)  # the llama-server engine
+AUTO_BUILD_ENV = "LLAMASPEC_AUTO_BUILD"  # 0: never build during a run, say what to do instead
+# A CPU build of the pinned tree's six programs, in seconds of compiling times jobs: 0c1e570 built in
+# 1067 s with 2 jobs on a shared 2-core VM (GCC 12, x86_64; its manifest's build_seconds).
+BUILD_JOB_SECONDS = 2 * 1067.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One place a run's llama.cpp programs may come from, as the lookup saw it."""
+
+    origin: str  # --bin-dir, LLAMASPEC_BIN_DIR, cache, PATH or build
+    where: str  # a folder, or the commit that would be built
+    build: Build | None = None  # set when it can serve the run
+    problem: str = ""  # why it cannot
+    hint: str = ""
+    fatal: bool = False  # a problem that ends the lookup (a named folder, a broken source tree)
+    versions: dict[str, str] = field(default_factory=dict)  # program file name -> its --version, for PATH
+
+    def error(self) -> LlamaspecError:
+        return LlamaspecError(self.problem, hint=self.hint or None)
+
+
+def auto_build() -> bool:
+    """Whether a run may build the wanted llama.cpp when no other is found (``LLAMASPEC_AUTO_BUILD=0``: no)."""
+    return os.environ.get(AUTO_BUILD_ENV, "1").strip().lower() not in ("0", "no", "false", "off")
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _programs(folder: Path, only_llama: bool = False) -> dict[str, str]:
+    """role -> file name of the llama.cpp programs in ``folder`` (the first name of each row it has).
+    ``only_llama``: the ``llama-`` names only (on PATH, ``main`` or ``server`` may be anything)."""
+    found = {}
+    for role, names in BINARIES.items():
+        for name in names:
+            if (not only_llama or name.startswith("llama-")) and _executable(folder / name):
+                found[role] = name
+                break
+    return found
+
+
+def _version_text(version: Any) -> str:
+    if version.number is not None:
+        return f"build {version.number}, commit {version.commit}"
+    return f"commit {version.commit}"
+
+
+def _missing_role(folder: Path, programs: dict[str, str], roles: tuple[str, ...], only_llama: bool = False) -> str | None:
+    for role in roles:
+        if role not in programs:
+            names = [n for n in BINARIES.get(role, (role,)) if not only_llama or n.startswith("llama-")]
+            return f"{folder} holds no {' or '.join(names)} program"
+    return None
+
+
+def _probe_folder(folder: Path, programs: dict[str, str], roles: tuple[str, ...]) -> tuple[dict[str, str], str | None]:
+    """Each needed program's ``--version``, and the first flag the run needs that one lacks (None: all there)."""
+    from llamaspec.llamacpp import flags
+
+    versions: dict[str, str] = {}
+    for role in roles:
+        caps = flags.program_flags(folder / programs[role])
+        versions[programs[role]] = _version_text(caps.version)
+        lacking = flags.lacks(caps, role)
+        if lacking:
+            return versions, f"{programs[role]} ({versions[programs[role]]}) has {lacking}"
+    return versions, None
+
+
+def prebuilt(bin_dir: Path, roles: tuple[str, ...] = ("speculative",)) -> Build:
+    """A folder of llama.cpp programs someone else built (any generation), holding ``roles``."""
     bin_dir = bin_dir.expanduser().resolve()
     if not bin_dir.is_dir():
         raise LlamaspecError(f"binaries folder not found: {bin_dir}", hint="pass the folder that holds llama-speculative")
-    programs = {}
-    for role, names in BINARIES.items():
-        for name in names:
-            if (bin_dir / name).is_file() and os.access(bin_dir / name, os.X_OK):
-                programs[role] = name
-                break
-    if "speculative" not in programs:
-        raise LlamaspecError(f"{bin_dir} holds no llama-speculative (or speculative) program",
-                             hint="pass the folder of a llama.cpp build, e.g. build/bin")
+    programs = _programs(bin_dir)
+    missing = _missing_role(bin_dir, programs, roles)
+    if missing:
+        raise LlamaspecError(missing, hint="pass the folder of a llama.cpp build, e.g. build/bin")
     from llamaspec.llamacpp import flags
 
-    version = flags.probe_version(bin_dir / programs["speculative"])
+    version = flags.probe_version(bin_dir / programs[roles[0]])
     return Build(bin_dir=str(bin_dir), commit=version.commit, accel="unknown", programs=programs,
                  source=f"bin:{bin_dir}", prebuilt=True)
 
@@ -206,34 +294,187 @@ def wanted_commit() -> tuple[str, str | None]:
         return sources.pinned().commit, exc.message
 
 
-def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False) -> Build:
-    """The build a run uses: ``--bin-dir``/``LLAMASPEC_BIN_DIR``, else the last good build of the
-    current source (of the pinned commit when there is no source tree); GPU accelerators first
-    with ``auto``. Cheap: no compiler or toolkit probes."""
-    chosen_dir = bin_dir or (Path(os.environ["LLAMASPEC_BIN_DIR"]) if os.environ.get("LLAMASPEC_BIN_DIR") else None)
-    if chosen_dir is not None:
-        return prebuilt(chosen_dir)
-    check_accel(accel)
-    commit, no_source = wanted_commit()
+def path_folders() -> list[Path]:
+    """The folders of ``PATH`` in order, each once (by where it leads)."""
+    seen: set[Path] = set()
+    folders = []
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if not entry:
+            continue
+        folder = Path(entry).expanduser()
+        try:
+            key = folder.resolve()
+        except OSError:
+            continue
+        if key not in seen and folder.is_dir():
+            seen.add(key)
+            folders.append(folder)
+    return folders
+
+
+def _explicit(accel: str, bin_dir: Path | None, roles: tuple[str, ...]) -> Candidate | None:
+    origin = "--bin-dir" if bin_dir is not None else "LLAMASPEC_BIN_DIR"
+    chosen = bin_dir or (Path(os.environ["LLAMASPEC_BIN_DIR"]) if os.environ.get("LLAMASPEC_BIN_DIR") else None)
+    if chosen is None:
+        return None
+    try:
+        found = prebuilt(chosen, roles)
+        versions, lacking = _probe_folder(Path(found.bin_dir), found.programs, roles)
+    except LlamaspecError as exc:
+        return Candidate(origin, str(chosen), problem=exc.message, hint=exc.hint or "", fatal=True)
+    if lacking:
+        return Candidate(origin, found.bin_dir, problem=f"the llama.cpp in {found.bin_dir} is too old for this run: {lacking}",
+                         hint="pass --bin-dir with a newer llama.cpp build, or drop --bin-dir to use llamaspec's "
+                              "(`llamaspec build`)", fatal=True, versions=versions)
+    return Candidate(origin, found.bin_dir, found, versions=versions)
+
+
+def _cached(accel: str, rpc: bool, commit: str) -> Candidate:
+    where = f"{paths.builds_dir()} (llama.cpp {commit})"
     for candidate in (("metal", "cuda", "cpu") if accel == "auto" else (accel,)):
         found = latest(candidate + ("-rpc" if rpc else ""), commit)
         if found is None:
             continue
-        if found.smoke_host != host.fingerprint():
-            from llamaspec.llamacpp import smoke
+        return Candidate("cache", found.bin_dir, found)
+    return Candidate("cache", where, problem=f"no build of {commit} ({accel}{', with RPC' if rpc else ''})")
 
-            log.info("build %s was smoke-tested on another machine; testing it here", found.bin_dir)
-            smoke.check(found)
-            found = stamp_smoke_host(found)
-        return found
+
+def _programs_key(folder: Path, programs: dict[str, str], commit: str) -> str:
+    """An identity for programs found on PATH: their commit and the files themselves (a package
+    upgrade in place changes it), so that studies measured with one are not resumed with another."""
+    import hashlib
+
+    files = []
+    for name in sorted(programs.values()):
+        real = (folder / name).resolve()
+        st = real.stat()
+        files.append(f"{real}|{st.st_size}|{st.st_mtime_ns}")
+    return f"path-{safe_name(commit)}-" + hashlib.sha256("\n".join(files).encode()).hexdigest()[:12]
+
+
+def _on_path(folder: Path, roles: tuple[str, ...], pinned: str) -> Candidate:
+    programs = _programs(folder, only_llama=True)
+    missing = _missing_role(folder, programs, roles, only_llama=True)
+    hint = (f"run `llamaspec build` (llama.cpp {pinned}, which llamaspec knows), or pass --bin-dir with a newer "
+            "llama.cpp build")
+    if missing:
+        return Candidate("PATH", str(folder), problem=f"llama.cpp on PATH cannot serve this run: {missing}", hint=hint)
+    try:
+        versions, lacking = _probe_folder(folder, programs, roles)
+    except LlamaspecError as exc:
+        return Candidate("PATH", str(folder), problem=f"llama.cpp on PATH in {folder} does not answer: {exc.message}",
+                         hint=hint)
+    if lacking:
+        return Candidate("PATH", str(folder), problem=f"llama.cpp on PATH in {folder} is too old for this run: {lacking}",
+                         hint=hint, versions=versions)
+    from llamaspec.llamacpp import flags
+
+    version = flags.probe_version(folder / programs[roles[0]])
+    build = Build(bin_dir=str(folder), commit=version.commit, accel="unknown", programs=programs,
+                  source=f"PATH:{folder}", key=_programs_key(folder, programs, version.commit), prebuilt=True)
+    return Candidate("PATH", str(folder), build, versions=versions)
+
+
+def candidates(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False,
+               roles: tuple[str, ...] = RUN_ROLES) -> Iterator[Candidate]:
+    """Every place the lookup looks, in its order, lazily (``find`` stops at the first usable one;
+    ``doctor`` lists them all). The last is the build that would be made."""
+    check_accel(accel)
+    explicit = _explicit(accel, bin_dir, roles)
+    if explicit is not None:
+        yield explicit
+        return  # a named folder is the only choice: nothing else stands in for it silently
+    try:
+        commit, no_source = wanted_commit()
+    except LlamaspecError as exc:
+        yield Candidate("cache", str(paths.builds_dir()), problem=exc.message, hint=exc.hint or "", fatal=True)
+        return
+    yield _cached(accel, rpc, commit)
+    if not rpc:  # an RPC run needs llamaspec's build with the RPC backend (`llamaspec build --rpc`)
+        for folder in path_folders():
+            if any(_executable(folder / n) for names in BINARIES.values() for n in names if n.startswith("llama-")):
+                yield _on_path(folder, roles, sources.pinned().commit)
+    what = f"llama.cpp {commit} ({accel}{', with RPC' if rpc else ''})"
     if no_source is not None:
-        raise LlamaspecError(
-            f"{no_source}, and no build of the pinned llama.cpp {commit} ({accel}{', with RPC' if rpc else ''}) in "
-            f"{paths.builds_dir()}",
-            hint=f"run `llamaspec build{' --rpc' if rpc else ''}` first (it fetches the pinned source), or pass --bin-dir "
-                 "with your own binaries",
-        )
-    raise LlamaspecError(
-        f"no llama.cpp build of {commit} ({accel}{', with RPC' if rpc else ''}) in {paths.builds_dir()}",
-        hint=f"run `llamaspec build{' --rpc' if rpc else ''}` first (or pass --bin-dir with your own llama.cpp binaries)",
-    )
+        problem = f"{no_source}, and no build of the pinned {what} in {paths.builds_dir()}"
+        hint = (f"run `llamaspec build{' --rpc' if rpc else ''}` first (it fetches the pinned source), or pass --bin-dir "
+                "with your own binaries")
+    else:
+        problem = f"no llama.cpp build of {commit} ({accel}{', with RPC' if rpc else ''}) in {paths.builds_dir()}"
+        hint = f"run `llamaspec build{' --rpc' if rpc else ''}` first (or pass --bin-dir with your own llama.cpp binaries)"
+    yield Candidate("build", what, problem=problem, hint=hint)
+
+
+def expected_build_time(accel: str) -> str:
+    """How long building llama.cpp takes here: the last build of this accelerator on this machine
+    when there is one, else an estimate from the cores."""
+    past = []
+    folder = paths.builds_dir()
+    if folder.is_dir():
+        for sub in folder.iterdir():
+            done = load_build(sub) if sub.is_dir() else None
+            if done is not None and done.build_seconds > 0 and done.smoke_host == host.fingerprint() and \
+                    (accel == "auto" or done.accel == accel):
+                past.append((done.built_at, done.build_seconds))
+    if past:
+        seconds = max(past)[1]
+        return f"about {max(round(seconds / 60), 1)} min (the last build on this machine took that long)"
+    cores = os.cpu_count() or 1
+    minutes = BUILD_JOB_SECONDS / cores / 60
+    text = f"roughly {max(round(minutes / 2), 1)} to {max(round(minutes), 2)} min on {cores} cores"
+    return text + ("" if accel in ("auto", "cpu") else f" for a CPU build; a {accel} build takes longer")
+
+
+_announced: set[str] = set()
+
+
+def _say_found(chosen: Candidate, wanted: str) -> None:
+    """Say which programs from PATH a run uses, their versions, and that its results are tied to them."""
+    if chosen.origin != "PATH" or chosen.where in _announced:
+        return
+    _announced.add(chosen.where)
+    versions = sorted(set(chosen.versions.values()))
+    names = ", ".join(chosen.versions)
+    log.warning("using llama.cpp from PATH: %s in %s (%s); the results are tied to that build (llamaspec's own is "
+                "llama.cpp %s: `llamaspec build`)", names, chosen.where,
+                versions[0] if len(versions) == 1 else "; ".join(f"{n}: {v}" for n, v in chosen.versions.items()), wanted)
+
+
+def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False, roles: tuple[str, ...] = RUN_ROLES,
+         build: bool = False) -> Build:
+    """The build a run uses, looked up in ``candidates``' order: ``--bin-dir``/``LLAMASPEC_BIN_DIR``,
+    else the cached build of the current source (of the pinned commit when there is no source tree;
+    GPU accelerators first with ``auto``), else llama.cpp on PATH that has what the run needs
+    (``roles``), else, with ``build``, the wanted commit built now. Without ``build``: cheap, no
+    compiler or toolkit probes."""
+    unusable: list[Candidate] = []
+    for candidate in candidates(accel, bin_dir, rpc, roles):
+        if candidate.build is not None:
+            found = candidate.build
+            if candidate.origin == "cache" and found.smoke_host != host.fingerprint():
+                from llamaspec.llamacpp import smoke
+
+                log.info("build %s was smoke-tested on another machine; testing it here", found.bin_dir)
+                smoke.check(found)
+                found = stamp_smoke_host(found)
+            _say_found(candidate, wanted_commit()[0] if candidate.origin == "PATH" else "")
+            return found
+        if candidate.fatal:
+            raise candidate.error()
+        unusable.append(candidate)
+    on_path = [c for c in unusable if c.origin == "PATH"]
+    if on_path:  # the user's own llama.cpp, unfit for this run: say why rather than build another unasked
+        raise on_path[0].error()
+    last = unusable[-1]
+    if not build:
+        raise last.error()
+    from llamaspec.llamacpp import build as builds
+
+    log.warning("no llama.cpp to run (no --bin-dir, %s, none on PATH): building %s now, %s; "
+                "`llamaspec build` does the same, --bin-dir uses your own", unusable[0].problem, last.where,
+                expected_build_time(accel))
+    try:
+        source = sources.current()
+    except LlamaspecError:
+        source = sources.fetch(sources.DEFAULT_SPEC)
+    return builds.build(accel, source=source, rpc=rpc)

@@ -196,6 +196,25 @@ def takes(program: str) -> frozenset[str]:
             | frozenset(name for name, programs in HANDLED_ELSEWHERE.items() if program in programs))
 
 
+def run_needs(role: str) -> dict[str, tuple[str, ...]]:
+    """The flags a program with this role must offer for any run, each as the table's names for it
+    (any one will do): the models, and on the speculative side the draft length."""
+    needs = {"model": MODEL_FLAGS["target"]}
+    if role in SPECULATIVE | SERVER:
+        needs["draft model"] = MODEL_FLAGS["draft"]
+        needs["draft length"] = FLAG_TABLE["draft_max"].names
+    return needs
+
+
+def lacks(caps: ProgramFlags, role: str) -> str | None:
+    """What the program lacks for a run, in words (``no flag for the draft model (tried -md, ...)``); None
+    when it has everything ``run_needs`` asks."""
+    for what, names in run_needs(role).items():
+        if caps.pick(names) is None:
+            return f"no flag for the {what} (tried {', '.join(names)})"
+    return None
+
+
 _OPTION_LINE = re.compile(r"^\s{0,4}(-[-\w]+(?:,\s*-[-\w]+)*)")
 # "version: 4880 (c2a67efe)" until 2026; "version: 0.5.0-dev (build 0, commit 0c1e570)" since.
 _VERSION = re.compile(r"version:\s*(\S+)\s*\((?:build\s+(\d+),\s*commit\s+)?(\w+)\)")

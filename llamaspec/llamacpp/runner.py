@@ -36,9 +36,9 @@ SETTINGS = flags.takes("speculative") | flags.takes("speculative-simple") | flag
 
 
 def open_engine(options: EngineOptions) -> LlamaCppEngine:
-    from llamaspec.llamacpp.cache import find
+    from llamaspec.llamacpp.cache import auto_build, find
 
-    build = find(options.accel, options.bin_dir, rpc=options.rpc)
+    build = find(options.accel, options.bin_dir, rpc=options.rpc, build=auto_build())
     log.info("using %s from %s", build.label, build.bin_dir)
     return LlamaCppEngine(build)
 

@@ -795,9 +795,11 @@ def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[
 
 
 def open_engine(options: EngineOptions) -> ServerEngine:
-    from llamaspec.llamacpp.build import ensure_program, find
+    from llamaspec.llamacpp.build import ensure_program
+    from llamaspec.llamacpp.cache import SERVER_ROLES, auto_build, find
 
-    build = ensure_program(find(options.accel, options.bin_dir, rpc=options.rpc), "server")  # built when first needed
+    build = find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES, build=auto_build())
+    build = ensure_program(build, "server")  # built when first needed
     if "server" not in build.programs:
         raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
                              hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")
@@ -807,6 +809,7 @@ def open_engine(options: EngineOptions) -> ServerEngine:
 def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
     """The deploy command for ``case`` with the build these options find (nothing is started)."""
     from llamaspec.llamacpp import deploy
-    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import SERVER_ROLES, find
 
-    return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc), case, "llama-server", speculative)
+    return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES), case, "llama-server",
+                             speculative)
