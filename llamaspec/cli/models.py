@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -232,3 +233,90 @@ def check_pair(target: str, draft: str) -> None:
     v = core.check_pair(t, d)
     names = [(m.path if isinstance(m, core.ModelFile) else m).name for m in (d, t)]
     click.echo(f"ok: llama.cpp accepts {names[0]} as a draft for {names[1]} ({v.type} vocabulary, {v.size} tokens)")
+
+
+def human_count(n: int) -> str:
+    from llamaspec.models.reader import human_count as count
+
+    return count(n) if n else "?"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+@models.command("drafts")
+@click.argument("target")
+@click.argument("folders", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--no-caches", is_flag=True,
+              help="Look only in the FOLDERs given, not in the Hugging Face, llama.cpp and LM Studio caches.")
+@json_option
+def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: bool) -> None:
+    """List the GGUF files llama.cpp would accept as a draft for TARGET, smallest first.
+
+    TARGET is a GGUF file or a catalog NAME[:VARIANT]. Looks in each FOLDER and, unless --no-caches,
+    in the Hugging Face hub cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub), llama.cpp's
+    download cache (LLAMA_CACHE, ~/.cache/llama.cpp) and LM Studio's models folders (~/.lmstudio/models,
+    ~/.cache/lm-studio/models). Each file's vocabulary is compared as llama.cpp compares a draft's
+    (type, BOS/EOS, size within 128, token texts); the files it would refuse are listed with the
+    reason, and unreadable ones (truncated, not GGUF) as such. Reads file headers only.
+
+    Example: llamaspec models drafts ~/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf ~/models
+    """
+    from llamaspec import models as core
+    from llamaspec import paths
+    from llamaspec.models import drafts as finder
+    from llamaspec.models import store
+    from llamaspec.progress import Progress
+
+    if no_caches and not folders:
+        from llamaspec.errors import LlamaspecError
+
+        raise LlamaspecError("--no-caches with no FOLDER leaves nowhere to look", hint="give a folder, or drop --no-caches")
+    target_path = Path(target).expanduser() if store.is_path(target) else core.open_ref(target).path
+    bar: list[Progress] = []
+
+    def on_file(i: int, n: int, path: Path) -> None:
+        if n < 50:  # a few files take a moment: no bar
+            return
+        if not bar:
+            bar.append(Progress(f"reading {n} GGUF headers", total=n))
+        bar[0].update(i, path.name)
+
+    try:
+        found = finder.survey(target_path, folders, caches=not no_caches, cache_dir=paths.cache_dir(), on_file=on_file)
+    finally:
+        if bar:
+            bar[0].close()
+    if as_json:
+        click.echo(json.dumps(finder.survey_dict(found), indent=2))
+        return
+    t, v = found.target_metadata, found.target_metadata.vocab
+    click.echo(f"target: {found.target} ({t.architecture}, {t.parameters_label} parameters, {t.file_type or '?'}; "
+               f"{v.type} vocabulary, {v.size} tokens)")
+    accepted, refused, unreadable = found.of("accepted"), found.of("refused"), found.of("unreadable")
+
+    def where(c: finder.Candidate) -> str:
+        return f"{c.path}" + (f"  [{c.repo}]" if c.repo else "")
+
+    if accepted:
+        click.echo(f"\nllama.cpp accepts {len(accepted)} as a draft (smallest first):")
+        rows = [["SIZE", "PARAMS", "QUANT", "ARCH", "FILE"]]
+        rows += [[_size(c.size), human_count(c.parameters), c.quantization, c.metadata.architecture if c.metadata else "?",
+                  where(c)] for c in accepted]
+        click.echo("\n".join("  " + line for line in _table(rows).splitlines()))
+    else:
+        click.echo("\nno GGUF file here would be accepted as a draft for this target")
+    if refused:
+        click.echo(f"\nrefused ({len(refused)}):")
+        for c in refused:
+            click.echo(f"  {where(c)} ({_size(c.size)}, {human_count(c.parameters)}, {c.quantization}): {c.reason}")
+    if unreadable:
+        click.echo(f"\nunreadable ({len(unreadable)}):")
+        for c in unreadable:
+            click.echo(f"  {where(c)}: {c.reason}")
+    looked = "; ".join(f"{p.path} ({n} GGUF)" if n >= 0 else f"{p.path} (not there)" for p, n in found.places)
+    click.echo(f"\nlooked in: {looked}", err=True)
+    kept = len(found.candidates) - found.read
+    click.echo(f"{len(found.candidates)} GGUF files in {found.seconds:.1f} s ({found.read} headers read"
+               + (f", {kept} remembered from an earlier look" if kept > 0 else "") + ")", err=True)
