@@ -178,7 +178,7 @@ class _Cursor:
 
     def strings(self, count: int) -> list[bytes]:
         unpack, order, buf, pos = struct.unpack_from, self.order + "Q", self.buf, self.pos
-        out = []
+        out: list[bytes] = []
         append = out.append
         for _ in range(count):
             n = unpack(order, buf, pos)[0]
