@@ -219,3 +219,13 @@ def test_doctor_names_a_llama_cpp_on_path_too_old(bare: Path, monkeypatch: pytes
     assert by_name["llama.cpp: PATH"].status == "warn" and "holds no llama-speculative" in by_name["llama.cpp: PATH"].value
     assert by_name["llama.cpp build"].status == "warn" and "llama.cpp on PATH cannot serve" in by_name["llama.cpp build"].value
     assert "not built by a run while llama.cpp on PATH cannot serve it" in by_name["llama.cpp: build"].value
+
+
+def test_a_clusters_machines_never_take_llama_cpp_from_path(bare: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every machine of a study runs the commit the study binds: PATH's llama.cpp is not looked at there."""
+    from llamaspec.llamacpp import build, machine
+
+    _on_path(monkeypatch, fake_bin_dir(bare / "bin"))
+    assert cache.find("cpu").source.startswith("PATH:")
+    with pytest.raises(LlamaspecError, match="no build of the pinned llama.cpp 0c1e570"):
+        machine._find(build, "cpu", rpc=False)

@@ -376,9 +376,10 @@ def _on_path(folder: Path, roles: tuple[str, ...], pinned: str) -> Candidate:
 
 
 def candidates(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False,
-               roles: tuple[str, ...] = RUN_ROLES) -> Iterator[Candidate]:
+               roles: tuple[str, ...] = RUN_ROLES, on_path: bool = True) -> Iterator[Candidate]:
     """Every place the lookup looks, in its order, lazily (``find`` stops at the first usable one;
-    ``doctor`` lists them all). The last is the build that would be made."""
+    ``doctor`` lists them all). The last is the build that would be made. ``on_path``: look on PATH
+    (a cluster's machines do not: they all run the one commit the study binds)."""
     check_accel(accel)
     explicit = _explicit(accel, bin_dir, roles)
     if explicit is not None:
@@ -390,7 +391,7 @@ def candidates(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = Fal
         yield Candidate("cache", str(paths.builds_dir()), problem=exc.message, hint=exc.hint or "", fatal=True)
         return
     yield _cached(accel, rpc, commit)
-    if not rpc:  # an RPC run needs llamaspec's build with the RPC backend (`llamaspec build --rpc`)
+    if on_path and not rpc:  # an RPC run needs llamaspec's build with the RPC backend (`llamaspec build --rpc`)
         for folder in path_folders():
             if any(_executable(folder / n) for names in BINARIES.values() for n in names if n.startswith("llama-")):
                 yield _on_path(folder, roles, sources.pinned().commit)
@@ -441,14 +442,14 @@ def _say_found(chosen: Candidate, wanted: str) -> None:
 
 
 def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False, roles: tuple[str, ...] = RUN_ROLES,
-         build: bool = False) -> Build:
+         build: bool = False, on_path: bool = True) -> Build:
     """The build a run uses, looked up in ``candidates``' order: ``--bin-dir``/``LLAMASPEC_BIN_DIR``,
     else the cached build of the current source (of the pinned commit when there is no source tree;
     GPU accelerators first with ``auto``), else llama.cpp on PATH that has what the run needs
     (``roles``), else, with ``build``, the wanted commit built now. Without ``build``: cheap, no
     compiler or toolkit probes."""
     unusable: list[Candidate] = []
-    for candidate in candidates(accel, bin_dir, rpc, roles):
+    for candidate in candidates(accel, bin_dir, rpc, roles, on_path):
         if candidate.build is not None:
             found = candidate.build
             if candidate.origin == "cache" and found.smoke_host != host.fingerprint():
@@ -462,9 +463,9 @@ def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False, ro
         if candidate.fatal:
             raise candidate.error()
         unusable.append(candidate)
-    on_path = [c for c in unusable if c.origin == "PATH"]
-    if on_path:  # the user's own llama.cpp, unfit for this run: say why rather than build another unasked
-        raise on_path[0].error()
+    unfit = [c for c in unusable if c.origin == "PATH"]
+    if unfit:  # the user's own llama.cpp, unfit for this run: say why rather than build another unasked
+        raise unfit[0].error()
     last = unusable[-1]
     if not build:
         raise last.error()

@@ -119,10 +119,10 @@ def _find(builds: Any, accel: str, rpc: bool) -> Any:
     """The machine's cached build; an RPC build stands in for a plain one of the same commit (the
     same programs, with the RPC backend compiled in and unused), rather than building again."""
     try:
-        return builds.find(accel, rpc=rpc)
+        return builds.find(accel, rpc=rpc, on_path=False)  # every machine runs the study's one commit
     except LlamaspecError:
         if rpc:
             raise
-        found = builds.find(accel, rpc=True)
+        found = builds.find(accel, rpc=True, on_path=False)
         log.info("using the RPC build %s (no plain build of this commit here)", found.bin_dir)
         return found
