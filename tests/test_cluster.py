@@ -450,7 +450,8 @@ def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_
         def __init__(self, have: set[bool]) -> None:
             self.have = have
 
-        def find(self, accel: str, rpc: bool = False) -> WorkerInfo:
+        def find(self, accel: str, rpc: bool = False, on_path: bool = True) -> WorkerInfo:
+            assert not on_path, "a worker must not take llama.cpp from PATH: the study binds one commit"
             if rpc not in self.have:
                 raise LlamaspecError(f"no build (rpc={rpc})")
             return WorkerInfo("m", "h", "0c1e570", None, bin_dir=f"{accel}{'+rpc' if rpc else ''}")
