@@ -229,3 +229,21 @@ def test_a_clusters_machines_never_take_llama_cpp_from_path(bare: Path, monkeypa
     assert cache.find("cpu").source.startswith("PATH:")
     with pytest.raises(LlamaspecError, match="no build of the pinned llama.cpp 0c1e570"):
         machine._find(build, "cpu", rpc=False)
+
+
+def test_a_run_with_a_llama_server_on_path_too_old_stops_with_one_line(bare: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = bare / "old"
+    _server_before_speculation(old)
+    _on_path(monkeypatch, old)
+    monkeypatch.setenv("LLAMASPEC_AUTO_BUILD", "1")  # even where a run may build, the user's own llama.cpp is not passed over
+    monkeypatch.setenv("LLAMASPEC_MODELS", str(Path(__file__).resolve().parent.parent / "models"))  # the catalog; no model is read
+    exp = bare / "e.yaml"
+    exp.write_text("name: e\nbackend: llama-server\ncases:\n  - name: c\n    target: {model: smollm2-135m, variant: f32}\n"
+                   "    draft: {model: smollm2-135m, variant: q4_1}\n    prompt: hi\n")
+    done = CliRunner().invoke(main, ["run", str(exp)])
+    assert done.exit_code == 1
+    errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: llama.cpp on PATH in {old} is too old for this run: llama-server (build 3990, commit 1a2b3c4) "
+                      "has no flag for the draft model (tried -md, --model-draft, --spec-draft-model)"], done.output
+    assert "Hint: run `llamaspec build`" in done.output and "Traceback" not in done.output
+    assert not (bare / "cache" / "builds").exists()  # nothing was built

@@ -175,7 +175,7 @@ class _HeaderCache:
 def _judge(path: Path, place: Place, target_meta: GGUFMetadata, headers: _HeaderCache,
            target_tokens: Callable[[], list[str]]) -> Candidate:
     parts = _parts(path)
-    repo = _hub_repo(path) if place.kind == "hf-cache" else None
+    repo = _hub_repo(path)
     absent = [p for p in parts if not p.is_file()]
     if absent:
         return Candidate(path, place.kind, "unreadable", f"split model: part {absent[0].name} is missing", repo=repo)
