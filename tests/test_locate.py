@@ -247,3 +247,26 @@ def test_a_run_with_a_llama_server_on_path_too_old_stops_with_one_line(bare: Pat
                       "has no flag for the draft model (tried -md, --model-draft, --spec-draft-model)"], done.output
     assert "Hint: run `llamaspec build`" in done.output and "Traceback" not in done.output
     assert not (bare / "cache" / "builds").exists()  # nothing was built
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_a_real_run_with_the_llama_cpp_found_on_path(llama_build, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pinned build's programs on PATH and no cached build: the run uses them, says so, and its
+    stored provenance names them."""
+    import sqlite3
+
+    from llamaspec import models, paths
+
+    models.ensure("smollm2-135m", ["f32", "q4_1"], build=llama_build)
+    monkeypatch.setenv("PATH", f"{llama_build.bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))  # no cached build
+    cache._announced.clear()
+    done = CliRunner().invoke(main, ["run", "smollm2-quicksort", "-n", "16", "-r", "1", "-t", "1"])
+    assert done.exit_code == 0, done.output
+    assert f"using llama.cpp from PATH: llama-speculative, llama-completion in {llama_build.bin_dir} " \
+           "(build 0, commit 0c1e570); the results are tied to that build" in done.output
+    with sqlite3.connect(paths.results_db()) as db:
+        stored = [json.loads(p)["engine"] for (p,) in db.execute("SELECT provenance FROM runs")]
+    assert stored and all(e["origin"] == "PATH" and e["source"] == f"PATH:{llama_build.bin_dir}" and e["commit"] == "0c1e570"
+                          and e["build_key"].startswith("path-0c1e570-") for e in stored)
