@@ -296,7 +296,7 @@ def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: boo
                f"{v.type} vocabulary, {v.size} tokens)")
     accepted, refused, unreadable = found.of("accepted"), found.of("refused"), found.of("unreadable")
 
-    def where(c: finder.Candidate) -> str:
+    def where(c: finder.DraftFile) -> str:
         return f"{c.path}" + (f"  [{c.repo}]" if c.repo else "")
 
     if accepted:

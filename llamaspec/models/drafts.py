@@ -42,7 +42,7 @@ class Place:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class DraftFile:
     """One GGUF file and llama.cpp's verdict on it as a draft for the target."""
 
     path: Path
@@ -69,12 +69,12 @@ class Candidate:
 class Survey:
     target: Path
     target_metadata: GGUFMetadata
-    candidates: tuple[Candidate, ...]
+    candidates: tuple[DraftFile, ...]
     places: tuple[tuple[Place, int], ...]  # each place looked in, with how many GGUF files it held
     seconds: float
     read: int  # headers read now (the others came from the cache)
 
-    def of(self, verdict: str) -> list[Candidate]:
+    def of(self, verdict: str) -> list[DraftFile]:
         return [c for c in self.candidates if c.verdict == verdict]
 
 
@@ -173,16 +173,16 @@ class _HeaderCache:
 
 
 def _judge(path: Path, place: Place, target_meta: GGUFMetadata, headers: _HeaderCache,
-           target_tokens: Callable[[], list[str]]) -> Candidate:
+           target_tokens: Callable[[], list[str]]) -> DraftFile:
     parts = _parts(path)
     repo = _hub_repo(path)
     absent = [p for p in parts if not p.is_file()]
     if absent:
-        return Candidate(path, place.kind, "unreadable", f"split model: part {absent[0].name} is missing", repo=repo)
+        return DraftFile(path, place.kind, "unreadable", f"split model: part {absent[0].name} is missing", repo=repo)
     try:
         metas = [headers.metadata(p) for p in parts]
     except LlamaspecError as exc:
-        return Candidate(path, place.kind, "unreadable", exc.message.removeprefix(f"{path} ").removeprefix("is "),
+        return DraftFile(path, place.kind, "unreadable", exc.message.removeprefix(f"{path} ").removeprefix("is "),
                          size=path.stat().st_size, repo=repo)
     meta = metas[0]
     size = sum(m.file_size for m in metas)
@@ -192,7 +192,7 @@ def _judge(path: Path, place: Place, target_meta: GGUFMetadata, headers: _Header
                                "e.g. a multimodal projector)")
     else:
         problem = pair.first_mismatch(target_meta.vocab, meta.vocab, lambda: (target_tokens(), reader.read_tokens(path)))
-    return Candidate(path, place.kind, "refused" if problem else "accepted", problem or "", meta, size, parameters, repo)
+    return DraftFile(path, place.kind, "refused" if problem else "accepted", problem or "", meta, size, parameters, repo)
 
 
 def survey(target: Path, folders: list[Path] | tuple[Path, ...] = (), *, caches: bool = True,
@@ -248,7 +248,7 @@ def survey(target: Path, folders: list[Path] | tuple[Path, ...] = (), *, caches:
 
 def survey_dict(result: Survey) -> dict[str, object]:
     """The survey as JSON-ready data (``models drafts --json``)."""
-    def one(c: Candidate) -> dict[str, object]:
+    def one(c: DraftFile) -> dict[str, object]:
         m = c.metadata
         return {"path": str(c.path), "found_in": c.place, "repo": c.repo, "verdict": c.verdict, "reason": c.reason or None,
                 "size": c.size or None, "parameters": c.parameters or None, "quantization": c.quantization if m else None,
@@ -264,4 +264,4 @@ def survey_dict(result: Survey) -> dict[str, object]:
             "seconds": round(result.seconds, 3), "headers_read": result.read}
 
 
-__all__ = ["Candidate", "Place", "Survey", "default_places", "survey", "survey_dict"]
+__all__ = ["DraftFile", "Place", "Survey", "default_places", "survey", "survey_dict"]
