@@ -229,7 +229,7 @@ def observation(row: PointRow) -> Any:
     spec, base = s.decode_tps, s.baseline_decode_tps
     if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict):
         return None
-    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in theory.PROGRAMS:
+    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in theory.registered():
         return None
     if not s.rounds:
         return None
@@ -353,7 +353,7 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
         obs = [o for o in (observation(r) for r in rows) if o is not None]
     except LlamaspecError as exc:  # counters that contradict the program's loop
         return None, None, f"the speedup model could not be fitted: {exc.message}"
-    if not obs and any(r.summary.n_drafted for r in rows) and not any(r.summary.program in theory.PROGRAMS for r in rows):
+    if not obs and any(r.summary.n_drafted for r in rows) and not any(r.summary.program in theory.registered() for r in rows):
         named = sorted({r.summary.program or "none" for r in rows})
         return None, None, (f"these runs name no round profile the speedup model knows (program {', '.join(named)}): "
                             "no alpha or prediction (the measured figures stand)")

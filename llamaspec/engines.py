@@ -22,6 +22,21 @@ REGISTRY: dict[str, str] = {
 }
 
 
+# Each engine's round profiles (``llamaspec.theory.profiles.Program``), registered with the speedup
+# model when their module is imported: the model asks for them by the program name a measurement
+# records, and names no engine itself.
+PROFILES: tuple[str, ...] = ("llamaspec.llamacpp.profiles", "llamaspec.hf.profiles")
+
+# The engine whose programs make model files: a checkpoint converted to GGUF with its source's
+# converter, a GGUF quantized with its quantizer. The models room asks here instead of naming llama.cpp.
+MODEL_TOOLS = ("llama.cpp", "llamaspec.llamacpp.modeltools")
+
+
+def model_tools() -> Any:
+    """The module with ``converter() -> (source tree, commit)`` and ``quantizer(build) -> (program, label)``."""
+    return _import(*MODEL_TOOLS)
+
+
 def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
@@ -88,4 +103,4 @@ def provide_machine(name: str, accel: str, options: dict[str, Any], labels: list
     """On a worker: what engine ``name`` needs there (built, fetched, derived), as a machine object
     with ``open(engine)``, ``model(label)``, ``commit``, ``build_key``, ``bin_dir`` and ``close()``."""
     return _machine_module(name).provide(accel, options, labels, machine)
-__all__ = ["REGISTRY", "deployment", "names", "open_engine"]
+__all__ = ["PROFILES", "REGISTRY", "deployment", "model_tools", "names", "open_engine"]

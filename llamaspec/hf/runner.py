@@ -9,7 +9,7 @@ Modes:
 - ``batch``: the target's forward pass over 1..17 new tokens after a cached context at the run's
   mean depth, logits for each (a verification's cost; batch 1 is its own step), timed with torch.
 
-The speedup model reads the last two (``theory.TRANSFORMERS_ASSISTED``): the assistant's step
+The speedup model reads the last two (``hf.profiles.TRANSFORMERS_ASSISTED``): the assistant's step
 from ``draft``, the target's batches from ``batch``, generate()'s own loop as the baselines' step
 beyond the timed forward pass.
 
@@ -75,7 +75,7 @@ HONOURED = frozenset({
     "n_predict", "seed", "temperature", "draft_max", "draft_p_min", "threads", "escape", "spec_type", "timeout",
     "draft_schedule", "dtype", "draft_dtype", "load_in", "device", "universal_assisted",
 })
-# The round profiles the speedup model reads (theory.PROGRAMS), by spec_type.
+# The round profiles the speedup model reads (registered in hf.profiles), by spec_type.
 PROFILES = {"draft": "transformers-assisted", "prompt-lookup": "transformers-prompt-lookup"}
 BATCH_REPETITIONS = 3
 CAPABILITIES = Capabilities(

@@ -20,6 +20,7 @@ from typing import Any
 
 from llamaspec import theory
 from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
 from llamaspec.settings import Settings
 
 GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 on)
@@ -499,7 +500,7 @@ class ProgramProfile:
 _SPEC_BASIS = "llama-speculative: (N - 1) / T from 'decoded N tokens in T seconds' (the loop starts at the first token)"
 _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens in T seconds'; T includes the first "
                  "verification round, which the program does not time apart (about 1/rounds of T)")
-_SPEC, _SIMPLE = theory.LLAMA_SPECULATIVE, theory.SPECULATIVE_SIMPLE
+_SPEC, _SIMPLE = LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
 
 PROFILES: dict[tuple[str, str], ProgramProfile] = {
     # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a

@@ -15,7 +15,7 @@ predicted_ms``. That is exactly SPEED_DEFINITION, so ``decode_tps`` is computed 
 from the two raw figures and ``speed_basis`` says so. ``draft_n`` / ``draft_n_accepted`` are only
 present when something was drafted: absent means 0. Verification rounds are not in the
 response: ``rounds`` (every target call) follows from the counters by the server's loop
-(``theory.LLAMA_SERVER``), and with one slot the rounds that drafted something are the change of
+(``llamacpp.profiles.LLAMA_SERVER``), and with one slot the rounds that drafted something are the change of
 ``spec_decode_num_drafts_total`` on ``/metrics`` across the request (``drafted_rounds``).
 
 Prompts are sent as text to ``/completion`` with ``return_tokens`` so that the lossless check
@@ -44,12 +44,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths, proc, theory
+from llamaspec import paths, proc
 from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, Positions, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.parse import by_position
+from llamaspec.llamacpp.profiles import LLAMA_SERVER
 from llamaspec.settings import DEFAULTS, Settings
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,8 @@ NGRAM_ONLY = ("ngram_size_n", "ngram_size_m")
 
 SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicted_ms runs from the first generated "
                "token to the last, predicted_n counts the first (same as its predicted_per_second)")
-# The round profile the speedup model reads for this engine's speculative runs (theory.PROGRAMS).
-PROGRAM = theory.LLAMA_SERVER.name
+# The round profile the speedup model reads for this engine's speculative runs (registered in llamacpp.profiles).
+PROGRAM = LLAMA_SERVER.name
 READY_TIMEOUT = 600.0  # seconds for a server to load its models
 LOG_TAIL = 6
 
@@ -667,11 +668,11 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
         drafted = int(t.get("draft_n", 0))  # absent: nothing was drafted
         accepted = int(t.get("draft_n_accepted", 0))
         spec_type = s.spec_type or "draft"
-        # rounds: every target call after the prompt (theory.LLAMA_SERVER's loop: the first token
+        # rounds: every target call after the prompt (LLAMA_SERVER's loop: the first token
         # comes from the prompt's logits), as for every engine; /metrics' verification steps count
         # only the rounds that drafted something (a step whose draft came back empty, the last
         # token among them, is a plain decode): those are drafted_rounds.
-        calls = theory.LLAMA_SERVER.rounds(n_gen, accepted) if isinstance(n_gen, int) else -1
+        calls = LLAMA_SERVER.rounds(n_gen, accepted) if isinstance(n_gen, int) else -1
         fields.update(n_drafted=drafted, n_accept=accepted, accept=100.0 * accepted / drafted if drafted else None,
                       rounds=calls if calls >= 0 else None, drafted_rounds=drafted_rounds,
                       draft_policy="capped", program=PROGRAM,

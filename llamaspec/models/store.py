@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from llamaspec import atomic, paths
+from llamaspec import atomic, engines, paths
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import catalog as catalogs
 from llamaspec.models import pins, plans, reader
@@ -28,8 +28,15 @@ from llamaspec.models.catalog import Catalog, ModelEntry
 from llamaspec.models.quantize import CONVERT_OUTTYPES, file_type
 from llamaspec.models.reader import GGUFMetadata, Vocab
 
-if TYPE_CHECKING:
-    from llamaspec.llamacpp.build import Build
+
+class Build(Protocol):
+    """A build of the engine that makes model files (``llamaspec.llamacpp.cache.Build``): what a
+    caller may pass to quantize with instead of the one ``engines.model_tools()`` finds."""
+
+    def program(self, role: str) -> Path: ...
+
+    @property
+    def label(self) -> str: ...
 
 log = logging.getLogger(__name__)
 
@@ -436,31 +443,28 @@ def _checkpoint(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path 
 
 
 def _convert(entry: ModelEntry, variant: str, tmp: Path, then: tuple[str, ...] = ()) -> dict[str, Any]:
-    from llamaspec.llamacpp import source as sources
     from llamaspec.models import convert
 
-    tree = sources.current()
+    tree, commit = engines.model_tools().converter()
     convert.check_requirements()  # before a long download that could not be used
-    convert.script(tree.tree)
+    convert.script(tree)
     folder, origin = _checkpoint(entry, (variant, *then), tmp.parent)
-    convert.convert(tree.tree, folder, tmp, variant, label=f"{entry.name}:{variant}",
+    convert.convert(tree, folder, tmp, variant, label=f"{entry.name}:{variant}",
                     log_path=logs_dir(entry.name) / f"convert-{variant}.log")
-    return {**origin, "converted_by": f"{convert.SCRIPT} of llama.cpp {tree.commit}", "outtype": variant}
+    return {**origin, "converted_by": f"{convert.SCRIPT} of llama.cpp {commit}", "outtype": variant}
 
 
 def _quantize(entry: ModelEntry, base: ModelFile, variant: str, tmp: Path, build: Build | None) -> dict[str, Any]:
-    from llamaspec.llamacpp import build as builds
     from llamaspec.models import quantize
 
-    chosen = build or builds.find()
-    program = chosen.program("quantize")
+    program, built_by = engines.model_tools().quantizer(build)
     paths.ensure_free_space(tmp.parent, quantize.estimated_bytes(base.metadata.parameters, variant),
                             f"quantizing {entry.name} to {variant}")
     requantize = file_type(catalogs.split_variant(base.variant)[0]).quantized
     quantize.quantize(program, base.path, tmp, variant, allow_requantize=requantize, label=f"{entry.name}:{variant}",
                       log_path=logs_dir(entry.name) / f"quantize-{variant}.log")
     return {"kind": "quantize", "from": base.label, "from_sha256": base.sha256, "allow_requantize": requantize,
-            "quantized_by": f"{program.name} of {chosen.label}", **_commit_of(base)}
+            "quantized_by": f"{program.name} of {built_by}", **_commit_of(base)}
 
 
 def _derive(base: ModelFile, derivation: str, tmp: Path) -> dict[str, Any]:

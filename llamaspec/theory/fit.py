@@ -1,0 +1,247 @@
+"""The model fitted to measured points: their observations, the pooled α, the predictions and their errors.
+
+:func:`analyze` pools α over the points (weighted by their rounds), fits the draft's cost where
+enough lengths were measured, and predicts every draft length with the measured costs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llamaspec.errors import LlamaspecError
+from llamaspec.theory.cost import CostModel
+from llamaspec.theory.maths import (
+    accept_rate,
+    ceiling_speedup,
+    expected_accepted,
+    expected_tokens_per_round,
+    solve_increasing,
+)
+from llamaspec.theory.observation import Observation
+from llamaspec.theory.profiles import Program, default_program
+
+
+@dataclass(frozen=True)
+class PointFit:
+    """One observation next to what the pooled model predicts for it."""
+
+    draft_max: int
+    accept_rate: float | None  # llama.cpp's accept, as a fraction
+    alpha: float | None  # this point's own α (None: nothing drafted)
+    calls: int  # verification rounds
+    calls_measured: bool  # False: derived from the counters by the program's loop
+    drafted_per_round: float  # the k the prediction uses
+    tokens_per_round: float
+    mean_accepted: float  # accepted drafts per round = tokens_per_round - 1
+    measured_speedup: float
+    measured_call_ms: float  # ms per round the measured speed implies: tokens_per_round · 1000 / spec_decode_tps
+    predicted_speedup: float | None  # pooled α and cost model at drafted_per_round
+    predicted_call_ms: float | None
+    implied_cost_ratio: float | None  # the c that would make the prediction match the measurement
+    drafted_rounds: int | None = None  # rounds that drafted, where the engine counts them apart (llama-server)
+
+    @property
+    def abs_error(self) -> float | None:
+        """predicted - measured speedup."""
+        return None if self.predicted_speedup is None else self.predicted_speedup - self.measured_speedup
+
+    @property
+    def rel_error(self) -> float | None:
+        """(predicted - measured) / measured."""
+        err = self.abs_error
+        return None if err is None else err / self.measured_speedup
+
+
+@dataclass(frozen=True)
+class Prediction:
+    draft_max: int
+    tokens_per_round: float
+    accept_rate: float  # what llama.cpp would print as accept, as a fraction
+    call_steps: float  # cost of one round in baseline tokens' time
+    speedup: float
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The model fitted to a set of observations (one model pair, one target setting)."""
+
+    alpha: float  # pooled per-token acceptance rate
+    points: tuple[PointFit, ...]
+    cost: CostModel | None  # None without measured costs: no speedup predictions
+    curve: tuple[Prediction, ...]  # k = 1..max_draft; empty without a cost model
+    program: Program = field(default_factory=default_program)
+
+    @property
+    def tokens_per_round_ceiling(self) -> float:
+        """1/(1 - α): tokens per round as k → ∞."""
+        return ceiling_speedup(self.alpha)
+
+    @property
+    def ceiling_speedup(self) -> float:
+        """1/(1 - α): the speedup with a free draft (c → 0) and k → ∞."""
+        return ceiling_speedup(self.alpha)
+
+    @property
+    def best(self) -> Prediction | None:
+        """The predicted best draft length (smallest k on ties)."""
+        if not self.curve:
+            return None
+        best = self.curve[0]
+        for p in self.curve[1:]:
+            if p.speedup > best.speedup * (1 + 1e-12):
+                best = p
+        return best
+
+    @property
+    def best_measured(self) -> PointFit:
+        return max(self.points, key=lambda p: p.measured_speedup)
+
+    @property
+    def speedup_curve(self) -> tuple[tuple[int, float], ...]:
+        return tuple((p.draft_max, p.speedup) for p in self.curve)
+
+    @property
+    def accept_curve(self) -> tuple[tuple[int, float], ...]:
+        """Predicted llama.cpp ``accept`` (fraction) per draft length, from the pooled α."""
+        return tuple((p.draft_max, p.accept_rate) for p in self.curve)
+
+    @property
+    def max_draft(self) -> int:
+        return len(self.curve)
+
+    @property
+    def rel_errors(self) -> tuple[float, ...]:
+        return tuple(p.rel_error for p in self.points if p.rel_error is not None)
+
+    @property
+    def median_abs_error(self) -> float | None:
+        """Median |predicted - measured| / measured over the points: the fit's quality."""
+        errors = self.rel_errors
+        return statistics.median(abs(e) for e in errors) if errors else None
+
+    @property
+    def max_abs_error(self) -> float | None:
+        errors = self.rel_errors
+        return max(abs(e) for e in errors) if errors else None
+
+    def fit_quality(self) -> str:
+        """One line: how well the model predicts the measured points."""
+        if self.median_abs_error is None or self.max_abs_error is None:
+            return "no speedup predictions (no measured costs): only alpha and the ceiling"
+        bias = statistics.median(self.rel_errors)
+        return (f"model vs measured over {len(self.rel_errors)} draft lengths: median |error| "
+                f"{100 * self.median_abs_error:.1f}%, max {100 * self.max_abs_error:.1f}%, median bias {100 * bias:+.1f}%")
+
+    def table(self) -> str:
+        """The points and the model side by side, then the fit quality (for reports and logs)."""
+        lines = [f"{'draft':>5} {'accept':>7} {'tok/round':>9} {'measured':>9} {'predicted':>9} {'error':>7}"]
+        for p in sorted(self.points, key=lambda q: q.draft_max):
+            pred = f"{p.predicted_speedup:.3f}x" if p.predicted_speedup is not None else "-"
+            err = f"{100 * p.rel_error:+.1f}%" if p.rel_error is not None else "-"
+            acc = f"{100 * p.accept_rate:.1f}%" if p.accept_rate is not None else "-"
+            lines.append(f"{p.draft_max:>5} {acc:>7} {p.tokens_per_round:>9.2f} {p.measured_speedup:>8.3f}x {pred:>9} {err:>7}")
+        lines.append(self.fit_quality())
+        if self.best is not None and self.cost is not None:
+            timed = f", timed alone {self.cost.timed_cost_ratio:.3f}" if self.cost.timed_cost_ratio is not None else ""
+            lines.append(f"predicted best draft length {self.best.draft_max}: {self.best.speedup:.3f}x "
+                         f"(alpha {self.alpha:.3f}, c {self.cost.cost_ratio:.3f}{timed})")
+        return "\n".join(lines)
+
+
+def _pooled_alpha(observations: Sequence[Observation]) -> float:
+    """α with Σ rounds_i·E[accepted](α, k_i) = Σ n_accept_i over the points that drafted anything."""
+    drafted = [o for o in observations if o.n_drafted > 0]
+    if not drafted:
+        raise LlamaspecError(
+            "nothing was drafted in any run, so the acceptance rate is unknown",
+            hint="check that the draft model loaded and that --draft-p-min is not so high that every draft is dropped",
+        )
+    goal = float(sum(o.n_accept for o in drafted))
+    total_drafted = sum(o.n_drafted for o in drafted)
+    if goal == 0:
+        return 0.0
+    if goal == total_drafted:
+        return 1.0
+
+    def accepted(a: float) -> float:
+        return sum(o.calls * expected_accepted(a, o.drafted_per_round) for o in drafted)
+
+    return solve_increasing(accepted, goal, 0.0, 1.0)
+
+
+def analyze(observations: Sequence[Observation], cost: CostModel | None = None, max_draft: int = 16,
+            fit_draft: bool = True) -> Analysis:
+    """Fit α to measured points and predict every draft length 1..K with measured costs.
+
+    α is pooled over the points (weighted by their rounds); ``cost`` holds the costs measured for
+    this setting (llama-bench at the run's depth, :meth:`CostModel.from_bench`); without it only α
+    and the ceiling are known. ``fit_draft``: the draft's cost is fitted to the measured speedups
+    (:meth:`CostModel.fitted_to`, over 3 or more draft lengths), the target's stays as timed. K is the larger of ``max_draft`` and the largest measured draft
+    length. Each point's prediction uses the pooled α at the length that point drafted per round.
+    """
+    obs = list(observations)
+    if not obs:
+        raise LlamaspecError("no measured points to fit", hint="run a speculative measurement first")
+    if max_draft < 1:
+        raise LlamaspecError(f"max_draft must be >= 1, got {max_draft}")
+    programs = {o.program for o in obs}
+    if len(programs) > 1:
+        raise LlamaspecError(f"the points come from different programs ({', '.join(sorted(p.name for p in programs))})",
+                             hint="fit each program's points on their own")
+    prog = obs[0].program
+    if cost is not None and cost.program != prog:
+        raise LlamaspecError(f"the costs are for {cost.program.name} but the points for {prog.name}",
+                             hint="build the cost model with the points' program")
+    alpha = _pooled_alpha(obs)
+    k_max = max(max_draft, *(o.draft_max for o in obs))
+    if cost is not None and fit_draft:
+        cost = cost.fitted_to(obs, alpha)
+
+    curve: tuple[Prediction, ...] = ()
+    if cost is not None:
+        curve = tuple(
+            Prediction(
+                draft_max=k,
+                tokens_per_round=expected_tokens_per_round(alpha, k),
+                accept_rate=accept_rate(alpha, k),
+                call_steps=cost.call_ms(k, expected_tokens_per_round(alpha, k)) / cost.baseline_ms_per_token,
+                speedup=cost.speedup(alpha, k),
+            )
+            for k in range(1, k_max + 1)
+        )
+
+    points = []
+    for o in obs:
+        k = o.drafted_per_round
+        predicted = predicted_ms = implied = None
+        if cost is not None:
+            predicted = cost.speedup(alpha, k)
+            predicted_ms = cost.call_ms(k, expected_tokens_per_round(alpha, k))
+            steps = cost.program.draft_steps_per_round(k)
+            if steps > 0:
+                # tokens · t_base / (steps·c·t_target + the rest) = measured, solved for c
+                rest = predicted_ms - steps * cost.draft_ms_per_token
+                implied = ((o.tokens_per_round * cost.baseline_ms_per_token / o.measured_speedup - rest)
+                           / (steps * cost.target_ms_per_token))
+        points.append(
+            PointFit(
+                draft_max=o.draft_max,
+                accept_rate=o.accept_rate,
+                alpha=o.alpha,
+                calls=o.calls,
+                calls_measured=o.rounds is not None,
+                drafted_per_round=k,
+                tokens_per_round=o.tokens_per_round,
+                mean_accepted=o.tokens_per_round - 1.0,
+                measured_speedup=o.measured_speedup,
+                measured_call_ms=1000.0 * o.tokens_per_round / o.spec_decode_tps,
+                predicted_speedup=predicted,
+                predicted_call_ms=predicted_ms,
+                implied_cost_ratio=implied,
+                drafted_rounds=o.drafted_rounds,
+            )
+        )
+    return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve, program=prog)
+
