@@ -380,6 +380,22 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
     return Decision("undecided", best, why, settled=False, contenders=tuple(open_), requests=tuple(requests), **common)
 
 
+def model_contenders(models: Sequence[ModelView], measured: Sequence[Hashable] = ()) -> tuple[Band, ...]:
+    """The settings not measured yet that the model puts within its own error of its best
+    prediction, best first: where a sweep whose first pass measured a few settings (the longest
+    draft lengths, predicting the rest from their acceptance by position) looks next, one pair each,
+    before the decision asks for more. A prediction's error is the model's median miss, so a
+    setting predicted that close to the best may well be the best."""
+    done = set(measured)
+    out: list[Band] = []
+    for m in models:
+        if not m.bands:
+            continue
+        top = max(b.predicted for b in m.bands)
+        out += [b for b in m.bands if b.key not in done and b.predicted >= top * (1 - m.error)]
+    return tuple(sorted(out, key=lambda b: -b.predicted))
+
+
 # How the output says why an adaptive measurement stopped (Step.stop).
 STOP_WORDS = {"settled": "the decision is settled", "budget": "the budget is spent",
               "nothing to measure": "nothing left that the decision asks to measure"}
@@ -425,4 +441,4 @@ def next_step(decision: Decision, spent: int, budget: int | None = None,
 
 
 __all__ = ["HALF_WIDTH", "STEP", "STOP_WORDS", "TOLERANCE", "VERDICTS", "Band", "Candidate", "Decision", "Estimate", "ModelView",
-           "Request", "Step", "decide", "estimate", "next_step", "pairs_needed"]
+           "Request", "Step", "decide", "estimate", "model_contenders", "next_step", "pairs_needed"]

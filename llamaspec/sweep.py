@@ -248,6 +248,13 @@ def _raise_if_point_failed(point: Point, result: CaseResult, sid: str) -> None:
 # 2 December recordings (benchmarks/decide.py) that took the adaptive sweep's wrong decisions from
 # 47 % to 16 % (Q4_1, 10 pairs a point) and from 57 % to 4 % (Q4_0) at the same budget.
 FIRST_PAIRS = 1
+# Where the program counts acceptance by draft position (llama-speculative-simple, llama-server,
+# transformers), the first pass measures only the longest lengths of the grid: their rounds cover
+# every shorter position, so the curve and the cost timings predict every other length
+# (llamaspec.theory.positions states the assumption, and the sweep says when a measured point
+# contradicts it). Two, not one: the draft's cost is fitted over both, and a curve cut short near
+# the end of generation (positions left out where the counts are not certain) is pooled over two.
+FIRST_LONGEST = 2
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|pairs?)?\s*$", re.I)
 
 
@@ -296,9 +303,17 @@ class AdaptiveResult:
                 f"of the fixed grid's {self.fixed_grid_pairs})")
 
 
-def first_lengths(lengths: Sequence[int]) -> list[int]:
-    """The first pass of an adaptive sweep: every length of the grid, shortest first."""
-    return sorted(set(lengths))
+def first_lengths(lengths: Sequence[int], by_position: bool = False) -> list[int]:
+    """The first pass of an adaptive sweep: every length of the grid, shortest first; where the
+    program counts acceptance by position (``by_position``), the :data:`FIRST_LONGEST` longest, longest first."""
+    every = sorted(set(lengths))
+    return every[::-1][:FIRST_LONGEST] if by_position else every
+
+
+def counts_positions(report: Any) -> bool:
+    """Whether every point of a sweep report that drafted counted acceptance by position."""
+    rows = [r for g in report.groups for r in g.rows if r.summary.n_drafted]
+    return bool(rows) and all(r.summary.drafted_by_position for r in rows)
 
 
 def pairs_per_point(exp: Experiment) -> int:
@@ -352,7 +367,7 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
         check_settings(rc, backend)
         backend.check(rc)
     start = time.monotonic()
-    first = first_lengths(list(by_length))
+    longest = first_lengths(list(by_length), by_position=True)
     measured: list[int] = []
 
     def measure(k: int, pairs: int) -> None:
@@ -367,11 +382,34 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
         measured.append(k)
         _raise_if_point_failed(point, result, sid)
 
-    bar = Progress(f"sweep {exp.name}/{case.name} (adaptive)", total=len(first))
-    for i, k in enumerate(first):
+    # The longest lengths first; the rest of the grid too where their points do not count
+    # acceptance by position (llama-speculative prints none): then the first pass is every length.
+    bar = Progress(f"sweep {exp.name}/{case.name} (adaptive)", total=len(by_length))
+    first = list(longest)
+    i = 0
+    while i < len(first):
+        k = first[i]
         bar.update(i, f"draft {k}: first {first_pairs} pair{'s' if first_pairs != 1 else ''}")
         if store.finished_point(sid, by_length[k].key) is None:
             measure(k, first_pairs)
+        i += 1
+        if i == len(longest) and not counts_positions(analysis.sweep_report(store, sid, plot=False)):
+            first += [k for k in first_lengths(list(by_length)) if k not in longest]
+    if len(first) == len(longest):
+        # The model's contenders next (the lengths it predicts within its error of its best), one
+        # pass each: the decision then weighs them measured, not only predicted.
+        report = analysis.sweep_report(store, sid, plot=False)
+        near = [int(b.key[1]) if isinstance(b.key, tuple) else int(b.key)  # type: ignore[call-overload]
+                for b in decide.model_contenders([g.view for g in report.groups if g.view], [("", k) for k in first])
+                if (b.key[1] if isinstance(b.key, tuple) else b.key) in by_length]  # the grid's lengths only
+        log.info("first pass: draft %s measured; from their acceptance by position the model predicts the rest, "
+                 "and puts draft %s within its error of its best", " and ".join(map(str, longest)),
+                 ", ".join(map(str, near)) or "none")
+        for k in near:
+            bar.update(len(first), f"draft {k}: the model's contender, {first_pairs} pair{'s' if first_pairs != 1 else ''}")
+            if store.finished_point(sid, by_length[k].key) is None:
+                measure(k, first_pairs)
+            first.append(k)
     bar.close()
     measurable = [("", k) for k in by_length]
     while True:

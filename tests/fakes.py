@@ -80,6 +80,10 @@ class FakeEngine:
     - Greedy text is the same with and without a draft, unless told otherwise.
     Faults to expose: ``drafts`` (always draft this length, whatever was asked), ``truncate``
     (speculative output cut after N tokens), ``differ_at_k`` (outputs diverge for these lengths).
+    ``positions``: the speculative runs count acceptance by draft position (every round drafts
+    every position; accepted through i in about α^i of them), as llama-speculative-simple does;
+    ``position_bias`` scales the acceptance of rounds shorter than 16 (1.0: a position's acceptance
+    does not depend on the draft length, the assumption of predicting short lengths from long runs).
     """
 
     base_tps: float = 100.0
@@ -94,6 +98,8 @@ class FakeEngine:
     name: str = "fake"
     built_from: str | None = None  # Capabilities.built_from: a source tree (its version is then "fake")
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    positions: bool = False
+    position_bias: float = 1.0
 
     def __post_init__(self) -> None:
         self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
@@ -151,7 +157,8 @@ class FakeEngine:
             step = 1000 / self.target_tps(case)
             return Measurement(**common, stats={"batch_ms": {b: step * (1 + 0.05 * (b - 1)) for b in range(1, 18)}})
         k = self.drafts if self.drafts is not None else (case.settings.draft_max or 8)
-        accepted_per_round = self.alpha * (1 - self.alpha ** k) / (1 - self.alpha)
+        alpha = self.alpha * (self.position_bias if k < 16 else 1.0)
+        accepted_per_round = alpha * (1 - alpha ** k) / (1 - alpha)
         rounds = max(round((n - 1) / (accepted_per_round + 1)), 1)
         n_accept = n - 1 - rounds
         out = tokens[: self.truncate] if self.truncate is not None else tokens
@@ -160,4 +167,7 @@ class FakeEngine:
         return Measurement(**common, n_predict=n, decode_tps=self.target_tps(case) * self.speedup_of(k) * speed,
                            n_drafted=k * rounds, n_accept=n_accept, accept=100.0 * n_accept / (k * rounds), rounds=rounds,
                            draft_len=k, draft_policy="fixed", draft_steps=rounds * (k + 1), program="llama-speculative", tokens=out,
-                           text=" ".join(map(str, out)))
+                           text=" ".join(map(str, out)),
+                           **({"drafted_by_position": (rounds,) * k,
+                               "accepted_by_position": tuple(round(rounds * alpha ** i) for i in range(1, k + 1))}
+                              if self.positions else {}))

@@ -54,7 +54,7 @@ drafted per round, ``n_drafted / rounds``, as ``k``: programs draft fewer than `
 The package, one module per part: ``maths`` (the closed forms at one α), ``profiles`` (the round
 profile each engine registers from its own package: ``llamaspec.llamacpp.profiles``,
 ``llamaspec.hf.profiles``), ``cost`` (:class:`CostModel`), ``observation`` (:class:`Observation`),
-``fit`` (:func:`analyze`), ``explain`` (:func:`explain_shortfall`). Every name is importable from here.
+``positions`` (acceptance by draft position, :class:`PositionCurve`), ``fit`` (:func:`analyze`), ``explain`` (:func:`explain_shortfall`). Every name is importable from here.
 
 Everything here is pure: frozen dataclasses in, frozen dataclasses out, LlamaspecError on bad input.
 """
@@ -88,9 +88,11 @@ from llamaspec.theory.maths import (
     paper_speedup,
 )
 from llamaspec.theory.observation import Observation
+from llamaspec.theory.positions import CONTRADICTION, PositionCurve
 from llamaspec.theory.profiles import Program, program, register, registered
 
 __all__ = [
+    "CONTRADICTION",
     "FIT_MIN_LENGTHS",
     "VERIFY_BATCH_SIZES",
     "Analysis",
@@ -98,6 +100,7 @@ __all__ = [
     "Observation",
     "OnePointFit",
     "PointFit",
+    "PositionCurve",
     "Prediction",
     "Program",
     "accept_rate",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llamaspec.errors import LlamaspecError
@@ -198,8 +198,13 @@ class CostModel:
         return self.draft_ms(k) + self.verify_ms(k) + tokens * self.target_sample_ms + loop
 
     def speedup(self, alpha: float, k: float) -> float:
-        """Predicted decode speedup over the target alone: tokens per round · baseline ms per token / T_round(k)."""
-        tokens = expected_tokens_per_round(alpha, k)
+        """Predicted decode speedup over the target alone at per-token acceptance α: :meth:`speedup_at`
+        with the closed form's tokens per round."""
+        return self.speedup_at(k, expected_tokens_per_round(alpha, k))
+
+    def speedup_at(self, k: float, tokens: float) -> float:
+        """Predicted decode speedup at draft length k when a round emits ``tokens`` on average
+        (from α, or from acceptance by position): tokens · baseline ms per token / T_round(k)."""
         call = self.call_ms(k, tokens)
         if call <= 0:
             return math.inf
@@ -209,7 +214,8 @@ class CostModel:
     def draft_fitted(self) -> bool:
         return self.timed_cost_ratio is not None
 
-    def fitted_to(self, observations: Sequence[Observation], alpha: float) -> CostModel:
+    def fitted_to(self, observations: Sequence[Observation], alpha: float,
+                  tokens_at: Callable[[float], float] | None = None) -> CostModel:
         """This model with the draft's costs (its step, batch and sampling, scaled together) set to
         what best explains the measured speedups at ``alpha``; the target's costs stay as timed.
 
@@ -222,14 +228,18 @@ class CostModel:
         matters. One parameter, by least squares
         on 1/speedup (relative: each point weighted by its measured speedup squared), closed form
         since a round's time is linear in the draft's scale. Needs :data:`FIT_MIN_LENGTHS` draft
-        lengths; fewer, or nothing drafted, returns this model unchanged."""
+        lengths; fewer, or nothing drafted, returns this model unchanged. ``tokens_at``: the tokens a
+        round of (mean) length k emits, where it is known better than α's closed form (acceptance by
+        position); with it, one measured length is enough, since the acceptance at every other
+        length is then measured rather than fitted."""
         drafted = [o for o in observations if o.n_drafted > 0]
-        if len({o.draft_max for o in drafted}) < FIT_MIN_LENGTHS or self.draft_ms_per_token <= 0:
+        enough = 1 if tokens_at is not None else FIT_MIN_LENGTHS
+        if len({o.draft_max for o in drafted}) < enough or self.draft_ms_per_token <= 0:
             return self
         num = den = 0.0
         for o in drafted:
             k = o.drafted_per_round
-            tokens = expected_tokens_per_round(alpha, k)
+            tokens = tokens_at(k) if tokens_at is not None else expected_tokens_per_round(alpha, k)
             per = tokens * self.baseline_ms_per_token
             d = self.draft_ms(k) / per  # the draft's share of 1/speedup
             rest = (self.call_ms(k, tokens) - self.draft_ms(k)) / per  # verification, sampling, the engine's loop

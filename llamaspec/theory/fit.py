@@ -1,13 +1,16 @@
 """The model fitted to measured points: their observations, the pooled α, the predictions and their errors.
 
 :func:`analyze` pools α over the points (weighted by their rounds), fits the draft's cost where
-enough lengths were measured, and predicts every draft length with the measured costs.
+enough lengths were measured, and predicts every draft length with the measured costs. Where every
+point counts acceptance by draft position, the tokens a round emits at each length come from the
+pooled curve (``llamaspec.theory.positions``), not from α; the one-α fit of the same points is kept
+beside it (:attr:`Analysis.single_alpha`) so that the two models' errors can be compared.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from llamaspec.errors import LlamaspecError
@@ -20,6 +23,7 @@ from llamaspec.theory.maths import (
     solve_increasing,
 )
 from llamaspec.theory.observation import Observation
+from llamaspec.theory.positions import CONTRADICTION, PositionCurve
 from llamaspec.theory.profiles import Program, default_program
 
 
@@ -72,6 +76,24 @@ class Analysis:
     cost: CostModel | None  # None without measured costs: no speedup predictions
     curve: tuple[Prediction, ...]  # k = 1..max_draft; empty without a cost model
     program: Program = field(default_factory=default_program)
+    # Acceptance by draft position pooled over the points, where every point counted it: the tokens
+    # per round of every prediction come from it (None: from α).
+    positions: PositionCurve | None = None
+    single_alpha: Analysis | None = None  # the same points fitted with one α, when positions are used
+    contradictions: tuple[str, ...] = ()  # points whose acceptance the other points' curve does not predict
+
+    def tokens_at(self, k: float) -> float:
+        """Tokens a round of (mean) length k emits, by this fit's acceptance model."""
+        return tokens_model(self.alpha, self.positions)(k)
+
+    def speedup_at(self, k: float) -> float | None:
+        """The predicted speedup at (mean) draft length k; None without measured costs."""
+        return None if self.cost is None else self.cost.speedup_at(k, self.tokens_at(k))
+
+    @property
+    def acceptance_model(self) -> str:
+        """What the tokens per round come from, as the output names it."""
+        return "acceptance by position" if self.positions is not None else "one alpha"
 
     @property
     def tokens_per_round_ceiling(self) -> float:
@@ -131,8 +153,12 @@ class Analysis:
         if self.median_abs_error is None or self.max_abs_error is None:
             return "no speedup predictions (no measured costs): only alpha and the ceiling"
         bias = statistics.median(self.rel_errors)
-        return (f"model vs measured over {len(self.rel_errors)} draft lengths: median |error| "
+        line = (f"model vs measured over {len(self.rel_errors)} draft lengths: median |error| "
                 f"{100 * self.median_abs_error:.1f}%, max {100 * self.max_abs_error:.1f}%, median bias {100 * bias:+.1f}%")
+        other = self.single_alpha.median_abs_error if self.single_alpha is not None else None
+        if self.positions is not None:
+            line += f" (on the acceptance by position{f'; with one alpha {100 * other:.1f}%' if other is not None else ''})"
+        return line
 
     def table(self) -> str:
         """The points and the model side by side, then the fit quality (for reports and logs)."""
@@ -143,6 +169,9 @@ class Analysis:
             acc = f"{100 * p.accept_rate:.1f}%" if p.accept_rate is not None else "-"
             lines.append(f"{p.draft_max:>5} {acc:>7} {p.tokens_per_round:>9.2f} {p.measured_speedup:>8.3f}x {pred:>9} {err:>7}")
         lines.append(self.fit_quality())
+        if self.positions is not None:
+            lines.append(f"accepted through position 1..{self.positions.length}: {self.positions.text()}")
+        lines.extend(self.contradictions)
         if self.best is not None and self.cost is not None:
             timed = f", timed alone {self.cost.timed_cost_ratio:.3f}" if self.cost.timed_cost_ratio is not None else ""
             lines.append(f"predicted best draft length {self.best.draft_max}: {self.best.speedup:.3f}x "
@@ -171,15 +200,63 @@ def _pooled_alpha(observations: Sequence[Observation]) -> float:
     return solve_increasing(accepted, goal, 0.0, 1.0)
 
 
+def pooled_positions(observations: Sequence[Observation]) -> PositionCurve | None:
+    """Acceptance by position summed over the points that drafted, or None unless every one of them
+    counted it (a curve from some points and α from the others would mix two models)."""
+    drafted = [o for o in observations if o.n_drafted > 0]
+    if not drafted or any(o.positions is None for o in drafted):
+        return None
+    return PositionCurve.pooled([o.positions for o in drafted if o.positions is not None])
+
+
+def tokens_model(alpha: float, positions: PositionCurve | None) -> Callable[[float], float]:
+    """Tokens a round of (mean) length k emits: from the curve where known, else α's closed form."""
+    if positions is None:
+        return lambda k: expected_tokens_per_round(alpha, k)
+    return lambda k: positions.tokens_per_round(k, alpha)
+
+
+def contradictions(observations: Sequence[Observation], alpha: float,
+                   within: float = CONTRADICTION) -> tuple[tuple[Observation, float, float], ...]:
+    """The points whose measured tokens per round differ by more than ``within`` from what the
+    acceptance by position of the *other, longer* points predicts at their length: (point, measured,
+    predicted). Where this is not empty, acceptance at a position depends on the draft length here,
+    and one long run does not stand for the short ones."""
+    out = []
+    for o in observations:
+        if o.positions is None or o.n_drafted == 0:
+            continue
+        longer = [p for p in observations if p is not o and p.positions is not None and p.n_drafted > 0
+                  and p.positions.length >= o.drafted_per_round]
+        curve = PositionCurve.pooled([p.positions for p in longer if p.positions is not None])
+        if curve is None:
+            continue
+        predicted = curve.tokens_per_round(o.drafted_per_round, alpha)
+        if abs(o.tokens_per_round - predicted) > within * predicted:
+            out.append((o, o.tokens_per_round, predicted))
+    return tuple(out)
+
+
+def _contradiction_lines(found: Sequence[tuple[Observation, float, float]]) -> tuple[str, ...]:
+    return tuple(
+        f"draft {o.draft_max}: {measured:.2f} tokens a round measured, {predicted:.2f} predicted from the longer "
+        f"lengths' acceptance by position ({100 * (measured / predicted - 1):+.0f}%): here acceptance at a position "
+        "depends on the draft length, so the short lengths' predictions from one long run are not to be trusted"
+        for o, measured, predicted in found)
+
+
 def analyze(observations: Sequence[Observation], cost: CostModel | None = None, max_draft: int = 16,
-            fit_draft: bool = True) -> Analysis:
+            fit_draft: bool = True, use_positions: bool = True) -> Analysis:
     """Fit α to measured points and predict every draft length 1..K with measured costs.
 
     α is pooled over the points (weighted by their rounds); ``cost`` holds the costs measured for
     this setting (llama-bench at the run's depth, :meth:`CostModel.from_bench`); without it only α
     and the ceiling are known. ``fit_draft``: the draft's cost is fitted to the measured speedups
     (:meth:`CostModel.fitted_to`, over 3 or more draft lengths), the target's stays as timed. K is the larger of ``max_draft`` and the largest measured draft
-    length. Each point's prediction uses the pooled α at the length that point drafted per round.
+    length. Each point's prediction uses the pooled α at the length that point drafted per round,
+    or, where every point counted acceptance by position (and ``use_positions``), the pooled curve
+    (:func:`pooled_positions`); then the one-α fit is made too (:attr:`Analysis.single_alpha`), and
+    the draft's cost is fitted over any number of lengths.
     """
     obs = list(observations)
     if not obs:
@@ -196,18 +273,21 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
                              hint="build the cost model with the points' program")
     alpha = _pooled_alpha(obs)
     k_max = max(max_draft, *(o.draft_max for o in obs))
+    positions = pooled_positions(obs) if use_positions else None
+    tokens_at = tokens_model(alpha, positions)
+    single = analyze(obs, cost, max_draft, fit_draft, use_positions=False) if positions is not None else None
     if cost is not None and fit_draft:
-        cost = cost.fitted_to(obs, alpha)
+        cost = cost.fitted_to(obs, alpha, tokens_at if positions is not None else None)
 
     curve: tuple[Prediction, ...] = ()
     if cost is not None:
         curve = tuple(
             Prediction(
                 draft_max=k,
-                tokens_per_round=expected_tokens_per_round(alpha, k),
-                accept_rate=accept_rate(alpha, k),
-                call_steps=cost.call_ms(k, expected_tokens_per_round(alpha, k)) / cost.baseline_ms_per_token,
-                speedup=cost.speedup(alpha, k),
+                tokens_per_round=tokens_at(k),
+                accept_rate=(tokens_at(k) - 1.0) / k if positions is not None else accept_rate(alpha, k),
+                call_steps=cost.call_ms(k, tokens_at(k)) / cost.baseline_ms_per_token,
+                speedup=cost.speedup_at(k, tokens_at(k)),
             )
             for k in range(1, k_max + 1)
         )
@@ -217,8 +297,8 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
         k = o.drafted_per_round
         predicted = predicted_ms = implied = None
         if cost is not None:
-            predicted = cost.speedup(alpha, k)
-            predicted_ms = cost.call_ms(k, expected_tokens_per_round(alpha, k))
+            predicted = cost.speedup_at(k, tokens_at(k))
+            predicted_ms = cost.call_ms(k, tokens_at(k))
             steps = cost.program.draft_steps_per_round(k)
             if steps > 0:
                 # tokens · t_base / (steps·c·t_target + the rest) = measured, solved for c
@@ -243,5 +323,7 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
                 drafted_rounds=o.drafted_rounds,
             )
         )
-    return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve, program=prog)
+    found = _contradiction_lines(contradictions(obs, alpha)) if positions is not None else ()
+    return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve, program=prog, positions=positions,
+                    single_alpha=single, contradictions=found)
 

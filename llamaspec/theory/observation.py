@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from llamaspec import contract
 from llamaspec.errors import LlamaspecError
 from llamaspec.theory.maths import HINT_COUNTS, alpha_from_tokens_per_round, count, positive
+from llamaspec.theory.positions import PositionCurve
 from llamaspec.theory.profiles import Program, default_program
 
 
@@ -29,6 +30,8 @@ class Observation:
     - ``speedup``: the measured speedup if known better than the ratio of the two medians (the median
       of paired ratios); None uses spec/baseline.
     - ``runs``: how many runs the counters sum over (the derived rounds subtract one per run).
+    - ``positions``: acceptance by draft position (``Measurement.drafted_by_position`` and
+      ``accepted_by_position``), where the engine counts it; None where it does not.
     """
 
     draft_max: int
@@ -42,6 +45,7 @@ class Observation:
     speedup: float | None = None
     runs: int = 1
     drafted_rounds: int | None = None
+    positions: PositionCurve | None = None
 
     def __post_init__(self) -> None:
         count("draft_max", self.draft_max, minimum=1)
@@ -75,6 +79,10 @@ class Observation:
                 f"{' - 1' if self.program.first_token_from_prompt else ''})",
                 hint=HINT_COUNTS,
             )
+        if self.positions is not None and self.positions.length > self.draft_max:
+            raise LlamaspecError(
+                f"{self.program.name} counted acceptance at draft position {self.positions.length}, past its draft "
+                f"length {self.draft_max}", hint=HINT_COUNTS)
         positive("spec_decode_tps", self.spec_decode_tps)
         positive("baseline_decode_tps", self.baseline_decode_tps)
         if self.speedup is not None:
