@@ -44,6 +44,21 @@ def noise_check(sample: host.NoiseSample | None) -> Check:
     return Check("machine noise", "warn", text, "; ".join(hints))
 
 
+def files_checks() -> list[Check]:
+    """Where this llamaspec reads its catalog and experiments, and keeps its models."""
+    root = paths.project_root()
+    try:
+        catalog = paths.catalog_path()
+    except LlamaspecError as exc:
+        return [Check("llamaspec files", "fail", exc.message, exc.hint or "")]
+    kind = f"project folder {root}" if root is not None else f"installed (shipped files in {paths.shipped_root()})"
+    yours = paths.config_dir() / "experiments"
+    own = len(list(yours.glob("*.yaml"))) if yours.is_dir() else 0
+    shipped = len(list(paths.experiments_dir().glob("*.yaml")))
+    return [Check("llamaspec files", "info", f"{kind}; catalog {catalog}; models in {paths.models_dir()}"),
+            Check("experiments", "info", f"by name: the current folder, then {yours} ({own}), then {shipped} shipped")]
+
+
 def examine(bin_dir: Path | None = None) -> list[Check]:
     import psutil
 
@@ -105,6 +120,7 @@ def examine(bin_dir: Path | None = None) -> list[Check]:
         checks.append(Check("cuda toolkit", "info", "not found", "only needed for --accel cuda"))
     reason = builds.why_not_cuda(cuda)
     checks.append(Check("accel (auto)", "info", builds.select_accel("auto", cuda=cuda) + (f" ({reason})" if reason else "")))
+    checks += files_checks()
     try:
         src = sources.current()
         checks.append(Check("llama.cpp source", "ok", f"{src.path} (commit {src.commit}, {src.origin})"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS as DEFAULT_SETTINGS
 from llamaspec.settings import FIELDS as SETTING_FIELDS
 from llamaspec.settings import SettingError, Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -225,20 +228,61 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
 
 
 def locate(name_or_path: str) -> Path:
-    """An experiment by name (``experiments/NAME.yaml``) or by path."""
+    """An experiment by path, or by name: ``NAME.yaml`` in the current folder, then in
+    ``~/.config/llamaspec/experiments``, then among the shipped ones; the nearest wins. Where it
+    was found is said once per name (a warning when a farther one of the same name is passed over)."""
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
         if not candidate.is_file():
             raise LlamaspecError(f"experiment file not found: {candidate}", hint="check the path")
         return candidate
-    folder = paths.experiments_dir()
-    for suffix in (".yaml", ".yml"):
-        path = folder / f"{name_or_path}{suffix}"
-        if path.is_file():
-            return path
-    known = sorted(p.stem for p in folder.glob("*.yaml"))
-    raise LlamaspecError(f"unknown experiment {name_or_path!r}",
-                         hint=f"known experiments: {', '.join(known) or '(none)'}; or pass a path to a YAML file")
+    found = find(name_or_path)
+    if not found:
+        known = sorted(known_experiments())
+        raise LlamaspecError(
+            f"unknown experiment {name_or_path!r}",
+            hint=f"known experiments: {', '.join(known) or '(none)'}; or NAME.yaml in the current folder or in "
+                 f"{paths.config_dir() / 'experiments'}, or a path to a YAML file")
+    (where, path), others = found[0], found[1:]
+    if name_or_path not in _said:
+        _said.add(name_or_path)
+        if others:
+            log.warning("experiment %s: %s (%s), which comes before %s", name_or_path, path, where,
+                        " and ".join(f"{p} ({w})" for w, p in others))
+        else:
+            log.info("experiment %s: %s (%s)", name_or_path, path, where)
+    return path
+
+
+_said: set[str] = set()  # names whose place was already said in this process
+
+
+def find(name: str) -> list[tuple[str, Path]]:
+    """Every experiment file of this name, nearest first, each with where it is (``current
+    folder``, ``your experiments``, ``shipped``); one file reached two ways counts once."""
+    found: list[tuple[str, Path]] = []
+    seen: set[Path] = set()
+    for where, folder in paths.experiment_dirs():
+        for suffix in (".yaml", ".yml"):
+            path = folder / f"{name}{suffix}"
+            if path.is_file() and path.resolve() not in seen:
+                seen.add(path.resolve())
+                found.append((where, path))
+                break
+    return found
+
+
+def known_experiments() -> dict[str, tuple[str, Path]]:
+    """The experiments reachable by name outside the current folder (yours, then the shipped ones),
+    the nearest of each name: name -> (where, path)."""
+    known: dict[str, tuple[str, Path]] = {}
+    for where, folder in paths.experiment_dirs():
+        if where == "current folder":
+            continue  # any YAML file can lie there; it is an experiment once named
+        for path in sorted(folder.glob("*.y*ml")) if folder.is_dir() else ():
+            if path.suffix in (".yaml", ".yml"):
+                known.setdefault(path.stem, (where, path))
+    return known
 
 
 def catalog_checker() -> Callable[[str, str], str | None]:
@@ -275,3 +319,7 @@ def load(name_or_path: str, known_model: Callable[[str, str], str | None] | None
     exp = parse(data, str(path), known_model or catalog_checker(), base_dir=path.parent)
     return dataclasses.replace(exp, sha256=hashlib.sha256(raw).hexdigest())
 
+
+def list_experiments() -> list[Path]:
+    """Your experiments and the shipped ones, by name (yours first where both have a name)."""
+    return [path for _, (_, path) in sorted(known_experiments().items())]

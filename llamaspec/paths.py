@@ -1,10 +1,18 @@
 """Where llamaspec keeps things. Every location can be moved with an environment variable.
 
-- ``LLAMASPEC_ROOT``: the project folder holding ``vendor/``, ``models/`` and ``experiments/``
-  (default: the checkout this package lives in, else the current directory).
-- ``LLAMASPEC_MODELS``: the model files (default ``models/`` in the project folder).
-- ``LLAMASPEC_CACHE``: builds and downloads shared by every clone (default ``~/.cache/llamaspec``).
+- ``LLAMASPEC_ROOT``: a project folder holding ``vendor/``, ``models/`` and ``experiments/``
+  (default: the git clone this package runs from; an installed llamaspec has none).
+- Shipped files (the model catalog ``models/catalog.yaml``, the experiments ``experiments/*.yaml``
+  and prompt sets ``experiments/prompts/``): read from the project folder, else from the copy an
+  installed wheel carries as package data (``llamaspec/_shipped``, the same files).
+- ``LLAMASPEC_MODELS``: the model files (default ``models/`` in the project folder; an installed
+  llamaspec: ``models`` in the data folder). A ``catalog.yaml`` there is used instead of the shipped one.
+- ``LLAMASPEC_CACHE``: builds and downloads shared by every clone (default ``~/.cache/llamaspec``);
+  without a project folder the pinned llama.cpp source is fetched there too (``source/llama.cpp``).
 - ``LLAMASPEC_DATA``: the results store, run logs and plots (default ``~/.local/share/llamaspec``).
+- ``LLAMASPEC_CONFIG``: the user's own experiments are looked up by name in the current folder,
+  then in ``experiments/`` here (default ``~/.config/llamaspec``, or ``$XDG_CONFIG_HOME/llamaspec``),
+  then among the shipped ones.
 - ``LLAMASPEC_LOCK``: the lock file that lets one measurement run at a time (default
   ``measure.lock`` in the cache folder: one per user and machine; point every user at one file in a
   folder all of them can write to queue their measurements on a shared machine).
@@ -18,15 +26,60 @@ from pathlib import Path
 
 from llamaspec.errors import LlamaspecError
 
+# Where a built wheel carries the shipped files (llamaspec's build_py copies them there); a clone
+# reads the same files from its top-level experiments/ and models/.
+SHIPPED_PACKAGE_DIR = "_shipped"
+CATALOG_FILE = "catalog.yaml"
 
-def project_root() -> Path:
+
+def checkout() -> Path | None:
+    """The git clone this package runs from (an editable install, or the source on PYTHONPATH);
+    None for an installed llamaspec."""
+    here = Path(__file__).resolve().parent.parent
+    if (here / "pyproject.toml").is_file() and (here / "experiments").is_dir() and (here / "llamaspec").is_dir():
+        return here
+    return None
+
+
+def project_root() -> Path | None:
+    """``LLAMASPEC_ROOT``, else the clone llamaspec runs from; None for an installed llamaspec
+    (never the current folder: a tool started in some folder must not read or write there)."""
     env = os.environ.get("LLAMASPEC_ROOT")
     if env:
         return Path(env).expanduser().resolve()
-    checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").is_file() and (checkout / "experiments").is_dir():
-        return checkout
-    return Path.cwd()
+    return checkout()
+
+
+def package_data_dir() -> Path:
+    """The shipped files inside an installed wheel (absent in a clone)."""
+    return Path(__file__).resolve().parent / SHIPPED_PACKAGE_DIR
+
+
+def shipped_root() -> Path:
+    """The folder whose ``experiments/`` and ``models/catalog.yaml`` are the shipped ones: the
+    project folder, else the installed wheel's package data."""
+    root = project_root()
+    if root is not None:
+        return root
+    data = package_data_dir()
+    if data.is_dir():
+        return data
+    raise LlamaspecError(f"llamaspec's shipped files (catalog, experiments) are missing: no {data}",
+                         hint="reinstall llamaspec (pip install --force-reinstall llamaspec), or set LLAMASPEC_ROOT to a clone")
+
+
+def shipped_catalog() -> Path:
+    return shipped_root() / "models" / CATALOG_FILE
+
+
+def config_dir() -> Path:
+    """The user's own experiments (``experiments/``): ``LLAMASPEC_CONFIG``, else
+    ``$XDG_CONFIG_HOME/llamaspec`` (``~/.config/llamaspec``)."""
+    env = os.environ.get("LLAMASPEC_CONFIG")
+    if env:
+        return Path(env).expanduser().resolve()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".config").resolve() / "llamaspec"
 
 
 def cache_dir() -> Path:
@@ -67,16 +120,44 @@ def moved_by(path: Path) -> str:
 
 
 def vendor_dir() -> Path:
-    return project_root() / "vendor" / "llama.cpp"
+    """The llama.cpp source tree: ``vendor/llama.cpp`` in the project folder; without one (an
+    installed llamaspec), ``source/llama.cpp`` in the cache."""
+    root = project_root()
+    return root / "vendor" / "llama.cpp" if root is not None else cache_dir() / "source" / "llama.cpp"
 
 
 def models_dir() -> Path:
+    """The model files: ``LLAMASPEC_MODELS``, else ``models/`` in the project folder, else (an
+    installed llamaspec) ``models`` in the data folder."""
     env = os.environ.get("LLAMASPEC_MODELS")
-    return Path(env).expanduser().resolve() if env else project_root() / "models"
+    if env:
+        return Path(env).expanduser().resolve()
+    root = project_root()
+    return root / "models" if root is not None else data_dir() / "models"
+
+
+def catalog_path() -> Path:
+    """The model catalog: a ``catalog.yaml`` in the models folder (a clone's own, or a user's),
+    else the shipped one."""
+    own = models_dir() / CATALOG_FILE
+    return own if own.is_file() else shipped_catalog()
+
+
+def relative_base() -> Path:
+    """What a relative ``path:`` in the catalog is relative to: the project folder, else the
+    catalog's own folder."""
+    return project_root() or catalog_path().parent
 
 
 def experiments_dir() -> Path:
-    return project_root() / "experiments"
+    """The shipped experiments (and their prompt sets in ``prompts/``)."""
+    return shipped_root() / "experiments"
+
+
+def experiment_dirs() -> list[tuple[str, Path]]:
+    """Where experiments are looked up by name, nearest first, each with how it is called."""
+    return [("current folder", Path.cwd()), ("your experiments", config_dir() / "experiments"),
+            ("shipped", experiments_dir())]
 
 
 def builds_dir() -> Path:

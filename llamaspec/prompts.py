@@ -95,12 +95,13 @@ def parse_source(text: str, base_dir: Path | None = None, **options: Any) -> Pro
 
 
 def locate(path: str, base_dir: Path | None = None) -> Path:
-    """A prompt file as given, next to the experiment, or by name in experiments/prompts/."""
+    """A prompt file as given, next to the experiment, or by name in ``prompts/`` of your
+    experiments (``~/.config/llamaspec/experiments/prompts``), then of the shipped ones."""
     candidates = [Path(path).expanduser()]
     if base_dir is not None:
         candidates.append(base_dir / path)
-    folder = paths.experiments_dir() / "prompts"
-    candidates += [folder / path, folder / f"{path}.jsonl"]
+    for folder in (paths.config_dir() / "experiments" / "prompts", paths.experiments_dir() / "prompts"):
+        candidates += [folder / path, folder / f"{path}.jsonl"]
     for c in candidates:
         if c.is_file():
             return c.resolve()

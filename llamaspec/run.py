@@ -134,7 +134,10 @@ def provenance(backend: Engine, case: ResolvedCase, hardware: dict[str, Any], ex
 
 
 def _own_commit() -> str | None:
-    head = paths.project_root() / ".git" / "HEAD"
+    clone = paths.checkout()  # llamaspec's own clone; an installed llamaspec has its version only
+    if clone is None:
+        return None
+    head = clone / ".git" / "HEAD"
     try:
         ref = head.read_text().strip()
         if ref.startswith("ref: "):

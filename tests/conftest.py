@@ -47,6 +47,7 @@ def _isolated_data(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("LLAMASPEC_LOCK", str(data / "measure.lock"))  # tests never queue behind a user's measurement
     monkeypatch.delenv("LLAMASPEC_BIN_DIR", raising=False)
     monkeypatch.setenv("LLAMASPEC_AUTO_BUILD", "0")  # a test that finds no llama.cpp fails; it never compiles one unasked
+    monkeypatch.setenv("LLAMASPEC_CONFIG", str(data / "config"))  # never the user's own experiments
     monkeypatch.delenv("LLAMASPEC_DEBUG", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # --cluster reads it: a user's own must not send tests to a cluster
     return data

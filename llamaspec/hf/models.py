@@ -58,7 +58,7 @@ def checkpoint(entry: ModelEntry, adapter: bool = False) -> tuple[Path, dict[str
                                   required=required)  # at the commit pinned in models/catalog.lock
         return snap.path, {"kind": "hf", "repo": snap.repo, "revision": snap.revision, "commit": snap.commit}
     folder = Path(str(source.get("path"))).expanduser()
-    folder = folder if folder.is_absolute() else paths.project_root() / folder
+    folder = folder if folder.is_absolute() else paths.relative_base() / folder
     if not (folder / required).is_file():
         raise LlamaspecError(f"{entry.name}: {folder} is not a Hugging Face checkpoint folder (no {required})",
                              hint="point `path:` at a folder holding config.json, the tokenizer and the weights")

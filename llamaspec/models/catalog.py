@@ -36,7 +36,7 @@ from llamaspec import paths
 from llamaspec.errors import LlamaspecError
 from llamaspec.models.quantize import FILE_TYPES
 
-CATALOG_FILE = "catalog.yaml"
+CATALOG_FILE = paths.CATALOG_FILE
 HF_VARIANT = "hf"  # the Hugging Face checkpoint as downloaded (transformers backend), not a GGUF file
 
 # Per source kind: required keys, then optional keys with their defaults.
@@ -172,7 +172,8 @@ def parse_ref(text: str) -> CatalogRef:
 
 
 def default_path() -> Path:
-    return paths.models_dir() / CATALOG_FILE
+    """``catalog.yaml`` in the models folder when there is one, else the shipped catalog."""
+    return paths.catalog_path()
 
 
 def load(path: Path | None = None) -> Catalog:
@@ -193,7 +194,7 @@ def _load(path: Path, _stamp: int) -> Catalog:
     try:
         raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
     except FileNotFoundError:
-        raise LlamaspecError(f"no model catalog at {path}", hint="run llamaspec from its checkout, or set LLAMASPEC_ROOT") from None
+        raise LlamaspecError(f"no model catalog at {path}", hint="restore it (git checkout -- models/catalog.yaml in a clone), or reinstall llamaspec") from None
     except yaml.YAMLError as exc:
         raise LlamaspecError(f"{path} is not valid YAML: {exc}".replace("\n", " "), hint="fix the file") from None
     return parse(raw, path)

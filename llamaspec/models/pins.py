@@ -1,4 +1,5 @@
-"""Pinned revisions: ``models/catalog.lock``, beside the catalog and tracked in git.
+"""Pinned revisions: ``models/catalog.lock``, beside the catalog and tracked in git (an installed
+llamaspec keeps it in its models folder: see ``lock_path``).
 
 The catalog names a revision (``main``, a tag); the first fetch of a Hugging Face checkpoint
 resolves it to a commit and writes it here, and every later fetch, on this machine or on a
@@ -15,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec import atomic
+from llamaspec import atomic, paths
 from llamaspec.errors import LlamaspecError
 
 LOCK_FILE = "catalog.lock"
@@ -44,6 +45,11 @@ def is_commit(revision: str) -> bool:
 
 
 def lock_path(catalog_path: Path) -> Path:
+    """Beside the catalog; for the catalog an installed llamaspec ships (in site-packages, replaced
+    on upgrade, perhaps read-only), in the models folder, where the models made from it are."""
+    shipped = paths.package_data_dir()
+    if catalog_path.resolve().is_relative_to(shipped):
+        return paths.models_dir() / LOCK_FILE
     return catalog_path.with_name(LOCK_FILE)
 
 

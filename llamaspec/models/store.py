@@ -396,7 +396,7 @@ def _fetch_shipped(entry: ModelEntry, tmp: Path) -> dict[str, Any]:
 
 def _local_path(entry: ModelEntry) -> Path:
     path = Path(str(entry.source.get("path"))).expanduser()
-    return path if path.is_absolute() else paths.project_root() / path
+    return path if path.is_absolute() else paths.relative_base() / path
 
 
 def hub_snapshot(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path | None = None, *,
