@@ -2,7 +2,7 @@
 #   make demo   build llama.cpp, fetch the offline pair, run, sweep, report and plot
 #   make check  the quick tier: ruff, mypy and the tests that need no binaries, torch or Ray (< 90 s)
 #   make test   the whole test suite (builds llama.cpp first if the cache has no build)
-#   make test-hub  the hub tests on the newest huggingface_hub (part of make test)
+#   make test-hub  the hub tests on the newest huggingface_hub, the hf tests on transformers 5 (part of make test)
 #   make docs   docs/results.md's tables from the recorded sweeps
 PYTHON ?= python3
 VENV   ?= .venv
@@ -28,16 +28,20 @@ $(CONVERT_STAMP): $(STAMP)
 	touch $(CONVERT_STAMP)
 
 # The hub tests again on the newest huggingface_hub pip takes for llamaspec alone (2.x, httpx2),
-# in a venv of their own: the main one holds 0.36, which transformers 4.57 needs. sentencepiece
-# and protobuf make the tiny checkpoints, pyarrow reads Alpaca's parquet.
+# and the transformers backend's tests on the newest transformers 5.x (with the 2.13.0 CPU torch
+# wheel), in a venv of their own: the main one holds transformers 4.57.6 (the convert extra's pin,
+# which the pinned tree's convert_hf_to_gguf.py needs) and with it huggingface_hub 0.36. The
+# converting tests (marker convert) run in the main venv only. sentencepiece and protobuf make the
+# tiny checkpoints, pyarrow reads Alpaca's parquet.
 HUB_VENV  ?= .venv-hub
 HUB_STAMP := $(HUB_VENV)/.installed
 HUB_TESTS := tests/test_hub.py tests/test_models_fetch.py tests/test_hf_models.py tests/test_prompts.py
+HF_TESTS  := tests/test_hf_runner.py tests/test_hf_cli.py tests/test_hf_experiments.py tests/test_hf_models.py tests/test_deploy.py
 
 $(HUB_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(HUB_VENV)
 	$(HUB_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(HUB_VENV)/bin/python -m pip install --quiet --upgrade -e '.[prompts]' pytest 'sentencepiece>=0.1.98,<0.3.0' 'protobuf>=4.21.0' safetensors
+	$(HUB_VENV)/bin/python -m pip install --quiet --upgrade -e '.[prompts,hf]' 'torch==2.13.0' 'transformers>=5,<6' pytest 'sentencepiece>=0.1.98,<0.3.0' 'protobuf>=4.21.0' safetensors
 	touch $(HUB_STAMP)
 
 setup: $(STAMP)
@@ -77,8 +81,9 @@ test: setup-convert build
 	$(MAKE) test-hub
 
 test-hub: $(HUB_STAMP)
-	$(HUB_VENV)/bin/python -c 'import huggingface_hub as h; print("huggingface_hub", h.__version__)'
-	$(HUB_VENV)/bin/python -m pytest -q -p no:cacheprovider $(HUB_TESTS)
+	$(HUB_VENV)/bin/python -c 'import huggingface_hub as h, transformers as t; print("huggingface_hub", h.__version__, "transformers", t.__version__)'
+	$(HUB_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not convert and not hf" $(HUB_TESTS)
+	$(HUB_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "hf and not convert" $(HF_TESTS)
 
 # docs/results.md's tables, from the sweeps recorded in tests/fixtures (tests/test_docs.py checks them).
 docs: setup

@@ -211,6 +211,29 @@ def test_other_tokenizer_needs_universal_mode(backend, other_pair, tmp_path: Pat
     assert spec.tokens == base.tokens
     assert spec.stats["assistant"]["candidate_generator"] == "AssistedCandidateGeneratorDifferentTokenizers"
     assert spec.rounds == spec.stats["target_calls"] and spec.n_drafted is not None
+    # transformers 5 rolls this generator's assistant cache back by a length in target tokens: on this
+    # pair generate() then fails (a round with no new token for the assistant) unless llamaspec counts
+    # it in the assistant's tokens, and the record says it did.
+    import transformers
+
+    corrected = spec.stats["assistant"].get("cache_rollback_corrected")
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        assert corrected is not None and corrected["rounds"] >= 1 and len(corrected["by_tokens"]) == corrected["rounds"]
+    else:
+        assert corrected is None
+
+
+def test_only_transformers_5s_generator_for_other_tokenizers_gets_its_rollback_corrected() -> None:
+    import transformers
+    from transformers.generation import candidate_generator as cg
+
+    from llamaspec.hf import generation
+
+    five = int(transformers.__version__.split(".")[0]) >= 5
+    assert generation.rolls_back_in_target_tokens(cg.AssistedCandidateGeneratorDifferentTokenizers) is five
+    assert not generation.rolls_back_in_target_tokens(cg.AssistedCandidateGenerator)
+    assert not generation.rolls_back_in_target_tokens(cg.PromptLookupCandidateGenerator)
+    assert not generation.rolls_back_in_target_tokens(cg.UniversalSpeculativeDecodingGenerator)
 
 
 def test_same_size_other_tokenizer_cannot_run(backend, tmp_path: Path) -> None:

@@ -13,7 +13,12 @@ backend is opened (torch and transformers at module level here).
   ``update_candidate_strategy(input_ids, scores, num_matches)`` hook; transformers counts nothing
   itself. Being a subclass also switches off the scikit-learn re-tuning of the confidence
   threshold, which transformers applies to the exact class ``AssistedCandidateGenerator`` only:
-  the threshold measured is the threshold asked for.
+  the threshold measured is the threshold asked for. On transformers 5, the generator for an
+  assistant with another tokenizer also has its cache rollback counted in the assistant's tokens
+  (``rolls_back_in_target_tokens``; the measurement says so in ``stats["assistant"]``).
+
+Works on transformers 4.57 and 5.x: the KV cache is passed to forward() by the name the model
+takes (``cache_argument``) and cropped by a count of tokens, which both understand.
 """
 
 from __future__ import annotations
@@ -200,20 +205,29 @@ def time_forward(model: Any, context: Any, sizes: Sequence[int], repetitions: in
                  else (lambda: None))
     depth = int(context.shape[1])
     times: dict[int, list[float]] = {n: [] for n in sizes}
+    name = cache_argument(model)
     with torch.inference_mode():
         cache = transformers.DynamicCache()
-        model(context, past_key_values=cache, use_cache=True)
+        model(context, **{name: cache}, use_cache=True)
         for rep in range(repetitions + 1):
             for n in sizes:
                 ids = context[:, -n:] if n <= depth else context[:, :1].repeat(1, n)
                 sync()
                 start = time.perf_counter()
-                model(ids, past_key_values=cache, use_cache=True)
+                model(ids, **{name: cache}, use_cache=True)
                 sync()
                 if rep:
                     times[n].append((time.perf_counter() - start) * 1000.0)
-                cache.crop(depth)
+                cache.crop(-n)  # back to the context: a count to remove (transformers 5 takes no length)
     return {n: statistics.median(v) for n, v in times.items()}
+
+
+def cache_argument(model: Any) -> str:
+    """The name forward() takes the KV cache by: ``cache`` from transformers 5.x (``past_key_values``
+    is deprecated there, to be removed in 5.40), ``past_key_values`` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 # --- counting ----------------------------------------------------------------------------------
@@ -229,14 +243,54 @@ def _counting_class(base: Any) -> type:
             self._llamaspec_rounds.append((int(scores.shape[1]) - 1, int(num_matches)))
             super().update_candidate_strategy(input_ids, scores, num_matches)
 
+    if rolls_back_in_target_tokens(base):
+        class Rolled(Counting):
+            _llamaspec_rollbacks: list[int]
+            _last_ids_length: int  # transformers 5's, in target tokens for this class
+
+            def _update_past_and_masks(self, input_ids: Any, *args: Any, **kwargs: Any) -> bool:
+                # transformers 5 rolls the assistant's cache back by the last round's length less
+                # this round's input, and this class records that length in target tokens while the
+                # input and the cache are in the assistant's: the rollback is off by the difference
+                # (no new token for the assistant to read, and generate() fails reshaping 0 tokens;
+                # or entries of a rejected draft left in the cache). The assistant's own last
+                # length is its cache plus the one token the cache never holds.
+                cache = self.assistant_kwargs.get("cache")
+                if cache is not None:
+                    own = int(cache.get_seq_length()) + 1
+                    if own != self._last_ids_length:
+                        self._llamaspec_rollbacks.append(self._last_ids_length - own)
+                    self._last_ids_length = own
+                return bool(super()._update_past_and_masks(input_ids, *args, **kwargs))
+
+        Rolled.__name__ = Rolled.__qualname__ = f"Counting{base.__name__}"
+        return Rolled
     Counting.__name__ = Counting.__qualname__ = f"Counting{base.__name__}"
     return Counting
 
 
+def rolls_back_in_target_tokens(generator_class: Any) -> bool:
+    """Whether ``generator_class`` (a candidate generator) is transformers 5's assisted generator for
+    an assistant with another tokenizer, which keeps ``_last_ids_length`` in the target's tokens
+    but rolls the assistant's cache back by it (its ``UniversalSpeculativeDecodingGenerator``
+    subclass, for sampling, keeps its own and is left as it is)."""
+    from transformers.generation import candidate_generator as cg
+
+    different = getattr(cg, "AssistedCandidateGeneratorDifferentTokenizers", None)
+    universal = getattr(cg, "UniversalSpeculativeDecodingGenerator", None)
+    return (int(transformers.__version__.split(".")[0]) >= 5 and different is not None
+            and issubclass(generator_class, different)
+            and not (universal is not None and issubclass(generator_class, universal)))
+
+
 @contextlib.contextmanager
-def counting(model: Any, rounds: list[tuple[int, int]], made: list[str]) -> Iterator[None]:
+def counting(model: Any, rounds: list[tuple[int, int]], made: list[str],
+             rollbacks: list[int] | None = None) -> Iterator[None]:
     """While active, ``model``'s candidate generators append (drafted, accepted) to ``rounds`` per
-    round and their class names to ``made``."""
+    round and their class names to ``made``; where llamaspec corrects transformers 5's rollback
+    of an assistant's cache under universal assisted decoding (``rolls_back_in_target_tokens``),
+    how far off each corrected round was, to ``rollbacks``."""
+    rollbacks = rollbacks if rollbacks is not None else []
     cls = type(model)
 
     def make(*args: Any, **kwargs: Any) -> Any:
@@ -245,6 +299,7 @@ def counting(model: Any, rounds: list[tuple[int, int]], made: list[str]) -> Iter
         made.append(made_by.__name__)
         generator.__class__ = _counting_class(made_by)
         generator._llamaspec_rounds = rounds
+        generator._llamaspec_rollbacks = rollbacks
         return generator
 
     model._get_candidate_generator = make  # this instance only; removed again below

@@ -19,7 +19,7 @@ Settings, in llamaspec's names (``llamaspec.settings``):
 ``n_predict``           ``max_new_tokens`` (generation stops earlier at end of text, both modes)
 ``draft_max``           ``num_assistant_tokens`` (prompt lookup: ``prompt_lookup_num_tokens``)
 ``draft_p_min``         ``assistant_confidence_threshold`` (unset: the assistant's own, 0.4 by
-                        default in transformers 4.57; 0 drafts ``draft_max`` tokens every round)
+                        default in transformers 4.57 and 5.x; 0 drafts ``draft_max`` tokens every round)
 ``draft_schedule``      ``num_assistant_tokens_schedule``: constant, heuristic, heuristic_transient
 ``temperature``/seed    0: greedy (``do_sample=False``); above: sampling, seeded with ``seed``
 ``threads``             ``torch.set_num_threads``
@@ -367,6 +367,7 @@ class TransformersEngine:
         base = {**base, "argv": ("generate", f"model={runner.info['path']}", *(f"{k}={v}" for k, v in _printable(kwargs).items()))}
         rounds: list[tuple[int, int]] = []
         made: list[str] = []
+        rollbacks: list[int] = []  # rounds whose assistant-cache rollback llamaspec corrected (transformers 5)
         streamer = generation.TimingStreamer()
         kwargs["streamer"] = streamer
         on_cuda = str(model.device).startswith("cuda")
@@ -375,7 +376,7 @@ class TransformersEngine:
         torch.manual_seed(s.seed if s.seed is not None else 20)
         start = time.perf_counter()
         try:
-            with generation.counting(model, rounds, made), torch.inference_mode():
+            with generation.counting(model, rounds, made, rollbacks), torch.inference_mode():
                 out = model.generate(input_ids, **kwargs)
         except (RuntimeError, ValueError, TypeError) as exc:  # what generate() raises for a failure of its own
             seconds = time.perf_counter() - start
@@ -412,6 +413,11 @@ class TransformersEngine:
                 assistant_stats["end"] = self._assistant_values(draft)
             assistant_stats = {**(assistant_stats or {}), "candidate_generator": made[0] if made else None,
                                "universal": "tokenizer" in kwargs}
+            if rollbacks:  # what was measured is transformers' loop with this one correction: say so
+                assistant_stats["cache_rollback_corrected"] = {
+                    "rounds": len(rollbacks), "by_tokens": rollbacks,
+                    "why": "transformers 5 rolls the assistant's cache back by a length in target tokens "
+                           "(AssistedCandidateGeneratorDifferentTokenizers); llamaspec uses the assistant's own"}
             stats["assistant"] = assistant_stats
             stats["per_round"] = [list(r) for r in rounds]
             by = positions_from_rounds(rounds)  # each round's candidates and accepted count, from the hook
@@ -523,7 +529,7 @@ class TransformersEngine:
             handle.write(json.dumps(record, default=str) + "\n")
 
 
-# GenerationConfig fields that change which token is chosen (transformers 4.57).
+# GenerationConfig fields that change which token is chosen (transformers 4.57; in 5.x unset means the global default).
 _DECODING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
                   "top_h", "repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
                   "encoder_no_repeat_ngram_size", "bad_words_ids", "sequence_bias", "suppress_tokens",
