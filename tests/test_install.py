@@ -176,8 +176,8 @@ def test_the_wheel_build_step_ships_the_catalog_every_experiment_and_prompt_set(
 # --- the real wheel in a fresh venv --------------------------------------------------------------------
 
 
-# `llamaspec sweep -m T.gguf -md D.gguf` needs models on the command line (issue 30 item 1) and
-# llama.cpp programs found on PATH (item 4). Set True once both are in this tree.
+# `llamaspec sweep -m T.gguf -md D.gguf` needs models on the command line (issue 30 item 1; llama.cpp
+# found on PATH, item 4, is in). Set True once -m/-md are in this tree.
 SWEEP_WITH_MODEL_FLAGS = False
 
 
@@ -208,7 +208,7 @@ def _tool_env(tmp_path: Path, path_dirs: list[str] | None = None) -> dict[str, s
            if not k.startswith("LLAMASPEC_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(HOME=str(tmp_path / "home"), LLAMASPEC_DATA=str(tmp_path / "data"), LLAMASPEC_CACHE=str(tmp_path / "cache"),
                LLAMASPEC_LOCK=str(tmp_path / "measure.lock"), XDG_CONFIG_HOME=str(tmp_path / "config"),
-               HF_HUB_OFFLINE="1")
+               HF_HUB_OFFLINE="1", LLAMASPEC_AUTO_BUILD="0")  # a test never compiles llama.cpp unasked
     if path_dirs:
         env["PATH"] = os.pathsep.join([*path_dirs, env.get("PATH", "")])
     return env
@@ -269,15 +269,18 @@ def offline_pair(llama_build):
 @pytest.mark.slow
 def test_the_installed_wheel_runs_a_shipped_experiment_from_an_empty_folder(wheel_venv: Path, llama_build, offline_pair,
                                                                             tmp_path: Path) -> None:
+    """The pinned build's programs on PATH (an empty build cache, no source tree: none fetched, none built)."""
     here = _empty_folder(tmp_path)
-    env = {**_tool_env(tmp_path), "LLAMASPEC_MODELS": str(_offline_pair_folder(tmp_path, offline_pair))}
+    env = {**_tool_env(tmp_path, path_dirs=[llama_build.bin_dir]),
+           "LLAMASPEC_MODELS": str(_offline_pair_folder(tmp_path, offline_pair))}
     started = time.monotonic()
     done = subprocess.run([str(wheel_venv / "bin" / "llamaspec"), "run", "smollm2-quicksort", "-n", "16", "--repeats", "1",
-                           "-t", "1", "--bin-dir", llama_build.bin_dir], capture_output=True, text=True, env=env, cwd=here,
-                          timeout=900)
+                           "-t", "1"], capture_output=True, text=True, env=env, cwd=here, timeout=900)
     print(f"run took {time.monotonic() - started:.1f} s\n", done.stdout, done.stderr[-3000:])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "experiment smollm2-quicksort: " in done.stderr and "_shipped/experiments/smollm2-quicksort.yaml (shipped)" in done.stderr
+    assert f"using llama.cpp from PATH: llama-speculative, llama-completion in {llama_build.bin_dir}" in done.stderr
+    assert not (tmp_path / "cache" / "builds").exists() and not (tmp_path / "cache" / "source").exists()
     assert "speedup" in done.stdout.lower() and "lossless" in done.stdout.lower()
     assert (tmp_path / "data" / "results.sqlite").is_file()
     assert list(here.iterdir()) == []
@@ -285,7 +288,7 @@ def test_the_installed_wheel_runs_a_shipped_experiment_from_an_empty_folder(whee
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-@pytest.mark.skipif(not SWEEP_WITH_MODEL_FLAGS, reason="needs -m/-md (issue 30 item 1) and llama.cpp on PATH (item 4)")
+@pytest.mark.skipif(not SWEEP_WITH_MODEL_FLAGS, reason="needs -m/-md on the command line (issue 30 item 1)")
 def test_the_installed_wheel_sweeps_two_gguf_files_with_llamacpp_on_path(wheel_venv: Path, llama_build, offline_pair,
                                                                         tmp_path: Path) -> None:
     """Issue 30's 'done when': from an empty folder, in a fresh venv made from the wheel, with llama.cpp
