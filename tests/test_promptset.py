@@ -645,3 +645,54 @@ def test_each_category_gets_the_models_best_draft_length_from_its_own_acceptance
     assert code and prose and code.drafted_per_round == prose.drafted_per_round == 8.0
     assert code.alpha > prose.alpha and code.best_draft > prose.best_draft
     assert promptset.set_statistics([summary("x", "code", 10.0, 10.0, drafted=0, accepted=0, rounds=0)]).set.model is None
+
+
+# --- `prompts run`'s setting options: run's, for every setting llama-server honours ---------------
+
+def _params(command: Any) -> dict[str, Any]:
+    import click
+
+    return {p.name: p for p in command.get_params(click.Context(command)) if isinstance(p, click.Option)}
+
+
+def test_prompts_run_takes_every_setting_llama_server_honours_under_runs_names() -> None:
+    from llamaspec.cli import main
+    from llamaspec.llamacpp import server
+    from llamaspec.settings import SWEEPABLE
+
+    run, prompts_run = main.get_command(None, "run"), main.get_command(None, "prompts").get_command(None, "run")  # type: ignore[union-attr]
+    theirs, ours = _params(run), _params(prompts_run)
+    honoured = [s for s in SWEEPABLE if s in server.HONOURED]
+    assert {"draft_max", "draft_min", "draft_p_min", "flash_attn", "ngram_size_n", "ngram_size_m", "parallel"} <= set(honoured)
+    for setting in honoured:
+        assert set(theirs[setting].opts) <= set(ours[setting].opts), setting  # run's names (and hidden aliases)
+    assert ours["parallel"].opts == ["--parallel"]  # the same name; here a list of concurrency levels
+    for setting in set(SWEEPABLE) - server.HONOURED:  # program, transformers' settings: refused by the server
+        assert setting not in ours and setting in theirs, setting
+    shown = _cli(["prompts", "run", "-h"]).output
+    assert "--ngram-size-n" in shown and "--flash-attn" in shown and "--ngram-n " not in shown
+
+
+def test_a_new_server_setting_reaches_prompts_run_from_its_flag_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second of the two edits (the first: a Settings field; dtype stands in for one here):
+    a row in llama.cpp's flag table gives `prompts run` the option, under run's name."""
+    from llamaspec.cli.options import engine_setting_options
+    from llamaspec.llamacpp import flags
+
+    before = {o.name for o in engine_setting_options(flags.takes("server"))}
+    monkeypatch.setitem(flags.FLAG_TABLE, "dtype", flags.Flag(("--dtype",), flags.SERVER))
+    after = {o.name: o for o in engine_setting_options(flags.takes("server"))}
+    assert "dtype" not in before and set(after) - before == {"dtype"} and after["dtype"].opts == ["--dtype"]
+
+
+def test_prompts_run_settings_and_old_spellings_reach_the_server(tmp_path: Path, fake_server: dict[str, Any]) -> None:
+    prompts = tmp_path / "set.jsonl"
+    prompts.write_text(json.dumps({"id": "c1", "category": "code", "prompt": "code one"}) + "\n")
+    done = _cli(["prompts", "run", "smollm2-server-mini", "-P", str(prompts), "-r", "1", "-n", "8", "--json",
+                 "--ngram-n", "2", "--ngram-size-m", "5", "--draft-min", "2", "--flash-attn", "off"])
+    assert done.exit_code == 0, done.output
+    got = {(s.ngram_size_n, s.ngram_size_m, s.draft_min, s.flash_attn) for s in fake_server["settings"]}
+    assert got == {(2, 5, 2, "off")}
+    bad = _cli(["prompts", "run", "smollm2-server-mini", "-P", str(prompts), "--ngram-n", "0"])
+    assert bad.exit_code == 1 and "--ngram-size-n 0: must be at least 1" in bad.output and "Hint:" in bad.output
+    assert len(fake_server["backends"]) == 1  # the bad value refused before a server was opened

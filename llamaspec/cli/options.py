@@ -1,8 +1,9 @@
 """Options shared by run, sweep and tune, defined once.
 
 The setting options are made from the settings schema (``llamaspec.settings``): every sweepable
-setting is ``--NAME VALUE`` on ``run`` and ``--NAME LIST`` on ``sweep``, so a new setting reaches
-the command line without an edit here.
+setting is ``--NAME VALUE`` on ``run`` and ``--NAME LIST`` on ``sweep``, and those an engine honours
+are ``--NAME VALUE`` on ``prompts run`` (``EngineSettingsCommand``), so a new setting reaches the
+command line without an edit here.
 """
 
 from __future__ import annotations
@@ -30,8 +31,37 @@ OPTION_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Older spellings still accepted but not shown in --help (``prompts run`` had these before its
+# options came from the settings table).
+HIDDEN_ALIASES: dict[str, tuple[str, ...]] = {
+    "ngram_size_n": ("--ngram-n",),
+    "ngram_size_m": ("--ngram-m",),
+}
+
+
 def option_names(setting: str) -> tuple[str, ...]:
     return OPTION_NAMES.get(setting, (f"--{setting.replace('_', '-')}",))
+
+
+class _SettingOption(click.Option):
+    """An option whose old spellings (``HIDDEN_ALIASES``) parse but stay out of its help line."""
+
+    def __init__(self, *args: Any, hidden_names: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden_names = hidden_names
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown = self.opts
+        self.opts = [o for o in shown if o not in self.hidden_names]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def _option_args(setting: str) -> tuple[list[str], dict[str, Any]]:
+    hidden = HIDDEN_ALIASES.get(setting, ())
+    return [*option_names(setting), *hidden, setting], {"hidden_names": hidden, "default": None}
 
 
 class SettingValue(click.ParamType):
@@ -82,11 +112,21 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _value_attrs(setting: str) -> dict[str, Any]:
+    return {"type": SettingValue(setting), "help": _cap(_help(setting)) + "."}
+
+
+def value_option(setting: str) -> click.Option:
+    """``--NAME VALUE`` for one setting, as ``run`` has it (the value checked by ``Settings``)."""
+    names, attrs = _option_args(setting)
+    return _SettingOption(names, **attrs, **_value_attrs(setting))
+
+
 def setting_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--NAME VALUE`` for every sweepable setting (collected into ``settings_given``)."""
+    """``--NAME VALUE`` for every sweepable setting (given to the command by the setting's name)."""
     for setting in reversed(list(SWEEPABLE)):
-        func = click.option(*option_names(setting), setting, type=SettingValue(setting), default=None,
-                            help=_cap(_help(setting)) + ".")(func)
+        names, attrs = _option_args(setting)
+        func = click.option(*names, cls=_SettingOption, **attrs, **_value_attrs(setting))(func)
     return func
 
 
@@ -95,9 +135,42 @@ def sweep_options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--draft-variant", "draft_variant", default=None, metavar="LIST",
                         help="Draft model variants, e.g. q4_0,q4_1,q8_0.")(func)
     for setting in reversed(list(SWEEPABLE)):
-        func = click.option(*option_names(setting), setting, default=None, metavar="LIST",
+        names, attrs = _option_args(setting)
+        func = click.option(*names, cls=_SettingOption, **attrs, metavar="LIST",
                             help=f"{_cap(_help(setting))}: a list or range, e.g. 1,2,4 or 1..16.")(func)
     return func
+
+
+def engine_setting_options(honoured: frozenset[str], skip: tuple[str, ...] = ()) -> list[click.Option]:
+    """``run``'s ``--NAME VALUE`` options for the sweepable settings an engine honours (``skip``:
+    those the command takes in another form), in the settings table's order."""
+    return [value_option(setting) for setting in SWEEPABLE if setting in honoured and setting not in skip]
+
+
+class EngineSettingsCommand(click.Command):
+    """A command that measures on one engine: its setting options are ``run``'s for the settings
+    that engine honours, read from the engine's flag table (``honoured``, called once) when the
+    command is first used, so ``llamaspec --help`` does not import the engine. They go right after
+    the option named ``after`` and reach the callback by the settings' names.
+
+    A new setting the engine honours is one field in ``llamaspec.settings`` and one row in the
+    engine's flag table; the command gets its option with no edit here."""
+
+    def __init__(self, *args: Any, honoured: Callable[[], frozenset[str]], skip: tuple[str, ...] = (),
+                 after: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._honoured: Callable[[], frozenset[str]] | None = honoured
+        self._skip = skip
+        self._after = after
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self._honoured is not None:
+            made = engine_setting_options(self._honoured(), self._skip)
+            self._honoured = None
+            names = [p.name for p in self.params]
+            at = names.index(self._after) + 1 if self._after in names else len(names)
+            self.params[at:at] = made
+        return super().get_params(ctx)
 
 
 # Options every measuring command (run, sweep, tune) takes.

@@ -14,7 +14,7 @@ import click
 
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
-from llamaspec.cli.options import SettingValue
+from llamaspec.cli.options import EngineSettingsCommand, SettingValue
 from llamaspec.progress import duration
 
 log = logging.getLogger("llamaspec")
@@ -107,21 +107,25 @@ def _concurrency_progress(event: str, data: dict[str, Any]) -> None:
                  b["wall_seconds"], failed, eta_text)
 
 
-@prompts.command("run")
+def _server_settings() -> frozenset[str]:
+    """The settings llama-server honours, from its flag table (imported when `prompts run` is used)."""
+    from llamaspec.llamacpp import server
+
+    return server.HONOURED
+
+
+# The setting options are run's, for every sweepable setting llama-server honours (its flag table
+# says which): a new one is a field in llamaspec.settings and a row in llamaspec/llamacpp/flags.py.
+# --parallel is the one taken in another form here: a list of concurrency levels.
+@prompts.command("run", cls=EngineSettingsCommand, honoured=_server_settings, skip=("parallel",), after="n_predict")
 @click.argument("experiment_name", metavar="NAME|PATH")
 @click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
               help="The prompt set (default: the experiment's prompts:).")
 @_set_options
-@click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate per prompt.")
-@click.option("--draft", "-d", "draft_max", type=click.IntRange(min=0), default=None, help="Draft length (draft models).")
-@click.option("--spec-type", default=None, help="draft, or a draft-free n-gram mode of the build (ngram-simple, ...).")
-@click.option("--ngram-n", "ngram_size_n", type=click.IntRange(min=1), default=None, help="N-gram modes: lookup length.")
-@click.option("--ngram-m", "ngram_size_m", type=click.IntRange(min=1), default=None, help="N-gram modes: draft length.")
-@click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads.")
-@click.option("--gpu-layers", "-ngl", type=SettingValue("gpu_layers"), default=None, help="Offload: all, none or a layer count.")
+@click.option("--n-predict", "-n", type=SettingValue("n_predict", int), default=None, help="Tokens to generate per prompt.")
 @click.option("--repeats", "-r", type=click.IntRange(min=1), default=None,
               help="Measure each prompt N times (ABBA); with --parallel, N pairs of batches per level (default 3).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds per request.")
+@click.option("--timeout", type=SettingValue("timeout", float), default=None, help="Seconds per request.")
 @click.option("--parallel", "parallel", default=None, metavar="N[,N...]",
               help="Concurrency instead: N slots and N clients per level, e.g. 1,2,4; paired baseline and "
                    "speculative batches, --repeats pairs per level.")
@@ -134,10 +138,9 @@ def _concurrency_progress(event: str, data: dict[str, Any]) -> None:
 @click.option("--no-wait", is_flag=True, help="Fail at once if another measurement holds this machine.")
 @cluster_option
 def prompts_run(experiment_name: str, source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None,
-                turns: str | None, n_predict: int | None, draft_max: int | None, spec_type: str | None,
-                ngram_size_n: int | None, ngram_size_m: int | None, threads: int | None, gpu_layers: int | str | None,
-                repeats: int | None, timeout: float | None, parallel: str | None, plot_dir: Path | None,
-                bin_dir: Path | None, accel: str, as_json: bool, no_wait: bool = False, address: str | None = None) -> None:
+                turns: str | None, n_predict: int | None, repeats: int | None, timeout: float | None,
+                parallel: str | None, plot_dir: Path | None, bin_dir: Path | None, accel: str, as_json: bool,
+                no_wait: bool = False, address: str | None = None, **given: Any) -> None:
     """Run every case of an experiment over a prompt set on llama-server (models loaded once).
 
     Per prompt, baseline and speculative are measured back to back; each prompt is stored as it
@@ -153,8 +156,6 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
     Example: llamaspec prompts run smollm2-server-mini --limit 12 -n 64
     Example: llamaspec prompts run smollm2-server-mini --limit 16 -t 1 --cluster 10.0.0.5:6379
     """
-    given = {"draft_max": draft_max, "threads": threads, "gpu_layers": gpu_layers, "spec_type": spec_type,
-             "ngram_size_n": ngram_size_n, "ngram_size_m": ngram_size_m}
     run_prompt_set(experiment_name, source, given=given, n_predict=n_predict, timeout=timeout, repeats=repeats,
                    limit=limit, sample_seed=sample_seed, fmt=fmt, turns=turns, levels=_levels(parallel),
                    plot_dir=plot_dir, bin_dir=bin_dir, accel=accel, as_json=as_json, address=address, no_wait=no_wait)
