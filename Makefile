@@ -1,7 +1,8 @@
 # The commands a newcomer needs (see README.md):
 #   make demo   build llama.cpp, fetch the offline pair, run, sweep, report and plot
 #   make check  the quick tier: ruff, mypy and the tests that need no binaries, torch or Ray (< 90 s)
-#   make test   the whole test suite (builds llama.cpp first if the cache has no build)
+#   make test   the whole test suite (builds llama.cpp first if the cache has no build, and what
+#               its slow tier needs in the background while the quick tier runs)
 #   make test-hub  the hub tests on the newest huggingface_hub, the hf tests on transformers 5 (part of make test)
 #   make docs   docs/results.md's tables from the recorded sweeps
 PYTHON ?= python3
@@ -75,10 +76,13 @@ check: setup
 	$(BIN)/mypy llamaspec
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m "$(QUICK)" --durations=5
 
-test: setup-convert build
-	$(BIN)/python -m pytest -q -n $(WORKERS) -m "$(QUICK)"
-	$(BIN)/python -m pytest -q -m "not ($(QUICK))" --durations=10
-	$(MAKE) test-hub
+# make test: the quick tier, the slow tier and the hub tests, in that order; what the slow tier
+# needs (llama-server, the older llama.cpp generations) is built in the background from the start
+# (tests/make_test.sh says how; a failed build fails make test with one line naming its log).
+BUILDS_LOG ?= $(VENV)/llamacpp-builds.log
+
+test: setup build
+	BIN=$(BIN) WORKERS=$(WORKERS) QUICK="$(QUICK)" HUB_STAMP=$(HUB_STAMP) BUILDS_LOG=$(BUILDS_LOG) tests/make_test.sh
 
 test-hub: $(HUB_STAMP)
 	$(HUB_VENV)/bin/python -c 'import huggingface_hub as h, transformers as t; print("huggingface_hub", h.__version__, "transformers", t.__version__)'

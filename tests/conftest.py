@@ -66,9 +66,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="session")
 def llama_build():
     """The pinned llama.cpp, CPU build with llama-server, from the build cache (built on first use)."""
-    from llamaspec.llamacpp import build, source
+    import llamacpp_builds
 
-    info = source.fetch()
     # with llama-server: the build leaves it for when first needed, and many tests start it
-    return build.ensure_program(build.build("cpu", source=info), "server")
+    return llamacpp_builds.pinned()
 

@@ -431,7 +431,7 @@ def test_a_second_build_of_the_same_folder_waits_and_reuses_the_first(
     the_plan = _plan("cpu")
     monkeypatch.setattr(build.sources, "check_tree", lambda tree: None)
     monkeypatch.setattr(build, "check_tools", lambda: None)
-    monkeypatch.setattr(build, "plan", lambda source, accel, extra: the_plan)
+    monkeypatch.setattr(build, "plan", lambda source, accel, extra, rpc=False: the_plan)
 
     def must_not_compile(p: BuildPlan, jobs: int | None) -> build.Build:
         raise AssertionError("compiled again although the other process had just built it")
@@ -534,7 +534,7 @@ def test_a_pending_server_is_built_into_the_same_folder_on_first_use(
     work = build.work_dir(plan.folder) / "cmake"
     assert (work / "builds.txt").read_text() == "llama-completion llama-quantize llama-speculative\n"
     first = build.stamp_smoke_host(first)  # what build() does after the smoke test
-    build.point_latest(build.pointer_name(first), first.commit, plan.folder)
+    build.point_latest_at(first)
     monkeypatch.setattr(smoke, "_run", lambda argv, name, log_path, usage_ok=False: None)
 
     from llamaspec.contract import EngineOptions

@@ -11,17 +11,18 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import llamacpp_builds
 import pytest
 
 from llamaspec import experiment, models
 from llamaspec.contract import ModelPath, ResolvedCase
-from llamaspec.llamacpp import build, source
+from llamaspec.llamacpp import build
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.settings import DEFAULTS
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
-GENERATIONS = {
+GENERATIONS = {  # the versions of llamacpp_builds.GENERATIONS_2023
     # sdist version: (experiment, commit, adaptive draft length)
     "0.2.7": ("smollm2-quicksort-sep2023", "a98b163", True),
     "0.2.20": ("smollm2-quicksort-2023", "b38a16d", False),
@@ -42,8 +43,8 @@ def _model(ref: experiment.ModelRef, request: pytest.FixtureRequest) -> ModelPat
 def test_2023_speculative_and_main_through_the_runner(version: str, request: pytest.FixtureRequest, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     name, commit, adaptive = GENERATIONS[version]
-    tree = source.fetch(f"pypi:llama-cpp-python=={version}", source.paths.cache_dir() / "trees" / f"llama-cpp-python-{version}")
-    built = build.build("cpu", source=tree)  # cached after the first time
+    assert version in llamacpp_builds.GENERATIONS_2023  # what make test builds beforehand
+    built = llamacpp_builds.older(version)  # cached after the first time
     assert built.commit == commit and built.programs["speculative"] == "speculative" and built.programs["completion"] == "main"
     backend = LlamaCppEngine(build.prebuilt(Path(built.bin_dir)))  # as --bin-dir gives it
     assert backend.caps("speculative").generation == "2023"

@@ -652,7 +652,10 @@ def test_each_category_gets_the_models_best_draft_length_from_its_own_acceptance
 def _params(command: Any) -> dict[str, Any]:
     import click
 
-    return {p.name: p for p in command.get_params(click.Context(command)) if isinstance(p, click.Option)}
+    from llamaspec.cli import CONTEXT
+
+    # a context as the command line makes it: click keeps the first help option it was asked for (-h)
+    return {p.name: p for p in command.get_params(click.Context(command, **CONTEXT)) if isinstance(p, click.Option)}
 
 
 def test_prompts_run_takes_every_setting_llama_server_honours_under_runs_names() -> None:

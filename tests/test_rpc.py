@@ -95,6 +95,31 @@ def test_the_build_plan_adds_the_rpc_flag_and_server_and_keeps_its_own_cache_ent
     assert build.rpc_target(Path(src.path)) == "ggml-rpc-server"
 
 
+def test_the_default_build_has_rpc_where_the_tree_does_and_answers_both_pointers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamaspec.llamacpp import cache
+
+    tree = tmp_path / "tree"
+    (tree / "tools" / "rpc").mkdir(parents=True)
+    assert not build.with_rpc(tree, None) and build.with_rpc(tree, True)  # a tree before RPC (2023): none by default
+    (tree / "tools" / "rpc" / "CMakeLists.txt").write_text("set(TARGET ggml-rpc-server)\nadd_executable(${TARGET} rpc-server.cpp)\n")
+    assert build.with_rpc(tree, None) and not build.with_rpc(tree, False)
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+
+    def made(name: str, **programs: str) -> cache.Build:
+        (cache.paths.builds_dir() / name / "bin").mkdir(parents=True)
+        b = cache.Build(bin_dir=str(cache.paths.builds_dir() / name / "bin"), commit="0c1e570", accel="cpu",
+                        programs={"speculative": "llama-speculative", **programs})
+        cache.write_manifest(b)
+        build.point_latest_at(b)
+        return b
+
+    default = made("0c1e570-cpu-a", **{"rpc-server": "ggml-rpc-server"})
+    assert cache.latest("cpu", "0c1e570") == default == cache.latest("cpu-rpc", "0c1e570")
+    plain = made("0c1e570-cpu-b")  # `llamaspec build --no-rpc`: the plain runs' build from now on, never an RPC run's
+    assert cache.latest("cpu", "0c1e570") == plain and cache.latest("cpu-rpc", "0c1e570") == default
+
+
 FAKE_SERVER = '''#!{python}
 import sys
 print("fake rpc server", " ".join(sys.argv[1:]))
@@ -179,11 +204,12 @@ def _data() -> str:
 # --- the real thing ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def rpc_build():
-    try:
-        return build.find("cpu", rpc=True)
-    except LlamaspecError as exc:
-        pytest.skip(f"no llama.cpp RPC build ({exc.message}); make it with `llamaspec build --accel cpu --rpc`")
+def rpc_build(llama_build):
+    """The pinned default build: it has the RPC server and backend (the pinned tree has them)."""
+    assert build.RPC_ROLE in llama_build.programs, f"the default build {llama_build.bin_dir} has no RPC server"
+    assert "-DGGML_RPC=ON" in llama_build.cmake_args
+    assert build.find("cpu", rpc=True) == build.find("cpu")  # the RPC runs and the plain ones use the same build
+    return llama_build
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import real_checks
 from click.testing import CliRunner
 
 from llamaspec import analysis, experiment, sweep
 from llamaspec.cli import main
 from llamaspec.llamacpp.runner import LlamaCppEngine
-from llamaspec.results import Store
+from llamaspec.results import Store, measurement_of
 from llamaspec.run import run_experiment
 from llamaspec.settings import Settings
 from llamaspec.summary import Summary
@@ -44,7 +45,18 @@ def test_run_reports_speedup_acceptance_and_lossless(llama_build, offline_pair) 
     (result,) = run_experiment(small(repeats=3), LlamaCppEngine(llama_build), store)
     assert result.status == "ok", result.error
     s = result.summary
-    assert s.decode_tps.median > 0 and s.baseline_decode_tps.median > 0 and s.paired
+    assert s.paired and s.pairs == 3
+    for m in result.measurements:  # each run's figures from what its program printed (tests/real_checks.py)
+        if m.mode == "speculative":
+            real_checks.speculative_counters(m, k=4)
+            real_checks.speculative_speed(m, requested=24)
+        else:
+            real_checks.baseline_speed(m, requested=24)
+    for spec_m, base_m in zip([m for m in result.measurements if m.mode == "speculative"],
+                              [m for m in result.measurements if m.mode == "baseline"], strict=True):
+        real_checks.same_output(spec_m, base_m)
+    # the summary's counters are one speculative run's (the median's), not made up between them
+    assert (s.n_drafted, s.n_accept, s.rounds) in {(m.n_drafted, m.n_accept, m.rounds) for m in result.measurements}
     spec = [m.decode_tps for m in result.measurements if m.mode == "speculative"]
     base = [m.decode_tps for m in result.measurements if m.mode == "baseline"]
     assert sorted(s.speedup.values) == pytest.approx(sorted(a / b for a, b in zip(spec, base, strict=True)))  # paired
@@ -106,6 +118,11 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
         assert s.lossless.verdict == "identical"
         spec = [m for m in store.measurements(row.run_id) if m["mode"] == "speculative"][0]
         base = [m for m in store.measurements(row.run_id) if m["mode"] == "baseline"][0]
+        spec_m, base_m = measurement_of(spec), measurement_of(base)  # as stored, read back
+        real_checks.speculative_counters(spec_m, k=row.draft_max)
+        real_checks.speculative_speed(spec_m, requested=16)
+        real_checks.baseline_speed(base_m, requested=16)
+        real_checks.same_output(spec_m, base_m, at_least=20)
         # the costs were timed at the run's own depth: the prompt as the programs counted it + n/2
         assert s.cost_depth == base["n_prompt"] + 16 // 2, (s.cost_depth, base["n_prompt"])
         texts.add(spec["text"][:60])
@@ -146,13 +163,11 @@ def test_draft_min_drops_short_drafts_on_speculative_simple(llama_build, offline
 
 def test_old_generation_binaries(offline_pair) -> None:
     """The same experiment on an early-2025 llama.cpp (--draft-max, llama-cli) given as a binaries folder."""
-    from llamaspec.llamacpp import build, source
+    import llamacpp_builds
 
-    pin = source.PINNED_SDISTS.get("0.3.8")
-    if pin is None:
-        pytest.skip("no older generation pinned")
-    info = source.fetch("pypi:llama-cpp-python==0.3.8", source.paths.cache_dir() / "trees" / "llama-cpp-python-0.3.8")
-    old = build.build("cpu", source=info)  # cached after the first time
+    from llamaspec.llamacpp import build
+
+    old = llamacpp_builds.older(llamacpp_builds.EARLY_2025)  # cached after the first time
     backend = LlamaCppEngine(build.prebuilt(Path(old.bin_dir)))
     assert backend.caps("speculative").generation == "2024"
     (result,) = run_experiment(small(n=16), backend, Store.open())
@@ -161,6 +176,11 @@ def test_old_generation_binaries(offline_pair) -> None:
     assert "--draft-max" in argv and "--spec-draft-n-max" not in argv
     assert result.summary.lossless.verdict == "identical"
     assert result.summary.n_drafted == 4 * result.summary.rounds
+    base, spec = result.measurements  # llama-cli and llama-speculative of early 2025 print alike enough
+    real_checks.speculative_counters(spec, k=4)
+    real_checks.speculative_speed(spec, requested=16)
+    real_checks.baseline_speed(base, requested=16)
+    real_checks.same_output(spec, base, at_least=20)
 
 
 def test_cli_run_on_speculative_simple_prints_acceptance_by_position(llama_build, offline_pair) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import real_checks
 from click.testing import CliRunner
 
 from llamaspec import promptset
@@ -204,8 +205,11 @@ def test_greedy_output_with_the_draft_equals_without(backend, pair, tmp_path: Pa
     assert base.ok and spec.ok, (base.error, spec.error)
     assert base.tokens and spec.tokens == base.tokens and spec.text == base.text
     assert base.n_predict == spec.n_predict == 24 and not base.end_of_text
-    assert spec.n_drafted and spec.n_accept and spec.rounds and spec.rounds >= 1
-    assert base.decode_tps and spec.decode_tps and base.speed_basis == server.SPEED_BASIS
+    real_checks.server_counters(spec, k=8)  # counters from the answer and /metrics agree (tests/real_checks.py)
+    assert spec.n_accept and spec.drafted_rounds  # the pair's draft does get tokens accepted on this prompt
+    for m in (base, spec):
+        real_checks.server_speed(m, requested=24)
+    assert base.speed_basis == spec.speed_basis == server.SPEED_BASIS
     assert base.n_drafted is None and base.draft_policy == "none" and spec.draft_policy == "capped"
     assert len(backend.servers()) == 2
     again = backend.measure(c, "speculative", tmp_path / "s2.json")  # same server, no restart
@@ -223,6 +227,8 @@ def test_ngram_mode_drafts_and_accepts_on_a_code_edit_prompt(backend, pair, tmp_
     spec = backend.measure(c, "speculative", tmp_path / "s.json")
     assert base.ok and spec.ok, (base.error, spec.error)
     assert spec.n_drafted and spec.n_accept and spec.n_accept > 0
+    real_checks.server_counters(spec, k=8)  # an n-gram mode drafts at most m = 8 a round
+    real_checks.server_speed(spec, requested=48)
     assert spec.tokens == base.tokens
     assert "def area" in (spec.text or "")  # chat template applied: the model answers the instruction
 
@@ -328,6 +334,22 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
         assert s["e2e_counted"] == s["counted"] >= 1 and s["e2e_total_speedup"]["median"] > 0
         assert s["baseline_prompt_ms"] > 0 and s["speculative_prompt_ms"] > 0
     assert set(out["recommendation"]) == set(out["recommendation_end_to_end"]) == {"code-editing", "prose", "all"}
+    # what the figures were made of: each stored prompt's runs, checked against the server's own answers
+    from llamaspec.results import measurements_of
+
+    store = Store.open()
+    runs = store.runs()
+    assert len(runs) == 2 * 2  # two methods, two prompts
+    for run in runs:
+        ms = measurements_of(store.measurements(run["id"]))
+        base = [m for m in ms if m.mode == "baseline"]
+        spec = [m for m in ms if m.mode == "speculative"]
+        assert base and len(base) == len(spec), run["id"]
+        for m in spec:
+            real_checks.server_counters(m, k=m.draft_len or 0)
+        for m in ms:
+            real_checks.server_speed(m, requested=16)
+            assert m.tokens == base[0].tokens  # greedy: every run of a prompt, with a draft or not, says the same
     again = CliRunner().invoke(main, args)  # everything stored: nothing measured again
     assert again.exit_code == 0 and json.loads(again.stdout)["methods"] == out["methods"]
 
@@ -362,6 +384,7 @@ def test_concurrency_levels_on_the_real_server(server_build, pair, tmp_path: Pat
         for mode in ("baseline", "speculative"):
             run = r[mode]["runs"][0]
             assert run["requests"] == 2 and run["failed"] == 0 and run["generated"] == 24
+            assert run["wall_seconds"] > 0 and run["aggregate_tps"] == pytest.approx(24 / run["wall_seconds"])
             assert r[mode]["aggregate_tps"]["median"] > 0 and r[mode]["per_request_tps"]["median"] > 0
         assert r["aggregate_speedup"]["median"] > 0 and r["per_request_speedup"]["n"] == 1
     logs = sorted((tmp_path / "servers").glob("*.log"))

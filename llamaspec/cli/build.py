@@ -51,12 +51,14 @@ def source_show() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even if the cache has this build.")
 @click.option("--source", "source_spec", default=None, metavar="SPEC",
               help="Build another tree: path:/your/llama.cpp (default: vendor/llama.cpp, fetched if missing).")
-@click.option("--rpc", is_flag=True, help="Also build llama.cpp's RPC server and backend (-DGGML_RPC=ON): a separate cached build.")
+@click.option("--rpc/--no-rpc", default=None,
+              help="With llama.cpp's RPC server and backend (-DGGML_RPC=ON), or without: a build of its own. "
+                   "Default: with them where the tree has them (2024 on).")
 @click.option("--server", "with_server", is_flag=True,
               help="Also build llama-server now (otherwise it is built the first time a run needs it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON.")
 @click.argument("cmake_args", nargs=-1, type=click.UNPROCESSED)
-def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rpc: bool, with_server: bool,
+def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rpc: bool | None, with_server: bool,
           as_json: bool, cmake_args: tuple[str, ...]) -> None:
     """Build llama.cpp's programs into the build cache (reused when nothing changed).
 

@@ -70,9 +70,9 @@ def run_experiment_on_cluster(exp: Any, address: str | None, *, repeats: int | N
 def rpc() -> None:
     """llama.cpp RPC workers: a target's layers held by other machines.
 
-    Build once with `llamaspec build --rpc`, serve on each lending machine, then set
-    `rpc: [HOST:PORT, ...]` in the experiment's settings: the target's layers go to those servers,
-    the draft stays local, and the run picks the RPC build by itself.
+    The default build has llama.cpp's RPC backend and server (`llamaspec build`; `--rpc` refuses a
+    tree without them): serve on each lending machine, then set `rpc: [HOST:PORT, ...]` in the
+    experiment's settings: the target's layers go to those servers, the draft stays local.
 
     Security: the server binds 127.0.0.1 unless --host is given; the RPC protocol has no
     authentication, so bind a private network only.

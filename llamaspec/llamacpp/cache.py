@@ -42,8 +42,10 @@ BINARIES: dict[str, tuple[str, ...]] = {
 }
 REQUIRED_PROGRAMS = ("speculative", "completion", "quantize")
 # llama.cpp's RPC server (holds model layers for another machine's programs): in builds made with
-# GGML_RPC=ON only (``build.plan(rpc=True)``), under this role. Such a build has a latest pointer
-# of its own (``latest-<commit>-<accel>-rpc``): it never stands in for the plain one by accident.
+# GGML_RPC=ON (``build.plan(rpc=True)``), under this role. The default build has it wherever the
+# tree has one (the backend and server add about 12 s of CPU time to a build), so such a build is
+# both the plain latest build and ``latest-<commit>-<accel>-rpc``; one made with ``--no-rpc`` is
+# only the plain one, and an RPC run never picks it.
 RPC_ROLE = "rpc-server"
 
 
@@ -166,9 +168,16 @@ def point_latest(accel: str, commit: str, folder: Path) -> None:
     atomic.write_text(latest_pointer(accel, commit), str(folder) + "\n")
 
 
-def pointer_name(build: Build) -> str:
-    """The accelerator part of a build's latest pointer (``cpu``, or ``cpu-rpc`` for an RPC build)."""
-    return build.accel + ("-rpc" if RPC_ROLE in build.programs else "")
+def pointer_names(build: Build) -> tuple[str, ...]:
+    """The accelerator parts of the latest pointers a build answers: ``cpu``, and ``cpu-rpc`` as
+    well when it has the RPC server."""
+    return (build.accel, build.accel + "-rpc") if RPC_ROLE in build.programs else (build.accel,)
+
+
+def point_latest_at(build: Build) -> None:
+    """Make ``build`` the latest of its commit under each pointer it answers."""
+    for name in pointer_names(build):
+        point_latest(name, build.commit, Path(build.bin_dir).parent)
 
 
 def latest(accel: str, commit: str) -> Build | None:

@@ -108,7 +108,7 @@ def provide(accel: str, options: dict[str, Any], labels: list[str], machine: str
             log.info("%s: fetching the pinned llama.cpp source", machine)
             src = sources.fetch(sources.DEFAULT_SPEC)
         log.info("%s: building llama.cpp %s", machine, src.commit)
-        build = builds.build(accel, source=src, rpc=rpc)
+        build = builds.build(accel, source=src, rpc=True if rpc else None)  # the default build has RPC where it can
     found = Machine(build)
     for label in labels:  # NAME:VARIANT (fetched or derived here), or a path to a GGUF file
         found.model(label)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# `make test`'s order of work (the Makefile passes BIN, WORKERS, QUICK, HUB_STAMP and BUILDS_LOG).
+#
+# What the slow tier needs is made from the start, in the background (tests/llamacpp_builds.py:
+# llama-server and the older llama.cpp generations, a few minutes of compiling on 2 cores), while
+# the venvs get their extras (both at once) and the quick tier runs; a slow-tier test whose build
+# is still under way waits for it (the build cache's lock) rather than building it again. If those
+# builds fail, make test fails with one line naming their log, whatever the tests did.
+set -u
+: "${BIN:?}" "${WORKERS:?}" "${QUICK:?}" "${HUB_STAMP:?}" "${BUILDS_LOG:?}"
+
+"$BIN/python" tests/llamacpp_builds.py >"$BUILDS_LOG" 2>&1 &
+builds=$!
+echo "make test: building llama-server and the older llama.cpp generations in the background (log: $BUILDS_LOG)"
+
+make --no-print-directory -j2 setup-convert "$HUB_STAMP" \
+    && "$BIN/python" -m pytest -q -n "$WORKERS" -m "$QUICK" \
+    && "$BIN/python" -m pytest -q -m "not ($QUICK)" --durations=10 \
+    && make --no-print-directory test-hub
+status=$?
+
+if ! wait "$builds"; then
+    echo "make test: FAILED: the background llama.cpp builds: $(tail -n 1 "$BUILDS_LOG") (log: $BUILDS_LOG)" >&2
+    status=1
+fi
+exit "$status"

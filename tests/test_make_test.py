@@ -1,0 +1,62 @@
+"""`make test`'s order of work (tests/make_test.sh), with fake tools: the builds the slow tier
+needs start first, in the background, and a failed build fails make test with one line, whatever
+the tests did."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAKE_PYTHON = """#!/bin/sh
+echo "python $*" >> "{calls}"
+if [ "$1" = tests/llamacpp_builds.py ]; then
+    sleep 0.3
+    echo "ready: the pinned source"
+    [ "{builds_fail}" = 1 ] && {{ echo "Error: the pinned build with llama-server: cmake exited with code 2"; exit 1; }}
+    echo "ready: the pinned build with llama-server"; exit 0
+fi
+exit {pytest_rc}
+"""
+FAKE_MAKE = """#!/bin/sh
+echo "make $*" >> "{calls}"
+"""
+
+
+def run(tmp_path: Path, builds_fail: bool = False, pytest_rc: int = 0) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for name, text in (("python", FAKE_PYTHON), ("make", FAKE_MAKE)):
+        (bin_dir / name).write_text(text.format(calls=calls, builds_fail=int(builds_fail), pytest_rc=pytest_rc))
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BIN": str(bin_dir), "WORKERS": "4",
+           "QUICK": "not slow", "HUB_STAMP": ".venv-hub/.installed", "BUILDS_LOG": str(tmp_path / "builds.log")}
+    done = subprocess.run([str(ROOT / "tests" / "make_test.sh")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    return done, calls.read_text().splitlines()
+
+
+def test_the_builds_start_first_and_every_tier_runs(tmp_path: Path) -> None:
+    done, calls = run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == "python tests/llamacpp_builds.py"  # in the background, before anything else
+    assert calls[1:] == ["make --no-print-directory -j2 setup-convert .venv-hub/.installed",
+                         "python -m pytest -q -n 4 -m not slow",
+                         "python -m pytest -q -m not (not slow) --durations=10",
+                         "make --no-print-directory test-hub"]
+    assert f"log: {tmp_path / 'builds.log'}" in done.stdout and "FAILED" not in done.stderr
+
+
+@pytest.mark.parametrize("pytest_rc", [0, 1])
+def test_a_failed_background_build_fails_make_test_with_one_line(tmp_path: Path, pytest_rc: int) -> None:
+    done, calls = run(tmp_path, builds_fail=True, pytest_rc=pytest_rc)
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line == ("make test: FAILED: the background llama.cpp builds: Error: the pinned build with llama-server: "
+                    f"cmake exited with code 2 (log: {tmp_path / 'builds.log'})")
+    assert len(calls) == (5 if pytest_rc == 0 else 3)  # a failed quick tier stops the tiers, not the report
