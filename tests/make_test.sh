@@ -9,7 +9,9 @@
 set -u
 : "${BIN:?}" "${WORKERS:?}" "${QUICK:?}" "${HUB_STAMP:?}" "${BUILDS_LOG:?}"
 
-"$BIN/python" tests/llamacpp_builds.py >"$BUILDS_LOG" 2>&1 &
+# At a lower priority: the compiler takes the cores the tests leave idle (they mostly wait on child
+# processes, and the slow tier's programs run on one thread), and the tests' timings stay theirs.
+nice -n 10 "$BIN/python" tests/llamacpp_builds.py >"$BUILDS_LOG" 2>&1 &
 builds=$!
 echo "make test: building llama-server and the older llama.cpp generations in the background (log: $BUILDS_LOG)"
 

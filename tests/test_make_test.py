@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FAKE_PYTHON = """#!/bin/sh
 echo "python $*" >> "{calls}"
 if [ "$1" = tests/llamacpp_builds.py ]; then
-    sleep 0.3
     echo "ready: the pinned source"
+    sleep 1
+    echo "builds done" >> "{calls}"
     [ "{builds_fail}" = 1 ] && {{ echo "Error: the pinned build with llama-server: cmake exited with code 2"; exit 1; }}
     echo "ready: the pinned build with llama-server"; exit 0
 fi
@@ -44,11 +45,14 @@ def run(tmp_path: Path, builds_fail: bool = False, pytest_rc: int = 0) -> tuple[
 def test_the_builds_start_first_and_every_tier_runs(tmp_path: Path) -> None:
     done, calls = run(tmp_path)
     assert done.returncode == 0, done.stderr
-    assert calls[0] == "python tests/llamacpp_builds.py"  # in the background, before anything else
-    assert calls[1:] == ["make --no-print-directory -j2 setup-convert .venv-hub/.installed",
-                         "python -m pytest -q -n 4 -m not slow",
-                         "python -m pytest -q -m not (not slow) --durations=10",
-                         "make --no-print-directory test-hub"]
+    # the builds in the background, the tiers meanwhile, and make test waits for the builds to end
+    assert [c for c in calls if c != "python tests/llamacpp_builds.py"] == [
+        "make --no-print-directory -j2 setup-convert .venv-hub/.installed",
+        "python -m pytest -q -n 4 -m not slow",
+        "python -m pytest -q -m not (not slow) --durations=10",
+        "make --no-print-directory test-hub",
+        "builds done"]
+    assert calls.index("python tests/llamacpp_builds.py") < calls.index("builds done")
     assert f"log: {tmp_path / 'builds.log'}" in done.stdout and "FAILED" not in done.stderr
 
 
@@ -59,4 +63,5 @@ def test_a_failed_background_build_fails_make_test_with_one_line(tmp_path: Path,
     (line,) = done.stderr.splitlines()
     assert line == ("make test: FAILED: the background llama.cpp builds: Error: the pinned build with llama-server: "
                     f"cmake exited with code 2 (log: {tmp_path / 'builds.log'})")
-    assert len(calls) == (5 if pytest_rc == 0 else 3)  # a failed quick tier stops the tiers, not the report
+    assert calls[-1] == "builds done"  # waited for, even after a failed tier
+    assert len(calls) == (6 if pytest_rc == 0 else 4)  # a failed quick tier stops the tiers, not the report
