@@ -76,7 +76,7 @@ check: setup
 	$(BIN)/mypy llamaspec
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m "$(QUICK)" --durations=5
 
-# make test: the quick tier, then the slow tier with the hub tests beside it; what the slow tier
+# make test: the quick tier, the slow tier, then the hub tests; what the slow tier
 # needs (llama-server, the older llama.cpp generations) is built in the background from the start
 # (tests/make_test.sh says how; a failed build fails make test with one line naming its log).
 BUILDS_LOG ?= $(VENV)/llamacpp-builds.log

@@ -4,12 +4,12 @@
 # What the slow tier needs is made from the start, in the background (tests/llamacpp_builds.py:
 # llama-server and the older llama.cpp generations, a few minutes of compiling on 2 cores), while
 # the venvs get their extras (both at once) and the quick tier runs; a slow-tier test whose build
-# is still under way waits for it (the build cache's lock) rather than building it again. The hub
-# tests (their own venv, loopback HTTP, light) run beside the slow tier, their output shown after
-# it. If the builds fail, make test fails with one line naming their log, whatever the tests did.
+# is still under way waits for it (the build cache's lock) rather than building it again. (The hub
+# tests stay after the slow tier: they run transformers 5 on torch, which would take the cores the
+# slow tier measures on.) If the builds fail, make test fails with one line naming their log,
+# whatever the tests did.
 set -u
 : "${BIN:?}" "${WORKERS:?}" "${QUICK:?}" "${HUB_STAMP:?}" "${BUILDS_LOG:?}"
-HUB_LOG="${BUILDS_LOG%/*}/test-hub.log"
 
 # At a lower priority: the compiler takes the cores the tests leave idle (they mostly wait on child
 # processes, and the slow tier's programs run on one thread), and the tests' timings stay theirs.
@@ -17,19 +17,10 @@ nice -n 10 "$BIN/python" tests/llamacpp_builds.py >"$BUILDS_LOG" 2>&1 &
 builds=$!
 echo "make test: building llama-server and the older llama.cpp generations in the background (log: $BUILDS_LOG)"
 
-slow_and_hub() {
-    make --no-print-directory test-hub >"$HUB_LOG" 2>&1 &
-    local hub=$! slow=0 hub_status=0
-    "$BIN/python" -m pytest -q -m "not ($QUICK)" --durations=10 || slow=$?
-    wait "$hub" || hub_status=$?
-    echo "make test-hub (beside the slow tier; log: $HUB_LOG):"
-    cat "$HUB_LOG"
-    [ "$slow" -eq 0 ] && [ "$hub_status" -eq 0 ]
-}
-
 make --no-print-directory -j2 setup-convert "$HUB_STAMP" \
     && "$BIN/python" -m pytest -q -n "$WORKERS" -m "$QUICK" \
-    && slow_and_hub
+    && "$BIN/python" -m pytest -q -m "not ($QUICK)" --durations=10 \
+    && make --no-print-directory test-hub
 status=$?
 
 if ! wait "$builds"; then
