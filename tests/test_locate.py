@@ -164,7 +164,7 @@ def test_with_nothing_found_a_run_builds_the_pinned_tree_and_says_so_first(
     tree = sources.SourceInfo(path=str(bare / "tree"), commit="0c1e570", kind="pypi", origin="pypi:llama-cpp-python==0.3.36")
     monkeypatch.setattr(sources, "fetch", lambda spec=None, dest=None, force=False: events.append(f"fetch {spec}") or tree)
 
-    def fake_build(accel: str = "auto", extra_args=(), jobs=None, force=False, source=None, rpc=False):
+    def fake_build(accel: str = "auto", extra_args=(), jobs=None, force=False, source=None, rpc=None):
         events.append(f"build {accel} {source.commit} rpc={rpc} after {len(caplog.records)} log lines")
         return cache.Build(bin_dir=str(bare / "built"), commit=source.commit, accel="cpu")
 
@@ -176,7 +176,8 @@ def test_with_nothing_found_a_run_builds_the_pinned_tree_and_says_so_first(
     with caplog.at_level(logging.WARNING, logger="llamaspec"):
         got = cache.find("cpu", build=True)
     assert got.bin_dir == str(bare / "built")
-    assert events == ["fetch pypi:llama-cpp-python==0.3.36", "build cpu 0c1e570 rpc=False after 1 log lines"]
+    # rpc None: what `llamaspec build` makes (with the RPC backend where the tree has it)
+    assert events == ["fetch pypi:llama-cpp-python==0.3.36", "build cpu 0c1e570 rpc=None after 1 log lines"]
     said = caplog.records[0].getMessage()
     assert said.startswith("no llama.cpp to run (no --bin-dir, no build of 0c1e570 (cpu), none on PATH): building "
                            "llama.cpp 0c1e570 (cpu) now, roughly 4 to 9 min on 4 cores"), said

@@ -487,4 +487,4 @@ def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False, ro
         source = sources.current()
     except LlamaspecError:
         source = sources.fetch(sources.DEFAULT_SPEC)
-    return builds.build(accel, source=source, rpc=rpc)
+    return builds.build(accel, source=source, rpc=True if rpc else None)  # as `llamaspec build` makes it: RPC where it can
