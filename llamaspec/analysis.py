@@ -412,7 +412,9 @@ def _group_label(settings: dict[str, Any], axes: Sequence[str], draft: str | Non
     for axis in axes:
         if axis == "draft_max":
             continue
-        value = draft.split(":")[-1] if axis == "draft_variant" and draft else settings.get(axis)
+        # a catalog draft by its variant; a file or repo (a '/' in the label) by the whole label:
+        # two repos' Q4_0 files are two groups, not one
+        value = (draft if "/" in draft else draft.split(":")[-1]) if axis == "draft_variant" and draft else settings.get(axis)
         parts.append(f"{axis}={value}")
     return ", ".join(parts)
 

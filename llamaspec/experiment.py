@@ -27,15 +27,25 @@ from llamaspec.settings import SettingError, Settings
 
 log = logging.getLogger(__name__)
 
+# ModelRef.model of a model named by where it is rather than by the catalog: its ``variant`` is
+# the location as ``llamaspec.models.given`` reads it (an absolute GGUF path, USER/REPO[:QUANT],
+# or a catalog NAME[:VARIANT]). A sweep or tune swaps the variant as for a catalog model, so
+# several drafts given on the command line are one more dimension of it.
+GIVEN = "given"
+
 
 @dataclass(frozen=True)
 class ModelRef:
-    model: str
-    variant: str
+    model: str  # a catalog name, or GIVEN
+    variant: str  # the catalog variant, or (GIVEN) the model's location
+
+    @property
+    def given(self) -> bool:
+        return self.model == GIVEN
 
     @property
     def label(self) -> str:
-        return f"{self.model}:{self.variant}"
+        return self.variant if self.given else f"{self.model}:{self.variant}"
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ class Case:
     prompt_file: str | None
     settings: Settings
     reference: Reference | None = None
+    drafts: tuple[ModelRef, ...] = ()  # drafts to compare (the first is ``draft``): sweep and tune measure each
 
 
 @dataclass(frozen=True)
@@ -152,7 +163,28 @@ def parse_reference(c: _Checker, raw: Any, where: str) -> Reference | None:
     return Reference(**values)
 
 
-def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], str | None] | None) -> ModelRef:
+def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], str | None] | None,
+                base_dir: Path | None = None) -> ModelRef:
+    """``{model: NAME, variant: VARIANT}`` from the catalog, or a model by its location:
+    ``{file: PATH}`` (relative to the experiment file) or ``{hf: USER/REPO[:QUANT]}``."""
+    if isinstance(raw, dict) and ("file" in raw or "hf" in raw):
+        raw = c.mapping(raw, where, {"file": str, "hf": str})
+        if len(raw) != 1:
+            raise c.fail(where, "give one of file and hf")
+        key, value = next(iter(raw.items()))
+        text = c.typed(value, f"{where}.{key}", str)
+        if key == "file":
+            path = Path(text).expanduser()
+            text = str(path if path.is_absolute() else (base_dir or Path.cwd()) / path)
+        from llamaspec.models import given
+
+        try:
+            spec = given.parse(text)
+        except LlamaspecError as exc:
+            raise c.fail(f"{where}.{key}", exc.message) from None
+        if spec.kind != ("file" if key == "file" else "hub"):
+            raise c.fail(f"{where}.{key}", f"{text!r} is not a {'GGUF path' if key == 'file' else 'USER/REPO[:QUANT]'}")
+        return ModelRef(GIVEN, spec.text)
     raw = c.mapping(raw, where, {"model": str, "variant": str}, required=("model", "variant"))
     ref = ModelRef(c.typed(raw["model"], f"{where}.model", str), c.typed(raw["variant"], f"{where}.variant", str))
     if known is not None:
@@ -164,8 +196,9 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
 
 
 TOP_KEYS = {"name": str, "description": str, "engine": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list,
-            "prompts": (str, dict)}
-CASE_KEYS = {"name": str, "target": dict, "draft": dict, "prompt": str, "prompt_file": str, "settings": dict, "reference": dict}
+            "prompts": (str, dict), "study": str}
+CASE_KEYS = {"name": str, "target": dict, "draft": dict, "drafts": list, "prompt": str, "prompt_file": str, "settings": dict,
+             "reference": dict}
 
 
 def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] | None = None,
@@ -207,17 +240,25 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
             prompt_file = str(resolved)
         if (prompt is None) == (prompt_file is None) and not (top.get("prompts") and prompt is None and prompt_file is None):
             raise c.fail(where, "give exactly one of prompt and prompt_file (or a prompt set: top-level prompts)")
-        draft = parse_model(c, raw["draft"], f"{where}.draft", known_model) if raw.get("draft") is not None else None
+        drafts = tuple(parse_model(c, d, f"{where}.drafts[{j}]", known_model, base_dir)
+                       for j, d in enumerate(c.typed(raw.get("drafts") or [], f"{where}.drafts", list)))
+        draft = parse_model(c, raw["draft"], f"{where}.draft", known_model, base_dir) if raw.get("draft") is not None else None
+        if drafts:  # compared as one dimension: each by its location (a catalog one by NAME:VARIANT)
+            drafts = tuple(ModelRef(GIVEN, d.label) for d in drafts)
+            if draft is not None and draft.label != drafts[0].label:
+                raise c.fail(f"{where}.drafts", "the first of drafts is the case's draft: give it first, or drop draft")
+            draft = drafts[0]
         if draft is None and case_settings.over(DEFAULT_SETTINGS).spec_type == "draft":
             raise c.fail(f"{where}.draft", "missing (or set settings.spec_type to a draft-free n-gram mode)")
         cases.append(Case(
             name=c.typed(raw.get("name", f"case{i}"), f"{where}.name", str),
-            target=parse_model(c, raw["target"], f"{where}.target", known_model),
+            target=parse_model(c, raw["target"], f"{where}.target", known_model, base_dir),
             draft=draft,
             prompt=prompt,
             prompt_file=prompt_file,
             settings=case_settings,
             reference=parse_reference(c, raw.get("reference"), f"{where}.reference"),
+            drafts=drafts,
         ))
     names = [case.name for case in cases]
     if len(set(names)) != len(names):
@@ -238,11 +279,15 @@ def locate(name_or_path: str) -> Path:
         return candidate
     found = find(name_or_path)
     if not found:
+        study = study_file(name_or_path)  # a study made from the command line (llamaspec.adhoc), by its name
+        if study is not None:
+            return study
         known = sorted(known_experiments())
         raise LlamaspecError(
             f"unknown experiment {name_or_path!r}",
             hint=f"known experiments: {', '.join(known) or '(none)'}; or NAME.yaml in the current folder or in "
-                 f"{paths.config_dir() / 'experiments'}, or a path to a YAML file")
+                 f"{paths.config_dir() / 'experiments'}, or a path to a YAML file; or your own models: "
+                 "-m TARGET.gguf -md DRAFT.gguf")
     (where, path), others = found[0], found[1:]
     if name_or_path not in _said:
         _said.add(name_or_path)
@@ -285,6 +330,16 @@ def known_experiments() -> dict[str, tuple[str, Path]]:
     return known
 
 
+def studies_dir() -> Path:
+    """Where studies made from the command line (``llamaspec.adhoc``) are kept, one file each."""
+    return paths.data_dir() / "studies"
+
+
+def study_file(name: str) -> Path | None:
+    path = studies_dir() / f"{name}.yaml"
+    return path if path.is_file() else None
+
+
 def catalog_checker() -> Callable[[str, str], str | None]:
     """Checks model names against the model catalog (models/catalog.yaml)."""
     from llamaspec import models
@@ -317,7 +372,9 @@ def load(name_or_path: str, known_model: Callable[[str, str], str | None] | None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise LlamaspecError(f"{path}: malformed YAML{where}: {problem}", hint="fix the YAML syntax (indentation, quotes, colons)") from exc
     exp = parse(data, str(path), known_model or catalog_checker(), base_dir=path.parent)
-    return dataclasses.replace(exp, sha256=hashlib.sha256(raw).hexdigest())
+    # a study kept by llamaspec.adhoc keeps its identity (the models' sha256 and settings), not the file's
+    study = data.get("study") if isinstance(data, dict) else None
+    return dataclasses.replace(exp, sha256=study if isinstance(study, str) else hashlib.sha256(raw).hexdigest())
 
 
 def list_experiments() -> list[Path]:

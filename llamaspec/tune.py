@@ -233,7 +233,12 @@ def _tune_case(exp: Experiment, case: Case, backend: Engine, store: Store, hw: d
         return fit
 
     base_fit = search_lengths(case.draft.variant, COARSE)
-    candidates = variants if variants is not None else models.load_catalog().entry(case.draft.model).plain_variants
+    if variants is not None:
+        candidates = variants
+    elif case.draft.given:  # a model named by its location: the drafts the case compares, or itself alone
+        candidates = tuple(d.variant for d in case.drafts) or (case.draft.variant,)
+    else:
+        candidates = models.load_catalog().entry(case.draft.model).plain_variants
     others = [v for v in candidates if v != case.draft.variant]
     for variant in others:
         best_now = max((result.speedup(r) for _c, r in result.measured), default=0.0)

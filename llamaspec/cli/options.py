@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
+from llamaspec.settings import DEFAULTS, FIELDS, SWEEPABLE, SettingError, Settings, check
 
 log = logging.getLogger("llamaspec")
 
@@ -237,3 +237,72 @@ def measuring(what: str, no_wait: bool) -> Iterator[None]:
 
     with lock.measuring(what, wait=not no_wait, on_wait=waiting):
         yield
+
+
+# --- models on the command line (llamaspec.adhoc) -------------------------------------------------
+
+MODEL_OPTIONS: list[Decorator] = [
+    click.option("-m", "--model", "model", default=None, metavar="GGUF|USER/REPO[:QUANT]|NAME[:VARIANT]",
+                 help="The target, as llama.cpp takes it: a GGUF file, a Hugging Face repo (as -hf: the file of that "
+                      "quant, downloaded into the Hugging Face cache and pinned) or a catalog model. Instead of NAME."),
+    click.option("-md", "--model-draft", "drafts", multiple=True, metavar="GGUF|USER/REPO[:QUANT]|NAME[:VARIANT]",
+                 help="The draft, in the same words. sweep and tune compare several: -md a.gguf,b.gguf or -md repeated."),
+    click.option("--name", "study", default=None, metavar="NAME",
+                 help="With -m: the study's name (default: made from the files' sha256 and the settings; printed). "
+                      "report, plot and a rerun take it."),
+]
+
+
+def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(MODEL_OPTIONS):
+        func = option(func)
+    return func
+
+
+def split_drafts(drafts: tuple[str, ...]) -> list[str]:
+    """``-md a.gguf,b.gguf -md c.gguf`` -> [a.gguf, b.gguf, c.gguf] (empty items refused)."""
+    from llamaspec.errors import LlamaspecError
+
+    found = [part.strip() for text in drafts for part in text.split(",")]
+    if any(not part for part in found):
+        raise LlamaspecError(f"-md {','.join(drafts)}: an empty draft name", hint="e.g. -md a.gguf,b.gguf")
+    return found
+
+
+def experiment_or_study(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, *,
+                        settings: Settings | None = None, prompt: str | None = None, prompt_file: Path | None = None,
+                        prompts: str | None = None, repeats: int | str | None = None, command: str = "run",
+                        several_drafts: bool = True) -> Any:
+    """The experiment a measuring command runs: NAME|PATH as ever, or (with -m) a study of the
+    models given, made by ``adhoc.experiment_from_models``, kept under its name and announced."""
+    from llamaspec import adhoc, experiment
+    from llamaspec.errors import LlamaspecError
+
+    if model is None:
+        if drafts or study:
+            raise LlamaspecError(f"{'-md' if drafts else '--name'} needs -m TARGET",
+                                 hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf")
+        if experiment_name is None:
+            raise LlamaspecError("which experiment? give a NAME|PATH, or your own models with -m TARGET -md DRAFT",
+                                 hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf (`llamaspec {command} -h`)")
+        return experiment.load(experiment_name)
+    if experiment_name is not None:
+        raise LlamaspecError(f"-m {model} and the experiment {experiment_name} together: the experiment names its own models",
+                             hint=f"drop {experiment_name} to measure -m/-md, or drop -m to run the experiment")
+    found = split_drafts(drafts)
+    if len(found) > 1 and not several_drafts:
+        raise LlamaspecError(f"llamaspec {command} measures one draft, {len(found)} were given",
+                             hint="compare drafts with `llamaspec sweep` or `llamaspec tune` (they take several -md)")
+    settings = settings or Settings()
+    spec_type = settings.over(DEFAULTS).spec_type
+    engine = "llama-server" if prompts is not None or (spec_type or "draft") != "draft" else "llama.cpp"
+    if prompts is not None and Path(prompts).expanduser().is_file():
+        prompts = str(Path(prompts).expanduser().resolve())
+    exp = adhoc.experiment_from_models(model, found, settings=settings, prompt=prompt,
+                                       prompt_file=prompt_file, prompts=prompts, name=study, engine=engine,
+                                       repeats=repeats if repeats is not None else 3)
+    path = adhoc.save_study(exp)
+    what = "the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")" if len(exp.cases) > 1 else "one prompt"
+    log.info("study %s: %s on %s (kept in %s; `llamaspec report %s`, `llamaspec plot %s`, or rerun with the same "
+             "command or by name)", exp.name, exp.description, what, path, exp.name, exp.name)
+    return exp

@@ -14,7 +14,7 @@ import click
 
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
-from llamaspec.cli.options import EngineSettingsCommand, SettingValue
+from llamaspec.cli.options import EngineSettingsCommand, SettingValue, model_options
 from llamaspec.progress import duration
 
 log = logging.getLogger("llamaspec")
@@ -118,7 +118,8 @@ def _server_settings() -> frozenset[str]:
 # says which): a new one is a field in llamaspec.settings and a row in llamaspec/llamacpp/flags.py.
 # --parallel is the one taken in another form here: a list of concurrency levels.
 @prompts.command("run", cls=EngineSettingsCommand, honoured=_server_settings, skip=("parallel",), after="n_predict")
-@click.argument("experiment_name", metavar="NAME|PATH")
+@click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
+@model_options
 @click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
               help="The prompt set (default: the experiment's prompts:).")
 @_set_options
@@ -137,7 +138,8 @@ def _server_settings() -> frozenset[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print set-level and per-category figures as JSON.")
 @click.option("--no-wait", is_flag=True, help="Fail at once if another measurement holds this machine.")
 @cluster_option
-def prompts_run(experiment_name: str, source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None,
+def prompts_run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None,
+                source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None,
                 turns: str | None, n_predict: int | None, repeats: int | None, timeout: float | None,
                 parallel: str | None, plot_dir: Path | None, bin_dir: Path | None, accel: str, as_json: bool,
                 no_wait: bool = False, address: str | None = None, **given: Any) -> None:
@@ -152,16 +154,27 @@ def prompts_run(experiment_name: str, source: str | None, limit: int | None, sam
     With --cluster HOST:PORT (or $RAY_ADDRESS) the prompts are spread over the Ray cluster's
     machines (one item per case and prompt, each paired on its machine); figures per machine.
 
+    Your own models instead of NAME: -m TARGET -md DRAFT (a GGUF file, USER/REPO[:QUANT] as
+    llama.cpp's -hf, or a catalog NAME[:VARIANT]); without --prompts, the built-in mixed set (code,
+    chat, reasoning, summarization). The study's name is printed (--name to choose one).
+
     \b
     Example: llamaspec prompts run smollm2-server-mini --limit 12 -n 64
+    Example: llamaspec prompts run -m target.gguf -md draft.gguf --prompts my-prompts.jsonl -d 8
     Example: llamaspec prompts run smollm2-server-mini --limit 16 -t 1 --cluster 10.0.0.5:6379
     """
-    run_prompt_set(experiment_name, source, given=given, n_predict=n_predict, timeout=timeout, repeats=repeats,
+    from llamaspec import adhoc
+    from llamaspec.cli.options import experiment_or_study, overrides
+
+    exp = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(given, n_predict, timeout),
+                              prompts=source if model is None or source is not None else str(adhoc.builtin_prompts()),
+                              repeats=repeats, command="prompts run", several_drafts=False)
+    run_prompt_set(exp, source, given=given, n_predict=n_predict, timeout=timeout, repeats=repeats,
                    limit=limit, sample_seed=sample_seed, fmt=fmt, turns=turns, levels=_levels(parallel),
                    plot_dir=plot_dir, bin_dir=bin_dir, accel=accel, as_json=as_json, address=address, no_wait=no_wait)
 
 
-def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str, Any], n_predict: int | None = None,
+def run_prompt_set(experiment_name: Any, source: str | None, *, given: dict[str, Any], n_predict: int | None = None,
                    timeout: float | None = None, repeats: int | None = None, limit: int | None = None,
                    sample_seed: int | None = None, fmt: str | None = None, turns: str | None = None,
                    levels: list[int] | None = None, plot_dir: Path | None = None, bin_dir: Path | None = None,
@@ -169,8 +182,9 @@ def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str,
     """The whole of ``prompts run``, also behind ``llamaspec run NAME --prompts FILE``: one
     function, so that both commands take the same options to the same place.
 
-    ``given``: settings from the command line (None: the experiment's); ``levels``: concurrency
-    levels (``--parallel``), or None for the per-prompt run."""
+    ``experiment_name``: an experiment's NAME|PATH, or an Experiment (a study of models given with
+    -m); ``given``: settings from the command line (None: the experiment's); ``levels``:
+    concurrency levels (``--parallel``), or None for the per-prompt run."""
     from llamaspec import experiment, host, promptset
     from llamaspec import prompts as loader
     from llamaspec.cli.options import overrides
@@ -178,7 +192,7 @@ def run_prompt_set(experiment_name: str, source: str | None, *, given: dict[str,
     from llamaspec.llamacpp import server
     from llamaspec.results import Store
 
-    exp = experiment.load(experiment_name)
+    exp = experiment.load(experiment_name) if isinstance(experiment_name, str) else experiment_name
     if exp.engine == "transformers":
         from llamaspec.errors import LlamaspecError
 

@@ -12,7 +12,7 @@ import click
 
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
-from llamaspec.cli.options import check_prompt_file, common_options, overrides, setting_options
+from llamaspec.cli.options import check_prompt_file, common_options, model_options, overrides, setting_options
 
 log = logging.getLogger("llamaspec")
 
@@ -40,7 +40,8 @@ def progress_printer(total_steps: int):
 
 
 @main.command()
-@click.argument("experiment_name", metavar="NAME|PATH")
+@click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
+@model_options
 @setting_options
 @common_options
 @click.option("--prompts", "prompt_set", default=None, metavar="FILE|spec-bench:PATH|alpaca",
@@ -50,11 +51,17 @@ def progress_printer(total_steps: int):
 @click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None,
               help="With --prompts: write the prompt set's plots to this folder.")
 @cluster_option
-def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
+def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
         repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str, no_wait: bool,
         as_json: bool, prompt_set: str | None, limit: int | None, sample_seed: int | None, plot_dir: Path | None,
         address: str | None, **given: Any) -> None:
-    """Run an experiment: speculative vs the target alone, in pairs, stored with provenance.
+    """Run an experiment, or your own models: speculative vs the target alone, in pairs, stored.
+
+    NAME|PATH is an experiment; or name the models as llama.cpp takes them, -m TARGET -md DRAFT
+    (a GGUF file, USER/REPO[:QUANT] as -hf, or a catalog NAME[:VARIANT]). Such a study gets a
+    name from the files' sha256 and the settings (printed; --name to choose one) that `results
+    list`, `report`, `plot` and a rerun take. Its prompt is -p, -f or --prompts; with none, the
+    built-in mixed prompts (code, chat, reasoning, summarization), each a case of its own.
 
     Prints decode speeds, the speedup (median of paired ratios with a 95 % interval), acceptance
     and whether the generated output is unchanged (lossless), next to the experiment's reference
@@ -69,13 +76,23 @@ def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_
 
     \b
     Example: llamaspec run smollm2-quicksort --draft 4 --repeats 5
+    Example: llamaspec run -m target.gguf -md draft.gguf --draft 8 -p "Write a haiku about the sea."
+    Example: llamaspec run -m bartowski/SmolLM2-1.7B-Instruct-GGUF:Q4_0 -md draft.gguf
     Example: llamaspec run smollm2-server-mini --prompts llamaspec-mini --limit 16 --cluster 10.0.0.5:6379
     """
-    from llamaspec import experiment, report
+    from llamaspec import report
     from llamaspec import run as runs
-    from llamaspec.cli.options import measuring, open_engine
+    from llamaspec.cli.options import experiment_or_study, measuring, open_engine
 
-    if prompt_set is not None or experiment.load(experiment_name).prompts is not None:
+    if prompt_set is not None and (prompt is not None or prompt_file is not None):
+        raise click.UsageError("--prompt and --prompt-file replace one prompt; a prompt set runs its own "
+                               "(drop them, or run an experiment without prompts:)")
+    # over a prompt set, --parallel N is N slots served to N clients (as in prompts run), not a setting
+    parallel = given.pop("parallel", None) if prompt_set is not None else None
+    loaded = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(given, n_predict, timeout),
+                                 prompt=prompt, prompt_file=prompt_file, prompts=prompt_set, repeats=repeats,
+                                 command="run", several_drafts=False)
+    if prompt_set is not None or loaded.prompts is not None:
         from llamaspec.cli.prompts import run_prompt_set
 
         if prompt is not None or prompt_file is not None:
@@ -83,16 +100,16 @@ def run(experiment_name: str, n_predict: int | None, prompt: str | None, prompt_
                                    "(drop them, or run an experiment without prompts:)")
         if repeats == "auto":
             raise click.UsageError("--repeats auto is for one prompt; over a prompt set give a count, e.g. --repeats 3")
-        parallel = given.pop("parallel", None)  # over a prompt set: N slots served to N clients, as in prompts run
-        run_prompt_set(experiment_name, prompt_set, given=given, n_predict=n_predict, timeout=timeout,
+        if prompt_set is None:
+            parallel = given.pop("parallel", None)
+        run_prompt_set(loaded, prompt_set, given=given, n_predict=n_predict, timeout=timeout,
                        repeats=repeats if isinstance(repeats, int) else None, limit=limit,
                        sample_seed=sample_seed, levels=[parallel] if parallel else None, plot_dir=plot_dir,
                        bin_dir=bin_dir, accel=accel, as_json=as_json, address=address, no_wait=no_wait)
         return
     if plot_dir is not None:
         raise click.UsageError("--plot is for prompt sets (--prompts); plots of stored runs: `llamaspec plot --help`")
-    exp = experiment.load(experiment_name)
-    exp = exp.with_overrides(overrides(given, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
+    exp = loaded.with_overrides(overrides(given, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     if address:
         from llamaspec.cli.cluster import run_experiment_on_cluster
 

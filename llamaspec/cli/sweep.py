@@ -12,13 +12,21 @@ import click
 
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
-from llamaspec.cli.options import check_prompt_file, common_options, overrides, sweep_options
+from llamaspec.cli.options import (
+    check_prompt_file,
+    common_options,
+    model_options,
+    overrides,
+    setting_options,
+    sweep_options,
+)
 from llamaspec.errors import LlamaspecError
 
 log = logging.getLogger("llamaspec")
 
 @main.command()
-@click.argument("experiment_name", metavar="NAME|PATH")
+@click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
+@model_options
 @sweep_options
 @click.option("--shared-baseline", is_flag=True,
               help="Cost saver: measure one baseline per target setting and share it across points (speedups are "
@@ -32,7 +40,7 @@ log = logging.getLogger("llamaspec")
                    "instead of spending pairs where the decision is uncertain.")
 @common_options
 @cluster_option
-def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool,
+def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool,
           n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
@@ -52,27 +60,45 @@ def sweep(experiment_name: str, shared_baseline: bool, plot: bool, budget: str |
     command to resume: every stored pair is kept and finished points are not measured again. Every sweepable setting is an
     option taking a list: --draft 1..16, --p-min 0.5,0.9 --program speculative-simple, ...
 
+    Your own models instead of NAME: -m TARGET -md DRAFT (a GGUF file, USER/REPO[:QUANT] as
+    llama.cpp's -hf, or a catalog NAME[:VARIANT]); several drafts (-md a.gguf,b.gguf) are one more
+    dimension, the smaller file counting as the cheaper setting. A setting given one value is the
+    study's setting, part of its name (printed; --name to choose one). Without -p/-f, the built-in
+    mixed prompts (code, chat, reasoning, summarization) are each swept.
+
     With --cluster HOST:PORT (or $RAY_ADDRESS) the points are spread over the Ray cluster's
     machines; each point is paired on its machine, and the best point is named per machine.
 
     \b
     Example: llamaspec sweep smollm2-quicksort --draft 1..16
+    Example: llamaspec sweep -m target.gguf -md draft.gguf --draft 1,2,4,8
+    Example: llamaspec sweep -m target.gguf -md q4_0.gguf,q8_0.gguf --draft 2,4,8 -p "def fib(n):"
     Example: llamaspec sweep smollm2-quicksort --draft 1..16 --budget 10m
     Example: llamaspec sweep smollm2-quicksort --draft 1,2,4,8 --cluster 10.0.0.5:6379
     """
-    from llamaspec import analysis, experiment
+    from llamaspec import adhoc, analysis
     from llamaspec import sweep as sweeps
-    from llamaspec.cli.options import measuring, open_engine
+    from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.results import Store
 
     axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
+    if model is not None:  # a study's one-valued settings are its settings (and its name's), not dimensions
+        fixed = {axis: values[0] for axis, values in axes.items()
+                 if len(values) == 1 and axis not in ("draft_max", "draft_variant")}
+        axes = {axis: values for axis, values in axes.items() if axis not in fixed}
+        loaded = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(fixed, n_predict, timeout),
+                                     prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="sweep")
+    else:
+        loaded = experiment_or_study(experiment_name, None, drafts, study, command="sweep")
+    compared = adhoc.draft_axis(loaded)
+    if compared and "draft_variant" not in axes:
+        axes["draft_variant"] = compared
     adaptive = not fixed_grid and not shared_baseline and sweeps.adaptive_applies(axes)
     limit = sweeps.parse_budget(budget) if budget is not None else None
     if limit is not None and not adaptive:
         raise click.UsageError("--budget is for adaptive sweeps (a grid of --draft lengths alone, without "
-                               "--fixed-grid or --shared-baseline)")
-    exp = experiment.load(experiment_name)
-    exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
+                               "--fixed-grid, --shared-baseline or several drafts)")
+    exp = loaded.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     if address:
         from llamaspec.cli.cluster import run_experiment_on_cluster
 
@@ -138,7 +164,9 @@ def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
 
 
 @main.command()
-@click.argument("experiment_name", metavar="NAME|PATH")
+@click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
+@model_options
+@setting_options
 @click.option("--variants", default=None, metavar="LIST", help="Draft variants to consider (default: the catalog's).")
 @click.option("--modes", default=None, metavar="LIST", help="Draft-free n-gram modes to try (default: all the engine has).")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
@@ -146,10 +174,10 @@ def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
                    "twice the search's pairs at --repeats).")
 @common_options
 @cluster_option
-def tune(experiment_name: str, variants: str | None, modes: str | None, budget: str | None, n_predict: int | None,
+def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, variants: str | None, modes: str | None, budget: str | None, n_predict: int | None,
          prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
-         no_wait: bool, as_json: bool, address: str | None) -> None:
+         no_wait: bool, as_json: bool, address: str | None, **given: Any) -> None:
     """Search draft length, draft variant and draft-free n-gram modes; recommend by the decision rule.
 
     The speedup model picks which draft lengths to measure and skips variants that cannot win.
@@ -157,23 +185,35 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, budget: 
     it is settled or the budget is spent; the output says which ended it. Each point is paired
     with its own baseline. Resumable like a sweep: every stored pair is kept.
 
+    Your own models instead of NAME: -m TARGET -md DRAFT (a GGUF file, USER/REPO[:QUANT] as
+    llama.cpp's -hf, or a catalog NAME[:VARIANT]); several drafts (-md a.gguf,b.gguf) are the
+    variants searched, the smaller file counting as the cheaper. Setting flags set the study's
+    settings (its name says them; printed, or --name).
+
     With --cluster HOST:PORT (or $RAY_ADDRESS) every machine of the Ray cluster tunes for itself
     (the best settings are the machine's), all at once; the results are stored here, per machine.
 
     \b
     Example: llamaspec tune smollm2-quicksort
+    Example: llamaspec tune -m target.gguf -md q4_0.gguf,q8_0.gguf -p "def fib(n):"
     Example: llamaspec tune smollm2-quicksort --cluster 10.0.0.5:6379
     """
-    from llamaspec import experiment
+    from llamaspec import adhoc
     from llamaspec import tune as tuner
-    from llamaspec.cli.options import measuring, open_engine
+    from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.results import Store
     from llamaspec.summary import Summary
     from llamaspec.sweep import parse_budget, parse_values
 
     limit = parse_budget(budget) if budget is not None else None
-    exp = experiment.load(experiment_name)
+    if model is None and any(v is not None for v in given.values()):
+        raise click.UsageError("setting flags are for a study of -m/-md models; an experiment names its own settings "
+                               "(or sweep them: `llamaspec sweep NAME --draft 1..16`)")
+    exp = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(given, n_predict, timeout),
+                              prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="tune")
     exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
+    # the drafts a study compares are the variants searched (--variants still wins)
+    chosen = parse_values("draft_variant", variants) if variants else (adhoc.draft_axis(exp) or None)
     if address:
         from llamaspec.cli.cluster import tune_on_cluster
 
@@ -183,7 +223,7 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, budget: 
             raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
         tune_on_cluster(exp, address, overrides=overrides({}, n_predict, timeout).to_dict(), repeats=repeats,
                         prompt=prompt if prompt is not None else (Path(prompt_file).read_text() if prompt_file else None),
-                        variants=parse_values("draft_variant", variants) if variants else None,
+                        variants=chosen,
                         modes=parse_values("spec_type", modes) if modes else None, accel=accel, as_json=as_json)
         return
     from llamaspec.llamacpp import rpc as rpcs
@@ -200,7 +240,7 @@ def tune(experiment_name: str, variants: str | None, modes: str | None, budget: 
     try:
         with measuring(f"llamaspec tune {exp.name}", no_wait):
             results = tuner.tune(exp, engine, Store.open(),
-                                 parse_values("draft_variant", variants) if variants else None,
+                                 chosen,
                                  parse_values("spec_type", modes) if modes else None, on_point, budget=limit)
     finally:
         engine.close()

@@ -53,11 +53,21 @@ __all__ = [
 
 def gguf_model(model: str, variant: str) -> Any:
     """``model:variant`` as a GGUF file on disk (fetched or derived if needed), in the form every
-    engine takes (what the llama.cpp engines load)."""
+    engine takes (what the llama.cpp engines load). A model named by its location
+    (``experiment.GIVEN``: a path, ``USER/REPO[:QUANT]``, ``NAME[:VARIANT]`` in ``variant``) is
+    resolved by ``models.given``, labelled with its path or repo and quant."""
     from dataclasses import asdict
 
     from llamaspec.contract import ModelPath
+    from llamaspec.experiment import GIVEN
 
-    got = resolve(model, variant)
+    if model == GIVEN:
+        from llamaspec.models import given
+
+        got = given.resolve(given.parse(variant))
+        label = got.name if got.provenance.get("kind") in ("file", "hf_gguf") else got.label
+    else:
+        got = resolve(model, variant)
+        label = f"{model}:{variant}"
     meta = got.metadata.to_dict() if hasattr(got.metadata, "to_dict") else asdict(got.metadata)
-    return ModelPath(label=f"{model}:{variant}", path=str(got.path), sha256=got.sha256, metadata=meta)
+    return ModelPath(label=label, path=str(got.path), sha256=got.sha256, metadata=meta)

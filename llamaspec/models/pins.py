@@ -75,12 +75,13 @@ def load(path: Path) -> dict[str, Pin]:
     return pins
 
 
-def save(path: Path, pin: Pin) -> None:
-    """Write (or replace) one pin, keeping the others; atomic, so a reader never sees half a file."""
+def save(path: Path, pin: Pin, header: str = _HEADER) -> None:
+    """Write (or replace) one pin, keeping the others; atomic, so a reader never sees half a file.
+    ``header``: the comment that says whose pins these are."""
     import yaml
 
     pins = load(path)
     pins[pin.name] = Pin(pin.name, pin.repo, pin.revision, pin.commit, pin.pinned_at or time.strftime("%Y-%m-%d"))
     body = {"pins": {n: {"repo": p.repo, "revision": p.revision, "commit": p.commit, "pinned_at": p.pinned_at}
                      for n, p in sorted(pins.items())}}
-    atomic.write_text(path, _HEADER + yaml.safe_dump(body, sort_keys=False))
+    atomic.write_text(path, header + yaml.safe_dump(body, sort_keys=False))

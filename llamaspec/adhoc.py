@@ -1,0 +1,207 @@
+"""Studies of models named on the command line: ``llamaspec sweep -m T.gguf -md D.gguf``.
+
+The front door for a user's own files: an :class:`~llamaspec.experiment.Experiment` built from a
+target and drafts in llama.cpp's words (a GGUF path, ``USER/REPO[:QUANT]`` as ``-hf`` takes it,
+or a catalog ``NAME[:VARIANT]``), with no catalog entry and no YAML written by hand::
+
+    from llamaspec import adhoc
+    exp = adhoc.experiment_from_models("T.gguf", ["D.gguf"], settings=Settings(n_predict=64))
+    exp.name            # 't-d-1a2b3c4d': stable, from the files' sha256 and the settings
+    adhoc.save_study(exp)   # then `llamaspec sweep NAME`, `report NAME`, `plot NAME` find it
+
+Models are ``ModelRef(GIVEN, location)``: engines resolve them through ``models.gguf_model`` like
+catalog models, with the file's sha256 in every run's provenance. Several drafts are the case's
+``drafts``: ``sweep`` and ``tune`` measure each as one more dimension (the draft variant), and the
+decision counts the smaller file as the cheaper setting (``analysis.PointRow.cost``).
+
+Without a prompt, the study runs the built-in mixed set (code, chat, reasoning, summarization;
+``llamaspec/data/prompts/mixed.jsonl``), one case per prompt, so the answer is not about one prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from llamaspec.errors import LlamaspecError
+from llamaspec.experiment import GIVEN, Case, Experiment, ModelRef, studies_dir
+from llamaspec.settings import DEFAULTS, Settings
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
+
+
+def builtin_prompts() -> Path:
+    """The built-in mixed prompt set (package data)."""
+    return Path(__file__).resolve().parent / "data" / "prompts" / "mixed.jsonl"
+
+
+def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings: Settings | None = None,
+                           prompt: str | None = None, prompt_file: str | Path | None = None,
+                           prompts: str | None = None, name: str | None = None, engine: str = "llama.cpp",
+                           repeats: int | str = 3, description: str = "") -> Experiment:
+    """An experiment measuring ``target`` with each of ``drafts`` against the target alone.
+
+    ``target``/``drafts``: ``-m``/``-md`` text (a GGUF path, ``USER/REPO[:QUANT]``, a catalog
+    ``NAME[:VARIANT]``); the models are resolved here (downloaded if needed) for their sha256.
+    ``settings``: the command line's settings (every setting flag, as for an experiment).
+    The prompt: ``prompt`` (text), ``prompt_file``, ``prompts`` (a prompt set, for llama-server),
+    or none of them: the built-in mixed set, one case per prompt. ``name``: the study's name
+    (default: made from the files' sha256, the settings and the prompt, the same on every rerun).
+    Raises LlamaspecError (one line and a hint) for bad input: a missing or non-GGUF file, a repo
+    without that quant, a draft with an n-gram spec type, no draft without one, two prompts.
+    """
+    from llamaspec.models import given
+
+    settings = settings or Settings()
+    spec_type = settings.over(DEFAULTS).spec_type
+    if drafts and spec_type != "draft":
+        raise LlamaspecError(f"--spec-type {spec_type} drafts without a draft model, and -md was given",
+                             hint=f"drop -md to measure {spec_type}, or drop --spec-type to measure the draft model")
+    if not drafts and spec_type == "draft":
+        raise LlamaspecError("no draft model: -md DRAFT is missing",
+                             hint="give -md DRAFT.gguf (or USER/REPO[:QUANT]), or a draft-free mode: --spec-type ngram-simple")
+    if sum(x is not None for x in (prompt, prompt_file, prompts)) > 1:
+        raise LlamaspecError("give one of -p, -f and --prompts", hint="one prompt, one prompt file, or one prompt set")
+    specs = [given.parse(target), *(given.parse(d) for d in drafts)]
+    if len({s.text for s in specs[1:]}) != len(specs) - 1:
+        raise LlamaspecError("the same draft is given twice", hint="give each -md once")
+    files = [given.resolve(s) for s in specs]  # downloaded or read now: their sha256 names the study
+    # a catalog model without a variant is named with the one resolved (the label a catalog ref has)
+    refs = [ModelRef(GIVEN, f"{f.name}:{f.variant}" if s.kind == "catalog" else s.text) for s, f in zip(specs, files, strict=True)]
+    prompt_path = str(Path(prompt_file).expanduser().resolve()) if prompt_file is not None else None
+    if prompt_path is not None and not Path(prompt_path).is_file():
+        raise LlamaspecError(f"prompt file not found: {prompt_file}", hint="check the path given to -f/--prompt-file")
+    draft, others = (refs[1], tuple(refs[1:])) if len(refs) > 1 else (None, ())
+    if prompt is not None or prompt_path is not None or prompts is not None:
+        cases: tuple[Case, ...] = (Case("prompt", refs[0], draft, prompt, prompt_path, settings, drafts=others),)
+    else:
+        cases = tuple(Case(p["id"], refs[0], draft, p["prompt"], None, settings, drafts=others) for p in _builtin())
+    identity = {
+        "target": files[0].sha256, "drafts": [f.sha256 for f in files[1:]], "engine": engine,
+        "settings": {k: v for k, v in settings.to_dict().items() if v is not None},
+        "prompt": _digest(prompt) if prompt is not None else None,
+        "prompt_file": _file_digest(prompt_path) if prompt_path else None,
+        "prompts": prompts, "builtin": _file_digest(str(builtin_prompts())) if len(cases) > 1 else None,
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    chosen = check_name(name) if name is not None else study_name(files, digest)
+    text = description or f"{files[0].name} with " + (", ".join(f.name for f in files[1:]) or str(spec_type))
+    return Experiment(chosen, text, engine, repeats, cases, path="", settings=settings, sha256=digest, prompts=prompts)
+
+
+def _builtin() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in builtin_prompts().read_text().splitlines() if line.strip()]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _file_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _short(f: Any) -> str:
+    """A few readable characters for a model in a study name: the file's stem, the repo's name and quant."""
+    origin = f.provenance.get("kind")
+    if origin == "hf_gguf":
+        text = f"{f.provenance['repo'].split('/')[-1].removesuffix('-GGUF')}-{f.name.rpartition(':')[2]}"
+    elif origin == "file":
+        text = re.sub(r"-\d{5}-of-\d{5}$", "", Path(f.path).stem)
+    else:
+        text = f"{f.name}-{f.variant}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.").lower()[:28] or "model"
+
+
+def study_name(files: Sequence[Any], digest: str) -> str:
+    """``target-draft-1a2b3c4d`` (``+N`` for N more drafts): readable, and the same for the same
+    files, settings and prompt (the last 8 characters are of their digest)."""
+    parts = [_short(files[0])] + ([_short(files[1])] if len(files) > 1 else [])
+    more = f"+{len(files) - 2}" if len(files) > 2 else ""
+    return f"{'-'.join(parts)}{more}-{digest[:8]}"
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise LlamaspecError(f"--name {name!r}: a study name is letters, digits, '.', '_' and '-' (at most 80)",
+                             hint="e.g. --name my-pair")
+    return name
+
+
+def study_path(name: str) -> Path:
+    return studies_dir() / f"{name}.yaml"
+
+
+def _model_yaml(ref: ModelRef) -> dict[str, str]:
+    from llamaspec.models import given
+
+    spec = given.parse(ref.variant)
+    if spec.kind == "catalog":
+        name, _, variant = spec.text.partition(":")  # complete: experiment_from_models names the variant
+        return {"model": name, "variant": variant}
+    return {"file": spec.text} if spec.kind == "file" else {"hf": spec.text}
+
+
+def to_yaml(exp: Experiment) -> dict[str, Any]:
+    """The study as an experiment file (``experiments/README.md``'s schema), to be found again by name."""
+    def case(c: Case) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": c.name, "target": _model_yaml(c.target)}
+        if c.draft is not None:
+            body["draft"] = _model_yaml(c.draft)
+        if len(c.drafts) > 1:
+            body["drafts"] = [_model_yaml(d) for d in c.drafts]
+        if c.prompt is not None:
+            body["prompt"] = c.prompt
+        if c.prompt_file is not None:
+            body["prompt_file"] = c.prompt_file
+        return body
+
+    doc: dict[str, Any] = {"name": exp.name, "description": exp.description, "engine": exp.engine, "repeats": exp.repeats}
+    given_settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in exp.settings.to_dict().items() if v is not None}
+    if given_settings:
+        doc["settings"] = given_settings
+    if exp.prompts is not None:
+        doc["prompts"] = exp.prompts
+    doc["cases"] = [case(c) for c in exp.cases]
+    doc["study"] = exp.sha256
+    return doc
+
+
+def save_study(exp: Experiment) -> Path:
+    """Keep the study as ``LLAMASPEC_DATA/studies/NAME.yaml``, so that ``run``, ``sweep``, ``tune``,
+    ``report`` and ``plot`` take its name. A name already kept for other models or settings is
+    refused (its results would mix with these): nothing measured under it is touched."""
+    import yaml
+
+    from llamaspec import atomic
+
+    path = study_path(exp.name)
+    if path.is_file():
+        try:
+            kept = (yaml.safe_load(path.read_text()) or {}).get("study")
+        except yaml.YAMLError:
+            kept = None
+        if kept == exp.sha256:
+            return path
+        raise LlamaspecError(f"study {exp.name} already names other models, settings or prompts ({path})",
+                             hint="choose another --name, or drop --name for the name made from the files")
+    atomic.write_text(path, "# A llamaspec study made from the command line (llamaspec.adhoc); rerun it by name.\n"
+                      + yaml.safe_dump(to_yaml(exp), sort_keys=False, allow_unicode=True))
+    return path
+
+
+def draft_axis(exp: Experiment) -> tuple[str, ...]:
+    """The drafts every case of ``exp`` compares (their ModelRef variants), for a sweep's or a
+    tune's draft dimension; () when there is one draft or none."""
+    sets = {tuple(d.variant for d in c.drafts) for c in exp.cases}
+    if len(sets) > 1:
+        raise LlamaspecError(f"the cases of {exp.name} compare different drafts",
+                             hint="sweep them as separate experiments")
+    found = next(iter(sets), ())
+    if len(found) > 1 and len({d.model for c in exp.cases for d in c.drafts}) > 1:
+        raise LlamaspecError(f"the drafts of {exp.name} mix catalog models", hint="give them as files or USER/REPO:QUANT")
+    return found if len(found) > 1 else ()

@@ -1,0 +1,299 @@
+"""Models named on the command line, in llama.cpp's own words: a GGUF path, a catalog
+``NAME[:VARIANT]``, or ``USER/REPO[:QUANT]`` as llama.cpp's ``-hf`` takes it.
+
+    from llamaspec.models import given
+    spec = given.parse("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_0")   # -> Spec(kind="hub", ...)
+    f = given.resolve(spec)                                           # -> ModelFile (downloaded if needed)
+
+- A path: the file as it is (never copied or written beside); split files
+  (``-00001-of-0000N.gguf``) must all be there. Its sha256 is kept in the cache
+  (``LLAMASPEC_CACHE/checksums.json``, keyed on path, size and mtime), so a rerun does not read a
+  large file again.
+- ``USER/REPO[:QUANT]``: the repo's GGUF file(s) of that quant (case-insensitive; without one, llama.cpp's
+  default Q4_K_M, else the first quant there), split files included, downloaded with huggingface_hub
+  into the Hugging Face cache (the one llama.cpp's ``-hf`` reads too). The commit is pinned in
+  ``LLAMASPEC_DATA/models.lock`` on first use: a rerun downloads the same bytes whatever ``main``
+  points at by then.
+- ``NAME[:VARIANT]``: the catalog's (``models.resolve``); without a variant, its first ``fetch`` one.
+
+Every failure is one line with a hint: a path that does not exist, a file that is not GGUF or is
+truncated, a repo without GGUF files, a quant the repo does not have (the ones it has are listed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from llamaspec import atomic, paths
+from llamaspec.errors import LlamaspecError
+from llamaspec.models import pins, reader
+from llamaspec.models.store import ModelFile
+
+log = logging.getLogger(__name__)
+
+KINDS = ("file", "hub", "catalog")
+DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's -hf default (common/arg.cpp), else the first quant there
+LOCK_FILE = "models.lock"
+_LOCK_HEADER = """\
+# Commits that llamaspec resolved `-m USER/REPO[:QUANT]` (llama.cpp's -hf form) to, on first use.
+# A rerun downloads the commit named here, whatever the repo's main points at by then; delete an
+# entry to take the repo's newest files on the next run.
+"""
+_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.I)
+_QUANT = re.compile(r"(?:^|[-._])(?P<quant>(?:I?Q\d(?:_[A-Z0-9]+)*)|F16|F32|BF16|MXFP4(?:_MOE)?|TQ\d_\d)$", re.I)
+_HUB = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?::(?P<quant>[\w.-]+))?$")
+_CATALOG = re.compile(r"^(?P<name>[\w.-]+)(?::(?P<variant>[\w.-]+))?$")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A model as named on the command line, its kind decided by the text (``parse``)."""
+
+    kind: str  # file | hub | catalog
+    text: str  # normalized: an absolute path, USER/REPO[:QUANT], or NAME[:VARIANT]
+
+    @property
+    def repo(self) -> str:
+        return self.text.partition(":")[0]
+
+    @property
+    def quant(self) -> str | None:
+        return self.text.partition(":")[2] or None
+
+
+def parse(text: str) -> Spec:
+    """``-m``/``-md`` text -> Spec: a path (ends in .gguf, starts with ``/ . ~``, or exists), else
+    ``USER/REPO[:QUANT]``, else a catalog ``NAME[:VARIANT]``. Pure apart from the existence check;
+    a path that does not exist is refused here, with one line."""
+    raw = text.strip()
+    if not raw:
+        raise LlamaspecError("empty model name", hint="give a GGUF path, USER/REPO[:QUANT] or a catalog NAME[:VARIANT]")
+    path = Path(raw).expanduser()
+    looks_like_path = raw.lower().endswith(".gguf") or raw.startswith(("/", ".", "~")) or os.sep + os.sep in raw
+    if looks_like_path or path.is_file() or path.is_dir():
+        if not path.exists():
+            raise LlamaspecError(f"model file not found: {raw}",
+                                 hint="check the path; a Hugging Face repo is written USER/REPO[:QUANT], as llama.cpp's -hf")
+        if path.is_dir():
+            raise LlamaspecError(f"{raw} is a folder, not a GGUF file",
+                                 hint="name the .gguf file in it (`llamaspec models drafts` lists GGUF files)")
+        return Spec("file", str(path.resolve()))
+    m = _HUB.match(raw)
+    if m:
+        quant = m.group("quant")
+        return Spec("hub", m.group("repo") + (f":{quant}" if quant else ""))
+    m = _CATALOG.match(raw)
+    if m:
+        return Spec("catalog", raw)
+    raise LlamaspecError(f"cannot read {raw!r} as a model",
+                         hint="give a GGUF path, USER/REPO[:QUANT] (as llama.cpp's -hf) or a catalog NAME[:VARIANT]")
+
+
+# --- files on disk -------------------------------------------------------------------------------
+
+_checksum_lock = threading.Lock()
+
+
+def _checksums_path() -> Path:
+    return paths.cache_dir() / "checksums.json"
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of ``path``, from the cache when its size and mtime are unchanged."""
+    path = path.resolve()
+    st = path.stat()
+    key = str(path)
+    with _checksum_lock:
+        try:
+            known = json.loads(_checksums_path().read_text())
+        except (FileNotFoundError, ValueError):
+            known = {}
+        hit = known.get(key)
+        if isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+            return str(hit["sha256"])
+    digest = atomic.sha256_file(path, path.name)
+    with _checksum_lock:
+        try:
+            known = json.loads(_checksums_path().read_text())
+        except (FileNotFoundError, ValueError):
+            known = {}
+        known[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+        try:
+            atomic.write_json(_checksums_path(), known)
+        except OSError as exc:  # a read-only cache costs a re-read next time, nothing else
+            log.debug("cannot keep the checksum of %s: %s", path, exc)
+    return digest
+
+
+def split_parts(path: Path) -> list[Path]:
+    """Every file of a split GGUF given by any of its parts (in order), or ``[path]``."""
+    m = _SPLIT.match(path.name)
+    if not m:
+        return [path]
+    count = int(m.group("count"))
+    parts = [path.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise LlamaspecError(f"{path.name} is part of a model split in {count} files, and {', '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} not in {path.parent}",
+                             hint="put every part in one folder (llama.cpp loads them from the first)")
+    return parts
+
+
+def describe_file(path: Path, *, label: str | None = None, provenance: dict | None = None) -> ModelFile:
+    """A GGUF file (or split model) as a ModelFile: its metadata read (a file that is not GGUF or is
+    truncated is refused), its sha256 (of the split's parts' sha256s, in order, for a split model)."""
+    path = Path(path).expanduser().resolve()
+    parts = split_parts(path)
+    first = parts[0]
+    metas = [reader.read(p) for p in parts]  # each part checked: magic, header, tensor data within the file
+    meta = metas[0]
+    if len(parts) > 1:
+        from dataclasses import replace
+
+        meta = replace(meta, parameters=sum(m.parameters for m in metas), file_size=sum(m.file_size for m in metas))
+        sums = [file_sha256(p) for p in parts]
+        sha = hashlib.sha256("".join(f"{p.name} {s}\n" for p, s in zip(parts, sums, strict=True)).encode()).hexdigest()
+        origin = {"kind": "file", "path": str(first), "parts": [{"file": p.name, "sha256": s} for p, s in zip(parts, sums, strict=True)]}
+    else:
+        sha = file_sha256(first)
+        origin = {"kind": "file", "path": str(first)}
+    variant = (meta.file_type or "unknown").lower()
+    return ModelFile(first, label or str(first), variant, sha, meta, provenance or origin)
+
+
+# --- USER/REPO[:QUANT] ---------------------------------------------------------------------------
+
+def lock_path() -> Path:
+    return paths.data_dir() / LOCK_FILE
+
+
+def quant_of(filename: str) -> str | None:
+    """``SmolLM2-135M-Q4_K_M.gguf`` -> ``Q4_K_M`` (split suffix ignored); None when the name has none."""
+    name = Path(filename).name
+    m = _SPLIT.match(name)
+    stem = m.group("stem") if m else name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
+    q = _QUANT.search(stem)
+    return q.group("quant").upper() if q else None
+
+
+def gguf_files(names: list[str]) -> list[str]:
+    """The model GGUF files of a repo listing (projectors for images, ``mmproj``, left out)."""
+    return sorted(n for n in names if n.lower().endswith(".gguf") and "mmproj" not in Path(n).name.lower())
+
+
+def choose(repo: str, quant: str | None, names: list[str]) -> list[str]:
+    """The files of ``quant`` in a repo's GGUF files: one, or every part of a split model, first
+    part first. One error line for a repo without GGUF files or without that quant (listing those
+    it has)."""
+    ggufs = gguf_files(names)
+    if not ggufs:
+        shown = ", ".join(sorted(names)[:8]) + (" ..." if len(names) > 8 else "")
+        raise LlamaspecError(f"{repo} has no GGUF files (files there: {shown or 'none'})",
+                             hint="name a repo of GGUF files (often USER/NAME-GGUF), a local .gguf file, or convert "
+                                  "the checkpoint first")
+    by_quant: dict[str, list[str]] = {}
+    for name in ggufs:
+        by_quant.setdefault(quant_of(name) or Path(name).name, []).append(name)
+    if quant is None:
+        pick = DEFAULT_QUANT if DEFAULT_QUANT in by_quant else next(iter(sorted(by_quant)))
+        log.info("%s: no quant given, taking %s (llama.cpp's -hf default is %s)", repo, pick, DEFAULT_QUANT)
+    else:
+        pick = next((q for q in by_quant if q.upper() == quant.upper()), "")
+        if not pick:
+            raise LlamaspecError(f"{repo} has no {quant} GGUF file (its quants: {', '.join(sorted(by_quant))})",
+                                 hint=f"write {repo}:QUANT with one of those")
+    files = by_quant[pick]
+    firsts = [f for f in files if not _SPLIT.match(Path(f).name) or _SPLIT.match(Path(f).name).group("part") == "00001"]  # type: ignore[union-attr]
+    if len(firsts) > 1:
+        raise LlamaspecError(f"{repo} has {len(firsts)} {pick} models ({', '.join(firsts)})",
+                             hint="download the one you mean and give its path")
+    first = firsts[0] if firsts else files[0]
+    m = _SPLIT.match(Path(first).name)
+    if not m:
+        return [first]
+    folder = str(Path(first).parent) if "/" in first else ""
+    parts = [f"{folder + '/' if folder else ''}{m.group('stem')}-{i:05d}-of-{m.group('count')}.gguf"
+             for i in range(1, int(m.group("count")) + 1)]
+    missing = [p for p in parts if p not in names]
+    if missing:
+        raise LlamaspecError(f"{repo}: the {pick} model is split in {len(parts)} files and {', '.join(missing)} "
+                             "is not in the repo", hint="pick another quant")
+    return parts
+
+
+def _cached_names(repo: str, commit: str) -> list[str]:
+    from llamaspec.models import hf
+
+    folder = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots" / commit
+    return [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+
+
+def _cached_commit(repo: str) -> str | None:
+    from llamaspec.models import hf
+
+    ref = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "refs" / "main"
+    return ref.read_text().strip() if ref.is_file() else None
+
+
+_resolved: dict[str, ModelFile] = {}  # spec text -> its file, once per process (a sweep resolves every point)
+
+
+def hub_file(spec: Spec) -> ModelFile:
+    """The GGUF file of ``USER/REPO[:QUANT]`` in the Hugging Face cache, downloaded at the pinned commit."""
+    from llamaspec.models import hf
+
+    repo, quant = spec.repo, spec.quant
+    pin = pins.load(lock_path()).get(spec.text)
+    commit = pin.commit if pin is not None and pin.repo == repo else None
+    if hf.offline():
+        commit = commit or _cached_commit(repo)
+        names = _cached_names(repo, commit) if commit else []
+        if not names:
+            raise LlamaspecError(f"{repo} is not in the Hugging Face cache ({hf.cache_dir()}) and HF_HUB_OFFLINE is set",
+                                 hint="unset HF_HUB_OFFLINE to download it, or give the path of a local .gguf file")
+    else:
+        listing = hf.remote(repo, commit or "main", what="GGUF files")
+        commit, names = listing.commit, sorted(listing.files)
+    assert commit is not None
+    files = choose(repo, quant, names)
+    got = [hf.file(repo, name, commit) for name in files]
+    if not hf.offline() and pin is None:
+        pins.save(lock_path(), pins.Pin(spec.text, repo, "main", commit), header=_LOCK_HEADER)
+        log.info("%s: pinned commit %s (%s)", spec.text, commit[:12], lock_path())
+    label = f"{repo}:{quant_of(files[0]) or Path(files[0]).name}"
+    return describe_file(got[0].path, label=label,
+                         provenance={"kind": "hf_gguf", "repo": repo, "files": files, "commit": commit})
+
+
+def resolve(spec: Spec) -> ModelFile:
+    """The model file ``spec`` names (downloaded, fetched or derived if needed), once per process."""
+    if spec.text in _resolved and (spec.kind != "file" or _unchanged(_resolved[spec.text])):
+        return _resolved[spec.text]
+    if spec.kind == "file":
+        got = describe_file(Path(spec.text))
+    elif spec.kind == "hub":
+        got = hub_file(spec)
+    else:
+        from llamaspec.models import catalog as catalogs
+        from llamaspec.models.store import resolve as resolve_catalog
+
+        name, _, variant = spec.text.partition(":")
+        cat = catalogs.load()
+        entry = cat.entry(name)
+        if not variant:
+            variant = (entry.fetch or entry.plain_variants)[0]
+        got = resolve_catalog(name, variant, catalog=cat)
+    _resolved[spec.text] = got
+    return got
+
+
+def _unchanged(f: ModelFile) -> bool:
+    return f.path.is_file() and f.path.stat().st_size == f.metadata.file_size or bool(f.provenance.get("parts"))
