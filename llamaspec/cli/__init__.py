@@ -98,6 +98,8 @@ def main(verbose: int, quiet: bool) -> None:
         os.environ["LLAMASPEC_DEBUG"] = "1"
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)
     logging.getLogger("gguf").setLevel(max(level, logging.WARNING))  # its writer chats at INFO
+    for chatty in ("httpx", "httpx2"):  # huggingface_hub's HTTP client (1.x, 2.x): a line per request at INFO
+        logging.getLogger(chatty).setLevel(max(level, logging.WARNING))
     _unwind_on_sigterm()
 
 

@@ -156,6 +156,8 @@ def results() -> None:
 def results_list(experiment: str | None, limit: int) -> None:
     """List stored runs, newest first.
 
+    A study of models given with -m is listed under its name (printed when it ran).
+
     Example: llamaspec results list -e smollm2-quicksort
     """
     from llamaspec.results import Store
@@ -167,12 +169,14 @@ def results_list(experiment: str | None, limit: int) -> None:
         return
     from llamaspec.summary import Summary
 
-    click.echo(f"{'id':>5}  {'started':<24} {'experiment':<22} {'case':<12} {'kind':<6} {'draft':>5} {'status':<11} "
+    # experiment names whole (a study's name is what report, plot and a rerun take), however long
+    width = max([22, *(len(r["experiment"]) for r in rows)])
+    click.echo(f"{'id':>5}  {'started':<24} {'experiment':<{width}} {'case':<12} {'kind':<6} {'draft':>5} {'status':<11} "
                f"{'speedup [95% CI]':>20} {'accept':>7}")
     for r in rows:
         s = Summary.from_dict(r.get("summary"))
         speedup = s.speedup.text(suffix="x") + ("" if s.paired else "*") if s.speedup else "-"
-        click.echo(f"{r['id']:>5}  {r['started_at']:<24} {r['experiment'][:22]:<22} {r['case_name'][:12]:<12} "
+        click.echo(f"{r['id']:>5}  {r['started_at']:<24} {r['experiment']:<{width}} {r['case_name'][:12]:<12} "
                    f"{r['kind'][:6]:<6} {r['draft_max'] if r['draft_max'] is not None else '-':>5} {r['status']:<11} "
                    f"{speedup:>20} {f'{s.accept.median:.1f}%' if s.accept else '-':>7}")
     if any(not Summary.from_dict(r.get("summary")).paired and Summary.from_dict(r.get("summary")).speedup for r in rows):

@@ -84,7 +84,7 @@ def parse(text: str) -> Spec:
         if path.is_dir():
             raise LlamaspecError(f"{raw} is a folder, not a GGUF file",
                                  hint="name the .gguf file in it (`llamaspec models drafts` lists GGUF files)")
-        return Spec("file", str(path.resolve()))
+        return Spec("file", os.path.abspath(path))  # not resolved: a link's name is what llama.cpp reads (split parts)
     m = _HUB.match(raw)
     if m:
         quant = m.group("quant")
@@ -107,7 +107,7 @@ def _checksums_path() -> Path:
 
 def file_sha256(path: Path) -> str:
     """The sha256 of ``path``, from the cache when its size and mtime are unchanged."""
-    path = path.resolve()
+    path = Path(os.path.abspath(path))
     st = path.stat()
     key = str(path)
     with _checksum_lock:
@@ -150,7 +150,9 @@ def split_parts(path: Path) -> list[Path]:
 def describe_file(path: Path, *, label: str | None = None, provenance: dict | None = None) -> ModelFile:
     """A GGUF file (or split model) as a ModelFile: its metadata read (a file that is not GGUF or is
     truncated is refused), its sha256 (of the split's parts' sha256s, in order, for a split model)."""
-    path = Path(path).expanduser().resolve()
+    # absolute, links not followed: in the Hugging Face cache a file is a link to a blob without its
+    # name, and llama.cpp finds a split model's other parts by the first part's name
+    path = Path(os.path.abspath(Path(path).expanduser()))
     parts = split_parts(path)
     first = parts[0]
     metas = [reader.read(p) for p in parts]  # each part checked: magic, header, tensor data within the file

@@ -1,0 +1,297 @@
+"""Models on the command line (llamaspec.adhoc, llamaspec.models.given): spec parsing, the study's
+name, bad input as one line, and ``USER/REPO[:QUANT]`` through the loopback hub with the real
+huggingface_hub. The real binaries on the offline pair: tests/test_adhoc_llamacpp.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from hub_server import Hub
+from models_factory import tiny_gguf
+
+from llamaspec import adhoc, experiment
+from llamaspec.cli import main
+from llamaspec.errors import LlamaspecError
+from llamaspec.experiment import GIVEN, ModelRef
+from llamaspec.models import given, pins
+from llamaspec.settings import Settings
+
+
+@pytest.fixture
+def pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Two tiny GGUF files sharing a vocabulary (a target and a draft), and a cache of the test's own."""
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "models"
+    folder.mkdir()
+    return tiny_gguf(folder / "target.gguf", seed=0), tiny_gguf(folder / "draft.gguf", seed=1)
+
+
+# --- parsing ---------------------------------------------------------------------------------------
+
+def test_parse_tells_paths_repos_and_catalog_names_apart(pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    target, _draft = pair
+    assert given.parse(str(target)) == given.Spec("file", str(target))
+    monkeypatch.chdir(target.parent)
+    assert given.parse("target.gguf") == given.Spec("file", str(target))  # relative: made absolute
+    assert given.parse("bartowski/SmolLM2-135M-GGUF:Q4_0") == given.Spec("hub", "bartowski/SmolLM2-135M-GGUF:Q4_0")
+    spec = given.parse("bartowski/SmolLM2-135M-GGUF")
+    assert (spec.kind, spec.repo, spec.quant) == ("hub", "bartowski/SmolLM2-135M-GGUF", None)
+    assert given.parse("smollm2-135m:q4_1") == given.Spec("catalog", "smollm2-135m:q4_1")
+    assert given.parse("smollm2-135m").kind == "catalog"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("missing.gguf", "model file not found: missing.gguf"),
+    ("./nowhere/x", "model file not found: ./nowhere/x"),
+    ("a b c", "cannot read 'a b c' as a model"),
+    ("", "empty model name"),
+])
+def test_parse_refuses_in_one_line(text: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LlamaspecError) as err:
+        given.parse(text)
+    assert err.value.message == message and err.value.hint
+
+
+def test_a_folder_is_not_a_model(tmp_path: Path) -> None:
+    with pytest.raises(LlamaspecError, match="is a folder, not a GGUF file"):
+        given.parse(str(tmp_path))
+
+
+def test_quant_names_as_llama_cpp_repos_write_them() -> None:
+    assert given.quant_of("SmolLM2-135M-Instruct-Q4_K_M.gguf") == "Q4_K_M"
+    assert given.quant_of("smollm2-135m.q4_0.gguf") == "Q4_0"
+    assert given.quant_of("Big-IQ2_XS-00002-of-00003.gguf") == "IQ2_XS"
+    assert given.quant_of("model-f16.gguf") == "F16"
+    assert given.quant_of("model.gguf") is None
+
+
+def test_choose_picks_the_quant_and_every_split_part() -> None:
+    names = ["README.md", "m-Q4_0.gguf", "m-Q8_0.gguf", "mmproj-m-f16.gguf",
+             "m-Q4_K_M-00002-of-00002.gguf", "m-Q4_K_M-00001-of-00002.gguf"]
+    assert given.choose("o/r", "q8_0", names) == ["m-Q8_0.gguf"]  # case-insensitive, as -hf
+    assert given.choose("o/r", None, names) == ["m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf"]
+    assert given.choose("o/r", None, ["m-Q8_0.gguf", "m-Q4_0.gguf"]) == ["m-Q4_0.gguf"]  # no Q4_K_M: the first
+    with pytest.raises(LlamaspecError) as err:
+        given.choose("o/r", "Q5_K_M", names)
+    assert err.value.message == "o/r has no Q5_K_M GGUF file (its quants: Q4_0, Q4_K_M, Q8_0)"  # the projector is no quant
+    with pytest.raises(LlamaspecError) as err:
+        given.choose("o/r", None, ["config.json", "model.safetensors"])
+    assert err.value.message == "o/r has no GGUF files (files there: config.json, model.safetensors)"
+    with pytest.raises(LlamaspecError, match="split in 3 files and m-Q4_0-00003-of-00003.gguf is not in the repo"):
+        given.choose("o/r", "Q4_0", ["m-Q4_0-00001-of-00003.gguf", "m-Q4_0-00002-of-00003.gguf"])
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+def test_a_file_that_is_not_gguf_or_is_truncated_is_refused(pair, tmp_path: Path) -> None:
+    text = tmp_path / "notes.gguf"
+    text.write_text("these are notes, not weights\n")
+    with pytest.raises(LlamaspecError, match=r"is not a usable GGUF file: it starts with b'thes'"):
+        given.resolve(given.parse(str(text)))
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(pair[0].read_bytes()[:-5000])
+    with pytest.raises(LlamaspecError, match="truncated"):
+        given.resolve(given.parse(str(cut)))
+
+
+def test_a_split_model_needs_every_part_and_hashes_them_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    first = tiny_gguf(tmp_path / "m-00001-of-00002.gguf", seed=0)
+    with pytest.raises(LlamaspecError, match=r"split in 2 files, and m-00002-of-00002.gguf is not in"):
+        given.describe_file(first)
+    second = tiny_gguf(tmp_path / "m-00002-of-00002.gguf", seed=1)
+    got = given.describe_file(second)  # any part names the model; the first is what llama.cpp loads
+    assert got.path == first
+    assert [p["file"] for p in got.provenance["parts"]] == [first.name, second.name]
+    assert got.metadata.file_size == first.stat().st_size + second.stat().st_size
+    assert got.sha256 != given.file_sha256(first)
+
+
+def test_checksums_are_kept_until_the_file_changes(pair) -> None:
+    target, _ = pair
+    first = given.file_sha256(target)
+    kept = json.loads(given._checksums_path().read_text())
+    assert kept[str(target)]["sha256"] == first
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    assert given.file_sha256(target) != first  # a changed file is read again, not taken from the cache
+
+
+# --- the study -----------------------------------------------------------------------------------
+
+def test_experiment_from_models_names_the_study_by_files_and_settings(pair) -> None:
+    target, draft = pair
+    exp = adhoc.experiment_from_models(str(target), [str(draft)], settings=Settings(n_predict=16), prompt="def f(x):")
+    again = adhoc.experiment_from_models(str(target), [str(draft)], settings=Settings(n_predict=16), prompt="def f(x):")
+    assert exp.name == again.name and exp.name.startswith("target-draft-")
+    (case,) = exp.cases
+    assert case.target == ModelRef(GIVEN, str(target)) and case.draft == ModelRef(GIVEN, str(draft))
+    assert case.prompt == "def f(x):" and case.settings.n_predict == 16 and exp.engine == "llama.cpp"
+    others = {adhoc.experiment_from_models(str(target), [str(draft)], settings=Settings(n_predict=32), prompt="def f(x):").name,
+              adhoc.experiment_from_models(str(target), [str(draft)], settings=Settings(n_predict=16), prompt="def g(x):").name,
+              adhoc.experiment_from_models(str(draft), [str(target)], settings=Settings(n_predict=16), prompt="def f(x):").name}
+    assert exp.name not in others and len(others) == 3
+    # the name follows the bytes, not the path: the same file elsewhere is the same study
+    copy = target.parent / "elsewhere" / "target.gguf"
+    copy.parent.mkdir()
+    copy.write_bytes(target.read_bytes())
+    moved = adhoc.experiment_from_models(str(copy), [str(draft)], settings=Settings(n_predict=16), prompt="def f(x):")
+    assert moved.name == exp.name
+    named = adhoc.experiment_from_models(str(target), [str(draft)], prompt="x", name="my-pair")
+    assert named.name == "my-pair"
+
+
+def test_without_a_prompt_the_builtin_mixed_set_is_one_case_per_prompt(pair) -> None:
+    exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1])])
+    assert [c.name for c in exp.cases] == ["code", "chat", "reasoning", "summarization"]
+    assert len({c.prompt for c in exp.cases}) == 4 and all(c.prompt for c in exp.cases)
+
+
+def test_several_drafts_are_the_cases_drafts(pair, tmp_path: Path) -> None:
+    third = tiny_gguf(tmp_path / "models" / "draft2.gguf", seed=2)
+    exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1]), str(third)], prompt="x")
+    assert exp.name.startswith("target-draft+1-")
+    assert adhoc.draft_axis(exp) == (str(pair[1]), str(third))
+    assert adhoc.draft_axis(adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], prompt="x")) == ()
+
+
+@pytest.mark.parametrize(("drafts", "settings", "prompts", "message"), [
+    (["D"], Settings(spec_type="ngram-simple"), {}, "--spec-type ngram-simple drafts without a draft model, and -md was given"),
+    ([], Settings(), {}, "no draft model: -md DRAFT is missing"),
+    (["D"], Settings(), {"prompt": "a", "prompt_file": "b"}, "give one of -p, -f and --prompts"),
+    (["D", "D"], Settings(), {}, "the same draft is given twice"),
+])
+def test_bad_studies_are_refused(pair, drafts, settings, prompts, message) -> None:
+    real = [str(pair[1]) if d == "D" else d for d in drafts]
+    with pytest.raises(LlamaspecError) as err:
+        adhoc.experiment_from_models(str(pair[0]), real, settings=settings, **prompts)
+    assert err.value.message == message and err.value.hint
+
+
+def test_a_kept_study_is_found_by_name_and_keeps_its_identity(pair) -> None:
+    exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], settings=Settings(n_predict=16, threads=1), prompt="x")
+    path = adhoc.save_study(exp)
+    assert yaml.safe_load(path.read_text())["study"] == exp.sha256
+    loaded = experiment.load(exp.name)
+    assert loaded.name == exp.name and loaded.sha256 == exp.sha256
+    assert loaded.cases[0].target == exp.cases[0].target and loaded.cases[0].draft == exp.cases[0].draft
+    assert loaded.cases[0].settings == exp.cases[0].settings and loaded.repeats == exp.repeats
+    assert adhoc.save_study(exp) == path  # the same study again: kept as it is
+    other = adhoc.experiment_from_models(str(pair[1]), [str(pair[0])], prompt="x", name=exp.name)
+    with pytest.raises(LlamaspecError, match=f"study {exp.name} already names other models"):
+        adhoc.save_study(other)
+    assert yaml.safe_load(path.read_text())["study"] == exp.sha256  # not overwritten
+
+
+# --- the command line: bad input is one line and a non-zero exit ---------------------------------
+
+def _error(args: list[str]) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(main, args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    return result.exit_code, lines
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "tune"])
+def test_cli_bad_input(command: str, pair, tmp_path: Path) -> None:
+    target, draft = str(pair[0]), str(pair[1])
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model")
+    cases = [
+        ([command, "smollm2-quicksort", "-m", target, "-md", draft], "Error: -m " + target + " and the experiment smollm2-quicksort"),
+        ([command, "-m", str(tmp_path / "nope.gguf"), "-md", draft], f"Error: model file not found: {tmp_path / 'nope.gguf'}"),
+        ([command, "-m", str(text), "-md", draft], f"Error: {text} is not a usable GGUF file"),
+        ([command, "-m", target, "-md", draft, "--spec-type", "ngram-simple"], "Error: --spec-type ngram-simple drafts without"),
+        ([command, "-md", draft], "Error: -md needs -m TARGET"),
+        ([command], "Error: which experiment?"),
+    ]
+    for args, first in cases:
+        if command == "sweep" and "--spec-type" in args:
+            continue  # on sweep a spec type is a dimension; the study refuses it below
+        code, lines = _error(args)
+        assert code != 0, args
+        assert lines[0].startswith(first), (args, lines)
+        assert len(lines) == 2 and lines[1].startswith("Hint: "), (args, lines)
+    nothing_stored = not (Path(experiment.studies_dir())).exists() or not any(experiment.studies_dir().iterdir())
+    assert nothing_stored
+
+
+def test_run_takes_one_draft(pair) -> None:
+    code, lines = _error(["run", "-m", str(pair[0]), "-md", f"{pair[1]},{pair[0]}"])
+    assert code != 0 and lines[0] == "Error: llamaspec run measures one draft, 2 were given"
+
+
+# --- USER/REPO[:QUANT] through the loopback hub ---------------------------------------------------
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The loopback hub, with huggingface_hub pointed at it, and a cache and home of the test's own."""
+    import huggingface_hub.constants as constants
+    from huggingface_hub import file_download
+
+    with Hub() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setattr(constants, "ENDPOINT", server.url)
+        template = server.url + "/{repo_id}/resolve/{revision}/{filename}"
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+        monkeypatch.setattr(file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template, raising=False)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
+        monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf-home" / "stored_tokens"))
+        given._resolved.clear()
+        yield server
+        given._resolved.clear()
+
+
+REPO = "tester/Tiny-GGUF"
+
+
+@pytest.mark.hub
+def test_a_repo_quant_is_downloaded_into_the_hf_cache_and_pinned(hub: Hub, pair, tmp_path: Path) -> None:
+    q4, q8 = pair[1].read_bytes(), pair[0].read_bytes()
+    first = hub.add(REPO, {"README.md": b"# tiny\n", "Tiny-Q4_0.gguf": q4, "Tiny-Q8_0.gguf": q8})
+    got = given.resolve(given.parse(f"{REPO}:q4_0"))
+    assert got.path.read_bytes() == q4 and got.name == f"{REPO}:Q4_0"
+    assert str(got.path).startswith(str(tmp_path / "hf-cache" / "models--tester--Tiny-GGUF" / "snapshots" / first))
+    assert got.provenance == {"kind": "hf_gguf", "repo": REPO, "files": ["Tiny-Q4_0.gguf"], "commit": first}
+    assert pins.load(given.lock_path())[f"{REPO}:q4_0"].commit == first
+    assert hub.gets("Tiny-Q4_0.gguf") and not hub.gets("Tiny-Q8_0.gguf")  # only the quant asked for
+    # main moves on: the pin holds (the same bytes on a rerun), as llama.cpp's own cache would not
+    hub.add(REPO, {"Tiny-Q4_0.gguf": q8, "Tiny-Q8_0.gguf": q8})
+    given._resolved.clear()
+    again = given.resolve(given.parse(f"{REPO}:q4_0"))
+    assert again.sha256 == got.sha256 and again.provenance["commit"] == first
+
+
+@pytest.mark.hub
+def test_a_repo_without_gguf_or_without_the_quant_says_what_it_has(hub: Hub, pair) -> None:
+    hub.add("tester/checkpoint", {"config.json": b"{}", "model.safetensors": b"\0" * 64})
+    hub.add(REPO, {"Tiny-Q4_0.gguf": pair[1].read_bytes(), "Tiny-Q8_0.gguf": pair[0].read_bytes()})
+    code, lines = _error(["run", "-m", "tester/checkpoint:Q4_0", "-md", str(pair[1])])
+    assert code != 0 and lines[0] == "Error: tester/checkpoint has no GGUF files (files there: config.json, model.safetensors)"
+    code, lines = _error(["run", "-m", f"{REPO}:Q5_K_M", "-md", str(pair[1])])
+    assert code != 0 and lines == [f"Error: {REPO} has no Q5_K_M GGUF file (its quants: Q4_0, Q8_0)",
+                                   f"Hint: write {REPO}:QUANT with one of those"]
+    assert not given.lock_path().exists()  # nothing pinned for what was not downloaded
+
+
+@pytest.mark.hub
+def test_a_split_repo_model_is_downloaded_whole(hub: Hub, tmp_path: Path, pair) -> None:
+    (tmp_path / "split").mkdir()
+    parts = [tiny_gguf(tmp_path / "split" / f"Big-Q4_0-{i:05d}-of-00002.gguf", seed=i) for i in (1, 2)]
+    hub.add("tester/Big-GGUF", {p.name: p.read_bytes() for p in parts})
+    got = given.resolve(given.parse("tester/Big-GGUF:Q4_0"))
+    assert got.path.name == parts[0].name and (got.path.parent / parts[1].name).is_file()
+    assert [p["file"] for p in got.provenance.get("parts", [])] in ([], [p.name for p in parts])
+    assert got.metadata.file_size == sum(p.stat().st_size for p in parts)

@@ -1,0 +1,77 @@
+"""The one-line form on the real thing: ``llamaspec sweep -m T.gguf -md D.gguf --draft 1,2,4,8`` on the
+offline pair as plain files (the pinned llama.cpp build), and ``-m USER/REPO:Q4_0`` through the
+loopback hub with the real huggingface_hub."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_adhoc import hub  # noqa: F401 - the loopback hub fixture
+
+from llamaspec.cli import main
+from llamaspec.models import given
+from llamaspec.results import Store
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
+
+
+@pytest.fixture(scope="session")
+def pair_files(llama_build, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The offline pair's F32 target, Q4_1 draft and Q4_0 file, copied out of the catalog's folder:
+    files of the user's own, with no record beside them."""
+    from llamaspec import models
+
+    folder = tmp_path_factory.mktemp("own-models")
+    made = [models.resolve("smollm2-135m", v, build=llama_build) for v in ("f32", "q4_1", "q4_0")]
+    out = []
+    for f, name in zip(made, ("SmolLM2-135M-F32.gguf", "SmolLM2-135M-Q4_1.gguf", "SmolLM2-135M-Q4_0.gguf"), strict=True):
+        shutil.copyfile(f.path, folder / name)
+        out.append(folder / name)
+    return out[0], out[1], out[2]
+
+
+def test_sweep_of_two_files_ends_with_the_decision_and_a_deploy_command_naming_them(llama_build, pair_files) -> None:
+    target, draft, _ = pair_files
+    args = ["sweep", "-m", str(target), "-md", str(draft), "--draft", "1,2,4,8", "-n", "16", "-t", "1", "-r", "1",
+            "-p", "# Quick-sort implementation in Python and sample usage:", "--no-plot"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    name = next(line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("study "))
+    assert name.startswith("smollm2-135m-f32-smollm2-135m-q4_1-")
+    assert "recommended: draft " in out  # F32 with its Q4_1 draft: about 1.5x here (the catalog's note)
+    deploy = out[out.index("deploy: draft"):]
+    assert f"-m {target}" in deploy and f"-md {draft}" in deploy
+    runs = Store.open().runs(experiment=name)
+    assert {r["target"] for r in runs} == {str(target)} and {r["draft"] for r in runs} == {str(draft)}
+    prov = runs[0]["provenance"]["models"]
+    assert prov["target"]["sha256"] == hashlib.sha256(target.read_bytes()).hexdigest()
+    assert prov["draft"]["sha256"] == hashlib.sha256(draft.read_bytes()).hexdigest()
+    # the name finds it again: the same command resumes (nothing measured again), report takes the name
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert len(Store.open().runs(experiment=name)) == len(runs)
+    report = CliRunner().invoke(main, ["report", name, "--no-plot"])
+    assert report.exit_code == 0 and f"# {name}" in report.output
+
+
+@pytest.mark.hub
+def test_run_with_a_hub_repo_quant_as_the_target(llama_build, pair_files, hub) -> None:  # noqa: F811
+    target, draft, q4_0 = pair_files
+    repo = "tester/SmolLM2-135M-GGUF"
+    commit = hub.add(repo, {"README.md": b"# SmolLM2-135M as GGUF\n", q4_0.name: q4_0.read_bytes(),
+                            draft.name: draft.read_bytes()})
+    result = CliRunner().invoke(main, ["run", "-m", f"{repo}:Q4_0", "-md", str(draft), "-n", "16", "-t", "1", "-r", "1",
+                                       "--draft", "4", "-p", "def fib(n):"])
+    assert result.exit_code == 0, result.output
+    assert "lossless: identical" in result.output
+    (run,) = Store.open().runs()
+    assert run["target"] == f"{repo}:Q4_0"
+    models = run["provenance"]["models"]
+    assert models["target"]["sha256"] == hashlib.sha256(q4_0.read_bytes()).hexdigest()
+    assert f"/snapshots/{commit}/{q4_0.name}" in models["target"]["path"]  # in the HF cache, by its name
+    assert given.lock_path().is_file() and commit in given.lock_path().read_text()
