@@ -295,3 +295,41 @@ def test_a_split_repo_model_is_downloaded_whole(hub: Hub, tmp_path: Path, pair) 
     assert got.path.name == parts[0].name and (got.path.parent / parts[1].name).is_file()
     assert [p["file"] for p in got.provenance.get("parts", [])] in ([], [p.name for p in parts])
     assert got.metadata.file_size == sum(p.stat().st_size for p in parts)
+
+
+# --- several drafts: one more dimension, the smaller file the cheaper --------------------------------
+
+@pytest.mark.parametrize("small_first", [False, True])
+def test_several_drafts_are_swept_and_the_smaller_file_wins_a_tie(small_first: bool, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both drafts draft alike (the fake's speed does not depend on the draft file), so the decision
+    must take the smaller file, in whichever order they were given: a sweep that measured one draft
+    only, weighed the files the other way round or not at all (then the order decides), fails."""
+    from fakes import FakeEngine
+
+    from llamaspec import analysis, models, sweep
+    from llamaspec.results import Store
+
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "m").mkdir()
+    target = tiny_gguf(tmp_path / "m" / "target.gguf", seed=0, n_embd=128)
+    large = tiny_gguf(tmp_path / "m" / "large.gguf", seed=1, n_embd=128)
+    small = tiny_gguf(tmp_path / "m" / "small.gguf", seed=2, n_embd=64)
+    assert small.stat().st_size < large.stat().st_size
+
+    class FilesEngine(FakeEngine):
+        def resolve_model(self, model: str, variant: str):  # the files as the real engines see them
+            return models.gguf_model(model, variant)
+
+    drafts = [str(small), str(large)] if small_first else [str(large), str(small)]
+    exp = adhoc.experiment_from_models(str(target), drafts, settings=Settings(n_predict=16),
+                                       prompt="x", repeats=2)
+    axes = {"draft_max": (4, 8), "draft_variant": adhoc.draft_axis(exp)}
+    store = Store.open()
+    (result,) = sweep.run_sweep(exp, axes, FilesEngine(drift=0.0), store)
+    assert result.measured == 4
+    report = analysis.sweep_report(store, result.sweep_id, plot=False)
+    assert sorted(g.label for g in report.groups) == sorted(f"draft_variant={p}" for p in (large, small))
+    decision = report.decision()
+    assert decision.verdict == "recommend" and decision.chosen is not None
+    assert decision.chosen.key[0] == f"draft_variant={small}"  # at whichever length, the smaller draft

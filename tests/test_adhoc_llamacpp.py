@@ -36,16 +36,22 @@ def pair_files(llama_build, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
 
 def test_sweep_of_two_files_ends_with_the_decision_and_a_deploy_command_naming_them(llama_build, pair_files) -> None:
     target, draft, _ = pair_files
-    args = ["sweep", "-m", str(target), "-md", str(draft), "--draft", "1,2,4,8", "-n", "16", "-t", "1", "-r", "1",
+    args = ["sweep", "-m", str(target), "-md", str(draft), "--draft", "1,2,4,8", "-n", "24", "-t", "1", "-r", "1",
+            "--budget", "12",
             "-p", "# Quick-sort implementation in Python and sample usage:", "--no-plot"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     out = result.output
     name = next(line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("study "))
     assert name.startswith("smollm2-135m-f32-smollm2-135m-q4_1-")
-    assert "recommended: draft " in out  # F32 with its Q4_1 draft: about 1.5x here (the catalog's note)
-    deploy = out[out.index("deploy: draft"):]
-    assert f"-m {target}" in deploy and f"-md {draft}" in deploy
+    # F32 with its Q4_1 draft is about 1.5x at draft 4-8 here (the catalog's note); on a machine
+    # shared with other work a budget this small may end undecided, which must say so and what to
+    # measure next instead of printing a command
+    if "recommended: draft " in out:
+        deploy = out[out.index("deploy: draft"):]
+        assert f"-m {target}" in deploy and f"-md {draft}" in deploy
+    else:
+        assert "undecided" in out and "more pairs" in out and "deploy:" not in out, out
     runs = Store.open().runs(experiment=name)
     assert {r["target"] for r in runs} == {str(target)} and {r["draft"] for r in runs} == {str(draft)}
     prov = runs[0]["provenance"]["models"]
