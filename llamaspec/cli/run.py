@@ -77,7 +77,7 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     \b
     Example: llamaspec run smollm2-quicksort --draft 4 --repeats 5
     Example: llamaspec run -m target.gguf -md draft.gguf --draft 8 -p "Write a haiku about the sea."
-    Example: llamaspec run -m bartowski/SmolLM2-1.7B-Instruct-GGUF:Q4_0 -md draft.gguf
+    Example: llamaspec run -m USER/MODEL-GGUF:Q4_0 -md draft.gguf
     Example: llamaspec run smollm2-server-mini --prompts llamaspec-mini --limit 16 --cluster 10.0.0.5:6379
     """
     from llamaspec import report
