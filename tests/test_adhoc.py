@@ -333,3 +333,20 @@ def test_several_drafts_are_swept_and_the_smaller_file_wins_a_tie(small_first: b
     decision = report.decision()
     assert decision.verdict == "recommend" and decision.chosen is not None
     assert decision.chosen.key[0] == f"draft_variant={small}"  # at whichever length, the smaller draft
+
+
+def test_an_experiment_file_names_models_by_location(pair, tmp_path: Path) -> None:
+    folder = pair[0].parent
+    third = tiny_gguf(folder / "draft2.gguf", seed=2)
+    path = folder / "mine.yaml"
+    path.write_text(yaml.safe_dump({"name": "mine", "cases": [{
+        "name": "c", "prompt": "x", "target": {"file": "target.gguf"},
+        "drafts": [{"file": "draft.gguf"}, {"file": str(third)}]}]}))
+    exp = experiment.load(str(path))
+    (case,) = exp.cases
+    assert case.target == ModelRef(GIVEN, str(pair[0])) and case.draft == ModelRef(GIVEN, str(pair[1]))
+    assert adhoc.draft_axis(exp) == (str(pair[1]), str(third))
+    path.write_text(yaml.safe_dump({"name": "mine", "cases": [{"prompt": "x", "target": {"file": "gone.gguf"},
+                                                               "draft": {"hf": "o/r:Q4_0"}}]}))
+    with pytest.raises(LlamaspecError, match=r"cases\[0\]\.target\.file: model file not found: .*gone.gguf"):
+        experiment.load(str(path))
