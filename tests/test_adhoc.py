@@ -5,6 +5,7 @@ huggingface_hub. The real binaries on the offline pair: tests/test_adhoc_llamacp
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -270,8 +271,15 @@ def test_a_repo_quant_is_downloaded_into_the_hf_cache_and_pinned(hub: Hub, pair,
     # main moves on: the pin holds (the same bytes on a rerun), as llama.cpp's own cache would not
     hub.add(REPO, {"Tiny-Q4_0.gguf": q8, "Tiny-Q8_0.gguf": q8})
     given._resolved.clear()
+    hub.requests.clear()
     again = given.resolve(given.parse(f"{REPO}:q4_0"))
-    assert again.sha256 == got.sha256 and again.provenance["commit"] == first
+    assert again.sha256 == got.sha256 and again.provenance["commit"] == first and again.path == got.path
+    assert hub.requests == []  # pinned and in the cache: the hub is not asked (it may be out of reach)
+    # a fresh cache with the same lock file (another machine): the pinned commit is downloaded
+    shutil.rmtree(tmp_path / "hf-cache")
+    given._resolved.clear()
+    elsewhere = given.resolve(given.parse(f"{REPO}:q4_0"))
+    assert elsewhere.sha256 == got.sha256 and elsewhere.provenance["commit"] == first
 
 
 @pytest.mark.hub

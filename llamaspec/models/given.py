@@ -255,6 +255,16 @@ def hub_file(spec: Spec) -> ModelFile:
     repo, quant = spec.repo, spec.quant
     pin = pins.load(lock_path()).get(spec.text)
     commit = pin.commit if pin is not None and pin.repo == repo else None
+    if commit is not None and not hf.offline():
+        # pinned and in the cache already: no need to ask the hub (which may be out of reach)
+        try:
+            files = choose(repo, quant, _cached_names(repo, commit))
+        except LlamaspecError:
+            files = []
+        folder = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots" / commit
+        if files and all((folder / f).is_file() for f in files):
+            return describe_file(folder / files[0], label=f"{repo}:{quant_of(files[0]) or Path(files[0]).name}",
+                                 provenance={"kind": "hf_gguf", "repo": repo, "files": files, "commit": commit})
     if hf.offline():
         commit = commit or _cached_commit(repo)
         names = _cached_names(repo, commit) if commit else []
