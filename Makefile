@@ -36,7 +36,7 @@ $(CONVERT_STAMP): $(STAMP)
 # tiny checkpoints, pyarrow reads Alpaca's parquet.
 HUB_VENV  ?= .venv-hub
 HUB_STAMP := $(HUB_VENV)/.installed
-HUB_TESTS := tests/test_hub.py tests/test_models_fetch.py tests/test_hf_models.py tests/test_prompts.py
+HUB_TESTS := tests/test_hub.py tests/test_models_fetch.py tests/test_hf_models.py tests/test_prompts.py tests/test_adhoc.py
 HF_TESTS  := tests/test_hf_runner.py tests/test_hf_cli.py tests/test_hf_experiments.py tests/test_hf_models.py tests/test_deploy.py
 
 $(HUB_STAMP): pyproject.toml
