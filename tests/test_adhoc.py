@@ -358,3 +358,13 @@ def test_an_experiment_file_names_models_by_location(pair, tmp_path: Path) -> No
                                                                "draft": {"hf": "o/r:Q4_0"}}]}))
     with pytest.raises(LlamaspecError, match=r"cases\[0\]\.target\.file: model file not found: .*gone.gguf"):
         experiment.load(str(path))
+
+
+@pytest.mark.hub
+def test_open_ref_takes_a_repo_quant_as_a_cluster_worker_does(hub: Hub, pair) -> None:
+    from llamaspec import models
+
+    hub.add(REPO, {"Tiny-Q4_0.gguf": pair[1].read_bytes()})
+    got = models.open_ref(f"{REPO}:Q4_0")
+    assert got.path.name == "Tiny-Q4_0.gguf" and got.sha256 == given.file_sha256(pair[1])
+    assert models.open_ref(str(pair[0])).path == pair[0]

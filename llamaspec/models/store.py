@@ -225,7 +225,14 @@ def is_path(text: str) -> bool:
 
 
 def open_ref(text: str, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
-    """``NAME:VARIANT`` from the catalog (fetched or derived on demand), or a path to a GGUF file."""
+    """``NAME:VARIANT`` from the catalog (fetched or derived on demand), a path to a GGUF file, or
+    ``USER/REPO[:QUANT]`` as llama.cpp's ``-hf`` takes it (``models.given``)."""
+    if "/" in text and not text.lower().endswith(".gguf") and not Path(text).expanduser().exists():
+        from llamaspec.models import given
+
+        spec = given.parse(text)  # a missing path is one line there too
+        if spec.kind == "hub":
+            return given.resolve(spec)
     if is_path(text):
         return describe(Path(text))
     ref = catalogs.parse_ref(text)
