@@ -77,7 +77,8 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
         raise LlamaspecError(f"prompt file not found: {prompt_file}", hint="check the path given to -f/--prompt-file")
     draft, others = (refs[1], tuple(refs[1:])) if len(refs) > 1 else (None, ())
     if prompt is not None or prompt_path is not None or prompts is not None:
-        cases: tuple[Case, ...] = (Case("prompt", refs[0], draft, prompt, prompt_path, settings, drafts=others),)
+        case = "set" if prompts is not None else "prompt"  # a prompt set's prompts are named by their own ids
+        cases: tuple[Case, ...] = (Case(case, refs[0], draft, prompt, prompt_path, settings, drafts=others),)
     else:
         cases = tuple(Case(p["id"], refs[0], draft, p["prompt"], None, settings, drafts=others) for p in _builtin())
     identity = {
