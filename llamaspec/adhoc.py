@@ -86,7 +86,8 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
         "settings": {k: v for k, v in settings.to_dict().items() if v is not None},
         "prompt": _digest(prompt) if prompt is not None else None,
         "prompt_file": _file_digest(prompt_path) if prompt_path else None,
-        "prompts": prompts, "builtin": _file_digest(str(builtin_prompts())) if len(cases) > 1 else None,
+        # a prompt set file by its content (the built-in one is the same set wherever llamaspec is installed)
+        "prompts": _file_digest(prompts) if prompts and Path(prompts).is_file() else prompts, "builtin": _file_digest(str(builtin_prompts())) if len(cases) > 1 else None,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     chosen = check_name(name) if name is not None else study_name(files, digest)
