@@ -170,7 +170,33 @@ def to_yaml(exp: Experiment) -> dict[str, Any]:
         doc["prompts"] = exp.prompts
     doc["cases"] = [case(c) for c in exp.cases]
     doc["study"] = exp.sha256
+    doc["files"] = files_of(exp)
     return doc
+
+
+def files_of(exp: Experiment) -> dict[str, str]:
+    """Each model of ``exp`` named by location -> its sha256 (resolved now; once per process)."""
+    from llamaspec.models import given
+
+    refs = {r.variant for c in exp.cases for r in (c.target, c.draft, *c.drafts) if r is not None and r.given}
+    return {text: given.resolve(given.parse(text)).sha256 for text in sorted(refs)}
+
+
+def check_kept(exp: Experiment) -> None:
+    """A study rerun by name measures the bytes it was named for: a file changed since (the same
+    path, other bytes) is refused, so that its numbers never join the old ones under one name."""
+    import yaml
+
+    if not exp.path or not Path(exp.path).is_file():
+        return
+    kept = (yaml.safe_load(Path(exp.path).read_text()) or {}).get("files") or {}
+    now = files_of(exp)
+    for text, sha in kept.items():
+        if now.get(text, sha) != sha:
+            raise LlamaspecError(f"{text} has changed since study {exp.name} was named for it "
+                                 f"(sha256 {now[text][:12]}, was {sha[:12]})",
+                                 hint="measure it as a new study (the same command with -m/-md names it anew), "
+                                      "or put the old file back")
 
 
 def save_study(exp: Experiment) -> Path:

@@ -196,7 +196,7 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
 
 
 TOP_KEYS = {"name": str, "description": str, "engine": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list,
-            "prompts": (str, dict), "study": str}
+            "prompts": (str, dict), "study": str, "files": dict}  # study, files: kept by llamaspec.adhoc
 CASE_KEYS = {"name": str, "target": dict, "draft": dict, "drafts": list, "prompt": str, "prompt_file": str, "settings": dict,
              "reference": dict}
 

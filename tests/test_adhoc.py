@@ -368,3 +368,18 @@ def test_open_ref_takes_a_repo_quant_as_a_cluster_worker_does(hub: Hub, pair) ->
     got = models.open_ref(f"{REPO}:Q4_0")
     assert got.path.name == "Tiny-Q4_0.gguf" and got.sha256 == given.file_sha256(pair[1])
     assert models.open_ref(str(pair[0])).path == pair[0]
+
+
+def test_a_study_rerun_by_name_refuses_a_file_changed_since(pair) -> None:
+    exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], prompt="x")
+    adhoc.save_study(exp)
+    assert yaml.safe_load(adhoc.study_path(exp.name).read_text())["files"] == {
+        str(p): given.file_sha256(p) for p in pair}
+    data = bytearray(pair[1].read_bytes())
+    data[-1] ^= 0xFF  # the same path, other bytes (a draft quantized again)
+    pair[1].write_bytes(bytes(data))
+    given._resolved.clear()
+    code, lines = _error(["run", exp.name])
+    assert code != 0 and lines[0].startswith(f"Error: {pair[1]} has changed since study {exp.name} was named for it")
+    # the same command with -m names a new study for the new bytes
+    assert adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], prompt="x").name != exp.name

@@ -285,7 +285,10 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
         if experiment_name is None:
             raise LlamaspecError("which experiment? give a NAME|PATH, or your own models with -m TARGET -md DRAFT",
                                  hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf (`llamaspec {command} -h`)")
-        return experiment.load(experiment_name)
+        loaded = experiment.load(experiment_name)
+        if experiment.study_file(loaded.name) == Path(loaded.path):
+            adhoc.check_kept(loaded)  # a study by name: the same bytes as when it was named
+        return loaded
     if experiment_name is not None:
         raise LlamaspecError(f"-m {model} and the experiment {experiment_name} together: the experiment names its own models",
                              hint=f"drop {experiment_name} to measure -m/-md, or drop -m to run the experiment")
