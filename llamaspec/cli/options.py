@@ -305,7 +305,8 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
                                        prompt_file=prompt_file, prompts=prompts, name=study, engine=engine,
                                        repeats=repeats if repeats is not None else 3)
     path = adhoc.save_study(exp)
-    what = "the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")" if len(exp.cases) > 1 else "one prompt"
+    what = (f"the prompt set {exp.prompts}" if exp.prompts is not None else "one prompt" if len(exp.cases) == 1
+            else "the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")")
     log.info("study %s: %s on %s (kept in %s; `llamaspec report %s`, `llamaspec plot %s`, or rerun with the same "
              "command or by name)", exp.name, exp.description, what, path, exp.name, exp.name)
     return exp
