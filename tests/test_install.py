@@ -178,7 +178,7 @@ def test_the_wheel_build_step_ships_the_catalog_every_experiment_and_prompt_set(
 
 # `llamaspec sweep -m T.gguf -md D.gguf` needs models on the command line (issue 30 item 1; llama.cpp
 # found on PATH, item 4, is in). Set True once -m/-md are in this tree.
-SWEEP_WITH_MODEL_FLAGS = False
+SWEEP_WITH_MODEL_FLAGS = True
 
 
 @pytest.fixture(scope="session")
@@ -306,7 +306,7 @@ def test_the_installed_wheel_sweeps_two_gguf_files_with_llamacpp_on_path(wheel_v
     assert done.returncode == 0, done.stderr[-3000:]
     assert str(Path(llama_build.bin_dir)) in done.stderr  # said which programs it found on PATH
     deploy = [line for line in done.stdout.splitlines() if "llama-server" in line and " -m " in line]
-    assert deploy and target.path in deploy[-1], done.stdout  # the decision's deploy command, with these files
-    assert draft.path in done.stdout
+    assert deploy and str(target.path) in deploy[-1], done.stdout  # the decision's deploy command, with these files
+    assert str(draft.path) in done.stdout
     assert not (tmp_path / "cache" / "builds").exists()  # nothing built
     assert list(here.iterdir()) == []
