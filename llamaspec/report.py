@@ -152,9 +152,12 @@ def case_title(result: CaseResult) -> str:
     # the program is a setting only where the engine takes it (None: the result does not say)
     takes = result.engine_settings
     program = f", program {case.settings.program}" if takes is None or "program" in takes else ""
+    sampled = f", temperature {case.settings.temperature:g} (sampled)" if (case.settings.temperature or 0) > 0 else ""
+    passed = (f"\n  passed through to both sides: {' '.join(case.settings.extra_args)}"
+              if case.settings.extra_args else "")
     return (f"{case.experiment} / {case.case}  [run {result.run_id}, {result.status}{', ' + engine if engine else ''}]\n"
             f"  target {case.target.label}, draft {draft}, draft_max {case.settings.draft_max}, "
-            f"n_predict {case.settings.n_predict}, threads {case.settings.threads}{program}")
+            f"n_predict {case.settings.n_predict}, threads {case.settings.threads}{program}{sampled}{passed}")
 
 
 def render(results: Sequence[CaseResult]) -> str:

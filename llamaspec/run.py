@@ -239,7 +239,7 @@ class _Point:
     def summary(self, status: str = "ok", error: str | None = None) -> Summary:
         c = self.case
         return summarize(self.measured, self.shared,
-                         requested_draft=requested_draft(c),
+                         requested_draft=requested_draft(c), temperature=c.settings.temperature,
                          status=status, error=error, baseline_key=self.key,
                          threads_hint=(c.settings.threads or 0) >= default_threads() > 1)
 
@@ -284,6 +284,7 @@ class _Point:
         run interrupted before it ever finished is 'interrupted'."""
         if self.before:  # the summary pairs by index: the half pair the interruption left is in none
             kept = summarize(self.measured, self.shared, requested_draft=requested_draft(self.case),
+                             temperature=self.case.settings.temperature,
                              baseline_key=self.key)
             if kept.status in ("ok", "differs"):
                 return kept.status, kept.to_dict(), None

@@ -179,7 +179,9 @@ class Settings:
     program: str | None = _setting(_choice(*PROGRAM_CHOICES), default="speculative", sweep=str, side="draft",
                                    help="llama.cpp's speculative program: speculative or speculative-simple")
     timeout: float | None = _setting(_positive, default=1800.0, side="run", help="seconds per process")
-    extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="draft")
+    # Passed verbatim to both sides (the baseline too): part of what makes two baselines the same.
+    extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="target",
+                                                  help="flags passed through verbatim to every program, baseline included")
     # transformers only (llama.cpp refuses them when set); draft_max is num_assistant_tokens there, draft_p_min assistant_confidence_threshold
     draft_schedule: str | None = _setting(_choice(*DRAFT_SCHEDULES), engine="transformers", sweep=str, side="draft",
                                           help="transformers' num_assistant_tokens_schedule: constant, heuristic or heuristic_transient")

@@ -11,7 +11,8 @@ point (and, only when asked, a shared baseline), and stored as JSON with the run
   with a 95 % bootstrap interval. With a shared baseline (an explicit cost saver) each run is
   divided by the shared baseline's median instead, and the summary says so (``paired`` False).
 - **lossless**: greedy output with a draft must equal greedy output without one, on the generated
-  part only, token ids where the engine gives them; a shorter speculative output differs.
+  part only, token ids where the engine gives them; a shorter speculative output differs. A sampled
+  run (temperature above 0) is "not applicable: sampled": neither lossless nor differing.
 - **counters**: rounds, mean accepted length and drafted-per-round come from the engine's own
   per-program formula; the drafted length is checked against the requested one.
 """
@@ -44,7 +45,7 @@ STATUSES = ("ok", "differs", "failed", "interrupted", "running")
 class Lossless:
     """Whether greedy output is unchanged by speculation (the generated part only)."""
 
-    verdict: str  # identical | differs | not checked
+    verdict: str  # identical | differs | not checked | not applicable (sampled: outputs may differ by chance)
     unit: str = "tokens"  # tokens (ids) | chars (text)
     compared: int = 0  # tokens or characters compared, per pair (the smallest)
     pairs: int = 0
@@ -55,7 +56,7 @@ class Lossless:
 
     @property
     def identical(self) -> bool | None:
-        return None if self.verdict == "not checked" else self.verdict == "identical"
+        return None if self.verdict in ("not checked", NOT_APPLICABLE) else self.verdict == "identical"
 
     def text(self) -> str:
         if self.verdict == "identical":
@@ -65,7 +66,22 @@ class Lossless:
             excerpts = (f": speculative continues {self.speculative_excerpt!r}, baseline {self.baseline_excerpt!r}"
                         if self.speculative_excerpt is not None or self.baseline_excerpt is not None else "")
             return f"DIFFERS{where} ({self.reason}){excerpts}"
+        if self.verdict == NOT_APPLICABLE:
+            return f"{NOT_APPLICABLE}: sampled" + (f" ({self.reason})" if self.reason else "")
         return f"not checked ({self.reason})" if self.reason else "not checked"
+
+
+NOT_APPLICABLE = "not applicable"
+
+
+def sampled_verdict(temperature: float | None, pairs: int) -> Lossless:
+    """The verdict of a sampled run: outputs with and without a draft may differ by sampling alone,
+    so no comparison says anything about speculation."""
+    return Lossless(NOT_APPLICABLE, compared=0, pairs=pairs, reason=f"temperature {temperature:g}")
+
+
+def is_sampled(temperature: float | None) -> bool:
+    return temperature is not None and temperature > 0.0
 
 
 def compare_outputs(spec: Measurement, base: Measurement) -> Lossless:
@@ -256,7 +272,7 @@ def requested_draft(case: ResolvedCase) -> int | None:
 
 def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measurement] = (), *,
               requested_draft: int | None = None, status: str = "ok", error: str | None = None,
-              baseline_key: str | None = None, threads_hint: bool = False) -> Summary:
+              baseline_key: str | None = None, threads_hint: bool = False, temperature: float | None = None) -> Summary:
     """The one summary of a point: its own measurements, paired by their pair index
     (:func:`llamaspec.pairs.whole_pairs`), plus an explicitly shared baseline where the point's
     speculative runs have no baseline of their own.
@@ -265,7 +281,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     speculative run over the baseline of its own pair. A half pair (a side failed or was
     interrupted) is in no pair: its measurements are kept out of every figure that compares the two
     modes. With a shared baseline (an explicit cost saver), each speculative run is divided by the
-    shared baseline's median, and ``paired`` says so."""
+    shared baseline's median, and ``paired`` says so. ``temperature`` above 0: a sampled point, whose
+    outputs are not compared (``Lossless`` "not applicable: sampled")."""
     from llamaspec.pairs import whole_pairs
 
     whole = whole_pairs(measured)
@@ -291,7 +308,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     else:  # no pair and nothing shared: no ratio of runs measured apart is ever reported
         spec, base, pairs, ratios = ok_spec, own_base, [], []
     speedup = estimators.point(ratios)
-    lossless = merge_lossless([compare_outputs(s, b) for s, b in pairs])
+    lossless = (sampled_verdict(temperature, len(pairs)) if is_sampled(temperature)
+                else merge_lossless([compare_outputs(s, b) for s, b in pairs]))
     mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
     draft = check_draft(mid_spec, requested_draft) if mid_spec else DraftCheck(requested_draft, None, None, None)
     problems = [p for p in (check_draft(m, requested_draft).problem for m in ok_spec) if p]

@@ -77,7 +77,8 @@ class FakeEngine:
     - With a draft of length k, the true speedup is ``speedup_of(k)``; the speculative speed is
       that times the target's speed at the moment of the measurement.
     - Counters follow a fixed-length program: rounds = n - accepted - 1, n_drafted = k x rounds.
-    - Greedy text is the same with and without a draft, unless told otherwise.
+    - Greedy text is the same with and without a draft, unless told otherwise; sampled text
+      (temperature above 0) differs from the fourth token on, as two samplings do by chance.
     Faults to expose: ``drafts`` (always draft this length, whatever was asked), ``truncate``
     (speculative output cut after N tokens), ``differ_at_k`` (outputs diverge for these lengths).
     ``positions``: the speculative runs count acceptance by draft position (every round drafts
@@ -162,7 +163,7 @@ class FakeEngine:
         rounds = max(round((n - 1) / (accepted_per_round + 1)), 1)
         n_accept = n - 1 - rounds
         out = tokens[: self.truncate] if self.truncate is not None else tokens
-        if case.settings.draft_max in self.differ_at_k:
+        if case.settings.draft_max in self.differ_at_k or (case.settings.temperature or 0) > 0:
             out = (*out[:3], 7, *out[4:])
         return Measurement(**common, n_predict=n, decode_tps=self.target_tps(case) * self.speedup_of(k) * speed,
                            n_drafted=k * rounds, n_accept=n_accept, accept=100.0 * n_accept / (k * rounds), rounds=rounds,

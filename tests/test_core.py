@@ -265,3 +265,24 @@ def test_the_title_names_the_program_only_where_the_engine_takes_it() -> None:
     without = run_case(case(), other, store, repeats=1, hardware=HW)
     assert "program speculative" in report.case_title(takes)
     assert "program" not in report.case_title(without).split("\n")[1]
+
+
+def test_a_sampled_run_is_measured_and_never_called_lossless_nor_differing() -> None:
+    """At temperature above 0 the two sides sample (the fake's outputs then differ, as sampling's do):
+    speed and acceptance are measured, the lossless check is "not applicable: sampled", in the text,
+    the JSON and the stored summary, and the run is not failed."""
+    greedy = run_case(case(), FakeEngine(), Store.open(), repeats=2, hardware=HW)
+    assert greedy.summary.lossless.verdict == "identical"
+    sampled = run_case(case(temperature=0.8), FakeEngine(), Store.open(), repeats=2, hardware=HW)
+    s = sampled.summary
+    assert sampled.status == "ok" and s.speedup is not None and s.accept is not None
+    assert s.lossless.verdict == "not applicable" and s.lossless.identical is None and s.lossless.pairs == 2
+    assert s.lossless.text() == "not applicable: sampled (temperature 0.8)"
+    raise_if_failed([sampled])  # a sampled run's outputs differ by chance: not a failure
+    text = report.render([sampled])
+    assert "lossless: not applicable: sampled (temperature 0.8)" in text and "temperature 0.8 (sampled)" in text
+    assert "identical" not in text and "DIFFERS" not in text
+    (data,) = report.as_json([sampled])
+    assert data["summary"]["lossless"]["verdict"] == "not applicable"
+    stored = Summary.from_dict(Store.open().run(sampled.run_id)["summary"])
+    assert stored.lossless == s.lossless and Store.open().run(sampled.run_id)["status"] == "ok"

@@ -174,7 +174,8 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     got = _measure_pairs(backend, case, worker.scratch / "logs" / _safe(item.key), int(item.payload.get("repeats", 1)),
                          int(item.payload.get("repeat_offset", 0)))
     # The run core's one summary (speedup of paired runs, lossless verdict, drafted-length check).
-    summary = summarize(got.measurements, requested_draft=requested_draft(case), status="failed" if got.failed else "ok",
+    summary = summarize(got.measurements, requested_draft=requested_draft(case), temperature=case.settings.temperature,
+                        status="failed" if got.failed else "ok",
                         error=got.failed)
     return {
         "ok": summary.status == "ok", "status": summary.status, "error": summary.error,

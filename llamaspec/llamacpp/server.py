@@ -324,7 +324,7 @@ def server_args(caps: flags.ProgramFlags, backend: str, case: ResolvedCase, mode
     if caps.has("--cache-ram") and not deploy:
         argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
     if mode == "baseline":
-        return argv
+        return argv + list(s.extra_args or ())  # passed through to both sides, as on the command-line programs
     if draft is not None:
         argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
         argv += flags.settings_argv(caps, inv, "server", draft=True)
