@@ -13,6 +13,7 @@ import click
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import check_prompt_file, common_options, model_options, overrides, setting_options
+from llamaspec.cli.pasted import TakesPastedCommand
 
 log = logging.getLogger("llamaspec")
 
@@ -39,8 +40,8 @@ def progress_printer(total_steps: int):
     return on_event
 
 
-@main.command()
-@click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
+@main.command(cls=TakesPastedCommand)
+@click.argument("experiment_name", metavar="[NAME|PATH | -- COMMAND]", required=False)
 @model_options
 @setting_options
 @common_options
@@ -74,24 +75,47 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     With --cluster HOST:PORT (or $RAY_ADDRESS) the cases (or the prompts of a set) are measured on
     the Ray cluster's machines, each against its own baselines, and the figures are per machine.
 
+    After -- a llama.cpp command as you run it (llama-server, llama-speculative-simple or
+    llama-speculative, by name or path): that command is measured as given against the same command
+    without its draft and speculation flags. Flags llamaspec does not know are passed through to
+    both sides (and shown); with --temp above 0 the runs sample: speed and acceptance at that
+    temperature, the lossless check "not applicable: sampled".
+
     \b
     Example: llamaspec run smollm2-quicksort --draft 4 --repeats 5
     Example: llamaspec run -m target.gguf -md draft.gguf --draft 8 -p "Write a haiku about the sea."
     Example: llamaspec run -m USER/MODEL-GGUF:Q4_0 -md draft.gguf
+    Example: llamaspec run -- llama-server -m T.gguf -md D.gguf --spec-draft-n-max 8 -c 4096 -ngl 99
+    Example: llamaspec run --repeats 5 -- llama-speculative-simple -m T.gguf -md D.gguf --draft-max 4 -p "Hello"
     Example: llamaspec run smollm2-server-mini --prompts llamaspec-mini --limit 16 --cluster 10.0.0.5:6379
     """
     from llamaspec import report
     from llamaspec import run as runs
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
+    from llamaspec.cli.pasted import as_json as pasted_json
+    from llamaspec.cli.pasted import pasted
+    from llamaspec.cli.pasted import study as pasted_study
+    from llamaspec.errors import LlamaspecError
 
     if prompt_set is not None and (prompt is not None or prompt_file is not None):
         raise click.UsageError("--prompt and --prompt-file replace one prompt; a prompt set runs its own "
                                "(drop them, or run an experiment without prompts:)")
     # over a prompt set, --parallel N is N slots served to N clients (as in prompts run), not a setting
     parallel = given.pop("parallel", None) if prompt_set is not None else None
-    loaded = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(given, n_predict, timeout),
-                                 prompt=prompt, prompt_file=prompt_file, prompts=prompt_set, repeats=repeats,
-                                 command="run", several_drafts=False)
+    words = pasted(click.get_current_context())
+    cmd = None
+    if words is not None:  # `llamaspec run [OPTIONS] -- llama-server -m T.gguf -md D.gguf ...`
+        if model is not None or drafts:
+            raise LlamaspecError("-m/-md and a pasted command after -- together: the command names its own models",
+                                 hint="give the models once: in the pasted command, or with -m/-md and no --")
+        loaded, cmd, bin_dir = pasted_study(words, experiment_name=experiment_name,
+                                            overrides=overrides(given, n_predict, timeout), prompt=prompt,
+                                            prompt_file=prompt_file, prompts=prompt_set, name=study, repeats=repeats,
+                                            bin_dir=bin_dir)
+    else:
+        loaded = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(given, n_predict, timeout),
+                                     prompt=prompt, prompt_file=prompt_file, prompts=prompt_set, repeats=repeats,
+                                     command="run", several_drafts=False)
     if prompt_set is not None or loaded.prompts is not None:
         from llamaspec.cli.prompts import run_prompt_set
 
@@ -138,7 +162,8 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
                                               f"({speedup.text(suffix='x')})", *d.notes))
         deploys.append(d)
     if as_json:
-        click.echo(json.dumps([{**data, "deploy": d.to_dict() if d else None}
+        command = {"command": pasted_json(cmd)} if cmd is not None else {}
+        click.echo(json.dumps([{**data, **command, "deploy": d.to_dict() if d else None}
                                for data, d in zip(report.as_json(results), deploys, strict=True)], indent=2))
     else:
         click.echo(report.render(results) + "".join(f"\n\n{d.render()}" for d in deploys if d))

@@ -62,7 +62,7 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
         notes.append(f"the target's layers ran on the RPC servers {','.join(s.rpc)}: start llamaspec rpc serve there "
                      "(llama-server needs --rpc with them as well)")
     if s.extra_args:
-        notes.append(f"the experiment's extra_args ({' '.join(s.extra_args)}) are passed through as measured")
+        notes.append(f"passed through as measured, to both sides: {' '.join(s.extra_args)}")
     what = (f"no draft: the target {case.target.label} alone" if not speculative
             else " ".join([str(s.spec_type), *(f"{k}={v}" for k, v in (("n", s.ngram_size_n), ("m", s.ngram_size_m))
                                                 if v is not None)]) if draft_free

@@ -1,0 +1,67 @@
+"""``llamaspec run -- COMMAND`` on the pinned llama.cpp build and the real offline SmolLM2 pair: the
+pasted command measured as given against itself without its draft, passed-through flags on both
+sides, and a sampled command measured with its lossless check labelled, not run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from llamaspec.cli import main
+from llamaspec.results import Store
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
+PROMPT = "def quicksort(xs):"
+
+
+@pytest.fixture(scope="session")
+def offline_pair(llama_build):
+    from llamaspec import models
+
+    return models.resolve("smollm2-135m", "f32", build=llama_build), models.resolve("smollm2-135m", "q4_1", build=llama_build)
+
+
+def pasted_run(*words: str) -> list[dict]:
+    done = CliRunner().invoke(main, ["run", "--repeats", "1", "--json", "--", *words])
+    assert done.exit_code == 0, done.output
+    return json.loads(done.stdout)
+
+
+def test_the_issue_server_line(offline_pair) -> None:
+    target, draft = offline_pair
+    (data,) = pasted_run("llama-server", "-m", str(target.path), "-md", str(draft.path), "--spec-draft-n-max", "4",
+                         "-n", "16", "-t", "1", "-c", "512", "-p", PROMPT, "--top-k", "1", "--port", "8080")
+    assert data["status"] == "ok", data["error"]
+    assert data["settings"]["draft_max"] == 4 and data["settings"]["extra_args"] == ["--top-k", "1"]
+    assert data["command"]["program"] == "llama-server" and data["command"]["passed_through"] == ["--top-k", "1"]
+    assert data["command"]["left_out"] == ["--port", "8080"]
+    s = data["summary"]
+    assert s["pairs"] == 1 and s["speedup"]["median"] > 0 and s["n_drafted"] > 0
+    assert s["lossless"]["verdict"] == "identical" and s["lossless"]["unit"] == "tokens"
+    rows = {m["mode"]: m["argv"] for m in Store.open().measurements(data["run_id"])}
+    for mode in ("baseline", "speculative"):  # the passed-through flags reached both servers, ours did not
+        argv = rows[mode]
+        assert argv[argv.index("--top-k") + 1] == "1" and "8080" not in argv, mode
+    assert "-md" not in rows["baseline"] and "--spec-draft-n-max" not in rows["baseline"]
+    assert rows["speculative"][rows["speculative"].index("--spec-draft-n-max") + 1] == "4"
+    assert "llama-server" in json.dumps(data["deploy"]) and "--top-k" in json.dumps(data["deploy"])
+
+
+def test_a_sampled_speculative_simple_line(offline_pair) -> None:
+    """The 2024 spelling (--draft-max) on the 2026 build, sampled at 0.8: speed and acceptance are
+    measured; the lossless check says "not applicable: sampled" and the run is not failed."""
+    target, draft = offline_pair
+    (data,) = pasted_run("llama-speculative-simple", "-m", str(target.path), "-md", str(draft.path), "--draft-max", "4",
+                         "-n", "16", "-t", "1", "-c", "512", "-p", PROMPT, "--temp", "0.8", "--top-k", "40")
+    assert data["status"] == "ok", data["error"]
+    assert data["settings"]["program"] == "speculative-simple" and data["settings"]["temperature"] == 0.8
+    s = data["summary"]
+    assert s["lossless"] == {**s["lossless"], "verdict": "not applicable", "reason": "temperature 0.8"}
+    assert s["speedup"]["median"] > 0 and 0 <= s["accept"]["median"] <= 100 and s["n_drafted"] > 0
+    rows = {m["mode"]: m["argv"] for m in Store.open().measurements(data["run_id"])}
+    assert rows["speculative"][rows["speculative"].index("--spec-draft-n-max") + 1] == "4"
+    for mode in ("baseline", "speculative"):
+        argv = rows[mode]
+        assert argv[argv.index("--temp") + 1] == "0.8" and argv[argv.index("--top-k") + 1] == "40", mode
