@@ -62,8 +62,9 @@ def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, 
     cmd = command.parse(argv)
     clash = _disagreements(cmd, overrides)
     if clash:
-        raise LlamaspecError(f"{clash[0].replace('_', ' ')} is set twice, to {getattr(overrides, clash[0])} by llamaspec's "
-                             f"option and to {getattr(cmd.settings, clash[0])} in the pasted command",
+        ours, theirs = getattr(overrides, clash[0]), getattr(cmd.settings, clash[0])
+        raise LlamaspecError(f"{clash[0].replace('_', ' ')} is set twice, to {ours} by llamaspec's option and to {theirs} "
+                             "in the pasted command",
                              hint="give it once: in the pasted command, or as llamaspec's option before --")
     if (prompt is not None or prompt_file is not None) and (cmd.prompt is not None or cmd.prompt_file is not None):
         raise LlamaspecError("the prompt is given twice: by -p/-f before -- and in the pasted command",
