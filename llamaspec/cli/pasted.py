@@ -86,8 +86,10 @@ def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, 
     path = adhoc.save_study(exp)
     for line in cmd.describe():
         log.info("%s", line)
-    log.info("study %s: the pasted command against itself without its draft and speculation flags (kept in %s; "
-             "`llamaspec report %s`, or rerun by name)", exp.name, path, exp.name)
+    what = ("the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")" if len(exp.cases) > 1
+            else f"the prompt set {prompts}" if prompts is not None else "one prompt")
+    log.info("study %s: the pasted command against itself without its draft and speculation flags, on %s (kept in "
+             "%s; `llamaspec report %s`, or rerun by name)", exp.name, what, path, exp.name)
     return exp, cmd, bin_dir
 
 

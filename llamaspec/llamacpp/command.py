@@ -150,12 +150,12 @@ class PastedCommand:
             lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
         if "temperature" not in self.given:
             lines.append(f"temperature: {DEFAULTS.temperature:g} (greedy; the command sets none: give --temp to sample)")
+        elif self.sampled:
+            lines.append(f"temperature: {self.settings.temperature:g}: sampled, so the lossless check does not apply")
         unset = {name: getattr(DEFAULTS, name) for name in flags.FLAG_TABLE
                  if name not in self.given and name != "temperature" and getattr(DEFAULTS, name) not in (None, ())}
         if unset:
             lines.append("unset in the command, llamaspec's defaults: " + ", ".join(f"{k}={v}" for k, v in unset.items()))
-        elif self.sampled:
-            lines.append(f"temperature: {self.settings.temperature:g}: sampled, so the lossless check does not apply")
         lines.append("passed through to both sides: " + (" ".join(self.passed_through) or "(nothing)"))
         if self.dropped:
             lines.append(f"left out (llamaspec sets these to measure): {' '.join(self.dropped)}")
