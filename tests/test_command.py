@@ -127,8 +127,21 @@ def test_passed_through_flags_reach_both_sides_of_the_server() -> None:
 
 
 def test_extra_args_are_part_of_the_baseline_key() -> None:
-    """A baseline with other passed-through flags is another baseline (never shared across them)."""
-    assert "extra_args" in Settings(extra_args=("--top-k", "1")).target_side()
+    """A baseline with other passed-through flags is another baseline (never shared across them);
+    another draft length keeps the baseline (the control)."""
+    from dataclasses import replace
+
+    from fakes import FakeEngine
+
+    from llamaspec.contract import ModelPath, ResolvedCase
+    from llamaspec.run import baseline_key
+
+    case = ResolvedCase("e", "c", ModelPath("t", "T.gguf"), ModelPath("d", "D.gguf"), "hi", None,
+                        Settings(draft_max=4).with_defaults())
+    engine = FakeEngine()
+    key = baseline_key(engine, case)
+    assert baseline_key(engine, replace(case, settings=replace(case.settings, draft_max=8))) == key
+    assert baseline_key(engine, replace(case, settings=replace(case.settings, extra_args=("--top-k", "1")))) != key
 
 
 def test_flag_spellings_of_every_generation() -> None:
