@@ -73,6 +73,18 @@ def test_prompt_summary_takes_the_run_cores_lossless_verdict() -> None:
     assert same.paired is True and same.divergence is None
 
 
+def test_a_sampled_prompt_has_no_lossless_verdict() -> None:
+    """Sampled outputs differ by chance: a sampled prompt is neither lossless nor differing, and
+    it does not count in the set's lossless rate (nor sends the divergence probe)."""
+    diverged = [m("baseline", 10.0), m("speculative", 12.0, tokens=(0, 1, 2, 9) + tuple(range(4, 64)))]
+    assert promptset.prompt_summary(Prompt("g", "x"), diverged).lossless is False  # greedy: it differs
+    sampled = promptset.prompt_summary(Prompt("t", "x"), diverged, temperature=0.7)
+    assert sampled.lossless is None and sampled.first_difference is None and sampled.status == "ok"
+    assert sampled.lossless_text == "not applicable: sampled (temperature 0.7)" and sampled.speedup == 1.2
+    group = promptset.group_statistics([sampled])
+    assert group.lossless_rate is None and group.differing == 0
+
+
 def test_set_statistics_by_hand() -> None:
     items = [
         summary("p1", "code", 10.0, 20.0, drafted=40, accepted=30, rounds=10),

@@ -69,10 +69,6 @@ def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, 
     if (prompt is not None or prompt_file is not None) and (cmd.prompt is not None or cmd.prompt_file is not None):
         raise LlamaspecError("the prompt is given twice: by -p/-f before -- and in the pasted command",
                              hint="give it once")
-    if prompts is not None and cmd.sampled:
-        raise LlamaspecError(f"--prompts with a sampled command (--temp {cmd.settings.temperature:g}): a prompt set's "
-                             "figures compare greedy outputs",
-                             hint="measure the sampled command on one prompt (-p or -f), or paste it with --temp 0")
     bin_dir = bin_dir_of(cmd, bin_dir)
     settings = overrides.over(cmd.settings)
     target = cmd.target.value if cmd.target.source == "hf" else str(Path(cmd.target.value).expanduser().absolute())

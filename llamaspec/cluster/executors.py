@@ -227,7 +227,7 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
         checked.add(p["case"])
     one = promptset.prompt_case(case, the_prompt)
     got = _measure_pairs(backend, one, worker.scratch / "logs" / _safe(item.key), int(p.get("repeats", 1)))
-    summary = promptset.prompt_summary(the_prompt, got.measurements)
+    summary = promptset.prompt_summary(the_prompt, got.measurements, case.settings.temperature)
     return {
         "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
         "experiment": case.experiment, "case": case.case, "prompt_id": the_prompt.id, "category": the_prompt.category,

@@ -141,9 +141,10 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Engine, store: Stor
     try:
         pairs.measure_pairs(measure, at_least=repeats)
     except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured).to_dict(), "interrupted by the user")
+        store.finish_run(run_id, "interrupted", prompt_summary(prompt, measured, case.settings.temperature).to_dict(),
+                         "interrupted by the user")
         raise
-    summary = prompt_summary(prompt, measured)
+    summary = prompt_summary(prompt, measured, case.settings.temperature)
     if summary.lossless is False:  # outside every timing: one more request to the target alone
         summary = replace(summary, divergence=divergence(backend, case, measured, logs / "divergence.json"))
     store.finish_run(run_id, summary.status, summary.to_dict(), summary.error)

@@ -154,13 +154,14 @@ def median_or_none(values: Sequence[float | None]) -> float | None:
     return statistics.median(clean) if clean else None
 
 
-def prompt_summary(prompt: Prompt, measured: Sequence[Measurement]) -> PromptFigures:
+def prompt_summary(prompt: Prompt, measured: Sequence[Measurement], temperature: float | None = None) -> PromptFigures:
     """One prompt's figures from its measurements (paired by their pair index, ``pairs.whole_pairs``).
 
     The speedup (median of paired ratios) and the lossless verdict are the run core's own
     (``summary.summarize``, ``summary.compare_outputs``): one definition for a prompt and a point.
+    Sampled (``temperature`` above 0): no lossless verdict (``lossless`` None, its text says why).
     """
-    point = summarize_point(measured)
+    point = summarize_point(measured, temperature=temperature)
     whole = whole_pairs(measured)  # every figure that sets the two modes side by side: whole pairs only
     base = [p.baseline for p in whole]
     spec = [p.speculative for p in whole]
