@@ -243,6 +243,14 @@ def test_bad_pasted_commands(argv: str, message: str, hint: str) -> None:
     assert info.value.hint and hint in info.value.hint
 
 
+def test_a_command_pasted_as_one_quoted_word() -> None:
+    line = "llama-server -m 'my models/T.gguf' -md D.gguf --spec-draft-n-max 4 --top-k 1"
+    assert command.parse([line]) == command.parse(shlex.split(line))
+    assert command.parse([line]).target.value == "my models/T.gguf"
+    with pytest.raises(LlamaspecError, match="does not split into words"):
+        command.parse(["llama-server -m 'T.gguf -md D.gguf"])
+
+
 def test_nothing_pasted() -> None:
     with pytest.raises(LlamaspecError, match="nothing after --"):
         command.parse([])

@@ -215,6 +215,8 @@ def parse(argv: Sequence[str]) -> PastedCommand:
     if not argv:
         raise LlamaspecError("nothing after --: paste a llama.cpp command",
                              hint="e.g. `llamaspec run -- llama-server -m T.gguf -md D.gguf --spec-draft-n-max 8`")
+    if len(argv) == 1 and any(c.isspace() for c in argv[0]):
+        argv = _split(argv[0])  # the whole command pasted in quotes: split it as a shell would
     name, engine, program = program_of(argv[0])
     setting_flags, ngram_flags = _setting_flags(), _ngram_flags()
     values: dict[str, Any] = {}
@@ -305,6 +307,16 @@ def parse(argv: Sequence[str]) -> PastedCommand:
     path: str | None = argv[0] if ("/" in argv[0] or "\\" in argv[0]) else None
     return PastedCommand(tuple(argv), name, engine, target, draft, settings, prompt, prompt_file,
                          tuple(dict.fromkeys(given)), tuple(dropped), path)
+
+
+def _split(text: str) -> list[str]:
+    import shlex
+
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise LlamaspecError(f"the pasted command does not split into words: {exc}",
+                             hint="check its quotes, or paste it after -- without quoting the whole line") from None
 
 
 class _Cursor:
