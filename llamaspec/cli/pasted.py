@@ -11,12 +11,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import Settings
+
+if TYPE_CHECKING:
+    from llamaspec.experiment import Experiment
+    from llamaspec.llamacpp.command import PastedCommand
 
 log = logging.getLogger("llamaspec")
 
@@ -41,7 +45,7 @@ def pasted(ctx: click.Context) -> list[str] | None:
     return found
 
 
-def _disagreements(cmd: Any, overrides: Settings) -> list[str]:
+def _disagreements(cmd: PastedCommand, overrides: Settings) -> list[str]:
     """Settings both the pasted command and llamaspec's own options set, to different values."""
     return [name for name in cmd.given
             if getattr(overrides, name) is not None and getattr(overrides, name) != getattr(cmd.settings, name)]
@@ -49,7 +53,7 @@ def _disagreements(cmd: Any, overrides: Settings) -> list[str]:
 
 def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, prompt: str | None,
           prompt_file: Path | None, prompts: str | None, name: str | None, repeats: int | str | None,
-          bin_dir: Path | None) -> tuple[Any, Any, Path | None]:
+          bin_dir: Path | None) -> tuple[Experiment, PastedCommand, Path | None]:
     """(experiment, parsed command, llama.cpp folder) for a pasted command; refuses what cannot be
     measured before anything is measured or stored."""
     from llamaspec import adhoc
@@ -89,9 +93,9 @@ def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, 
     return exp, cmd, bin_dir
 
 
-def bin_dir_of(cmd: Any, bin_dir: Path | None) -> Path | None:
+def bin_dir_of(cmd: PastedCommand, bin_dir: Path | None) -> Path | None:
     """--bin-dir (or $LLAMASPEC_BIN_DIR) when given, else the folder of a program pasted by path."""
-    if bin_dir is not None or cmd.bin_dir is None:
+    if bin_dir is not None or cmd.program_path is None:
         return bin_dir
     program = Path(cmd.program_path).expanduser()
     if not program.is_file():
@@ -100,7 +104,7 @@ def bin_dir_of(cmd: Any, bin_dir: Path | None) -> Path | None:
     return program.parent
 
 
-def as_json(cmd: Any) -> dict[str, Any]:
+def as_json(cmd: PastedCommand) -> dict[str, Any]:
     """What was read from the pasted command, for --json."""
     return {"argv": list(cmd.argv), "program": cmd.program, "engine": cmd.engine,
             "target": dataclasses.asdict(cmd.target), "draft": dataclasses.asdict(cmd.draft) if cmd.draft else None,
