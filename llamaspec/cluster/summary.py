@@ -28,13 +28,15 @@ def per_machine(store: Store, study: str) -> dict[str, dict[str, Any]]:
     runs = store.runs(group_id=study, status="ok")
     grouped: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     items: dict[str, int] = defaultdict(int)
+    temperature: dict[str, float | None] = {}  # per case: a sampled case has no lossless verdict
     for run in sorted(runs, key=lambda r: r["id"]):
         machine = machine_of(run) or "?"
         items[machine] += 1
         grouped[machine][run["case_name"]] += store.measurements(run["id"])
+        temperature[run["case_name"]] = (run.get("settings") or {}).get("temperature")
     out: dict[str, dict[str, Any]] = {}
     for machine, cases in sorted(grouped.items()):
-        summaries = {case: summarize(measurements_of(rows)) for case, rows in cases.items()}
+        summaries = {case: summarize(measurements_of(rows), temperature=temperature.get(case)) for case, rows in cases.items()}
         ratios = [r for s in summaries.values() if s.speedup for r in (s.speedup.values or ())]
         spec = [m["decode_tps"] for rows in cases.values() for m in rows if m["mode"] == "speculative" and m["ok"] and m["decode_tps"]]
         base = [m["decode_tps"] for rows in cases.values() for m in rows if m["mode"] == "baseline" and m["ok"] and m["decode_tps"]]
