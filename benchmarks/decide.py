@@ -6,7 +6,7 @@ draws pairs with replacement from the recording, as a new sweep on the same mach
 measured them. Three policies decide on the drawn pairs:
 
 - **old rule**: the tie set (intervals overlapping the best median's) and its shortest draft, as
-  llamaspec decided before issue 18;
+  llamaspec decided up to commit 7148faa;
 - **new rule, fixed grid**: ``llamaspec.decide`` on 3 pairs at every recorded length;
 - **adaptive**: ``llamaspec.decide`` on one pair at every length (``llamaspec.sweep``'s first
   pass), then the pairs its ``requests`` ask for (the contenders, the model's unmeasured favourites), until the
@@ -220,7 +220,7 @@ def new_rule(rec: Recorded, draws: dict[int, list[int]], refits: int, positions:
 
 
 def old_rule(rec: Recorded, draws: dict[int, list[int]]) -> int | None:
-    """Before issue 18: the points whose interval overlaps the best median's, then the shortest
+    """The old rule: the points whose interval overlaps the best median's, then the shortest
     draft among them that measured above 1.0 (None: no draft)."""
     rows = [r for r in rows_for(rec, draws) if r.speedup is not None]
     best = max(rows, key=lambda r: r.speedup.median if r.speedup else 0.0)
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{BUDGET_SHARE * 100:.0f} % of the fixed grid's time): {overall} ({', '.join(f'{k} {v}' for k, v in verdicts.items())})")
     overall = ("met" if all(v == "met" for v in long_verdicts.values()) else
                "NOT met" if any(v == "NOT met" for v in long_verdicts.values()) else "not shown either way")
-    print(f"goal of issue 32 (long first: at most {GOAL_WRONG * 100:.0f} % of decisions more than 5 % below the best, by "
+    print(f"goal (long first: at most {GOAL_WRONG * 100:.0f} % of decisions more than 5 % below the best, by "
           f"the 95 % interval over the replays, at no more than {LONG_BUDGET_SHARE * 100:.0f} % of the fixed grid's time): "
           f"{overall} ({', '.join(f'{k} {v}' for k, v in long_verdicts.items())}); it rests on llama-speculative's timings "
           "and speedups with llama-speculative-simple's acceptance by position of the same lengths")

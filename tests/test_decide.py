@@ -31,7 +31,7 @@ def view(preds: dict[int, tuple[float, float, float]], error: float = 0.02, best
 
 
 def test_the_issue_sweep_recommends_the_only_setting_shown_faster() -> None:
-    # make demo's sweep from issue 18: the old rule took draft 2 (1.07x [0.84-1.18], the cheapest of
+    # a make demo sweep (2 Dec 2026): the old rule took draft 2 (1.07x [0.84-1.18], the cheapest of
     # a tie set built around one noisy best point); draft 4 is the only one whose interval is above 1.
     got = decide.decide([c(1, 1.01, 0.93, 1.08), c(2, 1.07, 0.84, 1.18), c(4, 1.20, 1.14, 1.29),
                          c(8, 1.27, 0.95, 1.64), c(12, 1.15, 0.90, 1.30)])

@@ -176,11 +176,6 @@ def test_the_wheel_build_step_ships_the_catalog_every_experiment_and_prompt_set(
 # --- the real wheel in a fresh venv --------------------------------------------------------------------
 
 
-# `llamaspec sweep -m T.gguf -md D.gguf` needs models on the command line (issue 30 item 1; llama.cpp
-# found on PATH, item 4, is in). Set True once -m/-md are in this tree.
-SWEEP_WITH_MODEL_FLAGS = True
-
-
 @pytest.fixture(scope="session")
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel built from this clone, installed with its dependencies (no extras: no torch) in
@@ -288,10 +283,9 @@ def test_the_installed_wheel_runs_a_shipped_experiment_from_an_empty_folder(whee
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-@pytest.mark.skipif(not SWEEP_WITH_MODEL_FLAGS, reason="needs -m/-md on the command line (issue 30 item 1)")
 def test_the_installed_wheel_sweeps_two_gguf_files_with_llamacpp_on_path(wheel_venv: Path, llama_build, offline_pair,
                                                                         tmp_path: Path) -> None:
-    """Issue 30's 'done when': from an empty folder, in a fresh venv made from the wheel, with llama.cpp
+    """From an empty folder, in a fresh venv made from the wheel, with llama.cpp
     on PATH and no clone: `llamaspec sweep -m T.gguf -md D.gguf --draft 1,2,4,8` ends with the decision
     and a deploy command that names those two files."""
     target, draft = offline_pair

@@ -120,7 +120,7 @@ def test_intervals_are_seeded_and_cover_the_estimate() -> None:
 
 
 def test_end_to_end_figures_by_hand_include_the_prompt() -> None:
-    """The previous helper's case on the shipped set: the draft makes decoding 1.26x faster, but the
+    """A case measured on the shipped set: the draft makes decoding 1.26x faster, but the
     speculative server takes 700 ms on the prompt against 267 ms: at 32 tokens the request is slower."""
     s = summary("p1", "code", 100.0, 126.0, n=32, prompt_ms=(267.0, 700.0))
     assert s.speedup and math.isclose(s.speedup, 1.26)  # decode: unchanged

@@ -97,7 +97,7 @@ def test_the_loop_overhead_is_the_baselines_step_beyond_the_timed_one() -> None:
 
 # --- recorded sweeps ------------------------------------------------------------------------------
 
-# The bound on the median |predicted - measured| / measured (issue 18's 10 %). Measured with the model
+# The bound on the median |predicted - measured| / measured (the decision's 10 %). Measured with the model
 # as it stands: llama-server q4_1 4.2 % with the draft's cost fitted, 4.3 % as timed (llama-bench's step alone, no loop: 11.2 %; the loop charged
 # per round: 61.6 %); transformers 13.2 % with the draft's cost fitted, 22.6 % as timed (below).
 MODEL_ERROR_BOUND = 0.10

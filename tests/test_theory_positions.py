@@ -1,4 +1,4 @@
-"""The speedup model on the measured acceptance-by-position curve (issue 32 items 2 and 3): the
+"""The speedup model on the measured acceptance-by-position curve: the
 curve's tokens per round, its bad input, the fit that uses it where every point counted it, the
 contradiction of its assumption, the adaptive sweep's first pass at the longest lengths, and the
 model's error on the recordings at three acceptance levels against the one-alpha model's."""

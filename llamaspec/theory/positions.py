@@ -33,7 +33,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.theory.maths import HINT_COUNTS, count
 
 # A measured point contradicts the curve of the other points when its tokens per round differ from
-# the curve's by more than this share. The recordings of issue 32 (llama-speculative-simple, drafts
+# the curve's by more than this share. The recordings in tests/fixtures/llamacpp/0c1e570/positions/ (llama-speculative-simple, drafts
 # 1..16, one greedy run each) differ from their leave-one-out curve by a median of a few per cent.
 CONTRADICTION = 0.10
 
