@@ -244,15 +244,7 @@ def adaptive(rec: Recorded, rng: random.Random, refits: int, budget: int) -> tup
     """Coarse grid first, then what the decision asks for, until settled or out of pairs."""
     first = FIRST if FIRST is not None else sweep.first_lengths(rec.grid)
     draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in first if k in rec.points}
-    measurable = [("", k) for k in rec.grid]
-    while True:
-        d = new_rule(rec, draws, refits)
-        step = decide.next_step(d, sum(len(v) for v in draws.values()), budget, measurable)
-        if step.stop:
-            return d, draws, step.stop
-        for r in step.requests:
-            k = _length(r.key)
-            draws.setdefault(k, []).extend(rng.randrange(len(rec.points[k].pairs)) for _ in range(r.pairs))
+    return _until_stop(rec, rng, refits, budget, draws, positions=False)
 
 
 def long_first(rec: Recorded, rng: random.Random, refits: int, budget: int) -> tuple[decide.Decision, dict[int, list[int]], str]:
@@ -261,12 +253,18 @@ def long_first(rec: Recorded, rng: random.Random, refits: int, budget: int) -> t
     counts positions)."""
     first = sweep.first_lengths(rec.grid, by_position=True)
     draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in first}
-    measurable = [("", k) for k in rec.grid]
     group = group_for(rec, draws, refits, positions=True)
     for b in decide.model_contenders([group.view] if group.view else [], [("", k) for k in draws]):
         draws[_length(b.key)] = [rng.randrange(len(rec.points[_length(b.key)].pairs)) for _ in range(FIRST_PAIRS)]
+    return _until_stop(rec, rng, refits, budget, draws, positions=True)
+
+
+def _until_stop(rec: Recorded, rng: random.Random, refits: int, budget: int, draws: dict[int, list[int]],
+                positions: bool) -> tuple[decide.Decision, dict[int, list[int]], str]:
+    """The adaptive loop after its first pass: decide, then draw the pairs the decision asks for."""
+    measurable = [("", k) for k in rec.grid]
     while True:
-        d = new_rule(rec, draws, refits, positions=True)
+        d = new_rule(rec, draws, refits, positions=positions)
         step = decide.next_step(d, sum(len(v) for v in draws.values()), budget, measurable)
         if step.stop:
             return d, draws, step.stop

@@ -230,29 +230,12 @@ def test_run_takes_one_draft(pair) -> None:
 # --- USER/REPO[:QUANT] through the loopback hub ---------------------------------------------------
 
 @pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The loopback hub, with huggingface_hub pointed at it, and a cache and home of the test's own."""
-    import huggingface_hub.constants as constants
-    from huggingface_hub import file_download
-
-    with Hub() as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.setattr(constants, "ENDPOINT", server.url)
-        template = server.url + "/{repo_id}/resolve/{revision}/{filename}"
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-        monkeypatch.setattr(file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template, raising=False)
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
-        monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf-home" / "stored_tokens"))
-        given._resolved.clear()
-        yield server
-        given._resolved.clear()
+def hub(hub):
+    """conftest's loopback hub, with what this process remembers of resolved hub models forgotten
+    before and after."""
+    given._resolved.clear()
+    yield hub
+    given._resolved.clear()
 
 
 REPO = "tester/Tiny-GGUF"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import time
 from pathlib import Path
 
 import gguf
@@ -190,9 +189,9 @@ def test_headers_are_remembered_and_read_again_when_a_file_changes(tmp_path: Pat
         f"token {len(TOKENS) - 1} differs: target '▁w199', draft '▁other'"
 
 
-def test_two_hundred_files_take_seconds(tmp_path: Path, machine: Path) -> None:
-    """Headers only: 200 small files read and judged well within seconds (gguf's GGUFReader took
-    5-30 s for one real file on the 2-core VM)."""
+def test_two_hundred_files_are_each_judged(tmp_path: Path, machine: Path) -> None:
+    """Headers only: 200 small files read and judged, each by its own vocabulary (how long that takes
+    is benchmarks/drafts.py's to print, not a test's to time)."""
     target = tiny_gguf(tmp_path / "target.gguf", tokens=TOKENS, n_embd=64)
     folder = tmp_path / "many"
     folder.mkdir()
@@ -203,11 +202,9 @@ def test_two_hundred_files_take_seconds(tmp_path: Path, machine: Path) -> None:
     for i in range(1, 100):
         shutil.copy(fits, folder / f"fits-{i:03d}.gguf")
         shutil.copy(differs, folder / f"differs-{i:03d}.gguf")
-    start = time.monotonic()
     found = drafts.survey(target, [folder], caches=False)
-    seconds = time.monotonic() - start
     assert len(found.of("accepted")) == 100 and len(found.of("refused")) == 100
-    assert seconds < 20, f"{seconds:.1f} s for 200 headers"
+    assert {Path(f.path).name.split("-")[0] for f in found.of("refused")} == {"differs"}
 
 
 def test_the_header_reader_agrees_with_ggufs_own(tmp_path: Path) -> None:
