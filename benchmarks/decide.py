@@ -1,9 +1,15 @@
 """How often does a sweep's decision pick a setting that is really worse, and what does it cost?
 
-Replays recorded real sweeps (``tests/fixtures/llamacpp/0c1e570/sweep-accept/<level>/sweep.json``:
-draft lengths 1..16, 30 pairs each (Q2_K 10), measured in passes, every run's figures) by resampling their pairs: each replay
-draws pairs with replacement from the recording, as a new sweep on the same machine would have
-measured them. Three policies decide on the drawn pairs:
+Replays recorded real sweeps by resampling their pairs: each replay draws pairs with replacement
+from the recording, as a new sweep on the same machine would have measured them. The recordings
+(``--recordings``, under ``tests/fixtures/llamacpp/0c1e570/``, draft lengths 1..8, 10, 12, 14, 16,
+measured in passes, every run's figures in ``<level>/sweep.json``):
+
+- ``sweep-positions`` (the default): llama-speculative-simple with ``--spec-draft-p-min 0``, 20
+  pairs a point at Q4_1, Q4_0 and Q2_K, every speculative run counting its acceptance by position;
+- ``sweep-accept``: llama-speculative, 30 pairs a point (Q2_K 10), no positions of its own.
+
+The policies that decide on the drawn pairs:
 
 - **old rule**: the tie set (intervals overlapping the best median's) and its shortest draft, as
   llamaspec decided up to commit 7148faa;
@@ -14,12 +20,11 @@ measured them. Three policies decide on the drawn pairs:
 - **long first (positions)**: the adaptive sweep where the program counts acceptance by draft
   position (``llamaspec.sweep.FIRST_LONGEST``): one pair at the two longest lengths, every other
   length predicted from their acceptance by position and the cost timings, then what the decision
-  asks for, within ``LONG_BUDGET_SHARE`` of the fixed grid's pairs. **What it rests on**: the
-  timings and speedups are the llama-speculative recordings above (30 pairs a point); the
+  asks for, within ``LONG_BUDGET_SHARE`` of the fixed grid's pairs. On ``sweep-positions`` each
+  drawn pair brings its own counts; on ``sweep-accept`` (llama-speculative prints no positions) the
   acceptance by position is llama-speculative-simple's (``-lv 4 --spec-draft-p-min 0``, one greedy
   run per length at each level: ``tests/fixtures/llamacpp/0c1e570/positions/``), attached to the
-  point of the same length. llama-speculative prints no positions, and the issue's own recordings
-  (20 pairs a point with a program that reports positions, on a quiet machine) are not made yet.
+  point of the same length.
 - **oracle**: the same budget spent evenly on the recording's true contenders (its best and every
   length within 5 % of it), the best median taken: what deciding by measurement alone reaches
   with those pairs on this machine's noise when told where to look (the adaptive sweep can do
@@ -44,7 +49,8 @@ all of it is above. Time is the recorded wall time of the pairs a policy drew (s
 baseline), relative to the fixed 3-pair grid of the same replay (the one-off
 llama-bench cost timings are the same for every policy and left out).
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/decide.py [--replays 200] [--levels q4_1,q4_0,q2_k,q4_1-later] [--no-floor]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/decide.py [--replays 200] [--recordings sweep-positions|sweep-accept]
+        [--levels q4_1,q4_0,q2_k] [--no-floor]
 """
 
 from __future__ import annotations
@@ -66,8 +72,14 @@ from llamaspec.results import measurements_of
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570" / "sweep-accept"
-POSITIONS = FIXTURES.parent / "positions"  # llama-speculative-simple -lv 4, one run per length and level
+RECORDED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570"
+# The recordings to replay (--recordings): llama-speculative-simple's sweeps, every pair counting
+# acceptance by position (the default), or llama-speculative's, which count none (their positions
+# come from one llama-speculative-simple run per length: POSITIONS).
+RECORDINGS = {"sweep-positions": ("q4_1", "q4_0", "q2_k"), "sweep-accept": ("q4_1", "q4_0", "q2_k", "q4_1-later")}
+SWEEPS = RECORDED / "sweep-positions"
+ACCEPT = RECORDED / "sweep-accept"
+POSITIONS = RECORDED / "positions"  # llama-speculative-simple -lv 4, one run per length and level
 LONG_BUDGET_SHARE = 0.4  # the long-first policy's pairs, as a share of the fixed grid's
 WORSE = 0.03  # a decision is wrong when its setting is truly more than 3 % below the best
 FIXED_PAIRS = 3
@@ -83,6 +95,9 @@ class Pair:
     spec_tps: float
     base_tps: float
     seconds: float  # wall time of both runs
+    # the speculative run's acceptance by position (drafted, accepted), where its program counted it
+    drafted: tuple[int, ...] | None = None
+    accepted: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +131,11 @@ class Recorded:
         return tuple(sorted(self.points))
 
     @property
+    def pairs_count_positions(self) -> bool:
+        """Whether every recorded pair carries its own acceptance by position."""
+        return all(p.drafted is not None for point in self.points.values() for p in point.pairs)
+
+    @property
     def true_best(self) -> float:
         return max(p.true_speedup for p in self.points.values())
 
@@ -135,20 +155,27 @@ def pairs_of(run: dict[str, Any]) -> tuple[Pair, ...]:
     out = []
     for p in pairs.whole_pairs(measurements_of(run["measurements"])):
         if p.ratio is not None and p.speculative.decode_tps and p.baseline.decode_tps:
-            out.append(Pair(p.ratio, p.speculative.decode_tps, p.baseline.decode_tps,
-                            (p.speculative.wall_seconds or 0.0) + (p.baseline.wall_seconds or 0.0)))
+            spec = p.speculative
+            out.append(Pair(p.ratio, spec.decode_tps, p.baseline.decode_tps,
+                            (spec.wall_seconds or 0.0) + (p.baseline.wall_seconds or 0.0),
+                            tuple(spec.drafted_by_position) if spec.drafted_by_position is not None else None,
+                            tuple(spec.accepted_by_position) if spec.accepted_by_position is not None else None))
     return tuple(out)
 
 
-def load(level: str, root: Path = FIXTURES, positions: Path | None = POSITIONS) -> Recorded:
+def load(level: str, root: Path = SWEEPS, positions: Path | None = POSITIONS) -> Recorded:
+    """One recorded sweep; where its pairs counted no positions, each length's acceptance by
+    position from the ``positions`` logs of the same level."""
     data = json.loads((root / level / "sweep.json").read_text())
     points = {}
     for run in data["points"]:
         if run["status"] != "ok":
             continue
         points[int(run["draft_max"])] = Point(int(run["draft_max"]), run, Summary.from_dict(run["summary"]), pairs_of(run))
-    curves = load_positions(positions / level.split("-")[0], points) if positions is not None else {}
-    return Recorded(level, data, points, curves)
+    rec = Recorded(level, data, points)
+    if positions is None or rec.pairs_count_positions:
+        return rec
+    return dataclasses.replace(rec, positions=load_positions(positions / level.split("-")[0], points))
 
 
 def load_positions(folder: Path, lengths: Any) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -200,11 +227,23 @@ def rows_for(rec: Recorded, draws: dict[int, list[int]], positions: bool = False
                                       speedup=_speedup(tuple(p.ratio for p in chosen)),
                                       decode_tps=_values(tuple(p.spec_tps for p in chosen)),
                                       baseline_decode_tps=_values(tuple(p.base_tps for p in chosen)))
-        if positions and k in rec.positions:
-            drafted, accepted = rec.positions[k]
-            summary = dataclasses.replace(summary, drafted_by_position=drafted, accepted_by_position=accepted)
+        counted = _summed_positions(chosen) if positions else None
+        if counted is None and positions and k in rec.positions:
+            counted = rec.positions[k]
+        if counted is not None:
+            summary = dataclasses.replace(summary, drafted_by_position=counted[0], accepted_by_position=counted[1])
         rows.append(analysis.PointRow(point.run["run_id"], "", k, summary))
     return rows
+
+
+def _summed_positions(chosen: list[Pair]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The chosen pairs' acceptance by position summed, over the positions each of them counted
+    (as the run core sums a point's runs); None where one counted none."""
+    if not chosen or any(p.drafted is None or p.accepted is None for p in chosen):
+        return None
+    n = min(len(p.drafted or ()) for p in chosen)
+    return (tuple(sum((p.drafted or ())[i] for p in chosen) for i in range(n)),
+            tuple(sum((p.accepted or ())[i] for p in chosen) for i in range(n)))
 
 
 def group_for(rec: Recorded, draws: dict[int, list[int]], refits: int, positions: bool = False) -> analysis.GroupReport:
@@ -418,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--refits", type=int, default=100, help="bootstrap refits of the model per decision")
-    ap.add_argument("--levels", default="q4_1,q4_0,q2_k,q4_1-later")
+    ap.add_argument("--recordings", choices=sorted(RECORDINGS), default="sweep-positions",
+                    help="which recorded sweeps to replay (tests/fixtures/llamacpp/0c1e570/<this>/)")
+    ap.add_argument("--levels", default=None, help="the recordings' levels to replay (default: all of them)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--first", default=None, help="the adaptive policy's first lengths (default: every length)")
     ap.add_argument("--first-pairs", type=int, default=FIRST_PAIRS, help="pairs per length in the first pass")
@@ -431,14 +472,15 @@ def main(argv: list[str] | None = None) -> int:
     verdicts: dict[str, str] = {}
     long_verdicts: dict[str, str] = {}  # the long-first policy, on ">5% off" at LONG_BUDGET_SHARE of the time
     floors: dict[str, str] = {}  # levels whose whole recording, redrawn, misses the goal's share
-    for level in a.levels.split(","):
-        rec = load(level)
+    root = RECORDED / a.recordings
+    for level in (a.levels.split(",") if a.levels else RECORDINGS[a.recordings]):
+        rec = load(level, root)
         started = time.monotonic()
         tallies = replay(rec, a.replays, a.refits, a.seed, floor=not a.no_floor)
         fixed = tallies["new rule, fixed 3-pair grid"].seconds
         truth = ", ".join(f"{k}: {p.true_speedup:.2f}x" for k, p in sorted(rec.points.items()))
         print(f"{level:<10} truth (median of {min(len(p.pairs) for p in rec.points.values())}+ pairs): {truth}")
-        if rec.positions:
+        if rec.positions or rec.pairs_count_positions:
             first = sweep.first_lengths(rec.grid, by_position=True)
             curve, one = prediction_errors(rec)
             print(f"{level:<10} model fitted to draft {' and '.join(map(str, first))} (every recorded pair), at the other "
@@ -469,8 +511,10 @@ def main(argv: list[str] | None = None) -> int:
                "NOT met" if any(v == "NOT met" for v in long_verdicts.values()) else "not shown either way")
     print(f"goal (long first: at most {GOAL_WRONG * 100:.0f} % of decisions more than 5 % below the best, by "
           f"the 95 % interval over the replays, at no more than {LONG_BUDGET_SHARE * 100:.0f} % of the fixed grid's time): "
-          f"{overall} ({', '.join(f'{k} {v}' for k, v in long_verdicts.items())}); it rests on llama-speculative's timings "
-          "and speedups with llama-speculative-simple's acceptance by position of the same lengths")
+          f"{overall} ({', '.join(f'{k} {v}' for k, v in long_verdicts.items())})"
+          + ("; it rests on llama-speculative's timings and speedups with llama-speculative-simple's acceptance by "
+             "position of the same lengths" if a.recordings == "sweep-accept" else
+             "; every pair's timings, speedup and acceptance by position from the same llama-speculative-simple runs"))
     if floors:
         print(f"the recordings cannot resolve the {WORSE * 100:.0f} % line: on every pair on record, redrawn, the rule "
               f"itself is wrong {', '.join(floors.values())}, more than the goal allows a sweep on a fraction of them")

@@ -10,6 +10,7 @@
 # whatever the tests did.
 set -u
 : "${BIN:?}" "${WORKERS:?}" "${QUICK:?}" "${HUB_STAMP:?}" "${BUILDS_LOG:?}"
+SLOW_WORKERS=${SLOW_WORKERS:-2}
 
 # At a lower priority: the compiler takes the cores the tests leave idle (they mostly wait on child
 # processes, and the slow tier's programs run on one thread), and the tests' timings stay theirs.
@@ -19,7 +20,7 @@ echo "make test: building llama-server and the older llama.cpp generations in th
 
 make --no-print-directory -j2 setup-convert "$HUB_STAMP" \
     && "$BIN/python" -m pytest -q -n "$WORKERS" -m "$QUICK" \
-    && "$BIN/python" -m pytest -q -m "not ($QUICK)" --durations=10 \
+    && "$BIN/python" -m pytest -q -n "$SLOW_WORKERS" --dist loadfile --no-loadscopereorder -m "not ($QUICK)" --durations=10 \
     && make --no-print-directory test-hub
 status=$?
 

@@ -165,11 +165,11 @@ MODEL_ERROR_BOUND = 0.10
 
 
 def _recorded(level: str):  # type: ignore[no-untyped-def]
-    from benchmarks.decide import FIXTURES, load
+    from benchmarks.decide import ACCEPT, load
 
-    if not (FIXTURES / level / "sweep.json").is_file():
-        pytest.fail(f"recorded sweep {level} missing under {FIXTURES}")
-    return load(level)
+    if not (ACCEPT / level / "sweep.json").is_file():
+        pytest.fail(f"recorded sweep {level} missing under {ACCEPT}")
+    return load(level, ACCEPT)
 
 
 @pytest.mark.parametrize("level", list(LEVELS))

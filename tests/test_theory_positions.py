@@ -179,9 +179,9 @@ def test_on_the_recordings_the_longest_lengths_curve_predicts_the_others(level: 
     """Fitted to the two longest lengths (every recorded pair there), the model predicts the ten
     others within 5 % (median) on their acceptance by position; with one alpha it cannot (its
     draft cost needs three lengths to be fitted, and one alpha misses the curve's shape)."""
-    from benchmarks.decide import load, prediction_errors
+    from benchmarks.decide import ACCEPT, load, prediction_errors
 
-    rec = load(level)
+    rec = load(level, ACCEPT)
     assert {14, 16} <= set(rec.positions)  # llama-speculative-simple's counts at the longest lengths
     curve, one_alpha = prediction_errors(rec)
     assert curve <= 0.05 and curve < one_alpha, (curve, one_alpha)
@@ -191,9 +191,9 @@ def test_on_the_recordings_the_longest_lengths_curve_predicts_the_others(level: 
 def test_on_the_recordings_the_fit_to_every_length_is_as_good_on_the_curve(level: str) -> None:
     """Fitted to every length, where the draft's cost is fitted over twelve lengths, the curve's
     error is within a point of the one-alpha model's or better; the sweep prints both."""
-    from benchmarks.decide import load, rows_for
+    from benchmarks.decide import ACCEPT, load, rows_for
 
-    rec = load(level)
+    rec = load(level, ACCEPT)
     rows = rows_for(rec, rec.every_pair, positions=True)
     fit, _explanation, _note = analysis.analyze_rows(rows)
     if len(rec.positions) < len(rec.points):  # a length without counts: the one-alpha model alone
@@ -203,3 +203,59 @@ def test_on_the_recordings_the_fit_to_every_length_is_as_good_on_the_curve(level
     curve, one_alpha = fit.median_abs_error, fit.single_alpha.median_abs_error
     assert curve is not None and one_alpha is not None and curve <= one_alpha + 0.01, (curve, one_alpha)
     assert f"with one alpha {100 * one_alpha:.1f}%" in fit.fit_quality()
+
+
+# --- the recordings with a program that counts positions (sweep-positions/) ----------------------
+# tests/fixtures/llamacpp/0c1e570/sweep-positions/<level>/sweep.json: llama-speculative-simple
+# sweeps, 20 pairs a point, every speculative run with its own acceptance by position (README.md
+# there says when and how).
+
+POSITION_LEVELS = {"q4_1": (0.80, 1.00), "q4_0": (0.35, 0.65), "q2_k": (0.15, 0.45)}  # accepted at draft 8
+
+
+@pytest.mark.parametrize("level", list(POSITION_LEVELS))
+def test_the_position_recordings_count_every_round_of_every_pair(level: str) -> None:
+    from benchmarks.decide import SWEEPS, load
+
+    rec = load(level, SWEEPS)
+    assert rec.grid == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) and rec.pairs_count_positions and not rec.positions
+    settings = rec.data["settings"]
+    assert settings["program"] == "speculative-simple" and settings["draft_p_min"] == 0 and settings["threads"] == 1
+    for k, point in rec.points.items():
+        s = point.summary
+        assert s.status == "ok" and s.lossless.verdict == "identical" and s.paired and len(point.pairs) == s.pairs >= 20
+        for m in point.run["measurements"]:
+            if m["mode"] != "speculative":
+                continue
+            drafted, accepted = m["drafted_by_position"], m["accepted_by_position"]
+            assert 1 <= len(drafted) == len(accepted) <= k
+            assert all(a <= d for a, d in zip(accepted, drafted, strict=True))
+            assert list(drafted) == sorted(drafted, reverse=True) and list(accepted) == sorted(accepted, reverse=True)
+            if len(drafted) == k:  # every position known: the counts add up to the program's own totals
+                assert (sum(drafted), sum(accepted)) == (m["n_drafted"], m["n_accept"])
+    low, high = POSITION_LEVELS[level]
+    eight = rec.points[8].summary.accept
+    assert eight is not None and low <= eight.median / 100 <= high, eight.median
+
+
+@pytest.mark.parametrize("level", list(POSITION_LEVELS))
+def test_on_the_position_recordings_the_longest_lengths_curve_predicts_the_others(level: str) -> None:
+    """As on the llama-speculative recordings, but every pair's timings, speedup and counts from
+    the same runs: fitted to the two longest lengths, the model predicts the ten others within 7 %
+    (median) and at most half the one-alpha model's error. Measured: Q4_1 1.0 % (one alpha 30.0 %),
+    Q4_0 5.9 % (16.5 %), Q2_K 5.4 % (42.9 %)."""
+    from benchmarks.decide import SWEEPS, load, prediction_errors
+
+    curve, one_alpha = prediction_errors(load(level, SWEEPS))
+    assert curve <= 0.07 and curve <= one_alpha / 2, (curve, one_alpha)
+
+
+@pytest.mark.parametrize("level", list(POSITION_LEVELS))
+def test_on_the_position_recordings_the_fit_to_every_length_is_as_good_on_the_curve(level: str) -> None:
+    from benchmarks.decide import SWEEPS, load, rows_for
+
+    rec = load(level, SWEEPS)
+    fit, _explanation, _note = analysis.analyze_rows(rows_for(rec, rec.every_pair, positions=True))
+    assert fit is not None and fit.positions is not None and fit.single_alpha is not None
+    curve, one_alpha = fit.median_abs_error, fit.single_alpha.median_abs_error
+    assert curve is not None and one_alpha is not None and curve <= one_alpha + 0.01, (curve, one_alpha)
