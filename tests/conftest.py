@@ -32,7 +32,7 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
 
 
 # `make test` runs the slow tier in two processes, each taking whole files (pytest-xdist's
-# `--dist loadfile --no-loadscopereorder`, tests/make_test.sh), in the order collected: these files,
+# `--dist loadfile --no-loadscope-reorder`, tests/make_test.sh), in the order collected: these files,
 # the longest, go first, so that no process is left with a long one when the other has finished.
 # Their times in the slow tier (docs/development.md): the order is all this decides.
 LONGEST_FIRST = ("test_cluster_ray.py", "test_install.py", "test_adhoc_llamacpp.py", "test_server.py",

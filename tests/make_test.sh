@@ -20,7 +20,7 @@ echo "make test: building llama-server and the older llama.cpp generations in th
 
 make --no-print-directory -j2 setup-convert "$HUB_STAMP" \
     && "$BIN/python" -m pytest -q -n "$WORKERS" -m "$QUICK" \
-    && "$BIN/python" -m pytest -q -n "$SLOW_WORKERS" --dist loadfile --no-loadscopereorder -m "not ($QUICK)" --durations=10 \
+    && "$BIN/python" -m pytest -q -n "$SLOW_WORKERS" --dist loadfile --no-loadscope-reorder -m "not ($QUICK)" --durations=10 \
     && make --no-print-directory test-hub
 status=$?
 

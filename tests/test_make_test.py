@@ -52,7 +52,7 @@ def test_the_builds_start_first_and_every_tier_runs(tmp_path: Path) -> None:
     assert [c for c in calls if c != "python tests/llamacpp_builds.py"] == [
         "make --no-print-directory -j2 setup-convert .venv-hub/.installed",
         "python -m pytest -q -n 4 -m not slow",
-        "python -m pytest -q -n 2 --dist loadfile --no-loadscopereorder -m not (not slow) --durations=10",
+        "python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m not (not slow) --durations=10",
         "make --no-print-directory test-hub",
         "builds done"]
     assert calls.index("python tests/llamacpp_builds.py") < calls.index("builds done")
