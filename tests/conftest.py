@@ -32,9 +32,9 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
 
 
 # `make test` runs the slow tier in two processes, each taking whole files (pytest-xdist's
-# `--dist loadfile --no-loadscope-reorder`, tests/make_test.sh), in the order collected: these files,
-# the longest, go first, so that no process is left with a long one when the other has finished.
-# Their times in the slow tier (docs/development.md): the order is all this decides.
+# `--dist loadfile --no-loadscope-reorder`, tests/make_test.sh), in the order its workers collect
+# them: these files, the longest, go first (in every run: a worker is told `dist = "no"`), so that
+# no process is left with a long one when the other has finished. The order is all this decides.
 LONGEST_FIRST = ("test_cluster_ray.py", "test_install.py", "test_adhoc_llamacpp.py", "test_server.py",
                  "test_hf_runner.py", "test_hf_experiments.py", "test_run_llamacpp.py", "test_deploy.py")
 
@@ -45,8 +45,7 @@ def _longest_first(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if getattr(config.option, "dist", None) == "loadfile":
-        _longest_first(items)
+    _longest_first(items)
     absent = {marker: (missing, how) for marker, (modules, how) in NEEDS.items() if (missing := _missing(modules))}
     for item in items:
         for marker, (missing, how) in absent.items():
