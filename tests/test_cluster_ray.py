@@ -87,6 +87,8 @@ def _inner_results(name: str) -> tuple[str, str, str]:
     if name not in _RESULTS:
         import xml.etree.ElementTree as ET
 
+        _provide_offline_pair()
+
         nodes = _SELECTED if any(n.rsplit("::", 1)[-1] == name for n in _SELECTED) else [f"{Path(__file__).resolve()}::{name}"]
         with tempfile.TemporaryDirectory(prefix="lsray-junit-") as folder:
             junit = Path(folder) / "inner.xml"
@@ -113,6 +115,23 @@ def _inner_results(name: str) -> tuple[str, str, str]:
         for node in nodes:  # a test the inner run never reported (it crashed or hung): its output says why
             _RESULTS.setdefault(node.rsplit("::", 1)[-1], ("failed", tail, ""))
     return _RESULTS[name]
+
+
+def _provide_offline_pair() -> None:
+    """The offline pair the real-binary tests below run (made here, outside the namespace, as the
+    other modules' fixtures make it: the inner tests only look for it). Without a build or the
+    models, nothing is made and those tests skip, saying what is missing."""
+    import llamacpp_builds
+
+    from llamaspec import models
+    from llamaspec.errors import LlamaspecError
+
+    try:
+        build = llamacpp_builds.pinned()
+        for variant in ("f32", "q4_1"):
+            models.resolve("smollm2-135m", variant, build=build)
+    except LlamaspecError:
+        return
 
 
 class _Head:
