@@ -68,7 +68,7 @@ QUICK := not llamacpp and not slow and not convert and not hf and not cluster
 
 # The quick tests run in 4 processes (pytest-xdist): most of their time is waiting on child
 # processes, sockets and locks, so 4 fit 2 cores. The tests that run the real binaries, servers and
-# Ray run one at a time, as they measure and start servers of their own.
+# Ray run in 2 processes, whole files each (tests/make_test.sh).
 WORKERS ?= 4
 
 check: setup
