@@ -3,6 +3,10 @@
 Reads the results store, builds :class:`llamaspec.theory.Observation` s from what llama.cpp
 printed, fits :func:`llamaspec.theory.analyze`, and draws :mod:`llamaspec.plot` figures.
 Points are fitted together only when they differ in draft length alone (other axes make groups).
+
+Its size: the three views of stored runs (a point row, a group fitted together, a sweep's
+report) and the functions that turn one into the next; each view is built only from the one
+before it, here.
 """
 
 from __future__ import annotations

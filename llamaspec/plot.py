@@ -8,6 +8,10 @@ image never sits under its final name.
 
 Inputs are plain values (``PlotPoint``, ``PlotMeta``, curves as ``(draft length, value)`` pairs); the
 caller turns stored runs and :mod:`llamaspec.theory` results into them.
+
+Its size: five figures (speed, acceptance, acceptance by position, speedup, the dashboard) share
+one set of private drawing helpers (axis ranges, styling, interval bars, the atomic save); split
+by figure, every module would import the others' privates.
 """
 
 from __future__ import annotations

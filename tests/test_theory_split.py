@@ -39,6 +39,19 @@ def test_no_theory_module_is_over_450_lines() -> None:
     assert sizes and max(sizes.values()) <= 450, sizes
 
 
+def test_a_module_over_450_lines_says_why_in_its_docstring() -> None:
+    """The rule of the theory split for the whole package: a module past about 450 lines states
+    its reason, in a paragraph of its docstring starting "Its size:"."""
+    import ast
+
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > 450 and "\nIts size: " not in "\n" + (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(str(path.relative_to(PACKAGE)))
+    assert not unexplained, unexplained
+
+
 def test_every_engine_registers_its_profiles_and_the_old_names_still_import() -> None:
     known = theory.registered()
     assert {"llama-speculative", "llama-speculative-simple", "llama-server", "transformers-assisted",

@@ -40,6 +40,10 @@ force at the start and at the end are stored in ``Measurement.stats["assistant"]
 
 Models are loaded once and kept while the cases need them (``check`` loads them, so a broken file
 fails before anything is measured and no load is timed).
+
+Its size: one engine class whose methods share the loaded models, the hooks installed on
+transformers' generation loop and what they counted; the settings table above is most of the
+rest.
 """
 
 from __future__ import annotations

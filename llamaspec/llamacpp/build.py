@@ -3,6 +3,10 @@ put it in the build cache (``cache``), keyed by source commit, accelerator and f
 
 Facts about the machine (compilers, the CUDA toolkit, GPUs, CPU features that fault) come from
 ``llamaspec.host``; what this module adds is what to do about them for a build.
+
+Its size: one build's plan (accelerator, CPU workarounds, RPC target), its compile steps with
+their progress display, and the smoke test that decides whether the result is kept; the plan's
+fields are made and read only here.
 """
 
 from __future__ import annotations

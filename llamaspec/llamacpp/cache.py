@@ -8,6 +8,10 @@ in for a build (``--bin-dir``/``LLAMASPEC_BIN_DIR``).
 
 ``accel`` is what the programs compute on: ``cpu``, ``cuda`` or ``metal`` (the word "backend"
 names an engine such as llama.cpp or transformers, see ``llamaspec.engines``).
+
+Its size: the cache's layout (manifests, ``latest-`` pointers) and the search for a build
+(prebuilt folder, PATH, the cache, in that order) read and write the same manifest and pointer
+files; kept together, the file format has one owner.
 """
 
 from __future__ import annotations

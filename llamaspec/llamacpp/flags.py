@@ -7,6 +7,9 @@ lines from one declarative table (``FLAG_TABLE``): for each setting, the program
 (the speculative programs, the completion baseline, llama-server), its flag names in order of
 preference, and how its value is written. llama-server's command line and request come from the
 same rows, and what each llama.cpp backend honours is read from them (``takes``).
+
+Its size: the flag table is data (one row per setting, every program that takes it, every
+spelling across llama.cpp generations); the code around it is the table's readers.
 """
 
 from __future__ import annotations

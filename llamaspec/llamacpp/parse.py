@@ -41,6 +41,10 @@ in the recorded runs). The target's own ``eval`` line inside a speculative run s
 about speed: verification batches hold several tokens and count as ``prompt eval``, and builds
 since at least early 2025 queue decodes without synchronising, so even the single-token ones
 land there (``eval time = 0.00 ms / 1 runs``).
+
+Its size: the three log formats above, read for each program (speculative, completion, the
+statistics line with its acceptance by position) and llama-bench's JSON, over one line scanner
+and one set of result dataclasses; each reader is short, their number makes the module long.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ Prompts are sent as text to ``/completion`` with ``return_tokens`` so that the l
 runs on token ids. A chat prompt is first rendered with the model's own template
 (``/apply-template``, the same rendering ``/v1/chat/completions`` does), on the target-only
 server, so both modes see the very same text.
+
+Its size: the server process's lifetime (start, health, pool, stop at exit and on Ctrl-C), the
+request and its lossless check, and ``/metrics`` read around it share one pool of live servers
+and their logs.
 """
 
 from __future__ import annotations
