@@ -320,7 +320,7 @@ def prediction_errors(rec: Recorded, first: tuple[int, ...] | None = None) -> tu
     lengths = first or tuple(sweep.first_lengths(rec.grid, by_position=True))
     rows = rows_for(rec, {k: list(range(len(rec.points[k].pairs))) for k in lengths}, positions=True)
     everything = rows_for(rec, rec.every_pair, positions=True)
-    cost = analysis.cost_model(rows, theory.program(rows[0].summary.program or "llama-speculative"))
+    cost = analysis.cost_model(rows, theory.round_profile(rows[0].summary.program or "llama-speculative"))
     obs = [o for r in rows if (o := analysis.observation(r)) is not None]
     others = [o for r in everything if r.draft_max not in lengths and (o := analysis.observation(r)) is not None]
     out = []

@@ -250,7 +250,7 @@ def observation(row: PointRow) -> Any:
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
         spec_decode_tps=spec.median, baseline_decode_tps=base.median, rounds=s.rounds,
-        drafted_rounds=s.drafted_rounds, program=theory.program(s.program),
+        drafted_rounds=s.drafted_rounds, program=theory.round_profile(s.program),
         speedup=s.speedup.median if s.speedup else None,
         positions=(theory.PositionCurve(s.drafted_by_position, s.accepted_by_position)
                    if s.drafted_by_position and s.accepted_by_position else None),

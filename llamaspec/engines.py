@@ -22,7 +22,7 @@ REGISTRY: dict[str, str] = {
 }
 
 
-# Each engine's round profiles (``llamaspec.theory.profiles.Program``), registered with the speedup
+# Each engine's round profiles (``llamaspec.theory.profiles.RoundProfile``), registered with the speedup
 # model when their module is imported: the model asks for them by the program name a measurement
 # records, and names no engine itself.
 PROFILES: tuple[str, ...] = ("llamaspec.llamacpp.profiles", "llamaspec.hf.profiles")

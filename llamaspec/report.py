@@ -96,7 +96,7 @@ def rows(summary: Summary, reference: Reference | None, seconds: Seconds | None 
     ref = reference or Reference()
     med = lambda sp: sp.median if sp else None  # noqa: E731
     # the write-up's numbers come from Sep 2023's `speculative`, which counts rounds as llama-speculative does
-    ref_rounds = (theory.program("llama-speculative").rounds(ref.n_predict, ref.n_accept)
+    ref_rounds = (theory.round_profile("llama-speculative").rounds(ref.n_predict, ref.n_accept)
                   if ref.n_predict is not None and ref.n_accept is not None else None)
     ref_tpr, ref_mal = tokens_per_round(ref.n_accept, ref_rounds), mean_accepted(ref.n_accept, ref_rounds)
     out = [

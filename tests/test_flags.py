@@ -22,12 +22,12 @@ OLD = FIXTURES / "7841fc7"  # llama-cpp-python 0.3.8, Feb 2025: --draft-max
 NEW = FIXTURES / "0c1e570"  # the pinned tree: --spec-draft-n-max, --spec-type
 
 
-def caps(folder: Path, program: str) -> flags.ProgramFlags:
+def caps(folder: Path, program: str) -> flags.HelpFlags:
     """Program flags as ``flags.program_flags`` reads them, from the recorded --help and --version."""
     help_text = (folder / f"{program}.help.txt").read_text()
     options, removed, spec_types = flags.parse_help(help_text)
     version = flags.parse_version((folder / f"{program}.version.txt").read_text())
-    return flags.ProgramFlags(f"/bin/{program}", options, removed, spec_types, version, help_text)
+    return flags.HelpFlags(f"/bin/{program}", options, removed, spec_types, version, help_text)
 
 
 def recorded(folder: Path, case: str) -> list[str]:

@@ -33,9 +33,9 @@ TARGET = ModelPath("smollm2-135m:f32", "/m/f32.gguf")
 DRAFT = ModelPath("smollm2-135m:q4_1", "/m/q4_1.gguf")
 
 
-def caps() -> flags.ProgramFlags:
+def caps() -> flags.HelpFlags:
     options, removed, spec_types = flags.parse_help(HELP)
-    return flags.ProgramFlags("llama-server", options, removed, spec_types, flags.Version(None, "0c1e570"), HELP)
+    return flags.HelpFlags("llama-server", options, removed, spec_types, flags.Version(None, "0c1e570"), HELP)
 
 
 def case(spec_type: str | None = None, draft: ModelPath | None = DRAFT, **settings: Any) -> ResolvedCase:

@@ -27,7 +27,7 @@ from llamaspec.theory import (
     SPECULATIVE_SIMPLE,
     CostModel,
     Observation,
-    Program,
+    RoundProfile,
     accept_rate,
     alpha_from_accept_rate,
     alpha_from_tokens_per_round,
@@ -41,8 +41,8 @@ from llamaspec.theory import (
     interpolate,
     max_cost_ratio,
     paper_speedup,
-    program,
     required_alpha,
+    round_profile,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
@@ -128,9 +128,9 @@ def test_program_profiles_follow_their_loops() -> None:
     # llama-speculative-simple holds the last prompt token back: 72 predicted, 58 accepted, 14 rounds.
     assert SPECULATIVE_SIMPLE.rounds(72, 58) == 14
     assert SPECULATIVE_SIMPLE.draft_steps_per_round(8) == 8
-    assert program("speculative") is LLAMA_SPECULATIVE and program("llama-speculative-simple") is SPECULATIVE_SIMPLE
+    assert round_profile("speculative") is LLAMA_SPECULATIVE and round_profile("llama-speculative-simple") is SPECULATIVE_SIMPLE
     with pytest.raises(LlamaspecError, match="no round profile"):
-        program("llama-cli")
+        round_profile("llama-cli")
     assert bench_depth(11, 128) == 75
 
 
@@ -158,7 +158,7 @@ def test_interpolation_uses_the_measured_points() -> None:
 
 
 def test_without_measured_batches_the_paper_is_recovered() -> None:
-    cost = CostModel(target_ms_per_token=20.0, draft_ms_per_token=1.0, program=Program("paper", 0, True))
+    cost = CostModel(target_ms_per_token=20.0, draft_ms_per_token=1.0, program=RoundProfile("paper", 0, True))
     for a, k in ((0.8, 4), (0.6, 2), (0.95, 9)):
         assert cost.speedup(a, k) == pytest.approx(paper_speedup(a, k, 0.05))
 
@@ -210,7 +210,7 @@ def _spreads() -> dict[int, stats.Spread]:
     return out
 
 
-def _observations(prog: Program = LLAMA_SPECULATIVE) -> list[Observation]:
+def _observations(prog: RoundProfile = LLAMA_SPECULATIVE) -> list[Observation]:
     spreads = _spreads()
     obs = []
     for k, pairs in _runs().items():
@@ -239,7 +239,7 @@ def _sample_ms() -> float:
     return statistics.median(per_token)
 
 
-def _cost(prog: Program = LLAMA_SPECULATIVE) -> CostModel:
+def _cost(prog: RoundProfile = LLAMA_SPECULATIVE) -> CostModel:
     """Costs as the run measures them: llama-bench at the run's depth (target batches with every token
     an output, the draft's step; start and end pooled), sampling from the baselines' own lines."""
     target, draft = _bench("bench-target"), _bench("bench-draft")
@@ -287,7 +287,7 @@ def test_the_old_model_misses_the_recorded_sweep() -> None:
     # llama-bench's default (logits for the last token only), each program's own speed (llama-speculative
     # N/T, llama-completion's compute-only eval rate), no sampling. On the same recorded runs it predicts
     # 10-30 % too much, as the outside review found.
-    old = Program("the old model", extra_draft_steps=0, first_token_from_prompt=False)
+    old = RoundProfile("the old model", extra_draft_steps=0, first_token_from_prompt=False)
     obs = []
     for k, pairs in _runs().items():
         spec = [sp.decode_tps or 0.0 for sp, _ in pairs]  # as printed: N / T
@@ -308,7 +308,7 @@ def test_each_measured_ingredient_matters() -> None:
     good = analyze(_observations(), _cost())
     # Without the draft's extra step per round (it decodes the target's token too) the short
     # drafts, where that step is a large share of the round, are predicted far too fast.
-    no_extra = Program("no extra draft step", extra_draft_steps=0, first_token_from_prompt=True)
+    no_extra = RoundProfile("no extra draft step", extra_draft_steps=0, first_token_from_prompt=True)
     bad = analyze(_observations(no_extra), _cost(no_extra))
     for g, b in zip(good.points, bad.points, strict=True):
         if g.draft_max <= 2:

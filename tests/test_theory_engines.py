@@ -22,9 +22,9 @@ from llamaspec.theory import (
     TRANSFORMERS_ASSISTED,
     CostModel,
     Observation,
-    Program,
+    RoundProfile,
     analyze,
-    program,
+    round_profile,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -43,7 +43,7 @@ def test_the_server_rounds_are_every_target_call_and_the_drafted_ones_apart() ->
     answer = json.loads((REC / "server-completion.json").read_text())["speculative"]
     settings = Settings(n_predict=16, draft_max=8).with_defaults()
     fields = server.completion_fields(answer, "speculative", settings, drafted_rounds=2)
-    assert fields["program"] == server.PROGRAM == LLAMA_SERVER.name and program(server.PROGRAM) is LLAMA_SERVER
+    assert fields["program"] == server.PROGRAM == LLAMA_SERVER.name and round_profile(server.PROGRAM) is LLAMA_SERVER
     assert (fields["rounds"], fields["drafted_rounds"]) == (3, 2)  # one meaning of rounds for every engine
     assert server.completion_fields(answer, "speculative", settings)["rounds"] == 3  # without /metrics (slots)
     o = Observation(draft_max=8, n_drafted=fields["n_drafted"], n_accept=fields["n_accept"],
@@ -71,14 +71,14 @@ def test_the_transformers_profile_counts_every_round_itself() -> None:
 
 def test_a_profile_refuses_an_unknown_loop() -> None:
     with pytest.raises(LlamaspecError, match="loop_overhead"):
-        Program("x", 0, True, loop_overhead="call")
+        RoundProfile("x", 0, True, loop_overhead="call")
 
 
 def test_the_loop_overhead_is_the_baselines_step_beyond_the_timed_one() -> None:
     batches = {1: 10.0, 2: 11.0, 3: 12.0, 5: 14.0}
 
     def cost(loop: str, step: float | None = 13.0) -> CostModel:
-        return replace(CostModel.from_bench(batches, 2.0, Program(loop, 0, False, loop_overhead=loop)),
+        return replace(CostModel.from_bench(batches, 2.0, RoundProfile(loop, 0, False, loop_overhead=loop)),
                        baseline_step_ms=step)
 
     k, tokens = 2, 2.5

@@ -59,17 +59,17 @@ def test_every_engine_registers_its_profiles_and_the_old_names_still_import() ->
     from llamaspec.hf.profiles import TRANSFORMERS_ASSISTED
     from llamaspec.llamacpp.profiles import LLAMA_SERVER
     assert theory.LLAMA_SERVER is LLAMA_SERVER and theory.TRANSFORMERS_ASSISTED is TRANSFORMERS_ASSISTED
-    assert theory.program("speculative") is theory.LLAMA_SPECULATIVE
+    assert theory.round_profile("speculative") is theory.LLAMA_SPECULATIVE
     assert theory.Observation(draft_max=2, n_drafted=4, n_accept=2, n_generated=6, spec_decode_tps=2.0,
                               baseline_decode_tps=1.0).program is theory.LLAMA_SPECULATIVE
 
 
 def test_a_second_profile_under_a_taken_name_is_refused_and_an_unknown_name_names_the_known() -> None:
-    clash = theory.Program("llama-server", extra_draft_steps=3, first_token_from_prompt=False)
+    clash = theory.RoundProfile("llama-server", extra_draft_steps=3, first_token_from_prompt=False)
     with pytest.raises(LlamaspecError, match="two round profiles are named 'llama-server'"):
         profiles.register(clash)
     with pytest.raises(LlamaspecError, match="no round profile for program 'nope'") as err:
-        theory.program("nope")
+        theory.round_profile("nope")
     assert "transformers-assisted" in (err.value.hint or "")
 
 

@@ -36,7 +36,7 @@ class Version:
 
 
 @dataclass(frozen=True)
-class ProgramFlags:
+class HelpFlags:
     """What one program's ``--help`` offers: its flags, the ones it lists as removed, its speculative
     modes and version (an engine's own abilities are ``backend.Capabilities``)."""
 
@@ -91,29 +91,29 @@ class Invocation:
         return cls(target, Settings(**settings).with_defaults(), draft, prompt, prompt_file, accel)
 
 
-Render = Callable[["ProgramFlags", str, Any, "Invocation"], list[str]]
+Render = Callable[["HelpFlags", str, Any, "Invocation"], list[str]]
 
 
-def _plain(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _plain(caps: HelpFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     return [flag, format(value, "g") if isinstance(value, float) else str(value)]
 
 
-def _offload(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _offload(caps: HelpFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     layers = gpu_layers(value, inv.accel, caps.generation)
     return [] if layers is None else [flag, str(layers)]
 
 
-def _target_offload(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _target_offload(caps: HelpFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     """The target's -ngl: with RPC servers its layers go to them (devices even on a CPU build)."""
     layers = gpu_layers(value, "rpc" if inv.settings.rpc else inv.accel, caps.generation)
     return [] if layers is None else [flag, str(layers)]
 
 
-def _joined(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _joined(caps: HelpFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     return [flag, ",".join(value)] if value else []
 
 
-def _switch_or_value(caps: ProgramFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
+def _switch_or_value(caps: HelpFlags, flag: str, value: Any, inv: Invocation) -> list[str]:
     """``-fa on|off|auto`` on builds whose help shows a value, a bare ``-fa`` switch on older ones."""
     if caps.takes_value(flag):
         return [flag, str(value)]
@@ -210,7 +210,7 @@ def run_needs(role: str) -> dict[str, tuple[str, ...]]:
     return needs
 
 
-def lacks(caps: ProgramFlags, role: str) -> str | None:
+def lacks(caps: HelpFlags, role: str) -> str | None:
     """What the program lacks for a run, in words (``no flag for the draft model (tried -md, ...)``); None
     when it has everything ``run_needs`` asks."""
     for what, names in run_needs(role).items():
@@ -295,7 +295,7 @@ def probe_version(program: Path) -> Version:
     return program_flags(program).version
 
 
-def program_flags(program: Path) -> ProgramFlags:
+def program_flags(program: Path) -> HelpFlags:
     """Read a program's flags from its ``--help`` (cached per binary and modification time)."""
     program = Path(program)
     if not program.is_file():
@@ -305,10 +305,10 @@ def program_flags(program: Path) -> ProgramFlags:
     options, removed, spec_types = parse_help(help_text)
     if not options:
         raise LlamaspecError(f"{program.name} --help printed no options", hint="is this a llama.cpp program?")
-    return ProgramFlags(str(program), options, removed, spec_types, parse_version(version_text), help_text)
+    return HelpFlags(str(program), options, removed, spec_types, parse_version(version_text), help_text)
 
 
-def _pick_or_refuse(caps: ProgramFlags, setting: str, names: Sequence[str], required: bool) -> str | None:
+def _pick_or_refuse(caps: HelpFlags, setting: str, names: Sequence[str], required: bool) -> str | None:
     flag = caps.pick(names)
     if flag is None and required:
         raise LlamaspecError(
@@ -319,7 +319,7 @@ def _pick_or_refuse(caps: ProgramFlags, setting: str, names: Sequence[str], requ
     return flag
 
 
-def settings_argv(caps: ProgramFlags, inv: Invocation, program: str, *, draft: bool) -> list[str]:
+def settings_argv(caps: HelpFlags, inv: Invocation, program: str, *, draft: bool) -> list[str]:
     """The flags of ``program`` for ``inv``'s settings, in table order: the rows it takes that are
     flags (not request fields), with a value or an ``unset`` one; ``draft``: the draft side's rows
     (only when a draft model is loaded) instead of the others."""
@@ -344,7 +344,7 @@ def request_fields(settings: Settings) -> dict[str, Any]:
             if row.request and "server" in row.programs}
 
 
-def common_argv(caps: ProgramFlags, inv: Invocation, program: str) -> list[str]:
+def common_argv(caps: HelpFlags, inv: Invocation, program: str) -> list[str]:
     """Models, prompt and settings of the command-line program with role ``program``; a setting
     it does not take gets no flag (the runner refuses it when set)."""
     speculative = program in SPECULATIVE
@@ -366,7 +366,7 @@ def common_argv(caps: ProgramFlags, inv: Invocation, program: str) -> list[str]:
     return argv
 
 
-def speculative_argv(caps: ProgramFlags, program: Path, inv: Invocation, role: str) -> list[str]:
+def speculative_argv(caps: HelpFlags, program: Path, inv: Invocation, role: str) -> list[str]:
     """The command line of the speculative program ``role`` (speculative or speculative-simple)."""
     spec_type = inv.settings.spec_type
     draftless = spec_type not in (None, "draft")
@@ -391,7 +391,7 @@ def speculative_argv(caps: ProgramFlags, program: Path, inv: Invocation, role: s
     return argv
 
 
-def completion_argv(caps: ProgramFlags, program: Path, inv: Invocation) -> list[str]:
+def completion_argv(caps: HelpFlags, program: Path, inv: Invocation) -> list[str]:
     """The target-only baseline's command line (llama-completion, or llama-cli/main on older builds)."""
     argv = [str(program), *common_argv(caps, inv, "completion")]
     if caps.has("-no-cnv"):
@@ -457,11 +457,11 @@ def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int |
 
 
 @dataclass(frozen=True)
-class ProgramProfile:
+class CountingProfile:
     """How one speculative program of one generation drafts and counts: the counters llamaspec
     derives from what it prints are computed here and nowhere else.
 
-    - ``shape``: how a round is spent and counted (``theory.Program``: rounds from n_predict and
+    - ``shape``: how a round is spent and counted (``theory.RoundProfile``: rounds from n_predict and
       n_accept, draft steps per round); the speedup model reads the same object, so the counters
       and the model cannot disagree. llama-speculative samples the first token from the prompt's
       logits (rounds = n_predict - n_accept - 1; 112 drafted = 8 x 14 with n_predict 72, n_accept
@@ -475,7 +475,7 @@ class ProgramProfile:
     role: str  # the build's program role: "speculative" or "speculative-simple"
     generation: str
     draft_policy: str
-    shape: theory.Program
+    shape: theory.RoundProfile
     speed_basis: str
     # Flags that make the program print its acceptance by draft position (parse.positions): the
     # pinned llama-speculative-simple logs common_speculative_print_stats at trace level (-lv 4);
@@ -505,21 +505,21 @@ _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens i
                  "verification round, which the program does not time apart (about 1/rounds of T)")
 _SPEC, _SIMPLE = LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
 
-PROFILES: dict[tuple[str, str], ProgramProfile] = {
+PROFILES: dict[tuple[str, str], CountingProfile] = {
     # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
     # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
-    ("speculative", "2023-sep"): ProgramProfile("speculative", "2023-sep", "adaptive", _SPEC, _SPEC_BASIS),
+    ("speculative", "2023-sep"): CountingProfile("speculative", "2023-sep", "adaptive", _SPEC, _SPEC_BASIS),
     # Nov 2023 (0.2.20): the length stays as asked, a round stops drafting below --p-accept (0.5).
-    ("speculative", "2023-nov"): ProgramProfile("speculative", "2023-nov", "capped", _SPEC, _SPEC_BASIS),
-    ("speculative", "2024"): ProgramProfile("speculative", "2024", "fixed", _SPEC, _SPEC_BASIS),
-    ("speculative", "2026"): ProgramProfile("speculative", "2026", "fixed", _SPEC, _SPEC_BASIS),
-    ("speculative-simple", "2024"): ProgramProfile("speculative-simple", "2024", "capped", _SIMPLE, _SIMPLE_BASIS),
-    ("speculative-simple", "2026"): ProgramProfile("speculative-simple", "2026", "capped", _SIMPLE, _SIMPLE_BASIS,
+    ("speculative", "2023-nov"): CountingProfile("speculative", "2023-nov", "capped", _SPEC, _SPEC_BASIS),
+    ("speculative", "2024"): CountingProfile("speculative", "2024", "fixed", _SPEC, _SPEC_BASIS),
+    ("speculative", "2026"): CountingProfile("speculative", "2026", "fixed", _SPEC, _SPEC_BASIS),
+    ("speculative-simple", "2024"): CountingProfile("speculative-simple", "2024", "capped", _SIMPLE, _SIMPLE_BASIS),
+    ("speculative-simple", "2026"): CountingProfile("speculative-simple", "2026", "capped", _SIMPLE, _SIMPLE_BASIS,
                                                    positions_argv=("-lv", "4")),
 }
 
 
-def profile_for(caps: ProgramFlags, role: str) -> ProgramProfile:
+def profile_for(caps: HelpFlags, role: str) -> CountingProfile:
     """The profile of a speculative program from its ``--help``: 2023 builds with ``--p-accept``
     (Nov 2023 on) keep the draft length; the ones before adapt it."""
     generation = caps.generation
@@ -528,7 +528,7 @@ def profile_for(caps: ProgramFlags, role: str) -> ProgramProfile:
     return profile(role, generation)
 
 
-def profile(role: str, generation: str) -> ProgramProfile:
+def profile(role: str, generation: str) -> CountingProfile:
     try:
         return PROFILES[(role, generation)]
     except KeyError:

@@ -1,21 +1,21 @@
 """llama.cpp's round profiles, read from its source at the pinned commit, registered with the model.
 
 How each of llama.cpp's speculative programs spends a round and counts them
-(``llamaspec.theory.profiles.Program``): ``llama-speculative``, ``llama-speculative-simple`` and
+(``llamaspec.theory.profiles.RoundProfile``): ``llama-speculative``, ``llama-speculative-simple`` and
 llama-server. When llama.cpp changes its loop, this file changes and the model does not.
 """
 
 from __future__ import annotations
 
-from llamaspec.theory.profiles import Program, register
+from llamaspec.theory.profiles import RoundProfile, register
 
 # tokens, decoding every one of them (the last included), then verifies k + 1 on the target.
 # n_drafted = k · rounds exactly (recorded: 112 = 8 × 14 with n_predict 72, n_accept 57).
-LLAMA_SPECULATIVE = register(Program("llama-speculative", extra_draft_steps=1, first_token_from_prompt=True))
+LLAMA_SPECULATIVE = register(RoundProfile("llama-speculative", extra_draft_steps=1, first_token_from_prompt=True))
 # examples/speculative-simple + common/speculative.cpp (draft-simple): the last prompt token is held
 # back and verified in the first round; the draft decodes id_last and each drafted token but the last
 # (k decodes), stops early below --spec-draft-p-min, and decodes the verified batch (process()).
-SPECULATIVE_SIMPLE = register(Program("llama-speculative-simple", extra_draft_steps=0, first_token_from_prompt=False,
+SPECULATIVE_SIMPLE = register(RoundProfile("llama-speculative-simple", extra_draft_steps=0, first_token_from_prompt=False,
                                       draft_processes_batch=True, draft_policy="capped",
                                       unmodelled=("the draft's pass over each verified batch is counted as one draft step "
                                                   "(not timed)",)))
@@ -31,7 +31,7 @@ SPECULATIVE_SIMPLE = register(Program("llama-speculative-simple", extra_draft_st
 # chain runs per verified position). On the recorded server sweep (tests/fixtures/llamacpp/0c1e570/
 # sweep-server/q4_1: baselines at 55.6 ms a token against llama-bench's 26.4 ms step) the median
 # error is 4.3 % that way; 11.2 % with llama-bench's step alone, 61.6 % with the excess charged per round.
-LLAMA_SERVER = register(Program("llama-server", extra_draft_steps=0, first_token_from_prompt=True, draft_processes_batch=True,
+LLAMA_SERVER = register(RoundProfile("llama-server", extra_draft_steps=0, first_token_from_prompt=True, draft_processes_batch=True,
                                 draft_policy="capped", loop_overhead="token",
                                 unmodelled=("sampling and the server's loop: not reported by llama-server; charged per emitted "
                                             "token as the baselines' step beyond llama-bench's",

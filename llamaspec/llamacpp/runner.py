@@ -58,7 +58,7 @@ class LlamaCppEngine:
 
     def __init__(self, build: Build) -> None:
         self.build = build
-        self._caps: dict[str, flags.ProgramFlags] = {}
+        self._caps: dict[str, flags.HelpFlags] = {}
         self._pairs_checked: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[str, int] = {}  # prompt text -> tokens, as the programs counted them
         modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
@@ -66,7 +66,7 @@ class LlamaCppEngine:
                                          draft_policy="fixed", keeps_models_loaded=False, token_ids=False,
                                          built_from="llama.cpp")
 
-    def caps(self, role: str) -> flags.ProgramFlags:
+    def caps(self, role: str) -> flags.HelpFlags:
         if role not in self._caps:
             self._caps[role] = flags.program_flags(self.build.program(role))
         return self._caps[role]
@@ -83,7 +83,7 @@ class LlamaCppEngine:
     def _role(self, case: ResolvedCase) -> str:
         return "speculative-simple" if case.settings.program == "speculative-simple" else "speculative"
 
-    def profile(self, case: ResolvedCase) -> flags.ProgramProfile:
+    def profile(self, case: ResolvedCase) -> flags.CountingProfile:
         """How the case's speculative program drafts and counts (fixed, capped or adaptive)."""
         role = self._role(case)
         return flags.profile_for(self.caps(role), role)
@@ -288,7 +288,7 @@ def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bo
 _SPECIAL_PREFIX = re.compile(r"^(?:<\|?[A-Za-z_][\w|]*\|?>)+")
 
 
-def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.ProgramProfile, case: ResolvedCase) -> dict[str, Any]:
+def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingProfile, case: ResolvedCase) -> dict[str, Any]:
     text, echoed = generated_part(stats.text, case)
     requested = case.settings.n_predict
     by = parse.positions(stats, requested)  # with the -n it ran with, which pins down more positions

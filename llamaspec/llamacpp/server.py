@@ -301,7 +301,7 @@ class Server:
 
 # --- argv from settings ------------------------------------------------------------------------
 
-def _pick(caps: flags.ProgramFlags, names: tuple[str, ...], what: str) -> str:
+def _pick(caps: flags.HelpFlags, names: tuple[str, ...], what: str) -> str:
     flag = caps.pick(names)
     if flag is None:
         raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
@@ -309,7 +309,7 @@ def _pick(caps: flags.ProgramFlags, names: tuple[str, ...], what: str) -> str:
     return flag
 
 
-def server_args(caps: flags.ProgramFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
+def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
     """llama-server's arguments (without host and port) for the server that measures ``mode``: the
     flag table's rows for the server, the target side first (the baseline's arguments are the
     speculative server's first ones), then the draft side.

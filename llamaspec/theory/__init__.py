@@ -13,25 +13,25 @@ and, with ``c`` the draft's cost per token in target steps, the paper's speedup 
     S(k) = (1 - α^(k+1)) / ((1 - α)(k·c + 1)).
 
 What a real program spends per round is not the paper's ``k·c + 1`` target steps
-(:class:`CostModel`, :class:`Program`):
+(:class:`CostModel`, :class:`RoundProfile`):
 
 - **draft steps**: the pinned ``llama-speculative`` decodes ``k + 1`` single tokens on the draft
   each round (the target's own token, then each drafted token, the last one included);
   ``llama-speculative-simple`` (common/speculative, what llama-server runs) decodes ``k`` and
-  also runs the draft on the verified batch. :meth:`Program.draft_steps_per_round`.
+  also runs the draft on the verified batch. :meth:`RoundProfile.draft_steps_per_round`.
 - **verification**: the target processes ``k + 1`` tokens in one batch, with logits for every one
   of them. On CPUs that costs more than one step; the cost is *measured* (llama-bench on the
   target at the run's context depth, every token an output) and used as measured, interpolated
   between measured batch sizes, never fitted to a line.
 - **rounds**: the pinned ``llama-speculative`` samples the first token from the prompt's logits,
   so it verifies ``n_predict - n_accept - 1`` times; ``llama-speculative-simple`` holds the last
-  prompt token back and verifies ``n_predict - n_accept`` times. :meth:`Program.rounds`.
+  prompt token back and verifies ``n_predict - n_accept`` times. :meth:`RoundProfile.rounds`.
 
 Every engine that records a round profile's name with its runs (``Measurement.program``) and
 times the two costs (``Capabilities.times_costs``) gets the model: llama.cpp's two programs and
 llama-server (llama-bench on the same build), transformers' assisted generation (torch forward
 passes timed by the engine). What a profile cannot see is said with its fit
-(:attr:`Program.unmodelled`).
+(:attr:`RoundProfile.unmodelled`).
 
 The target's single-token step comes from the same llama-bench data (batch 1 at the same depth),
 so verify(k+1)/step and the draft's step/target step are ratios taken within one program. The
@@ -89,7 +89,7 @@ from llamaspec.theory.maths import (
 )
 from llamaspec.theory.observation import Observation
 from llamaspec.theory.positions import CONTRADICTION, PositionCurve
-from llamaspec.theory.profiles import Program, program, register, registered
+from llamaspec.theory.profiles import RoundProfile, register, registered, round_profile
 
 __all__ = [
     "CONTRADICTION",
@@ -102,7 +102,7 @@ __all__ = [
     "PointFit",
     "PositionCurve",
     "Prediction",
-    "Program",
+    "RoundProfile",
     "accept_rate",
     "alpha_from_accept_rate",
     "alpha_from_tokens_per_round",
@@ -118,7 +118,7 @@ __all__ = [
     "max_cost_ratio",
     "monotone",
     "paper_speedup",
-    "program",
+    "round_profile",
     "register",
     "registered",
     "required_alpha",
@@ -137,7 +137,7 @@ _PROFILE_NAMES = {
 
 def __getattr__(name: str) -> Any:
     if name in _PROFILE_NAMES:
-        return program(_PROFILE_NAMES[name])
+        return round_profile(_PROFILE_NAMES[name])
     if name == "PROGRAMS":
         return registered()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

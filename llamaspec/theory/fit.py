@@ -24,7 +24,7 @@ from llamaspec.theory.maths import (
 )
 from llamaspec.theory.observation import Observation
 from llamaspec.theory.positions import CONTRADICTION, PositionCurve
-from llamaspec.theory.profiles import Program, default_program
+from llamaspec.theory.profiles import RoundProfile, default_round_profile
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Analysis:
     points: tuple[PointFit, ...]
     cost: CostModel | None  # None without measured costs: no speedup predictions
     curve: tuple[Prediction, ...]  # k = 1..max_draft; empty without a cost model
-    program: Program = field(default_factory=default_program)
+    program: RoundProfile = field(default_factory=default_round_profile)
     # Acceptance by draft position pooled over the points, where every point counted it: the tokens
     # per round of every prediction come from it (None: from α).
     positions: PositionCurve | None = None

@@ -8,7 +8,7 @@ from llamaspec import contract
 from llamaspec.errors import LlamaspecError
 from llamaspec.theory.maths import HINT_COUNTS, alpha_from_tokens_per_round, count, positive
 from llamaspec.theory.positions import PositionCurve
-from llamaspec.theory.profiles import Program, default_program
+from llamaspec.theory.profiles import RoundProfile, default_round_profile
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Observation:
     - ``spec_decode_tps``, ``baseline_decode_tps``: speeds on SPEED_DEFINITION (medians).
     - ``rounds``: every verification round (target call after the prompt), summed, as the
       measurements carry them (``Measurement.rounds``, one definition for every engine); None
-      derives them from the counters by ``program``'s own loop (:meth:`Program.rounds`, per run:
+      derives them from the counters by ``program``'s own loop (:meth:`RoundProfile.rounds`, per run:
       pass ``runs``).
     - ``drafted_rounds``: the rounds that drafted something, where the engine counts them apart
       (llama-server's /metrics: a step whose draft came back empty is a plain decode); None where
@@ -41,7 +41,7 @@ class Observation:
     spec_decode_tps: float
     baseline_decode_tps: float
     rounds: int | None = None
-    program: Program = field(default_factory=default_program)
+    program: RoundProfile = field(default_factory=default_round_profile)
     speedup: float | None = None
     runs: int = 1
     drafted_rounds: int | None = None

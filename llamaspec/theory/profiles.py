@@ -1,4 +1,4 @@
-"""Round profiles: how a speculative program spends a round and counts them (:class:`Program`).
+"""Round profiles: how a speculative program spends a round and counts them (:class:`RoundProfile`).
 
 Each engine defines its programs' profiles in its own package and registers them here
 (``llamaspec.llamacpp.profiles``, ``llamaspec.hf.profiles``); :func:`program` finds one by the name
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from llamaspec.errors import LlamaspecError
 
-_REGISTERED: dict[str, Program] = {}
+_REGISTERED: dict[str, RoundProfile] = {}
 _ALIASES = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple"}
 
 
 @dataclass(frozen=True)
-class Program:
+class RoundProfile:
     """How a speculative program spends a round and counts them (read from its source).
 
     - ``extra_draft_steps``: single-token draft decodes per round beyond the ``k`` drafted tokens.
@@ -59,7 +59,7 @@ class Program:
 # logits before the loop; each round decodes the target's token on the draft, then drafts k
 
 
-def register(profile: Program) -> Program:
+def register(profile: RoundProfile) -> RoundProfile:
     """Make ``profile`` known by its name (an engine's profile module calls this when imported)."""
     known = _REGISTERED.get(profile.name)
     if known is not None and known != profile:
@@ -68,7 +68,7 @@ def register(profile: Program) -> Program:
     return profile
 
 
-def registered() -> dict[str, Program]:
+def registered() -> dict[str, RoundProfile]:
     """Every engine's round profiles by program name (the engines' profile modules imported first)."""
     from llamaspec import engines
 
@@ -77,7 +77,7 @@ def registered() -> dict[str, Program]:
     return dict(_REGISTERED)
 
 
-def program(name: str) -> Program:
+def round_profile(name: str) -> RoundProfile:
     """The profile of a speculative program by its binary name (``speculative`` = llama-speculative)."""
     key = _ALIASES.get(name, name)
     found = _REGISTERED.get(key) or registered().get(key)
@@ -87,6 +87,6 @@ def program(name: str) -> Program:
     return found
 
 
-def default_program() -> Program:
+def default_round_profile() -> RoundProfile:
     """The profile a model built without naming one assumes: the pinned ``llama-speculative``."""
-    return program("llama-speculative")
+    return round_profile("llama-speculative")
