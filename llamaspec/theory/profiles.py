@@ -1,7 +1,7 @@
 """Round profiles: how a speculative program spends a round and counts them (:class:`RoundProfile`).
 
 Each engine defines its programs' profiles in its own package and registers them here
-(``llamaspec.llamacpp.profiles``, ``llamaspec.hf.profiles``); :func:`program` finds one by the name
+(``llamaspec.llamacpp.profiles``, ``llamaspec.hf.profiles``); :func:`round_profile` finds one by the name
 a measurement records (``Measurement.program``), importing the engines' profile modules
 (``llamaspec.engines.PROFILES``) the first time it is asked, as the engine registry opens engines.
 """
