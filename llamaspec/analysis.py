@@ -178,7 +178,7 @@ class SweepReport:
                     lines.append("  rounds that drafted (the engine's count) / rounds (every target call): "
                                  + ", ".join(f"draft {k} {d}/{c}" for k, d, c in drafted))
                 if a.cost:
-                    lines += [f"  model leaves out: {item}" for item in a.program.unmodelled]
+                    lines += [f"  model leaves out: {item}" for item in a.profile.unmodelled]
                 if a.cost and a.best:
                     band = g.view.band((g.label, a.best.draft_max)) if g.view else None
                     lines.append(f"  predicted best draft length {a.best.draft_max}: {a.best.speedup:.2f}x"
@@ -220,8 +220,8 @@ class SweepReport:
                 "ceiling": g.analysis.ceiling_speedup if g.analysis else None,
                 "predicted_best": dataclasses.asdict(g.analysis.best) if g.analysis and g.analysis.best else None,
                 "fits": [dataclasses.asdict(p) for p in g.analysis.points] if g.analysis else [],
-                "program": g.analysis.program.name if g.analysis else None,
-                "unmodelled": list(g.analysis.program.unmodelled) if g.analysis else [],
+                "program": g.analysis.profile.name if g.analysis else None,
+                "unmodelled": list(g.analysis.profile.unmodelled) if g.analysis else [],
                 "explanation": g.explanation, "plots": [str(p) for p in g.plots],
             } for g in self.groups],
         }
@@ -250,7 +250,7 @@ def observation(row: PointRow) -> Any:
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
         spec_decode_tps=spec.median, baseline_decode_tps=base.median, rounds=s.rounds,
-        drafted_rounds=s.drafted_rounds, program=theory.round_profile(s.program),
+        drafted_rounds=s.drafted_rounds, profile=theory.round_profile(s.program),
         speedup=s.speedup.median if s.speedup else None,
         positions=(theory.PositionCurve(s.drafted_by_position, s.accepted_by_position)
                    if s.drafted_by_position and s.accepted_by_position else None),
@@ -264,7 +264,7 @@ def baseline_step_ms(rows: Sequence[PointRow]) -> float | None:
     return 1000.0 / statistics.median(speeds) if speeds else None
 
 
-def cost_model(rows: Sequence[PointRow], program: Any, step_from_baselines: bool = False) -> Any:
+def cost_model(rows: Sequence[PointRow], profile: Any, step_from_baselines: bool = False) -> Any:
     """The measured costs of these points (llama-bench at the run's depth: the target's batches and
     the draft's step, shared by the points of a sweep), or None when they were not timed.
 
@@ -274,7 +274,7 @@ def cost_model(rows: Sequence[PointRow], program: Any, step_from_baselines: bool
     3.6 % and 6.9 % against 5.7 % and 20.2 %; sweep-t1 5.1 % against 10.0 %; Q4_0 15.1 % against
     29.6 %), the baselines' in two (Q4_1 10.9 % against 26.7 %; Q2_K 7.5 % against 7.7 %).
 
-    A program that charges its engine's loop (``program.loop_overhead``: llama-server, transformers)
+    A program that charges its engine's loop (``profile.loop_overhead``: llama-server, transformers)
     always takes the baselines' step: the loop's cost is that step less the timed one.
 
     The costs are the engine's own (``Capabilities.times_costs``: the ``batch`` and ``draft``
@@ -286,9 +286,9 @@ def cost_model(rows: Sequence[PointRow], program: Any, step_from_baselines: bool
         s = r.summary
         if s.batch_ms and 1 in s.batch_ms and s.draft_decode_tps:
             sample = s.sample_ms_per_token or 0.0
-            cost = theory.CostModel.from_bench(s.batch_ms, 1000.0 / s.draft_decode_tps.median, program,
+            cost = theory.CostModel.from_bench(s.batch_ms, 1000.0 / s.draft_decode_tps.median, profile,
                                                target_sample_ms=sample, draft_sample_ms=sample, depth=s.cost_depth)
-            from_baselines = step_from_baselines or program.loop_overhead != "none"
+            from_baselines = step_from_baselines or profile.loop_overhead != "none"
             step = baseline_step_ms(rows) if from_baselines else None
             return dataclasses.replace(cost, baseline_step_ms=step) if step else cost
     return None
@@ -388,7 +388,7 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
     if not obs or all(o.n_drafted == 0 for o in obs):
         return None, None, "nothing was drafted: no acceptance to model"
     try:
-        result = theory.analyze(obs, cost_model(rows, obs[0].program), max_draft=max(max_draft, max(o.draft_max for o in obs)))
+        result = theory.analyze(obs, cost_model(rows, obs[0].profile), max_draft=max(max_draft, max(o.draft_max for o in obs)))
     except LlamaspecError as exc:
         return None, None, f"the speedup model could not be fitted: {exc.message}"
     note = None if result.cost else "no draft timing measured: speedups are not predicted (only alpha and the ceiling)"

@@ -445,7 +445,7 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
     report = analysis.sweep_report(store, result.sweep_id, plot=False)
     (group,) = report.groups
     a = group.analysis
-    assert a is not None and a.cost is not None and a.program is theory.LLAMA_SERVER, group.note
+    assert a is not None and a.cost is not None and a.profile is theory.LLAMA_SERVER, group.note
     assert sorted(p.draft_max for p in a.points) == [1, 4, 8]
     for p in a.points:  # /metrics counted the steps that drafted, at p-min 0 all but the last token's at most
         assert p.drafted_rounds is not None and 0 <= p.calls - p.drafted_rounds <= 1

@@ -158,7 +158,7 @@ def test_interpolation_uses_the_measured_points() -> None:
 
 
 def test_without_measured_batches_the_paper_is_recovered() -> None:
-    cost = CostModel(target_ms_per_token=20.0, draft_ms_per_token=1.0, program=RoundProfile("paper", 0, True))
+    cost = CostModel(target_ms_per_token=20.0, draft_ms_per_token=1.0, profile=RoundProfile("paper", 0, True))
     for a, k in ((0.8, 4), (0.6, 2), (0.95, 9)):
         assert cost.speedup(a, k) == pytest.approx(paper_speedup(a, k, 0.05))
 
@@ -221,7 +221,7 @@ def _observations(prog: RoundProfile = LLAMA_SPECULATIVE) -> list[Observation]:
             n_generated=sum(sp.n_predict for sp, _ in pairs),
             spec_decode_tps=statistics.median(_spec_tps(sp) for sp, _ in pairs),
             baseline_decode_tps=statistics.median(_base_tps(b) for _, b in pairs),
-            program=prog,
+            profile=prog,
             speedup=spreads[k].median,
             runs=len(pairs),
         ))
@@ -295,7 +295,7 @@ def test_the_old_model_misses_the_recorded_sweep() -> None:
         obs.append(Observation(
             draft_max=k, n_drafted=sum(sp.n_drafted for sp, _ in pairs), n_accept=sum(sp.n_accept for sp, _ in pairs),
             n_generated=sum(sp.n_predict for sp, _ in pairs), spec_decode_tps=statistics.median(spec),
-            baseline_decode_tps=statistics.median(base), program=old,
+            baseline_decode_tps=statistics.median(base), profile=old,
             speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)), runs=len(pairs)))
     last_only = parse.parse_bench_json(_read("bench-target-last-output.json"))
     assert not last_only.all_outputs
@@ -409,15 +409,15 @@ def test_counted_rounds_win_over_derived_ones() -> None:
     assert counted.calls == 9_000 and analyze([counted]).points[0].calls_measured
     # Pooled repeats: one round fewer per run for llama-speculative.
     assert replace(o, runs=3).calls == 10_000 - 2
-    assert replace(o, program=SPECULATIVE_SIMPLE).calls == 10_001
+    assert replace(o, profile=SPECULATIVE_SIMPLE).calls == 10_001
 
 
 def test_points_and_costs_must_come_from_one_program() -> None:
     (o,) = _points(0.8, [4], CPU_COST)
     with pytest.raises(LlamaspecError, match="different programs"):
-        analyze([o, replace(o, program=SPECULATIVE_SIMPLE)])
+        analyze([o, replace(o, profile=SPECULATIVE_SIMPLE)])
     with pytest.raises(LlamaspecError, match="costs are for"):
-        analyze([o], replace(CPU_COST, program=SPECULATIVE_SIMPLE))
+        analyze([o], replace(CPU_COST, profile=SPECULATIVE_SIMPLE))
 
 
 def test_point_without_drafts_has_no_alpha_but_the_fit_goes_on() -> None:

@@ -48,7 +48,7 @@ def test_the_server_rounds_are_every_target_call_and_the_drafted_ones_apart() ->
     assert server.completion_fields(answer, "speculative", settings)["rounds"] == 3  # without /metrics (slots)
     o = Observation(draft_max=8, n_drafted=fields["n_drafted"], n_accept=fields["n_accept"],
                     n_generated=fields["n_predict"], spec_decode_tps=fields["decode_tps"], baseline_decode_tps=5.82,
-                    rounds=fields["rounds"], drafted_rounds=fields["drafted_rounds"], program=LLAMA_SERVER)
+                    rounds=fields["rounds"], drafted_rounds=fields["drafted_rounds"], profile=LLAMA_SERVER)
     assert (o.n_drafted, o.n_accept, o.n_generated) == (16, 12, 16)
     assert o.calls == 3 and o.drafted_rounds == 2
     assert o.tokens_per_round == pytest.approx(1 + 12 / 3) and o.drafted_per_round == pytest.approx(16 / 3)
@@ -63,7 +63,7 @@ def test_the_transformers_profile_counts_every_round_itself() -> None:
     # Every token comes from a round (the first is fused with the prompt): 24 = rounds + accepted.
     assert TRANSFORMERS_ASSISTED.rounds(24, 17) == 7
     o = Observation(draft_max=4, n_drafted=26, n_accept=17, n_generated=24, spec_decode_tps=10.0,
-                    baseline_decode_tps=10.0, rounds=7, program=TRANSFORMERS_ASSISTED)
+                    baseline_decode_tps=10.0, rounds=7, profile=TRANSFORMERS_ASSISTED)
     assert o.calls == 7 and o.drafted_rounds is None
     with pytest.raises(LlamaspecError, match="exceed n_generated"):
         replace(o, rounds=8)
@@ -148,7 +148,7 @@ def test_a_recorded_server_sweep_gets_the_model(name: str) -> None:
     assert all(m["speed_basis"].startswith("llama-bench") for m in costs)
     group = _group(data)
     a = group.analysis
-    assert a is not None and a.cost is not None and a.program is LLAMA_SERVER, group.note
+    assert a is not None and a.cost is not None and a.profile is LLAMA_SERVER, group.note
     assert a.cost.baseline_step_ms is not None and a.cost.loop_overhead_ms >= 0.0
     assert all(p.drafted_rounds is not None and p.drafted_rounds <= p.calls for p in a.points)
     text = _rendered(data, group)
@@ -170,7 +170,7 @@ def test_a_recorded_transformers_sweep_gets_the_model() -> None:
     assert batch["stats"]["depth"] == batch["n_prompt"] + data["settings"]["n_predict"] // 2
     group = _group(data)
     a = group.analysis
-    assert a is not None and a.cost is not None and a.program is TRANSFORMERS_ASSISTED, group.note
+    assert a is not None and a.cost is not None and a.profile is TRANSFORMERS_ASSISTED, group.note
     text = _rendered(data, group)
     print(a.table())
     print(text)

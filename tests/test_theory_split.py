@@ -61,7 +61,7 @@ def test_every_engine_registers_its_profiles_and_the_old_names_still_import() ->
     assert theory.LLAMA_SERVER is LLAMA_SERVER and theory.TRANSFORMERS_ASSISTED is TRANSFORMERS_ASSISTED
     assert theory.round_profile("speculative") is theory.LLAMA_SPECULATIVE
     assert theory.Observation(draft_max=2, n_drafted=4, n_accept=2, n_generated=6, spec_decode_tps=2.0,
-                              baseline_decode_tps=1.0).program is theory.LLAMA_SPECULATIVE
+                              baseline_decode_tps=1.0).profile is theory.LLAMA_SPECULATIVE
 
 
 def test_a_second_profile_under_a_taken_name_is_refused_and_an_unknown_name_names_the_known() -> None:

@@ -102,7 +102,7 @@ class CostModel:
     draft_ms_per_token: float
     verify_batches: tuple[tuple[int, float], ...] = ()  # (tokens, ms) of target batches; () = one step
     draft_batches: tuple[tuple[int, float], ...] = ()  # (tokens, ms) of draft batches, for draft_processes_batch
-    program: RoundProfile = field(default_factory=default_round_profile)
+    profile: RoundProfile = field(default_factory=default_round_profile)
     target_sample_ms: float = 0.0
     draft_sample_ms: float = 0.0
     depth: int | None = None  # the context depth the costs were timed at (documentation)
@@ -124,7 +124,7 @@ class CostModel:
         object.__setattr__(self, "draft_batches", _table("draft", self.draft_batches))
 
     @classmethod
-    def from_bench(cls, target_batches: Mapping[int, float], draft_step_ms: float, program: RoundProfile | None = None,
+    def from_bench(cls, target_batches: Mapping[int, float], draft_step_ms: float, profile: RoundProfile | None = None,
                    *, draft_batches: Mapping[int, float] | None = None, target_sample_ms: float = 0.0,
                    draft_sample_ms: float = 0.0, depth: int | None = None, smooth: bool = True) -> CostModel:
         """The model from llama-bench timings at one depth: target batches of 1..K tokens (batch 1
@@ -140,7 +140,7 @@ class CostModel:
             table = monotone(table)
         return cls(target_ms_per_token=dict(table)[1], draft_ms_per_token=draft_step_ms,
                    verify_batches=table,
-                   draft_batches=tuple((draft_batches or {}).items()), program=program or default_round_profile(),
+                   draft_batches=tuple((draft_batches or {}).items()), profile=profile or default_round_profile(),
                    target_sample_ms=target_sample_ms, draft_sample_ms=draft_sample_ms, depth=depth)
 
     @property
@@ -150,7 +150,7 @@ class CostModel:
 
     @property
     def extra_draft_steps(self) -> int:
-        return self.program.extra_draft_steps
+        return self.profile.extra_draft_steps
 
     @property
     def verify_measured(self) -> bool:
@@ -176,8 +176,8 @@ class CostModel:
 
     def draft_ms(self, k: float) -> float:
         """The draft's share of a round: its single steps, its batch if the program runs one, its sampling."""
-        ms = self.program.draft_steps_per_round(k) * self.draft_ms_per_token + k * self.draft_sample_ms
-        if self.program.draft_processes_batch:
+        ms = self.profile.draft_steps_per_round(k) * self.draft_ms_per_token + k * self.draft_sample_ms
+        if self.profile.draft_processes_batch:
             # Without a measured draft batch, count it as one draft step (a lower bound).
             ms += interpolate(self.draft_batches, k + 1.0) if self.draft_batches else self.draft_ms_per_token
         return ms
@@ -185,16 +185,16 @@ class CostModel:
     @property
     def loop_overhead_ms(self) -> float:
         """The engine's own loop beyond the timed step and its sampling, per round or per emitted
-        token (``program.loop_overhead``): the step the run's baselines measured less the timed one
+        token (``profile.loop_overhead``): the step the run's baselines measured less the timed one
         (at least 0); 0 when the program charges none or no baseline step is given."""
-        if self.program.loop_overhead == "none" or self.baseline_step_ms is None:
+        if self.profile.loop_overhead == "none" or self.baseline_step_ms is None:
             return 0.0
         return max(self.baseline_step_ms - self.target_ms_per_token - self.target_sample_ms, 0.0)
 
     def call_ms(self, k: float, tokens: float = 1.0) -> float:
         """One round at draft length k emitting ``tokens`` tokens (sampled on the target, one each),
         with the engine's loop overhead where its program charges it."""
-        loop = self.loop_overhead_ms * (tokens if self.program.loop_overhead == "token" else 1.0)
+        loop = self.loop_overhead_ms * (tokens if self.profile.loop_overhead == "token" else 1.0)
         return self.draft_ms(k) + self.verify_ms(k) + tokens * self.target_sample_ms + loop
 
     def speedup(self, alpha: float, k: float) -> float:

@@ -75,7 +75,7 @@ class Analysis:
     points: tuple[PointFit, ...]
     cost: CostModel | None  # None without measured costs: no speedup predictions
     curve: tuple[Prediction, ...]  # k = 1..max_draft; empty without a cost model
-    program: RoundProfile = field(default_factory=default_round_profile)
+    profile: RoundProfile = field(default_factory=default_round_profile)
     # Acceptance by draft position pooled over the points, where every point counted it: the tokens
     # per round of every prediction come from it (None: from α).
     positions: PositionCurve | None = None
@@ -263,13 +263,13 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
         raise LlamaspecError("no measured points to fit", hint="run a speculative measurement first")
     if max_draft < 1:
         raise LlamaspecError(f"max_draft must be >= 1, got {max_draft}")
-    programs = {o.program for o in obs}
+    programs = {o.profile for o in obs}
     if len(programs) > 1:
         raise LlamaspecError(f"the points come from different programs ({', '.join(sorted(p.name for p in programs))})",
                              hint="fit each program's points on their own")
-    prog = obs[0].program
-    if cost is not None and cost.program != prog:
-        raise LlamaspecError(f"the costs are for {cost.program.name} but the points for {prog.name}",
+    prog = obs[0].profile
+    if cost is not None and cost.profile != prog:
+        raise LlamaspecError(f"the costs are for {cost.profile.name} but the points for {prog.name}",
                              hint="build the cost model with the points' program")
     alpha = _pooled_alpha(obs)
     k_max = max(max_draft, *(o.draft_max for o in obs))
@@ -299,7 +299,7 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
         if cost is not None:
             predicted = cost.speedup_at(k, tokens_at(k))
             predicted_ms = cost.call_ms(k, tokens_at(k))
-            steps = cost.program.draft_steps_per_round(k)
+            steps = cost.profile.draft_steps_per_round(k)
             if steps > 0:
                 # tokens · t_base / (steps·c·t_target + the rest) = measured, solved for c
                 rest = predicted_ms - steps * cost.draft_ms_per_token
@@ -324,6 +324,6 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
             )
         )
     found = _contradiction_lines(contradictions(obs, alpha)) if positions is not None else ()
-    return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve, program=prog, positions=positions,
+    return Analysis(alpha=alpha, points=tuple(points), cost=cost, curve=curve, profile=prog, positions=positions,
                     single_alpha=single, contradictions=found)
 

@@ -41,7 +41,7 @@ class Observation:
     spec_decode_tps: float
     baseline_decode_tps: float
     rounds: int | None = None
-    program: RoundProfile = field(default_factory=default_round_profile)
+    profile: RoundProfile = field(default_factory=default_round_profile)
     speedup: float | None = None
     runs: int = 1
     drafted_rounds: int | None = None
@@ -70,18 +70,18 @@ class Observation:
             count("drafted_rounds", self.drafted_rounds)
             if self.drafted_rounds > self.calls:
                 raise LlamaspecError(
-                    f"{self.program.name} counted {self.drafted_rounds} rounds that drafted, more than its "
+                    f"{self.profile.name} counted {self.drafted_rounds} rounds that drafted, more than its "
                     f"{self.calls} rounds (n_predict {self.n_generated}, n_accept {self.n_accept})", hint=HINT_COUNTS)
         if self.rounds is None and self.derived_rounds < 1:
             raise LlamaspecError(
                 f"n_accept ({self.n_accept}) leaves no verification round in {self.n_generated} generated tokens "
-                f"({self.program.name}: rounds = n_predict - n_accept"
-                f"{' - 1' if self.program.first_token_from_prompt else ''})",
+                f"({self.profile.name}: rounds = n_predict - n_accept"
+                f"{' - 1' if self.profile.first_token_from_prompt else ''})",
                 hint=HINT_COUNTS,
             )
         if self.positions is not None and self.positions.length > self.draft_max:
             raise LlamaspecError(
-                f"{self.program.name} counted acceptance at draft position {self.positions.length}, past its draft "
+                f"{self.profile.name} counted acceptance at draft position {self.positions.length}, past its draft "
                 f"length {self.draft_max}", hint=HINT_COUNTS)
         positive("spec_decode_tps", self.spec_decode_tps)
         positive("baseline_decode_tps", self.baseline_decode_tps)
@@ -90,7 +90,7 @@ class Observation:
 
     @property
     def derived_rounds(self) -> int:
-        per_run = 1 if self.program.first_token_from_prompt else 0
+        per_run = 1 if self.profile.first_token_from_prompt else 0
         return self.n_generated - self.n_accept - per_run * self.runs
 
     @property
