@@ -380,12 +380,19 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
     return Decision("undecided", best, why, settled=False, contenders=tuple(open_), requests=tuple(requests), **common)
 
 
-def model_contenders(models: Sequence[ModelView], measured: Sequence[Hashable] = ()) -> tuple[Band, ...]:
+def model_contenders(models: Sequence[ModelView], measured: Sequence[Hashable] = (),
+                     limit: int = MAX_REQUESTS) -> tuple[Band, ...]:
     """The settings not measured yet that the model puts within its own error of its best
-    prediction, best first: where a sweep whose first pass measured a few settings (the longest
-    draft lengths, predicting the rest from their acceptance by position) looks next, one pair each,
-    before the decision asks for more. A prediction's error is the model's median miss, so a
-    setting predicted that close to the best may well be the best."""
+    prediction, best first, at most ``limit`` of them: where a sweep whose first pass measured a
+    few settings (the longest draft lengths, predicting the rest from their acceptance by position)
+    looks next, one pair each, before the decision asks for more. A prediction's error is the
+    model's median miss, so a setting predicted that close to the best may well be the best.
+
+    At most ``limit`` (as many as the decision asks for in one step): where the curve is flat,
+    every length lies within the error, and a pair at each leaves too few for any one of them to
+    be shown faster. Replayed on the Q4_1 recording at 40 % of the fixed grid's pairs, the cap of 3
+    halved the decisions more than 5 % below the best (22.5 % to 12.0 % of 200 replays; Q4_0 and
+    Q2_K unchanged at 0-0.5 %; docs/results.md)."""
     done = set(measured)
     out: list[Band] = []
     for m in models:
@@ -393,7 +400,7 @@ def model_contenders(models: Sequence[ModelView], measured: Sequence[Hashable] =
             continue
         top = max(b.predicted for b in m.bands)
         out += [b for b in m.bands if b.key not in done and b.predicted >= top * (1 - m.error)]
-    return tuple(sorted(out, key=lambda b: -b.predicted))
+    return tuple(sorted(out, key=lambda b: (-b.predicted, b.cost)))[:max(0, limit)]
 
 
 # How the output says why an adaptive measurement stopped (Step.stop).
@@ -440,5 +447,5 @@ def next_step(decision: Decision, spent: int, budget: int | None = None,
     return Step(tuple(out), None, f"deciding between {what}: {total} more pair{'s' if total != 1 else ''}")
 
 
-__all__ = ["HALF_WIDTH", "STEP", "STOP_WORDS", "TOLERANCE", "VERDICTS", "Band", "Candidate", "Decision", "Estimate", "ModelView",
+__all__ = ["HALF_WIDTH", "MAX_REQUESTS", "STEP", "STOP_WORDS", "TOLERANCE", "VERDICTS", "Band", "Candidate", "Decision", "Estimate", "ModelView",
            "Request", "Step", "decide", "estimate", "model_contenders", "next_step", "pairs_needed"]

@@ -396,14 +396,15 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
         if i == len(longest) and not counts_positions(analysis.sweep_report(store, sid, plot=False)):
             first += [k for k in first_lengths(list(by_length)) if k not in longest]
     if len(first) == len(longest):
-        # The model's contenders next (the lengths it predicts within its error of its best), one
-        # pass each: the decision then weighs them measured, not only predicted.
+        # The model's contenders next (the lengths it predicts within its error of its best, at
+        # most decide.MAX_REQUESTS of them), one pass each: the decision then weighs them
+        # measured, not only predicted.
         report = analysis.sweep_report(store, sid, plot=False)
         near = [int(b.key[1]) if isinstance(b.key, tuple) else int(b.key)  # type: ignore[call-overload]
                 for b in decide.model_contenders([g.view for g in report.groups if g.view], [("", k) for k in first])
                 if (b.key[1] if isinstance(b.key, tuple) else b.key) in by_length]  # the grid's lengths only
         log.info("first pass: draft %s measured; from their acceptance by position the model predicts the rest, "
-                 "and puts draft %s within its error of its best", " and ".join(map(str, longest)),
+                 "and measures next draft %s, its best predictions within its error of its best", " and ".join(map(str, longest)),
                  ", ".join(map(str, near)) or "none")
         for k in near:
             bar.update(len(first), f"draft {k}: the model's contender, {first_pairs} pair{'s' if first_pairs != 1 else ''}")

@@ -284,3 +284,15 @@ def test_the_floor_redraws_every_recorded_pair_without_moving_the_other_rows() -
     assert {name: t for name, t in with_floor.items() if name != FLOOR} == without
     assert with_floor[FLOOR].pairs == 2 * sum(len(p.pairs) for p in rec.points.values())
     assert with_floor[FLOOR].pairs > 3 * without["new rule, fixed 3-pair grid"].pairs
+
+
+def test_model_contenders_are_the_best_predicted_within_the_error_and_at_most_a_step() -> None:
+    # a flat curve: every length within the model's 5 % error of the best (the Q4_1 recording's
+    # shape); one pair at each would leave too few for any one to be shown faster
+    flat = view({k: (1.12 - 0.004 * abs(k - 10), 1.05, 1.2) for k in (2, 4, 6, 8, 10, 12, 14, 16)}, error=0.05)
+    got = decide.model_contenders([flat], measured=[14, 16])
+    assert [b.key for b in got] == [10, 8, 12]
+    assert [b.key for b in decide.model_contenders([flat], measured=[14, 16], limit=5)] == [10, 8, 12, 6, 4]
+    # outside the error: not a contender however many places are left
+    steep = view({2: (0.9, 0.8, 1.0), 8: (1.2, 1.1, 1.3), 16: (1.0, 0.9, 1.1)}, error=0.05)
+    assert [b.key for b in decide.model_contenders([steep], measured=[16], limit=5)] == [8]
