@@ -19,8 +19,9 @@ The policies that decide on the drawn pairs:
   decision is settled or the budget (60 % of the fixed grid's pairs) is spent;
 - **long first (positions)**: the adaptive sweep where the program counts acceptance by draft
   position (``llamaspec.sweep.FIRST_LONGEST``): one pair at the two longest lengths, every other
-  length predicted from their acceptance by position and the cost timings, then what the decision
-  asks for, within ``LONG_BUDGET_SHARE`` of the fixed grid's pairs. On ``sweep-positions`` each
+  length predicted from their acceptance by position and the cost timings, one pair at each of the
+  (at most three) lengths the model puts within its error of its best (``decide.model_contenders``),
+  then what the decision asks for, within ``LONG_BUDGET_SHARE`` of the fixed grid's pairs. On ``sweep-positions`` each
   drawn pair brings its own counts; on ``sweep-accept`` (llama-speculative prints no positions) the
   acceptance by position is llama-speculative-simple's (``-lv 4 --spec-draft-p-min 0``, one greedy
   run per length at each level: ``tests/fixtures/llamacpp/0c1e570/positions/``), attached to the
