@@ -382,17 +382,11 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
 
 def model_contenders(models: Sequence[ModelView], measured: Sequence[Hashable] = (),
                      limit: int = MAX_REQUESTS) -> tuple[Band, ...]:
-    """The settings not measured yet that the model puts within its own error of its best
-    prediction, best first, at most ``limit`` of them: where a sweep whose first pass measured a
-    few settings (the longest draft lengths, predicting the rest from their acceptance by position)
-    looks next, one pair each, before the decision asks for more. A prediction's error is the
-    model's median miss, so a setting predicted that close to the best may well be the best.
-
-    At most ``limit`` (as many as the decision asks for in one step): where the curve is flat,
-    every length lies within the error, and a pair at each leaves too few for any one of them to
-    be shown faster. Replayed on the Q4_1 recording at 40 % of the fixed grid's pairs, the cap of 3
-    halved the decisions more than 5 % below the best (22.5 % to 12.0 % of 200 replays; Q4_0 and
-    Q2_K unchanged at 0-0.5 %; docs/results.md)."""
+    """The settings not measured yet that the model puts within its own error (its median miss)
+    of its best prediction, best first: where a sweep whose first pass measured the longest draft
+    lengths looks next, one pair each. At most ``limit``: on a flat curve every length is within
+    the error, and a pair at each leaves too few for any to be shown faster (replayed at Q4_1, the
+    cap of 3 took decisions more than 5 % off from 22.5 % to 12.0 %: docs/results.md)."""
     done = set(measured)
     out: list[Band] = []
     for m in models:
