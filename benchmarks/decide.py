@@ -403,7 +403,7 @@ def replay(rec: Recorded, replays: int, refits: int, seed: int = 0, floor: bool 
         out["new rule, fixed 3-pair grid"].add(rec, chosen_length(d), draws, d.settled)
         d, adaptive_draws, _why = adaptive(rec, rng, refits, budget)
         out["adaptive (new rule)"].add(rec, chosen_length(d), adaptive_draws, d.settled)
-        d, long_draws, _why = long_first(rec, long_rng, refits, int(LONG_BUDGET_SHARE * fixed_pairs))
+        d, long_draws, _why = long_first(rec, long_rng, refits, long_budget(rec))
         out[LONG].add(rec, chosen_length(d), long_draws, d.settled)
         share = {k: budget // len(top) + (i < budget % len(top)) for i, k in enumerate(top)}
         oracle_draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(n)] for k, n in share.items()}
@@ -434,6 +434,11 @@ def oracle(rec: Recorded, draws: dict[int, list[int]]) -> int | None:
     medians = {k: statistics.median(rec.points[k].pairs[i].ratio for i in picks) for k, picks in draws.items() if picks}
     k = max(medians, key=lambda k: medians[k])
     return k if medians[k] > 1.0 else None
+
+
+def long_budget(rec: Recorded) -> int:
+    """The long-first policy's pairs: ``LONG_BUDGET_SHARE`` of the fixed 3-pair grid's."""
+    return int(LONG_BUDGET_SHARE * FIXED_PAIRS * len(rec.grid))
 
 
 def ceiling(rec: Recorded, pairs: int, draws: int = 300, seed: int = 3) -> dict[int, float]:
@@ -510,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{level:<10} every pair on record: {whole.lines()[0]}"
               + ("" if rec.gain_shown else " (no length shown faster: recommending nothing is right)"))
         if rec.gain_shown:
-            budget = int(LONG_BUDGET_SHARE * FIXED_PAIRS * len(rec.grid))
+            budget = long_budget(rec)
             top = ceiling(rec, budget)
             print(f"{level:<10} long first's {budget} pairs all at one length within 5 % of the best, shown faster: "
                   + ", ".join(f"draft {k} {v:.0%}" for k, v in sorted(top.items(), key=lambda kv: -kv[1])))

@@ -381,19 +381,21 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
 
 
 def model_contenders(models: Sequence[ModelView], measured: Sequence[Hashable] = (),
-                     limit: int = MAX_REQUESTS) -> tuple[Band, ...]:
-    """The settings not measured yet that the model puts within its own error (its median miss)
-    of its best prediction, best first: where a sweep whose first pass measured the longest draft
-    lengths looks next, one pair each. At most ``limit``: on a flat curve every length is within
-    the error, and a pair at each leaves too few for any to be shown faster (replayed at Q4_1, the
-    cap of 3 took decisions more than 5 % off from 22.5 % to 12.0 %: docs/results.md)."""
+                     measurable: Sequence[Hashable] | None = None, limit: int = MAX_REQUESTS) -> tuple[Band, ...]:
+    """The settings not measured yet (and in ``measurable``, None: any) that the model puts within
+    its own error (its median miss) of its best prediction, best first: where a sweep whose first
+    pass measured the longest draft lengths looks next, one pair each. At most ``limit``: on a flat
+    curve every length is within the error, and a pair at each leaves too few for any to be shown
+    faster (replayed at Q4_1, the cap of 3 took decisions more than 5 % off from 22.5 % to 12.0 %)."""
     done = set(measured)
+    allowed = None if measurable is None else set(measurable)
     out: list[Band] = []
     for m in models:
         if not m.bands:
             continue
         top = max(b.predicted for b in m.bands)
-        out += [b for b in m.bands if b.key not in done and b.predicted >= top * (1 - m.error)]
+        out += [b for b in m.bands if b.key not in done and (allowed is None or b.key in allowed)
+                and b.predicted >= top * (1 - m.error)]
     return tuple(sorted(out, key=lambda b: (-b.predicted, b.cost)))[:max(0, limit)]
 
 

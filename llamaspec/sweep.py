@@ -401,8 +401,8 @@ def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]
         # measured, not only predicted.
         report = analysis.sweep_report(store, sid, plot=False)
         near = [int(b.key[1]) if isinstance(b.key, tuple) else int(b.key)  # type: ignore[call-overload]
-                for b in decide.model_contenders([g.view for g in report.groups if g.view], [("", k) for k in first])
-                if (b.key[1] if isinstance(b.key, tuple) else b.key) in by_length]  # the grid's lengths only
+                for b in decide.model_contenders([g.view for g in report.groups if g.view], [("", k) for k in first],
+                                                 measurable=[("", k) for k in by_length])]
         log.info("first pass: draft %s measured; from their acceptance by position the model predicts the rest, "
                  "and measures next draft %s, its best predictions within its error of its best", " and ".join(map(str, longest)),
                  ", ".join(map(str, near)) or "none")

@@ -296,3 +296,5 @@ def test_model_contenders_are_the_best_predicted_within_the_error_and_at_most_a_
     # outside the error: not a contender however many places are left
     steep = view({2: (0.9, 0.8, 1.0), 8: (1.2, 1.1, 1.3), 16: (1.0, 0.9, 1.1)}, error=0.05)
     assert [b.key for b in decide.model_contenders([steep], measured=[16], limit=5)] == [8]
+    # the model predicts every length; only the sweep's grid can be measured, and the cap counts those
+    assert [b.key for b in decide.model_contenders([flat], measured=[16], measurable=[2, 4, 8, 16])] == [8, 4, 2]
