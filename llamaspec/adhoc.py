@@ -34,6 +34,28 @@ from llamaspec.settings import DEFAULTS, Settings
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
 
 
+# What a study of -m/-md models measures with unless told otherwise (sweep, tune): 64 tokens a
+# prompt (docs/method.md: the acceptance and the decision at 64 against 256 tokens), on
+# llama-speculative-simple, which drafts up to k as llama-server does, counts acceptance by draft
+# position (one long draft predicts the shorter ones) and runs the draft-free n-gram modes.
+WORKLOAD_DEFAULTS = Settings(n_predict=64, program="speculative-simple")
+
+
+def workload_settings(settings: Settings) -> Settings:
+    """The command line's settings for a study of -m/-md models, :data:`WORKLOAD_DEFAULTS` where unset."""
+    return settings.over(WORKLOAD_DEFAULTS)
+
+
+def draft_names(exp: Experiment) -> dict[str, str]:
+    """A short name for each draft a study compares (its file name, or USER/REPO:QUANT as given)."""
+    names = {}
+    for c in exp.cases:
+        for d in c.drafts:
+            text = d.variant
+            names[text] = Path(text).name if ("/" in text and Path(text).expanduser().exists()) or text.endswith(".gguf") else text
+    return names
+
+
 def builtin_prompts() -> Path:
     """The built-in mixed prompt set (package data)."""
     return Path(__file__).resolve().parent / "data" / "prompts" / "mixed.jsonl"
@@ -80,7 +102,8 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
         case = "set" if prompts is not None else "prompt"  # a prompt set's prompts are named by their own ids
         cases: tuple[Case, ...] = (Case(case, refs[0], draft, prompt, prompt_path, settings, drafts=others),)
     else:
-        cases = tuple(Case(p["id"], refs[0], draft, p["prompt"], None, settings, drafts=others) for p in _builtin())
+        cases = tuple(Case(p["id"], refs[0], draft, p["prompt"], None, settings, drafts=others, category=p.get("category"))
+                      for p in _builtin())
     identity = {
         "target": files[0].sha256, "drafts": [f.sha256 for f in files[1:]], "engine": engine,
         "settings": {k: v for k, v in settings.to_dict().items() if v is not None},
@@ -160,6 +183,8 @@ def to_yaml(exp: Experiment) -> dict[str, Any]:
             body["prompt"] = c.prompt
         if c.prompt_file is not None:
             body["prompt_file"] = c.prompt_file
+        if c.category is not None:
+            body["category"] = c.category
         return body
 
     doc: dict[str, Any] = {"name": exp.name, "description": exp.description, "engine": exp.engine, "repeats": exp.repeats}

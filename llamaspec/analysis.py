@@ -395,7 +395,7 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
     return result, theory.explain_shortfall(result, TARGET_SPEEDUP), note
 
 
-def _meta(store: Store, run_id: int) -> dict[str, str]:
+def run_meta(store: Store, run_id: int) -> dict[str, str]:
     run = store.run(run_id)
     prov = run.get("provenance") or {}
     hw = prov.get("hardware") or {}
@@ -441,16 +441,18 @@ def _draft_bytes(run: dict[str, Any]) -> int:
 
 
 def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axes: Sequence[str], plot: bool,
-                    out_dir: Path) -> SweepReport:
+                    out_dir: Path, grid: Sequence[int] | None = None) -> SweepReport:
+    """The report over these runs, grouped by the settings of ``axes`` other than the draft
+    length; ``grid``: the draft lengths the model's band is given at (None: every length it predicts)."""
     if not runs:
         raise LlamaspecError(f"no finished runs for {name}", hint="run `llamaspec sweep NAME --draft 1..16` first")
-    meta = _meta(store, runs[0]["id"])
+    meta = run_meta(store, runs[0]["id"])
     groups = []
     for label, rows in rows_to_groups(runs, axes).items():
         rows = _latest_per_draft(rows)
         analysis, explanation, note = analyze_rows(rows)
         group = GroupReport(label, rows, analysis, explanation, note=note)
-        group.view = model_view(group)
+        group.view = model_view(group, grid=grid)
         if plot:
             group.plots = draw(group, meta, out_dir, stem_prefix=_slug(label))
         groups.append(group)

@@ -365,9 +365,14 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
     unmeasured = sorted((b for m in models for b in m.bands if b.key not in measured_keys and b.low > gain),
                         key=lambda b: -b.predicted)
     if not open_ and not unmeasured:
-        below = all(e.measured.high <= 1.0 for e in ranked if e.measured.n >= 2)
-        why = ("every interval lies at or below 1.0" if below else
-               f"no interval reaches past {gain:.2f}x, or those that do are within +-{half_width:.0%}")
+        intervals = [e for e in ranked if e.measured.n >= 2]
+        if not intervals:
+            why = (f"no estimate could reach past {gain:.2f}x (each measured once, combined with the speedup model "
+                   "and its error)")
+        elif all(e.measured.high <= 1.0 for e in intervals):
+            why = "every interval lies at or below 1.0"
+        else:
+            why = f"no interval reaches past {gain:.2f}x, or those that do are within +-{half_width:.0%}"
         return Decision("no draft", best, f"{why} (best: {best.label} -> {best.measured.text(suffix='x')})",
                         settled=True, **common)
     requests = [Request(e.key, e.label, pairs_needed(e.measured, half_width, step),

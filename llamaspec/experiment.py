@@ -75,6 +75,7 @@ class Case:
     settings: Settings
     reference: Reference | None = None
     drafts: tuple[ModelRef, ...] = ()  # drafts to compare (the first is ``draft``): sweep and tune measure each
+    category: str | None = None  # the prompt's category within a workload (code, chat, ...)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
 TOP_KEYS = {"name": str, "description": str, "engine": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list,
             "prompts": (str, dict), "study": str, "files": dict}  # study, files: kept by llamaspec.adhoc
 CASE_KEYS = {"name": str, "target": dict, "draft": dict, "drafts": list, "prompt": str, "prompt_file": str, "settings": dict,
-             "reference": dict}
+             "reference": dict, "category": str}
 
 
 def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] | None = None,
@@ -259,6 +260,7 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
             settings=case_settings,
             reference=parse_reference(c, raw.get("reference"), f"{where}.reference"),
             drafts=drafts,
+            category=c.typed(raw["category"], f"{where}.category", str) if raw.get("category") is not None else None,
         ))
     names = [case.name for case in cases]
     if len(set(names)) != len(names):

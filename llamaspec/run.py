@@ -85,7 +85,8 @@ def resolve_case(exp: Experiment, case: Case, backend: Engine,
         settings = replace(settings, threads=default_threads())
     target = find(case.target)
     draft = find(case.draft) if case.draft else None
-    return ResolvedCase(exp.name, case.name, target, draft, case.prompt, case.prompt_file, settings)
+    return ResolvedCase(exp.name, case.name, target, draft, case.prompt, case.prompt_file, settings,
+                        prompt_id=case.name if case.category else None, category=case.category)
 
 
 def check_settings(case: ResolvedCase, backend: Engine) -> None:

@@ -91,6 +91,8 @@ class Point:
         return ", ".join(f"{k}={v}" for k, v in self.values)
 
     def apply(self, case: Case) -> Case:
+        """The case at this point. A draft-free spec type (an n-gram mode) runs without the
+        case's draft model."""
         settings: dict[str, Any] = {}
         draft = case.draft
         for axis, value in self.values:
@@ -100,7 +102,10 @@ class Point:
                 draft = ModelRef(draft.model, value)
             else:
                 settings[axis] = value
-        return dataclasses.replace(case, draft=draft, settings=Settings(**settings).over(case.settings))
+        merged = Settings(**settings).over(case.settings)
+        if merged.spec_type not in (None, "draft"):
+            return dataclasses.replace(case, draft=None, drafts=(), settings=merged)
+        return dataclasses.replace(case, draft=draft, settings=merged)
 
 
 def grid(axes: Mapping[str, Sequence[Any]]) -> list[Point]:

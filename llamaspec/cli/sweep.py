@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -28,55 +27,59 @@ log = logging.getLogger("llamaspec")
 @click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
 @model_options
 @sweep_options
+@click.option("--modes", default=None, metavar="LIST|none",
+              help="Draft-free n-gram modes weighed beside the draft (default: every mode the program runs; "
+                   "none: the draft alone).")
 @click.option("--shared-baseline", is_flag=True,
-              help="Cost saver: measure one baseline per target setting and share it across points (speedups are "
-                   "then not paired, and the output says so).")
-@click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the sweep ends.")
+              help="Cost saver: measure one baseline per prompt and target setting and share it across setups "
+                   "(speedups are then not paired, and the output says so; measures the fixed grid).")
+@click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
-              help="Adaptive sweeps: stop after this much (10m, 90s, 1h, or a number of pairs; default: the pairs "
-                   "of the fixed grid at --repeats).")
+              help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 4m of measuring; the "
+                   "first pass is always measured).")
 @click.option("--fixed-grid", is_flag=True,
-              help="Measure every point with --repeats pairs (in passes: a pair at every point, the order rotating) "
-                   "instead of spending pairs where the decision is uncertain.")
+              help="Measure every setup on every prompt with --repeats pairs (in passes: a pair of each per pass, "
+                   "the order rotating) instead of spending pairs where the decision is uncertain.")
 @common_options
 @cluster_option
-def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool,
+def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, modes: str | None,
+          shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool,
           n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
-    """Sweep settings (as a grid); recommend a setting shown faster than the target alone.
+    """One answer for a workload: which setup to run, measured against the target alone.
 
-    The decision (llamaspec.decide) ranks the points with the speedup model fitted to all of
-    them, takes a cheaper point only within 2 % of the best, and says how sure it is; when no
-    point is shown faster it says "no draft" or "undecided" and what to measure next.
+    The workload is the experiment's prompts: with -m/-md and no -p/-f, the built-in mixed set
+    (code, chat, reasoning, summarization), one prompt per category. The setups are the draft at
+    each draft length (default 1,2,3,4,6,8,12,16), each draft file given, and the draft-free
+    n-gram modes the program runs (--modes); the target alone is the answer "no draft". Each
+    setup's speedup over the workload is the geometric mean of its prompts' speedups (each the
+    median of paired ratios), its 95 % interval from pairs resampled within prompts. One decision
+    rule (llamaspec.decide) picks the setup: shown faster than the target alone, the cheapest
+    within 2 % of the best; under it, the same rule per category where categories disagree. It
+    ends with the command that deploys the answer.
 
-    A sweep over draft lengths is adaptive: one pair at every length (--repeats N: N pairs), then
-    more pairs where the decision is uncertain (its contenders, a length the model favours), until it is settled (the recommended setting's
-    interval within +-5 % and its lead established) or the budget is spent; the output says which
-    ended it. --fixed-grid measures every point with --repeats pairs instead (any grid of settings),
-    in passes: one pair at every point per pass, so the machine's drift falls on every point alike.
+    Adaptive: one pair of the draft-free modes and of the longest draft lengths on every prompt
+    (their acceptance by draft position and the cost timings predict the other lengths), then the
+    model's best lengths, then more pairs where the decision is unsure, across prompts and
+    setups, until it is settled or the study's budget (--budget, default 4m) is spent. The output
+    says which ended it. --fixed-grid measures every setup on every prompt instead.
 
-    Each point is measured next to its own baseline (pairs inside the point). Rerun the same
-    command to resume: every stored pair is kept and finished points are not measured again. Every sweepable setting is an
-    option taking a list: --draft 1..16, --p-min 0.5,0.9 --program speculative-simple, ...
-
-    Your own models instead of NAME: -m TARGET -md DRAFT (a GGUF file, USER/REPO[:QUANT] as
-    llama.cpp's -hf, or a catalog NAME[:VARIANT]); several drafts (-md a.gguf,b.gguf) are one more
-    dimension, the smaller file counting as the cheaper setting. A setting given one value is the
-    study's setting, part of its name (printed; --name to choose one). Without -p/-f, the built-in
-    mixed prompts (code, chat, reasoning, summarization) are each swept.
+    Studies of -m/-md models generate 64 tokens a prompt with llama-speculative-simple unless
+    -n/--program say otherwise (docs/method.md says why). Every pair is stored as it is measured:
+    rerun the same command to resume.
 
     With --cluster HOST:PORT (or $RAY_ADDRESS) the points are spread over the Ray cluster's
-    machines; each point is paired on its machine, and the best point is named per machine.
+    machines; each point is paired on its machine, and the decision is made per machine.
 
     \b
-    Example: llamaspec sweep smollm2-quicksort --draft 1..16
-    Example: llamaspec sweep -m target.gguf -md draft.gguf --draft 1,2,4,8
+    Example: llamaspec sweep -m target.gguf -md draft.gguf
     Example: llamaspec sweep -m target.gguf -md q4_0.gguf,q8_0.gguf --draft 2,4,8 -p "def fib(n):"
-    Example: llamaspec sweep smollm2-quicksort --draft 1..16 --budget 10m
-    Example: llamaspec sweep smollm2-quicksort --draft 1,2,4,8 --cluster 10.0.0.5:6379
+    Example: llamaspec sweep smollm2-quicksort --draft 1..16 --modes none --budget 10m
+    Example: llamaspec sweep smollm2-quicksort --draft 1,2,4,8 --fixed-grid --repeats 5
     """
-    from llamaspec import adhoc, analysis
+    from llamaspec import adhoc
+    from llamaspec import study as studies
     from llamaspec import sweep as sweeps
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.results import Store
@@ -86,19 +89,20 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
         fixed = {axis: values[0] for axis, values in axes.items()
                  if len(values) == 1 and axis not in ("draft_max", "draft_variant")}
         axes = {axis: values for axis, values in axes.items() if axis not in fixed}
-        loaded = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(fixed, n_predict, timeout),
+        settings = adhoc.workload_settings(overrides(fixed, n_predict, timeout))
+        loaded = experiment_or_study(experiment_name, model, drafts, study, settings=settings,
                                      prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="sweep")
     else:
         loaded = experiment_or_study(experiment_name, None, drafts, study, command="sweep")
-    compared = adhoc.draft_axis(loaded)
+    exp = loaded.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
+    compared = adhoc.draft_axis(exp)
     if compared and "draft_variant" not in axes:
         axes["draft_variant"] = compared
-    adaptive = not fixed_grid and not shared_baseline and sweeps.adaptive_applies(axes)
+    if any(c.draft is not None for c in exp.cases) and "draft_max" not in axes:
+        axes = {**axes, "draft_max": studies.DEFAULT_LENGTHS}
     limit = sweeps.parse_budget(budget) if budget is not None else None
-    if limit is not None and not adaptive:
-        raise click.UsageError("--budget is for adaptive sweeps (a grid of --draft lengths alone, without "
-                               "--fixed-grid, --shared-baseline or several drafts)")
-    exp = loaded.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
+    if limit is not None and (fixed_grid or shared_baseline):
+        raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid and --shared-baseline, or --budget")
     if address:
         from llamaspec.cli.cluster import run_experiment_on_cluster
 
@@ -110,57 +114,34 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     from llamaspec.llamacpp import rpc as rpcs
 
     engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
+    asked = None if modes is None else () if modes.strip().lower() == "none" else sweeps.parse_values("spec_type", modes)
+    setups = studies.setups_for(axes, studies.modes_for(engine, asked), adhoc.draft_names(exp))
     store = Store.open()
-    stops: list[Any] = []
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
-            if adaptive:
-                first = repeats if isinstance(repeats, int) else sweeps.FIRST_PAIRS
-                limit = limit or sweeps.default_budget(exp, list(next(iter(axes.values()))), first)
-                _refuse_small_budget(limit, axes, first)
-                done = sweeps.run_adaptive_sweep(exp, axes, engine, store, limit, first_pairs=first)
-                results, stops = [r for r, _a in done], [a for _r, a in done]
-            else:
-                results = sweeps.run_sweep(exp, axes, engine, store, shared_baseline=shared_baseline)
+            result = studies.run_study(exp, setups, engine, store, limit, fixed_grid=fixed_grid,
+                                       first_pairs=repeats if isinstance(repeats, int) and not fixed_grid else 1,
+                                       shared_baseline=shared_baseline)
     finally:
         engine.close()
-    reports = [analysis.sweep_report(store, r.sweep_id, plot=plot) for r in results]
-    deploys = [sweep_deployment(r, engine, exp, store) for r in reports]
-    ends = stops or [None] * len(reports)
+    echo_study(result, engine, exp, store, plot, as_json)
+
+
+def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool) -> None:
+    """A study's table, its one decision and the command that deploys it (sweep and tune)."""
+    from llamaspec import study as studies
+
+    plots = studies.plot_study(store, result) if plot else []
+    answer = studies.deployment(result, engine, exp, store)
     if as_json:
-        click.echo(json.dumps([{**r.as_dict(), "adaptive": dataclasses.asdict(a) if a else None,
-                                "deploy": d.to_dict() if d else None} for r, d, a in zip(reports, deploys, ends, strict=True)],
-                              indent=2, default=str))
+        click.echo(json.dumps({**result.as_dict(), "plots": [str(p) for p in plots],
+                               "deploy": answer.to_dict() if answer else None}, indent=2, default=str))
     else:
-        click.echo("\n\n".join((f"{a.text()}\n" if a else "") + r.render() + (f"\n{d.render()}" if d else "")
-                                for r, d, a in zip(reports, deploys, ends, strict=True)))
-    if all(r.decision().verdict == "nothing" for r in reports):
-        raise LlamaspecError("nothing to recommend: no point finished with an output equal to the target alone's",
-                             hint="see the status column above; `llamaspec results show RUN` has each point's log")
-
-
-def _refuse_small_budget(limit: Any, axes: dict[str, Any], first: int) -> None:
-    """A pairs budget that cannot pay for the first pass is refused before anything is measured."""
-    from llamaspec import sweep as sweeps
-
-    lengths = sweeps.first_lengths(next(iter(axes.values())))
-    if limit.pairs is not None and limit.pairs < first * len(lengths):
-        raise LlamaspecError(f"--budget {limit.pairs} pairs is too small: the first pass alone measures "
-                             f"{first * len(lengths)} ({first} pair{'s' if first != 1 else ''} at draft "
-                             f"{', '.join(map(str, lengths))})",
-                             hint=f"give at least --budget {first * len(lengths)}, or a time such as --budget 10m")
-
-
-def sweep_deployment(report: Any, engine: Any, exp: Any, store: Any) -> Any:
-    """The deploy command for a sweep's answer: the recommended point's setting, or the target
-    alone when the answer is "no draft"; None when it is undecided (measure first) or nothing finished."""
-    from llamaspec import deploy
-
-    decision = report.decision()
-    found = report.row(decision.chosen.key) if decision.chosen is not None else None
-    if found is None or decision.verdict not in ("recommend", "no draft"):
-        return None
-    return deploy.for_run(engine, exp, store.run(found[1].run_id), speculative=decision.verdict == "recommend")
+        click.echo(result.render() + "".join(f"\n  plot: {p}" for p in plots)
+                   + (f"\n{answer.render()}" if answer else ""))
+    if result.decision.verdict == "nothing":
+        raise LlamaspecError("nothing to recommend: no setup finished on every prompt with an output equal to the target "
+                             "alone's", hint="see the excluded lines above; `llamaspec results show RUN` has each run's log")
 
 
 @main.command()

@@ -90,7 +90,7 @@ def describe(per: dict[str, dict[str, SetFigures]]) -> list[str]:
                          + (f"  ({s.failed} failed)" if s.failed else "")
                          + (f"  ({s.ended_early} ended early, not counted)" if s.ended_early else ""))
     if per:
-        lines.append(f"a set's speedup: {estimators.PROMPT_SET}, per machine")
+        lines.append(f"a set's speedup: {estimators.WORKLOAD}, per machine")
     return lines
 
 

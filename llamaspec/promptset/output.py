@@ -22,7 +22,7 @@ DEFINITIONS = {
                   "prompt_ms + predicted_ms; HTTP and queueing left out)",
     "prompt_ms": "baseline_prompt_ms / speculative_prompt_ms: prompt processing time per request (median); the "
                  "speculative server processes the prompt with the draft model too",
-    "set_speedup": f"geomean_speedup, the set's speedup (recommendations decide on it): {estimators.PROMPT_SET}",
+    "set_speedup": f"geomean_speedup, the set's speedup (recommendations decide on it): {estimators.WORKLOAD}",
     "prompt_speedup": f"a prompt's speedup: {estimators.POINT}",
 }
 

@@ -75,7 +75,7 @@ class GroupFigures:
     differing: int
     differs_near_tie: int  # differing prompts whose divergence the target alone saw as a near-tie
     near_tie_max_gap: float | None
-    estimator: str = estimators.PROMPT_SET  # how geomean_speedup, the set's speedup, is computed
+    estimator: str = estimators.WORKLOAD  # how geomean_speedup, the set's speedup, is computed
 
     def to_dict(self) -> dict[str, Any]:
         return fields_dict(self)
@@ -176,7 +176,8 @@ def group_statistics(items: Sequence[PromptFigures]) -> GroupFigures:
         failed=len(items) - len(ok),
         total_speedup=total_speedup(counted),
         mean_speedup=stats.mean_spread(speedups),
-        geomean_speedup=estimators.prompt_set(speedups),
+        geomean_speedup=estimators.prompt_set([i.speedup_spread.values if i.speedup_spread and i.speedup_spread.values
+                                               else (i.speedup,) for i in counted if i.speedup]),
         median_speedup=stats.spread(speedups),
         e2e_counted=len(e2e),
         e2e_total_speedup=total_speedup(counted, end_to_end=True),
