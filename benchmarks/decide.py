@@ -90,6 +90,14 @@ LONG_BUDGET_SHARE = 0.4  # the long-first policy's pairs, as a share of the fixe
 WORSE = 0.03  # a decision is wrong when its setting is truly more than 3 % below the best
 FIXED_PAIRS = 3
 FIRST_PAIRS = sweep.FIRST_PAIRS  # the adaptive sweep's own first pass
+
+
+def first_lengths(lengths, by_position: bool = False) -> list[int]:
+    """The first pass of the one-prompt policy: every length, shortest first; where the program
+    counts acceptance by position, the two longest, longest first (llamaspec.study.first_pass)."""
+    every = sorted(set(lengths))
+    return every[::-1][:2] if by_position else every
+
 FIRST: tuple[int, ...] | None = None  # --first: other first lengths (None: the sweep's, every length)
 BUDGET_SHARE = 0.6
 GOAL_WRONG = 0.05  # the goal: at most this share of wrong decisions, at no more than BUDGET_SHARE of the time
@@ -287,7 +295,7 @@ def seconds(rec: Recorded, draws: dict[int, list[int]]) -> float:
 
 def adaptive(rec: Recorded, rng: random.Random, refits: int, budget: int) -> tuple[decide.Decision, dict[int, list[int]], str]:
     """Coarse grid first, then what the decision asks for, until settled or out of pairs."""
-    first = FIRST if FIRST is not None else sweep.first_lengths(rec.grid)
+    first = FIRST if FIRST is not None else first_lengths(rec.grid)
     draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in first if k in rec.points}
     return _until_stop(rec, rng, refits, budget, draws, positions=False)
 
@@ -296,7 +304,7 @@ def long_first(rec: Recorded, rng: random.Random, refits: int, budget: int) -> t
     """The first pass at the longest lengths, every other one predicted from their acceptance by
     position, then what the decision asks for (``llamaspec.sweep``'s adaptive loop where the program
     counts positions)."""
-    first = sweep.first_lengths(rec.grid, by_position=True)
+    first = first_lengths(rec.grid, by_position=True)
     draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in first}
     group = group_for(rec, draws, refits, positions=True)
     for b in decide.model_contenders([group.view] if group.view else [], [("", k) for k in draws]):
@@ -323,7 +331,7 @@ def prediction_errors(rec: Recorded, first: tuple[int, ...] | None = None) -> tu
     ``first`` lengths (default: the long-first pass's): (on the acceptance by position, with one α)."""
     from llamaspec import theory
 
-    lengths = first or tuple(sweep.first_lengths(rec.grid, by_position=True))
+    lengths = first or tuple(first_lengths(rec.grid, by_position=True))
     rows = rows_for(rec, {k: list(range(len(rec.points[k].pairs))) for k in lengths}, positions=True)
     everything = rows_for(rec, rec.every_pair, positions=True)
     cost = analysis.cost_model(rows, theory.round_profile(rows[0].summary.program or "llama-speculative"))
@@ -507,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         truth = ", ".join(f"{k}: {p.true_speedup:.2f}x" for k, p in sorted(rec.points.items()))
         print(f"{level:<10} truth (median of {min(len(p.pairs) for p in rec.points.values())}+ pairs): {truth}")
         if rec.positions or rec.pairs_count_positions:
-            first = sweep.first_lengths(rec.grid, by_position=True)
+            first = first_lengths(rec.grid, by_position=True)
             curve, one = prediction_errors(rec)
             print(f"{level:<10} model fitted to draft {' and '.join(map(str, first))} (every recorded pair), at the other "
                   f"lengths: median error {curve:.1%} on the acceptance by position, {one:.1%} with one alpha")

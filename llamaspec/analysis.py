@@ -441,9 +441,10 @@ def _draft_bytes(run: dict[str, Any]) -> int:
 
 
 def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axes: Sequence[str], plot: bool,
-                    out_dir: Path, grid: Sequence[int] | None = None) -> SweepReport:
+                    out_dir: Path, grid: Sequence[int] | None = None, refits: int = BOOTSTRAP_REFITS) -> SweepReport:
     """The report over these runs, grouped by the settings of ``axes`` other than the draft
-    length; ``grid``: the draft lengths the model's band is given at (None: every length it predicts)."""
+    length; ``grid``: the draft lengths the model's band is given at (None: every length it
+    predicts); ``refits``: the bootstrap refits of that band."""
     if not runs:
         raise LlamaspecError(f"no finished runs for {name}", hint="run `llamaspec sweep NAME --draft 1..16` first")
     meta = run_meta(store, runs[0]["id"])
@@ -452,7 +453,7 @@ def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axe
         rows = _latest_per_draft(rows)
         analysis, explanation, note = analyze_rows(rows)
         group = GroupReport(label, rows, analysis, explanation, note=note)
-        group.view = model_view(group, grid=grid)
+        group.view = model_view(group, refits=refits, grid=grid)
         if plot:
             group.plots = draw(group, meta, out_dir, stem_prefix=_slug(label))
         groups.append(group)

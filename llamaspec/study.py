@@ -23,6 +23,11 @@ The adaptive policy (benchmarks/decide.py replays it on recordings):
 
 ``fixed_grid`` measures every setup on every prompt with the experiment's repeats instead, in
 passes (a pair of every setup on every prompt per pass, the order rotating).
+
+Its size: a study's setups and their costs, its state while it is measured (the store's cells,
+each prompt's refitted model, the pace), its two policies, and its result with the deploy
+command: each part reads the one before it, and the policies are what benchmarks/decide.py
+replays, so they stay beside the state they drive.
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ log = logging.getLogger(__name__)
 # benchmarks/decide.py): where the program counts acceptance by position only the longest two
 # are measured first, and the model picks which of the others to measure.
 DEFAULT_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)
+# The bootstrap refits of each prompt's speedup model band (analysis.BOOTSTRAP_REFITS for a sweep's
+# report): the study refits after every step, on every prompt whose points changed, and takes the
+# band's ends over the prompts, which a coarser percentile of each moves little.
+STUDY_REFITS = 100
 # The whole study's budget when none is given: measuring time, the first pass included.
 DEFAULT_BUDGET = Budget(seconds=240.0)
 DEFAULT_BUDGET_TEXT = "4m"
@@ -237,6 +246,7 @@ class _Study:
         self.seconds = 0.0  # ... and the time they took
         self.warm = False
         self.shared_baseline = shared_baseline
+        self._fits: dict[tuple[str, Any], tuple[Any, list[workload.Prediction]]] = {}  # refitted only when points change
 
     def group(self, case: Case) -> str:
         return prompt_group(self.sid, case.name)
@@ -320,8 +330,6 @@ class _Study:
 
     def predictions(self) -> list[workload.Prediction]:
         """Each prompt's speedup model, fitted to its draft setups, at every length of the grid."""
-        from llamaspec import analysis, paths
-
         lengths = sorted({s.length for s in self.setups if s.length is not None})
         out = []
         for case in self.cases:
@@ -330,18 +338,30 @@ class _Study:
             for s, r in rows:
                 by_group.setdefault(s.group, []).append(r)
             for group, runs in by_group.items():
-                report = analysis.report_for_runs(self.store, runs, self.sid, ["draft_max"], False,
-                                                  paths.plots_dir() / self.sid, grid=lengths)
-                template = next(s for s in self.setups if s.group == group and not s.draft_free)
-                for g in report.groups:
-                    if g.view is None:
-                        continue
-                    for band in g.view.bands:
-                        k = int(band.key[1]) if isinstance(band.key, tuple) else int(band.key)  # type: ignore[call-overload]
-                        setup = template.with_length(k)
-                        out.append(workload.Prediction(case.name, setup.key, setup.label, repr(group), band.predicted,
-                                                       band.low, band.high, g.view.error,
-                                                       cost_of(setup, int(band.cost[1]) if len(band.cost) > 1 else 0)))
+                state = tuple(sorted((r["id"], Summary.from_dict(r.get("summary")).pairs) for r in runs))
+                cached = self._fits.get((case.name, group))
+                if cached is None or cached[0] != state:
+                    cached = (state, self._fit(case, group, runs, lengths))
+                    self._fits[(case.name, group)] = cached
+                out += cached[1]
+        return out
+
+    def _fit(self, case: Case, group: Any, runs: list[dict[str, Any]], lengths: list[int]) -> list[workload.Prediction]:
+        from llamaspec import analysis, paths
+
+        report = analysis.report_for_runs(self.store, runs, self.sid, ["draft_max"], False,
+                                          paths.plots_dir() / self.sid, grid=lengths, refits=STUDY_REFITS)
+        template = next(s for s in self.setups if s.group == group and not s.draft_free)
+        out = []
+        for g in report.groups:
+            if g.view is None:
+                continue
+            for band in g.view.bands:
+                k = int(band.key[1]) if isinstance(band.key, tuple) else int(band.key)  # type: ignore[call-overload]
+                setup = template.with_length(k)
+                out.append(workload.Prediction(case.name, setup.key, setup.label, repr(group), band.predicted,
+                                               band.low, band.high, g.view.error,
+                                               cost_of(setup, int(band.cost[1]) if len(band.cost) > 1 else 0)))
         return out
 
     def decision(self) -> workload.WorkloadDecision:

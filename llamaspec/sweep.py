@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import decide
 from llamaspec.contract import Engine, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
@@ -243,15 +242,12 @@ def _raise_if_point_failed(point: Point, result: CaseResult, sid: str) -> None:
                                   "the same command to resume")
 
 
-# --- adaptive sweeps -----------------------------------------------------------------------------
+# --- what an adaptive study spends (llamaspec.study measures it) ---------------------------------
 
-# The policy benchmarks/decide.py replays: one pair at every length of the grid, then the pairs the
-# decision asks for (llamaspec.decide.next_step), until it is settled or the budget is spent. One pair
-# everywhere, not two at a coarse subset (1, 2, 4, 8, 12, 16, as before): the counters of one greedy
-# run are exact, so the model sees every length's acceptance at once, and a length whose rounds
-# happen to suit the prompt (Q4_0's draft 5: 1.04x between 0.97x and 0.94x) is not left out. On the
-# 2 December recordings (benchmarks/decide.py) that took the adaptive sweep's wrong decisions from
-# 47 % to 16 % (Q4_1, 10 pairs a point) and from 57 % to 4 % (Q4_0) at the same budget.
+# One pair of each setup in the first pass, not two at a coarse subset of lengths: the counters of
+# one greedy run are exact, so the model sees every length's acceptance at once (on the 2 December
+# recordings, benchmarks/decide.py, that took the adaptive sweep's wrong decisions from 47 % to 16 %
+# at Q4_1 and from 57 % to 4 % at Q4_0, at the same budget).
 FIRST_PAIRS = 1
 # Where the program counts acceptance by draft position (llama-speculative-simple, llama-server,
 # transformers), the first pass measures only the longest lengths of the grid: their rounds cover
@@ -292,35 +288,6 @@ def parse_budget(text: str) -> Budget:
     return Budget(seconds=value * {"s": 1, "m": 60, "h": 3600}[unit])
 
 
-@dataclass(frozen=True)
-class AdaptiveResult:
-    """How an adaptive sweep ended: ``stop`` is "settled", "budget" or "nothing to measure"."""
-
-    stop: str
-    pairs: int  # pairs measured over the whole sweep (earlier, interrupted runs of it included)
-    fixed_grid_pairs: int  # what the fixed grid at the experiment's repeats would have measured
-    seconds: float  # this invocation's wall time
-    last_progress: str
-
-    def text(self) -> str:
-        why = decide.STOP_WORDS.get(self.stop, self.stop)
-        return (f"adaptive sweep stopped: {why}, after {self.pairs} pairs ({self.pairs / max(self.fixed_grid_pairs, 1):.0%} "
-                f"of the fixed grid's {self.fixed_grid_pairs})")
-
-
-def first_lengths(lengths: Sequence[int], by_position: bool = False) -> list[int]:
-    """The first pass of an adaptive sweep: every length of the grid, shortest first; where the
-    program counts acceptance by position (``by_position``), the :data:`FIRST_LONGEST` longest, longest first."""
-    every = sorted(set(lengths))
-    return every[::-1][:FIRST_LONGEST] if by_position else every
-
-
-def counts_positions(report: Any) -> bool:
-    """Whether every point of a sweep report that drafted counted acceptance by position."""
-    rows = [r for g in report.groups for r in g.rows if r.summary.n_drafted]
-    return bool(rows) and all(r.summary.drafted_by_position for r in rows)
-
-
 def pairs_per_point(exp: Experiment) -> int:
     """The pairs a fixed grid measures at each point: the experiment's repeats (3 for 'auto')."""
     return exp.repeats if isinstance(exp.repeats, int) else 3
@@ -329,108 +296,3 @@ def pairs_per_point(exp: Experiment) -> int:
 def fixed_grid_pairs(exp: Experiment, lengths: Sequence[int]) -> int:
     """What the fixed grid would measure: every length at the experiment's repeats."""
     return len(lengths) * pairs_per_point(exp)
-
-
-def default_budget(exp: Experiment, lengths: Sequence[int], first_pairs: int) -> Budget:
-    """The fixed grid's pairs, and at least room to decide once after the first pass."""
-    return Budget(pairs=max(fixed_grid_pairs(exp, lengths), 2 * first_pairs * len(first_lengths(lengths))))
-
-
-def adaptive_applies(axes: Mapping[str, Sequence[Any]]) -> bool:
-    """The decision is over draft lengths: an adaptive sweep takes a grid of draft lengths alone."""
-    return set(axes) == {"draft_max"}
-
-
-def run_adaptive_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Engine, store: Store, budget: Budget,
-                       *, first_pairs: int = FIRST_PAIRS, on_event: Callable[[str, dict[str, Any]], None] | None = None
-                       ) -> list[tuple[SweepResult, AdaptiveResult]]:
-    """Spend pairs where the decision is uncertain: ``first_pairs`` at every draft length, then what :func:`llamaspec.decide.next_step` asks for (more pairs for the contenders,
-    a length the model favours that was not measured yet), until the decision is settled or the
-    budget runs out. Every pair is stored as it is measured: a rerun of the same command resumes
-    with every pair it had (extensions go through :func:`llamaspec.run.more_pairs`)."""
-    from llamaspec import host
-
-    if not adaptive_applies(axes):
-        raise LlamaspecError("an adaptive sweep decides over draft lengths alone",
-                             hint="sweep --draft only, or add --fixed-grid to measure every point of this grid")
-    hw = host.hardware()
-    return [_adaptive_case(exp, case, axes, backend, store, budget, first_pairs, hw, on_event) for case in exp.cases]
-
-
-def _adaptive_case(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], backend: Engine, store: Store,
-                   budget: Budget, first_pairs: int, hw: dict[str, Any],
-                   on_event: Callable[[str, dict[str, Any]], None] | None) -> tuple[SweepResult, AdaptiveResult]:
-    import time
-
-    from llamaspec import analysis
-
-    points = grid(axes)
-    by_length = {int(dict(p.values)["draft_max"]): p for p in points}
-    sid = sweep_id(exp, case, {**axes, "adaptive": ("decide",)}, backend.identity(), False)
-    resolved = {k: resolve_case(exp, p.apply(case), backend) for k, p in by_length.items()}
-    for rc in resolved.values():  # refuse values the build does not take before measuring anything
-        check_settings(rc, backend)
-        backend.check(rc)
-    start = time.monotonic()
-    longest = first_lengths(list(by_length), by_position=True)
-    measured: list[int] = []
-
-    def measure(k: int, pairs: int) -> None:
-        point, rc = by_length[k], resolved[k]
-        row = store.finished_point(sid, point.key)
-        if row is None:
-            result = run_case(rc, backend, store, repeats=pairs, hardware=hw, reference=case.reference, exp=exp,
-                              kind="sweep", group=Group("sweep", sid), point_key=point.key, baseline_scope=sid, time_costs=True,
-                              warmup=not measured, on_event=on_event)
-        else:
-            result = more_pairs(row["id"], rc, backend, store, pairs, baseline_scope=sid, on_event=on_event)
-        measured.append(k)
-        _raise_if_point_failed(point, result, sid)
-
-    # The longest lengths first; the rest of the grid too where their points do not count
-    # acceptance by position (llama-speculative prints none): then the first pass is every length.
-    bar = Progress(f"sweep {exp.name}/{case.name} (adaptive)", total=len(by_length))
-    first = list(longest)
-    i = 0
-    while i < len(first):
-        k = first[i]
-        bar.update(i, f"draft {k}: first {first_pairs} pair{'s' if first_pairs != 1 else ''}")
-        if store.finished_point(sid, by_length[k].key) is None:
-            measure(k, first_pairs)
-        i += 1
-        if i == len(longest) and not counts_positions(analysis.sweep_report(store, sid, plot=False)):
-            first += [k for k in first_lengths(list(by_length)) if k not in longest]
-    if len(first) == len(longest):
-        # The model's contenders next (the lengths it predicts within its error of its best, at
-        # most decide.MAX_REQUESTS of them), one pass each: the decision then weighs them
-        # measured, not only predicted.
-        report = analysis.sweep_report(store, sid, plot=False)
-        near = [int(b.key[1]) if isinstance(b.key, tuple) else int(b.key)  # type: ignore[call-overload]
-                for b in decide.model_contenders([g.view for g in report.groups if g.view], [("", k) for k in first],
-                                                 measurable=[("", k) for k in by_length])]
-        log.info("first pass: draft %s measured; from their acceptance by position the model predicts the rest, "
-                 "and measures next draft %s, its best predictions within its error of its best", " and ".join(map(str, longest)),
-                 ", ".join(map(str, near)) or "none")
-        for k in near:
-            bar.update(len(first), f"draft {k}: the model's contender, {first_pairs} pair{'s' if first_pairs != 1 else ''}")
-            if store.finished_point(sid, by_length[k].key) is None:
-                measure(k, first_pairs)
-            first.append(k)
-    bar.close()
-    measurable = [("", k) for k in by_length]
-    while True:
-        report = analysis.sweep_report(store, sid, plot=False)
-        spent = sum(r.summary.pairs for g in report.groups for r in g.rows)
-        decision = report.decision()
-        step = decide.next_step(decision, spent, budget.pairs, measurable)
-        if step.stop is None and budget.seconds is not None and time.monotonic() - start >= budget.seconds:
-            step = decide.Step((), "budget", f"time budget spent ({budget.seconds:.0f} s): {decision.sureness}")
-        log.info("%s", step.progress)
-        if step.stop is not None:
-            break
-        for r in step.requests:
-            measure(int(r.key[1]) if isinstance(r.key, tuple) else int(r.key), r.pairs)  # type: ignore[call-overload]
-    rows = [(p, store.finished_point(sid, p.key) or {}) for p in points]
-    return (SweepResult(sid, exp.name, case.name, tuple(rows), len(set(measured)), len(points) - len(set(measured))),
-            AdaptiveResult(step.stop, spent, fixed_grid_pairs(exp, list(by_length)), time.monotonic() - start,
-                           step.progress))

@@ -58,10 +58,11 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
 
 # --- an in-process engine for the run, sweep and tune logic ------------------------------------------
 
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
 from typing import Any  # noqa: E402
 
 from llamaspec.contract import Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase  # noqa: E402
+from llamaspec.errors import LlamaspecError  # noqa: E402
 
 
 @dataclass
@@ -172,3 +173,63 @@ class FakeEngine:
                            **({"drafted_by_position": (rounds,) * k,
                                "accepted_by_position": tuple(round(rounds * alpha ** i) for i in range(1, k + 1))}
                               if self.positions else {}))
+
+
+@dataclass
+class WorkloadEngine(FakeEngine):
+    """:class:`FakeEngine` over a workload: each prompt (the case's name) accepts with its own
+    ``alphas[prompt]``, and the draft-free modes of ``modes`` run too, each at its own speedup
+    per prompt (``modes[mode][prompt]``), drafting a little each round. A setup named in ``fails``
+    (a mode, or ``draft K``) fails on every prompt, as a crashing program would; a mode the
+    engine does not declare is refused by ``check``, as a build without it refuses it."""
+
+    alphas: dict[str, float] = field(default_factory=dict)
+    modes: dict[str, dict[str, float]] = field(default_factory=dict)
+    fails: tuple[str, ...] = ()
+    refuse: tuple[str, ...] = ()  # modes declared but refused for this program (llama-speculative runs none)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.capabilities = replace(self.capabilities, spec_types=("draft", *self.modes))
+
+    def alpha_of(self, prompt: str) -> float:
+        return self.alphas.get(prompt, self.alpha)
+
+    def speedup_for(self, prompt: str, setup: str | int) -> float:
+        """The true speedup of ``setup`` (a mode, or a draft length) on ``prompt``."""
+        if isinstance(setup, str):
+            return self.modes[setup][prompt]
+        a = self.alpha_of(prompt)
+        accepted = a * (1 - a ** setup) / (1 - a)
+        return (accepted + 1) / (1 + setup * self.draft_cost)
+
+    def check(self, case: ResolvedCase) -> None:
+        kind = case.settings.spec_type or "draft"
+        if kind not in self.capabilities.spec_types or kind in self.refuse:
+            raise LlamaspecError(f"this build does not run --spec-type {kind}", hint="use a build that lists it")
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Any) -> Measurement:
+        kind = case.settings.spec_type or "draft"
+        setup = kind if kind != "draft" else f"draft {case.settings.draft_max}"
+        if mode == "speculative" and setup in self.fails:
+            self.calls.append((mode, {"draft_max": case.settings.draft_max}))
+            return Measurement(mode=mode, ok=False, error="the program crashed (exit -11)", argv=(mode,), exit_code=-11,
+                               wall_seconds=0.01, peak_rss_bytes=None)
+        saved = self.alpha
+        self.alpha = self.alpha_of(case.case)
+        try:
+            m = super().measure(case, mode, log_path)
+        finally:
+            self.alpha = saved
+        if mode != "speculative" or kind == "draft":
+            return m
+        n = m.n_predict or 16
+        rounds = max(n // 3, 1)
+        base = self.target_tps(case) * self.machine_speed_at(len(self.calls) - 1)
+        return replace(m, decode_tps=base * self.modes[kind][case.case], n_drafted=2 * rounds, n_accept=rounds,
+                       accept=50.0, rounds=rounds, draft_len=case.settings.draft_max, draft_policy="capped", draft_steps=0,
+                       drafted_by_position=None,
+                       accepted_by_position=None)
+
+    def machine_speed_at(self, n: int) -> float:
+        return (1 - self.drift) ** n * self.noise[n % len(self.noise)]

@@ -210,15 +210,16 @@ def test_noisy_baseline_is_named(fake_models) -> None:
 def test_tune_recommends_by_the_decision_rule(fake_models) -> None:
     engine = FakeEngine(drift=0.0)
     store = Store.open()
-    (result,) = tune.tune(exp(2), engine, store, variants=())
-    assert result.recommended is not None
-    assert {r["group_kind"] for r in store.runs(group_id=result.tune_id)} == {"tune"}  # its points: a tune's, not a sweep's
-    decision = result.decision
-    assert decision.chosen is not None and decision.chosen.key == result.recommended[0] and decision.chosen.shown_faster
+    result = tune.tune(exp(2), engine, store, variants=())
+    decision = result.decision.decision
+    assert decision.verdict == "recommend" and decision.chosen is not None and decision.chosen.shown_faster
+    chosen = result.run_of(decision.chosen.key)
+    assert chosen is not None and store.run(chosen)["group_kind"] == "sweep"  # a tune is a study: its points a sweep's
     text = result.render()
-    assert "recommended:" in text and "how sure:" in text and f"(run {result.recommended[1]['id']})" in text
-    assert "draft-free n-gram modes" in text  # the fake declares none
-    json.dumps(result.as_dict())
+    assert "recommended:" in text and "how sure:" in text
+    labels = {s.label for s in result.decision.setups}
+    assert labels <= {f"draft {k}" for k in range(1, tune.MAX_DRAFT + 1)}  # the fake declares no draft-free mode
+    json.dumps(result.as_dict(), default=str)
 
 
 def test_summary_round_trips_through_storage() -> None:
@@ -237,8 +238,8 @@ def test_a_draft_that_never_pays_is_not_recommended(fake_models) -> None:
     assert all(r.speedup is not None and r.speedup.median < 1.0 for r in rep.groups[0].rows)
     assert rep.decision().verdict == "no draft" and rep.groups[0].decision.verdict == "no draft"
     assert "recommended: no draft (measured no gain)" in rep.render()
-    (tuned,) = tune.tune(exp(2), FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5), Store.open(), variants=())
-    assert tuned.best is not None and tuned.recommended is None
+    tuned = tune.tune(exp(2), FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5), Store.open(), variants=())
+    assert tuned.decision.verdict == "no draft"
     assert "recommended: no draft" in tuned.render()
 
 

@@ -9,9 +9,10 @@ import pytest
 from fakes import FakeEngine
 from test_core import exp, fake_models  # noqa: F401  (fixture)
 
-from llamaspec import analysis, sweep
+from llamaspec import analysis, study
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import Store
+from llamaspec.sweep import Budget
 from llamaspec.theory import (
     CostModel,
     Observation,
@@ -126,9 +127,16 @@ GRID = {"draft_max": tuple(range(1, 17))}
 NOISE = (1.0, 0.96, 1.04, 0.98, 1.02)
 
 
-def test_first_lengths_are_the_longest_where_positions_are_counted() -> None:
-    assert sweep.first_lengths([4, 1, 16, 8, 12]) == [1, 4, 8, 12, 16]
-    assert sweep.first_lengths([4, 1, 16, 8, 12], by_position=True) == [16, 12]
+def test_the_first_pass_is_the_longest_lengths_where_positions_are_counted() -> None:
+    setups = study.setups_for({"draft_max": (4, 1, 16, 8, 12)}, ("ngram-simple",))
+    assert [s.label for s in study.first_pass(setups, by_position=False)] == [
+        "ngram-simple", "draft 16", "draft 12", "draft 8", "draft 4", "draft 1"]
+    assert [s.label for s in study.first_pass(setups)] == ["ngram-simple", "draft 16", "draft 12"]
+
+
+def _prompt_report(store: Store, result: study.StudyResult) -> analysis.SweepReport:
+    (prompt, _category), = result.decision.prompts
+    return analysis.sweep_report(store, study.prompt_group(result.study_id, prompt), plot=False)
 
 
 def _speculative_lengths(engine: FakeEngine) -> list[int]:
@@ -138,18 +146,18 @@ def _speculative_lengths(engine: FakeEngine) -> list[int]:
 def test_a_program_that_counts_positions_starts_at_the_longest_lengths_and_predicts_the_rest(fake_models) -> None:  # noqa: F811
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.8, draft_cost=0.08, positions=True)
     store = Store.open()
-    ((result, ended),) = sweep.run_adaptive_sweep(exp(3), GRID, engine, store, sweep.Budget(pairs=20))
+    result = study.run_study(exp(3), study.setups_for(GRID), engine, store, Budget(pairs=20))
     assert _speculative_lengths(engine)[:2] == [16, 15]  # the first pass: the two longest, nothing else
-    report = analysis.sweep_report(store, result.sweep_id, plot=False)
+    report = _prompt_report(store, result)
     group = report.groups[0]
     assert group.analysis is not None and group.analysis.acceptance_model == "acceptance by position"
     assert group.view is not None and {b.key[1] for b in group.view.bands} == set(GRID["draft_max"])  # type: ignore[index]
     assert len(group.rows) < len(GRID["draft_max"])  # lengths left unmeasured, predicted
-    assert ended.pairs <= 20
-    decision = report.decision()
+    assert result.pairs <= 20
+    decision = result.decision.decision
     true_best = max(engine.speedup_of(k) for k in GRID["draft_max"])
     assert decision.verdict == "recommend" and decision.chosen is not None
-    k = decision.chosen.key[1]  # type: ignore[index]
+    k = int(decision.chosen.label.split()[1])
     assert engine.speedup_of(k) >= true_best * 0.95, (k, engine.speedup_of(k), true_best)
     assert "tokens per round from the acceptance by position" in report.render()
 
@@ -157,7 +165,7 @@ def test_a_program_that_counts_positions_starts_at_the_longest_lengths_and_predi
 def test_a_program_without_positions_keeps_todays_first_pass(fake_models) -> None:  # noqa: F811
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.8, draft_cost=0.08)
     store = Store.open()
-    sweep.run_adaptive_sweep(exp(3), GRID, engine, store, sweep.Budget(pairs=20))
+    study.run_study(exp(3), study.setups_for(GRID), engine, store, Budget(pairs=20))
     first = _speculative_lengths(engine)[:16]
     assert sorted(first) == list(range(1, 17))  # every length once before any is measured again
 
@@ -166,8 +174,8 @@ def test_a_measured_point_that_contradicts_the_long_runs_is_said_in_the_output(f
     # rounds shorter than 16 accept less at every position than the draft-16 rounds did
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.9, draft_cost=0.05, positions=True, position_bias=0.6)
     store = Store.open()
-    ((result, _ended),) = sweep.run_adaptive_sweep(exp(3), {"draft_max": (2, 16)}, engine, store, sweep.Budget(pairs=6))
-    text = analysis.sweep_report(store, result.sweep_id, plot=False).render()
+    result = study.run_study(exp(3), study.setups_for({"draft_max": (2, 16)}), engine, store, Budget(pairs=6))
+    text = _prompt_report(store, result).render()
     assert "assumption contradicted: draft 2:" in text
 
 

@@ -140,61 +140,65 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
         click.echo(result.render() + "".join(f"\n  plot: {p}" for p in plots)
                    + (f"\n{answer.render()}" if answer else ""))
     if result.decision.verdict == "nothing":
-        raise LlamaspecError("nothing to recommend: no setup finished on every prompt with an output equal to the target "
-                             "alone's", hint="see the excluded lines above; `llamaspec results show RUN` has each run's log")
+        why = "nothing to recommend: no setup finished on every prompt with an output equal to the target alone's"
+        raise LlamaspecError(why, hint="see the excluded lines above; `llamaspec results show RUN` has each run's log")
 
 
 @main.command()
 @click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
 @model_options
 @setting_options
-@click.option("--variants", default=None, metavar="LIST", help="Draft variants to consider (default: the catalog's).")
-@click.option("--modes", default=None, metavar="LIST", help="Draft-free n-gram modes to try (default: all the engine has).")
+@click.option("--variants", default=None, metavar="LIST",
+              help="Draft variants to weigh (default: the drafts -md gives, else the catalog's variants of the draft model).")
+@click.option("--modes", default=None, metavar="LIST|none",
+              help="Draft-free n-gram modes to weigh (default: every mode the program runs; none: drafts only).")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
-              help="Stop settling the decision after this much (10m, 90s, 1h, or a number of pairs in all; default: "
-                   "twice the search's pairs at --repeats).")
+              help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 4m of measuring; the "
+                   "first pass is always measured).")
+@click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
 @common_options
 @cluster_option
-def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, variants: str | None, modes: str | None, budget: str | None, n_predict: int | None,
-         prompt: str | None,
+def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, variants: str | None,
+         modes: str | None, budget: str | None, plot: bool, n_predict: int | None, prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
          no_wait: bool, as_json: bool, address: str | None, **given: Any) -> None:
-    """Search draft length, draft variant and draft-free n-gram modes; recommend by the decision rule.
+    """Search draft file, draft length and the draft-free n-gram modes: one answer for the workload.
 
-    The speedup model picks which draft lengths to measure and skips variants that cannot win.
-    Then more pairs go where the decision is unsure (the chosen configuration, its rivals) until
-    it is settled or the budget is spent; the output says which ended it. Each point is paired
-    with its own baseline. Resumable like a sweep: every stored pair is kept.
+    The same study as `llamaspec sweep` (its workload, estimator, decision, output and deploy
+    command), over more setups: every draft variant at every draft length 1..16, and every
+    draft-free mode the program runs. The speedup model, fitted per variant from the acceptance
+    by draft position of the longest lengths, picks the lengths worth measuring; then more pairs
+    go where the decision is unsure, until it is settled or the budget is spent.
 
     Your own models instead of NAME: -m TARGET -md DRAFT (a GGUF file, USER/REPO[:QUANT] as
     llama.cpp's -hf, or a catalog NAME[:VARIANT]); several drafts (-md a.gguf,b.gguf) are the
-    variants searched, the smaller file counting as the cheaper. Setting flags set the study's
+    variants weighed, the smaller file counting as the cheaper. Setting flags set the study's
     settings (its name says them; printed, or --name).
 
     With --cluster HOST:PORT (or $RAY_ADDRESS) every machine of the Ray cluster tunes for itself
     (the best settings are the machine's), all at once; the results are stored here, per machine.
 
     \b
-    Example: llamaspec tune smollm2-quicksort
-    Example: llamaspec tune -m target.gguf -md q4_0.gguf,q8_0.gguf -p "def fib(n):"
+    Example: llamaspec tune -m target.gguf -md q4_0.gguf,q8_0.gguf
+    Example: llamaspec tune smollm2-quicksort --modes none --budget 10m
     Example: llamaspec tune smollm2-quicksort --cluster 10.0.0.5:6379
     """
     from llamaspec import adhoc
     from llamaspec import tune as tuner
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.results import Store
-    from llamaspec.summary import Summary
     from llamaspec.sweep import parse_budget, parse_values
 
     limit = parse_budget(budget) if budget is not None else None
     if model is None and any(v is not None for v in given.values()):
         raise click.UsageError("setting flags are for a study of -m/-md models; an experiment names its own settings "
                                "(or sweep them: `llamaspec sweep NAME --draft 1..16`)")
-    exp = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(given, n_predict, timeout),
+    settings = adhoc.workload_settings(overrides(given, n_predict, timeout)) if model is not None else None
+    exp = experiment_or_study(experiment_name, model, drafts, study, settings=settings,
                               prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="tune")
     exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
-    # the drafts a study compares are the variants searched (--variants still wins)
-    chosen = parse_values("draft_variant", variants) if variants else (adhoc.draft_axis(exp) or None)
+    chosen = parse_values("draft_variant", variants) if variants else None
+    asked = None if modes is None else () if modes.strip().lower() == "none" else parse_values("spec_type", modes)
     if address:
         from llamaspec.cli.cluster import tune_on_cluster
 
@@ -204,34 +208,14 @@ def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...]
             raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
         tune_on_cluster(exp, address, overrides=overrides({}, n_predict, timeout).to_dict(), repeats=repeats,
                         prompt=prompt if prompt is not None else (Path(prompt_file).read_text() if prompt_file else None),
-                        variants=chosen,
-                        modes=parse_values("spec_type", modes) if modes else None, accel=accel, as_json=as_json)
+                        variants=chosen, modes=asked, accel=accel, as_json=as_json)
         return
     from llamaspec.llamacpp import rpc as rpcs
 
     engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
-
-    def on_point(config, row) -> None:
-        s = Summary.from_dict(row.get("summary"))
-        log.info("  %-34s %s", config.label, f"{s.speedup.text(suffix='x')} [{row.get('status')}]" if s.speedup
-                 else f"{row.get('status')}: {row.get('error')}")
-
-    from llamaspec import deploy
-
     try:
         with measuring(f"llamaspec tune {exp.name}", no_wait):
-            results = tuner.tune(exp, engine, Store.open(),
-                                 chosen,
-                                 parse_values("spec_type", modes) if modes else None, on_point, budget=limit)
+            result = tuner.tune(exp, engine, Store.open(), chosen, asked, limit)
     finally:
         engine.close()
-    # the recommended configuration's command, the target alone when the answer is "no draft",
-    # nothing while it is undecided (the output says what to measure first)
-    deploys = [deploy.for_run(engine, exp, r.recommended[1]) if r.recommended
-               else deploy.for_run(engine, exp, r.best[1], speculative=False)
-               if r.best and r.decision.verdict == "no draft" else None for r in results]
-    if as_json:
-        click.echo(json.dumps([{**r.as_dict(), "deploy": d.to_dict() if d else None} for r, d in zip(results, deploys, strict=True)],
-                              indent=2))
-    else:
-        click.echo("\n\n".join(r.render() + (f"\n{d.render()}" if d else "") for r, d in zip(results, deploys, strict=True)))
+    echo_study(result, engine, exp, Store.open(), plot, as_json)

@@ -251,18 +251,19 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     variants = tuple(p["variants"]) if p.get("variants") else None
     modes = tuple(p["modes"]) if p.get("modes") else None
     engine = _engine(worker, exp.engine)
-    results = tuner.tune(exp, engine, store, variants, modes)
+    result = tuner.tune(exp, engine, store, variants, modes)
     # Every point goes back whole (its settings, provenance, measurements, summary): the coordinator
     # stores it as its own run, so the scratch store here is never the only copy.
-    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "group_kind": row["group_kind"], "group_id": r.tune_id,
-               "point_key": row["point_key"], "config": dataclasses.asdict(config), "settings": row["settings"],
+    rows = [store.run(run_id) for run_id in result.runs.values()]
+    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "group_kind": row["group_kind"],
+               "group_id": row["group_id"], "point_key": row["point_key"], "settings": row["settings"],
                "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
                "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
-              for r in results for config, row in r.measured]
+              for row in rows]
     return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
             "settings": {}, "provenance": {"engine": engine_provenance(engine), "hardware": _hardware(worker)},
             "measurements": [], "runs": points,
-            "summary": {"tune": [r.as_dict() for r in results], "text": "\n\n".join(r.render() for r in results)}}
+            "summary": {"tune": [result.as_dict()], "text": result.render()}}
 
 
 def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:

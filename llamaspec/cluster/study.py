@@ -120,18 +120,9 @@ def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] |
 
 
 def _stored_tune(store: Any, done: dict[str, Any], machine: str) -> Any:
-    """A machine's tune (``TuneResult.as_dict`` from its worker) with its points as stored here,
-    under ``TUNE_ID@MACHINE`` (None: its points are not here)."""
-    from llamaspec import tune as tuner
-
-    into = f"{done['tune_id']}@{machine}"
-    rows = sorted(store.runs(group_id=into), key=lambda r: r["id"])
-    measured = [(tuner.Config(**r["provenance"]["tune_config"]), r) for r in rows if (r.get("provenance") or {}).get("tune_config")]
-    if len(measured) < done.get("measured_points", 0):
-        return None
-    return tuner.TuneResult(done["experiment"], done["case"], into, measured,
-                            [(s["what"], s["why"]) for s in done.get("skipped", [])], done.get("seconds", 0.0),
-                            done.get("full_grid_points", 0))
+    """A machine's tune as its worker rendered it (None: the coordinator keeps the worker's own
+    rendering; the points are stored here under each prompt's group ``@MACHINE``)."""
+    return None
 
 
 def check_engine(exp: Any) -> None:

@@ -1,0 +1,228 @@
+"""The workload study (llamaspec.study, llamaspec.workload, the workload estimator) on an in-process
+engine whose speed depends on the prompt and the setup it is asked for: one decision over the
+workload's prompts and every setup (draft lengths, draft-free modes, the target alone), the same
+rule per category, the budget for the whole study, failures and resumes."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+from fakes import WorkloadEngine
+from test_core import fake_models  # noqa: F401  (fixture)
+
+from llamaspec import estimators, experiment, study, workload
+from llamaspec.errors import LlamaspecError
+from llamaspec.experiment import Case, ModelRef
+from llamaspec.results import Store
+from llamaspec.settings import Settings
+from llamaspec.summary import Summary
+from llamaspec.sweep import Budget
+
+PROMPTS = {"code": "code", "chat": "chat", "reasoning": "reasoning", "summarization": "summarization"}
+LENGTHS = {"draft_max": (1, 2, 3, 4, 6, 8, 12, 16)}
+NOISE = (1.0, 0.97, 1.03, 0.98, 1.02)  # a machine whose speed wobbles by a few per cent
+
+
+def workload_exp(repeats: int = 3, prompts: dict[str, str] = PROMPTS) -> experiment.Experiment:
+    """The built-in set's shape: one prompt per category, the offline pair's models."""
+    settings = Settings(n_predict=64, threads=1)
+    target, draft = ModelRef("smollm2-135m", "f32"), ModelRef("smollm2-135m", "q4_1")
+    cases = tuple(Case(name, target, draft, f"prompt for {name}", None, settings, category=cat)
+                  for name, cat in prompts.items())
+    return experiment.Experiment("wl", "a workload", "llama.cpp", repeats, cases, settings=settings)
+
+
+def true_workload(engine: WorkloadEngine, setup: str | int, prompts=PROMPTS) -> float:
+    return math.exp(statistics.fmean(math.log(engine.speedup_for(p, setup)) for p in prompts))
+
+
+def key_of(result: study.StudyResult, label: str) -> str:
+    return next(s.setup for s in result.decision.setups if s.label == label)  # type: ignore[return-value]
+
+
+# --- the estimator ----------------------------------------------------------------------------------
+
+def test_the_workload_estimate_is_the_geometric_mean_of_the_prompts_medians() -> None:
+    got = estimators.workload([[2.0, 2.2, 1.8], [0.5, 0.55, 0.45]], noise=None)
+    assert got is not None and got.median == pytest.approx(1.0)  # 2x on one prompt and 0.5x on another: no gain
+    assert got.low < 1.0 < got.high and got.n == 6
+    assert got.values == (2.0, 0.5)
+    again = estimators.workload([[2.0, 2.2, 1.8], [0.5, 0.55, 0.45]], noise=None)
+    assert (again.low, again.high) == (got.low, got.high)  # seeded
+
+
+def test_a_prompt_measured_once_has_no_interval_without_the_studys_noise() -> None:
+    alone = estimators.workload([[1.3], [1.2]], noise=None)
+    assert alone is not None and alone.n == 1 and alone.low == alone.high == alone.median  # never "shown faster"
+    spread = estimators.workload([[1.3], [1.2]], noise=0.05)
+    assert spread is not None and spread.n == 2 and spread.low < spread.median < spread.high
+    wider = estimators.workload([[1.3], [1.2]], noise=0.10)
+    assert wider is not None and wider.high - wider.low > spread.high - spread.low
+
+
+def test_the_pooled_noise_weighs_each_sample_by_its_pairs() -> None:
+    assert estimators.pooled_log_sd([[1.0], [2.0]]) is None
+    one = [1.0, 1.1, 0.9]
+    assert estimators.pooled_log_sd([one, [5.0]]) == pytest.approx(statistics.stdev(math.log(v) for v in one))
+
+
+def test_the_interval_resamples_within_prompts_not_over_them() -> None:
+    """Two prompts far apart but each measured steadily: the workload is those two prompts, so the
+    interval is narrow; resampling over prompts would make it span 0.6x..1.7x."""
+    got = estimators.workload([[1.70, 1.71, 1.69, 1.70], [0.60, 0.61, 0.59, 0.60]], noise=None)
+    assert got is not None and got.high / got.low < 1.03
+
+
+# --- the decision over cells ---------------------------------------------------------------------------
+
+def cell(prompt: str, setup: str, ratios: tuple[float, ...], status: str = "ok") -> workload.Cell:
+    return workload.Cell(prompt, setup, setup, ratios, (1.0, float(len(setup))), status)
+
+
+def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere() -> None:
+    cells = [cell("a", "draft 8", (1.5, 1.52, 1.48)), cell("b", "draft 8", (1.4, 1.41, 1.39)),
+             cell("a", "draft 4", (1.9, 1.9, 1.9)),  # not measured on b: no workload estimate yet
+             cell("a", "draft 2", (1.3, 1.3, 1.3)), cell("b", "draft 2", (1.3, 1.3, 1.3), status="differs")]
+    d = workload.decide_workload(cells, {"a": "code", "b": "chat"})
+    by = {s.label: s for s in d.setups}
+    assert by["draft 4"].speedup is None and by["draft 4"].excluded is None
+    assert by["draft 2"].speedup is None and "output differs on b" in (by["draft 2"].excluded or "")
+    assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"
+    assert any("excluded: draft 2: output differs on b" in line for line in d.lines())
+
+
+def test_categories_that_disagree_are_each_said() -> None:
+    cells = [cell("code", "draft 8", (1.8, 1.82, 1.79, 1.81, 1.8)), cell("chat", "draft 8", (0.8, 0.81, 0.79, 0.8, 0.8)),
+             cell("code", "ngram", (1.02, 1.0, 1.01, 1.0, 1.02)), cell("chat", "ngram", (1.0, 0.99, 1.0, 1.0, 0.99))]
+    d = workload.decide_workload(cells, {"code": "code", "chat": "chat"})
+    assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"
+    verdicts = {c.category: c.decision.verdict for c in d.categories}
+    assert verdicts == {"code": "recommend", "chat": "no draft"} and d.categories_disagree
+    text = "\n".join(d.lines())
+    assert "code: draft 8" in text and "chat: no draft" in text and "one prompt" in text
+    chat_gains = [cell("chat", "draft 8", (1.7, 1.71, 1.69, 1.7, 1.7)), cell("chat", "ngram", (1.0, 0.99, 1.0, 1.0, 0.99))]
+    same = workload.decide_workload([c for c in cells if c.prompt == "code"] + chat_gains, {"code": "code", "chat": "chat"})
+    assert not same.categories_disagree and "every category agrees" in "\n".join(same.lines())
+
+
+def test_allocate_fills_the_missing_prompts_first_then_the_noisiest() -> None:
+    assert study.allocate(3, {"a": (1.0, 1.1)}, ["a", "b", "c"], 0.05) == {"b": 1, "c": 1}
+    have = {"a": (1.0, 1.01, 0.99), "b": (1.0, 1.3, 0.8)}
+    got = study.allocate(4, have, ["a", "b"], 0.05)
+    assert got.get("b", 0) > got.get("a", 0) and sum(got.values()) == 4
+
+
+# --- the study, measured -----------------------------------------------------------------------------
+
+def categories_engine(**kw) -> WorkloadEngine:
+    return WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True,
+                          alphas={"code": 0.95, "summarization": 0.9, "chat": 0.2, "reasoning": 0.3},
+                          modes={"ngram-simple": {"code": 1.0, "chat": 0.99, "reasoning": 1.0, "summarization": 1.04}}, **kw)
+
+
+def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models) -> None:  # noqa: F811
+    engine = categories_engine()
+    store = Store.open()
+    setups = study.setups_for(LENGTHS, ("ngram-simple",))
+    result = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=120))
+    d = result.decision
+    assert [p for p, _c in d.prompts] == list(PROMPTS)
+    assert result.pairs <= 120 and result.stop in ("settled", "budget", "nothing to measure")
+    assert d.verdict == "recommend" and d.chosen is not None
+    best = max(true_workload(engine, k) for k in LENGTHS["draft_max"])
+    chosen = d.chosen.label
+    assert chosen.startswith("draft ") and true_workload(engine, int(chosen.split()[1])) >= 0.95 * best
+    verdicts = {c.category: c.decision.verdict for c in d.categories}
+    assert verdicts["code"] == "recommend" and verdicts["chat"] != "recommend" and d.categories_disagree
+    # the first pass: the mode and the two longest lengths on every prompt; nothing else everywhere
+    measured = {s.label for s in d.setups if s.speedup is not None}
+    assert {"ngram-simple", "draft 16", "draft 12"} <= measured and len(measured) < len(setups)
+    text = result.render()
+    assert "target alone" in text and "by category" in text and estimators.WORKLOAD in text
+
+
+def test_a_draft_free_mode_is_the_answer_where_the_draft_does_not_pay(fake_models) -> None:  # noqa: F811
+    engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=1.0, positions=True, alpha=0.7,
+                            modes={"ngram-simple": {"code": 1.35, "chat": 1.25, "reasoning": 1.3, "summarization": 1.6}})
+    store = Store.open()
+    result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, store, Budget(pairs=80))
+    d = result.decision
+    assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "ngram-simple"
+    answer = study.deployment(result, engine, workload_exp(), store)
+    assert answer is not None and "--draft" not in answer.render()  # no draft model in its command
+
+
+def test_no_draft_when_nothing_pays_and_its_command_is_the_target_alone(fake_models) -> None:  # noqa: F811
+    engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=1.0, positions=True, alpha=0.5,
+                            modes={"ngram-simple": {p: 0.9 for p in PROMPTS}})
+    store = Store.open()
+    result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, store, Budget(pairs=60))
+    assert result.decision.verdict == "no draft" and result.stop == "settled"
+    answer = study.deployment(result, engine, workload_exp(), store)
+    assert answer is not None and not answer.speculative
+
+
+def test_a_mode_the_program_cannot_run_is_skipped_and_said(fake_models) -> None:  # noqa: F811
+    engine = categories_engine(refuse=("ngram-simple",))
+    result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open(),
+                             Budget(pairs=60))
+    assert [w for w, _y in result.skipped] == ["ngram-simple"]
+    assert "skipped ngram-simple: this build does not run --spec-type ngram-simple" in result.render()
+    assert all(s.label != "ngram-simple" for s in result.decision.setups)
+
+
+def test_a_setup_that_fails_everywhere_is_excluded_and_the_study_goes_on(fake_models) -> None:  # noqa: F811
+    engine = categories_engine(fails=("ngram-simple",))
+    result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open(),
+                             Budget(pairs=60))
+    failed = next(s for s in result.decision.setups if s.label == "ngram-simple")
+    assert failed.speedup is None and "failed" in (failed.excluded or "") and "crashed" in (failed.excluded or "")
+    assert result.decision.verdict in ("recommend", "undecided", "no draft")
+    assert "excluded: ngram-simple" in result.render()
+
+
+def test_a_pairs_budget_below_the_first_pass_is_refused_naming_the_least(fake_models) -> None:  # noqa: F811
+    engine = categories_engine()
+    setups = study.setups_for(LENGTHS, ("ngram-simple",))
+    with pytest.raises(LlamaspecError) as err:
+        study.run_study(workload_exp(), setups, engine, Store.open(), Budget(pairs=5))
+    assert "first pass alone measures 12" in err.value.message and "--budget 12" in (err.value.hint or "")
+    assert engine.calls == []  # refused before anything was measured
+
+
+def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F811
+    class Interrupting(WorkloadEngine):
+        limit = 1_000_000
+
+        def measure(self, case, mode, log_path):  # type: ignore[no-untyped-def]
+            if len(self.calls) >= self.limit:
+                raise KeyboardInterrupt
+            return super().measure(case, mode, log_path)
+
+    engine = Interrupting(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True,
+                          alphas={"code": 0.95, "summarization": 0.9, "chat": 0.2, "reasoning": 0.3})
+    engine.limit = 30
+    store = Store.open()
+    setups = study.setups_for(LENGTHS)
+    with pytest.raises(KeyboardInterrupt):
+        study.run_study(workload_exp(), setups, engine, store, Budget(pairs=60))
+    kept = {r["id"]: r for r in store.runs(kind="sweep") if r["status"] == "ok"}
+    before = sum(Summary.from_dict(r["summary"]).pairs for r in kept.values())
+    assert before >= 4
+    engine.limit = 1_000_000
+    calls = len(engine.calls)
+    result = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=60))
+    assert set(kept) <= set(result.runs.values())  # the finished points were resumed, not measured again
+    # only new pairs were measured (two generations each), besides a warm-up and the cost timings of
+    # the prompts whose timings the interruption lost
+    assert 2 * (result.pairs - before) <= len(engine.calls) - calls <= 2 * (result.pairs - before) + 9
+
+
+def test_the_fixed_grid_measures_every_setup_on_every_prompt(fake_models) -> None:  # noqa: F811
+    engine = categories_engine()
+    setups = study.setups_for({"draft_max": (4, 8)}, ("ngram-simple",))
+    result = study.run_study(workload_exp(repeats=2), setups, engine, Store.open(), fixed_grid=True)
+    assert result.stop == "fixed grid" and result.pairs == 2 * 3 * 4 == result.fixed_grid_pairs
+    assert all(s.speedup is not None and s.pairs == 8 for s in result.decision.setups)
