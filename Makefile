@@ -1,5 +1,5 @@
 # The commands a newcomer needs (see README.md):
-#   make demo   build llama.cpp, fetch the offline pair, run, sweep, report and plot
+#   make demo   build llama.cpp, fetch the offline pair, run it once, then one answer for a mixed workload
 #   make check  the quick tier: ruff, mypy and the tests that need no binaries, torch or Ray (< 90 s)
 #   make test   the whole test suite (builds llama.cpp first if the cache has no build, and what
 #               its slow tier needs in the background while the quick tier runs)
@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 EXPERIMENT ?= smollm2-quicksort
-DRAFTS ?= 1,2,4,8,12
+PAIR   ?= models/smollm2-135m
 # Two installs: llamaspec with its dev tools (enough for the demo), and the convert extra (a CPU
 # torch wheel, transformers) on top for the tests that convert Hugging Face checkpoints.
 STAMP  := $(VENV)/.installed
@@ -56,12 +56,13 @@ build: setup
 models: build
 	$(BIN)/llamaspec models fetch smollm2-135m
 
-# The demo ends with the answer: the adaptive sweep's recommendation, how sure it is, and the
-# command that deploys it.
+# The demo: the write-up's form first (one prompt, one setting, paired runs), then the question a
+# user asks, in llama.cpp's words: for this pair, on this machine, over a mixed workload, what should
+# I run? It ends with one answer (a draft length, an n-gram mode or the target alone), its
+# per-category verdicts, how sure it is, and the command that deploys it.
 demo: models
 	$(BIN)/llamaspec run $(EXPERIMENT) --repeats 5
-	$(BIN)/llamaspec report $(EXPERIMENT) --no-plot
-	$(BIN)/llamaspec sweep $(EXPERIMENT) --draft $(DRAFTS)
+	$(BIN)/llamaspec sweep -m $(PAIR)/ggml-model-f32.gguf -md $(PAIR)/ggml-model-q4_1.gguf
 
 # What the quick tier leaves out, by marker (pyproject.toml says what each needs).
 QUICK := not llamacpp and not slow and not convert and not hf and not cluster
