@@ -1,0 +1,215 @@
+"""Replaying the workload study on recorded real measurements.
+
+A recording holds, for each prompt of a workload and each setup measured there (a draft length, a
+draft-free mode), every pair a fixed-grid study measured (its baseline and speculative
+measurements as stored: decode speed, counters, acceptance by position, wall time), and the cost
+timings of each prompt. :class:`ReplayEngine` is an engine that measures by drawing those pairs:
+asked for a pair of a setup on a prompt, it draws one of that cell's recorded pairs at random
+(with replacement) and hands out its two sides, so :func:`llamaspec.study.run_study` runs
+unchanged, policy, store and decision included, as it would have on that machine that day.
+
+Two layouts are read: a workload study exported by ``sweep-workload/export.py`` (``study.json``:
+prompts, cells, costs), and the one-prompt sweeps of ``sweep-positions``/``sweep-accept``
+(``sweep.json``: one prompt, draft lengths only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamaspec import estimators
+from llamaspec.contract import PAIR_MODES, Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase
+from llamaspec.errors import LlamaspecError
+from llamaspec.experiment import Case, Experiment, ModelRef
+from llamaspec.results import Store, measurement_of
+from llamaspec.settings import FIELDS, Settings
+
+
+def setup_label(values: dict[str, Any]) -> str:
+    """How a cell's setup is named: its draft-free mode, else ``draft K``."""
+    mode = values.get("spec_type") or "draft"
+    return str(mode) if mode != "draft" else f"draft {values['draft_max']}"
+
+
+@dataclass(frozen=True)
+class RecordedPair:
+    baseline: dict[str, Any]
+    speculative: dict[str, Any]
+
+    @property
+    def ratio(self) -> float | None:
+        b, s = self.baseline.get("decode_tps"), self.speculative.get("decode_tps")
+        return s / b if s and b else None
+
+    @property
+    def seconds(self) -> float:
+        return float(self.baseline.get("wall_seconds") or 0.0) + float(self.speculative.get("wall_seconds") or 0.0)
+
+
+@dataclass
+class Recording:
+    """A workload's recorded cells: prompt -> setup label -> its pairs."""
+
+    name: str
+    prompts: dict[str, str]  # prompt -> category, in the workload's order
+    setups: dict[str, dict[str, Any]]  # label -> the settings that make it (spec_type, draft_max)
+    cells: dict[str, dict[str, list[RecordedPair]]]
+    costs: dict[str, dict[str, dict[str, Any]]]  # prompt -> mode (draft, batch) -> a recorded timing
+    settings: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def truth(self, label: str) -> float | None:
+        """The setup's workload speedup over every recorded pair (the estimator's point estimate)."""
+        ratios = [[r for p in self.cells[q].get(label, []) if (r := p.ratio)] for q in self.prompts]
+        if any(not r for r in ratios):
+            return None
+        return math.exp(statistics.fmean(math.log(statistics.median(r)) for r in ratios))
+
+    def truth_spread(self, label: str) -> Any:
+        ratios = [[r for p in self.cells[q].get(label, []) if (r := p.ratio)] for q in self.prompts]
+        return estimators.workload(ratios, estimators.pooled_log_sd(ratios)) if all(ratios) else None
+
+    def pair_seconds(self, label: str) -> float:
+        """A pair's mean recorded wall time at this setup, over the prompts."""
+        got = [p.seconds for q in self.prompts for p in self.cells[q].get(label, [])]
+        return statistics.fmean(got) if got else 0.0
+
+    def fixed_grid_seconds(self, repeats: int = 3) -> float:
+        """What measuring every setup on every prompt with ``repeats`` pairs costs, by the recorded wall times."""
+        return sum(repeats * statistics.fmean([p.seconds for p in pairs]) for q in self.prompts
+                   for pairs in self.cells[q].values() if pairs)
+
+
+def _pairs(measurements: Sequence[dict[str, Any]]) -> list[RecordedPair]:
+    sides: dict[int, dict[str, dict[str, Any]]] = {}
+    for m in measurements:
+        if m.get("mode") in PAIR_MODES and m.get("ok") and m.get("repeat") is not None:
+            sides.setdefault(int(m["repeat"]), {})[m["mode"]] = m
+    return [RecordedPair(s["baseline"], s["speculative"]) for _i, s in sorted(sides.items()) if len(s) == 2]
+
+
+def load(path: Path) -> Recording:
+    """A recording: a workload study's ``study.json``, or a one-prompt ``sweep.json``."""
+    data = json.loads(path.read_text())
+    if "cells" in data:
+        prompts = {p["id"]: p["category"] for p in data["prompts"]}
+        cells: dict[str, dict[str, list[RecordedPair]]] = {q: {} for q in prompts}
+        setups: dict[str, dict[str, Any]] = {}
+        costs: dict[str, dict[str, dict[str, Any]]] = {q: {} for q in prompts}
+        for c in data["cells"]:
+            label = setup_label(c["values"])
+            setups[label] = c["values"]
+            cells[c["prompt"]][label] = _pairs(c["measurements"])
+            for m in c["measurements"]:
+                if m.get("mode") in ("draft", "batch") and m.get("ok"):
+                    costs[c["prompt"]].setdefault(m["mode"], m)
+        return Recording(path.parent.name, prompts, setups, cells, costs, data["settings"], data)
+    prompt = data["case"]
+    cells = {prompt: {}}
+    setups = {}
+    costs = {prompt: {}}
+    for point in data["points"]:
+        values = {"draft_max": point["draft_max"]}
+        label = setup_label(values)
+        setups[label] = values
+        cells[prompt][label] = _pairs(point["measurements"])
+        for m in point["measurements"]:
+            if m.get("mode") in ("draft", "batch") and m.get("ok"):
+                costs[prompt].setdefault(m["mode"], m)
+    return Recording(path.parent.name, {prompt: prompt}, setups, cells, costs, data["settings"], data)
+
+
+class ReplayEngine:
+    """An engine whose measurements are recorded pairs, drawn at random per (prompt, setup)."""
+
+    name = "llama.cpp"
+
+    def __init__(self, rec: Recording, seed: int) -> None:
+        self.rec = rec
+        self.rng = random.Random(seed)
+        self.seed = seed
+        modes = tuple(dict.fromkeys(v.get("spec_type") for v in rec.setups.values() if v.get("spec_type") not in (None, "draft")))
+        self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
+                                         settings=frozenset(FIELDS), spec_types=("draft", *modes), draft_policy="capped")
+        self._open: dict[tuple[str, str], tuple[RecordedPair, set[str]]] = {}
+        self.seconds = 0.0  # the recorded wall time of every pair drawn
+        self.pairs = 0
+
+    def identity(self) -> str:
+        return f"replay-{self.rec.name}"
+
+    def provenance(self) -> dict[str, Any]:
+        return {"version": "replay", "build_key": self.identity()}
+
+    def resolve_model(self, model: str, variant: str) -> ModelPath:
+        return ModelPath(f"{model}:{variant}", f"/replay/{model}-{variant}.gguf", variant)
+
+    def close(self) -> None:
+        return None
+
+    def _label(self, case: ResolvedCase) -> str:
+        return setup_label({"spec_type": case.settings.spec_type, "draft_max": case.settings.draft_max})
+
+    def check(self, case: ResolvedCase) -> None:
+        label = self._label(case)
+        if label not in self.rec.cells.get(case.case, {}):
+            raise LlamaspecError(f"{label} was not recorded on {case.case}", hint="replay the recorded setups only")
+
+    def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
+        return Deployment(self.name, speculative, "replay", (Command.shell("replay", ["replay"]),))
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Any) -> Measurement:
+        if mode in ("draft", "batch"):
+            return measurement_of(self.rec.costs[case.case][mode])
+        label = self._label(case)
+        pairs = self.rec.cells[case.case][label]
+        if Path(str(log_path)).name.startswith("warmup"):
+            return measurement_of(pairs[0].baseline)
+        key = (case.case, label)
+        current = self._open.get(key)
+        if current is None or mode in current[1]:
+            current = (pairs[self.rng.randrange(len(pairs))], set())
+            self._open[key] = current
+            self.seconds += current[0].seconds
+            self.pairs += 1
+        pair, served = current
+        served.add(mode)
+        row = pair.baseline if mode == "baseline" else pair.speculative
+        return dataclasses.replace(measurement_of(row), pair=None)
+
+
+def experiment_of(rec: Recording, repeats: int = 3) -> Experiment:
+    """The recording's workload as an experiment: one case per prompt, the recorded settings."""
+    settings = Settings.from_dict({k: v for k, v in rec.settings.items() if k not in ("draft_max", "spec_type")})
+    target, draft = ModelRef("replay", "target"), ModelRef("replay", "draft")
+    cases = tuple(Case(q, target, draft, f"recorded prompt {q}", None, settings, category=cat)
+                  for q, cat in rec.prompts.items())
+    return Experiment(f"replay-{rec.name}", "a recorded workload", "llama.cpp", repeats, cases, settings=settings)
+
+
+def replay(rec: Recording, seed: int, budget: Any = None, *, fixed_grid: bool = False, repeats: int = 3,
+           lengths: Sequence[int] | None = None, modes: Sequence[str] | None = None) -> tuple[Any, ReplayEngine]:
+    """One study on pairs drawn from the recording: (its StudyResult, the engine with what it drew)."""
+    from llamaspec import study
+
+    engine = ReplayEngine(rec, seed)
+    recorded = sorted(int(v["draft_max"]) for v in rec.setups.values() if (v.get("spec_type") or "draft") == "draft")
+    axes = {"draft_max": tuple(lengths or recorded)}
+    found = modes if modes is not None else tuple(m for m in engine.capabilities.spec_types if m != "draft")
+    setups = study.setups_for(axes, found)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp) / "replay.sqlite")
+        try:
+            result = study.run_study(experiment_of(rec, repeats), setups, engine, store, budget, fixed_grid=fixed_grid)
+        finally:
+            store.close()
+    return result, engine
