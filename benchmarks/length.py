@@ -38,9 +38,8 @@ def main() -> int:
     a = ap.parse_args()
 
     from llamaspec import adhoc
-    from llamaspec.contract import ModelPath, ResolvedCase
+    from llamaspec.contract import EngineOptions, ModelPath, ResolvedCase
     from llamaspec.llamacpp.runner import open_engine
-    from llamaspec.contract import EngineOptions
     from llamaspec.settings import Settings
     from llamaspec.theory.positions import PositionCurve
 
@@ -90,7 +89,7 @@ def main() -> int:
         for c in (0.05, 0.2, 0.45, 0.6):
             line = []
             for n in lengths:
-                def at(k: int, n: int = n) -> float:
+                def at(k: int, n: int = n, c: float = c) -> float:
                     logs = [math.log(curves[q][n].tokens_per_round(k, curves[q][n].through[-1]) / (1 + k * c)) for q in both]
                     return math.exp(sum(logs) / len(logs))
                 best = max(range(1, a.draft + 1), key=at)
