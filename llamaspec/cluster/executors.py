@@ -123,7 +123,7 @@ def case_of(payload: dict[str, Any]) -> Case:
                 draft=ref(payload["draft"]) if payload.get("draft") else None,
                 prompt=payload.get("prompt"), prompt_file=payload.get("prompt_file"),
                 settings=Settings.from_dict(payload.get("settings") or {}),
-                reference=Reference(**reference) if reference else None)
+                reference=Reference(**reference) if reference else None, category=payload.get("category"))
 
 
 def resolved_case(worker: MachineWorker, payload: dict[str, Any], backend: Any) -> ResolvedCase:
@@ -179,8 +179,9 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
                         error=got.failed)
     return {
         "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
-        "experiment": case.experiment, "case": case.case, "settings": case.settings.to_dict(),
-        "provenance": _provenance(worker, backend, case), "measurements": _rows(got), "summary": summary.to_dict(),
+        "experiment": case.experiment, "case": case.case, "prompt_id": case.prompt_id, "category": case.category,
+        "settings": case.settings.to_dict(), "provenance": _provenance(worker, backend, case), "measurements": _rows(got),
+        "summary": summary.to_dict(),
     }
 
 
@@ -205,7 +206,8 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     row = store.run(result.run_id)
     rows = store.measurements(result.run_id)
     return {"ok": result.status == "ok", "status": result.status, "error": result.error, "experiment": exp.name,
-            "case": chosen.name, "settings": row["settings"], "provenance": row["provenance"],
+            "case": chosen.name, "prompt_id": row.get("prompt_id"), "category": row.get("category"),
+            "settings": row["settings"], "provenance": row["provenance"],
             "measurements": rows, "summary": row["summary"] or {}}
 
 

@@ -32,7 +32,9 @@ def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> d
             "settings": settings.to_dict(), "repeats": repeats, "repeat_offset": repeat_offset,
             "reference": dataclasses.asdict(case.reference) if getattr(case, "reference", None) else None,
             "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
-            "experiment_sha256": getattr(exp, "sha256", None)}
+            "experiment_sha256": getattr(exp, "sha256", None),
+            # the prompt's category within a workload (only when it has one: a study's id hashes the payload)
+            **({"category": case.category} if getattr(case, "category", None) else {})}
 
 
 def experiment_payload(exp: Any) -> dict[str, Any]:
@@ -184,9 +186,10 @@ def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
 
 def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
                    machines: list[str] | None = None, accel: str = "auto",
-                   axes: dict[str, Any] | None = None) -> tuple[Any, dict[str, dict[str, Any]]]:
+                   axes: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The whole of ``--cluster``: items (cases, or sweep points with ``axes``), requirements, study
-    id, pool, the study loop, the per-machine summary. Returns (StudyReport, per-machine results)."""
+    id, pool, the study loop, the per-machine summary. Returns (StudyReport, per machine: with ``axes`` its
+    workload decision, :func:`summary.per_point`; else its figures per case, :func:`summary.per_machine`)."""
     from llamaspec.cluster import summary
     from llamaspec.cluster.coordinator import run_study
     from llamaspec.cluster.sink import StoreSink
