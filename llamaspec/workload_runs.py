@@ -12,8 +12,8 @@ is measured). Pure: run rows (as ``Store.runs`` returns them) in, cells out.
 - **The setup** of a run (where the caller does not name it): its spec type, its draft (the draft
   model's label), its draft length, and every other sweepable setting that varies among the runs
   of one prompt with that spec type. A setting that differs only from prompt to prompt is the
-  prompt's, not a setup's. A draft-free mode is named by its mode (and its own varying settings):
-  no draft and no draft length apply to it.
+  prompt's, not a setup's. A draft-free mode is named by its mode and its own varying settings
+  (its draft length among them only where it varies: the mode may not read it).
 - **The cell**: the run's pair ratios (``Summary.speedup.values``; paired runs only, a shared
   baseline's ratios are not pairs), "ok" or "differs" as its summary says, or failed with its
   error. Of several finished runs of one setup on one prompt the latest counts (a rerun after a
@@ -86,8 +86,10 @@ def setup_axes(runs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
     out: dict[str, list[str]] = {}
     for (_prompt, mode), rows in groups.items():
         found = out.setdefault(mode, [])
+        # a draft setup always names its draft length (setup_of); a draft-free one has no draft
+        skip = {MODE, LENGTH} if mode == "draft" else {MODE, DRAFT}
         for axis in (DRAFT, *SWEEPABLE):
-            if axis in (MODE, LENGTH) or axis in found or (axis == DRAFT and mode != "draft"):
+            if axis in skip or axis in found:
                 continue
             if len({str(_value(r, axis)) for r in rows}) > 1:
                 found.append(axis)

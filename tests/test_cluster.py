@@ -815,9 +815,22 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
         assert {p["machine"] for p in points} == {r["machine"]} and {p["kind"] for p in points} == {"sweep"}
         assert all(Summary.from_dict(p["summary"]).paired for p in points)
         assert all({m["mode"] for m in store.measurements(p["id"])} >= {"baseline", "speculative"} for p in points)
-        here = study._stored_tune(store, done, r["machine"])
-        assert here.as_dict()["best"]["draft_max"] == done["best"]["draft_max"]
-        assert here.best[1]["id"] in {p["id"] for p in points} and f"(run {here.recommended[1]['id']})" in here.render()
+        assert r["provenance"]["point_groups"] == [f"{done['tune_id']}@{r['machine']}"]
+        assert {p["prompt_id"] or p["case_name"] for p in points} == {done["case"]}
+    # Each machine's answer is decided here, from its stored points, by the one workload decision:
+    # on host-a, whose draft is cheap, a longer draft than on host-b.
+    from llamaspec.cluster.executors import POINT_KEYS
+
+    assert all(set(p) >= set(POINT_KEYS) for res in returned.values() for p in res["runs"])
+    decided = study.tune_decisions(store, "tune")
+    assert set(decided) == {"host-a", "host-b"}
+    a, b = decided["host-a"], decided["host-b"]
+    assert a.verdict == b.verdict == "recommend" and a.chosen is not None and b.chosen is not None, a.lines() + b.lines()
+    assert dict(a.chosen.key)["draft_max"] > dict(b.chosen.key)["draft_max"], a.lines() + b.lines()
+    for machine, d in decided.items():  # every point the machine's tune measured is a setup of its decision
+        measured = {f"draft {p['settings']['draft_max']}" for p in store.runs() if p["group_id"].endswith(f"@{machine}")}
+        assert {s.label for s in d.setups} == measured and d.estimator == estimators.WORKLOAD
+    assert "host-a:" in cluster_summary.describe_points(decided)
     # The same result saved again (a rerun of a failed save) adds no second copy of a point.
     before = len(store.runs())
     StoreSink(store, kind="cluster-tune").save("tune-again", work[0], "host-a", returned["tune@host-a"])

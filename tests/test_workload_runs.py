@@ -52,6 +52,11 @@ def test_a_setup_is_named_by_the_settings_that_vary_on_one_prompt() -> None:
     four_code, four_chat = setup_of(runs[0], axes), setup_of(runs[2], axes)
     assert four_code == four_chat and four_code.label == "draft 4" and four_code.cost == (1.0, 4.0, 1000.0)
     assert setup_of(runs[4], axes).label == "ngram-simple (ngram_size_n=3)" and setup_of(runs[4], axes).cost == cost(True, 8)
+    # a draft-free mode's draft length names its setups only where it varies (the mode may not read it)
+    cache = [row(1, "code", [1.1], draft=None, spec_type="ngram-cache", draft_max=4),
+             row(2, "code", [1.2], draft=None, spec_type="ngram-cache", draft_max=8)]
+    assert [setup_of(r, setup_axes(cache)).label for r in cache] == ["ngram-cache (draft_max=4)", "ngram-cache (draft_max=8)"]
+    assert setup_of(cache[0], setup_axes(cache[:1])).label == "ngram-cache"
     # two draft files: each its own setup, named by its variant
     files = [row(1, "code", [1.5], draft_max=4), row(2, "code", [1.3], draft_max=4, draft="smollm2-135m:q4_0")]
     assert [setup_of(r, setup_axes(files)).label for r in files] == ["draft 4 (q4_1)", "draft 4 (q4_0)"]

@@ -22,7 +22,9 @@ through the run core's pairs loop and measuring step. No experiment file is read
   machine and kept between items): baseline and speculative back to back, ABBA over the repeats,
   summarised by ``promptset.prompt_summary`` exactly as a one-machine ``prompts run`` does.
 - ``tune``: an experiment's whole tune on this machine (items of this kind are pinned: the best
-  draft length is a property of the machine), through ``llamaspec.tune`` into the scratch store.
+  draft length is a property of the machine), through ``llamaspec.tune`` into the scratch store;
+  every point it measured goes back whole (:func:`point_of`), and the coordinator decides the
+  machine's answer from them (``study.tune_decisions``), whatever the search here was.
 
 A new kind is one function and one ``EXECUTORS`` entry.
 """
@@ -254,17 +256,34 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     modes = tuple(p["modes"]) if p.get("modes") else None
     engine = _engine(worker, exp.engine)
     results = tuner.tune(exp, engine, store, variants, modes)
-    # Every point goes back whole (its settings, provenance, measurements, summary): the coordinator
-    # stores it as its own run, so the scratch store here is never the only copy.
-    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "group_kind": row["group_kind"], "group_id": r.tune_id,
-               "point_key": row["point_key"], "config": dataclasses.asdict(config), "settings": row["settings"],
-               "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
-               "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
+    # Every point goes back whole (POINT_KEYS: its prompt, settings, provenance, measurements,
+    # summary): the coordinator stores it as its own run, so the scratch store here is never the
+    # only copy, and decides this machine's answer from them (study.tune_decisions).
+    points = [{**point_of(store, row, r.tune_id), "config": dataclasses.asdict(config)}
               for r in results for config, row in r.measured]
     return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
             "settings": {}, "provenance": {"engine": engine_provenance(engine), "hardware": _hardware(worker)},
             "measurements": [], "runs": points,
             "summary": {"tune": [r.as_dict() for r in results], "text": "\n\n".join(r.render() for r in results)}}
+
+
+# What a point sent back by a searching item (``result["runs"]``) holds: enough for the
+# coordinator to store it as a run (``sink.StoreSink``) and to read it as a cell of the machine's
+# workload (``workload_runs.workload_of_runs``: its prompt and category, its settings and draft,
+# its summary's pair ratios and status).
+POINT_KEYS = ("experiment", "case", "prompt_id", "category", "kind", "group_kind", "group_id", "point_key", "settings",
+              "provenance", "measurements", "summary", "status", "error")
+
+
+def point_of(store: Any, row: dict[str, Any], group_id: str | None = None) -> dict[str, Any]:
+    """One stored run of this worker's scratch store as the coordinator takes it (:data:`POINT_KEYS`),
+    under ``group_id`` (default: its own group; the coordinator stores it under ``GROUP@MACHINE``)."""
+    point = {"experiment": row["experiment"], "case": row["case_name"], "prompt_id": row.get("prompt_id"),
+             "category": row.get("category"), "kind": row["kind"], "group_kind": row["group_kind"],
+             "group_id": group_id or row["group_id"], "point_key": row["point_key"], "settings": row["settings"],
+             "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
+             "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
+    return point
 
 
 def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any
 
+from llamaspec import workload
 from llamaspec.cluster.work import Requirements, WorkItem
 
 
@@ -94,11 +95,12 @@ def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | Non
 
 
 def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] | None = None, accel: str = "auto",
-             **tune_options: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
-    """``tune --cluster``: every machine tunes the experiment for itself. Returns (StudyReport,
-    machine -> the tune's result dicts and rendered text)."""
+             **tune_options: Any) -> tuple[Any, dict[str, workload.WorkloadDecision]]:
+    """``tune --cluster``: every machine tunes the experiment for itself; each machine's answer is
+    decided here, from its points as stored here (:func:`tune_decisions`). Returns (StudyReport,
+    machine -> its decision)."""
     from llamaspec.cluster.coordinator import run_study
-    from llamaspec.cluster.sink import StoreSink, machine_of
+    from llamaspec.cluster.sink import StoreSink
 
     check_engine(exp)
     wanted = requirements(exp, accel)
@@ -110,30 +112,28 @@ def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] |
         report = run_study(sid, items, pool, StoreSink(store, kind="cluster-tune"), wanted)
     finally:
         pool.close()
-    per = {}
-    for run in store.runs(group_id=sid, status="ok"):
-        machine = machine_of(run) or "?"
-        results = [_stored_tune(store, t, machine) for t in (run["summary"] or {}).get("tune", [])]
-        if all(r is not None for r in results):  # re-rendered from this store: its run ids are this store's
-            per[machine] = {"tune": [r.as_dict() for r in results if r], "text": "\n\n".join(r.render() for r in results if r)}
-        else:  # stored by an earlier llamaspec, without its points: the worker's own rendering
-            per[machine] = run["summary"]
-    return report, dict(sorted(per.items()))
+    return report, tune_decisions(store, sid)
 
 
-def _stored_tune(store: Any, done: dict[str, Any], machine: str) -> Any:
-    """A machine's tune (``TuneResult.as_dict`` from its worker) with its points as stored here,
-    under ``TUNE_ID@MACHINE`` (None: its points are not here)."""
-    from llamaspec import tune as tuner
+def tune_decisions(store: Any, study: str) -> dict[str, workload.WorkloadDecision]:
+    """Each machine's answer to a cluster tune, decided on the coordinator from the points its tune
+    measured (stored here under the groups its item's row names, ``point_groups``; a row stored
+    before that key, under ``TUNE_ID@MACHINE`` of each tune its summary lists): the one runs-to-cells
+    function (:func:`llamaspec.workload_runs.workload_of_runs`) and the one workload decision
+    (:func:`llamaspec.workload.decide_workload`), whatever the worker's own search was."""
+    from llamaspec.cluster.sink import machine_of
+    from llamaspec.workload_runs import workload_of_runs
 
-    into = f"{done['tune_id']}@{machine}"
-    rows = sorted(store.runs(group_id=into), key=lambda r: r["id"])
-    measured = [(tuner.Config(**r["provenance"]["tune_config"]), r) for r in rows if (r.get("provenance") or {}).get("tune_config")]
-    if len(measured) < done.get("measured_points", 0):
-        return None
-    return tuner.TuneResult(done["experiment"], done["case"], into, measured,
-                            [(s["what"], s["why"]) for s in done.get("skipped", [])], done.get("seconds", 0.0),
-                            done.get("full_grid_points", 0))
+    out: dict[str, workload.WorkloadDecision] = {}
+    for item in sorted(store.runs(group_id=study, status="ok"), key=lambda r: r["id"]):
+        machine = machine_of(item) or "?"
+        groups = (item.get("provenance") or {}).get("point_groups") or [
+            f"{t['tune_id']}@{machine}" for t in (item.get("summary") or {}).get("tune", []) if t.get("tune_id")]
+        points = [r for g in groups for r in store.runs(group_id=g)]
+        cells, prompts = workload_of_runs(points)
+        if prompts:
+            out[machine] = workload.decide_workload(cells, prompts)
+    return dict(sorted(out.items()))
 
 
 def check_engine(exp: Any) -> None:
