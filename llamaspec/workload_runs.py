@@ -58,7 +58,12 @@ def cost(draft_free: bool, length: int | None, draft_bytes: int = 0) -> tuple[fl
 def draft_bytes(run: Mapping[str, Any]) -> int:
     """The draft file's size as recorded with the run (0 when unknown or draft-free)."""
     draft = ((run.get("provenance") or {}).get("models") or {}).get("draft") or {}
-    meta = draft.get("metadata") or {}
+    return model_bytes(draft.get("metadata"))
+
+
+def model_bytes(metadata: Mapping[str, Any] | None) -> int:
+    """A model file's size from its metadata (``ModelPath.metadata``; 0 when unknown)."""
+    meta = metadata or {}
     size = meta.get("size_bytes") or meta.get("size") or meta.get("file_size")
     return int(size) if isinstance(size, (int, float)) else 0
 
@@ -147,4 +152,4 @@ def workload_of_runs(runs: Sequence[Mapping[str, Any]],
     return list(latest.values()), prompts
 
 
-__all__ = ["RunSetup", "cell_of", "cost", "draft_bytes", "prompt_of", "setup_axes", "setup_of", "workload_of_runs"]
+__all__ = ["RunSetup", "cell_of", "cost", "draft_bytes", "model_bytes", "prompt_of", "setup_axes", "setup_of", "workload_of_runs"]
