@@ -28,6 +28,7 @@ from llamaspec.results import Store, built_from
 from llamaspec.settings import SWEEPABLE
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
+from llamaspec.workload_runs import draft_bytes
 
 log = logging.getLogger(__name__)
 
@@ -428,16 +429,8 @@ def rows_to_groups(runs: Sequence[dict[str, Any]], axes: Sequence[str]) -> dict[
     for run in runs:
         label = _group_label(run["settings"], axes, run.get("draft"))
         groups.setdefault(label, []).append(PointRow(run["id"], label, int(run["settings"].get("draft_max") or 0),
-                                                     Summary.from_dict(run.get("summary")), _draft_bytes(run)))
+                                                     Summary.from_dict(run.get("summary")), draft_bytes(run)))
     return groups
-
-
-def _draft_bytes(run: dict[str, Any]) -> int:
-    """The draft file's size as recorded with the run (0 when unknown or draft-free)."""
-    draft = ((run.get("provenance") or {}).get("models") or {}).get("draft") or {}
-    meta = draft.get("metadata") or {}
-    size = meta.get("size_bytes") or meta.get("size") or meta.get("file_size")
-    return int(size) if isinstance(size, (int, float)) else 0
 
 
 def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axes: Sequence[str], plot: bool,

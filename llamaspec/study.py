@@ -43,7 +43,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamaspec import decide, workload
+from llamaspec import decide, workload, workload_runs
 from llamaspec.contract import Engine, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment
@@ -131,11 +131,9 @@ def setups_for(axes: Mapping[str, Sequence[Any]], modes: Sequence[str] = (),
 
 
 def cost_of(setup: Setup, draft_bytes: int = 0) -> tuple[float, ...]:
-    """Smaller is cheaper: a draft-free mode (no second model to hold), then the shorter draft
-    length, then the smaller draft file."""
-    if setup.draft_free:
-        return (0.0, 0.0, 0.0)
-    return (1.0, float(setup.length or 0), float(draft_bytes))
+    """Smaller is cheaper (:func:`llamaspec.workload_runs.cost`: a draft-free mode, then the
+    shorter draft length, then the smaller draft file)."""
+    return workload_runs.cost(setup.draft_free, setup.length, draft_bytes)
 
 
 def study_id(exp: Experiment, axes: Sequence[str], identity: str, engine: str, fixed_grid: bool) -> str:
@@ -312,20 +310,21 @@ class _Study:
         return self.seconds / self.measured_here if self.measured_here else None
 
     def cells(self) -> list[workload.Cell]:
-        out = []
-        for setup in self.setups:
-            for case in self.cases:
-                row = self.row(case, setup)
-                if (case.name, setup.key) in self.failed:
-                    out.append(workload.Cell(case.name, setup.key, setup.label, (), cost_of(setup), "failed",
-                                             self.failed[(case.name, setup.key)]))
-                elif row is not None:
-                    s = Summary.from_dict(row.get("summary"))
-                    ratios = tuple(s.speedup.values) if s.speedup and s.paired else ()
-                    bytes_ = _draft_bytes(row)
-                    out.append(workload.Cell(case.name, setup.key, setup.label, ratios, cost_of(setup, bytes_),
-                                             workload.OK if s.status == "ok" else workload.DIFFERS,
-                                             s.lossless.text() if s.status == "differs" else None))
+        """The study's cells: its stored rows through the one runs-to-cells function
+        (:func:`llamaspec.workload_runs.workload_of_runs`), each named by the setup it was measured
+        for; a setup that failed on a prompt, by its failure."""
+        measured = [(s, r) for s in self.setups for c in self.cases
+                    if (c.name, s.key) not in self.failed and (r := self.row(c, s)) is not None]
+        by_run = {r["id"]: s for s, r in measured}
+
+        def setup_of(run: Mapping[str, Any]) -> workload_runs.RunSetup:
+            s = by_run[run["id"]]
+            return workload_runs.RunSetup(s.key, s.label, cost_of(s, workload_runs.draft_bytes(run)))
+
+        out, _prompts = workload_runs.workload_of_runs([r for _s, r in measured], setup_of)
+        for (name, key), why in self.failed.items():
+            setup = self.by_key.get(key) or next(s for s in self.setups if s.key == key)
+            out.append(workload.Cell(name, key, setup.label, (), cost_of(setup), "failed", why))
         return out
 
     def predictions(self) -> list[workload.Prediction]:
@@ -384,13 +383,6 @@ class _Study:
 
     def runs(self) -> dict[tuple[str, str], int]:
         return {(c.name, s.key): r["id"] for s in self.setups for c in self.cases if (r := self.row(c, s)) is not None}
-
-
-def _draft_bytes(run: dict[str, Any]) -> int:
-    draft = ((run.get("provenance") or {}).get("models") or {}).get("draft") or {}
-    meta = draft.get("metadata") or {}
-    size = meta.get("size_bytes") or meta.get("size") or meta.get("file_size")
-    return int(size) if isinstance(size, (int, float)) else 0
 
 
 def first_pass(setups: Sequence[Setup], by_position: bool = True) -> list[Setup]:

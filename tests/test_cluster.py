@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from llamaspec import estimators
 from llamaspec.cluster import LocalPool, Requirements, StoreSink, WorkerInfo, WorkerLost, WorkItem, admit, run_study
 from llamaspec.cluster import summary as cluster_summary
 from llamaspec.cluster.queue import WorkQueue
@@ -614,29 +615,74 @@ def test_report_compare_machine_groups_by_the_machine_column(store: Store) -> No
     assert key({"machine": None, "provenance": {"hardware": {"host": "h", "cpu": "c"}}}) == "h / c"
 
 
-def test_a_swept_study_names_the_best_point_per_machine(store: Store) -> None:
+def _swept(k: int, ratios: list[float], prompt: str = "c", category: str | None = None, differs: bool = False) -> dict[str, Any]:
+    """A ``pair`` item's result at draft length ``k``: pairs whose speculative speed is ``ratio``
+    times the baseline measured next to it."""
+    from llamaspec.contract import Measurement
     from llamaspec.summary import summarize
 
-    def result(k: int, factor: float) -> dict[str, Any]:
-        from llamaspec.contract import Measurement
+    ms = []
+    for r, ratio in enumerate(ratios):
+        for mode, tps in (("baseline", 50.0 * (1 + 0.01 * r)), ("speculative", 50.0 * (1 + 0.01 * r) * ratio)):
+            ms.append(Measurement(mode=mode, ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                                  peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=tps, pair=r,
+                                  text="other" if differs and mode == "speculative" else "same"))
+    summary = summarize(ms, requested_draft=None)
+    return {"ok": summary.status == "ok", "status": summary.status, "experiment": "e", "case": prompt,
+            "prompt_id": prompt if category else None, "category": category,
+            "settings": {"draft_max": k, "spec_type": "draft"}, "provenance": {}, "measurements": [],
+            "summary": summary.to_dict()}
 
-        ms = []
-        for r in range(3):
-            for mode, tps in (("baseline", 50.0), ("speculative", 50.0 * factor * (1 + 0.01 * r))):
-                ms.append(Measurement(mode=mode, ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
-                                      peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=tps, text="same", pair=r))
-        return {"ok": True, "status": "ok", "experiment": "e", "case": "c", "settings": {"draft_max": k},
-                "provenance": {}, "measurements": [], "summary": summarize(ms, requested_draft=None).to_dict()}
+
+def test_a_swept_study_decides_per_machine_over_its_prompts(store: Store) -> None:
+    """Per machine, one decision over the workload's prompts (its cases) and setups (its points),
+    never a prompt "recommended": on host-a draft 4 pays on both prompts; on host-b draft 8 does,
+    and draft 4's output differs on one prompt, so it is excluded there and said."""
+    sink = StoreSink(store)
+    noise = [1.0, 1.02, 0.98, 1.01]
+    speed = {"host-a": {1: (1.05, 1.02), 4: (1.6, 1.4), 8: (1.3, 1.2)},
+             "host-b": {1: (1.05, 1.02), 4: (1.5, 1.45), 8: (1.8, 1.6)}}
+    for machine, points in speed.items():
+        for k, (code, chat) in points.items():
+            for prompt, category, ratio in (("quicksort", "code", code), ("hello", "chat", chat)):
+                differs = machine == "host-b" and k == 4 and prompt == "hello"
+                sink.save("sw", WorkItem(f"{prompt}@{k}", "pair", {"point": f"draft_max={k}"}), machine,
+                          _swept(k, [ratio * n for n in noise], prompt, category, differs))
+    per = cluster_summary.per_point(store, "sw")
+    assert set(per) == {"host-a", "host-b"}
+    for machine, best in (("host-a", "draft 4"), ("host-b", "draft 8")):
+        d = per[machine]
+        assert [p for p, _c in d.prompts] == ["quicksort", "hello"] and dict(d.prompts)["hello"] == "chat"
+        assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == best, d.lines()
+        assert d.estimator == estimators.WORKLOAD and not d.categories_disagree
+    excluded = {s.label: s.excluded for s in per["host-b"].setups if s.excluded}
+    assert excluded == {"draft 4": "output differs on hello"}
+    lines = cluster_summary.describe_points(per)
+    assert lines[0] == "host-a:" and "  recommended: draft 4 -> " in "\n".join(lines)
+    assert "  excluded: draft 4: output differs on hello" in "\n".join(lines)
+    assert f"    estimate: {estimators.WORKLOAD}" in lines
+
+
+def test_a_recorded_sweep_stored_as_a_cluster_study_decides_as_its_recording_says(store: Store) -> None:
+    """Two recorded real sweeps (tests/fixtures/llamacpp/0c1e570/sweep-accept), each stored as one
+    machine's points: where the Q4_1 draft pays the decision is a length the recording does not
+    show worse than its best; where no Q2_K length gains, it is "no draft"."""
+    from benchmarks.decide import ACCEPT, load, shown_wrong
 
     sink = StoreSink(store)
-    for machine, factors in (("host-a", {1: 1.1, 4: 2.0, 8: 1.5}), ("host-b", {1: 1.2, 4: 1.3, 8: 1.9})):
-        for k, f in factors.items():
-            sink.save("sw", WorkItem(f"c@{k}", "pair", {"point": f"draft_max={k}"}), machine, result(k, f))
-    per = cluster_summary.per_point(store, "sw")
-    assert per["host-a"]["best"] == "c draft_max=4" and per["host-b"]["best"] == "c draft_max=8"
-    assert "Summary" not in str(type(per["host-a"]["points"]["c draft_max=1"]))
-    lines = cluster_summary.describe_points(per)
-    assert any(line.endswith("<- best") and "draft_max=4" in line for line in lines)
+    recorded = {"box-q4_1": load("q4_1", ACCEPT, None), "box-q2_k": load("q2_k", ACCEPT, None)}
+    for machine, rec in recorded.items():
+        for k, point in rec.points.items():
+            result = {"ok": True, "status": point.run["status"], "experiment": "e", "case": "quicksort",
+                      "settings": {**rec.data["settings"], "draft_max": k}, "provenance": {}, "measurements": [],
+                      "summary": point.run["summary"]}
+            sink.save("rec", WorkItem(f"quicksort@{k}", "pair", {"point": f"draft_max={k}"}), machine, result)
+    per = cluster_summary.per_point(store, "rec")
+    q41 = per["box-q4_1"]
+    assert q41.verdict == "recommend" and q41.chosen is not None, q41.lines()
+    chosen = int(dict(q41.chosen.key)["draft_max"])
+    assert not shown_wrong(recorded["box-q4_1"], chosen), q41.lines()
+    assert per["box-q2_k"].verdict == "no draft", per["box-q2_k"].lines()
 
 
 # --- the command line ----------------------------------------------------------------------------
@@ -769,9 +815,22 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
         assert {p["machine"] for p in points} == {r["machine"]} and {p["kind"] for p in points} == {"sweep"}
         assert all(Summary.from_dict(p["summary"]).paired for p in points)
         assert all({m["mode"] for m in store.measurements(p["id"])} >= {"baseline", "speculative"} for p in points)
-        here = study._stored_tune(store, done, r["machine"])
-        assert here.as_dict()["best"]["draft_max"] == done["best"]["draft_max"]
-        assert here.best[1]["id"] in {p["id"] for p in points} and f"(run {here.recommended[1]['id']})" in here.render()
+        assert r["provenance"]["point_groups"] == [f"{done['tune_id']}@{r['machine']}"]
+        assert {p["prompt_id"] or p["case_name"] for p in points} == {done["case"]}
+    # Each machine's answer is decided here, from its stored points, by the one workload decision:
+    # on host-a, whose draft is cheap, a longer draft than on host-b.
+    from llamaspec.cluster.executors import POINT_KEYS
+
+    assert all(set(p) >= set(POINT_KEYS) for res in returned.values() for p in res["runs"])
+    decided = study.tune_decisions(store, "tune")
+    assert set(decided) == {"host-a", "host-b"}
+    a, b = decided["host-a"], decided["host-b"]
+    assert a.verdict == b.verdict == "recommend" and a.chosen is not None and b.chosen is not None, a.lines() + b.lines()
+    assert dict(a.chosen.key)["draft_max"] > dict(b.chosen.key)["draft_max"], a.lines() + b.lines()
+    for machine, d in decided.items():  # every point the machine's tune measured is a setup of its decision
+        measured = {f"draft {p['settings']['draft_max']}" for p in store.runs() if p["group_id"].endswith(f"@{machine}")}
+        assert {s.label for s in d.setups} == measured and d.estimator == estimators.WORKLOAD
+    assert "host-a:" in cluster_summary.describe_points(decided)
     # The same result saved again (a rerun of a failed save) adds no second copy of a point.
     before = len(store.runs())
     StoreSink(store, kind="cluster-tune").save("tune-again", work[0], "host-a", returned["tune@host-a"])

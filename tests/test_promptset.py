@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from llamaspec import promptset
+from llamaspec import estimators, promptset
 from llamaspec.contract import Capabilities, Measurement, ModelPath, ResolvedCase
 from llamaspec.prompts import Prompt, PromptSet, PromptSource
 from llamaspec.results import Store
@@ -41,6 +41,20 @@ def summary(pid: str, category: str, base: float, spec: float, **kw: Any) -> pro
     return promptset.prompt_summary(Prompt(pid, "x", category), [m("baseline", base, n=n, eot=eot, prompt_ms=base_ms),
                                                                    m("speculative", spec, n=n, eot=eot, prompt_ms=spec_ms,
                                                                      **kw)])
+
+
+def paired(pid: str, category: str, base: float, specs: list[float], **kw: Any) -> promptset.PromptFigures:
+    """A prompt measured ``len(specs)`` times: pair i is the baseline at ``base`` t/s and the
+    speculative run at ``specs[i]`` (``kw``: the speculative runs' other fields, e.g. their tokens)."""
+    ms = []
+    for i, spec in enumerate(specs):
+        ms += [m("baseline", base, pair=i), m("speculative", spec, pair=i, **kw)]
+    return promptset.prompt_summary(Prompt(pid, "x", category), ms)
+
+
+def verdicts(recommendation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A recommendation's JSON: each category's decision (the same rule on its prompts)."""
+    return {c["category"]: c["decision"] for c in recommendation["categories"]}
 
 
 def test_prompt_summary_pairs_repeats_and_checks_tokens() -> None:
@@ -113,10 +127,18 @@ def test_set_statistics_by_hand() -> None:
 
 
 def test_intervals_are_seeded_and_cover_the_estimate() -> None:
-    items = [summary(f"p{i}", "c", 10.0, 10.0 + i) for i in range(10)]
+    """The set's speedup is the workload estimator: the geometric mean of the prompts' medians, its
+    interval from each prompt's pairs resampled (seeded: the same figures twice). Prompts measured
+    once each have no pair-to-pair noise to go by: no interval (n 1), so none is shown faster."""
+    items = [paired(f"p{i}", "c", 10.0, [10.0 + i, 10.4 + i, 9.8 + i]) for i in range(10)]
     a = promptset.set_statistics(items).set.geomean_speedup
     b = promptset.set_statistics(items).set.geomean_speedup
     assert a is not None and a == b and a.low < a.median < a.high
+    assert a.median == pytest.approx(math.prod(1.0 + i / 10 for i in range(10)) ** 0.1)  # each prompt's median pair
+    assert a.n == 30  # every pair of every prompt
+    once = promptset.set_statistics([summary(f"p{i}", "c", 10.0, 10.0 + i) for i in range(10)]).set.geomean_speedup
+    assert once is not None and once.n == 1 and once.low == once.median == once.high
+    assert once.median == pytest.approx(a.median)
 
 
 def test_end_to_end_figures_by_hand_include_the_prompt() -> None:
@@ -153,17 +175,29 @@ def test_end_to_end_figures_by_hand_include_the_prompt() -> None:
     assert (g.baseline_prompt_ms, g.speculative_prompt_ms) == (183.5, 550.0)  # medians over prompts
 
 
+def chosen_label(d: Any) -> str | None:
+    return d.chosen.label if d.verdict == "recommend" and d.chosen is not None else None
+
+
 def test_recommend_skips_methods_whose_output_differs_and_says_baseline_when_none_pays() -> None:
-    fast_but_wrong = promptset.set_statistics([summary("p1", "code", 10.0, 30.0, tokens=(5,) * 64)])
-    # two code prompts: one prompt gives no interval, and a setting is recommended only when shown faster
-    good = promptset.set_statistics([summary("p1", "code", 10.0, 15.0), summary("p3", "code", 10.0, 16.0),
-                                     summary("p2", "prose", 10.0, 8.0)])
-    rec = promptset.recommend({"wrong": fast_but_wrong, "good": good})
-    assert rec["code"].method == "good" and rec["code"].excluded == ("wrong",)
-    assert rec["prose"].method == "baseline"
-    one = promptset.recommend({"good": promptset.set_statistics([summary("p1", "code", 10.0, 15.0)])})
-    assert one["code"].method == "undecided" and one["code"].measure_next[0].key == "good"
-    assert one["code"].to_dict()["measure_next"][0]["key"] == "good" and one["code"].to_dict()["best"] == "good"
+    """One decision over the set's prompts: the fast method whose output differs on a prompt is
+    excluded (and said), the identical one recommended; per category, code gains and prose does
+    not ("no draft"). One pair of one prompt gives no interval: undecided, measure it again."""
+    good = [paired("p1", "code", 10.0, [15.0, 15.3]), paired("p3", "code", 10.0, [16.0, 15.8]),
+            paired("p2", "prose", 10.0, [8.0, 8.1])]
+    wrong = [paired("p1", "code", 10.0, [30.0, 30.5], tokens=(5,) * 64), paired("p3", "code", 10.0, [30.0, 31.0]),
+             paired("p2", "prose", 10.0, [7.0, 7.1])]
+    rec = promptset.recommend({"wrong": wrong, "good": good})
+    assert rec.method == "good" and rec.decision.estimator == estimators.WORKLOAD, rec.lines()
+    setup = rec.decision.setup("wrong")
+    assert setup is not None and setup.excluded == "output differs on p1" and setup.speedup is None
+    assert chosen_label(rec.category("code")) == "good" and rec.category("prose").verdict == "no draft"
+    assert rec.decision.categories_disagree and "  excluded: wrong: output differs on p1" in rec.lines()
+    one = promptset.recommend({"good": [summary("p1", "code", 10.0, 15.0)]})
+    assert one.verdict == "undecided" and one.decision.decision.requests[0].key == "good"
+    data = one.to_dict()
+    assert data["decision"]["measure_next"][0]["key"] == "good" and data["decision"]["chosen"]["label"] == "good"
+    assert data["basis"] == "decode" and data["method"] is None and data["estimator"] == estimators.WORKLOAD
 
 
 def near_tie(gap: float = 0.0035) -> dict[str, Any]:
@@ -174,34 +208,42 @@ def test_recommend_keeps_a_method_whose_only_differences_are_near_ties_labelled(
     """The faster method differs on one prompt. When that difference is a greedy near-tie it is
     still recommended, labelled, and its lossless rate stays as measured; when it is not a
     near-tie, or was never probed, the slower identical method is recommended instead."""
-    def faster(divergence: dict[str, Any] | None) -> promptset.SetFigures:
-        items = [summary(f"p{i}", "code", 10.0, 20.0 + i) for i in range(3)]
-        differs = summary("p9", "code", 10.0, 21.0, tokens=(0, 1, 2, 3, 4, 5, 6, 9) + tuple(range(8, 64)))
+    def faster(divergence: dict[str, Any] | None) -> list[promptset.PromptFigures]:
+        items = [paired(f"p{i}", "code", 10.0, [20.0 + i, 20.4 + i]) for i in range(3)]
+        differs = paired("p3", "code", 10.0, [21.0, 21.4], tokens=(0, 1, 2, 3, 4, 5, 6, 9) + tuple(range(8, 64)))
         assert differs.lossless is False
-        return promptset.set_statistics([*items, replace(differs, divergence=promptset.Divergence.from_dict(divergence))])
+        return [*items, replace(differs, divergence=promptset.Divergence.from_dict(divergence))]
 
-    slower = promptset.set_statistics([summary(f"p{i}", "code", 10.0, 12.0 + 0.1 * i) for i in range(4)])
+    slower = [paired(f"p{i}", "code", 10.0, [12.0 + 0.1 * i, 12.3 + 0.1 * i]) for i in range(4)]
     tie = faster(near_tie(0.0035))
-    assert tie.set.lossless_rate == 0.75 and tie.set.differing == 1 and tie.set.differs_near_tie == 1
+    tie_set = promptset.set_statistics(tie).set
+    assert tie_set.lossless_rate == 0.75 and tie_set.differing == 1 and tie_set.differs_near_tie == 1
     rec = promptset.recommend({"draft-k8": tie, "ngram": slower})
-    for category in ("code", "all"):
-        r = rec[category]
-        assert r.method == "draft-k8" and r.near_tie_only is True and r.differing == 1, r
-        assert r.excluded == () and r.near_tie_max_gap == 0.0035
-        assert r.note == "output differs on 1 of 4 prompts, each at a greedy near-tie (gap <= 0.0035)"
-    text = "\n".join(promptset.output._recommendation_lines(rec))
-    assert "draft-k8 2.10x" in text and "- output differs on 1 of 4 prompts, each at a greedy near-tie" in text
+    assert rec.method == "draft-k8", rec.lines()
+    assert rec.decision.setup("draft-k8").excluded is None  # type: ignore[union-attr]
+    assert rec.near_ties == (promptset.NearTie("draft-k8", "all", 1, 4, 0.0035),)
+    assert rec.near_ties[0].text() == "output differs on 1 of 4 prompts, each at a greedy near-tie (gap <= 0.0035)"
+    text = "\n".join(rec.lines())
+    assert "recommended: draft-k8 -> 2.1" in text
+    assert "near-tie: draft-k8 (the whole set): output differs on 1 of 4 prompts, each at a greedy near-tie" in text
+    assert rec.to_dict()["near_ties"][0]["note"] == rec.near_ties[0].text()
 
     clear = {**near_tie(0.4), "near_tie": False}
     for divergence in (clear, None, {**near_tie(), "top": None, "gap": None, "near_tie": None}):
         rec = promptset.recommend({"draft-k8": faster(divergence), "ngram": slower})
-        assert rec["all"].method == "ngram" and rec["all"].excluded == ("draft-k8",), divergence
-        assert rec["all"].near_tie_only is False and rec["all"].note is None
+        assert rec.method == "ngram", (divergence, rec.lines())
+        assert rec.decision.setup("draft-k8").excluded == "output differs on p3", divergence  # type: ignore[union-attr]
+        assert rec.near_ties == ()
     # one near-tie and one real difference: excluded
-    mixed = replace(faster(near_tie()).set, differing=2, lossless_rate=0.6, lossless_checked=5)
+    mixed = replace(tie_set, differing=2, lossless_rate=0.6, lossless_checked=5)
     assert promptset.near_tie_note(mixed) is None
+    assert promptset.near_tie_note(tie_set) == rec_note(1, 4, 0.0035)
     # alone, a near-tie-only method still gets its labelled recommendation rather than none
-    assert promptset.recommend({"draft-k8": tie})["all"].method == "draft-k8"
+    assert promptset.recommend({"draft-k8": tie}).method == "draft-k8"
+
+
+def rec_note(differing: int, checked: int, gap: float) -> str:
+    return promptset.NearTie("m", "all", differing, checked, gap).text()
 
 
 # --- running over a set ------------------------------------------------------------------------
@@ -326,13 +368,23 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
     assert code_model and f"k={code_model.best_draft} -> {code_model.best_speedup:.2f}x (alpha" in text
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][second.cases[0].label]["categories"]["code"]["counted"] == 2
-    assert figures["recommendation"]["code"]["method"] == second.cases[0].label
+    # one decision over the set: s1 ended early and t1 failed on every method (the server refused it), so
+    # they are left out and said; the rest decide, over the set and per category
+    label = second.cases[0].label
+    decode = figures["recommendation"]
+    assert decode["basis"] == "decode" and decode["estimator"] == estimators.WORKLOAD
+    assert [(p["prompt"], p["why"].split(":")[0]) for p in decode["left_out"]] == [("s1", "ended early"),
+                                                                                   ("t1", "failed on every method")]
+    assert [p["prompt"] for p in decode["prompts"]] == ["c1", "c2", "p1", "p2"]
+    assert decode["method"] == label and decode["decision"]["verdict"] == "recommend"
+    assert verdicts(decode)["code"]["chosen"]["label"] == label and verdicts(decode)["prose"]["verdict"] == "no draft"
     # End to end, 16 tokens: code 1.6 s alone against 0.4 + 0.75 s; prose 1.6 s against 0.4 + 1.5 s.
     code, prose = (figures["methods"][second.cases[0].label]["categories"][c] for c in ("code", "prose"))
     assert math.isclose(code["e2e_total_speedup"]["median"], 1.6 / 1.15)
     assert math.isclose(prose["e2e_geomean_speedup"]["median"], 1.6 / 1.9) and prose["e2e_counted"] == 2
-    assert figures["recommendation_end_to_end"]["prose"]["method"] == "baseline"  # decode says 1.00x, e2e 0.84x
-    assert figures["recommendation_end_to_end"]["code"]["method"] == second.cases[0].label
+    end_to_end = verdicts(figures["recommendation_end_to_end"])
+    assert end_to_end["prose"]["verdict"] == "no draft"  # decode says 1.00x, e2e 0.84x
+    assert end_to_end["code"]["verdict"] == "recommend" and end_to_end["code"]["chosen"]["label"] == label
     assert "end to end" in figures["definitions"]["end_to_end"] and "prompt" in figures["definitions"]["decode"]
     assert "  decode:      total-token speedup" in text and "  end to end, prompt included: total-time speedup" in text
     assert "prompt processing 100 ms alone vs 400 ms speculative (median)" in text
@@ -342,7 +394,7 @@ def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Pa
 def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: Path, no_provenance: None) -> None:
     store = Store.open(tmp_path / "r.db")
     backend = Engine(flip={"c1": 5, "p1": 9}, probed=[])
-    result = promptset.run_set(Exp(), PROMPTS, backend, store, resolve=resolve)
+    result = promptset.run_set(Exp(), PROMPTS, backend, store, resolve=resolve, repeats=2)
     assert backend.probed == [("c1", 5), ("p1", 9)]  # only the prompts that differ, at their divergence
     items = {i.id: i for i in result.cases[0].items}
     tie, clear = items["c1"].divergence, items["p1"].divergence
@@ -357,14 +409,18 @@ def test_a_differing_output_is_probed_labelled_and_still_not_lossless(tmp_path: 
     figures = json.loads(promptset.as_json(st))
     assert figures["methods"][result.cases[0].label]["differs"][0]["divergence"]["near_tie"] is True
     label = result.cases[0].label
-    code = st.recommendation["code"]  # c1's only difference is a near-tie: still recommended, labelled
-    assert code.method == label and code.near_tie_only is True and code.excluded == ()
-    assert code.note == "output differs on 1 of 2 prompts, each at a greedy near-tie (gap <= 0.002)"
-    assert st.recommendation["prose"].excluded == (label,)  # p1 is no near-tie
-    assert st.recommendation["all"].excluded == (label,)
-    assert f"code             {label} 2.00x" in text and "each at a greedy near-tie (gap <= 0.002)" in text
+    rec = st.recommendation
+    # c1's only difference is a near-tie: on the code prompts the method is still recommended, labelled
+    code = rec.category("code")
+    assert code.verdict == "recommend" and code.chosen is not None and code.chosen.label == label, rec.lines()
+    assert rec.near_ties == (promptset.NearTie(label, "code", 1, 2, pytest.approx(0.002)),)
+    assert rec.near_ties[0].text() == "output differs on 1 of 2 prompts, each at a greedy near-tie (gap <= 0.002)"
+    # p1 is no near-tie: excluded over the whole set, and on the prose prompts nothing is left to recommend
+    assert rec.decision.setup(label).excluded == "output differs on p1"  # type: ignore[union-attr]
+    assert rec.verdict == "nothing" and rec.category("prose").verdict == "nothing"
+    assert f"code: {label} 2.00x" in text and f"near-tie: {label} (code): output differs on 1 of 2 prompts" in text
     assert method.categories["code"].differs_near_tie == 1
-    again = promptset.run_set(Exp(), PROMPTS, Engine(), store, resolve=resolve)  # resumed: kept as stored
+    again = promptset.run_set(Exp(), PROMPTS, Engine(), store, resolve=resolve, repeats=2)  # resumed: kept as stored
     assert {i.id: i for i in again.cases[0].items}["c1"].divergence == tie
 
 
@@ -605,7 +661,9 @@ def test_run_with_prompts_takes_parallel_plot_repeats_and_json_as_prompts_run_do
     assert done.exit_code == 0, done.output
     figures = json.loads(done.stdout)
     assert set(figures["methods"]) == {"draft-k8 (draft t:f32, k=8)", "ngram-simple (ngram-simple, n=3, m=8)"}
-    assert figures["recommendation_end_to_end"]["code"]["method"] is not None
+    end_to_end = figures["recommendation_end_to_end"]
+    assert end_to_end["basis"] == "end to end" and end_to_end["estimator"] == estimators.WORKLOAD
+    assert {setup["label"] for setup in end_to_end["setups"]} == set(figures["methods"])  # both methods weighed
     assert fake_server["backends"][-1].calls == 2 * 2 * 4  # cases x prompts x (2 repeats, both modes)
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["smollm2-server-mini-categories.png",
                                                                   "smollm2-server-mini-speedup-distribution.png"]

@@ -16,8 +16,9 @@ import pytest
 import real_checks
 from click.testing import CliRunner
 
-from llamaspec import promptset
+from llamaspec import estimators, promptset
 from llamaspec.contract import ModelPath, ResolvedCase
+from llamaspec.decide import VERDICTS
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags, server
 from llamaspec.llamacpp.build import Build
@@ -333,7 +334,13 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
         s = figures["set"]
         assert s["e2e_counted"] == s["counted"] >= 1 and s["e2e_total_speedup"]["median"] > 0
         assert s["baseline_prompt_ms"] > 0 and s["speculative_prompt_ms"] > 0
-    assert set(out["recommendation"]) == set(out["recommendation_end_to_end"]) == {"code-editing", "prose", "all"}
+    for basis, rec in (("decode", out["recommendation"]), ("end to end", out["recommendation_end_to_end"])):
+        # one decision over the set, on the workload estimator: each prompt decides, or is said to be left out
+        assert rec["basis"] == basis and rec["estimator"] == estimators.WORKLOAD
+        assert {p["prompt"] for p in rec["prompts"]} | {p["prompt"] for p in rec["left_out"]} == {"e1", "p1"}
+        assert {s["label"] for s in rec["setups"]} <= set(out["methods"]) and rec["decision"]["verdict"] in VERDICTS
+        if len(rec["prompts"]) == 2:  # both in: the same rule on each category's prompts
+            assert {c["category"] for c in rec["categories"]} == {"code-editing", "prose"}
     # what the figures were made of: each stored prompt's runs, checked against the server's own answers
     from llamaspec.results import measurements_of
 

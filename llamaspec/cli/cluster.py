@@ -209,15 +209,13 @@ def cluster_run(experiment_name: str, address: str | None, prompt_set: str | Non
 
 
 def tune_on_cluster(exp: Any, address: str | None, *, accel: str = "auto", as_json: bool = False, **options: Any) -> None:
-    """``tune --cluster``: each machine tunes for itself; its rendered tune, machine by machine."""
-    from llamaspec.cluster import study
+    """``tune --cluster``: each machine tunes for itself; machine by machine, its answer as decided
+    here from its stored points (the table and the decision, as ``sweep --cluster`` prints them)."""
+    from llamaspec.cluster import study, summary
     from llamaspec.results import Store
 
     report, per = study.run_tune(exp, address, Store.open(), accel=accel, **options)
-    lines = []
-    for machine, summary in per.items():
-        lines += ["", f"== {machine}", *summary.get("text", "").splitlines()]
-    echo_study(report, {m: s.get("tune") for m, s in per.items()}, lines, as_json)
+    echo_study(report, per, summary.describe_points(per), as_json)
     if report.failed or report.not_run:
         from llamaspec.errors import LlamaspecError
 

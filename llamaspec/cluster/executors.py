@@ -22,7 +22,9 @@ through the run core's pairs loop and measuring step. No experiment file is read
   machine and kept between items): baseline and speculative back to back, ABBA over the repeats,
   summarised by ``promptset.prompt_summary`` exactly as a one-machine ``prompts run`` does.
 - ``tune``: an experiment's whole tune on this machine (items of this kind are pinned: the best
-  draft length is a property of the machine), through ``llamaspec.tune`` into the scratch store.
+  draft length is a property of the machine), through ``llamaspec.tune`` into the scratch store;
+  every point it measured goes back whole (:func:`point_of`), and the coordinator decides the
+  machine's answer from them (``study.tune_decisions``), whatever the search here was.
 
 A new kind is one function and one ``EXECUTORS`` entry.
 """
@@ -123,7 +125,7 @@ def case_of(payload: dict[str, Any]) -> Case:
                 draft=ref(payload["draft"]) if payload.get("draft") else None,
                 prompt=payload.get("prompt"), prompt_file=payload.get("prompt_file"),
                 settings=Settings.from_dict(payload.get("settings") or {}),
-                reference=Reference(**reference) if reference else None)
+                reference=Reference(**reference) if reference else None, category=payload.get("category"))
 
 
 def resolved_case(worker: MachineWorker, payload: dict[str, Any], backend: Any) -> ResolvedCase:
@@ -179,8 +181,9 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
                         error=got.failed)
     return {
         "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
-        "experiment": case.experiment, "case": case.case, "settings": case.settings.to_dict(),
-        "provenance": _provenance(worker, backend, case), "measurements": _rows(got), "summary": summary.to_dict(),
+        "experiment": case.experiment, "case": case.case, "prompt_id": case.prompt_id, "category": case.category,
+        "settings": case.settings.to_dict(), "provenance": _provenance(worker, backend, case), "measurements": _rows(got),
+        "summary": summary.to_dict(),
     }
 
 
@@ -205,7 +208,8 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     row = store.run(result.run_id)
     rows = store.measurements(result.run_id)
     return {"ok": result.status == "ok", "status": result.status, "error": result.error, "experiment": exp.name,
-            "case": chosen.name, "settings": row["settings"], "provenance": row["provenance"],
+            "case": chosen.name, "prompt_id": row.get("prompt_id"), "category": row.get("category"),
+            "settings": row["settings"], "provenance": row["provenance"],
             "measurements": rows, "summary": row["summary"] or {}}
 
 
@@ -252,18 +256,33 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     modes = tuple(p["modes"]) if p.get("modes") else None
     engine = _engine(worker, exp.engine)
     result = tuner.tune(exp, engine, store, variants, modes)
-    # Every point goes back whole (its settings, provenance, measurements, summary): the coordinator
-    # stores it as its own run, so the scratch store here is never the only copy.
-    rows = [store.run(run_id) for run_id in result.runs.values()]
-    points = [{"experiment": row["experiment"], "case": row["case_name"], "kind": row["kind"], "group_kind": row["group_kind"],
-               "group_id": row["group_id"], "point_key": row["point_key"], "settings": row["settings"],
-               "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
-               "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
-              for row in rows]
+    # Every point goes back whole (POINT_KEYS: its prompt, settings, provenance, measurements,
+    # summary): the coordinator stores it as its own run, so the scratch store here is never the
+    # only copy, and decides this machine's answer from them (study.tune_decisions).
+    points = [point_of(store, store.run(run_id)) for run_id in result.runs.values()]
     return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
             "settings": {}, "provenance": {"engine": engine_provenance(engine), "hardware": _hardware(worker)},
             "measurements": [], "runs": points,
             "summary": {"tune": [result.as_dict()], "text": result.render()}}
+
+
+# What a point sent back by a searching item (``result["runs"]``) holds: enough for the
+# coordinator to store it as a run (``sink.StoreSink``) and to read it as a cell of the machine's
+# workload (``workload_runs.workload_of_runs``: its prompt and category, its settings and draft,
+# its summary's pair ratios and status).
+POINT_KEYS = ("experiment", "case", "prompt_id", "category", "kind", "group_kind", "group_id", "point_key", "settings",
+              "provenance", "measurements", "summary", "status", "error")
+
+
+def point_of(store: Any, row: dict[str, Any], group_id: str | None = None) -> dict[str, Any]:
+    """One stored run of this worker's scratch store as the coordinator takes it (:data:`POINT_KEYS`),
+    under ``group_id`` (default: its own group; the coordinator stores it under ``GROUP@MACHINE``)."""
+    point = {"experiment": row["experiment"], "case": row["case_name"], "prompt_id": row.get("prompt_id"),
+             "category": row.get("category"), "kind": row["kind"], "group_kind": row["group_kind"],
+             "group_id": group_id or row["group_id"], "point_key": row["point_key"], "settings": row["settings"],
+             "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
+             "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
+    return point
 
 
 def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:

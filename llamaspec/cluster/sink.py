@@ -3,6 +3,9 @@ study's id (a ``Group`` of kind ``study``) and the item's key (``point_key``), w
 measured it; and the runs an item made on its way (a tune's points, ``result["runs"]``), each under
 ``TUNE_ID@MACHINE`` (a group of the kind the item made, a tune).
 
+The item's own row names the groups its runs went to (``provenance["point_groups"]``), so the
+coordinator decides from them (a cluster tune: :func:`llamaspec.cluster.study.tune_decisions`).
+
 The machine goes into the runs table's ``machine`` column (what ``report --compare machine``
 groups by) and into the run's provenance; ``machine_of(run)`` also reads rows stored before that
 column existed (provenance, or the summary where an early version put it).
@@ -32,16 +35,21 @@ class StoreSink:
 
     def save(self, study: str, item: WorkItem, machine: str, result: dict[str, Any]) -> None:
         # Runs an item made on its way (a tune's points): each stored once, under the machine's own
-        # group id (``TUNE_ID@MACHINE``: every machine tunes the same grid), before the item itself.
+        # group id (``TUNE_ID@MACHINE``: every machine tunes the same grid), before the item itself,
+        # whose provenance names those groups (``point_groups``: where the coordinator finds them).
+        made = []
         for (group_kind, group_id), runs in _by_group(result.get("runs") or ()).items():
             into = Group(group_kind, f"{group_id}@{machine}")
+            made.append(into.id)
             stored = {r["point_key"] for r in self.store.runs(group_id=into.id)}
             for run in runs:
                 if run.get("point_key") not in stored:
-                    extra = {"study": study, **({"tune_config": run["config"]} if run.get("config") else {})}
+                    own = {"study": study, **({"tune_config": run["config"]} if run.get("config") else {})}
                     self._store(run, machine, group=into, point_key=run.get("point_key"), kind=run.get("kind") or "sweep",
-                                extra=extra)
-        extra = {"point": item.payload["point"]} if item.payload.get("point") else {}  # the sweep point's label (the key is its hash)
+                                extra=own)
+        extra: dict[str, Any] = {"point": item.payload["point"]} if item.payload.get("point") else {}  # the sweep point's label (the key is its hash)
+        if made:
+            extra["point_groups"] = made
         self._store(result, machine, group=Group("study", study), point_key=item.key, kind=self.kind, extra=extra,
                     case=item.key)
 

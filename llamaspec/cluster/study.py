@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any
 
+from llamaspec import workload
 from llamaspec.cluster.work import Requirements, WorkItem
 
 
@@ -32,7 +33,9 @@ def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> d
             "settings": settings.to_dict(), "repeats": repeats, "repeat_offset": repeat_offset,
             "reference": dataclasses.asdict(case.reference) if getattr(case, "reference", None) else None,
             "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
-            "experiment_sha256": getattr(exp, "sha256", None)}
+            "experiment_sha256": getattr(exp, "sha256", None),
+            # the prompt's category within a workload (only when it has one: a study's id hashes the payload)
+            **({"category": case.category} if getattr(case, "category", None) else {})}
 
 
 def experiment_payload(exp: Any) -> dict[str, Any]:
@@ -92,11 +95,12 @@ def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | Non
 
 
 def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] | None = None, accel: str = "auto",
-             **tune_options: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
-    """``tune --cluster``: every machine tunes the experiment for itself. Returns (StudyReport,
-    machine -> the tune's result dicts and rendered text)."""
+             **tune_options: Any) -> tuple[Any, dict[str, workload.WorkloadDecision]]:
+    """``tune --cluster``: every machine tunes the experiment for itself; each machine's answer is
+    decided here, from its points as stored here (:func:`tune_decisions`). Returns (StudyReport,
+    machine -> its decision)."""
     from llamaspec.cluster.coordinator import run_study
-    from llamaspec.cluster.sink import StoreSink, machine_of
+    from llamaspec.cluster.sink import StoreSink
 
     check_engine(exp)
     wanted = requirements(exp, accel)
@@ -108,21 +112,28 @@ def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] |
         report = run_study(sid, items, pool, StoreSink(store, kind="cluster-tune"), wanted)
     finally:
         pool.close()
-    per = {}
-    for run in store.runs(group_id=sid, status="ok"):
-        machine = machine_of(run) or "?"
-        results = [_stored_tune(store, t, machine) for t in (run["summary"] or {}).get("tune", [])]
-        if all(r is not None for r in results):  # re-rendered from this store: its run ids are this store's
-            per[machine] = {"tune": [r.as_dict() for r in results if r], "text": "\n\n".join(r.render() for r in results if r)}
-        else:  # stored by an earlier llamaspec, without its points: the worker's own rendering
-            per[machine] = run["summary"]
-    return report, dict(sorted(per.items()))
+    return report, tune_decisions(store, sid)
 
 
-def _stored_tune(store: Any, done: dict[str, Any], machine: str) -> Any:
-    """A machine's tune as its worker rendered it (None: the coordinator keeps the worker's own
-    rendering; the points are stored here under each prompt's group ``@MACHINE``)."""
-    return None
+def tune_decisions(store: Any, study: str) -> dict[str, workload.WorkloadDecision]:
+    """Each machine's answer to a cluster tune, decided on the coordinator from the points its tune
+    measured (stored here under the groups its item's row names, ``point_groups``; a row stored
+    before that key, under ``TUNE_ID@MACHINE`` of each tune its summary lists): the one runs-to-cells
+    function (:func:`llamaspec.workload_runs.workload_of_runs`) and the one workload decision
+    (:func:`llamaspec.workload.decide_workload`), whatever the worker's own search was."""
+    from llamaspec.cluster.sink import machine_of
+    from llamaspec.workload_runs import workload_of_runs
+
+    out: dict[str, workload.WorkloadDecision] = {}
+    for item in sorted(store.runs(group_id=study, status="ok"), key=lambda r: r["id"]):
+        machine = machine_of(item) or "?"
+        groups = (item.get("provenance") or {}).get("point_groups") or [
+            f"{t['tune_id']}@{machine}" for t in (item.get("summary") or {}).get("tune", []) if t.get("tune_id")]
+        points = [r for g in groups for r in store.runs(group_id=g)]
+        cells, prompts = workload_of_runs(points)
+        if prompts:
+            out[machine] = workload.decide_workload(cells, prompts)
+    return dict(sorted(out.items()))
 
 
 def check_engine(exp: Any) -> None:
@@ -175,9 +186,10 @@ def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
 
 def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
                    machines: list[str] | None = None, accel: str = "auto",
-                   axes: dict[str, Any] | None = None) -> tuple[Any, dict[str, dict[str, Any]]]:
+                   axes: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The whole of ``--cluster``: items (cases, or sweep points with ``axes``), requirements, study
-    id, pool, the study loop, the per-machine summary. Returns (StudyReport, per-machine results)."""
+    id, pool, the study loop, the per-machine summary. Returns (StudyReport, per machine: with ``axes`` its
+    workload decision, :func:`summary.per_point`; else its figures per case, :func:`summary.per_machine`)."""
     from llamaspec.cluster import summary
     from llamaspec.cluster.coordinator import run_study
     from llamaspec.cluster.sink import StoreSink

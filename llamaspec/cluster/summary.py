@@ -8,6 +8,11 @@ The estimator is the one a single machine uses (:data:`llamaspec.estimators.OVER
 machine and case, the run core's own summary (``summary.summarize``) over every pair that machine
 measured of that case, its items pooled and paired by pair index (a case split into one item per
 repeat is one point again). The same study measured on one machine reports the same figures.
+
+A swept study (``sweep --cluster``) is a workload per machine: its cases are the prompts, its
+points the setups, and each machine's runs reach one decision through the function every way of
+asking uses (:func:`llamaspec.workload_runs.workload_of_runs`, then
+:func:`llamaspec.workload.decide_workload`), on the workload estimator (:data:`llamaspec.estimators.WORKLOAD`).
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from llamaspec import decide, estimators, stats
+from llamaspec import estimators, stats, workload
 from llamaspec.cluster.sink import machine_of
 from llamaspec.results import Store, measurements_of
-from llamaspec.summary import Summary, summarize
+from llamaspec.summary import summarize
+from llamaspec.workload_runs import workload_of_runs
 
 
 def per_machine(store: Store, study: str) -> dict[str, dict[str, Any]]:
@@ -72,38 +78,30 @@ def describe(per: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def per_point(store: Store, study: str) -> dict[str, dict[str, Any]]:
-    """A swept study per machine: each point's paired speedup (its own summary, its own baselines on
-    its machine), and the point the one decision rule (llamaspec.decide) picks there, with the
-    contenders that could still beat it ("tied")."""
-
-    points: dict[str, list[tuple[str, stats.Spread]]] = defaultdict(list)
-    for run in sorted(store.runs(group_id=study, status="ok"), key=lambda r: r["id"]):
-        speedup = Summary.from_dict(run.get("summary")).speedup
-        if speedup is not None:
-            label = (run.get("provenance") or {}).get("point") or run["point_key"]
-            points[machine_of(run) or "?"].append((f"{run['case_name']} {label}", speedup))
-    out: dict[str, dict[str, Any]] = {}
-    for machine, found in sorted(points.items()):
-        d = decide.decide([decide.Candidate(label, label, spread) for label, spread in found])
-        best = d.chosen.label if d.chosen else None
-        out[machine] = {"points": dict(found), "best": best, "verdict": d.verdict,
-                        "tied": [e.label for e in d.contenders if e.label != best]}
+def per_point(store: Store, study: str) -> dict[str, workload.WorkloadDecision]:
+    """A swept study, per machine: the workload's one decision over its setups and prompts
+    (:func:`llamaspec.workload.decide_workload` on that machine's runs, made cells by
+    :func:`llamaspec.workload_runs.workload_of_runs`: a prompt is a case, a setup the point's
+    settings). Each ratio is within its machine; a point whose output differs, or that failed, is
+    excluded there and said. The cluster's pairs time no costs, so no speedup model is fitted here."""
+    by_machine: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for run in store.runs(group_id=study):
+        by_machine[machine_of(run) or "?"].append(run)
+    out: dict[str, workload.WorkloadDecision] = {}
+    for machine, runs in sorted(by_machine.items()):
+        cells, prompts = workload_of_runs(runs)
+        if prompts:
+            out[machine] = workload.decide_workload(cells, prompts)
     return out
 
 
-def describe_points(per: dict[str, dict[str, Any]]) -> list[str]:
+def describe_points(per: dict[str, workload.WorkloadDecision]) -> list[str]:
+    """Per machine: each setup's workload speedup and its prompts' own, then the decision."""
     lines = []
-    for machine, s in per.items():
+    for machine, decision in per.items():
         lines.append(f"{machine}:")
-        for label, sp in s["points"].items():
-            lines.append(f"  {label:<36} speedup {sp.text(suffix='x')}" + ("   <- best" if label == s["best"] else ""))
-        if s["tied"]:
-            lines.append(f"  could still beat it: {', '.join(s['tied'])}")
-        if s.get("verdict") not in (None, "recommend"):
-            lines.append(f"  decision: {s['verdict']}")
-    if per:
-        lines.append(f"speedup: {estimators.POINT}, per machine and point")
+        lines += decision.table()
+        lines += ["  " + line for line in decision.lines()]
     return lines
 
 

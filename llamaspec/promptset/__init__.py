@@ -14,7 +14,8 @@ The modules, one reason each:
 - ``probe``: the divergence probe (``Divergence``, ``NEAR_TIE``);
 - ``set_figures``: figures over the set and per category (``SetFigures``, ``GroupFigures``,
   ``Forecast``), decode and end to end;
-- ``recommendation``: which method per category (``Recommendation``);
+- ``recommendation``: which method, over the set and per category: the workload's one decision
+  (``SetRecommendation``, through ``llamaspec.workload.decide_workload``);
 - ``output``: the run's summary (``SetSummary``), its text and its JSON;
 - ``concurrency``: throughput against server slots;
 - ``plots``: the figures, drawn as :mod:`llamaspec.plot` draws a sweep.
@@ -42,7 +43,7 @@ from llamaspec.promptset.output import DEFINITIONS, MethodFigures, SetSummary, a
 from llamaspec.promptset.plots import plot_concurrency, plot_set
 from llamaspec.promptset.probe import NEAR_TIE, Divergence, divergence, divergence_text
 from llamaspec.promptset.prompt_figures import E2E_KEYS, PromptFigures, decode_totals, prompt_summary, request_totals
-from llamaspec.promptset.recommendation import Recommendation, near_tie_note, recommend
+from llamaspec.promptset.recommendation import BASES, NearTie, SetRecommendation, near_tie_note, recommend
 from llamaspec.promptset.set_figures import (
     DifferingPrompt,
     EndedEarly,
@@ -75,9 +76,9 @@ def _provenance(backend: Engine, case: ResolvedCase, hardware: dict[str, Any]) -
     return run.provenance(backend, case, hardware)
 
 
-__all__ = ["CONCURRENCY_REPEATS", "DEFINITIONS", "E2E_KEYS", "MODES", "NEAR_TIE", "STOPPING_ERRORS", "CaseSet",
+__all__ = ["BASES", "CONCURRENCY_REPEATS", "DEFINITIONS", "E2E_KEYS", "MODES", "NEAR_TIE", "STOPPING_ERRORS", "CaseSet",
            "DifferingPrompt", "Divergence", "EndedEarly", "Event", "FailedPrompt", "Forecast", "GroupFigures",
-           "MethodFigures", "PromptFigures", "Recommendation", "SetFigures", "SetRun", "SetSummary", "as_json",
+           "MethodFigures", "NearTie", "PromptFigures", "SetFigures", "SetRecommendation", "SetRun", "SetSummary", "as_json",
            "batch_measurement",
            "decode_totals", "divergence", "divergence_text", "group_statistics", "level_figures", "method_label",
            "near_tie_note", "plot_concurrency", "plot_set", "progress_printer", "prompt_case", "prompt_summary",

@@ -7,10 +7,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import estimators, stats
+from llamaspec import estimators, stats, workload_runs
 from llamaspec.promptset.measure import SetRun
 from llamaspec.promptset.probe import divergence_text
-from llamaspec.promptset.recommendation import Recommendation, recommend
+from llamaspec.promptset.recommendation import SetRecommendation, recommend
 from llamaspec.promptset.set_figures import Forecast, SetFigures, set_statistics
 
 # What each family of figures measures (in the JSON, so that a reader of it needs no source).
@@ -23,6 +23,11 @@ DEFINITIONS = {
     "prompt_ms": "baseline_prompt_ms / speculative_prompt_ms: prompt processing time per request (median); the "
                  "speculative server processes the prompt with the draft model too",
     "set_speedup": f"geomean_speedup, the set's speedup (recommendations decide on it): {estimators.WORKLOAD}",
+    "recommendation": "recommendation, recommendation_end_to_end: the workload's one decision (llamaspec.workload) "
+                      "over the methods, on the set's prompts (less those ended early, failed on every method or "
+                      "without a speedup: left_out), and the same rule per category (categories); a method whose "
+                      "output differs on a prompt, or that failed there, is excluded, unless the difference is a "
+                      "greedy near-tie (near_ties)",
     "prompt_speedup": f"a prompt's speedup: {estimators.POINT}",
 }
 
@@ -53,16 +58,16 @@ class SetSummary:
     prompts: int
     skipped_lines: tuple[str, ...]
     methods: dict[str, MethodFigures]  # by method label
-    recommendation: dict[str, Recommendation]  # by category, and "all"
-    recommendation_end_to_end: dict[str, Recommendation]
+    recommendation: SetRecommendation  # decode: the whole set, and per category
+    recommendation_end_to_end: SetRecommendation
     complete: bool
 
     def to_dict(self) -> dict[str, Any]:
         return {"experiment": self.experiment, "prompt_set": self.prompt_set, "prompts": self.prompts,
                 "skipped_lines": list(self.skipped_lines),
                 "methods": {label: m.to_dict() for label, m in self.methods.items()},
-                "recommendation": {c: r.to_dict() for c, r in self.recommendation.items()},
-                "recommendation_end_to_end": {c: r.to_dict() for c, r in self.recommendation_end_to_end.items()},
+                "recommendation": self.recommendation.to_dict(),
+                "recommendation_end_to_end": self.recommendation_end_to_end.to_dict(),
                 "definitions": DEFINITIONS, "complete": self.complete}
 
 
@@ -70,14 +75,18 @@ def set_summary(result: SetRun) -> SetSummary:
     """The figures of every method of a set run, and which to use per category."""
     figures = {c.label: set_statistics(c.items) for c in result.cases}
     methods = {}
+    costs = {}
     for c in result.cases:
         spec_type = c.case.settings.spec_type or "draft"
         draft_len = c.case.settings.draft_max if spec_type == "draft" else c.case.settings.ngram_size_m
         methods[c.label] = MethodFigures(c.case.case, spec_type, draft_len, c.set_id, figures[c.label], c.not_run, c.error)
+        size = workload_runs.model_bytes(c.case.draft.metadata) if c.case.draft else 0
+        costs[c.label] = workload_runs.cost(spec_type != "draft", draft_len, size)
+    items = {c.label: c.items for c in result.cases}
     return SetSummary(experiment=result.experiment, prompt_set=result.source.label, prompts=len(result.prompts.prompts),
                       skipped_lines=tuple(result.prompts.skipped), methods=methods,
-                      recommendation=recommend(figures),
-                      recommendation_end_to_end=recommend(figures, "e2e_geomean_speedup"),
+                      recommendation=recommend(items, "decode", costs),
+                      recommendation_end_to_end=recommend(items, "end to end", costs),
                       complete=result.complete)
 
 
@@ -93,7 +102,8 @@ def render(summary: SetSummary) -> str:
     lines = [f"{summary.experiment} over {summary.prompt_set}: {summary.prompts} prompts",
              "decode: tokens after the first over generation time (prompt left out); end to end: every generated",
              "token over prompt processing plus generation (server timings). Speedups: speculative over the target",
-             "alone, paired per prompt; [95 % bootstrap interval over prompts]."]
+             "alone, paired per prompt; geometric mean: the set's speedup [95 % interval, each prompt's pairs",
+             "resampled]; total-token [95 % bootstrap interval over prompts]."]
     if summary.skipped_lines:
         lines.append(f"  skipped {len(summary.skipped_lines)} malformed entries: {summary.skipped_lines[0]} ...")
     for label, m in summary.methods.items():
@@ -140,9 +150,9 @@ def render(summary: SetSummary) -> str:
     for recommendation, title in ((summary.recommendation, "decode"),
                                   (summary.recommendation_end_to_end, "end to end, prompt included")):
         lines.append("")
-        lines.append(f"Recommendation, {title} (best geometric-mean speedup; a method whose output differs is "
-                     "excluded unless every difference is a greedy near-tie):")
-        lines.extend(_recommendation_lines(recommendation))
+        lines.append(f"Recommendation, {title} (one decision over the set's prompts; a method whose output differs "
+                     "on a prompt is excluded unless the difference is a greedy near-tie):")
+        lines.extend("  " + line for line in recommendation.lines())
     return "\n".join(lines)
 
 
@@ -150,22 +160,6 @@ def _forecast(model: Forecast | None) -> str:
     if not model:
         return "-"
     return f"k={model.best_draft} -> {model.best_speedup:.2f}x (alpha {model.alpha:.2f})"
-
-
-def _recommendation_lines(recommendation: dict[str, Recommendation]) -> list[str]:
-    lines = []
-    for cat, r in recommendation.items():
-        excluded = f" (excluded, output differs: {', '.join(r.excluded)})" if r.excluded else ""
-        if not r.chosen:
-            lines.append(f"  {cat:<16} {r.method or '-'}: {r.reason}{excluded}")
-        else:
-            near = set(r.tied_near_tie_only)
-            tied = (f"; could still beat it: {', '.join(t + (' (differs at near-ties)' if t in near else '') for t in r.tied)}"
-                    if r.tied else "")
-            sure = "" if r.significant else " (interval includes 1)"
-            note = f" - {r.note}" if r.note else ""
-            lines.append(f"  {cat:<16} {r.method} {_fmt(r.speedup)}{sure}{note}{tied}{excluded}")
-    return lines
 
 
 def as_json(summary: SetSummary) -> str:

@@ -1,59 +1,98 @@
-"""Which method to use over a prompt set, per category and over all prompts: the one decision
-rule (``llamaspec.decide``) over the methods whose output never differed, or differed only at
-greedy near-ties."""
+"""Which method to use over a prompt set: the workload's one decision
+(:func:`llamaspec.workload.decide_workload`, on :data:`llamaspec.estimators.WORKLOAD`), the set's
+prompts the workload and its methods the setups; over the whole set, and the same rule per category.
+Decode and end to end are two decisions on two kinds of ratio (:data:`BASES`).
+
+- **A cell** is one method on one prompt: that prompt's pair ratios (``speedup_spread.values``, or
+  ``e2e_speedup_spread.values`` end to end), as its run row stores them.
+- **The workload** is the set's prompts, less those kept out of every speedup: a prompt that ended
+  early (the target alone stopped before ``n_predict``), one that failed on every method (the
+  prompt's fault, not a method's: the server refused it), and one no method has a ratio for. Each
+  is said.
+- **A method that failed on a prompt, or whose output differs there, is excluded** and said;
+  except where the difference is a greedy near-tie the target alone saw (its top two within
+  ``NEAR_TIE``: float rounding of batched verification flips such a pair, probed by
+  :mod:`llamaspec.promptset.probe`): that cell counts, and the method stays a candidate, labelled
+  (:class:`NearTie`). A method whose every difference is such a near-tie is therefore decided on
+  like one that never differed; its lossless rate stays as measured.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import decide, estimators, stats
-from llamaspec.promptset.set_figures import GroupFigures, SetFigures
+from llamaspec import decide, workload
+from llamaspec.promptset.probe import divergence_text
+from llamaspec.promptset.prompt_figures import PromptFigures
+from llamaspec.promptset.set_figures import GroupFigures
 
-NO_METHOD = "no method with counted prompts and identical output (or output that differs only at greedy near-ties)"
+BASES = {"decode": "speedup_spread", "end to end": "e2e_speedup_spread"}  # basis -> the PromptFigures field of its ratios
 
 
 @dataclass(frozen=True)
-class Recommendation:
-    """One category's recommendation: ``method`` is the chosen method's label, ``"baseline"`` (no
-    method is a gain), ``"undecided"`` (intervals too wide: ``measure_next``, ``best``) or None (no
-    candidate). The fields after ``measure_next`` belong to a chosen method."""
+class NearTie:
+    """A candidate method whose output differs on some prompts of a scope, each at a greedy near-tie."""
 
-    method: str | None
-    reason: str
-    excluded: tuple[str, ...] = ()  # methods whose output differs (not only at near-ties)
-    tied: tuple[str, ...] = ()  # contenders that might still beat the chosen one
-    measure_next: tuple[decide.Request, ...] = ()
-    best: str | None = None  # baseline / undecided: the best measured method
-    speedup: stats.Spread | None = None
-    significant: bool = False  # the interval lies above 1
-    how_sure: str | None = None
-    near_tie_only: bool = False  # the chosen method's output differs, each time at a greedy near-tie
-    differing: int = 0
-    lossless_checked: int = 0
-    near_tie_max_gap: float | None = None
-    note: str | None = None
-    tied_near_tie_only: tuple[str, ...] = ()
+    method: str
+    scope: str  # "all", or a category
+    differing: int
+    checked: int  # prompts of the scope whose output was compared
+    max_gap: float | None
 
-    @property
-    def chosen(self) -> bool:
-        """A method is recommended (not the baseline, not undecided, not none)."""
-        return self.method not in (None, "baseline", "undecided")
+    def text(self) -> str:
+        bound = f" (gap <= {self.max_gap:.2g})" if self.max_gap is not None else ""
+        return f"output differs on {self.differing} of {self.checked} prompts, each at a greedy near-tie{bound}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON of each kind, as ``--json`` prints it."""
-        if self.method is None:
-            return {"method": None, "reason": self.reason, "excluded": list(self.excluded)}
-        if not self.chosen:
-            return {"method": self.method, "reason": self.reason, "tied": list(self.tied),
-                    "excluded": list(self.excluded), "measure_next": [r.to_dict() for r in self.measure_next],
-                    "best": self.best}
-        return {"method": self.method, "speedup": self.speedup.to_dict() if self.speedup else None,
-                "tied": list(self.tied), "excluded": list(self.excluded), "significant": self.significant,
-                "reason": self.reason, "how_sure": self.how_sure, "near_tie_only": self.near_tie_only,
-                "differing": self.differing, "lossless_checked": self.lossless_checked,
-                "near_tie_max_gap": self.near_tie_max_gap, "note": self.note,
-                "tied_near_tie_only": list(self.tied_near_tie_only)}
+        return {"method": self.method, "scope": self.scope, "differing": self.differing, "checked": self.checked,
+                "max_gap": self.max_gap, "note": self.text()}
+
+
+@dataclass(frozen=True)
+class SetRecommendation:
+    """A prompt set's one decision on one basis, the near-ties it counted, the prompts it left out."""
+
+    basis: str  # of BASES
+    decision: workload.WorkloadDecision
+    near_ties: tuple[NearTie, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()  # (prompt id, why)
+
+    @property
+    def verdict(self) -> str:
+        return self.decision.verdict
+
+    @property
+    def method(self) -> str | None:
+        """The recommended method's label (None: no draft, undecided or nothing)."""
+        return chosen(self.decision.decision)
+
+    def category(self, name: str) -> decide.Decision:
+        """The rule on one category's prompts (the whole set's decision where the set has one category)."""
+        found = next((c.decision for c in self.decision.categories if c.category == name), None)
+        if found is not None:
+            return found
+        if {c for _p, c in self.decision.prompts} == {name}:
+            return self.decision.decision
+        raise KeyError(name)
+
+    def lines(self) -> list[str]:
+        out = self.decision.lines()
+        out += [f"  near-tie: {t.method} ({'the whole set' if t.scope == 'all' else t.scope}): {t.text()}"
+                for t in self.near_ties]
+        if self.left_out:
+            out.append("  left out of the workload: " + "; ".join(f"{p} ({why})" for p, why in self.left_out))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"basis": self.basis, "method": self.method, **self.decision.to_dict(),
+                "near_ties": [t.to_dict() for t in self.near_ties],
+                "left_out": [{"prompt": p, "why": why} for p, why in self.left_out]}
+
+
+def chosen(d: decide.Decision) -> str | None:
+    return d.chosen.label if d.verdict == "recommend" and d.chosen is not None else None
 
 
 def near_tie_note(g: GroupFigures) -> str | None:
@@ -62,60 +101,82 @@ def near_tie_note(g: GroupFigures) -> str | None:
     difference is not a near-tie (or was not probed)."""
     if not g.differing or g.differs_near_tie < g.differing:
         return None
-    bound = f" (gap <= {g.near_tie_max_gap:.2g})" if g.near_tie_max_gap is not None else ""
-    return f"output differs on {g.differing} of {g.lossless_checked} prompts, each at a greedy near-tie{bound}"
+    return NearTie("", "", g.differing, g.lossless_checked, g.near_tie_max_gap).text()
 
 
-def recommend(methods: dict[str, SetFigures], metric: str = estimators.PROMPT_SET_METRIC) -> dict[str, Recommendation]:
-    """Per category (and "all"): the method the one decision rule (``llamaspec.decide``) picks by
-    ``metric`` (a ``GroupFigures`` speedup) among those whose output never differed or differed
-    only at greedy near-ties, the contenders that might still beat it ("tied"), "baseline" when
-    none is a gain ("no draft") or "undecided" when the intervals are too wide to tell (with what
-    to measure next).
+def _ratios(item: PromptFigures, basis: str) -> tuple[float, ...]:
+    spread = getattr(item, BASES[basis])
+    if spread is None:
+        return ()
+    if spread.values:
+        return tuple(spread.values)
+    return (spread.median,)  # a row stored before its ratios were kept: its one figure
 
-    A method with a difference that is not a near-tie, or was not probed, is excluded. One whose
-    every difference is a near-tie the target alone saw (its top two within NEAR_TIE: float
-    rounding of batched verification flips such a pair) stays a candidate, labelled
-    (``near_tie_only``, ``note``): its lossless rate stays as measured."""
-    out: dict[str, Recommendation] = {}
-    names = sorted({c for s in methods.values() for c in s.categories}) + ["all"]
-    for category in names:
-        candidates: list[tuple[str, stats.Spread]] = []
-        excluded: list[str] = []
-        notes: dict[str, str] = {}
-        groups: dict[str, GroupFigures] = {}
-        for label, figures in methods.items():
-            g = figures.set if category == "all" else figures.categories.get(category)
-            if not g:
-                continue
-            groups[label] = g
-            if g.lossless_rate is not None and g.lossless_rate < 1.0:
-                note = near_tie_note(g)
-                if note is None:
-                    excluded.append(label)
-                    continue
-                notes[label] = note
-            spread = getattr(g, metric)
-            if spread is not None:
-                candidates.append((label, spread))
-        if not candidates:
-            out[category] = Recommendation(None, NO_METHOD, excluded=tuple(excluded))
-            continue
-        decision = decide.decide([decide.Candidate(label, label, spread) for label, spread in candidates])
-        if decision.verdict != "recommend" or decision.chosen is None:
-            best_label = decision.chosen.label if decision.chosen else candidates[0][0]
-            out[category] = Recommendation("baseline" if decision.verdict == "no draft" else "undecided",
-                                           decision.reason, excluded=tuple(excluded),
-                                           measure_next=tuple(decision.requests), best=best_label)
-            continue
-        best = decision.chosen.label
-        best_spread = decision.chosen.measured
-        tied = [e.label for e in decision.contenders]
-        g = groups[best]
-        out[category] = Recommendation(
-            best, decision.reason, excluded=tuple(excluded), tied=tuple(t for t in tied if t != best),
-            speedup=best_spread, significant=best_spread.low > 1.0, how_sure=decision.sureness,
-            near_tie_only=best in notes, differing=g.differing if best in notes else 0,
-            lossless_checked=g.lossless_checked, near_tie_max_gap=g.near_tie_max_gap if best in notes else None,
-            note=notes.get(best), tied_near_tie_only=tuple(t for t in tied if t != best and t in notes))
-    return out
+
+def _near_tie(item: PromptFigures) -> bool:
+    return item.lossless is False and item.divergence is not None and bool(item.divergence.near_tie)
+
+
+def _left_out(prompt: str, items: Sequence[PromptFigures], basis: str) -> str | None:
+    """Why a prompt is kept out of the workload (None: it is in)."""
+    ok = [i for i in items if i.status == "ok"]
+    early = next((i for i in ok if i.ended_early and i.lossless is not False), None)
+    if early is not None:
+        return f"ended early: {early.ended_early_note or f'{early.n_predict} tokens'}"
+    if not ok:
+        return f"failed on every method: {items[0].error}" if items else "not measured"
+    if not any(_ratios(i, basis) for i in ok):
+        return "no method has a speedup for it" + (" end to end (no server timings)" if basis == "end to end" else "")
+    return None
+
+
+def _cell(method: str, item: PromptFigures, basis: str, cost: tuple[float, ...]) -> workload.Cell:
+    if item.status != "ok":
+        return workload.Cell(item.id, method, method, (), cost, "failed", item.error or item.error_kind)
+    if item.lossless is False and not _near_tie(item):
+        return workload.Cell(item.id, method, method, _ratios(item, basis), cost, workload.DIFFERS,
+                             divergence_text(item.divergence, item.first_difference))
+    return workload.Cell(item.id, method, method, _ratios(item, basis), cost)
+
+
+def _near_ties(methods: Mapping[str, Sequence[PromptFigures]], decision: workload.WorkloadDecision) -> tuple[NearTie, ...]:
+    """For each scope (the set; each category where the categories' answers are printed, as they
+    disagree) and each method it keeps in the running (the chosen one and its contenders): its
+    near-tie differences there."""
+    scopes: list[tuple[str, decide.Decision, set[str]]] = [("all", decision.decision, {p for p, _c in decision.prompts})]
+    if decision.categories_disagree:
+        scopes += [(c.category, c.decision, set(c.prompts)) for c in decision.categories]
+    out = []
+    for scope, d, prompts in scopes:
+        running: list[Hashable] = [e.key for e in d.contenders] or ([d.chosen.key] if d.chosen else [])
+        for key in running:
+            items = [i for i in methods.get(str(key), ()) if i.id in prompts and i.status == "ok"]
+            ties = [i for i in items if _near_tie(i)]
+            if ties:
+                gaps = [i.divergence.gap for i in ties if i.divergence is not None and i.divergence.gap is not None]
+                out.append(NearTie(str(key), scope, len(ties), sum(1 for i in items if i.lossless is not None),
+                                   max(gaps, default=None)))
+    return tuple(out)
+
+
+def recommend(methods: Mapping[str, Sequence[PromptFigures]], basis: str = "decode",
+              costs: Mapping[str, tuple[float, ...]] | None = None) -> SetRecommendation:
+    """The set's one decision on ``basis`` (a key of :data:`BASES`) over ``methods`` (label -> its
+    prompts' figures, in the set's order): cells as the module says, then
+    :func:`llamaspec.workload.decide_workload`. ``costs``: each method's (smaller is cheaper,
+    :func:`llamaspec.workload_runs.cost`); without them the methods cost alike."""
+    if basis not in BASES:
+        raise ValueError(f"basis {basis!r}: one of {', '.join(BASES)}")
+    by_prompt: dict[str, list[PromptFigures]] = {}
+    category: dict[str, str] = {}
+    for items in methods.values():
+        for item in items:
+            by_prompt.setdefault(item.id, []).append(item)
+            category.setdefault(item.id, item.category)
+    left_out = tuple((p, why) for p, items in by_prompt.items() if (why := _left_out(p, items, basis)) is not None)
+    out = {p for p, _why in left_out}
+    prompts = {p: category[p] for p in by_prompt if p not in out}
+    cells = [_cell(label, item, basis, (costs or {}).get(label, ()))
+             for label, items in methods.items() for item in items if item.id in prompts]
+    decision = workload.decide_workload(cells, prompts)
+    return SetRecommendation(basis, decision, _near_ties(methods, decision), left_out)

@@ -1,0 +1,94 @@
+"""Stored runs as a workload (llamaspec.workload_runs): which prompt and which setup each run
+measured, its cell, and the one decision over them. Run rows are shaped as ``Store.runs`` returns
+them; their summaries come from the run core's own ``summarize`` over measurements."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llamaspec import workload
+from llamaspec.contract import Measurement
+from llamaspec.summary import summarize
+from llamaspec.workload_runs import cost, setup_axes, setup_of, workload_of_runs
+
+
+def summary(ratios: list[float], differs: bool = False, shared: bool = False) -> dict[str, Any]:
+    """A point's summary from pairs whose speculative speed is ``ratio`` times its baseline's."""
+    ms = []
+    for i, r in enumerate(ratios):
+        base = 50.0 * (1 + 0.01 * i)  # the baseline drifts: the ratios are the pairs', not the speeds'
+        ms.append(Measurement(mode="baseline", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                              peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=base, text="same",
+                              pair=i))
+        ms.append(Measurement(mode="speculative", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                              peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=base * r,
+                              text="other" if differs else "same", pair=None if shared else i))
+    if shared:  # the speculative runs against a baseline measured apart (--shared-baseline)
+        return summarize([m for m in ms if m.mode == "speculative"],
+                         shared_baseline=[m for m in ms if m.mode == "baseline"]).to_dict()
+    return summarize(ms).to_dict()
+
+
+def row(i: int, prompt: str, ratios: list[float], status: str = "ok", category: str | None = None,
+        draft: str | None = "smollm2-135m:q4_1", **settings: Any) -> dict[str, Any]:
+    s = summary(ratios, differs=status == "differs") if status in ("ok", "differs") else {"status": status}
+    return {"id": i, "case_name": prompt, "prompt_id": None, "category": category, "status": status,
+            "error": "boom" if status == "failed" else None, "draft": draft,
+            "settings": {"spec_type": "draft", "draft_max": 8, "threads": 1, **settings},
+            "provenance": {"models": {"draft": {"label": draft, "metadata": {"size_bytes": 1000}}}} if draft else {},
+            "summary": s}
+
+
+def test_a_setup_is_named_by_the_settings_that_vary_on_one_prompt() -> None:
+    runs = [row(1, "code", [1.5, 1.6], threads=1, draft_max=4), row(2, "code", [1.4, 1.5], threads=1, draft_max=8),
+            row(3, "chat", [1.2, 1.3], threads=2, draft_max=4), row(4, "chat", [1.1, 1.2], threads=2, draft_max=8),
+            row(5, "code", [1.0, 1.1], draft=None, spec_type="ngram-simple", ngram_size_n=3),
+            row(6, "code", [1.0, 1.05], draft=None, spec_type="ngram-simple", ngram_size_n=4)]
+    axes = setup_axes(runs)
+    # threads differ only from prompt to prompt: the prompt's, not a setup's; the mode's own size varies
+    assert axes == {"draft": (), "ngram-simple": ("ngram_size_n",)}
+    four_code, four_chat = setup_of(runs[0], axes), setup_of(runs[2], axes)
+    assert four_code == four_chat and four_code.label == "draft 4" and four_code.cost == (1.0, 4.0, 1000.0)
+    assert setup_of(runs[4], axes).label == "ngram-simple (ngram_size_n=3)" and setup_of(runs[4], axes).cost == cost(True, 8)
+    # a draft-free mode's draft length names its setups only where it varies (the mode may not read it)
+    cache = [row(1, "code", [1.1], draft=None, spec_type="ngram-cache", draft_max=4),
+             row(2, "code", [1.2], draft=None, spec_type="ngram-cache", draft_max=8)]
+    assert [setup_of(r, setup_axes(cache)).label for r in cache] == ["ngram-cache (draft_max=4)", "ngram-cache (draft_max=8)"]
+    assert setup_of(cache[0], setup_axes(cache[:1])).label == "ngram-cache"
+    # two draft files: each its own setup, named by its variant
+    files = [row(1, "code", [1.5], draft_max=4), row(2, "code", [1.3], draft_max=4, draft="smollm2-135m:q4_0")]
+    assert [setup_of(r, setup_axes(files)).label for r in files] == ["draft 4 (q4_1)", "draft 4 (q4_0)"]
+
+
+def test_cells_take_each_runs_pairs_and_how_it_ended() -> None:
+    runs = [row(1, "code", [1.5, 1.6], category="code"), row(2, "chat", [1.2], status="failed", category="chat"),
+            row(3, "chat", [1.3, 1.25], category="chat"),  # the rerun after the failure counts
+            row(4, "code", [1.9], draft_max=4, status="differs"), row(5, "chat", [1.1], draft_max=4),
+            {**row(6, "chat", [2.0], draft_max=4), "status": "running"},  # still measuring: nothing to decide on
+            row(7, "code", [1.2], draft_max=2, status="failed"), row(8, "chat", [1.2, 1.3], draft_max=2)]
+    cells, prompts = workload_of_runs(runs)
+    assert prompts == {"code": "code", "chat": "chat"}
+    by = {(c.prompt, c.label): c for c in cells}
+    assert len(cells) == 6
+    assert by[("code", "draft 8")].ratios == pytest.approx((1.5, 1.6)) and by[("code", "draft 8")].status == workload.OK
+    assert by[("chat", "draft 8")].ratios == pytest.approx((1.3, 1.25))
+    assert by[("code", "draft 4")].status == workload.DIFFERS and "DIFFERS at char 0" in (by[("code", "draft 4")].why or "")
+    assert by[("chat", "draft 4")].ratios == pytest.approx((1.1,))
+    assert by[("code", "draft 2")].status == "failed" and by[("code", "draft 2")].why == "boom"
+    d = workload.decide_workload(cells, prompts)
+    excluded = {s.label: s.excluded for s in d.setups}
+    assert excluded == {"draft 8": None, "draft 4": "output differs on code", "draft 2": "failed on code (boom)"}
+    assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"
+    # a shared baseline's ratios are not pairs: no workload estimate from them
+    shared = {**row(9, "code", [1.5, 1.6]), "summary": summary([1.5, 1.6], shared=True)}
+    assert not shared["summary"]["paired"] and shared["summary"]["speedup"]["values"]
+    (cell,), _ = workload_of_runs([shared])
+    assert cell.ratios == () and cell.status == workload.OK
+
+
+def test_the_workloads_prompts_keep_their_category_and_order() -> None:
+    runs = [{**row(2, "b", [1.1]), "prompt_id": "p-b", "category": "chat"}, {**row(1, "a", [1.2]), "category": None}]
+    _cells, prompts = workload_of_runs(runs)
+    assert list(prompts.items()) == [("a", "a"), ("p-b", "chat")]  # by when first measured; a case is its own category
