@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import estimators, stats
+from llamaspec import estimators, spectypes, stats
 from llamaspec.promptset.measure import SetRun
 from llamaspec.promptset.probe import divergence_text
 from llamaspec.promptset.recommendation import Recommendation, recommend
@@ -72,7 +72,7 @@ def set_summary(result: SetRun) -> SetSummary:
     methods = {}
     for c in result.cases:
         spec_type = c.case.settings.spec_type or "draft"
-        draft_len = c.case.settings.draft_max if spec_type == "draft" else c.case.settings.ngram_size_m
+        draft_len = spectypes.requested_length(c.case.settings)
         methods[c.label] = MethodFigures(c.case.case, spec_type, draft_len, c.set_id, figures[c.label], c.not_run, c.error)
     return SetSummary(experiment=result.experiment, prompt_set=result.source.label, prompts=len(result.prompts.prompts),
                       skipped_lines=tuple(result.prompts.skipped), methods=methods,
