@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamaspec import analysis, decide
+from llamaspec import analysis, decide, spectypes
 from llamaspec.contract import Engine
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
@@ -249,11 +249,13 @@ def _tune_case(exp: Experiment, case: Case, backend: Engine, store: Store, hw: d
             continue
         best_k = result.best[0].draft_max if result.best else 4
         search_lengths(variant, tuple(sorted({max(1, best_k // 2), best_k})))
-    available = _draft_free_modes(backend)
+    available = spectypes.draft_free_modes(backend.capabilities, case.settings.program)
     chosen_modes = [m for m in (modes or NGRAM_MODES) if m in available]
     if not available:
-        result.skipped.append(("draft-free n-gram modes", f"the {backend.name} backend cannot run them without a draft "
-                               "model (llama-speculative requires one); `backend: llama-server` can"))
+        why = (f"llama-{case.settings.program} requires a draft model; program: speculative-simple or `engine: "
+               "llama-server` runs them" if case.settings.program and "program" in backend.capabilities.settings
+               else f"the {backend.name} engine of this build runs none")
+        result.skipped.append(("draft-free n-gram modes", why))
     best_k = result.best[0].draft_max if result.best else 4
     for mode in chosen_modes:
         measure(Config(None, mode, best_k))
@@ -293,12 +295,6 @@ def _settle(result: TuneResult, exp: Experiment, case: Case, backend: Engine, st
                 raise LlamaspecError(f"tune {result.tune_id}: more pairs for {config.label} failed: {done.error}",
                                      hint="every pair measured so far is stored; fix the cause and rerun the same "
                                           "command to resume")
-
-
-def _draft_free_modes(backend: Engine) -> tuple[str, ...]:
-    """Draft-free modes the engine declares (llama-server's n-gram modes; the command-line
-    programs need a draft model)."""
-    return tuple(m for m in backend.capabilities.spec_types if m != "draft")
 
 
 def _bound(exp: Experiment, case: Case, variant: str, backend: Engine, store: Store, hw: dict[str, Any], tune_id: str,
