@@ -24,7 +24,7 @@ from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.results import Store
 from llamaspec.run import run_case
 from llamaspec.settings import DEFAULTS, Settings, defaults_for
-from llamaspec.summary import DraftCheck, Lossless, Summary
+from llamaspec.summary import DraftCheck, Lossless, Summary, check_draft, requested_draft
 
 REC = FIXTURES / "0c1e570"
 OLD = FIXTURES / "7841fc7"
@@ -211,7 +211,7 @@ def test_an_ngram_run_without_sizes_checks_no_length(tmp_path: Path) -> None:
     case = ngram_case(tmp_path)
     m = engine(tmp_path).measure(case, "speculative", tmp_path / "s.log")
     assert m.ok and m.draft_len == 48  # the help's default m-gram size, not the printed n_draft = 3
-    assert run_case(case, engine(tmp_path / "again"), Store.open(tmp_path / "r.sqlite"), hardware=HW).summary.draft.problem is None
+    assert requested_draft(case) is None and check_draft(m, requested_draft(case)).problem is None
 
 
 def test_an_ngram_run_that_drafted_nothing(tmp_path: Path) -> None:
