@@ -124,6 +124,8 @@ def test_draft_free_modes_a_program_runs_are_read_from_its_help() -> None:
 @pytest.mark.parametrize(("folder", "program", "changes", "message", "hint"), [
     (REC, "llama-speculative", {}, "llama-speculative cannot run --spec-type ngram-simple", "--program speculative-simple"),
     (OLD, "llama-speculative-simple", {}, r"llama-speculative-simple \(7841fc7\) has no --spec-type", "2026"),
+    # Nov 2023 (--version was not a flag yet: the commit is unknown from the help alone)
+    (FIXTURES / "b38a16d", "speculative", {}, r"speculative \(unknown\) has no --spec-type", "2026"),
     (REC, "llama-speculative-simple", {"spec_type": "ngram-nope"}, "does not know --spec-type ngram-nope", "ngram-simple"),
     (REC, "llama-speculative-simple", {"spec_type": "ngram-cache", "ngram_size_m": 4},
      "ngram_size_m has no meaning for spec_type ngram-cache", "ngram-simple"),
@@ -248,11 +250,18 @@ def test_a_study_of_an_ngram_mode_runs_on_the_command_line_programs(target: Path
     with_set = experiment_or_study(None, str(target), (), None, settings=Settings(spec_type="ngram-simple"),
                                    prompts="spec-bench:x.jsonl")
     assert with_set.engine == "llama-server"  # a prompt set is llama-server's
+    unknown = experiment_or_study(None, str(target), (), None, settings=Settings(spec_type="ngram-future"), prompt="x")
+    assert unknown.engine == "llama-server"  # a type without a row: llama.cpp's naming, llama-server only
+    named = experiment_or_study(None, str(target), (), None, prompt="x",
+                                settings=Settings(spec_type="ngram-future", program="speculative-simple"))
+    assert named.engine == "llama.cpp"  # a program named: the command-line programs, which say what they lack
 
 
 @pytest.mark.parametrize(("args", "commit", "first"), [
     (["--program", "speculative"], "0c1e570", "Error: llama-speculative cannot run --spec-type ngram-simple"),
     ([], "7841fc7", "Error: llama-speculative-simple (7841fc7) has no --spec-type"),
+    (["--spec-type", "ngram-nope", "--program", "speculative-simple"], "0c1e570",
+     "Error: llama-speculative-simple (0c1e570) does not know --spec-type ngram-nope"),
     # a type without a row in the table is llama-server's (spectypes.engine_for), which refuses it alike
     (["--spec-type", "ngram-nope"], "0c1e570", "Error: llama-server (0c1e570) has no spec_type 'ngram-nope'"),
 ])

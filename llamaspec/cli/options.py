@@ -299,8 +299,9 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
     settings = settings or Settings()
     spec_type = settings.over(DEFAULTS).spec_type
     # a prompt set runs on llama-server; one prompt on llama.cpp's programs where one runs the type
-    # (an n-gram mode on llama-speculative-simple), else on the engine that does
-    engine = "llama-server" if prompts is not None else spectypes.engine_for(spec_type)
+    # (an n-gram mode on llama-speculative-simple) or one is named (--program), else on the engine that does
+    engine = ("llama-server" if prompts is not None else "llama.cpp" if settings.program is not None
+              else spectypes.engine_for(spec_type))
     if prompts is not None and Path(prompts).expanduser().is_file():
         prompts = str(Path(prompts).expanduser().resolve())
     exp = adhoc.experiment_from_models(model, found, settings=settings, prompt=prompt,
