@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamaspec import spectypes
+
 # --- value checks (the schema) ----------------------------------------------------------------
 
 
@@ -239,8 +241,6 @@ def defaults_for(spec_type: str | None) -> Settings:
     """The built-in defaults of a case of this spec type: ``DEFAULTS``, with the program that runs
     the type (``spectypes``: a draft-free n-gram mode runs on llama-speculative-simple, which needs
     no draft model). What a setting left at its default is compared with."""
-    from llamaspec import spectypes
-
     program = spectypes.default_program(spec_type or DEFAULTS.spec_type, str(DEFAULTS.program))
     return DEFAULTS if program == DEFAULTS.program else dataclasses.replace(DEFAULTS, program=program)
 
