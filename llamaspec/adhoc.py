@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llamaspec import spectypes
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import GIVEN, Case, Experiment, ModelRef, studies_dir
 from llamaspec.settings import DEFAULTS, Settings
@@ -80,10 +81,10 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
 
     settings = settings or Settings()
     spec_type = settings.over(DEFAULTS).spec_type
-    if drafts and spec_type != "draft":
+    if drafts and spectypes.of(spec_type).draft_free:
         raise LlamaspecError(f"--spec-type {spec_type} drafts without a draft model, and -md was given",
                              hint=f"drop -md to measure {spec_type}, or drop --spec-type to measure the draft model")
-    if not drafts and spec_type == "draft":
+    if not drafts and spectypes.needs_draft(spec_type):
         raise LlamaspecError("no draft model: -md DRAFT is missing",
                              hint="give -md DRAFT.gguf (or USER/REPO[:QUANT]), or a draft-free mode: --spec-type ngram-simple")
     if sum(x is not None for x in (prompt, prompt_file, prompts)) > 1:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import decide, estimators, paths
+from llamaspec import decide, estimators, paths, spectypes
 from llamaspec.contract import SPEED_DEFINITION
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import Store, built_from
@@ -42,6 +42,12 @@ class PointRow:
     draft_max: int
     summary: Summary
     draft_bytes: int = 0  # the draft file's size (a cheaper draft wins ties with a dearer one)
+    spec_type: str = spectypes.DEFAULT  # the point's speculative type (Settings.spec_type)
+
+    @property
+    def draft_free(self) -> bool:
+        """A draft-free mode (n-gram): no draft model, so no draft cost and no draft length to model."""
+        return spectypes.of(self.spec_type).draft_free
 
     @property
     def speedup(self) -> Spread | None:
@@ -242,6 +248,8 @@ def observation(row: PointRow) -> Any:
 
     s = row.summary
     spec, base = s.decode_tps, s.baseline_decode_tps
+    if row.draft_free:  # the model's round spends draft steps at a draft length; these rounds have neither
+        return None
     if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict):
         return None
     if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in theory.registered():
@@ -374,6 +382,10 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
     """(Analysis or None, explanation or None, note or None)."""
     from llamaspec import theory
 
+    if rows and all(r.draft_free for r in rows):
+        modes = ", ".join(sorted({r.spec_type for r in rows}))
+        return None, None, (f"{modes} drafts without a draft model, from the text itself: the speedup model (a draft "
+                            "model's cost at a draft length) does not predict it; the measured figures stand")
     if any(r.summary.draft.policy == "adaptive" for r in rows):
         # The model spends k draft steps a round at the requested k; an adaptive program (Sep 2023)
         # changes k within the run, so its points would be fitted at a length they never used.
@@ -429,7 +441,8 @@ def rows_to_groups(runs: Sequence[dict[str, Any]], axes: Sequence[str]) -> dict[
     for run in runs:
         label = _group_label(run["settings"], axes, run.get("draft"))
         groups.setdefault(label, []).append(PointRow(run["id"], label, int(run["settings"].get("draft_max") or 0),
-                                                     Summary.from_dict(run.get("summary")), draft_bytes(run)))
+                                                     Summary.from_dict(run.get("summary")), draft_bytes(run),
+                                                     run["settings"].get("spec_type") or spectypes.DEFAULT))
     return groups
 
 

@@ -25,7 +25,8 @@ Adding an engine is one subpackage with a module-level ``open_engine(options)`` 
 ``llamaspec.engines.REGISTRY``. The engines:
 
 - ``llama.cpp`` (``llamaspec.llamacpp.runner``): llama-speculative / llama-speculative-simple
-  against llama-completion, one process per measurement;
+  against llama-completion, one process per measurement; the draft-free n-gram modes on
+  llama-speculative-simple (``llamaspec.spectypes``: which program runs which type);
 - ``llama-server`` (``llamaspec.llamacpp.server``): one server per (model pair, setting) kept
   loaded, a target-only server beside it, requests alternating between the two; draft-free
   n-gram modes; prompt sets;
@@ -106,7 +107,9 @@ class Capabilities:
 
     modes: frozenset[str]  # which of MODES it measures ("draft" and "batch" feed the speedup model)
     settings: frozenset[str]  # Settings fields it honours; check() refuses the others when set
-    spec_types: tuple[str, ...] = ("draft",)  # "draft" plus any draft-free modes
+    # "draft" plus the draft-free modes the engine's build runs (spectypes.draft_free_modes filters
+    # them by llama.cpp's program, where the engine takes that setting)
+    spec_types: tuple[str, ...] = ("draft",)
     draft_policy: str = "fixed"  # of DRAFT_POLICIES, for the default program
     keeps_models_loaded: bool = False  # True: no process start or model load inside a measurement
     token_ids: bool = False  # Measurement.tokens is filled: lossless is checked on ids, not text

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import engines, paths
+from llamaspec import engines, paths, spectypes
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS as DEFAULT_SETTINGS
 from llamaspec.settings import FIELDS as SETTING_FIELDS
@@ -249,7 +249,7 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
             if draft is not None and draft.label != drafts[0].label:
                 raise c.fail(f"{where}.drafts", "the first of drafts is the case's draft: give it first, or drop draft")
             draft = drafts[0]
-        if draft is None and case_settings.over(DEFAULT_SETTINGS).spec_type == "draft":
+        if draft is None and spectypes.needs_draft(case_settings.over(DEFAULT_SETTINGS).spec_type):
             raise c.fail(f"{where}.draft", "missing (or set settings.spec_type to a draft-free n-gram mode)")
         cases.append(Case(
             name=c.typed(raw.get("name", f"case{i}"), f"{where}.name", str),

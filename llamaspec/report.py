@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from llamaspec import estimators, stats, theory
+from llamaspec import estimators, spectypes, stats, theory
 from llamaspec.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
 from llamaspec.experiment import Reference
 from llamaspec.results import built_from, engine_of, measurement_of
@@ -147,7 +147,12 @@ def table(title: str, summary: Summary, reference: Reference | None, seconds: Se
 
 def case_title(result: CaseResult) -> str:
     case = result.case
-    draft = case.draft.label if case.draft else f"none ({case.settings.spec_type})"
+    s = case.settings
+    if case.draft is not None or spectypes.needs_draft(s.spec_type):
+        draft = f"{case.draft.label if case.draft else 'none'}, draft_max {s.draft_max}"
+    else:  # a draft-free mode: its own sizes, where set (draft_max means nothing to it)
+        sizes = "".join(f", {k[-1]}={getattr(s, k)}" for k in ("ngram_size_n", "ngram_size_m") if getattr(s, k) is not None)
+        draft = f"none ({s.spec_type}{sizes})"
     engine = result.engine
     # the program is a setting only where the engine takes it (None: the result does not say)
     takes = result.engine_settings
@@ -156,7 +161,7 @@ def case_title(result: CaseResult) -> str:
     passed = (f"\n  passed through to both sides: {' '.join(case.settings.extra_args)}"
               if case.settings.extra_args else "")
     return (f"{case.experiment} / {case.case}  [run {result.run_id}, {result.status}{', ' + engine if engine else ''}]\n"
-            f"  target {case.target.label}, draft {draft}, draft_max {case.settings.draft_max}, "
+            f"  target {case.target.label}, draft {draft}, "
             f"n_predict {case.settings.n_predict}, threads {case.settings.threads}{program}{sampled}{passed}")
 
 

@@ -92,10 +92,11 @@ def resolve_case(exp: Experiment, case: Case, backend: Engine,
 def check_settings(case: ResolvedCase, backend: Engine) -> None:
     """Refuse, before anything runs, a setting this backend does not honour: set to something other
     than its built-in default, and not among the settings the engine declares."""
-    from llamaspec.settings import DEFAULTS
+    from llamaspec.settings import defaults_for
 
+    defaults = defaults_for(case.settings.spec_type)  # a draft-free mode's default program is its own
     unknown = [f.name for f in dataclasses.fields(case.settings)
-               if getattr(case.settings, f.name) not in (None, getattr(DEFAULTS, f.name))
+               if getattr(case.settings, f.name) not in (None, getattr(defaults, f.name))
                and f.name not in backend.capabilities.settings]
     if unknown:
         engines = sorted(_engines_for(unknown))

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamaspec import spectypes
+
 # --- value checks (the schema) ----------------------------------------------------------------
 
 
@@ -171,13 +173,14 @@ class Settings:
     escape: bool | None = _setting(_bool, default=True)
     spec_type: str | None = _setting(_str, default="draft", sweep=str, side="draft",
                                      help="draft (a draft model) or a draft-free n-gram mode")
-    ngram_size_n: int | None = _setting(_count, engine="llama-server", sweep=int, side="draft",
-                                        help="n-gram modes: length of the lookup n-gram (llama-server)")
-    ngram_size_m: int | None = _setting(_count, engine="llama-server", sweep=int, side="draft",
-                                        help="n-gram modes: length of the drafted m-gram (llama-server)")
+    ngram_size_n: int | None = _setting(_count, sweep=int, side="draft",
+                                        help="n-gram modes: length of the lookup n-gram (llama.cpp)")
+    ngram_size_m: int | None = _setting(_count, sweep=int, side="draft",
+                                        help="n-gram modes: length of the drafted m-gram (llama.cpp)")
     parallel: int | None = _setting(_count, engine="llama-server", sweep=int, help="llama-server slots, served to as many concurrent clients")
     program: str | None = _setting(_choice(*PROGRAM_CHOICES), default="speculative", sweep=str, side="draft",
-                                   help="llama.cpp's speculative program: speculative or speculative-simple")
+                                   help="llama.cpp's speculative program: speculative or speculative-simple "
+                                        "(default: speculative; speculative-simple for a draft-free n-gram mode)")
     timeout: float | None = _setting(_positive, default=1800.0, side="run", help="seconds per process")
     # Passed verbatim to both sides (the baseline too): part of what makes two baselines the same.
     extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="target",
@@ -210,7 +213,7 @@ class Settings:
         return Settings(**{k: mine[k] if mine[k] is not None else theirs[k] for k in mine})
 
     def with_defaults(self) -> Settings:
-        return self.over(DEFAULTS)
+        return self.over(defaults_for(self.spec_type))
 
     def target_side(self) -> dict[str, Any]:
         """The settings a target-only baseline depends on (what makes two baselines the same)."""
@@ -232,6 +235,14 @@ class Settings:
 FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Settings)}
 DEFAULTS = Settings(**{name: f.metadata["default"] for name, f in FIELDS.items()})
 SWEEPABLE: dict[str, Callable[[str], Any]] = {name: f.metadata["sweep"] for name, f in FIELDS.items() if f.metadata["sweep"]}
+
+
+def defaults_for(spec_type: str | None) -> Settings:
+    """The built-in defaults of a case of this spec type: ``DEFAULTS``, with the program that runs
+    the type (``spectypes``: a draft-free n-gram mode runs on llama-speculative-simple, which needs
+    no draft model). What a setting left at its default is compared with."""
+    program = spectypes.default_program(spec_type or DEFAULTS.spec_type, str(DEFAULTS.program))
+    return DEFAULTS if program == DEFAULTS.program else dataclasses.replace(DEFAULTS, program=program)
 
 
 def check(name: str, value: Any) -> Any:

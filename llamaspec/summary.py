@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from llamaspec import estimators, stats
+from llamaspec import estimators, spectypes, stats
 from llamaspec.contract import (
     SPEED_DEFINITION,
     Measurement,
@@ -265,9 +265,12 @@ def empty(status: str, error: str | None = None) -> Summary:
 
 
 def requested_draft(case: ResolvedCase) -> int | None:
-    """The draft length a case's drafted counts are checked against: with a draft model or in a
-    draft-free mode (n-gram), its draft_max; None for the target alone."""
-    return case.settings.draft_max if case.draft or case.settings.spec_type != "draft" else None
+    """The draft length a case's drafted counts are checked against: the setting that bounds its
+    type's draft (``spectypes``: draft_max with a draft model, an n-gram mode's m-gram length), None
+    for the target alone and where the mode sizes its drafts itself."""
+    if case.draft is None and spectypes.needs_draft(case.settings.spec_type):
+        return None
+    return spectypes.requested_length(case.settings)
 
 
 def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measurement] = (), *,

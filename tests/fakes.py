@@ -40,14 +40,21 @@ sys.stdout.write(out); sys.stderr.write(err)
 '''
 
 
-def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570") -> Path:
+def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570",
+                 simple: str | None = None, completion_recording: str = "completion") -> Path:
     """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings
-    (and a llama-server that answers --help and --version, enough to open the server backend)."""
+    (and a llama-server that answers --help and --version, enough to open the server backend).
+    ``simple``: a llama-speculative-simple too, replaying that recording (an n-gram run, say), with
+    ``completion_recording`` the baseline's of the same prompt."""
     rec = FIXTURES / commit
     folder.mkdir(parents=True, exist_ok=True)
-    for program, recorded, behaviour in (("llama-speculative", "speculative", speculative),
-                                         ("llama-completion", "completion", completion),
-                                         ("llama-server", "completion", "ok")):  # --help and --version only
+    baseline = "llama-completion" if (rec / "llama-completion.help.txt").is_file() else "llama-cli"  # llama-cli in 2025
+    programs = [("llama-speculative", "speculative", speculative),
+                (baseline, completion_recording, completion),
+                ("llama-server", "completion", "ok")]  # --help and --version only
+    if simple is not None:
+        programs.append(("llama-speculative-simple", simple, "ok"))
+    for program, recorded, behaviour in programs:
         path = folder / program
         path.write_text(SCRIPT.format(python=sys.executable, recorded=str(rec / recorded), help=str(rec / f"{program}.help.txt"),
                                       version=str(rec / f"{program}.version.txt"), behaviour=behaviour,

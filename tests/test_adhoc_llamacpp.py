@@ -65,6 +65,37 @@ def test_sweep_of_two_files_ends_with_the_decision_and_a_deploy_command_naming_t
     assert report.exit_code == 0 and f"# {name}" in report.output
 
 
+# An edit prompt whose answer repeats it: the n-gram modes draft from it (tests/fixtures/llamacpp/record.py).
+EDIT_PROMPT = ("Rewrite the following list with each item in upper case.\\nList: apple, banana, cherry, apple, banana, "
+               "cherry, apple, banana, cherry.\\nAnswer: APPLE, BANANA, CHERRY, APPLE, BANANA,")
+
+
+def test_an_ngram_mode_runs_on_llama_speculative_simple_without_a_draft(llama_build, pair_files) -> None:
+    """``llamaspec run -m F32 --spec-type ngram-simple``: llama-speculative-simple drafts from the text,
+    with no draft model, against llama-completion; counters consistent, output unchanged (never a
+    speed or a decision: those depend on the machine)."""
+    import json
+
+    target, _draft, _ = pair_files
+    args = ["run", "-m", str(target), "--spec-type", "ngram-simple", "--program", "speculative-simple",
+            "--ngram-size-n", "3", "--ngram-size-m", "8", "-p", EDIT_PROMPT, "-n", "32", "-t", "1", "--repeats", "1",
+            "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    [report] = json.loads(result.stdout)
+    s = report["summary"]
+    assert report["status"] == "ok" and report["draft"] is None and report["settings"]["spec_type"] == "ngram-simple"
+    assert s["lossless"]["verdict"] == "identical", s["lossless"]
+    assert s["n_drafted"] is not None and 0 <= s["n_accept"] <= s["n_drafted"]
+    assert s["program"] == "llama-speculative-simple" and s["draft"]["problem"] is None
+    assert s["n_predict"] >= 32  # accepted drafts may overshoot -n
+    measured = Store.open().measurements(report["run_id"])
+    argv = next(m["argv"] for m in measured if m["mode"] == "speculative")
+    assert Path(argv[0]).name == "llama-speculative-simple" and "-md" not in argv
+    assert argv[argv.index("--spec-type") + 1] == "ngram-simple"
+    assert report["deploy"] and all("-md" not in c["argv"] for c in report["deploy"]["commands"])
+
+
 @pytest.mark.hub
 def test_run_with_a_hub_repo_quant_as_the_target(llama_build, pair_files, hub) -> None:  # noqa: F811
     target, draft, q4_0 = pair_files

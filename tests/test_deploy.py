@@ -129,19 +129,25 @@ def test_no_draft_is_the_target_alone(real_build: Build, pair: tuple[Any, Any], 
 
 
 @pytest.mark.llamacpp
-def test_an_ngram_mode_deploys_on_llama_server_without_a_draft(real_build: Build, pair: tuple[Any, Any]) -> None:
+def test_an_ngram_mode_deploys_without_a_draft(real_build: Build, pair: tuple[Any, Any]) -> None:
     case = real_case(pair, draft=False, spec_type="ngram-simple", ngram_size_n=3, ngram_size_m=8)
     from llamaspec.llamacpp import build
 
     prebuilt = build.prebuilt(Path(real_build.bin_dir))  # what --bin-dir opens (its accel unknown: -ngl as measured there)
     d = server.ServerEngine(prebuilt).deployment(case)
-    assert d.speculative and [c.program for c in d.commands] == ["llama-server"]
-    argv = list(d.commands[0].argv)
-    assert "-md" not in argv and argv[argv.index("--spec-type") + 1] == "ngram-simple"
-    assert argv[argv.index("--spec-ngram-simple-size-n") + 1] == "3"
-    assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "8"
-    assert any("draft-free" in n for n in d.notes)
+    assert d.speculative and [c.program for c in d.commands] == ["llama-server", "llama-speculative-simple"]
+    for c in d.commands:
+        argv = list(c.argv)
+        assert "-md" not in argv and argv[argv.index("--spec-type") + 1] == "ngram-simple"
+        assert argv[argv.index("--spec-ngram-simple-size-n") + 1] == "3"
+        assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "8"
     assert d == engines.deployment("llama-server", case, EngineOptions(bin_dir=Path(real_build.bin_dir)))
+    # the printed llama-speculative-simple line runs as printed, drafting from the prompt alone
+    argv = list(_command(d, "llama-speculative-simple").argv)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stats = parse.parse_speculative(done.stdout, done.stderr)
+    assert stats.n_accept <= stats.n_drafted
 
 
 @pytest.mark.llamacpp

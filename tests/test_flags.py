@@ -145,10 +145,11 @@ def test_completion_argv_matches_the_recorded_run(folder: Path, program: str) ->
 def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
     # llama-speculative lists the n-gram modes in --spec-type but stops with "--model-draft is required".
     s = settings(draft=None, draft_max=None, spec_type="ngram-simple")
-    for generation in (NEW, OLD):
-        with pytest.raises(LlamaspecError, match="llama-speculative needs a draft model") as err:
-            flags.speculative_argv(caps(generation, "llama-speculative"), Path("/bin/llama-speculative"), s, "speculative")
-        assert "llama-server" in (err.value.hint or "")
+    with pytest.raises(LlamaspecError, match="llama-speculative cannot run --spec-type ngram-simple") as err:
+        flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), s, "speculative")
+    assert "--program speculative-simple" in (err.value.hint or "") and "llama-server" in (err.value.hint or "")
+    with pytest.raises(LlamaspecError, match=r"llama-speculative \(7841fc7\) has no --spec-type") as err:
+        flags.speculative_argv(caps(OLD, "llama-speculative"), Path("/bin/llama-speculative"), s, "speculative")
     with_draft = settings(spec_type="draft")
     assert ("--spec-type", "draft-simple") in pairs(
         flags.speculative_argv(caps(NEW, "llama-speculative"), Path("/bin/llama-speculative"), with_draft, "speculative"))

@@ -60,8 +60,9 @@ class Offline(server.ServerEngine):
 def test_recorded_help_lists_the_spec_types_and_ngram_flags() -> None:
     c = caps()
     assert {"draft-simple", "ngram-simple", "ngram-map-k", "ngram-mod"} <= set(c.spec_types)
-    for family in server.NGRAM_FLAG_TABLE.values():
-        for names in family.values():
+    for row in flags.SPEC_TYPE_FLAGS.values():
+        assert row.value in c.spec_types
+        for names in row.sizes.values():
             assert c.pick(names), names
 
 

@@ -275,7 +275,7 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
                         several_drafts: bool = True) -> Any:
     """The experiment a measuring command runs: NAME|PATH as ever, or (with -m) a study of the
     models given, made by ``adhoc.experiment_from_models``, kept under its name and announced."""
-    from llamaspec import adhoc, experiment
+    from llamaspec import adhoc, experiment, spectypes
     from llamaspec.errors import LlamaspecError
 
     if model is None:
@@ -298,7 +298,10 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
                              hint="compare drafts with `llamaspec sweep` or `llamaspec tune` (they take several -md)")
     settings = settings or Settings()
     spec_type = settings.over(DEFAULTS).spec_type
-    engine = "llama-server" if prompts is not None or (spec_type or "draft") != "draft" else "llama.cpp"
+    # a prompt set runs on llama-server; one prompt on llama.cpp's programs where one runs the type
+    # (an n-gram mode on llama-speculative-simple) or one is named (--program), else on the engine that does
+    engine = ("llama-server" if prompts is not None else "llama.cpp" if settings.program is not None
+              else spectypes.engine_for(spec_type))
     if prompts is not None and Path(prompts).expanduser().is_file():
         prompts = str(Path(prompts).expanduser().resolve())
     exp = adhoc.experiment_from_models(model, found, settings=settings, prompt=prompt,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llamaspec import spectypes
 from llamaspec.contract import Command, Deployment, ModelPath, ResolvedCase
 from llamaspec.hf import models as hf_models
 
@@ -51,14 +52,14 @@ def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True
 
     s = case.settings.with_defaults()
     spec_type = s.spec_type or "draft"
-    speculative = speculative and (case.draft is not None or spec_type == "prompt-lookup")
+    speculative = speculative and (case.draft is not None or spectypes.of(spec_type).draft_free)
     device = device or (s.device if s.device not in (None, "auto") else _ACCEL_DEVICE.get(accel))
     dtype = s.dtype or "auto"
     load_in = s.load_in or "none"
     prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
     if s.escape:
         prompt = unescape(prompt)
-    uses_draft = speculative and spec_type == "draft" and case.draft is not None
+    uses_draft = speculative and spectypes.needs_draft(spec_type) and case.draft is not None
     adapter = any(hf_models.model_format(m) == "peft-adapter" for m in (case.target, case.draft) if m is not None)
     lines = ["import torch", "from transformers import AutoModelForCausalLM, AutoTokenizer"
              + (", BitsAndBytesConfig" if load_in != "none" else "")]

@@ -58,7 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llamaspec import theory
+from llamaspec import spectypes, theory
 from llamaspec.contract import (
     Capabilities,
     Deployment,
@@ -69,7 +69,7 @@ from llamaspec.contract import (
     positions_from_rounds,
 )
 from llamaspec.errors import LlamaspecError
-from llamaspec.settings import DEFAULTS, Settings
+from llamaspec.settings import Settings, defaults_for
 
 log = logging.getLogger(__name__)
 
@@ -256,8 +256,9 @@ class TransformersEngine:
     def plan(self, case: ResolvedCase) -> Plan:
         """The case's settings as this backend runs them; LlamaspecError for what it cannot honour."""
         s = case.settings
+        defaults = defaults_for(s.spec_type)
         ignored = [f.name for f in dataclasses.fields(Settings)
-                   if f.name not in HONOURED and getattr(s, f.name) not in (None, getattr(DEFAULTS, f.name))]
+                   if f.name not in HONOURED and getattr(s, f.name) not in (None, getattr(defaults, f.name))]
         if ignored:
             raise LlamaspecError(f"the transformers backend has no equivalent of {', '.join(ignored)}",
                                  hint=f"drop {'it' if len(ignored) == 1 else 'them'} from the experiment "
@@ -266,7 +267,7 @@ class TransformersEngine:
         if spec_type not in SPEC_TYPES:
             raise LlamaspecError(f"spec_type {spec_type!r} is not a transformers mode",
                                  hint="use draft (an assistant model) or prompt-lookup (draft-free)")
-        if spec_type == "draft" and case.draft is None:
+        if spectypes.needs_draft(spec_type) and case.draft is None:
             raise LlamaspecError(f"case {case.case} has no assistant model",
                                  hint="give it a draft model, or set spec_type: prompt-lookup")
         device = s.device or "auto"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llamaspec import spectypes
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import flags
 from llamaspec.settings import SettingError, Settings
@@ -183,11 +184,9 @@ def _setting_flags() -> dict[str, str]:
 
 
 def _ngram_flags() -> dict[str, tuple[str, str]]:
-    """llama-server's n-gram size flags -> (mode, setting)."""
-    from llamaspec.llamacpp.server import NGRAM_FLAG_TABLE
-
-    return {name: (mode, setting) for mode, table in NGRAM_FLAG_TABLE.items()
-            for setting, names in table.items() for name in names}
+    """The n-gram modes' size flags -> (mode, setting)."""
+    return {name: (mode, setting) for mode, row in flags.SPEC_TYPE_FLAGS.items()
+            for setting, names in row.sizes.items() for name in names}
 
 
 def program_of(argv0: str) -> tuple[str, str, str | None]:
@@ -282,7 +281,7 @@ def parse(argv: Sequence[str]) -> PastedCommand:
         spec_type = _spec_type(spec_type)
         values["spec_type"] = spec_type
         given.append("spec_type")
-    draft_free = spec_type is not None and spec_type != "draft" and not spec_type.startswith("draft")
+    draft_free = spec_type is not None and spectypes.of(spec_type).draft_free
     if draft is None and not draft_free:
         raise LlamaspecError(f"the pasted command has no draft model: nothing to compare {name} against",
                              hint="add the draft with -md DRAFT.gguf (or -hfd USER/REPO:QUANT); llamaspec measures "
@@ -378,7 +377,7 @@ def _spec_type(text: str) -> str:
     if text == "none":
         raise LlamaspecError("--spec-type none: the pasted command does not speculate, so there is nothing to compare",
                              hint="drop --spec-type none (with -md the draft model speculates)")
-    return "draft" if text == "draft-simple" else text
+    return flags.spec_type_name(text)
 
 
 def _flag_of(argv: Sequence[str], setting: str | None) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from llamaspec import spectypes
 from llamaspec.contract import Command, Deployment, ResolvedCase
 from llamaspec.llamacpp import flags, server
 from llamaspec.llamacpp.build import Build
@@ -21,7 +22,8 @@ SERVER_NOTE = "serves on 127.0.0.1:8080; add --host and --port to serve elsewher
 
 def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool = True) -> Deployment:
     s = case.settings.with_defaults()
-    draft_free = server.is_draft_free(s.spec_type)
+    kind = spectypes.of(s.spec_type)
+    draft_free = kind.draft_free
     speculative = speculative and (case.draft is not None or draft_free)
     alone = replace(case, draft=None, settings=replace(s, spec_type=None)) if not speculative else replace(case, settings=s)
     commands: list[Command] = []
@@ -45,14 +47,18 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
             program = build.program("completion")
             commands.append(Command.shell(Path(program).name, flags.completion_argv(flags.program_flags(program), program, inv),
                                           "this case's prompt and length, without a draft"))
-    elif draft_free:
-        notes.append(f"{s.spec_type} is draft-free: it runs in llama-server only (llama-speculative-simple needs a "
-                     "draft model)")
+    elif draft_free and not kind.runs_on("speculative-simple"):
+        notes.append(f"{s.spec_type} runs in llama-server only")
     elif "speculative-simple" in build.programs:
         program = build.program("speculative-simple")
-        commands.append(Command.shell("llama-speculative-simple",
-                                      flags.speculative_argv(flags.program_flags(program), program, inv, "speculative-simple"),
-                                      "this case's prompt and length, with the draft"))
+        caps = flags.program_flags(program)
+        if draft_free and not caps.has("--spec-type"):
+            notes.append(f"this build's llama-speculative-simple ({caps.version.commit}) has no --spec-type: "
+                         f"{s.spec_type} runs in llama-server only")
+        else:
+            commands.append(Command.shell("llama-speculative-simple",
+                                          flags.speculative_argv(caps, program, inv, "speculative-simple"),
+                                          f"this case's prompt and length, {'without a draft' if draft_free else 'with the draft'}"))
     else:
         notes.append(f"the build in {build.bin_dir} has no llama-speculative-simple")
     if speculative and engine == "llama.cpp" and s.program != "speculative-simple" and not draft_free:

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import theory
+from llamaspec import spectypes, theory
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
-from llamaspec.settings import Settings
+from llamaspec.settings import DEFAULTS, Settings
 
 GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 on)
 
@@ -52,6 +52,22 @@ class HelpFlags:
 
     def pick(self, candidates: Sequence[str]) -> str | None:
         return next((c for c in candidates if self.has(c)), None)
+
+    def default_of(self, flag: str) -> str | None:
+        """The default the help states for ``flag`` (``(default: 48)``), its description read onto
+        the lines that continue it; None where it states none."""
+        lines = self.help_text.splitlines()
+        for i, line in enumerate(lines):
+            m = _OPTION_LINE.match(line)
+            if m and flag in [n.strip() for n in m.group(1).split(",")]:
+                text = line[m.end():]
+                for more in lines[i + 1:]:
+                    if _OPTION_LINE.match(more) or not more.strip():
+                        break
+                    text += " " + more.strip()
+                found = re.search(r"\(default:\s*([^)]*)\)", text)
+                return found.group(1).strip() if found else None
+        return None
 
     def takes_value(self, flag: str) -> bool:
         """Whether the help shows an argument after ``flag`` (``-fa on|off|auto`` vs a bare ``-fa``)."""
@@ -179,18 +195,44 @@ MODEL_FLAGS = {
     "prompt_file": ("-f", "--file"),
 }
 # Settings that are not one flag, and the programs that take them: the speculative mode
-# (--spec-type, its value chosen by the runner and the server), the program (which binary runs),
-# escape (a switch pair; the server gets the prompt in JSON, as is), extra_args (last, verbatim),
-# timeout (llamaspec's own) and the n-gram sizes (one flag family per mode: server.NGRAM_FLAG_TABLE).
+# (--spec-type and the n-gram sizes, one flag family per mode: SPEC_TYPE_FLAGS), the program
+# (which binary runs), escape (a switch pair; the server gets the prompt in JSON, as is),
+# extra_args (last, verbatim) and timeout (llamaspec's own).
 HANDLED_ELSEWHERE: dict[str, frozenset[str]] = {
     "spec_type": EVERY,
     "program": COMMAND_LINE,
     "escape": EVERY,
     "extra_args": EVERY,
     "timeout": EVERY,
-    "ngram_size_n": SERVER,
-    "ngram_size_m": SERVER,
+    "ngram_size_n": frozenset({"speculative-simple"}) | SERVER,
+    "ngram_size_m": frozenset({"speculative-simple"}) | SERVER,
 }
+
+
+@dataclass(frozen=True)
+class SpecTypeFlags:
+    """How llama.cpp spells one speculative type (what the type is: ``llamaspec.spectypes``): its
+    ``--spec-type`` value and, for an n-gram mode, the flags of its sizes by setting."""
+
+    value: str
+    sizes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _sizes(n: str, m: str) -> dict[str, tuple[str, ...]]:
+    return {"ngram_size_n": (n,), "ngram_size_m": (m,)}
+
+
+# One flag family per n-gram mode (ngram-mod calls the lookup length n-match and the draft length
+# n-max); ngram-cache has none. The same flags on llama-server and llama-speculative-simple.
+SPEC_TYPE_FLAGS: dict[str, SpecTypeFlags] = {
+    "draft": SpecTypeFlags("draft-simple"),  # our "draft" is llama.cpp's plain draft-model speculation
+    "ngram-simple": SpecTypeFlags("ngram-simple", _sizes("--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m")),
+    "ngram-map-k": SpecTypeFlags("ngram-map-k", _sizes("--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m")),
+    "ngram-map-k4v": SpecTypeFlags("ngram-map-k4v", _sizes("--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m")),
+    "ngram-mod": SpecTypeFlags("ngram-mod", _sizes("--spec-ngram-mod-n-match", "--spec-ngram-mod-n-max")),
+    "ngram-cache": SpecTypeFlags("ngram-cache"),
+}
+NGRAM_SIZES = ("ngram_size_n", "ngram_size_m")
 
 
 def takes(program: str) -> frozenset[str]:
@@ -366,27 +408,124 @@ def common_argv(caps: HelpFlags, inv: Invocation, program: str) -> list[str]:
     return argv
 
 
+def spec_type_flags(spec_type: str | None) -> SpecTypeFlags:
+    """llama.cpp's spelling of a speculative type (a type with no row: its own name, no sizes)."""
+    name = spec_type or spectypes.DEFAULT
+    return SPEC_TYPE_FLAGS.get(name) or SpecTypeFlags(name)
+
+
+def spec_type_name(value: str) -> str:
+    """llamaspec's name of a ``--spec-type`` value (``draft-simple`` is ``draft``)."""
+    return next((name for name, row in SPEC_TYPE_FLAGS.items() if row.value == value), value)
+
+
+def offered(caps: HelpFlags) -> tuple[str, ...]:
+    """The speculative types the program's ``--spec-type`` lists, in llamaspec's names (not ``none``)."""
+    return tuple(spec_type_name(v) for v in caps.spec_types if v != "none")
+
+
+def draft_free_modes(caps: HelpFlags, role: str) -> tuple[str, ...]:
+    """The draft-free modes the program with this role runs: those its ``--spec-type`` lists that
+    it runs without a draft model (``spectypes``: llama-speculative-simple's n-gram modes)."""
+    return tuple(t for t in offered(caps) if spectypes.of(t).draft_free and spectypes.of(t).runs_on(role))
+
+
+def spec_type_argv(caps: HelpFlags, settings: Settings) -> list[str]:
+    """``--spec-type`` with the build's name for the settings' type, and the mode's size flags; a
+    type the program does not list, or a size the mode has no flag for, is refused."""
+    name = Path(caps.program).name
+    spec_type = settings.spec_type or spectypes.DEFAULT
+    row = spec_type_flags(spec_type)
+    flag = _pick_or_refuse(caps, "spec type", ("--spec-type",), True)
+    assert flag is not None
+    if caps.spec_types and row.value not in caps.spec_types:
+        raise LlamaspecError(f"{name} ({caps.version.commit}) does not know --spec-type {row.value}",
+                             hint=f"it offers: {', '.join(offered(caps))}")
+    argv = [flag, row.value]
+    for setting in NGRAM_SIZES:
+        value = getattr(settings, setting)
+        if value is None:
+            continue
+        names = row.sizes.get(setting)
+        if not names:
+            raise LlamaspecError(f"{setting} has no meaning for spec_type {spec_type}",
+                                 hint=f"{setting} applies to: {', '.join(m for m, r in SPEC_TYPE_FLAGS.items() if r.sizes)}")
+        size_flag = _pick_or_refuse(caps, f"{setting} of {spec_type}", names, True)
+        argv += [str(size_flag), str(value)]
+    return argv
+
+
+# The draft side's settings without a built-in default: refused in a draft-free mode when set
+# (draft_max and draft_gpu_layers have defaults and stay unused there).
+DRAFT_ONLY = tuple(name for name, row in FLAG_TABLE.items() if row.draft and getattr(DEFAULTS, name) is None)
+
+
+def check_spec_type(settings: Settings, draft: str | None, draft_free: Sequence[str]) -> None:
+    """Refuse a case whose speculative type and models or settings disagree, for every llama.cpp
+    engine: a draft-free mode with a draft model or a draft-only setting, a type that needs a draft
+    model without one, n-gram sizes with a draft model. ``draft``: the case's draft model's label;
+    ``draft_free``: the draft-free modes the engine offers (for the hint)."""
+    spec_type = settings.spec_type or spectypes.DEFAULT
+    if spectypes.of(spec_type).draft_free:
+        if draft is not None:
+            raise LlamaspecError(f"spec_type {spec_type} is draft-free, but the case names draft model {draft}",
+                                 hint="drop the draft model, or use spec_type draft")
+        for name in DRAFT_ONLY:
+            if getattr(settings, name) is not None:
+                raise LlamaspecError(f"{name} applies to a draft model, not to spec_type {spec_type}",
+                                     hint=f"drop {name}, or use spec_type draft")
+        return
+    if draft is None:
+        raise LlamaspecError(f"spec_type {spec_type} needs a draft model",
+                             hint="give the case a draft model (-md), or a draft-free mode: "
+                                  + (", ".join(draft_free) or "none in this build"))
+    for name in NGRAM_SIZES:
+        if getattr(settings, name) is not None:
+            raise LlamaspecError(f"{name} applies to n-gram modes, not to spec_type {spec_type}",
+                                 hint=f"drop {name}, or set spec_type to one of: "
+                                      f"{', '.join(m for m, r in SPEC_TYPE_FLAGS.items() if r.sizes)}")
+
+
+def longest_ngram_draft(caps: HelpFlags, settings: Settings) -> int | None:
+    """A draft-free mode's longest draft: its m-gram size as set, else the default the program's
+    ``--help`` states for that flag; None for a mode that has no such flag (ngram-cache)."""
+    if settings.ngram_size_m is not None:
+        return settings.ngram_size_m
+    names = spec_type_flags(settings.spec_type).sizes.get("ngram_size_m", ())
+    flag = caps.pick(names)
+    default = caps.default_of(flag) if flag else None
+    return int(default) if default is not None and default.isdigit() else None
+
+
 def speculative_argv(caps: HelpFlags, program: Path, inv: Invocation, role: str) -> list[str]:
-    """The command line of the speculative program ``role`` (speculative or speculative-simple)."""
-    spec_type = inv.settings.spec_type
-    draftless = spec_type not in (None, "draft")
-    if inv.draft is None:
-        # The speculative examples list the draft-free n-gram modes in --spec-type (shared option
-        # table) but themselves stop with "--model-draft is required" (seen on 0c1e570).
-        raise LlamaspecError(
-            f"{program.name} needs a draft model" + (f"; it cannot run --spec-type {spec_type} alone" if draftless else ""),
-            hint="give the case a draft model; draft-free n-gram modes run on the llama-server backend (backend: llama-server)",
-        )
-    argv = [str(program), *common_argv(caps, inv, role)]
-    if caps.has("--spec-type"):
-        kind = "draft-simple" if not draftless else str(spec_type)
-        if caps.spec_types and kind not in caps.spec_types:
-            raise LlamaspecError(f"{program.name} does not know --spec-type {kind}",
-                                 hint=f"this build offers: {', '.join(caps.spec_types)}")
-        argv.extend(["--spec-type", kind])
-    elif draftless:
-        raise LlamaspecError(f"{program.name} ({caps.version.commit}) has no --spec-type (speculative modes)",
-                             hint="drop spec_type, or use a llama.cpp build from 2026 on")
+    """The command line of the speculative program ``role`` (speculative or speculative-simple):
+    with the draft model, or in a draft-free mode the program runs without one (``spectypes``:
+    llama-speculative-simple's n-gram modes; llama-speculative lists them in ``--spec-type``, an
+    option table shared by every program, but stops with "--model-draft is required" at 0c1e570)."""
+    spec_type = inv.settings.spec_type or spectypes.DEFAULT
+    kind = spectypes.of(spec_type)
+    if kind.draft_free and not caps.has("--spec-type"):
+        raise LlamaspecError(f"{program.name} ({caps.version.commit}) has no --spec-type: it cannot run the draft-free "
+                             f"mode {spec_type}", hint="use a llama.cpp build from 2026 on (`llamaspec build`), or llama-server")
+    spec = spec_type_argv(caps, inv.settings) if caps.has("--spec-type") else []
+    if kind.draft_free and not kind.runs_on(role):
+        runs = " or ".join(f"--program {p}" for p in kind.programs)
+        raise LlamaspecError(f"llama-{role} cannot run --spec-type {spec_type}: it requires a draft model whatever "
+                             "--spec-type says", hint=f"use {runs + ', which runs it without a draft, ' if runs else ''}"
+                                                      "or llama-server (`llamaspec run -- llama-server -m T.gguf "
+                                                      f"--spec-type {spec_type}`, or engine: llama-server)")
+    if kind.needs_draft and inv.draft is None:
+        here = draft_free_modes(caps, role)
+        elsewhere = [t for t in offered(caps) if spectypes.of(t).draft_free and spectypes.of(t).programs]
+        raise LlamaspecError(f"{program.name} needs a draft model for spec_type {spec_type}",
+                             hint="give the case a draft model (-md)" + (f", or a draft-free mode: {', '.join(here)}" if here
+                                  else f", or a draft-free mode ({', '.join(elsewhere)}) with --program "
+                                       f"{spectypes.of(elsewhere[0]).programs[0]}"
+                                  if elsewhere else ""))
+    if kind.draft_free and inv.draft is not None:
+        raise LlamaspecError(f"spec_type {spec_type} is draft-free, but a draft model is given",
+                             hint="drop the draft model, or use spec_type draft")
+    argv = [str(program), *common_argv(caps, inv, role), *spec]
     argv.extend(inv.settings.extra_args or ())
     return argv
 

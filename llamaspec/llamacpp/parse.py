@@ -49,6 +49,7 @@ and one set of result dataclasses; each reader is short, their number makes the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -177,6 +178,9 @@ class SpeculativeStats:
     # "- n_max=4, n_min=0, p_min=0.000000" (trace level, when the implementation is added): the
     # draft's p-min as the program applied it; None where not printed.
     p_min: float | None = None
+    # The implementation's longest draft as that line prints it: draft-simple's and ngram-mod's n_max,
+    # ngram-cache's n_draft (the draft-free modes do not use n_draft above); None where not printed.
+    longest_draft: int | None = None
 
     # Printed counters only: rounds, tokens per round and the mean accepted length depend on how
     # each program of each generation counts a round, so the program's profile derives them
@@ -277,7 +281,10 @@ _TIMING = re.compile(
 )
 # common_speculative_print_stats, after the log prefix and "spec common_specu: ".
 _STATISTICS = re.compile(r"(?:^|\s)statistics\s+(?P<impl>[\w-]+):\s*(?P<rest>#calls.*)$")
-_IMPL_PARAMS = re.compile(rf"^(?:spec \S+: )?- n_max=\d+, n_min=\d+, p_min=(?P<p_min>{_NUM})")
+# An implementation's parameters, at trace level when it is set up: "- n_max=4, n_min=0, p_min=0.000000"
+# (draft-simple), "- n_match=24, n_max=64, n_min=48" (ngram-mod), "- n_draft=8, cache_static=none, ..."
+# (ngram-cache); ngram-simple and the ngram-map modes print none.
+_IMPL_PARAMS = re.compile(r"^(?:spec \S+: )?- (?P<params>[a-z_]+=\S+(?:, [a-z_]+=\S+)*)\s*$")
 _STAT_FIELD = re.compile(r"#(?P<label>[a-z][a-z/(),]*(?: [a-z/]+)*)\s*=\s*(?P<value>\([^)]*\)?|[^,]*)")
 _END_OF_TEXT = " [end of text]\n"
 
@@ -391,6 +398,7 @@ class _Scan:
     statistics: list[DraftStatistics] = field(default_factory=list)
     statistics_problem: str | None = None
     p_min: float | None = None
+    longest_draft: int | None = None
 
     @property
     def has_speculative(self) -> bool:
@@ -428,7 +436,13 @@ def _scan(text: str) -> _Scan:
             scan.sources.add(m.group("src"))
             scan.blocks.setdefault(section, _Block()).add(m)
         elif m := _IMPL_PARAMS.match(line):
-            scan.p_min = _number(m.group("p_min"))
+            params = dict(p.split("=", 1) for p in m.group("params").split(", "))
+            with contextlib.suppress(ValueError):
+                if "p_min" in params:
+                    scan.p_min = _number(params["p_min"])
+                longest = params.get("n_max", params.get("n_draft"))
+                if longest is not None:
+                    scan.longest_draft = int(longest)
             stats = False
         elif m := _STATISTICS.search(line):
             try:
@@ -533,7 +547,7 @@ def parse_statistics_line(implementation: str, rest: str) -> DraftStatistics:
 EXACT_RATE_ROUNDS = 1000
 
 
-def positions(stats: SpeculativeStats, n_predict: int | None = None) -> Positions:
+def positions(stats: SpeculativeStats, n_predict: int | None = None, draft_len: int | None = None) -> Positions:
     """Acceptance by draft position from llama-speculative-simple's statistics line, or a labelled gap.
 
     Counts: accepted through position i = rate_i x ``#calls`` accept, rounded (checked: position 1's
@@ -544,7 +558,10 @@ def positions(stats: SpeculativeStats, n_predict: int | None = None) -> Position
     one before) and leaves the other positions out, with a note saying so. ``n_predict``: the -n
     the program ran with, where known: a run that went past it had no end of text among its cut
     rounds, so the last of them left no budget for another (which narrows down their lengths).
+    ``draft_len``: the run's longest draft where the caller knows it (a draft-free n-gram mode sizes
+    its drafts itself: the printed ``n_draft`` is then the unused draft model's); default ``n_draft``.
     """
+    k = stats.n_draft if draft_len is None else draft_len
     if stats.statistics_problem:
         return Positions(note=f"the statistics line is unreadable ({stats.statistics_problem})")
     if not stats.statistics:
@@ -560,8 +577,8 @@ def positions(stats: SpeculativeStats, n_predict: int | None = None) -> Position
     n = s.calls_accept
     if n >= EXACT_RATE_ROUNDS:
         return Positions(note=f"{n} rounds: rates printed to 3 decimals no longer give exact counts")
-    if len(rates) > stats.n_draft:
-        return Positions(note=f"#acc rate/pos has {len(rates)} positions with a draft length of {stats.n_draft}")
+    if len(rates) > k:
+        return Positions(note=f"#acc rate/pos has {len(rates)} positions with a draft length of {k}")
     accepted = tuple(round(r * n) for r in rates)
     if any(abs(r * n - c) > 0.0005 * n + 1e-9 for r, c in zip(rates, accepted, strict=True)):
         return Positions(note="#acc rate/pos is not a count over the rounds (#calls accept)")
@@ -570,7 +587,7 @@ def positions(stats: SpeculativeStats, n_predict: int | None = None) -> Position
                               f"{s.acc_drafts}; sum {sum(accepted)} vs #acc tokens {s.acc_tokens})")
     # p-min 0 as printed: only the context and the -n budget cut a draft (see by_position)
     ran_out = n_predict is not None and stats.n_predict > n_predict
-    return by_position(accepted, s.gen_drafts, s.gen_tokens, stats.n_draft, shrinking=stats.p_min == 0.0,
+    return by_position(accepted, s.gen_drafts, s.gen_tokens, k, shrinking=stats.p_min == 0.0,
                        ran_out=ran_out)
 
 
@@ -727,6 +744,7 @@ def parse_speculative(stdout: str, stderr: str = "") -> SpeculativeStats:
         statistics=tuple(scan.statistics),
         statistics_problem=scan.statistics_problem,
         p_min=scan.p_min,
+        longest_draft=scan.longest_draft,
     )
 
 

@@ -4,6 +4,11 @@ The baseline is llama-completion (llama-cli / main on older builds) on the targe
 pinned llama-speculative will not run without a draft, so the two modes are different programs
 with the same model, prompt, seed, threads and offload. Both print their own timings; see
 ``parse`` for what each decode speed covers.
+
+Draft-free n-gram modes run on llama-speculative-simple, with ``--spec-type MODE`` and no draft
+model (``llamaspec.spectypes`` says which program runs which type; the capabilities list the
+modes this build's program offers in its ``--help``). llama-speculative lists the same modes (its
+options are shared) but requires a draft model: a case that asks it for one is refused.
 """
 
 from __future__ import annotations
@@ -14,20 +19,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec import proc
+from llamaspec import proc, spectypes
 from llamaspec.contract import (
     Capabilities,
     Deployment,
     EngineOptions,
     Measurement,
     ModelPath,
+    Positions,
     ResolvedCase,
     acceptance_by_position,
 )
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags, parse
 from llamaspec.llamacpp.build import Build
-from llamaspec.settings import DEFAULTS
+from llamaspec.settings import defaults_for
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +68,8 @@ class LlamaCppEngine:
         self._pairs_checked: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[str, int] = {}  # prompt text -> tokens, as the programs counted them
         modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
-        self.capabilities = Capabilities(modes=frozenset(modes), settings=SETTINGS, spec_types=("draft",),
+        self.capabilities = Capabilities(modes=frozenset(modes), settings=SETTINGS,
+                                         spec_types=("draft", *self._draft_free_modes()),
                                          draft_policy="fixed", keeps_models_loaded=False, token_ids=False,
                                          built_from="llama.cpp")
 
@@ -70,6 +77,14 @@ class LlamaCppEngine:
         if role not in self._caps:
             self._caps[role] = flags.program_flags(self.build.program(role))
         return self._caps[role]
+
+    def _draft_free_modes(self) -> tuple[str, ...]:
+        """The draft-free modes this build runs: each that a program running such modes without a
+        draft (``spectypes``: llama-speculative-simple) lists in its ``--spec-type``; none on builds
+        before 2026 (no ``--spec-type``) or without that program."""
+        roles = sorted({p for t in spectypes.SPEC_TYPES.values() if t.draft_free for p in t.programs})
+        found = [m for role in roles if role in self.build.programs for m in flags.draft_free_modes(self.caps(role), role)]
+        return tuple(dict.fromkeys(found))
 
     def identity(self) -> str:
         return str(self.build.key or self.build.commit)
@@ -81,7 +96,9 @@ class LlamaCppEngine:
         return {**cache.provenance(self.build, spec.version), "flag_generation": spec.generation}
 
     def _role(self, case: ResolvedCase) -> str:
-        return "speculative-simple" if case.settings.program == "speculative-simple" else "speculative"
+        """The speculative program: the case's, else the one that runs its spec type (``spectypes``)."""
+        program = case.settings.program or spectypes.default_program(case.settings.spec_type, "speculative")
+        return "speculative-simple" if program == "speculative-simple" else "speculative"
 
     def profile(self, case: ResolvedCase) -> flags.CountingProfile:
         """How the case's speculative program drafts and counts (fixed, capped or adaptive)."""
@@ -109,6 +126,15 @@ class LlamaCppEngine:
             return costs.argv(self.build, self.caps("completion").generation, case, mode, self.bench_depth(case))
         raise LlamaspecError(f"unknown mode {mode!r}", hint="use speculative, baseline, draft or batch")
 
+    def longest_draft(self, case: ResolvedCase, stats: parse.SpeculativeStats) -> int | None:
+        """The longest draft a round of this run could make: with a draft model, the printed
+        ``n_draft``; in a draft-free mode its m-gram size (set, else the ``--help`` default), else
+        what its own trace line printed (ngram-cache's n_draft); None where nothing says."""
+        if spectypes.needs_draft(case.settings.spec_type):
+            return stats.n_draft
+        role = self._role(case)
+        return flags.longest_ngram_draft(self.caps(role), case.settings) or stats.longest_draft
+
     def bench_depth(self, case: ResolvedCase) -> int:
         """The run's mean context depth (``costs.depth``), the prompt's length as a baseline or
         speculative run of it printed."""
@@ -135,23 +161,29 @@ class LlamaCppEngine:
             models.check_pair(Path(case.target.path), Path(case.draft.path))  # llama.cpp's own vocabulary checks
             self._pairs_checked.add((case.target.path, case.draft.path))
         if self._role(case) not in self.build.programs:
-            raise LlamaspecError(f"this llama.cpp build has no {self._role(case)} program",
-                                 hint="use program: speculative, or a build that has llama-speculative-simple")
+            draft_free = spectypes.of(case.settings.spec_type).draft_free
+            raise LlamaspecError(f"this llama.cpp build has no llama-{self._role(case)} program"
+                                 + (f" to run {case.settings.spec_type} without a draft" if draft_free else ""),
+                                 hint="use a llama.cpp build from 2026 on (`llamaspec build`), or llama-server" if draft_free
+                                 else "use program: speculative, or a build that has llama-speculative-simple")
         profile = self.profile(case)
         if case.settings.draft_p_min is not None and not profile.reads_p_min:
             raise LlamaspecError(
                 f"llama-{profile.role} ignores p-min (the program never reads it: the same tokens are drafted at any value)",
                 hint="use program: speculative-simple (the common/speculative path llama-server uses), which reads it")
         role = self._role(case)
+        defaults = defaults_for(case.settings.spec_type)
         for name in sorted(SETTINGS - flags.takes(role)):
             value = getattr(case.settings, name)
-            if value not in (None, (), getattr(DEFAULTS, name)):
+            if value not in (None, (), getattr(defaults, name)):
                 readers = sorted(r for r in flags.SPECULATIVE if name in flags.takes(r))
                 raise LlamaspecError(f"llama-{role} does not read {name} (set to {value!r}): its --help may list "
                                      f"the flag, but the program never uses it",
                                      hint=f"use program: {' or '.join(readers)}, which reads it" if readers
                                      else f"drop {name}")
         self.argv(case, "speculative")
+        flags.check_spec_type(case.settings, case.draft.label if case.draft else None,
+                              spectypes.draft_free_modes(self.capabilities))
         self.argv(case, "baseline")
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
@@ -187,7 +219,8 @@ class LlamaCppEngine:
                                    **costs.fields(done.stdout, case, mode, prompt_text(case) in self._prompt_tokens))
             if mode == "speculative":
                 spec = parse.parse_speculative(done.stdout, done.stderr)
-                m = Measurement(ok=True, error=None, **base, **_speculative_fields(spec, self.profile(case), case))
+                m = Measurement(ok=True, error=None, **base,
+                                **_speculative_fields(spec, self.profile(case), case, self.longest_draft(case, spec)))
             else:
                 comp = parse.parse_completion(done.stdout, done.stderr)
                 m = Measurement(ok=True, error=None, **base, **_completion_fields(comp, case))
@@ -288,10 +321,15 @@ def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bo
 _SPECIAL_PREFIX = re.compile(r"^(?:<\|?[A-Za-z_][\w|]*\|?>)+")
 
 
-def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingProfile, case: ResolvedCase) -> dict[str, Any]:
+def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingProfile, case: ResolvedCase,
+                        longest: int | None) -> dict[str, Any]:
+    """``longest``: the run's longest possible draft (``LlamaCppEngine.longest_draft``): the
+    printed n_draft with a draft model; a draft-free mode's own, which n_draft is not."""
     text, echoed = generated_part(stats.text, case)
     requested = case.settings.n_predict
-    by = parse.positions(stats, requested)  # with the -n it ran with, which pins down more positions
+    # with the -n it ran with, which pins down more positions
+    by = (parse.positions(stats, requested, draft_len=longest) if longest is not None
+          else Positions(note=f"{case.settings.spec_type} does not say how long its drafts may be"))
     return dict(
         n_prompt=stats.n_encoded,
         n_predict=stats.n_predict,
@@ -302,9 +340,9 @@ def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingPr
         n_accept=stats.n_accept,
         accept=stats.accept,
         rounds=profile.rounds(stats.n_predict, stats.n_accept),
-        draft_len=stats.n_draft,
+        draft_len=longest,
         draft_steps=profile.rounds(stats.n_predict, stats.n_accept) * profile.draft_steps_per_round(stats.n_draft)
-        if profile.draft_policy == "fixed" else None,
+        if profile.draft_policy == "fixed" and case.draft is not None else None,
         draft_policy=profile.draft_policy,
         program=f"llama-{profile.role}",
         text=text,

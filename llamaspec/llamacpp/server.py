@@ -48,37 +48,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths, proc
+from llamaspec import paths, proc, spectypes
 from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, Positions, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.parse import by_position
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
-from llamaspec.settings import DEFAULTS, Settings
+from llamaspec.settings import Settings, defaults_for
 
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"  # loopback only: the server is never reachable from elsewhere
 
-# Draft-free modes: the n-gram sizes have one flag family per mode (ngram-mod calls the lookup
-# length n-match and the draft length n-max). ngram-cache has none.
-NGRAM_FLAG_TABLE: dict[str, dict[str, tuple[str, ...]]] = {
-    "ngram-simple": {"ngram_size_n": ("--spec-ngram-simple-size-n",), "ngram_size_m": ("--spec-ngram-simple-size-m",)},
-    "ngram-map-k": {"ngram_size_n": ("--spec-ngram-map-k-size-n",), "ngram_size_m": ("--spec-ngram-map-k-size-m",)},
-    "ngram-map-k4v": {"ngram_size_n": ("--spec-ngram-map-k4v-size-n",),
-                      "ngram_size_m": ("--spec-ngram-map-k4v-size-m",)},
-    "ngram-mod": {"ngram_size_n": ("--spec-ngram-mod-n-match",), "ngram_size_m": ("--spec-ngram-mod-n-max",)},
-}
-# Our "draft" is llama.cpp's plain draft-model speculation.
-SPEC_TYPE_NAMES = {"draft": "draft-simple"}
 # The settings llama-server honours, and how each reaches it, come from the one flag table
-# (flags.FLAG_TABLE). The draft side's settings without a built-in default are refused in a
-# draft-free mode when set (draft_max and draft_gpu_layers have defaults and stay unused there).
+# (flags.FLAG_TABLE); the speculative type and its n-gram sizes from flags.SPEC_TYPE_FLAGS, as
+# for llama-speculative-simple (what each type is: llamaspec.spectypes).
 HONOURED = flags.takes("server")
-DRAFT_ONLY = tuple(name for name, row in flags.FLAG_TABLE.items()
-                   if row.draft and "server" in row.programs and getattr(DEFAULTS, name) is None)
-NGRAM_ONLY = ("ngram_size_n", "ngram_size_m")
 
 SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicted_ms runs from the first generated "
                "token to the last, predicted_n counts the first (same as its predicted_per_second)")
@@ -86,14 +72,6 @@ SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicte
 PROGRAM = LLAMA_SERVER.name
 READY_TIMEOUT = 600.0  # seconds for a server to load its models
 LOG_TAIL = 6
-
-
-def is_draft_free(spec_type: str | None) -> bool:
-    return bool(spec_type) and not str(spec_type).startswith("draft")
-
-
-def server_spec_type(spec_type: str | None) -> str:
-    return SPEC_TYPE_NAMES.get(spec_type or "draft", spec_type or "draft-simple")
 
 
 # --- the server process ------------------------------------------------------------------------
@@ -317,8 +295,7 @@ def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: s
     ``deploy``: the same server for serving, not measuring: the measurement's own switches
     (``--metrics`` for the round counter, no web UI, no prompt cache across requests) are left out."""
     s = case.settings.with_defaults()
-    spec_type = s.spec_type or "draft"
-    draft = case.draft.path if mode != "baseline" and case.draft and not is_draft_free(spec_type) else None
+    draft = case.draft.path if mode != "baseline" and case.draft and spectypes.needs_draft(s.spec_type) else None
     inv = flags.Invocation(target=case.target.path, settings=s, draft=draft, accel=backend)
     argv = [_pick(caps, flags.MODEL_FLAGS["target"], "target"), case.target.path]
     argv += flags.settings_argv(caps, inv, "server", draft=False)
@@ -333,15 +310,7 @@ def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: s
         argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
         argv += flags.settings_argv(caps, inv, "server", draft=True)
     # Always explicit: without --spec-type the pinned server loads a draft and never uses it.
-    argv += [_pick(caps, ("--spec-type",), "spec type"), server_spec_type(spec_type)]
-    for setting in NGRAM_ONLY:
-        value = getattr(s, setting)
-        if value is not None:
-            names = NGRAM_FLAG_TABLE.get(spec_type, {}).get(setting)
-            if not names:
-                raise LlamaspecError(f"{setting} has no meaning for spec_type {spec_type}",
-                                     hint=f"{setting} applies to: {', '.join(NGRAM_FLAG_TABLE)}")
-            argv += [_pick(caps, names, f"{setting} of {spec_type}"), str(value)]
+    argv += flags.spec_type_argv(caps, s)
     argv.extend(s.extra_args or ())
     return argv
 
@@ -362,13 +331,12 @@ class ServerEngine:
         self.build = build
         self.program = build.program("server")
         self.caps = flags.program_flags(self.program)
-        types = [t for t in self.caps.spec_types if t not in ("none", "draft-simple")]
         # The speedup model's costs (draft, batch) are llama-bench's on the same build and files.
         costs_modes = set(costs.MODES) if "bench" in build.programs else set()
         self.capabilities = Capabilities(
             modes=frozenset({"baseline", "speculative", *costs_modes}),
             settings=HONOURED,
-            spec_types=("draft", *types),
+            spec_types=tuple(dict.fromkeys(("draft", *flags.offered(self.caps)))),  # draft-simple is our "draft"
             draft_policy="capped",
             keeps_models_loaded=True,
             token_ids=True,
@@ -412,30 +380,17 @@ class ServerEngine:
 
     def _check_settings(self, case: ResolvedCase) -> None:
         s = case.settings.with_defaults()
+        defaults = defaults_for(s.spec_type)
         for name in dataclasses.asdict(s):
-            if name not in HONOURED and getattr(s, name) != getattr(DEFAULTS, name):
+            if name not in HONOURED and getattr(s, name) != getattr(defaults, name):
                 raise LlamaspecError(f"llama-server does not take setting {name} (set to {getattr(s, name)!r})",
                                      hint="drop it from the experiment, or use backend llama.cpp")
         spec_type = s.spec_type or "draft"
         if spec_type not in self.capabilities.spec_types:
             raise LlamaspecError(f"llama-server ({self.caps.version.commit}) has no spec_type {spec_type!r}",
                                  hint=f"this build offers: {', '.join(self.capabilities.spec_types)}")
-        if is_draft_free(spec_type):
-            if case.draft is not None:
-                raise LlamaspecError(f"spec_type {spec_type} is draft-free, but the case names draft model "
-                                     f"{case.draft.label}", hint="drop the draft model, or use spec_type draft")
-            for name in DRAFT_ONLY:
-                if getattr(s, name) is not None and getattr(s, name) != getattr(DEFAULTS, name):
-                    raise LlamaspecError(f"{name} applies to a draft model, not to spec_type {spec_type}",
-                                         hint=f"drop {name}, or use spec_type draft")
-        else:
-            if case.draft is None:
-                raise LlamaspecError(f"spec_type {spec_type} needs a draft model", hint="give the case a draft model, "
-                                     f"or use a draft-free mode: {', '.join(t for t in self.capabilities.spec_types if is_draft_free(t))}")
-            for name in NGRAM_ONLY:
-                if getattr(s, name) is not None:
-                    raise LlamaspecError(f"{name} applies to n-gram modes, not to spec_type {spec_type}",
-                                         hint=f"drop {name}, or set spec_type to one of: {', '.join(NGRAM_FLAG_TABLE)}")
+        flags.check_spec_type(s, case.draft.label if case.draft else None,
+                              spectypes.draft_free_modes(self.capabilities))
         if s.temperature not in (None, 0, 0.0):
             log.warning("temperature %s: outputs with and without speculation may differ by sampling", s.temperature)
         server_args(self.caps, self.build.accel, case, "speculative")
@@ -618,7 +573,7 @@ class ServerEngine:
         fields = completion_fields(data, mode, s, int(rounds) if rounds is not None else None)
         if mode == "speculative":
             by = (positions_from_metrics(metrics_before, metrics_after, fields["draft_len"],
-                                         p_min_zero=not s.draft_p_min and not is_draft_free(s.spec_type),
+                                         p_min_zero=not s.draft_p_min and spectypes.needs_draft(s.spec_type),
                                          ran_out=data.get("stop_type") == "limit")
                   if metrics_before is not None and metrics_after is not None else
                   Positions(note="several requests at a time: /metrics does not tell one request's positions"
@@ -671,7 +626,6 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
     if mode == "speculative":
         drafted = int(t.get("draft_n", 0))  # absent: nothing was drafted
         accepted = int(t.get("draft_n_accepted", 0))
-        spec_type = s.spec_type or "draft"
         # rounds: every target call after the prompt (LLAMA_SERVER's loop: the first token
         # comes from the prompt's logits), as for every engine; /metrics' verification steps count
         # only the rounds that drafted something (a step whose draft came back empty, the last
@@ -680,7 +634,7 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
         fields.update(n_drafted=drafted, n_accept=accepted, accept=100.0 * accepted / drafted if drafted else None,
                       rounds=calls if calls >= 0 else None, drafted_rounds=drafted_rounds,
                       draft_policy="capped", program=PROGRAM,
-                      draft_len=s.ngram_size_m if is_draft_free(spec_type) else s.draft_max)
+                      draft_len=spectypes.requested_length(s))
     else:
         fields.update(draft_policy="none")
     return fields

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import estimators, stats, workload_runs
+from llamaspec import estimators, spectypes, stats, workload_runs
 from llamaspec.promptset.measure import SetRun
 from llamaspec.promptset.probe import divergence_text
 from llamaspec.promptset.recommendation import SetRecommendation, recommend
@@ -78,7 +78,7 @@ def set_summary(result: SetRun) -> SetSummary:
     costs = {}
     for c in result.cases:
         spec_type = c.case.settings.spec_type or "draft"
-        draft_len = c.case.settings.draft_max if spec_type == "draft" else c.case.settings.ngram_size_m
+        draft_len = spectypes.requested_length(c.case.settings)
         methods[c.label] = MethodFigures(c.case.case, spec_type, draft_len, c.set_id, figures[c.label], c.not_run, c.error)
         size = workload_runs.model_bytes(c.case.draft.metadata) if c.case.draft else 0
         costs[c.label] = workload_runs.cost(spec_type != "draft", draft_len, size)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from llamaspec import spectypes
 from llamaspec.contract import Engine, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.prompts import Prompt, PromptSource, parse_source
@@ -58,7 +59,7 @@ def prompt_case(case: ResolvedCase, prompt: Prompt) -> ResolvedCase:
 def method_label(case: ResolvedCase) -> str:
     s = case.settings
     spec_type = s.spec_type or "draft"
-    if spec_type == "draft":
+    if spectypes.needs_draft(spec_type):
         return f"{case.case} (draft {case.draft.label if case.draft else '?'}, k={s.draft_max})"
     sizes = ", ".join(f"{k[-1]}={getattr(s, k)}" for k in ("ngram_size_n", "ngram_size_m") if getattr(s, k) is not None)
     return f"{case.case} ({spec_type}{', ' + sizes if sizes else ''})"
