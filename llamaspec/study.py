@@ -66,6 +66,10 @@ STUDY_REFITS = 100
 # The whole study's budget when none is given: measuring time, the first pass included.
 DEFAULT_BUDGET = Budget(seconds=240.0)
 DEFAULT_BUDGET_TEXT = "4m"
+# A time budget is refused once the first pair says the first pass would take more than this many
+# times it (one pair's time is a rough guide: the first pass's setups differ in cost); below that,
+# the first pass is measured whole and the output says the budget was short.
+TOO_SMALL = 1.5
 MODES_AXIS = "spec_type"
 
 
@@ -241,7 +245,8 @@ class _Study:
         self.resolved: dict[tuple[str, str], ResolvedCase] = {}
         self.failed: dict[tuple[str, str], str] = {}
         self.measured_here = 0  # pairs this invocation measured
-        self.seconds = 0.0  # ... and the time they took
+        self.seconds = 0.0  # ... and the time they took, warm-up and cost timings included
+        self.pair_time = 0.0  # the pairs' own generations (baseline and speculative), for the pace
         self.warm = False
         self.shared_baseline = shared_baseline
         self._fits: dict[tuple[str, Any], tuple[Any, list[workload.Prediction]]] = {}  # refitted only when points change
@@ -307,6 +312,9 @@ class _Study:
                                 on_event=self.on_event)
         self.seconds += time.monotonic() - start
         self.measured_here += pairs
+        sides = [m for m in result.measurements if m.mode in ("baseline", "speculative") and m.pair is not None]
+        new = set(sorted({m.pair for m in sides})[-pairs:])  # this call's pairs: the last indices
+        self.pair_time += sum(m.wall_seconds or 0.0 for m in sides if m.pair in new)
         if result.status == "failed":
             self.failed[(case.name, setup.key)] = result.error or "failed"
             log.warning("%s failed on %s: %s (it is left out of the decision; every pair measured is stored)",
@@ -314,7 +322,9 @@ class _Study:
 
     @property
     def pair_seconds(self) -> float | None:
-        return self.seconds / self.measured_here if self.measured_here else None
+        """A pair's time so far: its two generations, not the warm-up or the cost timings a
+        prompt's first draft pair takes once."""
+        return self.pair_time / self.measured_here if self.measured_here and self.pair_time else None
 
     def cells(self) -> list[workload.Cell]:
         """The study's cells: its stored rows through the one runs-to-cells function
@@ -490,11 +500,16 @@ def _announce(study: _Study, first: int, budget: Budget) -> None:
     need = first * pace
     log.info("about %s for the first pass (%d pairs of about %.1f s), then what the decision asks for, within %s",
              duration(need), first, pace, budget.text())
-    if budget.seconds is not None and need > budget.seconds * 1.2:
+    if budget.seconds is None or need <= budget.seconds:
+        return
+    if need > budget.seconds * TOO_SMALL:
         raise LlamaspecError(f"--budget {duration(budget.seconds)} is too small: the first pass alone takes about "
                              f"{duration(need)} ({first} pairs of about {pace:.1f} s)",
                              hint=f"give at least --budget {math.ceil(need / 60)}m (the pair measured is stored; "
                                   "the same command resumes), or fewer draft lengths or modes")
+    log.warning("the first pass takes about %s, more than the budget's %s: it is measured whole (nothing less is decided "
+                "on), then the study stops; give --budget %dm or more to settle the decision", duration(need),
+                duration(budget.seconds), math.ceil(1.5 * need / 60))
 
 
 def _adaptive(study: _Study, budget: Budget, first_pairs: int) -> tuple[str, str]:
