@@ -313,7 +313,7 @@ class _Study:
         self.seconds += time.monotonic() - start
         self.measured_here += pairs
         sides = [m for m in result.measurements if m.mode in ("baseline", "speculative") and m.pair is not None]
-        new = set(sorted({m.pair for m in sides})[-pairs:])  # this call's pairs: the last indices
+        new = set(sorted({m.pair for m in sides if m.pair is not None})[-pairs:])  # this call's pairs: the last indices
         self.pair_time += sum(m.wall_seconds or 0.0 for m in sides if m.pair in new)
         if result.status == "failed":
             self.failed[(case.name, setup.key)] = result.error or "failed"
