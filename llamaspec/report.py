@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from llamaspec import estimators, spectypes, stats, theory
 from llamaspec.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
 from llamaspec.experiment import Reference
-from llamaspec.results import built_from, engine_of, measurement_of
+from llamaspec.results import STUDY_KIND, built_from, engine_of, measurement_of
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary
 
@@ -265,7 +265,8 @@ def markdown(store: Any, experiment_name: str | Sequence[str], compare_by: str |
     stored: dict[str, list[dict[str, Any]]] = {}
     for name in names:
         # A cluster tune's own row only points at its machine's stored points: not a run of its own.
-        stored[name] = [r for r in store.runs(experiment=name) if r["kind"] != "cluster-tune"]
+        # (a study's decision row is its answer, not a run: shown apart, from the newest)
+        stored[name] = [r for r in store.runs(experiment=name) if r["kind"] not in ("cluster-tune", STUDY_KIND)]
         if not stored[name]:
             raise LlamaspecError(f"no runs of {name!r} in {store.path}", hint=f"run `llamaspec run {name}` first")
     ok = {name: [r for r in runs if r["status"] in ("ok", "differs")] for name, runs in stored.items()}
@@ -388,6 +389,10 @@ def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[st
     from llamaspec import analysis
 
     out: list[str] = []
+    answer = next((r for r in store.runs(experiment=name, kind=STUDY_KIND) if r["status"] == "ok"), None)
+    if answer is not None:  # the workload's one decision, as the sweep or tune that made it printed it
+        out += [f"{head}The workload's answer (study {answer['group_id']}, {answer['finished_at']})", "",
+                "```", (answer.get("summary") or {}).get("text", "").rstrip(), "```", ""]
     plain = [r for r in ok if r["kind"] == "run"]
     if plain:
         out += [f"{head}Runs", ""]

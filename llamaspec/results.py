@@ -205,6 +205,9 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 GROUP_KINDS = ("sweep", "tune", "promptset", "study")
+# The kind of the row that keeps a workload study's one decision (llamaspec.study), as it printed it:
+# its answer, not a measurement (report shows it apart).
+STUDY_KIND = "study"
 
 
 @dataclass(frozen=True)

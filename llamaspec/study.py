@@ -460,8 +460,22 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
 
     runs = study.runs()
     meta = analysis.run_meta(store, next(iter(runs.values()))) if runs else {}
-    return StudyResult(sid, exp.name, study.decision(), stop, study.spent(), fixed_pairs(exp, study.setups),
-                       study.seconds, progress, tuple(skipped), runs, meta)
+    result = StudyResult(sid, exp.name, study.decision(), stop, study.spent(), fixed_pairs(exp, study.setups),
+                         study.seconds, progress, tuple(skipped), runs, meta)
+    keep(store, exp, result)
+    return result
+
+
+def keep(store: Store, exp: Experiment, result: StudyResult) -> int:
+    """The study's decision stored as it was made (a row of kind ``results.STUDY_KIND`` in the
+    study's group): ``report`` shows the newest, the same text the command printed."""
+    from llamaspec.results import STUDY_KIND
+
+    run_id = store.start_run(experiment=exp.name, case_name="workload", settings=exp.settings.to_dict(),
+                             provenance={"study": result.study_id, "prompts": dict(result.decision.prompts)},
+                             kind=STUDY_KIND, group=Group("study", result.study_id), point_key="decision")
+    store.finish_run(run_id, "ok", {"study": result.as_dict(), "text": result.render()})
+    return run_id
 
 
 class _Clock:
