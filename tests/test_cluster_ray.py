@@ -486,6 +486,7 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     offline pair (16 tokens, one thread, one pair per point) over two nodes: every sweep point stored
     once with its machine and its own paired speedup, the best point named per machine, each machine
     tuned for itself, and `report --compare machine` setting the two machines side by side."""
+    import real_checks
     from click.testing import CliRunner
 
     from llamaspec.cli import main
@@ -535,8 +536,10 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     out = tuned.output.splitlines()
     for r in tunes:
         (one,) = r["summary"]["tune"]
-        # one pair per point on a shared machine: the decision may be to measure more ("undecided: ...")
-        assert one["best"]["draft_max"] >= 1 and ("recommended:" in r["summary"]["text"] or "undecided:" in r["summary"]["text"])
+        # a decision of whichever kind this machine's timings (one pair per point, a shared machine)
+        # lead to, with that kind's parts (a cluster prints no deploy command: each machine has its own)
+        assert one["best"]["draft_max"] >= 1
+        real_checks.answer_text(r["summary"]["text"], deploys=False)
         # Each machine's points are stored here, once each, with that machine.
         points = store.runs(group_id=f"{one['tune_id']}@{r['machine']}")
         assert len(points) == one["measured_points"] == len({p["point_key"] for p in points}) >= 4
@@ -549,7 +552,7 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
             run_id = int(rec.rsplit("(run ", 1)[1].split(")")[0])
             assert store.run(run_id)["machine"] == r["machine"], rec
         else:
-            assert rec.lstrip().startswith("undecided:") or "no draft" in rec or "nothing" in rec, rec
+            assert real_checks.kind_of(rec.strip()) != "recommend", rec  # recommended: it would name its run
 
     compared = CliRunner().invoke(main, ["report", "smollm2-quicksort", "--compare", "machine", "--no-plot"])
     assert compared.exit_code == 0, compared.output
