@@ -23,8 +23,8 @@ from typing import Any
 
 from llamaspec import decide, estimators, paths
 from llamaspec.contract import SPEED_DEFINITION
+from llamaspec.cpu import CpuInfo
 from llamaspec.errors import LlamaspecError
-from llamaspec.host import CpuInfo
 from llamaspec.results import Store, built_from
 from llamaspec.settings import SWEEPABLE
 from llamaspec.stats import Spread

@@ -8,6 +8,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamaspec import cpu as cpus
 from llamaspec import host, paths
 from llamaspec.errors import LlamaspecError
 
@@ -62,7 +63,7 @@ def examine(bin_dir: Path | None = None) -> list[Check]:
     from llamaspec.llamacpp import source as sources
 
     checks = [Check("os", "info", f"{platform.system()} {platform.release()} ({platform.machine()})")]
-    cpu = host.cpu_info()  # what every run records of the CPU (host.hardware), shown the same way
+    cpu = cpus.cpu_info()  # what every run records of the CPU (host.hardware), shown the same way
     checks.append(Check("cpu", "info", f"{cpu.short()}; {psutil.cpu_count(logical=False)} cores, {psutil.cpu_count()} threads"))
     checks.append(Check("cpu features", "info", " ".join(cpu.flags or ()) or "(none of the usual SIMD sets reported)"))
     cores = psutil.cpu_count(logical=False) or 1

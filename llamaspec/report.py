@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from llamaspec import estimators, stats, theory
 from llamaspec.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
+from llamaspec.cpu import CpuInfo
 from llamaspec.experiment import Reference
-from llamaspec.host import CpuInfo
 from llamaspec.results import built_from, engine_of, measurement_of
 from llamaspec.stats import Spread
 from llamaspec.summary import Summary

@@ -1,4 +1,4 @@
-"""Which CPU measured a run (llamaspec.host.CpuInfo): parsed from recorded /proc/cpuinfo and sysctl
+"""Which CPU measured a run (llamaspec.cpu.CpuInfo): parsed from recorded /proc/cpuinfo and sysctl
 samples (tests/fixtures/host/README.md says where each comes from), recorded with every run, and
 shown in `report`, a sweep's header and `doctor`, so that two machines with one CPU name are told
 apart."""
@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 from fakes import FakeEngine
 
-from llamaspec import analysis, doctor, host, report
+from llamaspec import analysis, cpu, doctor, host, report
 from llamaspec.cli import main
 from llamaspec.contract import ModelPath
+from llamaspec.cpu import CpuInfo
 from llamaspec.experiment import load
-from llamaspec.host import CpuInfo
 from llamaspec.results import Store
 from llamaspec.settings import Settings
 
@@ -25,7 +25,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "host"
 def sample(name: str) -> CpuInfo:
     """A recorded sample, parsed as the machine it came from would."""
     text = (FIXTURES / name).read_text()
-    return host.parse_sysctl(text) if name.startswith("sysctl-") else host.parse_cpuinfo(text)
+    return cpu.parse_sysctl(text) if name.startswith("sysctl-") else cpu.parse_cpuinfo(text)
 
 
 zen4 = sample("cpuinfo-amd-epyc-zen4.txt")
@@ -55,7 +55,7 @@ def test_arm_cpuinfo_and_macos_sysctl() -> None:
 def test_two_kinds_of_one_cpu_name_are_told_apart() -> None:
     """A Zen 3 guest names its CPU "AMD EPYC" as a Zen 4 one does (issue 38): the model and the
     flags differ, and so does everything shown."""
-    zen3 = host.parse_cpuinfo((FIXTURES / "cpuinfo-amd-epyc-zen4.txt").read_text()
+    zen3 = cpu.parse_cpuinfo((FIXTURES / "cpuinfo-amd-epyc-zen4.txt").read_text()
                               .replace("model\t\t: 17", "model\t\t: 1")
                               .replace(" avx512f", " ").replace(" avx512bw", " ").replace(" avx512_vnni", " ")
                               .replace(" avx512_bf16", " "))
@@ -71,8 +71,9 @@ def test_a_stored_run_without_the_cpus_kind_shows_its_name_alone() -> None:
 
 def test_every_run_records_the_cpu_and_doctor_shows_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     here = host.hardware()
-    assert CpuInfo.from_hardware(here) == host.cpu_info() and here["cpu"] == host.cpu_info().name
-    monkeypatch.setattr(host, "cpu_info", lambda: sapphire_rapids)
+    assert CpuInfo.from_hardware(here) == cpu.cpu_info() and here["cpu"] == cpu.cpu_info().name
+    monkeypatch.setattr(cpu, "cpu_info", lambda: sapphire_rapids)
+    monkeypatch.setattr(host, "sample_noise", lambda seconds: None)  # 2 s of waiting that shows nothing here
     checks = {c.name: c.value for c in doctor.examine()}
     assert checks["cpu"].startswith("Intel(R) Xeon(R) Platinum 8457C (GenuineIntel family 6 model 143 stepping 8); ")
     assert checks["cpu features"] == " ".join(sapphire_rapids.flags or ())
@@ -86,9 +87,9 @@ def test_report_and_the_sweep_header_show_the_cpu_and_its_flags(tmp_path: Path, 
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
     exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=16))
     store = Store.open()
-    monkeypatch.setattr(host, "cpu_info", lambda: sapphire_rapids)
+    monkeypatch.setattr(cpu, "cpu_info", lambda: sapphire_rapids)
     sweep.run_sweep(exp, {"draft_max": (1, 2)}, FakeEngine(drift=0.0), store)
-    monkeypatch.setattr(host, "cpu_info", lambda: zen4)  # the same study later, on another machine
+    monkeypatch.setattr(cpu, "cpu_info", lambda: zen4)  # the same study later, on another machine
     (later,) = sweep.run_sweep(exp, {"draft_max": (1, 3)}, FakeEngine(drift=0.0), store)
 
     header = analysis.sweep_report(store, later.sweep_id, plot=False).render().splitlines()[1]
