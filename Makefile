@@ -3,6 +3,7 @@
 #   make check  the quick tier: ruff, mypy and the tests that need no binaries, torch or Ray (< 90 s)
 #   make test   the whole test suite (builds llama.cpp first if the cache has no build, and what
 #               its slow tier needs in the background while the quick tier runs)
+#   make test-loaded  make test while another process keeps one core busy (tests/stress.sh)
 #   make test-hub  the hub tests on the newest huggingface_hub, the hf tests on transformers 5 (part of make test)
 #   make docs   docs/results.md's tables from the recorded sweeps
 PYTHON ?= python3
@@ -15,7 +16,7 @@ PAIR   ?= models/smollm2-135m
 STAMP  := $(VENV)/.installed
 CONVERT_STAMP := $(VENV)/.installed-convert
 
-.PHONY: demo check test test-hub lint docs setup setup-convert build models clean-venv
+.PHONY: demo check test test-loaded test-hub lint docs setup setup-convert build models clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +85,10 @@ BUILDS_LOG ?= $(VENV)/llamacpp-builds.log
 
 test: setup build
 	BIN=$(BIN) WORKERS=$(WORKERS) QUICK="$(QUICK)" HUB_STAMP=$(HUB_STAMP) BUILDS_LOG=$(BUILDS_LOG) tests/make_test.sh
+
+# The whole suite again, while a busy loop keeps one core busy: no verdict may depend on an idle machine.
+test-loaded: setup build
+	MAKE="$(MAKE)" PYTHON=$(PYTHON) tests/stress.sh
 
 test-hub: $(HUB_STAMP)
 	$(HUB_VENV)/bin/python -c 'import huggingface_hub as h, transformers as t; print("huggingface_hub", h.__version__, "transformers", t.__version__)'

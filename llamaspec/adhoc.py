@@ -215,11 +215,14 @@ def check_kept(exp: Experiment) -> None:
 
     if not exp.path or not Path(exp.path).is_file():
         return
-    kept = (yaml.safe_load(Path(exp.path).read_text()) or {}).get("files") or {}
-    now = files_of(exp)
+    _refuse_changed(exp.name, (yaml.safe_load(Path(exp.path).read_text()) or {}).get("files") or {}, files_of(exp))
+
+
+def _refuse_changed(name: str, kept: dict[str, str], now: dict[str, str]) -> None:
+    """One line for the first file (path -> sha256) of study ``name`` whose bytes are not those it was named for."""
     for text, sha in kept.items():
         if now.get(text, sha) != sha:
-            raise LlamaspecError(f"{text} has changed since study {exp.name} was named for it "
+            raise LlamaspecError(f"{text} has changed since study {name} was named for it "
                                  f"(sha256 {now[text][:12]}, was {sha[:12]})",
                                  hint="measure it as a new study (the same command with -m/-md names it anew), "
                                       "or put the old file back")
@@ -236,11 +239,12 @@ def save_study(exp: Experiment) -> Path:
     path = study_path(exp.name)
     if path.is_file():
         try:
-            kept = (yaml.safe_load(path.read_text()) or {}).get("study")
+            doc = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError:
-            kept = None
-        if kept == exp.sha256:
+            doc = {}
+        if doc.get("study") == exp.sha256:
             return path
+        _refuse_changed(exp.name, doc.get("files") or {}, files_of(exp))  # the same files, other bytes: say which
         raise LlamaspecError(f"study {exp.name} already names other models, settings or prompts ({path})",
                              hint="choose another --name, or drop --name for the name made from the files")
     atomic.write_text(path, "# A llamaspec study made from the command line (llamaspec.adhoc); rerun it by name.\n"

@@ -23,6 +23,7 @@ from typing import Any
 
 from llamaspec import decide, estimators, paths, spectypes
 from llamaspec.contract import SPEED_DEFINITION
+from llamaspec.cpu import CpuInfo
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import Store, built_from
 from llamaspec.settings import SWEEPABLE
@@ -413,10 +414,13 @@ def run_meta(store: Store, run_id: int) -> dict[str, str]:
     prov = run.get("provenance") or {}
     hw = prov.get("hardware") or {}
     gpus = hw.get("gpus") or []
-    hardware = (gpus[0] if gpus else f"{hw.get('cpu', '?')}") + f", {run['settings'].get('threads')} threads"
+    cpu = CpuInfo.from_hardware(hw)
+    threads = f", {run['settings'].get('threads')} threads"
     source = built_from(run)
     return {"target": run.get("target") or "?", "draft": run.get("draft") or f"none ({run['settings'].get('spec_type')})",
-            "hardware": hardware,
+            # the CPU's kind and speed flags: two machines with one CPU name can differ in speed
+            "hardware": (gpus[0] if gpus else cpu.text()) + threads,
+            "machine": (gpus[0] if gpus else cpu.short()) + threads,  # shorter, for a figure's title
             # an engine built from source: its accelerator and build ("llama.cpp 0c1e570"); an engine in
             # a library: its identity (library versions, device), and no build
             "engine": (run.get("accel") or "?") if source else str(prov.get("identity") or run.get("engine")),
@@ -521,7 +525,7 @@ def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: s
     if not points and not lines:
         return []
     label = f"{meta['experiment']}/{meta['case']}" + (f" [{group.label}]" if group.label else "")
-    pm = plot.PlotMeta(meta["target"], meta["draft"], meta["hardware"], meta["engine"], meta["build"], label)
+    pm = plot.PlotMeta(meta["target"], meta["draft"], meta["machine"], meta["engine"], meta["build"], label)
     a = group.analysis
     folder = out_dir / stem_prefix if stem_prefix else out_dir
     band = [(float(b.cost[0]), b.low, b.high) for b in group.view.bands] if group.view else None  # cost[0]: the length

@@ -8,6 +8,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamaspec import cpu as cpus
 from llamaspec import host, paths
 from llamaspec.errors import LlamaspecError
 
@@ -18,10 +19,6 @@ class Check:
     status: str  # ok | warn | fail | info
     value: str
     hint: str = ""
-
-
-INTERESTING_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8",
-                     "amx_bf16", "neon", "asimd", "sve")
 
 
 NOISE_SAMPLE_SECONDS = 2.0
@@ -66,11 +63,9 @@ def examine(bin_dir: Path | None = None) -> list[Check]:
     from llamaspec.llamacpp import source as sources
 
     checks = [Check("os", "info", f"{platform.system()} {platform.release()} ({platform.machine()})")]
-    model = host.cpu_model()
-    flags = set(host.cpu_flags())
-    shown = [f for f in INTERESTING_FLAGS if f in flags]
-    checks.append(Check("cpu", "info", f"{model}; {psutil.cpu_count(logical=False)} cores, {psutil.cpu_count()} threads"))
-    checks.append(Check("cpu features", "info", " ".join(shown) or "(none of the usual SIMD sets reported)"))
+    cpu = cpus.cpu_info()  # what every run records of the CPU (host.hardware), shown the same way
+    checks.append(Check("cpu", "info", f"{cpu.short()}; {psutil.cpu_count(logical=False)} cores, {psutil.cpu_count()} threads"))
+    checks.append(Check("cpu features", "info", " ".join(cpu.flags or ()) or "(none of the usual SIMD sets reported)"))
     cores = psutil.cpu_count(logical=False) or 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     checks.append(Check(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec import proc
+from llamaspec import cpu, proc
 
 log = logging.getLogger(__name__)
 
@@ -35,34 +35,10 @@ def _output(argv: list[str], timeout: float = PROBE_TIMEOUT) -> proc.Completed |
     return None if done is None or done.timed_out else done
 
 
-# --- CPU -----------------------------------------------------------------------------------------
+# --- CPU ---------------------------------------------------------------------------------------
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if platform.system() == "Darwin":
-        done = _output(["sysctl", "-n", "machdep.cpu.brand_string"])
-        if done is not None and done.returncode == 0 and done.stdout.strip():
-            return done.stdout.strip()
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> list[str]:
-    """The instruction-set flags the CPU reports (``/proc/cpuinfo``; ``sysctl`` on macOS)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):  # x86 / ARM
-                return line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    if platform.system() == "Darwin":
-        done = _output(["sysctl", "-n", "machdep.cpu.features", "hw.optional"])
-        return done.stdout.lower().split() if done is not None else []
-    return []
+    return cpu.cpu_info().name
 
 
 def fingerprint() -> str:
@@ -235,8 +211,10 @@ def find_cuda() -> CudaToolkit:
 def hardware() -> dict[str, Any]:
     import psutil
 
+    found = cpu.cpu_info()
     return {
-        "cpu": cpu_model(),
+        "cpu": found.name,
+        "cpu_info": found.to_dict(),  # the CPU's kind and the flags that move llama.cpp's speed (CpuInfo)
         "cores": psutil.cpu_count(logical=False),
         "threads": psutil.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,

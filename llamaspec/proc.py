@@ -126,12 +126,7 @@ def run(
     out: list[bytes] = []
     err: list[bytes] = []
     lock = threading.Lock()
-    pumps = [
-        threading.Thread(target=_pump, args=(proc.stdout, out, log_file, on_line, lock), daemon=True),
-        threading.Thread(target=_pump, args=(proc.stderr, err, log_file, on_line, lock), daemon=True),
-    ]
-    for p in pumps:
-        p.start()
+    pumps: list[threading.Thread] = []
     # A timer stops the process at the deadline; a blocking wait4 wakes us the moment it exits
     # (Popen.wait(timeout) polls with sleeps of up to 50 ms) and reports its peak memory, with no
     # sampling thread competing with llama.cpp for the cores.
@@ -144,22 +139,30 @@ def run(
         if not finished.wait(grace_seconds):
             _signal_group(proc.pid, signal.SIGKILL)
 
-    timer = threading.Timer(timeout, on_deadline) if timeout is not None else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
+    timer: threading.Timer | None = None
     peak = None
+    # The program runs from here: a Ctrl-C or a SIGTERM (unwinding as SystemExit) that comes even
+    # before the wait begins (a loaded machine widens that moment) stops it before we go.
     try:
+        pumps += [threading.Thread(target=_pump, args=(proc.stdout, out, log_file, on_line, lock), daemon=True),
+                  threading.Thread(target=_pump, args=(proc.stderr, err, log_file, on_line, lock), daemon=True)]
+        for p in pumps:
+            p.start()
+        if timeout is not None:
+            timer = threading.Timer(timeout, on_deadline)
+            timer.daemon = True
+            timer.start()
         peak = _wait(proc)
     except BaseException:
-        _terminate(proc)  # Ctrl-C: never leave llama.cpp running behind us
+        _terminate(proc)  # never leave llama.cpp running behind us
         raise
     finally:
         finished.set()
         if timer is not None:
             timer.cancel()
         for p in pumps:
-            p.join(timeout=5)
+            if p.ident is not None:  # started
+                p.join(timeout=5)
         if log_file:
             log_file.write(f"# exit status {proc.returncode} after {time.monotonic() - start:.2f} s\n".encode())
             log_file.close()

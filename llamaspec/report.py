@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from llamaspec import estimators, spectypes, stats, theory
 from llamaspec.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
+from llamaspec.cpu import CpuInfo
 from llamaspec.experiment import Reference
 from llamaspec.results import STUDY_KIND, built_from, engine_of, measurement_of
 from llamaspec.stats import Spread
@@ -212,10 +213,15 @@ def pair_label(run: dict[str, Any]) -> str:
     draft = run.get("draft") or f"no draft ({(run.get('settings') or {}).get('spec_type') or 'draft'})"
     return f"{run.get('target')} + {draft}"
 
+def machine_label(run: dict[str, Any]) -> str:
+    """The host and its CPU's kind: two VMs that both call their CPU "AMD EPYC" are told apart."""
+    hw = (run.get("provenance") or {}).get("hardware") or {}
+    return f"{hw.get('host', '?')} / {CpuInfo.from_hardware(hw).short()}"
+
+
 COMPARE_BY = {
     "build": build_label,
-    "machine": lambda run: run.get("machine") or (((run.get("provenance") or {}).get("hardware") or {}).get("host", "?")
-                                                  + " / " + ((run.get("provenance") or {}).get("hardware") or {}).get("cpu", "?")),
+    "machine": lambda run: run.get("machine") or machine_label(run),
     "pair": lambda run: f"{run.get('target')} + {run.get('draft') or 'no draft'}",
     "engine": lambda run: f"{engine_name(run)} · {pair_label(run)}",
 }
@@ -291,10 +297,22 @@ def _overview(runs: list[dict[str, Any]], ok: list[dict[str, Any]]) -> list[str]
     if built_from(latest):  # the build's CMake flags
         engine += f", flags: `{' '.join(engine_of(prov).get('cmake_args') or [])}`"
     return [f"- latest run: {latest['id']} ({latest['started_at']}), {engine}",
-            f"- hardware: {hw.get('cpu')} ({hw.get('cores')} cores, {(hw.get('memory_bytes') or 0) / 2**30:.0f} GiB), "
+            f"- hardware: {CpuInfo.from_hardware(hw).text()}; {hw.get('cores')} cores, {(hw.get('memory_bytes') or 0) / 2**30:.0f} GiB, "
             f"{', '.join(hw.get('gpus') or []) or 'no GPU'}",
+            *_other_cpus(runs, CpuInfo.from_hardware(hw).text()),
             f"- runs stored: {len(runs)} ({len(ok)} ok, {sum(r['status'] == 'failed' for r in runs)} failed, "
             f"{sum(r['status'] == 'interrupted' for r in runs)} interrupted)", ""]
+
+
+def _other_cpus(runs: list[dict[str, Any]], latest: str) -> list[str]:
+    """A line naming the runs measured on another kind of CPU than the latest one, if any: their
+    speeds (and often their speedups) are not comparable."""
+    by_cpu: dict[str, list[int]] = {}
+    for r in runs:
+        text = CpuInfo.from_hardware((r.get("provenance") or {}).get("hardware") or {}).text()
+        by_cpu.setdefault(text, []).append(r["id"])
+    others = [f"{text} (runs {', '.join(map(str, sorted(ids)))})" for text, ids in by_cpu.items() if text != latest]
+    return [f"- also measured on: {'; '.join(others)}"] if others else []
 
 
 def _best(rs: list[dict[str, Any]]) -> dict[str, Any]:

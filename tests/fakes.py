@@ -135,7 +135,9 @@ class FakeEngine:
     def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
         argv = ["fake-serve", case.target.path, *(["--draft", case.draft.path, "-k", str(case.settings.draft_max)]
                                                    if speculative and case.draft else [])]
-        return Deployment(self.name, speculative and case.draft is not None, "fake", (Command.shell("fake-serve", argv),))
+        drafts = speculative and case.draft is not None
+        setting = f"draft {case.settings.draft_max}" if drafts else f"no draft: the target {case.target.label} alone"  # as the real engines say
+        return Deployment(self.name, drafts, setting, (Command.shell("fake-serve", argv),))
 
     def speedup_of(self, k: int) -> float:
         accepted = self.alpha * (1 - self.alpha ** k) / (1 - self.alpha)  # expected accepted per round

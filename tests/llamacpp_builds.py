@@ -23,6 +23,9 @@ from llamaspec.llamacpp.cache import Build
 # The older generations the suite runs, as pinned sdist versions (source.PINNED_SDISTS).
 EARLY_2025 = "0.3.8"
 GENERATIONS_2023 = ("0.2.7", "0.2.20")
+# Another machine's llama.cpp in tests/test_cluster_ray.py (llama.cpp b38a16d): the first slow-tier
+# file to run (conftest.LONGEST_FIRST), so its build comes right after the pinned one.
+OTHER_MACHINE = "0.2.20"
 
 
 def pinned() -> Build:
@@ -32,9 +35,12 @@ def pinned() -> Build:
 
 def older_tree(version: str) -> source.SourceInfo:
     """An older generation's source tree, from its pinned sdist (``EARLY_2025`` or one of
-    ``GENERATIONS_2023``), in the cache."""
-    return source.fetch(f"pypi:llama-cpp-python=={version}",
-                        source.paths.cache_dir() / "trees" / f"llama-cpp-python-{version}")
+    ``GENERATIONS_2023``), in the cache. Extracted under the build cache's lock for that folder:
+    a test that asks while ``make test``'s background is extracting it waits, and never finds
+    the tree replaced under it (a second extraction would swap the folder)."""
+    dest = source.paths.cache_dir() / "trees" / f"llama-cpp-python-{version}"
+    with build.exclusive(dest):
+        return source.fetch(f"pypi:llama-cpp-python=={version}", dest)
 
 
 def older(version: str) -> Build:
@@ -46,7 +52,7 @@ def everything() -> list[tuple[str, Callable[[], object]]]:
     """What the slow tier needs, in order: the source trees first (seconds: a test that needs one
     later finds it whole rather than half extracted), then each build in the order the tests
     first need them."""
-    versions = (*GENERATIONS_2023, EARLY_2025)
+    versions = (OTHER_MACHINE, EARLY_2025, *(v for v in GENERATIONS_2023 if v != OTHER_MACHINE))
     return [("the pinned source", source.fetch),
             *[(f"the source of llama-cpp-python {v}", lambda v=v: older_tree(v)) for v in versions],
             ("the pinned build with llama-server", pinned),

@@ -5,7 +5,9 @@ huggingface_hub. The real binaries on the offline pair: tests/test_adhoc_llamacp
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -113,7 +115,7 @@ def test_a_split_model_needs_every_part_and_hashes_them_all(tmp_path: Path, monk
     assert got.sha256 != given.file_sha256(first)
 
 
-def test_checksums_are_kept_until_the_file_changes(pair) -> None:
+def test_checksums_are_kept_until_the_file_changes(pair, settled) -> None:
     target, _ = pair
     first = given.file_sha256(target)
     kept = json.loads(given._checksums_path().read_text())
@@ -122,6 +124,73 @@ def test_checksums_are_kept_until_the_file_changes(pair) -> None:
     data[-1] ^= 0xFF
     target.write_bytes(bytes(data))
     assert given.file_sha256(target) != first  # a changed file is read again, not taken from the cache
+
+
+def _flip_a_byte_keeping_size_and_mtime(path: Path) -> None:
+    """One byte of ``path`` changed in place, its size and mtime set back (a copy that keeps
+    mtimes, a file rewritten in place): only its ctime, which cannot be set back, tells."""
+    st = path.stat()
+    time.sleep(0.05)  # a later tick of the filesystem's clock than the file's last change
+    with open(path, "r+b") as f:
+        f.seek(st.st_size // 2)
+        byte = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = path.stat()
+    assert (now.st_size, now.st_mtime_ns, now.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written a moment ago count as settled (as any older file does), so that their checksums
+    are kept and a stamp that misses a change would be believed; and nothing resolved before."""
+    monkeypatch.setattr(given, "RACY_NS", 0)
+    given._resolved.clear()
+    yield
+    given._resolved.clear()
+
+
+def test_a_kept_checksum_stands_in_for_the_file_only_while_its_stamp_holds(pair, settled) -> None:
+    target, _ = pair
+    first = given.file_sha256(target)
+    kept = json.loads(given._checksums_path().read_text())
+    kept[str(target)]["sha256"] = "0" * 64  # what the cache says is what an unchanged file gets
+    given._checksums_path().write_text(json.dumps(kept))
+    assert given.file_sha256(target) == "0" * 64
+    _flip_a_byte_keeping_size_and_mtime(target)
+    assert given.file_sha256(target) not in ("0" * 64, first)  # read again: its ctime moved
+
+
+def test_a_file_resolved_earlier_in_the_process_is_read_again_when_its_bytes_change(pair, settled, tmp_path: Path) -> None:
+    target, _ = pair
+    before = given.resolve(given.parse(str(target)))
+    assert given.resolve(given.parse(str(target))) is before  # unchanged: remembered
+    _flip_a_byte_keeping_size_and_mtime(target)
+    assert given.resolve(given.parse(str(target))).sha256 != before.sha256
+    first = tiny_gguf(tmp_path / "s-00001-of-00002.gguf", seed=0)
+    second = tiny_gguf(tmp_path / "s-00002-of-00002.gguf", seed=1)
+    split = given.resolve(given.parse(str(first)))
+    _flip_a_byte_keeping_size_and_mtime(second)  # a split model: any part, not only the first
+    assert given.resolve(given.parse(str(first))).sha256 != split.sha256
+
+
+def test_a_study_named_for_a_file_refuses_it_after_one_byte_changed_in_place(pair, settled, tmp_path: Path) -> None:
+    """The issue's steps: `run -m T -md D --name s`, one byte of D flipped with its size and mtime
+    kept, then the same command: refused in one line with a hint, nothing measured."""
+    from fakes import fake_bin_dir
+
+    target, draft = pair
+    args = ["run", "-m", str(target), "-md", str(draft), "-p", "def f(x):", "-n", "8", "--repeats", "1",
+            "--name", "s", "--bin-dir", str(fake_bin_dir(tmp_path / "bin"))]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert str(draft) in json.loads(given._checksums_path().read_text())  # its checksum now stands in for it
+    _flip_a_byte_keeping_size_and_mtime(draft)
+    given._resolved.clear()  # the same command again: a new process
+    code, lines = _error(args)
+    assert code != 0 and lines[0].startswith(f"Error: {draft} has changed since study s was named for it"), lines
+    assert len(lines) == 2 and lines[1].startswith("Hint: "), lines
 
 
 # --- the study -----------------------------------------------------------------------------------

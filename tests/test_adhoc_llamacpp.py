@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import real_checks
 from click.testing import CliRunner
 from test_adhoc import hub  # noqa: F401 - the loopback hub fixture
 
@@ -44,14 +45,10 @@ def test_sweep_of_two_files_ends_with_the_decision_and_a_deploy_command_naming_t
     out = result.output
     name = next(line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("study "))
     assert name.startswith("smollm2-135m-f32-smollm2-135m-q4_1-")
-    # F32 with its Q4_1 draft is about 1.5x at draft 4-8 here (the catalog's note); on a machine
-    # shared with other work a budget this small may end undecided, which must say so and what to
-    # measure next instead of printing a command
-    if "recommended: draft " in out:
-        deploy = out[out.index("deploy: draft"):]
-        assert f"-m {target}" in deploy and f"-md {draft}" in deploy
-    else:
-        assert "undecided" in out and "more pairs" in out and "deploy:" not in out, out
+    # The decision, of whichever kind this machine's timings lead to (F32 with its Q4_1 draft gains
+    # on some CPUs and not on others, and a budget this small on a shared machine may end
+    # undecided: issue 38), with that kind's parts: a command naming these files, or what to measure.
+    real_checks.answer_text(out, str(target), str(draft))
     runs = Store.open().runs(experiment=name)
     assert {r["target"] for r in runs} == {str(target)} and {r["draft"] for r in runs} == {str(draft)}
     prov = runs[0]["provenance"]["models"]

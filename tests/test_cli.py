@@ -111,21 +111,41 @@ main(["sleepy"])
 """
 
 
-def test_sigterm_stops_the_child_process_too(tmp_path) -> None:
-    """`timeout 900 llamaspec build` must not leave cmake (or llama.cpp) running once it gives up."""
+# The SIGTERM comes before proc.run has begun to wait: as its output pumps start (a loaded machine
+# makes that moment long enough to hit), once the child runs.
+_EARLY = """
+import os, signal, threading, time
+from pathlib import Path
+start = threading.Thread.start
+def start_after_a_sigterm(self):
+    while not (Path(PID_FILE).is_file() and Path(PID_FILE).read_text()):
+        time.sleep(0.01)
+    threading.Thread.start = start
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)  # the handler runs here
+    start(self)
+threading.Thread.start = start_after_a_sigterm
+"""
+
+
+@pytest.mark.parametrize("when", ["waiting", "before the wait"])
+def test_sigterm_stops_the_child_process_too(tmp_path, when: str) -> None:
+    """`timeout 900 llamaspec build` must not leave cmake (or llama.cpp) running once it gives up,
+    whenever the SIGTERM comes."""
     import signal
     import time
 
     pid_file = tmp_path / "child.pid"
     script = tmp_path / "sleeper.py"
-    script.write_text(_SLEEPER.replace("PID_FILE", repr(str(pid_file))))
+    script.write_text(((_EARLY if when == "before the wait" else "") + _SLEEPER).replace("PID_FILE", repr(str(pid_file))))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
     child = int(pid_file.read_text())
     try:
-        parent.send_signal(signal.SIGTERM)
+        if when == "waiting":
+            parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=30) == 128 + signal.SIGTERM
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

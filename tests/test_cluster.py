@@ -725,19 +725,23 @@ def test_cluster_option_with_an_address_that_does_not_answer_is_one_fast_error(a
 
 WORKER = '''
 import sys, time
+from pathlib import Path
 from llamaspec import proc
 from llamaspec.cluster import reaper
-reaper.watch(interval=0.1)
 server = proc.Background(["sleep", "600"])  # a llama-server stand-in: own process group, like the real ones
+reaper.watch(interval=0.1, log_path=Path(sys.argv[1]))  # its first look notes the server
 print(server.pid, flush=True)
 time.sleep(600)
 '''
+# How long a reaper may take to start and say it watches: a Python start and an import, on a machine
+# whose cores the quick tier's other processes share. Only a broken reaper waits this long.
+REAPER_START_DEADLINE_S = 60.0
 
 
 def test_a_killed_worker_leaves_no_process_it_started_running(tmp_path: Path) -> None:
     """SIGKILL (a removed node, ray.kill, the OOM killer) runs no cleanup in the worker: the reaper,
     in a session of its own, stops what the worker had started (its own process group, as servers
-    are started) within a second or so."""
+    are started) within a second or so of the worker's end, once it has said it watches."""
     import contextlib
     import os
     import signal
@@ -746,16 +750,21 @@ def test_a_killed_worker_leaves_no_process_it_started_running(tmp_path: Path) ->
 
     import psutil
 
-    worker = subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True,
+    reaper_log = tmp_path / "reaper.log"
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(reaper_log)], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     try:
         server_pid = int(worker.stdout.readline())
         server = psutil.Process(server_pid)
-        time.sleep(1.0)  # the reaper has noted it
+        watching = f"llamaspec reaper: watching worker {worker.pid} ("
+        deadline = time.monotonic() + REAPER_START_DEADLINE_S
+        while watching not in (reaper_log.read_text() if reaper_log.is_file() else "") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watching in reaper_log.read_text(), reaper_log.read_text()  # it has noted the server
         assert server.is_running()
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + REAPER_START_DEADLINE_S  # ends as soon as the server does
         while time.monotonic() < deadline and server.is_running() and server.status() != psutil.STATUS_ZOMBIE:
             time.sleep(0.1)
         assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE, "the server outlived its worker"

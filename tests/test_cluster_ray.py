@@ -88,8 +88,9 @@ def _inner_results(name: str) -> tuple[str, str, str]:
         import xml.etree.ElementTree as ET
 
         _provide_offline_pair()
-
         nodes = _SELECTED if any(n.rsplit("::", 1)[-1] == name for n in _SELECTED) else [f"{Path(__file__).resolve()}::{name}"]
+        if any(n.rsplit("::", 1)[-1] == ODD_MACHINES for n in nodes):
+            _provide_other_machines_build()
         with tempfile.TemporaryDirectory(prefix="lsray-junit-") as folder:
             junit = Path(folder) / "inner.xml"
             argv = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
@@ -132,6 +133,21 @@ def _provide_offline_pair() -> None:
             models.resolve("smollm2-135m", variant, build=build)
     except LlamaspecError:
         return
+
+
+def _provide_other_machines_build() -> Any:
+    """llama-cpp-python 0.2.20's tree and its llama.cpp build (b38a16d), host-b's own in the odd
+    machines' test, from tests/llamacpp_builds.py: made here, outside the namespace (the sdist may
+    need a download), or waited for where ``make test``'s background is still making them (the
+    build cache's lock); the inner test then finds them whole. A failure here fails that test."""
+    import llamacpp_builds
+
+    from llamaspec.errors import LlamaspecError
+
+    try:
+        return llamacpp_builds.older(llamacpp_builds.OTHER_MACHINE)
+    except LlamaspecError:
+        return None  # the inner test asks again and fails with the error
 
 
 class _Head:
@@ -276,26 +292,28 @@ def _cpu_build() -> Any:
     return build.ensure_program(found, "server")  # left for when first needed; the prompt-set test starts it
 
 
+ODD_MACHINES = "test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on"
+
+
 @loopback_only
 def test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on(cluster_factory: Callable[..., Any],
                                                                            tmp_path: Path) -> None:
     """Three machines, each with its own environment: host-a runs the pinned 0c1e570 programs (the
     recorded ones: faithful fakes), host-b another llama.cpp (its source tree is llama-cpp-python
-    0.2.20 = b38a16d, with that build in the cache, where this machine has both; else the recorded
-    7841fc7 programs), host-c has no compiler and no build in its cache."""
+    0.2.20's, b38a16d, and that build is in the cache: tests/llamacpp_builds.py made it, or waited
+    for make test's background build of it, before this ran), host-c has no compiler and no build
+    in its cache. Whether the cache had host-b's build beforehand changes nothing here."""
+    import llamacpp_builds
     from fakes import fake_bin_dir
 
     from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_study
-    from llamaspec.llamacpp import build as builds
     from llamaspec.llamacpp.smoke import write_tiny_llama
     from llamaspec.results import Store
 
     # host-b's own llama.cpp source tree is another commit: its llamaspec finds that commit's build.
-    other_tree = builds.paths.cache_dir() / "trees" / "llama-cpp-python-0.2.20"
-    if other_tree.is_dir() and (builds.paths.builds_dir() / "latest-b38a16d-cpu").is_file():
-        other_env, other_commit = {"LLAMASPEC_LLAMACPP": str(other_tree)}, "b38a16d"
-    else:
-        other_env, other_commit = {"LLAMASPEC_BIN_DIR": str(fake_bin_dir(tmp_path / "old-bin", commit="7841fc7"))}, "7841fc7"
+    other = llamacpp_builds.older(llamacpp_builds.OTHER_MACHINE)  # whole: made (or waited for) outside
+    assert other.commit == "b38a16d", other
+    other_env, other_commit = {"LLAMASPEC_LLAMACPP": llamacpp_builds.older_tree(llamacpp_builds.OTHER_MACHINE).tree}, other.commit
     empty_cache = tmp_path / "empty-cache"
     empty_cache.mkdir()
     c, _nodes = cluster_factory({
@@ -454,7 +472,7 @@ def test_a_prompt_set_over_two_nodes_survives_losing_one_and_leaves_no_server_ru
     assert per["host-a"].set.lossless_rate == 1.0
     print("figures: prompt set over two nodes:", " | ".join(line.strip() for line in promptsets.describe(
         promptsets.per_machine(store, "set"))[1:]))
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # ends as soon as they are gone; generous on a loaded machine
     while _tagged(tag) and time.monotonic() < deadline:  # host-a's actor closed its servers; host-b's reaper
         time.sleep(0.2)
     left = [" ".join(p.cmdline()[:3]) for p in _tagged(tag) if "llama" in p.name()]
@@ -482,6 +500,7 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     offline pair (16 tokens, one thread, one pair per point) over two nodes: every sweep point stored
     once with its machine and its own paired speedup, the best point named per machine, each machine
     tuned for itself, and `report --compare machine` setting the two machines side by side."""
+    import real_checks
     from click.testing import CliRunner
 
     from llamaspec.cli import main
@@ -523,7 +542,7 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     assert again.exit_code == 0 and ": 0 items run, 4 already stored" in again.output, again.output
 
     tuned = CliRunner().invoke(main, ["tune", "smollm2-quicksort", "-n", "16", "--repeats", "1", "--variants", "q4_1",
-                                      "--accel", "cpu", "--cluster", c.address])
+                                      "--budget", "12", "--accel", "cpu", "--cluster", c.address])
     assert tuned.exit_code == 0, tuned.output
     tunes = store.runs(experiment="smollm2-quicksort")
     tunes = [r for r in tunes if r["kind"] == "cluster-tune"]
@@ -531,9 +550,12 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     out = tuned.output.splitlines()
     for r in tunes:
         (one,) = r["summary"]["tune"]
+        # a decision of whichever kind this machine's timings (one pair per point, a shared machine)
+        # lead to, with that kind's parts (a cluster prints no deploy command: each machine has its own)
+        real_checks.answer_text(r["summary"]["text"], deploys=False)
         # Each machine's points are stored here, once each, with that machine.
-        points = store.runs(group_id=f"{one['tune_id']}@{r['machine']}")
-        assert len(points) == one["measured_points"] == len({p["point_key"] for p in points}) >= 4
+        points = [p for g in r["provenance"]["point_groups"] for p in store.runs(group_id=g)]
+        assert len(points) == len(one["runs"]) == len({p["point_key"] for p in points}) >= 2
         assert {p["machine"] for p in points} == {r["machine"]}
         assert all(Summary.from_dict(p["summary"]).paired for p in points if p["status"] == "ok")
         # Its block of the output is the decision made here from those points: a table row for each

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import real_checks
 
 from llamaspec import engines
 from llamaspec.contract import Command, Deployment, EngineOptions, ModelPath, ResolvedCase
@@ -222,18 +223,20 @@ def test_sweep_json_ends_with_the_deploy_command(real_build: Build, pair: tuple[
     result = CliRunner().invoke(main, ["sweep", str(exp), "--draft", "2,4", "--no-plot", "--json",
                                        "--bin-dir", str(real_build.bin_dir)])
     assert result.exit_code == 0, result.output
-    [report] = json.loads(result.stdout)
+    (report,) = real_checks.sweep_answers(result.stdout)
+    target, draft = pair
+    # whichever kind this machine's timings decide (issue 38), with that kind's parts
+    kind = real_checks.answer(report, str(target.path), str(draft.path))
+    if kind not in ("recommend", "no draft"):
+        return  # no command: what to measure next instead (checked)
     deploy = report["deploy"]
-    if report["decision"]["verdict"] == "undecided":  # 16 tokens on a shared machine can leave it open:
-        assert deploy is None and report["decision"]["measure_next"]  # no command then, but what to measure
-        return
-    assert deploy is not None and deploy["engine"] == "llama.cpp"
+    assert deploy["engine"] == "llama.cpp"
     server_cmd = next(c for c in deploy["commands"] if c["program"] == "llama-server")
-    if report["recommended"]:
+    if kind == "recommend":  # llama-server drafts at the recommended length
         k = report["recommended"]["draft_max"]
-        assert deploy["speculative"] and server_cmd["argv"][server_cmd["argv"].index("--spec-draft-n-max") + 1] == str(k)
+        assert server_cmd["argv"][server_cmd["argv"].index("--spec-draft-n-max") + 1] == str(k)
     else:
-        assert not deploy["speculative"] and "-md" not in server_cmd["argv"]
+        assert "-md" not in server_cmd["argv"] and "--spec-draft-n-max" not in server_cmd["argv"]
 
 
 def test_a_stored_run_deploys_with_its_settings_models_and_the_experiments_prompt(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import real_checks
 from conftest import ROOT
 
 from llamaspec import experiment, paths, prompts
@@ -286,8 +287,10 @@ def test_the_installed_wheel_runs_a_shipped_experiment_from_an_empty_folder(whee
 def test_the_installed_wheel_sweeps_two_gguf_files_with_llamacpp_on_path(wheel_venv: Path, llama_build, offline_pair,
                                                                         tmp_path: Path) -> None:
     """From an empty folder, in a fresh venv made from the wheel, with llama.cpp
-    on PATH and no clone: `llamaspec sweep -m T.gguf -md D.gguf --draft 1,2,4,8` ends with the decision
-    and a deploy command that names those two files."""
+    on PATH and no clone: `llamaspec sweep -m T.gguf -md D.gguf --draft 1,2,4,8` ends with a decision
+    of one of its kinds with that kind's parts: a recommendation or "no draft" with the deploy
+    command that names those files (the draft only when recommended), "undecided" with what to
+    measure next. Which kind, this machine's CPU and load decide (issue 38): not asserted."""
     target, draft = offline_pair
     here = _empty_folder(tmp_path)
     env = _tool_env(tmp_path, path_dirs=[llama_build.bin_dir])  # an empty build cache: the programs on PATH
@@ -300,8 +303,7 @@ def test_the_installed_wheel_sweeps_two_gguf_files_with_llamacpp_on_path(wheel_v
     print(f"sweep took {time.monotonic() - started:.1f} s\n", done.stdout, done.stderr[-3000:])
     assert done.returncode == 0, done.stderr[-3000:]
     assert str(Path(llama_build.bin_dir)) in done.stderr  # said which programs it found on PATH
-    deploy = [line for line in done.stdout.splitlines() if "llama-server" in line and " -m " in line]
-    assert deploy and str(target.path) in deploy[-1], done.stdout  # the decision's deploy command, with these files
-    assert str(draft.path) in done.stdout
+    kind = real_checks.answer_text(done.stdout, str(target.path), str(draft.path))
+    print(f"the sweep's answer here: {kind}")
     assert not (tmp_path / "cache" / "builds").exists()  # nothing built
     assert list(here.iterdir()) == []

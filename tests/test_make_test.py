@@ -75,3 +75,33 @@ def test_failed_hub_tests_fail_make_test(tmp_path: Path) -> None:
     done, calls = run(tmp_path, hub_rc=2)
     assert done.returncode == 2 and "47 passed, 8 skipped" in done.stdout and "FAILED" not in done.stderr
     assert calls[-1] == "builds done"
+
+
+FAKE_SUITE = """#!/bin/sh
+echo "make $*" >> "{calls}"
+echo "$LOAD_PID" > "{calls}.pid"
+ps -o stat= -p "$LOAD_PID" >> "{calls}"  # the busy loop, running (R) while the suite runs
+exit {rc}
+"""
+
+
+@pytest.mark.parametrize("rc", [0, 3])
+def test_the_loaded_suite_runs_make_test_beside_a_busy_loop_that_ends_with_it(tmp_path: Path, rc: int) -> None:
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "make").write_text(FAKE_SUITE.format(calls=calls, rc=rc))
+    (bin_dir / "make").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MAKE": "make", "LOAD_LIMIT_S": "120"}
+    done = subprocess.run([str(ROOT / "tests" / "stress.sh")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == rc, done.stderr  # the suite's verdict is the target's
+    made, state = calls.read_text().splitlines()
+    assert made == "make --no-print-directory test" and state.strip()[0] in "RS", state  # alive beside the suite
+    pid = int((tmp_path / "calls.pid").read_text())
+    assert f"one core kept busy by pid {pid}" in done.stdout and f"exit {rc} in 0 min" in done.stdout
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the busy loop outlived the suite"

@@ -84,13 +84,21 @@ def test_bad_budgets_are_one_line_each() -> None:
             sweep.parse_budget(bad)
 
 
-def test_the_cli_refuses_a_budget_smaller_than_the_first_pass_before_measuring(tmp_path) -> None:
+def test_the_cli_refuses_a_budget_smaller_than_the_first_pass_before_measuring(tmp_path, fake_models) -> None:  # noqa: F811
+    from fakes import fake_bin_dir
+
     from llamaspec.cli import main
 
+    # programs that would measure (recorded real output), so that only the budget can stop it
     result = CliRunner().invoke(main, ["sweep", "smollm2-quicksort", "--draft", "1..16", "--budget", "5",
-                                       "--bin-dir", str(tmp_path / "nowhere")])
-    assert result.exit_code != 0
-    assert "too small" in result.output or "no llama.cpp" in result.output or "bin" in result.output, result.output
+                                       "--bin-dir", str(fake_bin_dir(tmp_path / "bin"))])
+    said = [line for line in result.output.splitlines() if line.startswith(("Error: ", "Hint: "))]
+    lengths = ", ".join(map(str, sweep.first_lengths(GRID["draft_max"])))
+    assert result.exit_code != 0 and len(said) == 2, result.output
+    assert said[0].startswith("Error: --budget 5 pairs is too small: the first pass alone measures ") and \
+        said[0].endswith(f" at draft {lengths})"), result.output
+    assert said[1].startswith("Hint: give at least --budget "), result.output
+    assert Store.open().runs() == []  # nothing measured
     result = CliRunner().invoke(main, ["sweep", "smollm2-quicksort", "--p-min", "0.5,0.9", "--budget", "10m"])
     assert result.exit_code != 0 and "--budget is for adaptive sweeps" in result.output
     with pytest.raises(LlamaspecError, match="draft lengths alone"):

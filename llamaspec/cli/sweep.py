@@ -154,7 +154,7 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
               help="Draft-free n-gram modes to weigh (default: every mode the program runs; none: drafts only).")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
               help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 4m of measuring; the "
-                   "first pass is always measured).")
+                   "first pass is always measured); with --cluster, each machine's.")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
 @common_options
 @cluster_option
@@ -202,13 +202,11 @@ def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...]
     if address:
         from llamaspec.cli.cluster import tune_on_cluster
 
-        if limit is not None:
-            raise click.UsageError("--budget is for a tune on this machine; each cluster machine settles with the default")
         if bin_dir is not None:
             raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
         tune_on_cluster(exp, address, overrides=overrides({}, n_predict, timeout).to_dict(), repeats=repeats,
                         prompt=prompt if prompt is not None else (Path(prompt_file).read_text() if prompt_file else None),
-                        variants=chosen, modes=asked, accel=accel, as_json=as_json)
+                        variants=chosen, modes=asked, budget=budget, accel=accel, as_json=as_json)
         return
     from llamaspec.llamacpp import rpc as rpcs
 

@@ -244,6 +244,7 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """The experiment's tune, whole, on this machine (scratch store: resumable while the worker lives)."""
     from llamaspec import tune as tuner
+    from llamaspec.sweep import parse_budget
     from llamaspec.contract import engine_provenance
     from llamaspec.results import Store
 
@@ -253,9 +254,9 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
     variants = tuple(p["variants"]) if p.get("variants") else None
-    modes = tuple(p["modes"]) if p.get("modes") else None
+    modes = tuple(p["modes"]) if p.get("modes") is not None else None
     engine = _engine(worker, exp.engine)
-    result = tuner.tune(exp, engine, store, variants, modes)
+    result = tuner.tune(exp, engine, store, variants, modes, parse_budget(p["budget"]) if p.get("budget") else None)
     # Every point goes back whole (POINT_KEYS: its prompt, settings, provenance, measurements,
     # summary): the coordinator stores it as its own run, so the scratch store here is never the
     # only copy, and decides this machine's answer from them (study.tune_decisions).

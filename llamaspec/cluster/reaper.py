@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,10 @@ def _descendants(parent: Any, me: int) -> dict[int, Any]:
     return found
 
 
-def reap(pid: int, interval: float = 0.2, grace: float = 3.0) -> list[int]:
-    """Watch ``pid`` until it is gone, then stop every descendant it had; returns their pids."""
+def reap(pid: int, interval: float = 0.2, grace: float = 3.0,
+         on_watching: Callable[[int], None] | None = None) -> list[int]:
+    """Watch ``pid`` until it is gone, then stop every descendant it had; returns their pids.
+    ``on_watching(n)`` is told once, after the first look, how many descendants it noted then."""
     import psutil
 
     me = os.getpid()
@@ -63,6 +66,9 @@ def reap(pid: int, interval: float = 0.2, grace: float = 3.0) -> list[int]:
         except psutil.NoSuchProcess:
             break
         seen.update(_descendants(parent, me))
+        if on_watching is not None:
+            on_watching(len(seen))
+            on_watching = None
         time.sleep(interval)
     left = [p for p in seen.values() if _alive(p)]  # is_running compares start times: a reused pid is not ours
     for p in left:
@@ -91,7 +97,9 @@ def main(argv: list[str]) -> int:
     pid = int(argv[0])
     interval = float(argv[1]) if len(argv) > 1 else 0.2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the worker's terminal is not for us
-    stopped = reap(pid, interval)
+    # one line in the worker's reaper.log once it watches: from then on, what the worker starts is covered
+    stopped = reap(pid, interval, on_watching=lambda n: print(f"llamaspec reaper: watching worker {pid} "
+                                                              f"({n} process(es) under it now)", flush=True))
     if stopped:
         print(f"llamaspec reaper: worker {pid} is gone; stopped {len(stopped)} process(es) it left: "
               f"{', '.join(map(str, stopped))}", flush=True)

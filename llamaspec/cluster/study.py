@@ -83,14 +83,16 @@ def sweep_items(exp: Any, axes: dict[str, Any], repeats: int | None = None) -> l
 
 def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | None = None, repeats: Any = None,
                prompt: str | None = None, variants: tuple[str, ...] | None = None,
-               modes: tuple[str, ...] | None = None) -> list[WorkItem]:
+               modes: tuple[str, ...] | None = None, budget: str | None = None) -> list[WorkItem]:
     """One ``tune`` item per machine, pinned there: the best draft length, variant and mode are
-    properties of the machine, so each machine tunes for itself and no other stands in for it."""
+    properties of the machine, so each machine tunes for itself and no other stands in for it.
+    ``modes`` ``()``: none; ``budget``: each machine's study budget as ``--budget`` takes it."""
     from llamaspec.settings import Settings
 
     exp = exp.with_overrides(Settings.from_dict(overrides or {}), repeats, prompt)  # decided here, not on the worker
     payload = {**experiment_payload(exp),
-               "variants": list(variants) if variants else None, "modes": list(modes) if modes else None}
+               "variants": list(variants) if variants else None, "modes": list(modes) if modes is not None else None,
+               **({"budget": budget} if budget is not None else {})}
     return [WorkItem(f"tune@{m}", "tune", payload, machine=m) for m in machines]
 
 

@@ -7,8 +7,10 @@
 
 - A path: the file as it is (never copied or written beside); split files
   (``-00001-of-0000N.gguf``) must all be there. Its sha256 is kept in the cache
-  (``LLAMASPEC_CACHE/checksums.json``, keyed on path, size and mtime), so a rerun does not read a
-  large file again.
+  (``LLAMASPEC_CACHE/checksums.json``, keyed on path), so a rerun does not read a large file
+  again; the kept one stands in only while the file's size, mtime, ctime and inode all match
+  (``Stamp``): mtime can be set back after a write, ctime cannot. The same holds within a process
+  (``resolve``), split parts included.
 - ``USER/REPO[:QUANT]``: the repo's GGUF file(s) of that quant (case-insensitive; without one, llama.cpp's
   default Q4_K_M, else the first quant there), split files included, downloaded with huggingface_hub
   into the Hugging Face cache (the one llama.cpp's ``-hf`` reads too). The commit is pinned in
@@ -22,12 +24,14 @@ truncated, a repo without GGUF files, a quant the repo does not have (the ones i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,15 +104,46 @@ def parse(text: str) -> Spec:
 
 _checksum_lock = threading.Lock()
 
+# A file changed this soon before it was read may change again within the same tick of the
+# filesystem's clock (coarse: a jiffy on ext4, up to 2 s elsewhere) and keep its ctime: such a
+# reading is not kept as standing for the file's bytes (git's "racily clean" index entries).
+RACY_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What tells a file's bytes apart without reading them. A write changes ctime, set by the
+    kernel's clock (``os.utime`` sets mtime back, never ctime); a file copied or moved over the
+    path has another inode; a truncation changes the size."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> Stamp:
+        st = path.stat()
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+    def settled(self, read_at_ns: int) -> bool:
+        """Whether a reading of the file that began at ``read_at_ns`` may stand for its bytes while
+        this stamp holds: its last change is older than the clock's coarsest tick before the reading."""
+        return self.ctime_ns < read_at_ns - RACY_NS
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
 
 def _checksums_path() -> Path:
     return paths.cache_dir() / "checksums.json"
 
 
 def file_sha256(path: Path) -> str:
-    """The sha256 of ``path``, from the cache when its size and mtime are unchanged."""
+    """The sha256 of ``path``, from the cache while its ``Stamp`` (size, mtime, ctime, inode) is
+    the one it had when the cached sum was read."""
     path = Path(os.path.abspath(path))
-    st = path.stat()
+    stamp = Stamp.of(path)
     key = str(path)
     with _checksum_lock:
         try:
@@ -116,15 +151,18 @@ def file_sha256(path: Path) -> str:
         except (FileNotFoundError, ValueError):
             known = {}
         hit = known.get(key)
-        if isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+        if isinstance(hit, dict) and {k: hit.get(k) for k in stamp.to_dict()} == stamp.to_dict():
             return str(hit["sha256"])
+    read_at = time.time_ns()
     digest = atomic.sha256_file(path, path.name)
+    if Stamp.of(path) != stamp or not stamp.settled(read_at):
+        return digest  # written during the reading, or too recently to tell the next write by its stamp
     with _checksum_lock:
         try:
             known = json.loads(_checksums_path().read_text())
         except (FileNotFoundError, ValueError):
             known = {}
-        known[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+        known[key] = {**stamp.to_dict(), "sha256": digest}
         try:
             atomic.write_json(_checksums_path(), known)
         except OSError as exc:  # a read-only cache costs a re-read next time, nothing else
@@ -245,7 +283,9 @@ def _cached_commit(repo: str) -> str | None:
     return ref.read_text().strip() if ref.is_file() else None
 
 
-_resolved: dict[str, ModelFile] = {}  # spec text -> its file, once per process (a sweep resolves every point)
+# spec text -> its file, once per process (a sweep resolves every point), and for a path the
+# stamps of its files (every part of a split model) when they were read; None: read again next time
+_resolved: dict[str, tuple[ModelFile, tuple[Stamp, ...] | None]] = {}
 
 
 def hub_file(spec: Spec) -> ModelFile:
@@ -287,10 +327,18 @@ def hub_file(spec: Spec) -> ModelFile:
 
 def resolve(spec: Spec) -> ModelFile:
     """The model file ``spec`` names (downloaded, fetched or derived if needed), once per process."""
-    if spec.text in _resolved and (spec.kind != "file" or _unchanged(_resolved[spec.text])):
-        return _resolved[spec.text]
+    if spec.text in _resolved:
+        known, kept = _resolved[spec.text]
+        if spec.kind != "file" or _unchanged(known, kept):
+            return known
+    stamps: tuple[Stamp, ...] | None = None
     if spec.kind == "file":
+        read_at = time.time_ns()
+        before = tuple(Stamp.of(p) for p in split_parts(Path(spec.text)))
         got = describe_file(Path(spec.text))
+        after = _stamps(got)
+        # kept only when nothing wrote to the files while they were read, nor just before
+        stamps = after if after == before and all(s.settled(read_at) for s in after) else None
     elif spec.kind == "hub":
         got = hub_file(spec)
     else:
@@ -303,9 +351,26 @@ def resolve(spec: Spec) -> ModelFile:
         if not variant:
             variant = (entry.fetch or entry.plain_variants)[0]
         got = resolve_catalog(name, variant, catalog=cat)
-    _resolved[spec.text] = got
+    _resolved[spec.text] = (got, stamps)
     return got
 
 
-def _unchanged(f: ModelFile) -> bool:
-    return f.path.is_file() and f.path.stat().st_size == f.metadata.file_size or bool(f.provenance.get("parts"))
+def _files(f: ModelFile) -> list[Path]:
+    """The files a model given by path reads: its one file, or every part of a split model."""
+    parts = f.provenance.get("parts")
+    return [f.path.with_name(p["file"]) for p in parts] if parts else [f.path]
+
+
+def _stamps(f: ModelFile) -> tuple[Stamp, ...]:
+    return tuple(Stamp.of(p) for p in _files(f))
+
+
+def _unchanged(f: ModelFile, stamps: tuple[Stamp, ...] | None) -> bool:
+    """Whether ``f``'s files are still the bytes read for it: every file's stamp as then (None: the
+    files had changed too recently to tell by their stamps, so they are read again)."""
+    if stamps is None:
+        return False
+    try:
+        return _stamps(f) == stamps
+    except OSError:  # a part gone: describe_file says which
+        return False
