@@ -1,4 +1,10 @@
-"""Render run results for people (a console table) and for machines (JSON)."""
+"""Render run results for people (a console table) and for machines (JSON).
+
+Its size: the one run's console table, its comparison with a write-up's reference, and the
+Markdown report of the store (overview, comparisons by build, machine, pair or engine, the
+workload's kept answer, the latest sweeps): the views of stored runs for people, each built from
+the same rows; the decision itself lives in llamaspec.decide and llamaspec.workload.
+"""
 
 from __future__ import annotations
 

@@ -550,6 +550,13 @@ def _adaptive(study: _Study, budget: Budget, first_pairs: int) -> tuple[str, str
                 if rest:
                     log.info("the program counts no acceptance by draft position: every length is measured first")
                     first += rest
+                    whole = first_pairs * len(first) * len(cases)
+                    if budget.pairs is not None and budget.pairs < whole:
+                        raise LlamaspecError(
+                            f"--budget {budget.pairs} pairs is too small: the program counts no acceptance by draft "
+                            f"position, so the first pass measures every length: {whole} pairs",
+                            hint=f"give at least --budget {whole} (the pairs measured are stored; the same command "
+                                 "resumes), or a program that counts positions: --program speculative-simple")
         measured = {s.key for s in first}
         wd = study.decision()
         near = [b.key for b in decide.model_contenders(wd.decision.models, list(measured), study.measurable())]

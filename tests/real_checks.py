@@ -118,8 +118,8 @@ assert set(KINDS) == set(VERDICTS), "a new kind of decision: say here what it mu
 
 
 def sweep_answers(stdout: str) -> list[dict[str, Any]]:
-    """The answers of ``sweep --json`` (today one per prompt of the set it measured). The one place
-    that knows that output's shape: when it changes, this changes."""
+    """The answers of ``sweep --json`` or ``tune --json`` (one: the workload's). The one place that
+    knows that output's shape: when it changes, this changes."""
     data = json.loads(stdout)
     return data if isinstance(data, list) else [data]
 
@@ -134,7 +134,8 @@ def answer(report: dict[str, Any], target: str | None = None, draft: str | None 
     flags by, never to expect one:
 
     - recommend: the setting, shown faster (its interval above 1.0), why, and the command that
-      deploys it: with the draft (``draft`` named in it, as ``target`` is);
+      deploys it: with the draft where the setting is a draft length (``draft`` named in it, as
+      ``target`` is), without it where it is a draft-free mode;
     - no draft: why not, and the command that deploys the target alone (``draft`` absent);
     - undecided: why, and what to measure next (a setting and a number of pairs each); no command;
     - nothing: why; no command."""
@@ -142,12 +143,11 @@ def answer(report: dict[str, Any], target: str | None = None, draft: str | None 
     kind = decision["verdict"]
     assert kind in KINDS, kind
     assert decision["reason"].strip(), decision
+    chosen = decision["chosen"]
+    uses_draft = kind == "recommend" and chosen["label"].startswith("draft")
     if kind == "recommend":
-        chosen, recommended = decision["chosen"], report["recommended"]
         assert chosen and decision["interval"]["low"] > 1.0, decision  # never recommended unless shown faster
-        assert recommended and recommended["draft_max"] >= 1, report.get("recommended")
-    else:
-        assert report["recommended"] is None, report["recommended"]
+        assert any(s["label"] == chosen["label"] and s["speedup"] for s in report["setups"]), report["setups"]
     if kind == "undecided":
         assert decision["measure_next"] and all(r["label"] and r["pairs"] >= 1 for r in decision["measure_next"]), decision
     if not KINDS[kind][1]:
@@ -159,7 +159,7 @@ def answer(report: dict[str, Any], target: str | None = None, draft: str | None 
     if target is not None:
         assert target in commands, commands
     if draft is not None:
-        assert (draft in commands) == (kind == "recommend"), commands
+        assert (draft in commands) == uses_draft, commands
     return kind
 
 
@@ -196,6 +196,6 @@ def answer_text(output: str, target: str | None = None, draft: str | None = None
     assert ("\ndeploy: no draft" in block) == (kind == "no draft"), block
     if target is not None:
         assert target in block, block
-    if draft is not None:
-        assert (draft in block) == (kind == "recommend"), block
+    if draft is not None:  # a draft length deploys the draft; a draft-free mode or "no draft" does not
+        assert (draft in block) == head.startswith("recommended: draft "), block
     return kind

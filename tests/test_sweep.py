@@ -97,55 +97,52 @@ def test_sweep_report_plots_and_recommends(fake_models) -> None:
     assert "## Compared by build" in cmp.output
 
 
-def test_tune_names_the_tie_set_and_the_search_cost(fake_models) -> None:
+def test_tune_weighs_every_variant_and_says_what_it_skipped(fake_models) -> None:
     store = Store.open()
     engine = FakeEngine(drift=0.0)
-    (result,) = tune.tune(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))
-    assert result.best is not None and result.recommended is not None
-    configs = {(c.draft_variant, c.spec_type) for c, _ in result.measured}
-    assert ("q4_1", "draft") in configs  # the experiment's own draft
-    assert ("q8_0", "draft") in configs or any("q8_0" in what for what, _ in result.skipped)  # measured or skipped, not lost
-    assert any("n-gram" in what for what, _ in result.skipped)  # the fake declares no draft-free mode
-    assert result.full_grid_points == (1 + 1) * 16
-    assert len(result.measured) < result.full_grid_points
+    result = tune.tune(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))
+    d = result.decision
+    assert d.verdict == "recommend" and d.chosen is not None
+    labels = {s.label for s in d.setups}
+    assert {"draft 16 (q4_1)", "draft 16 (q8_0)"} <= labels  # each variant's longest length, measured first
+    assert [w for w, _y in result.skipped] == ["ngram-simple"]  # the fake declares no draft-free mode
+    assert result.fixed_grid_pairs == 2 * 16 * exp().repeats  # type: ignore[operator]
+    assert result.pairs < result.fixed_grid_pairs
     text = result.render()
-    assert "recommended:" in text and "cost:" in text
-    stored = len(store.runs())
-    again = tune.tune(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))[0]
-    assert len(store.runs()) == stored  # a rerun measures nothing new
-    assert [r["id"] for _, r in again.measured] == [r["id"] for _, r in result.measured]
+    assert "recommended:" in text and "skipped ngram-simple" in text
+    calls = len(engine.calls)
+    again = tune.tune(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))
+    assert len(engine.calls) == calls  # a rerun measures nothing new: settled, every pair kept
+    assert again.runs == result.runs and again.decision.chosen is not None and again.decision.chosen.key == d.chosen.key
 
 
 def test_tune_settles_its_decision_where_it_is_unsure(fake_models) -> None:
-    """The search leaves each configuration with the experiment's pairs (3), short of the 5 a
-    settled decision needs at the chosen one: the settling step adds pairs there (and at rivals
-    that could beat it), stored with those runs, and says why it stopped. A rerun resumes with
-    every pair and measures nothing."""
+    """The first pass leaves each setup with one pair, short of the 5 a settled decision needs at
+    the chosen one: the study adds pairs there (and at rivals that could beat it), stored with
+    those runs, and says why it stopped. A rerun resumes with every pair and measures nothing."""
     store = Store.open()
     engine = FakeEngine(drift=0.0, noise=(1.0, 0.97, 1.02, 1.0, 1.03, 0.98))
-    (result,) = tune.tune(exp(), engine, store, variants=())
-    assert result.stop in ("settled", "budget"), result.stop_progress
+    result = tune.tune(exp(), engine, store, variants=())
+    assert result.stop in ("settled", "budget"), result.last_progress
     chosen = result.decision.chosen
     assert chosen is not None and chosen.measured.n >= decide.SETTLE_PAIRS
-    searched = len(result.measured) * exp().repeats  # type: ignore[operator]
-    assert result.pairs > searched  # settling measured more
-    assert result.budget_pairs == 2 * searched and result.pairs <= result.budget_pairs
-    (config, row) = next(cr for cr in result.measured if cr[0] == chosen.key)
-    rows = store.measurements(row["id"])
-    assert sum(r["mode"] == "speculative" for r in rows) == tune.TuneResult.summary(row).pairs == chosen.measured.n
-    text = result.render()
-    assert f"settling stopped: {decide.STOP_WORDS[result.stop]}, after {result.pairs} pairs in all" in text
+    run_id = result.run_of(chosen.key)
+    assert run_id is not None
+    rows = store.measurements(run_id)
+    assert sum(r["mode"] == "speculative" for r in rows) == chosen.measured.n
+    assert f"study stopped: {decide.STOP_WORDS[result.stop]}, after {result.pairs} pairs" in result.render()
     calls = len(engine.calls)
-    again = tune.tune(exp(), engine, store, variants=())[0]
+    again = tune.tune(exp(), engine, store, variants=())
     assert len(engine.calls) == calls and again.pairs == result.pairs
     assert again.decision.chosen is not None and again.decision.chosen.key == chosen.key
 
 
-def test_a_tune_budget_stops_the_settling(fake_models) -> None:
+def test_a_tune_budget_stops_it(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=(1.0, 0.97, 1.02))
-    (result,) = tune.tune(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=1))
-    assert result.stop == "budget" and result.pairs == len(result.measured) * exp().repeats  # type: ignore[operator]
-    assert "settling stopped: the budget is spent" in result.render()
+    with pytest.raises(LlamaspecError, match="the first pass alone measures 2"):
+        tune.tune(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=1))
+    result = tune.tune(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=18))
+    assert result.stop in ("budget", "settled") and result.pairs <= 18 + decide.STEP
     bad = CliRunner().invoke(main, ["tune", "smollm2-quicksort", "--budget", "0"])
     assert bad.exit_code != 0 and "--budget: '0' allows nothing to be measured" in bad.output
 
@@ -186,23 +183,23 @@ class LibraryEngine(FakeEngine):
 
 
 def test_a_tune_under_another_engine_version_starts_afresh(fake_models) -> None:
-    """The tune's id names the engine's identity: the same versions resume every point; another
+    """The study's id names the engine's identity: the same versions resume every point; another
     torch measures afresh (its points are not the old torch's), and the old ones resume again."""
     store = Store.open()
     engine = LibraryEngine(drift=0.0)
-    (first,) = tune.tune(exp(), engine, store, variants=())
+    first = tune.tune(exp(), engine, store, variants=())
     calls = len(engine.calls)
-    (again,) = tune.tune(exp(), engine, store, variants=())
-    assert again.tune_id == first.tune_id and len(engine.calls) == calls  # resumed: nothing measured
+    again = tune.tune(exp(), engine, store, variants=())
+    assert again.study_id == first.study_id and len(engine.calls) == calls  # resumed: nothing measured
     engine.torch = "2.6.0"
-    (other,) = tune.tune(exp(), engine, store, variants=())
-    assert other.tune_id != first.tune_id and len(engine.calls) > calls
-    assert not {r["id"] for _c, r in other.measured} & {r["id"] for _c, r in first.measured}
-    assert all(r["provenance"]["identity"] == engine.identity() for _c, r in other.measured)
+    other = tune.tune(exp(), engine, store, variants=())
+    assert other.study_id != first.study_id and len(engine.calls) > calls
+    assert not set(other.runs.values()) & set(first.runs.values())
+    assert all(store.run(r)["provenance"]["identity"] == engine.identity() for r in other.runs.values())
     engine.torch = "2.5.0"
     calls = len(engine.calls)
-    (back,) = tune.tune(exp(), engine, store, variants=())
-    assert back.tune_id == first.tune_id and len(engine.calls) == calls
+    back = tune.tune(exp(), engine, store, variants=())
+    assert back.study_id == first.study_id and len(engine.calls) == calls
 
 
 # --- each kind of answer with its parts, from a fake whose speed follows what it is asked -----------

@@ -244,9 +244,9 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """The experiment's tune, whole, on this machine (scratch store: resumable while the worker lives)."""
     from llamaspec import tune as tuner
-    from llamaspec.sweep import parse_budget
     from llamaspec.contract import engine_provenance
     from llamaspec.results import Store
+    from llamaspec.sweep import parse_budget
 
     p = item.payload
     exp = experiment_of(p)  # the command line's overrides applied on the coordinator
