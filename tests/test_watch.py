@@ -107,7 +107,7 @@ def test_another_model_is_another_server() -> None:
 def test_the_prediction_is_the_models_arithmetic_on_the_windows_counts() -> None:
     w = recorded_window()
     cost = costs_ms()
-    f = forecast.forecast(w, cost, 8, fit_loop_ok=False, refits=50)
+    f = forecast.forecast(w, cost, 8, fit=False, refits=50)
     drafted = forecast.drafted_at(w, 8)
     plain = w.plain_steps / (w.tokens - w.requests)
     for k, p in enumerate(f.lengths, start=1):
@@ -136,22 +136,22 @@ def test_the_intervals_come_from_resampling_the_windows_steps() -> None:
     certain = made_window((50, 50, 50), 50)  # every step accepted everything: nothing to resample
     f = forecast.forecast(certain, costs_ms(), 3, refits=40)
     assert all(p.low == p.speedup == p.high for p in f.lengths)
-    few = forecast.forecast(made_window((3, 2, 1), 4), costs_ms(), 3, refits=200, fit_loop_ok=False)
-    many = forecast.forecast(made_window((300, 200, 100), 400), costs_ms(), 3, refits=200, fit_loop_ok=False)
+    few = forecast.forecast(made_window((3, 2, 1), 4), costs_ms(), 3, refits=200, fit=False)
+    many = forecast.forecast(made_window((300, 200, 100), 400), costs_ms(), 3, refits=200, fit=False)
     assert few.at(3).high - few.at(3).low > many.at(3).high - many.at(3).low  # more steps, a narrower interval
 
 
 def test_each_verdict_on_counts_and_costs_given() -> None:
     flat = (95, 90, 86, 82, 78, 74, 70, 66)  # acceptance that holds up
     steep = (90, 60, 10, 2, 1, 0, 0, 0)  # acceptance that ends after two positions
-    keep = forecast.forecast(made_window(flat, 100), costs_ms(c=0.05, per_token=0.02), 8, fit_loop_ok=False)
+    keep = forecast.forecast(made_window(flat, 100), costs_ms(c=0.05, per_token=0.02), 8, fit=False)
     assert (keep.verdict, keep.best) == ("keep", 8) and "running length is the best" in keep.reason
-    change = forecast.forecast(made_window(steep, 100), costs_ms(c=0.3, per_token=0.1), 8, fit_loop_ok=False)
+    change = forecast.forecast(made_window(steep, 100), costs_ms(c=0.3, per_token=0.1), 8, fit=False)
     assert change.verdict == "change" and change.best in (2, 3) and f"running {8}" in change.reason
     assert (change.best_length.beats_running or 0) >= forecast.SHOWN
-    never = forecast.forecast(made_window(steep, 100), costs_ms(c=2.0, per_token=0.5), 8, fit_loop_ok=False)
+    never = forecast.forecast(made_window(steep, 100), costs_ms(c=2.0, per_token=0.5), 8, fit=False)
     assert never.verdict == "no draft" and never.best_length.high < 1.0
-    unsure = forecast.forecast(made_window((2, 1, 0, 0), 3), costs_ms(c=0.4, per_token=0.15), 4, fit_loop_ok=False)
+    unsure = forecast.forecast(made_window((2, 1, 0, 0), 3), costs_ms(c=0.4, per_token=0.15), 4, fit=False)
     assert unsure.verdict == "undecided" and unsure.best_length.low <= 1.0 <= unsure.best_length.high
 
 
@@ -182,12 +182,20 @@ def test_without_the_per_position_series_one_alpha_from_the_mean_length() -> Non
     assert all(b.tokens_per_step > a.tokens_per_step for a, b in zip(f.lengths, f.lengths[1:], strict=False))
 
 
-def test_the_servers_loop_is_set_by_the_windows_measured_speed() -> None:
-    w = recorded_window()
-    f = forecast.forecast(w, costs_ms(step=10.0), 8, refits=20)
-    if f.loop_fitted:  # the model without the loop was faster than the window: the loop makes them meet
-        assert f.predicted_tps(8) == pytest.approx(w.decode_tps, rel=1e-6)
-    assert forecast.fit_loop(costs_ms(step=10.0), replace(w, requests=None), 8, 0.0) is None  # speed unknown
+def test_the_windows_measured_speed_sets_one_cost() -> None:
+    """Without a target-alone step, the server's loop; with one timed here, the draft's cost: either way
+    the model then meets the window's measured decode speed at the running length."""
+    w = recorded_window()  # 30.4 t/s a request at draft 8
+    loop = forecast.forecast(w, costs_ms(step=10.0), 8, refits=20)
+    assert loop.calibrated == "loop" and loop.cost.loop_overhead_ms > 0
+    assert loop.predicted_tps(8) == pytest.approx(w.decode_tps, rel=1e-9)
+    timed = replace(costs_ms(c=0.3, step=10.0), baseline_step_ms=25.0)
+    draft = forecast.forecast(w, timed, 8, refits=20, fit_draft=True)
+    assert draft.calibrated == "draft" and draft.cost.timed_cost_ratio == pytest.approx(0.3)
+    assert draft.predicted_tps(8) == pytest.approx(w.decode_tps, rel=1e-9)
+    assert draft.predicted_tps(None) == pytest.approx(1000 / 25.0)  # the target alone as timed
+    assert forecast.forecast(w, timed, 8, refits=20).calibrated == "none"  # a study's fitted costs stand
+    assert forecast.calibrate(costs_ms(step=10.0), replace(w, requests=None), 8, 0.0) == (costs_ms(step=10.0), "none")
 
 
 def test_no_speculative_request_nothing_to_predict() -> None:
@@ -207,12 +215,12 @@ def served(argv: list[str] | None, speculation: str = "draft", k: int = 8) -> se
 def test_the_change_is_the_servers_own_command_changed() -> None:
     argv = shlex.split((REC / "draft" / "command.txt").read_text())
     steep = forecast.forecast(made_window((90, 60, 10, 2, 1, 0, 0, 0), 100), costs_ms(c=0.3, per_token=0.1), 8,
-                              fit_loop_ok=False)
+                              fit=False)
     c = report.change_for(steep, served(argv))
     assert c.verdict == "change" and c.words.startswith(f"--spec-draft-n-max {steep.best} (in place of 8)")
     assert c.command is not None and f"--spec-draft-n-max {steep.best}" in c.command and "-md" in c.command
     never = forecast.forecast(made_window((90, 60, 10, 2, 1, 0, 0, 0), 100), costs_ms(c=2.0, per_token=0.5), 8,
-                              fit_loop_ok=False)
+                              fit=False)
     alone = report.change_for(never, served(argv))
     assert alone.verdict == "no draft" and alone.command is not None and " -md " not in alone.command
     assert report.change_for(never, served(None)).command is None  # a server elsewhere: the words only

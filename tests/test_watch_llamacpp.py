@@ -137,6 +137,9 @@ def test_costs_are_timed_here_once_then_found_in_the_store(server_build: Build, 
         srv.stop()
     assert timed.costs is not None and timed.costs.source == "measured" and timed.costs.absolute
     assert timed.costs.cost.verify_batches and timed.costs.cost.depth == timed.window.depth
-    assert timed.forecast is not None and timed.forecast.predicted_tps(None) is not None
+    assert timed.costs.cost.baseline_step_ms is not None  # the target alone, timed beside llama-bench
+    assert timed.forecast is not None and timed.forecast.predicted_tps(None) == pytest.approx(
+        1000 / timed.costs.cost.baseline_step_ms)
+    assert timed.forecast.calibrated in forecast.CALIBRATIONS
     assert again.costs is not None and again.costs.source == "stored" and "timed here by llamaspec watch" in again.costs.label
     assert again.costs.cost.verify_batches == timed.costs.cost.verify_batches

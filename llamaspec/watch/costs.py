@@ -7,10 +7,14 @@
    (or run) with llama-bench's costs, the draft's cost as that study fitted it to its measured
    speedups where it could (``analysis.analyze_rows``); or an earlier watch window whose costs were
    timed here.
-3. Timed on the spot, with the same files on this machine: llama-bench of the server's own build
-   (beside its binary) on the server's flags (``llamacpp.costs``), at the window's mean context
-   depth, under the measurement lock. The server keeps serving meanwhile; the timing says how many
-   requests it was generating.
+3. Timed on the spot, with the same files on this machine, under the measurement lock: llama-bench
+   of the server's own build (beside its binary) on the server's flags (``llamacpp.costs``), at the
+   window's mean context depth, and the target alone as llamaspec's llama-server engine measures a
+   baseline (a server of the same build and flags without the draft, a built-in prompt generating
+   a window's mean request, ``BASELINE_RUNS`` times: its median step, the server's own loop
+   included). The watched server keeps serving meanwhile; the timing says how many requests it was
+   generating. The draft's cost is then set to meet the window's measured speed
+   (``forecast.calibrate``).
 
 Draft-free (n-gram) modes cost no draft model: the draft's step is 0 (the n-gram lookup is not
 timed), the verification as measured for the target. Every source is re-profiled to the server's
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 
 SOURCES = ("given", "stored", "measured")
 PROFILE = "llama-server"
+BASELINE_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,12 @@ class PairCosts:
     source: str  # of SOURCES
     label: str  # one line for the output
     absolute: bool  # in milliseconds (timed), not a ratio given with --cost
+
+    @property
+    def fit_draft(self) -> bool:
+        """The window may set the draft's cost: it is as timed alone (no study fitted it) and the
+        target alone's step was measured beside it."""
+        return self.absolute and self.cost.timed_cost_ratio is None and self.cost.baseline_step_ms is not None
 
     def to_dict(self) -> dict[str, Any]:
         c = self.cost
@@ -62,7 +73,7 @@ class PairCosts:
                          verify_batches=tuple((int(s), float(ms)) for s, ms in data.get("verify_batches") or ()),
                          draft_batches=tuple((int(s), float(ms)) for s, ms in data.get("draft_batches") or ()),
                          profile=round_profile(PROFILE), depth=data.get("depth"),
-                         timed_cost_ratio=data.get("timed_cost_ratio"))
+                         baseline_step_ms=data.get("baseline_step_ms"), timed_cost_ratio=data.get("timed_cost_ratio"))
         return cls(cost, "stored", label, bool(data.get("absolute", True)))
 
 
@@ -155,7 +166,33 @@ def bench_build(argv: tuple[str, ...]) -> Any:
     if not program.is_file():
         raise LlamaspecError(f"cannot find the server's binary {argv[0]} to time the costs with its build",
                              hint="give the costs with --cost C, or run `llamaspec sweep` on the same files")
-    return cache.prebuilt(program.parent, roles=("bench",))
+    return cache.prebuilt(program.parent, roles=("bench", "server"))
+
+
+def baseline_step_ms(build: Any, case: Any, window: Window, log_dir: Path) -> float:
+    """The target alone's step on the server's flags, as the llama-server engine measures a baseline:
+    the median of ``BASELINE_RUNS`` generations of a built-in prompt, each a window's mean request."""
+    import json
+    import statistics
+
+    from llamaspec import adhoc
+    from llamaspec.llamacpp.server import ServerEngine
+
+    first = adhoc.builtin_prompts().read_text().splitlines()[0]
+    length = round(window.tokens / window.requests) if window.requests else 64
+    alone = dataclasses.replace(case, draft=None, prompt=json.loads(first)["prompt"],
+                                settings=dataclasses.replace(case.settings, spec_type=None, draft_max=None,
+                                                             n_predict=min(max(length, 32), 256)))
+    engine = ServerEngine(build, servers_dir=log_dir / "servers")
+    try:
+        runs = [engine.measure(alone, "baseline", log_dir / f"baseline-{i}.log") for i in range(BASELINE_RUNS)]
+    finally:
+        engine.close()
+    failed = next((m for m in runs if not m.ok or not m.decode_tps), None)
+    if failed is not None:
+        raise LlamaspecError(f"timing the target alone failed: {failed.error or 'no decode speed'}",
+                             hint=f"see {failed.log_path}; or give --cost C[,V]")
+    return 1000.0 / statistics.median(m.decode_tps for m in runs if m.decode_tps)
 
 
 def measured(serving: Serving, window: Window, log_dir: Path, processing: int | None = None) -> PairCosts:
@@ -184,13 +221,15 @@ def measured(serving: Serving, window: Window, log_dir: Path, processing: int | 
         batch = costs.measure(build, generation, case, "batch", log_dir / f"{stamp}-batch.log", depth, True)
         step = costs.measure(build, generation, case, "draft", log_dir / f"{stamp}-draft.log", depth, True) \
             if draft is not None else None
+        alone_ms = baseline_step_ms(build, case, window, log_dir / stamp) if batch.ok else None
     for m in (batch, step):
         if m is not None and not m.ok:
             raise LlamaspecError(f"timing the costs failed: {m.error}", hint=f"see {m.log_path}; or give --cost C[,V]")
     batch_ms = (batch.stats or {}).get("batch_ms") or {}
     draft_ms = 1000.0 / step.decode_tps if step is not None and step.decode_tps else 0.0
-    cost = CostModel.from_bench({int(k): float(v) for k, v in batch_ms.items()}, draft_ms, round_profile(PROFILE),
-                                depth=depth)
-    label = (f"timed here now with llama-bench ({Path(build.bin_dir).name}, -t {settings.threads}, depth {depth}): "
-             f"c {cost.cost_ratio:.2f}" + (f"; {processing} request(s) were being served meanwhile" if processing else ""))
+    cost = dataclasses.replace(CostModel.from_bench({int(k): float(v) for k, v in batch_ms.items()}, draft_ms,
+                                                    round_profile(PROFILE), depth=depth), baseline_step_ms=alone_ms)
+    label = f"timed here now: llama-bench (-t {settings.threads}, depth {depth}), c {cost.cost_ratio:.2f}"
+    label += f"; the target alone {1000.0 / alone_ms:.1f} t/s" if alone_ms else ""
+    label += f"; {processing} request(s) were being served meanwhile" if processing else ""
     return PairCosts(cost, "measured", label, absolute=True)

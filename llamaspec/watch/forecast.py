@@ -19,9 +19,10 @@ token at one target step's cost; their share of the tokens (the window's rounds 
 verification steps, ``Window.plain_steps``) stays as measured at every length
 (``CostModel.speedup_at(..., plain_share)``).
 
-**Costs** come with the pair (``watch.costs``); the server's own loop per emitted token, where no
-study measured it (``RoundProfile.loop_overhead``), is set so that the model meets the window's
-measured decode speed at the running length (one slot only: several slots share each step).
+**Costs** come with the pair (``watch.costs``). One of them is then set so that the model meets the
+window's measured decode speed at the running length (:func:`calibrate`; one slot only: several
+slots share each step): the server's own loop per emitted token where no target-alone step was
+measured, else, where the costs were timed here with the target alone, the draft's cost.
 
 **Intervals** resample the window's verification steps (how many accepted exactly n tokens, n =
 0..K, follows from the counts) ``BOOTSTRAP`` times and predict again: 95 % percentile intervals,
@@ -79,7 +80,7 @@ class Forecast:
     plain_share: float  # share of the tokens from steps that drafted nothing
     plain_known: bool  # False: the window's requests are unknown, the share taken as 0
     cost: CostModel
-    loop_fitted: bool  # the server's loop per token was fitted to the window's measured speed
+    calibrated: str  # of CALIBRATIONS: what the window's measured speed set (calibrate)
     measured_tps: float | None  # the window's decode speed a request, at the running length
     absolute: bool  # the costs are in milliseconds (timed), not a ratio given with --cost
     verdict: str  # of VERDICTS
@@ -208,26 +209,53 @@ def speedups(window: Window, cost: CostModel, running: int, plain_share: float,
     return [cost.speedup_at(drafted[k - 1], tokens_at(k), plain_share) for k in range(1, running + 1)]
 
 
-def fit_loop(cost: CostModel, window: Window, running: int, plain_share: float) -> CostModel | None:
-    """The cost model with the server's own loop per emitted token set so that the model meets the
-    window's measured decode speed at the running length (None where it cannot: no loop to
-    charge, a step already given, the window's speed unknown). The model's time per token is its
-    time without the loop plus the loop's, so the loop is the measured time less the model's."""
-    if cost.profile.loop_overhead != "token" or cost.baseline_step_ms is not None or not window.decode_tps:
-        return None
+CALIBRATIONS = ("none", "loop", "draft")
+
+
+def _ms_per_token(cost: CostModel, window: Window, running: int, plain_share: float) -> float:
+    """The model's time per emitted token at the running length, on the window's own acceptance."""
     tokens = _tokens_model(window, None)(running)
-    bare = cost.baseline_ms_per_token / cost.speedup_at(drafted_at(window, running)[-1], tokens, plain_share)
-    loop = 1000.0 / window.decode_tps - bare
-    if loop <= 0:  # the model is already slower than the server was: nothing to add (the report shows both)
-        return None
-    return dataclasses.replace(cost, baseline_step_ms=cost.target_ms_per_token + cost.target_sample_ms + loop)
+    return cost.baseline_ms_per_token / cost.speedup_at(drafted_at(window, running)[-1], tokens, plain_share)
 
 
-def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = True, fit_loop_ok: bool = True,
-             refits: int = BOOTSTRAP, seed: int = 0) -> Forecast:
+def calibrate(cost: CostModel, window: Window, running: int, plain_share: float,
+              draft_ok: bool = False) -> tuple[CostModel, str]:
+    """The cost model set so that it meets the window's measured decode speed at the running length,
+    by one parameter, and which (of :data:`CALIBRATIONS`):
+
+    - ``"loop"``: without a measured target-alone step (``baseline_step_ms``), the server's own loop
+      per emitted token (``RoundProfile.loop_overhead``), charged alike to the target alone: the
+      measured time per token less the model's (never below 0);
+    - ``"draft"`` (``draft_ok``: the target alone was timed here with the costs): the draft's cost,
+      scaled as ``CostModel.fitted_to`` scales it (inside a round a draft step need not cost what it
+      does timed alone); the time per token is linear in it;
+    - ``"none"``: the window's speed is unknown, or nothing to set."""
+    if not window.decode_tps:
+        return cost, "none"
+    measured = 1000.0 / window.decode_tps
+    if cost.baseline_step_ms is None:
+        if cost.profile.loop_overhead != "token":
+            return cost, "none"
+        loop = measured - _ms_per_token(cost, window, running, plain_share)
+        if loop <= 0:  # the model is already slower than the server was: nothing to add (the report shows both)
+            return cost, "none"
+        return dataclasses.replace(cost, baseline_step_ms=cost.target_ms_per_token + cost.target_sample_ms + loop), "loop"
+    if not draft_ok or cost.draft_ms_per_token <= 0:
+        return cost, "none"
+    free = _ms_per_token(cost.with_cost_ratio(0.0), window, running, plain_share)
+    timed = _ms_per_token(cost, window, running, plain_share)
+    if timed <= free:
+        return cost, "none"
+    ratio = max((measured - free) / (timed - free), 0.0) * cost.cost_ratio
+    return dataclasses.replace(cost.with_cost_ratio(ratio), timed_cost_ratio=cost.cost_ratio), "draft"
+
+
+def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = True, fit: bool = True,
+             fit_draft: bool = False, refits: int = BOOTSTRAP, seed: int = 0) -> Forecast:
     """The prediction and verdict for ``window`` at draft lengths 1..``running`` (the server's).
-    ``absolute``: the costs are in milliseconds; ``fit_loop_ok``: the window may set the server's
-    loop per token (one slot, costs in milliseconds)."""
+    ``absolute``: the costs are in milliseconds; ``fit``: the window's measured speed may set one
+    parameter of the costs (:func:`calibrate`; one slot, costs in milliseconds); ``fit_draft``: that
+    parameter may be the draft's cost (the target alone was timed with the costs)."""
     if not window.speculated:
         raise LlamaspecError("no speculative request finished in this window yet: nothing to predict from",
                              hint="wait for traffic (the counters count finished requests)")
@@ -237,8 +265,7 @@ def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = 
     emitted = window.tokens - (window.requests or 0)  # the tokens steps emitted (each request's first is not)
     plain_share = plain / emitted if plain is not None and emitted > 0 else 0.0
     plain_share = min(max(plain_share, 0.0), 1.0)
-    fitted = fit_loop(cost, window, running, plain_share) if fit_loop_ok and absolute else None
-    cost = fitted or cost
+    cost, calibrated = calibrate(cost, window, running, plain_share, fit_draft) if fit and absolute else (cost, "none")
     drafted = drafted_at(window, running)
     point = speedups(window, cost, running, plain_share, drafted=drafted)
     rng = random.Random(seed)
@@ -259,7 +286,7 @@ def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = 
             best = k
     verdict, reason = _verdict(lengths, best, running)
     return Forecast(running, tuple(lengths), BY_POSITION if window.accepted_by_position is not None else ONE_ALPHA,
-                    plain_share, plain is not None, cost, fitted is not None, window.decode_tps, absolute, verdict, best,
+                    plain_share, plain is not None, cost, calibrated, window.decode_tps, absolute, verdict, best,
                     reason, refits)
 
 

@@ -142,8 +142,8 @@ class Watcher:
             if found is None:
                 said.append(self.no_costs or "no costs")
             else:
-                fc = forecast(w, found.cost, s.draft_max, absolute=found.absolute, fit_loop_ok=(s.slots or 1) == 1,
-                              refits=self.refits, seed=self.seed)
+                fc = forecast(w, found.cost, s.draft_max, absolute=found.absolute, fit=(s.slots or 1) == 1,
+                              fit_draft=found.fit_draft, refits=self.refits, seed=self.seed)
                 change = change_for(fc, s)
         if w is not None and w.tokens and w.requests is None:
             said.append("the number of requests is unknown: something else reads /metrics too (each read resets the "

@@ -156,9 +156,13 @@ class Report:
         alone = f.predicted_tps(None)
         out.append("  target alone: 1.00x" + (f" ({alone:.1f} t/s predicted)" if alone else ""))
         model_now = f.predicted_tps(f.running)
-        if f.loop_fitted:
+        if f.calibrated == "loop":
             out.append(f"  the server's own loop: {f.cost.loop_overhead_ms:.1f} ms a token, set so that the model meets "
                        f"the window's decode speed at the running length ({f.measured_tps:.1f} t/s a request)")
+        elif f.calibrated == "draft":
+            out.append(f"  the draft's cost: c {f.cost.cost_ratio:.2f} (timed alone {f.cost.timed_cost_ratio:.2f}), set so "
+                       f"that the model meets the window's decode speed at the running length ({f.measured_tps:.1f} t/s "
+                       "a request)")
         elif model_now and f.measured_tps:
             out.append(f"  at the running length the model predicts {model_now:.1f} t/s a request, the window measured "
                        f"{f.measured_tps:.1f}")
@@ -204,7 +208,8 @@ def window_dict(w: Window, span: float | None = None) -> dict[str, Any]:
 def forecast_dict(f: Forecast) -> dict[str, Any]:
     return {"running": f.running, "best": f.best, "verdict": f.verdict, "reason": f.reason,
             "acceptance_model": f.acceptance_model, "plain_share": f.plain_share, "plain_known": f.plain_known,
-            "loop_fitted": f.loop_fitted, "loop_ms_per_token": f.cost.loop_overhead_ms if f.loop_fitted else None,
+            "calibrated": f.calibrated, "loop_ms_per_token": f.cost.loop_overhead_ms,
+            "timed_cost_ratio": f.cost.timed_cost_ratio,
             "measured_tps": f.measured_tps,
             "cost_ratio": f.cost.cost_ratio, "resamples": f.resamples,
             "target_alone_tps": f.predicted_tps(None),
