@@ -30,9 +30,10 @@ and for each length the share of resamples in which it beats the running one. Th
 window's sampling error only, taken as independent steps; the costs are taken as exact.
 
 **The verdict** (:data:`VERDICTS`): "no draft" when even the best length's interval lies below
-1.0; "undecided" when it spans 1.0; else "keep" when the running length is the best or within
-``decide.TOLERANCE`` of it or its predicted gain is within the model's own error
-(``analysis.PREDICTION_ERROR``: its median miss at lengths it did not see), "change" when another
+1.0 and its prediction more than the model's own error (``analysis.PREDICTION_ERROR``) below it;
+"undecided" when it spans 1.0 or lies within that error of it; else "keep" when the running length is the best or within
+``decide.TOLERANCE`` of it or its predicted gain is within the model's own error (its median
+miss at lengths it did not see), "change" when another
 length beats it in at least ``SHOWN`` of the resamples, otherwise "keep" (the gain is not shown by
 the window's counts), saying so.
 """
@@ -292,12 +293,15 @@ def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = 
 
 def _verdict(lengths: Sequence[LengthForecast], best: int, running: int) -> tuple[str, str]:
     top, now = lengths[best - 1], lengths[running - 1]
-    if top.high < 1.0:
+    if top.high < 1.0 and top.speedup < 1.0 - PREDICTION_ERROR:
         return "no draft", (f"even its best length, {best}, is predicted slower than the target alone "
                             f"({top.speedup:.2f}x [{top.low:.2f}-{top.high:.2f}])")
-    if top.low <= 1.0:
+    if top.low <= 1.0 or top.speedup <= 1.0 + PREDICTION_ERROR:
         return "undecided", (f"whether the draft pays is not settled by this window: its best length, {best}, "
-                             f"is predicted {top.speedup:.2f}x [{top.low:.2f}-{top.high:.2f}]")
+                             f"is predicted {top.speedup:.2f}x [{top.low:.2f}-{top.high:.2f}]"
+                             + ("" if top.low > 1.0 or top.high < 1.0 else ", its interval spanning 1.0")
+                             + (f", within the model's own error ({100 * PREDICTION_ERROR:.0f} %) of 1.0"
+                                if abs(top.speedup - 1.0) <= PREDICTION_ERROR else ""))
     if best == running or now.speedup >= top.speedup * (1.0 - TOLERANCE):
         why = ("the running length is the best predicted" if best == running else
                f"the running length is within {100 * TOLERANCE:.0f} % of the best predicted (draft {best}, "
