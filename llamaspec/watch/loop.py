@@ -87,7 +87,7 @@ class Watcher:
         """The first reading of a live watch: the window begins here."""
         reading = self._first()
         self.tracker.add(reading)
-        return self._report(reading, ())
+        return self._report(reading, ("the window begins now: the next readings show the requests that finish from here",))
 
     def step(self) -> Report:
         """The next reading."""
