@@ -9,7 +9,7 @@ image never sits under its final name.
 Inputs are plain values (``PlotPoint``, ``PlotMeta``, curves as ``(draft length, value)`` pairs); the
 caller turns stored runs and :mod:`llamaspec.theory` results into them.
 
-Its size: five figures (speed, acceptance, acceptance by position, speedup, the dashboard) share
+Its size: six figures (speed, acceptance, acceptance by position, speedup, the dashboard, a watch) share
 one set of private drawing helpers (axis ranges, styling, interval bars, the atomic save); split
 by figure, every module would import the others' privates.
 """
@@ -40,6 +40,7 @@ __all__ = [
     "plot_dashboard",
     "plot_decode_tps",
     "plot_speedup",
+    "plot_watch",
 ]
 
 FORMATS = ("png", "svg", "pdf")
@@ -285,6 +286,52 @@ def plot_dashboard(
     ax_acc.set_title("Draft acceptance", fontsize=11)
     ax_speed.set_title("Speedup over the target alone", fontsize=11)
     fig.suptitle(meta.title("Speculative decoding vs draft length"), fontsize=11)
+    return _save(fig, out_dir, stem, formats)
+
+
+def plot_watch(
+    shares: Sequence[float],
+    predicted: BandCurve,
+    speedups: Curve,
+    running: int,
+    title: str,
+    out_dir: Path,
+    *,
+    stem: str = "watch",
+    formats: Sequence[str] = DEFAULT_FORMATS,
+) -> list[Path]:
+    """A window of a running server's traffic (``llamaspec watch``): the share of its verification
+    steps accepted through each draft position, and the speedup the model predicts at each length
+    up to the running one with its interval from the window's counts (the running length marked,
+    the break-even line y = 1)."""
+    if not shares or not speedups:
+        raise LlamaspecError("nothing to plot: the window has no acceptance by position or no prediction",
+                             hint="wait for speculative requests, and give the costs (--cost) if none are found")
+    _check_formats(formats)
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    fig, (ax_pos, ax_speed) = _figure(2, (12.0, 5.0))
+    ax_pos.plot(range(1, len(shares) + 1), [100.0 * s for s in shares], marker="o", markersize=4, color="C0")
+    ax_pos.set_xlabel("draft position")
+    ax_pos.set_ylabel("verification steps accepted through the position")
+    ax_pos.yaxis.set_major_formatter(PercentFormatter(100))
+    ax_pos.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_pos.set_ylim(0, 105)
+    ax_pos.grid(True, alpha=0.3)
+    ax_pos.set_title("Acceptance by draft position", fontsize=11)
+    xs = [k for k, _ in speedups]
+    ax_speed.fill_between([k for k, _, _ in predicted], [lo for _, lo, _ in predicted], [hi for _, _, hi in predicted],
+                          color="C1", alpha=0.2, label="95 % interval (window's counts)")
+    ax_speed.plot(xs, [s for _, s in speedups], marker="o", markersize=4, color="C1", label="predicted")
+    now = dict(speedups).get(running)
+    if now is not None:
+        ax_speed.plot([running], [now], marker="*", markersize=14, color="C3", linestyle="none", label=f"running ({running})")
+    ax_speed.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="the target alone")
+    _style_x(ax_speed, (min(xs), max(xs)))
+    ax_speed.set_ylabel("speedup over the target alone")
+    ax_speed.legend(loc="best", fontsize=9)
+    ax_speed.set_title("Predicted speedup vs draft length", fontsize=11)
+    fig.suptitle(title, fontsize=11)
     return _save(fig, out_dir, stem, formats)
 
 

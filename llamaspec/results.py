@@ -11,6 +11,8 @@ Tables (columns named after llama.cpp's own labels where there is one):
 - ``measurements``: one row per generation: mode (speculative / baseline / draft / batch), repeat,
   argv, exit status, wall seconds, peak memory, parsed counters and timings, generated text and
   token ids, log path.
+- ``watch_windows``: one row per window of ``llamaspec watch`` (a running llama-server's traffic):
+  the server and its files by sha256, the window's counts, the costs and the prediction.
 
 Schema changes are an append-only list of migrations (``MIGRATIONS``); never edit one that shipped.
 They are applied in one ``BEGIN IMMEDIATE`` transaction that re-reads the schema version inside
@@ -202,6 +204,27 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE measurements ADD COLUMN drafted_by_position TEXT;
     ALTER TABLE measurements ADD COLUMN accepted_by_position TEXT;
     """,
+    # llamaspec watch: one row per window of a running llama-server's traffic (llamaspec.watch): the
+    # server (URL, the speculation it runs, its draft length, its files by sha256), the window's
+    # counts, the costs the prediction used and where they came from, the prediction, provenance.
+    """
+    CREATE TABLE watch_windows (
+        id INTEGER PRIMARY KEY,
+        url TEXT NOT NULL,
+        started_at TEXT,                            -- the window's first reading (NULL: the server's start)
+        finished_at TEXT NOT NULL,
+        speculation TEXT,                           -- draft | an n-gram mode | NULL: none
+        draft_max INTEGER,
+        threads INTEGER,
+        target_sha256 TEXT,
+        draft_sha256 TEXT,
+        counts TEXT NOT NULL,                       -- JSON: the window's counts
+        costs TEXT,                                 -- JSON: the cost model and its source
+        forecast TEXT,                              -- JSON: the prediction and the verdict
+        provenance TEXT NOT NULL                    -- JSON: the server, llamaspec, this machine
+    );
+    CREATE INDEX watch_windows_by_files ON watch_windows(target_sha256, draft_sha256);
+    """,
 )
 
 GROUP_KINDS = ("sweep", "tune", "promptset", "study")
@@ -319,7 +342,9 @@ def measurements_of(rows: Sequence[dict[str, Any]]) -> list[Measurement]:
 
 
 JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens", "noise", "drafted_by_position",
-                "accepted_by_position"}
+                "accepted_by_position", "counts", "costs", "forecast"}
+WINDOW_COLUMNS = ("url", "started_at", "finished_at", "speculation", "draft_max", "threads", "target_sha256",
+                  "draft_sha256", "counts", "costs", "forecast", "provenance")
 BOOL_COLUMNS = {"ok", "end_of_text"}
 
 
@@ -494,7 +519,33 @@ class Store:
             log.info("results store %s: %d run(s) whose process is gone marked interrupted", self.path, count)
         return int(count)
 
+    def add_window(self, window: dict[str, Any]) -> int:
+        """Store one window of ``llamaspec watch`` (keys: :data:`WINDOW_COLUMNS`; the JSON ones as
+        dicts); returns its id."""
+        unknown = set(window) - set(WINDOW_COLUMNS)
+        if unknown:
+            raise ValueError(f"a watch window has no column {', '.join(sorted(unknown))}")
+        values = [json.dumps(window.get(c), sort_keys=True) if c in JSON_COLUMNS and window.get(c) is not None
+                  else window.get(c) for c in WINDOW_COLUMNS]
+        with self.transaction() as db:
+            cur = db.execute(f"INSERT INTO watch_windows ({', '.join(WINDOW_COLUMNS)}) VALUES "
+                             f"({', '.join('?' * len(WINDOW_COLUMNS))})", values)
+            return int(cur.lastrowid or 0)
+
     # --- reading ---------------------------------------------------------------------------
+
+    def windows(self, *, url: str | None = None, target_sha256: str | None = None, draft_sha256: str | None = None,
+                limit: int | None = None) -> list[dict[str, Any]]:
+        """Stored ``llamaspec watch`` windows, newest first, filtered by whichever arguments are given."""
+        where, args = [], []
+        for column, value in (("url", url), ("target_sha256", target_sha256), ("draft_sha256", draft_sha256)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        sql = "SELECT * FROM watch_windows" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [_decode(r) for r in self._query(sql, args)]
 
     def runs(self, experiment: str | None = None, group_id: str | None = None, status: str | None = None,
              limit: int | None = None, ids: Sequence[int] | None = None, *, kind: str | None = None,

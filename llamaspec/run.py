@@ -130,9 +130,14 @@ def provenance(backend: Engine, case: ResolvedCase, hardware: dict[str, Any], ex
         if exp else None,
         "lock": lock.held(),
         "speed_definition": SPEED_DEFINITION,
-        "llamaspec": {"version": __version__, "git": _own_commit(), "argv": sys.argv, "python": sys.version.split()[0]},
+        "llamaspec": own_provenance(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def own_provenance() -> dict[str, Any]:
+    """llamaspec itself as a result's provenance names it: version, commit of its clone, argv, Python."""
+    return {"version": __version__, "git": _own_commit(), "argv": sys.argv, "python": sys.version.split()[0]}
 
 
 def _own_commit() -> str | None:

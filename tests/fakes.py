@@ -1,6 +1,7 @@
 """Faithful fake llama.cpp programs for error paths: they answer --help and --version with the
 real recorded texts, print real recorded output, then misbehave as asked (crash, hang, stop
-without stats, always or once)."""
+without stats, always or once); a fake engine; and a fake llama-server whose /metrics counters
+advance as a scripted load proceeds (:class:`FakeLlamaServer`, for llamaspec watch)."""
 
 from __future__ import annotations
 
@@ -242,3 +243,158 @@ class WorkloadEngine(FakeEngine):
 
     def machine_speed_at(self, n: int) -> float:
         return (1 - self.drift) ** n * self.noise[n % len(self.noise)]
+
+
+# --- a fake llama-server for llamaspec watch ------------------------------------------------------
+
+WATCH_RECORDED = FIXTURES / "0c1e570" / "watch"
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request as the fake server finishes it: what it adds to the real server's counters."""
+
+    tokens: int = 26  # generated, the first included: 1 + 5 rounds + 20 accepted
+    seconds: float = 0.8  # from the first generated token to the last
+    accepted_by_position: tuple[int, ...] = (4, 4, 3, 3, 2, 2, 1, 1)  # steps accepted through position i
+    steps: int = 4  # verification steps
+    drafted: int = 30
+    prompt: int = 12
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.accepted_by_position)
+
+
+class FakeLlamaServer:
+    """A fake llama-server on 127.0.0.1 that answers ``/metrics``, ``/props`` and ``/slots`` as the
+    pinned one does (the recorded ``/props`` and ``/slots``, ``/metrics`` in its format), according
+    to what it is asked: every read of ``/metrics`` first lets the scripted load proceed by one step
+    (``script``: a :class:`Served` request finishes, ``"restart"`` zeroes every counter, ``"scrape"``
+    is another client reading ``/metrics``, ``None`` nothing, a tuple: those in turn), then answers with the counters so far
+    and the rate gauge of the requests finished since the previous read, which it resets, as the
+    real one does. ``per_position``: the per-position series (a server from before it has none);
+    ``metrics``: served at all (without --metrics: HTTP 501); ``llama``: answers as llama-server;
+    ``speculative``: the slots speculate (``spec_types``)."""
+
+    def __init__(self, script: list[Served | str | tuple[Served | str, ...] | None], *, per_position: bool = True,
+                 metrics: bool = True, llama: bool = True, speculative: bool = True,
+                 spec_types: str = "none,draft-simple", draft_max: int = 8,
+                 model_path: str = "/nonexistent/ggml-model-f32.gguf") -> None:
+        import http.server
+        import threading
+
+        self.script = list(script)
+        self.per_position, self.metrics_on, self.llama = per_position, metrics, llama
+        self.speculative, self.spec_types, self.draft_max = speculative, spec_types, draft_max
+        self.model_path = model_path
+        self.reads = 0
+        self._zero()
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                status, body, kind = fake.answer(self.path)
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> FakeLlamaServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _zero(self) -> None:
+        self.tokens = self.steps = self.drafted = self.accepted = self.prompt = 0
+        self.seconds = 0.0
+        self.by_position: list[int] = []
+        self.bucket_steps, self.bucket_seconds = 0, 0.0
+
+    def _proceed(self) -> None:
+        step = self.script.pop(0) if self.script else None
+        for event in step if isinstance(step, tuple) else (step,):
+            self._apply(event)
+
+    def _apply(self, event: Served | str | None) -> None:
+        if event == "restart":
+            self._zero()
+        elif event == "scrape":
+            self.bucket_steps, self.bucket_seconds = 0, 0.0
+        elif isinstance(event, Served):
+            self.tokens += event.tokens
+            self.seconds += event.seconds
+            self.steps += event.steps
+            self.drafted += event.drafted
+            self.accepted += event.accepted
+            self.prompt += event.prompt
+            if self.speculative:
+                counts = list(event.accepted_by_position) + [0] * (self.draft_max - len(event.accepted_by_position))
+                self.by_position = [a + b for a, b in zip(self.by_position or [0] * self.draft_max, counts, strict=True)]
+            self.bucket_steps += event.tokens - 1
+            self.bucket_seconds += event.seconds
+
+    def metrics_text(self) -> str:
+        rate = self.bucket_steps / self.bucket_seconds if self.bucket_seconds else 0.0
+        counters = [("prompt_tokens_total", self.prompt), ("prompt_tokens_cached_total", 0), ("prompt_seconds_total", 0.1),
+                    ("tokens_predicted_total", self.tokens), ("tokens_predicted_seconds_total", self.seconds),
+                    ("n_decode_total", self.tokens), ("n_tokens_max", 64),
+                    ("spec_decode_num_draft_tokens_total", self.drafted if self.speculative else 0),
+                    ("spec_decode_num_accepted_tokens_total", self.accepted if self.speculative else 0),
+                    ("spec_decode_num_drafts_total", self.steps if self.speculative else 0)]
+        gauges = [("prompt_tokens_seconds", 0), ("predicted_tokens_seconds", rate), ("requests_processing", 0),
+                  ("requests_deferred", 0), ("n_busy_slots_per_decode", 1)]
+        lines = []
+        for kind, items in (("counter", counters), ("gauge", gauges)):
+            for name, value in items:  # printed as C++ streams print a double: 6 significant digits
+                lines += [f"# HELP llamacpp:{name} {name}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {value:.6g}"]
+        if self.per_position and self.by_position:
+            lines += ["# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position",
+                      "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
+            lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {c}'
+                      for i, c in enumerate(self.by_position)]
+        return "\n".join(lines) + "\n"
+
+    def answer(self, path: str) -> tuple[int, str, str]:
+        import json as json_
+
+        if not self.llama:
+            return 404, "<html><body>Not Found</body></html>", "text/html"
+        if path == "/props":
+            props = json_.loads((WATCH_RECORDED / "draft" / "props.json").read_text())
+            props["endpoint_metrics"] = self.metrics_on
+            props["model_path"] = self.model_path
+            return 200, json_.dumps(props), "application/json"
+        if path == "/slots":
+            slots = json_.loads((WATCH_RECORDED / "draft" / "slots-1.json").read_text())
+            for s in slots:
+                s["speculative"] = self.speculative
+                s["params"]["speculative.types"] = self.spec_types if self.speculative else "none"
+            return 200, json_.dumps(slots), "application/json"
+        if path == "/metrics":
+            if not self.metrics_on:
+                return 501, (WATCH_RECORDED / "no-metrics" / "metrics-0.txt").read_text().splitlines()[1], "application/json"
+            self.reads += 1
+            self._proceed()
+            text = self.metrics_text()
+            self.bucket_steps, self.bucket_seconds = 0, 0.0  # every read resets the rate gauge
+            return 200, text, "text/plain"
+        return 404, '{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}', "application/json"

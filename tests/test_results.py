@@ -464,3 +464,19 @@ def test_the_server_rounds_become_every_target_call_in_an_old_store(tmp_path: Pa
     spec, _ = store.measurements(runs["cli"]["id"])
     assert (spec["rounds"], spec["drafted_rounds"]) == (3, None)
     assert "drafted_rounds" not in runs["cli"]["summary"] and runs["cli"]["summary"]["rounds"] == 2
+
+
+def test_watch_windows_are_stored_and_found_by_their_files(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "r.sqlite")
+    first = store.add_window({"url": "http://127.0.0.1:8080", "finished_at": "2026-12-04T17:00:00+0000",
+                              "target_sha256": "t" * 64, "draft_sha256": "d" * 64, "draft_max": 8, "threads": 1,
+                              "counts": {"tokens": 109, "accepted_by_position": [14, 14]}, "costs": {"source": "measured"},
+                              "provenance": {"server": {"url": "http://127.0.0.1:8080"}}})
+    store.add_window({"url": "http://127.0.0.1:9090", "finished_at": "2026-12-04T17:01:00+0000", "counts": {"tokens": 1},
+                      "provenance": {}})
+    (found,) = store.windows(target_sha256="t" * 64, draft_sha256="d" * 64)
+    assert found["id"] == first and found["counts"]["accepted_by_position"] == [14, 14]
+    assert found["costs"] == {"source": "measured"} and found["forecast"] is None and found["started_at"] is None
+    assert [w["url"] for w in store.windows()] == ["http://127.0.0.1:9090", "http://127.0.0.1:8080"]
+    with pytest.raises(ValueError, match="no column"):
+        store.add_window({"url": "x", "finished_at": "y", "counts": {}, "provenance": {}, "nonsense": 1})

@@ -559,3 +559,19 @@ def test_one_point_fit_recovers_the_model_that_made_the_point() -> None:
     assert fit.best_draft == max(range(1, 17), key=lambda n: paper_speedup(alpha, n, c))
     assert fit.best_draft < k  # at this cost, 8 drafts are too many: the forecast says shorter
     assert fit_one_point(accept_rate(alpha, k), 0, 1.2) is None
+
+
+def test_steps_that_draft_nothing_mix_into_the_speedup_by_their_share_of_tokens() -> None:
+    """A share q of the tokens from steps of length 0 (one token, one target step each): time per
+    token is (1 - q)·T(k)/tokens + q·T(0), against the baseline's step."""
+    from llamaspec.theory import round_profile
+
+    cost = CostModel(target_ms_per_token=20.0, draft_ms_per_token=5.0, verify_batches=((1, 20.0), (17, 60.0)),
+                     profile=round_profile("llama-server"), baseline_step_ms=30.0)
+    k, tokens = 4.0, 3.5
+    assert cost.speedup_at(k, tokens, 0.0) == pytest.approx(tokens * 30.0 / cost.call_ms(k, tokens))
+    mixed = 0.25 * cost.call_ms(0.0, 1.0) + 0.75 * cost.call_ms(k, tokens) / tokens
+    assert cost.speedup_at(k, tokens, 0.25) == pytest.approx(30.0 / mixed)
+    assert cost.speedup_at(k, tokens, 1.0) == pytest.approx(30.0 / cost.call_ms(0.0, 1.0))
+    with pytest.raises(LlamaspecError, match="draft nothing"):
+        cost.speedup_at(k, tokens, 1.5)

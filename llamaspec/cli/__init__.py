@@ -34,6 +34,7 @@ COMMAND_MODULES = {
     "parse": "parse",
     "prompts": "prompts",
     "rpc": "cluster", "cluster": "cluster",
+    "watch": "watch",
 }
 
 
@@ -91,6 +92,7 @@ def main(verbose: int, quiet: bool) -> None:
       llamaspec models fetch smollm2-135m  # fetch + derive the offline pair
       llamaspec run smollm2-quicksort      # speculative vs baseline, stored
       llamaspec sweep smollm2-quicksort --draft 1..16
+      llamaspec watch http://127.0.0.1:8080  # a running llama-server's traffic
     """
     # Info is the default level; -v is debug; -vv adds tracebacks (the help says the same).
     level = logging.WARNING if quiet else logging.DEBUG if verbose >= 1 else logging.INFO

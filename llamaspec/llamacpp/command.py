@@ -308,6 +308,43 @@ def parse(argv: Sequence[str]) -> PastedCommand:
                          tuple(dict.fromkeys(given)), tuple(dropped), path)
 
 
+def edited(argv: Sequence[str], *, draft_max: int | None = None, speculative: bool = True,
+           spec_type: str | None = None, length_flag: str = "--spec-draft-n-max") -> tuple[str, ...]:
+    """A running llama-server's command line changed as little as it takes (``llamaspec watch``'s
+    answer): ``draft_max`` sets the draft length (the draft model's, or with an n-gram
+    ``spec_type`` its size m) where the command sets it, or adds ``length_flag`` (the draft model's
+    flag as this server's ``--help`` spells it) where it does not; ``speculative=False`` drops the
+    draft model and every speculation flag (the target alone). Everything else stays as given, host
+    and port included."""
+    setting_flags, ngram_flags = _setting_flags(), _ngram_flags()
+    length_settings = ("ngram_size_m",) if spec_type and not spec_type.startswith("draft") else ("draft_max",)
+    out = [argv[0]]
+    found = False
+    at = _Cursor(argv)
+    while at.next():
+        flag = at.flag
+        setting = setting_flags.get(flag) or ngram_flags.get(flag, ("", ""))[1]
+        speculation = (flag in (*DRAFT_FLAGS, *DRAFT_HF_FLAGS, *SPEC_TYPE_FLAGS) or flag in ngram_flags
+                       or (setting in flags.FLAG_TABLE and flags.FLAG_TABLE[setting].draft) or _draft_side(flag))
+        if not speculative and speculation:
+            if setting or flag in (*DRAFT_FLAGS, *DRAFT_HF_FLAGS, *SPEC_TYPE_FLAGS):
+                at.value()
+            else:
+                at.follows()
+            continue
+        if draft_max is not None and setting in length_settings:
+            at.value()
+            out += [f"{flag}={draft_max}"] if at.eq else [flag, str(draft_max)]
+            found = True
+            continue
+        out += [at.token, *at.follows()]
+    if draft_max is not None and speculative and not found:
+        if spec_type and not spec_type.startswith("draft"):
+            length_flag = flags.spec_type_flags(spec_type).sizes.get("ngram_size_m", (length_flag,))[0]
+        out += [length_flag, str(draft_max)]
+    return tuple(out)
+
+
 def _split(text: str) -> list[str]:
     import shlex
 

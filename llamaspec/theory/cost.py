@@ -202,13 +202,21 @@ class CostModel:
         with the closed form's tokens per round."""
         return self.speedup_at(k, expected_tokens_per_round(alpha, k))
 
-    def speedup_at(self, k: float, tokens: float) -> float:
+    def speedup_at(self, k: float, tokens: float, plain_share: float = 0.0) -> float:
         """Predicted decode speedup at draft length k when a round emits ``tokens`` on average
-        (from α, or from acceptance by position): tokens · baseline ms per token / T_round(k)."""
+        (from α, or from acceptance by position): tokens · baseline ms per token / T_round(k).
+
+        ``plain_share``: the share of the emitted tokens that come from steps that draft nothing
+        (a server's n-gram mode finding no match, the last token of a request), each a round of
+        length 0 emitting one token; the others come from rounds of length k. Time per token is
+        then (1 - share) · T_round(k) / tokens + share · T_round(0)."""
+        if not 0.0 <= plain_share <= 1.0:
+            raise LlamaspecError(f"the share of tokens from steps that draft nothing must be in [0, 1], got {plain_share!r}")
         call = self.call_ms(k, tokens)
-        if call <= 0:
+        per_token = (1.0 - plain_share) * call / tokens + (plain_share * self.call_ms(0.0, 1.0) if plain_share else 0.0)
+        if per_token <= 0:
             return math.inf
-        return tokens * self.baseline_ms_per_token / call
+        return self.baseline_ms_per_token / per_token
 
     @property
     def draft_fitted(self) -> bool:
