@@ -484,11 +484,11 @@ def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def sweep_report(store: Store, sweep_id: str, plot: bool = True) -> SweepReport:
     runs = [r for r in finished(store.runs(group_id=sweep_id)) if r["kind"] == "sweep"]
-    axes = _axes_of(runs)
+    axes = axes_of(runs)
     return report_for_runs(store, runs, sweep_id, axes, plot, paths.plots_dir() / sweep_id)
 
 
-def _axes_of(runs: Sequence[dict[str, Any]]) -> list[str]:
+def axes_of(runs: Sequence[dict[str, Any]]) -> list[str]:
     """The settings that vary between these runs (draft variant included)."""
     keys = tuple(SWEEPABLE)
     axes = [k for k in keys if len({str(r["settings"].get(k)) for r in runs}) > 1]
@@ -543,4 +543,4 @@ def experiment_report(store: Store, experiment: str, plot: bool = True) -> Sweep
     sweeps = [r for r in runs if r["kind"] == "sweep"]
     if sweeps:
         return sweep_report(store, sweeps[0]["group_id"], plot)
-    return report_for_runs(store, runs, experiment, _axes_of(runs), plot, paths.plots_dir() / _slug(experiment))
+    return report_for_runs(store, runs, experiment, axes_of(runs), plot, paths.plots_dir() / _slug(experiment))

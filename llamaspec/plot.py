@@ -9,7 +9,8 @@ image never sits under its final name.
 Inputs are plain values (``PlotPoint``, ``PlotMeta``, curves as ``(draft length, value)`` pairs); the
 caller turns stored runs and :mod:`llamaspec.theory` results into them.
 
-Its size: six figures (speed, acceptance, acceptance by position, speedup, the dashboard, a watch) share
+Its size: seven figures (speed, acceptance, acceptance by position, speedup, the dashboard, a watch,
+a workload) share
 one set of private drawing helpers (axis ranges, styling, interval bars, the atomic save); split
 by figure, every module would import the others' privates.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "plot_decode_tps",
     "plot_speedup",
     "plot_watch",
+    "plot_workload",
 ]
 
 FORMATS = ("png", "svg", "pdf")
@@ -332,6 +334,47 @@ def plot_watch(
     ax_speed.legend(loc="best", fontsize=9)
     ax_speed.set_title("Predicted speedup vs draft length", fontsize=11)
     fig.suptitle(title, fontsize=11)
+    return _save(fig, out_dir, stem, formats)
+
+
+@dataclass(frozen=True)
+class WorkloadRow:
+    """One setup of a workload study, as its figure shows it: the workload's speedup with its 95 %
+    interval, and each prompt's own (prompt -> speedup)."""
+
+    label: str
+    speedup: float
+    low: float
+    high: float
+    prompts: dict[str, float]
+    chosen: bool = False
+
+
+def plot_workload(rows: Sequence[WorkloadRow], categories: dict[str, str], title: str, out_dir: Path, *,
+                  stem: str = "workload", formats: Sequence[str] = DEFAULT_FORMATS) -> list[Path]:
+    """A workload study's answer: each setup's speedup over the workload (the geometric mean of its
+    prompts', with its 95 % interval), best first, each prompt's own beside it (a marker per
+    category), the target alone at 1.0 and the recommended setup marked."""
+    if not rows:
+        raise LlamaspecError("nothing to plot: no setup has a workload estimate", hint="measure every setup on every prompt")
+    _check_formats(formats)
+    fig, (ax,) = _figure(1, (9.0, 0.45 * len(rows) + 1.8))
+    ys = list(range(len(rows)))[::-1]
+    for y, r in zip(ys, rows, strict=True):
+        ax.errorbar([r.speedup], [y], xerr=[[r.speedup - r.low], [r.high - r.speedup]], fmt="o",
+                    color="C3" if r.chosen else "C0", markersize=7 if r.chosen else 5, capsize=3, zorder=3)
+    cats = list(dict.fromkeys(categories.values()))
+    markers = "s^Dvp*hX"
+    for i, cat in enumerate(cats):
+        xs = [r.prompts[p] for r in rows for p, c in categories.items() if c == cat and p in r.prompts]
+        yy = [y for y, r in zip(ys, rows, strict=True) for p, c in categories.items() if c == cat and p in r.prompts]
+        ax.scatter(xs, yy, marker=markers[i % len(markers)], s=22, alpha=0.6, color=f"C{(i + 1) % 10}", label=cat, zorder=2)
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1, label="the target alone")
+    ax.set_yticks(ys, [r.label + ("  (recommended)" if r.chosen else "") for r in rows])
+    ax.set_xlabel("speedup over the target alone (workload: geometric mean of the prompts', 95 % interval)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(title, fontsize=10)
     return _save(fig, out_dir, stem, formats)
 
 

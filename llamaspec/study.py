@@ -628,16 +628,25 @@ def modes_for(engine: Engine, asked: Sequence[str] | None = None) -> tuple[str, 
 
 
 def plot_study(store: Store, result: StudyResult) -> list[Any]:
-    """Each prompt's sweep figures (speed, acceptance, speedup against draft length, with the
-    model's band), as ``llamaspec plot`` draws them; the dashboards' paths."""
-    from llamaspec import analysis
+    """The study's figure (each setup's workload speedup, each prompt's beside it), then each
+    prompt's draft-length figures (speed, acceptance, speedup against draft length, with the
+    model's band; the draft-free modes are one point each, in the first figure); the PNGs' paths."""
+    from llamaspec import analysis, paths, plot
 
-    out = []
-    for prompt, _category in result.decision.prompts:
-        group = prompt_group(result.study_id, prompt)
-        if not store.runs(group_id=group, limit=1):
+    d = result.decision
+    chosen = d.chosen.key if d.verdict == "recommend" and d.chosen is not None else None
+    rows = [plot.WorkloadRow(s.label, s.speedup.median, s.speedup.low, s.speedup.high,
+                             {p: sp.median for p, sp in s.per_prompt if sp is not None}, s.setup == chosen)
+            for s in sorted(d.setups, key=lambda s: -(s.speedup.median if s.speedup else 0)) if s.speedup is not None]
+    folder = paths.plots_dir() / result.study_id
+    out = [p for p in plot.plot_workload(rows, dict(d.prompts), f"{result.experiment}: {workload.verdict_text(d.decision)}",
+                                         folder) if p.suffix == ".png"] if rows else []
+    for prompt, _category in d.prompts:
+        runs = [r for r in analysis.finished(store.runs(group_id=prompt_group(result.study_id, prompt)))
+                if (r["settings"].get("spec_type") or "draft") == "draft"]
+        if not runs:
             continue
-        report = analysis.sweep_report(store, group, plot=True)
+        report = analysis.report_for_runs(store, runs, prompt, analysis.axes_of(runs), True, folder / prompt)
         out += [p for g in report.groups for p in g.plots if p.name == "dashboard.png"]
     return out
 
