@@ -486,7 +486,9 @@ def verdict(hits: int, n: int, rel_time: float, goal: float = GOAL_WRONG, time_g
     return "met" if high <= goal else "NOT met" if low > goal else "not shown either way"
 
 
-def main(argv: list[str] | None = None) -> int:
+def policies_main(argv: list[str] | None = None) -> int:
+    """``--policies``: the one-prompt policies side by side (old rule, fixed grid, adaptive, long
+    first, oracle, every pair) on the one-prompt recordings, as before the workload study."""
     global FIRST, FIRST_PAIRS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replays", type=int, default=200)
@@ -557,6 +559,92 @@ def main(argv: list[str] | None = None) -> int:
     if floors:
         print(f"the recordings cannot resolve the {WORSE * 100:.0f} % line: on every pair on record, redrawn, the rule "
               f"itself is wrong {', '.join(floors.values())}, more than the goal allows a sweep on a fraction of them")
+    return 0
+
+
+# --- the workload study, replayed (the default) --------------------------------------------------------
+
+WORKLOADS = RECORDED / "sweep-workload"
+GOAL_OFF, GOAL_LOSS, GOAL_TIME, GOAL_COVER = 0.05, 0.01, 0.40, 0.95
+
+
+def recordings() -> list[tuple[str, Path]]:
+    """Every recording the study is replayed on: the workload studies (the built-in set; a pair
+    that does not pay), then the one-prompt sweeps at three acceptance levels."""
+    found = [(d.name, d / "study.json") for d in sorted(WORKLOADS.iterdir()) if (d / "study.json").is_file()]
+    return found + [(f"{level} (one prompt)", SWEEPS / level / "sweep.json") for level in RECORDINGS["sweep-positions"]]
+
+
+def workload_rows(name: str, path: Path, per_prompt: bool) -> list[tuple[str, Any]]:
+    import replay as replays
+
+    rec = replays.load(path)
+    rows = [(f"{name}: {len(rec.prompts)} prompt{'s' if len(rec.prompts) != 1 else ''}", rec)]
+    if per_prompt and len(rec.prompts) > 1:
+        rows += [(f"{name}: {q} alone", replays.restrict(rec, [q])) for q in rec.prompts]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--policies" in argv:
+        return policies_main([a for a in argv if a != "--policies"])
+    ap = argparse.ArgumentParser(description="The workload study replayed on recorded real measurements: how often "
+                                             "its one decision is off, recommends a loss or stays undecided, how "
+                                             "often the model's band covers the truth, and its time against the "
+                                             "fixed grid's. (--policies: the one-prompt policies compared.)")
+    ap.add_argument("--replays", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default=None, help="replay only the recordings whose name contains this")
+    ap.add_argument("--per-prompt", action="store_true", help="each prompt of a workload recording alone, too")
+    a = ap.parse_args(argv)
+    import os
+    import tempfile
+
+    import replay as replays
+
+    os.environ["LLAMASPEC_DATA"] = tempfile.mkdtemp(prefix="llamaspec-replay-")  # the replays' stores and logs
+    print(f"{'workload':<38} {'best (truth)':>18} {'>5% off':>16} {'a loss':>7} {'undecided':>9} {'band covers':>11} "
+          f"{'pooled covers':>13} {'time':>5}  picks")
+    goals: list[str] = []
+    for name, path in recordings():
+        if a.only and a.only not in name:
+            continue
+        for label, rec in workload_rows(name, path, a.per_prompt):
+            started = time.monotonic()
+            outcomes = []
+            for i in range(a.replays):
+                result, engine = replays.replay(rec, a.seed + i)
+                outcomes.append(replays.judge(rec, result, engine))
+            n = len(outcomes)
+            off = sum(o.off for o in outcomes)
+            loss = sum(o.loss for o in outcomes)
+            undecided = sum(o.verdict == "undecided" for o in outcomes)
+            covered, bands = sum(o.covered for o in outcomes), sum(o.bands for o in outcomes)
+            pooled_cover = (sum(o.pooled_covered for o in outcomes) / pooled
+                            if (pooled := sum(o.pooled for o in outcomes)) else float("nan"))
+            time_share = statistics.fmean(o.seconds for o in outcomes) / rec.fixed_grid_seconds()
+            truths = {k: t for k in rec.setups if (t := rec.truth(k)) is not None}
+            best = max(truths, key=lambda k: truths[k])
+            picks: dict[str, int] = {}
+            for o in outcomes:
+                picks[o.chosen or o.verdict] = picks.get(o.chosen or o.verdict, 0) + 1
+            lo, hi = replays.wilson(off, n)
+            cover = covered / bands if bands else float("nan")
+            print(f"{label:<38} {f'{best} {truths[best]:.2f}x':>18} {f'{off / n:.1%} [{lo:.0%}-{hi:.0%}]':>16} "
+                  f"{loss / n:>7.1%} {undecided / n:>9.1%} {cover:>11.1%} {pooled_cover:>13.1%} {time_share:>5.0%}  "
+                  + ", ".join(f"{k}:{v}" for k, v in sorted(picks.items(), key=lambda kv: -kv[1])[:5]))
+            print(f"  ({n} replays in {time.monotonic() - started:.0f} s)", file=sys.stderr)
+            goals.append(f"{label}: off {'met' if hi <= GOAL_OFF else 'NOT met' if lo > GOAL_OFF else 'not shown'}, "
+                         f"loss {'met' if loss / n <= GOAL_LOSS else 'NOT met'}, time "
+                         f"{'met' if time_share <= GOAL_TIME else 'NOT met'}, band "
+                         f"{'covers' if bands and cover >= GOAL_COVER else 'does not cover'}")
+    print(f"goals (at most {GOAL_OFF:.0%} more than 5 % below the best by the 95 % interval over the replays, at most "
+          f"{GOAL_LOSS:.0%} recommending a loss, at most {GOAL_TIME:.0%} of the fixed grid's time; the model's band "
+          f"covering the truth at least {GOAL_COVER:.0%} of the time):")
+    for line in goals:
+        print(f"  {line}")
     return 0
 
 

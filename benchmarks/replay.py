@@ -198,7 +198,8 @@ def experiment_of(rec: Recording, repeats: int = 3) -> Experiment:
 
 def replay(rec: Recording, seed: int, budget: Any = None, *, fixed_grid: bool = False, repeats: int = 3,
            lengths: Sequence[int] | None = None, modes: Sequence[str] | None = None) -> tuple[Any, ReplayEngine]:
-    """One study on pairs drawn from the recording: (its StudyResult, the engine with what it drew)."""
+    """One study on pairs drawn from the recording: (its StudyResult, the engine with what it drew).
+    A time budget counts the recorded time of the pairs drawn, as the study would have spent it."""
     from llamaspec import study
 
     engine = ReplayEngine(rec, seed)
@@ -209,7 +210,75 @@ def replay(rec: Recording, seed: int, budget: Any = None, *, fixed_grid: bool = 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp) / "replay.sqlite")
         try:
-            result = study.run_study(experiment_of(rec, repeats), setups, engine, store, budget, fixed_grid=fixed_grid)
+            result = study.run_study(experiment_of(rec, repeats), setups, engine, store, budget, fixed_grid=fixed_grid,
+                                     clock=lambda: engine.seconds)
         finally:
             store.close()
     return result, engine
+
+
+# --- the assessment of a policy on a recording ----------------------------------------------------
+
+OFF = 0.05  # a decision is "off" when its setup is truly more than 5 % below the best
+
+
+@dataclass
+class Outcome:
+    """What one replay decided, judged against the recording's truth."""
+
+    verdict: str
+    chosen: str | None
+    off: bool  # more than OFF below the best, or no answer where the recording shows a gain past it
+    loss: bool  # recommends a setup whose recorded speedup is below 1.0
+    seconds: float  # the recorded time of the pairs it drew (cost timings left out: the same for every policy)
+    pairs: int
+    covered: int  # model bands (one per predicted setup) that cover the recorded truth
+    bands: int
+    pooled_covered: int  # combined estimates (measured and the model, precision weighted) whose interval covers it
+    pooled: int
+
+
+def judge(rec: Recording, result: Any, engine: ReplayEngine) -> Outcome:
+    """One replay against the recording's truth (its every pair, by the workload estimator)."""
+    d = result.decision
+    truths = {label: t for label in rec.setups if (t := rec.truth(label)) is not None}
+    best_label = max(truths, key=lambda k: truths[k])
+    best = truths[best_label]
+    shown = rec.truth_spread(best_label)
+    gain = best > 1 + OFF and shown is not None and shown.low > 1.0  # the whole recording shows a gain worth having
+    chosen = d.chosen.label if d.verdict == "recommend" and d.chosen is not None else None
+    off = gain if chosen is None else truths.get(chosen, 0.0) < (1 - OFF) * best
+    loss = chosen is not None and truths.get(chosen, 0.0) < 1.0
+    covered = bands = 0
+    for view in d.decision.models:
+        for band in view.bands:
+            truth = truths.get(band.label)
+            if truth is None:
+                continue
+            bands += 1
+            covered += band.low <= truth <= band.high
+    pooled_covered = pooled = 0
+    for e in d.decision.estimates:  # the pooled estimate: its own 95 % interval, where the model is in it
+        truth = truths.get(e.label)
+        if truth is None or e.upper is None or e.band is None:
+            continue
+        pooled += 1
+        pooled_covered += 2 * e.estimate - e.upper <= truth <= e.upper
+    return Outcome(d.verdict, chosen, off, loss, engine.seconds, engine.pairs, covered, bands, pooled_covered, pooled)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95 % interval of a share k/n."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def restrict(rec: Recording, prompts: Sequence[str]) -> Recording:
+    """The recording as a workload of some of its prompts."""
+    keep = {q: rec.prompts[q] for q in prompts}
+    return dataclasses.replace(rec, name=f"{rec.name}:{'+'.join(prompts)}", prompts=keep,
+                               cells={q: rec.cells[q] for q in keep}, costs={q: rec.costs[q] for q in keep})

@@ -63,8 +63,10 @@ DEFAULT_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)
 # report): the study refits after every step, on every prompt whose points changed, and takes the
 # band's ends over the prompts, which a coarser percentile of each moves little.
 STUDY_REFITS = 100
-# The whole study's budget when none is given: measuring time, the first pass included.
-DEFAULT_BUDGET = Budget(seconds=240.0)
+# The whole study's budget when none is given: DEFAULT_SHARE of the fixed grid's pairs (every setup on
+# every prompt at the experiment's repeats), and at most DEFAULT_SECONDS of measuring.
+DEFAULT_SHARE = 0.4
+DEFAULT_SECONDS = 240.0
 DEFAULT_BUDGET_TEXT = "4m"
 # A time budget is refused once the first pair says the first pass would take more than this many
 # times it (one pair's time is a rough guide: the first pass's setups differ in cost); below that,
@@ -233,7 +235,8 @@ class _Study:
     """One study being measured: its cells in the store, its pace, its decision."""
 
     def __init__(self, exp: Experiment, setups: Sequence[Setup], engine: Engine, store: Store, sid: str,
-                 on_event: Callable[[str, dict[str, Any]], None] | None, shared_baseline: bool = False) -> None:
+                 on_event: Callable[[str, dict[str, Any]], None] | None, shared_baseline: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         from llamaspec import host
 
         self.exp, self.setups, self.engine, self.store, self.sid = exp, list(setups), engine, store, sid
@@ -249,6 +252,7 @@ class _Study:
         self.pair_time = 0.0  # the pairs' own generations (baseline and speculative), for the pace
         self.warm = False
         self.shared_baseline = shared_baseline
+        self.clock = clock
         self._fits: dict[tuple[str, Any], tuple[Any, list[workload.Prediction]]] = {}  # refitted only when points change
 
     def group(self, case: Case) -> str:
@@ -300,7 +304,7 @@ class _Study:
             return
         rc = self.resolve(case, setup)
         row = self.row(case, setup)
-        start = time.monotonic()
+        start = self.clock()
         if row is None:
             result = run_case(rc, self.engine, self.store, repeats=pairs, hardware=self.hw, exp=self.exp, kind="sweep",
                               group=Group("sweep", self.group(case)), point_key=setup.key,
@@ -310,7 +314,7 @@ class _Study:
         else:
             result = more_pairs(row["id"], rc, self.engine, self.store, pairs, baseline_scope=self.sid,
                                 on_event=self.on_event)
-        self.seconds += time.monotonic() - start
+        self.seconds += self.clock() - start
         self.measured_here += pairs
         sides = [m for m in result.measurements if m.mode in ("baseline", "speculative") and m.pair is not None]
         new = set(sorted({m.pair for m in sides if m.pair is not None})[-pairs:])  # this call's pairs: the last indices
@@ -420,6 +424,12 @@ def fixed_pairs(exp: Experiment, setups: Sequence[Setup]) -> int:
     return pairs_per_point(exp) * len(setups) * len(exp.cases)
 
 
+def default_budget(exp: Experiment, setups: Sequence[Setup], least: int) -> Budget:
+    """:data:`DEFAULT_SHARE` of the fixed grid's pairs (at least the first pass), within
+    :data:`DEFAULT_SECONDS` of measuring."""
+    return Budget(pairs=max(least, math.ceil(DEFAULT_SHARE * fixed_pairs(exp, setups))), seconds=DEFAULT_SECONDS)
+
+
 def least_budget(exp: Experiment, setups: Sequence[Setup], first_pairs: int = 1) -> int:
     """The fewest pairs a study can decide on: its first pass, ``first_pairs`` of each first setup on every prompt."""
     return first_pairs * len(first_pass(setups)) * len(exp.cases)
@@ -427,22 +437,24 @@ def least_budget(exp: Experiment, setups: Sequence[Setup], first_pairs: int = 1)
 
 def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: Store, budget: Budget | None = None, *,
               fixed_grid: bool = False, first_pairs: int = 1, shared_baseline: bool = False,
-              on_event: Callable[[str, dict[str, Any]], None] | None = None) -> StudyResult:
+              on_event: Callable[[str, dict[str, Any]], None] | None = None,
+              clock: Callable[[], float] = time.monotonic) -> StudyResult:
     """Measure ``setups`` over ``exp``'s prompts (its cases) and decide once (the module's policy).
 
-    ``budget``: pairs or measuring time for the whole study (None: :data:`DEFAULT_BUDGET`); a pairs
+    ``budget``: pairs or measuring time for the whole study (None: :func:`default_budget`); a pairs
     budget below the first pass is refused before anything is measured, a time budget once the
-    first pair says how long a pair takes. Every pair is stored as it is measured."""
+    first pair says how long a pair takes. Every pair is stored as it is measured. ``clock``: what a
+    time budget is counted on (a replay counts the recorded time of the pairs it drew)."""
     axes = sorted({a for s in setups for a, _v in s.point.values})
     fixed_grid = fixed_grid or shared_baseline  # a shared baseline is a cost saver for the fixed grid
     sid = study_id(exp, axes, engine.identity(), engine.name, fixed_grid) + ("-shared" if shared_baseline else "")
-    study = _Study(exp, setups, engine, store, sid, on_event, shared_baseline)
+    study = _Study(exp, setups, engine, store, sid, on_event, shared_baseline, clock)
     skipped = study.check()
     if not study.setups:
         raise LlamaspecError("nothing left to measure: every setup was skipped",
                              hint="; ".join(f"{w}: {y}" for w, y in skipped) or "give --draft 1..16")
-    budget = budget or DEFAULT_BUDGET
     least = least_budget(exp, study.setups, first_pairs)
+    budget = budget or default_budget(exp, study.setups, least)
     if not fixed_grid and budget.pairs is not None and budget.pairs < least:
         raise LlamaspecError(f"--budget {budget.pairs} pairs is too small: the first pass alone measures {least} "
                              f"({first_pairs} pair{'s' if first_pairs != 1 else ''} of {len(first_pass(study.setups))} "
@@ -485,10 +497,10 @@ class _Clock:
         self.study, self.budget = study, budget
         total = budget.seconds if budget and budget.seconds else float(budget.pairs) if budget and budget.pairs else 1.0
         self.bar = Progress(label, total=total, eta=False)
-        self.start = time.monotonic()
+        self.start = study.clock()
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.start
+        return self.study.clock() - self.start
 
     def update(self, note: str) -> None:
         pace = self.study.pair_seconds
@@ -665,5 +677,5 @@ def deployment(result: StudyResult, engine: Engine, exp: Experiment, store: Stor
     return None
 
 
-__all__ = ["DEFAULT_BUDGET", "DEFAULT_LENGTHS", "Setup", "StudyResult", "allocate", "first_pass", "least_budget",
+__all__ = ["DEFAULT_LENGTHS", "Setup", "StudyResult", "allocate", "first_pass", "least_budget",
            "make_setup", "run_study", "setups_for", "study_id"]

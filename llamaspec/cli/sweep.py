@@ -35,8 +35,8 @@ log = logging.getLogger("llamaspec")
                    "(speedups are then not paired, and the output says so; measures the fixed grid).")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
-              help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 4m of measuring; the "
-                   "first pass is always measured).")
+              help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 40 % of the fixed grid's "
+                   "pairs, at most 4m of measuring; the first pass is always measured).")
 @click.option("--fixed-grid", is_flag=True,
               help="Measure every setup on every prompt with --repeats pairs (in passes: a pair of each per pass, "
                    "the order rotating) instead of spending pairs where the decision is uncertain.")
@@ -62,8 +62,8 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     Adaptive: one pair of the draft-free modes and of the longest draft lengths on every prompt
     (their acceptance by draft position and the cost timings predict the other lengths), then the
     model's best lengths, then more pairs where the decision is unsure, across prompts and
-    setups, until it is settled or the study's budget (--budget, default 4m) is spent. The output
-    says which ended it. --fixed-grid measures every setup on every prompt instead.
+    setups, until it is settled or the study's budget is spent (--budget; default 40 % of the fixed
+    grid's pairs, at most 4 minutes). The output says which ended it. --fixed-grid measures every setup on every prompt instead.
 
     Studies of -m/-md models generate 64 tokens a prompt with llama-speculative-simple unless
     -n/--program say otherwise (docs/method.md says why). Every pair is stored as it is measured:
@@ -153,8 +153,8 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
 @click.option("--modes", default=None, metavar="LIST|none",
               help="Draft-free n-gram modes to weigh (default: every mode the program runs; none: drafts only).")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
-              help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 4m of measuring; the "
-                   "first pass is always measured); with --cluster, each machine's.")
+              help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 40 % of the fixed grid's "
+                   "pairs, at most 4m of measuring; the first pass is always measured); with --cluster, each machine's.")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
 @common_options
 @cluster_option
