@@ -598,6 +598,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=None, help="replay only the recordings whose name contains this")
     ap.add_argument("--per-prompt", action="store_true", help="each prompt of a workload recording alone, too")
+    ap.add_argument("--write", type=Path, default=None,
+                    help="keep the rows as JSON here (docs/results.md's table: tests/fixtures/llamacpp/0c1e570/"
+                         "sweep-workload/replays.json, then `make docs`)")
     a = ap.parse_args(argv)
     import os
     import tempfile
@@ -608,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'workload':<38} {'best (truth)':>18} {'>5% off':>16} {'a loss':>7} {'undecided':>9} {'band covers':>11} "
           f"{'pooled covers':>13} {'time':>5}  picks")
     goals: list[str] = []
+    kept: list[dict[str, Any]] = []
     for name, path in recordings():
         if a.only and a.only not in name:
             continue
@@ -636,6 +640,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{loss / n:>7.1%} {undecided / n:>9.1%} {cover:>11.1%} {pooled_cover:>13.1%} {time_share:>5.0%}  "
                   + ", ".join(f"{k}:{v}" for k, v in sorted(picks.items(), key=lambda kv: -kv[1])[:5]))
             print(f"  ({n} replays in {time.monotonic() - started:.0f} s)", file=sys.stderr)
+            kept.append({"workload": label, "best": best, "best_speedup": truths[best], "off": off / n, "off_low": lo,
+                         "off_high": hi, "loss": loss / n, "undecided": undecided / n,
+                         "band_covers": covered / bands if bands else None,
+                         "pooled_covers": pooled_cover if pooled_cover == pooled_cover else None, "time": time_share,
+                         "picks": ", ".join(f"{k} {v}" for k, v in sorted(picks.items(), key=lambda kv: -kv[1])[:4])})
             goals.append(f"{label}: off {'met' if hi <= GOAL_OFF else 'NOT met' if lo > GOAL_OFF else 'not shown'}, "
                          f"loss {'met' if loss / n <= GOAL_LOSS else 'NOT met'}, time "
                          f"{'met' if time_share <= GOAL_TIME else 'NOT met'}, band "
@@ -645,6 +654,13 @@ def main(argv: list[str] | None = None) -> int:
           f"covering the truth at least {GOAL_COVER:.0%} of the time):")
     for line in goals:
         print(f"  {line}")
+    if a.write is not None:
+        import subprocess
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        a.write.write_text(json.dumps({"command": "python benchmarks/decide.py " + " ".join(argv),
+                                       "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit,
+                                       "replays": a.replays, "rows": kept, "goals": goals}, indent=1) + "\n")
     return 0
 
 

@@ -12,6 +12,7 @@ added the recording: the recordings do not carry it themselves).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,6 +48,17 @@ RECORDINGS = (
     Recording("transformers assisted generation, Q4_0 assistant", "tests/fixtures/hf/sweep-smollm2/q4_0-assistant/sweep.json",
               "75fe358"),
 )
+
+
+# Workload studies recorded with sweep-workload/record.sh (every setup on every prompt), and the
+# replays of the study on them that benchmarks/decide.py --write keeps beside them.
+WORKLOAD_RECORDINGS = (
+    Recording("The built-in workload, the offline pair (F32 target, Q4_1 draft)",
+              "tests/fixtures/llamacpp/0c1e570/sweep-workload/q4_1/study.json", "this commit"),
+    Recording("A pair that does not pay: the F16 target with the Q4_1 draft, one prompt",
+              "tests/fixtures/llamacpp/0c1e570/sweep-workload/f16/study.json", "this commit"),
+)
+REPLAYS = "tests/fixtures/llamacpp/0c1e570/sweep-workload/replays.json"
 
 
 def _summary(point: dict[str, Any]) -> dict[str, Any] | None:
@@ -137,8 +149,91 @@ def table(rec: Recording) -> list[str]:
     return [*lines, ""]
 
 
+def _cpu(hardware: dict[str, Any]) -> str:
+    """The CPU as a run's provenance records it: name, family/model, the flags that move llama.cpp."""
+    info = hardware.get("cpu_info") or {}
+    if not info:
+        return str(hardware.get("cpu", "?"))
+    kind = f"family {info.get('family')} model {info.get('model')}" if info.get("family") else ""
+    flags = " ".join(info.get("flags") or [])
+    return f"{info.get('name') or hardware.get('cpu')} ({kind}{'; ' if kind and flags else ''}{flags})"
+
+
+def workload_table(rec: Recording) -> list[str]:
+    """A recorded workload study: each setup over the workload (the workload estimator over every
+    recorded pair) and on each prompt (the median of its pairs)."""
+    from llamaspec import estimators
+
+    path = ROOT / rec.path
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    prompts = [p["id"] for p in data["prompts"]]
+    cells: dict[str, dict[str, list[float]]] = {}
+    for c in data["cells"]:
+        v = c["values"]
+        label = v["spec_type"] if v.get("spec_type") not in (None, "draft") else f"draft {v['draft_max']}"
+        s = _summary(c) or {}
+        ratios = list((s.get("speedup") or {}).get("values") or []) if s.get("status") == "ok" else []
+        cells.setdefault(label, {})[c["prompt"]] = ratios
+    hw = data.get("hardware") or {}
+    settings = data.get("settings") or {}
+    lines = [f"### {rec.title}", "",
+             f"- data: `{rec.path}`",
+             f"- command: `{data['command']}`",
+             f"- measured: {data['recorded'][0][:16]} to {data['recorded'][1][11:16]} UTC; machine: {_machine(hw)}, "
+             f"CPU {_cpu(hw)}, {settings.get('threads')} thread{'s' if settings.get('threads') != 1 else ''}",
+             f"- llama.cpp {data.get('llamacpp_commit', '-')}; llamaspec {data.get('llamaspec_commit') or rec.llamaspec_commit}; "
+             f"target {data.get('target')}, draft {data.get('draft')}; {settings.get('n_predict')} tokens a prompt",
+             f"- the speedup: {estimators.WORKLOAD}", "",
+             "| setup | pairs | workload [95 % CI] | " + " | ".join(prompts) + " |",
+             "| --- | ---: | --- | " + " | ".join("---:" for _ in prompts) + " |"]
+    rows = []
+    for label, by in cells.items():
+        ratios = [by.get(q) or [] for q in prompts]
+        figure = estimators.workload(ratios, estimators.pooled_log_sd(ratios)) if all(ratios) else None
+        rows.append((figure.median if figure else 0.0, label, figure, ratios))
+    for _median, label, figure, ratios in sorted(rows, key=lambda r: -r[0]):
+        own = " | ".join(f"{statistics.median(r):.2f}x" if r else "-" for r in ratios)
+        shown = _interval(figure.to_dict()) if figure else "- (not finished on every prompt)"
+        lines.append(f"| {label} | {sum(len(r) for r in ratios)} | {shown} | {own} |")
+    return [*lines, ""]
+
+
+def replay_table() -> list[str]:
+    """The workload study replayed on the recordings (benchmarks/decide.py --write)."""
+    path = ROOT / REPLAYS
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    lines = ["### The decision benchmark over workloads", "",
+             f"- data: `{REPLAYS}`; command: `{data['command']}` ({data['date']}, llamaspec {data['commit']}; "
+             f"{data['replays']} replays a row, each a whole study on pairs drawn from the recording)",
+             "- off: the share of replays whose setup is more than 5 % below the recording's best (or that recommend "
+             "nothing where the whole recording shows a gain past 5 %), with its 95 % interval; a loss: the share "
+             "recommending a setup whose recorded speedup is below 1.0; band covers / pooled covers: the share of the "
+             "model's bands, and of the estimates that combine the measured pairs with it, whose 95 % interval holds "
+             "the recorded speedup; time: the pairs' recorded time against the fixed grid's (3 pairs of every setup "
+             "on every prompt)", "",
+             "| workload | best (recorded) | off [95 % CI] | a loss | undecided | band covers | pooled covers | time | picks |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in data["rows"]:
+        lines.append(f"| {r['workload']} | {r['best']} {r['best_speedup']:.2f}x | {100 * r['off']:.1f} % "
+                     f"[{100 * r['off_low']:.0f}-{100 * r['off_high']:.0f}] | {100 * r['loss']:.1f} % | "
+                     f"{100 * r['undecided']:.1f} % | {_pct(r['band_covers'])} | {_pct(r['pooled_covers'])} | "
+                     f"{100 * r['time']:.0f} % | {r['picks']} |")
+    return [*lines, ""]
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f} %"
+
+
 def generated() -> str:
     lines = [BEGIN, ""]
+    for rec in WORKLOAD_RECORDINGS:
+        lines.extend(workload_table(rec))
+    lines.extend(replay_table())
     for rec in RECORDINGS:
         lines.extend(table(rec))
     lines.append(END)
