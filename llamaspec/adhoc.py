@@ -65,14 +65,15 @@ def builtin_prompts() -> Path:
 def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings: Settings | None = None,
                            prompt: str | None = None, prompt_file: str | Path | None = None,
                            prompts: str | None = None, name: str | None = None, engine: str = "llama.cpp",
-                           repeats: int | str = 3, description: str = "") -> Experiment:
+                           repeats: int | str = 3, description: str = "", workload: Any = None) -> Experiment:
     """An experiment measuring ``target`` with each of ``drafts`` against the target alone.
 
     ``target``/``drafts``: ``-m``/``-md`` text (a GGUF path, ``USER/REPO[:QUANT]``, a catalog
     ``NAME[:VARIANT]``); the models are resolved here (downloaded if needed) for their sha256.
     ``settings``: the command line's settings (every setting flag, as for an experiment).
     The prompt: ``prompt`` (text), ``prompt_file``, ``prompts`` (a prompt set, for llama-server),
-    or none of them: the built-in mixed set, one case per prompt. ``name``: the study's name
+    ``workload`` (a ``prompts.PromptSet``: one case per prompt, as sweep and tune measure it), or
+    none of them: the built-in mixed set, one case per prompt. ``name``: the study's name
     (default: made from the files' sha256, the settings and the prompt, the same on every rerun).
     Raises LlamaspecError (one line and a hint) for bad input: a missing or non-GGUF file, a repo
     without that quant, a draft with an n-gram spec type, no draft without one, two prompts.
@@ -87,7 +88,7 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     if not drafts and spectypes.needs_draft(spec_type):
         raise LlamaspecError("no draft model: -md DRAFT is missing",
                              hint="give -md DRAFT.gguf (or USER/REPO[:QUANT]), or a draft-free mode: --spec-type ngram-simple")
-    if sum(x is not None for x in (prompt, prompt_file, prompts)) > 1:
+    if sum(x is not None for x in (prompt, prompt_file, prompts, workload)) > 1:
         raise LlamaspecError("give one of -p, -f and --prompts", hint="one prompt, one prompt file, or one prompt set")
     specs = [given.parse(target), *(given.parse(d) for d in drafts)]
     if len({s.text for s in specs[1:]}) != len(specs) - 1:
@@ -99,9 +100,16 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     if prompt_path is not None and not Path(prompt_path).is_file():
         raise LlamaspecError(f"prompt file not found: {prompt_file}", hint="check the path given to -f/--prompt-file")
     draft, others = (refs[1], tuple(refs[1:])) if len(refs) > 1 else (None, ())
-    if prompt is not None or prompt_path is not None or prompts is not None:
+    if workload is not None:
+        from llamaspec import prompts as loader
+
+        full = settings.over(DEFAULTS)
+        chosen_prompts = loader.check_workload(workload.prompts, int(full.ctx_size or 4096), int(full.n_predict or 256))
+        cases: tuple[Case, ...] = tuple(Case(p.id, refs[0], draft, p.prompt, None, settings, drafts=others,
+                                             category=p.category) for p in chosen_prompts)
+    elif prompt is not None or prompt_path is not None or prompts is not None:
         case = "set" if prompts is not None else "prompt"  # a prompt set's prompts are named by their own ids
-        cases: tuple[Case, ...] = (Case(case, refs[0], draft, prompt, prompt_path, settings, drafts=others),)
+        cases = (Case(case, refs[0], draft, prompt, prompt_path, settings, drafts=others),)
     else:
         cases = tuple(Case(p["id"], refs[0], draft, p["prompt"], None, settings, drafts=others, category=p.get("category"))
                       for p in _builtin())
@@ -111,7 +119,9 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
         "prompt": _digest(prompt) if prompt is not None else None,
         "prompt_file": _file_digest(prompt_path) if prompt_path else None,
         # a prompt set file by its content (the built-in one is the same set wherever llamaspec is installed)
-        "prompts": _file_digest(prompts) if prompts and Path(prompts).is_file() else prompts, "builtin": _file_digest(str(builtin_prompts())) if len(cases) > 1 else None,
+        "prompts": _file_digest(prompts) if prompts and Path(prompts).is_file() else prompts,
+        "workload": _digest(json.dumps([[c.name, c.category, c.prompt] for c in cases])) if workload is not None else None,
+        "builtin": _file_digest(str(builtin_prompts())) if len(cases) > 1 and workload is None else None,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     chosen = check_name(name) if name is not None else study_name(files, digest)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ class Prompt:
     prompt: str
     category: str = "uncategorized"
     chat: bool = True  # send through the model's chat template
+    line: int | None = None  # where a file holds it (JSONL's line number), for messages about it
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,37 @@ def load(source: PromptSource | str, base_dir: Path | None = None) -> PromptSet:
     return PromptSet(source, tuple(chosen), tuple(skipped), len(prompts))
 
 
+# A prompt's tokens, guessed from its text before any model reads it (English and code run at about
+# four characters a token with the usual BPE vocabularies): only to refuse, before anything runs,
+# a prompt that cannot fit the context.
+CHARS_PER_TOKEN = 4
+
+
+def check_workload(prompts: Sequence[Prompt], ctx_size: int, n_predict: int) -> list[Prompt]:
+    """The prompts a workload measures: a prompt repeated (the same text again) is measured once and
+    said, by line; one whose text alone (at about :data:`CHARS_PER_TOKEN` characters a token) and
+    the tokens to generate would not fit the context is refused, by line, before anything runs."""
+    kept: list[Prompt] = []
+    seen: dict[str, Prompt] = {}
+    for p in prompts:
+        where = f"line {p.line} ({p.id})" if p.line is not None else p.id
+        first = seen.get(p.prompt.strip())
+        if first is not None:
+            log.warning("%s: the same prompt as %s: measured once", where,
+                        f"line {first.line} ({first.id})" if first.line is not None else first.id)
+            continue
+        seen[p.prompt.strip()] = p
+        tokens = len(p.prompt) // CHARS_PER_TOKEN
+        if tokens + n_predict > ctx_size:
+            raise LlamaspecError(f"{where}: a prompt of {len(p.prompt):,} characters (about {tokens:,} tokens) and "
+                                 f"{n_predict} to generate do not fit the context of {ctx_size} tokens",
+                                 hint="raise --ctx-size, or shorten or drop that prompt")
+        if tokens > ctx_size // 2:
+            log.warning("%s: a long prompt (about %d tokens of a %d context)", where, tokens, ctx_size)
+        kept.append(p)
+    return kept
+
+
 def select(prompts: list[Prompt], limit: int | None, seed: int | None) -> list[Prompt]:
     """The first ``limit`` prompts, or a seeded sample of them (kept in file order)."""
     if limit is None or limit >= len(prompts):
@@ -195,7 +227,7 @@ def load_jsonl(path: Path, chat: bool = True) -> tuple[list[Prompt], list[str]]:
         if not isinstance(category, str) or not isinstance(item_chat, bool):
             skipped.append(f"line {number}: \"category\" must be a string and \"chat\" true or false")
             continue
-        prompts.append(Prompt(str(item.get("id", f"line{number}")), text, category, item_chat))
+        prompts.append(Prompt(str(item.get("id", f"line{number}")), text, category, item_chat, number))
     if not prompts:
         raise _empty(path, skipped, 'a "prompt" string (optional "category", "id")')
     return _unique_ids(prompts), skipped

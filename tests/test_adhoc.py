@@ -223,6 +223,33 @@ def test_without_a_prompt_the_builtin_mixed_set_is_one_case_per_prompt(pair) -> 
     assert len({c.prompt for c in exp.cases}) == 4 and all(c.prompt for c in exp.cases)
 
 
+def test_a_prompt_file_is_a_workload_of_its_prompts_each_problem_named_by_line(pair, tmp_path: Path,
+                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    from llamaspec import prompts as loader
+
+    text = "\n".join([
+        json.dumps({"id": "fib", "category": "code", "prompt": "def fib(n):"}),
+        "",
+        json.dumps({"id": "empty", "category": "code", "prompt": "  "}),
+        json.dumps({"id": "again", "category": "code", "prompt": "def fib(n):"}),
+        json.dumps({"id": "trip", "category": "chat", "prompt": "Plan a day in Porto."}),
+    ])
+    (tmp_path / "set.jsonl").write_text(text + "\n")
+    with caplog.at_level("WARNING"):
+        found = loader.load(str(tmp_path / "set.jsonl"))
+        exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], workload=found)
+    assert [(c.name, c.category) for c in exp.cases] == [("fib", "code"), ("trip", "chat")]
+    said = caplog.text
+    assert "line 3: no \"prompt\" string" in said  # blank prompt, named by line (a blank line is not a prompt)
+    assert "line 4 (again): the same prompt as line 1 (fib): measured once" in said
+    (tmp_path / "long.jsonl").write_text(json.dumps({"id": "book", "prompt": "word " * 20_000}) + "\n")
+    with pytest.raises(LlamaspecError) as err:
+        adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], workload=loader.load(str(tmp_path / "long.jsonl")),
+                                     settings=Settings(ctx_size=4096, n_predict=64))
+    assert err.value.message.startswith("line 1 (book): a prompt of 100,000 characters (about 25,000 tokens)")
+    assert "--ctx-size" in (err.value.hint or "")
+
+
 def test_several_drafts_are_the_cases_drafts(pair, tmp_path: Path) -> None:
     third = tiny_gguf(tmp_path / "models" / "draft2.gguf", seed=2)
     exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1]), str(third)], prompt="x")

@@ -272,9 +272,10 @@ def split_drafts(drafts: tuple[str, ...]) -> list[str]:
 def experiment_or_study(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, *,
                         settings: Settings | None = None, prompt: str | None = None, prompt_file: Path | None = None,
                         prompts: str | None = None, repeats: int | str | None = None, command: str = "run",
-                        several_drafts: bool = True) -> Any:
+                        several_drafts: bool = True, workload: Any = None) -> Any:
     """The experiment a measuring command runs: NAME|PATH as ever, or (with -m) a study of the
-    models given, made by ``adhoc.experiment_from_models``, kept under its name and announced."""
+    models given, made by ``adhoc.experiment_from_models``, kept under its name and announced.
+    ``workload``: a loaded prompt set whose prompts are the study's cases (sweep and tune)."""
     from llamaspec import adhoc, experiment, spectypes
     from llamaspec.errors import LlamaspecError
 
@@ -285,6 +286,10 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
         if experiment_name is None:
             raise LlamaspecError("which experiment? give a NAME|PATH, or your own models with -m TARGET -md DRAFT",
                                  hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf (`llamaspec {command} -h`)")
+        if workload is not None:
+            raise LlamaspecError(f"--prompts with the experiment {experiment_name}: an experiment names its own prompts",
+                                 hint=f"measure your models over the set with -m/-md, or `llamaspec prompts run "
+                                      f"{experiment_name} --prompts ...` (llama-server)")
         loaded = experiment.load(experiment_name)
         if experiment.study_file(loaded.name) == Path(loaded.path):
             adhoc.check_kept(loaded)  # a study by name: the same bytes as when it was named
@@ -306,9 +311,11 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
         prompts = str(Path(prompts).expanduser().resolve())
     exp = adhoc.experiment_from_models(model, found, settings=settings, prompt=prompt,
                                        prompt_file=prompt_file, prompts=prompts, name=study, engine=engine,
-                                       repeats=repeats if repeats is not None else 3)
+                                       repeats=repeats if repeats is not None else 3, workload=workload)
     path = adhoc.save_study(exp)
-    what = (f"the prompt set {exp.prompts}" if exp.prompts is not None else "one prompt" if len(exp.cases) == 1
+    what = (f"the prompt set {exp.prompts}" if exp.prompts is not None
+            else f"the {len(exp.cases)} prompts of {workload.source.label}" if workload is not None
+            else "one prompt" if len(exp.cases) == 1
             else "the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")")
     log.info("study %s: %s on %s (kept in %s; `llamaspec report %s`, `llamaspec plot %s`, or rerun with the same "
              "command or by name)", exp.name, exp.description, what, path, exp.name, exp.name)

@@ -30,6 +30,11 @@ log = logging.getLogger("llamaspec")
 @click.option("--modes", default=None, metavar="LIST|none",
               help="Draft-free n-gram modes weighed beside the draft (default: every mode the program runs; "
                    "none: the draft alone).")
+@click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
+              help="With -m: the workload, a prompt set (JSONL: prompt, category, id), one case per prompt "
+                   "(default: the built-in mixed set).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: keep N prompts (--seed: a sample).")
+@click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: sample with this seed.")
 @click.option("--shared-baseline", is_flag=True,
               help="Cost saver: measure one baseline per prompt and target setting and share it across setups "
                    "(speedups are then not paired, and the output says so; measures the fixed grid).")
@@ -43,6 +48,7 @@ log = logging.getLogger("llamaspec")
 @common_options
 @cluster_option
 def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, modes: str | None,
+          source: str | None, limit: int | None, sample_seed: int | None,
           shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool,
           n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
@@ -91,17 +97,19 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
         axes = {axis: values for axis, values in axes.items() if axis not in fixed}
         settings = adhoc.workload_settings(overrides(fixed, n_predict, timeout))
         loaded = experiment_or_study(experiment_name, model, drafts, study, settings=settings,
-                                     prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="sweep")
+                                     prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="sweep",
+                                     workload=load_workload(source, limit, sample_seed))
     else:
-        loaded = experiment_or_study(experiment_name, None, drafts, study, command="sweep")
+        loaded = experiment_or_study(experiment_name, None, drafts, study, command="sweep",
+                                     workload=load_workload(source, limit, sample_seed))
     exp = loaded.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     compared = adhoc.draft_axis(exp)
     if compared and "draft_variant" not in axes:
         axes["draft_variant"] = compared
     if any(c.draft is not None for c in exp.cases) and "draft_max" not in axes:
         axes = {**axes, "draft_max": studies.DEFAULT_LENGTHS}
-    limit = sweeps.parse_budget(budget) if budget is not None else None
-    if limit is not None and (fixed_grid or shared_baseline):
+    spend = sweeps.parse_budget(budget) if budget is not None else None
+    if spend is not None and (fixed_grid or shared_baseline):
         raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid and --shared-baseline, or --budget")
     if address:
         from llamaspec.cli.cluster import run_experiment_on_cluster
@@ -119,12 +127,23 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     store = Store.open()
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
-            result = studies.run_study(exp, setups, engine, store, limit, fixed_grid=fixed_grid,
+            result = studies.run_study(exp, setups, engine, store, spend, fixed_grid=fixed_grid,
                                        first_pairs=repeats if isinstance(repeats, int) and not fixed_grid else 1,
                                        shared_baseline=shared_baseline)
     finally:
         engine.close()
     echo_study(result, engine, exp, store, plot, as_json)
+
+
+def load_workload(source: str | None, limit: int | None, seed: int | None) -> Any:
+    """``--prompts`` as a workload (None without it); its malformed lines are said, by line."""
+    if source is None:
+        if limit is not None or seed is not None:
+            raise click.UsageError("--limit and --seed are for --prompts")
+        return None
+    from llamaspec import prompts as loader
+
+    return loader.load(loader.parse_source(source, None, limit=limit, seed=seed))
 
 
 def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool) -> None:
@@ -152,6 +171,11 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
               help="Draft variants to weigh (default: the drafts -md gives, else the catalog's variants of the draft model).")
 @click.option("--modes", default=None, metavar="LIST|none",
               help="Draft-free n-gram modes to weigh (default: every mode the program runs; none: drafts only).")
+@click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
+              help="With -m: the workload, a prompt set (JSONL: prompt, category, id), one case per prompt "
+                   "(default: the built-in mixed set).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: keep N prompts (--seed: a sample).")
+@click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: sample with this seed.")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
               help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 40 % of the fixed grid's "
                    "pairs, at most 4m of measuring; the first pass is always measured); with --cluster, each machine's.")
@@ -159,7 +183,7 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
 @common_options
 @cluster_option
 def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, variants: str | None,
-         modes: str | None, budget: str | None, plot: bool, n_predict: int | None, prompt: str | None,
+         modes: str | None, source: str | None, limit: int | None, sample_seed: int | None, budget: str | None, plot: bool, n_predict: int | None, prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
          no_wait: bool, as_json: bool, address: str | None, **given: Any) -> None:
     """Search draft file, draft length and the draft-free n-gram modes: one answer for the workload.
@@ -189,13 +213,14 @@ def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...]
     from llamaspec.results import Store
     from llamaspec.sweep import parse_budget, parse_values
 
-    limit = parse_budget(budget) if budget is not None else None
+    spend = parse_budget(budget) if budget is not None else None
     if model is None and any(v is not None for v in given.values()):
         raise click.UsageError("setting flags are for a study of -m/-md models; an experiment names its own settings "
                                "(or sweep them: `llamaspec sweep NAME --draft 1..16`)")
     settings = adhoc.workload_settings(overrides(given, n_predict, timeout)) if model is not None else None
     exp = experiment_or_study(experiment_name, model, drafts, study, settings=settings,
-                              prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="tune")
+                              prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="tune",
+                              workload=load_workload(source, limit, sample_seed))
     exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     chosen = parse_values("draft_variant", variants) if variants else None
     asked = None if modes is None else () if modes.strip().lower() == "none" else parse_values("spec_type", modes)
@@ -213,7 +238,7 @@ def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...]
     engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
     try:
         with measuring(f"llamaspec tune {exp.name}", no_wait):
-            result = tuner.tune(exp, engine, Store.open(), chosen, asked, limit)
+            result = tuner.tune(exp, engine, Store.open(), chosen, asked, spend)
     finally:
         engine.close()
     echo_study(result, engine, exp, Store.open(), plot, as_json)
