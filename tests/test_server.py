@@ -495,3 +495,41 @@ def test_run_on_the_server_prints_acceptance_by_position(server_build, pair, tmp
     assert drafted[0] == spec["drafted_rounds"] == int(line.group(2)) and len(drafted) == int(line.group(1))
     if len(drafted) == 8:
         assert sum(drafted) == spec["n_drafted"] and sum(accepted) == spec["n_accept"]
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_the_workload_study_runs_on_the_server_too(server_build, pair, tmp_path: Path) -> None:
+    """The one study (llamaspec.study) on llama-server: two prompts, two draft lengths and an n-gram
+    mode, every setup on every prompt; one decision over the workload, of one of its kinds with
+    that kind's parts (which kind this machine's timings lead to is not asserted)."""
+    import real_checks
+    import yaml
+
+    from llamaspec import experiment, study
+
+    body = {"name": "server-study", "description": "the offline pair on llama-server", "engine": "llama-server",
+            "repeats": 1, "settings": {"n_predict": 24, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": 1024},
+            "cases": [{"name": name, "category": name, "target": {"model": "smollm2-135m", "variant": "f32"},
+                       "draft": {"model": "smollm2-135m", "variant": "q4_1"}, "prompt": text}
+                      for name, text in (("code", "# Quick-sort implementation in Python and sample usage:"),
+                                         ("summary", "Summarize: the council voted to turn the rail yard into a park. "
+                                                     "Summary: the council voted to turn"))]}
+    path = tmp_path / "server-study.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    exp = experiment.load(str(path))
+    engine = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
+    store = Store.open()
+    try:
+        result = study.run_study(exp, study.setups_for({"draft_max": (2, 4)}, ("ngram-simple",)), engine, store,
+                                 fixed_grid=True)
+        answer = study.deployment(result, engine, exp, store)
+    finally:
+        engine.close()
+    d = result.decision
+    assert [p for p, _c in d.prompts] == ["code", "summary"] and result.pairs == 3 * 2 == result.fixed_grid_pairs
+    assert {s.label for s in d.setups} == {"draft 2", "draft 4", "ngram-simple"}
+    for s in d.setups:
+        assert s.excluded or (s.speedup is not None and s.pairs == 2), s  # each on both prompts, or said why not
+    report = {**result.as_dict(), "deploy": answer.to_dict() if answer else None}
+    real_checks.answer(report)
