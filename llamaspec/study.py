@@ -454,6 +454,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
         raise LlamaspecError("nothing left to measure: every setup was skipped",
                              hint="; ".join(f"{w}: {y}" for w, y in skipped) or "give --draft 1..16")
     least = least_budget(exp, study.setups, first_pairs)
+    defaulted = budget is None
     budget = budget or default_budget(exp, study.setups, least)
     if not fixed_grid and budget.pairs is not None and budget.pairs < least:
         raise LlamaspecError(f"--budget {budget.pairs} pairs is too small: the first pass alone measures {least} "
@@ -467,7 +468,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     if fixed_grid:
         stop, progress = _fixed(study, pairs_per_point(exp))
     else:
-        stop, progress = _adaptive(study, budget, first_pairs)
+        stop, progress = _adaptive(study, budget, first_pairs, defaulted)
     from llamaspec import analysis
 
     runs = study.runs()
@@ -538,7 +539,10 @@ def _announce(study: _Study, first: int, budget: Budget) -> None:
                 duration(budget.seconds), math.ceil(1.5 * need / 60))
 
 
-def _adaptive(study: _Study, budget: Budget, first_pairs: int) -> tuple[str, str]:
+def _adaptive(study: _Study, budget: Budget, first_pairs: int, defaulted: bool = False) -> tuple[str, str]:
+    """``defaulted``: the budget is :func:`default_budget`'s, not the user's; where the program turns
+    out to count no positions, it grows by the lengths the first pass adds (the default spends the
+    same beyond its first pass) rather than refusing its own default."""
     clock = _Clock(study, budget, f"study {study.exp.name}")
     cases = study.cases
     try:
@@ -563,6 +567,13 @@ def _adaptive(study: _Study, budget: Budget, first_pairs: int) -> tuple[str, str
                     log.info("the program counts no acceptance by draft position: every length is measured first")
                     first += rest
                     whole = first_pairs * len(first) * len(cases)
+                    if defaulted and budget.pairs is not None:
+                        grown = budget.pairs + whole - total_first
+                        log.info("the default budget grows from %d to %d pairs: the first pass measures every length",
+                                 budget.pairs, grown)
+                        budget = dataclasses.replace(budget, pairs=grown)
+                        clock.budget = budget
+                        clock.bar.total = float(grown) if not budget.seconds else clock.bar.total
                     if budget.pairs is not None and budget.pairs < whole:
                         raise LlamaspecError(
                             f"--budget {budget.pairs} pairs is too small: the program counts no acceptance by draft "
