@@ -598,12 +598,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=None, help="replay only the recordings whose name contains this")
     ap.add_argument("--per-prompt", action="store_true", help="each prompt of a workload recording alone, too")
+    ap.add_argument("--pooled", action="store_true",
+                    help="the rule ranking on the model-pooled estimate (decide.POOLED), for comparison")
     ap.add_argument("--write", type=Path, default=None,
                     help="keep the rows as JSON here (docs/results.md's table: tests/fixtures/llamacpp/0c1e570/"
                          "sweep-workload/replays.json, then `make docs`)")
     a = ap.parse_args(argv)
     import os
     import tempfile
+
+    decide.POOLED = a.pooled
 
     import replay as replays
 
@@ -647,18 +651,20 @@ def main(argv: list[str] | None = None) -> int:
                          "picks": ", ".join(f"{k} {v}" for k, v in sorted(picks.items(), key=lambda kv: -kv[1])[:4])})
             goals.append(f"{label}: off {'met' if hi <= GOAL_OFF else 'NOT met' if lo > GOAL_OFF else 'not shown'}, "
                          f"loss {'met' if loss / n <= GOAL_LOSS else 'NOT met'}, time "
-                         f"{'met' if time_share <= GOAL_TIME else 'NOT met'}, band "
-                         f"{'covers' if bands and cover >= GOAL_COVER else 'does not cover'}")
+                         f"{'met' if time_share <= GOAL_TIME else 'NOT met'}, the pooled estimate "
+                         + ("may decide" if pooled and pooled_cover >= GOAL_COVER else "may not decide")
+                         + (f" (covers {pooled_cover:.0%})" if pooled else " (never formed)"))
     print(f"goals (at most {GOAL_OFF:.0%} more than 5 % below the best by the 95 % interval over the replays, at most "
-          f"{GOAL_LOSS:.0%} recommending a loss, at most {GOAL_TIME:.0%} of the fixed grid's time; the model's band "
-          f"covering the truth at least {GOAL_COVER:.0%} of the time):")
+          f"{GOAL_LOSS:.0%} recommending a loss, at most {GOAL_TIME:.0%} of the fixed grid's time; the model-pooled "
+          f"estimate may decide only where its interval covers the truth at least {GOAL_COVER:.0%} of the time; the "
+          f"rule {'ranked on it (--pooled)' if decide.POOLED else 'ranked on the measured medians'}):")
     for line in goals:
         print(f"  {line}")
     if a.write is not None:
         import subprocess
 
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        a.write.write_text(json.dumps({"command": "python benchmarks/decide.py " + " ".join(argv),
+        a.write.write_text(json.dumps({"command": "python benchmarks/decide.py " + " ".join(argv), "pooled": decide.POOLED,
                                        "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit,
                                        "replays": a.replays, "rows": kept, "goals": goals}, indent=1) + "\n")
     return 0

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import estimators
+from llamaspec import decide, estimators
 from llamaspec.contract import PAIR_MODES, Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import Case, Experiment, ModelRef
@@ -258,7 +258,8 @@ def judge(rec: Recording, result: Any, engine: ReplayEngine) -> Outcome:
             bands += 1
             covered += band.low <= truth <= band.high
     pooled_covered = pooled = 0
-    for e in d.decision.estimates:  # the pooled estimate: its own 95 % interval, where the model is in it
+    for m in d.decision.estimates:  # the pooled estimate (whether or not the rule used it): its 95 % interval
+        e = decide.estimate(decide.Candidate(m.key, m.label, m.measured, m.cost), d.decision.models, pooled=True)
         truth = truths.get(e.label)
         if truth is None or e.upper is None or e.band is None:
             continue

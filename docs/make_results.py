@@ -54,9 +54,9 @@ RECORDINGS = (
 # replays of the study on them that benchmarks/decide.py --write keeps beside them.
 WORKLOAD_RECORDINGS = (
     Recording("The built-in workload, the offline pair (F32 target, Q4_1 draft)",
-              "tests/fixtures/llamacpp/0c1e570/sweep-workload/q4_1/study.json", "this commit"),
+              "tests/fixtures/llamacpp/0c1e570/sweep-workload/q4_1/study.json", "-"),
     Recording("A pair that does not pay: the F16 target with the Q4_1 draft, one prompt",
-              "tests/fixtures/llamacpp/0c1e570/sweep-workload/f16/study.json", "this commit"),
+              "tests/fixtures/llamacpp/0c1e570/sweep-workload/f16/study.json", "-"),
 )
 REPLAYS = "tests/fixtures/llamacpp/0c1e570/sweep-workload/replays.json"
 
@@ -214,7 +214,10 @@ def replay_table() -> list[str]:
              "recommending a setup whose recorded speedup is below 1.0; band covers / pooled covers: the share of the "
              "model's bands, and of the estimates that combine the measured pairs with it, whose 95 % interval holds "
              "the recorded speedup; time: the pairs' recorded time against the fixed grid's (3 pairs of every setup "
-             "on every prompt)", "",
+             "on every prompt)",
+             "- the rule " + ("ranked on the model-pooled estimate (`--pooled`)" if data.get("pooled") else
+                              "ranked on the measured medians (the pooled estimate is formed only to count its coverage)"),
+             "",
              "| workload | best (recorded) | off [95 % CI] | a loss | undecided | band covers | pooled covers | time | picks |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in data["rows"]:

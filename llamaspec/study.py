@@ -425,9 +425,9 @@ def fixed_pairs(exp: Experiment, setups: Sequence[Setup]) -> int:
 
 
 def default_budget(exp: Experiment, setups: Sequence[Setup], least: int) -> Budget:
-    """:data:`DEFAULT_SHARE` of the fixed grid's pairs (at least the first pass), within
+    """:data:`DEFAULT_SHARE` of the fixed grid's pairs, rounded down (at least the first pass), within
     :data:`DEFAULT_SECONDS` of measuring."""
-    return Budget(pairs=max(least, math.ceil(DEFAULT_SHARE * fixed_pairs(exp, setups))), seconds=DEFAULT_SECONDS)
+    return Budget(pairs=max(least, math.floor(DEFAULT_SHARE * fixed_pairs(exp, setups))), seconds=DEFAULT_SECONDS)
 
 
 def least_budget(exp: Experiment, setups: Sequence[Setup], first_pairs: int = 1) -> int:
