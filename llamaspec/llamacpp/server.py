@@ -53,6 +53,7 @@ from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurem
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
+from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
 from llamaspec.llamacpp.parse import by_position
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
 from llamaspec.settings import Settings, defaults_for
@@ -275,44 +276,6 @@ class Server:
             self.process.stop(grace)
         with _LIVE_LOCK:
             _LIVE.discard(self)
-
-
-# --- argv from settings ------------------------------------------------------------------------
-
-def _pick(caps: flags.HelpFlags, names: tuple[str, ...], what: str) -> str:
-    flag = caps.pick(names)
-    if flag is None:
-        raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
-                             hint="drop that setting from the experiment, or use a llama.cpp build that has it")
-    return flag
-
-
-def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
-    """llama-server's arguments (without host and port) for the server that measures ``mode``: the
-    flag table's rows for the server, the target side first (the baseline's arguments are the
-    speculative server's first ones), then the draft side.
-
-    ``deploy``: the same server for serving, not measuring: the measurement's own switches
-    (``--metrics`` for the round counter, no web UI, no prompt cache across requests) are left out."""
-    s = case.settings.with_defaults()
-    draft = case.draft.path if mode != "baseline" and case.draft and spectypes.needs_draft(s.spec_type) else None
-    inv = flags.Invocation(target=case.target.path, settings=s, draft=draft, accel=backend)
-    argv = [_pick(caps, flags.MODEL_FLAGS["target"], "target"), case.target.path]
-    argv += flags.settings_argv(caps, inv, "server", draft=False)
-    for flag in ("--jinja",) if deploy else ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
-        if caps.has(flag):
-            argv.append(flag)
-    if caps.has("--cache-ram") and not deploy:
-        argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
-    if mode == "baseline":
-        return argv + list(s.extra_args or ())  # passed through to both sides, as on the command-line programs
-    if draft is not None:
-        argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
-        argv += flags.settings_argv(caps, inv, "server", draft=True)
-    # Always explicit: without --spec-type the pinned server loads a draft and never uses it.
-    argv += flags.spec_type_argv(caps, s)
-    argv.extend(s.extra_args or ())
-    return argv
 
 
 # --- the engine -------------------------------------------------------------------------------
