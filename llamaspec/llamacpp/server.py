@@ -717,8 +717,8 @@ def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[
 
 
 def open_engine(options: EngineOptions) -> ServerEngine:
-    from llamaspec.llamacpp.build import ensure_program
-    from llamaspec.llamacpp.cache import SERVER_ROLES, auto_build, find
+    from llamaspec.llamacpp.build import ensure_program, find
+    from llamaspec.llamacpp.cache import SERVER_ROLES, auto_build
 
     build = find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES, build=auto_build())
     build = ensure_program(build, "server")  # built when first needed
@@ -731,7 +731,8 @@ def open_engine(options: EngineOptions) -> ServerEngine:
 def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
     """The deploy command for ``case`` with the build these options find (nothing is started)."""
     from llamaspec.llamacpp import deploy
-    from llamaspec.llamacpp.cache import SERVER_ROLES, find
+    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import SERVER_ROLES
 
     return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES), case, "llama-server",
                              speculative)
