@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hub_server import Hub
 from models_factory import tiny_gguf
 
-from llamaspec import adhoc, experiment
+from llamaspec import adhoc, experiment, spectypes
 from llamaspec.cli import main
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import GIVEN, ModelRef
@@ -495,3 +495,20 @@ def test_a_study_rerun_by_name_refuses_a_file_changed_since(pair) -> None:
     assert code != 0 and lines[0].startswith(f"Error: {pair[1]} has changed since study {exp.name} was named for it")
     # the same command with -m names a new study for the new bytes
     assert adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], prompt="x").name != exp.name
+
+
+@pytest.mark.parametrize("spec_type", sorted(spectypes.SPEC_TYPES))
+def test_open_study_picks_each_spec_types_engine_in_the_core(pair, spec_type: str) -> None:
+    """``adhoc.open_study`` (what the CLI's measuring commands call) asks the spec-type table for
+    the engine and whether a draft is measured, for every row: one prompt on the row's engine, a
+    prompt set on llama-server."""
+    from llamaspec.cli import options
+
+    row = spectypes.of(spec_type)
+    drafts = [str(pair[1])] if row.needs_draft else []
+    exp = adhoc.open_study(None, str(pair[0]), drafts, None, settings=Settings(spec_type=spec_type), prompt="x")
+    assert exp.engine == spectypes.engine_for(spec_type)
+    assert all((c.draft is not None) == row.needs_draft for c in exp.cases)
+    via_cli = options.experiment_or_study(None, str(pair[0]), tuple(drafts), None,
+                                          settings=Settings(spec_type=spec_type), prompt="x")
+    assert via_cli.engine == exp.engine and via_cli.name == exp.name
