@@ -54,7 +54,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
-from llamaspec.llamacpp.parse import by_position
+from llamaspec.llamacpp.parse import PER_POSITION, accepted_per_position, by_position, metric_value, metrics_change
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
 from llamaspec.settings import Settings, defaults_for
 
@@ -603,62 +603,7 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
     return fields
 
 
-# --- /metrics (Prometheus text) -----------------------------------------------------------------------
-
-_METRIC_LINE = re.compile(r'^llamacpp:(?P<name>\w+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)\s*$')
-PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
-
-
-def metric_value(text: str, name: str) -> float | None:
-    """One unlabelled ``llamacpp:`` series from ``/metrics`` text, None when absent or unreadable."""
-    for line in text.splitlines():
-        m = _METRIC_LINE.match(line.strip())
-        if m and m.group("name") == name and not m.group("labels"):
-            with contextlib.suppress(ValueError):
-                return float(m.group("value"))
-    return None
-
-
-def accepted_per_position(text: str) -> tuple[int, ...] | None:
-    """``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"}`` (i from 0: draft
-    position i + 1), as a tuple indexed by position; None when the series is absent (a server from
-    before it, or one that has verified no draft yet) or a position is missing or unreadable.
-
-    What it counts (tools/server/server-context.cpp, pinned 0c1e570): each verification step adds
-    one at positions 1..n where n tokens of its draft were accepted, so position i's count is the
-    steps accepted through i; the vector is as long as the longest draft the server may make
-    (``common_speculative_n_max``) and summed over finished requests. Its denominator is
-    ``spec_decode_num_drafts_total`` (verification steps), as in the server's own log line."""
-    found: dict[int, int] = {}
-    for line in text.splitlines():
-        m = _METRIC_LINE.match(line.strip())
-        if not m or m.group("name") != PER_POSITION:
-            continue
-        label = re.search(r'position="(\d+)"', m.group("labels") or "")
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            return None
-        if label is None or not math.isfinite(value) or value < 0 or value != int(value):
-            return None
-        found[int(label.group(1))] = int(value)
-    if not found or sorted(found) != list(range(len(found))):
-        return None
-    return tuple(found[i] for i in range(len(found)))
-
-
-def metrics_change(before: str | None, after: str | None) -> dict[str, float]:
-    """How each unlabelled counter of ``/metrics`` grew between two readings (both present only)."""
-    if before is None or after is None:
-        return {}
-    out: dict[str, float] = {}
-    for name in ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
-                 "spec_decode_num_accepted_tokens_total"):
-        a, b = metric_value(before, name), metric_value(after, name)
-        if a is not None and b is not None:
-            out[name] = b - a
-    return out
-
+# --- /metrics (Prometheus text; its readers are the parse room's) -------------------------------------
 
 def positions_from_metrics(before: str, after: str, draft_len: int | None, *, p_min_zero: bool = False,
                            ran_out: bool = False) -> Positions:
