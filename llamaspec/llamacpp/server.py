@@ -54,9 +54,10 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
-from llamaspec.llamacpp.parse import PER_POSITION, accepted_per_position, by_position, metric_value, metrics_change
+from llamaspec.llamacpp.parse import PER_POSITION, accepted_per_position, metric_value, metrics_change
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
 from llamaspec.settings import Settings, defaults_for
+from llamaspec.theory.drafted import by_position
 
 log = logging.getLogger(__name__)
 
@@ -608,7 +609,7 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
 def positions_from_metrics(before: str, after: str, draft_len: int | None, *, p_min_zero: bool = False,
                            ran_out: bool = False) -> Positions:
     """One request's acceptance by position: the change of /metrics' per-position series across it
-    (one slot, one request at a time), with drafted counts by ``parse.by_position``'s rule from the
+    (one slot, one request at a time), with drafted counts by ``theory.drafted.by_position``'s rule from the
     change of verification steps and drafted tokens. The server cuts a draft to what is left of the
     context and of n_predict, each shrinking by the tokens a step emits, as llama-speculative-simple
     does: with p-min 0 (``p_min_zero``) its short drafts are the last ones, each shorter than the one
