@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,8 @@ from llamaspec import spectypes
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import GIVEN, Case, Experiment, ModelRef, studies_dir
 from llamaspec.settings import DEFAULTS, Settings
+
+log = logging.getLogger("llamaspec")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
 
@@ -273,3 +276,58 @@ def draft_axis(exp: Experiment) -> tuple[str, ...]:
     if len(found) > 1 and len({d.model for c in exp.cases for d in c.drafts}) > 1:
         raise LlamaspecError(f"the drafts of {exp.name} mix catalog models", hint="give them as files or USER/REPO:QUANT")
     return found if len(found) > 1 else ()
+
+
+def open_study(experiment_name: str | None, model: str | None, drafts: Sequence[str], study: str | None, *,
+               settings: Settings | None = None, prompt: str | None = None, prompt_file: Path | None = None,
+               prompts: str | None = None, repeats: int | str | None = None, command: str = "run",
+               several_drafts: bool = True, workload: Any = None) -> Any:
+    """The experiment a measurement runs: NAME|PATH as ever, or (with ``model``) a study of the
+    models given, made by ``experiment_from_models`` on the engine the core picks for it (a prompt
+    set: llama-server; one prompt: llama.cpp's programs where one runs the spec type or one is
+    named, else the engine that does), kept under its name and announced. ``workload``: a loaded
+    prompt set whose prompts are the study's cases (sweep and tune); ``command``: the caller's name
+    in messages. The CLI's measuring commands and ``from llamaspec import adhoc`` users alike."""
+    from llamaspec import experiment
+
+    if model is None:
+        if drafts or study:
+            raise LlamaspecError(f"{'-md' if drafts else '--name'} needs -m TARGET",
+                                 hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf")
+        if experiment_name is None:
+            raise LlamaspecError("which experiment? give a NAME|PATH, or your own models with -m TARGET -md DRAFT",
+                                 hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf (`llamaspec {command} -h`)")
+        if workload is not None:
+            raise LlamaspecError(f"--prompts with the experiment {experiment_name}: an experiment names its own prompts",
+                                 hint=f"measure your models over the set with -m/-md, or `llamaspec prompts run "
+                                      f"{experiment_name} --prompts ...` (llama-server)")
+        loaded = experiment.load(experiment_name)
+        if experiment.study_file(loaded.name) == Path(loaded.path):
+            check_kept(loaded)  # a study by name: the same bytes as when it was named
+        return loaded
+    if experiment_name is not None:
+        raise LlamaspecError(f"-m {model} and the experiment {experiment_name} together: the experiment names its own models",
+                             hint=f"drop {experiment_name} to measure -m/-md, or drop -m to run the experiment")
+    found = list(drafts)
+    if len(found) > 1 and not several_drafts:
+        raise LlamaspecError(f"llamaspec {command} measures one draft, {len(found)} were given",
+                             hint="compare drafts with `llamaspec sweep` or `llamaspec tune` (they take several -md)")
+    settings = settings or Settings()
+    spec_type = settings.over(DEFAULTS).spec_type
+    # a prompt set runs on llama-server; one prompt on llama.cpp's programs where one runs the type
+    # (an n-gram mode on llama-speculative-simple) or one is named (--program), else on the engine that does
+    engine = ("llama-server" if prompts is not None else "llama.cpp" if settings.program is not None
+              else spectypes.engine_for(spec_type))
+    if prompts is not None and Path(prompts).expanduser().is_file():
+        prompts = str(Path(prompts).expanduser().resolve())
+    exp = experiment_from_models(model, found, settings=settings, prompt=prompt,
+                                 prompt_file=prompt_file, prompts=prompts, name=study, engine=engine,
+                                 repeats=repeats if repeats is not None else 3, workload=workload)
+    path = save_study(exp)
+    what = (f"the prompt set {exp.prompts}" if exp.prompts is not None
+            else f"the {len(exp.cases)} prompts of {workload.source.label}" if workload is not None
+            else "one prompt" if len(exp.cases) == 1
+            else "the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")")
+    log.info("study %s: %s on %s (kept in %s; `llamaspec report %s`, `llamaspec plot %s`, or rerun with the same "
+             "command or by name)", exp.name, exp.description, what, path, exp.name, exp.name)
+    return exp

@@ -1,7 +1,8 @@
 """From stored runs to conclusions: the speedup model fitted to a sweep, plots, a recommendation.
 
 Reads the results store, builds :class:`llamaspec.theory.Observation` s from what llama.cpp
-printed, fits :func:`llamaspec.theory.analyze`, and draws :mod:`llamaspec.plot` figures.
+printed, fits :func:`llamaspec.theory.analyze`, and asks :mod:`llamaspec.plot` (``draw_group``)
+for each group's figures: the drawing is plot's.
 Points are fitted together only when they differ in draft length alone (other axes make groups).
 
 Its size: the three views of stored runs (a point row, a group fitted together, a sweep's
@@ -465,7 +466,9 @@ def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axe
         group = GroupReport(label, rows, analysis, explanation, note=note)
         group.view = model_view(group, refits=refits, grid=grid)
         if plot:
-            group.plots = draw(group, meta, out_dir, stem_prefix=_slug(label))
+            from llamaspec import plot as plots
+
+            group.plots = plots.draw_group(group, meta, out_dir, stem_prefix=_slug(label))
         groups.append(group)
     return SweepReport(name, meta["experiment"], meta["case"], meta, groups)
 
@@ -499,39 +502,6 @@ def axes_of(runs: Sequence[dict[str, Any]]) -> list[str]:
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text).strip("_")
-
-
-def draw(group: GroupReport, meta: dict[str, str], out_dir: Path, stem_prefix: str = "") -> list[Path]:
-    from llamaspec import plot
-
-    fits = {p.draft_max: p for p in (group.analysis.points if group.analysis else ())}
-    points = []
-    for r in group.rows:
-        s = r.summary
-        if not s.decode_tps or not s.baseline_decode_tps or not s.speedup:
-            continue
-        fit = fits.get(r.draft_max)
-        points.append(plot.PlotPoint(
-            draft_max=r.draft_max, decode_tps=s.decode_tps.median, baseline_tps=s.baseline_decode_tps.median,
-            accept=s.accept.median / 100.0 if s.accept else None,
-            predicted_speedup=fit.predicted_speedup if fit else None,
-            decode_tps_min=s.decode_tps.min, decode_tps_max=s.decode_tps.max,
-            speedup_median=s.speedup.median, speedup_low=s.speedup.low, speedup_high=s.speedup.high,
-            differs=s.status == "differs"))
-    lines = [plot.PositionLine(f"draft {r.draft_max}" + (f" (run {r.run_id})" if len(group.rows) > 1 and
-                                                          sum(o.draft_max == r.draft_max for o in group.rows) > 1 else ""),
-                               rates, r.summary.drafted_by_position[0] if r.summary.drafted_by_position else None)
-             for r in group.rows if (rates := r.summary.acceptance_by_position)]
-    if not points and not lines:
-        return []
-    label = f"{meta['experiment']}/{meta['case']}" + (f" [{group.label}]" if group.label else "")
-    pm = plot.PlotMeta(meta["target"], meta["draft"], meta["machine"], meta["engine"], meta["build"], label)
-    a = group.analysis
-    folder = out_dir / stem_prefix if stem_prefix else out_dir
-    band = [(float(b.cost[0]), b.low, b.high) for b in group.view.bands] if group.view else None  # cost[0]: the length
-    drawn = plot.plot_all(points, pm, folder, predicted_speedup=a.speedup_curve if a and a.cost else None,
-                          predicted_accept=a.accept_curve if a else None, band=band) if points else []
-    return drawn + (plot.plot_acceptance_by_position(lines, pm, folder) if lines else [])
 
 
 def experiment_report(store: Store, experiment: str, plot: bool = True) -> SweepReport:

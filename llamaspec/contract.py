@@ -72,6 +72,13 @@ DRAFT_POLICIES = (
 # "timeout" (no answer in time), "prompt" (the engine refused this prompt), "request" (another
 # refusal of this one request). A prompt set stops at the first "server" or "timeout": the prompts
 # after it would fail alike.
+# ModelRef.model of a model named by where it is rather than by the catalog: its ``variant`` is
+# the location as ``llamaspec.models.given`` reads it (an absolute GGUF path, USER/REPO[:QUANT],
+# or a catalog NAME[:VARIANT]). A sweep or tune swaps the variant as for a catalog model, so
+# several drafts given on the command line are one more dimension of it. Here, below both the
+# experiment and the models that read it.
+GIVEN = "given"
+
 ERROR_KINDS = ("server", "timeout", "prompt", "request")
 
 

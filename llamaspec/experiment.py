@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec import engines, paths, spectypes
+from llamaspec.contract import GIVEN  # ModelRef.model of a model named by its location (see there)
 from llamaspec.errors import LlamaspecError
 from llamaspec.settings import DEFAULTS as DEFAULT_SETTINGS
 from llamaspec.settings import FIELDS as SETTING_FIELDS
@@ -27,11 +28,6 @@ from llamaspec.settings import SettingError, Settings
 
 log = logging.getLogger(__name__)
 
-# ModelRef.model of a model named by where it is rather than by the catalog: its ``variant`` is
-# the location as ``llamaspec.models.given`` reads it (an absolute GGUF path, USER/REPO[:QUANT],
-# or a catalog NAME[:VARIANT]). A sweep or tune swaps the variant as for a catalog model, so
-# several drafts given on the command line are one more dimension of it.
-GIVEN = "given"
 
 
 @dataclass(frozen=True)

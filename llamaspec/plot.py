@@ -573,3 +573,37 @@ def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list
                 fig.savefig(tmp, format=fmt, metadata=metadata)
             written.append(dest)
     return written
+
+
+def draw_group(group: Any, meta: dict[str, str], out_dir: Path, stem_prefix: str = "") -> list[Path]:
+    """The figures of one group of a sweep's report (``analysis.GroupReport``: its rows, the model's
+    fit and band) under ``out_dir``/``stem_prefix``: speed and speedup by draft length, acceptance
+    by position."""
+    fits = {p.draft_max: p for p in (group.analysis.points if group.analysis else ())}
+    points = []
+    for r in group.rows:
+        s = r.summary
+        if not s.decode_tps or not s.baseline_decode_tps or not s.speedup:
+            continue
+        fit = fits.get(r.draft_max)
+        points.append(PlotPoint(
+            draft_max=r.draft_max, decode_tps=s.decode_tps.median, baseline_tps=s.baseline_decode_tps.median,
+            accept=s.accept.median / 100.0 if s.accept else None,
+            predicted_speedup=fit.predicted_speedup if fit else None,
+            decode_tps_min=s.decode_tps.min, decode_tps_max=s.decode_tps.max,
+            speedup_median=s.speedup.median, speedup_low=s.speedup.low, speedup_high=s.speedup.high,
+            differs=s.status == "differs"))
+    lines = [PositionLine(f"draft {r.draft_max}" + (f" (run {r.run_id})" if len(group.rows) > 1 and
+                                                     sum(o.draft_max == r.draft_max for o in group.rows) > 1 else ""),
+                          rates, r.summary.drafted_by_position[0] if r.summary.drafted_by_position else None)
+             for r in group.rows if (rates := r.summary.acceptance_by_position)]
+    if not points and not lines:
+        return []
+    label = f"{meta['experiment']}/{meta['case']}" + (f" [{group.label}]" if group.label else "")
+    pm = PlotMeta(meta["target"], meta["draft"], meta["machine"], meta["engine"], meta["build"], label)
+    a = group.analysis
+    folder = out_dir / stem_prefix if stem_prefix else out_dir
+    band = [(float(b.cost[0]), b.low, b.high) for b in group.view.bands] if group.view else None  # cost[0]: the length
+    drawn = plot_all(points, pm, folder, predicted_speedup=a.speedup_curve if a and a.cost else None,
+                     predicted_accept=a.accept_curve if a else None, band=band) if points else []
+    return drawn + (plot_acceptance_by_position(lines, pm, folder) if lines else [])

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import workload
+from llamaspec import spectypes, workload
 from llamaspec.settings import SWEEPABLE
 from llamaspec.summary import Summary
 
@@ -92,7 +92,7 @@ def setup_axes(runs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
     for (_prompt, mode), rows in groups.items():
         found = out.setdefault(mode, [])
         # a draft setup always names its draft length (setup_of); a draft-free one has no draft
-        skip = {MODE, LENGTH} if mode == "draft" else {MODE, DRAFT}
+        skip = {MODE, LENGTH} if spectypes.needs_draft(mode) else {MODE, DRAFT}
         for axis in (DRAFT, *SWEEPABLE):
             if axis in skip or axis in found:
                 continue
@@ -113,7 +113,7 @@ def setup_of(run: Mapping[str, Any], axes: Mapping[str, Sequence[str]]) -> RunSe
     mode = _mode(run)
     named = tuple((a, _value(run, a)) for a in axes.get(mode, ()))
     shown = [_shown(a, v) for a, v in named if v is not None]
-    if mode != "draft":
+    if spectypes.of(mode).draft_free:
         return RunSetup(((MODE, mode), *named), mode + (f" ({', '.join(shown)})" if shown else ""), cost(True, None))
     k = (run.get("settings") or {}).get(LENGTH)
     length = int(k) if k is not None else None

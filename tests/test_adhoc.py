@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hub_server import Hub
 from models_factory import tiny_gguf
 
-from llamaspec import adhoc, experiment
+from llamaspec import adhoc, experiment, spectypes
 from llamaspec.cli import main
 from llamaspec.errors import LlamaspecError
 from llamaspec.experiment import GIVEN, ModelRef
@@ -449,6 +449,39 @@ def test_open_ref_takes_a_repo_quant_as_a_cluster_worker_does(hub: Hub, pair) ->
     assert models.open_ref(str(pair[0])).path == pair[0]
 
 
+def test_every_kind_of_model_text_goes_through_the_one_resolver(pair, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """models.open_ref (local runs, the CLI, cluster workers) is given.open_ref: a path, a link (its
+    name kept, as llama.cpp reads it), a split file (any part names the first), a catalog name with
+    and without a variant (the catalog's first fetch variant); USER/REPO: the hub test above."""
+    from llamaspec import models
+    from llamaspec.models import catalog, store
+
+    assert models.open_ref is given.open_ref
+    target, draft = pair
+    link = tmp_path / "linked.gguf"
+    link.symlink_to(target)
+    first = tiny_gguf(tmp_path / "s-00001-of-00002.gguf", seed=0)
+    second = tiny_gguf(tmp_path / "s-00002-of-00002.gguf", seed=1)
+    asked: list[tuple[str, str, object]] = []
+
+    def catalog_variant(name: str, variant: str, *, catalog: object = None, build: object = None) -> store.ModelFile:
+        asked.append((name, variant, build))
+        return given.describe_file(draft)
+
+    monkeypatch.setattr(store, "resolve", catalog_variant)
+    assert models.open_ref(str(target)).path == target
+    got = models.open_ref(str(link))
+    assert got.path == link and got.sha256 == given.file_sha256(target)
+    assert models.open_ref(str(second)).path == first
+    build = object()
+    entry = catalog.load().entry("smollm2-135m")
+    assert models.open_ref("smollm2-135m:q4_1", build=build).path == draft  # type: ignore[arg-type]
+    default = (entry.fetch or entry.plain_variants)[0]
+    assert models.open_ref("smollm2-135m", build=build).path == draft  # type: ignore[arg-type]
+    assert asked == [("smollm2-135m", "q4_1", build), ("smollm2-135m", default, build)]
+
+
 def test_a_study_rerun_by_name_refuses_a_file_changed_since(pair) -> None:
     exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], prompt="x")
     adhoc.save_study(exp)
@@ -462,3 +495,20 @@ def test_a_study_rerun_by_name_refuses_a_file_changed_since(pair) -> None:
     assert code != 0 and lines[0].startswith(f"Error: {pair[1]} has changed since study {exp.name} was named for it")
     # the same command with -m names a new study for the new bytes
     assert adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], prompt="x").name != exp.name
+
+
+@pytest.mark.parametrize("spec_type", sorted(spectypes.SPEC_TYPES))
+def test_open_study_picks_each_spec_types_engine_in_the_core(pair, spec_type: str) -> None:
+    """``adhoc.open_study`` (what the CLI's measuring commands call) asks the spec-type table for
+    the engine and whether a draft is measured, for every row: one prompt on the row's engine, a
+    prompt set on llama-server."""
+    from llamaspec.cli import options
+
+    row = spectypes.of(spec_type)
+    drafts = [str(pair[1])] if row.needs_draft else []
+    exp = adhoc.open_study(None, str(pair[0]), drafts, None, settings=Settings(spec_type=spec_type), prompt="x")
+    assert exp.engine == spectypes.engine_for(spec_type)
+    assert all((c.draft is not None) == row.needs_draft for c in exp.cases)
+    via_cli = options.experiment_or_study(None, str(pair[0]), tuple(drafts), None,
+                                          settings=Settings(spec_type=spec_type), prompt="x")
+    assert via_cli.engine == exp.engine and via_cli.name == exp.name

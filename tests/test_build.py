@@ -290,41 +290,40 @@ def test_manifest_written_before_the_rename_still_loads(tmp_path: Path) -> None:
 
 
 def test_without_a_source_tree_the_pinned_build_is_found(no_source: Path) -> None:
-    from llamaspec.llamacpp import cache, source
+    from llamaspec.llamacpp import source
 
     pinned = source.pinned().commit
     assert pinned == "0c1e570"
     _cached_build(no_source, "7841fc7")  # another commit's build is not the one
     folder = _cached_build(no_source, pinned, old_manifest=True)
-    found = cache.find()
+    found = build.find()
     assert found.commit == pinned and found.bin_dir == str(folder / "bin") and found.accel == "cpu"
-    assert build.find("cpu") == found  # the old import path works too
+    assert build.find("cpu") == found  # auto picks the one CPU build
 
 
 def test_without_a_source_tree_or_a_build_the_error_asks_for_both(no_source: Path) -> None:
-    from llamaspec.llamacpp import cache
 
     _cached_build(no_source, "7841fc7")
     with pytest.raises(LlamaspecError) as err:
-        cache.find("cpu")
+        build.find("cpu")
     assert "no llama.cpp source" in err.value.message and "pinned llama.cpp 0c1e570 (cpu)" in err.value.message
     assert "llamaspec build" in (err.value.hint or "")
 
 
 def test_a_broken_source_tree_is_reported_not_skipped(no_source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llamaspec import paths
-    from llamaspec.llamacpp import cache, source
+    from llamaspec.llamacpp import source
 
     _cached_build(no_source, source.pinned().commit)
     tree = paths.vendor_dir()
     tree.mkdir(parents=True)
     (tree / "README.md").write_text("half a checkout\n")
     with pytest.raises(LlamaspecError, match="not a usable llama.cpp tree"):
-        cache.find()
+        build.find()
 
 
 def test_with_a_source_tree_its_commit_decides(no_source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamaspec.llamacpp import cache, source
+    from llamaspec.llamacpp import source
 
     tree = no_source.parent / "my-llama.cpp"
     for f in ("CMakeLists.txt", "examples/speculative/speculative.cpp", "tools/quantize/quantize.cpp"):
@@ -335,16 +334,15 @@ def test_with_a_source_tree_its_commit_decides(no_source: Path, monkeypatch: pyt
     monkeypatch.setenv("LLAMASPEC_LLAMACPP", str(tree))
     _cached_build(no_source, source.pinned().commit)
     with pytest.raises(LlamaspecError, match="no llama.cpp build of abc1234"):
-        cache.find()
+        build.find()
     folder = _cached_build(no_source, "abc1234")
-    assert cache.find().bin_dir == str(folder / "bin")
+    assert build.find().bin_dir == str(folder / "bin")
 
 
 def test_unknown_accel_when_finding() -> None:
-    from llamaspec.llamacpp import cache
 
     with pytest.raises(LlamaspecError, match="unknown accelerator 'rocm'"):
-        cache.find("rocm")
+        build.find("rocm")
 
 
 FAKE_CMAKE = r'''#!{python}

@@ -5,6 +5,7 @@ answer. Ray itself (a real two-node cluster on loopback) is in test_cluster_ray.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -318,6 +319,23 @@ def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None
     wanted = study.requirements(exp)
     assert set(wanted.models) == {F32, Q41} and not wanted.options["rpc"] and wanted.engine == "llama.cpp"
     assert study.study_id(exp, split, wanted) == study.study_id(exp, list(split), wanted) != study.study_id(exp, points, wanted)
+    # the engine's identity names the study: another accelerator, build commit or engine is another study
+    ids = {study.study_id(exp, split, w) for w in (wanted, dataclasses.replace(wanted, accel="cuda"),
+                                                  dataclasses.replace(wanted, commit="other"),
+                                                  dataclasses.replace(wanted, options={"rpc": True}))}
+    assert len(ids) == 4
+
+
+def test_machine_requirements_without_a_source_tree_name_the_pinned_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamaspec import experiment
+    from llamaspec.llamacpp import machine, source
+
+    def no_tree(tree: object = None) -> object:
+        raise LlamaspecError("no source tree")
+
+    monkeypatch.setattr(source, "current", no_tree)
+    exp = experiment.load("smollm2-quicksort")
+    assert machine.requirements(exp)["commit"] == source.pinned().commit is not None
 
 
 # --- real llama.cpp, one machine, no Ray --------------------------------------------------------

@@ -19,6 +19,7 @@ from fakes import FIXTURES, SCRIPT, fake_bin_dir
 from llamaspec import doctor, host
 from llamaspec.cli import main
 from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp import build as builds
 from llamaspec.llamacpp import cache, flags
 
 REC = FIXTURES / "0c1e570"
@@ -76,7 +77,7 @@ def test_programs_on_path_are_used_when_nothing_else_is_there(bare: Path, monkey
     mine = fake_bin_dir(bare / "homebrew" / "bin")
     _on_path(monkeypatch, bare / "empty", mine)  # a folder that is not there is skipped
     with caplog.at_level(logging.WARNING, logger="llamaspec"):
-        found = cache.find("cpu")
+        found = builds.find("cpu")
     assert found.bin_dir == str(mine) and found.source == f"PATH:{mine}" and found.prebuilt
     assert found.programs["speculative"] == "llama-speculative" and found.programs["completion"] == "llama-completion"
     assert found.commit == "0c1e570" and found.key.startswith("path-0c1e570-")
@@ -91,21 +92,21 @@ def test_the_identity_of_programs_on_path_changes_with_the_files(bare: Path, mon
     """A package upgraded in place is another build: its studies are not resumed with the old one's points."""
     mine = fake_bin_dir(bare / "bin")
     _on_path(monkeypatch, mine)
-    before = cache.find("cpu").key
+    before = builds.find("cpu").key
     (mine / "llama-speculative").write_text((mine / "llama-speculative").read_text() + "\n# upgraded\n")
-    assert cache.find("cpu").key != before
+    assert builds.find("cpu").key != before
 
 
 def test_the_order_bin_dir_then_cache_then_path(bare: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     on_path = fake_bin_dir(bare / "usr-local" / "bin")
     named = fake_bin_dir(bare / "named")
     _on_path(monkeypatch, on_path)
-    assert cache.find("cpu").source == f"PATH:{on_path}"
+    assert builds.find("cpu").source == f"PATH:{on_path}"
     cached = _cached_build(bare / "cache")
-    assert cache.find("cpu").bin_dir == str(cached)  # llamaspec's own build comes before PATH
+    assert builds.find("cpu").bin_dir == str(cached)  # llamaspec's own build comes before PATH
     monkeypatch.setenv("LLAMASPEC_BIN_DIR", str(named))
-    assert cache.find("cpu").bin_dir == str(named)
-    assert cache.find("cpu", bin_dir=on_path).bin_dir == str(on_path.resolve())  # --bin-dir wins over the variable
+    assert builds.find("cpu").bin_dir == str(named)
+    assert builds.find("cpu", bin_dir=on_path).bin_dir == str(on_path.resolve())  # --bin-dir wins over the variable
     origins = [c.origin for c in cache.candidates("cpu", bin_dir=on_path)]
     assert origins == ["--bin-dir"]  # a named folder is the only choice
     monkeypatch.delenv("LLAMASPEC_BIN_DIR")
@@ -117,14 +118,14 @@ def test_a_llama_cpp_on_path_too_old_for_the_run_is_one_line(bare: Path, monkeyp
     _server_before_speculation(old)
     _on_path(monkeypatch, old)
     with pytest.raises(LlamaspecError) as err:
-        cache.find("cpu", roles=cache.SERVER_ROLES, build=True)  # too old: said, not silently replaced by a build
+        builds.find("cpu", roles=cache.SERVER_ROLES, build=True)  # too old: said, not silently replaced by a build
     message = err.value.message
     assert message == (f"llama.cpp on PATH in {old} is too old for this run: llama-server (build 3990, commit 1a2b3c4) "
                        "has no flag for the draft model (tried -md, --model-draft, --spec-draft-model)")
     assert "llamaspec build" in (err.value.hint or "") and "--bin-dir" in (err.value.hint or "")
     # a llama.cpp for the command-line programs in the same folder is not one: it has no llama-speculative
     with pytest.raises(LlamaspecError, match="holds no llama-speculative program"):
-        cache.find("cpu")
+        builds.find("cpu")
 
 
 def test_a_fit_llama_cpp_later_on_path_is_used_after_an_old_one(bare: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,16 +133,16 @@ def test_a_fit_llama_cpp_later_on_path_is_used_after_an_old_one(bare: Path, monk
     _server_before_speculation(old)
     new = fake_bin_dir(bare / "new")
     _on_path(monkeypatch, old, new)
-    assert cache.find("cpu", roles=cache.SERVER_ROLES).bin_dir == str(new)
+    assert builds.find("cpu", roles=cache.SERVER_ROLES).bin_dir == str(new)
 
 
 def test_the_same_check_holds_for_a_named_folder(bare: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     old = bare / "old"
     _server_before_speculation(old)
     with pytest.raises(LlamaspecError, match=r"is too old for this run: llama-server \(build 3990, commit 1a2b3c4\) has no flag"):
-        cache.find("cpu", bin_dir=old, roles=cache.SERVER_ROLES)
+        builds.find("cpu", bin_dir=old, roles=cache.SERVER_ROLES)
     with pytest.raises(LlamaspecError, match="holds no llama-speculative"):
-        cache.find("cpu", bin_dir=old)
+        builds.find("cpu", bin_dir=old)
 
 
 def test_programs_named_like_others_tools_on_path_are_not_taken(bare: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,7 +153,7 @@ def test_programs_named_like_others_tools_on_path_are_not_taken(bare: Path, monk
     _on_path(monkeypatch, other)
     assert [c.origin for c in cache.candidates("cpu")] == ["cache", "build"]
     with pytest.raises(LlamaspecError, match="no build of the pinned llama.cpp 0c1e570"):
-        cache.find("cpu")
+        builds.find("cpu")
 
 
 def test_with_nothing_found_a_run_builds_the_pinned_tree_and_says_so_first(
@@ -171,10 +172,10 @@ def test_with_nothing_found_a_run_builds_the_pinned_tree_and_says_so_first(
     monkeypatch.setattr(builds, "build", fake_build)
     monkeypatch.setattr(cache.os, "cpu_count", lambda: 4)
     with pytest.raises(LlamaspecError, match="no build of the pinned llama.cpp 0c1e570"):
-        cache.find("cpu", build=cache.auto_build())  # the tests' LLAMASPEC_AUTO_BUILD=0: never built unasked
+        builds.find("cpu", build=cache.auto_build())  # the tests' LLAMASPEC_AUTO_BUILD=0: never built unasked
     assert events == []
     with caplog.at_level(logging.WARNING, logger="llamaspec"):
-        got = cache.find("cpu", build=True)
+        got = builds.find("cpu", build=True)
     assert got.bin_dir == str(bare / "built")
     # rpc None: what `llamaspec build` makes (with the RPC backend where the tree has it)
     assert events == ["fetch pypi:llama-cpp-python==0.3.36", "build cpu 0c1e570 rpc=None after 1 log lines"]
@@ -227,7 +228,7 @@ def test_a_clusters_machines_never_take_llama_cpp_from_path(bare: Path, monkeypa
     from llamaspec.llamacpp import build, machine
 
     _on_path(monkeypatch, fake_bin_dir(bare / "bin"))
-    assert cache.find("cpu").source.startswith("PATH:")
+    assert builds.find("cpu").source.startswith("PATH:")
     with pytest.raises(LlamaspecError, match="no build of the pinned llama.cpp 0c1e570"):
         machine._find(build, "cpu", rpc=False)
 

@@ -13,8 +13,9 @@ import pytest
 from llamaspec import contract, summary
 from llamaspec.contract import Measurement, Positions, positions_from_rounds, sum_positions
 from llamaspec.llamacpp import parse, server
-from llamaspec.llamacpp.parse import by_position, positions
+from llamaspec.llamacpp.parse import positions
 from llamaspec.results import MeasurementRow, Store, measurement_of
+from llamaspec.theory.drafted import by_position
 
 HERE = Path(__file__).parent / "fixtures" / "llamacpp" / "0c1e570"
 POS = HERE / "positions"

@@ -123,13 +123,13 @@ def show(model: str, as_json: bool) -> None:
 
     Example: llamaspec models show smollm2-135m
     """
-    from pathlib import Path
 
     from llamaspec import models as core
-    from llamaspec.models import catalog, store
+    from llamaspec.models import catalog, given, store
 
-    if store.is_path(model):
-        f = store.describe(Path(model))
+    spec = given.parse(model)
+    if spec.kind == "file":
+        f = given.resolve(spec)
         click.echo(json.dumps(_file_dict(f), indent=2) if as_json else f"{f.path.name}\n{_describe_file(f)}")
         return
     ref = catalog.parse_ref(model)
@@ -224,10 +224,11 @@ def check_pair(target: str, draft: str) -> None:
     from pathlib import Path
 
     from llamaspec import models as core
-    from llamaspec.models import store
+    from llamaspec.models import given
 
     def model(text: str) -> core.ModelFile | Path:
-        return Path(text) if store.is_path(text) else core.open_ref(text)
+        spec = given.parse(text)
+        return Path(spec.text) if spec.kind == "file" else given.resolve(spec)
 
     t, d = model(target), model(draft)
     v = core.check_pair(t, d)
@@ -263,17 +264,17 @@ def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: boo
 
     Example: llamaspec models drafts ~/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf ~/models
     """
-    from llamaspec import models as core
     from llamaspec import paths
     from llamaspec.models import drafts as finder
-    from llamaspec.models import store
+    from llamaspec.models import given
     from llamaspec.progress import Progress
 
     if no_caches and not folders:
         from llamaspec.errors import LlamaspecError
 
         raise LlamaspecError("--no-caches with no FOLDER leaves nowhere to look", hint="give a folder, or drop --no-caches")
-    target_path = Path(target).expanduser() if store.is_path(target) else core.open_ref(target).path
+    spec = given.parse(target)
+    target_path = Path(spec.text) if spec.kind == "file" else given.resolve(spec).path
     bar: list[Progress] = []
 
     def on_file(i: int, n: int, path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from llamaspec.settings import DEFAULTS, FIELDS, SWEEPABLE, SettingError, Settings, check
+from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
 
 log = logging.getLogger("llamaspec")
 
@@ -273,50 +273,10 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
                         settings: Settings | None = None, prompt: str | None = None, prompt_file: Path | None = None,
                         prompts: str | None = None, repeats: int | str | None = None, command: str = "run",
                         several_drafts: bool = True, workload: Any = None) -> Any:
-    """The experiment a measuring command runs: NAME|PATH as ever, or (with -m) a study of the
-    models given, made by ``adhoc.experiment_from_models``, kept under its name and announced.
-    ``workload``: a loaded prompt set whose prompts are the study's cases (sweep and tune)."""
-    from llamaspec import adhoc, experiment, spectypes
-    from llamaspec.errors import LlamaspecError
+    """The experiment a measuring command runs (``adhoc.open_study``, which picks the engine):
+    NAME|PATH, or -m/-md (comma-separated drafts split here) as a study of the models given."""
+    from llamaspec import adhoc
 
-    if model is None:
-        if drafts or study:
-            raise LlamaspecError(f"{'-md' if drafts else '--name'} needs -m TARGET",
-                                 hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf")
-        if experiment_name is None:
-            raise LlamaspecError("which experiment? give a NAME|PATH, or your own models with -m TARGET -md DRAFT",
-                                 hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf (`llamaspec {command} -h`)")
-        if workload is not None:
-            raise LlamaspecError(f"--prompts with the experiment {experiment_name}: an experiment names its own prompts",
-                                 hint=f"measure your models over the set with -m/-md, or `llamaspec prompts run "
-                                      f"{experiment_name} --prompts ...` (llama-server)")
-        loaded = experiment.load(experiment_name)
-        if experiment.study_file(loaded.name) == Path(loaded.path):
-            adhoc.check_kept(loaded)  # a study by name: the same bytes as when it was named
-        return loaded
-    if experiment_name is not None:
-        raise LlamaspecError(f"-m {model} and the experiment {experiment_name} together: the experiment names its own models",
-                             hint=f"drop {experiment_name} to measure -m/-md, or drop -m to run the experiment")
-    found = split_drafts(drafts)
-    if len(found) > 1 and not several_drafts:
-        raise LlamaspecError(f"llamaspec {command} measures one draft, {len(found)} were given",
-                             hint="compare drafts with `llamaspec sweep` or `llamaspec tune` (they take several -md)")
-    settings = settings or Settings()
-    spec_type = settings.over(DEFAULTS).spec_type
-    # a prompt set runs on llama-server; one prompt on llama.cpp's programs where one runs the type
-    # (an n-gram mode on llama-speculative-simple) or one is named (--program), else on the engine that does
-    engine = ("llama-server" if prompts is not None else "llama.cpp" if settings.program is not None
-              else spectypes.engine_for(spec_type))
-    if prompts is not None and Path(prompts).expanduser().is_file():
-        prompts = str(Path(prompts).expanduser().resolve())
-    exp = adhoc.experiment_from_models(model, found, settings=settings, prompt=prompt,
-                                       prompt_file=prompt_file, prompts=prompts, name=study, engine=engine,
-                                       repeats=repeats if repeats is not None else 3, workload=workload)
-    path = adhoc.save_study(exp)
-    what = (f"the prompt set {exp.prompts}" if exp.prompts is not None
-            else f"the {len(exp.cases)} prompts of {workload.source.label}" if workload is not None
-            else "one prompt" if len(exp.cases) == 1
-            else "the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")")
-    log.info("study %s: %s on %s (kept in %s; `llamaspec report %s`, `llamaspec plot %s`, or rerun with the same "
-             "command or by name)", exp.name, exp.description, what, path, exp.name, exp.name)
-    return exp
+    return adhoc.open_study(experiment_name, model, split_drafts(drafts), study, settings=settings, prompt=prompt,
+                            prompt_file=prompt_file, prompts=prompts, repeats=repeats, command=command,
+                            several_drafts=several_drafts, workload=workload)

@@ -34,18 +34,28 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llamaspec.cluster.work import WorkItem
 from llamaspec.errors import LlamaspecError
 
 if TYPE_CHECKING:
-    from llamaspec.cluster.worker import MachineWorker
     from llamaspec.contract import ResolvedCase
     from llamaspec.experiment import Case, Experiment, ModelRef
     from llamaspec.pairs import Pairs
 
-Executor = Callable[["MachineWorker", WorkItem], dict[str, Any]]
+
+class MachineWorker(Protocol):
+    """What an executor uses of the worker that runs it (``cluster.worker.MachineWorker``): the
+    worker calls its executors, so they know it by this shape and never import it."""
+
+    machine: str
+    env: Any  # what the engine provided on this machine
+    scratch: Path
+    state: dict[str, Any]
+
+
+Executor = Callable[[MachineWorker, WorkItem], dict[str, Any]]
 
 
 def get(kind: str) -> Executor:

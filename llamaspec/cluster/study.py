@@ -165,8 +165,11 @@ def requirements(exp: Any, accel: str = "auto") -> Requirements:
 
 
 def study_id(exp: Any, items: list[WorkItem], wanted: Requirements) -> str:
-    """Same experiment, items and requirements: same study (a rerun resumes it)."""
-    blob = json.dumps({"items": [dataclasses.asdict(i) for i in items], "commit": wanted.commit, "models": wanted.models},
+    """Same experiment, items and requirements: same study (a rerun resumes it). The id hashes the
+    engine's identity (engine, build commit, accelerator, build options), so another build's or
+    another accelerator's points are never resumed as this one's."""
+    identity = {"engine": wanted.engine, "commit": wanted.commit, "accel": wanted.accel, "options": wanted.options}
+    blob = json.dumps({"items": [dataclasses.asdict(i) for i in items], "identity": identity, "models": wanted.models},
                       sort_keys=True, default=str)
     return f"cluster-{exp.name}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
 

@@ -9,6 +9,7 @@ snippet sets them there, as the engine does before each generation.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from llamaspec import spectypes
@@ -48,8 +49,6 @@ def _load(var: str, model: ModelPath, dtype: str, load_in: str, device: str) -> 
 
 def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True, device: str | None = None) -> Deployment:
     """``device``: where the engine ran it (None: from the case's device setting or ``accel``)."""
-    from llamaspec.hf.runner import unescape
-
     s = case.settings.with_defaults()
     spec_type = s.spec_type or "draft"
     speculative = speculative and (case.draft is not None or spectypes.of(spec_type).draft_free)
@@ -103,3 +102,9 @@ def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True
         what += f" on the target {case.target.label}"
     return Deployment("transformers", speculative, what,
                       (Command("python", "\n".join(lines), (), note),))
+
+
+def unescape(text: str) -> str:
+    """llama.cpp's ``-e``: ``\\n``, ``\\t``, ``\\r``, ``\\"``, ``\\'``, ``\\\\`` in the prompt become the characters."""
+    table = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\"}
+    return re.sub(r"\\([ntr\"'\\])", lambda m: table[m.group(1)], text)

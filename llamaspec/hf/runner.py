@@ -69,6 +69,7 @@ from llamaspec.contract import (
     positions_from_rounds,
 )
 from llamaspec.errors import LlamaspecError
+from llamaspec.hf.deploy import unescape
 from llamaspec.settings import Settings, defaults_for
 
 log = logging.getLogger(__name__)
@@ -114,12 +115,6 @@ def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = T
     from llamaspec.hf import deploy
 
     return deploy.deployment(case, options.accel, speculative)
-
-
-def unescape(text: str) -> str:
-    """llama.cpp's ``-e``: ``\\n``, ``\\t``, ``\\r``, ``\\"``, ``\\'``, ``\\\\`` in the prompt become the characters."""
-    table = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\"}
-    return re.sub(r"\\([ntr\"'\\])", lambda m: table[m.group(1)], text)
 
 
 @dataclasses.dataclass(frozen=True)

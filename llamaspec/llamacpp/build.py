@@ -28,6 +28,7 @@ from pathlib import Path
 
 from llamaspec import atomic, host, paths, proc
 from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp import cache
 from llamaspec.llamacpp import source as sources
 from llamaspec.llamacpp.cache import (  # noqa: F401 - re-exported: callers import them from here
     ACCELS,
@@ -36,7 +37,6 @@ from llamaspec.llamacpp.cache import (  # noqa: F401 - re-exported: callers impo
     RPC_ROLE,
     Build,
     check_accel,
-    find,
     load_build,
     point_latest,
     point_latest_at,
@@ -515,3 +515,48 @@ def _compile(the_plan: BuildPlan, jobs: int | None) -> Build:
     if not later:  # kept otherwise: a pending program builds on this tree (minutes, not the whole build again)
         shutil.rmtree(work, ignore_errors=True)
     return record
+
+
+def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False, roles: tuple[str, ...] = cache.RUN_ROLES,
+         build: bool = False, on_path: bool = True) -> Build:
+    """The build a run uses, looked up in ``candidates``' order: ``--bin-dir``/``LLAMASPEC_BIN_DIR``,
+    else the cached build of the current source (of the pinned commit when there is no source tree;
+    GPU accelerators first with ``auto``), else llama.cpp on PATH that has what the run needs
+    (``roles``), else, with ``build``, the wanted commit built now. Without ``build``: cheap, no
+    compiler or toolkit probes. Here, above the cache it looks in and the smoke test it runs on a
+    build made elsewhere, so that neither of them imports the build."""
+    unusable: list[cache.Candidate] = []
+    for candidate in cache.candidates(accel, bin_dir, rpc, roles, on_path):
+        if candidate.build is not None:
+            found = candidate.build
+            if candidate.origin == "cache" and found.smoke_host != host.fingerprint():
+                from llamaspec.llamacpp import smoke
+
+                log.info("build %s was smoke-tested on another machine; testing it here", found.bin_dir)
+                smoke.check(found)
+                found = cache.stamp_smoke_host(found)
+            cache._say_found(candidate, cache.wanted_commit()[0] if candidate.origin == "PATH" else "")
+            return found
+        if candidate.fatal:
+            raise candidate.error()
+        unusable.append(candidate)
+    unfit = [c for c in unusable if c.origin == "PATH"]
+    if unfit:  # the user's own llama.cpp, unfit for this run: say why rather than build another unasked
+        raise unfit[0].error()
+    last = unusable[-1]
+    if not build:
+        raise last.error()
+    log.warning("no llama.cpp to run (no --bin-dir, %s, none on PATH): building %s now, %s; "
+                "`llamaspec build` does the same, --bin-dir uses your own", unusable[0].problem, last.where,
+                cache.expected_build_time(accel))
+    try:
+        source = sources.current()
+    except LlamaspecError:
+        source = sources.fetch(sources.DEFAULT_SPEC)
+    return _build_now(accel, source, rpc)  # as `llamaspec build` makes it: RPC where it can
+
+
+def _build_now(accel: str, source: sources.SourceInfo, rpc: bool) -> Build:
+    """``find``'s build when nothing is found, as `llamaspec build` makes it: RPC where it can
+    (``build`` looked up at call time: ``find``'s own ``build`` argument hides the name)."""
+    return build(accel, source=source, rpc=True if rpc else None)

@@ -317,7 +317,8 @@ def edited(argv: Sequence[str], *, draft_max: int | None = None, speculative: bo
     draft model and every speculation flag (the target alone). Everything else stays as given, host
     and port included."""
     setting_flags, ngram_flags = _setting_flags(), _ngram_flags()
-    length_settings = ("ngram_size_m",) if spec_type and not spec_type.startswith("draft") else ("draft_max",)
+    draft_free = spec_type is not None and spectypes.of(spec_type).draft_free
+    length_settings = ("ngram_size_m",) if draft_free else ("draft_max",)
     out = [argv[0]]
     found = False
     at = _Cursor(argv)
@@ -339,7 +340,7 @@ def edited(argv: Sequence[str], *, draft_max: int | None = None, speculative: bo
             continue
         out += [at.token, *at.follows()]
     if draft_max is not None and speculative and not found:
-        if spec_type and not spec_type.startswith("draft"):
+        if draft_free:
             length_flag = flags.spec_type_flags(spec_type).sizes.get("ngram_size_m", (length_flag,))[0]
         out += [length_flag, str(draft_max)]
     return tuple(out)

@@ -3,7 +3,7 @@
 alone ``llama-server`` without a draft and ``llama-completion``.
 
 Flags come from the same tables the measurement used, read from each binary's ``--help``
-(``server.server_args`` for the server, ``flags.speculative_argv`` / ``completion_argv`` for the
+(``server_args`` for the server, shared with the measuring server, ``flags.speculative_argv`` / ``completion_argv`` for the
 programs), so the command names the flags of the build that measured, by its full path.
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 from llamaspec import spectypes
 from llamaspec.contract import Command, Deployment, ResolvedCase
-from llamaspec.llamacpp import flags, server
+from llamaspec.errors import LlamaspecError
+from llamaspec.llamacpp import flags
 from llamaspec.llamacpp.build import Build
 
 SERVER_NOTE = "serves on 127.0.0.1:8080; add --host and --port to serve elsewhere"
@@ -30,8 +31,8 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     notes: list[str] = []
     if "server" in build.programs:
         program = build.program("server")
-        args = server.server_args(flags.program_flags(program), build.accel, alone,
-                                  "speculative" if speculative else "baseline", deploy=True)
+        args = server_args(flags.program_flags(program), build.accel, alone,
+                           "speculative" if speculative else "baseline", deploy=True)
         commands.append(Command.shell("llama-server", [str(program), *args], SERVER_NOTE))
     elif "server" in build.pending:  # compiled when first needed (the demo never starts a server)
         notes.append(f"llama-server is not built yet in {build.bin_dir}: `llamaspec build --server` adds it to "
@@ -76,3 +77,39 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     if speculative:
         what += f" on the target {case.target.label}"
     return Deployment(engine, speculative, what, tuple(commands), tuple(notes))
+
+
+def _pick(caps: flags.HelpFlags, names: tuple[str, ...], what: str) -> str:
+    flag = caps.pick(names)
+    if flag is None:
+        raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
+                             hint="drop that setting from the experiment, or use a llama.cpp build that has it")
+    return flag
+
+
+def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
+    """llama-server's arguments (without host and port) for the server that measures ``mode``: the
+    flag table's rows for the server, the target side first (the baseline's arguments are the
+    speculative server's first ones), then the draft side.
+
+    ``deploy``: the same server for serving, not measuring: the measurement's own switches
+    (``--metrics`` for the round counter, no web UI, no prompt cache across requests) are left out."""
+    s = case.settings.with_defaults()
+    draft = case.draft.path if mode != "baseline" and case.draft and spectypes.needs_draft(s.spec_type) else None
+    inv = flags.Invocation(target=case.target.path, settings=s, draft=draft, accel=backend)
+    argv = [_pick(caps, flags.MODEL_FLAGS["target"], "target"), case.target.path]
+    argv += flags.settings_argv(caps, inv, "server", draft=False)
+    for flag in ("--jinja",) if deploy else ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
+        if caps.has(flag):
+            argv.append(flag)
+    if caps.has("--cache-ram") and not deploy:
+        argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
+    if mode == "baseline":
+        return argv + list(s.extra_args or ())  # passed through to both sides, as on the command-line programs
+    if draft is not None:
+        argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
+        argv += flags.settings_argv(caps, inv, "server", draft=True)
+    # Always explicit: without --spec-type the pinned server loads a draft and never uses it.
+    argv += flags.spec_type_argv(caps, s)
+    argv.extend(s.extra_args or ())
+    return argv

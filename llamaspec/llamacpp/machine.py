@@ -25,14 +25,15 @@ ENGINES = ("llama.cpp", "llama-server")
 
 
 def requirements(exp: Any) -> dict[str, Any]:
-    """The coordinator's llama.cpp commit (None when it has no source tree: the first machine's
-    then binds the others) and whether the experiment needs the RPC build."""
+    """The coordinator's llama.cpp commit and whether the experiment needs the RPC build. Without a
+    source tree the commit is the pinned sdist's (the cached build such a checkout uses), so a
+    study's id never hashes a None commit that another build would share."""
     from llamaspec.llamacpp import rpc, source
 
     try:
-        commit: str | None = source.current().commit
+        commit = source.current().commit
     except LlamaspecError:
-        commit = None
+        commit = source.pinned().commit
     return {"commit": commit, "rpc": rpc.needed(exp)}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llamaspec.llamacpp import build as builds
 from llamaspec.llamacpp import cache, source
 
 
@@ -18,6 +19,6 @@ def converter() -> tuple[Path, str]:
 
 
 def quantizer(build: cache.Build | None = None) -> tuple[Path, str]:
-    """llama-quantize of ``build`` (default: the build ``cache.find()`` picks) and that build's label."""
-    chosen = build or cache.find()
+    """llama-quantize of ``build`` (default: the build ``builds.find()`` picks) and that build's label."""
+    chosen = build or builds.find()
     return chosen.program("quantize"), chosen.label

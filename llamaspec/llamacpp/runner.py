@@ -42,7 +42,8 @@ SETTINGS = flags.takes("speculative") | flags.takes("speculative-simple") | flag
 
 
 def open_engine(options: EngineOptions) -> LlamaCppEngine:
-    from llamaspec.llamacpp.cache import auto_build, find
+    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import auto_build
 
     build = find(options.accel, options.bin_dir, rpc=options.rpc, build=auto_build())
     log.info("using %s from %s", build.label, build.bin_dir)
@@ -52,7 +53,7 @@ def open_engine(options: EngineOptions) -> LlamaCppEngine:
 def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
     """The deploy command for ``case`` with the build these options find (nothing is started)."""
     from llamaspec.llamacpp import deploy
-    from llamaspec.llamacpp.cache import find
+    from llamaspec.llamacpp.build import find
 
     return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc), case, "llama.cpp", speculative)
 

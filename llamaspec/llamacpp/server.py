@@ -53,9 +53,11 @@ from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurem
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
-from llamaspec.llamacpp.parse import by_position
+from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
+from llamaspec.llamacpp.parse import PER_POSITION, accepted_per_position, metric_value, metrics_change
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
 from llamaspec.settings import Settings, defaults_for
+from llamaspec.theory.drafted import by_position
 
 log = logging.getLogger(__name__)
 
@@ -275,44 +277,6 @@ class Server:
             self.process.stop(grace)
         with _LIVE_LOCK:
             _LIVE.discard(self)
-
-
-# --- argv from settings ------------------------------------------------------------------------
-
-def _pick(caps: flags.HelpFlags, names: tuple[str, ...], what: str) -> str:
-    flag = caps.pick(names)
-    if flag is None:
-        raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
-                             hint="drop that setting from the experiment, or use a llama.cpp build that has it")
-    return flag
-
-
-def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
-    """llama-server's arguments (without host and port) for the server that measures ``mode``: the
-    flag table's rows for the server, the target side first (the baseline's arguments are the
-    speculative server's first ones), then the draft side.
-
-    ``deploy``: the same server for serving, not measuring: the measurement's own switches
-    (``--metrics`` for the round counter, no web UI, no prompt cache across requests) are left out."""
-    s = case.settings.with_defaults()
-    draft = case.draft.path if mode != "baseline" and case.draft and spectypes.needs_draft(s.spec_type) else None
-    inv = flags.Invocation(target=case.target.path, settings=s, draft=draft, accel=backend)
-    argv = [_pick(caps, flags.MODEL_FLAGS["target"], "target"), case.target.path]
-    argv += flags.settings_argv(caps, inv, "server", draft=False)
-    for flag in ("--jinja",) if deploy else ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
-        if caps.has(flag):
-            argv.append(flag)
-    if caps.has("--cache-ram") and not deploy:
-        argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
-    if mode == "baseline":
-        return argv + list(s.extra_args or ())  # passed through to both sides, as on the command-line programs
-    if draft is not None:
-        argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
-        argv += flags.settings_argv(caps, inv, "server", draft=True)
-    # Always explicit: without --spec-type the pinned server loads a draft and never uses it.
-    argv += flags.spec_type_argv(caps, s)
-    argv.extend(s.extra_args or ())
-    return argv
 
 
 # --- the engine -------------------------------------------------------------------------------
@@ -640,67 +604,12 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
     return fields
 
 
-# --- /metrics (Prometheus text) -----------------------------------------------------------------------
-
-_METRIC_LINE = re.compile(r'^llamacpp:(?P<name>\w+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)\s*$')
-PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
-
-
-def metric_value(text: str, name: str) -> float | None:
-    """One unlabelled ``llamacpp:`` series from ``/metrics`` text, None when absent or unreadable."""
-    for line in text.splitlines():
-        m = _METRIC_LINE.match(line.strip())
-        if m and m.group("name") == name and not m.group("labels"):
-            with contextlib.suppress(ValueError):
-                return float(m.group("value"))
-    return None
-
-
-def accepted_per_position(text: str) -> tuple[int, ...] | None:
-    """``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"}`` (i from 0: draft
-    position i + 1), as a tuple indexed by position; None when the series is absent (a server from
-    before it, or one that has verified no draft yet) or a position is missing or unreadable.
-
-    What it counts (tools/server/server-context.cpp, pinned 0c1e570): each verification step adds
-    one at positions 1..n where n tokens of its draft were accepted, so position i's count is the
-    steps accepted through i; the vector is as long as the longest draft the server may make
-    (``common_speculative_n_max``) and summed over finished requests. Its denominator is
-    ``spec_decode_num_drafts_total`` (verification steps), as in the server's own log line."""
-    found: dict[int, int] = {}
-    for line in text.splitlines():
-        m = _METRIC_LINE.match(line.strip())
-        if not m or m.group("name") != PER_POSITION:
-            continue
-        label = re.search(r'position="(\d+)"', m.group("labels") or "")
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            return None
-        if label is None or not math.isfinite(value) or value < 0 or value != int(value):
-            return None
-        found[int(label.group(1))] = int(value)
-    if not found or sorted(found) != list(range(len(found))):
-        return None
-    return tuple(found[i] for i in range(len(found)))
-
-
-def metrics_change(before: str | None, after: str | None) -> dict[str, float]:
-    """How each unlabelled counter of ``/metrics`` grew between two readings (both present only)."""
-    if before is None or after is None:
-        return {}
-    out: dict[str, float] = {}
-    for name in ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
-                 "spec_decode_num_accepted_tokens_total"):
-        a, b = metric_value(before, name), metric_value(after, name)
-        if a is not None and b is not None:
-            out[name] = b - a
-    return out
-
+# --- /metrics (Prometheus text; its readers are the parse room's) -------------------------------------
 
 def positions_from_metrics(before: str, after: str, draft_len: int | None, *, p_min_zero: bool = False,
                            ran_out: bool = False) -> Positions:
     """One request's acceptance by position: the change of /metrics' per-position series across it
-    (one slot, one request at a time), with drafted counts by ``parse.by_position``'s rule from the
+    (one slot, one request at a time), with drafted counts by ``theory.drafted.by_position``'s rule from the
     change of verification steps and drafted tokens. The server cuts a draft to what is left of the
     context and of n_predict, each shrinking by the tokens a step emits, as llama-speculative-simple
     does: with p-min 0 (``p_min_zero``) its short drafts are the last ones, each shorter than the one
@@ -754,8 +663,8 @@ def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[
 
 
 def open_engine(options: EngineOptions) -> ServerEngine:
-    from llamaspec.llamacpp.build import ensure_program
-    from llamaspec.llamacpp.cache import SERVER_ROLES, auto_build, find
+    from llamaspec.llamacpp.build import ensure_program, find
+    from llamaspec.llamacpp.cache import SERVER_ROLES, auto_build
 
     build = find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES, build=auto_build())
     build = ensure_program(build, "server")  # built when first needed
@@ -768,7 +677,8 @@ def open_engine(options: EngineOptions) -> ServerEngine:
 def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
     """The deploy command for ``case`` with the build these options find (nothing is started)."""
     from llamaspec.llamacpp import deploy
-    from llamaspec.llamacpp.cache import SERVER_ROLES, find
+    from llamaspec.llamacpp.build import find
+    from llamaspec.llamacpp.cache import SERVER_ROLES
 
     return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES), case, "llama-server",
                              speculative)

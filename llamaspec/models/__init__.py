@@ -34,8 +34,9 @@ from typing import Any
 
 from llamaspec.models.catalog import Catalog, CatalogRef, DefaultPair, ModelEntry
 from llamaspec.models.catalog import load as load_catalog
+from llamaspec.models.given import open_ref
 from llamaspec.models.reader import GGUFMetadata, Vocab
-from llamaspec.models.store import ModelFile, check_pair, ensure, open_ref, resolve
+from llamaspec.models.store import ModelFile, check_pair, ensure, resolve
 
 
 def metadata(path: Path | str) -> GGUFMetadata:
@@ -54,12 +55,11 @@ __all__ = [
 def gguf_model(model: str, variant: str) -> Any:
     """``model:variant`` as a GGUF file on disk (fetched or derived if needed), in the form every
     engine takes (what the llama.cpp engines load). A model named by its location
-    (``experiment.GIVEN``: a path, ``USER/REPO[:QUANT]``, ``NAME[:VARIANT]`` in ``variant``) is
+    (``contract.GIVEN``: a path, ``USER/REPO[:QUANT]``, ``NAME[:VARIANT]`` in ``variant``) is
     resolved by ``models.given``, labelled with its path or repo and quant."""
     from dataclasses import asdict
 
-    from llamaspec.contract import ModelPath
-    from llamaspec.experiment import GIVEN
+    from llamaspec.contract import GIVEN, ModelPath
 
     if model == GIVEN:
         from llamaspec.models import given

@@ -38,7 +38,8 @@ from pathlib import Path
 from llamaspec import atomic, paths
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import pins, reader
-from llamaspec.models.store import ModelFile
+from llamaspec.models.catalog import Catalog
+from llamaspec.models.store import Build, ModelFile
 
 log = logging.getLogger(__name__)
 
@@ -325,9 +326,20 @@ def hub_file(spec: Spec) -> ModelFile:
                          provenance={"kind": "hf_gguf", "repo": repo, "files": files, "commit": commit})
 
 
-def resolve(spec: Spec) -> ModelFile:
-    """The model file ``spec`` names (downloaded, fetched or derived if needed), once per process."""
-    if spec.text in _resolved:
+def open_ref(text: str, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+    """The one resolver of a model's text, for local runs, the CLI and cluster workers alike: a GGUF
+    path (split parts and links as llama.cpp reads them, the checksum cache), ``USER/REPO[:QUANT]``
+    or a catalog ``NAME[:VARIANT]`` (without a variant, its first ``fetch`` one): ``parse`` decides
+    what the text names, ``resolve`` makes it a file. ``catalog``/``build``: another catalog, the
+    build that derives a catalog variant."""
+    return resolve(parse(text), catalog=catalog, build=build)
+
+
+def resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+    """The model file ``spec`` names (downloaded, fetched or derived if needed), once per process
+    (with the default catalog and build)."""
+    cached = catalog is None and build is None
+    if cached and spec.text in _resolved:
         known, kept = _resolved[spec.text]
         if spec.kind != "file" or _unchanged(known, kept):
             return known
@@ -346,12 +358,13 @@ def resolve(spec: Spec) -> ModelFile:
         from llamaspec.models.store import resolve as resolve_catalog
 
         name, _, variant = spec.text.partition(":")
-        cat = catalogs.load()
+        cat = catalog or catalogs.load()
         entry = cat.entry(name)
         if not variant:
             variant = (entry.fetch or entry.plain_variants)[0]
-        got = resolve_catalog(name, variant, catalog=cat)
-    _resolved[spec.text] = (got, stamps)
+        got = resolve_catalog(name, variant, catalog=cat, build=build)
+    if cached:
+        _resolved[spec.text] = (got, stamps)
     return got
 
 

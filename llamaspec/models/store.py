@@ -210,43 +210,6 @@ def read_metadata(path: Path) -> GGUFMetadata:
     return GGUFMetadata.from_dict(data["metadata"]) if data else reader.read(path)
 
 
-def describe(path: Path) -> ModelFile:
-    """Any GGUF file as a ModelFile; its record is used when it has a current one."""
-    path = Path(path).expanduser().resolve()
-    data = _current_record(path)
-    if data is not None:
-        return _from_record(path, data)
-    from llamaspec.atomic import sha256_file
-
-    meta = reader.read(path)
-    variant = (meta.file_type or "unknown").lower()
-    return ModelFile(path, path.stem, variant, sha256_file(path, path.name), meta, {"kind": "file", "path": str(path)})
-
-
-def is_path(text: str) -> bool:
-    """A model reference that names a file rather than a catalog NAME:VARIANT."""
-    return text.endswith(".gguf") or os.sep in text or Path(text).expanduser().is_file()
-
-
-def open_ref(text: str, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
-    """``NAME:VARIANT`` from the catalog (fetched or derived on demand), a path to a GGUF file, or
-    ``USER/REPO[:QUANT]`` as llama.cpp's ``-hf`` takes it (``models.given``)."""
-    if "/" in text and not text.lower().endswith(".gguf") and not Path(text).expanduser().exists():
-        from llamaspec.models import given
-
-        spec = given.parse(text)  # a missing path is one line there too
-        if spec.kind == "hub":
-            return given.resolve(spec)
-    if is_path(text):
-        return describe(Path(text))
-    ref = catalogs.parse_ref(text)
-    cat = catalog or catalogs.load()
-    entry = cat.entry(ref.name)
-    if ref.variant is None:
-        raise LlamaspecError(f"which variant of {ref.name}?", hint=f"write {ref.name}:VARIANT with one of: {', '.join(entry.variants)}")
-    return resolve(ref.name, ref.variant, catalog=cat, build=build)
-
-
 def resolve(name: str, variant: str, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
     """The finished variant, made first if needed (downloaded, converted, quantized)."""
     cat = catalog or catalogs.load()

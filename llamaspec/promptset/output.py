@@ -81,7 +81,7 @@ def set_summary(result: SetRun) -> SetSummary:
         draft_len = spectypes.requested_length(c.case.settings)
         methods[c.label] = MethodFigures(c.case.case, spec_type, draft_len, c.set_id, figures[c.label], c.not_run, c.error)
         size = workload_runs.model_bytes(c.case.draft.metadata) if c.case.draft else 0
-        costs[c.label] = workload_runs.cost(spec_type != "draft", draft_len, size)
+        costs[c.label] = workload_runs.cost(spectypes.of(spec_type).draft_free, draft_len, size)
     items = {c.label: c.items for c in result.cases}
     return SetSummary(experiment=result.experiment, prompt_set=result.source.label, prompts=len(result.prompts.prompts),
                       skipped_lines=tuple(result.prompts.skipped), methods=methods,
