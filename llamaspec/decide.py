@@ -15,7 +15,7 @@ The rule, in order:
    measure next and what an unmeasured or once-measured setting could reach. Pooling the two
    (precision weighted, the model's own error in its weight: ``pooled=True``) narrows the
    interval, but replayed on the recorded studies its 95 % interval covered the recorded truth
-   only 62-93 % of the time (benchmarks/decide.py, "pooled covers"; docs/results.md), short of
+   82-100 %, below 95 % on six of nine rows (benchmarks/decide.py, "pooled covers"; docs/results.md), short of
    the 95 % it claims, so the rule does not decide on it (:data:`POOLED`). Where a measurement
    and the model disagree beyond the model's error, the decision says so.
 3. **Cheaper only when as good.** Among the settings shown faster, the cheapest one (shorter
