@@ -542,7 +542,7 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     assert again.exit_code == 0 and ": 0 items run, 4 already stored" in again.output, again.output
 
     tuned = CliRunner().invoke(main, ["tune", "smollm2-quicksort", "-n", "16", "--repeats", "1", "--variants", "q4_1",
-                                      "--budget", "12", "--accel", "cpu", "--cluster", c.address])
+                                      "--budget", "24", "--accel", "cpu", "--cluster", c.address])
     assert tuned.exit_code == 0, tuned.output
     tunes = store.runs(experiment="smollm2-quicksort")
     tunes = [r for r in tunes if r["kind"] == "cluster-tune"]
