@@ -14,10 +14,10 @@ The rule, in order:
    speedup model (fitted to every point, its band from a bootstrap over pairs) says where to
    measure next and what an unmeasured or once-measured setting could reach. Pooling the two
    (precision weighted, the model's own error in its weight: ``pooled=True``) narrows the
-   interval, but replayed on the recorded studies its 95 % interval covered the recorded truth
-   82-100 %, below 95 % on six of nine rows (benchmarks/decide.py, "pooled covers"; docs/results.md), short of
-   the 95 % it claims, so the rule does not decide on it (:data:`POOLED`). Where a measurement
-   and the model disagree beyond the model's error, the decision says so.
+   interval, but replayed on the recorded studies its 95 % interval held the recorded truth
+   82-100 % of the time, under 95 % on six of nine rows (benchmarks/decide.py, "pooled covers";
+   docs/results.md), so the rule does not decide on it (:data:`POOLED`). Where a measurement and
+   the model disagree beyond the model's error, the decision says so.
 3. **Cheaper only when as good.** Among the settings shown faster, the cheapest one (shorter
    draft, smaller draft file) shown within ``tolerance`` (2 %) of the best estimate wins: its gap
    plus one standard error of the difference is within it. Overlapping intervals alone never make

@@ -496,9 +496,17 @@ class _Clock:
 
     def __init__(self, study: _Study, budget: Budget | None, label: str) -> None:
         self.study, self.budget = study, budget
-        total = budget.seconds if budget and budget.seconds else float(budget.pairs) if budget and budget.pairs else 1.0
-        self.bar = Progress(label, total=total, eta=False)
+        self.bar = Progress(label, total=self._total(budget), eta=False)
         self.start = study.clock()
+
+    @staticmethod
+    def _total(budget: Budget | None) -> float:
+        return budget.seconds if budget and budget.seconds else float(budget.pairs) if budget and budget.pairs else 1.0
+
+    def retarget(self, budget: Budget) -> None:
+        """The budget changed (a default grown to the first pass): the bar counts to the new one."""
+        self.budget = budget
+        self.bar.total = self._total(budget)
 
     def elapsed(self) -> float:
         return self.study.clock() - self.start
@@ -572,8 +580,7 @@ def _adaptive(study: _Study, budget: Budget, first_pairs: int, defaulted: bool =
                         log.info("the default budget grows from %d to %d pairs: the first pass measures every length",
                                  budget.pairs, grown)
                         budget = dataclasses.replace(budget, pairs=grown)
-                        clock.budget = budget
-                        clock.bar.total = float(grown) if not budget.seconds else clock.bar.total
+                        clock.retarget(budget)
                     if budget.pairs is not None and budget.pairs < whole:
                         raise LlamaspecError(
                             f"--budget {budget.pairs} pairs is too small: the program counts no acceptance by draft "
