@@ -162,7 +162,7 @@ def _cpu(hardware: dict[str, Any]) -> str:
 def workload_table(rec: Recording) -> list[str]:
     """A recorded workload study: each setup over the workload (the workload estimator over every
     recorded pair) and on each prompt (the median of its pairs)."""
-    from llamaspec import estimators
+    from llamaspec.measure import estimators
 
     path = ROOT / rec.path
     if not path.is_file():

@@ -12,12 +12,13 @@ import pytest
 from click.testing import CliRunner
 from fakes import FakeEngine
 
-from llamaspec import analysis, experiment, report, sweep, tune
-from llamaspec.contract import Measurement, ModelPath, ResolvedCase
-from llamaspec.results import Store
-from llamaspec.run import raise_if_failed, run_case
-from llamaspec.settings import Settings
-from llamaspec.summary import Summary, compare_outputs
+from llamaspec.measure.contract import Measurement, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+from llamaspec.measure.summary import Summary, compare_outputs
+from llamaspec.store.results import Store
+from llamaspec.studies import experiment, sweep, tune
+from llamaspec.studies.run import raise_if_failed, run_case
+from llamaspec.views import analysis, report
 
 HW = {"cpu": "test", "cores": 2}
 

@@ -89,13 +89,13 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     Example: llamaspec run --repeats 5 -- llama-speculative-simple -m T.gguf -md D.gguf --draft-max 4 -p "Hello"
     Example: llamaspec run smollm2-server-mini --prompts llamaspec-mini --limit 16 --cluster 10.0.0.5:6379
     """
-    from llamaspec import report
-    from llamaspec import run as runs
+    from llamaspec.base.errors import LlamaspecError
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.cli.pasted import as_json as pasted_json
     from llamaspec.cli.pasted import pasted
     from llamaspec.cli.pasted import study as pasted_study
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.studies import run as runs
+    from llamaspec.views import report
 
     if prompt_set is not None and (prompt is not None or prompt_file is not None):
         raise click.UsageError("--prompt and --prompt-file replace one prompt; a prompt set runs its own "
@@ -185,14 +185,14 @@ def results_list(experiment: str | None, limit: int) -> None:
 
     Example: llamaspec results list -e smollm2-quicksort
     """
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     store = Store.open()
     rows = store.runs(experiment, limit=limit)
     if not rows:
         click.echo(f"no runs stored in {store.path}", err=True)
         return
-    from llamaspec.summary import Summary
+    from llamaspec.measure.summary import Summary
 
     # experiment names whole (a study's name is what report, plot and a rerun take), however long
     width = max([22, *(len(r["experiment"]) for r in rows)])
@@ -215,7 +215,7 @@ def results_show(run_id: int) -> None:
 
     Example: llamaspec results show 12
     """
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     store = Store.open()
     row = store.run(run_id)
@@ -232,8 +232,8 @@ def results_export(fmt: str, experiment: str | None, output: Path | None) -> Non
 
     Example: llamaspec results export --format csv -o runs.csv
     """
-    from llamaspec import atomic
-    from llamaspec.results import Store
+    from llamaspec.base import atomic
+    from llamaspec.store.results import Store
 
     text = Store.open().export(fmt, experiment)
     if output:

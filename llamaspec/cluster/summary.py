@@ -4,15 +4,15 @@ A work item measures its baselines on the machine that measures its speculative 
 ratio here is within one machine; machines are never mixed into one ratio (a fast machine's
 baseline against a slow machine's speculative run would be a hardware comparison, not a speedup).
 
-The estimator is the one a single machine uses (:data:`llamaspec.estimators.OVER_MACHINES`): per
+The estimator is the one a single machine uses (:data:`llamaspec.measure.estimators.OVER_MACHINES`): per
 machine and case, the run core's own summary (``summary.summarize``) over every pair that machine
 measured of that case, its items pooled and paired by pair index (a case split into one item per
 repeat is one point again). The same study measured on one machine reports the same figures.
 
 A swept study (``sweep --cluster``) is a workload per machine: its cases are the prompts, its
 points the setups, and each machine's runs reach one decision through the function every way of
-asking uses (:func:`llamaspec.workload_runs.workload_of_runs`, then
-:func:`llamaspec.workload.decide_workload`), on the workload estimator (:data:`llamaspec.estimators.WORKLOAD`).
+asking uses (:func:`llamaspec.decision.workload_runs.workload_of_runs`, then
+:func:`llamaspec.decision.workload.decide_workload`), on the workload estimator (:data:`llamaspec.measure.estimators.WORKLOAD`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from llamaspec import estimators, stats, workload
+from llamaspec.base import stats
 from llamaspec.cluster.sink import machine_of
-from llamaspec.results import Store, measurements_of
-from llamaspec.summary import summarize
-from llamaspec.workload_runs import workload_of_runs
+from llamaspec.decision import workload
+from llamaspec.decision.workload_runs import workload_of_runs
+from llamaspec.measure import estimators
+from llamaspec.measure.summary import summarize
+from llamaspec.store.results import Store, measurements_of
 
 
 def per_machine(store: Store, study: str) -> dict[str, dict[str, Any]]:
@@ -80,8 +82,8 @@ def describe(per: dict[str, dict[str, Any]]) -> list[str]:
 
 def per_point(store: Store, study: str) -> dict[str, workload.WorkloadDecision]:
     """A swept study, per machine: the workload's one decision over its setups and prompts
-    (:func:`llamaspec.workload.decide_workload` on that machine's runs, made cells by
-    :func:`llamaspec.workload_runs.workload_of_runs`: a prompt is a case, a setup the point's
+    (:func:`llamaspec.decision.workload.decide_workload` on that machine's runs, made cells by
+    :func:`llamaspec.decision.workload_runs.workload_of_runs`: a prompt is a case, a setup the point's
     settings). Each ratio is within its machine; a point whose output differs, or that failed, is
     excluded there and said. The cluster's pairs time no costs, so no speedup model is fitted here."""
     by_machine: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from llamaspec import proc
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import proc
+from llamaspec.base.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
 
