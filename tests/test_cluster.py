@@ -232,17 +232,17 @@ def test_speedups_are_per_machine_from_that_machines_own_baselines(store: Store)
     pool.close()
     per = cluster_summary.per_machine(store, "s6")
     assert set(per) == {"host-a", "host-b"}
-    assert sum(s["items"] for s in per.values()) == 6
+    assert sum(s.items for s in per.values()) == 6
     for machine, s in per.items():
-        assert s["items"] == len(s["cases"])  # each item is a case of its own
-        if s["items"] > 1:
-            assert s["speedup"] is None  # several cases: no one figure over them
-        for case, point in s["cases"].items():
+        assert s.items == len(s.cases)  # each item is a case of its own
+        if s.items > 1:
+            assert s.speedup is None  # several cases: no one figure over them
+        for case, point in s.cases.items():
             assert point.paired and point.pairs == 2 and point.speedup.median == pytest.approx(1.5, rel=1e-9), (machine, case)
-        assert len(s["speedups"]) == 2 * s["items"] and all(r == pytest.approx(1.5) for r in s["speedups"])
-    assert per["host-b"]["baseline_decode_tps"].median == pytest.approx(2 * per["host-a"]["baseline_decode_tps"].median, rel=0.02)
+        assert len(s.speedups) == 2 * s.items and all(r == pytest.approx(1.5) for r in s.speedups)
+    assert per["host-b"].baseline_decode_tps.median == pytest.approx(2 * per["host-a"].baseline_decode_tps.median, rel=0.02)
     lines = cluster_summary.describe(per)
-    assert lines[0].startswith(f"host-a: {per['host-a']['items']} item") and lines[-1].startswith("speedup: median of paired ratios")
+    assert lines[0].startswith(f"host-a: {per['host-a'].items} item") and lines[-1].startswith("speedup: median of paired ratios")
 
 
 # --- connecting -------------------------------------------------------------------------------
@@ -982,8 +982,8 @@ def test_one_study_measured_here_and_through_the_cluster_executor_reports_identi
     assert not report.failed and len(report.done) == 5, report
     assert there.calls == here.calls  # the same measurements asked for, in the same order, threads included
     per = cluster_summary.per_machine(store, "split")["box"]
-    remote = per["cases"]["k4"]
-    assert per["speedup"] == remote.speedup and per["estimator"] == estimators.OVER_MACHINES
+    remote = per.cases["k4"]
+    assert per.speedup == remote.speedup and per.estimator == estimators.OVER_MACHINES
     assert local.paired and remote.paired and local.pairs == remote.pairs == 5
     assert remote.speedup == local.speedup  # median, interval, extremes and every ratio
     assert remote.decode_tps == local.decode_tps and remote.baseline_decode_tps == local.baseline_decode_tps

@@ -386,12 +386,12 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
                 texts.setdefault((m["mode"], r["point_key"][:2]), set()).add(m["text"].strip()[:60])
     # Greedy decoding: every machine, mode and repeat generated the same text (speculative may overshoot).
     assert len({t for (mode, _k), ts in texts.items() for t in ts}) == 1, texts
-    cluster_all = stats.spread([x for s in cluster_per.values() for x in s["speedups"]])
-    one_all = stats.spread(one_per["one-machine"]["speedups"])
-    print("figures: two nodes, per machine:", {m: f"{s['items']} items, {s['speedup'].text(suffix='x')}" for m, s in cluster_per.items()},
+    cluster_all = stats.spread([x for s in cluster_per.values() for x in s.speedups])
+    one_all = stats.spread(one_per["one-machine"].speedups)
+    print("figures: two nodes, per machine:", {m: f"{s.items} items, {s.speedup.text(suffix='x')}" for m, s in cluster_per.items()},
           f"all repeats {cluster_all.text(suffix='x')}; one machine {one_all.text(suffix='x')};",
-          f"lost {report.lost}; speculative t/s two nodes {stats.spread([v for s in cluster_per.values() for v in s['decode_tps'].values]).text('{:.1f}')},"
-          f" one machine {one_per['one-machine']['decode_tps'].text('{:.1f}')}")
+          f"lost {report.lost}; speculative t/s two nodes {stats.spread([v for s in cluster_per.values() for v in s.decode_tps.values]).text('{:.1f}')},"
+          f" one machine {one_per['one-machine'].decode_tps.text('{:.1f}')}")
     # What the cluster path could break shows exactly, not in a speed: greedy runs of one build with
     # the same settings draft and accept the same tokens on every machine, so every speculative
     # measurement of both studies has the same counters (a setting lost on the way changes them),

@@ -56,6 +56,7 @@ def test_every_sweep_point_gets_its_own_baseline_next_to_it(fake_models) -> None
     engine = FakeEngine(drift=0.03)
     store = Store.open()
     (result,) = sweep.run_sweep(exp(), {"draft_max": (1, 4, 8)}, engine, store)
+    assert [store.run(run_id)["point_key"] for _p, run_id in result.points if run_id is not None] == [p.key for p, _id in result.points]
     rep = analysis.sweep_report(store, result.sweep_id, plot=False)
     for row in rep.groups[0].rows:
         assert row.summary.paired

@@ -142,6 +142,28 @@ def test_an_unknown_short_name_is_an_attribute_error() -> None:
         llamaspec.no_such_module  # noqa: B018
 
 
+# The commands about llama.cpp itself may name its modules: its build, its RPC server and cluster
+# machines, a llama.cpp log parsed (`llamaspec parse`), a pasted llama.cpp command (`run -- ...`).
+# Every other command reaches an engine through the registry (llamaspec.measure.engines).
+ENGINE_COMMANDS = {"llamaspec.cli.build", "llamaspec.cli.cluster", "llamaspec.cli.parse", "llamaspec.cli.pasted"}
+
+
+def test_the_measuring_commands_name_no_engine_module() -> None:
+    named = {f"{a} -> {b}" for a, targets in graph().items() if top(a) == "cli" and a not in ENGINE_COMMANDS
+             for b in targets if top(b) in ("llamacpp", "hf")}
+    assert named == set()
+
+
+def test_the_registry_says_what_llama_server_honours_and_refuses_an_engine_that_cannot() -> None:
+    from llamaspec.base.errors import LlamaspecError
+    from llamaspec.llamacpp import server
+    from llamaspec.measure import engines
+
+    assert engines.honoured("llama-server") == server.HONOURED and "draft_max" in server.HONOURED
+    with pytest.raises(LlamaspecError, match="does not say which settings"):
+        engines.honoured("llama.cpp")  # the programs: what each honours is asked of the opened engine
+
+
 def counts() -> dict[str, int]:
     g = graph()
     between = {(top(a), top(b)) for a, targets in g.items() for b in targets if top(a) != top(b)}

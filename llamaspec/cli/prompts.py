@@ -109,9 +109,9 @@ def _concurrency_progress(event: str, data: dict[str, Any]) -> None:
 
 def _server_settings() -> frozenset[str]:
     """The settings llama-server honours, from its flag table (imported when `prompts run` is used)."""
-    from llamaspec.llamacpp import server
+    from llamaspec.measure import engines
 
-    return server.HONOURED
+    return engines.honoured("llama-server")
 
 
 # The setting options are run's, for every sweepable setting llama-server honours (its flag table
@@ -188,8 +188,6 @@ def run_prompt_set(experiment_name: Any, source: str | None, *, given: dict[str,
     from llamaspec import promptset
     from llamaspec.base import host
     from llamaspec.cli.options import overrides
-    from llamaspec.llamacpp import server
-    from llamaspec.measure.contract import EngineOptions
     from llamaspec.store.results import Store
     from llamaspec.studies import experiment
     from llamaspec.studies import prompts as loader
@@ -217,9 +215,9 @@ def run_prompt_set(experiment_name: Any, source: str | None, *, given: dict[str,
     src = promptset.source_of(exp, source, format=fmt, turns=turns, limit=limit, seed=sample_seed)
     got = loader.load(src)
     log.info("%s: %d prompts in %d categories", src.label, len(got.prompts), len(got.categories()))
-    from llamaspec.cli.options import measuring
+    from llamaspec.cli.options import measuring, open_engine
 
-    backend = server.open_engine(EngineOptions(accel=accel, bin_dir=bin_dir))
+    backend = open_engine(exp, accel, bin_dir, engine="llama-server")
     try:
         with measuring(f"llamaspec prompts run {exp.name}", no_wait), _terminate_as_interrupt():
             if levels:

@@ -141,9 +141,7 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
             raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
         run_experiment_on_cluster(exp, address, accel=accel, as_json=as_json)
         return
-    from llamaspec.llamacpp import rpc as rpcs
-
-    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp, accel, bin_dir)
     steps = 2 * (runs.AUTO_MAX if exp.repeats == "auto" else int(exp.repeats)) * len(exp.cases)
     try:
         with measuring(f"llamaspec run {exp.name}", no_wait):

@@ -119,9 +119,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
                                    "drop --shared-baseline and --bin-dir")
         run_experiment_on_cluster(exp, address, accel=accel, axes=axes, as_json=as_json)
         return
-    from llamaspec.llamacpp import rpc as rpcs
-
-    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp, accel, bin_dir)
     asked = None if modes is None else () if modes.strip().lower() == "none" else sweeps.parse_values("spec_type", modes)
     setups = studies.setups_for(axes, studies.modes_for(engine, asked), adhoc.draft_names(exp))
     store = Store.open()
@@ -233,9 +231,7 @@ def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...]
                         prompt=prompt if prompt is not None else (Path(prompt_file).read_text() if prompt_file else None),
                         variants=chosen, modes=asked, budget=budget, accel=accel, as_json=as_json)
         return
-    from llamaspec.llamacpp import rpc as rpcs
-
-    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp, accel, bin_dir)
     try:
         with measuring(f"llamaspec tune {exp.name}", no_wait):
             result = tuner.tune(exp, engine, Store.open(), chosen, asked, spend)

@@ -72,6 +72,17 @@ def deployment(name: str, case: ResolvedCase, options: EngineOptions | None = No
     return made
 
 
+def honoured(name: str) -> frozenset[str]:
+    """The settings engine ``name`` honours without opening it (its flag table's ``HONOURED``): the
+    command line offers these as options."""
+    module = _module(name)
+    if not hasattr(module, "HONOURED"):
+        raise LlamaspecError(f"engine {name!r} does not say which settings it honours without being opened",
+                             hint="open the engine and read its capabilities' settings")
+    found: frozenset[str] = module.HONOURED
+    return found
+
+
 # Engines a cluster machine can provide for itself (a build, models): the module with
 # ``requirements(exp)``, ``provide(accel, options, labels, machine)`` and a ``Machine`` whose
 # ``open(name)`` gives the engine. An engine without one is measured on one machine only.
@@ -103,4 +114,4 @@ def provide_machine(name: str, accel: str, options: dict[str, Any], labels: list
     """On a worker: what engine ``name`` needs there (built, fetched, derived), as a machine object
     with ``open(engine)``, ``model(label)``, ``commit``, ``build_key``, ``bin_dir`` and ``close()``."""
     return _machine_module(name).provide(accel, options, labels, machine)
-__all__ = ["PROFILES", "REGISTRY", "deployment", "model_tools", "names", "open_engine"]
+__all__ = ["PROFILES", "REGISTRY", "deployment", "honoured", "model_tools", "names", "open_engine"]

@@ -85,6 +85,12 @@ class Experiment:
         )
         return dataclasses.replace(self, cases=cases, repeats=repeats or self.repeats)
 
+    @property
+    def uses_rpc(self) -> bool:
+        """Whether any case puts its target on RPC workers (its ``rpc:`` setting): the engine is then
+        opened on a build with llama.cpp's RPC backend, chosen without being asked."""
+        return any(c.settings.rpc for c in self.cases)
+
 
 # --- validation ------------------------------------------------------------------------------
 

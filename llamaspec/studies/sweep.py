@@ -125,10 +125,12 @@ def sweep_id(exp: Experiment, case: Case, axes: Mapping[str, Sequence[Any]], ide
 
 @dataclass(frozen=True)
 class SweepResult:
+    """One case's grid as measured: its points with their stored runs, how many were measured now and how many reused."""
+
     sweep_id: str
     experiment: str
     case: str
-    points: tuple[tuple[Point, dict[str, Any]], ...]  # point and its stored run row
+    points: tuple[tuple[Point, int | None], ...]  # each point and its finished run's id in the store (None: none)
     measured: int
     reused: int
 
@@ -181,7 +183,7 @@ def run_sweep(exp: Experiment, axes: Mapping[str, Sequence[Any]], backend: Engin
             bar.close()
         topped = (measure_in_passes(exp, case, sid, resolved, backend, store, int(exp.repeats), on_event)
                   if passes else set())
-        rows = [(p, store.finished_point(sid, p.key) or {}) for p in points]
+        rows = [(p, (store.finished_point(sid, p.key) or {}).get("id")) for p in points]
         measured = len({p.key for p, _rc in todo} | topped)
         out.append(SweepResult(sid, exp.name, case.name, tuple(rows), measured, len(points) - measured))
     return out
