@@ -194,6 +194,34 @@ def test_a_pairs_budget_below_the_first_pass_is_refused_naming_the_least(fake_mo
     assert engine.calls == []  # refused before anything was measured
 
 
+@pytest.mark.parametrize("other_load", [None, 0.6])
+def test_a_first_pair_too_slow_for_the_default_budget_is_refused_naming_it_and_the_load(
+        fake_models, monkeypatch: pytest.MonkeyPatch, other_load: float | None) -> None:  # noqa: F811
+    """A pair of about 2 minutes (a busy machine at two threads can make a 2 s pair that long): the
+    default budget's 4 minutes cannot pay for the first pass. The error names the default budget
+    (the user gave none) and, where other processes held the CPU meanwhile, the load."""
+    from dataclasses import replace as replaced
+
+    from llamaspec.base import host
+
+    class Slow(WorkloadEngine):
+        def measure(self, case, mode, log_path):  # type: ignore[no-untyped-def]
+            return replaced(super().measure(case, mode, log_path), wall_seconds=60.0)
+
+    busy = None if other_load is None else host.NoiseSample(seconds=60.0, cpu_seconds=120.0, busy_seconds=120.0 * other_load + 50.0,
+                                                            own_seconds=50.0, steal_seconds=0.0)
+    monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: busy)
+    engine = Slow(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True, alphas=dict.fromkeys(PROMPTS, 0.8),
+                  modes={"ngram-simple": dict.fromkeys(PROMPTS, 1.0)})
+    with pytest.raises(LlamaspecError) as err:
+        study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open())
+    assert err.value.message.startswith("the default budget (4m00s) is too small: the first pass alone takes about")
+    assert ("other processes used 60% of the CPU" in err.value.message) == (other_load is not None)
+    assert (err.value.hint or "").startswith("the machine was busy: rerun when it is idle, or with fewer threads (-t 1)") \
+        == (other_load is not None)
+    assert [m for m, _s in engine.calls].count("speculative") == 1  # one pair measured (and stored), then the refusal
+
+
 def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F811
     class Interrupting(WorkloadEngine):
         limit = 1_000_000

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.host import NoiseSample
 from llamaspec.base.progress import Progress, duration
 from llamaspec.decision import decide, workload, workload_runs
 from llamaspec.measure.contract import Engine, ResolvedCase
@@ -251,6 +252,7 @@ class _Study:
         self.seconds = 0.0  # ... and the time they took, warm-up and cost timings included
         self.pair_time = 0.0  # the pairs' own generations (baseline and speculative), for the pace
         self.warm = False
+        self.noise: NoiseSample | None = None  # the machine during the last pairs measured (steal, other load)
         self.shared_baseline = shared_baseline
         self.clock = clock
         self._fits: dict[tuple[str, Any], tuple[Any, list[workload.Prediction]]] = {}  # refitted only when points change
@@ -316,6 +318,7 @@ class _Study:
                                 on_event=self.on_event)
         self.seconds += self.clock() - start
         self.measured_here += pairs
+        self.noise = result.summary.noise or self.noise
         sides = [m for m in result.measurements if m.mode in ("baseline", "speculative") and m.pair is not None]
         new = set(sorted({m.pair for m in sides if m.pair is not None})[-pairs:])  # this call's pairs: the last indices
         self.pair_time += sum(m.wall_seconds or 0.0 for m in sides if m.pair in new)
@@ -526,9 +529,11 @@ class _Clock:
         self.bar.close()
 
 
-def _announce(study: _Study, first: int, budget: Budget) -> None:
+def _announce(study: _Study, first: int, budget: Budget, defaulted: bool = False) -> None:
     """Once the first pair says how long a pair takes: the first pass's time, and a time budget
-    that cannot pay for it refused (what is measured stays stored)."""
+    that cannot pay for it refused (what is measured stays stored). ``defaulted``: the budget is
+    the default one, and the refusal says so; where other processes held the CPU during the pair,
+    it says that too (on a busy machine a pair at several threads can take many times longer)."""
     pace = study.pair_seconds
     if pace is None:
         return
@@ -538,10 +543,13 @@ def _announce(study: _Study, first: int, budget: Budget) -> None:
     if budget.seconds is None or need <= budget.seconds:
         return
     if need > budget.seconds * TOO_SMALL:
-        raise LlamaspecError(f"--budget {duration(budget.seconds)} is too small: the first pass alone takes about "
-                             f"{duration(need)} ({first} pairs of about {pace:.1f} s)",
-                             hint=f"give at least --budget {math.ceil(need / 60)}m (the pair measured is stored; "
-                                  "the same command resumes), or fewer draft lengths or modes")
+        named = f"the default budget ({duration(budget.seconds)})" if defaulted else f"--budget {duration(budget.seconds)}"
+        busy = study.noise is not None and study.noise.noisy
+        raise LlamaspecError(f"{named} is too small: the first pass alone takes about {duration(need)} ({first} pairs "
+                             f"of about {pace:.1f} s)" + (f"; {study.noise.text()}" if busy and study.noise else ""),
+                             hint=(("the machine was busy: rerun when it is idle, or with fewer threads (-t 1); " if busy else "")
+                                   + f"give at least --budget {math.ceil(need / 60)}m (the pair measured is stored; "
+                                   "the same command resumes), or fewer draft lengths or modes"))
     log.warning("the first pass takes about %s, more than the budget's %s: it is measured whole (nothing less is decided "
                 "on), then the study stops; give --budget %dm or more to settle the decision", duration(need),
                 duration(budget.seconds), math.ceil(1.5 * need / 60))
@@ -566,7 +574,7 @@ def _adaptive(study: _Study, budget: Budget, first_pairs: int, defaulted: bool =
                     clock.update(f"first pass: {setup.label} on {case.name}")
                     study.measure(case, setup, first_pairs - study.pairs_of(case, setup))
                     if not announced:
-                        _announce(study, total_first, budget)
+                        _announce(study, total_first, budget, defaulted)
                         announced = True
             i += 1
             if i == len(first) and not study.counts_positions():
