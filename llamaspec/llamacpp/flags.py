@@ -644,7 +644,7 @@ _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens i
                  "verification round, which the program does not time apart (about 1/rounds of T)")
 _SPEC, _SIMPLE = LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
 
-PROFILES: dict[tuple[str, str], CountingProfile] = {
+COUNTING_PROFILES: dict[tuple[str, str], CountingProfile] = {
     # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
     # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
     ("speculative", "2023-sep"): CountingProfile("speculative", "2023-sep", "adaptive", _SPEC, _SPEC_BASIS),
@@ -669,8 +669,8 @@ def profile_for(caps: HelpFlags, role: str) -> CountingProfile:
 
 def profile(role: str, generation: str) -> CountingProfile:
     try:
-        return PROFILES[(role, generation)]
+        return COUNTING_PROFILES[(role, generation)]
     except KeyError:
-        known = ", ".join(f"{r} ({g})" for r, g in PROFILES)
+        known = ", ".join(f"{r} ({g})" for r, g in COUNTING_PROFILES)
         raise LlamaspecError(f"llamaspec does not know how {role} of the {generation} generation counts",
                              hint=f"known: {known}") from None

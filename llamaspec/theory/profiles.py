@@ -3,7 +3,7 @@
 Each engine defines its programs' profiles in its own package and registers them here
 (``llamaspec.llamacpp.profiles``, ``llamaspec.hf.profiles``); :func:`round_profile` finds one by the name
 a measurement records (``Measurement.program``), importing the engines' profile modules
-(``llamaspec.engines.PROFILES``) the first time it is asked, as the engine registry opens engines.
+(``llamaspec.engines.ROUND_PROFILE_MODULES``) the first time it is asked, as the engine registry opens engines.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def registered() -> dict[str, RoundProfile]:
     """Every engine's round profiles by program name (the engines' profile modules imported first)."""
     from llamaspec import engines
 
-    for module in engines.PROFILES:
+    for module in engines.ROUND_PROFILE_MODULES:
         importlib.import_module(module)
     return dict(_REGISTERED)
 
