@@ -396,7 +396,7 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
         obs = [o for o in (observation(r) for r in rows) if o is not None]
     except LlamaspecError as exc:  # counters that contradict the program's loop
         return None, None, f"the speedup model could not be fitted: {exc.message}"
-    if not obs and any(r.summary.n_drafted for r in rows) and not any(r.summary.program in theory.registered() for r in rows):
+    if not obs and any(r.summary.n_drafted for r in rows) and not any(theory.knows(r.summary.program) for r in rows):
         named = sorted({r.summary.program or "none" for r in rows})
         return None, None, (f"these runs name no round profile the speedup model knows (program {', '.join(named)}): "
                             "no alpha or prediction (the measured figures stand)")

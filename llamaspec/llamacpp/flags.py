@@ -24,7 +24,7 @@ from typing import Any
 from llamaspec import spectypes, theory
 from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
-from llamaspec.settings import DEFAULTS, Settings
+from llamaspec.settings import DEFAULTS, Settings, program_binary
 
 GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 on)
 
@@ -510,7 +510,7 @@ def speculative_argv(caps: HelpFlags, program: Path, inv: Invocation, role: str)
     spec = spec_type_argv(caps, inv.settings) if caps.has("--spec-type") else []
     if kind.draft_free and not kind.runs_on(role):
         runs = " or ".join(f"--program {p}" for p in kind.programs)
-        raise LlamaspecError(f"llama-{role} cannot run --spec-type {spec_type}: it requires a draft model whatever "
+        raise LlamaspecError(f"{program_binary(role)} cannot run --spec-type {spec_type}: it requires a draft model whatever "
                              "--spec-type says", hint=f"use {runs + ', which runs it without a draft, ' if runs else ''}"
                                                       "or llama-server (`llamaspec run -- llama-server -m T.gguf "
                                                       f"--spec-type {spec_type}`, or engine: llama-server)")

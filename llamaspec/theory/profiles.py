@@ -12,9 +12,9 @@ import importlib
 from dataclasses import dataclass
 
 from llamaspec.errors import LlamaspecError
+from llamaspec.settings import program_binary
 
 _REGISTERED: dict[str, RoundProfile] = {}
-_ALIASES = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple"}
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,19 @@ def registered() -> dict[str, RoundProfile]:
 
 
 def round_profile(name: str) -> RoundProfile:
-    """The profile of a speculative program by its binary name (``speculative`` = llama-speculative)."""
-    key = _ALIASES.get(name, name)
+    """The profile of a speculative program by the name a measurement records (its binary's); a
+    ``Settings.program`` (``speculative``) is read as its binary (``settings.program_binary``)."""
+    key = program_binary(name)
     found = _REGISTERED.get(key) or registered().get(key)
     if found is None:
         raise LlamaspecError(f"no round profile for program {name!r}",
                              hint=f"known programs: {', '.join(registered())}")
     return found
+
+
+def knows(name: str | None) -> bool:
+    """Whether a program by this name (either spelling) has a round profile."""
+    return name is not None and program_binary(name) in registered()
 
 
 def default_round_profile() -> RoundProfile:
