@@ -28,7 +28,7 @@ from llamaspec.cpu import CpuInfo
 from llamaspec.errors import LlamaspecError
 from llamaspec.results import Store, built_from
 from llamaspec.settings import SWEEPABLE
-from llamaspec.stats import Spread
+from llamaspec.stats import Spread, percent
 from llamaspec.summary import Summary
 from llamaspec.workload_runs import draft_bytes
 
@@ -162,7 +162,7 @@ class SweepReport:
                     f"  {s.draft.label if s.draft.policy == 'adaptive' else r.draft_max:>5} "
                     f"{_med(s.decode_tps):>9} {_med(s.baseline_decode_tps):>9} {f'{cv:.1%}' if cv is not None else '-':>7} "
                     f"{s.speedup.text(suffix='x') if s.speedup else '-':>20} "
-                    f"{f'{s.accept.median:.1f}%' if s.accept else '-':>7} {_num(s.tokens_per_round):>7} "
+                    f"{f'{percent(s.acceptance.median):.1f}%' if s.acceptance else '-':>7} {_num(s.tokens_per_round):>7} "
                     f"{f'{pred:.2f}x' if pred else '-':>9} {err:>6}  {status}")
             for r in g.rows:
                 if r.summary.status == "differs":

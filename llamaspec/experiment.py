@@ -55,10 +55,15 @@ class Reference:
     n_predict: int | None = None
     n_drafted: int | None = None
     n_accept: int | None = None
-    accept_pct: float | None = None
+    accept_pct: float | None = None  # as the write-up printed it: a percentage
     speedup: float | None = None
     seconds: float | None = None  # wall time of the speculative generation (write-ups that timed the whole call)
     baseline_seconds: float | None = None  # the same without a draft
+
+    @property
+    def acceptance(self) -> float | None:
+        """The write-up's acceptance as a fraction, the unit a Summary keeps it in."""
+        return None if self.accept_pct is None else self.accept_pct / 100.0
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from llamaspec.progress import Progress
 from llamaspec.results import Group, Store, measurements_of
 from llamaspec.run import CaseResult, check_settings, more_pairs, resolve_case, run_case
 from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
+from llamaspec.stats import percent
 from llamaspec.summary import Summary
 
 log = logging.getLogger(__name__)
@@ -231,7 +232,7 @@ def measure_in_passes(exp: Experiment, case: Case, sid: str, resolved: Sequence[
 def _point_text(s: Summary) -> str:
     if s.speedup is None:
         return f"{s.status}: {s.error}"
-    return (f"speedup {s.speedup.text(suffix='x')}, accept {s.accept.median if s.accept else 0:.1f}%"
+    return (f"speedup {s.speedup.text(suffix='x')}, accept {percent(s.acceptance.median) if s.acceptance else 0:.1f}%"
             + ("" if s.status == "ok" else f" [{s.status}]"))
 
 

@@ -424,7 +424,6 @@ class TransformersEngine:
             by = positions_from_rounds(rounds)  # each round's candidates and accepted count, from the hook
             stats["by_position"] = {"drafted": by.drafted, "accepted": by.accepted, "note": by.note}
             counters = {**by.fields(), "n_drafted": drafted, "n_accept": accepted, "rounds": len(rounds),
-                        "accept": 100.0 * accepted / drafted if drafted else None,
                         "draft_len": _draft_len(plan, assistant_stats, draft_max),
                         "draft_policy": _draft_policy(plan, assistant_stats),
                         "program": PROGRAM_OF_SPEC_TYPE[plan.spec_type]}

@@ -339,7 +339,6 @@ def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingPr
         speed_basis=profile.speed_basis,
         n_drafted=stats.n_drafted,
         n_accept=stats.n_accept,
-        accept=stats.accept,
         rounds=profile.rounds(stats.n_predict, stats.n_accept),
         draft_len=longest,
         draft_steps=profile.rounds(stats.n_predict, stats.n_accept) * profile.draft_steps_per_round(stats.n_draft)

@@ -23,6 +23,7 @@ from llamaspec.promptset.probe import divergence, divergence_text
 from llamaspec.promptset.prompt_figures import E2E_KEYS, PromptFigures, prompt_summary
 from llamaspec.promptset.sources import method_label, prompt_case, set_key
 from llamaspec.results import Group, MeasurementRow, Store, measurements_of
+from llamaspec.stats import percent
 
 Event = Callable[[str, dict[str, Any]], None]
 STOPPING_ERRORS = ("server", "timeout")  # the server is gone or stuck: later prompts would fail alike
@@ -186,7 +187,7 @@ def progress_printer(stream: Any = None) -> Event:
             elif s.ended_early:
                 what = f"ended early: {s.ended_early_note or str(s.n_predict) + ' tokens'} (kept out of speedups)"
             else:
-                acc = f", accept {s.accept:.0f}%" if s.accept is not None else ""
+                acc = f", accept {percent(s.acceptance):.0f}%" if s.acceptance is not None else ""
                 differs = f", OUTPUT {divergence_text(s.divergence, s.first_difference)}"
                 e2e = f", {s.e2e_speedup:.2f}x end to end" if s.e2e_speedup else ""
                 what = f"{s.speedup:.2f}x decode{e2e}{acc}" + ("" if s.lossless is not False else differs)
