@@ -59,7 +59,7 @@ def main() -> int:
     from ray.cluster_utils import Cluster
 
     from llamaspec.cluster import LocalPool, WorkItem, raypool
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     logging.basicConfig(level=logging.WARNING)
     temp = tempfile.mkdtemp(prefix="lsbench-", dir="/tmp")

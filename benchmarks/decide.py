@@ -13,12 +13,12 @@ The policies that decide on the drawn pairs:
 
 - **old rule**: the tie set (intervals overlapping the best median's) and its shortest draft, as
   llamaspec decided up to commit 7148faa;
-- **new rule, fixed grid**: ``llamaspec.decide`` on 3 pairs at every recorded length;
-- **adaptive**: ``llamaspec.decide`` on one pair at every length (``llamaspec.sweep``'s first
+- **new rule, fixed grid**: ``llamaspec.decision.decide`` on 3 pairs at every recorded length;
+- **adaptive**: ``llamaspec.decision.decide`` on one pair at every length (``llamaspec.studies.sweep``'s first
   pass), then the pairs its ``requests`` ask for (the contenders, the model's unmeasured favourites), until the
   decision is settled or the budget (60 % of the fixed grid's pairs) is spent;
 - **long first (positions)**: the adaptive sweep where the program counts acceptance by draft
-  position (``llamaspec.sweep.FIRST_LONGEST``): one pair at the two longest lengths, every other
+  position (``llamaspec.studies.sweep.FIRST_LONGEST``): one pair at the two longest lengths, every other
   length predicted from their acceptance by position and the cost timings, one pair at each of the
   (at most three) lengths the model puts within its error of its best (``decide.model_contenders``),
   then what the decision asks for, within ``LONG_BUDGET_SHARE`` of the fixed grid's pairs. On ``sweep-positions`` each
@@ -30,7 +30,7 @@ The policies that decide on the drawn pairs:
   length within 5 % of it), the best median taken: what deciding by measurement alone reaches
   with those pairs on this machine's noise when told where to look (the adaptive sweep can do
   better, since the model's curve adds what the pairs alone do not tell);
-- **every pair, redrawn** (``--no-floor`` leaves it out): ``llamaspec.decide`` on as many pairs at
+- **every pair, redrawn** (``--no-floor`` leaves it out): ``llamaspec.decision.decide`` on as many pairs at
   every length as the recording holds (ten times the fixed grid's), drawn the same way: how well
   the recording resolves its own truth. Where even this is wrong more often than the goal allows,
   the 3 % line is finer than what the recording can tell, and no policy on a fraction of its pairs
@@ -73,10 +73,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec import analysis, decide, pairs, stats, sweep
-from llamaspec.results import measurements_of
-from llamaspec.stats import Spread
-from llamaspec.summary import Summary
+from llamaspec.base import stats
+from llamaspec.base.stats import Spread
+from llamaspec.decision import decide
+from llamaspec.measure import pairs
+from llamaspec.measure.summary import Summary
+from llamaspec.store.results import measurements_of
+from llamaspec.studies import sweep
+from llamaspec.views import analysis
 
 RECORDED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570"
 # The recordings to replay (--recordings): llama-speculative-simple's sweeps, every pair counting
@@ -94,7 +98,7 @@ FIRST_PAIRS = sweep.FIRST_PAIRS  # the adaptive sweep's own first pass
 
 def first_lengths(lengths, by_position: bool = False) -> list[int]:
     """The first pass of the one-prompt policy: every length, shortest first; where the program
-    counts acceptance by position, the two longest, longest first (llamaspec.study.first_pass)."""
+    counts acceptance by position, the two longest, longest first (llamaspec.studies.study.first_pass)."""
     every = sorted(set(lengths))
     return every[::-1][:2] if by_position else every
 
@@ -302,7 +306,7 @@ def adaptive(rec: Recorded, rng: random.Random, refits: int, budget: int) -> tup
 
 def long_first(rec: Recorded, rng: random.Random, refits: int, budget: int) -> tuple[decide.Decision, dict[int, list[int]], str]:
     """The first pass at the longest lengths, every other one predicted from their acceptance by
-    position, then what the decision asks for (``llamaspec.sweep``'s adaptive loop where the program
+    position, then what the decision asks for (``llamaspec.studies.sweep``'s adaptive loop where the program
     counts positions)."""
     first = first_lengths(rec.grid, by_position=True)
     draws = {k: [rng.randrange(len(rec.points[k].pairs)) for _ in range(FIRST_PAIRS)] for k in first}

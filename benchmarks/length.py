@@ -1,7 +1,7 @@
 """Does a study's 64-token generation answer what a longer one would? Acceptance by draft position
 at -n 64 against -n 256, per prompt of the built-in mixed set.
 
-A study of -m/-md models generates 64 tokens a prompt unless told otherwise (llamaspec.adhoc
+A study of -m/-md models generates 64 tokens a prompt unless told otherwise (llamaspec.studies.adhoc
 WORKLOAD_DEFAULTS), so that the built-in workload's answer fits in minutes. What the speedup of a
 setup depends on that the length could change is what the draft gets accepted: the rounds'
 acceptance by draft position (the cost of a step depends on the context's depth, which 64 or 256
@@ -37,11 +37,11 @@ def main() -> int:
     ap.add_argument("-t", "--threads", type=int, default=1)
     a = ap.parse_args()
 
-    from llamaspec import adhoc
-    from llamaspec.contract import EngineOptions, ModelPath, ResolvedCase
+    from llamaspec.base.stats import percent
     from llamaspec.llamacpp.runner import open_engine
-    from llamaspec.settings import Settings
-    from llamaspec.stats import percent
+    from llamaspec.measure.contract import EngineOptions, ModelPath, ResolvedCase
+    from llamaspec.measure.settings import Settings
+    from llamaspec.studies import adhoc
     from llamaspec.theory.positions import PositionCurve
 
     lengths = [int(x) for x in a.lengths.split(",")]

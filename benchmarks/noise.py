@@ -7,10 +7,10 @@ back to back, the order alternating (ABBA), ``--repeats`` times, and prints:
   speculative run's;
 - the paired speedup (speculative over the baseline run next to it): median and CV of the ratios;
 - the half-width of the 95 % bootstrap interval of the median paired speedup reached with 3, 5
-  and 10 paired repeats (``llamaspec.stats``; the median over every window of that many
+  and 10 paired repeats (``llamaspec.base.stats``; the median over every window of that many
   consecutive pairs, so one lucky window does not decide).
 
-Speeds follow ``llamaspec.contract.SPEED_DEFINITION``: tokens after the first over the time from the
+Speeds follow ``llamaspec.measure.contract.SPEED_DEFINITION``: tokens after the first over the time from the
 first generated token to the last (llama-speculative: (N-1)/T of "decoded N tokens in T seconds";
 llama-completion: eval runs / (eval time + sampling time)).
 
@@ -30,8 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from llamaspec import paths, proc, stats
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import paths, proc, stats
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import parse
 
 PROMPT = "# Quick-sort implementation in Python and sample usage:"

@@ -5,7 +5,7 @@ draft-free mode), every pair a fixed-grid study measured (its baseline and specu
 measurements as stored: decode speed, counters, acceptance by position, wall time), and the cost
 timings of each prompt. :class:`ReplayEngine` is an engine that measures by drawing those pairs:
 asked for a pair of a setup on a prompt, it draws one of that cell's recorded pairs at random
-(with replacement) and hands out its two sides, so :func:`llamaspec.study.run_study` runs
+(with replacement) and hands out its two sides, so :func:`llamaspec.studies.study.run_study` runs
 unchanged, policy, store and decision included, as it would have on that machine that day.
 
 Two layouts are read: a workload study exported by ``sweep-workload/export.py`` (``study.json``:
@@ -26,12 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import decide, estimators
-from llamaspec.contract import PAIR_MODES, Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase
-from llamaspec.errors import LlamaspecError
-from llamaspec.experiment import Case, Experiment, ModelRef
-from llamaspec.results import Store, measurement_of
-from llamaspec.settings import FIELDS, Settings
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.decision import decide
+from llamaspec.measure import estimators
+from llamaspec.measure.contract import (
+    PAIR_MODES,
+    Capabilities,
+    Command,
+    Deployment,
+    Measurement,
+    ModelPath,
+    ResolvedCase,
+)
+from llamaspec.measure.settings import FIELDS, Settings
+from llamaspec.store.results import Store, measurement_of
+from llamaspec.studies.experiment import Case, Experiment, ModelRef
 
 
 def setup_label(values: dict[str, Any]) -> str:
@@ -200,7 +209,7 @@ def replay(rec: Recording, seed: int, budget: Any = None, *, fixed_grid: bool = 
            lengths: Sequence[int] | None = None, modes: Sequence[str] | None = None) -> tuple[Any, ReplayEngine]:
     """One study on pairs drawn from the recording: (its StudyResult, the engine with what it drew).
     A time budget counts the recorded time of the pairs drawn, as the study would have spent it."""
-    from llamaspec import study
+    from llamaspec.studies import study
 
     engine = ReplayEngine(rec, seed)
     recorded = sorted(int(v["draft_max"]) for v in rec.setups.values() if (v.get("spec_type") or "draft") == "draft")

@@ -19,12 +19,13 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from llamaspec import models, prompts
-from llamaspec.contract import Measurement, ModelPath, ResolvedCase
+from llamaspec import models
 from llamaspec.llamacpp.build import find
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.llamacpp.server import ServerEngine
-from llamaspec.settings import Settings
+from llamaspec.measure.contract import Measurement, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+from llamaspec.studies import prompts
 
 
 def generation_seconds(m: Measurement) -> float:

@@ -31,11 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llamaspec import adhoc, estimators, host, models, pairs, stats
-from llamaspec.analysis import PREDICTION_ERROR
-from llamaspec.contract import EngineOptions, Measurement, ModelPath, ResolvedCase
+from llamaspec import models
+from llamaspec.base import host, stats
 from llamaspec.llamacpp import server
-from llamaspec.settings import Settings
+from llamaspec.measure import estimators, pairs
+from llamaspec.measure.contract import EngineOptions, Measurement, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+from llamaspec.studies import adhoc
+from llamaspec.views.analysis import PREDICTION_ERROR
 from llamaspec.watch import Watcher
 
 N_PREDICT = 64

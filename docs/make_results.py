@@ -115,7 +115,7 @@ def _command(text: str, folder: Path) -> str:
 
 
 def table(rec: Recording) -> list[str]:
-    from llamaspec.stats import percent
+    from llamaspec.base.stats import percent
 
     data = json.loads((ROOT / rec.path).read_text())
     points = sorted(data["points"], key=lambda p: int(p["draft_max"]) if p.get("draft_max") is not None else 0)
@@ -164,7 +164,7 @@ def _cpu(hardware: dict[str, Any]) -> str:
 def workload_table(rec: Recording) -> list[str]:
     """A recorded workload study: each setup over the workload (the workload estimator over every
     recorded pair) and on each prompt (the median of its pairs)."""
-    from llamaspec import estimators
+    from llamaspec.measure import estimators
 
     path = ROOT / rec.path
     if not path.is_file():

@@ -69,8 +69,8 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
 from dataclasses import dataclass, field, replace  # noqa: E402
 from typing import Any  # noqa: E402
 
-from llamaspec.contract import Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase  # noqa: E402
-from llamaspec.errors import LlamaspecError  # noqa: E402
+from llamaspec.base.errors import LlamaspecError  # noqa: E402
+from llamaspec.measure.contract import Capabilities, Command, Deployment, Measurement, ModelPath, ResolvedCase  # noqa: E402
 
 
 @dataclass

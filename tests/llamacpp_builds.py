@@ -62,7 +62,7 @@ def everything() -> list[tuple[str, Callable[[], object]]]:
 def main() -> int:
     import logging
 
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     start = time.monotonic()

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from llamaspec.contract import Measurement
-from llamaspec.decide import VERDICTS
+from llamaspec.decision.decide import VERDICTS
+from llamaspec.measure.contract import Measurement
 
 
 def speculative_counters(spec: Measurement, k: int, *, fixed: bool = True) -> None:

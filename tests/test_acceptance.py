@@ -7,12 +7,13 @@ import dataclasses
 
 import pytest
 
-from llamaspec import contract, report, stats
-from llamaspec.contract import Measurement
-from llamaspec.experiment import Reference
+from llamaspec.base import stats
 from llamaspec.llamacpp import parse
-from llamaspec.results import MeasurementRow
-from llamaspec.summary import summarize
+from llamaspec.measure import contract
+from llamaspec.measure.contract import Measurement
+from llamaspec.measure.summary import Reference, summarize
+from llamaspec.store.results import MeasurementRow
+from llamaspec.views import report
 
 
 def measured(mode: str, pair: int, drafted: int | None = None, accepted: int | None = None) -> Measurement:

@@ -1,4 +1,4 @@
-"""Models on the command line (llamaspec.adhoc, llamaspec.models.given): spec parsing, the study's
+"""Models on the command line (llamaspec.studies.adhoc, llamaspec.models.given): spec parsing, the study's
 name, bad input as one line, and ``USER/REPO[:QUANT]`` through the loopback hub with the real
 huggingface_hub. The real binaries on the offline pair: tests/test_adhoc_llamacpp.py."""
 
@@ -16,12 +16,13 @@ from click.testing import CliRunner
 from hub_server import Hub
 from models_factory import tiny_gguf
 
-from llamaspec import adhoc, experiment, spectypes
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.errors import LlamaspecError
-from llamaspec.experiment import GIVEN, ModelRef
+from llamaspec.measure import spectypes
+from llamaspec.measure.settings import Settings
 from llamaspec.models import given, pins
-from llamaspec.settings import Settings
+from llamaspec.studies import adhoc, experiment
+from llamaspec.studies.experiment import GIVEN, ModelRef
 
 
 @pytest.fixture
@@ -225,7 +226,7 @@ def test_without_a_prompt_the_builtin_mixed_set_is_one_case_per_prompt(pair) -> 
 
 def test_a_prompt_file_is_a_workload_of_its_prompts_each_problem_named_by_line(pair, tmp_path: Path,
                                                                               caplog: pytest.LogCaptureFixture) -> None:
-    from llamaspec import prompts as loader
+    from llamaspec.studies import prompts as loader
 
     text = "\n".join([
         json.dumps({"id": "fib", "category": "code", "prompt": "def fib(n):"}),
@@ -394,8 +395,10 @@ def test_several_drafts_are_swept_and_the_smaller_file_wins_a_tie(small_first: b
     only, weighed the files the other way round or not at all (then the order decides), fails."""
     from fakes import FakeEngine
 
-    from llamaspec import analysis, models, sweep
-    from llamaspec.results import Store
+    from llamaspec import models
+    from llamaspec.store.results import Store
+    from llamaspec.studies import sweep
+    from llamaspec.views import analysis
 
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
     (tmp_path / "m").mkdir()

@@ -15,7 +15,7 @@ from test_adhoc import hub  # noqa: F401 - the loopback hub fixture
 
 from llamaspec.cli import main
 from llamaspec.models import given
-from llamaspec.results import STUDY_KIND, Store
+from llamaspec.store.results import STUDY_KIND, Store
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 

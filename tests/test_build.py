@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import host
-from llamaspec.errors import LlamaspecError
-from llamaspec.host import CudaToolkit
+from llamaspec.base import host
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.host import CudaToolkit
 from llamaspec.llamacpp import build
 from llamaspec.llamacpp.build import BuildPlan
 from llamaspec.llamacpp.source import SourceInfo
@@ -155,7 +155,7 @@ def test_missing_compiler_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_no_disk_space_refuses_to_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from llamaspec import paths
+    from llamaspec.base import paths
 
     monkeypatch.setattr(paths.shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(100 * 2**30, 100 * 2**30 - 2**20, 2**20))
     with pytest.raises(LlamaspecError, match="not enough free disk for a llama.cpp build") as err:
@@ -311,7 +311,7 @@ def test_without_a_source_tree_or_a_build_the_error_asks_for_both(no_source: Pat
 
 
 def test_a_broken_source_tree_is_reported_not_skipped(no_source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamaspec import paths
+    from llamaspec.base import paths
     from llamaspec.llamacpp import source
 
     _cached_build(no_source, source.pinned().commit)
@@ -486,7 +486,7 @@ def test_build_progress_only_moves_forward_over_every_target_pass() -> None:
 def test_progress_never_goes_backwards(caplog: pytest.LogCaptureFixture) -> None:
     import io
 
-    from llamaspec.progress import Progress
+    from llamaspec.base.progress import Progress
 
     bar = Progress("x", stream=io.StringIO(), eta=False)
     bar.update(50, "half")
@@ -535,7 +535,7 @@ def test_a_pending_server_is_built_into_the_same_folder_on_first_use(
     build.point_latest_at(first)
     monkeypatch.setattr(smoke, "_run", lambda argv, name, log_path, usage_ok=False: None)
 
-    from llamaspec.contract import EngineOptions
+    from llamaspec.measure.contract import EngineOptions
 
     got = server.open_engine(EngineOptions(accel="cpu"))  # the first lookup of llama-server
     assert got.programs["server"] == "llama-server" and got.pending == {} and got.bin_dir == first.bin_dir

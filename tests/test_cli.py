@@ -47,7 +47,7 @@ def test_unknown_command_is_a_usage_error() -> None:
 def test_full_disk_is_one_error_line(tmp_path, monkeypatch) -> None:
     import errno
 
-    from llamaspec import atomic
+    from llamaspec.base import atomic
 
     def full(dest, text):
         raise OSError(errno.ENOSPC, "No space left on device", str(dest))
@@ -99,7 +99,7 @@ def test_verbosity_does_what_its_help_says(flags: list[str], level: int, traceba
 
 _SLEEPER = """
 import sys
-from llamaspec import proc
+from llamaspec.base import proc
 from llamaspec.cli import main
 
 @main.command("sleepy")
@@ -186,7 +186,7 @@ def test_a_bad_setting_on_the_command_line_is_one_line_naming_the_flag(args: lis
 
 def test_settings_refuse_a_bad_value_whoever_builds_them() -> None:
     """The one place the rules live: a library caller, the cluster's payloads and a sweep all build a Settings."""
-    from llamaspec.settings import SettingError, Settings
+    from llamaspec.measure.settings import SettingError, Settings
 
     for bad in ({"threads": 0}, {"threads_draft": 0}, {"parallel": 0}, {"ctx_size": 0}, {"draft_max": 0},
                 {"n_predict": -1}, {"timeout": 0.0}, {"temperature": -0.5}, {"draft_p_min": 2.0}):

@@ -125,7 +125,7 @@ def _provide_offline_pair() -> None:
     import llamacpp_builds
 
     from llamaspec import models
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     try:
         build = llamacpp_builds.pinned()
@@ -142,7 +142,7 @@ def _provide_other_machines_build() -> Any:
     build cache's lock); the inner test then finds them whole. A failure here fails that test."""
     import llamacpp_builds
 
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     try:
         return llamacpp_builds.older(llamacpp_builds.OTHER_MACHINE)
@@ -236,7 +236,7 @@ def _kill_on_first_result(c: Any, node: Any, machine: str) -> tuple[Callable[[st
 @loopback_only
 def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: Callable[..., Any], tmp_path: Path) -> None:
     from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_study
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     c, nodes = cluster_factory({"host-a": {}, "host-b": {}})
     raypool.connect(c.address)
@@ -279,7 +279,7 @@ def _have_models() -> dict[str, str] | None:
 
 
 def _cpu_build() -> Any:
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
     from llamaspec.llamacpp import build
 
     try:
@@ -308,7 +308,7 @@ def test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on(clust
 
     from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_study
     from llamaspec.llamacpp.smoke import write_tiny_llama
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     # host-b's own llama.cpp source tree is another commit: its llamaspec finds that commit's build.
     other = llamacpp_builds.older(llamacpp_builds.OTHER_MACHINE)  # whole: made (or waited for) outside
@@ -345,9 +345,9 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
     thread): six paired items over two nodes, one node removed mid-study, then the same items on
     one machine without Ray. Same items stored once each, same generated text, speedups within
     each other's intervals."""
-    from llamaspec import stats
+    from llamaspec.base import stats
     from llamaspec.cluster import LocalPool, Requirements, StoreSink, WorkItem, raypool, run_study, summary
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     build = _cpu_build()
     models = _have_models()
@@ -386,12 +386,12 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
                 texts.setdefault((m["mode"], r["point_key"][:2]), set()).add(m["text"].strip()[:60])
     # Greedy decoding: every machine, mode and repeat generated the same text (speculative may overshoot).
     assert len({t for (mode, _k), ts in texts.items() for t in ts}) == 1, texts
-    cluster_all = stats.spread([x for s in cluster_per.values() for x in s["speedups"]])
-    one_all = stats.spread(one_per["one-machine"]["speedups"])
-    print("figures: two nodes, per machine:", {m: f"{s['items']} items, {s['speedup'].text(suffix='x')}" for m, s in cluster_per.items()},
+    cluster_all = stats.spread([x for s in cluster_per.values() for x in s.speedups])
+    one_all = stats.spread(one_per["one-machine"].speedups)
+    print("figures: two nodes, per machine:", {m: f"{s.items} items, {s.speedup.text(suffix='x')}" for m, s in cluster_per.items()},
           f"all repeats {cluster_all.text(suffix='x')}; one machine {one_all.text(suffix='x')};",
-          f"lost {report.lost}; speculative t/s two nodes {stats.spread([v for s in cluster_per.values() for v in s['decode_tps'].values]).text('{:.1f}')},"
-          f" one machine {one_per['one-machine']['decode_tps'].text('{:.1f}')}")
+          f"lost {report.lost}; speculative t/s two nodes {stats.spread([v for s in cluster_per.values() for v in s.decode_tps.values]).text('{:.1f}')},"
+          f" one machine {one_per['one-machine'].decode_tps.text('{:.1f}')}")
     # What the cluster path could break shows exactly, not in a speed: greedy runs of one build with
     # the same settings draft and accept the same tokens on every machine, so every speculative
     # measurement of both studies has the same counters (a setting lost on the way changes them),
@@ -430,10 +430,10 @@ def test_a_prompt_set_over_two_nodes_survives_losing_one_and_leaves_no_server_ru
     import time
     import uuid
 
-    from llamaspec import prompts as loader
     from llamaspec.cluster import Requirements, StoreSink, promptsets, raypool, run_study
-    from llamaspec.experiment import load
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
+    from llamaspec.studies import prompts as loader
+    from llamaspec.studies.experiment import load
 
     build = _cpu_build()
     models = _have_models()
@@ -504,8 +504,8 @@ def test_sweep_and_tune_over_two_nodes_from_the_command_line(cluster_factory: Ca
     from click.testing import CliRunner
 
     from llamaspec.cli import main
-    from llamaspec.results import Store
-    from llamaspec.summary import Summary
+    from llamaspec.measure.summary import Summary
+    from llamaspec.store.results import Store
 
     _cpu_build()
     if _have_models() is None:

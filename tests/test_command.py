@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from test_flags import caps, pairs
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import command, flags
-from llamaspec.settings import DEFAULTS, Settings
+from llamaspec.measure.settings import DEFAULTS, Settings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 PROMPT = "# Quick-sort implementation in Python and sample usage:"
@@ -113,8 +113,8 @@ def test_unknown_flags_pass_through_in_order_with_their_values() -> None:
 
 
 def test_passed_through_flags_reach_both_sides_of_the_server() -> None:
-    from llamaspec.contract import ModelPath, ResolvedCase
     from llamaspec.llamacpp import server
+    from llamaspec.measure.contract import ModelPath, ResolvedCase
 
     got = command.parse(shlex.split("llama-server -m T.gguf -md D.gguf --spec-draft-n-max 4 --top-k 1 --mlock"))
     case = ResolvedCase("e", "c", ModelPath("t", "T.gguf"), ModelPath("d", "D.gguf"), "hi", None,
@@ -133,8 +133,8 @@ def test_extra_args_are_part_of_the_baseline_key() -> None:
 
     from fakes import FakeEngine
 
-    from llamaspec.contract import ModelPath, ResolvedCase
-    from llamaspec.run import baseline_key
+    from llamaspec.measure.contract import ModelPath, ResolvedCase
+    from llamaspec.studies.run import baseline_key
 
     case = ResolvedCase("e", "c", ModelPath("t", "T.gguf"), ModelPath("d", "D.gguf"), "hi", None,
                         Settings(draft_max=4).with_defaults())

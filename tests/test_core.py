@@ -12,12 +12,13 @@ import pytest
 from click.testing import CliRunner
 from fakes import FakeEngine
 
-from llamaspec import analysis, experiment, report, sweep, tune
-from llamaspec.contract import Measurement, ModelPath, ResolvedCase
-from llamaspec.results import Store
-from llamaspec.run import raise_if_failed, run_case
-from llamaspec.settings import Settings
-from llamaspec.summary import Summary, compare_outputs
+from llamaspec.measure.contract import Measurement, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+from llamaspec.measure.summary import Summary, compare_outputs
+from llamaspec.store.results import Store
+from llamaspec.studies import experiment, sweep, tune
+from llamaspec.studies.run import raise_if_failed, run_case
+from llamaspec.views import analysis, report
 
 HW = {"cpu": "test", "cores": 2}
 
@@ -55,6 +56,7 @@ def test_every_sweep_point_gets_its_own_baseline_next_to_it(fake_models) -> None
     engine = FakeEngine(drift=0.03)
     store = Store.open()
     (result,) = sweep.run_sweep(exp(), {"draft_max": (1, 4, 8)}, engine, store)
+    assert [store.run(run_id)["point_key"] for _p, run_id in result.points if run_id is not None] == [p.key for p, _id in result.points]
     rep = analysis.sweep_report(store, result.sweep_id, plot=False)
     for row in rep.groups[0].rows:
         assert row.summary.paired

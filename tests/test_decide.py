@@ -1,4 +1,4 @@
-"""The one decision rule (llamaspec.decide) on its own: examples with known answers.
+"""The one decision rule (llamaspec.decision.decide) on its own: examples with known answers.
 
 The rule is also replayed on recorded real sweeps by ``benchmarks/decide.py``; the cases here pin
 each clause: shown faster beats "interval includes 1.0", cheaper wins only within the tolerance,
@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from llamaspec import decide
-from llamaspec.decide import Band, Candidate, ModelView
-from llamaspec.stats import Spread, spread
+from llamaspec.base.stats import Spread, spread
+from llamaspec.decision import decide
+from llamaspec.decision.decide import Band, Candidate, ModelView
 
 
 def s(median: float, low: float, high: float, n: int = 3) -> Spread:

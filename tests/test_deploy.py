@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import real_checks
 
-from llamaspec import engines
-from llamaspec.contract import Command, Deployment, EngineOptions, ModelPath, ResolvedCase
 from llamaspec.llamacpp import parse, server
 from llamaspec.llamacpp.build import Build
-from llamaspec.settings import Settings
+from llamaspec.measure import engines
+from llamaspec.measure.contract import Command, Deployment, EngineOptions, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
 
 PROMPT = "# Quick-sort implementation in Python and sample usage:"
 
@@ -242,11 +242,11 @@ def test_sweep_json_ends_with_the_deploy_command(real_build: Build, pair: tuple[
 def test_a_stored_run_deploys_with_its_settings_models_and_the_experiments_prompt(tmp_path: Path) -> None:
     from fakes import FakeEngine
 
-    from llamaspec import deploy
-    from llamaspec.errors import LlamaspecError
-    from llamaspec.experiment import Case, Experiment, ModelRef
-    from llamaspec.results import Store
-    from llamaspec.run import resolve_case, run_case
+    from llamaspec.base.errors import LlamaspecError
+    from llamaspec.store.results import Store
+    from llamaspec.studies import deploy
+    from llamaspec.studies.experiment import Case, Experiment, ModelRef
+    from llamaspec.studies.run import resolve_case, run_case
 
     exp = Experiment("e", "", "fake", 1, (Case("python", ModelRef("t", "f32"), ModelRef("d", "q4_1"), PROMPT, None,
                                                Settings(draft_max=6, n_predict=16)),))

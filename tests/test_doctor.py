@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llamaspec import doctor, host
+from llamaspec.base import host
 from llamaspec.cli import main
+from llamaspec.views import doctor
 
 
 def test_doctor_reports_the_essentials() -> None:

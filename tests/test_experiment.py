@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import experiment
-from llamaspec.errors import LlamaspecError
-from llamaspec.experiment import Settings
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.studies import experiment
+from llamaspec.studies.experiment import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
-from llamaspec.settings import FIELDS, Settings
+from llamaspec.measure.settings import FIELDS, Settings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 OLD = FIXTURES / "7841fc7"  # llama-cpp-python 0.3.8, Feb 2025: --draft-max
@@ -194,8 +194,8 @@ PROGRAM_HELP = {"speculative": "llama-speculative", "speculative-simple": "llama
 def test_each_row_reaches_the_programs_it_names_and_no_other(setting: str) -> None:
     """On the pinned build's recorded --help: a row's setting, set, puts its flag (or, on llama-server,
     its request field) into the command line of each program the row names, and into no other's."""
-    from llamaspec.contract import ModelPath, ResolvedCase
     from llamaspec.llamacpp import server
+    from llamaspec.measure.contract import ModelPath, ResolvedCase
 
     assert set(SAMPLES) == set(flags.FLAG_TABLE), "give the new row a sample value"
     row = flags.FLAG_TABLE[setting]
@@ -237,7 +237,7 @@ def test_draft_min_reaches_speculative_simple_by_each_generations_name(folder: P
 
 
 def test_draft_min_is_a_sweep_axis() -> None:
-    from llamaspec import sweep
+    from llamaspec.studies import sweep
 
     assert sweep.parse_values("draft_min", "0,2") == (0, 2)
     assert sweep.parse_values("draft_min", "1..3") == (1, 2, 3)

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from models_factory import write_catalog
 
 from llamaspec.cli import main
-from llamaspec.results import Store
-from llamaspec.summary import Summary
+from llamaspec.measure.summary import Summary
+from llamaspec.store.results import Store
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamaspec import experiment, settings
-from llamaspec.contract import EngineOptions, ResolvedCase
+from llamaspec.measure import settings
+from llamaspec.measure.contract import EngineOptions, ResolvedCase
+from llamaspec.studies import experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["guanaco-7b", "guanaco-13b", "guanaco-33b", "hf-smollm2-quicksort", "hf-gemma-smollm2"]

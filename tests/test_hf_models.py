@@ -11,9 +11,9 @@ import pytest
 from models_factory import hf_cache_entry, write_catalog
 
 from llamaspec import models
-from llamaspec.contract import EngineOptions, ModelPath, ResolvedCase
-from llamaspec.errors import LlamaspecError
-from llamaspec.settings import Settings
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.contract import EngineOptions, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
 
 COMMIT_BASE = "1111111111111111111111111111111111111111"
 COMMIT_ADAPTER = "2222222222222222222222222222222222222222"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.contract import EngineOptions, ModelPath, ResolvedCase
-from llamaspec.errors import LlamaspecError
-from llamaspec.settings import Settings
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.contract import EngineOptions, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
@@ -290,8 +290,8 @@ def test_corrupt_model_is_refused_in_check(backend, pair, tmp_path: Path) -> Non
 
 
 def test_missing_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamaspec import engines
     from llamaspec.hf import runner as hf_runner
+    from llamaspec.measure import engines
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # what an environment without the extra gives
     with pytest.raises(LlamaspecError, match="needs torch and transformers") as info:

@@ -1,4 +1,4 @@
-"""Which CPU measured a run (llamaspec.cpu.CpuInfo): parsed from recorded /proc/cpuinfo and sysctl
+"""Which CPU measured a run (llamaspec.base.cpu.CpuInfo): parsed from recorded /proc/cpuinfo and sysctl
 samples (tests/fixtures/host/README.md says where each comes from), recorded with every run, and
 shown in `report`, a sweep's header and `doctor`, so that two machines with one CPU name are told
 apart."""
@@ -11,13 +11,14 @@ import pytest
 from click.testing import CliRunner
 from fakes import FakeEngine
 
-from llamaspec import analysis, cpu, doctor, host, report
+from llamaspec.base import cpu, host
+from llamaspec.base.cpu import CpuInfo
 from llamaspec.cli import main
-from llamaspec.contract import ModelPath
-from llamaspec.cpu import CpuInfo
-from llamaspec.experiment import load
-from llamaspec.results import Store
-from llamaspec.settings import Settings
+from llamaspec.measure.contract import ModelPath
+from llamaspec.measure.settings import Settings
+from llamaspec.store.results import Store
+from llamaspec.studies.experiment import load
+from llamaspec.views import analysis, doctor, report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "host"
 
@@ -80,7 +81,7 @@ def test_every_run_records_the_cpu_and_doctor_shows_the_same(monkeypatch: pytest
 
 
 def test_report_and_the_sweep_header_show_the_cpu_and_its_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamaspec import sweep
+    from llamaspec.studies import sweep
 
     monkeypatch.setattr("llamaspec.models.gguf_model",
                         lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))

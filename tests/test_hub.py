@@ -23,7 +23,7 @@ import yaml
 from hub_server import Hub
 from models_factory import hf_checkpoint, tiny_gguf
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import catalog as catalogs
 from llamaspec.models import pins, store
 

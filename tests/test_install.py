@@ -19,9 +19,10 @@ import pytest
 import real_checks
 from conftest import ROOT
 
-from llamaspec import experiment, paths, prompts
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import paths
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import catalog, pins
+from llamaspec.studies import experiment, prompts
 
 SHIPPED_NAMES = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
 
@@ -122,7 +123,7 @@ def test_experiments_by_name_current_folder_then_yours_then_shipped_nearest_said
     monkeypatch.chdir(_experiment(here, "smollm2-quicksort", "HERE").parent)
     _experiment(yours, "smollm2-quicksort", "YOURS")
     _experiment(yours, "mine", "MINE")
-    caplog.set_level(logging.INFO, logger="llamaspec.experiment")
+    caplog.set_level(logging.INFO, logger="llamaspec.studies.experiment")
 
     assert experiment.load("smollm2-quicksort").description.startswith("HERE")
     assert experiment.load("smollm2-quicksort").description.startswith("HERE")  # said once, not twice

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import command, live
 from llamaspec.llamacpp.parse import metric_value
 

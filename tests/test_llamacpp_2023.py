@@ -14,11 +14,12 @@ from pathlib import Path
 import llamacpp_builds
 import pytest
 
-from llamaspec import experiment, models
-from llamaspec.contract import ModelPath, ResolvedCase
+from llamaspec import models
 from llamaspec.llamacpp import build
 from llamaspec.llamacpp.runner import LlamaCppEngine
-from llamaspec.settings import DEFAULTS
+from llamaspec.measure.contract import ModelPath, ResolvedCase
+from llamaspec.measure.settings import DEFAULTS
+from llamaspec.studies import experiment
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 

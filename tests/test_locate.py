@@ -16,11 +16,12 @@ import pytest
 from click.testing import CliRunner
 from fakes import FIXTURES, SCRIPT, fake_bin_dir
 
-from llamaspec import doctor, host
+from llamaspec.base import host
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import build as builds
 from llamaspec.llamacpp import cache, flags
+from llamaspec.views import doctor
 
 REC = FIXTURES / "0c1e570"
 
@@ -258,8 +259,8 @@ def test_a_real_run_with_the_llama_cpp_found_on_path(llama_build, tmp_path: Path
     stored provenance names them."""
     import sqlite3
 
-    from llamaspec import models, paths
-
+    from llamaspec import models
+    from llamaspec.base import paths
     models.ensure("smollm2-135m", ["f32", "q4_1"], build=llama_build)
     monkeypatch.setenv("PATH", f"{llama_build.bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))  # no cached build

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from llamaspec import lock, paths
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import lock, paths
+from llamaspec.base.errors import LlamaspecError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HOLDER = """
 import json, sys, time
 from pathlib import Path
-from llamaspec import lock
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import lock
+from llamaspec.base.errors import LlamaspecError
 release, wait = Path(sys.argv[1]), sys.argv[2] == "wait"
 def say(event, **kw):
     print(json.dumps({"event": event, "t": time.time(), **kw}), flush=True)

@@ -58,6 +58,9 @@ def test_the_builds_start_first_and_every_tier_runs(tmp_path: Path) -> None:
     assert tiers[4:] == ["builds done"]
     assert calls.index("python tests/llamacpp_builds.py") < calls.index("builds done")
     assert f"log: {tmp_path / 'builds.log'}" in done.stdout and "FAILED" not in done.stderr
+    # the last line says how the builds ended (llamacpp_builds.py's "done: ... in N s")
+    assert done.stdout.splitlines()[-1] == (f"make test: the background llama.cpp builds, ready: the pinned build "
+                                            f"with llama-server (log: {tmp_path / 'builds.log'})")
 
 
 @pytest.mark.parametrize("pytest_rc", [0, 1])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import catalog
 
 ROOT = Path(__file__).resolve().parent.parent

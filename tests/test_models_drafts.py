@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 from models_factory import hf_cache_entry, tiny_gguf
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.errors import LlamaspecError
 from llamaspec.models import drafts, reader
 
 TOKENS = ["<unk>", "<s>", "</s>", *[f"<0x{i:02X}>" for i in range(256)], *[f"▁w{i}" for i in range(200)]]

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from models_factory import hf_cache_entry, hf_checkpoint, sha256, tiny_gguf, wheel, write_catalog
 
-from llamaspec import models, paths
-from llamaspec.errors import LlamaspecError
+from llamaspec import models
+from llamaspec.base import paths
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -293,7 +294,7 @@ def test_codellama_from_the_hf_cache_is_converted_for_real(home: Path, hf_cache:
 @pytest.mark.llamacpp
 def test_tinyllama_under_its_former_name_is_converted_quantized_and_runs(
         llama_build, home: Path, hf_cache: Path, tmp_path: Path) -> None:
-    from llamaspec import proc
+    from llamaspec.base import proc
     from llamaspec.llamacpp import flags
 
     _real_catalog(home)

@@ -13,7 +13,7 @@ import pytest
 from models_factory import tiny_gguf, write_catalog
 
 from llamaspec import models
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import legacy, store
 
 ALIGNMENT = 64  # not gguf's default 32: the copy must keep the layout its general.alignment key describes

@@ -10,7 +10,7 @@ import pytest
 from models_factory import tiny_gguf
 
 from llamaspec import models
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.smoke import write_tiny_llama
 from llamaspec.models import reader
 from llamaspec.models.reader import GGUFMetadata

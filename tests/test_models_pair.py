@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from models_factory import tiny_gguf
 
-from llamaspec import models, proc
-from llamaspec.errors import LlamaspecError
+from llamaspec import models
+from llamaspec.base import proc
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.smoke import BYTE_TOKENS
 from llamaspec.models import pair
 from llamaspec.models.reader import GGUFMetadata, Vocab

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from llamaspec import models
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp.smoke import write_tiny_llama
 from llamaspec.models.reader import GGUFMetadata
 

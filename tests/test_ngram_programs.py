@@ -15,16 +15,17 @@ from click.testing import CliRunner
 from fakes import FIXTURES, fake_bin_dir
 from models_factory import tiny_gguf
 
-from llamaspec import analysis, spectypes
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.contract import Capabilities, ModelPath, ResolvedCase
-from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import build, deploy, flags, parse
 from llamaspec.llamacpp.runner import LlamaCppEngine
-from llamaspec.results import Store
-from llamaspec.run import run_case
-from llamaspec.settings import DEFAULTS, Settings, defaults_for
-from llamaspec.summary import DraftCheck, Lossless, Summary, check_draft, requested_draft
+from llamaspec.measure import spectypes
+from llamaspec.measure.contract import Capabilities, ModelPath, ResolvedCase
+from llamaspec.measure.settings import DEFAULTS, Settings, defaults_for
+from llamaspec.measure.summary import DraftCheck, Lossless, Summary, check_draft, requested_draft
+from llamaspec.store.results import Store
+from llamaspec.studies.run import run_case
+from llamaspec.views import analysis
 
 REC = FIXTURES / "0c1e570"
 OLD = FIXTURES / "7841fc7"
@@ -296,7 +297,7 @@ def test_an_ngram_setting_deploys_on_llama_speculative_simple_and_llama_server(t
 # --- the speedup model -----------------------------------------------------------------------------------
 
 def test_an_ngram_point_is_not_fitted_and_says_so() -> None:
-    from llamaspec.stats import spread
+    from llamaspec.base.stats import spread
 
     summary = Summary("ok", 3, True, spread([1.3, 1.4, 1.5]), spread([40.0, 41.0, 42.0]), spread([30.0, 30.0, 30.0]),
                       None, spread([88.0] * 3), Lossless("identical", "chars", 300, 3), DraftCheck(8, 8, "capped", 5.6),

@@ -1,5 +1,5 @@
 """Machine noise as a measured fact: CPU steal from /proc/stat and other processes' load, per
-measurement window (llamaspec.host.NoiseMeter), stored with the run and shown with the baseline CV."""
+measurement window (llamaspec.base.host.NoiseMeter), stored with the run and shown with the baseline CV."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from llamaspec import host
-from llamaspec.contract import Measurement
-from llamaspec.summary import summarize
+from llamaspec.base import host
+from llamaspec.measure.contract import Measurement
+from llamaspec.measure.summary import summarize
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "host"
 # Two real /proc/stat files of this 2-core VM, read 2 s apart while other work kept both cores busy.
@@ -100,7 +100,7 @@ def _m(mode: str, tps: float, noise: host.NoiseSample, pair: int = 0) -> Measure
 
 
 def test_the_summary_says_what_the_machine_did_next_to_the_baseline_cv():
-    from llamaspec import report
+    from llamaspec.views import report
 
     noisy = host.NoiseSample(2.0, 4.0, 3.0, 1.56, 0.36)  # 9 % stolen, other processes 36 %
     measured = [_m("baseline", 10.0, noisy), _m("speculative", 15.0, noisy),
@@ -123,7 +123,7 @@ def test_the_summary_says_what_the_machine_did_next_to_the_baseline_cv():
 
 
 def test_doctor_hints_when_the_machine_is_noisy():
-    from llamaspec import doctor
+    from llamaspec.views import doctor
 
     stolen = doctor.noise_check(host.NoiseSample(2.0, 4.0, 0.5, 0.0, 0.4))
     assert stolen.status == "warn" and "hypervisor" in stolen.hint and "10% of CPU time was stolen" in stolen.value
@@ -137,12 +137,12 @@ def test_run_case_stores_each_measurements_noise_and_the_summary_combines_them(t
                                                                                monkeypatch: pytest.MonkeyPatch):
     from fakes import fake_bin_dir
 
-    from llamaspec.contract import ModelPath, ResolvedCase
     from llamaspec.llamacpp import build
     from llamaspec.llamacpp.runner import LlamaCppEngine
-    from llamaspec.results import Store, measurements_of
-    from llamaspec.run import run_case
-    from llamaspec.settings import Settings
+    from llamaspec.measure.contract import ModelPath, ResolvedCase
+    from llamaspec.measure.settings import Settings
+    from llamaspec.store.results import Store, measurements_of
+    from llamaspec.studies.run import run_case
 
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
     s = Settings(n_predict=64, threads=1, draft_max=8, timeout=60.0).with_defaults()

@@ -1,4 +1,4 @@
-"""The one pairs loop (llamaspec.pairs) and the runs built on it: ABBA order owned by the pair's
+"""The one pairs loop (llamaspec.measure.pairs) and the runs built on it: ABBA order owned by the pair's
 index, stopping at a failure, auto repeats, more pairs for a stored run, and the one mapping
 between a measurement and its stored row."""
 
@@ -10,11 +10,11 @@ import pytest
 from fakes import FakeEngine
 from test_core import HW, case
 
-from llamaspec import pairs
-from llamaspec.contract import Measurement
-from llamaspec.host import NoiseSample
-from llamaspec.results import MeasurementRow, Store, measurement_of
-from llamaspec.run import more_pairs, run_case
+from llamaspec.base.host import NoiseSample
+from llamaspec.measure import pairs
+from llamaspec.measure.contract import Measurement
+from llamaspec.store.results import MeasurementRow, Store, measurement_of
+from llamaspec.studies.run import more_pairs, run_case
 
 
 def measurement(mode: str, ok: bool = True) -> Measurement:
@@ -134,7 +134,7 @@ def test_pairs_are_made_by_index_not_by_the_order_taken() -> None:
     """Pair 1's speculative run failed (its baseline at 10 t/s stands alone); pairs 0 and 2 are whole.
     By index: ratios 2.0 (20/10) and 3.0 (60/20). Paired by order taken (the n-th speculative run
     with the n-th baseline), pair 2's speculative run would meet pair 1's baseline: 6.0."""
-    from llamaspec.summary import summarize
+    from llamaspec.measure.summary import summarize
 
     taken = [paired("baseline", 0, 10.0), paired("speculative", 0, 20.0), paired("speculative", 1, 0.0, ok=False),
              paired("baseline", 1, 10.0), paired("baseline", 2, 20.0), paired("speculative", 2, 60.0)]

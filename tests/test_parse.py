@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.contract import Measurement, tokens_per_round
-from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import parse
 from llamaspec.llamacpp.parse import ParseError, Timings, parse_completion, parse_speculative
+from llamaspec.measure.contract import Measurement, tokens_per_round
 from llamaspec.theory import LLAMA_SPECULATIVE
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from llamaspec import paths
+from llamaspec.base import paths
 from llamaspec.cli import main
-from llamaspec.results import Store
+from llamaspec.store.results import Store
 
 
 @pytest.mark.parametrize(("args", "error", "hint"), [

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamaspec.cli import main
-from llamaspec.results import Store
+from llamaspec.store.results import Store
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 PROMPT = "def quicksort(xs):"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.errors import LlamaspecError
-from llamaspec.plot import PlotMeta, PlotPoint, plot_all, plot_speedup
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.theory import CostModel, Observation, analyze
+from llamaspec.views.plot import PlotMeta, PlotPoint, plot_all, plot_speedup
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 META = PlotMeta(
@@ -163,6 +163,6 @@ def test_nothing_to_plot_or_unknown_format_is_an_error(tmp_path: Path) -> None:
 
 
 def test_importing_theory_and_plot_does_not_import_matplotlib() -> None:
-    code = "import sys, llamaspec.plot, llamaspec.theory; sys.exit('matplotlib' in sys.modules)"
+    code = "import sys, llamaspec.views.plot, llamaspec.theory; sys.exit('matplotlib' in sys.modules)"
     root = Path(__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0

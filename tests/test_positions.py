@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import contract, summary
-from llamaspec.contract import Measurement, Positions, positions_from_rounds, sum_positions
 from llamaspec.llamacpp import parse, server
 from llamaspec.llamacpp.parse import positions
-from llamaspec.results import MeasurementRow, Store, measurement_of
+from llamaspec.measure import contract, summary
+from llamaspec.measure.contract import Measurement, Positions, positions_from_rounds, sum_positions
+from llamaspec.store.results import MeasurementRow, Store, measurement_of
 from llamaspec.theory.drafted import by_position
 
 HERE = Path(__file__).parent / "fixtures" / "llamacpp" / "0c1e570"
@@ -261,10 +261,10 @@ def test_run_shows_accepted_at_each_position(monkeypatch: pytest.MonkeyPatch) ->
     plain = summary.summarize([measured(None, None, "no statistics line (llama-speculative prints none)"), base])
     assert plain.positions_text() == ("acceptance by position: not known (no statistics line "
                                       "(llama-speculative prints none))")
-    from llamaspec import report
-    from llamaspec.contract import ModelPath, ResolvedCase
-    from llamaspec.run import CaseResult
-    from llamaspec.settings import Settings
+    from llamaspec.measure.contract import ModelPath, ResolvedCase
+    from llamaspec.measure.settings import Settings
+    from llamaspec.measure.summary import CaseResult
+    from llamaspec.views import report
 
     case = ResolvedCase("e", "c", ModelPath("t:f32", "/t"), ModelPath("d:q4", "/d"), "p", None, Settings().with_defaults())
     text = report.render([CaseResult(run_id=1, case=case, reference=None, measurements=(), summary=s)])
@@ -272,7 +272,7 @@ def test_run_shows_accepted_at_each_position(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_plot_draws_one_line_per_point(tmp_path: Path) -> None:
-    from llamaspec import plot
+    from llamaspec.views import plot
 
     meta = plot.PlotMeta("t", "d", "2 cores", "cpu", "llama.cpp 0c1e570", "e/c")
     lines = [plot.PositionLine("draft 4", (0.9, 0.8, None, 0.5), 10), plot.PositionLine("draft 8", (0.95,) * 8, 6)]
@@ -280,7 +280,7 @@ def test_plot_draws_one_line_per_point(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["acceptance_by_position.png", "acceptance_by_position.svg"]
     svg = paths[1].read_text()
     assert "draft 4 (10 rounds)" in svg and "draft 8 (6 rounds)" in svg and "draft position" in svg
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     with pytest.raises(LlamaspecError, match="no acceptance by position"):
         plot.plot_acceptance_by_position([plot.PositionLine("x", (None,))], meta, tmp_path)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import atomic, proc
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import atomic, proc
+from llamaspec.base.errors import LlamaspecError
 
 
 def test_output_is_captured_and_teed(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_probe_captures_without_a_log_and_never_raises(tmp_path: Path) -> None:
 
 def test_no_subprocess_outside_proc() -> None:
     """Every process llamaspec starts goes through proc.run (argv, timeout, terminate-then-kill)."""
-    package = Path(proc.__file__).parent
+    package = Path(proc.__file__).parents[1]  # llamaspec/, proc.py is in base/
     offenders = [str(f.relative_to(package)) for f in package.rglob("*.py")
                  if f.name != "proc.py" and "subprocess" in f.read_text()]
     assert offenders == []

@@ -12,12 +12,13 @@ import importlib
 
 import pytest
 
-from llamaspec import engines, theory
-from llamaspec.contract import Measurement
+from llamaspec import theory
 from llamaspec.hf import runner as hf_runner
 from llamaspec.llamacpp import command, flags
-from llamaspec.results import measurement_of
-from llamaspec.settings import PROGRAM_BINARIES, PROGRAM_CHOICES, program_binary
+from llamaspec.measure import engines
+from llamaspec.measure.contract import Measurement
+from llamaspec.measure.settings import PROGRAM_BINARIES, PROGRAM_CHOICES, program_binary
+from llamaspec.store.results import measurement_of
 
 
 @pytest.mark.parametrize("program", PROGRAM_CHOICES)

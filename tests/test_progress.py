@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from llamaspec import progress
-from llamaspec.progress import Progress
+from llamaspec.base import progress
+from llamaspec.base.progress import Progress
 
 
 class Terminal(io.StringIO):
@@ -76,6 +76,6 @@ def test_on_a_terminal_the_clock_ticks_without_updates(monkeypatch: pytest.Monke
 
 
 def test_durations_never_read_as_a_time_of_day() -> None:
-    from llamaspec.progress import duration
+    from llamaspec.base.progress import duration
 
     assert [duration(s) for s in (45, 797, 3720)] == ["45s", "13m17s", "1h02m"]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llamaspec import prompts
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.errors import LlamaspecError
+from llamaspec.studies import prompts
 
 ROOT = Path(__file__).resolve().parent.parent
 

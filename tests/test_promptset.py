@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from llamaspec import estimators, promptset
-from llamaspec.contract import Capabilities, Measurement, ModelPath, ResolvedCase
-from llamaspec.prompts import Prompt, PromptSet, PromptSource
-from llamaspec.results import Store
-from llamaspec.settings import Settings
+from llamaspec import promptset
+from llamaspec.measure import estimators
+from llamaspec.measure.contract import Capabilities, Measurement, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+from llamaspec.store.results import Store
+from llamaspec.studies.prompts import Prompt, PromptSet, PromptSource
 
 
 def m(mode: str, tps: float, n: int = 64, drafted: int | None = None, accepted: int | None = None,
@@ -328,7 +329,7 @@ PROMPTS = PromptSet(PromptSource("jsonl", "/x.jsonl"), (
 
 @pytest.fixture
 def no_provenance(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(promptset, "_provenance", lambda backend, case, hw: {"llamacpp": backend.provenance()})
+    monkeypatch.setattr(promptset.runcore, "provenance", lambda backend, case, hw: {"llamacpp": backend.provenance()})
 
 
 def test_run_set_stores_each_prompt_and_resumes_after_a_dead_server(tmp_path: Path, no_provenance: None) -> None:
@@ -620,7 +621,7 @@ def fake_server(monkeypatch: pytest.MonkeyPatch, no_provenance: None, virtual_ti
         return ResolvedCase(exp.name, case.name, model, draft, None, None, case.settings)
 
     monkeypatch.setattr(server, "open_engine", open_engine)
-    monkeypatch.setattr(promptset, "_resolver", lambda _backend: resolve_case)
+    monkeypatch.setattr(promptset.runcore, "resolver", lambda _backend: resolve_case)
     return seen
 
 
@@ -731,7 +732,7 @@ def _params(command: Any) -> dict[str, Any]:
 def test_prompts_run_takes_every_setting_llama_server_honours_under_runs_names() -> None:
     from llamaspec.cli import main
     from llamaspec.llamacpp import server
-    from llamaspec.settings import SWEEPABLE
+    from llamaspec.measure.settings import SWEEPABLE
 
     run, prompts_run = main.get_command(None, "run"), main.get_command(None, "prompts").get_command(None, "run")  # type: ignore[union-attr]
     theirs, ours = _params(run), _params(prompts_run)

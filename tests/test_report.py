@@ -12,13 +12,14 @@ import pytest
 from click.testing import CliRunner
 from fakes import FakeEngine
 
-from llamaspec import experiment, report
 from llamaspec.cli import main
-from llamaspec.contract import Measurement, ModelPath, ResolvedCase
-from llamaspec.experiment import Reference
-from llamaspec.results import Group, Store
-from llamaspec.run import run_case
-from llamaspec.settings import Settings
+from llamaspec.measure.contract import Measurement, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+from llamaspec.measure.summary import Reference
+from llamaspec.store.results import Group, Store
+from llamaspec.studies import experiment
+from llamaspec.studies.run import run_case
+from llamaspec.views import report
 
 HW = {"cpu": "test", "cores": 2}
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from llamaspec.contract import Measurement
-from llamaspec.errors import LlamaspecError
-from llamaspec.results import INTERRUPTED, MIGRATIONS, Group, MeasurementRow, Store
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.contract import Measurement
+from llamaspec.store.results import INTERRUPTED, MIGRATIONS, Group, MeasurementRow, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -171,7 +171,7 @@ def test_runs_filter_by_kind_and_prompt_and_prompts_resume(tmp_path: Path) -> No
 CHILD_RUN = """
 import sys, time
 from pathlib import Path
-from llamaspec.results import Store
+from llamaspec.store.results import Store
 store = Store.open(Path(sys.argv[1]))
 print(store.start_run(experiment="e", case_name="c", settings={}, provenance={}), flush=True)
 time.sleep(120)
@@ -333,7 +333,7 @@ def test_the_accelerator_column_is_renamed_in_an_old_store(tmp_path) -> None:
     # Stores written before migration 4 named the accelerator "backend"; the row keeps its value.
     import sqlite3
 
-    from llamaspec import results
+    from llamaspec.store import results
 
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
@@ -362,7 +362,7 @@ def test_the_engine_columns_are_renamed_in_an_old_store(tmp_path: Path) -> None:
     # A store at the schema before the engine's columns were renamed (every migration up to that
     # one applied): llamacpp_commit becomes engine_version and backend_name engine, values kept; a
     # row stored before the engine had a column takes its name from the provenance, or is llama.cpp's.
-    from llamaspec import results
+    from llamaspec.store import results
 
     path = tmp_path / "old.sqlite"
     db = _store_before(path, "RENAME COLUMN llamacpp_commit")
@@ -392,7 +392,7 @@ def test_a_new_run_stores_its_engine_from_the_provenance(tmp_path: Path) -> None
     hf = {"engine": {"name": "transformers", "built_from": None, "version": "4.57.1", "accel": "cpu"}}
     run = store.run(store.start_run(experiment="e", case_name="c", settings={}, provenance=hf))
     assert (run["engine"], run["engine_version"], run["accel"]) == ("transformers", "4.57.1", "cpu")
-    from llamaspec.results import built_from
+    from llamaspec.store.results import built_from
 
     assert built_from(run) is None  # a version, but no source tree: known by its identity
 
@@ -486,10 +486,10 @@ def test_acceptance_becomes_a_fraction_in_an_old_store(tmp_path: Path) -> None:
     # A store from before acceptance had one unit: the measurements' accept column and the parse in
     # stats held llama.cpp's printed percentage, a run's summary a spread of percentages (a prompt's
     # figures one percentage). Each reads as the fraction named acceptance, and prints as before.
-    from llamaspec import stats
+    from llamaspec.base import stats
+    from llamaspec.measure.summary import Summary
     from llamaspec.promptset.prompt_figures import PromptFigures
-    from llamaspec.results import measurement_of
-    from llamaspec.summary import Summary
+    from llamaspec.store.results import measurement_of
 
     path = tmp_path / "old.sqlite"
     db = _store_before(path, "RENAME COLUMN accept TO acceptance")

@@ -13,13 +13,13 @@ import pytest
 from click.testing import CliRunner
 from fakes import fake_bin_dir
 
-from llamaspec import settings as settings_mod
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.contract import ModelPath, ResolvedCase
-from llamaspec.errors import LlamaspecError
 from llamaspec.llamacpp import build, rpc
 from llamaspec.llamacpp.runner import LlamaCppEngine
-from llamaspec.settings import DEFAULTS, Settings
+from llamaspec.measure import settings as settings_mod
+from llamaspec.measure.contract import ModelPath, ResolvedCase
+from llamaspec.measure.settings import DEFAULTS, Settings
 
 PROMPT = "# Quick-sort implementation in Python and sample usage:"
 
@@ -274,9 +274,9 @@ def test_llama_bench_times_the_targets_batches_on_the_rpc_servers_and_the_draft_
 
 def test_an_experiment_that_sets_rpc_opens_the_rpc_build_and_names_the_command_when_there_is_none(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamaspec import experiment
-    from llamaspec.contract import EngineOptions
     from llamaspec.llamacpp import runner
+    from llamaspec.measure.contract import EngineOptions
+    from llamaspec.studies import experiment
 
     (tmp_path / "e.yaml").write_text(
         "name: e\nbackend: llama.cpp\nsettings: {rpc: [127.0.0.1:50052]}\n"
@@ -329,7 +329,7 @@ def test_a_terminated_rpc_serve_stops_its_server(tmp_path: Path) -> None:
 
 
 def test_a_sweep_whose_rpc_worker_is_down_stops_before_measuring_or_storing_anything(tmp_path: Path, pair) -> None:
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     port = free_port()
     (tmp_path / "e.yaml").write_text(

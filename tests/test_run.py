@@ -10,14 +10,14 @@ import pytest
 from click.testing import CliRunner
 from fakes import FIXTURES, HANG_SECONDS, fake_bin_dir
 
-from llamaspec import report
 from llamaspec.cli import main
-from llamaspec.contract import ModelPath, ResolvedCase
 from llamaspec.llamacpp import build, parse
 from llamaspec.llamacpp.runner import LlamaCppEngine, generated_part, process_escapes
-from llamaspec.results import Store
-from llamaspec.run import run_case
-from llamaspec.settings import Settings
+from llamaspec.measure.contract import ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+from llamaspec.store.results import Store
+from llamaspec.studies.run import run_case
+from llamaspec.views import report
 
 HW = {"cpu": "test", "cores": 2}
 
@@ -117,7 +117,7 @@ def test_program_error_names_its_message(tmp_path: Path) -> None:
 
 
 def test_draft_free_mode_unknown_to_the_build_is_refused_before_running(tmp_path: Path) -> None:
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     with pytest.raises(LlamaspecError, match="does not know --spec-type ngram-nope") as err:
         run_case(case(tmp_path, spec_type="ngram-nope"), backend(tmp_path), Store.open(tmp_path / "r.sqlite"), hardware=HW)
@@ -139,7 +139,7 @@ def test_generated_part_drops_the_echoed_prompt(tmp_path: Path) -> None:
 
 
 def test_p_min_is_refused_on_the_program_that_ignores_it(tmp_path: Path) -> None:
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     with pytest.raises(LlamaspecError, match="ignores p-min") as err:
         run_case(case(tmp_path, draft_p_min=0.9), backend(tmp_path), Store.open(tmp_path / "r.sqlite"), hardware=HW)
@@ -149,7 +149,7 @@ def test_p_min_is_refused_on_the_program_that_ignores_it(tmp_path: Path) -> None
 def test_draft_min_is_refused_on_the_program_that_never_reads_it(tmp_path: Path) -> None:
     """llama-speculative lists --spec-draft-n-min (shared options) but never reads it: the flag table
     says which programs take it, and the runner refuses it on the others, pointing at the one that does."""
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     with pytest.raises(LlamaspecError, match="llama-speculative does not read draft_min") as err:
         run_case(case(tmp_path, draft_min=3), backend(tmp_path), Store.open(tmp_path / "r.sqlite"), hardware=HW)
@@ -194,7 +194,7 @@ def test_results_export_json(tmp_path: Path) -> None:
 
 
 def test_a_setting_the_engine_does_not_have_is_refused_before_running(tmp_path: Path) -> None:
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     store = Store.open(tmp_path / "r.sqlite")
     with pytest.raises(LlamaspecError, match="llama.cpp engine has no equivalent of dtype") as err:

@@ -9,13 +9,14 @@ import pytest
 import real_checks
 from click.testing import CliRunner
 
-from llamaspec import analysis, experiment, sweep
 from llamaspec.cli import main
 from llamaspec.llamacpp.runner import LlamaCppEngine
-from llamaspec.results import Store, measurement_of
-from llamaspec.run import run_experiment
-from llamaspec.settings import Settings
-from llamaspec.summary import Summary
+from llamaspec.measure.settings import Settings
+from llamaspec.measure.summary import Summary
+from llamaspec.store.results import Store, measurement_of
+from llamaspec.studies import experiment, sweep
+from llamaspec.studies.run import run_experiment
+from llamaspec.views import analysis
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
@@ -130,7 +131,7 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
 
 
 def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_pair) -> None:
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     backend = drafting_only(LlamaCppEngine(llama_build))
     store = Store.open()

@@ -16,15 +16,16 @@ import pytest
 import real_checks
 from click.testing import CliRunner
 
-from llamaspec import estimators, promptset
-from llamaspec.contract import ModelPath, ResolvedCase
-from llamaspec.decide import VERDICTS
-from llamaspec.errors import LlamaspecError
+from llamaspec import promptset
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.decision.decide import VERDICTS
 from llamaspec.llamacpp import flags, server
 from llamaspec.llamacpp.build import Build
-from llamaspec.prompts import Prompt, PromptSet, PromptSource
-from llamaspec.results import Store
-from llamaspec.settings import Settings
+from llamaspec.measure import estimators
+from llamaspec.measure.contract import ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+from llamaspec.store.results import Store
+from llamaspec.studies.prompts import Prompt, PromptSet, PromptSource
 
 REC = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "0c1e570"
 HELP = (REC / "llama-server.help.txt").read_text()
@@ -275,7 +276,7 @@ def test_an_explicit_port_in_use_is_refused_and_free_ports_are_found(server_buil
 @pytest.mark.slow
 def test_set_run_resumes_after_the_speculative_server_is_killed(server_build, pair, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(promptset, "_provenance", lambda backend, case, hw: {"llamacpp": backend.provenance()})
+    monkeypatch.setattr(promptset.runcore, "provenance", lambda backend, case, hw: {"llamacpp": backend.provenance()})
     prompts = PromptSet(PromptSource("jsonl", "/x"), (
         Prompt("c1", CODE_EDIT, "code-editing"), Prompt("w1", "Write a Python function that adds two numbers.", "code"),
         Prompt("i1", "Give three tips for staying healthy.", "instructions")))
@@ -343,7 +344,7 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
         if len(rec["prompts"]) == 2:  # both in: the same rule on each category's prompts
             assert {c["category"] for c in rec["categories"]} == {"code-editing", "prose"}
     # what the figures were made of: each stored prompt's runs, checked against the server's own answers
-    from llamaspec.results import measurements_of
+    from llamaspec.store.results import measurements_of
 
     store = Store.open()
     runs = store.runs()
@@ -426,8 +427,9 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
     first pair, at the depth the server counted), then the fitted model on the server's profile."""
     import yaml
 
-    from llamaspec import analysis, experiment, sweep, theory
-
+    from llamaspec import theory
+    from llamaspec.studies import experiment, sweep
+    from llamaspec.views import analysis
     target, draft = pair
     body = {"name": "server-sweep", "description": "the offline pair on llama-server", "backend": "llama-server", "repeats": 2,
             "settings": {"n_predict": 32, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": 1024},
@@ -500,13 +502,13 @@ def test_run_on_the_server_prints_acceptance_by_position(server_build, pair, tmp
 @pytest.mark.llamacpp
 @pytest.mark.slow
 def test_the_workload_study_runs_on_the_server_too(server_build, pair, tmp_path: Path) -> None:
-    """The one study (llamaspec.study) on llama-server: two prompts, two draft lengths and an n-gram
+    """The one study (llamaspec.studies.study) on llama-server: two prompts, two draft lengths and an n-gram
     mode, every setup on every prompt; one decision over the workload, of one of its kinds with
     that kind's parts (which kind this machine's timings lead to is not asserted)."""
     import real_checks
     import yaml
 
-    from llamaspec import experiment, study
+    from llamaspec.studies import experiment, study
 
     body = {"name": "server-study", "description": "the offline pair on llama-server", "engine": "llama-server",
             "repeats": 1, "settings": {"n_predict": 24, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": 1024},

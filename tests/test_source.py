@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import atomic
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import atomic
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import source
 
 

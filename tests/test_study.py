@@ -1,4 +1,4 @@
-"""The workload study (llamaspec.study, llamaspec.workload, the workload estimator) on an in-process
+"""The workload study (llamaspec.studies.study, llamaspec.decision.workload, the workload estimator) on an in-process
 engine whose speed depends on the prompt and the setup it is asked for: one decision over the
 workload's prompts and every setup (draft lengths, draft-free modes, the target alone), the same
 rule per category, the budget for the whole study, failures and resumes."""
@@ -12,13 +12,15 @@ import pytest
 from fakes import WorkloadEngine
 from test_core import fake_models  # noqa: F401  (fixture)
 
-from llamaspec import estimators, experiment, study, workload
-from llamaspec.errors import LlamaspecError
-from llamaspec.experiment import Case, ModelRef
-from llamaspec.results import Store
-from llamaspec.settings import Settings
-from llamaspec.summary import Summary
-from llamaspec.sweep import Budget
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.decision import workload
+from llamaspec.measure import estimators
+from llamaspec.measure.settings import Settings
+from llamaspec.measure.summary import Summary
+from llamaspec.store.results import Store
+from llamaspec.studies import experiment, study
+from llamaspec.studies.experiment import Case, ModelRef
+from llamaspec.studies.sweep import Budget
 
 PROMPTS = {"code": "code", "chat": "chat", "reasoning": "reasoning", "summarization": "summarization"}
 LENGTHS = {"draft_max": (1, 2, 3, 4, 6, 8, 12, 16)}

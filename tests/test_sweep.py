@@ -9,14 +9,16 @@ import pytest
 from click.testing import CliRunner
 from fakes import FakeEngine, fake_bin_dir
 
-from llamaspec import analysis, decide, experiment, sweep, tune
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.contract import ModelPath
-from llamaspec.errors import LlamaspecError
+from llamaspec.decision import decide
 from llamaspec.llamacpp import build
 from llamaspec.llamacpp.runner import LlamaCppEngine
-from llamaspec.results import Store
-from llamaspec.settings import Settings
+from llamaspec.measure.contract import ModelPath
+from llamaspec.measure.settings import Settings
+from llamaspec.store.results import Store
+from llamaspec.studies import experiment, sweep, tune
+from llamaspec.views import analysis
 
 
 @pytest.fixture()

@@ -1,4 +1,4 @@
-"""The adaptive study on one prompt (llamaspec.study.run_study: `llamaspec sweep NAME --draft ...`)
+"""The adaptive study on one prompt (llamaspec.studies.study.run_study: `llamaspec sweep NAME --draft ...`)
 on an in-process engine whose speed depends on the draft length it is asked for, on a noisy
 machine: pairs go where the decision is uncertain, the study stops when it is settled or the
 budget is spent, and an interruption loses no pair."""
@@ -10,9 +10,10 @@ from click.testing import CliRunner
 from fakes import FakeEngine
 from test_core import exp, fake_models  # noqa: F401  (fixture)
 
-from llamaspec import analysis, study, sweep
-from llamaspec.errors import LlamaspecError
-from llamaspec.results import Store
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.store.results import Store
+from llamaspec.studies import study, sweep
+from llamaspec.views import analysis
 
 GRID = {"draft_max": tuple(range(1, 17))}
 NOISE = (1.0, 0.93, 1.07, 0.96, 1.05, 0.94)  # a machine whose speed wobbles by several per cent

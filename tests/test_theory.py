@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import stats
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import stats
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import parse
 from llamaspec.theory import (
     LLAMA_SPECULATIVE,
@@ -540,8 +540,8 @@ def test_the_llama_cpp_counters_use_the_model_s_round_shapes() -> None:
 
 def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:
     # Sep 2023's llama-speculative changes k within a run: fitting it at the requested k would be wrong.
-    from llamaspec import analysis
-    from llamaspec.summary import DraftCheck, empty
+    from llamaspec.measure.summary import DraftCheck, empty
+    from llamaspec.views import analysis
 
     fixed = replace(empty("ok"), draft=DraftCheck(8, 8, "fixed", 8.0))
     adaptive = replace(fixed, draft=DraftCheck(8, 22, "adaptive", None))

@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from llamaspec import analysis
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import server
-from llamaspec.settings import Settings
-from llamaspec.summary import Summary
+from llamaspec.measure.settings import Settings
+from llamaspec.measure.summary import Summary
 from llamaspec.theory import (
     LLAMA_SERVER,
     TRANSFORMERS_ASSISTED,
@@ -26,6 +25,7 @@ from llamaspec.theory import (
     analyze,
     round_profile,
 )
+from llamaspec.views import analysis
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REC = FIXTURES / "llamacpp" / "0c1e570"

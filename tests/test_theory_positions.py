@@ -9,10 +9,10 @@ import pytest
 from fakes import FakeEngine
 from test_core import exp, fake_models  # noqa: F401  (fixture)
 
-from llamaspec import analysis, study
-from llamaspec.errors import LlamaspecError
-from llamaspec.results import Store
-from llamaspec.sweep import Budget
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.store.results import Store
+from llamaspec.studies import study
+from llamaspec.studies.sweep import Budget
 from llamaspec.theory import (
     CostModel,
     Observation,
@@ -20,6 +20,7 @@ from llamaspec.theory import (
     analyze,
     expected_tokens_per_round,
 )
+from llamaspec.views import analysis
 
 # --- the curve ----------------------------------------------------------------------------------
 

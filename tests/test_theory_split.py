@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import engines, theory
-from llamaspec.errors import LlamaspecError
+from llamaspec import theory
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure import engines
 from llamaspec.theory import profiles
 
 PACKAGE = Path(__file__).resolve().parent.parent / "llamaspec"

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from llamaspec import adhoc
 from llamaspec.cli import main
 from llamaspec.llamacpp import live
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.server import Server
-from llamaspec.results import Store
+from llamaspec.store.results import Store
+from llamaspec.studies import adhoc
 from llamaspec.watch import Watcher, forecast
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]

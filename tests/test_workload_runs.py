@@ -1,4 +1,4 @@
-"""Stored runs as a workload (llamaspec.workload_runs): which prompt and which setup each run
+"""Stored runs as a workload (llamaspec.decision.workload_runs): which prompt and which setup each run
 measured, its cell, and the one decision over them. Run rows are shaped as ``Store.runs`` returns
 them; their summaries come from the run core's own ``summarize`` over measurements."""
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from llamaspec import workload
-from llamaspec.contract import Measurement
-from llamaspec.summary import summarize
-from llamaspec.workload_runs import cost, setup_axes, setup_of, workload_of_runs
+from llamaspec.decision import workload
+from llamaspec.decision.workload_runs import cost, setup_axes, setup_of, workload_of_runs
+from llamaspec.measure.contract import Measurement
+from llamaspec.measure.summary import summarize
 
 
 def summary(ratios: list[float], differs: bool = False, shared: bool = False) -> dict[str, Any]:

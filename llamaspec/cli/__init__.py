@@ -18,7 +18,7 @@ import threading
 import click
 
 from llamaspec import __version__
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -65,7 +65,7 @@ class _Group(click.Group):
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename and not os.environ.get("LLAMASPEC_DEBUG"):
                 from pathlib import Path
 
-                from llamaspec import paths
+                from llamaspec.base import paths
 
                 click.secho(f"Error: cannot write {exc.filename}: {exc.strerror}", fg="red", err=True)
                 click.echo(f"Hint: {paths.moved_by(Path(exc.filename).resolve())}", err=True)

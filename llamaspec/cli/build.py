@@ -66,7 +66,7 @@ def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rp
 
     Example: llamaspec build --accel cpu
     """
-    from llamaspec import paths
+    from llamaspec.base import paths
     from llamaspec.llamacpp import build as builds
     from llamaspec.llamacpp import source as sources
 
@@ -105,7 +105,7 @@ def doctor(bin_dir: Path | None, as_json: bool) -> None:
 
     Example: llamaspec doctor
     """
-    from llamaspec import doctor as doc
+    from llamaspec.views import doctor as doc
 
     report = doc.examine(bin_dir)
     if as_json:

@@ -54,13 +54,13 @@ def run_experiment_on_cluster(exp: Any, address: str | None, *, repeats: int | N
                               as_json: bool = False) -> None:
     """``run --cluster`` / ``sweep --cluster`` / ``cluster run``: the study, then its figures."""
     from llamaspec.cluster import study, summary
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     report, per = study.run_experiment(exp, address, Store.open(), repeats=repeats, split_repeats=split_repeats,
                                        machines=machines, accel=accel, axes=axes)
     echo_study(report, per, summary.describe_points(per) if axes else summary.describe(per), as_json)
     if report.failed:
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError(f"{len(report.failed)} of {report.total} items failed (stored as failed)",
                              hint="see the lines above; a rerun of the same command measures them again")
@@ -99,7 +99,7 @@ def rpc_serve(host: str, port: int, threads: int | None, cache: bool, bin_dir: P
 
     Example: llamaspec rpc serve --port 50052 -t 1
     """
-    from llamaspec import paths
+    from llamaspec.base import paths
     from llamaspec.llamacpp import build as builds
     from llamaspec.llamacpp import rpc as rpcs
 
@@ -190,8 +190,8 @@ def cluster_run(experiment_name: str, address: str | None, prompt_set: str | Non
 
     Example: llamaspec cluster run smollm2-quicksort --cluster 10.0.0.5:6379 -r 6 --split-repeats
     """
-    from llamaspec import experiment, sweep
-    from llamaspec.settings import Settings
+    from llamaspec.measure.settings import Settings
+    from llamaspec.studies import experiment, sweep
 
     exp = experiment.load(experiment_name)
     if n_predict or threads:
@@ -212,12 +212,12 @@ def tune_on_cluster(exp: Any, address: str | None, *, accel: str = "auto", as_js
     """``tune --cluster``: each machine tunes for itself; machine by machine, its answer as decided
     here from its stored points (the table and the decision, as ``sweep --cluster`` prints them)."""
     from llamaspec.cluster import study, summary
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     report, per = study.run_tune(exp, address, Store.open(), accel=accel, **options)
     echo_study(report, per, summary.describe_points(per), as_json)
     if report.failed or report.not_run:
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError(f"{len(report.failed) + len(report.not_run)} of {report.total} machines did not finish their tune",
                              hint="see the lines above; a rerun of the same command runs them again")
@@ -228,17 +228,17 @@ def run_prompt_set_on_cluster(exp: Any, source: str | None, address: str | None,
                               repeats: int = 1, machines: list[str] | None = None, accel: str = "auto",
                               as_json: bool = False) -> None:
     """``prompts run --cluster`` / ``run --prompts --cluster``: one item per (case, prompt)."""
-    from llamaspec import prompts as loader
     from llamaspec import promptset
     from llamaspec.cluster import promptsets
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
+    from llamaspec.studies import prompts as loader
 
     got = loader.load(promptset.source_of(exp, source, format=fmt, turns=turns, limit=limit, seed=sample_seed))
     log.info("%s: %d prompts x %d cases over the cluster", got.source.label, len(got.prompts), len(exp.cases))
     report, per = promptsets.run_prompt_set(exp, got, address, Store.open(), repeats=repeats, machines=machines, accel=accel)
     echo_study(report, per, promptsets.describe(per), as_json)
     if report.failed:
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError(f"{len(report.failed)} of {report.total} prompts failed (stored as failed)",
                              hint="see the lines above; a rerun of the same command measures them again")

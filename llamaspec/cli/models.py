@@ -175,7 +175,7 @@ def fetch(names: tuple[str, ...], variants: tuple[str, ...], update: bool, as_js
     Example: llamaspec models fetch codellama-7b tinyllama-1.1b-python
     """
     from llamaspec import models as core
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
     from llamaspec.models import catalog, hf, store
 
     if variants and len(names) > 1:
@@ -264,13 +264,13 @@ def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: boo
 
     Example: llamaspec models drafts ~/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf ~/models
     """
-    from llamaspec import paths
+    from llamaspec.base import paths
+    from llamaspec.base.progress import Progress
     from llamaspec.models import drafts as finder
     from llamaspec.models import given
-    from llamaspec.progress import Progress
 
     if no_caches and not folders:
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError("--no-caches with no FOLDER leaves nowhere to look", hint="give a folder, or drop --no-caches")
     spec = given.parse(target)

@@ -1,6 +1,6 @@
 """Options shared by run, sweep and tune, defined once.
 
-The setting options are made from the settings schema (``llamaspec.settings``): every sweepable
+The setting options are made from the settings schema (``llamaspec.measure.settings``): every sweepable
 setting is ``--NAME VALUE`` on ``run`` and ``--NAME LIST`` on ``sweep``, and those an engine honours
 are ``--NAME VALUE`` on ``prompts run`` (``EngineSettingsCommand``), so a new setting reaches the
 command line without an edit here.
@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from llamaspec.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
+from llamaspec.measure.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
 
 log = logging.getLogger("llamaspec")
 
@@ -76,7 +76,7 @@ class SettingValue(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):
             return value
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         flag = max(param.opts, key=len) if param is not None and param.opts else option_names(self.setting)[0]
         try:
@@ -153,7 +153,7 @@ class EngineSettingsCommand(click.Command):
     command is first used, so ``llamaspec --help`` does not import the engine. They go right after
     the option named ``after`` and reach the callback by the settings' names.
 
-    A new setting the engine honours is one field in ``llamaspec.settings`` and one row in the
+    A new setting the engine honours is one field in ``llamaspec.measure.settings`` and one row in the
     engine's flag table; the command gets its option with no edit here."""
 
     def __init__(self, *args: Any, honoured: Callable[[], frozenset[str]], skip: tuple[str, ...] = (),
@@ -209,17 +209,19 @@ def check_prompt_file(prompt_file: Path | None) -> str | None:
     if prompt_file is None:
         return None
     if not prompt_file.is_file():
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError(f"prompt file not found: {prompt_file}", hint="check the path given to --prompt-file")
     return str(prompt_file.resolve())
 
 
-def open_engine(engine_name: str, accel: str, bin_dir: Path | None, rpc: bool = False) -> Any:
-    from llamaspec import engines
-    from llamaspec.contract import EngineOptions
+def open_engine(exp: Any, accel: str, bin_dir: Path | None, engine: str | None = None) -> Any:
+    """The engine ``exp`` runs on (``engine``: another by its registry name), on an RPC build where
+    the experiment puts its target on RPC workers."""
+    from llamaspec.measure import engines
+    from llamaspec.measure.contract import EngineOptions
 
-    return engines.open_engine(engine_name, EngineOptions(accel=accel, bin_dir=bin_dir, rpc=rpc))
+    return engines.open_engine(engine or exp.engine, EngineOptions(accel=accel, bin_dir=bin_dir, rpc=exp.uses_rpc))
 
 
 @contextlib.contextmanager
@@ -227,7 +229,7 @@ def measuring(what: str, no_wait: bool) -> Iterator[None]:
     """Hold the machine-wide measurement lock: one measurement at a time per machine. The data
     folder is checked first: a store that cannot be written is one line now, not after waiting and
     measuring."""
-    from llamaspec import lock, paths
+    from llamaspec.base import lock, paths
 
     paths.writable_dir(paths.data_dir())
 
@@ -239,7 +241,7 @@ def measuring(what: str, no_wait: bool) -> Iterator[None]:
         yield
 
 
-# --- models on the command line (llamaspec.adhoc) -------------------------------------------------
+# --- models on the command line (llamaspec.studies.adhoc) -------------------------------------------------
 
 MODEL_OPTIONS: list[Decorator] = [
     click.option("-m", "--model", "model", default=None, metavar="GGUF|USER/REPO[:QUANT]|NAME[:VARIANT]",
@@ -261,7 +263,7 @@ def model_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def split_drafts(drafts: tuple[str, ...]) -> list[str]:
     """``-md a.gguf,b.gguf -md c.gguf`` -> [a.gguf, b.gguf, c.gguf] (empty items refused)."""
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.base.errors import LlamaspecError
 
     found = [part.strip() for text in drafts for part in text.split(",")]
     if any(not part for part in found):
@@ -275,7 +277,7 @@ def experiment_or_study(experiment_name: str | None, model: str | None, drafts: 
                         several_drafts: bool = True, workload: Any = None) -> Any:
     """The experiment a measuring command runs (``adhoc.open_study``, which picks the engine):
     NAME|PATH, or -m/-md (comma-separated drafts split here) as a study of the models given."""
-    from llamaspec import adhoc
+    from llamaspec.studies import adhoc
 
     return adhoc.open_study(experiment_name, model, split_drafts(drafts), study, settings=settings, prompt=prompt,
                             prompt_file=prompt_file, prompts=prompts, repeats=repeats, command=command,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.errors import LlamaspecError
 
 
 def _read(path: Path) -> str:

@@ -1,7 +1,7 @@
 """``llamaspec run -- COMMAND``: a pasted llama.cpp command measured as given.
 
 The command is read by ``llamaspec.llamacpp.command.parse`` and becomes a study through the one
-builder of studies from models (``llamaspec.adhoc.experiment_from_models``); ``run`` then measures it
+builder of studies from models (``llamaspec.studies.adhoc.experiment_from_models``); ``run`` then measures it
 like any experiment: the command as given against the same command without its draft and
 speculation flags, in pairs.
 """
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from llamaspec.errors import LlamaspecError
-from llamaspec.settings import Settings
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.settings import Settings
 
 if TYPE_CHECKING:
-    from llamaspec.experiment import Experiment
     from llamaspec.llamacpp.command import PastedCommand
+    from llamaspec.studies.experiment import Experiment
 
 log = logging.getLogger("llamaspec")
 
@@ -56,8 +56,8 @@ def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, 
           bin_dir: Path | None) -> tuple[Experiment, PastedCommand, Path | None]:
     """(experiment, parsed command, llama.cpp folder) for a pasted command; refuses what cannot be
     measured before anything is measured or stored."""
-    from llamaspec import adhoc
     from llamaspec.llamacpp import command
+    from llamaspec.studies import adhoc
 
     if experiment_name is not None:
         raise LlamaspecError(f"the experiment {experiment_name} and a pasted command after -- together: which one to run?",

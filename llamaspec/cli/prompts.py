@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
+from llamaspec.base.progress import duration
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import EngineSettingsCommand, SettingValue, model_options
-from llamaspec.progress import duration
 
 log = logging.getLogger("llamaspec")
 
@@ -70,7 +70,7 @@ def prompts_list(source: str, limit: int | None, sample_seed: int | None, fmt: s
 
     Example: llamaspec prompts list llamaspec-mini --limit 8 --seed 1
     """
-    from llamaspec import prompts as loader
+    from llamaspec.studies import prompts as loader
 
     got = loader.load(loader.parse_source(source, None, format=fmt, turns=turns, limit=limit, seed=sample_seed))
     click.echo(f"{got.source.label}: {len(got.prompts)} prompts of {got.total}")
@@ -109,13 +109,13 @@ def _concurrency_progress(event: str, data: dict[str, Any]) -> None:
 
 def _server_settings() -> frozenset[str]:
     """The settings llama-server honours, from its flag table (imported when `prompts run` is used)."""
-    from llamaspec.llamacpp import server
+    from llamaspec.measure import engines
 
-    return server.HONOURED
+    return engines.honoured("llama-server")
 
 
 # The setting options are run's, for every sweepable setting llama-server honours (its flag table
-# says which): a new one is a field in llamaspec.settings and a row in llamaspec/llamacpp/flags.py.
+# says which): a new one is a field in llamaspec.measure.settings and a row in llamaspec/llamacpp/flags.py.
 # --parallel is the one taken in another form here: a list of concurrency levels.
 @prompts.command("run", cls=EngineSettingsCommand, honoured=_server_settings, skip=("parallel",), after="n_predict")
 @click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
@@ -163,8 +163,8 @@ def prompts_run(experiment_name: str | None, model: str | None, drafts: tuple[st
     Example: llamaspec prompts run -m target.gguf -md draft.gguf --prompts my-prompts.jsonl -d 8
     Example: llamaspec prompts run smollm2-server-mini --limit 16 -t 1 --cluster 10.0.0.5:6379
     """
-    from llamaspec import adhoc
     from llamaspec.cli.options import experiment_or_study, overrides
+    from llamaspec.studies import adhoc
 
     exp = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(given, n_predict, timeout),
                               prompts=source if model is None or source is not None else str(adhoc.builtin_prompts()),
@@ -185,16 +185,16 @@ def run_prompt_set(experiment_name: Any, source: str | None, *, given: dict[str,
     ``experiment_name``: an experiment's NAME|PATH, or an Experiment (a study of models given with
     -m); ``given``: settings from the command line (None: the experiment's); ``levels``:
     concurrency levels (``--parallel``), or None for the per-prompt run."""
-    from llamaspec import experiment, host, promptset
-    from llamaspec import prompts as loader
+    from llamaspec import promptset
+    from llamaspec.base import host
     from llamaspec.cli.options import overrides
-    from llamaspec.contract import EngineOptions
-    from llamaspec.llamacpp import server
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
+    from llamaspec.studies import experiment
+    from llamaspec.studies import prompts as loader
 
     exp = experiment.load(experiment_name) if isinstance(experiment_name, str) else experiment_name
     if exp.engine == "transformers":
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError(f"experiment {exp.name} uses the transformers engine; prompt sets run on llama-server",
                              hint="run a llama.cpp or llama-server experiment over the prompt set, or run this one "
@@ -215,9 +215,9 @@ def run_prompt_set(experiment_name: Any, source: str | None, *, given: dict[str,
     src = promptset.source_of(exp, source, format=fmt, turns=turns, limit=limit, seed=sample_seed)
     got = loader.load(src)
     log.info("%s: %d prompts in %d categories", src.label, len(got.prompts), len(got.categories()))
-    from llamaspec.cli.options import measuring
+    from llamaspec.cli.options import measuring, open_engine
 
-    backend = server.open_engine(EngineOptions(accel=accel, bin_dir=bin_dir))
+    backend = open_engine(exp, accel, bin_dir, engine="llama-server")
     try:
         with measuring(f"llamaspec prompts run {exp.name}", no_wait), _terminate_as_interrupt():
             if levels:
@@ -239,7 +239,7 @@ def run_prompt_set(experiment_name: Any, source: str | None, *, given: dict[str,
         for path in promptset.plot_set(summary, plot_dir):
             log.info("wrote %s", path)
     if not result.complete:
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         stopped = next(c for c in result.cases if c.not_run)
         raise LlamaspecError(f"{stopped.case.case}: stopped after {stopped.error}; {len(stopped.not_run)} prompts not run",

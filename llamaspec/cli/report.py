@@ -18,8 +18,9 @@ def plot(target: str, as_json: bool) -> None:
 
     Example: llamaspec plot smollm2-quicksort
     """
-    from llamaspec import analysis, paths
-    from llamaspec.results import Store
+    from llamaspec.base import paths
+    from llamaspec.store.results import Store
+    from llamaspec.views import analysis
 
     store = Store.open()
     if target.isdigit():
@@ -51,9 +52,9 @@ def report(experiment_names: tuple[str, ...], compare_by: str | None, output: Pa
       llamaspec report smollm2-quicksort --compare build -o report.md
       llamaspec report smollm2-quicksort hf-smollm2-quicksort --compare engine
     """
-    from llamaspec import atomic
-    from llamaspec import report as reports
-    from llamaspec.results import Store
+    from llamaspec.base import atomic
+    from llamaspec.store.results import Store
+    from llamaspec.views import report as reports
 
     text = reports.markdown(Store.open(), experiment_names, compare_by, plot=not no_plot)
     if output:

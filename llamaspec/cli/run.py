@@ -10,11 +10,11 @@ from typing import Any
 
 import click
 
+from llamaspec.base.stats import percent
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import check_prompt_file, common_options, model_options, overrides, setting_options
 from llamaspec.cli.pasted import TakesPastedCommand
-from llamaspec.stats import percent
 
 log = logging.getLogger("llamaspec")
 
@@ -90,13 +90,13 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     Example: llamaspec run --repeats 5 -- llama-speculative-simple -m T.gguf -md D.gguf --draft-max 4 -p "Hello"
     Example: llamaspec run smollm2-server-mini --prompts llamaspec-mini --limit 16 --cluster 10.0.0.5:6379
     """
-    from llamaspec import report
-    from llamaspec import run as runs
+    from llamaspec.base.errors import LlamaspecError
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.cli.pasted import as_json as pasted_json
     from llamaspec.cli.pasted import pasted
     from llamaspec.cli.pasted import study as pasted_study
-    from llamaspec.errors import LlamaspecError
+    from llamaspec.studies import run as runs
+    from llamaspec.views import report
 
     if prompt_set is not None and (prompt is not None or prompt_file is not None):
         raise click.UsageError("--prompt and --prompt-file replace one prompt; a prompt set runs its own "
@@ -142,9 +142,7 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
             raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
         run_experiment_on_cluster(exp, address, accel=accel, as_json=as_json)
         return
-    from llamaspec.llamacpp import rpc as rpcs
-
-    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp, accel, bin_dir)
     steps = 2 * (runs.AUTO_MAX if exp.repeats == "auto" else int(exp.repeats)) * len(exp.cases)
     try:
         with measuring(f"llamaspec run {exp.name}", no_wait):
@@ -186,14 +184,14 @@ def results_list(experiment: str | None, limit: int) -> None:
 
     Example: llamaspec results list -e smollm2-quicksort
     """
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     store = Store.open()
     rows = store.runs(experiment, limit=limit)
     if not rows:
         click.echo(f"no runs stored in {store.path}", err=True)
         return
-    from llamaspec.summary import Summary
+    from llamaspec.measure.summary import Summary
 
     # experiment names whole (a study's name is what report, plot and a rerun take), however long
     width = max([22, *(len(r["experiment"]) for r in rows)])
@@ -216,7 +214,7 @@ def results_show(run_id: int) -> None:
 
     Example: llamaspec results show 12
     """
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
 
     store = Store.open()
     row = store.run(run_id)
@@ -233,8 +231,8 @@ def results_export(fmt: str, experiment: str | None, output: Path | None) -> Non
 
     Example: llamaspec results export --format csv -o runs.csv
     """
-    from llamaspec import atomic
-    from llamaspec.results import Store
+    from llamaspec.base import atomic
+    from llamaspec.store.results import Store
 
     text = Store.open().export(fmt, experiment)
     if output:

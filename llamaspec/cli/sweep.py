@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import (
@@ -19,7 +20,6 @@ from llamaspec.cli.options import (
     setting_options,
     sweep_options,
 )
-from llamaspec.errors import LlamaspecError
 
 log = logging.getLogger("llamaspec")
 
@@ -61,7 +61,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     n-gram modes the program runs (--modes); the target alone is the answer "no draft". Each
     setup's speedup over the workload is the geometric mean of its prompts' speedups (each the
     median of paired ratios), its 95 % interval from pairs resampled within prompts. One decision
-    rule (llamaspec.decide) picks the setup: shown faster than the target alone, the cheapest
+    rule (llamaspec.decision.decide) picks the setup: shown faster than the target alone, the cheapest
     within 2 % of the best; under it, the same rule per category where categories disagree. It
     ends with the command that deploys the answer.
 
@@ -84,11 +84,11 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     Example: llamaspec sweep smollm2-quicksort --draft 1..16 --modes none --budget 10m
     Example: llamaspec sweep smollm2-quicksort --draft 1,2,4,8 --fixed-grid --repeats 5
     """
-    from llamaspec import adhoc
-    from llamaspec import study as studies
-    from llamaspec import sweep as sweeps
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
+    from llamaspec.studies import adhoc
+    from llamaspec.studies import study as studies
+    from llamaspec.studies import sweep as sweeps
 
     axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
     if model is not None:  # a study's one-valued settings are its settings (and its name's), not dimensions
@@ -119,9 +119,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
                                    "drop --shared-baseline and --bin-dir")
         run_experiment_on_cluster(exp, address, accel=accel, axes=axes, as_json=as_json)
         return
-    from llamaspec.llamacpp import rpc as rpcs
-
-    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp, accel, bin_dir)
     asked = None if modes is None else () if modes.strip().lower() == "none" else sweeps.parse_values("spec_type", modes)
     setups = studies.setups_for(axes, studies.modes_for(engine, asked), adhoc.draft_names(exp))
     store = Store.open()
@@ -141,14 +139,14 @@ def load_workload(source: str | None, limit: int | None, seed: int | None) -> An
         if limit is not None or seed is not None:
             raise click.UsageError("--limit and --seed are for --prompts")
         return None
-    from llamaspec import prompts as loader
+    from llamaspec.studies import prompts as loader
 
     return loader.load(loader.parse_source(source, None, limit=limit, seed=seed))
 
 
 def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool) -> None:
     """A study's table, its one decision and the command that deploys it (sweep and tune)."""
-    from llamaspec import study as studies
+    from llamaspec.studies import study as studies
 
     plots = studies.plot_study(store, result) if plot else []
     answer = studies.deployment(result, engine, exp, store)
@@ -207,11 +205,11 @@ def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...]
     Example: llamaspec tune smollm2-quicksort --modes none --budget 10m
     Example: llamaspec tune smollm2-quicksort --cluster 10.0.0.5:6379
     """
-    from llamaspec import adhoc
-    from llamaspec import tune as tuner
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
-    from llamaspec.results import Store
-    from llamaspec.sweep import parse_budget, parse_values
+    from llamaspec.store.results import Store
+    from llamaspec.studies import adhoc
+    from llamaspec.studies import tune as tuner
+    from llamaspec.studies.sweep import parse_budget, parse_values
 
     spend = parse_budget(budget) if budget is not None else None
     if model is None and any(v is not None for v in given.values()):
@@ -233,9 +231,7 @@ def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...]
                         prompt=prompt if prompt is not None else (Path(prompt_file).read_text() if prompt_file else None),
                         variants=chosen, modes=asked, budget=budget, accel=accel, as_json=as_json)
         return
-    from llamaspec.llamacpp import rpc as rpcs
-
-    engine = open_engine(exp.engine, accel, bin_dir, rpc=rpcs.needed(exp))
+    engine = open_engine(exp, accel, bin_dir)
     try:
         with measuring(f"llamaspec tune {exp.name}", no_wait):
             result = tuner.tune(exp, engine, Store.open(), chosen, asked, spend)

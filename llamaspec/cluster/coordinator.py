@@ -26,9 +26,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cluster.queue import WorkQueue
 from llamaspec.cluster.work import Requirements, WorkerInfo, WorkItem, mismatch, pin
-from llamaspec.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ own measuring code, each returning one plain result dict:
 
 ``ok``, ``status`` (ok | failed), ``error``, ``experiment``, ``case``, ``settings`` (dict),
 ``provenance`` (dict), ``measurements`` (list of dicts with the fields of
-``llamaspec.contract.Measurement`` plus ``repeat``, the pair index), ``summary`` (dict).
+``llamaspec.measure.contract.Measurement`` plus ``repeat``, the pair index), ``summary`` (dict).
 
 Every item carries its case or its whole experiment as the coordinator decided it
 (``study.case_payload``, ``study.experiment_payload``); the worker rebuilds it
@@ -15,14 +15,14 @@ through the run core's pairs loop and measuring step. No experiment file is read
   this machine's llama.cpp build with the engine the payload names (``engine``: the
   experiment's, llama.cpp or llama-server); the speedup of each repeat is against the baseline
   measured next to it, on the same machine.
-- ``case``: one case of an experiment through the run core (``llamaspec.run.run_case``), on the
+- ``case``: one case of an experiment through the run core (``llamaspec.studies.run.run_case``), on the
   experiment's engine, into a scratch store on the worker (per machine, so shared baselines are
   only ever this machine's).
 - ``prompt``: one prompt of a prompt set for one case, on llama-server (models loaded once per
   machine and kept between items): baseline and speculative back to back, ABBA over the repeats,
   summarised by ``promptset.prompt_summary`` exactly as a one-machine ``prompts run`` does.
 - ``tune``: an experiment's whole tune on this machine (items of this kind are pinned: the best
-  draft length is a property of the machine), through ``llamaspec.tune`` into the scratch store;
+  draft length is a property of the machine), through ``llamaspec.studies.tune`` into the scratch store;
   every point it measured goes back whole (:func:`point_of`), and the coordinator decides the
   machine's answer from them (``study.tune_decisions``), whatever the search here was.
 
@@ -36,13 +36,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cluster.work import WorkItem
-from llamaspec.errors import LlamaspecError
 
 if TYPE_CHECKING:
-    from llamaspec.contract import ResolvedCase
-    from llamaspec.experiment import Case, Experiment, ModelRef
-    from llamaspec.pairs import Pairs
+    from llamaspec.measure.contract import ResolvedCase
+    from llamaspec.measure.pairs import Pairs
+    from llamaspec.studies.experiment import Case, Experiment, ModelRef
 
 
 class MachineWorker(Protocol):
@@ -70,7 +70,7 @@ def refuse_engine(name: str | None, what: str) -> None:
     names none, e.g. a no-op). A measurement taken with another engine than the experiment names
     would be stored under the experiment's name as if it were the experiment's, so any other
     engine is refused before anything is queued."""
-    from llamaspec import engines
+    from llamaspec.measure import engines
 
     known = engines.cluster_engines()
     if name is not None and name not in known:
@@ -101,7 +101,7 @@ def _engine(worker: MachineWorker, name: str) -> Any:
 def _hardware(worker: MachineWorker) -> dict[str, Any]:
     """This machine's hardware, as the run core records it (once per worker: it asks for GPUs)."""
     if "hardware" not in worker.state:
-        from llamaspec.host import hardware
+        from llamaspec.base.host import hardware
 
         worker.state["hardware"] = hardware()
     return dict(worker.state["hardware"])
@@ -111,7 +111,7 @@ def experiment_of(payload: dict[str, Any]) -> Experiment:
     """The experiment a work item carries (``study.experiment_payload``, or one case's
     ``study.case_payload``): rebuilt from the payload, never from a file on the worker (the
     coordinator decided every setting; the worker's checkout need not have the file, or the same one)."""
-    from llamaspec.experiment import Experiment
+    from llamaspec.studies.experiment import Experiment
 
     cases = payload.get("cases") or [payload]
     repeats = payload.get("repeats") or 1
@@ -123,8 +123,9 @@ def experiment_of(payload: dict[str, Any]) -> Experiment:
 
 def case_of(payload: dict[str, Any]) -> Case:
     """One case of a payload (``study.case_payload``): model labels, prompt, settings, reference."""
-    from llamaspec.experiment import Case, ModelRef, Reference
-    from llamaspec.settings import Settings
+    from llamaspec.measure.settings import Settings
+    from llamaspec.measure.summary import Reference
+    from llamaspec.studies.experiment import Case, ModelRef
 
     def ref(label: str) -> ModelRef:
         model, _, variant = label.partition(":")
@@ -141,7 +142,7 @@ def case_of(payload: dict[str, Any]) -> Case:
 def resolved_case(worker: MachineWorker, payload: dict[str, Any], backend: Any) -> ResolvedCase:
     """The payload's case with this machine's model files, resolved by the run core's one resolver
     (``run.resolve_case``: the same setting defaults and thread rule as on one machine)."""
-    from llamaspec import run
+    from llamaspec.studies import run
 
     exp = experiment_of(payload)
     return run.resolve_case(exp, exp.cases[0], backend, models=lambda ref: worker.env.model(_label(ref)))
@@ -155,7 +156,7 @@ def _label(ref: ModelRef) -> str:
 def _measure_pairs(backend: Any, case: ResolvedCase, logs: Path, repeats: int, offset: int = 0) -> Pairs:
     """The run core's one pairs loop and its one measuring step on this machine; ``offset``: a split
     repeat keeps its place in the ABBA order."""
-    from llamaspec import pairs
+    from llamaspec.measure import pairs
 
     suffix = ".json" if backend.capabilities.keeps_models_loaded else ".log"
     return pairs.measure_pairs(lambda mode, r: pairs.measure_one(backend, case, mode, r, logs / f"{mode}-{r}{suffix}"),
@@ -164,20 +165,20 @@ def _measure_pairs(backend: Any, case: ResolvedCase, logs: Path, repeats: int, o
 
 def _rows(got: Pairs) -> list[dict[str, Any]]:
     """The measurements as the store's rows have them (the sink stores them as they are)."""
-    from llamaspec.results import MeasurementRow
+    from llamaspec.store.results import MeasurementRow
 
     return [dataclasses.asdict(MeasurementRow.of(t.measurement, run_id=0, repeat=t.pair)) for t in got.taken]
 
 
 def _provenance(worker: MachineWorker, backend: Any, case: ResolvedCase) -> dict[str, Any]:
-    from llamaspec import run
+    from llamaspec.studies import run
 
     return run.provenance(backend, case, _hardware(worker))
 
 
 def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
-    from llamaspec import run as runs
-    from llamaspec.summary import requested_draft, summarize
+    from llamaspec.measure.summary import requested_draft, summarize
+    from llamaspec.studies import run as runs
 
     backend = _engine(worker, engine_of(item.payload) or "llama.cpp")
     case = resolved_case(worker, item.payload, backend)
@@ -200,8 +201,8 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """One experiment case (``study.case_payload`` with ``reference``) through the run core, stored
     first in this machine's scratch store."""
-    from llamaspec import run
-    from llamaspec.results import Store
+    from llamaspec.store.results import Store
+    from llamaspec.studies import run
 
     p = item.payload
     exp = experiment_of(p)
@@ -227,8 +228,8 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """One prompt of a set for one case, on this machine's llama-server; the speedups are against
     the baselines measured here, seconds apart."""
     from llamaspec import promptset
-    from llamaspec import run as runs
-    from llamaspec.prompts import Prompt
+    from llamaspec.studies import run as runs
+    from llamaspec.studies.prompts import Prompt
 
     p = item.payload
     the_prompt = Prompt(**p["prompt_item"])
@@ -253,10 +254,10 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
 
 def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """The experiment's tune, whole, on this machine (scratch store: resumable while the worker lives)."""
-    from llamaspec import tune as tuner
-    from llamaspec.contract import engine_provenance
-    from llamaspec.results import Store
-    from llamaspec.sweep import parse_budget
+    from llamaspec.measure.contract import engine_provenance
+    from llamaspec.store.results import Store
+    from llamaspec.studies import tune as tuner
+    from llamaspec.studies.sweep import parse_budget
 
     p = item.payload
     exp = experiment_of(p)  # the command line's overrides applied on the coordinator

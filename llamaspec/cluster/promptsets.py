@@ -16,10 +16,11 @@ import dataclasses
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from llamaspec import estimators, stats
+from llamaspec.base import stats
 from llamaspec.cluster.sink import machine_of
 from llamaspec.cluster.work import WorkItem
-from llamaspec.results import Store
+from llamaspec.measure import estimators
+from llamaspec.store.results import Store
 
 if TYPE_CHECKING:
     from llamaspec.promptset import GroupFigures, PromptFigures, SetFigures

@@ -12,8 +12,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from llamaspec.base.progress import duration
 from llamaspec.cluster.work import WorkItem
-from llamaspec.progress import duration
 
 
 @dataclass

@@ -19,8 +19,8 @@ import socket
 from concurrent.futures import Future
 from typing import Any
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cluster.work import Requirements, WorkItem
-from llamaspec.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
 

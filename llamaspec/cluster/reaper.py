@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 def watch(pid: int | None = None, interval: float = 0.2, log_path: Path | None = None) -> Any:
     """Start a reaper for ``pid`` (default: this process); returns its ``proc.Background``."""
-    from llamaspec import proc
+    from llamaspec.base import proc
 
     target = pid or os.getpid()
     return proc.Background([sys.executable, "-m", "llamaspec.cluster.reaper", str(target), str(interval)], log_path)

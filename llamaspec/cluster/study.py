@@ -13,8 +13,8 @@ import hashlib
 import json
 from typing import Any
 
-from llamaspec import workload
 from llamaspec.cluster.work import Requirements, WorkItem
+from llamaspec.decision import workload
 
 
 def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def experiment_items(exp: Any, repeats: int | None = None, split_repeats: bool =
 def sweep_items(exp: Any, axes: dict[str, Any], repeats: int | None = None) -> list[WorkItem]:
     """One ``pair`` item per (case, grid point), keyed ``case@point`` with the sweep's own point key.
     Each point measures its own baselines on its machine (no baseline shared across machines)."""
-    from llamaspec import sweep
+    from llamaspec.studies import sweep
 
     n = repeats or exp.repeats
     items = []
@@ -87,7 +87,7 @@ def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | Non
     """One ``tune`` item per machine, pinned there: the best draft length, variant and mode are
     properties of the machine, so each machine tunes for itself and no other stands in for it.
     ``modes`` ``()``: none; ``budget``: each machine's study budget as ``--budget`` takes it."""
-    from llamaspec.settings import Settings
+    from llamaspec.measure.settings import Settings
 
     exp = exp.with_overrides(Settings.from_dict(overrides or {}), repeats, prompt)  # decided here, not on the worker
     payload = {**experiment_payload(exp),
@@ -121,10 +121,10 @@ def tune_decisions(store: Any, study: str) -> dict[str, workload.WorkloadDecisio
     """Each machine's answer to a cluster tune, decided on the coordinator from the points its tune
     measured (stored here under the groups its item's row names, ``point_groups``; a row stored
     before that key, under ``TUNE_ID@MACHINE`` of each tune its summary lists): the one runs-to-cells
-    function (:func:`llamaspec.workload_runs.workload_of_runs`) and the one workload decision
-    (:func:`llamaspec.workload.decide_workload`), whatever the worker's own search was."""
+    function (:func:`llamaspec.decision.workload_runs.workload_of_runs`) and the one workload decision
+    (:func:`llamaspec.decision.workload.decide_workload`), whatever the worker's own search was."""
     from llamaspec.cluster.sink import machine_of
-    from llamaspec.workload_runs import workload_of_runs
+    from llamaspec.decision.workload_runs import workload_of_runs
 
     out: dict[str, workload.WorkloadDecision] = {}
     for item in sorted(store.runs(group_id=study, status="ok"), key=lambda r: r["id"]):
@@ -150,7 +150,7 @@ def requirements(exp: Any, accel: str = "auto") -> Requirements:
     """The coordinator's own engine version and options (from the engine, through the registry),
     and its model hashes where it has the files (None where it has not: the first machine's then
     binds the others)."""
-    from llamaspec import engines
+    from llamaspec.measure import engines
     from llamaspec.models import store
 
     engine = exp.engine if exp.engine in engines.cluster_engines() else "llama.cpp"
@@ -201,7 +201,7 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
 
     check_engine(exp)
     if repeats is None and not isinstance(exp.repeats, int):  # "auto" needs the run core's stopping rule
-        from llamaspec import run as runs
+        from llamaspec.studies import run as runs
 
         repeats = runs.repeat_bounds(exp.repeats)[1]
     items = sweep_items(exp, axes, repeats) if axes else experiment_items(exp, repeats, split_repeats)

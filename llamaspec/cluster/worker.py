@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.cluster import executors
 from llamaspec.cluster.work import Requirements, WorkerInfo, WorkItem
-from llamaspec.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ class MachineWorker:
             return {"ok": False, "error": exc.message, "hint": exc.hint}
 
     def _prepare(self, wanted: Requirements) -> WorkerInfo:
-        from llamaspec import engines
-        from llamaspec.host import hardware
+        from llamaspec.base.host import hardware
+        from llamaspec.measure import engines
 
         self.wanted = wanted
         if wanted.engine is None:
@@ -64,7 +64,7 @@ class MachineWorker:
         try:
             run = executors.get(item.kind)
             if item.kind in executors.MEASURING:
-                from llamaspec import lock
+                from llamaspec.base import lock
 
                 # The machine-wide measurement lock, as `llamaspec run` takes it: a user's own run on
                 # this machine (or another study's worker) and this item would measure each other.

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from llamaspec import spectypes
-from llamaspec.contract import Command, Deployment, ModelPath, ResolvedCase
 from llamaspec.hf import models as hf_models
+from llamaspec.measure import spectypes
+from llamaspec.measure.contract import Command, Deployment, ModelPath, ResolvedCase
 
 _ACCEL_DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
 

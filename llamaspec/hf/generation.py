@@ -37,9 +37,9 @@ import torch
 import transformers
 from transformers.generation.streamers import BaseStreamer
 
-from llamaspec.contract import ModelPath
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.hf import models as hf_models
+from llamaspec.measure.contract import ModelPath
 
 log = logging.getLogger(__name__)
 

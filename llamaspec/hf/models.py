@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths
-from llamaspec.contract import ModelPath
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import paths
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.contract import ModelPath
 from llamaspec.models.catalog import HF_VARIANT, Catalog, ModelEntry
 
 # What a PEFT adapter repo holds (guanaco's carry no tokenizer: the base model's is used).

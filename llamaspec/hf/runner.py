@@ -13,7 +13,7 @@ The speedup model reads the last two (``hf.profiles.TRANSFORMERS_ASSISTED``): th
 from ``draft``, the target's batches from ``batch``, generate()'s own loop as the baselines' step
 beyond the timed forward pass.
 
-Settings, in llamaspec's names (``llamaspec.settings``):
+Settings, in llamaspec's names (``llamaspec.measure.settings``):
 
 ======================  ======================================================================
 ``n_predict``           ``max_new_tokens`` (generation stops earlier at end of text, both modes)
@@ -58,8 +58,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llamaspec import spectypes, theory
-from llamaspec.contract import (
+from llamaspec import theory
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.hf.deploy import unescape
+from llamaspec.measure import spectypes
+from llamaspec.measure.contract import (
     Capabilities,
     Deployment,
     EngineOptions,
@@ -68,9 +71,7 @@ from llamaspec.contract import (
     ResolvedCase,
     positions_from_rounds,
 )
-from llamaspec.errors import LlamaspecError
-from llamaspec.hf.deploy import unescape
-from llamaspec.settings import Settings, defaults_for
+from llamaspec.measure.settings import Settings, defaults_for
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 put it in the build cache (``cache``), keyed by source commit, accelerator and flags.
 
 Facts about the machine (compilers, the CUDA toolkit, GPUs, CPU features that fault) come from
-``llamaspec.host``; what this module adds is what to do about them for a build.
+``llamaspec.base.host``; what this module adds is what to do about them for a build.
 
 Its size: one build's plan (accelerator, CPU workarounds, RPC target), its compile steps with
 their progress display, and the smoke test that decides whether the result is kept; the plan's
@@ -26,8 +26,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec import atomic, host, paths, proc
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import atomic, host, paths, proc
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.progress import Progress
 from llamaspec.llamacpp import cache
 from llamaspec.llamacpp import source as sources
 from llamaspec.llamacpp.cache import (  # noqa: F401 - re-exported: callers import them from here
@@ -46,7 +47,6 @@ from llamaspec.llamacpp.cache import (  # noqa: F401 - re-exported: callers impo
     stamp_smoke_host,
     write_manifest,
 )
-from llamaspec.progress import Progress
 
 log = logging.getLogger(__name__)
 

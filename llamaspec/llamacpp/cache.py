@@ -7,7 +7,7 @@ so a run finds it without probing compilers or toolkits. A prebuilt binaries fol
 in for a build (``--bin-dir``/``LLAMASPEC_BIN_DIR``).
 
 ``accel`` is what the programs compute on: ``cpu``, ``cuda`` or ``metal`` (the word "backend"
-names an engine such as llama.cpp or transformers, see ``llamaspec.engines``).
+names an engine such as llama.cpp or transformers, see ``llamaspec.measure.engines``).
 
 Its size: the cache's layout (manifests, ``latest-`` pointers) and the search for a build
 (prebuilt folder, PATH, the cache, in that order) read and write the same manifest and pointer
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import atomic, host, paths
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import atomic, host, paths
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import source as sources
 
 log = logging.getLogger(__name__)

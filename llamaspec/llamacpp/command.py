@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec import spectypes
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags
-from llamaspec.settings import PROGRAM_BINARIES, SettingError, Settings
+from llamaspec.measure import spectypes
+from llamaspec.measure.settings import PROGRAM_BINARIES, SettingError, Settings
 
 # Program name -> (engine, Settings.program). The 2023 generation's binary was ./speculative.
 PROGRAMS: dict[str, tuple[str, str | None]] = {
@@ -139,7 +139,7 @@ class PastedCommand:
 
     def describe(self) -> list[str]:
         """What llamaspec read from the command, a line each (shown before measuring)."""
-        from llamaspec.settings import DEFAULTS
+        from llamaspec.measure.settings import DEFAULTS
 
         lines = [f"program: {self.program} (engine {self.engine})",
                  f"target: {self.target.value}" + (" (Hugging Face)" if self.target.source == "hf" else "")]

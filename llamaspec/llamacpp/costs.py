@@ -9,7 +9,7 @@ llama-server): llama-bench on the same build and model files as the run, on the 
 
 Both engines declare the two modes in their capabilities (``Capabilities.times_costs``) and fill
 ``Measurement.stats`` the same way (``batch_ms``, ``depth``, ``depth_basis``), which the summary
-and ``llamaspec.analysis.cost_model`` read without knowing which engine measured.
+and ``llamaspec.views.analysis.cost_model`` read without knowing which engine measured.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llamaspec import proc, theory
-from llamaspec.contract import Measurement, ResolvedCase
-from llamaspec.errors import LlamaspecError
+from llamaspec import theory
+from llamaspec.base import proc
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags, parse
 from llamaspec.llamacpp.build import Build
+from llamaspec.measure.contract import Measurement, ResolvedCase
 
 MODES = ("draft", "batch")
 

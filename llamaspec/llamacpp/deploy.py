@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from llamaspec import spectypes
-from llamaspec.contract import Command, Deployment, ResolvedCase
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags
 from llamaspec.llamacpp.build import Build
+from llamaspec.measure import spectypes
+from llamaspec.measure.contract import Command, Deployment, ResolvedCase
 
 SERVER_NOTE = "serves on 127.0.0.1:8080; add --host and --port to serve elsewhere"
 

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import spectypes, theory
-from llamaspec.errors import LlamaspecError
+from llamaspec import theory
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
-from llamaspec.settings import DEFAULTS, Settings, program_binary
+from llamaspec.measure import spectypes
+from llamaspec.measure.settings import DEFAULTS, Settings, program_binary
 
 GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 on)
 
@@ -163,7 +164,7 @@ class Flag:
     unset: Any = None  # written when the setting is unset (None: no flag, the program's own default)
 
 
-# The one place a setting meets llama.cpp's programs. A setting of llamaspec.settings.Settings is
+# The one place a setting meets llama.cpp's programs. A setting of llamaspec.measure.settings.Settings is
 # either a row here or in HANDLED_ELSEWHERE (a test keeps the two complete); the command lines of
 # every program, llama-server's included, and the settings each backend honours come from here.
 FLAG_TABLE: dict[str, Flag] = {
@@ -211,7 +212,7 @@ HANDLED_ELSEWHERE: dict[str, frozenset[str]] = {
 
 @dataclass(frozen=True)
 class SpecTypeFlags:
-    """How llama.cpp spells one speculative type (what the type is: ``llamaspec.spectypes``): its
+    """How llama.cpp spells one speculative type (what the type is: ``llamaspec.measure.spectypes``): its
     ``--spec-type`` value and, for an n-gram mode, the flags of its sizes by setting."""
 
     value: str
@@ -307,7 +308,7 @@ def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
     import hashlib
     import json
 
-    from llamaspec import atomic, paths, proc
+    from llamaspec.base import atomic, paths, proc
 
     key = hashlib.sha256(f"{program}|{mtime}|{size}".encode()).hexdigest()[:20]
     cached = paths.cache_dir() / "capabilities" / f"{key}.json"

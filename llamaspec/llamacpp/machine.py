@@ -1,6 +1,6 @@
 """What a machine needs to measure with llama.cpp's engines (``llama.cpp``, ``llama-server``), and
 the engines opened on it: the cluster's workers reach this through the engine registry
-(``llamaspec.engines.provide_machine``) and never name a llama.cpp module themselves.
+(``llamaspec.measure.engines.provide_machine``) and never name a llama.cpp module themselves.
 
 - :func:`requirements`: what every machine of a study must share, from the coordinator's point of
   view (its llama.cpp commit, whether the RPC build is needed);
@@ -16,8 +16,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamaspec.contract import Engine, ModelPath
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.contract import Engine, ModelPath
 
 log = logging.getLogger(__name__)
 

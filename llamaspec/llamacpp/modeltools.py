@@ -1,6 +1,6 @@
 """What llama.cpp lends the models room: its source's GGUF converter and its build's quantizer.
 
-The models room reaches these through ``llamaspec.engines.model_tools()`` and never imports this
+The models room reaches these through ``llamaspec.measure.engines.model_tools()`` and never imports this
 package, so llama.cpp may import the models room without a circle.
 """
 

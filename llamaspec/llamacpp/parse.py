@@ -59,8 +59,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llamaspec.contract import Positions, acceptance_by_position
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.contract import Positions, acceptance_by_position
 from llamaspec.theory.drafted import by_position
 
 # --- the result types -------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from llamaspec import proc
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import proc
+from llamaspec.base.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def serve(build: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, thread
 def needed(exp: Any) -> bool:
     """Whether any case of an experiment puts its target on RPC workers: it then runs on the RPC
     build (``find(..., rpc=True)``), chosen without being asked."""
-    return any(c.settings.rpc for c in exp.cases)
+    return bool(exp.uses_rpc)
 
 
 def check_endpoints(endpoints: Iterable[str], timeout: float = 2.0) -> None:

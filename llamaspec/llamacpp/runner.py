@@ -6,7 +6,7 @@ with the same model, prompt, seed, threads and offload. Both print their own tim
 ``parse`` for what each decode speed covers.
 
 Draft-free n-gram modes run on llama-speculative-simple, with ``--spec-type MODE`` and no draft
-model (``llamaspec.spectypes`` says which program runs which type; the capabilities list the
+model (``llamaspec.measure.spectypes`` says which program runs which type; the capabilities list the
 modes this build's program offers in its ``--help``). llama-speculative lists the same modes (its
 options are shared) but requires a draft model: a case that asks it for one is refused.
 """
@@ -19,8 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec import proc, spectypes
-from llamaspec.contract import (
+from llamaspec.base import proc
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.llamacpp import costs, flags, parse
+from llamaspec.llamacpp.build import Build
+from llamaspec.measure import spectypes
+from llamaspec.measure.contract import (
     Capabilities,
     Deployment,
     EngineOptions,
@@ -30,10 +34,7 @@ from llamaspec.contract import (
     ResolvedCase,
     acceptance_by_position,
 )
-from llamaspec.errors import LlamaspecError
-from llamaspec.llamacpp import costs, flags, parse
-from llamaspec.llamacpp.build import Build
-from llamaspec.settings import defaults_for, program_binary
+from llamaspec.measure.settings import defaults_for, program_binary
 
 log = logging.getLogger(__name__)
 

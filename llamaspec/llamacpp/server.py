@@ -48,15 +48,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths, proc, spectypes
-from llamaspec.contract import Capabilities, Deployment, EngineOptions, Measurement, ModelPath, Positions, ResolvedCase
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import paths, proc
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
 from llamaspec.llamacpp.parse import PER_POSITION, accepted_per_position, metric_value, metrics_change
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
-from llamaspec.settings import Settings, defaults_for
+from llamaspec.measure import spectypes
+from llamaspec.measure.contract import (
+    Capabilities,
+    Deployment,
+    EngineOptions,
+    Measurement,
+    ModelPath,
+    Positions,
+    ResolvedCase,
+)
+from llamaspec.measure.settings import Settings, defaults_for
 from llamaspec.theory.drafted import by_position
 
 log = logging.getLogger(__name__)
@@ -65,7 +74,7 @@ HOST = "127.0.0.1"  # loopback only: the server is never reachable from elsewher
 
 # The settings llama-server honours, and how each reaches it, come from the one flag table
 # (flags.FLAG_TABLE); the speculative type and its n-gram sizes from flags.SPEC_TYPE_FLAGS, as
-# for llama-speculative-simple (what each type is: llamaspec.spectypes).
+# for llama-speculative-simple (what each type is: llamaspec.measure.spectypes).
 HONOURED = flags.takes("server")
 
 SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicted_ms runs from the first generated "

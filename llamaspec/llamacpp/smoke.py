@@ -7,8 +7,8 @@ import logging
 import tempfile
 from pathlib import Path
 
-from llamaspec import proc
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import proc
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.cache import Build
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from llamaspec import atomic, paths, proc
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import atomic, paths, proc
+from llamaspec.base.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
 

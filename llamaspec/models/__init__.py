@@ -59,7 +59,7 @@ def gguf_model(model: str, variant: str) -> Any:
     resolved by ``models.given``, labelled with its path or repo and quant."""
     from dataclasses import asdict
 
-    from llamaspec.contract import GIVEN, ModelPath
+    from llamaspec.measure.contract import GIVEN, ModelPath
 
     if model == GIVEN:
         from llamaspec.models import given

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import paths
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.models.quantize import FILE_TYPES
 
 CATALOG_FILE = paths.CATALOG_FILE

@@ -14,10 +14,10 @@ import struct
 import sys
 from pathlib import Path
 
-from llamaspec import paths, proc
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import paths, proc
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.progress import Progress
 from llamaspec.models.quantize import CONVERT_OUTTYPES, file_type
-from llamaspec.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import pair, reader
 from llamaspec.models.reader import GGUFMetadata
 
@@ -163,7 +163,7 @@ class _HeaderCache:
     def save(self) -> None:
         if self.path is None or not self.changed:
             return
-        from llamaspec import atomic
+        from llamaspec.base import atomic
 
         alive = {k: v for k, v in self.entries.items() if Path(k.split("|", 1)[0]).exists()}
         try:

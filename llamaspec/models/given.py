@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec import atomic, paths
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import atomic, paths
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import pins, reader
 from llamaspec.models.catalog import Catalog
 from llamaspec.models.store import Build, ModelFile

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec import paths
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import paths
+from llamaspec.base.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, wh
 def _verify(folder: Path, files: Sequence[RemoteFile], where: str) -> None:
     """Each downloaded file the hub gives a sha256 for must have it; a file that does not is deleted
     from the cache (its blob and its link), so the next run downloads it again."""
-    from llamaspec.atomic import sha256_file
+    from llamaspec.base.atomic import sha256_file
 
     for f in files:
         path = folder / f.name

@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
 

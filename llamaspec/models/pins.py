@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec import atomic, paths
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import atomic, paths
+from llamaspec.base.errors import LlamaspecError
 
 LOCK_FILE = "catalog.lock"
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")

@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec import proc
-from llamaspec.errors import LlamaspecError
-from llamaspec.progress import Progress
+from llamaspec.base import proc
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.progress import Progress
 
 log = logging.getLogger(__name__)
 

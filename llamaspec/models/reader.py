@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 
 GGUF_MAGIC = b"GGUF"
 

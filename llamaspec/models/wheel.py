@@ -14,9 +14,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from llamaspec import atomic, paths, proc
-from llamaspec.errors import LlamaspecError
-from llamaspec.progress import Progress
+from llamaspec.base import atomic, paths, proc
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.progress import Progress
 
 log = logging.getLogger(__name__)
 

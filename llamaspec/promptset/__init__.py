@@ -15,21 +15,16 @@ The modules, one reason each:
 - ``set_figures``: figures over the set and per category (``SetFigures``, ``GroupFigures``,
   ``Forecast``), decode and end to end;
 - ``recommendation``: which method, over the set and per category: the workload's one decision
-  (``SetRecommendation``, through ``llamaspec.workload.decide_workload``);
+  (``SetRecommendation``, through ``llamaspec.decision.workload.decide_workload``);
 - ``output``: the run's summary (``SetSummary``), its text and its JSON;
 - ``concurrency``: throughput against server slots;
-- ``plots``: the figures, drawn as :mod:`llamaspec.plot` draws a sweep.
-
-Only the resolve and provenance steps come from the run core, through ``_resolver`` and
-``_provenance`` below (looked up here when called, so a test can replace them).
+- ``plots``: the figures, drawn as :mod:`llamaspec.views.plot` draws a sweep;
+- ``runcore``: the only two calls into the run core (resolve a case, its provenance), looked up
+  there when called so that a test can replace them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from llamaspec.contract import Engine, ResolvedCase
 from llamaspec.promptset.concurrency import (
     CONCURRENCY_REPEATS,
     MODES,
@@ -56,25 +51,6 @@ from llamaspec.promptset.set_figures import (
     total_speedup,
 )
 from llamaspec.promptset.sources import method_label, prompt_case, set_key, source_of
-
-# --- the run core, through a thin adapter ------------------------------------------------------
-
-def _resolver(backend: Engine) -> Callable[[Any, Any], ResolvedCase]:
-    from llamaspec import run
-
-    def resolve(exp: Any, case: Any) -> ResolvedCase:
-        resolved = run.resolve_case(exp, case, backend)
-        run.check_settings(resolved, backend)
-        return resolved
-
-    return resolve
-
-
-def _provenance(backend: Engine, case: ResolvedCase, hardware: dict[str, Any]) -> dict[str, Any]:
-    from llamaspec import run
-
-    return run.provenance(backend, case, hardware)
-
 
 __all__ = ["BASES", "CONCURRENCY_REPEATS", "DEFINITIONS", "E2E_KEYS", "MODES", "NEAR_TIE", "STOPPING_ERRORS", "CaseSet",
            "DifferingPrompt", "Divergence", "EndedEarly", "Event", "FailedPrompt", "Forecast", "GroupFigures",

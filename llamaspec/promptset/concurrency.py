@@ -18,12 +18,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec import pairs, paths, stats
-from llamaspec.contract import Engine, Measurement, ResolvedCase
-from llamaspec.errors import LlamaspecError
-from llamaspec.prompts import Prompt, PromptSet
-from llamaspec.promptset.measure import Clock, Event, run_core
+from llamaspec.base import paths, stats
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure import pairs
+from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
+from llamaspec.promptset import runcore
+from llamaspec.promptset.measure import Clock, Event
 from llamaspec.promptset.sources import method_label, prompt_case
+from llamaspec.studies.prompts import Prompt, PromptSet
 
 CONCURRENCY_REPEATS = 3
 MODES = pairs.PAIR_MODES
@@ -43,7 +45,7 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Se
     if repeats < 1:
         raise LlamaspecError("concurrency needs at least one pair of batches per level", hint="--repeats 3")
     emit = on_event or (lambda _e, _d: None)
-    resolve = resolve or run_core()._resolver(backend)
+    resolve = resolve or runcore.resolver(backend)
     rows: list[dict[str, Any]] = []
     logs = paths.runs_dir() / "concurrency" / time.strftime("%Y%m%d-%H%M%S")
     cases = [resolve(exp, c) for c in exp.cases]

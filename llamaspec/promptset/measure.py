@@ -13,28 +13,21 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from types import ModuleType
 from typing import Any
 
-from llamaspec import pairs, paths, progress
-from llamaspec.contract import Engine, Measurement, ResolvedCase
-from llamaspec.prompts import Prompt, PromptSet, PromptSource
+from llamaspec.base import paths, progress
+from llamaspec.base.stats import percent
+from llamaspec.measure import pairs
+from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
+from llamaspec.promptset import runcore
 from llamaspec.promptset.probe import divergence, divergence_text
 from llamaspec.promptset.prompt_figures import E2E_KEYS, PromptFigures, prompt_summary
 from llamaspec.promptset.sources import method_label, prompt_case, set_key
-from llamaspec.results import Group, MeasurementRow, Store, measurements_of
-from llamaspec.stats import percent
+from llamaspec.store.results import Group, MeasurementRow, Store, measurements_of
+from llamaspec.studies.prompts import Prompt, PromptSet, PromptSource
 
 Event = Callable[[str, dict[str, Any]], None]
 STOPPING_ERRORS = ("server", "timeout")  # the server is gone or stuck: later prompts would fail alike
-
-
-def run_core() -> ModuleType:
-    """The package, whose ``_resolver`` and ``_provenance`` are the two calls into the run core:
-    looked up when called, so that they can be replaced there (``promptset._provenance``)."""
-    import llamaspec.promptset as package
-
-    return package
 
 
 @dataclass(frozen=True)
@@ -69,7 +62,7 @@ def run_set(exp: Any, prompt_set: PromptSet, backend: Engine, store: Store, *, r
             resolve: Callable[[Any, Any], ResolvedCase] | None = None) -> SetRun:
     """Measure every case of ``exp`` on every prompt of the set; stored per prompt; resumable."""
     emit = on_event or (lambda _e, _d: None)
-    resolve = resolve or run_core()._resolver(backend)
+    resolve = resolve or runcore.resolver(backend)
     cases = [resolve(exp, c) for c in exp.cases]
     for case in cases:
         backend.check(case)
@@ -127,7 +120,7 @@ def _run_prompt(case: ResolvedCase, prompt: Prompt, backend: Engine, store: Stor
                 hardware: dict[str, Any]) -> PromptFigures:
     run_id = store.start_run(experiment=case.experiment, case_name=case.case,
                              settings={**case.settings.to_dict(), "prompt_id": prompt.id, "category": prompt.category},
-                             provenance=run_core()._provenance(backend, case, hardware), kind="promptset",
+                             provenance=runcore.provenance(backend, case, hardware), kind="promptset",
                              group=Group("promptset", set_id), point_key=prompt.id)
     logs = paths.runs_dir() / f"{run_id:06d}"
     measured: list[Measurement] = []

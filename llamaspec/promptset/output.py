@@ -7,7 +7,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import estimators, spectypes, stats, workload_runs
+from llamaspec.base import stats
+from llamaspec.decision import workload_runs
+from llamaspec.measure import estimators, spectypes
 from llamaspec.promptset.measure import SetRun
 from llamaspec.promptset.probe import divergence_text
 from llamaspec.promptset.recommendation import SetRecommendation, recommend
@@ -23,7 +25,7 @@ DEFINITIONS = {
     "prompt_ms": "baseline_prompt_ms / speculative_prompt_ms: prompt processing time per request (median); the "
                  "speculative server processes the prompt with the draft model too",
     "set_speedup": f"geomean_speedup, the set's speedup (recommendations decide on it): {estimators.WORKLOAD}",
-    "recommendation": "recommendation, recommendation_end_to_end: the workload's one decision (llamaspec.workload) "
+    "recommendation": "recommendation, recommendation_end_to_end: the workload's one decision (llamaspec.decision.workload) "
                       "over the methods, on the set's prompts (less those ended early, failed on every method or "
                       "without a speedup: left_out), and the same rule per category (categories); a method whose "
                       "output differs on a prompt, or that failed there, is excluded, unless the difference is a "

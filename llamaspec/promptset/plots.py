@@ -1,7 +1,7 @@
 """A prompt set's figures: the per-prompt speedup distribution, speedup and acceptance per
 category, and throughput against concurrency.
 
-Drawn as :mod:`llamaspec.plot` draws a sweep: a ``matplotlib.figure.Figure`` (no pyplot, no global
+Drawn as :mod:`llamaspec.views.plot` draws a sweep: a ``matplotlib.figure.Figure`` (no pyplot, no global
 figure registry), saved through its atomic writer; matplotlib is imported only when plotting.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llamaspec import stats
-from llamaspec.plot import _figure, _save
+from llamaspec.base import stats
+from llamaspec.views.plot import _figure, _save
 
 if TYPE_CHECKING:
     from llamaspec.promptset.output import SetSummary

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec.contract import Engine, Measurement, ResolvedCase
-from llamaspec.errors import LlamaspecError
-from llamaspec.summary import compare_outputs
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
+from llamaspec.measure.summary import compare_outputs
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def divergence(backend: Engine, case: ResolvedCase, measured: Sequence[Measureme
     probable next tokens at the divergence position, on the baseline's own path. The outputs
     compared are the first whole pair's (``pairs.whole_pairs``) whose outputs differ, as the
     lossless verdict compared them."""
-    from llamaspec.pairs import whole_pairs
+    from llamaspec.measure.pairs import whole_pairs
 
     found = next((p for p in whole_pairs(measured) if p.baseline.tokens and p.speculative.tokens is not None
                   and compare_outputs(p.speculative, p.baseline).verdict == "differs"), None)

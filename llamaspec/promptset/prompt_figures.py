@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import stats
-from llamaspec.contract import Measurement, acceptance
-from llamaspec.pairs import whole_pairs
-from llamaspec.prompts import Prompt
+from llamaspec.base import stats
+from llamaspec.measure.contract import Measurement, acceptance
+from llamaspec.measure.pairs import whole_pairs
+from llamaspec.measure.summary import summarize as summarize_point
 from llamaspec.promptset.probe import Divergence
-from llamaspec.summary import summarize as summarize_point
+from llamaspec.studies.prompts import Prompt
 
 # The end-to-end figures of a prompt: a prompt stored before they existed gets them on resume.
 E2E_KEYS = ("e2e_speedup", "e2e_speedup_spread", "baseline_e2e_tokens", "baseline_e2e_seconds",

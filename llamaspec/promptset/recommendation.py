@@ -1,5 +1,5 @@
 """Which method to use over a prompt set: the workload's one decision
-(:func:`llamaspec.workload.decide_workload`, on :data:`llamaspec.estimators.WORKLOAD`), the set's
+(:func:`llamaspec.decision.workload.decide_workload`, on :data:`llamaspec.measure.estimators.WORKLOAD`), the set's
 prompts the workload and its methods the setups; over the whole set, and the same rule per category.
 Decode and end to end are two decisions on two kinds of ratio (:data:`BASES`).
 
@@ -23,7 +23,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import decide, workload
+from llamaspec.decision import decide, workload
 from llamaspec.promptset.probe import divergence_text
 from llamaspec.promptset.prompt_figures import PromptFigures
 from llamaspec.promptset.set_figures import GroupFigures
@@ -163,8 +163,8 @@ def recommend(methods: Mapping[str, Sequence[PromptFigures]], basis: str = "deco
               costs: Mapping[str, tuple[float, ...]] | None = None) -> SetRecommendation:
     """The set's one decision on ``basis`` (a key of :data:`BASES`) over ``methods`` (label -> its
     prompts' figures, in the set's order): cells as the module says, then
-    :func:`llamaspec.workload.decide_workload`. ``costs``: each method's (smaller is cheaper,
-    :func:`llamaspec.workload_runs.cost`); without them the methods cost alike."""
+    :func:`llamaspec.decision.workload.decide_workload`. ``costs``: each method's (smaller is cheaper,
+    :func:`llamaspec.decision.workload_runs.cost`); without them the methods cost alike."""
     if basis not in BASES:
         raise ValueError(f"basis {basis!r}: one of {', '.join(BASES)}")
     by_prompt: dict[str, list[PromptFigures]] = {}

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec import estimators, stats
-from llamaspec.contract import acceptance, drafted_per_round, mean_accepted, tokens_per_round
+from llamaspec.base import stats
+from llamaspec.measure import estimators
+from llamaspec.measure.contract import acceptance, drafted_per_round, mean_accepted, tokens_per_round
 from llamaspec.promptset.probe import Divergence, divergence_text
 from llamaspec.promptset.prompt_figures import PromptFigures, fields_dict, median_or_none
 

@@ -13,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec import spectypes
-from llamaspec.contract import Engine, ResolvedCase
-from llamaspec.errors import LlamaspecError
-from llamaspec.prompts import Prompt, PromptSource, parse_source
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure import spectypes
+from llamaspec.measure.contract import Engine, ResolvedCase
+from llamaspec.studies.prompts import Prompt, PromptSource, parse_source
 
 
 def source_of(exp: Any, override: str | None = None, **options: Any) -> PromptSource:

@@ -35,7 +35,7 @@ passes timed by the engine). What a profile cannot see is said with its fit
 
 The target's single-token step comes from the same llama-bench data (batch 1 at the same depth),
 so verify(k+1)/step and the draft's step/target step are ratios taken within one program. The
-speed both sides are compared on is ``llamaspec.contract.SPEED_DEFINITION`` (tokens after the
+speed both sides are compared on is ``llamaspec.measure.contract.SPEED_DEFINITION`` (tokens after the
 first over the time from the first generated token to the last), so the predicted speedup is
 tokens per round × (baseline time per token) / (time per round).
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from llamaspec.contract import Positions, check_positions
+from llamaspec.measure.contract import Positions, check_positions
 
 
 def by_position(accepted: tuple[int, ...], drafting_rounds: int, drafted_tokens: int, draft_len: int,

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 
 HINT_COUNTS = "check the counters parsed from the speculative program's output (n_drafted, n_accept, n_predict)"
 HINT_TIMES = "check the timings measured with llama-bench (target batches and the draft's step) for this run"
@@ -46,7 +46,7 @@ def expected_accepted(alpha: float, k: float) -> float:
 def expected_tokens_per_round(alpha: float, k: float) -> float:
     """Mean tokens a round (one target call) emits, as the model expects them at per-token acceptance α
     and draft length k: (1 - α^(k+1))/(1 - α) = 1 + expected_accepted. (Measured from a run's counters:
-    ``llamaspec.contract.tokens_per_round``.)"""
+    ``llamaspec.measure.contract.tokens_per_round``.)"""
     return 1.0 + expected_accepted(alpha, k)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llamaspec import contract
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure import contract
 from llamaspec.theory.maths import HINT_COUNTS, alpha_from_tokens_per_round, count, positive
 from llamaspec.theory.positions import PositionCurve
 from llamaspec.theory.profiles import RoundProfile, default_round_profile

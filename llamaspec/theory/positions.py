@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.theory.maths import HINT_COUNTS, count
 
 # A measured point contradicts the curve of the other points when its tokens per round differ from

@@ -3,7 +3,7 @@
 Each engine defines its programs' profiles in its own package and registers them here
 (``llamaspec.llamacpp.profiles``, ``llamaspec.hf.profiles``); :func:`round_profile` finds one by the name
 a measurement records (``Measurement.program``), importing the engines' profile modules
-(``llamaspec.engines.ROUND_PROFILE_MODULES``) the first time it is asked, as the engine registry opens engines.
+(``llamaspec.measure.engines.ROUND_PROFILE_MODULES``) the first time it is asked, as the engine registry opens engines.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from llamaspec.errors import LlamaspecError
-from llamaspec.settings import program_binary
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.settings import program_binary
 
 _REGISTERED: dict[str, RoundProfile] = {}
 
@@ -25,7 +25,7 @@ class RoundProfile:
     - ``first_token_from_prompt``: the first generated token is sampled from the prompt's logits,
       outside any round, so rounds = n_predict - n_accept - 1 (else n_predict - n_accept).
     - ``draft_processes_batch``: the draft also decodes the verified batch (k + 1 tokens) each round.
-    - ``draft_policy``: of ``llamaspec.contract.DRAFT_POLICIES``.
+    - ``draft_policy``: of ``llamaspec.measure.contract.DRAFT_POLICIES``.
     - ``loop_overhead``: where the engine's own loop spends time beyond the timed forward passes
       and sampling: ``"none"`` (nothing worth modelling: the costs are timed as the program spends
       them), or charged once per ``"round"`` or per emitted ``"token"``; it is then the step the
@@ -70,7 +70,7 @@ def register(profile: RoundProfile) -> RoundProfile:
 
 def registered() -> dict[str, RoundProfile]:
     """Every engine's round profiles by program name (the engines' profile modules imported first)."""
-    from llamaspec import engines
+    from llamaspec.measure import engines
 
     for module in engines.ROUND_PROFILE_MODULES:
         importlib.import_module(module)

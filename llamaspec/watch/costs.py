@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.theory import CostModel, bench_depth, round_profile
 from llamaspec.watch.serving import Serving
 from llamaspec.watch.window import Window
@@ -120,7 +120,7 @@ def stored(store: Any, serving: Serving) -> PairCosts | None:
             found = PairCosts.from_dict(costs, f"timed here by llamaspec watch on {row['finished_at']} "
                                                f"(stored window {row['id']})")
             return _for(found, serving)
-    from llamaspec import analysis
+    from llamaspec.views import analysis
 
     runs = [r for r in store.runs() if r["status"] in ("ok", "differs") and _same_files(r, serving)]
     by_group: dict[str, list[dict[str, Any]]] = {}
@@ -175,8 +175,8 @@ def baseline_step_ms(build: Any, case: Any, window: Window, log_dir: Path) -> fl
     import json
     import statistics
 
-    from llamaspec import adhoc
     from llamaspec.llamacpp.server import ServerEngine
+    from llamaspec.studies import adhoc
 
     first = adhoc.builtin_prompts().read_text().splitlines()[0]
     length = round(window.tokens / window.requests) if window.requests else 64
@@ -202,9 +202,9 @@ def measured(serving: Serving, window: Window, log_dir: Path, processing: int | 
         raise LlamaspecError("the server's files or command line are not readable on this machine, so its costs "
                              "cannot be timed here",
                              hint="give them with --cost C[,V], or run `llamaspec sweep -m T -md D` on the same files")
-    from llamaspec import lock
-    from llamaspec.contract import ModelPath, ResolvedCase
+    from llamaspec.base import lock
     from llamaspec.llamacpp import command, costs, flags
+    from llamaspec.measure.contract import ModelPath, ResolvedCase
 
     build = bench_build(serving.argv)
     cmd = command.parse(list(serving.argv))

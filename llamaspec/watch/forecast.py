@@ -46,10 +46,10 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llamaspec.analysis import PREDICTION_ERROR
-from llamaspec.decide import TOLERANCE
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
+from llamaspec.decision.decide import TOLERANCE
 from llamaspec.theory import CostModel, PositionCurve, alpha_from_tokens_per_round, expected_tokens_per_round
+from llamaspec.views.analysis import PREDICTION_ERROR
 from llamaspec.watch.window import Window
 
 BOOTSTRAP = 200

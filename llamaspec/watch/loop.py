@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import live
 from llamaspec.watch import costs as pair_costs
 from llamaspec.watch.forecast import BOOTSTRAP, forecast
@@ -167,11 +167,11 @@ class Watcher:
             if self.cost is not None:
                 self.costs = pair_costs.given(self.cost, s.draft_free)
                 return self.costs
-            from llamaspec.results import Store
+            from llamaspec.store.results import Store
 
             self.costs = pair_costs.stored(Store.open(), s)
             if self.costs is None and self.measure:
-                from llamaspec import paths
+                from llamaspec.base import paths
 
                 self.costs = pair_costs.measured(s, w, paths.runs_dir() / "watch", reading.metrics.processing)
         except LlamaspecError as exc:
@@ -189,8 +189,9 @@ class Watcher:
     def _store(self, report: Report | None) -> int | None:
         if not self.store or report is None or report.window is None or report.serving is None or not report.window.tokens:
             return None
-        from llamaspec import host, run
-        from llamaspec.results import Store
+        from llamaspec.base import host
+        from llamaspec.store.results import Store
+        from llamaspec.studies import run
 
         s, w = report.serving, report.window
         record = {

@@ -40,7 +40,7 @@ def length_flag(serving: Serving) -> str:
         if token.split("=", 1)[0] in names:
             return token.split("=", 1)[0]
     if serving.argv and not serving.draft_free and Path(serving.argv[0]).is_file():
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         try:
             picked = flags.program_flags(Path(serving.argv[0])).pick(names)
@@ -223,12 +223,12 @@ def _iso(at: float | None) -> str | None:
 
 def draw(report: Report, out_dir: Path, stem: str = "watch") -> list[Path]:
     """The window's acceptance curve and the predicted speedups (``plot.plot_watch``)."""
-    from llamaspec import plot
+    from llamaspec.views import plot
 
     w, f = report.window, report.forecast
     shares = [p or 0.0 for p in (w.by_position or ())] if w is not None else []
     if f is None:
-        from llamaspec.errors import LlamaspecError
+        from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError("nothing to plot: this window has no prediction",
                              hint="wait for speculative requests, and give the costs (--cost) if none are found")

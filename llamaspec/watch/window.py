@@ -5,7 +5,7 @@ The counters count finished requests only (``llamacpp.live``), so a window holds
 finished in it. A counter that goes down means the server restarted: the tracker then starts a new
 window from the new server's start, and says so.
 
-Every figure per step is defined once, by ``llamaspec.contract`` (acceptance, mean accepted length,
+Every figure per step is defined once, by ``llamaspec.measure.contract`` (acceptance, mean accepted length,
 acceptance by position) and by the server's round profile (``llamacpp.profiles.LLAMA_SERVER``:
 every target call after a request's first token is a round; ``/metrics`` counts apart the
 verification steps, the rounds that drafted).
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llamaspec import contract
 from llamaspec.llamacpp import live
+from llamaspec.measure import contract
 
 
 @dataclass(frozen=True)

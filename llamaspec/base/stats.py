@@ -1,0 +1,131 @@
+"""The statistics every figure goes through: medians with 95 % bootstrap intervals, spreads, ties.
+
+The speedup estimators built on these (one per kind of study) are defined in
+:mod:`llamaspec.measure.estimators`: a setting's speedup is the median of its paired ratios (speculative
+speed over the baseline of its own pair), with a percentile bootstrap interval of that median.
+Bootstraps are seeded, so the same measurements always give the same interval.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+BOOTSTRAP_SAMPLES = 2000
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A sample summarised: median with its 95 % interval, extremes and coefficient of variation."""
+
+    median: float
+    low: float  # the interval of the median (bootstrap, 95 %); equal to median for one value
+    high: float
+    n: int
+    min: float
+    max: float
+    cv: float | None  # standard deviation over mean; None below two values
+    values: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width, relative to the median (0.03 = +-3 %)."""
+        return (self.high - self.low) / 2 / self.median if self.median else math.inf
+
+    def overlaps(self, other: Spread) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def text(self, fmt: str = "{:.2f}", suffix: str = "") -> str:
+        """``1.38x [1.31-1.44]`` (the interval only when there is one)."""
+        main = fmt.format(self.median) + suffix
+        if self.n < 2:
+            return main
+        return f"{main} [{fmt.format(self.low)}-{fmt.format(self.high)}]"
+
+    def in_percent(self) -> Spread:
+        """A spread of fractions in percent, for text (every figure is kept as a fraction; ``cv`` has no unit)."""
+        return Spread(percent(self.median), percent(self.low), percent(self.high), self.n, percent(self.min),
+                      percent(self.max), self.cv, tuple(percent(v) for v in self.values))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "low": self.low, "high": self.high, "n": self.n, "min": self.min,
+                "max": self.max, "cv": self.cv, "values": list(self.values)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Spread | None:
+        if not data or data.get("median") is None:
+            return None
+        return cls(median=data["median"], low=data.get("low", data["median"]), high=data.get("high", data["median"]),
+                   n=data.get("n", 1), min=data.get("min", data["median"]), max=data.get("max", data["median"]),
+                   cv=data.get("cv"), values=tuple(data.get("values") or ()))
+
+
+def percent(fraction: float) -> float:
+    """A fraction as a percentage, for printed text only. Rounded to 9 decimals so that a percentage an
+    engine printed with 3 decimals, kept divided by 100, prints as it was printed (100 * 0.4085 is
+    40.849999999999994, which one decimal would print as 40.8, not 40.9)."""
+    return round(100.0 * fraction, 9)
+
+
+def cv(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if mean else None
+
+
+def bootstrap(values: Sequence[float], estimator: Callable[[Sequence[float]], float] = statistics.median,
+              samples: int = BOOTSTRAP_SAMPLES, level: float = LEVEL, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``estimator`` over ``values`` (seeded: reproducible)."""
+    if not values:
+        raise ValueError("no values")
+    if len(values) == 1:
+        return values[0], values[0]
+    rng = random.Random(seed)
+    n = len(values)
+    estimates = sorted(estimator([values[rng.randrange(n)] for _ in range(n)]) for _ in range(samples))
+    tail = (1 - level) / 2
+    return estimates[int(tail * (samples - 1))], estimates[int(math.ceil((1 - tail) * (samples - 1)))]
+
+
+def spread(values: Sequence[float | None]) -> Spread | None:
+    """Median, 95 % bootstrap interval of the median, extremes and CV; None for no values."""
+    clean = [float(v) for v in values if v is not None]
+    if not clean:
+        return None
+    low, high = bootstrap(clean)
+    return Spread(median=statistics.median(clean), low=low, high=high, n=len(clean), min=min(clean), max=max(clean),
+                  cv=cv(clean), values=tuple(clean))
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def mean_spread(values: Sequence[float], geometric: bool = False) -> Spread | None:
+    """Mean (or geometric mean) with its bootstrap interval, in a Spread (``median`` holds the mean)."""
+    clean = [float(v) for v in values if v is not None and (not geometric or v > 0)]
+    if not clean:
+        return None
+    estimator: Callable[[Sequence[float]], float] = geometric_mean if geometric else statistics.fmean
+    low, high = bootstrap(clean, estimator)
+    return Spread(median=estimator(clean), low=low, high=high, n=len(clean), min=min(clean), max=max(clean),
+                  cv=cv(clean), values=tuple(clean))
+
+
+def ties(spreads: Sequence[tuple[Any, Spread]]) -> tuple[Any, list[Any]]:
+    """The best item (largest median) and every item whose interval overlaps the best one's."""
+    if not spreads:
+        raise ValueError("nothing to compare")
+    best_item, best = max(spreads, key=lambda kv: kv[1].median)
+    return best_item, [item for item, s in spreads if s.overlaps(best)]
+
+
+def interval_reached(s: Spread | None, half_width: float) -> bool:
+    """Whether an interval is already narrow enough (for ``--repeats auto``)."""
+    return s is not None and s.n >= 3 and s.half_width <= half_width

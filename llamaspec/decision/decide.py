@@ -1,0 +1,467 @@
+"""The one decision rule: which setting to recommend, how sure that is, and what to measure next.
+
+Sweeps, tune and prompt sets all end here. Pure: measured intervals (and, where a speedup model
+was fitted, its predicted band) in, a frozen :class:`Decision` out; no I/O, no engine.
+
+The rule, in order:
+
+1. **Shown faster, or not at all.** A setting is *shown faster* when its 95 % interval lies above
+   1.0. A setting whose interval includes 1.0 is never recommended while another one is shown
+   faster. When none is: "no draft" (nothing could be a gain worth having: every interval ends
+   below ``1 + tolerance``, or is already narrow) or "undecided" (some interval is too wide to
+   tell), naming the settings to measure next.
+2. **Ranked by what was measured.** Each candidate's estimate is its own measured median; the
+   speedup model (fitted to every point, its band from a bootstrap over pairs) says where to
+   measure next and what an unmeasured or once-measured setting could reach. Pooling the two
+   (precision weighted, the model's own error in its weight: ``pooled=True``) narrows the
+   interval, but replayed on the recorded studies its 95 % interval held the recorded truth
+   82-100 % of the time, under 95 % on six of nine rows (benchmarks/decide.py, "pooled covers";
+   docs/results.md), so the rule does not decide on it (:data:`POOLED`). Where a measurement and
+   the model disagree beyond the model's error, the decision says so.
+3. **Cheaper only when as good.** Among the settings shown faster, the cheapest one (shorter
+   draft, smaller draft file) shown within ``tolerance`` (2 %) of the best estimate wins: its gap
+   plus one standard error of the difference is within it. Overlapping intervals alone never make
+   a setting "as good", nor do two close medians that are each uncertain by more than the gap.
+4. **Settled, or what next.** The decision is settled when the chosen setting's interval is within
+   ``half_width`` (+-5 %) and no other setting (measured, or unmeasured where the model points)
+   could beat it by more than ``tolerance``. Otherwise :attr:`Decision.requests` names the
+   contenders and how many more pairs each needs (an adaptive sweep measures those and asks again).
+
+Its size: the rule's four steps, its types, and the adaptive policy's pure next step; each reads
+the one before it, and benchmarks/decide.py replays them together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llamaspec.base.stats import Spread
+
+TOLERANCE = 0.02  # a cheaper setting wins only within 2 % of the best estimate
+HALF_WIDTH = 0.05  # settled: the chosen setting's interval within +-5 %
+STEP = 3  # at most this many more pairs per request (then decide again)
+# Settled needs this many pairs at the chosen setting: the bootstrap interval of a median of 2 or 3
+# ratios is about their range, which two close ratios make look sure (1.22x [1.22-1.23] from 2 pairs,
+# seen on the demo's sweep); of 5 it covers the median about 94 % of the time.
+SETTLE_PAIRS = 5
+MAX_REQUESTS = 3  # contenders measured per step
+_Z = 1.96  # a 95 % interval spans about 2 x 1.96 standard errors
+MAD_TO_SD = 1.4826
+# Whether the rule ranks on the model-pooled estimate (see the module's docstring, rule 2): only
+# where replays show its interval covering the truth 95 % of the time, which none has yet.
+POOLED = False
+VERDICTS = ("recommend", "no draft", "undecided", "nothing")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One measured setting: its paired speedup (median of per-pair ratios, 95 % interval; the
+    ratios are ``speedup.values``) and its cost, compared as a tuple (smaller is cheaper: draft
+    length, then draft file size)."""
+
+    key: Hashable  # identifies the setting (a draft length, or (group, draft length))
+    label: str  # how the output names it: "draft 4"
+    speedup: Spread
+    cost: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Band:
+    """The speedup model's prediction at one setting, with its bootstrap interval over pairs."""
+
+    key: Hashable
+    label: str
+    predicted: float
+    low: float
+    high: float
+    cost: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """What the speedup model says about a group of settings: its band at every setting it can
+    predict (measured or not), its best setting with the range of best settings over the
+    bootstrap, and its own error (median |predicted - measured| / measured over the points)."""
+
+    bands: tuple[Band, ...]
+    best: Hashable
+    best_range: tuple[Hashable, ...]  # the best setting of each bootstrap refit, distinct, in order
+    error: float
+
+    def band(self, key: Hashable) -> Band | None:
+        return next((b for b in self.bands if b.key == key), None)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A candidate ranked: its measured interval, the model's band there, the combined estimate."""
+
+    key: Hashable
+    label: str
+    measured: Spread
+    cost: tuple[float, ...]
+    estimate: float
+    band: Band | None = None
+    disagrees: bool = False  # measured and predicted differ beyond the model's own error
+    upper: float | None = None  # the estimate's own 95 % upper bound (None: the measured interval's)
+
+    @property
+    def high(self) -> float:
+        """How fast this setting could plausibly be, by everything known about it."""
+        if self.upper is not None:
+            return self.upper
+        return self.measured.high if self.measured.n >= 2 else self.estimate
+
+    @property
+    def sd(self) -> float:
+        """The estimate's standard error (from its own 95 % bound, or the measured interval)."""
+        if self.upper is not None:
+            return (self.upper - self.estimate) / _Z
+        return _sd(self.measured.low, self.measured.high) if self.measured.n >= 2 else math.inf
+
+    @property
+    def shown_faster(self) -> bool:
+        return self.measured.n >= 2 and self.measured.low > 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": _jsonable(self.key), "label": self.label, "measured": self.measured.to_dict(),
+                "cost": list(self.cost), "estimate": self.estimate, "could_reach": self.high,
+                "shown_faster": self.shown_faster,
+                "predicted": {"median": self.band.predicted, "low": self.band.low, "high": self.band.high}
+                if self.band else None, "disagrees": self.disagrees}
+
+
+@dataclass(frozen=True)
+class Request:
+    """Measure ``pairs`` more pairs of this setting (it may not have been measured yet)."""
+
+    key: Hashable
+    label: str
+    pairs: int
+    why: str
+
+    def text(self) -> str:
+        return f"{self.label}: {self.pairs} more pair{'s' if self.pairs != 1 else ''} ({self.why})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": _jsonable(self.key), "label": self.label, "pairs": self.pairs, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: str  # of VERDICTS
+    chosen: Estimate | None  # the recommended setting (verdict "recommend"), else the best measured
+    reason: str
+    settled: bool
+    contenders: tuple[Estimate, ...] = ()  # settings that could still be the answer (chosen first)
+    requests: tuple[Request, ...] = ()
+    estimates: tuple[Estimate, ...] = ()  # every candidate, best estimate first
+    models: tuple[ModelView, ...] = ()
+    notes: tuple[str, ...] = ()  # where the model and a measurement disagree
+    tolerance: float = TOLERANCE
+    half_width: float = HALF_WIDTH
+
+    @property
+    def interval(self) -> Spread | None:
+        return self.chosen.measured if self.chosen else None
+
+    @property
+    def sureness(self) -> str:
+        """How sure the decision is, in a few words."""
+        if self.verdict == "nothing":
+            return "nothing measured to decide on"
+        if self.settled:
+            if self.verdict == "recommend":
+                return (f"settled: interval within +-{self.half_width:.0%} over {self.chosen.measured.n if self.chosen else 0} "
+                    f"pairs, and no other setting can beat it by "
+                        f"more than {self.tolerance:.0%}")
+            return "settled: no setting can be a gain of more than " + f"{self.tolerance:.0%}"
+        return "not settled: " + "; ".join(r.text() for r in self.requests) if self.requests else "not settled"
+
+    def lines(self) -> list[str]:
+        """The decision as the sweep, tune and prompt-set reports print it."""
+        c = self.chosen
+        if self.verdict == "recommend" and c is not None:
+            head = f"recommended: {c.label} -> {c.measured.text(suffix='x')}"
+        elif self.verdict == "no draft":
+            head = "recommended: no draft (measured no gain)"
+        elif self.verdict == "undecided":
+            head = "undecided: the intervals are too wide"
+        else:
+            head = "recommended: nothing"
+        out = [head, f"  why: {self.reason}", f"  how sure: {self.sureness}"]
+        out += [f"  note: {n}" for n in self.notes]
+        for m in self.models:
+            best = next((b for b in m.bands if b.key == m.best), None)
+            if best is not None:
+                spread = (f" (bootstrap: {', '.join(_short(b) for b in m.bands if b.key in m.best_range)})"
+                          if len(m.best_range) > 1 else "")
+                out.append(f"  model: best {best.label} {best.predicted:.2f}x [{best.low:.2f}-{best.high:.2f}]{spread}, "
+                           f"its median error {m.error:.1%}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict, "chosen": self.chosen.to_dict() if self.chosen else None,
+            "interval": self.interval.to_dict() if self.interval else None, "reason": self.reason,
+            "settled": self.settled, "how_sure": self.sureness, "tolerance": self.tolerance,
+            "half_width": self.half_width, "contenders": [e.label for e in self.contenders],
+            "measure_next": [r.to_dict() for r in self.requests], "notes": list(self.notes),
+            "estimates": [e.to_dict() for e in self.estimates],
+            "models": [{"best": _jsonable(m.best), "best_range": [_jsonable(k) for k in m.best_range], "error": m.error,
+                        "bands": [{"key": _jsonable(b.key), "label": b.label, "predicted": b.predicted, "low": b.low,
+                                   "high": b.high} for b in m.bands]} for m in self.models],
+        }
+
+
+def _short(b: Band) -> str:
+    return b.label.replace("draft ", "")
+
+
+def _jsonable(key: Hashable) -> Any:
+    if dataclasses.is_dataclass(key) and not isinstance(key, type):
+        return dataclasses.asdict(key)
+    if isinstance(key, tuple):
+        return [_jsonable(k) for k in key]
+    return key if key is None or isinstance(key, (str, int, float, bool)) else str(key)
+
+
+def _sd(low: float, high: float) -> float:
+    return (high - low) / (2 * _Z)
+
+
+def estimate(c: Candidate, models: Sequence[ModelView] = (), pooled: bool | None = None) -> Estimate:
+    """The candidate's estimate: its measured median (a setting measured once could reach the
+    model's band, widened by the model's error), or with ``pooled`` (None: :data:`POOLED`) the
+    median combined with the model's prediction (precision weighted); the measurement alone
+    where the model has no band or disagrees with it."""
+    band = next((b for m in models if (b := m.band(c.key)) is not None), None)
+    m = c.speedup
+    if band is None:
+        return Estimate(c.key, c.label, m, c.cost, m.median)
+    error = next(mv.error for mv in models if mv.band(c.key) is not None)
+    # The model's own error widens its band before it is compared.
+    p_low, p_high = band.low - error * band.predicted, band.high + error * band.predicted
+    if m.n >= 2 and (m.high < p_low or m.low > p_high):
+        return Estimate(c.key, c.label, m, c.cost, m.median, band, disagrees=True)
+    if not (POOLED if pooled is None else pooled):
+        return Estimate(c.key, c.label, m, c.cost, m.median, band,
+                        upper=None if m.n >= 2 else max(p_high, m.median))
+    # Weighed, the model counts with its band's spread and its typical miss: the median absolute
+    # error is 0.67 standard deviations of a normal error.
+    var_p = _sd(band.low, band.high) ** 2 + (MAD_TO_SD * error * band.predicted) ** 2
+    var_m = _sd(m.low, m.high) ** 2 if m.n >= 2 else math.inf
+    if var_m == 0:
+        return Estimate(c.key, c.label, m, c.cost, m.median, band)
+    if math.isinf(var_m):
+        value, var = band.predicted, var_p
+    elif var_p == 0:
+        value, var = band.predicted, 0.0
+    else:
+        var = 1 / (1 / var_m + 1 / var_p)
+        value = (m.median / var_m + band.predicted / var_p) * var
+    return Estimate(c.key, c.label, m, c.cost, value, band, upper=value + _Z * math.sqrt(var))
+
+
+def pairs_needed(s: Spread, half_width: float = HALF_WIDTH, step: int = STEP) -> int:
+    """More pairs for this interval to reach +-``half_width`` (the width shrinks like 1/sqrt(n)),
+    at least 1 and at most ``step`` (then the decision is made again)."""
+    if s.n < 2 or s.median <= 0:
+        return step
+    need = math.ceil(s.n * (s.half_width / half_width) ** 2) - s.n
+    return max(1, min(step, need))
+
+
+def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *, tolerance: float = TOLERANCE,
+           half_width: float = HALF_WIDTH, step: int = STEP, pooled: bool | None = None) -> Decision:
+    """The decision over these measured settings (see the module's docstring for the rule;
+    ``pooled``: rank on the model-pooled estimates, None: :data:`POOLED`).
+
+    ``candidates``: the settings that may be recommended (finished, output unchanged); ``models``:
+    the speedup model's view of each group of them, where one was fitted (its bands may name
+    settings not measured yet: those can be requested)."""
+    models = tuple(models)
+    if not candidates:
+        return Decision("nothing", None, "no setting finished with an unchanged output", settled=False,
+                        models=models, tolerance=tolerance, half_width=half_width)
+    ranked = tuple(sorted((estimate(c, models, pooled) for c in candidates), key=lambda e: (-e.estimate, e.cost)))
+    notes = tuple(f"{e.label} measured {e.measured.text(suffix='x')}, the model predicts {e.band.predicted:.2f}x "
+                  f"[{e.band.low:.2f}-{e.band.high:.2f}] (its median error {_error_of(e, models):.0%}): the measurement "
+                  "is trusted" for e in ranked if e.disagrees and e.band is not None)
+    common: dict[str, Any] = {"estimates": ranked, "models": models, "notes": notes, "tolerance": tolerance, "half_width": half_width}
+    faster = [e for e in ranked if e.shown_faster]
+    if not faster:
+        return _no_gain(ranked, models, tolerance, half_width, step, common)
+
+    best = max(faster, key=lambda e: e.estimate)
+    near = [e for e in faster if _as_good(e, best, tolerance)]
+    chosen = min(near, key=lambda e: (e.cost, -e.estimate))
+    bar = chosen.estimate * (1 + tolerance)
+    # Settings that might still beat the chosen one by more than the tolerance: measured ones whose
+    # interval reaches past it, unmeasured ones the model predicts past it.
+    rivals = [e for e in ranked if e is not chosen and _could_beat(e, bar)]
+    measured_keys = {e.key for e in ranked}
+    unmeasured = [b for m in models for b in m.bands if b.key not in measured_keys and b.predicted > bar]
+    unmeasured.sort(key=lambda b: -b.predicted)
+    enough = chosen.measured.n >= SETTLE_PAIRS
+    narrow = enough and chosen.measured.half_width <= half_width
+    settled = narrow and not rivals and not unmeasured
+
+    requests: list[Request] = []
+    if not narrow:
+        pairs = max(pairs_needed(chosen.measured, half_width, step), min(step, SETTLE_PAIRS - chosen.measured.n))
+        why = (f"its interval is +-{chosen.measured.half_width:.0%}, settled at +-{half_width:.0%}"
+               if enough else f"{chosen.measured.n} pair{'s' if chosen.measured.n != 1 else ''}: settled needs "
+               f"{SETTLE_PAIRS} at the chosen setting")
+        requests.append(Request(chosen.key, chosen.label, pairs, why))
+    # The model's best unmeasured setting gets a place before the measured rivals: they can be
+    # measured again any time, while a length never measured cannot win at all.
+    for b in unmeasured[:1]:
+        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x"))
+    for e in sorted(rivals, key=lambda e: -e.high)[:max(0, MAX_REQUESTS - len(requests))]:
+        requests.append(Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
+                                f"could be up to {e.high:.2f}x, past {chosen.label}'s {chosen.estimate:.2f}x"))
+    for b in unmeasured[1:1 + max(0, MAX_REQUESTS - len(requests))]:
+        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x"))
+
+    if len(faster) == 1:
+        why = "the only setting shown faster than the target alone (its interval lies above 1.0)"
+    elif chosen is best:
+        why = f"the best estimate of {len(faster)} settings shown faster than the target alone"
+    else:
+        why = (f"the cheapest setting shown within {tolerance:.0%} of the best estimate ({best.label}: "
+               f"{best.estimate:.2f}x against {chosen.estimate:.2f}x)")
+    basis = ("measured and the speedup model combined" if chosen.band is not None and not chosen.disagrees
+             and chosen.upper is not None else "as measured")
+    why += f"; estimate {chosen.estimate:.2f}x ({basis})"
+    slower = [e for e in ranked if not e.shown_faster]
+    if slower and any(e.measured.median > chosen.measured.median for e in slower):
+        higher = ", ".join(e.label for e in slower if e.measured.median > chosen.measured.median)
+        why += f"; {higher} measured higher medians but intervals that include 1.0"
+    contenders = (chosen, *sorted(rivals, key=lambda e: -e.estimate))
+    return Decision("recommend", chosen, why, settled, contenders, tuple(requests), **common)
+
+
+def _as_good(e: Estimate, best: Estimate, tolerance: float) -> bool:
+    """Whether ``e`` is shown to be within ``tolerance`` of the best estimate: its gap plus one
+    standard error of the difference. Two noisy estimates 1 % apart are not "as good" by that
+    alone: on a machine whose pairs vary by 8 %, the cheaper of two close medians is often the
+    truly slower one by more than the tolerance (benchmarks/decide.py counts how often)."""
+    if e is best:
+        return True
+    gap = (best.estimate - e.estimate) / best.estimate
+    return gap + math.hypot(e.sd, best.sd) / best.estimate <= tolerance
+
+
+def _could_beat(e: Estimate, bar: float) -> bool:
+    """Whether this setting might be more than the tolerance faster than the chosen one."""
+    return e.high > bar
+
+
+def _error_of(e: Estimate, models: Sequence[ModelView]) -> float:
+    return next((m.error for m in models if m.band(e.key) is not None), 0.0)
+
+
+def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolerance: float, half_width: float,
+             step: int, common: dict[str, Any]) -> Decision:
+    """No setting is shown faster: "no draft" when none could be a gain worth having, else
+    "undecided" with what to measure."""
+    best = ranked[0]
+    gain = 1.0 + tolerance
+    # as with a recommendation, an interval is narrow enough to close the question only over
+    # SETTLE_PAIRS pairs: the bootstrap interval of 2 or 3 ratios is about their range
+    open_ = [e for e in ranked if e.high > gain
+             and not (e.measured.n >= SETTLE_PAIRS and e.measured.half_width <= half_width)]
+    measured_keys = {e.key for e in ranked}
+    unmeasured = sorted((b for m in models for b in m.bands if b.key not in measured_keys and b.low > gain),
+                        key=lambda b: -b.predicted)
+    if not open_ and not unmeasured:
+        intervals = [e for e in ranked if e.measured.n >= 2]
+        if not intervals:
+            why = (f"no estimate could reach past {gain:.2f}x (each measured once, combined with the speedup model "
+                   "and its error)")
+        elif all(e.measured.high <= 1.0 for e in intervals):
+            why = "every interval lies at or below 1.0"
+        else:
+            why = f"no interval reaches past {gain:.2f}x, or those that do are within +-{half_width:.0%}"
+        return Decision("no draft", best, f"{why} (best: {best.label} -> {best.measured.text(suffix='x')})",
+                        settled=True, **common)
+    requests = [Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
+                        f"{e.measured.text(suffix='x')}: could be a gain or none") for e in open_[:MAX_REQUESTS]]
+    requests += [Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x "
+                         f"[{b.low:.2f}-{b.high:.2f}]") for b in unmeasured[:max(0, MAX_REQUESTS - len(requests))]]
+    could = [f"{len(open_)} measured" if open_ else "", f"{len(unmeasured)} not measured yet" if unmeasured else ""]
+    why = (f"no setting is shown faster than the target alone, but {' and '.join(w for w in could if w)} could be "
+           f"(best: {best.label} -> {best.measured.text(suffix='x')})")
+    return Decision("undecided", best, why, settled=False, contenders=tuple(open_), requests=tuple(requests), **common)
+
+
+def model_contenders(models: Sequence[ModelView], measured: Sequence[Hashable] = (),
+                     measurable: Sequence[Hashable] | None = None, limit: int = MAX_REQUESTS) -> tuple[Band, ...]:
+    """The settings not measured yet (and in ``measurable``, None: any) that the model puts within
+    its own error (its median miss) of its best prediction, best first: where a sweep whose first
+    pass measured the longest draft lengths looks next, one pair each. At most ``limit``: on a flat
+    curve every length is within the error, and a pair at each leaves too few for any to be shown
+    faster (replayed at Q4_1, the cap of 3 took decisions more than 5 % off from 22.5 % to 12.0 %)."""
+    done = set(measured)
+    allowed = None if measurable is None else set(measurable)
+    out: list[Band] = []
+    for m in models:
+        if not m.bands:
+            continue
+        top = max(b.predicted for b in m.bands)
+        out += [b for b in m.bands if b.key not in done and (allowed is None or b.key in allowed)
+                and b.predicted >= top * (1 - m.error)]
+    return tuple(sorted(out, key=lambda b: (-b.predicted, b.cost)))[:max(0, limit)]
+
+
+# How the output says why an adaptive measurement stopped (Step.stop).
+STOP_WORDS = {"settled": "the decision is settled", "budget": "the budget is spent",
+              "nothing to measure": "nothing left that the decision asks to measure"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """What an adaptive sweep does next: measure ``requests``, or stop (``stop`` says why)."""
+
+    requests: tuple[Request, ...]
+    stop: str | None  # "settled" | "budget" | "nothing to measure" | None (go on)
+    progress: str  # one line for the progress display
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": [r.to_dict() for r in self.requests], "stop": self.stop, "progress": self.progress}
+
+
+def next_step(decision: Decision, spent: int, budget: int | None = None,
+              measurable: Sequence[Hashable] | None = None) -> Step:
+    """The adaptive policy, pure: after ``decision`` on ``spent`` pairs, with at most ``budget``
+    pairs in all (None: no limit), measuring only settings in ``measurable`` (None: any), which
+    pairs to measure next, trimmed to the budget, or why to stop."""
+    if decision.settled:
+        return Step((), "settled", decision.sureness)
+    left = None if budget is None else budget - spent
+    if left is not None and left <= 0:
+        return Step((), "budget", f"budget spent ({spent} pairs): {decision.sureness}")
+    allowed = None if measurable is None else set(measurable)
+    out: list[Request] = []
+    for r in decision.requests:
+        if allowed is not None and r.key not in allowed:
+            continue
+        n = r.pairs if left is None else min(r.pairs, left - sum(q.pairs for q in out))
+        if n <= 0:
+            break
+        out.append(Request(r.key, r.label, n, r.why))
+    if not out:
+        return Step((), "nothing to measure", f"nothing left to measure: {decision.sureness}")
+    names = [r.label for r in out]
+    what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    total = sum(r.pairs for r in out)
+    return Step(tuple(out), None, f"deciding between {what}: {total} more pair{'s' if total != 1 else ''}")
+
+
+__all__ = ["HALF_WIDTH", "MAX_REQUESTS", "STEP", "STOP_WORDS", "TOLERANCE", "VERDICTS", "Band", "Candidate", "Decision", "Estimate", "ModelView",
+           "Request", "Step", "decide", "estimate", "model_contenders", "next_step", "pairs_needed"]

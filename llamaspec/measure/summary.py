@@ -1,0 +1,429 @@
+"""What a run, sweep point or tune point measured, summarised once: the frozen :class:`Summary`.
+
+The console table, the Markdown report, the plots, ``results list`` and ``--json`` all render this
+one object, so they cannot disagree. It is built by :func:`summarize` from the measurements of one
+point (and, only when asked, a shared baseline), and stored as JSON with the run.
+
+- **speed**: every backend reports ``decode_tps`` on one definition (``backend.SPEED_DEFINITION``);
+  each measurement says how it got there (``speed_basis``).
+- **speedup**: the point estimator (:mod:`llamaspec.measure.estimators`, named in ``estimator``): the median
+  of paired ratios (each speculative run over the baseline of its own pair, pairs made by index)
+  with a 95 % bootstrap interval. With a shared baseline (an explicit cost saver) each run is
+  divided by the shared baseline's median instead, and the summary says so (``paired`` False).
+- **lossless**: greedy output with a draft must equal greedy output without one, on the generated
+  part only, token ids where the engine gives them; a shorter speculative output differs. A sampled
+  run (temperature above 0) is "not applicable: sampled": neither lossless nor differing.
+- **counters**: rounds, mean accepted length and drafted-per-round come from the engine's own
+  per-program formula; the drafted length is checked against the requested one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from llamaspec.base import stats
+from llamaspec.base.host import NoiseSample
+from llamaspec.base.stats import Spread
+from llamaspec.measure import estimators, spectypes
+from llamaspec.measure.contract import (
+    SPEED_DEFINITION,
+    Measurement,
+    Positions,
+    ResolvedCase,
+    acceptance_by_position,
+    sum_positions,
+)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Figures someone reported for this case, to compare against."""
+
+    source: str = ""
+    hardware: str = ""
+    encode_tps: float | None = None
+    decode_tps: float | None = None
+    n_predict: int | None = None
+    n_drafted: int | None = None
+    n_accept: int | None = None
+    accept_pct: float | None = None  # as the write-up printed it: a percentage
+    speedup: float | None = None
+    seconds: float | None = None  # wall time of the speculative generation (write-ups that timed the whole call)
+    baseline_seconds: float | None = None  # the same without a draft
+
+    @property
+    def acceptance(self) -> float | None:
+        """The write-up's acceptance as a fraction, the unit a Summary keeps it in."""
+        return None if self.accept_pct is None else self.accept_pct / 100.0
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What one case's run produced: its stored id, the case, its measurements and their summary."""
+
+    run_id: int
+    case: ResolvedCase
+    reference: Reference | None
+    measurements: tuple[Measurement, ...]
+    summary: Summary
+    engine: str = ""  # the engine that measured it
+    engine_settings: frozenset[str] | None = None  # the settings that engine takes (Capabilities.settings)
+
+    @property
+    def status(self) -> str:
+        return self.summary.status
+
+    @property
+    def error(self) -> str | None:
+        return self.summary.error
+
+
+# Warn when the machine's own run-to-run spread is this large against the effect measured.
+NOISY_CV = 0.05
+STATUSES = ("ok", "differs", "failed", "interrupted", "running")
+
+
+@dataclass(frozen=True)
+class Lossless:
+    """Whether greedy output is unchanged by speculation (the generated part only)."""
+
+    verdict: str  # identical | differs | not checked | not applicable (sampled: outputs may differ by chance)
+    unit: str = "tokens"  # tokens (ids) | chars (text)
+    compared: int = 0  # tokens or characters compared, per pair (the smallest)
+    pairs: int = 0
+    first_difference: int | None = None
+    reason: str | None = None  # why it differs or was not checked
+    speculative_excerpt: str | None = None
+    baseline_excerpt: str | None = None
+
+    @property
+    def identical(self) -> bool | None:
+        return None if self.verdict in ("not checked", NOT_APPLICABLE) else self.verdict == "identical"
+
+    def text(self) -> str:
+        if self.verdict == "identical":
+            return f"identical over {self.compared} generated {self.unit} ({self.pairs}/{self.pairs} pairs)"
+        if self.verdict == "differs":
+            where = f" at {self.unit[:-1]} {self.first_difference}" if self.first_difference is not None else ""
+            excerpts = (f": speculative continues {self.speculative_excerpt!r}, baseline {self.baseline_excerpt!r}"
+                        if self.speculative_excerpt is not None or self.baseline_excerpt is not None else "")
+            return f"DIFFERS{where} ({self.reason}){excerpts}"
+        if self.verdict == NOT_APPLICABLE:
+            return f"{NOT_APPLICABLE}: sampled" + (f" ({self.reason})" if self.reason else "")
+        return f"not checked ({self.reason})" if self.reason else "not checked"
+
+
+NOT_APPLICABLE = "not applicable"
+
+
+def sampled_verdict(temperature: float | None, pairs: int) -> Lossless:
+    """The verdict of a sampled run: outputs with and without a draft may differ by sampling alone,
+    so no comparison says anything about speculation."""
+    return Lossless(NOT_APPLICABLE, compared=0, pairs=pairs, reason=f"temperature {temperature:g}")
+
+
+def is_sampled(temperature: float | None) -> bool:
+    return temperature is not None and temperature > 0.0
+
+
+def compare_outputs(spec: Measurement, base: Measurement) -> Lossless:
+    """One speculative output against its baseline, generated part only.
+
+    The speculative side may overshoot n_predict (the last round's accepted tokens all count), so
+    it is compared over the baseline's length; a speculative output *shorter* than the baseline's
+    differs (a truncated run must not pass as identical), and so does a longer one when the
+    baseline stopped at end of text and the speculative run did not.
+    """
+    if spec.tokens is not None and base.tokens is not None:
+        a: Sequence[Any] = spec.tokens
+        b: Sequence[Any] = base.tokens
+        unit = "tokens"
+    elif spec.text is not None and base.text is not None:
+        a, b, unit = spec.text, base.text, "chars"
+    else:
+        return Lossless("not checked", reason="an output is missing")
+    first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+    if first is None and len(a) < len(b):
+        return Lossless("differs", unit, len(a), 1, len(a), f"the speculative output is shorter: {len(a)} {unit} "
+                        f"against the baseline's {len(b)}", _excerpt(a, len(a)), _excerpt(b, len(a)))
+    if first is None and len(a) > len(b) and base.end_of_text and not spec.end_of_text:
+        # Overshoot is only the last round's extra tokens when the baseline was cut at n_predict;
+        # a baseline that stopped on its own says the speculative run went on past end of text.
+        return Lossless("differs", unit, len(b), 1, len(b), f"the baseline stopped at end of text after {len(b)} "
+                        f"{unit}; the speculative output goes on", _excerpt(a, len(b)), "")
+    if first is None and not b and not base.end_of_text:
+        return Lossless("not checked", unit, reason="the baseline generated nothing")
+    if first is not None:
+        return Lossless("differs", unit, first, 1, first, "the outputs diverge", _excerpt(a, first), _excerpt(b, first))
+    return Lossless("identical", unit, len(b), 1)
+
+
+def _excerpt(seq: Sequence[Any], at: int) -> str:
+    part = seq[at:at + 40]
+    return part if isinstance(part, str) else " ".join(str(t) for t in part)
+
+
+def merge_lossless(verdicts: Sequence[Lossless]) -> Lossless:
+    if not verdicts:
+        return Lossless("not checked", reason="no speculative run had a baseline to compare with")
+    differs = [v for v in verdicts if v.verdict == "differs"]
+    if differs:
+        return replace(differs[0], pairs=len(verdicts))
+    if any(v.verdict == "not checked" for v in verdicts):
+        missing = next(v for v in verdicts if v.verdict == "not checked")
+        return replace(missing, pairs=len(verdicts))
+    return Lossless("identical", verdicts[0].unit, min(v.compared for v in verdicts), len(verdicts))
+
+
+@dataclass(frozen=True)
+class DraftCheck:
+    """The draft length asked for against what the program reports having drafted."""
+
+    requested: int | None
+    reported: int | None  # the program's own n_draft (the final length, if adaptive)
+    policy: str | None  # fixed | capped | adaptive | none
+    drafted_per_round: float | None
+    problem: str | None = None  # set when the program did not draft what was asked
+
+    @property
+    def label(self) -> str:
+        if self.policy == "adaptive" and self.reported is not None:
+            return f"{self.requested} (adaptive, ended at {self.reported})"
+        return str(self.requested) if self.requested is not None else "-"
+
+
+def check_draft(m: Measurement, requested: int | None) -> DraftCheck:
+    per_round = m.drafted_per_round
+    check = DraftCheck(requested, m.draft_len, m.draft_policy, per_round)
+    if requested is None or m.draft_policy in (None, "none", "adaptive") or m.n_drafted is None:
+        return check
+    if m.draft_policy == "fixed":
+        if m.draft_len is not None and m.draft_len != requested:
+            return replace(check, problem=f"asked for draft length {requested}, the program reports n_draft = {m.draft_len}")
+        if m.rounds and m.n_drafted != requested * m.rounds:
+            return replace(check, problem=f"asked for {requested} drafted tokens per round, but {m.n_drafted} were drafted "
+                                          f"in {m.rounds} rounds ({per_round:.2f} per round)")
+    if m.draft_policy == "capped":
+        if m.draft_len is not None and m.draft_len != requested:
+            return replace(check, problem=f"asked for up to {requested} drafted tokens per round, the program reports "
+                                          f"n_draft = {m.draft_len}")
+        if m.rounds and m.n_drafted > requested * m.rounds:
+            return replace(check, problem=f"asked for at most {requested} drafted tokens per round, but {m.n_drafted} "
+                                          f"were drafted in {m.rounds} rounds")
+    return check
+
+
+@dataclass(frozen=True)
+class Summary:
+    status: str  # ok | differs | failed | interrupted
+    pairs: int  # speculative runs with a baseline
+    paired: bool  # each speculative run divided by the baseline measured next to it
+    speedup: Spread | None
+    decode_tps: Spread | None  # speculative, on SPEED_DEFINITION
+    baseline_decode_tps: Spread | None
+    encode_tps: Spread | None
+    acceptance: Spread | None  # accepted over drafted, as fractions (Measurement.acceptance)
+    lossless: Lossless
+    draft: DraftCheck
+    n_prompt: int | None = None
+    n_predict: int | None = None
+    n_drafted: int | None = None
+    n_accept: int | None = None
+    rounds: int | None = None  # every target call after the prompt (Measurement.rounds)
+    drafted_rounds: int | None = None  # the rounds that drafted something, where the engine counts them apart
+    mean_accepted: float | None = None  # accepted draft tokens per round
+    tokens_per_round: float | None = None  # Spec-Bench's tau: accepted drafts plus the target's own token, per round
+    drafted_per_round: float | None = None
+    draft_steps: int | None = None  # draft-model decode steps in the run (for the speedup model)
+    program: str | None = None  # the speculative program's profile (how it counts and spends a round)
+    sample_ms_per_token: float | None = None  # the baseline's sampling cost per token (speedup model)
+    cost_depth: int | None = None  # the context depth the costs were timed at
+    draft_decode_tps: Spread | None = None  # the draft model alone (speedup model)
+    batch_ms: dict[int, float] | None = None  # the target on batches of n tokens (speedup model)
+    peak_rss_bytes: int | None = None
+    baseline_peak_rss_bytes: int | None = None
+    speed_basis: dict[str, str] = field(default_factory=dict)  # mode -> how decode_tps was derived
+    baseline_key: str | None = None
+    warnings: tuple[str, ...] = ()
+    error: str | None = None
+    speed_definition: str = SPEED_DEFINITION
+    noise: NoiseSample | None = None  # the machine during this point's own measurements (steal, other load)
+    estimator: str = estimators.POINT  # how ``speedup`` was computed (llamaspec.measure.estimators)
+    # Acceptance by draft position, counts summed over the point's speculative measurements
+    # (contract.sum_positions); None with a note where they are not known.
+    drafted_by_position: tuple[int, ...] | None = None
+    accepted_by_position: tuple[int, ...] | None = None
+    positions_note: str | None = None
+
+    @property
+    def acceptance_by_position(self) -> tuple[float | None, ...] | None:
+        return acceptance_by_position(self.accepted_by_position, self.drafted_by_position)
+
+    def positions_text(self) -> str | None:
+        """``accepted at position 1..k: 97 %, 93 %, ...`` (the note, where positions are missing)."""
+        rates = self.acceptance_by_position
+        if not rates:
+            return f"acceptance by position: not known ({self.positions_note})" if self.positions_note else None
+        shown = ", ".join("-" if r is None else f"{100 * r:.0f} %" for r in rates)
+        runs = self.drafted_by_position[0] if self.drafted_by_position else 0
+        text = f"accepted at position 1..{len(rates)}: {shown} (of {runs} drafting rounds)"
+        return text + (f"; {self.positions_note}" if self.positions_note else "")
+
+    @property
+    def recommendable(self) -> bool:
+        return self.status == "ok" and self.speedup is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "acceptance", "draft_decode_tps"):
+            value = getattr(self, key)
+            data[key] = value.to_dict() if value is not None else None
+        data["batch_ms"] = {str(k): v for k, v in self.batch_ms.items()} if self.batch_ms else None
+        data["warnings"] = list(self.warnings)
+        data["noise"] = self.noise.to_dict() if self.noise is not None else None
+        data["acceptance_by_position"] = self.acceptance_by_position  # derived: for readers of --json
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Summary:
+        data = dict(data or {})
+        data.pop("acceptance_by_position", None)  # derived from the counts
+        if "lossless" not in data or "draft" not in data or "pairs" not in data:
+            return empty(data.get("status", "failed"), data.get("error"))
+        spreads = {k: Spread.from_dict(data.get(k)) for k in
+                   ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "acceptance", "draft_decode_tps")}
+        batch = data.get("batch_ms")
+        return cls(**{**data, **spreads, "lossless": Lossless(**data["lossless"]), "draft": DraftCheck(**data["draft"]),
+                      "batch_ms": {int(k): v for k, v in batch.items()} if batch else None,
+                      "warnings": tuple(data.get("warnings") or ()), "speed_basis": dict(data.get("speed_basis") or {}),
+                      "noise": NoiseSample.from_dict(data.get("noise")),
+                      **{k: tuple(data[k]) if data.get(k) is not None else None
+                         for k in ("drafted_by_position", "accepted_by_position")}})
+
+
+def empty(status: str, error: str | None = None) -> Summary:
+    return Summary(status, 0, False, None, None, None, None, None, Lossless("not checked", reason="nothing measured"),
+                   DraftCheck(None, None, None, None), error=error)
+
+
+def requested_draft(case: ResolvedCase) -> int | None:
+    """The draft length a case's drafted counts are checked against: the setting that bounds its
+    type's draft (``spectypes``: draft_max with a draft model, an n-gram mode's m-gram length), None
+    for the target alone and where the mode sizes its drafts itself."""
+    if case.draft is None and spectypes.needs_draft(case.settings.spec_type):
+        return None
+    return spectypes.requested_length(case.settings)
+
+
+def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measurement] = (), *,
+              requested_draft: int | None = None, status: str = "ok", error: str | None = None,
+              baseline_key: str | None = None, threads_hint: bool = False, temperature: float | None = None) -> Summary:
+    """The one summary of a point: its own measurements, paired by their pair index
+    (:func:`llamaspec.measure.pairs.whole_pairs`), plus an explicitly shared baseline where the point's
+    speculative runs have no baseline of their own.
+
+    The point's estimator (:data:`llamaspec.measure.estimators.POINT`): the median of the paired ratios, each
+    speculative run over the baseline of its own pair. A half pair (a side failed or was
+    interrupted) is in no pair: its measurements are kept out of every figure that compares the two
+    modes. With a shared baseline (an explicit cost saver), each speculative run is divided by the
+    shared baseline's median, and ``paired`` says so. ``temperature`` above 0: a sampled point, whose
+    outputs are not compared (``Lossless`` "not applicable: sampled")."""
+    from llamaspec.measure.pairs import whole_pairs
+
+    whole = whole_pairs(measured)
+    in_pairs = {p.index for p in whole}
+    ok_spec = [m for m in measured if m.mode == "speculative" and m.ok]
+    own_base = [m for m in measured if m.mode == "baseline" and m.ok]
+    shared_base = [m for m in shared_baseline if m.mode == "baseline" and m.ok]
+    alone = [m for m in ok_spec if m.pair is None or m.pair not in in_pairs]  # no baseline partner of its own
+    paired = bool(whole) and not (shared_base and alone)
+    pairs: list[tuple[Measurement, Measurement]]
+    if paired:
+        # The speeds' spreads hold the pairs that have a ratio, in pair order, as the speedup's does
+        # (analysis reads them side by side); every whole pair is compared for losslessness.
+        rated = [p for p in whole if p.ratio is not None]
+        spec, base = [p.speculative for p in rated], [p.baseline for p in rated]
+        pairs = [(p.speculative, p.baseline) for p in whole]
+        ratios = [r for p in rated if (r := p.ratio) is not None]
+    elif shared_base:  # every baseline under the shared key, this point's own too: all measured apart
+        spec, base = ok_spec, shared_base + own_base
+        mid = statistics.median([b.decode_tps for b in base if b.decode_tps]) if any(b.decode_tps for b in base) else None
+        pairs = [(s, base[0]) for s in spec]
+        ratios = [s.decode_tps / mid for s in spec if s.decode_tps and mid]
+    else:  # no pair and nothing shared: no ratio of runs measured apart is ever reported
+        spec, base, pairs, ratios = ok_spec, own_base, [], []
+    speedup = estimators.point(ratios)
+    lossless = (sampled_verdict(temperature, len(pairs)) if is_sampled(temperature)
+                else merge_lossless([compare_outputs(s, b) for s, b in pairs]))
+    mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
+    draft = check_draft(mid_spec, requested_draft) if mid_spec else DraftCheck(requested_draft, None, None, None)
+    problems = [p for p in (check_draft(m, requested_draft).problem for m in ok_spec) if p]
+    if problems:
+        draft = replace(draft, problem=problems[0])
+    if status == "ok" and problems:
+        status, error = "failed", f"drafted length check: {problems[0]}"
+    if status == "ok" and lossless.verdict == "differs":
+        status = "differs"
+    if status == "ok" and spec and not base:
+        status, error = "failed", "no baseline was measured"
+    elif status == "ok" and spec and not ratios and not paired and not shared_base:
+        status, error = "failed", "no speculative run has a baseline of its own pair"
+    base_spread = stats.spread([b.decode_tps for b in base])
+    noise = NoiseSample.combine([m.noise for m in measured if m.mode in ("baseline", "speculative")])
+    warnings = _warnings(base_spread, speedup, paired, bool(shared_base) and not paired, threads_hint, noise)
+    if mid_spec is not None and mid_spec.n_drafted == 0:
+        warnings.append("nothing was drafted: the speculative run is the target alone plus overhead")
+    basis = {m.mode: m.speed_basis for m in (*spec[:1], *base[:1]) if m.speed_basis}
+    draft_runs = [m for m in (*measured, *shared_baseline) if m.mode == "draft" and m.ok]
+    batches = [m for m in (*measured, *shared_baseline) if m.mode == "batch" and m.ok and m.stats]
+    rounds = mid_spec.rounds if mid_spec else None
+    by = sum_positions(spec) if spec else Positions()
+    return Summary(
+        status=status, pairs=len(ratios), paired=paired, speedup=speedup,
+        decode_tps=stats.spread([m.decode_tps for m in spec]), baseline_decode_tps=base_spread,
+        encode_tps=stats.spread([m.encode_tps for m in spec]), acceptance=stats.spread([m.acceptance for m in spec]),
+        lossless=lossless, draft=draft,
+        n_prompt=mid_spec.n_prompt if mid_spec else None, n_predict=mid_spec.n_predict if mid_spec else None,
+        n_drafted=mid_spec.n_drafted if mid_spec else None, n_accept=mid_spec.n_accept if mid_spec else None,
+        rounds=rounds, drafted_rounds=mid_spec.drafted_rounds if mid_spec else None,
+        mean_accepted=mid_spec.mean_accepted if mid_spec else None,
+        tokens_per_round=mid_spec.tokens_per_round if mid_spec else None,
+        drafted_per_round=mid_spec.drafted_per_round if mid_spec else None,
+        draft_steps=mid_spec.draft_steps if mid_spec else None,
+        program=mid_spec.program if mid_spec else None,
+        sample_ms_per_token=statistics.median(v) if (v := [b.sample_ms_per_token for b in base if b.sample_ms_per_token]) else None,
+        cost_depth=batches[0].stats.get("depth") if batches and batches[0].stats else None,
+        draft_decode_tps=stats.spread([m.decode_tps for m in draft_runs]),
+        batch_ms={int(k): v for k, v in batches[0].stats["batch_ms"].items()} if batches and batches[0].stats else None,
+        peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in spec) or None if spec else None,
+        baseline_peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in base) or None if base else None,
+        speed_basis=basis, baseline_key=baseline_key, warnings=tuple(warnings), error=error, noise=noise,
+        estimator=estimators.POINT if paired or not shared_base else estimators.SHARED_BASELINE,
+        drafted_by_position=by.drafted, accepted_by_position=by.accepted, positions_note=by.note,
+    )
+
+
+def _warnings(base: Spread | None, speedup: Spread | None, paired: bool, shared: bool, threads_hint: bool,
+              noise: NoiseSample | None = None) -> list[str]:
+    out: list[str] = []
+    # What else the machine did, next to the baseline's CV: the measured cause of an unsteady baseline.
+    meanwhile = f"; meanwhile {noise.text()}" if noise is not None else ""
+    if shared:
+        out.append("baseline shared with other points (measured apart from this point, not paired): drift between "
+                   "them counts as speedup")
+    if base is not None and base.cv is not None and base.cv > NOISY_CV:
+        effect = abs(speedup.median - 1.0) if speedup else 0.0
+        hint = " (using every core makes llama.cpp's speed bimodal here: try fewer threads, e.g. -t 1)" if threads_hint else ""
+        if base.cv > effect / 2:
+            out.append(f"the machine is too unsteady for this effect: the baseline varies by {base.cv:.0%} (CV) run to run "
+                       f"against a {effect:.0%} effect{hint}{meanwhile}")
+        else:
+            out.append(f"the baseline varies by {base.cv:.0%} (CV) run to run{hint}{meanwhile}")
+    elif noise is not None and noise.noisy:
+        out.append(f"the machine was busy: {noise.text()}")
+    if speedup is not None and speedup.n >= 2 and speedup.low <= 1.0 <= speedup.high:
+        out.append("the speedup's interval includes 1.0x: no measurable difference from the target alone")
+    return out

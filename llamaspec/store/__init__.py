@@ -1,0 +1,1 @@
+"""The results store: every run and measurement, with provenance, in SQLite (:mod:`.results`)."""
