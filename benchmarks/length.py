@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("-t", "--threads", type=int, default=1)
     a = ap.parse_args()
 
+    from llamaspec.base.stats import percent
     from llamaspec.llamacpp.runner import open_engine
     from llamaspec.measure.contract import EngineOptions, ModelPath, ResolvedCase
     from llamaspec.measure.settings import Settings
@@ -71,7 +72,7 @@ def main() -> int:
                 curves.setdefault(p["id"], {})[n] = curve
                 tail = curve.through[-1] if curve.through else 0.0
                 tpr = [curve.tokens_per_round(k, tail) for k in (1, 2, 4, 8, 16)]
-                print(f"{p['id']:<14} {n:>4} {m.accept or 0:>6.1f}% {m.rounds or 0:>6}  "
+                print(f"{p['id']:<14} {n:>4} {percent(m.acceptance or 0):>6.1f}% {m.rounds or 0:>6}  "
                       + ", ".join(f"{v:.2f}" for v in tpr))
             if len(per) == len(lengths):
                 base, *others = (per[n] for n in lengths)

@@ -115,6 +115,8 @@ def _command(text: str, folder: Path) -> str:
 
 
 def table(rec: Recording) -> list[str]:
+    from llamaspec.base.stats import percent
+
     data = json.loads((ROOT / rec.path).read_text())
     points = sorted(data["points"], key=lambda p: int(p["draft_max"]) if p.get("draft_max") is not None else 0)
     report = data.get("report") or {}
@@ -138,9 +140,9 @@ def table(rec: Recording) -> list[str]:
         if s is None:  # a run stopped before its first pair (kept in the store, as every run is)
             lines.append(f"| {p.get('draft_max', '-')} | 0 | no pair measured (run {p.get('run_id')}: {p.get('status')}) | | | | |")
             continue
-        accept = s.get("accept") or {}
+        acceptance = s.get("acceptance") or {}
         tpr = s.get("tokens_per_round")
-        accepted = "-" if accept.get("median") is None else f"{accept['median']:.1f} %"
+        accepted = "-" if acceptance.get("median") is None else f"{percent(acceptance['median']):.1f} %"
         per_round = "-" if tpr is None else f"{tpr:.2f}"
         lines.append(
             f"| {p.get('draft_max', '-')} | {s.get('pairs', '-')} | {_interval(s.get('speedup'))} | {accepted} | "

@@ -177,7 +177,7 @@ class FakeEngine:
         if case.settings.draft_max in self.differ_at_k or (case.settings.temperature or 0) > 0:
             out = (*out[:3], 7, *out[4:])
         return Measurement(**common, n_predict=n, decode_tps=self.target_tps(case) * self.speedup_of(k) * speed,
-                           n_drafted=k * rounds, n_accept=n_accept, accept=100.0 * n_accept / (k * rounds), rounds=rounds,
+                           n_drafted=k * rounds, n_accept=n_accept, rounds=rounds,
                            draft_len=k, draft_policy="fixed", draft_steps=rounds * (k + 1), program="llama-speculative", tokens=out,
                            text=" ".join(map(str, out)),
                            **({"drafted_by_position": (rounds,) * k,
@@ -237,7 +237,7 @@ class WorkloadEngine(FakeEngine):
         rounds = max(n // 3, 1)
         base = self.target_tps(case) * self.machine_speed_at(len(self.calls) - 1)
         return replace(m, decode_tps=base * self.modes[kind][case.case], n_drafted=2 * rounds, n_accept=rounds,
-                       accept=50.0, rounds=rounds, draft_len=case.settings.draft_max, draft_policy="capped", draft_steps=0,
+                       rounds=rounds, draft_len=case.settings.draft_max, draft_policy="capped", draft_steps=0,
                        drafted_by_position=None,
                        accepted_by_position=None)
 

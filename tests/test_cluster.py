@@ -61,7 +61,7 @@ class FakeWorker:
                 ms.append({"mode": mode, "repeat": r, "ok": True, "error": None, "argv": ["x"], "exit_code": 0,
                            "wall_seconds": 1.0, "peak_rss_bytes": None, "n_prompt": 10, "n_predict": 32,
                            "encode_tps": None, "decode_tps": tps * (1 + 0.01 * r), "n_drafted": None, "n_accept": None,
-                           "accept": None, "text": "same", "stats": None, "log_path": None})
+                           "acceptance": None, "text": "same", "stats": None, "log_path": None})
         failed = item.payload.get("fail")
         return {"ok": not failed, "status": "failed" if failed else "ok", "error": "boom" if failed else None,
                 "experiment": "exp", "case": item.key, "settings": {"n_predict": 32}, "provenance": {"commit": self.commit},
@@ -625,7 +625,7 @@ def test_a_prompt_set_over_two_machines_is_paired_per_machine_and_matches_one_ma
     one = promptset.run_set(exp, prompt_set, FakeEngine(base_tps=100.0, drift=0.0), store, repeats=2)
     alone = promptset.set_statistics(one.cases[0].items).set
     assert alone.geomean_speedup and alone.geomean_speedup.median == pytest.approx(pooled.geomean_speedup.median, rel=1e-9)
-    assert alone.accept == pytest.approx(pooled.accept)
+    assert alone.acceptance is not None and alone.acceptance == pytest.approx(pooled.acceptance)
     lines = promptsets.describe(promptsets.per_machine(store, "set"))
     assert lines[0] == "k8:" and lines[1].lstrip().startswith("host-a") and "(not pooled)" in lines[3]
 

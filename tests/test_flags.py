@@ -246,7 +246,7 @@ def test_draft_min_is_a_sweep_axis() -> None:
 
 
 def test_the_speculative_programs_read_draft_p_min_as_their_profiles_say() -> None:
-    for profile in flags.PROFILES.values():
+    for profile in flags.COUNTING_PROFILES.values():
         assert profile.reads_p_min == ("draft_p_min" in flags.FLAG_TABLE and
                                        profile.role in flags.FLAG_TABLE["draft_p_min"].programs)
     assert flags.profile("speculative-simple", "2026").reads_p_min

@@ -77,7 +77,7 @@ def test_run_sweep_report_plot(catalog: Path, tmp_path: Path) -> None:
     assert s.pairs == 2 and s.speedup is not None and s.speedup.n == 2 and s.speedup.low <= s.speedup.median <= s.speedup.high
     assert s.lossless.verdict == "identical" and s.lossless.compared == 32 and s.lossless.unit == "tokens"
     assert s.n_drafted and s.n_accept and 0 < s.n_accept < s.n_drafted and s.rounds
-    assert s.accept is not None and s.accept.median == pytest.approx(100 * s.n_accept / s.n_drafted, abs=0.01)
+    assert s.acceptance is not None and s.acceptance.median == pytest.approx(s.n_accept / s.n_drafted, abs=1e-4)
     assert s.draft.policy == "capped" and s.draft.problem is None
     # the console table: the stored speedup, the lossless verdict, the wall times of generate()
     assert s.speedup.text(suffix="x") in ran.output

@@ -155,7 +155,7 @@ def test_an_ngram_modes_longest_draft_is_its_size_else_the_helps_default() -> No
 
 def test_an_ngram_run_parses_with_its_statistics() -> None:
     s = parse.parse_speculative(*recorded("speculative-simple-ngram-simple"))
-    assert (s.n_predict, s.n_drafted, s.n_accept, s.accept) == (71, 67, 59, 88.06)  # 71 tokens for -n 64: overshoot
+    assert (s.n_predict, s.n_drafted, s.n_accept, s.acceptance) == (71, 67, 59, 0.8806)  # 71 tokens for -n 64: overshoot
     assert s.n_draft == 3  # the unused draft model's length, not the mode's
     (stat,) = s.statistics
     assert (stat.implementation, stat.calls_accept, stat.gen_drafts, stat.gen_tokens) == ("ngram-simple", 12, 11, 67)
@@ -166,7 +166,7 @@ def test_an_ngram_run_parses_with_its_statistics() -> None:
 
 def test_an_ngram_run_that_drafted_nothing_has_no_acceptance() -> None:
     s = parse.parse_speculative(*recorded("speculative-simple-ngram-nothing"))
-    assert (s.n_drafted, s.n_accept, s.accept) == (0, 0, None)  # "accept = -nan%"
+    assert (s.n_drafted, s.n_accept, s.acceptance) == (0, 0, None)  # "accept = -nan%"
     assert s.n_predict == 33
 
 
@@ -220,7 +220,7 @@ def test_an_ngram_run_without_sizes_checks_no_length(tmp_path: Path) -> None:
 def test_an_ngram_run_that_drafted_nothing(tmp_path: Path) -> None:
     m = engine(tmp_path, simple="speculative-simple-ngram-nothing").measure(ngram_case(tmp_path, n_predict=32),
                                                                             "speculative", tmp_path / "s.log")
-    assert m.ok and (m.n_drafted, m.n_accept, m.accept, m.acceptance) == (0, 0, None, None)
+    assert m.ok and (m.n_drafted, m.n_accept, m.acceptance) == (0, 0, None)
     assert m.rounds == 33  # every token its own target call
 
 

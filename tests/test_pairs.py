@@ -108,7 +108,7 @@ def test_every_field_of_a_measurement_has_its_column_and_comes_back() -> None:
     run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance={})
     values = {"mode": "speculative", "ok": True, "error": None, "argv": ("a", "b"), "exit_code": 0, "wall_seconds": 1.5,
               "peak_rss_bytes": 7, "n_prompt": 3, "n_predict": 9, "encode_tps": 1.25, "decode_tps": 2.5,
-              "speed_basis": "basis", "n_drafted": 8, "n_accept": 6, "accept": 75.0, "rounds": 2, "drafted_rounds": 1, "draft_len": 4,
+              "speed_basis": "basis", "n_drafted": 8, "n_accept": 6, "rounds": 2, "drafted_rounds": 1, "draft_len": 4,
               "draft_policy": "capped", "draft_steps": 8, "program": "llama-speculative-simple",
               "sample_ms_per_token": 0.5, "text": "xy", "tokens": (1, 2), "end_of_text": True, "error_kind": "timeout",
               "prompt_ms": 12.5, "generation_ms": 99.0, "stats": {"k": 1}, "log_path": "/l",

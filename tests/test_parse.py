@@ -39,7 +39,7 @@ PROMPT = "# Quick-sort implementation in Python and sample usage:"
 WRITEUP_EXPECTED = {
     "quicksort-python.log": dict(
         n_encoded=12, encode_s=0.247, encode_tps=48.638, n_decoded=265, decode_s=7.909, decode_tps=33.507,
-        n_draft=16, n_predict=265, n_drafted=317, n_accept=195, accept=61.514,
+        n_draft=16, n_predict=265, n_drafted=317, n_accept=195, acceptance=0.61514,
         draft=Timings(sources=("llama_print_timings",), load_ms=53.14,
                       sample_ms=652.62, sample_runs=1, sample_ms_per_token=652.62, sample_tps=1.53,
                       prompt_eval_ms=73.81, prompt_eval_tokens=12, prompt_eval_ms_per_token=6.15, prompt_eval_tps=162.58,
@@ -51,7 +51,7 @@ WRITEUP_EXPECTED = {
     ),
     "quicksort-c.log": dict(
         n_encoded=25, encode_s=0.278, encode_tps=89.900, n_decoded=258, decode_s=6.432, decode_tps=40.112,
-        n_draft=28, n_predict=258, n_drafted=278, n_accept=200, accept=71.942,
+        n_draft=28, n_predict=258, n_drafted=278, n_accept=200, acceptance=0.71942,
         draft=Timings(sources=("llama_print_timings",), load_ms=932.54,
                       sample_ms=583.50, sample_runs=1, sample_ms_per_token=583.50, sample_tps=1.71,
                       prompt_eval_ms=81.50, prompt_eval_tokens=25, prompt_eval_ms_per_token=3.26, prompt_eval_tps=306.73,
@@ -82,7 +82,7 @@ def test_writeup_rounds_account_for_every_target_token(name: str) -> None:
     assert s.target is not None
     rounds = LLAMA_SPECULATIVE.rounds(s.n_predict, s.n_accept)  # the program's own count: one batch a round
     assert s.target.prompt_eval_tokens + s.target.eval_runs == s.n_encoded + rounds + s.n_drafted
-    assert s.accept == round(100 * s.n_accept / s.n_drafted, 3)
+    assert s.acceptance == round(s.n_accept / s.n_drafted, 5)  # the printed percentage (3 decimals), as a fraction
 
 
 def test_writeup_derived_quantities() -> None:
@@ -106,7 +106,7 @@ def test_current_speculative_separate_streams() -> None:
     s = parse_speculative(*pair(NEW, "speculative"))
     assert (s.n_encoded, s.encode_s, s.encode_tps) == (11, 2.563, 4.293)
     assert (s.n_decoded, s.decode_s, s.decode_tps) == (72, 14.513, 4.961)
-    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.accept) == (8, 72, 112, 57, 50.893)
+    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.acceptance) == (8, 72, 112, 57, 0.50893)
     assert s.format == "common_perf" and s.log_prefix
     assert s.draft is None  # libllama's INFO lines are below the default verbosity now
     assert s.target == Timings(
@@ -144,7 +144,7 @@ def test_nothing_drafted_gives_no_acceptance(folder: Path) -> None:
     s = parse_speculative(*pair(folder, "speculative-no-draft"))
     assert "accept    = -nan%" in read(folder, "speculative-no-draft.stderr")
     assert (s.n_draft, s.n_drafted, s.n_accept, s.n_predict) == (0, 0, 0, 17)
-    assert s.accept is None
+    assert s.acceptance is None
     assert tokens_per_round(s.n_accept, LLAMA_SPECULATIVE.rounds(s.n_predict, s.n_accept)) == 1.0
 
 
@@ -161,7 +161,7 @@ def test_combined_capture_gives_the_same_stats_and_the_text(folder: Path) -> Non
 
 def test_combined_capture_of_the_current_build() -> None:
     s = parse_speculative(read(NEW, "speculative-combined.log"))
-    assert (s.n_predict, s.n_drafted, s.n_accept, s.accept) == (34, 32, 25, 78.125)
+    assert (s.n_predict, s.n_drafted, s.n_accept, s.acceptance) == (34, 32, 25, 0.78125)
     assert s.text == PROMPT + "\n\n```python\nimport random\n\ndef quick_sort(arr):\n    if len(arr) <= 1:\n" \
                               "        return arr\n    else:\n        left"
 
@@ -204,7 +204,7 @@ def test_output_cut_in_the_target_block(folder: Path) -> None:
 def test_llamaspec_run_log_parses() -> None:
     """The log proc.run keeps beside a run ('$ command', both streams, '# exit status')."""
     s = parse_speculative(read(NEW, "speculative-proc-run.log"))
-    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.accept) == (4, 17, 44, 5, 11.364)
+    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.acceptance) == (4, 17, 44, 5, 0.11364)
     assert s.text == "hello-good-by-all-rounders.\n\nThe original sentence is a"
 
 
@@ -216,7 +216,7 @@ def test_2025_speculative() -> None:
     assert s.format == "llama_perf" and not s.log_prefix
     assert (s.n_encoded, s.encode_s, s.encode_tps) == (11, 5.289, 2.080)
     assert (s.n_decoded, s.decode_s, s.decode_tps) == (72, 20.364, 3.536)
-    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.accept) == (8, 72, 112, 57, 50.893)
+    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.acceptance) == (8, 72, 112, 57, 0.50893)
     assert s.draft == Timings(
         sources=("llama_perf_context_print",), load_ms=3101.57,
         prompt_eval_ms=12309.72, prompt_eval_tokens=38, prompt_eval_ms_per_token=323.94, prompt_eval_tps=3.09,
@@ -236,9 +236,9 @@ def test_2025_speculative() -> None:
 
 def test_speculative_simple_parses_too() -> None:
     old = parse_speculative(*pair(OLD, "speculative-simple"))
-    assert (old.n_draft, old.n_predict, old.n_drafted, old.n_accept, old.accept) == (8, 67, 62, 47, 75.806)
+    assert (old.n_draft, old.n_predict, old.n_drafted, old.n_accept, old.acceptance) == (8, 67, 62, 47, 0.75806)
     new = parse_speculative(*pair(NEW, "speculative-simple"))
-    assert (new.n_draft, new.n_predict, new.n_drafted, new.n_accept, new.accept) == (8, 72, 112, 58, 51.786)
+    assert (new.n_draft, new.n_predict, new.n_drafted, new.n_accept, new.acceptance) == (8, 72, 112, 58, 0.51786)
     assert new.draft is None  # it prints its draft statistics at trace level only
 
 
@@ -340,7 +340,7 @@ def test_auto_kind() -> None:
 
 def test_to_json_round_trips_and_has_derived_values() -> None:
     data = json.loads(parse.to_json(parse_speculative(*pair(NEW, "speculative-no-draft"))))
-    assert data["kind"] == "speculative" and data["accept"] is None
+    assert data["kind"] == "speculative" and data["acceptance"] is None
     assert "derived" not in data  # rounds and the like belong to the program's profile, not to the parse
     assert data["target"]["derived"]["eval_tokens_per_s"] == pytest.approx(16 / 2.79108)
 
@@ -352,7 +352,7 @@ def test_cli_parse_separate_streams(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["parse", str(NEW / "speculative.stdout"), "--stderr", str(NEW / "speculative.stderr")])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert (data["kind"], data["n_accept"], data["accept"]) == ("speculative", 57, 50.893)
+    assert (data["kind"], data["n_accept"], data["acceptance"]) == ("speculative", 57, 0.50893)
 
 
 def test_cli_parse_combined_and_kind(tmp_path: Path) -> None:
@@ -415,7 +415,7 @@ def test_sep2023_speculative_adapts_its_draft_length() -> None:
     assert s.format == "llama_print_timings" and not s.log_prefix
     assert (s.n_encoded, s.encode_s, s.encode_tps) == (20, 1.892, 10.573)  # BOS + 19: always a BOS there
     assert (s.n_decoded, s.decode_s, s.decode_tps) == (72, 18.737, 3.843)
-    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.accept) == (23, 72, 107, 55, 51.402)
+    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.acceptance) == (23, 72, 107, 55, 0.51402)
     assert s.target == Timings(
         sources=("llama_print_timings",), load_ms=682.92,
         sample_ms=19.73, sample_runs=72, sample_ms_per_token=0.27, sample_tps=3648.53,
@@ -433,12 +433,12 @@ def test_sep2023_speculative_adapts_its_draft_length() -> None:
 def test_nov2023_speculative_keeps_its_draft_length() -> None:
     s = parse_speculative(*pair(NOV2023, "speculative"))  # --draft 8
     assert (s.n_encoded, s.n_decoded, s.decode_s) == (11, 66, 5.624)  # no BOS: the model says add_bos false
-    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.accept) == (8, 66, 55, 55, 100.0)
+    assert (s.n_draft, s.n_predict, s.n_drafted, s.n_accept, s.acceptance) == (8, 66, 55, 55, 1.0)
     # every drafted token decoded on the draft model, plus the target's own token of each round
     rounds = s.n_predict - s.n_accept  # Nov 2023's loop: one round per token the target chose itself
     assert s.draft is not None and s.draft.eval_runs == rounds + s.n_drafted == 66
     none = parse_speculative(*pair(NOV2023, "speculative-no-draft"))
-    assert (none.n_draft, none.n_drafted, none.accept) == (0, 0, None)  # "accept = -nan%"
+    assert (none.n_draft, none.n_drafted, none.acceptance) == (0, 0, None)  # "accept = -nan%"
     assert parse_speculative(read(NOV2023, "speculative-combined.log")).n_draft == 4
 
 

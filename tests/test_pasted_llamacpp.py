@@ -59,7 +59,7 @@ def test_a_sampled_speculative_simple_line(offline_pair) -> None:
     assert data["settings"]["program"] == "speculative-simple" and data["settings"]["temperature"] == 0.8
     s = data["summary"]
     assert s["lossless"] == {**s["lossless"], "verdict": "not applicable", "reason": "temperature 0.8"}
-    assert s["speedup"]["median"] > 0 and 0 <= s["accept"]["median"] <= 100 and s["n_drafted"] > 0
+    assert s["speedup"]["median"] > 0 and 0 <= s["acceptance"]["median"] <= 1 and s["n_drafted"] > 0
     rows = {m["mode"]: m["argv"] for m in Store.open().measurements(data["run_id"])}
     assert rows["speculative"][rows["speculative"].index("--spec-draft-n-max") + 1] == "4"
     for mode in ("baseline", "speculative"):

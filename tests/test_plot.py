@@ -41,7 +41,7 @@ def _sweep() -> tuple[list[PlotPoint], tuple[tuple[int, float], ...], tuple[tupl
     an = analyze(obs, CostModel.from_bench({1: 25.5, 2: 31.0, 9: 59.0}, 9.0), max_draft=12)
     points = [
         PlotPoint.from_repeats(
-            o.draft_max, repeats[o.draft_max], 39.2, accept=o.accept_rate, predicted_speedup=p.predicted_speedup
+            o.draft_max, repeats[o.draft_max], 39.2, acceptance=o.accept_rate, predicted_speedup=p.predicted_speedup
         )
         for o, p in zip(obs, an.points, strict=True)
     ]
@@ -116,7 +116,7 @@ def test_title_names_models_hardware_backend_and_commit() -> None:
 def test_failed_render_leaves_the_old_file_and_no_partial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from matplotlib.figure import Figure
 
-    points = [PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0, accept=0.8)]
+    points = [PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0, acceptance=0.8)]
     (first,) = plot_speedup(points, META, tmp_path, formats=("png",))
     before = first.read_bytes()
 
@@ -132,7 +132,7 @@ def test_failed_render_leaves_the_old_file_and_no_partial(tmp_path: Path, monkey
 
 
 def test_point_from_repeats_uses_median_and_spread() -> None:
-    p = PlotPoint.from_repeats(4, [30.0, 36.0, 33.0], baseline_tps=30.0, accept=0.5)
+    p = PlotPoint.from_repeats(4, [30.0, 36.0, 33.0], baseline_tps=30.0, acceptance=0.5)
     assert (p.decode_tps, p.decode_tps_min, p.decode_tps_max) == (33.0, 30.0, 36.0)
     assert p.speedup == pytest.approx(1.1)
 
@@ -143,7 +143,7 @@ def test_point_from_repeats_uses_median_and_spread() -> None:
         {"draft_max": 4, "decode_tps": 0.0, "baseline_tps": 10.0},
         {"draft_max": 4, "decode_tps": 10.0, "baseline_tps": float("nan")},
         {"draft_max": -1, "decode_tps": 10.0, "baseline_tps": 10.0},
-        {"draft_max": 4, "decode_tps": 10.0, "baseline_tps": 10.0, "accept": 61.5},  # a percentage, not a fraction
+        {"draft_max": 4, "decode_tps": 10.0, "baseline_tps": 10.0, "acceptance": 61.5},  # a percentage, not a fraction
         {"draft_max": 4, "decode_tps": 10.0, "baseline_tps": 10.0, "decode_tps_min": 11.0},
     ],
 )

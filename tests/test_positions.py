@@ -227,7 +227,7 @@ def test_rounds_from_the_hook_give_positions() -> None:
 
 def measured(drafted: tuple[int, ...] | None, accepted: tuple[int, ...] | None, note: str | None = None) -> Measurement:
     return Measurement(mode="speculative", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
-                       peak_rss_bytes=None, decode_tps=10.0, n_drafted=8, n_accept=6, accept=75.0, rounds=2,
+                       peak_rss_bytes=None, decode_tps=10.0, n_drafted=8, n_accept=6, rounds=2,
                        drafted_by_position=drafted, accepted_by_position=accepted, text="t",
                        stats={"by_position": {"note": note}} if note else None)
 

@@ -63,7 +63,7 @@ def test_prompt_summary_pairs_repeats_and_checks_tokens() -> None:
         m("baseline", 10.0), m("speculative", 20.0, drafted=40, accepted=30, rounds=10),
         m("speculative", 30.0, drafted=40, accepted=30, rounds=10, pair=1), m("baseline", 10.0, pair=1)])
     assert s.speedup == 2.5  # median of the paired ratios 2.0 and 3.0
-    assert s.n_drafted == 80 and s.n_accept == 60 and s.accept == 75.0 and s.rounds == 20
+    assert s.n_drafted == 80 and s.n_accept == 60 and s.acceptance == 0.75 and s.rounds == 20
     assert s.lossless is True and s.first_difference is None
     assert s.baseline_tokens == 126 and math.isclose(s.baseline_seconds, 12.6)
     assert promptset.PromptFigures.from_dict(json.loads(json.dumps(s.to_dict()))) == s  # as a run row stores it
@@ -116,7 +116,7 @@ def test_set_statistics_by_hand() -> None:
     # 189 tokens in 3.15 + 12.6 + 6.3 s against 189 tokens in 3 * 6.3 s
     assert s.total_speedup and math.isclose(s.total_speedup.median, 18.9 / 22.05)
     assert s.total_speedup.low <= s.total_speedup.median <= s.total_speedup.high
-    assert s.accept == 50.0  # 40 of 80
+    assert s.acceptance == 0.5  # 40 of 80
     assert s.tokens_per_round and math.isclose(s.tokens_per_round, (40 + 30) / 30)  # the target's own token included
     assert s.lossless_rate == 1.0 and s.lossless_checked == 4
     code = st.categories["code"]

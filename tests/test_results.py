@@ -32,7 +32,7 @@ PROVENANCE = {"engine": {"name": "llama.cpp", "version": "0c1e570", "accel": "cp
 def row(run_id: int, mode: str, **kw) -> MeasurementRow:
     base: dict[str, Any] = dict(run_id=run_id, mode=mode, repeat=0, ok=True, error=None, argv=["llama-speculative", "-m", "x"],
                 exit_code=0, wall_seconds=1.5, peak_rss_bytes=123, n_prompt=12, n_predict=64, encode_tps=100.0,
-                decode_tps=30.0, n_drafted=70, n_accept=40, accept=57.143, text="def f():", stats={"a": 1}, log_path="/x.log")
+                decode_tps=30.0, n_drafted=70, n_accept=40, acceptance=0.57143, text="def f():", stats={"a": 1}, log_path="/x.log")
     base.update(kw)
     return MeasurementRow(**base)
 
@@ -40,7 +40,7 @@ def row(run_id: int, mode: str, **kw) -> MeasurementRow:
 def test_round_trip_and_exports(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "r.sqlite")
     run_id = store.start_run(experiment="e", case_name="c", settings={"draft_max": 4}, provenance=PROVENANCE)
-    store.add_measurement(row(run_id, "baseline", n_drafted=None, n_accept=None, accept=None, baseline_key="k1"))
+    store.add_measurement(row(run_id, "baseline", n_drafted=None, n_accept=None, acceptance=None, baseline_key="k1"))
     store.add_measurement(row(run_id, "speculative"))
     store.finish_run(run_id, "ok", {"speedup": {"median": 1.1}})
     got = store.run(run_id)
@@ -480,3 +480,63 @@ def test_watch_windows_are_stored_and_found_by_their_files(tmp_path: Path) -> No
     assert [w["url"] for w in store.windows()] == ["http://127.0.0.1:9090", "http://127.0.0.1:8080"]
     with pytest.raises(ValueError, match="no column"):
         store.add_window({"url": "x", "finished_at": "y", "counts": {}, "provenance": {}, "nonsense": 1})
+
+
+def test_acceptance_becomes_a_fraction_in_an_old_store(tmp_path: Path) -> None:
+    # A store from before acceptance had one unit: the measurements' accept column and the parse in
+    # stats held llama.cpp's printed percentage, a run's summary a spread of percentages (a prompt's
+    # figures one percentage). Each reads as the fraction named acceptance, and prints as before.
+    from llamaspec.base import stats
+    from llamaspec.measure.summary import Summary
+    from llamaspec.promptset.prompt_figures import PromptFigures
+    from llamaspec.store.results import measurement_of
+
+    path = tmp_path / "old.sqlite"
+    db = _store_before(path, "RENAME COLUMN accept TO acceptance")
+    spread = {"median": 40.85, "low": 40.514, "high": 41.0, "n": 3, "min": 40.514, "max": 41.0, "cv": 0.004,
+              "values": [41.0, 40.514, 40.85]}
+    point = {k: v for k, v in Summary.from_dict(None).to_dict().items() if k != "acceptance"}
+    summaries = {"sweep point": {**point, "status": "ok", "pairs": 3, "paired": True, "accept": spread},
+                 "prompt": {"id": "p", "category": "code", "status": "ok", "speedup": 1.5, "accept": 75.0},
+                 "nothing drafted": {"status": "failed", "accept": None},
+                 "failed early": None}
+    run_ids = {}
+    for case, summary in summaries.items():
+        run_ids[case] = db.execute(
+            "INSERT INTO runs (experiment, case_name, status, started_at, settings, provenance, summary)"
+            " VALUES ('e', ?, 'ok', 'then', '{}', '{}', ?)",
+            (case, json.dumps(summary) if summary is not None else None)).lastrowid
+    insert = ("INSERT INTO measurements (run_id, mode, repeat, ok, argv, created_at, n_drafted, n_accept, accept, stats)"
+              " VALUES (?, ?, 0, 1, '[]', 'then', ?, ?, ?, ?)")
+    sweep, nothing = run_ids["sweep point"], run_ids["nothing drafted"]
+    db.execute(insert, (sweep, "speculative", 317, 195, 61.514, json.dumps({"accept": 61.514, "n_accept": 195})))
+    db.execute(insert, (sweep, "baseline", None, None, None, json.dumps({"timings": {"n": 1}})))
+    db.execute(insert, (nothing, "speculative", 0, 0, None, json.dumps({"accept": None, "n_accept": 0})))
+    db.commit()
+    db.close()
+
+    store = Store.open(path)
+    spec, base = store.measurements(sweep)
+    assert "accept" not in spec and spec["acceptance"] == pytest.approx(0.61514)
+    assert spec["stats"] == {"acceptance": pytest.approx(0.61514), "n_accept": 195}
+    assert measurement_of(spec).acceptance == pytest.approx(spec["acceptance"], abs=1e-5)  # the counters agree
+    assert base["acceptance"] is None and base["stats"] == {"timings": {"n": 1}}
+    (none,) = store.measurements(nothing)
+    assert none["acceptance"] is None and none["stats"] == {"acceptance": None, "n_accept": 0}
+
+    runs = {r["case_name"]: r for r in store.runs()}
+    s = Summary.from_dict(runs["sweep point"]["summary"])
+    assert "accept" not in runs["sweep point"]["summary"] and s.acceptance is not None
+    assert (s.acceptance.median, s.acceptance.low, s.acceptance.high) == pytest.approx((0.4085, 0.40514, 0.41))
+    assert s.acceptance.values == pytest.approx((0.41, 0.40514, 0.4085))  # in their order
+    assert (s.acceptance.n, s.acceptance.cv) == (3, 0.004)
+    # printed in percent, it reads as the stored percentages did (40.85 stays 40.9 at one decimal)
+    old = stats.Spread.from_dict(spread)
+    assert old is not None and s.acceptance.in_percent().text("{:.1f}") == old.text("{:.1f}") == "40.9 [40.5-41.0]"
+    assert PromptFigures.from_dict(runs["prompt"]["summary"]).acceptance == pytest.approx(0.75)
+    assert runs["nothing drafted"]["summary"] == {"status": "failed", "acceptance": None}
+    assert runs["failed early"]["summary"] is None
+    # a store opened again is not migrated twice
+    store.close()
+    again = Store.open(path)
+    assert again.measurements(sweep)[0]["acceptance"] == pytest.approx(0.61514)

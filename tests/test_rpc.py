@@ -251,7 +251,7 @@ def test_target_on_two_rpc_servers_gives_the_local_baseline_text(rpc_build, pair
     assert n > 50 and spec_rpc.text.strip()[:n] == base_local.text.strip()[:n]
     assert spec_rpc.n_accept and spec_rpc.n_drafted and spec_rpc.n_accept <= spec_rpc.n_drafted
     print(f"local baseline {base_local.decode_tps:.1f} t/s; over RPC: baseline {base_rpc.decode_tps:.1f} t/s, "
-          f"speculative {spec_rpc.decode_tps:.1f} t/s, accepted {spec_rpc.accept:.1f} %")
+          f"speculative {spec_rpc.decode_tps:.1f} t/s, accepted {100 * (spec_rpc.acceptance or 0):.1f} %")
     # Once the servers are gone, the same case is refused before anything runs.
     with pytest.raises(LlamaspecError, match=f"RPC worker 127.0.0.1:{ports[0]} does not answer"):
         backend.check(remote)

@@ -57,7 +57,10 @@ def test_run_case_interleaves_stores_and_summarises(tmp_path: Path) -> None:
     assert s.decode_tps.median == pytest.approx((spec.n_decoded - 1) / spec.decode_s)
     assert s.baseline_decode_tps.median == pytest.approx(base.timings.eval_runs / (base.timings.eval_ms + base.timings.sampling_total_ms) * 1e3)
     assert s.speedup.median == pytest.approx(s.decode_tps.median / s.baseline_decode_tps.median)
-    assert (s.n_drafted, s.n_accept, s.accept.median) == (spec.n_drafted, spec.n_accept, spec.accept)
+    assert (s.n_drafted, s.n_accept) == (spec.n_drafted, spec.n_accept)
+    # a fraction, from the counters (57 of 112); the printed "accept = 50.893%" is read as the same fraction
+    assert s.acceptance is not None and s.acceptance.median == 57 / 112 == spec.n_accept / spec.n_drafted
+    assert spec.acceptance == 0.50893 == pytest.approx(57 / 112, abs=1e-5)
     assert s.rounds == spec.n_predict - spec.n_accept - 1 == 14  # the first token comes from the prompt
     assert s.n_drafted == 8 * s.rounds and s.draft.policy == "fixed" and s.draft.problem is None
     assert s.lossless.verdict == "identical" and s.lossless.unit == "chars"

@@ -531,7 +531,7 @@ def test_the_llama_cpp_counters_use_the_model_s_round_shapes() -> None:
     # One formula: the counters llama.cpp runs store and the model that fits them read the same shape.
     from llamaspec.llamacpp import flags
 
-    for prog in flags.PROFILES.values():
+    for prog in flags.COUNTING_PROFILES.values():
         assert prog.shape is (LLAMA_SPECULATIVE if prog.role == "speculative" else SPECULATIVE_SIMPLE)
         assert prog.rounds(72, 57) == prog.shape.rounds(72, 57)
     assert flags.profile("speculative", "2026").rounds(72, 57) == 14

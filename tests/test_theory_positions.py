@@ -243,8 +243,8 @@ def test_the_position_recordings_count_every_round_of_every_pair(level: str) -> 
             if len(drafted) == k:  # every position known: the counts add up to the program's own totals
                 assert (sum(drafted), sum(accepted)) == (m["n_drafted"], m["n_accept"])
     low, high = POSITION_LEVELS[level]
-    eight = rec.points[8].summary.accept
-    assert eight is not None and low <= eight.median / 100 <= high, eight.median
+    eight = rec.points[8].summary.acceptance
+    assert eight is not None and low <= eight.median <= high, eight.median
 
 
 @pytest.mark.parametrize("level", list(POSITION_LEVELS))

@@ -47,6 +47,11 @@ class Spread:
             return main
         return f"{main} [{fmt.format(self.low)}-{fmt.format(self.high)}]"
 
+    def in_percent(self) -> Spread:
+        """A spread of fractions in percent, for text (every figure is kept as a fraction; ``cv`` has no unit)."""
+        return Spread(percent(self.median), percent(self.low), percent(self.high), self.n, percent(self.min),
+                      percent(self.max), self.cv, tuple(percent(v) for v in self.values))
+
     def to_dict(self) -> dict[str, Any]:
         return {"median": self.median, "low": self.low, "high": self.high, "n": self.n, "min": self.min,
                 "max": self.max, "cv": self.cv, "values": list(self.values)}
@@ -58,6 +63,13 @@ class Spread:
         return cls(median=data["median"], low=data.get("low", data["median"]), high=data.get("high", data["median"]),
                    n=data.get("n", 1), min=data.get("min", data["median"]), max=data.get("max", data["median"]),
                    cv=data.get("cv"), values=tuple(data.get("values") or ()))
+
+
+def percent(fraction: float) -> float:
+    """A fraction as a percentage, for printed text only. Rounded to 9 decimals so that a percentage an
+    engine printed with 3 decimals, kept divided by 100, prints as it was printed (100 * 0.4085 is
+    40.849999999999994, which one decimal would print as 40.8, not 40.9)."""
+    return round(100.0 * fraction, 9)
 
 
 def cv(values: Sequence[float]) -> float | None:

@@ -81,8 +81,9 @@ HONOURED = frozenset({
     "n_predict", "seed", "temperature", "draft_max", "draft_p_min", "threads", "escape", "spec_type", "timeout",
     "draft_schedule", "dtype", "draft_dtype", "load_in", "device", "universal_assisted",
 })
-# The round profiles the speedup model reads (registered in hf.profiles), by spec_type.
-PROFILES = {"draft": "transformers-assisted", "prompt-lookup": "transformers-prompt-lookup"}
+# The program a measurement records per spec_type (Measurement.program): the name of its round
+# profile, registered in hf.profiles, which the speedup model reads.
+PROGRAM_OF_SPEC_TYPE = {"draft": "transformers-assisted", "prompt-lookup": "transformers-prompt-lookup"}
 BATCH_REPETITIONS = 3
 CAPABILITIES = Capabilities(
     modes=frozenset({"baseline", "speculative", "draft", "batch"}),
@@ -424,10 +425,9 @@ class TransformersEngine:
             by = positions_from_rounds(rounds)  # each round's candidates and accepted count, from the hook
             stats["by_position"] = {"drafted": by.drafted, "accepted": by.accepted, "note": by.note}
             counters = {**by.fields(), "n_drafted": drafted, "n_accept": accepted, "rounds": len(rounds),
-                        "accept": 100.0 * accepted / drafted if drafted else None,
                         "draft_len": _draft_len(plan, assistant_stats, draft_max),
                         "draft_policy": _draft_policy(plan, assistant_stats),
-                        "program": PROFILES[plan.spec_type]}
+                        "program": PROGRAM_OF_SPEC_TYPE[plan.spec_type]}
         timed_out = s.timeout is not None and seconds >= s.timeout and len(ids) < n_predict and not end_of_text
         measurement = Measurement(
             ok=not timed_out,

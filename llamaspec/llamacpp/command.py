@@ -30,13 +30,12 @@ from typing import Any
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags
 from llamaspec.measure import spectypes
-from llamaspec.measure.settings import SettingError, Settings
+from llamaspec.measure.settings import PROGRAM_BINARIES, SettingError, Settings
 
 # Program name -> (engine, Settings.program). The 2023 generation's binary was ./speculative.
 PROGRAMS: dict[str, tuple[str, str | None]] = {
     "llama-server": ("llama-server", None),
-    "llama-speculative-simple": ("llama.cpp", "speculative-simple"),
-    "llama-speculative": ("llama.cpp", "speculative"),
+    **{binary: ("llama.cpp", program) for program, binary in reversed(PROGRAM_BINARIES.items())},
     "speculative": ("llama.cpp", "speculative"),
 }
 # What to say about programs that are llama.cpp's but not measurable as pasted.

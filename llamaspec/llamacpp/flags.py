@@ -25,7 +25,7 @@ from llamaspec import theory
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
 from llamaspec.measure import spectypes
-from llamaspec.measure.settings import DEFAULTS, Settings
+from llamaspec.measure.settings import DEFAULTS, Settings, program_binary
 
 GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 on)
 
@@ -511,7 +511,7 @@ def speculative_argv(caps: HelpFlags, program: Path, inv: Invocation, role: str)
     spec = spec_type_argv(caps, inv.settings) if caps.has("--spec-type") else []
     if kind.draft_free and not kind.runs_on(role):
         runs = " or ".join(f"--program {p}" for p in kind.programs)
-        raise LlamaspecError(f"llama-{role} cannot run --spec-type {spec_type}: it requires a draft model whatever "
+        raise LlamaspecError(f"{program_binary(role)} cannot run --spec-type {spec_type}: it requires a draft model whatever "
                              "--spec-type says", hint=f"use {runs + ', which runs it without a draft, ' if runs else ''}"
                                                       "or llama-server (`llamaspec run -- llama-server -m T.gguf "
                                                       f"--spec-type {spec_type}`, or engine: llama-server)")
@@ -645,7 +645,7 @@ _SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens i
                  "verification round, which the program does not time apart (about 1/rounds of T)")
 _SPEC, _SIMPLE = LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
 
-PROFILES: dict[tuple[str, str], CountingProfile] = {
+COUNTING_PROFILES: dict[tuple[str, str], CountingProfile] = {
     # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
     # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
     ("speculative", "2023-sep"): CountingProfile("speculative", "2023-sep", "adaptive", _SPEC, _SPEC_BASIS),
@@ -670,8 +670,8 @@ def profile_for(caps: HelpFlags, role: str) -> CountingProfile:
 
 def profile(role: str, generation: str) -> CountingProfile:
     try:
-        return PROFILES[(role, generation)]
+        return COUNTING_PROFILES[(role, generation)]
     except KeyError:
-        known = ", ".join(f"{r} ({g})" for r, g in PROFILES)
+        known = ", ".join(f"{r} ({g})" for r, g in COUNTING_PROFILES)
         raise LlamaspecError(f"llamaspec does not know how {role} of the {generation} generation counts",
                              hint=f"known: {known}") from None

@@ -22,7 +22,8 @@ generated text goes to stdout and every log line to stderr. Both streams can be 
 (``2>&1``; pass it as ``stdout`` with ``stderr`` empty).
 
 ``accept`` as printed is ``100 * n_accept / n_drafted`` rounded to 3 decimals (``-nan`` or
-``nan`` when nothing was drafted: then ``accept`` is None).
+``nan`` when nothing was drafted): it is read as a fraction, ``acceptance`` (the printed
+percentage over 100; None when nothing was drafted), the unit every figure of llamaspec is kept in.
 
 What the speeds cover differs between the programs (llama.cpp's source, 2023 to now):
 
@@ -51,6 +52,7 @@ and one set of result dataclasses; each reader is short, their number makes the 
 from __future__ import annotations
 
 import contextlib
+import decimal
 import json
 import math
 import re
@@ -167,7 +169,7 @@ class SpeculativeStats:
     n_predict: int  # tokens generated (may overshoot -n: the last round's accepted tokens all count)
     n_drafted: int
     n_accept: int
-    accept: float | None  # printed 100 * n_accept / n_drafted; None when nothing was drafted
+    acceptance: float | None  # the printed "accept = x%" as a fraction (x / 100); None when nothing was drafted
     draft: Timings | None  # None when the build printed no draft timings (current builds without -lv 4)
     target: Timings | None
     text: str | None  # stdout without the blank lines around it: prompt + generation since 2024
@@ -316,6 +318,13 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _fraction(percent: str) -> float | None:
+    """A printed percentage as a fraction, divided in decimal so that it reads as written ("10.001"
+    is 0.10001, where float division gives 0.10000999999999999); None for nan."""
+    value = _number(percent)
+    return None if value is None else float(decimal.Decimal(percent.split("(")[0]) / 100)
+
+
 def _int(text: str) -> int | None:
     value = _number(text)
     return int(value) if value is not None else None
@@ -390,7 +399,7 @@ class _Scan:
     coded: dict[str, tuple[int, float, float | None]] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     accept_seen: bool = False
-    accept: float | None = None
+    acceptance: float | None = None
     blocks: dict[str, _Block] = field(default_factory=dict)
     sections: list[str] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
@@ -429,7 +438,7 @@ def _scan(text: str) -> _Scan:
             scan.counters[m.group("name")] = _int(m.group("v")) or 0
         elif m := _ACCEPT.match(line):
             scan.accept_seen = True
-            scan.accept = _number(m.group("v"))
+            scan.acceptance = _fraction(m.group("v"))
         elif m := _SECTION.match(line):
             section = m.group("name")
             scan.sections.append(section)
@@ -636,7 +645,7 @@ def parse_speculative(stdout: str, stderr: str = "") -> SpeculativeStats:
         n_decoded=n_dec, decode_s=dec_s, decode_tps=dec_tps,
         n_draft=scan.counters["n_draft"], n_predict=scan.counters["n_predict"],
         n_drafted=scan.counters["n_drafted"], n_accept=scan.counters["n_accept"],
-        accept=scan.accept,
+        acceptance=scan.acceptance,
         draft=blocks.get("draft"), target=blocks.get("target"),
         text=text,
         log_prefix=out_scan.prefixed or err_scan.prefixed,

@@ -34,7 +34,7 @@ from llamaspec.measure.contract import (
     ResolvedCase,
     acceptance_by_position,
 )
-from llamaspec.measure.settings import defaults_for
+from llamaspec.measure.settings import defaults_for, program_binary
 
 log = logging.getLogger(__name__)
 
@@ -164,14 +164,14 @@ class LlamaCppEngine:
             self._pairs_checked.add((case.target.path, case.draft.path))
         if self._role(case) not in self.build.programs:
             draft_free = spectypes.of(case.settings.spec_type).draft_free
-            raise LlamaspecError(f"this llama.cpp build has no llama-{self._role(case)} program"
+            raise LlamaspecError(f"this llama.cpp build has no {program_binary(self._role(case))} program"
                                  + (f" to run {case.settings.spec_type} without a draft" if draft_free else ""),
                                  hint="use a llama.cpp build from 2026 on (`llamaspec build`), or llama-server" if draft_free
                                  else "use program: speculative, or a build that has llama-speculative-simple")
         profile = self.profile(case)
         if case.settings.draft_p_min is not None and not profile.reads_p_min:
             raise LlamaspecError(
-                f"llama-{profile.role} ignores p-min (the program never reads it: the same tokens are drafted at any value)",
+                f"{program_binary(profile.role)} ignores p-min (the program never reads it: the same tokens are drafted at any value)",
                 hint="use program: speculative-simple (the common/speculative path llama-server uses), which reads it")
         role = self._role(case)
         defaults = defaults_for(case.settings.spec_type)
@@ -179,7 +179,7 @@ class LlamaCppEngine:
             value = getattr(case.settings, name)
             if value not in (None, (), getattr(defaults, name)):
                 readers = sorted(r for r in flags.SPECULATIVE if name in flags.takes(r))
-                raise LlamaspecError(f"llama-{role} does not read {name} (set to {value!r}): its --help may list "
+                raise LlamaspecError(f"{program_binary(role)} does not read {name} (set to {value!r}): its --help may list "
                                      f"the flag, but the program never uses it",
                                      hint=f"use program: {' or '.join(readers)}, which reads it" if readers
                                      else f"drop {name}")
@@ -340,13 +340,12 @@ def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingPr
         speed_basis=profile.speed_basis,
         n_drafted=stats.n_drafted,
         n_accept=stats.n_accept,
-        accept=stats.accept,
         rounds=profile.rounds(stats.n_predict, stats.n_accept),
         draft_len=longest,
         draft_steps=profile.rounds(stats.n_predict, stats.n_accept) * profile.draft_steps_per_round(stats.n_draft)
         if profile.draft_policy == "fixed" and case.draft is not None else None,
         draft_policy=profile.draft_policy,
-        program=f"llama-{profile.role}",
+        program=program_binary(profile.role),
         text=text,
         end_of_text=requested is not None and stats.n_predict < requested,
         stats={**stats.to_dict(), "prompt_echo_found": echoed,

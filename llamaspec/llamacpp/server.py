@@ -604,7 +604,7 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
         # only the rounds that drafted something (a step whose draft came back empty, the last
         # token among them, is a plain decode): those are drafted_rounds.
         calls = LLAMA_SERVER.rounds(n_gen, accepted) if isinstance(n_gen, int) else -1
-        fields.update(n_drafted=drafted, n_accept=accepted, accept=100.0 * accepted / drafted if drafted else None,
+        fields.update(n_drafted=drafted, n_accept=accepted,
                       rounds=calls if calls >= 0 else None, drafted_rounds=drafted_rounds,
                       draft_policy="capped", program=PROGRAM,
                       draft_len=spectypes.requested_length(s))

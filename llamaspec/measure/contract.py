@@ -155,7 +155,6 @@ class Measurement:
     speed_basis: str | None = None
     n_drafted: int | None = None
     n_accept: int | None = None
-    accept: float | None = None  # percent, n_accept / n_drafted, as llama.cpp prints it
     rounds: int | None = None  # every verification round (target call after the prompt), by the program's own loop
     drafted_rounds: int | None = None  # the rounds that drafted something, where the engine counts them apart
     draft_len: int | None = None  # the draft length the program reports having used (its final one, if adaptive)
@@ -197,7 +196,8 @@ class Measurement:
 
     @property
     def acceptance(self) -> float | None:
-        """Accepted over drafted, as a fraction (``accept`` is the percentage the engine printed)."""
+        """Accepted over drafted, as a fraction in [0, 1]: the one acceptance every engine, view and
+        store reads (a percentage only where text is printed)."""
         return acceptance(self.n_accept, self.n_drafted)
 
     @property

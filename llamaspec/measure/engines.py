@@ -25,7 +25,7 @@ REGISTRY: dict[str, str] = {
 # Each engine's round profiles (``llamaspec.theory.profiles.RoundProfile``), registered with the speedup
 # model when their module is imported: the model asks for them by the program name a measurement
 # records, and names no engine itself.
-PROFILES: tuple[str, ...] = ("llamaspec.llamacpp.profiles", "llamaspec.hf.profiles")
+ROUND_PROFILE_MODULES: tuple[str, ...] = ("llamaspec.llamacpp.profiles", "llamaspec.hf.profiles")
 
 # The engine whose programs make model files: a checkpoint converted to GGUF with its source's
 # converter, a GGUF quantized with its quantizer. The models room asks here instead of naming llama.cpp.
@@ -114,4 +114,4 @@ def provide_machine(name: str, accel: str, options: dict[str, Any], labels: list
     """On a worker: what engine ``name`` needs there (built, fetched, derived), as a machine object
     with ``open(engine)``, ``model(label)``, ``commit``, ``build_key``, ``bin_dir`` and ``close()``."""
     return _machine_module(name).provide(accel, options, labels, machine)
-__all__ = ["PROFILES", "REGISTRY", "deployment", "honoured", "model_tools", "names", "open_engine"]
+__all__ = ["REGISTRY", "ROUND_PROFILE_MODULES", "deployment", "honoured", "model_tools", "names", "open_engine"]

@@ -142,7 +142,19 @@ def _setting(check: Callable[[Any], Any], *, default: Any = None, sweep: Callabl
                                          "engine": engine, "help": help})
 
 
-PROGRAM_CHOICES = ("speculative", "speculative-simple")
+# Settings.program is the short name a user types (the build's role for the program); a measurement
+# records the program by its binary's name as llama.cpp names it (Measurement.program, which is also
+# the name of the program's round profile). This is the one mapping between the two.
+PROGRAM_BINARIES = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple"}
+PROGRAM_CHOICES = tuple(PROGRAM_BINARIES)
+
+
+def program_binary(program: str) -> str:
+    """The name a measurement records for ``program``: a ``Settings.program`` is mapped to its binary's
+    name (``speculative-simple`` -> ``llama-speculative-simple``); a name that already is one
+    (``llama-server``, ``transformers-assisted``) is returned as given, so either spelling reads the same."""
+    return PROGRAM_BINARIES.get(program, program)
+
 DRAFT_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 

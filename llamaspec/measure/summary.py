@@ -49,10 +49,15 @@ class Reference:
     n_predict: int | None = None
     n_drafted: int | None = None
     n_accept: int | None = None
-    accept_pct: float | None = None
+    accept_pct: float | None = None  # as the write-up printed it: a percentage
     speedup: float | None = None
     seconds: float | None = None  # wall time of the speculative generation (write-ups that timed the whole call)
     baseline_seconds: float | None = None  # the same without a draft
+
+    @property
+    def acceptance(self) -> float | None:
+        """The write-up's acceptance as a fraction, the unit a Summary keeps it in."""
+        return None if self.accept_pct is None else self.accept_pct / 100.0
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,7 @@ class Summary:
     decode_tps: Spread | None  # speculative, on SPEED_DEFINITION
     baseline_decode_tps: Spread | None
     encode_tps: Spread | None
-    accept: Spread | None  # percent
+    acceptance: Spread | None  # accepted over drafted, as fractions (Measurement.acceptance)
     lossless: Lossless
     draft: DraftCheck
     n_prompt: int | None = None
@@ -273,7 +278,7 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "accept", "draft_decode_tps"):
+        for key in ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "acceptance", "draft_decode_tps"):
             value = getattr(self, key)
             data[key] = value.to_dict() if value is not None else None
         data["batch_ms"] = {str(k): v for k, v in self.batch_ms.items()} if self.batch_ms else None
@@ -289,7 +294,7 @@ class Summary:
         if "lossless" not in data or "draft" not in data or "pairs" not in data:
             return empty(data.get("status", "failed"), data.get("error"))
         spreads = {k: Spread.from_dict(data.get(k)) for k in
-                   ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "accept", "draft_decode_tps")}
+                   ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "acceptance", "draft_decode_tps")}
         batch = data.get("batch_ms")
         return cls(**{**data, **spreads, "lossless": Lossless(**data["lossless"]), "draft": DraftCheck(**data["draft"]),
                       "batch_ms": {int(k): v for k, v in batch.items()} if batch else None,
@@ -379,7 +384,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     return Summary(
         status=status, pairs=len(ratios), paired=paired, speedup=speedup,
         decode_tps=stats.spread([m.decode_tps for m in spec]), baseline_decode_tps=base_spread,
-        encode_tps=stats.spread([m.encode_tps for m in spec]), accept=stats.spread([m.accept for m in spec]),
+        encode_tps=stats.spread([m.encode_tps for m in spec]), acceptance=stats.spread([m.acceptance for m in spec]),
         lossless=lossless, draft=draft,
         n_prompt=mid_spec.n_prompt if mid_spec else None, n_predict=mid_spec.n_predict if mid_spec else None,
         n_drafted=mid_spec.n_drafted if mid_spec else None, n_accept=mid_spec.n_accept if mid_spec else None,

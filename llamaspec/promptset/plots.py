@@ -54,7 +54,7 @@ def plot_set(summary: SetSummary, out_dir: Path) -> list[Path]:
             ys.append(s.median)
             lo.append(s.median - s.low)
             hi.append(s.high - s.median)
-            acc.append(g.accept or 0.0)
+            acc.append(stats.percent(g.acceptance or 0.0))  # drawn in percent
         ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=3, color=f"C{k % 10}", label=label)
         ax2.bar(xs, acc, width, color=f"C{k % 10}", label=label)
     for ax in (ax1, ax2):

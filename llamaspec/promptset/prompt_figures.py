@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaspec.base import stats
-from llamaspec.measure.contract import Measurement
+from llamaspec.measure.contract import Measurement, acceptance
 from llamaspec.measure.pairs import whole_pairs
 from llamaspec.measure.summary import summarize as summarize_point
 from llamaspec.promptset.probe import Divergence
@@ -81,7 +81,7 @@ class PromptFigures:
     speculative_prompt_ms: float | None = None
     n_drafted: int | None = None
     n_accept: int | None = None
-    accept: float | None = None  # percent of drafted tokens accepted
+    acceptance: float | None = None  # accepted over drafted tokens, a fraction (contract.acceptance)
     rounds: int | None = None  # None unless every speculative measurement knows its rounds
     lossless: bool | None = None
     first_difference: int | None = None
@@ -205,7 +205,7 @@ def prompt_summary(prompt: Prompt, measured: Sequence[Measurement], temperature:
         baseline_prompt_ms=median_or_none([m.prompt_ms for m in base]),
         speculative_prompt_ms=median_or_none([m.prompt_ms for m in spec]),
         n_drafted=drafted if spec else None, n_accept=accepted if spec else None,
-        accept=100.0 * accepted / drafted if drafted else None,
+        acceptance=acceptance(accepted, drafted),
         rounds=sum(r for r in rounds if r is not None) if spec and all(r is not None for r in rounds) else None,
         lossless=verdict.identical if spec and base else None,
         first_difference=verdict.first_difference if verdict.verdict == "differs" else None,

@@ -23,7 +23,7 @@ from typing import Any
 
 from llamaspec.base import stats
 from llamaspec.measure import estimators
-from llamaspec.measure.contract import acceptance, mean_accepted, tokens_per_round
+from llamaspec.measure.contract import acceptance, drafted_per_round, mean_accepted, tokens_per_round
 from llamaspec.promptset.probe import Divergence, divergence_text
 from llamaspec.promptset.prompt_figures import PromptFigures, fields_dict, median_or_none
 
@@ -64,7 +64,7 @@ class GroupFigures:
     e2e_geomean_speedup: stats.Spread | None
     baseline_prompt_ms: float | None
     speculative_prompt_ms: float | None
-    accept: float | None  # percent
+    acceptance: float | None  # accepted over drafted tokens, a fraction (contract.acceptance)
     n_drafted: int
     n_accept: int
     # as backend.Measurement defines them, over the set's rounds (Spec-Bench's tau = tokens per round)
@@ -185,7 +185,7 @@ def group_statistics(items: Sequence[PromptFigures]) -> GroupFigures:
         e2e_geomean_speedup=stats.mean_spread(e2e, geometric=True),
         baseline_prompt_ms=median_or_none([i.baseline_prompt_ms for i in counted]),
         speculative_prompt_ms=median_or_none([i.speculative_prompt_ms for i in counted]),
-        accept=100.0 * a if (a := acceptance(accepted, drafted)) is not None else None,
+        acceptance=acceptance(accepted, drafted),
         n_drafted=drafted, n_accept=accepted,
         tokens_per_round=tokens_per_round(accepted, n_rounds) if known_rounds else None,
         mean_accepted=mean_accepted(accepted, n_rounds) if known_rounds else None,
@@ -206,7 +206,10 @@ def _model_forecast(drafted: int, accepted: int, rounds: int | None, speedups: S
         return None
     from llamaspec import theory
 
-    fit = theory.fit_one_point(accepted / drafted, drafted / rounds, stats.geometric_mean(speedups))
+    share, per_round = acceptance(accepted, drafted), drafted_per_round(drafted, rounds)
+    if share is None or per_round is None:
+        return None
+    fit = theory.fit_one_point(share, per_round, stats.geometric_mean(speedups))
     if fit is None:
         return None
     return Forecast(alpha=fit.alpha, drafted_per_round=fit.draft_len, cost_ratio=fit.cost_ratio,

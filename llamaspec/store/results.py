@@ -225,6 +225,31 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX watch_windows_by_files ON watch_windows(target_sha256, draft_sha256);
     """,
+    # One unit for acceptance: a fraction in [0, 1] (contract.Measurement.acceptance), a percentage only
+    # in printed text. The measurements' column and the parse kept in stats held llama.cpp's printed
+    # percentage (accept); the runs' summaries held a spread of percentages ($.accept), a prompt's
+    # figures one percentage. Each moves to the fraction under the name acceptance; a spread's n and cv
+    # stay as they are (cv has no unit).
+    """
+    ALTER TABLE measurements RENAME COLUMN accept TO acceptance;
+    UPDATE measurements SET acceptance = acceptance / 100.0 WHERE acceptance IS NOT NULL;
+    UPDATE measurements SET stats = json_remove(json_set(stats, '$.acceptance', json_extract(stats, '$.accept') / 100.0),
+                                                '$.accept')
+        WHERE json_valid(stats) AND json_type(stats, '$.accept') IS NOT NULL;
+    UPDATE runs SET summary = json_remove(json_set(summary, '$.acceptance',
+            CASE WHEN json_type(summary, '$.accept') = 'object' THEN json_object(
+                'median', json_extract(summary, '$.accept.median') / 100.0,
+                'low', COALESCE(json_extract(summary, '$.accept.low'), json_extract(summary, '$.accept.median')) / 100.0,
+                'high', COALESCE(json_extract(summary, '$.accept.high'), json_extract(summary, '$.accept.median')) / 100.0,
+                'n', COALESCE(json_extract(summary, '$.accept.n'), 1),
+                'min', COALESCE(json_extract(summary, '$.accept.min'), json_extract(summary, '$.accept.median')) / 100.0,
+                'max', COALESCE(json_extract(summary, '$.accept.max'), json_extract(summary, '$.accept.median')) / 100.0,
+                'cv', json_extract(summary, '$.accept.cv'),
+                'values', json((SELECT json_group_array(value / 100.0) FROM json_each(summary, '$.accept.values'))))
+            WHEN json_type(summary, '$.accept') IN ('real', 'integer') THEN json_extract(summary, '$.accept') / 100.0
+            END), '$.accept')
+        WHERE json_valid(summary) AND json_type(summary, '$.accept') IS NOT NULL;
+    """,
 )
 
 GROUP_KINDS = ("sweep", "tune", "promptset", "study")
@@ -274,7 +299,7 @@ class MeasurementRow:
     decode_tps: float | None
     n_drafted: int | None
     n_accept: int | None
-    accept: float | None
+    acceptance: float | None  # Measurement.acceptance (a fraction), kept for queries of the store
     text: str | None
     stats: dict[str, Any] | None
     log_path: str | None
@@ -309,7 +334,7 @@ class MeasurementRow:
         return cls(run_id=run_id, mode=m.mode, repeat=index, ok=m.ok, error=m.error, argv=list(m.argv),
                    exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
                    n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
-                   n_drafted=m.n_drafted, n_accept=m.n_accept, accept=m.accept, text=m.text, stats=m.stats,
+                   n_drafted=m.n_drafted, n_accept=m.n_accept, acceptance=m.acceptance, text=m.text, stats=m.stats,
                    log_path=m.log_path, baseline_key=baseline_key, speed_basis=m.speed_basis, rounds=m.rounds,
                    drafted_rounds=m.drafted_rounds,
                    draft_len=m.draft_len, draft_policy=m.draft_policy,

@@ -20,6 +20,7 @@ from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import Progress
+from llamaspec.base.stats import percent
 from llamaspec.measure.contract import Engine, ResolvedCase
 from llamaspec.measure.pairs import whole_pairs
 from llamaspec.measure.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
@@ -233,7 +234,7 @@ def measure_in_passes(exp: Experiment, case: Case, sid: str, resolved: Sequence[
 def _point_text(s: Summary) -> str:
     if s.speedup is None:
         return f"{s.status}: {s.error}"
-    return (f"speedup {s.speedup.text(suffix='x')}, accept {s.accept.median if s.accept else 0:.1f}%"
+    return (f"speedup {s.speedup.text(suffix='x')}, accept {percent(s.acceptance.median) if s.acceptance else 0:.1f}%"
             + ("" if s.status == "ok" else f" [{s.status}]"))
 
 

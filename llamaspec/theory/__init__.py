@@ -89,7 +89,7 @@ from llamaspec.theory.maths import (
 )
 from llamaspec.theory.observation import Observation
 from llamaspec.theory.positions import CONTRADICTION, PositionCurve
-from llamaspec.theory.profiles import RoundProfile, register, registered, round_profile
+from llamaspec.theory.profiles import RoundProfile, knows, register, registered, round_profile
 
 __all__ = [
     "CONTRADICTION",
@@ -115,6 +115,7 @@ __all__ = [
     "explain_shortfall",
     "fit_one_point",
     "interpolate",
+    "knows",
     "max_cost_ratio",
     "monotone",
     "paper_speedup",

@@ -126,16 +126,16 @@ class OnePointFit:
     best_speedup: float
 
 
-def fit_one_point(accept: float, draft_len: float, speedup: float, max_draft: int = 16) -> OnePointFit | None:
-    """α from a point's acceptance (``accept``: accepted over drafted, at ``draft_len`` drafted
-    tokens per round), the cost ratio c for which :func:`paper_speedup` equals the measured
+def fit_one_point(acceptance: float, draft_len: float, speedup: float, max_draft: int = 16) -> OnePointFit | None:
+    """α from a point's acceptance (``acceptance``: accepted over drafted, a fraction, at
+    ``draft_len`` drafted tokens per round), the cost ratio c for which :func:`paper_speedup` equals the measured
     ``speedup`` there, and the draft length that model puts best. For figures measured at one
     draft length (a prompt set on llama-server, per category): a forecast, named as the paper's
     model (it takes verification to cost one target step whatever the batch). None when the
     point cannot carry a fit (nothing drafted, no gain figure)."""
-    if not (draft_len > 0 and speedup > 0 and 0.0 <= accept <= 1.0):
+    if not (draft_len > 0 and speedup > 0 and 0.0 <= acceptance <= 1.0):
         return None
-    alpha = alpha_from_accept_rate(accept, draft_len)
+    alpha = alpha_from_accept_rate(acceptance, draft_len)
     cost_ratio = max((expected_tokens_per_round(alpha, draft_len) / speedup - 1.0) / draft_len, 0.0)
     best = max(range(1, max_draft + 1), key=lambda k: paper_speedup(alpha, k, cost_ratio))
     return OnePointFit(alpha, draft_len, cost_ratio, best, paper_speedup(alpha, best, cost_ratio))

@@ -3,7 +3,7 @@
 Each engine defines its programs' profiles in its own package and registers them here
 (``llamaspec.llamacpp.profiles``, ``llamaspec.hf.profiles``); :func:`round_profile` finds one by the name
 a measurement records (``Measurement.program``), importing the engines' profile modules
-(``llamaspec.measure.engines.PROFILES``) the first time it is asked, as the engine registry opens engines.
+(``llamaspec.measure.engines.ROUND_PROFILE_MODULES``) the first time it is asked, as the engine registry opens engines.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import importlib
 from dataclasses import dataclass
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.settings import program_binary
 
 _REGISTERED: dict[str, RoundProfile] = {}
-_ALIASES = {"speculative": "llama-speculative", "speculative-simple": "llama-speculative-simple"}
 
 
 @dataclass(frozen=True)
@@ -72,19 +72,25 @@ def registered() -> dict[str, RoundProfile]:
     """Every engine's round profiles by program name (the engines' profile modules imported first)."""
     from llamaspec.measure import engines
 
-    for module in engines.PROFILES:
+    for module in engines.ROUND_PROFILE_MODULES:
         importlib.import_module(module)
     return dict(_REGISTERED)
 
 
 def round_profile(name: str) -> RoundProfile:
-    """The profile of a speculative program by its binary name (``speculative`` = llama-speculative)."""
-    key = _ALIASES.get(name, name)
+    """The profile of a speculative program by the name a measurement records (its binary's); a
+    ``Settings.program`` (``speculative``) is read as its binary (``settings.program_binary``)."""
+    key = program_binary(name)
     found = _REGISTERED.get(key) or registered().get(key)
     if found is None:
         raise LlamaspecError(f"no round profile for program {name!r}",
                              hint=f"known programs: {', '.join(registered())}")
     return found
+
+
+def knows(name: str | None) -> bool:
+    """Whether a program by this name (either spelling) has a round profile."""
+    return name is not None and program_binary(name) in registered()
 
 
 def default_round_profile() -> RoundProfile:

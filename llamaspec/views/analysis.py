@@ -25,7 +25,7 @@ from typing import Any
 from llamaspec.base import paths
 from llamaspec.base.cpu import CpuInfo
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.base.stats import Spread
+from llamaspec.base.stats import Spread, percent
 from llamaspec.decision import decide
 from llamaspec.decision.workload_runs import draft_bytes
 from llamaspec.measure import estimators, spectypes
@@ -164,7 +164,7 @@ class SweepReport:
                     f"  {s.draft.label if s.draft.policy == 'adaptive' else r.draft_max:>5} "
                     f"{_med(s.decode_tps):>9} {_med(s.baseline_decode_tps):>9} {f'{cv:.1%}' if cv is not None else '-':>7} "
                     f"{s.speedup.text(suffix='x') if s.speedup else '-':>20} "
-                    f"{f'{s.accept.median:.1f}%' if s.accept else '-':>7} {_num(s.tokens_per_round):>7} "
+                    f"{f'{percent(s.acceptance.median):.1f}%' if s.acceptance else '-':>7} {_num(s.tokens_per_round):>7} "
                     f"{f'{pred:.2f}x' if pred else '-':>9} {err:>6}  {status}")
             for r in g.rows:
                 if r.summary.status == "differs":
@@ -398,7 +398,7 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
         obs = [o for o in (observation(r) for r in rows) if o is not None]
     except LlamaspecError as exc:  # counters that contradict the program's loop
         return None, None, f"the speedup model could not be fitted: {exc.message}"
-    if not obs and any(r.summary.n_drafted for r in rows) and not any(r.summary.program in theory.registered() for r in rows):
+    if not obs and any(r.summary.n_drafted for r in rows) and not any(theory.knows(r.summary.program) for r in rows):
         named = sorted({r.summary.program or "none" for r in rows})
         return None, None, (f"these runs name no round profile the speedup model knows (program {', '.join(named)}): "
                             "no alpha or prediction (the measured figures stand)")

@@ -65,14 +65,14 @@ class PlotPoint:
     """One draft length of a sweep, as plotted.
 
     ``decode_tps`` is the median over repeats; ``decode_tps_min``/``decode_tps_max`` their spread
-    (drawn as error bars). ``accept`` is llama.cpp's n_accept / n_drafted as a fraction.
+    (drawn as error bars). ``acceptance`` is llama.cpp's n_accept / n_drafted as a fraction.
     ``predicted_speedup`` is the model's prediction for this point, if any.
     """
 
     draft_max: int
     decode_tps: float
     baseline_tps: float
-    accept: float | None = None
+    acceptance: float | None = None  # a fraction (Measurement.acceptance), drawn in percent
     predicted_speedup: float | None = None
     decode_tps_min: float | None = None
     decode_tps_max: float | None = None
@@ -92,8 +92,8 @@ class PlotPoint:
             value = getattr(self, name)
             if value is not None:
                 _finite_positive(name, value)
-        if self.accept is not None and not (isinstance(self.accept, (int, float)) and 0.0 <= self.accept <= 1.0):
-            raise LlamaspecError(f"plot point accept must be a fraction in [0, 1], got {self.accept!r}")
+        if self.acceptance is not None and not (isinstance(self.acceptance, (int, float)) and 0.0 <= self.acceptance <= 1.0):
+            raise LlamaspecError(f"plot point acceptance must be a fraction in [0, 1], got {self.acceptance!r}")
         low = self.decode_tps_min if self.decode_tps_min is not None else self.decode_tps
         high = self.decode_tps_max if self.decode_tps_max is not None else self.decode_tps
         if not low <= self.decode_tps <= high:
@@ -108,7 +108,7 @@ class PlotPoint:
         draft_max: int,
         repeats: Sequence[float],
         baseline_tps: float,
-        accept: float | None = None,
+        acceptance: float | None = None,
         predicted_speedup: float | None = None,
     ) -> PlotPoint:
         """A point from the decode t/s of each repeat: median, with min and max as the spread."""
@@ -118,7 +118,7 @@ class PlotPoint:
             draft_max=draft_max,
             decode_tps=statistics.median(repeats),
             baseline_tps=baseline_tps,
-            accept=accept,
+            acceptance=acceptance,
             predicted_speedup=predicted_speedup,
             decode_tps_min=min(repeats),
             decode_tps_max=max(repeats),
@@ -233,14 +233,14 @@ def plot_acceptance_by_position(
     fig, (ax,) = _figure(1, _SINGLE_SIZE)
     for i, line in enumerate(drawn):
         xs = [pos for pos, r in enumerate(line.rates, start=1) if r is not None]
-        ys = [100.0 * r for r in line.rates if r is not None]
+        ys = [r for r in line.rates if r is not None]
         label = line.label + (f" ({line.rounds} rounds)" if line.rounds is not None else "")
         ax.plot(xs, ys, marker="o", markersize=3, color=f"C{i % 10}", label=label)
     ax.set_xlabel("draft position")
     ax.set_ylabel("rounds accepted through the position, of those that drafted it")
-    ax.yaxis.set_major_formatter(PercentFormatter(100))
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylim(0, 105)
+    ax.set_ylim(0, 1.05)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower left", fontsize=8, ncol=2 if len(drawn) > 8 else 1)
     ax.set_title(meta.title("Acceptance by draft position"), fontsize=10)
@@ -313,12 +313,12 @@ def plot_watch(
     from matplotlib.ticker import MaxNLocator, PercentFormatter
 
     fig, (ax_pos, ax_speed) = _figure(2, (12.0, 5.0))
-    ax_pos.plot(range(1, len(shares) + 1), [100.0 * s for s in shares], marker="o", markersize=4, color="C0")
+    ax_pos.plot(range(1, len(shares) + 1), list(shares), marker="o", markersize=4, color="C0")
     ax_pos.set_xlabel("draft position")
     ax_pos.set_ylabel("verification steps accepted through the position")
-    ax_pos.yaxis.set_major_formatter(PercentFormatter(100))
+    ax_pos.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax_pos.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax_pos.set_ylim(0, 105)
+    ax_pos.set_ylim(0, 1.05)
     ax_pos.grid(True, alpha=0.3)
     ax_pos.set_title("Acceptance by draft position", fontsize=11)
     xs = [k for k, _ in speedups]
@@ -482,17 +482,17 @@ def _draw_decode_tps(ax: Axes, pts: Sequence[PlotPoint], xr: tuple[float, float]
 def _draw_acceptance(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None, xr: tuple[float, float]) -> None:
     from matplotlib.ticker import PercentFormatter
 
-    measured = [(p.draft_max, 100.0 * p.accept) for p in pts if p.accept is not None]
+    measured = [(p.draft_max, p.acceptance) for p in pts if p.acceptance is not None]
     if measured:
         ax.plot(*zip(*measured, strict=True), marker="o", color="C0", label="measured (n_accept / n_drafted)")
     if predicted:
         px, py = zip(*predicted, strict=True)
-        ax.plot(px, [100.0 * y for y in py], linestyle="--", color="C1", label="model (fitted α)")
+        ax.plot(px, py, linestyle="--", color="C1", label="model (fitted α)")
     if not measured and not predicted:
         ax.text(0.5, 0.5, "no acceptance measured", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("accepted share of drafted tokens")
-    ax.yaxis.set_major_formatter(PercentFormatter(100))
-    ax.set_ylim(0, 105)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))  # fractions, labelled in percent
+    ax.set_ylim(0, 1.05)
     _style_x(ax, xr)
     if measured or predicted:
         ax.legend(loc="best", fontsize=9)
@@ -588,7 +588,7 @@ def draw_group(group: Any, meta: dict[str, str], out_dir: Path, stem_prefix: str
         fit = fits.get(r.draft_max)
         points.append(PlotPoint(
             draft_max=r.draft_max, decode_tps=s.decode_tps.median, baseline_tps=s.baseline_decode_tps.median,
-            accept=s.accept.median / 100.0 if s.accept else None,
+            acceptance=s.acceptance.median if s.acceptance else None,
             predicted_speedup=fit.predicted_speedup if fit else None,
             decode_tps_min=s.decode_tps.min, decode_tps_max=s.decode_tps.max,
             speedup_median=s.speedup.median, speedup_low=s.speedup.low, speedup_high=s.speedup.high,

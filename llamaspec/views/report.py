@@ -30,6 +30,11 @@ def _spread(s: Spread | None, digits: int = 2, suffix: str = "") -> str:
     return "-" if s is None else s.text("{:." + str(digits) + "f}", suffix)
 
 
+def _percent(s: Spread | None, digits: int = 1) -> str:
+    """A spread of fractions (acceptance) as percentages."""
+    return _spread(s.in_percent() if s is not None else None, digits)
+
+
 def _ratio(measured: float | None, reference: float | None) -> str:
     if measured is None or not reference:
         return ""
@@ -111,7 +116,7 @@ def rows(summary: Summary, reference: Reference | None, seconds: Seconds | None 
          + (f", CV {s.baseline_decode_tps.cv:.1%}" if s.baseline_decode_tps and s.baseline_decode_tps.cv is not None else ""), "-", ""),
         ("speedup" + ("" if s.paired else " (shared baseline, unpaired)"), _spread(s.speedup, suffix="x"), _num(ref.speedup),
          _ratio(med(s.speedup), ref.speedup)),
-        ("accept %", _spread(s.accept, 3), _num(ref.accept_pct, 3), _ratio(med(s.accept), ref.accept_pct)),
+        ("accept %", _percent(s.acceptance, 3), _num(ref.accept_pct, 3), _ratio(med(s.acceptance), ref.acceptance)),
         ("draft length (asked / policy)", f"{s.draft.label} / {s.draft.policy or '-'}", "-", ""),
         ("n_drafted", str(s.n_drafted if s.n_drafted is not None else "-"), str(ref.n_drafted or "-"), _ratio(s.n_drafted, ref.n_drafted)),
         ("n_accept", str(s.n_accept if s.n_accept is not None else "-"), str(ref.n_accept or "-"), _ratio(s.n_accept, ref.n_accept)),
@@ -337,7 +342,7 @@ def _compare(compare_by: str, ok: list[dict[str, Any]]) -> list[str]:
         s = Summary.from_dict(best.get("summary"))
         body.append([label, str(len(rs)), str(best["draft_max"]), _spread(s.decode_tps),
                      _spread(s.baseline_decode_tps), _spread(s.speedup, suffix="x"),
-                     _spread(s.accept, 1), str(best["id"])])
+                     _percent(s.acceptance), str(best["id"])])
     return out + [_md_table(["group", "runs", "best draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %", "run"],
                             body), ""]
 
@@ -382,7 +387,7 @@ def _compare_engines(ok: list[dict[str, Any]]) -> list[str]:
             body.append([pair, engine_label(best), f"{best['experiment']} / {best['case_name']}", str(len(rs)),
                          str(best["draft_max"]), str(settings.get("n_predict")), str(settings.get("threads")),
                          _spread(s.decode_tps), _spread(s.baseline_decode_tps),
-                         _spread(s.speedup, suffix="x") + ("" if s.paired else " (unpaired)"), _spread(s.accept, 1),
+                         _spread(s.speedup, suffix="x") + ("" if s.paired else " (unpaired)"), _percent(s.acceptance),
                          lossless, str(best["id"])])
             for mode, basis in s.speed_basis.items():
                 bases.setdefault(engine, set()).add(f"{mode}: {basis}")
@@ -423,7 +428,7 @@ def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[st
             s = Summary.from_dict(r.get("summary"))
             body.append([str(r["id"]), r["case_name"], pair_label(r), str(r["draft_max"]),
                          _spread(s.decode_tps), _spread(s.baseline_decode_tps),
-                         _spread(s.speedup, suffix="x") + ("" if s.paired else " (unpaired)"), _spread(s.accept, 1),
+                         _spread(s.speedup, suffix="x") + ("" if s.paired else " (unpaired)"), _percent(s.acceptance),
                          s.lossless.text().split(" (")[0], r["status"]])
         out += [_md_table(["run", "case", "pair", "draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %",
                            "lossless", "status"], body), ""]
