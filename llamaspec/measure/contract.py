@@ -79,6 +79,10 @@ DRAFT_POLICIES = (
 # experiment and the models that read it.
 GIVEN = "given"
 
+# An earlier turn of a chat prompt: (role, content), as a chat template's ``messages`` take it
+# ("user", "assistant", "system"). A chat prompt is its earlier turns, then the user's ``prompt``.
+Message = tuple[str, str]
+
 ERROR_KINDS = ("server", "timeout", "prompt", "request")
 
 
@@ -106,6 +110,7 @@ class ResolvedCase:
     prompt_id: str | None = None  # within a prompt set
     category: str | None = None  # a prompt set's category
     chat: bool = False  # send the prompt as a chat message (the model's template), not raw text
+    history: tuple[Message, ...] = ()  # a chat prompt's earlier turns, before the user's ``prompt``
 
 
 @dataclass(frozen=True)

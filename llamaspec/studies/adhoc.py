@@ -103,19 +103,20 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     if prompt_path is not None and not Path(prompt_path).is_file():
         raise LlamaspecError(f"prompt file not found: {prompt_file}", hint="check the path given to -f/--prompt-file")
     draft, others = (refs[1], tuple(refs[1:])) if len(refs) > 1 else (None, ())
+    builtin = workload is None and prompt is None and prompt_path is None and prompts is None
+    if builtin:
+        workload = builtin_workload()
     if workload is not None:
         from llamaspec.studies import prompts as loader
 
         full = settings.over(DEFAULTS)
         chosen_prompts = loader.check_workload(workload.prompts, int(full.ctx_size or 4096), int(full.n_predict or 256))
         cases: tuple[Case, ...] = tuple(Case(p.id, refs[0], draft, p.prompt, None, settings, drafts=others,
-                                             category=p.category) for p in chosen_prompts)
-    elif prompt is not None or prompt_path is not None or prompts is not None:
+                                             category=p.category, chat=p.chat, history=p.history)
+                                        for p in chosen_prompts)
+    else:
         case = "set" if prompts is not None else "prompt"  # a prompt set's prompts are named by their own ids
         cases = (Case(case, refs[0], draft, prompt, prompt_path, settings, drafts=others),)
-    else:
-        cases = tuple(Case(p["id"], refs[0], draft, p["prompt"], None, settings, drafts=others, category=p.get("category"))
-                      for p in _builtin())
     identity = {
         "target": files[0].sha256, "drafts": [f.sha256 for f in files[1:]], "engine": engine,
         "settings": {k: v for k, v in settings.to_dict().items() if v is not None},
@@ -123,8 +124,9 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
         "prompt_file": _file_digest(prompt_path) if prompt_path else None,
         # a prompt set file by its content (the built-in one is the same set wherever llamaspec is installed)
         "prompts": _file_digest(prompts) if prompts and Path(prompts).is_file() else prompts,
-        "workload": _digest(json.dumps([[c.name, c.category, c.prompt] for c in cases])) if workload is not None else None,
-        "builtin": _file_digest(str(builtin_prompts())) if len(cases) > 1 and workload is None else None,
+        "workload": _digest(json.dumps([[c.name, c.category, c.prompt, c.chat, c.history] for c in cases]))
+        if workload is not None and not builtin else None,
+        "builtin": _file_digest(str(builtin_prompts())) if builtin else None,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     chosen = check_name(name) if name is not None else study_name(files, digest)
@@ -132,8 +134,11 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     return Experiment(chosen, text, engine, repeats, cases, path="", settings=settings, sha256=digest, prompts=prompts)
 
 
-def _builtin() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in builtin_prompts().read_text().splitlines() if line.strip()]
+def builtin_workload() -> Any:
+    """The built-in workload (:func:`builtin_prompts`), loaded as any prompt file is."""
+    from llamaspec.studies import prompts as loader
+
+    return loader.load(loader.parse_source(str(builtin_prompts())))
 
 
 def _digest(text: str) -> str:
@@ -199,6 +204,10 @@ def to_yaml(exp: Experiment) -> dict[str, Any]:
             body["prompt_file"] = c.prompt_file
         if c.category is not None:
             body["category"] = c.category
+        if c.chat:
+            body["chat"] = True
+        if c.history:
+            body["history"] = [{"role": r, "content": t} for r, t in c.history]
         return body
 
     doc: dict[str, Any] = {"name": exp.name, "description": exp.description, "engine": exp.engine, "repeats": exp.repeats}

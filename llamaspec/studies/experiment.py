@@ -22,7 +22,7 @@ from typing import Any
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import engines, spectypes
-from llamaspec.measure.contract import GIVEN  # ModelRef.model of a model named by its location (see there)
+from llamaspec.measure.contract import GIVEN, Message  # GIVEN: ModelRef.model of a model named by its location
 from llamaspec.measure.settings import DEFAULTS as DEFAULT_SETTINGS
 from llamaspec.measure.settings import FIELDS as SETTING_FIELDS
 from llamaspec.measure.settings import SettingError, Settings
@@ -57,6 +57,8 @@ class Case:
     reference: Reference | None = None
     drafts: tuple[ModelRef, ...] = ()  # drafts to compare (the first is ``draft``): sweep and tune measure each
     category: str | None = None  # the prompt's category within a workload (code, chat, ...)
+    chat: bool = False  # the prompt is a chat message: sent through the target's chat template
+    history: tuple[Message, ...] = ()  # a chat prompt's earlier turns (role, content), before ``prompt``
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,16 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
 TOP_KEYS = {"name": str, "description": str, "engine": str, "backend": str, "repeats": (int, str), "settings": dict, "cases": list,
             "prompts": (str, dict), "study": str, "files": dict}  # study, files: kept by llamaspec.studies.adhoc
 CASE_KEYS = {"name": str, "target": dict, "draft": dict, "drafts": list, "prompt": str, "prompt_file": str, "settings": dict,
-             "reference": dict, "category": str}
+             "reference": dict, "category": str, "chat": bool, "history": list}
+
+
+def parse_history(c: _Checker, raw: Any, where: str) -> tuple[Message, ...]:
+    """A chat prompt's earlier turns: a list of ``{role: ..., content: ...}``."""
+    turns = []
+    for i, turn in enumerate(c.typed(raw or [], where, list)):
+        turn = c.mapping(turn, f"{where}[{i}]", {"role": str, "content": str}, required=("role", "content"))
+        turns.append((c.typed(turn["role"], f"{where}[{i}].role", str), c.typed(turn["content"], f"{where}[{i}].content", str)))
+    return tuple(turns)
 
 
 def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] | None = None,
@@ -248,6 +259,8 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
             reference=parse_reference(c, raw.get("reference"), f"{where}.reference"),
             drafts=drafts,
             category=c.typed(raw["category"], f"{where}.category", str) if raw.get("category") is not None else None,
+            chat=c.typed(raw.get("chat", False), f"{where}.chat", bool),
+            history=parse_history(c, raw.get("history"), f"{where}.history"),
         ))
     names = [case.name for case in cases]
     if len(set(names)) != len(names):

@@ -28,6 +28,7 @@ from typing import Any
 
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.contract import Message
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class Prompt:
     category: str = "uncategorized"
     chat: bool = True  # send through the model's chat template
     line: int | None = None  # where a file holds it (JSONL's line number), for messages about it
+    history: tuple[Message, ...] = ()  # a chat's earlier turns (role, content), before ``prompt``
 
 
 @dataclass(frozen=True)

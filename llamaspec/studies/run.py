@@ -69,7 +69,8 @@ def resolve_case(exp: Experiment, case: Case, backend: Engine,
     target = find(case.target)
     draft = find(case.draft) if case.draft else None
     return ResolvedCase(exp.name, case.name, target, draft, case.prompt, case.prompt_file, settings,
-                        prompt_id=case.name if case.category else None, category=case.category)
+                        prompt_id=case.name if case.category else None, category=case.category, chat=case.chat,
+                        history=case.history)
 
 
 def check_settings(case: ResolvedCase, backend: Engine) -> None:
@@ -142,7 +143,7 @@ def baseline_key(backend: Engine, case: ResolvedCase, scope: str | None = None) 
     the same baseline. Scoping keeps a baseline from another day posing as today's."""
     blob = {"scope": scope, "engine": backend.name, "identity": backend.identity(),
             "target": case.target.sha256 or case.target.path, "prompt": case.prompt, "prompt_file": case.prompt_file,
-            "chat": case.chat, "settings": case.settings.target_side()}
+            "chat": case.chat, **({"history": case.history} if case.history else {}), "settings": case.settings.target_side()}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
