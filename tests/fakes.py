@@ -197,6 +197,8 @@ class WorkloadEngine(FakeEngine):
     modes: dict[str, dict[str, float]] = field(default_factory=dict)
     fails: tuple[str, ...] = ()
     refuse: tuple[str, ...] = ()  # modes declared but refused for this program (llama-speculative runs none)
+    answers: dict[str, int] = field(default_factory=dict)  # prompt -> tokens the target answers with, ending early
+    loops: dict[str, str] = field(default_factory=dict)  # prompt -> the span its output repeats to the end
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -228,7 +230,7 @@ class WorkloadEngine(FakeEngine):
         saved = self.alpha
         self.alpha = self.alpha_of(case.case)
         try:
-            m = super().measure(case, mode, log_path)
+            m = self._shaped(case.case, super().measure(case, mode, log_path))
         finally:
             self.alpha = saved
         if mode != "speculative" or kind == "draft":
@@ -243,6 +245,19 @@ class WorkloadEngine(FakeEngine):
 
     def machine_speed_at(self, n: int) -> float:
         return (1 - self.drift) ** n * self.noise[n % len(self.noise)]
+
+    def _shaped(self, prompt: str, m: Measurement) -> Measurement:
+        """The target's output on ``prompt``, the same with and without speculation: ended after its
+        ``answers`` tokens, or repeating its ``loops`` span to the end."""
+        if m.mode not in ("baseline", "speculative") or m.tokens is None:
+            return m
+        n = self.answers.get(prompt)
+        if n is not None:
+            m = replace(m, n_predict=n, tokens=m.tokens[:n], text=" ".join(map(str, m.tokens[:n])), end_of_text=True)
+        span = self.loops.get(prompt)
+        if span is not None:
+            m = replace(m, text=(span * len(m.tokens))[:4 * len(m.tokens)])
+        return m
 
 
 # --- a fake llama-server for llamaspec watch ------------------------------------------------------

@@ -653,7 +653,7 @@ def _swept(k: int, ratios: list[float], prompt: str = "c", category: str | None 
     summary = summarize(ms, requested_draft=None)
     return {"ok": summary.status == "ok", "status": summary.status, "experiment": "e", "case": prompt,
             "prompt_id": prompt if category else None, "category": category,
-            "settings": {"draft_max": k, "spec_type": "draft"}, "provenance": {}, "measurements": [],
+            "settings": {"draft_max": k, "spec_type": "draft", "n_predict": 32}, "provenance": {}, "measurements": [],
             "summary": summary.to_dict()}
 
 

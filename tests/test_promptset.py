@@ -182,12 +182,15 @@ def chosen_label(d: Any) -> str | None:
 
 def test_recommend_skips_methods_whose_output_differs_and_says_baseline_when_none_pays() -> None:
     """One decision over the set's prompts: the fast method whose output differs on a prompt is
-    excluded (and said), the identical one recommended; per category, code gains and prose does
-    not ("no draft"). One pair of one prompt gives no interval: undecided, measure it again."""
+    excluded (and said), the identical one recommended; per category (three prompts each, the least
+    a category's verdict rests on), code gains and prose does not ("no draft"). One pair of one
+    prompt gives no interval: undecided, measure it again."""
     good = [paired("p1", "code", 10.0, [15.0, 15.3]), paired("p3", "code", 10.0, [16.0, 15.8]),
-            paired("p2", "prose", 10.0, [8.0, 8.1])]
+            paired("p5", "code", 10.0, [15.5, 15.6]), paired("p2", "prose", 10.0, [8.0, 8.1]),
+            paired("p4", "prose", 10.0, [8.2, 8.0]), paired("p6", "prose", 10.0, [7.9, 8.1])]
     wrong = [paired("p1", "code", 10.0, [30.0, 30.5], tokens=(5,) * 64), paired("p3", "code", 10.0, [30.0, 31.0]),
-             paired("p2", "prose", 10.0, [7.0, 7.1])]
+             paired("p5", "code", 10.0, [30.0, 31.0]), paired("p2", "prose", 10.0, [7.0, 7.1]),
+             paired("p4", "prose", 10.0, [7.0, 7.1]), paired("p6", "prose", 10.0, [7.0, 7.1])]
     rec = promptset.recommend({"wrong": wrong, "good": good})
     assert rec.method == "good" and rec.decision.estimator == estimators.WORKLOAD, rec.lines()
     setup = rec.decision.setup("wrong")

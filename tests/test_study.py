@@ -96,17 +96,78 @@ def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere() -> None
 
 
 def test_categories_that_disagree_are_each_said() -> None:
+    """As the whole workload (--whole-workload), a category's verdict speaks for its own prompts,
+    one prompt included (said)."""
     cells = [cell("code", "draft 8", (1.8, 1.82, 1.79, 1.81, 1.8)), cell("chat", "draft 8", (0.8, 0.81, 0.79, 0.8, 0.8)),
              cell("code", "ngram", (1.02, 1.0, 1.01, 1.0, 1.02)), cell("chat", "ngram", (1.0, 0.99, 1.0, 1.0, 0.99))]
-    d = workload.decide_workload(cells, {"code": "code", "chat": "chat"})
+    d = workload.decide_workload(cells, {"code": "code", "chat": "chat"}, over_prompts=False)
     assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"
-    verdicts = {c.category: c.decision.verdict for c in d.categories}
+    verdicts = {c.category: c.decision.verdict for c in d.categories if c.decision}
     assert verdicts == {"code": "recommend", "chat": "no draft"} and d.categories_disagree
     text = "\n".join(d.lines())
     assert "code: draft 8" in text and "chat: no draft" in text and "one prompt" in text
+    assert "the whole workload" in text and d.estimator == estimators.WORKLOAD
     chat_gains = [cell("chat", "draft 8", (1.7, 1.71, 1.69, 1.7, 1.7)), cell("chat", "ngram", (1.0, 0.99, 1.0, 1.0, 0.99))]
-    same = workload.decide_workload([c for c in cells if c.prompt == "code"] + chat_gains, {"code": "code", "chat": "chat"})
+    same = workload.decide_workload([c for c in cells if c.prompt == "code"] + chat_gains, {"code": "code", "chat": "chat"},
+                                    over_prompts=False)
     assert not same.categories_disagree and "every category agrees" in "\n".join(same.lines())
+
+
+def test_over_prompts_a_category_needs_three_timed_prompts_for_a_verdict() -> None:
+    """Over prompts (the default), the categories' prompts are samples: code's three give it a
+    verdict, chat's two are labelled and give none; the interval speaks for other prompts."""
+    cells = [cell(f"code-{i}", "draft 8", (r, r * 1.01, r * 0.99)) for i, r in enumerate((1.8, 1.7, 1.9))]
+    cells += [cell(f"chat-{i}", "draft 8", (r, r * 1.01, r * 0.99)) for i, r in enumerate((1.3, 1.2))]
+    prompts = {**{f"code-{i}": "code" for i in range(3)}, **{f"chat-{i}": "chat" for i in range(2)}}
+    d = workload.decide_workload(cells, prompts)
+    by = {c.category: c for c in d.categories}
+    assert by["code"].decision is not None and by["code"].decision.verdict == "recommend"
+    assert by["chat"].decision is None and "    chat: 2 timed prompts, no verdict (a category's verdict needs 3)" in d.lines()
+    assert d.estimator == estimators.OVER_PROMPTS and "the interval speaks for other prompts of these kinds" in d.lines()[0]
+    assert d.chosen is not None and d.chosen.measured.n == 5  # prompts, not pairs
+    # the categories weigh alike (three code prompts, two chat): the geometric mean of the two categories' own
+    code, chat = (statistics.fmean(math.log(r) for r in rs) for rs in ((1.8, 1.7, 1.9), (1.3, 1.2)))
+    assert d.chosen.measured.median == pytest.approx(math.exp((3 * code + 2 * chat) / 5))
+
+
+def test_prompts_too_short_to_time_or_looping_are_left_out_and_named() -> None:
+    """A prompt the target answers in two tokens times one round: out of every decision, named; a
+    looping one too, its n-gram gain shown apart; with count_loops it counts."""
+    def timed_cell(prompt: str, setup: str, ratios: tuple[float, ...], timed: int = 63, loop: str | None = None):
+        return workload.Cell(prompt, setup, setup, ratios, (0.0 if setup == "ngram" else 1.0, 8.0), timed=timed,
+                             loop=loop, asked=64)
+
+    prompts = {"a": "code", "b": "code", "c": "code", "short": "code", "loop": "code"}
+    cells = [timed_cell(p, "draft 8", (1.3, 1.31, 1.29)) for p in ("a", "b", "c")]
+    cells += [timed_cell(p, "ngram", (1.0, 1.01, 0.99)) for p in ("a", "b", "c")]
+    cells += [timed_cell("short", "draft 8", (3.0, 3.1, 2.9), timed=1), timed_cell("short", "ngram", (3.0,), timed=1)]
+    looping = "loops: 'Portugal e ' x12 to the end (from character 9 of 140)"
+    cells += [timed_cell("loop", "draft 8", (1.2, 1.2), loop=looping), timed_cell("loop", "ngram", (2.5, 2.6), loop=looping)]
+    d = workload.decide_workload(cells, prompts)
+    assert set(d.timed) == {"a", "b", "c"} and d.chosen is not None and d.chosen.label == "draft 8"
+    left = {f.prompt: f.left_out for f in d.left_out}
+    assert left["short"] == "too short to time: the target alone answers in 2 tokens (1 after the first; fewer than 32)"
+    assert left["loop"] == f"its output {looping}"
+    text = "\n".join(d.lines())
+    assert "left out of the answer (2): short (too short to time" in text
+    assert "on the looping prompts (loop), apart from the answer: ngram 2.55x" in text and "--count-loops" in text
+    assert [lf.label for lf in d.loops] == ["ngram", "draft 8"]  # the short prompt is not among them
+    table = "\n".join(d.table())
+    assert "short" in table and "    1 tokens  left out: too short to time" in table
+    counted = workload.decide_workload(cells, prompts, count_loops=True)
+    assert set(counted.timed) == {"a", "b", "c", "loop"} and not counted.loops
+    assert all(c.timed is not None for c in cells) and counted.fact("loop").loop == looping  # type: ignore[union-attr]
+
+
+def test_a_workload_with_no_timed_prompt_recommends_nothing_and_says_why() -> None:
+    from llamaspec.cli.sweep import nothing_to_recommend
+
+    cells = [workload.Cell("q", "draft 8", "draft 8", (1.5,), timed=1, asked=64)]
+    d = workload.decide_workload(cells, {"q": "qa"})
+    assert d.verdict == "nothing" and d.timed == ()
+    why, hint = nothing_to_recommend(d)
+    assert why == "nothing to recommend: none of the 1 measured prompts could be timed"
+    assert hint.startswith("left out q (too short to time: the target alone answers in 2 tokens")
 
 
 def test_allocate_fills_the_missing_prompts_first_then_the_noisiest() -> None:
@@ -124,25 +185,74 @@ def categories_engine(**kw) -> WorkloadEngine:
                           modes={"ngram-simple": {"code": 1.0, "chat": 0.99, "reasoning": 1.0, "summarization": 1.04}}, **kw)
 
 
+SAMPLED = {f"{cat}-{i}": cat for cat in ("code", "chat", "reasoning", "summarization") for i in range(1, 5)}
+CATEGORY_ALPHA = {"code": 0.95, "summarization": 0.9, "chat": 0.2, "reasoning": 0.3}
+
+
+def sampled_engine(**kw) -> WorkloadEngine:
+    """Four categories of four prompts, each prompt accepting a little differently from its category's own."""
+    alphas = {p: CATEGORY_ALPHA[cat] - 0.01 * int(p[-1]) for p, cat in SAMPLED.items()}
+    return WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True, alphas=alphas,
+                          modes={"ngram-simple": {p: 1.0 + 0.01 * int(p[-1]) for p in SAMPLED}}, **kw)
+
+
 def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models) -> None:  # noqa: F811
-    engine = categories_engine()
+    engine = sampled_engine()
     store = Store.open()
     setups = study.setups_for(LENGTHS, ("ngram-simple",))
-    result = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=120))
+    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=150))
     d = result.decision
-    assert [p for p, _c in d.prompts] == list(PROMPTS)
-    assert result.pairs <= 120 and result.stop in ("settled", "budget", "nothing to measure")
+    assert [p for p, _c in d.prompts] == list(SAMPLED)
+    assert result.pairs <= 150 and result.stop in ("settled", "budget", "nothing to measure")
     assert d.verdict == "recommend" and d.chosen is not None
-    best = max(true_workload(engine, k) for k in LENGTHS["draft_max"])
+    best = max(true_workload(engine, k, SAMPLED) for k in LENGTHS["draft_max"])
     chosen = d.chosen.label
-    assert chosen.startswith("draft ") and true_workload(engine, int(chosen.split()[1])) >= 0.95 * best
-    verdicts = {c.category: c.decision.verdict for c in d.categories}
-    assert verdicts["code"] == "recommend" and verdicts["chat"] != "recommend" and d.categories_disagree
-    # the first pass: the mode and the two longest lengths on every prompt; nothing else everywhere
+    assert chosen.startswith("draft ") and true_workload(engine, int(chosen.split()[1]), SAMPLED) >= 0.95 * best
+    verdicts = {c.category: c.decision.verdict for c in d.categories if c.decision is not None}
+    assert verdicts.get("code") == "recommend" and verdicts.get("chat") != "recommend" and d.categories_disagree
+    # the first pass: the mode and the two longest lengths on every sampled prompt; nothing else everywhere
     measured = {s.label for s in d.setups if s.speedup is not None}
     assert {"ngram-simple", "draft 16", "draft 12"} <= measured and len(measured) < len(setups)
+    # the plan was said before anything but the first pair was measured: N of the 16 prompts
+    assert result.plan is not None and result.plan.startswith("plan: all 16 prompts, each with the first pass")
     text = result.render()
-    assert "target alone" in text and "by category" in text and estimators.WORKLOAD in text
+    assert "target alone" in text and "by category" in text and estimators.OVER_PROMPTS in text
+    assert "tokens  " in text and "drift over the study" in text
+
+
+def test_a_budget_too_small_for_every_prompt_samples_them_by_category(fake_models) -> None:  # noqa: F811
+    """A pairs budget that pays for the first pass on one prompt a category and a little more: the
+    study samples a few prompts of each category (said in its plan), never fails for it."""
+    engine = sampled_engine()
+    store = Store.open()
+    setups = study.setups_for(LENGTHS, ("ngram-simple",))
+    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=30))
+    plan = result.plan or ""
+    n = int(plan.split("plan: ")[1].split(" of ")[0])
+    assert 4 <= n < 16 and "of 16 prompts (about " in plan
+    measured = {f.prompt for f in result.decision.facts if f.measured}
+    assert {SAMPLED[p] for p in measured} == set(CATEGORY_ALPHA)  # every category sampled
+    assert len(measured) < 16 and result.pairs <= 30 + len(setups)
+
+
+def test_a_prompt_answered_in_a_token_or_two_is_left_out_and_the_study_goes_on(fake_models) -> None:  # noqa: F811
+    """The issue's case: one prompt the model answers in a token or two, one whose output loops;
+    each is left out with a line, the next prompt of its category is measured in its place, and
+    the study still answers."""
+    engine = sampled_engine(answers={"reasoning-1": 2, "reasoning-2": 2}, loops={"chat-1": "Portugal e "})
+    store = Store.open()
+    setups = study.setups_for({"draft_max": (8, 12, 16)}, ("ngram-simple",))
+    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=60))
+    d = result.decision
+    left = {f.prompt: f.left_out or "" for f in d.left_out}
+    assert {p for p in left if p.startswith("reasoning-")} <= {"reasoning-1", "reasoning-2"}
+    assert all(w.startswith("too short to time") for p, w in left.items() if p.startswith("reasoning"))
+    assert left.get("chat-1", "its output loops").startswith("its output loops")
+    assert any(SAMPLED[p] == "reasoning" for p in d.timed)  # another reasoning prompt took their place
+    assert d.verdict in ("recommend", "no draft", "undecided")
+    # what a left-out prompt measured is stored, and nothing more than its first pair went to it
+    for f in d.left_out:
+        assert sum(len(s.per_prompt) and (dict(s.per_prompt).get(f.prompt) is not None) for s in d.setups) <= 1
 
 
 def test_a_draft_free_mode_is_the_answer_where_the_draft_does_not_pay(fake_models) -> None:  # noqa: F811

@@ -36,7 +36,7 @@ def row(i: int, prompt: str, ratios: list[float], status: str = "ok", category: 
     s = summary(ratios, differs=status == "differs") if status in ("ok", "differs") else {"status": status}
     return {"id": i, "case_name": prompt, "prompt_id": None, "category": category, "status": status,
             "error": "boom" if status == "failed" else None, "draft": draft,
-            "settings": {"spec_type": "draft", "draft_max": 8, "threads": 1, **settings},
+            "settings": {"spec_type": "draft", "draft_max": 8, "threads": 1, "n_predict": 32, **settings},
             "provenance": {"models": {"draft": {"label": draft, "metadata": {"size_bytes": 1000}}}} if draft else {},
             "summary": s}
 

@@ -191,6 +191,20 @@ COMMON_OPTIONS: list[Decorator] = [
 ]
 
 
+def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What a workload study's answer speaks for (sweep, tune): ``--whole-workload``, ``--count-loops``."""
+    from llamaspec.measure.timed import FLOOR_TEXT
+
+    func = click.option("--count-loops", is_flag=True,
+                        help="Your traffic loops as these outputs do: count the prompts whose target output repeats "
+                             "itself to the end (by default they are left out of the answer, their figures shown apart).")(func)
+    return click.option("--whole-workload", is_flag=True,
+                        help="The prompts are your whole workload, not a sample of it: the interval resamples pairs "
+                             "within them only and speaks for these prompts alone (the default resamples the prompts "
+                             "within each category too, to speak for other prompts of the same kinds). Either way a "
+                             f"prompt whose target alone answers with {FLOOR_TEXT} and is left out.")(func)
+
+
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(COMMON_OPTIONS):
         func = option(func)

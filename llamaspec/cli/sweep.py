@@ -19,6 +19,7 @@ from llamaspec.cli.options import (
     overrides,
     setting_options,
     sweep_options,
+    workload_options,
 )
 
 log = logging.getLogger("llamaspec")
@@ -45,11 +46,12 @@ log = logging.getLogger("llamaspec")
 @click.option("--fixed-grid", is_flag=True,
               help="Measure every setup on every prompt with --repeats pairs (in passes: a pair of each per pass, "
                    "the order rotating) instead of spending pairs where the decision is uncertain.")
+@workload_options
 @common_options
 @cluster_option
 def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, modes: str | None,
           source: str | None, limit: int | None, sample_seed: int | None,
-          shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool,
+          shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool, whole_workload: bool, count_loops: bool,
           n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
@@ -127,7 +129,8 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
             result = studies.run_study(exp, setups, engine, store, spend, fixed_grid=fixed_grid,
                                        first_pairs=repeats if isinstance(repeats, int) and not fixed_grid else 1,
-                                       shared_baseline=shared_baseline)
+                                       shared_baseline=shared_baseline, over_prompts=not whole_workload,
+                                       count_loops=count_loops)
     finally:
         engine.close()
     echo_study(result, engine, exp, store, plot, as_json)
@@ -157,8 +160,24 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
         click.echo(result.render() + "".join(f"\n  plot: {p}" for p in plots)
                    + (f"\n{answer.render()}" if answer else ""))
     if result.decision.verdict == "nothing":
-        why = "nothing to recommend: no setup finished on every prompt with an output equal to the target alone's"
-        raise LlamaspecError(why, hint="see the excluded lines above; `llamaspec results show RUN` has each run's log")
+        raise LlamaspecError(*nothing_to_recommend(result.decision))
+
+
+def nothing_to_recommend(d: Any) -> tuple[str, str]:
+    """The error a study that recommends nothing ends with, and a hint naming what was left out."""
+    left = d.left_out
+    excluded = [s for s in d.setups if s.excluded]
+    if not d.timed:
+        why = (f"nothing to recommend: none of the {len(left)} measured prompts could be timed"
+               if left else "nothing to recommend: no prompt was measured")
+    else:
+        why = "nothing to recommend: no setup finished on the timed prompts with an output equal to the target alone's"
+    named = ([f"left out {', '.join(f'{f.prompt} ({f.left_out})' for f in left[:3])}"
+              + (f" and {len(left) - 3} more" if len(left) > 3 else "")] if left else [])
+    named += [f"excluded {', '.join(f'{s.label} ({s.excluded})' for s in excluded[:3])}"] if excluded else []
+    hint = "; ".join(named) if named else "no setup was measured on every category's prompts"
+    return why, (hint + "; prompts that ask for a longer answer, a larger -n, or --count-loops where your traffic loops; "
+                 "`llamaspec results show RUN` has each run's log")
 
 
 @main.command()
@@ -178,10 +197,12 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
               help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 40 % of the fixed grid's "
                    "pairs, at most 4m of measuring; the first pass is always measured); with --cluster, each machine's.")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
+@workload_options
 @common_options
 @cluster_option
 def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, variants: str | None,
-         modes: str | None, source: str | None, limit: int | None, sample_seed: int | None, budget: str | None, plot: bool, n_predict: int | None, prompt: str | None,
+         modes: str | None, source: str | None, limit: int | None, sample_seed: int | None, budget: str | None, plot: bool,
+         whole_workload: bool, count_loops: bool, n_predict: int | None, prompt: str | None,
          prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
          no_wait: bool, as_json: bool, address: str | None, **given: Any) -> None:
     """Search draft file, draft length and the draft-free n-gram modes: one answer for the workload.
@@ -234,7 +255,8 @@ def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...]
     engine = open_engine(exp, accel, bin_dir)
     try:
         with measuring(f"llamaspec tune {exp.name}", no_wait):
-            result = tuner.tune(exp, engine, Store.open(), chosen, asked, spend)
+            result = tuner.tune(exp, engine, Store.open(), chosen, asked, spend, over_prompts=not whole_workload,
+                                count_loops=count_loops)
     finally:
         engine.close()
     echo_study(result, engine, exp, Store.open(), plot, as_json)

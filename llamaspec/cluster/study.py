@@ -134,7 +134,7 @@ def tune_decisions(store: Any, study: str) -> dict[str, workload.WorkloadDecisio
         points = [r for g in groups for r in store.runs(group_id=g)]
         cells, prompts = workload_of_runs(points)
         if prompts:
-            out[machine] = workload.decide_workload(cells, prompts)
+            out[machine] = workload.decide_workload(cells, prompts, over_prompts=False)  # each machine measured every prompt
     return dict(sorted(out.items()))
 
 

@@ -111,7 +111,7 @@ def per_point(store: Store, study: str) -> dict[str, workload.WorkloadDecision]:
     for machine, runs in sorted(by_machine.items()):
         cells, prompts = workload_of_runs(runs)
         if prompts:
-            out[machine] = workload.decide_workload(cells, prompts)
+            out[machine] = workload.decide_workload(cells, prompts, over_prompts=False)  # each machine measured every prompt
     return out
 
 

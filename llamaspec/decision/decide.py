@@ -137,18 +137,25 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Request:
-    """Measure ``pairs`` more pairs of this setting (it may not have been measured yet)."""
+    """Measure ``pairs`` more of this setting (it may not have been measured yet): pairs, or, where
+    the estimate rests on prompts (``unit`` "prompts"), prompts."""
 
     key: Hashable
     label: str
     pairs: int
     why: str
+    unit: str = "pairs"
 
     def text(self) -> str:
-        return f"{self.label}: {self.pairs} more pair{'s' if self.pairs != 1 else ''} ({self.why})"
+        return f"{self.label}: {self.pairs} more {_unit(self.unit, self.pairs)} ({self.why})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": _jsonable(self.key), "label": self.label, "pairs": self.pairs, "why": self.why}
+        return {"key": _jsonable(self.key), "label": self.label, "pairs": self.pairs, "unit": self.unit, "why": self.why}
+
+
+def _unit(unit: str, n: int) -> str:
+    """``pairs``/``prompts`` in the number ``n`` asks for."""
+    return unit if n != 1 else unit.removesuffix("s")
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,7 @@ class Decision:
     notes: tuple[str, ...] = ()  # where the model and a measurement disagree
     tolerance: float = TOLERANCE
     half_width: float = HALF_WIDTH
+    unit: str = "pairs"  # what an interval's n counts: pairs, or prompts (an estimate over prompts)
 
     @property
     def interval(self) -> Spread | None:
@@ -176,9 +184,9 @@ class Decision:
             return "nothing measured to decide on"
         if self.settled:
             if self.verdict == "recommend":
-                return (f"settled: interval within +-{self.half_width:.0%} over {self.chosen.measured.n if self.chosen else 0} "
-                    f"pairs, and no other setting can beat it by "
-                        f"more than {self.tolerance:.0%}")
+                n = self.chosen.measured.n if self.chosen else 0
+                return (f"settled: interval within +-{self.half_width:.0%} over {n} {_unit(self.unit, n)}, and no other "
+                        f"setting can beat it by more than {self.tolerance:.0%}")
             return "settled: no setting can be a gain of more than " + f"{self.tolerance:.0%}"
         return "not settled: " + "; ".join(r.text() for r in self.requests) if self.requests else "not settled"
 
@@ -209,7 +217,7 @@ class Decision:
             "verdict": self.verdict, "chosen": self.chosen.to_dict() if self.chosen else None,
             "interval": self.interval.to_dict() if self.interval else None, "reason": self.reason,
             "settled": self.settled, "how_sure": self.sureness, "tolerance": self.tolerance,
-            "half_width": self.half_width, "contenders": [e.label for e in self.contenders],
+            "half_width": self.half_width, "unit": self.unit, "contenders": [e.label for e in self.contenders],
             "measure_next": [r.to_dict() for r in self.requests], "notes": list(self.notes),
             "estimates": [e.to_dict() for e in self.estimates],
             "models": [{"best": _jsonable(m.best), "best_range": [_jsonable(k) for k in m.best_range], "error": m.error,
@@ -277,22 +285,24 @@ def pairs_needed(s: Spread, half_width: float = HALF_WIDTH, step: int = STEP) ->
 
 
 def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *, tolerance: float = TOLERANCE,
-           half_width: float = HALF_WIDTH, step: int = STEP, pooled: bool | None = None) -> Decision:
+           half_width: float = HALF_WIDTH, step: int = STEP, pooled: bool | None = None, unit: str = "pairs") -> Decision:
     """The decision over these measured settings (see the module's docstring for the rule;
     ``pooled``: rank on the model-pooled estimates, None: :data:`POOLED`).
 
     ``candidates``: the settings that may be recommended (finished, output unchanged); ``models``:
     the speedup model's view of each group of them, where one was fitted (its bands may name
-    settings not measured yet: those can be requested)."""
+    settings not measured yet: those can be requested); ``unit``: what the intervals' n count
+    (pairs, or prompts for an estimate over prompts), in the requests and the text."""
     models = tuple(models)
     if not candidates:
         return Decision("nothing", None, "no setting finished with an unchanged output", settled=False,
-                        models=models, tolerance=tolerance, half_width=half_width)
+                        models=models, tolerance=tolerance, half_width=half_width, unit=unit)
     ranked = tuple(sorted((estimate(c, models, pooled) for c in candidates), key=lambda e: (-e.estimate, e.cost)))
     notes = tuple(f"{e.label} measured {e.measured.text(suffix='x')}, the model predicts {e.band.predicted:.2f}x "
                   f"[{e.band.low:.2f}-{e.band.high:.2f}] (its median error {_error_of(e, models):.0%}): the measurement "
                   "is trusted" for e in ranked if e.disagrees and e.band is not None)
-    common: dict[str, Any] = {"estimates": ranked, "models": models, "notes": notes, "tolerance": tolerance, "half_width": half_width}
+    common: dict[str, Any] = {"estimates": ranked, "models": models, "notes": notes, "tolerance": tolerance,
+                              "half_width": half_width, "unit": unit}
     faster = [e for e in ranked if e.shown_faster]
     if not faster:
         return _no_gain(ranked, models, tolerance, half_width, step, common)
@@ -315,18 +325,18 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
     if not narrow:
         pairs = max(pairs_needed(chosen.measured, half_width, step), min(step, SETTLE_PAIRS - chosen.measured.n))
         why = (f"its interval is +-{chosen.measured.half_width:.0%}, settled at +-{half_width:.0%}"
-               if enough else f"{chosen.measured.n} pair{'s' if chosen.measured.n != 1 else ''}: settled needs "
+               if enough else f"{chosen.measured.n} {_unit(unit, chosen.measured.n)}: settled needs "
                f"{SETTLE_PAIRS} at the chosen setting")
-        requests.append(Request(chosen.key, chosen.label, pairs, why))
+        requests.append(Request(chosen.key, chosen.label, pairs, why, unit))
     # The model's best unmeasured setting gets a place before the measured rivals: they can be
     # measured again any time, while a length never measured cannot win at all.
     for b in unmeasured[:1]:
-        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x"))
+        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x", unit))
     for e in sorted(rivals, key=lambda e: -e.high)[:max(0, MAX_REQUESTS - len(requests))]:
         requests.append(Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
-                                f"could be up to {e.high:.2f}x, past {chosen.label}'s {chosen.estimate:.2f}x"))
+                                f"could be up to {e.high:.2f}x, past {chosen.label}'s {chosen.estimate:.2f}x", unit))
     for b in unmeasured[1:1 + max(0, MAX_REQUESTS - len(requests))]:
-        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x"))
+        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x", unit))
 
     if len(faster) == 1:
         why = "the only setting shown faster than the target alone (its interval lies above 1.0)"
@@ -390,10 +400,11 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
             why = f"no interval reaches past {gain:.2f}x, or those that do are within +-{half_width:.0%}"
         return Decision("no draft", best, f"{why} (best: {best.label} -> {best.measured.text(suffix='x')})",
                         settled=True, **common)
+    unit = common["unit"]
     requests = [Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
-                        f"{e.measured.text(suffix='x')}: could be a gain or none") for e in open_[:MAX_REQUESTS]]
+                        f"{e.measured.text(suffix='x')}: could be a gain or none", unit) for e in open_[:MAX_REQUESTS]]
     requests += [Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x "
-                         f"[{b.low:.2f}-{b.high:.2f}]") for b in unmeasured[:max(0, MAX_REQUESTS - len(requests))]]
+                         f"[{b.low:.2f}-{b.high:.2f}]", unit) for b in unmeasured[:max(0, MAX_REQUESTS - len(requests))]]
     could = [f"{len(open_)} measured" if open_ else "", f"{len(unmeasured)} not measured yet" if unmeasured else ""]
     why = (f"no setting is shown faster than the target alone, but {' and '.join(w for w in could if w)} could be "
            f"(best: {best.label} -> {best.measured.text(suffix='x')})")
@@ -454,13 +465,13 @@ def next_step(decision: Decision, spent: int, budget: int | None = None,
         n = r.pairs if left is None else min(r.pairs, left - sum(q.pairs for q in out))
         if n <= 0:
             break
-        out.append(Request(r.key, r.label, n, r.why))
+        out.append(Request(r.key, r.label, n, r.why, r.unit))
     if not out:
         return Step((), "nothing to measure", f"nothing left to measure: {decision.sureness}")
     names = [r.label for r in out]
     what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     total = sum(r.pairs for r in out)
-    return Step(tuple(out), None, f"deciding between {what}: {total} more pair{'s' if total != 1 else ''}")
+    return Step(tuple(out), None, f"deciding between {what}: {total} more {_unit(out[0].unit, total)}")
 
 
 __all__ = ["HALF_WIDTH", "MAX_REQUESTS", "STEP", "STOP_WORDS", "TOLERANCE", "VERDICTS", "Band", "Candidate", "Decision", "Estimate", "ModelView",

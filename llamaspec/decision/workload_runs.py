@@ -15,8 +15,8 @@ is measured). Pure: run rows (as ``Store.runs`` returns them) in, cells out.
   prompt's, not a setup's. A draft-free mode is named by its mode and its own varying settings
   (its draft length among them only where it varies: the mode may not read it).
 - **The cell**: the run's pair ratios (``Summary.speedup.values``; paired runs only, a shared
-  baseline's ratios are not pairs), "ok" or "differs" as its summary says, or failed with its
-  error. Of several finished runs of one setup on one prompt the latest counts (a rerun after a
+  baseline's ratios are not pairs) and what they timed (``Summary.timed_tokens``, its ``loop``),
+  "ok" or "differs" as its summary says, or failed with its error. Of several finished runs of one setup on one prompt the latest counts (a rerun after a
   failure); a run still running, or interrupted, measured nothing to decide on.
 - **The cost** (:func:`cost`, smaller is cheaper): a draft-free mode (no second model to hold),
   then the shorter draft, then the smaller draft file.
@@ -129,9 +129,13 @@ def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Ce
         why = run.get("error") or summary.error or f"run {run.get('id')} {run.get('status') or summary.status}"
         return workload.Cell(prompt, setup.key, setup.label, (), setup.cost, "failed", str(why))
     ratios = tuple(summary.speedup.values) if summary.speedup and summary.paired else ()
+    loop = summary.loop.text() if summary.loop else None
+    asked = (run.get("settings") or {}).get("n_predict")
     if summary.status == "differs":
-        return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.DIFFERS, summary.lossless.text())
-    return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.OK)
+        return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.DIFFERS, summary.lossless.text(),
+                             summary.timed_tokens, loop, asked)
+    return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.OK, None, summary.timed_tokens, loop,
+                         asked)
 
 
 def workload_of_runs(runs: Sequence[Mapping[str, Any]],

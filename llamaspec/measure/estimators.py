@@ -8,14 +8,22 @@ that reports it (``Summary.estimator``, a prompt set's ``definitions``, a cluste
   the machine moves it least; paired, because drift between runs measured apart is not speedup.
 - **shared baseline** (an explicit cost saver, labelled ``paired: false``): each speculative run
   over the shared baseline's median; the point's median of those ratios.
-- **workload** (a set of prompts, or one category of it: the built-in mixed set, a prompt file, a
-  prompt set on llama-server): the geometric mean of the prompts' point speedups, with a 95 %
+- **workload** (the prompts are the whole workload, ``--whole-workload``; a prompt set on
+  llama-server): the geometric mean of the prompts' point speedups, with a 95 %
   bootstrap interval that resamples each prompt's pairs (the prompts are the workload, not a sample
   of one; :func:`workload`). The geometric mean, because ratios average on a log scale (2x on one
   prompt and 0.5x on another is no gain, not 1.25x), and every prompt weighs the same whatever its
   length; a total-token speedup (every token over all the time, long prompts weighing most) is
   shown beside it, named as such. Every decision over a workload is made on this estimator
   (:mod:`llamaspec.decision.workload`; :data:`PROMPT_SET_METRIC` for prompt sets).
+- **over prompts** (the default for a workload study: the built-in workload, a prompt file, which
+  are samples of the user's traffic): the same geometric mean, taken per category and weighed by
+  each category's share of the workload's prompts, with a 95 % bootstrap interval that resamples
+  the prompts within each category as well as the pairs within each prompt (:func:`over_prompts`),
+  so that it speaks for the next prompts of the same kinds, not only for those measured. Its
+  ``n`` is the prompts it rests on. A category with one measured prompt has no spread of its own:
+  its prompt is spread by the between-prompt noise of the categories that have two or more
+  (:func:`between_prompts`).
 - **over machines** (a cluster study): never a ratio across machines. Per machine, the same
   estimator as on one machine: a case's pairs on that machine (its items pooled by pair index)
   give the point estimator; a workload's prompts on that machine give the workload estimator.
@@ -25,9 +33,9 @@ that reports it (``Summary.estimator``, a prompt set's ``definitions``, a cluste
 from __future__ import annotations
 
 import math
-import random
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from llamaspec.base import stats
 
@@ -36,12 +44,16 @@ SHARED_BASELINE = "median of each speculative run over the shared baseline's med
 WORKLOAD = ("geometric mean of the prompts' speedups (each the median of its paired ratios), 95 % bootstrap "
             "interval resampling each prompt's pairs (a prompt with one pair: its ratio spread by the pooled "
             "pair-to-pair noise of the study's prompts)")
+OVER_PROMPTS = ("geometric mean of the prompts' speedups (each the median of its paired ratios) per category, the "
+                "categories weighed by their share of the workload's prompts; 95 % bootstrap interval resampling the "
+                "prompts within each category and the pairs within each prompt (it speaks for other prompts of the same "
+                "kinds)")
 OVER_MACHINES = "per machine, as on one machine: " + POINT + " per case; " + WORKLOAD + " per workload"
 
 PROMPT_SET_METRIC = "geomean_speedup"  # the GroupFigures field that holds the workload estimator
 
 DEFINITIONS = {"point": POINT, "shared_baseline": SHARED_BASELINE, "workload": WORKLOAD,
-               "over_machines": OVER_MACHINES}
+               "over_prompts": OVER_PROMPTS, "over_machines": OVER_MACHINES}
 
 
 def point(ratios: Sequence[float]) -> stats.Spread | None:
@@ -80,25 +92,101 @@ def workload(ratios: Sequence[Sequence[float]], noise: float | None = None, *,
     if (single and noise is None) or pairs < 2:
         return stats.Spread(median=value, low=value, high=value, n=1, min=min(medians), max=max(medians), cv=None,
                             values=tuple(medians))
-    rng = random.Random(seed)
-    estimates = []
-    for _ in range(samples):
-        total = 0.0
-        for r in clean:
-            n = len(r)
-            if n == 1:
-                total += math.log(r[0]) + rng.gauss(0.0, noise or 0.0)
-            else:
-                total += math.log(statistics.median([r[rng.randrange(n)] for _ in range(n)]))
-        estimates.append(math.exp(total / len(clean)))
-    estimates.sort()
-    tail = (1 - level) / 2
-    low, high = estimates[int(tail * (samples - 1))], estimates[int(math.ceil((1 - tail) * (samples - 1)))]
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    draws = np.mean([_resampled_logs(r, noise, rng, samples) for r in clean], axis=0)
+    low, high = _percentiles(draws, level)
     return stats.Spread(median=value, low=min(low, value), high=max(high, value), n=pairs, min=min(medians),
                         max=max(medians), cv=stats.cv(medians), values=tuple(medians))
+
+
+def _resampled_logs(r: Sequence[float], noise: float | None, rng: Any, samples: int) -> Any:
+    """``samples`` bootstrap replicates of one prompt's log median: its pairs drawn with replacement;
+    a prompt of one pair, its ratio spread by ``noise`` (log scale)."""
+    import numpy as np
+
+    values = np.log(np.asarray(r, dtype=float))
+    if len(values) == 1:
+        return values[0] + rng.normal(0.0, noise or 0.0, samples)
+    return np.median(values[rng.integers(0, len(values), (samples, len(values)))], axis=1)
+
+
+def _percentiles(draws: Any, level: float) -> tuple[float, float]:
+    """The percentile interval of bootstrap replicates on the log scale, as ratios."""
+    import numpy as np
+
+    ordered = np.sort(draws)
+    tail = (1 - level) / 2
+    n = len(ordered)
+    return float(np.exp(ordered[int(tail * (n - 1))])), float(np.exp(ordered[int(math.ceil((1 - tail) * (n - 1)))]))
 
 
 def prompt_set(ratios: Sequence[Sequence[float]]) -> stats.Spread | None:
     """The workload estimator over a set's counted prompts (each its paired ratios), the set's own
     pair-to-pair noise spreading the prompts it measured once."""
     return workload(ratios, pooled_log_sd(ratios))
+
+
+def between_prompts(log_medians: Mapping[str, Sequence[float]]) -> float | None:
+    """The between-prompt noise of a workload: the pooled standard deviation of the prompts' log
+    speedups within each category that has two prompts or more (category -> its prompts' log
+    medians); None where none has."""
+    num, dof = 0.0, 0
+    for values in log_medians.values():
+        if len(values) >= 2:
+            num += statistics.variance(values) * (len(values) - 1)
+            dof += len(values) - 1
+    return math.sqrt(num / dof) if dof else None
+
+
+def over_prompts(ratios: Mapping[str, Sequence[Sequence[float]]], weights: Mapping[str, float] | None = None,
+                 noise: float | None = None, prompt_noise: float | None = None, *,
+                 samples: int = stats.BOOTSTRAP_SAMPLES, level: float = stats.LEVEL, seed: int = 0) -> stats.Spread | None:
+    """The over-prompts estimator (:data:`OVER_PROMPTS`) over ``ratios``: category -> its prompts'
+    paired ratios (one sequence per prompt, each one ratio or more).
+
+    - The estimate: per category the mean of its prompts' log medians, weighed by ``weights``
+      (category -> its share of the workload; None: equal), normalised over the categories given.
+    - The interval: a percentile bootstrap. Each replicate draws, per category, as many prompts as
+      it has, with replacement, and each drawn prompt's pairs with replacement (a prompt with one
+      pair: its ratio spread by ``noise``, the pair-to-pair noise). A category's replicate mean is
+      scaled about its own mean by sqrt(n/(n-1)) (the plug-in bootstrap of n values understates the
+      variance of their mean by (n-1)/n, much at the 2-4 prompts a category a study measures). A
+      category with one prompt is spread by ``prompt_noise`` (:func:`between_prompts`).
+    - Unknown (``n`` 1, never shown faster) where a category has one prompt and ``prompt_noise`` is
+      None, or a one-pair prompt and ``noise`` is None. Otherwise ``n`` is the number of prompts,
+      ``values`` their medians."""
+    clean = {c: [[float(v) for v in r if v is not None and v > 0] for r in rs] for c, rs in ratios.items()}
+    clean = {c: rs for c, rs in clean.items() if rs}
+    if not clean or any(not r for rs in clean.values() for r in rs):
+        return None
+    raw = {c: (weights or {}).get(c, 1.0) if weights else 1.0 for c in clean}
+    total = sum(raw.values()) or 1.0
+    w = {c: v / total for c, v in raw.items()}
+    logs = {c: [math.log(statistics.median(r)) for r in rs] for c, rs in clean.items()}
+    value = math.exp(sum(w[c] * statistics.fmean(v) for c, v in logs.items()))
+    medians = [math.exp(x) for v in logs.values() for x in v]
+    prompts = len(medians)
+    unknown = (any(len(rs) == 1 for rs in clean.values()) and prompt_noise is None) or (
+        noise is None and any(len(r) == 1 for rs in clean.values() for r in rs)) or prompts < 2
+    if unknown:
+        return stats.Spread(median=value, low=value, high=value, n=1, min=min(medians), max=max(medians), cv=None,
+                            values=tuple(medians))
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    sums = np.zeros(samples)
+    for c, rs in clean.items():
+        k = len(rs)
+        per_prompt = np.stack([_resampled_logs(r, noise, rng, samples) for r in rs])  # (k, samples)
+        if k == 1:
+            mean = per_prompt[0] + rng.normal(0.0, prompt_noise or 0.0, samples)
+        else:
+            drawn = per_prompt[rng.integers(0, k, (samples, k)), np.arange(samples)[:, None]].mean(axis=1)
+            centre = statistics.fmean(logs[c])
+            mean = centre + (drawn - centre) * math.sqrt(k / (k - 1))
+        sums += w[c] * mean
+    low, high = _percentiles(sums, level)
+    return stats.Spread(median=value, low=min(low, value), high=max(high, value), n=prompts, min=min(medians),
+                        max=max(medians), cv=stats.cv(medians), values=tuple(medians))

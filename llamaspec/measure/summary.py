@@ -27,7 +27,7 @@ from typing import Any
 from llamaspec.base import stats
 from llamaspec.base.host import NoiseSample
 from llamaspec.base.stats import Spread
-from llamaspec.measure import estimators, spectypes
+from llamaspec.measure import estimators, spectypes, timed
 from llamaspec.measure.contract import (
     SPEED_DEFINITION,
     Measurement,
@@ -36,6 +36,7 @@ from llamaspec.measure.contract import (
     acceptance_by_position,
     sum_positions,
 )
+from llamaspec.measure.timed import Loop
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,10 @@ class Summary:
     drafted_by_position: tuple[int, ...] | None = None
     accepted_by_position: tuple[int, ...] | None = None
     positions_note: str | None = None
+    # What the pairs timed (llamaspec.measure.timed): the target alone's tokens after the first (the
+    # median over its runs: the decode speed's count), and the span its output repeats to the end.
+    timed_tokens: int | None = None
+    loop: Loop | None = None
 
     @property
     def acceptance_by_position(self) -> tuple[float | None, ...] | None:
@@ -285,6 +290,7 @@ class Summary:
         data["warnings"] = list(self.warnings)
         data["noise"] = self.noise.to_dict() if self.noise is not None else None
         data["acceptance_by_position"] = self.acceptance_by_position  # derived: for readers of --json
+        data["loop"] = self.loop.to_dict() if self.loop is not None else None
         return data
 
     @classmethod
@@ -299,7 +305,7 @@ class Summary:
         return cls(**{**data, **spreads, "lossless": Lossless(**data["lossless"]), "draft": DraftCheck(**data["draft"]),
                       "batch_ms": {int(k): v for k, v in batch.items()} if batch else None,
                       "warnings": tuple(data.get("warnings") or ()), "speed_basis": dict(data.get("speed_basis") or {}),
-                      "noise": NoiseSample.from_dict(data.get("noise")),
+                      "noise": NoiseSample.from_dict(data.get("noise")), "loop": Loop.from_dict(data.get("loop")),
                       **{k: tuple(data[k]) if data.get(k) is not None else None
                          for k in ("drafted_by_position", "accepted_by_position")}})
 
@@ -403,6 +409,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         speed_basis=basis, baseline_key=baseline_key, warnings=tuple(warnings), error=error, noise=noise,
         estimator=estimators.POINT if paired or not shared_base else estimators.SHARED_BASELINE,
         drafted_by_position=by.drafted, accepted_by_position=by.accepted, positions_note=by.note,
+        timed_tokens=round(statistics.median(n)) if (n := [b.n_predict - 1 for b in base if b.n_predict]) else None,
+        loop=next((timed.loop_of(b.text) for b in base if b.text is not None), None),
     )
 
 

@@ -68,14 +68,15 @@ class SetRecommendation:
         """The recommended method's label (None: no draft, undecided or nothing)."""
         return chosen(self.decision.decision)
 
-    def category(self, name: str) -> decide.Decision:
-        """The rule on one category's prompts (the whole set's decision where the set has one category)."""
-        found = next((c.decision for c in self.decision.categories if c.category == name), None)
-        if found is not None:
-            return found
+    def category(self, name: str) -> decide.Decision | None:
+        """The rule on one category's prompts (the whole set's decision where the set has one
+        category); None where the category has too few timed prompts for a verdict of its own."""
         if {c for _p, c in self.decision.prompts} == {name}:
             return self.decision.decision
-        raise KeyError(name)
+        found = next((c for c in self.decision.categories if c.category == name), None)
+        if found is None:
+            raise KeyError(name)
+        return found.decision
 
     def lines(self) -> list[str]:
         out = self.decision.lines()
@@ -145,7 +146,7 @@ def _near_ties(methods: Mapping[str, Sequence[PromptFigures]], decision: workloa
     near-tie differences there."""
     scopes: list[tuple[str, decide.Decision, set[str]]] = [("all", decision.decision, {p for p, _c in decision.prompts})]
     if decision.categories_disagree:
-        scopes += [(c.category, c.decision, set(c.prompts)) for c in decision.categories]
+        scopes += [(c.category, c.decision, set(c.prompts)) for c in decision.categories if c.decision is not None]
     out = []
     for scope, d, prompts in scopes:
         running: list[Hashable] = [e.key for e in d.contenders] or ([d.chosen.key] if d.chosen else [])
@@ -178,5 +179,5 @@ def recommend(methods: Mapping[str, Sequence[PromptFigures]], basis: str = "deco
     prompts = {p: category[p] for p in by_prompt if p not in out}
     cells = [_cell(label, item, basis, (costs or {}).get(label, ()))
              for label, items in methods.items() for item in items if item.id in prompts]
-    decision = workload.decide_workload(cells, prompts)
+    decision = workload.decide_workload(cells, prompts, over_prompts=False)  # a set's prompts are the whole of it
     return SetRecommendation(basis, decision, _near_ties(methods, decision), left_out)

@@ -67,9 +67,11 @@ def tune_setups(exp: Experiment, engine: Engine, variants: Sequence[str] | None 
 
 
 def tune(exp: Experiment, engine: Engine, store: Store, variants: Sequence[str] | None = None,
-         modes: Sequence[str] | None = None, budget: Budget | None = None) -> StudyResult:
+         modes: Sequence[str] | None = None, budget: Budget | None = None, *, over_prompts: bool = True,
+         count_loops: bool = False) -> StudyResult:
     """The tune of ``exp``'s workload (its cases' prompts): one study, one decision."""
-    return run_study(exp, tune_setups(exp, engine, variants, modes), engine, store, budget)
+    return run_study(exp, tune_setups(exp, engine, variants, modes), engine, store, budget, over_prompts=over_prompts,
+                     count_loops=count_loops)
 
 
 __all__ = ["MAX_DRAFT", "tune", "tune_setups", "variants_of"]
