@@ -37,16 +37,68 @@ if behaviour == "lost-tail-once" and not marker.exists():  # llama.cpp's log thr
     marker.write_text(""); sys.stdout.write(out[: len(out) // 2]); sys.exit(0)
 if behaviour == "fail":
     sys.stderr.write("error: failed to load model 'x.gguf'\\n"); sys.exit(1)
+# speculation on in a target-only run (always, or when the environment asks): the shared code's statistics line
+if behaviour == "drafting" or (behaviour == "drafting-from-env" and os.environ.get("LLAMA_ARG_SPEC_TYPE")):
+    drafted = (rec.parent / "speculative-simple-ngram-simple.stderr").read_text().splitlines(keepends=True)
+    err += "".join(line for line in drafted if " statistics " in line)
 sys.stdout.write(out); sys.stderr.write(err)
+'''
+
+# A llama-server that answers --help and --version with the recorded texts and serves /health and
+# /completion on the --port it is given, answering with the recorded answers of the pinned server:
+# the speculative one (draft_n in its timings) when its speculative types draft, the target alone's
+# otherwise. Its types are made as 0c1e570's common/arg.cpp makes them: the build's default list,
+# then LLAMA_ARG_SPEC_TYPE, then each --spec-type, each appended to the list ("none" takes nothing
+# out); ``replaces``: each --spec-type replaces the list instead (a build where none turns it off).
+SERVER_SCRIPT = '''#!{python}
+import http.server, json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+if "--help" in args:
+    sys.stdout.write(Path({help!r}).read_text()); sys.exit(0)
+if "--version" in args:
+    sys.stderr.write(Path({version!r}).read_text()); sys.exit(0)
+types = list({default!r})
+if os.environ.get("LLAMA_ARG_SPEC_TYPE"):
+    types += os.environ["LLAMA_ARG_SPEC_TYPE"].split(",")
+for i, arg in enumerate(args):
+    if arg == "--spec-type":
+        types = args[i + 1].split(",") if {replaces!r} else types + args[i + 1].split(",")
+drafts = any(t not in ("none", "draft-simple") for t in types) or ("draft-simple" in types and "-md" in args)
+answer = json.loads(Path({answers!r}).read_text())["speculative" if drafts else "baseline"]
+sys.stderr.write("fake llama-server: speculative types " + ",".join(types) + "\\n"); sys.stderr.flush()
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+
+    def do_GET(self):
+        self.reply(200, {{"status": "ok"}}) if self.path == "/health" else self.reply(501, {{"error": {{"message": "no"}}}})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply(200, answer) if self.path == "/completion" else self.reply(404, {{"error": {{"message": "no"}}}})
+
+http.server.ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Handler).serve_forever()
 '''
 
 
 def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570",
-                 simple: str | None = None, completion_recording: str = "completion") -> Path:
+                 simple: str | None = None, completion_recording: str = "completion",
+                 server_default: tuple[str, ...] | None = None, server_replaces: bool = False) -> Path:
     """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings
     (and a llama-server that answers --help and --version, enough to open the server backend).
     ``simple``: a llama-speculative-simple too, replaying that recording (an n-gram run, say), with
-    ``completion_recording`` the baseline's of the same prompt."""
+    ``completion_recording`` the baseline's of the same prompt. ``completion="drafting"``: the
+    baseline prints the statistics of an n-gram mode that drafted (recorded from
+    llama-speculative-simple); ``"drafting-from-env"``: only when ``LLAMA_ARG_SPEC_TYPE`` is set
+    in its environment. ``server_default``: a llama-server that serves too
+    (:data:`SERVER_SCRIPT`), with that default list of speculative types and ``server_replaces``."""
     rec = FIXTURES / commit
     folder.mkdir(parents=True, exist_ok=True)
     baseline = "llama-completion" if (rec / "llama-completion.help.txt").is_file() else "llama-cli"  # llama-cli in 2025
@@ -61,6 +113,10 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
                                       version=str(rec / f"{program}.version.txt"), behaviour=behaviour,
                                       hang=HANG_SECONDS))
         path.chmod(0o755)
+    if server_default is not None:
+        (folder / "llama-server").write_text(SERVER_SCRIPT.format(
+            python=sys.executable, help=str(rec / "llama-server.help.txt"), version=str(rec / "llama-server.version.txt"),
+            default=list(server_default), replaces=server_replaces, answers=str(rec / "server-completion.json")))
     return folder
 
 
@@ -89,7 +145,9 @@ class FakeEngine:
     - Greedy text is the same with and without a draft, unless told otherwise; sampled text
       (temperature above 0) differs from the fourth token on, as two samplings do by chance.
     Faults to expose: ``drafts`` (always draft this length, whatever was asked), ``truncate``
-    (speculative output cut after N tokens), ``differ_at_k`` (outputs diverge for these lengths).
+    (speculative output cut after N tokens), ``differ_at_k`` (outputs diverge for these lengths),
+    ``baseline_speculates`` (the target-only run speculates as the speculative one does, with its
+    counters and its speed: a build whose default turns speculation on, a variable in the environment).
     ``positions``: the speculative runs count acceptance by draft position (every round drafts
     every position; accepted through i in about α^i of them), as llama-speculative-simple does;
     ``position_bias`` scales the acceptance of rounds shorter than 16 (1.0: a position's acceptance
@@ -110,6 +168,7 @@ class FakeEngine:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     positions: bool = False
     position_bias: float = 1.0
+    baseline_speculates: bool = False
 
     def __post_init__(self) -> None:
         self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
@@ -160,7 +219,7 @@ class FakeEngine:
         tokens = tuple(range(100, 100 + n))
         common = dict(mode=mode, ok=True, error=None, argv=(mode,), exit_code=0, wall_seconds=0.01, peak_rss_bytes=1,
                       n_prompt=8, speed_basis=f"fake {mode}")
-        if mode == "baseline":
+        if mode == "baseline" and not self.baseline_speculates:
             return Measurement(**common, n_predict=n, decode_tps=self.target_tps(case) * speed, tokens=tokens,
                                text=" ".join(map(str, tokens)), draft_policy="none")
         if mode == "draft":

@@ -120,7 +120,8 @@ def test_no_draft_is_the_target_alone(real_build: Build, pair: tuple[Any, Any], 
                             speculative=False)
     assert not d.speculative and d.setting == "no draft: the target smollm2-135m:f32 alone"
     srv = _command(d, "llama-server")
-    assert not {"-md", "--spec-type", "--spec-draft-n-max"} & set(srv.argv)
+    assert not {"-md", "--spec-draft-n-max"} & set(srv.argv)
+    assert srv.argv[list(srv.argv).index("--spec-type") + 1] == "none"  # the target alone, said explicitly
     completion = next(c for c in d.commands if c.program.startswith("llama-completion"))
     argv = shlex.split(completion.text)
     argv[argv.index("-n") + 1] = "4"

@@ -142,6 +142,35 @@ def test_completion_argv_matches_the_recorded_run(folder: Path, program: str) ->
     assert pairs(argv) == pairs(recorded(folder, "completion"))
 
 
+def test_the_baseline_program_says_spec_type_none_only_where_its_help_offers_it() -> None:
+    """The pinned llama-completion lists no --spec-type (the recorded run above has none, and it
+    refuses an unknown flag); a baseline program whose --help lists it with none (llama-cli at
+    0c1e570, whose option table it shares with llama-server) gets --spec-type none, said before the
+    passed-through flags."""
+    plain = caps(NEW, "llama-completion")
+    assert not plain.has("--spec-type")
+    assert "--spec-type" not in flags.completion_argv(plain, Path("/bin/llama-completion"), settings(draft=None))
+    line = next(x for x in (NEW / "llama-server.help.txt").read_text().splitlines() if x.startswith("--spec-type"))
+    text = plain.help_text + line + "\n"
+    options, removed, spec_types = flags.parse_help(text)
+    offering = flags.HelpFlags("/bin/llama-cli", options, removed, spec_types, plain.version, text)
+    inv = settings(draft=None, extra_args=("--top-k", "1"))
+    argv = flags.completion_argv(offering, Path("/bin/llama-cli"), inv)
+    assert argv[-4:] == ["--spec-type", "none", "--top-k", "1"] and argv.count("--spec-type") == 1
+    assert flags.no_speculation_argv(caps(NEW, "llama-speculative")) == ["--spec-type", "none"]
+    assert flags.no_speculation_argv(caps(OLD, "llama-speculative")) == []  # 2025: no --spec-type at all
+
+
+def test_measured_programs_run_without_the_environments_llama_arg_variables() -> None:
+    """llama.cpp reads every option from LLAMA_ARG_<NAME> too, before its command line, and at
+    0c1e570 --spec-type none cannot take out a type LLAMA_ARG_SPEC_TYPE put in: the measured
+    programs get none of them (nor LLAMA_API_KEY), and the rest of the environment as it is."""
+    env = {"LLAMA_ARG_SPEC_TYPE": "ngram-mod", "LLAMA_ARG_NO_MMAP": "1", "LLAMA_API_KEY": "k", "HOME": "/h",
+           "LLAMA_CACHE": "/c"}
+    assert flags.measured_env(env) == {"LLAMA_API_KEY": None, "LLAMA_ARG_NO_MMAP": None, "LLAMA_ARG_SPEC_TYPE": None}
+    assert flags.measured_env({"HOME": "/h"}) == {}
+
+
 def test_draft_free_modes_are_refused_by_the_speculative_program() -> None:
     # llama-speculative lists the n-gram modes in --spec-type but stops with "--model-draft is required".
     s = settings(draft=None, draft_max=None, spec_type="ngram-simple")

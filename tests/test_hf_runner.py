@@ -190,6 +190,26 @@ def test_prompt_lookup(backend, pair, tmp_path: Path) -> None:
     assert spec.n_accept > 0  # the tiny target repeats itself: its own output is there to look up
 
 
+def test_a_baseline_whose_model_asks_for_prompt_lookup_drafts_and_is_refused(backend, tmp_path: Path) -> None:
+    """generate() without an assistant still drafts when the target's own generation_config asks for
+    prompt lookup: the engine counts that baseline's drafting, and the run core refuses it."""
+    import hf_factory
+    from transformers import GenerationConfig
+
+    from llamaspec.measure import pairs
+
+    target, assistant = hf_factory.pair(tmp_path / "pair")
+    config = GenerationConfig.from_pretrained(target)
+    config.prompt_lookup_num_tokens = 3
+    config.save_pretrained(target)
+    backend.close()  # load the target again, with its prompt-lookup default
+    m = pairs.measure_one(backend, case(target, assistant, n_predict=32), "baseline", 0, tmp_path / "b.log")
+    assert m.stats is not None and m.stats["candidate_generator"] == "PromptLookupCandidateGenerator"
+    assert m.n_drafted and not m.ok and m.error_kind == "drafted"
+    assert (m.error or "").startswith(f"the baseline drafted {m.n_drafted} tokens: speculation was on in the target-only run")
+    backend.close()  # the next test loads its own models
+
+
 def test_sampling_is_seeded(backend, pair, tmp_path: Path) -> None:
     c = case(*pair, temperature=0.8, seed=3)
     one, two = (backend.measure(c, "baseline", tmp_path / f"{i}.log") for i in range(2))

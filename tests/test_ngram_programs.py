@@ -291,7 +291,10 @@ def test_an_ngram_setting_deploys_on_llama_speculative_simple_and_llama_server(t
         assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "8"
     assert d.setting.startswith("ngram-simple n=3 m=8 on the target")
     alone = deploy.deployment(built, ngram_case(tmp_path), "llama.cpp", speculative=False)
-    assert all("--spec-type" not in c.argv for c in alone.commands)
+    # the target alone: llama-server says --spec-type none (its --help offers it), llama-completion has none
+    server_argv, completion_argv = (list(c.argv) for c in alone.commands)
+    assert server_argv[server_argv.index("--spec-type") + 1] == "none" and server_argv.count("--spec-type") == 1
+    assert "--spec-type" not in completion_argv and not any(a.startswith("--spec-ngram") for a in server_argv + completion_argv)
 
 
 # --- the speedup model -----------------------------------------------------------------------------------

@@ -5,13 +5,14 @@ between a measurement and its stored row."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from fakes import FakeEngine
 from test_core import HW, case
 
 from llamaspec.base.host import NoiseSample
-from llamaspec.measure import pairs
+from llamaspec.measure import contract, pairs
 from llamaspec.measure.contract import Measurement
 from llamaspec.store.results import MeasurementRow, Store, measurement_of
 from llamaspec.studies.run import more_pairs, run_case
@@ -156,3 +157,60 @@ def test_the_loop_stamps_each_measurement_with_its_pair() -> None:
     got = pairs.measure_pairs(measure, at_least=2, start=3)
     assert [(t.pair, t.measurement.pair) for t in got.taken] == [(3, 3), (3, 3), (4, 4), (4, 4)]
     assert got.complete == 2 and [p.index for p in pairs.whole_pairs(got.measurements)] == [3, 4]
+
+
+# --- a baseline is the target alone -----------------------------------------------------------------
+
+
+def test_a_baseline_that_drafted_is_refused_and_never_enters_a_ratio() -> None:
+    """A target-only run that speculates (a build whose default turns an n-gram mode on, a variable
+    in the environment) runs about as fast as the speculative side: counted, the ratio would say
+    speculation does not pay. The run core refuses it whatever the engine: the run stops at it,
+    stores it as failed, and its pair has no ratio."""
+    engine = FakeEngine(drift=0.0, baseline_speculates=True)
+    store = Store.open()
+    result = run_case(case(), engine, store, repeats=2, hardware=HW)
+    assert [m for m, _ in engine.calls] == ["baseline"]  # pair 0 runs its baseline first; the loop stops there
+    (base,) = result.measurements
+    assert not base.ok and base.error_kind == "drafted" and base.n_drafted
+    assert base.error == (f"the baseline drafted {base.n_drafted} tokens: speculation was on in the target-only run "
+                          f"(baseline); it is not counted ({contract.DRAFTED_BASELINE_HINT})")
+    s = result.summary
+    assert s.status == "failed" and s.error == base.error and s.speedup is None and s.pairs == 0
+    (row,) = store.measurements(result.run_id)
+    assert not row["ok"] and row["error_kind"] == "drafted" and store.run(result.run_id)["status"] == "failed"
+    # the pair that comes back from the store with its speculative side is still no pair
+    spec = pairs.measure_one(FakeEngine(drift=0.0), case(), "speculative", 0, Path("/dev/null"))
+    assert spec.ok and pairs.whole_pairs([measurement_of(row), spec]) == []
+
+
+def test_pair_one_runs_speculative_first_and_its_drafting_baseline_leaves_a_half_pair() -> None:
+    """ABBA: pair 1 takes its speculative run first; its baseline drafts (the speculation turned on
+    between the pairs) and is refused, so pair 1 is a half pair and only pair 0 has a ratio."""
+
+    class TurnsOn(FakeEngine):
+        def measure(self, c, mode, log_path):  # type: ignore[no-untyped-def]
+            self.baseline_speculates = len(self.calls) >= 2
+            return super().measure(c, mode, log_path)
+
+    taken: list[Measurement] = []
+    engine = TurnsOn(drift=0.0)
+    got = pairs.measure_pairs(lambda mode, r: pairs.measure_one(engine, case(), mode, r, Path("/dev/null"), taken.append),
+                              at_least=3)
+    assert [(m.mode, m.pair, m.ok) for m in taken] == [("baseline", 0, True), ("speculative", 0, True),
+                                                       ("speculative", 1, True), ("baseline", 1, False)]
+    assert got.failed is not None and got.failed.startswith("the baseline drafted")
+    assert [p.index for p in pairs.whole_pairs(taken)] == [0]
+    assert pairs.whole_pairs(taken)[0].ratio == pytest.approx(engine.speedup_of(8))
+
+
+def test_only_a_successful_baseline_that_drafted_is_refused() -> None:
+    base = dataclasses.replace(measurement("baseline"), n_drafted=0)
+    assert contract.refuse_drafting_baseline(base) is base  # drafted nothing
+    assert contract.refuse_drafting_baseline(measurement("baseline")) == measurement("baseline")  # counted nothing
+    spec = dataclasses.replace(measurement("speculative"), n_drafted=40)
+    assert contract.refuse_drafting_baseline(spec) is spec
+    crashed = dataclasses.replace(measurement("baseline", ok=False), n_drafted=40)
+    assert contract.refuse_drafting_baseline(crashed) is crashed  # its own error stands
+    refused = contract.refuse_drafting_baseline(dataclasses.replace(measurement("baseline"), n_drafted=3))
+    assert not refused.ok and refused.error_kind in contract.ERROR_KINDS

@@ -298,6 +298,23 @@ def test_end_of_text_marker_is_split_off() -> None:
     assert c.end_of_text and c.text is not None and c.text.endswith("quick_sort_right(left,")
 
 
+def test_a_target_only_run_that_printed_drafting_says_how_much() -> None:
+    """A baseline that printed a speculative loop's counters or its statistics lines drafted: the
+    parser reports how much (the run core then refuses it); every recorded baseline drafted nothing
+    it printed."""
+    for folder, program in ((NEW, "completion"), (OLD, "completion")):
+        c = parse_completion(*pair(folder, program))
+        assert (c.n_drafted, c.n_accept) == (None, None)
+    out, err = pair(NEW, "completion")
+    ngram = read(NEW, "speculative-simple-ngram-simple.stderr").splitlines(keepends=True)
+    statistics = "".join(line for line in ngram if " statistics " in line)  # #gen tokens 67, #acc tokens 59
+    assert (parse_completion(out, err + statistics).n_drafted, parse_completion(out, err + statistics).n_accept) == (67, 59)
+    counters = "".join(line for line in ngram if re.search(r"\bn_(drafted|accept)\s*=", line))  # 67 and 59 too
+    both = parse_completion(out, err + counters.replace("= 67", "= 70") + statistics)
+    assert (both.n_drafted, both.n_accept) == (70, 59)  # the counters first
+    assert parse_completion(out + statistics, err).n_drafted is None  # stdout holds the text, not the statistics
+
+
 def test_completion_without_timings_is_an_error() -> None:
     out, err = pair(NEW, "completion")
     with pytest.raises(ParseError, match="no timing statistics"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,24 @@ def test_timeout_terminates_the_process() -> None:
     assert done.timed_out and done.seconds < 30  # ended by the timeout, not by the child's own 30 s
     with pytest.raises(LlamaspecError, match="timed out after"):
         proc.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def test_env_changes_reach_the_child_and_none_removes_a_variable(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLAMA_ARG_SPEC_TYPE", "ngram-mod")
+    monkeypatch.setenv("KEPT", "yes")
+    show = [sys.executable, "-c", "import os; print(os.environ.get('LLAMA_ARG_SPEC_TYPE'), os.environ.get('KEPT'), "
+                                  "os.environ.get('ADDED'))"]
+    assert proc.run(show).stdout == "ngram-mod yes None\n"  # inherited as it is
+    assert proc.run(show, env={"LLAMA_ARG_SPEC_TYPE": None, "ADDED": "1"}).stdout == "None yes 1\n"
+    log = tmp_path / "bg.log"
+    background = proc.Background(show, log, env={"LLAMA_ARG_SPEC_TYPE": None})
+    for _ in range(200):
+        if background.poll() is not None:
+            break
+        time.sleep(0.02)
+    background.stop()
+    assert "None yes None" in log.read_text()
 
 
 def test_missing_program() -> None:

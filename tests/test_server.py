@@ -75,7 +75,23 @@ def test_argv_speculative_draft_and_baseline() -> None:
     assert "-md /m/q4_1.gguf" in joined and "--spec-type draft-simple" in joined and "--spec-draft-n-max 8" in joined
     assert "-t 2" in joined and "-c 1024" in joined and "-ngl 0" in joined and "--metrics" in joined
     base = server.server_args(c, "cpu", case(draft_max=8), "baseline")
-    assert "-md" not in base and "--spec-type" not in base and base == spec[:len(base)]
+    # the target alone, said explicitly: the speculative server's first arguments, then --spec-type none
+    assert "-md" not in base and base[-2:] == ["--spec-type", "none"] and base[:-2] == spec[:len(base) - 2]
+
+
+def test_the_baseline_server_says_spec_type_none_where_its_help_offers_it() -> None:
+    """The pinned server's --help lists --spec-type with none: the baseline says it, ahead of the
+    passed-through flags (which may still turn speculation on: then the run core refuses it); a
+    server whose --help has no --spec-type gets no flag it would refuse."""
+    line = next(x for x in HELP.splitlines() if x.startswith("--spec-type"))
+    assert "none" in line.split()[1].split(",")  # the recorded text, not an assumption
+    with_extra = case(draft_max=8, extra_args=("--top-k", "1"))
+    base = server.server_args(caps(), "cpu", with_extra, "baseline")
+    assert base[-4:] == ["--spec-type", "none", "--top-k", "1"] and base.count("--spec-type") == 1
+    text = "\n".join(x for x in HELP.splitlines() if not x.startswith("--spec-type"))
+    options, removed, spec_types = flags.parse_help(text)
+    older = flags.HelpFlags("llama-server", options, removed, spec_types, flags.Version(None, "old"), text)
+    assert "--spec-type" not in server.server_args(older, "cpu", case(draft_max=8), "baseline")
 
 
 def test_draft_min_reaches_the_speculative_server_only() -> None:
@@ -83,7 +99,7 @@ def test_draft_min_reaches_the_speculative_server_only() -> None:
     spec = server.server_args(c, "cpu", case(draft_max=8, draft_min=3), "speculative")
     assert spec[spec.index("--spec-draft-n-min") + 1] == "3"
     base = server.server_args(c, "cpu", case(draft_max=8, draft_min=3), "baseline")
-    assert "--spec-draft-n-min" not in base and base == spec[:len(base)]
+    assert "--spec-draft-n-min" not in base and base[:-2] == spec[:len(base) - 2]
     assert "draft_min" in server.HONOURED
 
 
@@ -139,6 +155,9 @@ def test_fields_when_nothing_was_drafted_and_when_the_model_stopped() -> None:
     assert nothing["n_drafted"] == 0 and nothing["n_accept"] == 0  # absent means 0
     early = server.completion_fields(ANSWERS["eos"], "baseline", case().settings)
     assert early["end_of_text"] and early["n_predict"] < 16
+    # a target-only server that drafted says so in its answer's draft_n: counted, for the run core to refuse
+    drafted = server.completion_fields(ANSWERS["speculative"], "baseline", case().settings)
+    assert (drafted["n_drafted"], drafted["n_accept"], drafted["draft_policy"]) == (16, 12, "none")
 
 
 def test_top_tokens_from_a_recorded_n_probs_answer() -> None:
@@ -208,6 +227,8 @@ def test_greedy_output_with_the_draft_equals_without(backend, pair, tmp_path: Pa
     assert base.ok and spec.ok, (base.error, spec.error)
     assert base.tokens and spec.tokens == base.tokens and spec.text == base.text
     assert base.n_predict == spec.n_predict == 24 and not base.end_of_text
+    # the pinned server takes --spec-type none, and its target alone drafts nothing
+    assert base.argv[list(base.argv).index("--spec-type") + 1] == "none" and base.n_drafted is None
     real_checks.server_counters(spec, k=8)  # counters from the answer and /metrics agree (tests/real_checks.py)
     assert spec.n_accept and spec.drafted_rounds  # the pair's draft does get tokens accepted on this prompt
     for m in (base, spec):

@@ -82,7 +82,7 @@ def run(
     *,
     log_path: Path | None = None,
     timeout: float | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     cwd: Path | None = None,
     check: bool = True,
     what: str | None = None,
@@ -91,7 +91,8 @@ def run(
     grace_seconds: float = 5.0,
 ) -> Completed:
     """Run ``argv``; capture stdout and stderr (and tee them into ``log_path`` when given); stop it
-    after ``timeout`` seconds. stdin is /dev/null.
+    after ``timeout`` seconds. stdin is /dev/null. ``env``: changes to this process's environment
+    for the child (a value of None removes that variable).
 
     With ``check`` a failure raises LlamaspecError naming the exit, the last lines of output
     and the log. A program that cannot be started raises LlamaspecError even without ``check``.
@@ -100,7 +101,7 @@ def run(
     args = tuple(str(a) for a in argv)
     line = shell_line(args)
     log.debug("running: %s", line)
-    full_env = None if env is None else {**os.environ, **env}
+    full_env = child_env(env)
     log_file = None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,7 +174,17 @@ def run(
     return done
 
 
-def probe(argv: Sequence[str | os.PathLike[str]], *, timeout: float = 30.0, env: Mapping[str, str] | None = None,
+def child_env(changes: Mapping[str, str | None] | None) -> dict[str, str] | None:
+    """This process's environment with ``changes`` (None removes a variable); None: inherit it as is."""
+    if changes is None:
+        return None
+    env = {**os.environ, **{k: v for k, v in changes.items() if v is not None}}
+    for name in (k for k, v in changes.items() if v is None):
+        env.pop(name, None)
+    return env
+
+
+def probe(argv: Sequence[str | os.PathLike[str]], *, timeout: float = 30.0, env: Mapping[str, str | None] | None = None,
           cwd: Path | None = None) -> Completed | None:
     """A quick query (a tool's version, a compiler's feature list, ``git rev-parse``): output
     captured, no log file, never raises. None when the program is missing or cannot start; a
@@ -187,9 +198,10 @@ def probe(argv: Sequence[str | os.PathLike[str]], *, timeout: float = 30.0, env:
 
 class Background:
     """A process that outlives the call that starts it (a server), in its own process group, its
-    output teed into a log; ``stop()`` terminates the group, then kills it."""
+    output teed into a log; ``stop()`` terminates the group, then kills it. ``env`` as for :func:`run`."""
 
-    def __init__(self, argv: Sequence[str | os.PathLike[str]], log_path: Path | None = None) -> None:
+    def __init__(self, argv: Sequence[str | os.PathLike[str]], log_path: Path | None = None,
+                 env: Mapping[str, str | None] | None = None) -> None:
         self.argv = tuple(str(a) for a in argv)
         self._log = None
         if log_path is not None:
@@ -201,7 +213,7 @@ class Background:
         log.debug("starting in the background: %s", shell_line(self.argv))
         try:
             self._proc = subprocess.Popen(self.argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                          start_new_session=True)
+                                          env=child_env(env), start_new_session=True)
         except OSError as exc:
             self._close_log()
             raise LlamaspecError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from exc

@@ -428,6 +428,12 @@ class TransformersEngine:
                         "draft_len": _draft_len(plan, assistant_stats, draft_max),
                         "draft_policy": _draft_policy(plan, assistant_stats),
                         "program": PROGRAM_OF_SPEC_TYPE[plan.spec_type]}
+        elif mode == "baseline" and made:
+            # generate() without an assistant drafted all the same: the model's generation config asks
+            # for a candidate generator (prompt_lookup_num_tokens, say). Counted, and so refused by the
+            # run core (contract.refuse_drafting_baseline): this is not the target alone.
+            stats["candidate_generator"] = made[0]
+            counters = {**counters, "n_drafted": sum(d for d, _ in rounds), "n_accept": sum(a for _, a in rounds)}
         timed_out = s.timeout is not None and seconds >= s.timeout and len(ids) < n_predict and not end_of_text
         measurement = Measurement(
             ok=not timed_out,

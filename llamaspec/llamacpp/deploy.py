@@ -90,7 +90,9 @@ def _pick(caps: flags.HelpFlags, names: tuple[str, ...], what: str) -> str:
 def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
     """llama-server's arguments (without host and port) for the server that measures ``mode``: the
     flag table's rows for the server, the target side first (the baseline's arguments are the
-    speculative server's first ones), then the draft side.
+    speculative server's first ones), then the draft side. The baseline, the target alone, says
+    ``--spec-type none`` where the server's ``--help`` offers it (``flags.no_speculation_argv``),
+    whatever the build's default: the measuring server and the deployed one for "no draft" alike.
 
     ``deploy``: the same server for serving, not measuring: the measurement's own switches
     (``--metrics`` for the round counter, no web UI, no prompt cache across requests) are left out."""
@@ -104,8 +106,8 @@ def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: s
             argv.append(flag)
     if caps.has("--cache-ram") and not deploy:
         argv += ["--cache-ram", "0"]  # no prompt cache across requests: every measurement processes its prompt
-    if mode == "baseline":
-        return argv + list(s.extra_args or ())  # passed through to both sides, as on the command-line programs
+    if mode == "baseline":  # extra_args passed through to both sides, as on the command-line programs
+        return argv + flags.no_speculation_argv(caps) + list(s.extra_args or ())
     if draft is not None:
         argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
         argv += flags.settings_argv(caps, inv, "server", draft=True)

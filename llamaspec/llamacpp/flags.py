@@ -15,8 +15,10 @@ spelling across llama.cpp generations); the code around it is the table's reader
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
 from llamaspec.measure import spectypes
 from llamaspec.measure.settings import DEFAULTS, Settings, program_binary
+
+log = logging.getLogger(__name__)
 
 GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 on)
 
@@ -234,6 +238,8 @@ SPEC_TYPE_FLAGS: dict[str, SpecTypeFlags] = {
     "ngram-cache": SpecTypeFlags("ngram-cache"),
 }
 NGRAM_SIZES = ("ngram_size_n", "ngram_size_m")
+# llama.cpp's --spec-type value for no speculation (its default list at 0c1e570: common/common.h).
+NO_SPECULATION = "none"
 
 
 def takes(program: str) -> frozenset[str]:
@@ -422,7 +428,51 @@ def spec_type_name(value: str) -> str:
 
 def offered(caps: HelpFlags) -> tuple[str, ...]:
     """The speculative types the program's ``--spec-type`` lists, in llamaspec's names (not ``none``)."""
-    return tuple(spec_type_name(v) for v in caps.spec_types if v != "none")
+    return tuple(spec_type_name(v) for v in caps.spec_types if v != NO_SPECULATION)
+
+
+def no_speculation_argv(caps: HelpFlags) -> list[str]:
+    """``--spec-type none`` where the program's ``--help`` lists ``--spec-type`` with the value
+    ``none`` (at 0c1e570: the speculative programs, llama-server and llama-cli; llama-completion
+    lists no --spec-type), else nothing: a target-only run says so itself instead of trusting the
+    build's default, which a newer llama.cpp may turn to an n-gram mode (upstream's proposal to
+    turn ngram-mod on by default).
+
+    It is a statement, not yet a guard: at 0c1e570 a ``--spec-type`` value is appended to the list
+    the defaults, a llama.cpp config.ini and ``LLAMA_ARG_SPEC_TYPE`` made (common/arg.cpp), and
+    ``none`` takes no type out of it. What holds whatever the build does: the measured programs
+    run without ``LLAMA_ARG_*`` (:func:`measured_env`), and a baseline that drafted anything is
+    refused (``contract.refuse_drafting_baseline``)."""
+    if caps.has("--spec-type") and NO_SPECULATION in caps.spec_types:
+        return ["--spec-type", NO_SPECULATION]
+    return []
+
+
+# llama.cpp reads every option of its common argument parser from the environment as well
+# (common/arg.cpp: set_env, LLAMA_ARG_<NAME>, and LLAMA_ARG_NO_<NAME> for a negative switch), before
+# the command line; LLAMA_API_KEY makes llama-server refuse requests without the key.
+ENV_PREFIX = "LLAMA_ARG_"
+ENV_NAMES = ("LLAMA_API_KEY",)
+
+
+def measured_env(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The environment changes for a measured llama.cpp program (``proc``: None removes a
+    variable): every ``LLAMA_ARG_*`` and ``LLAMA_API_KEY`` of ``environ`` (the process's own by
+    default) cleared, so that what runs is what its command line says, the line the measurement
+    stores and the deploy command prints (``LLAMA_ARG_SPEC_TYPE=ngram-mod`` would turn speculation on
+    in the baseline, ``LLAMA_ARG_THREADS`` change both sides unseen). The first time any is
+    cleared, a warning names them."""
+    environ = os.environ if environ is None else environ
+    cleared = sorted(k for k in environ if k.startswith(ENV_PREFIX) or k in ENV_NAMES)
+    if cleared:
+        _warn_cleared(tuple(cleared))
+    return dict.fromkeys(cleared)
+
+
+@functools.lru_cache(maxsize=8)
+def _warn_cleared(names: tuple[str, ...]) -> None:
+    log.warning("the environment sets %s: cleared for the measured llama.cpp programs (what is measured is what "
+                "their command line says)", ", ".join(names))
 
 
 def draft_free_modes(caps: HelpFlags, role: str) -> tuple[str, ...]:
@@ -532,10 +582,12 @@ def speculative_argv(caps: HelpFlags, program: Path, inv: Invocation, role: str)
 
 
 def completion_argv(caps: HelpFlags, program: Path, inv: Invocation) -> list[str]:
-    """The target-only baseline's command line (llama-completion, or llama-cli/main on older builds)."""
+    """The target-only baseline's command line (llama-completion, or llama-cli/main on older builds),
+    with ``--spec-type none`` where its ``--help`` offers it (:func:`no_speculation_argv`)."""
     argv = [str(program), *common_argv(caps, inv, "completion")]
     if caps.has("-no-cnv"):
         argv.append("-no-cnv")  # plain completion of the prompt, never chat mode
+    argv += no_speculation_argv(caps)
     argv.extend(inv.settings.extra_args or ())
     return argv
 

@@ -207,6 +207,12 @@ class CompletionStats:
     text: str | None  # stdout: the echoed prompt and the generation, without " [end of text]"
     end_of_text: bool = False  # the model stopped on its own (" [end of text]")
     log_prefix: bool = False
+    # Drafting where the target should run alone, as a speculative loop prints it: "n_drafted = N"
+    # and "n_accept = N", else common_speculative_print_stats' "#gen tokens" and "#acc tokens" summed
+    # over its implementations; None where the program printed neither (every target-only program
+    # so far). A baseline that drafted is refused by the run core (contract.refuse_drafting_baseline).
+    n_drafted: int | None = None
+    n_accept: int | None = None
 
     @property
     def n_prompt(self) -> int | None:
@@ -686,8 +692,19 @@ def parse_completion(stdout: str, stderr: str = "") -> CompletionStats:
     eot = False
     if text is not None:
         text, eot = _split_end_of_text(text)
+    drafted, accepted = _drafting(scan)
     return CompletionStats(format=_format(scan.sources), timings=timings, text=text, end_of_text=eot,
-                           log_prefix=out_scan.prefixed or err_scan.prefixed)
+                           log_prefix=out_scan.prefixed or err_scan.prefixed, n_drafted=drafted, n_accept=accepted)
+
+
+def _drafting(scan: _Scan) -> tuple[int | None, int | None]:
+    """Drafted and accepted tokens a run printed (its counters, else its statistics lines); None, None
+    where it printed neither."""
+    if "n_drafted" in scan.counters:
+        return scan.counters["n_drafted"], scan.counters.get("n_accept")
+    if scan.statistics:
+        return sum(s.gen_tokens for s in scan.statistics), sum(s.acc_tokens for s in scan.statistics)
+    return None, None
 
 
 def detect_kind(stdout: str, stderr: str = "") -> str | None:

@@ -200,7 +200,7 @@ class LlamaCppEngine:
             cwd.mkdir(parents=True, exist_ok=True)
         for attempt in range(1, LOST_TAIL_ATTEMPTS + 1):
             done = proc.run(argv, log_path=log_path, timeout=timeout, check=False, cwd=cwd,
-                            what=Path(argv[0]).name)
+                            what=Path(argv[0]).name, env=flags.measured_env())
             if not _lost_tail(done, mode) or attempt == LOST_TAIL_ATTEMPTS:
                 break
             kept = Path(log_path).with_name(f"{Path(log_path).stem}.lost-tail-{attempt}.log")
@@ -368,6 +368,9 @@ def _completion_fields(stats: parse.CompletionStats, case: ResolvedCase) -> dict
         text=text,
         end_of_text=stats.end_of_text,
         stats={**stats.to_dict(), "prompt_echo_found": echoed},
+        # None unless the program printed drafting: then the run core refuses this baseline
+        n_drafted=stats.n_drafted,
+        n_accept=stats.n_accept,
     )
 
 

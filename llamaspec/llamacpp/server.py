@@ -170,7 +170,8 @@ class Server:
         t0 = self.launched_at = time.monotonic()
         log.info("starting llama-server (%s) on port %s ...", self.label, self.port)
         try:
-            self.process = proc.Background(self.argv, self.log_path)  # its own process group, output in the log
+            # its own process group, output in the log, no LLAMA_ARG_* of ours: it runs what its command line says
+            self.process = proc.Background(self.argv, self.log_path, env=flags.measured_env())
         except LlamaspecError as exc:
             raise LlamaspecError(exc.message, hint="run `llamaspec build` first") from exc
         with _LIVE_LOCK:
@@ -610,6 +611,8 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
                       draft_len=spectypes.requested_length(s))
     else:
         fields.update(draft_policy="none")
+        if "draft_n" in t:  # the target alone drafted: the run core refuses this baseline
+            fields.update(n_drafted=int(t["draft_n"]), n_accept=int(t.get("draft_n_accepted", 0)))
     return fields
 
 

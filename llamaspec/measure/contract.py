@@ -34,14 +34,20 @@ Adding an engine is one subpackage with a module-level ``open_engine(options)`` 
   ``assistant_model``, counting drafted and accepted tokens per round itself.
 
 Each fills the same :class:`Measurement`, with ``decode_tps`` on one definition (below), so the
-run core computes speedups, intervals and the lossless verdict the same way for all of them.
+run core computes speedups, intervals and the lossless verdict the same way for all of them; and
+what a baseline is, the target alone, is decided here once for all of them
+(:func:`refuse_drafting_baseline`).
+
+Its size: the protocol and every type that crosses it (the measurement with each quantity derived
+from its counters, acceptance by position, deploy commands, options), and the rules every engine's
+measurement is held to, in one file that engines and the run core both read.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,8 +76,9 @@ DRAFT_POLICIES = (
 
 # Why a measurement failed, where the engine can tell: "server" (the engine's process is gone),
 # "timeout" (no answer in time), "prompt" (the engine refused this prompt), "request" (another
-# refusal of this one request). A prompt set stops at the first "server" or "timeout": the prompts
-# after it would fail alike.
+# refusal of this one request); "drafted" is the run core's: a baseline that drafted
+# (refuse_drafting_baseline). A prompt set stops at the first "server", "timeout" or "drafted":
+# the prompts after it would fail alike.
 # ModelRef.model of a model named by where it is rather than by the catalog: its ``variant`` is
 # the location as ``llamaspec.models.given`` reads it (an absolute GGUF path, USER/REPO[:QUANT],
 # or a catalog NAME[:VARIANT]). A sweep or tune swaps the variant as for a catalog model, so
@@ -83,7 +90,7 @@ GIVEN = "given"
 # ("user", "assistant", "system"). A chat prompt is its earlier turns, then the user's ``prompt``.
 Message = tuple[str, str]
 
-ERROR_KINDS = ("server", "timeout", "prompt", "request")
+ERROR_KINDS = ("server", "timeout", "prompt", "request", "drafted")
 
 
 @dataclass(frozen=True)
@@ -214,6 +221,29 @@ class Measurement:
         """Per draft position i (index i-1), the share of the rounds that drafted position i whose
         draft was accepted through it; None where the engine does not count positions."""
         return acceptance_by_position(self.accepted_by_position, self.drafted_by_position)
+
+
+# What can turn speculation on where the target should run alone, for the refusal below.
+DRAFTED_BASELINE_HINT = ("check the program's default --spec-type (its --help), a llama.cpp config.ini "
+                         "(/etc/llama.cpp, ~/.config/llama.cpp), --spec-type among the passed-through flags, "
+                         "LLAMA_ARG_SPEC_TYPE set by a wrapper, or the model's generation_config "
+                         "(prompt_lookup_num_tokens)")
+
+
+def refuse_drafting_baseline(m: Measurement) -> Measurement:
+    """``m`` as a pair may count it. A baseline is the target alone: one that drafted anything (its
+    engine reported ``n_drafted`` above 0: llama-server's ``draft_n``, a program's printed draft
+    counters, transformers' candidate generator) measured speculation against speculation, and is
+    turned into a failure of kind "drafted", with one line saying so, what ran and what to check:
+    it never enters a ratio (``pairs.whole_pairs`` pairs successful measurements only). Every other
+    measurement comes back as it is. The run core applies it to every measurement it takes
+    (``pairs.metered``), so no engine needs its own copy."""
+    if m.mode != "baseline" or not m.ok or not m.n_drafted:
+        return m
+    program = Path(m.argv[0]).name if m.argv else "the engine"
+    return replace(m, ok=False, error_kind="drafted",
+                   error=f"the baseline drafted {m.n_drafted} tokens: speculation was on in the target-only run "
+                         f"({program}); it is not counted ({DRAFTED_BASELINE_HINT})")
 
 
 # The derived quantities' one definition each, from counters (of one run, or summed over runs:

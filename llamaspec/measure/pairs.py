@@ -17,6 +17,10 @@ loop for pairs; none alternates modes itself. What it guarantees:
   failure is in no pair and shifts none.
 - **metered**: every measurement goes through :func:`measure_one` (the engine's measurement, what
   else the machine did meanwhile, its pair index, then the caller's ``keep``: a store row, a list).
+- **a baseline is the target alone**: a baseline that drafted anything is a failure
+  (``contract.refuse_drafting_baseline``, applied in :func:`metered`, the step every measurement
+  and every concurrency batch takes, before it is kept): it stops the loop like any failure and
+  its pair has no ratio, whichever engine measured it.
 - **stop at the first failure**: a failed measurement ends the loop; what was measured before it
   stays (the caller's ``keep`` has stored it).
 - **auto repeats**: between ``at_least`` and ``at_most`` pairs, stopping early once ``settled``
@@ -33,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llamaspec.base import host
-from llamaspec.measure.contract import PAIR_MODES, Engine, Measurement, ResolvedCase
+from llamaspec.measure.contract import PAIR_MODES, Engine, Measurement, ResolvedCase, refuse_drafting_baseline
 
 __all__ = ["PAIR_MODES", "Measure", "Pair", "Pairs", "Taken", "failure", "measure_one", "measure_pairs", "measure_runs",
            "metered", "order", "whole_pairs"]
@@ -102,18 +106,20 @@ class Pairs:
 
 
 def metered(measure: Callable[[], Measurement]) -> Measurement:
-    """One measurement with what else the machine did meanwhile (CPU steal, other processes' load)
-    in ``Measurement.noise``."""
+    """One measurement as the run core takes it: what else the machine did meanwhile (CPU steal,
+    other processes' load) in ``Measurement.noise``, and a baseline that drafted turned into a
+    failure (``contract.refuse_drafting_baseline``)."""
     meter = host.NoiseMeter.start()
     m = measure()
-    return replace(m, noise=meter.stop())
+    return refuse_drafting_baseline(replace(m, noise=meter.stop()))
 
 
 def measure_one(engine: Engine, case: ResolvedCase, mode: str, pair: int | None, log_path: Path,
                 keep: Callable[[Measurement], object] = lambda _m: None) -> Measurement:
     """The one measure-meter-keep step every measurement of a pair (and every cost timing) takes:
-    the engine measures, the meter records what else the machine did, the measurement gets its pair
-    index (baseline and speculative only), and ``keep`` stores it before anything else happens."""
+    the engine measures, the meter records what else the machine did (and a baseline that drafted
+    becomes a failure), the measurement gets its pair index (baseline and speculative only), and
+    ``keep`` stores it before anything else happens."""
     m = metered(lambda: engine.measure(case, mode, log_path))
     m = replace(m, pair=pair if mode in PAIR_MODES else None)
     keep(m)

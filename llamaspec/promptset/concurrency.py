@@ -106,8 +106,9 @@ def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: En
     ok = [m for m in measured if m.ok]
     generated = sum(m.n_predict or 0 for m in ok)
     per_request = [m.decode_tps for m in ok if m.decode_tps]
+    counted = [m.n_drafted for m in ok if m.n_drafted is not None]
     batch = {"mode": mode, "repeat": repeat, "requests": len(measured), "failed": len(measured) - len(ok),
-             "generated": generated, "wall_seconds": wall,
+             "generated": generated, "drafted": sum(counted) if counted else None, "wall_seconds": wall,
              "aggregate_tps": generated / wall if wall > 0 and generated else None,
              "per_request_tps": statistics.median(per_request) if per_request else None,
              "errors": sorted({m.error for m in measured if m.error})[:3]}
@@ -123,6 +124,7 @@ def batch_measurement(batch: dict[str, Any]) -> Measurement:
         error = None if batch["aggregate_tps"] else "the batch generated nothing"
     return Measurement(mode=batch["mode"], ok=error is None, error=error, argv=(), exit_code=None,
                        wall_seconds=batch["wall_seconds"], peak_rss_bytes=None, n_predict=batch["generated"],
+                       n_drafted=batch.get("drafted"),  # a baseline batch that drafted is refused (pairs.metered)
                        stats=dict(batch), pair=batch["repeat"])
 
 

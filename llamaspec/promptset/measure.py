@@ -27,7 +27,9 @@ from llamaspec.store.results import Group, MeasurementRow, Store, measurements_o
 from llamaspec.studies.prompts import Prompt, PromptSet, PromptSource
 
 Event = Callable[[str, dict[str, Any]], None]
-STOPPING_ERRORS = ("server", "timeout")  # the server is gone or stuck: later prompts would fail alike
+# the server is gone or stuck, or its target-only run drafts (contract.refuse_drafting_baseline):
+# later prompts would fail alike
+STOPPING_ERRORS = ("server", "timeout", "drafted")
 
 
 @dataclass(frozen=True)

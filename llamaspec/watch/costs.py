@@ -176,6 +176,7 @@ def baseline_step_ms(build: Any, case: Any, window: Window, log_dir: Path) -> fl
     import statistics
 
     from llamaspec.llamacpp.server import ServerEngine
+    from llamaspec.measure.contract import refuse_drafting_baseline
     from llamaspec.studies import adhoc
 
     first = adhoc.builtin_prompts().read_text().splitlines()[0]
@@ -185,7 +186,9 @@ def baseline_step_ms(build: Any, case: Any, window: Window, log_dir: Path) -> fl
                                                              n_predict=min(max(length, 32), 256)))
     engine = ServerEngine(build, servers_dir=log_dir / "servers")
     try:
-        runs = [engine.measure(alone, "baseline", log_dir / f"baseline-{i}.log") for i in range(BASELINE_RUNS)]
+        # a target-only run that drafted times speculation, not the target's step: refused as in a pair
+        runs = [refuse_drafting_baseline(engine.measure(alone, "baseline", log_dir / f"baseline-{i}.log"))
+                for i in range(BASELINE_RUNS)]
     finally:
         engine.close()
     failed = next((m for m in runs if not m.ok or not m.decode_tps), None)
