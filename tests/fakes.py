@@ -42,15 +42,17 @@ sys.stdout.write(out); sys.stderr.write(err)
 
 
 def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570",
-                 simple: str | None = None, completion_recording: str = "completion") -> Path:
+                 simple: str | None = None, completion_recording: str = "completion",
+                 speculative_recording: str = "speculative") -> Path:
     """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings
     (and a llama-server that answers --help and --version, enough to open the server backend).
     ``simple``: a llama-speculative-simple too, replaying that recording (an n-gram run, say), with
-    ``completion_recording`` the baseline's of the same prompt."""
+    ``completion_recording`` the baseline's of the same prompt (``speculative_recording``: the
+    speculative program's; ``chat/...`` for the chat recordings)."""
     rec = FIXTURES / commit
     folder.mkdir(parents=True, exist_ok=True)
     baseline = "llama-completion" if (rec / "llama-completion.help.txt").is_file() else "llama-cli"  # llama-cli in 2025
-    programs = [("llama-speculative", "speculative", speculative),
+    programs = [("llama-speculative", speculative_recording, speculative),
                 (baseline, completion_recording, completion),
                 ("llama-server", "completion", "ok")]  # --help and --version only
     if simple is not None:
