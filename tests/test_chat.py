@@ -284,31 +284,28 @@ def test_a_chat_case_gives_both_programs_the_rendered_chat_as_p_without_escapes(
 def test_a_model_without_a_chat_template_gets_the_chat_as_plain_text_and_one_warning(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     monkeypatch.setattr(reader, "read_chat", lambda path: dataclasses.replace(FACTS, template=None))
-    target = str(tmp_path / "base.gguf")
+    target = ModelPath(f"base-model-{tmp_path.name}", str(tmp_path / "base.gguf"))  # warned about once per process
     with caplog.at_level(logging.WARNING):
-        multi = served_prompt(dataclasses.replace(chat_case("multi-turn", target), case="a"))
-        single = served_prompt(dataclasses.replace(chat_case("one-turn", target), case="b"))
+        multi = served_prompt(dataclasses.replace(chat_case("multi-turn"), case="a", target=target))
+        single = served_prompt(dataclasses.replace(chat_case("one-turn"), case="b", target=target))
     assert multi.text == ("System: You answer in one short sentence.\nUser: What is 2 + 2?\nAssistant: 2 + 2 = 4.\n"
                           "User: And what is 3 + 3?")
     assert single.text == "Name three primary colors." and single.form == multi.form == chat.RAW_NO_TEMPLATE
     warned = [r for r in caplog.records if "has no chat template" in r.getMessage()]
-    assert len(warned) == 1 and "smollm2-135m:f32" in warned[0].getMessage()
+    assert len(warned) == 1 and target.label in warned[0].getMessage()
 
 
 @pytest.mark.usefixtures("recorded_facts")
-def test_a_chat_run_on_the_recorded_programs_is_identical_and_says_how_its_prompt_was_served(tmp_path: Path) -> None:
+def test_a_chat_run_on_the_recorded_programs_is_identical_and_says_how_its_prompt_was_served(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llamaspec.store.results import Store
     from llamaspec.studies.run import run_case
 
+    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)  # the model files are names here
     bins = fake_bin_dir(tmp_path / "bin", speculative_recording="chat/one-turn-speculative",
                         completion_recording="chat/one-turn-completion")
-    c = dataclasses.replace(chat_case("one-turn"), draft=ModelPath("smollm2-135m:q4_1", str(tmp_path / "d.gguf")))
-    import llamaspec.models
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(llamaspec.models, "check_pair", lambda t, d: None)
-        result = run_case(c, LlamaCppEngine(build.prebuilt(bins)), Store.open(tmp_path / "r.sqlite"),
-                          hardware={"cpu": "test", "cores": 2})
+    result = run_case(chat_case("one-turn"), LlamaCppEngine(build.prebuilt(bins)), Store.open(tmp_path / "r.sqlite"),
+                      hardware={"cpu": "test", "cores": 2})
     assert result.status == "ok" and result.summary.lossless.verdict == "identical"
     for m in result.measurements:
         assert m.stats["prompt_form"] == chat.CHAT_TEMPLATE and m.stats["prompt_echo_found"]
