@@ -90,7 +90,8 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1]
 
 def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570",
                  simple: str | None = None, completion_recording: str = "completion",
-                 server_default: tuple[str, ...] | None = None, server_replaces: bool = False) -> Path:
+                 server_default: tuple[str, ...] | None = None, server_replaces: bool = False,
+                 speculative_recording: str = "speculative") -> Path:
     """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings
     (and a llama-server that answers --help and --version, enough to open the server backend).
     ``simple``: a llama-speculative-simple too, replaying that recording (an n-gram run, say), with
@@ -98,11 +99,12 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
     baseline prints the statistics of an n-gram mode that drafted (recorded from
     llama-speculative-simple); ``"drafting-from-env"``: only when ``LLAMA_ARG_SPEC_TYPE`` is set
     in its environment. ``server_default``: a llama-server that serves too
-    (:data:`SERVER_SCRIPT`), with that default list of speculative types and ``server_replaces``."""
+    (:data:`SERVER_SCRIPT`), with that default list of speculative types and ``server_replaces``;
+    ``speculative_recording``: the speculative program's recording (``chat/...`` for the chat recordings)."""
     rec = FIXTURES / commit
     folder.mkdir(parents=True, exist_ok=True)
     baseline = "llama-completion" if (rec / "llama-completion.help.txt").is_file() else "llama-cli"  # llama-cli in 2025
-    programs = [("llama-speculative", "speculative", speculative),
+    programs = [("llama-speculative", speculative_recording, speculative),
                 (baseline, completion_recording, completion),
                 ("llama-server", "completion", "ok")]  # --help and --version only
     if simple is not None:

@@ -19,10 +19,10 @@ from llamaspec.llamacpp.smoke import write_tiny_llama
 
 def tiny_gguf(path: Path, *, tokens: list[str] | None = None, tokenizer: str = "llama", pre: str | None = None,
               add_bos: bool | None = None, bos: int | None = 1, eos: int | None = 2, n_embd: int = 64, seed: int = 0,
-              write_tensors: bool = True) -> Path:
+              write_tensors: bool = True, chat_template: str | None = None) -> Path:
     """A random-weight one-layer Llama GGUF that llama.cpp loads; vocabulary facts are parameters."""
     return write_tiny_llama(path, n_embd=n_embd, n_layer=1, seed=seed, tokens=tokens, tokenizer=tokenizer, pre=pre,
-                            add_bos=add_bos, bos=bos, eos=eos, write_tensors=write_tensors)
+                            add_bos=add_bos, bos=bos, eos=eos, write_tensors=write_tensors, chat_template=chat_template)
 
 
 def hf_checkpoint(folder: Path, seed: int = 0, tokenizer_from: Path | None = None, layers: int = 2,

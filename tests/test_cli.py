@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from llamaspec.cli import COMMAND_MODULES, main
 
-HEAVY = ("matplotlib", "numpy", "gguf", "huggingface_hub", "torch", "transformers", "psutil", "yaml", "sqlite3")
+HEAVY = ("matplotlib", "numpy", "gguf", "huggingface_hub", "torch", "transformers", "psutil", "yaml", "sqlite3",
+         "jinja2")
 
 
 def test_help_imports_nothing_heavy() -> None:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from llamaspec.hf import models as hf_models
-from llamaspec.measure import spectypes
+from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import Command, Deployment, ModelPath, ResolvedCase
 
 _ACCEL_DEVICE = {"cuda": "cuda", "metal": "mps", "cpu": "cpu"}
@@ -56,7 +56,7 @@ def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True
     dtype = s.dtype or "auto"
     load_in = s.load_in or "none"
     prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
-    if s.escape:
+    if s.escape and not case.chat:  # a chat's messages are sent as written (measure.chat)
         prompt = unescape(prompt)
     uses_draft = speculative and spectypes.needs_draft(spec_type) and case.draft is not None
     adapter = any(hf_models.model_format(m) == "peft-adapter" for m in (case.target, case.draft) if m is not None)
@@ -78,8 +78,10 @@ def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True
             lines.append(f"assistant.generation_config.assistant_confidence_threshold = {s.draft_p_min!r}")
     lines.append(f"prompt = {prompt!r}")
     if case.chat:
-        lines.append("input_ids = model_tokenizer.apply_chat_template([{'role': 'user', 'content': prompt}], "
-                     "add_generation_prompt=True, return_tensors='pt').to(model.device)")
+        turns = [*(repr(m) for m in chat.as_dicts(case.history)), "{'role': 'user', 'content': prompt}"]
+        lines.append(f"messages = [{', '.join(turns)}]")
+        lines.append("input_ids = model_tokenizer.apply_chat_template(messages, add_generation_prompt=True, "
+                     "return_tensors='pt').to(model.device)")
     else:
         lines.append("input_ids = model_tokenizer(prompt, return_tensors='pt').input_ids.to(model.device)")
     kwargs = [f"max_new_tokens={s.n_predict}", f"do_sample={bool(s.temperature)}"]

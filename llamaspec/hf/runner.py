@@ -28,7 +28,8 @@ Settings, in llamaspec's names (``llamaspec.measure.settings``):
 ``device``              cpu, cuda, cuda:N, mps, auto (default: the EngineOptions accel)
 ``universal_assisted``  allow an assistant with another tokenizer (``tokenizer=`` and
                         ``assistant_tokenizer=``: text re-tokenized every round)
-``escape``              process ``\\n``-style escapes in the prompt, as llama.cpp's ``-e``
+``escape``              process ``\\n``-style escapes in a raw prompt, as llama.cpp's ``-e`` (a chat
+                        prompt's messages are sent as written)
 ``timeout``             ``max_time`` of the generation (a generation cut short fails)
 ======================  ======================================================================
 
@@ -61,7 +62,7 @@ from typing import Any
 from llamaspec import theory
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.hf.deploy import unescape
-from llamaspec.measure import spectypes
+from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
     Deployment,
@@ -404,6 +405,7 @@ class TransformersEngine:
             "decode_seconds": decode[1] if decode else None,
             "speed_basis": SPEED_BASIS,
             "model": runner.info["label"],
+            "prompt_form": _prompt_form(case, tokenizer),
         }
         if on_cuda:
             stats["cuda_peak_bytes"] = int(torch.cuda.max_memory_allocated())
@@ -550,14 +552,23 @@ SPEED_BASIS = ("streamer timestamps: tokens after the first target call over the
 
 
 def _input_ids(case: ResolvedCase, tokenizer: Any) -> Any:
-    """The prompt as token ids (a chat prompt through the model's template)."""
+    """The prompt as token ids: a chat prompt's messages (earlier turns, then the prompt, as written)
+    through the model's template, or as plain text where it has none (``measure.chat``)."""
     prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
-    if case.settings.escape:
-        prompt = unescape(prompt)
-    if case.chat and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                             return_tensors="pt")
-    return tokenizer(prompt, return_tensors="pt").input_ids
+    if not case.chat:
+        return tokenizer(unescape(prompt) if case.settings.escape else prompt, return_tensors="pt").input_ids
+    turns = chat.messages(case, prompt)
+    if _prompt_form(case, tokenizer) == chat.CHAT_TEMPLATE:
+        return tokenizer.apply_chat_template(chat.as_dicts(turns), add_generation_prompt=True, return_tensors="pt")
+    chat.warn_no_template(str(getattr(tokenizer, "name_or_path", "") or case.target.label))
+    return tokenizer(chat.plain_text(turns), return_tensors="pt").input_ids
+
+
+def _prompt_form(case: ResolvedCase, tokenizer: Any) -> str:
+    """How the prompt reaches the model (``chat.PROMPT_FORMS``)."""
+    if not case.chat:
+        return chat.RAW
+    return chat.CHAT_TEMPLATE if getattr(tokenizer, "chat_template", None) else chat.RAW_NO_TEMPLATE
 
 
 def _draft_len(plan: Plan, assistant: dict[str, Any], draft_max: int) -> int:

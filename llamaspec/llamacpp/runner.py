@@ -9,13 +9,21 @@ Draft-free n-gram modes run on llama-speculative-simple, with ``--spec-type MODE
 model (``llamaspec.measure.spectypes`` says which program runs which type; the capabilities list the
 modes this build's program offers in its ``--help``). llama-speculative lists the same modes (its
 options are shared) but requires a draft model: a case that asks it for one is refused.
+
+A chat prompt (``ResolvedCase.chat``) is rendered with the target's chat template as
+``llama-server --jinja`` renders it (``llamacpp.chat``) and given to both programs as ``-p`` with
+``--no-escape``: both tokenize ``-p`` with special tokens parsed, so they read the very tokens the
+deployed server would. Each program prints the prompt back before its generation, in two forms
+(``chat.echoes``): llama-speculative(-simple) with the special tokens' texts, llama-completion
+without its control tokens'; ``generated_part`` cuts either off, so the lossless check compares
+the generated parts alone. ``stats["prompt_form"]`` says how the prompt was served.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +31,7 @@ from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags, parse
 from llamaspec.llamacpp.build import Build
-from llamaspec.measure import spectypes
+from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
     Deployment,
@@ -108,8 +116,11 @@ class LlamaCppEngine:
         return flags.profile_for(self.caps(role), role)
 
     def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
-        return flags.Invocation(target=model, settings=case.settings, draft=case.draft.path if case.draft else None,
-                                prompt=case.prompt, accel=self.build.accel,
+        draft = case.draft.path if case.draft else None
+        if case.chat:  # the rendered chat as is: -p (-f would drop its last newline), no escapes processed
+            return flags.Invocation(target=model, settings=replace(case.settings, escape=False), draft=draft,
+                                    prompt=served_prompt(case).text, accel=self.build.accel)
+        return flags.Invocation(target=model, settings=case.settings, draft=draft, prompt=case.prompt, accel=self.build.accel,
                                 prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None)  # cwd may differ
 
     def argv(self, case: ResolvedCase, mode: str) -> list[str]:
@@ -297,17 +308,67 @@ def process_escapes(text: str) -> str:
     return "".join(out)
 
 
-def prompt_text(case: ResolvedCase) -> str:
+# The longest argument Linux takes (MAX_ARG_STRLEN: 32 pages), with its closing NUL.
+LONGEST_ARGUMENT = 131072 - 1
+
+
+@dataclass(frozen=True)
+class ServedPrompt:
+    """The prompt as the programs read it, and what finding its echo needs."""
+
+    text: str  # what the program tokenizes: the rendered chat, or the raw prompt (escapes processed with -e)
+    form: str  # how the prompt was served (chat.PROMPT_FORMS), kept in stats["prompt_form"]
+    echoes: tuple[str, ...] = ()  # a chat prompt's echo as the programs print it (chat.echoes), tried in turn
+
+
+def served_prompt(case: ResolvedCase) -> ServedPrompt:
+    """The case's prompt as both programs get it. A raw prompt is the prompt (a prompt file's text
+    less the one trailing newline ``-f`` drops), escapes processed when ``escape`` is on. A chat
+    prompt is rendered with the target's template (its messages as written); a target without one
+    gets the chat as raw text (``chat.plain_text``), with one warning per model."""
     text = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
-    return process_escapes(text) if case.settings.escape else text
+    if not case.chat:
+        if case.prompt is None and text.endswith("\n"):
+            text = text[:-1]
+        return ServedPrompt(process_escapes(text) if case.settings.escape else text, chat.RAW)
+    from llamaspec.llamacpp.chat import echoes, render
+    from llamaspec.models.reader import read_chat
+
+    facts = read_chat(case.target.path)
+    turns = chat.messages(case, text)
+    if facts.template is None:
+        chat.warn_no_template(case.target.label)
+        served, form = chat.plain_text(turns), chat.RAW_NO_TEMPLATE
+    else:
+        served, form = render(facts, turns, case.target.label), chat.CHAT_TEMPLATE
+    if len(served.encode()) > LONGEST_ARGUMENT:
+        raise LlamaspecError(f"the chat prompt of {case.case} is {len(served.encode())} bytes once rendered: longer than one "
+                             "command-line argument may be (128 KiB), and -f would drop its last newline",
+                             hint="measure it on llama-server (engine: llama-server), which takes it over HTTP")
+    return ServedPrompt(served, form, tuple(dict.fromkeys(echoes(facts, served))))
+
+
+def prompt_text(case: ResolvedCase) -> str:
+    """The prompt as the programs tokenize it (``served_prompt``)."""
+    return served_prompt(case).text
 
 
 def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bool]:
-    """The generation without the echoed prompt, and whether the echo was found. Both programs
-    echo the prompt the same way, so an echo not found leaves both texts whole (still comparable)."""
+    """The generation without the echoed prompt, and whether the echo was found.
+
+    A chat prompt's echo differs between the programs (``chat.echoes``): each known form is cut
+    off, and a chat output without either is left whole (it then differs from the other program's
+    and the lossless check says so). A raw prompt is echoed the same way by both programs, so an
+    echo not found leaves both texts whole (still comparable)."""
     if text is None:
         return None, False
-    prompt = prompt_text(case)
+    served = served_prompt(case)
+    if case.chat:
+        for echo in served.echoes:
+            if echo and text.startswith(echo):
+                return text[len(echo):], True
+        return text, False
+    prompt = served.text
     bodies = [text]
     special = _SPECIAL_PREFIX.match(text)
     if special:  # llama-speculative prints the prompt's tokens with their special pieces ("<s>" for a Llama BOS)
@@ -348,7 +409,7 @@ def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingPr
         program=program_binary(profile.role),
         text=text,
         end_of_text=requested is not None and stats.n_predict < requested,
-        stats={**stats.to_dict(), "prompt_echo_found": echoed,
+        stats={**stats.to_dict(), "prompt_echo_found": echoed, "prompt_form": served_prompt(case).form,
                "by_position": {"drafted": by.drafted, "accepted": by.accepted, "note": by.note,
                                "acceptance": acceptance_by_position(by.accepted, by.drafted)}},
         **by.fields(),
@@ -367,7 +428,7 @@ def _completion_fields(stats: parse.CompletionStats, case: ResolvedCase) -> dict
         sample_ms_per_token=_sample_ms(stats),
         text=text,
         end_of_text=stats.end_of_text,
-        stats={**stats.to_dict(), "prompt_echo_found": echoed},
+        stats={**stats.to_dict(), "prompt_echo_found": echoed, "prompt_form": served_prompt(case).form},
         # None unless the program printed drafting: then the run core refuses this baseline
         n_drafted=stats.n_drafted,
         n_accept=stats.n_accept,

@@ -19,8 +19,9 @@ response: ``rounds`` (every target call) follows from the counters by the server
 ``spec_decode_num_drafts_total`` on ``/metrics`` across the request (``drafted_rounds``).
 
 Prompts are sent as text to ``/completion`` with ``return_tokens`` so that the lossless check
-runs on token ids. A chat prompt is first rendered with the model's own template
-(``/apply-template``, the same rendering ``/v1/chat/completions`` does), on the target-only
+runs on token ids. A chat prompt's messages (its earlier turns, then the prompt) are first
+rendered with the model's own template (``/apply-template``, the same rendering
+``/v1/chat/completions`` does; llama.cpp's ChatML for a file without one), on the target-only
 server, so both modes see the very same text.
 
 Its size: the server process's lifetime (start, health, pool, stop at exit and on Ctrl-C), the
@@ -55,12 +56,13 @@ from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
 from llamaspec.llamacpp.parse import PER_POSITION, accepted_per_position, metric_value, metrics_change
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
-from llamaspec.measure import spectypes
+from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
     Deployment,
     EngineOptions,
     Measurement,
+    Message,
     ModelPath,
     Positions,
     ResolvedCase,
@@ -293,7 +295,7 @@ class Server:
 
 @dataclasses.dataclass
 class _PromptCache:
-    rendered: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    rendered: dict[tuple[str, tuple[Message, ...]], str] = dataclasses.field(default_factory=dict)  # (target, turns) -> text
 
 
 class ServerEngine:
@@ -325,7 +327,7 @@ class ServerEngine:
         self._lock = threading.Lock()
         self._starting: dict[tuple[str, ...], threading.Lock] = {}
         self._prompts = _PromptCache()
-        self._prompt_tokens: dict[tuple[str, str, bool], int] = {}  # _prompt_key(case) -> tokens the server counted
+        self._prompt_tokens: dict[tuple[str, str, bool, tuple[Message, ...]], int] = {}  # _prompt_key(case) -> tokens the server counted
         self._explicit_port_used = False
 
     # identity and provenance
@@ -420,18 +422,20 @@ class ServerEngine:
     # prompts
 
     def prompt_text(self, case: ResolvedCase) -> str:
-        """The text sent to /completion: the prompt as is, or rendered with the chat template."""
+        """The text sent to /completion: the prompt as is, or the chat's messages (earlier turns,
+        then the prompt) rendered by the server's own template."""
         prompt = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
         if not case.chat:
             return prompt
         base = self.server_for(case, "baseline")
-        key = (case.target.path, prompt)
+        turns = chat.messages(case, prompt)
+        key = (case.target.path, tuple(turns))
         with self._lock:
             hit = self._prompts.rendered.get(key)
         if hit is not None:
             return hit
         try:
-            data = base.post("/apply-template", {"messages": [{"role": "user", "content": prompt}]}, timeout=60)
+            data = base.post("/apply-template", {"messages": chat.as_dicts(turns)}, timeout=60)
         except RequestFailed as exc:
             raise LlamaspecError(f"llama-server could not apply {case.target.label}'s chat template: {exc}",
                                  hint="send the prompts raw (format: raw), or use a model with a chat template") from exc
@@ -555,6 +559,7 @@ class ServerEngine:
             fields.update(by.fields())
             fields["stats"] = {**fields["stats"], "by_position": {"drafted": by.drafted, "accepted": by.accepted,
                                                                   "note": by.note}}
+        fields["stats"] = {**fields["stats"], "prompt_form": prompt_form(case)}
         if isinstance(fields.get("n_prompt"), int):
             with self._lock:
                 self._prompt_tokens[_prompt_key(case)] = fields["n_prompt"]
@@ -570,10 +575,20 @@ class ServerEngine:
                              costs.depth(counted, key[1], case.settings.with_defaults().n_predict), counted is not None)
 
 
-def _prompt_key(case: ResolvedCase) -> tuple[str, str, bool]:
-    """(target, prompt, chat): what fixes the prompt's length in tokens."""
+def prompt_form(case: ResolvedCase) -> str:
+    """How the server got the case's prompt (``chat.PROMPT_FORMS``): a chat through /apply-template
+    is the model's template, or llama.cpp's ChatML where the file has none."""
+    if not case.chat:
+        return chat.RAW
+    from llamaspec.models.reader import read_chat
+
+    return chat.CHAT_TEMPLATE if read_chat(case.target.path).template is not None else chat.CHATML_DEFAULT
+
+
+def _prompt_key(case: ResolvedCase) -> tuple[str, str, bool, tuple[Message, ...]]:
+    """(target, prompt, chat, earlier turns): what fixes the prompt's length in tokens."""
     prompt = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
-    return (case.target.path, prompt, case.chat)
+    return (case.target.path, prompt, case.chat, case.history if case.chat else ())
 
 
 def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_rounds: int | None = None) -> dict[str, Any]:

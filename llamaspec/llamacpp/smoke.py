@@ -26,9 +26,10 @@ DEFAULT_TOKENS = ["<unk>", "<s>", "</s>", *BYTE_TOKENS, "▁", "▁the", "▁a",
 
 def write_tiny_llama(path: Path, *, n_embd: int = 64, n_layer: int = 2, seed: int = 0, tokens: list[str] | None = None,
                      tokenizer: str = "llama", pre: str | None = None, add_bos: bool | None = None, bos: int | None = 1,
-                     eos: int | None = 2, write_tensors: bool = True) -> Path:
+                     eos: int | None = 2, write_tensors: bool = True, chat_template: str | None = None) -> Path:
     """A random-weight Llama GGUF that llama.cpp loads (a SentencePiece-style byte vocabulary by
-    default, about 300 kB). The vocabulary facts are parameters, for pair-check tests."""
+    default, about 300 kB). The vocabulary facts are parameters, for pair-check tests; a chat
+    template, for the chat prompt's tests."""
     import gguf
     import numpy as np
 
@@ -62,6 +63,8 @@ def write_tiny_llama(path: Path, *, n_embd: int = 64, n_layer: int = 2, seed: in
         writer.add_eos_token_id(eos)
     if add_bos is not None:
         writer.add_add_bos_token(add_bos)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
     def t(name: str, *shape: int) -> None:
         writer.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))

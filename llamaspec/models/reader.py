@@ -8,13 +8,24 @@ The vocabulary facts mirror how llama.cpp's ``src/llama-vocab.cpp`` loads them, 
 check must predict what llama.cpp will decide: the vocabulary type comes from
 ``tokenizer.ggml.model``, the BOS/EOS ids and the add-BOS/EOS flags from explicit keys when the
 file has them, else from per-type defaults.
+
+A chat prompt needs more of the header (:func:`read_chat`): the chat template, the texts of the
+BOS and EOS tokens as the template sees them, and which token texts are control tokens, which
+llama-completion leaves out when it echoes a prompt. Those mirror the same loader: the token
+types of ``tokenizer.ggml.token_type`` with the overrides it applies by token text.
+
+Its size: the header is one format (the cursor, the key-value table, the tensor table) and the
+facts read from it (the metadata, the vocabulary, the chat facts) share that one parse; split, each
+fact would need the parser's private types.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import mmap
 import os
+import re
 import struct
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -119,6 +130,7 @@ _STRING, _ARRAY = 8, 9
 _SUPPORTED_VERSIONS = (2, 3)
 _DEFAULT_ALIGNMENT = 32
 TOKENS_KEY = "tokenizer.ggml.tokens"
+TOKEN_TYPES_KEY = "tokenizer.ggml.token_type"
 
 
 @dataclass(frozen=True)
@@ -227,7 +239,8 @@ class _Skipped:
 
 def _header(path: Path, want_tokens: bool = False) -> _Header:
     """The GGUF header of ``path``: metadata and tensor table, no tensor data; LlamaspecError if it is
-    not a complete GGUF file."""
+    not a complete GGUF file. ``want_tokens``: keep the token texts, and the token types as a list
+    in ``fields``."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -264,7 +277,7 @@ def _parse(path: Path, buf: mmap.mmap, size: int, want_tokens: bool) -> _Header:
         for _ in range(n_kv):
             key = cur.raw_string().decode("utf-8", "replace")
             vtype = cur.scalar("I")
-            value = cur.value(vtype, keep_array=key == TOKENS_KEY)
+            value = cur.value(vtype, keep_array=key == TOKENS_KEY or (want_tokens and key == TOKEN_TYPES_KEY))
             if key == TOKENS_KEY:
                 tokens = value
                 n_tokens = len(tokens)
@@ -397,3 +410,141 @@ def read_tokens(path: Path) -> list[str]:
     # Token texts are bytes: in a raw-byte vocabulary (the sep2023 variants) some are halves of
     # UTF-8 characters, kept exactly (surrogateescape) rather than refused.
     return [t.decode("utf-8", "surrogateescape") for t in (_header(Path(path), want_tokens=True).tokens or [])]
+
+
+# --- what a chat prompt needs ------------------------------------------------------------------
+
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+
+# tokenizer.ggml.token_type values (llama_token_type); a file without the array has only normal tokens.
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _BYTE = 1, 2, 3, 4, 6
+
+# Token texts that llama-vocab.cpp (0c1e570, ``llama_vocab::impl::load``) makes control tokens
+# whatever their type says: its end-of-turn, end-of-message, fill-in-the-middle and
+# end-of-generation lists, matched by text.
+FORCED_CONTROL = frozenset({
+    "</s>", "<EOT>", "<MID>", "<PAD>", "<PRE>", "<REPO>", "<SUF>", "<end_of_turn>", "<end_of_utterance>", "<eos>",
+    "<fim-middle>", "<fim-pad>", "<fim-prefix>", "<fim-repo>", "<fim-suffix>", "<fim_middle>", "<fim_pad>",
+    "<fim_prefix>", "<fim_suffix>", "<reponame>", "<turn|>", "<|calls|>", "<|call|>", "<|code_middle|>",
+    "<|code_prefix|>", "<|code_suffix|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>", "<|eom_id|>", "<|eot_id|>",
+    "<|file_sep|>", "<|fim_middle|>", "<|fim_pad|>", "<|fim_prefix|>", "<|fim_repo|>", "<|fim_suffix|>", "<|flush|>",
+    "<|im_end|>", "<|middle|>", "<|prefix|>", "<|repo_name|>", "<|return|>", "<|suffix|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "<｜fim▁begin｜>", "<｜fim▁end｜>", "<｜fim▁hole｜>", "[EOS]", "[EOT]", "[PAD]", "[e~[", "_<EOT>",
+    "▁<MID>", "▁<PRE>", "▁<SUF>",
+})
+# gpt-oss's tokens that the same loader always renders (it makes them user-defined).
+FORCED_USER_DEFINED = frozenset({"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+
+
+@dataclass(frozen=True)
+class ChatFacts:
+    """What rendering a chat prompt, and finding its echo in a program's output, need from a GGUF
+    file (:func:`read_chat`)."""
+
+    template: str | None  # tokenizer.chat_template, else its tool_use variant (llama.cpp's fallback); None: none
+    bos: str | None  # the BOS token as text, the template's ``bos_token`` (None: the vocabulary has no BOS)
+    eos: str | None  # the EOS token as text, the template's ``eos_token``
+    add_bos: bool  # the vocabulary puts BOS before a prompt it tokenizes
+    add_eos: bool
+    # texts of the control (and unknown) tokens, longest first: llama.cpp prints them only when asked
+    # for special pieces, so llama-completion's echo of a prompt leaves them out
+    control: tuple[str, ...]
+    # every token text the tokenizer cuts out of a prompt before the rest (control, unknown and
+    # user-defined tokens, with parse_special as the programs tokenize), longest first
+    special: tuple[str, ...] = ()
+    rstrip: tuple[str, ...] = ()  # special texts that swallow the whitespace after them (Phi-3's, by model name)
+    # SentencePiece with add_space_prefix: a space goes before the start of the prompt and before
+    # each stretch of text after a special token
+    space_prefix: bool = False
+
+
+_CHAT_FACTS: dict[tuple[str, int, int], ChatFacts] = {}  # (path, size, mtime_ns) -> its facts
+
+
+def read_chat(path: Path | str) -> ChatFacts:
+    """The chat facts of the GGUF file at ``path`` (its first part, for a split model), read once
+    per file as it is (path, size and modification time)."""
+    path = Path(path).expanduser()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise LlamaspecError(f"model file not found: {path}", hint="check the path, or fetch it with `llamaspec models fetch NAME`") from None
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    facts = _CHAT_FACTS.get(key)
+    if facts is None:
+        facts = _CHAT_FACTS[key] = _chat_facts(_header(path, want_tokens=True))
+    return facts
+
+
+def _chat_facts(header: _Header) -> ChatFacts:
+    fields = header.fields
+    vocab = _vocab(header)
+    texts = [t.decode("utf-8", "replace") for t in header.tokens or []]
+    types = fields.get(TOKEN_TYPES_KEY)
+    kinds = [int(t) for t in types] if isinstance(types, list) and len(types) == len(texts) else [_NORMAL] * len(texts)
+    present = set(texts)
+    for i, text in enumerate(texts):
+        if text in FORCED_USER_DEFINED:
+            kinds[i] = _USER_DEFINED
+        elif text in FORCED_CONTROL:
+            kinds[i] = _CONTROL
+    # the loader's two exceptions to its lists: gpt-oss's "<|end|>" (with "<|return|>" and
+    # "<|call|>", or solar-open's "<|calls|>" and "<|flush|>") and Gemma 4's normal "</s>"
+    if "<|end|>" in present and ({"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present):
+        kinds[texts.index("<|end|>")] = _USER_DEFINED
+    if "</s>" in present and "<|tool_response>" in present:
+        kinds[texts.index("</s>")] = _NORMAL
+
+    def piece(token: int | None) -> str | None:
+        """The token as ``common_token_to_piece(..., special=true)`` gives it."""
+        if token is None or not 0 <= token < len(texts):
+            return None
+        return _piece(texts[token], kinds[token], vocab.type)
+
+    template = fields.get(CHAT_TEMPLATE_KEY)
+    if not isinstance(template, str) or not template:
+        tool_use = fields.get(f"{CHAT_TEMPLATE_KEY}.tool_use")
+        template = tool_use if isinstance(tool_use, str) and tool_use else None
+    control = {t for t, k in zip(texts, kinds, strict=True) if k in (_CONTROL, _UNKNOWN) and t}
+    special = control | {t for t, k in zip(texts, kinds, strict=True) if k == _USER_DEFINED and t}
+    name = fields.get("general.name")
+    rstrip: set[str] = set()
+    if isinstance(name, str) and ("phi-3" in name.lower() or "phi3" in name.lower()):
+        rstrip = (special | ({"</s>"} & present)) - {"<unk>", "<s>", "<|endoftext|>"}
+    prefix = fields.get("tokenizer.ggml.add_space_prefix")
+    space_prefix = vocab.type == "SPM" and (bool(prefix) if isinstance(prefix, bool | int) else True)
+
+    def longest_first(found: set[str]) -> tuple[str, ...]:
+        return tuple(sorted(found, key=lambda t: (-len(t), t)))
+
+    return ChatFacts(template=template, bos=piece(vocab.bos_id), eos=piece(vocab.eos_id), add_bos=vocab.add_bos,
+                     add_eos=vocab.add_eos, control=longest_first(control), special=longest_first(special),
+                     rstrip=longest_first(rstrip), space_prefix=space_prefix)
+
+
+def _piece(text: str, kind: int, vocab_type: str) -> str:
+    """A token's text as llama.cpp prints it with special pieces (``token_to_piece``): control,
+    unknown and user-defined tokens as stored; a byte token as its byte; a normal one decoded
+    (byte-level BPE's alphabet, or SentencePiece's ``▁`` for a space)."""
+    if kind in (_CONTROL, _UNKNOWN, _USER_DEFINED):
+        return text
+    if kind == _BYTE and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", text):
+        return bytes([int(text[3:5], 16)]).decode("utf-8", "replace")
+    if vocab_type == "BPE":
+        table = _byte_decoder()
+        return b"".join(bytes([table[c]]) if c in table else c.encode() for c in text).decode("utf-8", "replace")
+    return text.replace("\u2581", " ")
+
+
+@functools.cache
+def _byte_decoder() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's ``bytes_to_unicode``), character -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
