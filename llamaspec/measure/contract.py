@@ -83,6 +83,13 @@ GIVEN = "given"
 # ("user", "assistant", "system"). A chat prompt is its earlier turns, then the user's ``prompt``.
 Message = tuple[str, str]
 
+
+def chat_messages(history: Sequence[Message], prompt: str) -> list[dict[str, str]]:
+    """A chat prompt as a chat template's ``messages`` (JSON for a server's ``/apply-template`` or
+    ``/v1/chat/completions``): its earlier turns, then the user's ``prompt``."""
+    return [{"role": role, "content": content} for role, content in history] + [{"role": "user", "content": prompt}]
+
+
 ERROR_KINDS = ("server", "timeout", "prompt", "request")
 
 

@@ -8,7 +8,7 @@ that reports it (``Summary.estimator``, a prompt set's ``definitions``, a cluste
   the machine moves it least; paired, because drift between runs measured apart is not speedup.
 - **shared baseline** (an explicit cost saver, labelled ``paired: false``): each speculative run
   over the shared baseline's median; the point's median of those ratios.
-- **workload** (a set of prompts, or one category of it: the built-in mixed set, a prompt file, a
+- **workload** (a set of prompts, or one category of it: the built-in workload, a prompt file, a
   prompt set on llama-server): the geometric mean of the prompts' point speedups, with a 95 %
   bootstrap interval that resamples each prompt's pairs (the prompts are the workload, not a sample
   of one; :func:`workload`). The geometric mean, because ratios average on a log scale (2x on one

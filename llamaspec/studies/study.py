@@ -1,7 +1,7 @@
 """A workload study: setups measured over a workload's prompts, then its one decision.
 
 ``llamaspec sweep -m T -md D`` (and ``tune``, and ``sweep NAME``) measures here. A workload is the
-experiment's cases, one prompt each (the built-in mixed set when no prompt is given, or the one
+experiment's cases, one prompt each (the built-in workload when no prompt is given, or the one
 prompt of ``-p``); a setup is a sweep point (a draft length, a draft file, other settings) or a
 draft-free n-gram mode; the target alone is the baseline every pair carries. Every pair is stored
 as it is measured (kind 'sweep'; each prompt's setups are a sweep of their own, ``STUDY/PROMPT``,
