@@ -1,5 +1,5 @@
 """Does a study's 64-token generation answer what a longer one would? Acceptance by draft position
-at -n 64 against -n 256, per prompt of the built-in mixed set.
+at -n 64 against -n 256, per prompt of the built-in workload (``--limit N``: its first N).
 
 A study of -m/-md models generates 64 tokens a prompt unless told otherwise (llamaspec.studies.adhoc
 WORKLOAD_DEFAULTS), so that the built-in workload's answer fits in minutes. What the speedup of a
@@ -11,13 +11,12 @@ llama-speculative-simple run at draft ``--draft`` (-lv 4, its statistics line) a
 and from each curve the tokens per round at draft 1..K; then the n-gram modes' drafted and
 accepted tokens, which the length can move more (they copy from what was generated).
 
-    .venv/bin/python benchmarks/length.py [--draft 16] [--lengths 64,256] [-t 1]
+    .venv/bin/python benchmarks/length.py [--draft 16] [--lengths 64,256] [-t 1] [--limit 12]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import subprocess
@@ -35,6 +34,7 @@ def main() -> int:
     ap.add_argument("--lengths", default="64,256", help="the generation lengths compared (the first is the study's)")
     ap.add_argument("--modes", default="ngram-simple,ngram-cache", help="n-gram modes whose counts are compared too")
     ap.add_argument("-t", "--threads", type=int, default=1)
+    ap.add_argument("--limit", type=int, default=None, help="the built-in workload's first N prompts (default: all)")
     a = ap.parse_args()
 
     from llamaspec.base.stats import percent
@@ -42,17 +42,18 @@ def main() -> int:
     from llamaspec.measure.contract import EngineOptions, ModelPath, ResolvedCase
     from llamaspec.measure.settings import Settings
     from llamaspec.studies import adhoc
+    from llamaspec.studies import prompts as loader
     from llamaspec.theory.positions import PositionCurve
 
     lengths = [int(x) for x in a.lengths.split(",")]
-    prompts = [json.loads(line) for line in adhoc.builtin_prompts().read_text().splitlines() if line.strip()]
+    prompts = loader.select(list(adhoc.builtin_workload().prompts), a.limit, None)
     engine = open_engine(EngineOptions())
     target = ModelPath("target", str(a.target.resolve()))
     draft = ModelPath("draft", str(a.draft_model.resolve()))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, llamaspec {commit}, {engine.build.label}, "
           f"{a.target.name} + {a.draft_model.name}, llama-speculative-simple, -t {a.threads}, draft {a.draft}")
-    print(f"{'prompt':<14} {'n':>4} {'accept':>7} {'rounds':>6}  tokens per round at draft 1, 2, 4, 8, 16 "
+    print(f"{'prompt':<22} {'n':>4} {'accept':>7} {'rounds':>6}  tokens per round at draft 1, 2, 4, 8, 16 "
           "(from the curve)")
     worst = 0.0
     curves: dict[str, dict[int, PositionCurve]] = {}
@@ -62,17 +63,18 @@ def main() -> int:
             for n in lengths:
                 settings = Settings(n_predict=n, threads=a.threads, draft_max=a.draft, program="speculative-simple",
                                     ctx_size=2048).with_defaults()
-                case = ResolvedCase("length", p["id"], target, draft, p["prompt"], None, settings)
-                m = engine.measure(case, "speculative", Path(tmp) / f"{p['id']}-{n}.log")
+                case = ResolvedCase("length", p.id, target, draft, p.prompt, None, settings, chat=p.chat,
+                                    history=p.history)
+                m = engine.measure(case, "speculative", Path(tmp) / f"{p.id}-{n}.log")
                 if not m.ok or not m.drafted_by_position:
-                    print(f"{p['id']:<14} {n:>4} failed: {m.error or 'no acceptance by position'}")
+                    print(f"{p.id:<22} {n:>4} failed: {m.error or 'no acceptance by position'}")
                     continue
                 curve = PositionCurve(m.drafted_by_position, m.accepted_by_position or ())
                 per[n] = curve
-                curves.setdefault(p["id"], {})[n] = curve
+                curves.setdefault(p.id, {})[n] = curve
                 tail = curve.through[-1] if curve.through else 0.0
                 tpr = [curve.tokens_per_round(k, tail) for k in (1, 2, 4, 8, 16)]
-                print(f"{p['id']:<14} {n:>4} {percent(m.acceptance or 0):>6.1f}% {m.rounds or 0:>6}  "
+                print(f"{p.id:<22} {n:>4} {percent(m.acceptance or 0):>6.1f}% {m.rounds or 0:>6}  "
                       + ", ".join(f"{v:.2f}" for v in tpr))
             if len(per) == len(lengths):
                 base, *others = (per[n] for n in lengths)
@@ -80,12 +82,12 @@ def main() -> int:
                     gaps = [abs(other.tokens_per_round(k, other.through[-1]) / base.tokens_per_round(k, base.through[-1]) - 1)
                             for k in range(1, a.draft + 1)]
                     worst = max(worst, max(gaps))
-                    print(f"{'':<14} tokens per round, {lengths[0]} against {lengths[lengths.index(lengths[0]) + 1]} "
+                    print(f"{'':<22} tokens per round, {lengths[0]} against {lengths[lengths.index(lengths[0]) + 1]} "
                           f"tokens: at most {max(gaps):.1%} apart over draft 1..{a.draft}")
         print(f"largest gap over the prompts: {worst:.1%}")
         # What the decision sees: the workload's speedup at each length (the geometric mean over the
         # prompts) under the simplest cost model, a round of k costing 1 + k c target steps.
-        both = [p["id"] for p in prompts if all(n in curves.get(p["id"], {}) for n in lengths)]
+        both = [p.id for p in prompts if all(n in curves.get(p.id, {}) for n in lengths)]
         print(f"\nthe workload's predicted speedup, tokens per round / (1 + k c), geometric mean over {len(both)} prompts:")
         for c in (0.05, 0.2, 0.45, 0.6):
             line = []
@@ -98,21 +100,22 @@ def main() -> int:
             print(f"  c = {c:.2f}: " + "; ".join(line))
         modes = [m for m in a.modes.split(",") if m]
         if modes:
-            print(f"\n{'n-gram mode':<14} {'prompt':<14} " + " ".join(f"{f'drafted/accepted at {n}':>24}" for n in lengths))
+            print(f"\n{'n-gram mode':<14} {'prompt':<22} " + " ".join(f"{f'drafted/accepted at {n}':>24}" for n in lengths))
         for mode in modes:
             for p in prompts:
                 cells = []
                 for n in lengths:
                     settings = Settings(n_predict=n, threads=a.threads, program="speculative-simple", spec_type=mode,
                                         ctx_size=2048).with_defaults()
-                    case = ResolvedCase("length", p["id"], target, None, p["prompt"], None, settings)
+                    case = ResolvedCase("length", p.id, target, None, p.prompt, None, settings, chat=p.chat,
+                                        history=p.history)
                     try:
-                        m = engine.measure(case, "speculative", Path(tmp) / f"{p['id']}-{mode}-{n}.log")
+                        m = engine.measure(case, "speculative", Path(tmp) / f"{p.id}-{mode}-{n}.log")
                     except Exception as exc:  # a build without the mode: say so and go on
                         cells.append(f"{type(exc).__name__}")
                         continue
                     cells.append(f"{m.n_drafted}/{m.n_accept} ({(m.n_accept or 0) / max(m.n_predict or 1, 1):.0%} of tokens)")
-                print(f"{mode:<14} {p['id']:<14} " + " ".join(f"{c:>24}" for c in cells))
+                print(f"{mode:<14} {p.id:<22} " + " ".join(f"{c:>24}" for c in cells))
     return 0
 
 

@@ -2,7 +2,8 @@
 
 1. **The traffic.** A llama-server with the offline pair at draft ``--running`` (8), on the flags the
    llama-server engine measures with (``-t 1 -c 1024``, one slot, ``--metrics``), serves the built-in
-   prompts (``llamaspec/data/prompts/mixed.jsonl``) ``--passes`` times, ``-n 64``, greedy. A watch
+   workload's prompts (``--limit N``: its first N, which cover every category from 6 on) through the
+   model's chat template ``--passes`` times, ``-n 64``, greedy. A watch
    (``llamaspec.watch.Watcher``) reads it before and after: its window, and its prediction at every
    draft length with the costs it finds (a stored study of the same files, else llama-bench here).
 2. **The measurement.** The llama-server engine measures the same prompts at the two draft lengths
@@ -18,14 +19,13 @@
 
 Run on an otherwise quiet machine, with a data folder of its own (the costs are then timed here):
 
-    LLAMASPEC_DATA=$(mktemp -d) .venv/bin/python benchmarks/watch.py [--pairs 5] [--passes 2]
+    LLAMASPEC_DATA=$(mktemp -d) .venv/bin/python benchmarks/watch.py [--pairs 5] [--passes 2] [--limit 12]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -34,23 +34,26 @@ from typing import Any
 from llamaspec import models
 from llamaspec.base import host, stats
 from llamaspec.llamacpp import server
-from llamaspec.measure import estimators, pairs
+from llamaspec.measure import chat, estimators, pairs
 from llamaspec.measure.contract import EngineOptions, Measurement, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.studies import adhoc
+from llamaspec.studies import prompts as loader
 from llamaspec.views.analysis import PREDICTION_ERROR
 from llamaspec.watch import Watcher
 
 N_PREDICT = 64
 
 
-def cases(target: Any, draft: Any, k: int) -> list[ResolvedCase]:
-    rows = [json.loads(line) for line in adhoc.builtin_prompts().read_text().splitlines() if line.strip()]
+def cases(target: Any, draft: Any, k: int, limit: int | None) -> list[ResolvedCase]:
+    """The built-in workload's prompts (its first ``limit``), as the workload serves them (chat)."""
+    chosen = loader.select(list(adhoc.builtin_workload().prompts), limit, None)
     s = Settings(n_predict=N_PREDICT, threads=1, ctx_size=1024, seed=20, temperature=0.0, draft_max=k,
                  spec_type="draft").with_defaults()
-    return [ResolvedCase("watch-benchmark", r["id"], ModelPath("smollm2-135m:f32", str(target.path), target.sha256),
-                         ModelPath("smollm2-135m:q4_1", str(draft.path), draft.sha256), r["prompt"], None, s)
-            for r in rows]
+    return [ResolvedCase("watch-benchmark", p.id, ModelPath("smollm2-135m:f32", str(target.path), target.sha256),
+                         ModelPath("smollm2-135m:q4_1", str(draft.path), draft.sha256), p.prompt, None, s,
+                         category=p.category, chat=p.chat, history=p.history)
+            for p in chosen]
 
 
 def mix(measured: list[Measurement], mode: str, pair: int) -> Measurement:
@@ -72,6 +75,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=5, help="ABBA pairs at each measured length (default 5)")
     ap.add_argument("--passes", type=int, default=2, help="times the traffic sends each prompt (default 2)")
     ap.add_argument("--cost", default=None, help="--cost C[,V] for the watch (default: stored, else timed here)")
+    ap.add_argument("--limit", type=int, default=None, help="the built-in workload's first N prompts (default: all)")
     args = ap.parse_args()
     drafts = [int(x) for x in args.drafts.split(",")]
     engine = server.open_engine(EngineOptions(accel="cpu"))
@@ -80,7 +84,7 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
         # 1. the traffic, watched
-        running = cases(target, draft, args.running)
+        running = cases(target, draft, args.running, args.limit)
         argv = server.server_args(engine.caps, engine.build.accel, running[0], "speculative")
         with tempfile.TemporaryDirectory() as tmp:
             traffic = server.Server(engine.program, argv, Path(tmp) / "traffic.log", "traffic")
@@ -88,9 +92,11 @@ def main() -> None:
             try:
                 watch = Watcher(f"http://127.0.0.1:{traffic.port}", span=None, cost=args.cost, refits=200)
                 watch.start()
+                rendered = [traffic.post("/apply-template", {"messages": chat.as_dicts([*c.history, ("user", c.prompt or "")])},
+                                         timeout=60)["prompt"] for c in running]  # as the workload is served
                 for _ in range(args.passes):
-                    for c in running:
-                        traffic.post("/completion", {"prompt": c.prompt, "n_predict": N_PREDICT, "temperature": 0,
+                    for text in rendered:
+                        traffic.post("/completion", {"prompt": text, "n_predict": N_PREDICT, "temperature": 0,
                                                      "seed": 20, "cache_prompt": False}, timeout=600)
                 reading = watch.step()
                 watch.finish()
@@ -101,7 +107,7 @@ def main() -> None:
         if f is None:
             raise SystemExit("the watch made no prediction: " + "; ".join(reading.notes))
         # 2. the measurement, in passes
-        by_k = {k: cases(target, draft, k) for k in drafts}
+        by_k = {k: cases(target, draft, k, args.limit) for k in drafts}
         taken: dict[int, list[Measurement]] = {k: [] for k in drafts}
         each: list[Measurement] = []  # every request, for the machine's noise meanwhile
         with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +126,7 @@ def main() -> None:
     finally:
         engine.close()
     # 3. predicted against measured
-    print(f"\nllamaspec watch against a measurement ({started}; llama.cpp {engine.build.commit}; the built-in prompts, "
+    print(f"\nllamaspec watch against a measurement ({started}; llama.cpp {engine.build.commit}; {len(running)} prompts of the built-in workload, "
           f"-n {N_PREDICT}, -t 1; traffic {args.passes} passes at draft {args.running}; {args.pairs} pairs a length)")
     print(f"{'draft':>5}  {'predicted [window]':>20}  {'measured [95 %]':>20}  {'ratio':>6}  within the model's error "
           f"({100 * PREDICTION_ERROR:.0f} %)")

@@ -218,10 +218,18 @@ def test_experiment_from_models_names_the_study_by_files_and_settings(pair) -> N
     assert named.name == "my-pair"
 
 
-def test_without_a_prompt_the_builtin_mixed_set_is_one_case_per_prompt(pair) -> None:
+def test_without_a_prompt_the_builtin_workload_is_one_case_per_prompt(pair) -> None:
     exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1])])
-    assert [c.name for c in exp.cases] == ["code", "chat", "reasoning", "summarization"]
-    assert len({c.prompt for c in exp.cases}) == 4 and all(c.prompt for c in exp.cases)
+    workload = adhoc.builtin_workload().prompts
+    assert [(c.name, c.category, c.prompt, c.chat, c.history) for c in exp.cases] == [
+        (p.id, p.category, p.prompt, True, p.history) for p in workload]
+    categories = {c.category for c in exp.cases}
+    assert len(categories) >= 6 and all(sum(c.category == k for c in exp.cases) >= 8 for k in categories)
+    assert len({c.name for c in exp.cases}) == len(exp.cases) and all(c.prompt and c.chat for c in exp.cases)
+    assert len({(c.prompt, c.history) for c in exp.cases}) == len(exp.cases)
+    assert any(c.history for c in exp.cases if c.category == "multi-turn")
+    assert adhoc.builtin_label(exp) == (f"the built-in workload ({len(exp.cases)} prompts: "
+                                        "code, multi-turn, summarization, rag, math, rewriting)")
 
 
 def test_a_prompt_file_is_a_workload_of_its_prompts_each_problem_named_by_line(pair, tmp_path: Path,
@@ -241,8 +249,9 @@ def test_a_prompt_file_is_a_workload_of_its_prompts_each_problem_named_by_line(p
         exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], workload=found)
     assert [(c.name, c.category) for c in exp.cases] == [("fib", "code"), ("trip", "chat")]
     said = caplog.text
-    assert "line 3: no \"prompt\" string" in said  # blank prompt, named by line (a blank line is not a prompt)
-    assert "line 4 (again): the same prompt as line 1 (fib): measured once" in said
+    # a blank prompt and a repeated one, each said once, by line (a blank line is not a prompt)
+    assert said.count("line 3: the \"prompt\" is blank") == 1
+    assert said.count("line 4 (again): the same prompt as line 1 (fib): measured once") == 1
     (tmp_path / "long.jsonl").write_text(json.dumps({"id": "book", "prompt": "word " * 20_000}) + "\n")
     with pytest.raises(LlamaspecError) as err:
         adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], workload=loader.load(str(tmp_path / "long.jsonl")),

@@ -296,7 +296,7 @@ def test_the_installed_wheel_sweeps_two_gguf_files_with_llamacpp_on_path(wheel_v
     here = _empty_folder(tmp_path)
     env = _tool_env(tmp_path, path_dirs=[llama_build.bin_dir])  # an empty build cache: the programs on PATH
     started = time.monotonic()
-    # The one-line command, kept short: one prompt (the built-in set is a decision per prompt, four times
+    # The one-line command, kept short: one prompt (the built-in workload is a decision over 54 prompts, 54 times
     # the time), 16 tokens, one thread, 8 pairs.
     done = subprocess.run([str(wheel_venv / "bin" / "llamaspec"), "sweep", "-m", target.path, "-md", draft.path,
                            "--draft", "1,2,4,8", "-p", "def quicksort(xs):", "-n", "16", "-t", "1", "--budget", "8"], capture_output=True, text=True,

@@ -330,6 +330,14 @@ PROMPTS = PromptSet(PromptSource("jsonl", "/x.jsonl"), (
     Prompt("t1", "too long", "prose"), Prompt("p1", "prose one", "prose"), Prompt("p2", "prose two", "prose")))
 
 
+def test_a_prompt_goes_into_its_case_with_its_earlier_turns() -> None:
+    case = resolve(Exp(), "draft")
+    turns = (("user", "Plan a trip."), ("assistant", "Where to?"))
+    one = promptset.prompt_case(case, Prompt("t1", "To Porto.", "multi-turn", True, 4, turns))
+    assert (one.prompt, one.prompt_id, one.category, one.chat, one.history) == ("To Porto.", "t1", "multi-turn", True, turns)
+    assert promptset.prompt_case(one, Prompt("c1", "Write a loop.", "code", False)).history == ()
+
+
 @pytest.fixture
 def no_provenance(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(promptset.runcore, "provenance", lambda backend, case, hw: {"llamacpp": backend.provenance()})

@@ -28,7 +28,7 @@ NOISE = (1.0, 0.97, 1.03, 0.98, 1.02)  # a machine whose speed wobbles by a few 
 
 
 def workload_exp(repeats: int = 3, prompts: dict[str, str] = PROMPTS) -> experiment.Experiment:
-    """The built-in set's shape: one prompt per category, the offline pair's models."""
+    """A workload of one prompt per category (the shape the built-in set had at first), the offline pair's models."""
     settings = Settings(n_predict=64, threads=1)
     target, draft = ModelRef("smollm2-135m", "f32"), ModelRef("smollm2-135m", "q4_1")
     cases = tuple(Case(name, target, draft, f"prompt for {name}", None, settings, category=cat)

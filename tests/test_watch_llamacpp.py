@@ -1,6 +1,6 @@
 """llamaspec watch on the real llama-server of the pinned build with the offline pair: a bounded load
-of the built-in prompts, then ``watch --once``, whose counts must be the server's own counters and
-the sums of the answers' own figures. Nothing here depends on this machine's speed: the prediction
+of the built-in workload (a prompt of each category), then ``watch --once``, whose counts must be
+the server's own counters and the sums of the answers' own figures. Nothing here depends on this machine's speed: the prediction
 is checked for its parts (every length, an interval around each, a verdict of the known kinds and
 its command-line change), never for which length it picks or whether the draft pays."""
 
@@ -18,8 +18,10 @@ from llamaspec.cli import main
 from llamaspec.llamacpp import live
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.server import Server
+from llamaspec.measure import chat
 from llamaspec.store.results import Store
 from llamaspec.studies import adhoc
+from llamaspec.studies import prompts as loader
 from llamaspec.watch import Watcher, forecast
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -62,10 +64,14 @@ def start(server_build: Build, pair: tuple[Any, Any], kind: str, tmp_path: Path)
 
 
 def load(srv: Server) -> list[dict[str, Any]]:
-    """The built-in prompts, one at a time, greedy (each twice for the n-gram mode to find repeats)."""
-    rows = [json.loads(line) for line in adhoc.builtin_prompts().read_text().splitlines() if line.strip()]
-    return [srv.post("/completion", {"prompt": r["prompt"], "n_predict": N_PREDICT, "temperature": 0, "seed": 20},
-                     timeout=600) for r in rows]
+    """The built-in workload's first prompt of each category, one at a time, greedy, served as the
+    workload is: rendered with the model's chat template (its earlier turns first), then completed."""
+    answers = []
+    for p in loader.first_of_each_category(adhoc.builtin_workload().prompts):
+        rendered = srv.post("/apply-template", {"messages": chat.as_dicts([*p.history, ("user", p.prompt)])}, timeout=60)["prompt"]
+        answers.append(srv.post("/completion", {"prompt": rendered, "n_predict": N_PREDICT, "temperature": 0, "seed": 20},
+                                timeout=600))
+    return answers
 
 
 @pytest.mark.parametrize("kind", ["draft", "ngram-simple"])

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from llamaspec.cli import main
+from llamaspec.cli.options import PROMPT_SOURCES
 
 log = logging.getLogger("llamaspec")
 
@@ -165,7 +166,7 @@ def cluster_machines(address: str | None, as_json: bool) -> None:
 @click.argument("experiment_name", metavar="NAME|PATH")
 @click.option("--cluster", "address", default=None, envvar="RAY_ADDRESS", metavar="HOST:PORT",
               help="The Ray head (default $RAY_ADDRESS; neither: this machine alone, same code path).")
-@click.option("--prompts", "prompt_set", default=None, metavar="FILE|spec-bench:PATH|alpaca",
+@click.option("--prompts", "prompt_set", default=None, metavar=PROMPT_SOURCES,
               help="Run over a prompt set (default: the experiment's prompts:, if it names one): one item per prompt.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="With a prompt set: at most N prompts.")
 @click.option("--seed", "sample_seed", type=int, default=None, help="With --limit: a seeded sample.")

@@ -22,6 +22,9 @@ log = logging.getLogger("llamaspec")
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
+# What --prompts (and `prompts list`) takes: the sources of llamaspec.studies.prompts.parse_source.
+PROMPT_SOURCES = "FILE|spec-bench:PATH|speed-bench:PATH|alpaca[:PATH]"
+
 # Option names that differ from --the-setting-name (the write-up's --draft, llama.cpp's -t, -ngl).
 OPTION_NAMES: dict[str, tuple[str, ...]] = {
     "draft_max": ("--draft", "-d"),

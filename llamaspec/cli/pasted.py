@@ -86,7 +86,7 @@ def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, 
     path = adhoc.save_study(exp)
     for line in cmd.describe():
         log.info("%s", line)
-    what = ("the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")" if len(exp.cases) > 1
+    what = (adhoc.builtin_label(exp) if len(exp.cases) > 1
             else f"the prompt set {prompts}" if prompts is not None else "one prompt")
     log.info("study %s: the pasted command against itself without its draft and speculation flags, on %s (kept in "
              "%s; `llamaspec report %s`, or rerun by name)", exp.name, what, path, exp.name)

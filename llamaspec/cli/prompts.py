@@ -15,7 +15,7 @@ import click
 from llamaspec.base.progress import duration
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
-from llamaspec.cli.options import EngineSettingsCommand, SettingValue, model_options
+from llamaspec.cli.options import PROMPT_SOURCES, EngineSettingsCommand, SettingValue, model_options
 
 log = logging.getLogger("llamaspec")
 
@@ -37,7 +37,7 @@ SET_OPTIONS = [
     click.option("--seed", "sample_seed", type=int, default=None, help="Sample the --limit prompts at random with this seed."),
     click.option("--format", "fmt", type=click.Choice(["chat", "raw", "alpaca"]), default=None,
                  help="chat: through the model's chat template (default); raw: as text; alpaca: Alpaca's prompt template."),
-    click.option("--turns", type=click.Choice(["first", "all"]), default=None, help="Spec-Bench: first turn only, or every turn."),
+    click.option("--turns", type=click.Choice(["first", "all"]), default=None, help="Spec-Bench, SPEED-Bench: first turn only, or every turn."),
 ]
 
 
@@ -52,8 +52,9 @@ def prompts() -> None:
     """Prompt sets: run an experiment over many prompts on llama-server, per category.
 
     \b
-    Sources: a JSONL file (prompt, category, id), spec-bench:PATH (Spec-Bench's question.jsonl),
-    alpaca (tatsu-lab/alpaca from the Hugging Face hub) or alpaca:PATH (a local copy).
+    Sources: a JSONL file (prompt, category, id, chat, history), spec-bench:PATH (Spec-Bench's
+    question.jsonl), speed-bench:PATH (a SPEED-Bench .parquet or .jsonl file), alpaca
+    (tatsu-lab/alpaca from the Hugging Face hub) or alpaca:PATH (a local copy).
     Shipped: experiments/prompts/llamaspec-mini.jsonl (48 prompts, 4 categories).
 
     Example: llamaspec prompts run smollm2-server-mini --limit 12 --seed 1
@@ -61,27 +62,35 @@ def prompts() -> None:
 
 
 @prompts.command("list")
-@click.argument("source", metavar="FILE|spec-bench:PATH|alpaca[:PATH]")
+@click.argument("source", metavar=PROMPT_SOURCES)
 @_set_options
 @click.option("--show", is_flag=True, help="Print every prompt's id, category and first line.")
 def prompts_list(source: str, limit: int | None, sample_seed: int | None, fmt: str | None, turns: str | None,
                  show: bool) -> None:
-    """Load a prompt set and say what is in it (malformed lines are reported with their numbers).
+    """Load a prompt set and say what is in it: what the file says of itself, its categories, and
+    each malformed, blank or repeated line skipped and each id given twice, with its line number.
 
     Example: llamaspec prompts list llamaspec-mini --limit 8 --seed 1
     """
     from llamaspec.studies import prompts as loader
 
-    got = loader.load(loader.parse_source(source, None, format=fmt, turns=turns, limit=limit, seed=sample_seed))
+    got = loader.load(loader.parse_source(source, None, format=fmt, turns=turns, limit=limit, seed=sample_seed),
+                      warn=False)  # said here, each once
     click.echo(f"{got.source.label}: {len(got.prompts)} prompts of {got.total}")
+    if got.about is not None and got.about.label:
+        click.echo(f"  about: {got.about.label}")
     for category in got.categories():
         click.echo(f"  {category:<20} {sum(p.category == category for p in got.prompts):>4}")
     for line in got.skipped:
         click.echo(f"  skipped {line}")
+    for note in got.notes:
+        click.echo(f"  {note}")
     if show:
+        width = max([16, *(len(p.id) for p in got.prompts)])
         for p in got.prompts:
             first = p.prompt.strip().splitlines()[0][:70] if p.prompt.strip() else ""
-            click.echo(f"{p.id:<16} {p.category:<14} {'chat' if p.chat else 'raw ':<5} {first}")
+            turns = f"(after {len(p.history)} turns) " if p.history else ""
+            click.echo(f"{p.id:<{width}} {p.category:<14} {'chat' if p.chat else 'raw ':<5} {turns}{first}")
 
 
 @contextlib.contextmanager
@@ -120,7 +129,7 @@ def _server_settings() -> frozenset[str]:
 @prompts.command("run", cls=EngineSettingsCommand, honoured=_server_settings, skip=("parallel",), after="n_predict")
 @click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
 @model_options
-@click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
+@click.option("--prompts", "-P", "source", default=None, metavar=PROMPT_SOURCES,
               help="The prompt set (default: the experiment's prompts:).")
 @_set_options
 @click.option("--n-predict", "-n", type=SettingValue("n_predict", int), default=None, help="Tokens to generate per prompt.")
@@ -155,8 +164,9 @@ def prompts_run(experiment_name: str | None, model: str | None, drafts: tuple[st
     machines (one item per case and prompt, each paired on its machine); figures per machine.
 
     Your own models instead of NAME: -m TARGET -md DRAFT (a GGUF file, USER/REPO[:QUANT] as
-    llama.cpp's -hf, or a catalog NAME[:VARIANT]); without --prompts, the built-in mixed set (code,
-    chat, reasoning, summarization). The study's name is printed (--name to choose one).
+    llama.cpp's -hf, or a catalog NAME[:VARIANT]); without --prompts, the built-in workload (54 chat
+    prompts: code, multi-turn, summarization, rag, math, rewriting). The study's name is printed
+    (--name to choose one).
 
     \b
     Example: llamaspec prompts run smollm2-server-mini --limit 12 -n 64

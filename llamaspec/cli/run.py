@@ -13,7 +13,14 @@ import click
 from llamaspec.base.stats import percent
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
-from llamaspec.cli.options import check_prompt_file, common_options, model_options, overrides, setting_options
+from llamaspec.cli.options import (
+    PROMPT_SOURCES,
+    check_prompt_file,
+    common_options,
+    model_options,
+    overrides,
+    setting_options,
+)
 from llamaspec.cli.pasted import TakesPastedCommand
 
 log = logging.getLogger("llamaspec")
@@ -46,7 +53,7 @@ def progress_printer(total_steps: int):
 @model_options
 @setting_options
 @common_options
-@click.option("--prompts", "prompt_set", default=None, metavar="FILE|spec-bench:PATH|alpaca",
+@click.option("--prompts", "prompt_set", default=None, metavar=PROMPT_SOURCES,
               help="Run over a prompt set instead (on llama-server; the same as `llamaspec prompts run`).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: at most N prompts.")
 @click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: a seeded sample.")
@@ -63,7 +70,8 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     (a GGUF file, USER/REPO[:QUANT] as -hf, or a catalog NAME[:VARIANT]). Such a study gets a
     name from the files' sha256 and the settings (printed; --name to choose one) that `results
     list`, `report`, `plot` and a rerun take. Its prompt is -p, -f or --prompts; with none, the
-    built-in mixed prompts (code, chat, reasoning, summarization), each a case of its own.
+    built-in workload (54 chat prompts: code, multi-turn, summarization, rag, math, rewriting),
+    each a case of its own.
 
     Prints decode speeds, the speedup (median of paired ratios with a 95 % interval), acceptance
     and whether the generated output is unchanged (lossless), next to the experiment's reference

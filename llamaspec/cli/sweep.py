@@ -13,6 +13,7 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import (
+    PROMPT_SOURCES,
     check_prompt_file,
     common_options,
     model_options,
@@ -31,9 +32,9 @@ log = logging.getLogger("llamaspec")
 @click.option("--modes", default=None, metavar="LIST|none",
               help="Draft-free n-gram modes weighed beside the draft (default: every mode the program runs; "
                    "none: the draft alone).")
-@click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
+@click.option("--prompts", "-P", "source", default=None, metavar=PROMPT_SOURCES,
               help="With -m: the workload, a prompt set (JSONL: prompt, category, id), one case per prompt "
-                   "(default: the built-in mixed set).")
+                   "(default: the built-in workload).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: keep N prompts (--seed: a sample).")
 @click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: sample with this seed.")
 @click.option("--shared-baseline", is_flag=True,
@@ -57,12 +58,12 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
     """One answer for a workload: which setup to run, measured against the target alone.
 
-    The workload is the experiment's prompts: with -m/-md and no -p/-f, the built-in mixed set
-    (code, chat, reasoning, summarization), one prompt per category. The setups are the draft at
-    each draft length (default 1,2,3,4,6,8,12,16), each draft file given, and the draft-free
-    n-gram modes the program runs (--modes); the target alone is the answer "no draft". Each
-    setup's speedup over the workload is the geometric mean of its prompts' speedups (each the
-    median of paired ratios), its 95 % interval from pairs resampled within prompts. One decision
+    The workload is the experiment's prompts: with -m/-md and no -p/-f, the built-in workload (54
+    chat prompts, 9 in each of code, multi-turn, summarization, rag, math and rewriting). The
+    setups are the draft at each draft length (default 1,2,3,4,6,8,12,16), each draft file given,
+    and the draft-free n-gram modes the program runs (--modes); the target alone is the answer "no
+    draft". Each setup's speedup over the workload is the geometric mean of its prompts' speedups
+    (each the median of paired ratios), its 95 % interval from pairs resampled within prompts. One decision
     rule (llamaspec.decision.decide) picks the setup: shown faster than the target alone, the cheapest
     within 2 % of the best; under it, the same rule per category where categories disagree. It
     ends with the command that deploys the answer.
@@ -188,9 +189,9 @@ def nothing_to_recommend(d: Any) -> tuple[str, str]:
               help="Draft variants to weigh (default: the drafts -md gives, else the catalog's variants of the draft model).")
 @click.option("--modes", default=None, metavar="LIST|none",
               help="Draft-free n-gram modes to weigh (default: every mode the program runs; none: drafts only).")
-@click.option("--prompts", "-P", "source", default=None, metavar="FILE|spec-bench:PATH|alpaca[:PATH]",
+@click.option("--prompts", "-P", "source", default=None, metavar=PROMPT_SOURCES,
               help="With -m: the workload, a prompt set (JSONL: prompt, category, id), one case per prompt "
-                   "(default: the built-in mixed set).")
+                   "(default: the built-in workload).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: keep N prompts (--seed: a sample).")
 @click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: sample with this seed.")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",

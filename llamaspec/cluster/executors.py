@@ -232,7 +232,7 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     from llamaspec.studies.prompts import Prompt
 
     p = item.payload
-    the_prompt = Prompt(**p["prompt_item"])
+    the_prompt = Prompt.from_dict(p["prompt_item"])
     backend = _engine(worker, "llama-server")
     case = resolved_case(worker, p, backend)
     checked = worker.state.setdefault("checked", set())

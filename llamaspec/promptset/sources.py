@@ -53,7 +53,7 @@ def set_key(backend: Engine, case: ResolvedCase, source: PromptSource, repeats: 
 
 def prompt_case(case: ResolvedCase, prompt: Prompt) -> ResolvedCase:
     return replace(case, prompt=prompt.prompt, prompt_file=None, prompt_id=prompt.id, category=prompt.category,
-                   chat=prompt.chat)
+                   chat=prompt.chat, history=prompt.history)
 
 
 def method_label(case: ResolvedCase) -> str:

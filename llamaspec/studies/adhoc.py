@@ -14,8 +14,9 @@ catalog models, with the file's sha256 in every run's provenance. Several drafts
 ``drafts``: ``sweep`` and ``tune`` measure each as one more dimension (the draft variant), and the
 decision counts the smaller file as the cheaper setting (``analysis.PointRow.cost``).
 
-Without a prompt, the study runs the built-in mixed set (code, chat, reasoning, summarization;
-``llamaspec/data/prompts/mixed.jsonl``), one case per prompt, so the answer is not about one prompt.
+Without a prompt, the study runs the built-in workload (:func:`builtin_prompts`: 54 chat prompts,
+9 in each of code, multi-turn, summarization, rag, math and rewriting, the kinds of task Spec-Bench
+and SPEED-Bench measure), one case per prompt, so the answer is not about one prompt.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def draft_names(exp: Experiment) -> dict[str, str]:
 
 
 def builtin_prompts() -> Path:
-    """The built-in mixed prompt set (package data)."""
-    return Path(__file__).resolve().parents[1] / "data" / "prompts" / "mixed.jsonl"  # llamaspec/data
+    """The built-in workload's file (package data; its first line says what it is): read it with
+    :func:`builtin_workload`, as any prompt file is."""
+    return Path(__file__).resolve().parents[1] / "data" / "prompts" / "workload.jsonl"  # llamaspec/data
 
 
 def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings: Settings | None = None,
@@ -76,7 +78,7 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     ``settings``: the command line's settings (every setting flag, as for an experiment).
     The prompt: ``prompt`` (text), ``prompt_file``, ``prompts`` (a prompt set, for llama-server),
     ``workload`` (a ``prompts.PromptSet``: one case per prompt, as sweep and tune measure it), or
-    none of them: the built-in mixed set, one case per prompt. ``name``: the study's name
+    none of them: the built-in workload, one case per prompt. ``name``: the study's name
     (default: made from the files' sha256, the settings and the prompt, the same on every rerun).
     Raises LlamaspecError (one line and a hint) for bad input: a missing or non-GGUF file, a repo
     without that quant, a draft with an n-gram spec type, no draft without one, two prompts.
@@ -139,6 +141,12 @@ def builtin_workload() -> Any:
     from llamaspec.studies import prompts as loader
 
     return loader.load(loader.parse_source(str(builtin_prompts())))
+
+
+def builtin_label(exp: Experiment) -> str:
+    """How a message names the built-in workload a study measures: its prompts and their categories."""
+    categories = dict.fromkeys(c.category or "uncategorized" for c in exp.cases)
+    return f"the built-in workload ({len(exp.cases)} prompts: {', '.join(categories)})"
 
 
 def _digest(text: str) -> str:
@@ -336,7 +344,7 @@ def open_study(experiment_name: str | None, model: str | None, drafts: Sequence[
     what = (f"the prompt set {exp.prompts}" if exp.prompts is not None
             else f"the {len(exp.cases)} prompts of {workload.source.label}" if workload is not None
             else "one prompt" if len(exp.cases) == 1
-            else "the built-in mixed prompts (" + ", ".join(c.name for c in exp.cases) + ")")
+            else builtin_label(exp))
     log.info("study %s: %s on %s (kept in %s; `llamaspec report %s`, `llamaspec plot %s`, or rerun with the same "
              "command or by name)", exp.name, exp.description, what, path, exp.name, exp.name)
     return exp

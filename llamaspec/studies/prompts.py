@@ -2,26 +2,38 @@
 
 Sources (``load(source)``):
 
-- a JSONL file: one object per line with ``prompt``, optional ``category``, ``id`` and ``chat``
-  (send it through the model's chat template; default: the set's ``format``). Malformed lines
-  are reported with their line numbers and skipped; the others still run.
+- a JSONL file: one object per line with ``prompt``, optional ``category``, ``id``, ``chat``
+  (send it through the model's chat template; default: the set's ``format``) and ``history``
+  (a chat's earlier turns, ``{"role": "user" | "assistant", "content": ...}`` alternating from a
+  user turn to an assistant turn, before the user's ``prompt``). An optional first line
+  ``{"about": {...}}`` says what the file is (:class:`About`: its name, source, licence,
+  categories, version). Malformed lines are reported with their line numbers and skipped; the
+  others still run.
 - ``spec-bench:PATH``: Spec-Bench's ``question.jsonl`` (``question_id``, ``category``, ``turns``);
   the first turn by default, or (``turns: all``) every turn as a prompt of its own, carrying
   the earlier turns of the conversation before it.
+- ``speed-bench:PATH``: NVIDIA's SPEED-Bench (``question_id``, ``category``, ``sub_category``,
+  ``turns``, ``source``, ``src_id``, ``difficulty``, ``multiturn``), as its ``.parquet`` files
+  ship (read with pyarrow, the ``prompts`` extra) or as ``.jsonl``; its turns as Spec-Bench's.
 - ``alpaca`` (``tatsu-lab/alpaca`` on the Hugging Face hub) or ``alpaca:PATH`` (a local copy:
   ``.json``, ``.jsonl`` or ``.parquet``): instruction plus input, either as a chat message
   (``format: chat``) or in Alpaca's own prompt template (``format: alpaca``).
 
-``limit`` keeps N prompts: the first N, or with ``seed`` a seeded random sample of N (the same
-seed always picks the same prompts, in file order).
+The readers of the sets others publish (Spec-Bench, SPEED-Bench, Alpaca) are in
+:mod:`llamaspec.studies.public_sets`, the prompt record they all make in
+:mod:`llamaspec.studies.prompt_records`; the JSONL format, the set and its checks are here.
+
+Whatever the source, a prompt whose text is blank is skipped, a prompt repeated (the same text,
+history and format as an earlier one) is measured once, and an id given twice is made unique
+(``a``, ``a#2``): each said once, by line. ``limit`` keeps N prompts: the first N, or with
+``seed`` a seeded random sample of N (the same seed always picks the same prompts, in file order).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,38 +41,48 @@ from typing import Any
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure.contract import Message
+from llamaspec.studies import public_sets
+from llamaspec.studies.prompt_records import NEEDS, Prompt, json_lines, no_prompts
+from llamaspec.studies.public_sets import ALPACA_REPO
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("chat", "raw", "alpaca")
-ALPACA_REPO = "tatsu-lab/alpaca"
-
-# Alpaca's own prompt templates (stanford_alpaca's train.py, PROMPT_DICT).
-ALPACA_WITH_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further context. "
-                     "Write a response that appropriately completes the request.\n\n"
-                     "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n")
-ALPACA_NO_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
-                   "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
 
 
 @dataclass(frozen=True)
-class Prompt:
-    id: str
-    prompt: str
-    category: str = "uncategorized"
-    chat: bool = True  # send through the model's chat template
-    line: int | None = None  # where a file holds it (JSONL's line number), for messages about it
-    history: tuple[Message, ...] = ()  # a chat's earlier turns (role, content), before ``prompt``
+class About:
+    """What a prompt file says of itself on its first line, ``{"about": {...}}``: which set it is,
+    where its prompts come from and under which licence, kept with the prompts wherever they go."""
+
+    name: str | None = None
+    description: str | None = None
+    source: str | None = None  # where the prompts come from ("written for llamaspec", a data set)
+    licence: str | None = None
+    version: str | None = None
+    categories: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``NAME, version V (SOURCE; LICENCE)``, with what the file gives."""
+        head = ", ".join(x for x in (self.name, f"version {self.version}" if self.version else None) if x)
+        tail = "; ".join(x for x in (self.source, self.licence) if x)
+        return f"{head} ({tail})" if head and tail else head or tail
+
+
+ABOUT_TEXT_KEYS = ("name", "description", "source", "licence", "version")
+ABOUT_KEYS = (*ABOUT_TEXT_KEYS, "categories")
+ROLES = ("user", "assistant")  # a history's turns, alternating from the user's (the prompt is the next user turn)
 
 
 @dataclass(frozen=True)
 class PromptSource:
     """Where a prompt set comes from and how to read it."""
 
-    kind: str  # jsonl | spec-bench | alpaca
+    kind: str  # jsonl | spec-bench | speed-bench | alpaca
     path: str | None = None  # None: alpaca from the hub
-    format: str = "chat"  # chat | raw (jsonl, spec-bench); chat | alpaca | raw (alpaca)
-    turns: str = "first"  # spec-bench: first | all
+    format: str = "chat"  # chat | raw (jsonl, spec-bench, speed-bench); chat | alpaca | raw (alpaca)
+    turns: str = "first"  # spec-bench, speed-bench: first | all
     limit: int | None = None
     seed: int | None = None
 
@@ -75,15 +97,23 @@ class PromptSource:
 class PromptSet:
     source: PromptSource
     prompts: tuple[Prompt, ...]
-    skipped: tuple[str, ...] = field(default=())  # "line 7: ..." for malformed entries
+    skipped: tuple[str, ...] = field(default=())  # "line 7: ..." for malformed, blank and repeated entries
     total: int = 0  # entries before --limit
+    about: About | None = None  # the file's own first line, where it has one
+    notes: tuple[str, ...] = field(default=())  # said but loaded: an id given twice, made unique
 
     def categories(self) -> list[str]:
         return sorted({p.category for p in self.prompts})
 
 
+# Problems said one line each up to this many; past it, a count (a hub data set can repeat itself
+# hundreds of times; `llamaspec prompts list` prints every one).
+SAID_AT_MOST = 20
+
+
 def parse_source(text: str, base_dir: Path | None = None, **options: Any) -> PromptSource:
-    """``FILE`` | ``spec-bench:PATH`` | ``alpaca`` | ``alpaca:PATH``, with options (format, turns, limit, seed)."""
+    """``FILE`` | ``spec-bench:PATH`` | ``speed-bench:PATH`` | ``alpaca`` | ``alpaca:PATH``, with options
+    (format, turns, limit, seed)."""
     kind, _, rest = text.partition(":")
     opts = {k: v for k, v in options.items() if v is not None}
     if kind == "alpaca":
@@ -94,6 +124,11 @@ def parse_source(text: str, base_dir: Path | None = None, **options: Any) -> Pro
             raise LlamaspecError("spec-bench needs a path: spec-bench:PATH/question.jsonl",
                                  hint="Spec-Bench's data/spec_bench/question.jsonl")
         return PromptSource("spec-bench", str(locate(rest, base_dir)), **opts)
+    if kind == "speed-bench":
+        if not rest:
+            raise LlamaspecError("speed-bench needs a path: speed-bench:PATH.parquet (or .jsonl)",
+                                 hint="one of nvidia/SPEED-Bench's parquet files, e.g. its qualitative split")
+        return PromptSource("speed-bench", str(locate(rest, base_dir)), **opts)
     return PromptSource("jsonl", str(locate(text, base_dir)), **opts)
 
 
@@ -113,23 +148,41 @@ def locate(path: str, base_dir: Path | None = None) -> Path:
                          hint=f"give a path to a JSONL file; shipped sets: {', '.join(shipped) or '(none)'}")
 
 
-def load(source: PromptSource | str, base_dir: Path | None = None) -> PromptSet:
+def load(source: PromptSource | str, base_dir: Path | None = None, *, warn: bool = True) -> PromptSet:
+    """The prompts of ``source``. Malformed, blank and repeated entries are skipped and an id given
+    twice is made unique, each said once, by line: logged as a warning (``warn``; off for a caller
+    that prints the set's ``skipped`` and ``notes`` itself) and kept in the set."""
     if isinstance(source, str):
         source = parse_source(source, base_dir)
     if source.format not in FORMATS:
         raise LlamaspecError(f"unknown prompt format {source.format!r}", hint=f"use one of: {', '.join(FORMATS)}")
+    about = None
+    chat = source.format != "raw"
     if source.kind == "jsonl":
-        prompts, skipped = load_jsonl(Path(source.path or ""), chat=source.format != "raw")
+        prompts, skipped, about = load_jsonl(Path(source.path or ""), chat=chat)
     elif source.kind == "spec-bench":
-        prompts, skipped = load_spec_bench(Path(source.path or ""), turns=source.turns, chat=source.format != "raw")
+        prompts, skipped = public_sets.load_spec_bench(Path(source.path or ""), turns=source.turns, chat=chat)
+    elif source.kind == "speed-bench":
+        prompts, skipped = public_sets.load_speed_bench(Path(source.path or ""), turns=source.turns, chat=chat)
     elif source.kind == "alpaca":
-        prompts, skipped = load_alpaca(Path(source.path) if source.path else None, fmt=source.format)
+        prompts, skipped = public_sets.load_alpaca(Path(source.path) if source.path else None, fmt=source.format)
     else:
-        raise LlamaspecError(f"unknown prompt set kind {source.kind!r}", hint="jsonl, spec-bench or alpaca")
-    for line in skipped:
-        log.warning("%s: skipped %s", source.path or ALPACA_REPO, line)
+        raise LlamaspecError(f"unknown prompt set kind {source.kind!r}", hint="jsonl, spec-bench, speed-bench or alpaca")
+    prompts, repeated = _drop_repeats(prompts)
+    prompts, notes = _unique_ids(prompts)
+    skipped = skipped + repeated
+    if warn:
+        where = source.path or ALPACA_REPO
+        said = [f"skipped {line}" for line in skipped] + notes
+        for line in said[:SAID_AT_MOST]:
+            log.warning("%s: %s", where, line)
+        if len(said) > SAID_AT_MOST:
+            again = (source.path if source.kind == "jsonl" else f"{source.kind}:{source.path}" if source.path
+                     else source.kind)
+            log.warning("%s: %d more like these (llamaspec prompts list %s shows each)", where,
+                        len(said) - SAID_AT_MOST, again)
     chosen = select(prompts, source.limit, source.seed)
-    return PromptSet(source, tuple(chosen), tuple(skipped), len(prompts))
+    return PromptSet(source, tuple(chosen), tuple(skipped), len(prompts), about, tuple(notes))
 
 
 # A prompt's tokens, guessed from its text before any model reads it (English and code run at about
@@ -139,28 +192,20 @@ CHARS_PER_TOKEN = 4
 
 
 def check_workload(prompts: Sequence[Prompt], ctx_size: int, n_predict: int) -> list[Prompt]:
-    """The prompts a workload measures: a prompt repeated (the same text again) is measured once and
-    said, by line; one whose text alone (at about :data:`CHARS_PER_TOKEN` characters a token) and
-    the tokens to generate would not fit the context is refused, by line, before anything runs."""
-    kept: list[Prompt] = []
-    seen: dict[str, Prompt] = {}
+    """The prompts a workload measures, checked against the context before anything runs: one whose
+    text (its earlier turns included, at about :data:`CHARS_PER_TOKEN` characters a token) and the
+    tokens to generate would not fit is refused, by line; one that fills more than half of it is said.
+    (Repeated and blank prompts were left out, and said, when the set was loaded: :func:`load`.)"""
     for p in prompts:
-        where = f"line {p.line} ({p.id})" if p.line is not None else p.id
-        first = seen.get(p.prompt.strip())
-        if first is not None:
-            log.warning("%s: the same prompt as %s: measured once", where,
-                        f"line {first.line} ({first.id})" if first.line is not None else first.id)
-            continue
-        seen[p.prompt.strip()] = p
-        tokens = len(p.prompt) // CHARS_PER_TOKEN
+        chars = len(p.prompt) + sum(len(text) for _, text in p.history)
+        tokens = chars // CHARS_PER_TOKEN
         if tokens + n_predict > ctx_size:
-            raise LlamaspecError(f"{where}: a prompt of {len(p.prompt):,} characters (about {tokens:,} tokens) and "
+            raise LlamaspecError(f"{p.where}: a prompt of {chars:,} characters (about {tokens:,} tokens) and "
                                  f"{n_predict} to generate do not fit the context of {ctx_size} tokens",
                                  hint="raise --ctx-size, or shorten or drop that prompt")
         if tokens > ctx_size // 2:
-            log.warning("%s: a long prompt (about %d tokens of a %d context)", where, tokens, ctx_size)
-        kept.append(p)
-    return kept
+            log.warning("%s: a long prompt (about %d tokens of a %d context)", p.where, tokens, ctx_size)
+    return list(prompts)
 
 
 def select(prompts: list[Prompt], limit: int | None, seed: int | None) -> list[Prompt]:
@@ -173,152 +218,137 @@ def select(prompts: list[Prompt], limit: int | None, seed: int | None) -> list[P
     return [prompts[i] for i in keep]
 
 
-def _unique_ids(prompts: list[Prompt]) -> list[Prompt]:
-    seen: dict[str, int] = {}
-    out = []
+def first_of_each_category(prompts: Sequence[Prompt]) -> list[Prompt]:
+    """One prompt per category, the first in file order: a small load that still covers each kind."""
+    seen: set[str] = set()
+    chosen = []
     for p in prompts:
-        n = seen.get(p.id, 0)
-        seen[p.id] = n + 1
-        out.append(p if n == 0 else replace(p, id=f"{p.id}#{n + 1}"))
-    return out
+        if p.category not in seen:
+            seen.add(p.category)
+            chosen.append(p)
+    return chosen
 
 
-def _lines(path: Path) -> Iterable[tuple[int, str]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LlamaspecError(f"prompt file not found: {path}", hint="check the path") from None
-    except UnicodeDecodeError as exc:
-        raise LlamaspecError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                             hint="save the prompt set as UTF-8 JSONL") from None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            yield number, line
+def _drop_repeats(prompts: list[Prompt]) -> tuple[list[Prompt], list[str]]:
+    """A prompt asked again (the same text, earlier turns and format) is measured once: the first is
+    kept, each repeat is said by line."""
+    kept: list[Prompt] = []
+    said: list[str] = []
+    first: dict[tuple[str, tuple[Message, ...], bool], Prompt] = {}
+    for p in prompts:
+        key = (p.prompt.strip(), p.history, p.chat)
+        if key in first:
+            said.append(f"{p.where}: the same prompt as {first[key].where}: measured once")
+            continue
+        first[key] = p
+        kept.append(p)
+    return kept, said
 
 
-def _empty(path: Path, skipped: list[str], what: str) -> LlamaspecError:
-    if skipped:
-        return LlamaspecError(f"{path}: no usable prompts ({len(skipped)} malformed: {skipped[0]})",
-                              hint=f"each line must be a JSON object with {what}")
-    return LlamaspecError(f"{path} holds no prompts", hint=f"write one JSON object per line with {what}, e.g. "
-                          '{"id": "q1", "category": "code", "prompt": "Write a C function that ..."}')
+def _unique_ids(prompts: list[Prompt]) -> tuple[list[Prompt], list[str]]:
+    """Each id once: a repeat of an id is named ``id#2``, ``id#3`` ... and said."""
+    taken = {p.id for p in prompts}
+    first: dict[str, Prompt] = {}
+    out = []
+    notes = []
+    for p in prompts:
+        if p.id not in first:
+            first[p.id] = p
+            out.append(p)
+            continue
+        n = 2
+        while f"{p.id}#{n}" in taken:
+            n += 1
+        new = f"{p.id}#{n}"
+        taken.add(new)
+        out.append(replace(p, id=new))
+        at = f"line {p.line}: " if p.line is not None else ""
+        by = f" (by line {first[p.id].line})" if first[p.id].line is not None else ""
+        notes.append(f"{at}the id {p.id!r} is taken{by}: named {new!r}")
+    return out, notes
 
 
-def _json_lines(path: Path, skipped: list[str]) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) per non-blank line; a line that is not JSON is noted in ``skipped``."""
-    for number, line in _lines(path):
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            skipped.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
+def parse_about(raw: Any) -> About:
+    """The ``about`` object of a prompt file's first line; ValueError says what is wrong with it."""
+    if not isinstance(raw, dict):
+        raise ValueError('"about" must be an object such as {"name": ..., "source": ..., "licence": ...}')
+    unknown = sorted(set(raw) - set(ABOUT_KEYS))
+    if unknown:
+        raise ValueError(f'"about" has an unknown key {unknown[0]!r} (known: {", ".join(ABOUT_KEYS)})')
+    bad = next((k for k in ABOUT_TEXT_KEYS if k in raw and not isinstance(raw[k], str)), None)
+    if bad is not None:
+        raise ValueError(f'"about": "{bad}" must be a string')
+    categories = raw.get("categories", [])
+    if not isinstance(categories, list) or not all(isinstance(c, str) for c in categories):
+        raise ValueError('"about": "categories" must be a list of strings')
+    return About(**{k: raw[k] for k in ABOUT_TEXT_KEYS if k in raw}, categories=tuple(categories))
 
 
-def load_jsonl(path: Path, chat: bool = True) -> tuple[list[Prompt], list[str]]:
+def parse_history(raw: Any) -> tuple[Message, ...]:
+    """A chat's earlier turns from a prompt line's ``history``: ``{"role", "content"}`` objects that
+    alternate from a user turn to an assistant turn, so that the ``prompt`` is the next user turn (a
+    chat template may refuse anything else). ValueError says what is wrong."""
+    if not isinstance(raw, list):
+        raise ValueError('"history" must be a list of {"role": ..., "content": ...} turns')
+    turns: list[Message] = []
+    for i, turn in enumerate(raw):
+        which = f'"history" turn {i + 1}'
+        if not isinstance(turn, dict) or set(turn) != {"role", "content"}:
+            raise ValueError(f'{which} must be an object with "role" and "content" only')
+        role, content = turn["role"], turn["content"]
+        if role not in ROLES:
+            raise ValueError(f'{which}: role {role!r} is not user or assistant')
+        if role != ROLES[i % 2]:
+            raise ValueError(f"{which} is {role!r} where {ROLES[i % 2]!r} was due: turns alternate, user first")
+        if not isinstance(content, str) or not content.strip():
+            raise ValueError(f'{which}: "content" must be a non-blank string')
+        turns.append((role, content))
+    if len(turns) % 2:
+        raise ValueError('"history" must end with an assistant turn (the "prompt" is the next user turn)')
+    return tuple(turns)
+
+
+def load_jsonl(path: Path, chat: bool = True) -> tuple[list[Prompt], list[str], About | None]:
+    """A JSONL prompt file: (prompts, skipped lines, its ``about`` line if it has one)."""
     prompts: list[Prompt] = []
     skipped: list[str] = []
-    for number, item in _json_lines(path, skipped):
+    about: About | None = None
+    for number, item in json_lines(path, skipped):
         if not isinstance(item, dict):
             skipped.append(f"line {number}: expected a JSON object, got {type(item).__name__}")
             continue
+        if "about" in item and "prompt" not in item:
+            if prompts or skipped or about is not None:
+                skipped.append(f'line {number}: an "about" object belongs on the first line')
+            elif set(item) != {"about"}:
+                skipped.append(f'line {number}: the "about" line holds "about" only')
+            else:
+                try:
+                    about = parse_about(item["about"])
+                except ValueError as exc:
+                    skipped.append(f"line {number}: {exc}")
+            continue
         text = item.get("prompt")
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
             skipped.append(f"line {number}: no \"prompt\" string")
+            continue
+        if not text.strip():
+            skipped.append(f"line {number}: the \"prompt\" is blank")
             continue
         category = item.get("category", "uncategorized")
         item_chat = item.get("chat", chat)
         if not isinstance(category, str) or not isinstance(item_chat, bool):
             skipped.append(f"line {number}: \"category\" must be a string and \"chat\" true or false")
             continue
-        prompts.append(Prompt(str(item.get("id", f"line{number}")), text, category, item_chat, number))
-    if not prompts:
-        raise _empty(path, skipped, 'a "prompt" string (optional "category", "id")')
-    return _unique_ids(prompts), skipped
-
-
-def load_spec_bench(path: Path, turns: str = "first", chat: bool = True) -> tuple[list[Prompt], list[str]]:
-    """Spec-Bench's question.jsonl. ``turns="all"``: one prompt per turn, the earlier turns of the
-    conversation before it (its answers are not in the file, so only the user turns are carried)."""
-    if turns not in ("first", "all"):
-        raise LlamaspecError(f"unknown turns {turns!r}", hint="first or all")
-    prompts: list[Prompt] = []
-    skipped: list[str] = []
-    for number, item in _json_lines(path, skipped):
-        items = item.get("turns") if isinstance(item, dict) else None
-        if not isinstance(items, list) or not items or not all(isinstance(t, str) for t in items):
-            skipped.append(f"line {number}: no \"turns\" list of strings")
-            continue
-        qid = str(item.get("question_id", f"line{number}"))
-        category = str(item.get("category", "uncategorized"))
-        if turns == "first":
-            prompts.append(Prompt(qid, items[0], category, chat))
-        else:
-            for i in range(len(items)):
-                prompts.append(Prompt(f"{qid}-t{i + 1}", "\n\n".join(items[:i + 1]), category, chat))
-    if not prompts:
-        raise _empty(path, skipped, '"question_id", "category" and "turns"')
-    return _unique_ids(prompts), skipped
-
-
-def alpaca_prompt(instruction: str, input_text: str, fmt: str) -> tuple[str, bool]:
-    """(prompt text, chat?) for one Alpaca record."""
-    if fmt == "alpaca":
-        template = ALPACA_WITH_INPUT if input_text.strip() else ALPACA_NO_INPUT
-        return template.format(instruction=instruction, input=input_text), False
-    text = instruction if not input_text.strip() else f"{instruction}\n\n{input_text}"
-    return text, fmt == "chat"
-
-
-def _alpaca_rows(path: Path) -> list[dict[str, Any]]:
-    if path.suffix == ".parquet":
         try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise LlamaspecError(f"reading {path.name} needs pyarrow", hint="pip install 'llamaspec[prompts]' (or "
-                                 "pyarrow; or give a .json/.jsonl copy of the data set)") from None
-        return list(pq.read_table(path).to_pylist())
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for _, line in _lines(path)]
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise LlamaspecError(f"{path}: not JSON: {exc}", hint="alpaca_data.json is one JSON list of records") from None
-    if not isinstance(data, list):
-        raise LlamaspecError(f"{path}: expected a JSON list of records", hint="alpaca_data.json's layout")
-    return data
-
-
-def alpaca_file() -> Path:
-    """The hub copy of tatsu-lab/alpaca (its parquet file), downloaded once into the HF cache
-    (``llamaspec.models.hf``: checked against the hub's sha256, errors as one line).
-    With HF_HUB_OFFLINE=1 only the cache is used."""
-    from llamaspec.models import hf
-
-    try:
-        snap = hf.snapshot(ALPACA_REPO, "main", allow_patterns=["*.parquet", "*.json"], what="dataset", required="",
-                           repo_type="dataset")
-    except LlamaspecError as exc:
-        raise LlamaspecError(exc.message, hint=f"{exc.hint}; or give a local copy: prompts: alpaca:PATH "
-                                               "(.json, .jsonl or .parquet)") from None
-    folder = snap.path
-    files = sorted(folder.rglob("*.parquet")) or sorted(folder.rglob("*.json"))
-    if not files:
-        raise LlamaspecError(f"{ALPACA_REPO} snapshot in {folder} holds no data file", hint="remove it and fetch again")
-    return files[0]
-
-
-def load_alpaca(path: Path | None, fmt: str = "chat") -> tuple[list[Prompt], list[str]]:
-    """Alpaca records (instruction, input); category: "with-input" or "no-input"."""
-    source = path if path is not None else alpaca_file()
-    prompts: list[Prompt] = []
-    skipped: list[str] = []
-    for i, row in enumerate(_alpaca_rows(source)):
-        instruction = row.get("instruction") if isinstance(row, dict) else None
-        if not isinstance(instruction, str) or not instruction.strip():
-            skipped.append(f"record {i + 1}: no \"instruction\"")
+            history = parse_history(item.get("history", []))
+        except ValueError as exc:
+            skipped.append(f"line {number}: {exc}")
             continue
-        input_text = row.get("input") or ""
-        text, chat = alpaca_prompt(instruction, str(input_text), fmt)
-        prompts.append(Prompt(f"alpaca-{i + 1}", text, "with-input" if str(input_text).strip() else "no-input", chat))
+        if history and not item_chat:
+            skipped.append(f'line {number}: a "history" needs "chat": true (raw text has no turns)')
+            continue
+        prompts.append(Prompt(str(item.get("id", f"line{number}")), text, category, item_chat, number, history))
     if not prompts:
-        raise _empty(source, skipped, '"instruction" and "input"')
-    return prompts, skipped
+        raise no_prompts(path, skipped, NEEDS["jsonl"])
+    return prompts, skipped, about

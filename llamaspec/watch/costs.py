@@ -171,17 +171,18 @@ def bench_build(argv: tuple[str, ...]) -> Any:
 
 def baseline_step_ms(build: Any, case: Any, window: Window, log_dir: Path) -> float:
     """The target alone's step on the server's flags, as the llama-server engine measures a baseline:
-    the median of ``BASELINE_RUNS`` generations of a built-in prompt, each a window's mean request."""
-    import json
+    the median of ``BASELINE_RUNS`` generations of the built-in workload's first prompt (served as
+    the workload serves it), each a window's mean request."""
     import statistics
 
     from llamaspec.llamacpp.server import ServerEngine
     from llamaspec.measure.contract import refuse_drafting_baseline
     from llamaspec.studies import adhoc
 
-    first = adhoc.builtin_prompts().read_text().splitlines()[0]
+    first = adhoc.builtin_workload().prompts[0]
     length = round(window.tokens / window.requests) if window.requests else 64
-    alone = dataclasses.replace(case, draft=None, prompt=json.loads(first)["prompt"],
+    alone = dataclasses.replace(case, draft=None, prompt=first.prompt, prompt_file=None, chat=first.chat,
+                                history=first.history,
                                 settings=dataclasses.replace(case.settings, spec_type=None, draft_max=None,
                                                              n_predict=min(max(length, 32), 256)))
     engine = ServerEngine(build, servers_dir=log_dir / "servers")
