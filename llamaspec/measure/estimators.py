@@ -150,13 +150,13 @@ def over_prompts(ratios: Mapping[str, Sequence[Sequence[float]]], weights: Mappi
       (category -> its share of the workload; None: equal), normalised over the categories given.
     - The interval: a percentile bootstrap. Each replicate draws, per category, as many prompts as
       it has, with replacement, and each drawn prompt's pairs with replacement (a prompt with one
-      pair: its ratio spread by ``noise``, the pair-to-pair noise). A category's replicate mean is
+      pair: its ratio spread by ``noise``, the pair-to-pair noise, where known). A category's replicate mean is
       scaled about its own mean by sqrt(n/(n-1)) (the plug-in bootstrap of n values understates the
       variance of their mean by (n-1)/n, much at the 2-4 prompts a category a study measures). A
       category with one prompt is spread by ``prompt_noise`` (:func:`between_prompts`).
     - Unknown (``n`` 1, never shown faster) where a category has one prompt and ``prompt_noise`` is
-      None, or a one-pair prompt and ``noise`` is None. Otherwise ``n`` is the number of prompts,
-      ``values`` their medians."""
+      None, or there is one prompt in all. Otherwise ``n`` is the number of prompts, ``values``
+      their medians."""
     clean = {c: [[float(v) for v in r if v is not None and v > 0] for r in rs] for c, rs in ratios.items()}
     clean = {c: rs for c, rs in clean.items() if rs}
     if not clean or any(not r for rs in clean.values() for r in rs):
@@ -168,8 +168,9 @@ def over_prompts(ratios: Mapping[str, Sequence[Sequence[float]]], weights: Mappi
     value = math.exp(sum(w[c] * statistics.fmean(v) for c, v in logs.items()))
     medians = [math.exp(x) for v in logs.values() for x in v]
     prompts = len(medians)
-    unknown = (any(len(rs) == 1 for rs in clean.values()) and prompt_noise is None) or (
-        noise is None and any(len(r) == 1 for rs in clean.values() for r in rs)) or prompts < 2
+    # A prompt of one pair needs no pair noise of its own here: the spread between prompts (resampled,
+    # or prompt_noise) already holds each prompt's pair noise.
+    unknown = (any(len(rs) == 1 for rs in clean.values()) and prompt_noise is None) or prompts < 2
     if unknown:
         return stats.Spread(median=value, low=value, high=value, n=1, min=min(medians), max=max(medians), cv=None,
                             values=tuple(medians))

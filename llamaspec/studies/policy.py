@@ -17,7 +17,8 @@ The adaptive policy (benchmarks/decide.py replays it on recordings, through
    study. A prompt whose first pair shows it too short to time, or looping, gets no more pairs
    (it is left out of the decision) and the next prompt of its category takes its place.
 3. **The model's contenders**: the lengths it predicts within its error of its best (at most
-   ``decide.MAX_REQUESTS``), one pair on each sampled prompt.
+   ``decide.MAX_REQUESTS``), one pair on each sampled prompt; none where the model sees no gain
+   at any length, even within its error.
 4. **What the decision asks for** (:func:`llamaspec.decision.decide.next_step`): a setup not
    measured on a sampled prompt gets a pair there first; then each more goes where it narrows
    the setup's interval most (:func:`allocate_sampled`): a prompt not sampled yet, of the
@@ -294,7 +295,9 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
                                 study.measure(case_, setup, first_pairs - study.pairs_of(case_, setup))
         taken = [c for c in sample.taken if study.left_out(c) is None]
         wd = study.decision()
-        near = [b.key for b in decide.model_contenders(wd.decision.models, [s.key for s in first], study.measurable())]
+        # the lengths the model puts near its best, where it sees a gain there within its error at all
+        near = [b.key for b in decide.model_contenders(wd.decision.models, [s.key for s in first], study.measurable())
+                if b.predicted * (1 + _error_of(wd.decision.models, b.key)) > 1.0]
         if near:
             log.info("first pass done: the model predicts the other lengths from the acceptance by position, and measures "
                      "next %s, its best predictions within its error of its best",
@@ -311,6 +314,10 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
         return stop, progress, made
     finally:
         clock.close()
+
+
+def _error_of(models: Sequence[decide.ModelView], key: object) -> float:
+    return next((m.error for m in models if m.band(key) is not None), 0.0)
 
 
 def _decide_and_measure(study: StudyState, clock: Clock, budget: Budget, sample: _Sample) -> tuple[str, str]:

@@ -218,14 +218,19 @@ class _Point:
         self.emit: Event = on_event or (lambda _event, _data: None)
         self.key = baseline_key(backend, case, scope)
         costs = time_costs and case.draft is not None and backend.capabilities.times_costs
-        self.draft_key = baseline_key(backend, replace(case, target=case.draft), scope) if costs and case.draft else None
+        # The speedup model's cost timings (the draft's step, the target's batches) do not depend on the
+        # prompt's text: timed once within the scope (a study: at its first timed prompt's depth), under
+        # keys without the prompt, and shared by every prompt of it.
+        unprompted = replace(case, prompt=None, prompt_file=None, history=(), chat=False)
+        self.draft_key = baseline_key(backend, replace(unprompted, target=case.draft), scope) if costs and case.draft else None
+        self.batch_key = baseline_key(backend, unprompted, scope) if costs else None
         self.logs = paths.runs_dir() / f"{run_id:06d}"
         self.measured: list[Measurement] = list(before)
         self.before = len(before)
         self.shared = measurements_of(store.shared(self.key))[:at_most] if shared_baseline else []
         if self.draft_key:
             self.shared += (measurements_of(store.shared(self.draft_key, "draft"))[:at_most]
-                            + measurements_of(store.shared(self.key, "batch"))[:1])
+                            + measurements_of(store.shared(self.batch_key or self.key, "batch"))[:1])
 
     def summary(self, status: str = "ok", error: str | None = None) -> Summary:
         c = self.case
@@ -236,7 +241,7 @@ class _Point:
 
     def _step(self, mode: str, r: int, shown: int) -> Measurement:
         self.emit("start", {"case": self.case.case, "mode": mode, "repeat": r, "repeats": shown})
-        key = self.draft_key if mode == "draft" else self.key
+        key = self.draft_key if mode == "draft" else self.batch_key if mode == "batch" else self.key
         m = pairs.measure_one(self.backend, self.case, mode, r, self.logs / f"{mode}-{r}.log",
                               keep=lambda m: self.store.add_measurement(measurement_row(self.run_id, r, m, key)))
         self.measured.append(m)
