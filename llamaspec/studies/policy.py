@@ -444,7 +444,7 @@ def fixed(study: StudyState, want: int) -> tuple[str, str]:
     """Every setup on every prompt, ``want`` pairs each, in passes (one pair of each per pass, the
     order rotating from pass to pass, so the machine's drift falls on every setup alike)."""
     clock = Clock(study, Budget(pairs=want * len(study.setups) * len(study.cases)), f"study {study.exp.name} (fixed grid)")
-    cells = [(c, s) for s in study.setups for c in study.cases]
+    cells = [(c, s) for c in study.cases for s in study.setups]  # prompt by prompt: each setup spread over the pass
     try:
         if study.shared_baseline:  # one baseline per prompt, shared: each cell's pairs at once, cell after cell
             for case, setup in cells:
