@@ -57,6 +57,9 @@ llama-bench cost timings are the same for every policy and left out).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/decide.py [--replays 200] [--recordings sweep-positions|sweep-accept]
         [--levels q4_1,q4_0,q2_k] [--no-floor]
+
+``--holdout`` replays the workload study on half of the built-in workload's recorded prompts and
+holds its answer against the other half (:func:`holdout_main`).
 """
 
 from __future__ import annotations
@@ -589,11 +592,108 @@ def workload_rows(name: str, path: Path, per_prompt: bool) -> list[tuple[str, An
     return rows
 
 
+# --- prompts held out: does the answer speak for prompts it never saw? -------------------------------
+
+HOLDOUT = WORKLOADS / "builtin" / "study.json.gz"
+GOAL_HELD = 0.90
+
+
+def holdout_main(argv: list[str]) -> int:
+    """``--holdout``: the study replayed on half of each category's prompts of a recording of the
+    built-in workload (drawn anew each replay), at its default budget on the recorded clock; its
+    answer's interval held against the other half, measured with every recorded pair (the
+    over-prompts point estimate over the held-out prompts that can be timed). An undecided answer
+    claims no interval: it counts as holding, and is counted apart."""
+    import os
+    import tempfile
+
+    import replay as replays
+
+    ap = argparse.ArgumentParser(description=holdout_main.__doc__.split("\n\n")[0] if holdout_main.__doc__ else None)
+    ap.add_argument("--replays", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--recording", type=Path, default=HOLDOUT)
+    ap.add_argument("--share", type=float, default=0.5, help="each category's share of prompts the study gets")
+    ap.add_argument("--budget", default=None, help="the study's budget (default: its own default, on the recorded clock)")
+    ap.add_argument("--write", type=Path, default=None, help="keep the result as JSON here")
+    a = ap.parse_args(argv)
+    os.environ["LLAMASPEC_DATA"] = tempfile.mkdtemp(prefix="llamaspec-holdout-")
+    rec = replays.load(a.recording)
+    budget = sweep.parse_budget(a.budget) if a.budget else None
+    cats: dict[str, list[str]] = {}
+    for q, c in rec.prompts.items():
+        cats.setdefault(c, []).append(q)
+    left = {q: why for q, why in rec.facts().items() if why}
+    print(f"{a.recording.parent.name}: {len(rec.prompts)} prompts in {len(cats)} categories, {len(left)} left out by any "
+          f"study ({', '.join(f'{q} ({w})' for q, w in sorted(left.items()))})")
+    held_in = held_out = undecided = decided = 0
+    misses: list[str] = []
+    picks: dict[str, int] = {}
+    sampled: list[int] = []
+    seconds: list[float] = []
+    started = time.monotonic()
+    for i in range(a.replays):
+        rng = random.Random(a.seed + i)
+        study_prompts, held = [], []
+        for qs in cats.values():
+            drawn = rng.sample(qs, len(qs))
+            k = max(1, round(a.share * len(qs)))
+            study_prompts += drawn[:k]
+            held += drawn[k:]
+        sub = replays.restrict(rec, [q for q in rec.prompts if q in study_prompts])
+        result, engine = replays.replay(sub, a.seed + i, budget)
+        d = result.decision
+        sampled.append(len(d.timed))
+        seconds.append(engine.seconds)
+        label = d.chosen.label if d.chosen is not None else None
+        picks[label if d.verdict == "recommend" and label else d.verdict] = picks.get(
+            label if d.verdict == "recommend" and label else d.verdict, 0) + 1
+        if d.verdict == "undecided" or d.chosen is None:
+            undecided += 1
+            held_in += 1
+            continue
+        decided += 1
+        truth = rec.over_prompts(d.chosen.label, held)
+        interval = d.chosen.measured
+        if truth is not None and interval.low <= truth <= interval.high:
+            held_in += 1
+        else:
+            held_out += 1
+            misses.append(f"{d.verdict} {d.chosen.label} {interval.text(suffix='x')}, held out {truth:.2f}x"
+                          if truth is not None else f"{d.chosen.label}: no held-out figure")
+    n = a.replays
+    lo, hi = replays.wilson(held_in, n)
+    dlo, dhi = replays.wilson(held_in - undecided, max(decided, 1))
+    verdict = "met" if lo >= GOAL_HELD else "NOT met" if hi < GOAL_HELD else "not shown either way"
+    print(f"answers holding on the held-out prompts: {held_in / n:.0%} [{lo:.0%}-{hi:.0%}] of {n} replays "
+          f"(undecided {undecided / n:.0%}; of the {decided} that decided, {(held_in - undecided) / max(decided, 1):.0%} "
+          f"[{dlo:.0%}-{dhi:.0%}]); goal at least {GOAL_HELD:.0%}: {verdict}")
+    print(f"prompts a study timed: median {statistics.median(sampled):.0f} of {len(study_prompts)}; its recorded time "
+          f"median {statistics.median(seconds):.0f} s; answers: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(picks.items(), key=lambda kv: -kv[1])))
+    for line in misses[:10]:
+        print(f"  missed: {line}")
+    print(f"({n} replays in {time.monotonic() - started:.0f} s)", file=sys.stderr)
+    if a.write is not None:
+        import subprocess
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        a.write.write_text(json.dumps({"command": "python benchmarks/decide.py --holdout " + " ".join(argv),
+                                       "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit,
+                                       "replays": n, "held": held_in / n, "held_low": lo, "held_high": hi,
+                                       "undecided": undecided / n, "decided_held": (held_in - undecided) / max(decided, 1),
+                                       "prompts_timed_median": statistics.median(sampled), "picks": picks,
+                                       "goal": GOAL_HELD, "verdict": verdict, "misses": misses}, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if "--policies" in argv:
         return policies_main([a for a in argv if a != "--policies"])
+    if "--holdout" in argv:
+        return holdout_main([a for a in argv if a != "--holdout"])
     ap = argparse.ArgumentParser(description="The workload study replayed on recorded real measurements: how often "
                                              "its one decision is off, recommends a loss or stays undecided, how "
                                              "often the model's band covers the truth, and its time against the "

@@ -76,6 +76,42 @@ class Recording:
     settings: dict[str, Any]
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def facts(self) -> dict[str, str | None]:
+        """Each prompt's reason to be left out of a decision (too short to time, its output loops), or
+        None, from its first recorded baseline (the target alone's output is the same in every cell)."""
+        from llamaspec.measure import timed
+
+        out: dict[str, str | None] = {}
+        asked = self.settings.get("n_predict")
+        for q in self.prompts:
+            base = next((p.baseline for pairs in self.cells[q].values() for p in pairs), None)
+            why = None
+            if base is not None and base.get("n_predict"):
+                if timed.too_short(int(base["n_predict"]) - 1, asked):
+                    why = "too short to time"
+                elif timed.loop_of(base.get("text")) is not None:
+                    why = "loops"
+            out[q] = why
+        return out
+
+    def over_prompts(self, label: str, prompts: Sequence[str]) -> float | None:
+        """The setup's speedup over ``prompts`` by the over-prompts estimator's point estimate (per
+        category the mean log median of every recorded pair, weighed by the categories' prompts),
+        the prompts too short to time or looping left out, as a study leaves them out."""
+        facts = self.facts()
+        by_cat: dict[str, list[float]] = {}
+        for q in prompts:
+            if facts.get(q) is not None:
+                continue
+            ratios = [r for p in self.cells[q].get(label, []) if (r := p.ratio)]
+            if not ratios:
+                return None
+            by_cat.setdefault(self.prompts[q], []).append(math.log(statistics.median(ratios)))
+        if not by_cat:
+            return None
+        total = sum(len(v) for v in by_cat.values())
+        return math.exp(sum(len(v) / total * statistics.fmean(v) for v in by_cat.values()))
+
     def truth(self, label: str) -> float | None:
         """The setup's workload speedup over every recorded pair (the estimator's point estimate)."""
         ratios = [[r for p in self.cells[q].get(label, []) if (r := p.ratio)] for q in self.prompts]
@@ -107,8 +143,13 @@ def _pairs(measurements: Sequence[dict[str, Any]]) -> list[RecordedPair]:
 
 
 def load(path: Path) -> Recording:
-    """A recording: a workload study's ``study.json``, or a one-prompt ``sweep.json``."""
-    data = json.loads(path.read_text())
+    """A recording: a workload study's ``study.json`` (or ``study.json.gz``), or a one-prompt ``sweep.json``."""
+    if path.suffix == ".gz":
+        import gzip
+
+        data = json.loads(gzip.decompress(path.read_bytes()).decode())
+    else:
+        data = json.loads(path.read_text())
     if "cells" in data:
         prompts = {p["id"]: p["category"] for p in data["prompts"]}
         cells: dict[str, dict[str, list[RecordedPair]]] = {q: {} for q in prompts}
@@ -250,7 +291,8 @@ class Outcome:
 def judge(rec: Recording, result: Any, engine: ReplayEngine) -> Outcome:
     """One replay against the recording's truth (its every pair, by the workload estimator)."""
     d = result.decision
-    truths = {label: t for label in rec.setups if (t := rec.truth(label)) is not None}
+    # the truth as the study's answer means it: over the prompts that can be timed, by their categories
+    truths = {label: t for label in rec.setups if (t := rec.over_prompts(label, list(rec.prompts))) is not None}
     best_label = max(truths, key=lambda k: truths[k])
     best = truths[best_label]
     shown = rec.truth_spread(best_label)

@@ -220,6 +220,20 @@ def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models)
     assert "tokens  " in text and "drift over the study" in text
 
 
+def test_the_drift_over_the_study_compares_each_setups_halves(fake_models, tmp_path) -> None:  # noqa: F811
+    """A machine that slows the two-model run a little more at every measurement: the speedups of the
+    study's second half read lower than its first's, and the output says by how much; a steady one
+    reads within its noise."""
+    setups = study.setups_for({"draft_max": (12, 16)})
+    worn = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(spec_drift=0.01),
+                           Store.open(tmp_path / "worn.sqlite"), fixed_grid=True)
+    assert worn.drift is not None and worn.drift.change is not None and worn.drift.change < -0.1
+    assert worn.drift.setups == 2 and f"drift over the study: {worn.drift.change:+.1%}" in worn.render()
+    steady = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(), Store.open(tmp_path / "steady.sqlite"),
+                             fixed_grid=True)
+    assert steady.drift is not None and steady.drift.change is not None and abs(steady.drift.change) < 0.05
+
+
 def test_a_budget_too_small_for_every_prompt_samples_them_by_category(fake_models) -> None:  # noqa: F811
     """A pairs budget that pays for the first pass on one prompt a category and a little more: the
     study samples a few prompts of each category (said in its plan), never fails for it."""

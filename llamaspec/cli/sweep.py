@@ -58,21 +58,36 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
     """One answer for a workload: which setup to run, measured against the target alone.
 
-    The workload is the experiment's prompts: with -m/-md and no -p/-f, the built-in workload (54
-    chat prompts, 9 in each of code, multi-turn, summarization, rag, math and rewriting). The
-    setups are the draft at each draft length (default 1,2,3,4,6,8,12,16), each draft file given,
-    and the draft-free n-gram modes the program runs (--modes); the target alone is the answer "no
-    draft". Each setup's speedup over the workload is the geometric mean of its prompts' speedups
-    (each the median of paired ratios), its 95 % interval from pairs resampled within prompts. One decision
-    rule (llamaspec.decision.decide) picks the setup: shown faster than the target alone, the cheapest
-    within 2 % of the best; under it, the same rule per category where categories disagree. It
-    ends with the command that deploys the answer.
+    The workload is the experiment's prompts: with -m/-md and no -p/-f/--prompts, the built-in
+    workload (54 chat prompts, 9 in each of code, multi-turn, summarization, rag, math and
+    rewriting), served through the target's chat template as `llama-server --jinja` serves it.
+    The setups are the draft at each draft length (default 1,2,3,4,6,8,12,16), each draft file
+    given, and the draft-free n-gram modes the program runs (--modes); the target alone is the
+    answer "no draft".
 
-    Adaptive: one pair of the draft-free modes and of the longest draft lengths on every prompt
-    (their acceptance by draft position and the cost timings predict the other lengths), then the
-    model's best lengths, then more pairs where the decision is unsure, across prompts and
-    setups, until it is settled or the study's budget is spent (--budget; default 40 % of the fixed
-    grid's pairs, at most 4 minutes). The output says which ended it. --fixed-grid measures every setup on every prompt instead.
+    What each run timed is shown and stored: the target alone's tokens after the first, and
+    whether its output loops. A prompt whose target alone answers with fewer than 32 tokens after
+    the first (or than half of -n, where that is fewer) is too short to time; one whose output
+    repeats a span to the end loops (--count-loops counts it). Either is left out of the answer,
+    named, and the study goes on with the rest.
+
+    The prompts are a sample of your traffic: each setup's speedup is the geometric mean of its
+    timed prompts' speedups per category (each the median of paired ratios), its 95 % interval
+    resampling the prompts within each category as well as the pairs, so it speaks for other
+    prompts of the same kinds (--whole-workload: the prompts are your whole workload, pairs
+    resampled within them only). One decision rule (llamaspec.decision.decide) picks the setup:
+    shown faster than the target alone, the cheapest within 2 % of the best; under it, the same
+    rule per category with 3 timed prompts or more. It ends with the command that deploys the
+    answer.
+
+    Adaptive, within one budget (--budget; default 40 % of the fixed grid's pairs, at most 4
+    minutes): after the first pair it states its plan (how many of the workload's prompts it
+    samples, category by category, and about how long); then prompt by prompt one pair of the
+    draft-free modes and of the longest draft lengths (their acceptance by draft position and the
+    cost timings predict the other lengths), then the model's best lengths, then more prompts or
+    pairs where the decision is unsure, until it is settled or the budget is spent. The output
+    says which ended it, and the drift over the study. --fixed-grid measures every setup on every
+    prompt instead.
 
     Studies of -m/-md models generate 64 tokens a prompt with llama-speculative-simple unless
     -n/--program say otherwise (docs/method.md says why). Every pair is stored as it is measured:

@@ -441,10 +441,13 @@ def allocate_sampled(count: int, setup: Setup, wd: workload.WorkloadDecision, st
 
 
 def fixed(study: StudyState, want: int) -> tuple[str, str]:
-    """Every setup on every prompt, ``want`` pairs each, in passes (one pair of each per pass, the
-    order rotating from pass to pass, so the machine's drift falls on every setup alike)."""
+    """Every setup on every prompt, ``want`` pairs each, in passes (one pair of each per pass, prompt
+    by prompt with the categories taking turns, the order rotating from pass to pass, so the
+    machine's drift falls on every setup and category alike)."""
     clock = Clock(study, Budget(pairs=want * len(study.setups) * len(study.cases)), f"study {study.exp.name} (fixed grid)")
-    cells = [(c, s) for c in study.cases for s in study.setups]  # prompt by prompt: each setup spread over the pass
+    queues = [list(q) for q in study.order().values()]  # prompt by prompt, the categories taking turns
+    cases = [q.pop(0) for _ in range(len(study.cases)) for q in queues if q][:len(study.cases)]
+    cells = [(c, s) for c in cases for s in study.setups]  # each setup spread over the pass
     try:
         if study.shared_baseline:  # one baseline per prompt, shared: each cell's pairs at once, cell after cell
             for case, setup in cells:

@@ -45,21 +45,25 @@ def prompt_group(sid: str, prompt: str) -> str:
 
 @dataclass(frozen=True)
 class Drift:
-    """How the speedups moved between the first and the second half of the study's pairs: on the
-    cells (a setup on a prompt) measured in both halves, the mean change of their log median."""
+    """How the speedups moved over the study: each setup's mean log speedup over its pairs in the
+    second half of the study's pairs against the first half's (split at the median of the order
+    they were measured in), averaged over the setups measured in both halves. The study takes its
+    prompts in a shuffled order, so the halves' prompts differ at random: the figure holds that
+    spread between prompts as well as the machine's drift."""
 
     change: float | None  # second half over first, minus one; None: not measured
-    cells: int
+    setups: int
+    pairs: int
 
     def text(self) -> str:
         if self.change is None:
-            return ("drift over the study: not measured (no setup was measured on one prompt in both halves of the "
-                    "study's pairs)")
-        return (f"drift over the study: {self.change:+.1%} (the speedups of {self.cells} setup-prompt cell"
-                f"{'s' if self.cells != 1 else ''} measured in both halves: the second half's against the first's)")
+            return "drift over the study: not measured (no setup has pairs in both halves of the study)"
+        return (f"drift over the study: {self.change:+.1%} (each setup's speedups in the second half of the study's "
+                f"{self.pairs} pairs against the first half's, over {self.setups} setup{'s' if self.setups != 1 else ''}; "
+                "the halves' prompts differ)")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change, "cells": self.cells}
+        return {"change": self.change, "setups": self.setups, "pairs": self.pairs}
 
 
 class StudyState:
@@ -301,35 +305,36 @@ class StudyState:
         return {(c.name, s.key): r["id"] for c, s, r in self.measured_cells()}
 
     def drift(self) -> Drift:
-        """:class:`Drift` over the study's pairs, split at the median of their places in the order
-        they were measured (the store's measurement ids)."""
+        """:class:`Drift` over the study's pairs, in the order they were measured (the store's
+        measurement ids)."""
+        import math
+
         from llamaspec.measure.pairs import whole_pairs
         from llamaspec.store.results import measurement_of
 
-        per_cell: list[list[tuple[int, float]]] = []
-        for _c, _s, r in self.measured_cells():
+        taken: list[tuple[int, str, float]] = []  # (when, setup, log ratio)
+        for _c, setup, r in self.measured_cells():
             rows = self.store.measurements(r["id"])
             ids: dict[int, int] = {}
             for m in rows:
                 if m.get("repeat") is not None:
                     ids[int(m["repeat"])] = max(ids.get(int(m["repeat"]), 0), int(m["id"]))
-            pairs = whole_pairs([measurement_of(m) for m in rows])
-            per_cell.append([(ids[p.index], ratio) for p in pairs if (ratio := p.ratio) is not None and p.index in ids])
-        order = sorted(i for cell in per_cell for i, _ratio in cell)
-        if len(order) < 2:
-            return Drift(None, 0)
-        middle = order[len(order) // 2]
+            for p in whole_pairs([measurement_of(m) for m in rows]):
+                ratio = p.ratio
+                if ratio and ratio > 0 and p.index in ids:
+                    taken.append((ids[p.index], setup.key, math.log(ratio)))
+        if len(taken) < 2:
+            return Drift(None, 0, len(taken))
+        middle = sorted(t for t, _s, _r in taken)[len(taken) // 2]
         changes = []
-        for cell in per_cell:
-            first = [r for i, r in cell if i < middle]
-            second = [r for i, r in cell if i >= middle]
+        for key in {s for _t, s, _r in taken}:
+            first = [r for t, s, r in taken if s == key and t < middle]
+            second = [r for t, s, r in taken if s == key and t >= middle]
             if first and second:
-                changes.append(statistics.median(second) / statistics.median(first))
+                changes.append(statistics.fmean(second) - statistics.fmean(first))
         if not changes:
-            return Drift(None, 0)
-        from llamaspec.base import stats
-
-        return Drift(stats.geometric_mean(changes) - 1.0, len(changes))
+            return Drift(None, 0, len(taken))
+        return Drift(math.exp(statistics.fmean(changes)) - 1.0, len(changes), len(taken))
 
 
 __all__ = ["STUDY_REFITS", "Drift", "StudyState", "prompt_group"]
