@@ -9,6 +9,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,30 @@ def test_the_printed_llamacpp_commands_run_and_draft(real_build: Build, pair: tu
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert parse.parse_speculative(done.stdout, done.stderr).n_drafted > 0
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_a_chat_prompt_deploys_as_it_was_measured(real_build: Build, pair: tuple[Any, Any]) -> None:
+    """A chat case's command-line deploy command gets the prompt rendered with the target's
+    template, as measured (it runs, and parses the template's special tokens), and the server's
+    note says chat requests go through the same template."""
+    import dataclasses
+
+    from llamaspec.llamacpp.runner import LlamaCppEngine, served_prompt
+
+    case = dataclasses.replace(real_case(pair, program="speculative-simple"), chat=True,
+                               history=(("user", "Hi"), ("assistant", "Hello! How can I help?")))
+    d = LlamaCppEngine(real_build).deployment(case)
+    assert any("/v1/chat/completions" in n and "chat template" in n for n in d.notes), d.notes
+    simple = _command(d, "llama-speculative-simple")
+    argv = shlex.split(simple.text)
+    assert argv[argv.index("-p") + 1] == served_prompt(case).text and "<|im_start|>assistant" in served_prompt(case).text
+    argv[argv.index("-n") + 1] = "8"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert parse.parse_speculative(done.stdout, done.stderr).n_encoded == LlamaCppEngine(real_build).measure(
+        case, "speculative", Path(tempfile.mkdtemp()) / "spec.log").n_prompt
 
 
 @pytest.mark.llamacpp

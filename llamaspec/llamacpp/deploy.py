@@ -39,10 +39,18 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
                      "this build; rerun this command then to print its llama-server command")
     else:
         notes.append(f"the build in {build.bin_dir} has no llama-server")
-    inv = flags.Invocation(target=case.target.path, settings=alone.settings,
-                           draft=case.draft.path if speculative and case.draft else None, prompt=case.prompt,
-                           prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None,
-                           accel=build.accel)
+    draft = case.draft.path if speculative and case.draft else None
+    if case.chat:  # the programs get the chat as measured: rendered with the target's template, no escapes
+        from llamaspec.llamacpp.runner import served_prompt
+
+        inv = flags.Invocation(target=case.target.path, settings=replace(alone.settings, escape=False), draft=draft,
+                               prompt=served_prompt(case).text, accel=build.accel)
+        notes.append("chat requests (/v1/chat/completions) go through the target's chat template (--jinja), as the "
+                     "prompts were measured")
+    else:
+        inv = flags.Invocation(target=case.target.path, settings=alone.settings, draft=draft, prompt=case.prompt,
+                               prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None,
+                               accel=build.accel)
     if not speculative:
         if "completion" in build.programs:
             program = build.program("completion")

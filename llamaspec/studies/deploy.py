@@ -33,7 +33,7 @@ def case_of_run(exp: Experiment, run: dict[str, Any]) -> ResolvedCase:
     target = ModelPath(**models["target"])
     draft = ModelPath(**models["draft"]) if models.get("draft") else None
     return ResolvedCase(exp.name, case.name, target, draft, case.prompt, case.prompt_file,
-                        Settings.from_dict(run.get("settings") or {}))
+                        Settings.from_dict(run.get("settings") or {}), chat=case.chat, history=case.history)
 
 
 def for_run(backend: Engine, exp: Experiment, run: dict[str, Any], speculative: bool = True) -> Deployment:
