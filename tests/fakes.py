@@ -474,3 +474,25 @@ class FakeLlamaServer:
             self.bucket_steps, self.bucket_seconds = 0, 0.0  # every read resets the rate gauge
             return 200, text, "text/plain"
         return 404, '{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}', "application/json"
+
+
+# --- a study's grid, as the tests of a sweep's points read it -------------------------------------
+
+
+@dataclass
+class Swept:
+    """A study measured over a grid (every setup on every prompt), and its first prompt's points as
+    one sweep (``sweep_id``: that prompt's group, which a sweep report reads)."""
+
+    result: Any  # llamaspec.studies.study.StudyResult
+    sweep_id: str
+
+
+def swept(exp: Any, axes: dict[str, tuple[Any, ...]], engine: Any, store: Any, **options: Any) -> Swept:
+    """``exp`` measured over the grid of ``axes`` by the one workload study, every setup on every
+    prompt at the experiment's repeats (the fixed grid, in passes)."""
+    from llamaspec.studies import study
+
+    result = study.run_study(exp, study.setups_for(axes), engine, store, fixed_grid=True, **options)
+    return Swept(result, study.prompt_group(result.study_id, exp.cases[0].name))
+

@@ -126,8 +126,10 @@ def test_run_sweep_report_plot(catalog: Path, tmp_path: Path) -> None:
     plotted = invoke("plot", NAME)
     assert plotted.exit_code == 0, plotted.output
     pngs = [Path(line.split("plot: ", 1)[1]) for line in plotted.output.splitlines() if line.strip().startswith("plot: ")]
-    assert {p.stem for p in pngs if p.suffix == ".png"} == {"decode_tps", "acceptance", "speedup", "dashboard",
+    assert {p.stem for p in pngs if p.suffix == ".png"} == {"workload", "decode_tps", "acceptance", "speedup", "dashboard",
                                                                "acceptance_by_position"}  # transformers counts positions
+    head = next(line for line in swept.output.splitlines() if line.startswith("study "))
+    assert plotted.output.splitlines()[0] == head  # the study's answer, as the sweep printed it
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs if p.suffix == ".png")
 
     compared = invoke("report", NAME, "--compare", "engine", "--no-plot")

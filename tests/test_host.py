@@ -81,7 +81,7 @@ def test_every_run_records_the_cpu_and_doctor_shows_the_same(monkeypatch: pytest
 
 
 def test_report_and_the_sweep_header_show_the_cpu_and_its_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamaspec.studies import sweep
+    from fakes import swept
 
     monkeypatch.setattr("llamaspec.models.gguf_model",
                         lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
@@ -89,9 +89,9 @@ def test_report_and_the_sweep_header_show_the_cpu_and_its_flags(tmp_path: Path, 
     exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=16))
     store = Store.open()
     monkeypatch.setattr(cpu, "cpu_info", lambda: sapphire_rapids)
-    sweep.run_sweep(exp, {"draft_max": (1, 2)}, FakeEngine(drift=0.0), store)
+    swept(exp, {"draft_max": (1, 2)}, FakeEngine(drift=0.0), store)
     monkeypatch.setattr(cpu, "cpu_info", lambda: zen4)  # the same study later, on another machine
-    (later,) = sweep.run_sweep(exp, {"draft_max": (1, 3)}, FakeEngine(drift=0.0), store)
+    later = swept(exp, {"draft_max": (1, 3)}, FakeEngine(drift=0.0), store)
 
     header = analysis.sweep_report(store, later.sweep_id, plot=False).render().splitlines()[1]
     assert f"; {zen4.text()}, 1 threads" in header, header

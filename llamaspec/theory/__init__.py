@@ -54,7 +54,7 @@ drafted per round, ``n_drafted / rounds``, as ``k``: programs draft fewer than `
 The package, one module per part: ``maths`` (the closed forms at one α), ``profiles`` (the round
 profile each engine registers from its own package: ``llamaspec.llamacpp.profiles``,
 ``llamaspec.hf.profiles``), ``cost`` (:class:`CostModel`), ``observation`` (:class:`Observation`),
-``positions`` (acceptance by draft position, :class:`PositionCurve`), ``fit`` (:func:`analyze`), ``explain`` (:func:`explain_shortfall`). Every name is importable from here.
+``positions`` (acceptance by draft position, :class:`PositionCurve`), ``fit`` (:func:`analyze`). Every name is importable from here.
 
 Everything here is pure: frozen dataclasses in, frozen dataclasses out, LlamaspecError on bad input.
 """
@@ -70,11 +70,8 @@ from llamaspec.theory.cost import (
     bench_depth,
     best_draft_length,
     interpolate,
-    max_cost_ratio,
     monotone,
-    required_alpha,
 )
-from llamaspec.theory.explain import explain_shortfall
 from llamaspec.theory.fit import Analysis, PointFit, Prediction, analyze
 from llamaspec.theory.maths import (
     OnePointFit,
@@ -112,17 +109,14 @@ __all__ = [
     "ceiling_speedup",
     "expected_accepted",
     "expected_tokens_per_round",
-    "explain_shortfall",
     "fit_one_point",
     "interpolate",
     "knows",
-    "max_cost_ratio",
     "monotone",
     "paper_speedup",
     "round_profile",
     "register",
     "registered",
-    "required_alpha",
 ]
 
 # The profiles' old names, kept importable from here (``from llamaspec.theory import LLAMA_SERVER``):

@@ -2,8 +2,7 @@
 
 The target's batches are used as measured (interpolated between measured sizes, made
 non-decreasing), never fitted to a line; the draft's cost may be fitted to measured speedups
-(:meth:`CostModel.fitted_to`). :func:`best_draft_length`, :func:`required_alpha` and
-:func:`max_cost_ratio` answer what the costs allow at one α.
+(:meth:`CostModel.fitted_to`). :func:`best_draft_length` answers what the costs allow at one α.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from llamaspec.theory.maths import (
     expected_tokens_per_round,
     non_negative,
     positive,
-    solve_increasing,
 )
 from llamaspec.theory.observation import Observation
 from llamaspec.theory.profiles import RoundProfile, default_round_profile
@@ -270,11 +268,6 @@ class CostModel:
         )
 
 
-def check_target(target: float) -> None:
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not (math.isfinite(target) and target > 0):
-        raise LlamaspecError(f"target speedup must be a finite number > 0, got {target!r}")
-
-
 def best_draft_length(alpha: float, cost: CostModel, max_draft: int = 16) -> tuple[int, float]:
     """The draft length in 1..max_draft with the highest predicted speedup (smallest k on ties)."""
     if max_draft < 1:
@@ -285,33 +278,5 @@ def best_draft_length(alpha: float, cost: CostModel, max_draft: int = 16) -> tup
         if s > best_s * (1 + 1e-12):
             best_k, best_s = k, s
     return best_k, best_s
-
-
-def required_alpha(cost: CostModel, target: float, max_draft: int = 16) -> float | None:
-    """The smallest α at which some k in 1..max_draft reaches ``target``; None if even α = 1 cannot."""
-    check_target(target)
-    if best_draft_length(1.0, cost, max_draft)[1] < target:
-        return None
-    if best_draft_length(0.0, cost, max_draft)[1] >= target:
-        return 0.0
-    return solve_increasing(lambda a: best_draft_length(a, cost, max_draft)[1], target, 0.0, 1.0)
-
-
-def max_cost_ratio(alpha: float, cost: CostModel, target: float, max_draft: int = 16) -> float | None:
-    """The largest c (draft cost in target steps) at which α reaches ``target``; None if even c = 0 cannot."""
-
-    def best_at(c: float) -> float:
-        return best_draft_length(alpha, cost.with_cost_ratio(c), max_draft)[1]
-
-    check_target(target)
-    if best_at(0.0) < target:
-        return None
-    hi = 1.0
-    for _ in range(64):  # the speedup falls like 1/c, so a few doublings bracket it
-        if best_at(hi) < target:
-            break
-        hi *= 2.0
-    # best_at decreases in c: solve on -best_at, which increases.
-    return solve_increasing(lambda c: -best_at(c), -target, 0.0, hi)
 
 

@@ -1,9 +1,11 @@
-"""From stored runs to conclusions: the speedup model fitted to a sweep, plots, a recommendation.
+"""From stored runs to figures: the speedup model fitted to a sweep's points, and their plots.
 
 Reads the results store, builds :class:`llamaspec.theory.Observation` s from what llama.cpp
 printed, fits :func:`llamaspec.theory.analyze`, and asks :mod:`llamaspec.views.plot` (``draw_group``)
-for each group's figures: the drawing is plot's.
-Points are fitted together only when they differ in draft length alone (other axes make groups).
+for each group's figures: the drawing is plot's. Points are fitted together only when they
+differ in draft length alone (other axes make groups). Nothing here decides: the answer is the
+study's, kept with it as it was made (``llamaspec.views.report.stored_answer``), and every view
+prints that.
 
 Its size: the three views of stored runs (a point row, a group fitted together, a sweep's
 report) and the functions that turn one into the next; each view is built only from the one
@@ -36,7 +38,6 @@ from llamaspec.store.results import Store, built_from
 
 log = logging.getLogger(__name__)
 
-TARGET_SPEEDUP = 1.2
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,6 @@ class PointRow:
     def cost(self) -> tuple[float, ...]:
         return (self.draft_max, self.draft_bytes)
 
-    def candidate(self) -> decide.Candidate | None:
-        return decide.Candidate(self.key, self.name, self.speedup, self.cost) if self.speedup else None
-
 
 def setting_label(group: str, draft_max: int) -> str:
     return f"draft {draft_max}" + (f" ({group})" if group else "")
@@ -82,25 +80,9 @@ class GroupReport:
     label: str
     rows: list[PointRow]
     analysis: Any = None  # theory.Analysis, when it could be fitted
-    explanation: str | None = None
     plots: list[Path] = field(default_factory=list)
     note: str | None = None
-    view: decide.ModelView | None = None  # the model's bootstrap band, for the decision
-
-    @property
-    def candidates(self) -> list[PointRow]:
-        """Points that may be recommended: finished, lossless, with a speedup."""
-        return [r for r in self.rows if r.summary.recommendable]
-
-    @property
-    def best_measured(self) -> PointRow | None:
-        scored = self.candidates
-        return max(scored, key=lambda r: r.speedup.median if r.speedup else 0) if scored else None
-
-    @property
-    def decision(self) -> decide.Decision:
-        """This group's decision on its own (the sweep decides over every group at once)."""
-        return decide.decide([c for r in self.candidates if (c := r.candidate())], (self.view,) if self.view else ())
+    view: decide.ModelView | None = None  # the model's bootstrap band, for a study's decision
 
     @property
     def model_error(self) -> float | None:
@@ -119,11 +101,6 @@ class SweepReport:
     meta: dict[str, str]
     groups: list[GroupReport]
 
-    def decision(self) -> decide.Decision:
-        """The one decision over every point of every group (llamaspec.decision.decide)."""
-        candidates = [c for g in self.groups for r in g.candidates if (c := r.candidate())]
-        return decide.decide(candidates, [g.view for g in self.groups if g.view])
-
     def row(self, key: object) -> tuple[GroupReport, PointRow] | None:
         return next(((g, r) for g in self.groups for r in g.rows if r.key == key), None)
 
@@ -141,10 +118,6 @@ class SweepReport:
         noise = self.noise()
         if noise is not None:  # beside the base CV column: the measured cause of an unsteady baseline
             lines.append(f"  machine: {noise.text()} ({noise.windows} generations)")
-        decision = self.decision()
-        marks = {e.key: "contender" for e in decision.contenders}
-        if decision.chosen is not None and decision.verdict == "recommend":
-            marks[decision.chosen.key] = "recommended"
         for g in self.groups:
             if g.label:
                 lines.append(f"\n  [{g.label}]")
@@ -157,7 +130,7 @@ class SweepReport:
                 pred = fit.predicted_speedup if fit else None
                 err = f"{fit.rel_error * 100:+.0f}%" if fit and fit.rel_error is not None else "-"
                 cv = s.baseline_decode_tps.cv if s.baseline_decode_tps else None
-                status = s.status if s.status != "ok" else marks.get(r.key, "")
+                status = s.status if s.status != "ok" else ""
                 if not s.paired and s.speedup:
                     status = (status + " shared-baseline").strip()
                 lines.append(
@@ -171,7 +144,7 @@ class SweepReport:
                     lines.append(f"  draft {r.draft_max}: {r.summary.lossless.text()}")
             if g.analysis is not None:
                 a = g.analysis
-                lines.append(f"  model: alpha {a.alpha:.3f} (per-token acceptance), ceiling {a.ceiling_speedup:.2f}x"
+                lines.append(f"  model: alpha {a.alpha:.3f} (per-token acceptance)"
                              + (f", draft/target cost c = {a.cost.cost_ratio:.2f}" if a.cost else "")
                              + (f" (fitted to the speedups; timed alone {a.cost.timed_cost_ratio:.2f})"
                                 if a.cost and a.cost.timed_cost_ratio is not None else ""))
@@ -190,31 +163,18 @@ class SweepReport:
                                  + ", ".join(f"draft {k} {d}/{c}" for k, d, c in drafted))
                 if a.cost:
                     lines += [f"  model leaves out: {item}" for item in a.profile.unmodelled]
-                if a.cost and a.best:
-                    band = g.view.band((g.label, a.best.draft_max)) if g.view else None
-                    lines.append(f"  predicted best draft length {a.best.draft_max}: {a.best.speedup:.2f}x"
-                                 + (f" [{band.low:.2f}-{band.high:.2f}] (bootstrap over pairs)" if band else ""))
             if g.note:
                 lines.append(f"  note: {g.note}")
-            if g.explanation:
-                lines.append(f"  why not {TARGET_SPEEDUP:.1f}x: {g.explanation}")
             for p in g.plots:
                 if p.suffix == ".png":
                     lines.append(f"  plot: {p}")
-        lines.append("")
-        lines += decision.lines()
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        decision = self.decision()
-        rec = self.row(decision.chosen.key) if decision.chosen and decision.verdict == "recommend" else None
         return {
             "sweep_id": self.sweep_id, "experiment": self.experiment, "case": self.case, "meta": self.meta,
             "speed_definition": SPEED_DEFINITION,
             "noise": noise.to_dict() if (noise := self.noise()) is not None else None,
-            "decision": decision.to_dict(),
-            "recommended": {"draft_max": rec[1].draft_max, "group": rec[0].label, "run_id": rec[1].run_id,
-                            "speedup": rec[1].speedup.to_dict() if rec[1].speedup else None} if rec else None,
             "groups": [{
                 "label": g.label,
                 "points": [{"run_id": r.run_id, "draft_max": r.draft_max, "summary": r.summary.to_dict()} for r in g.rows],
@@ -233,7 +193,7 @@ class SweepReport:
                 "fits": [dataclasses.asdict(p) for p in g.analysis.points] if g.analysis else [],
                 "program": g.analysis.profile.name if g.analysis else None,
                 "unmodelled": list(g.analysis.profile.unmodelled) if g.analysis else [],
-                "explanation": g.explanation, "plots": [str(p) for p in g.plots],
+                "plots": [str(p) for p in g.plots],
             } for g in self.groups],
         }
 
@@ -382,34 +342,34 @@ def model_view(group: GroupReport, refits: int = BOOTSTRAP_REFITS, seed: int = 0
     return decide.ModelView(tuple(bands), (group.label, best), best_range or ((group.label, best),), error)
 
 
-def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, str | None, str | None]:
-    """(Analysis or None, explanation or None, note or None)."""
+def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, str | None]:
+    """(Analysis or None, note or None)."""
     from llamaspec import theory
 
     if rows and all(r.draft_free for r in rows):
         modes = ", ".join(sorted({r.spec_type for r in rows}))
-        return None, None, (f"{modes} drafts without a draft model, from the text itself: the speedup model (a draft "
+        return None, (f"{modes} drafts without a draft model, from the text itself: the speedup model (a draft "
                             "model's cost at a draft length) does not predict it; the measured figures stand")
     if any(r.summary.draft.policy == "adaptive" for r in rows):
         # The model spends k draft steps a round at the requested k; an adaptive program (Sep 2023)
         # changes k within the run, so its points would be fitted at a length they never used.
-        return None, None, "the program adapts its draft length during the run: the speedup model (fixed k) does not apply"
+        return None, "the program adapts its draft length during the run: the speedup model (fixed k) does not apply"
     try:
         obs = [o for o in (observation(r) for r in rows) if o is not None]
     except LlamaspecError as exc:  # counters that contradict the program's loop
-        return None, None, f"the speedup model could not be fitted: {exc.message}"
+        return None, f"the speedup model could not be fitted: {exc.message}"
     if not obs and any(r.summary.n_drafted for r in rows) and not any(theory.knows(r.summary.program) for r in rows):
         named = sorted({r.summary.program or "none" for r in rows})
-        return None, None, (f"these runs name no round profile the speedup model knows (program {', '.join(named)}): "
+        return None, (f"these runs name no round profile the speedup model knows (program {', '.join(named)}): "
                             "no alpha or prediction (the measured figures stand)")
     if not obs or all(o.n_drafted == 0 for o in obs):
-        return None, None, "nothing was drafted: no acceptance to model"
+        return None, "nothing was drafted: no acceptance to model"
     try:
         result = theory.analyze(obs, cost_model(rows, obs[0].profile), max_draft=max(max_draft, max(o.draft_max for o in obs)))
     except LlamaspecError as exc:
-        return None, None, f"the speedup model could not be fitted: {exc.message}"
+        return None, f"the speedup model could not be fitted: {exc.message}"
     note = None if result.cost else "no draft timing measured: speedups are not predicted (only alpha and the ceiling)"
-    return result, theory.explain_shortfall(result, TARGET_SPEEDUP), note
+    return result, note
 
 
 def run_meta(store: Store, run_id: int) -> dict[str, str]:
@@ -464,8 +424,8 @@ def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axe
     groups = []
     for label, rows in rows_to_groups(runs, axes).items():
         rows = _latest_per_draft(rows)
-        analysis, explanation, note = analyze_rows(rows)
-        group = GroupReport(label, rows, analysis, explanation, note=note)
+        analysis, note = analyze_rows(rows)
+        group = GroupReport(label, rows, analysis, note=note)
         group.view = model_view(group, refits=refits, grid=grid)
         if plot:
             from llamaspec.views import plot as plots

@@ -412,14 +412,29 @@ def _compare_engines(ok: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def stored_answer(store: Any, target: str) -> dict[str, Any] | None:
+    """The newest answer a study kept as it was made (its row of kind ``STUDY_KIND``): of the study
+    named ``target`` (its experiment's name), of the study whose id it is, or of the study one of
+    whose prompts' sweeps (``STUDY/PROMPT``) it names. Every view of a study prints this; none
+    decides again."""
+    study = target.split("/")[0]
+    return next((r for r in store.runs(kind=STUDY_KIND) if r["status"] == "ok"
+                 and (r["experiment"] == target or r.get("group_id") in (target, study))), None)
+
+
+def answer_text(answer: dict[str, Any]) -> str:
+    """The study's answer, the same lines the command that made it printed."""
+    return str((answer.get("summary") or {}).get("text", "")).rstrip()
+
+
 def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[str, Any]], plot: bool, head: str) -> list[str]:
     from llamaspec.views import analysis
 
     out: list[str] = []
-    answer = next((r for r in store.runs(experiment=name, kind=STUDY_KIND) if r["status"] == "ok"), None)
+    answer = stored_answer(store, name)
     if answer is not None:  # the workload's one decision, as the sweep or tune that made it printed it
         out += [f"{head}The workload's answer (study {answer['group_id']}, {answer['finished_at']})", "",
-                "```", (answer.get("summary") or {}).get("text", "").rstrip(), "```", ""]
+                "```", answer_text(answer), "```", ""]
     plain = [r for r in ok if r["kind"] == "run"]
     if plain:
         out += [f"{head}Runs", ""]

@@ -134,7 +134,7 @@ def stored(store: Any, serving: Serving) -> PairCosts | None:
         rows = sorted(latest.values(), key=lambda r: r.draft_max)
         if not any(r.summary.batch_ms and (r.summary.draft_decode_tps or serving.draft_free) for r in rows):
             continue
-        fit, _, _ = analysis.analyze_rows(rows)
+        fit, _ = analysis.analyze_rows(rows)
         cost = fit.cost if fit is not None and fit.cost is not None else None
         if cost is None:
             row = next(r for r in rows if r.summary.batch_ms)
