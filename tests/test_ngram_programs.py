@@ -307,8 +307,8 @@ def test_an_ngram_point_is_not_fitted_and_says_so() -> None:
                       n_predict=71, n_drafted=67, n_accept=59, rounds=12, program="llama-speculative-simple")
     row = analysis.PointRow(1, "spec_type=ngram-simple", 8, summary, spec_type="ngram-simple")
     assert row.draft_free and analysis.observation(row) is None
-    fit, explanation, note = analysis.analyze_rows([row])
-    assert fit is None and explanation is None
+    fit, note = analysis.analyze_rows([row])
+    assert fit is None
     assert "ngram-simple" in (note or "") and "measured figures stand" in (note or "")
     groups = analysis.rows_to_groups([{"id": 1, "settings": {"spec_type": "ngram-mod", "draft_max": 8}, "draft": None,
                                        "summary": summary.to_dict()}], ["spec_type"])
