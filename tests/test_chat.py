@@ -21,7 +21,8 @@ from fakes import FIXTURES, fake_bin_dir
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import build, parse
 from llamaspec.llamacpp import chat as templates
-from llamaspec.llamacpp.runner import LlamaCppEngine, generated_part, served_prompt
+from llamaspec.llamacpp.prompting import generated_part, served_prompt
+from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure import chat
 from llamaspec.measure.contract import Measurement, Message, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings

@@ -690,7 +690,7 @@ def test_a_recorded_sweep_stored_as_a_cluster_study_decides_as_its_recording_say
     """Two recorded real sweeps (tests/fixtures/llamacpp/0c1e570/sweep-accept), each stored as one
     machine's points: where the Q4_1 draft pays the decision is a length the recording does not
     show worse than its best; where no Q2_K length gains, it is "no draft"."""
-    from benchmarks.decide import ACCEPT, load, shown_wrong
+    from benchmarks.recorded import ACCEPT, load, shown_wrong
 
     sink = StoreSink(store)
     recorded = {"box-q4_1": load("q4_1", ACCEPT, None), "box-q2_k": load("q2_k", ACCEPT, None)}

@@ -1,6 +1,6 @@
 """The one decision rule (llamaspec.decision.decide) on its own: examples with known answers.
 
-The rule is also replayed on recorded real sweeps by ``benchmarks/decide.py``; the cases here pin
+The study that decides with the rule is replayed on recorded real studies by ``benchmarks/decide.py``; the cases here pin
 each clause: shown faster beats "interval includes 1.0", cheaper wins only within the tolerance,
 "no draft" against "undecided", the model's band ranking and its disagreements, what to measure next.
 """
@@ -94,10 +94,9 @@ def test_the_rule_ranks_on_what_was_measured_unless_told_to_pool() -> None:
     alone = decide.decide(points)
     assert alone.chosen is not None and alone.chosen.key == 6  # by the medians alone
     model = view({6: (1.40, 1.38, 1.42), 8: (1.54, 1.52, 1.56)}, error=0.02)
-    # By default (decide.POOLED: the pooled interval's coverage is short of 95 % in the replays)
-    # the model's band is shown but the medians rank.
+    # By default (the pooled interval's coverage is short of 95 % in the replays) the model's band
+    # is shown but the medians rank.
     measured = decide.decide(points, [model])
-    assert not decide.POOLED
     assert measured.chosen is not None and measured.chosen.key == 6 and measured.chosen.band is not None
     assert measured.chosen.estimate == 1.45 and "(as measured)" in measured.reason
     ranked = decide.decide(points, [model], pooled=True)
@@ -183,7 +182,7 @@ MODEL_ERROR_BOUND = 0.10
 
 
 def _recorded(level: str):  # type: ignore[no-untyped-def]
-    from benchmarks.decide import ACCEPT, load
+    from benchmarks.recorded import ACCEPT, load
 
     if not (ACCEPT / level / "sweep.json").is_file():
         pytest.fail(f"recorded sweep {level} missing under {ACCEPT}")
@@ -216,7 +215,7 @@ def test_the_recorded_sweeps_are_what_their_readme_says(level: str) -> None:
 # Q2_K miss the bound (23.6 % and 19.9 %; Q4_0 3.3 %).
 @pytest.mark.parametrize("level", list(LEVELS))
 def test_the_speedup_model_predicts_each_acceptance_level(level: str) -> None:
-    from benchmarks.decide import group_for
+    from benchmarks.recorded import group_for
 
     rec = _recorded(level)
     group = group_for(rec, rec.every_pair, refits=50)
@@ -227,7 +226,7 @@ def test_the_speedup_model_predicts_each_acceptance_level(level: str) -> None:
 
 @pytest.mark.parametrize("level", ["q4_1", "q4_0"])
 def test_the_decision_on_a_whole_recording_is_right(level: str) -> None:
-    from benchmarks.decide import chosen_length, new_rule, wrong
+    from benchmarks.recorded import chosen_length, new_rule, wrong
 
     rec = _recorded(level)
     d = new_rule(rec, rec.every_pair, refits=50)
@@ -238,7 +237,7 @@ def test_shown_wrong_allows_for_the_recordings_own_noise() -> None:
     # Q4_1's best is draft 12 (1.26x over 30 pairs). Draft 14's 1.19x is more than 3 % below it, but
     # its own interval (1.13-1.24) reaches past that line: wrong by the medians, not shown wrong.
     # Draft 10 (1.22x) is within 3 %; draft 1 (0.71x) is wrong either way.
-    from benchmarks.decide import shown_wrong, wrong
+    from benchmarks.recorded import shown_wrong, wrong
 
     rec = _recorded("q4_1")
     assert max(rec.points, key=lambda k: rec.points[k].true_speedup) == 12
@@ -274,34 +273,6 @@ def test_a_later_session_of_the_same_sweep_reads_differently() -> None:
         assert len(later.points[k].pairs) == t.pairs == (60 if k in (5, 8, 10, 12, 14, 16) else 30)
     assert later.true_best < rec.true_best * 0.95
     assert max(later.points, key=lambda k: later.points[k].true_speedup) == 10
-
-
-def test_the_benchmarks_goal_is_judged_on_the_replays_own_interval() -> None:
-    # 4 wrong in 100 replays is under 5 %, but the replays are a sample: Wilson's 95 % interval
-    # is 1.6-9.8 %, so the goal is not shown either way; 0 in 100 (at most 3.7 %) meets it.
-    from benchmarks.decide import share_interval, verdict
-
-    low, high = share_interval(4, 100)
-    assert low == pytest.approx(0.0157, abs=1e-3) and high == pytest.approx(0.0984, abs=1e-3)
-    assert verdict(4, 100, 0.57) == "not shown either way"
-    assert verdict(0, 100, 0.57) == "met" and verdict(0, 100, 0.61) == "NOT met"  # too slow
-    assert verdict(29, 200, 0.57) == "NOT met"  # 10-20 %
-    assert share_interval(0, 0) == (0.0, 1.0)
-
-
-def test_the_floor_redraws_every_recorded_pair_without_moving_the_other_rows() -> None:
-    # The benchmark's "every pair, redrawn" row decides on as many pairs at every length as the
-    # recording holds; it draws from its own stream, so the other rows (the README's table) read the
-    # same with it as without it.
-    from benchmarks.decide import FLOOR, replay
-
-    rec = _recorded("q2_k")
-    with_floor = replay(rec, 2, refits=5, seed=3)
-    without = replay(rec, 2, refits=5, seed=3, floor=False)
-    assert FLOOR not in without
-    assert {name: t for name, t in with_floor.items() if name != FLOOR} == without
-    assert with_floor[FLOOR].pairs == 2 * sum(len(p.pairs) for p in rec.points.values())
-    assert with_floor[FLOOR].pairs > 3 * without["new rule, fixed 3-pair grid"].pairs
 
 
 def test_model_contenders_are_the_best_predicted_within_the_error_and_at_most_a_step() -> None:

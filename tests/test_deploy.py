@@ -122,7 +122,8 @@ def test_a_chat_prompt_deploys_as_it_was_measured(real_build: Build, pair: tuple
     note says chat requests go through the same template."""
     import dataclasses
 
-    from llamaspec.llamacpp.runner import LlamaCppEngine, served_prompt
+    from llamaspec.llamacpp.prompting import served_prompt
+    from llamaspec.llamacpp.runner import LlamaCppEngine
 
     case = dataclasses.replace(real_case(pair, program="speculative-simple"), chat=True,
                                history=(("user", "Hi"), ("assistant", "Hello! How can I help?")))

@@ -113,8 +113,8 @@ def _load(path: Path) -> dict[str, Any]:
 def _group(data: dict[str, Any]) -> analysis.GroupReport:
     rows = analysis._latest_per_draft([analysis.PointRow(p["run_id"], "", int(p["draft_max"]), Summary.from_dict(p["summary"]))
                                        for p in data["points"] if p["status"] == "ok"])
-    fit, explanation, note = analysis.analyze_rows(rows)
-    group = analysis.GroupReport("", rows, fit, explanation, note=note)
+    fit, note = analysis.analyze_rows(rows)
+    group = analysis.GroupReport("", rows, fit, note=note)
     group.view = analysis.model_view(group, refits=50)
     return group
 
@@ -155,7 +155,7 @@ def test_a_recorded_server_sweep_gets_the_model(name: str) -> None:
     print(a.table())
     print(text)
     assert "rounds that drafted (the engine's count) / rounds" in text and "model leaves out: sampling" in text
-    assert "predicted best draft length" in text and "model error: median" in text
+    assert "recommended" not in text and "model error: median" in text
     assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, a.table()
 
 
@@ -174,7 +174,7 @@ def test_a_recorded_transformers_sweep_gets_the_model() -> None:
     text = _rendered(data, group)
     print(a.table())
     print(text)
-    assert "model leaves out: generate()'s loop" in text and "predicted best draft length" in text
+    assert "model leaves out: generate()'s loop" in text and "recommended" not in text
     # both models run in float32 on the CPU: the assistant costs about what the target does
     assert 0.5 < a.cost.cost_ratio < 2.0
     assert a.cost.baseline_step_ms is not None and a.cost.loop_overhead_ms >= 0.0

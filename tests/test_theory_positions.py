@@ -188,7 +188,7 @@ def test_on_the_recordings_the_longest_lengths_curve_predicts_the_others(level: 
     """Fitted to the two longest lengths (every recorded pair there), the model predicts the ten
     others within 5 % (median) on their acceptance by position; with one alpha it cannot (its
     draft cost needs three lengths to be fitted, and one alpha misses the curve's shape)."""
-    from benchmarks.decide import ACCEPT, load, prediction_errors
+    from benchmarks.recorded import ACCEPT, load, prediction_errors
 
     rec = load(level, ACCEPT)
     assert {14, 16} <= set(rec.positions)  # llama-speculative-simple's counts at the longest lengths
@@ -200,11 +200,11 @@ def test_on_the_recordings_the_longest_lengths_curve_predicts_the_others(level: 
 def test_on_the_recordings_the_fit_to_every_length_is_as_good_on_the_curve(level: str) -> None:
     """Fitted to every length, where the draft's cost is fitted over twelve lengths, the curve's
     error is within a point of the one-alpha model's or better; the sweep prints both."""
-    from benchmarks.decide import ACCEPT, load, rows_for
+    from benchmarks.recorded import ACCEPT, load, rows_for
 
     rec = load(level, ACCEPT)
     rows = rows_for(rec, rec.every_pair, positions=True)
-    fit, _explanation, _note = analysis.analyze_rows(rows)
+    fit, _note = analysis.analyze_rows(rows)
     if len(rec.positions) < len(rec.points):  # a length without counts: the one-alpha model alone
         assert fit is not None and fit.positions is None
         return
@@ -224,7 +224,7 @@ POSITION_LEVELS = {"q4_1": (0.80, 1.00), "q4_0": (0.35, 0.65), "q2_k": (0.15, 0.
 
 @pytest.mark.parametrize("level", list(POSITION_LEVELS))
 def test_the_position_recordings_count_every_round_of_every_pair(level: str) -> None:
-    from benchmarks.decide import SWEEPS, load
+    from benchmarks.recorded import SWEEPS, load
 
     rec = load(level, SWEEPS)
     assert rec.grid == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) and rec.pairs_count_positions and not rec.positions
@@ -253,7 +253,7 @@ def test_on_the_position_recordings_the_longest_lengths_curve_predicts_the_other
     the same runs: fitted to the two longest lengths, the model predicts the ten others within 7 %
     (median) and at most half the one-alpha model's error. Measured: Q4_1 1.0 % (one alpha 30.0 %),
     Q4_0 5.9 % (16.5 %), Q2_K 5.4 % (42.9 %)."""
-    from benchmarks.decide import SWEEPS, load, prediction_errors
+    from benchmarks.recorded import SWEEPS, load, prediction_errors
 
     curve, one_alpha = prediction_errors(load(level, SWEEPS))
     assert curve <= 0.07 and curve <= one_alpha / 2, (curve, one_alpha)
@@ -261,10 +261,10 @@ def test_on_the_position_recordings_the_longest_lengths_curve_predicts_the_other
 
 @pytest.mark.parametrize("level", list(POSITION_LEVELS))
 def test_on_the_position_recordings_the_fit_to_every_length_is_as_good_on_the_curve(level: str) -> None:
-    from benchmarks.decide import SWEEPS, load, rows_for
+    from benchmarks.recorded import SWEEPS, load, rows_for
 
     rec = load(level, SWEEPS)
-    fit, _explanation, _note = analysis.analyze_rows(rows_for(rec, rec.every_pair, positions=True))
+    fit, _note = analysis.analyze_rows(rows_for(rec, rec.every_pair, positions=True))
     assert fit is not None and fit.positions is not None and fit.single_alpha is not None
     curve, one_alpha = fit.median_abs_error, fit.single_alpha.median_abs_error
     assert curve is not None and one_alpha is not None and curve <= one_alpha + 0.01, (curve, one_alpha)

@@ -16,7 +16,7 @@ The rule, in order:
    (precision weighted, the model's own error in its weight: ``pooled=True``) narrows the
    interval, but replayed on the recorded studies its 95 % interval held the recorded truth
    82-100 % of the time, under 95 % on six of nine rows (benchmarks/decide.py, "pooled covers";
-   docs/results.md), so the rule does not decide on it (:data:`POOLED`). Where a measurement and
+   docs/results.md), so the rule does not decide on it (``pooled=False``). Where a measurement and
    the model disagree beyond the model's error, the decision says so.
 3. **Cheaper only when as good.** Among the settings shown faster, the cheapest one (shorter
    draft, smaller draft file) shown within ``tolerance`` (2 %) of the best estimate wins: its gap
@@ -51,9 +51,6 @@ SETTLE_PAIRS = 5
 MAX_REQUESTS = 3  # contenders measured per step
 _Z = 1.96  # a 95 % interval spans about 2 x 1.96 standard errors
 MAD_TO_SD = 1.4826
-# Whether the rule ranks on the model-pooled estimate (see the module's docstring, rule 2): only
-# where replays show its interval covering the truth 95 % of the time, which none has yet.
-POOLED = False
 VERDICTS = ("recommend", "no draft", "undecided", "nothing")
 
 
@@ -242,9 +239,9 @@ def _sd(low: float, high: float) -> float:
     return (high - low) / (2 * _Z)
 
 
-def estimate(c: Candidate, models: Sequence[ModelView] = (), pooled: bool | None = None) -> Estimate:
+def estimate(c: Candidate, models: Sequence[ModelView] = (), pooled: bool = False) -> Estimate:
     """The candidate's estimate: its measured median (a setting measured once could reach the
-    model's band, widened by the model's error), or with ``pooled`` (None: :data:`POOLED`) the
+    model's band, widened by the model's error), or with ``pooled`` the
     median combined with the model's prediction (precision weighted); the measurement alone
     where the model has no band or disagrees with it."""
     band = next((b for m in models if (b := m.band(c.key)) is not None), None)
@@ -256,7 +253,7 @@ def estimate(c: Candidate, models: Sequence[ModelView] = (), pooled: bool | None
     p_low, p_high = band.low - error * band.predicted, band.high + error * band.predicted
     if m.n >= 2 and (m.high < p_low or m.low > p_high):
         return Estimate(c.key, c.label, m, c.cost, m.median, band, disagrees=True)
-    if not (POOLED if pooled is None else pooled):
+    if not pooled:
         return Estimate(c.key, c.label, m, c.cost, m.median, band,
                         upper=None if m.n >= 2 else max(p_high, m.median))
     # Weighed, the model counts with its band's spread and its typical miss: the median absolute
@@ -285,9 +282,9 @@ def pairs_needed(s: Spread, half_width: float = HALF_WIDTH, step: int = STEP) ->
 
 
 def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *, tolerance: float = TOLERANCE,
-           half_width: float = HALF_WIDTH, step: int = STEP, pooled: bool | None = None, unit: str = "pairs") -> Decision:
+           half_width: float = HALF_WIDTH, step: int = STEP, pooled: bool = False, unit: str = "pairs") -> Decision:
     """The decision over these measured settings (see the module's docstring for the rule;
-    ``pooled``: rank on the model-pooled estimates, None: :data:`POOLED`).
+    ``pooled``: rank on the model-pooled estimates; the recorded studies say not to, see the module).
 
     ``candidates``: the settings that may be recommended (finished, output unchanged); ``models``:
     the speedup model's view of each group of them, where one was fitted (its bands may name

@@ -15,6 +15,7 @@ from pathlib import Path
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags
 from llamaspec.llamacpp.build import Build
+from llamaspec.llamacpp.prompting import served_prompt
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Command, Deployment, ResolvedCase
 
@@ -41,8 +42,6 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
         notes.append(f"the build in {build.bin_dir} has no llama-server")
     draft = case.draft.path if speculative and case.draft else None
     if case.chat:  # the programs get the chat as measured: rendered with the target's template, no escapes
-        from llamaspec.llamacpp.runner import served_prompt
-
         inv = flags.Invocation(target=case.target.path, settings=replace(alone.settings, escape=False), draft=draft,
                                prompt=served_prompt(case).text, accel=build.accel)
         notes.append("chat requests (/v1/chat/completions) go through the target's chat template (--jinja), as the "

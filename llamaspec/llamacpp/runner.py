@@ -22,8 +22,7 @@ the generated parts alone. ``stats["prompt_form"]`` says how the prompt was serv
 from __future__ import annotations
 
 import logging
-import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,8 @@ from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags, parse
 from llamaspec.llamacpp.build import Build
-from llamaspec.measure import chat, spectypes
+from llamaspec.llamacpp.prompting import generated_part, prompt_text, served_prompt
+from llamaspec.measure import spectypes
 from llamaspec.measure.contract import (
     Capabilities,
     Deployment,
@@ -281,107 +281,6 @@ def _lost_tail(done: proc.Completed, mode: str) -> bool:
     except LlamaspecError:
         return False
     return False
-
-
-_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\", "?": "?", "a": "\a", "b": "\b",
-            "f": "\f", "v": "\v"}
-
-
-def process_escapes(text: str) -> str:
-    """The prompt as llama.cpp sees it with ``-e`` (common's string_process_escapes)."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt in _ESCAPES:
-                out.append(_ESCAPES[nxt])
-                i += 2
-                continue
-            if nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2:i + 4]):
-                out.append(chr(int(text[i + 2:i + 4], 16)))
-                i += 4
-                continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-# The longest argument Linux takes (MAX_ARG_STRLEN: 32 pages), with its closing NUL.
-LONGEST_ARGUMENT = 131072 - 1
-
-
-@dataclass(frozen=True)
-class ServedPrompt:
-    """The prompt as the programs read it, and what finding its echo needs."""
-
-    text: str  # what the program tokenizes: the rendered chat, or the raw prompt (escapes processed with -e)
-    form: str  # how the prompt was served (chat.PROMPT_FORMS), kept in stats["prompt_form"]
-    echoes: tuple[str, ...] = ()  # a chat prompt's echo as the programs print it (chat.echoes), tried in turn
-
-
-def served_prompt(case: ResolvedCase) -> ServedPrompt:
-    """The case's prompt as both programs get it. A raw prompt is the prompt (a prompt file's text
-    less the one trailing newline ``-f`` drops), escapes processed when ``escape`` is on. A chat
-    prompt is rendered with the target's template (its messages as written); a target without one
-    gets the chat as raw text (``chat.plain_text``), with one warning per model."""
-    text = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
-    if not case.chat:
-        if case.prompt is None and text.endswith("\n"):
-            text = text[:-1]
-        return ServedPrompt(process_escapes(text) if case.settings.escape else text, chat.RAW)
-    from llamaspec.llamacpp.chat import echoes, render
-    from llamaspec.models.reader import read_chat
-
-    facts = read_chat(case.target.path)
-    turns = chat.messages(case, text)
-    if facts.template is None:
-        chat.warn_no_template(case.target.label)
-        served, form = chat.plain_text(turns), chat.RAW_NO_TEMPLATE
-    else:
-        served, form = render(facts, turns, case.target.label), chat.CHAT_TEMPLATE
-    if len(served.encode()) > LONGEST_ARGUMENT:
-        raise LlamaspecError(f"the chat prompt of {case.case} is {len(served.encode())} bytes once rendered: longer than one "
-                             "command-line argument may be (128 KiB), and -f would drop its last newline",
-                             hint="measure it on llama-server (engine: llama-server), which takes it over HTTP")
-    return ServedPrompt(served, form, tuple(dict.fromkeys(echoes(facts, served))))
-
-
-def prompt_text(case: ResolvedCase) -> str:
-    """The prompt as the programs tokenize it (``served_prompt``)."""
-    return served_prompt(case).text
-
-
-def generated_part(text: str | None, case: ResolvedCase) -> tuple[str | None, bool]:
-    """The generation without the echoed prompt, and whether the echo was found.
-
-    A chat prompt's echo differs between the programs (``chat.echoes``): each known form is cut
-    off, and a chat output without either is left whole (it then differs from the other program's
-    and the lossless check says so). A raw prompt is echoed the same way by both programs, so an
-    echo not found leaves both texts whole (still comparable)."""
-    if text is None:
-        return None, False
-    served = served_prompt(case)
-    if case.chat:
-        for echo in served.echoes:
-            if echo and text.startswith(echo):
-                return text[len(echo):], True
-        return text, False
-    prompt = served.text
-    bodies = [text]
-    special = _SPECIAL_PREFIX.match(text)
-    if special:  # llama-speculative prints the prompt's tokens with their special pieces ("<s>" for a Llama BOS)
-        bodies.append(text[special.end():])
-    for body in bodies:
-        for echo in (prompt, " " + prompt, prompt.lstrip()):
-            if echo and body.startswith(echo):
-                return body[len(echo):], True
-    return text, False
-
-
-# A special token's piece at the start of an echo: "<s>" (Llama's BOS), "<|begin_of_text|>", "<bos>".
-_SPECIAL_PREFIX = re.compile(r"^(?:<\|?[A-Za-z_][\w|]*\|?>)+")
 
 
 def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingProfile, case: ResolvedCase,
