@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.models.reader import byte_decoder
 
 log = logging.getLogger(__name__)
 
@@ -87,22 +88,9 @@ def _rewrite(src: Path, dest: Path, *, sep2023: bool) -> dict[str, Any]:
             "gguf": _gguf_version()}
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's bytes_to_unicode, reversed: the character that stands for each byte -> the byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars = list(printable)
-    n = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
-
-
 def _raw_vocab(values: dict[str, Any]) -> dict[str, Any]:
     """Tokens and merges as the raw bytes they stand for, and zero scores (in place in ``values``)."""
-    decoder = _byte_decoder()
+    decoder = byte_decoder()
 
     def raw(piece: str) -> bytes:
         if all(c in decoder for c in piece):

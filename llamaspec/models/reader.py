@@ -531,13 +531,13 @@ def _piece(text: str, kind: int, vocab_type: str) -> str:
     if kind == _BYTE and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", text):
         return bytes([int(text[3:5], 16)]).decode("utf-8", "replace")
     if vocab_type == "BPE":
-        table = _byte_decoder()
+        table = byte_decoder()
         return b"".join(bytes([table[c]]) if c in table else c.encode() for c in text).decode("utf-8", "replace")
     return text.replace("\u2581", " ")
 
 
 @functools.cache
-def _byte_decoder() -> dict[str, int]:
+def byte_decoder() -> dict[str, int]:
     """Byte-level BPE's alphabet (GPT-2's ``bytes_to_unicode``), character -> byte."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars = list(printable)
