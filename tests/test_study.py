@@ -380,3 +380,21 @@ def test_the_fixed_grid_measures_every_setup_on_every_prompt(fake_models) -> Non
     result = study.run_study(workload_exp(repeats=2), setups, engine, Store.open(), fixed_grid=True)
     assert result.stop == "fixed grid" and result.pairs == 2 * 3 * 4 == result.fixed_grid_pairs
     assert all(s.speedup is not None and s.pairs == 8 for s in result.decision.setups)
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+def test_the_plan_fits_the_first_pass_into_its_share_of_the_budget() -> None:
+    from llamaspec.studies import policy
+
+    # 4 minutes at 5 s a pair, 7 first setups and 3 contenders: 0.75 * 240 / (10 * 5) = 3.6 -> 3, but one a category
+    made = policy.plan(54, 6, 7, 3, 5.0, Budget(seconds=240.0))
+    assert made.prompts == 6 and made.of == 54 and made.seconds == pytest.approx(6 * 10 * 5.0)
+    assert made.text(Budget(seconds=240.0)).startswith("plan: 6 of 54 prompts (about 1 a category), each with the first "
+                                                         "pass's 7 setups and up to 3 of the model's lengths: about 5m00s")
+    roomy = policy.plan(54, 6, 7, 3, 1.0, Budget(seconds=600.0, pairs=200))
+    assert roomy.prompts == 15  # the pairs bind: 0.75 * 200 / 10
+    assert policy.plan(12, 6, 7, 3, 0.1, Budget(seconds=600.0)).prompts == 12  # never more than the workload
+    whole = policy.plan(54, 6, 7, 3, 5.0, Budget(seconds=240.0), over_prompts=False)
+    assert whole.prompts == 54 and "every one of the 54 prompts (the whole workload)" in whole.text(Budget(seconds=240.0))
+    assert policy.least_pairs(54, 6, 7) == 42 and policy.least_pairs(54, 6, 7, over_prompts=False) == 54 * 7
