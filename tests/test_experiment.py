@@ -131,6 +131,16 @@ def test_draft_free_case_needs_no_draft(tmp_path: Path) -> None:
     assert exp.cases[0].draft is None
 
 
+def test_a_chat_case_keeps_its_earlier_turns(tmp_path: Path) -> None:
+    text = GOOD.replace("    prompt: hello\n", "    prompt: And in C?\n    chat: true\n    history:\n"
+                        "      - {role: user, content: Sort a list.}\n      - {role: assistant, content: sorted(xs)}\n")
+    (case,) = experiment.load(str(write(tmp_path, text)), known).cases
+    assert case.chat and case.history == (("user", "Sort a list."), ("assistant", "sorted(xs)"))
+    bad = text.replace("{role: assistant, content: sorted(xs)}", "{role: assistant}")
+    with pytest.raises(LlamaspecError, match=r"cases\[0\]\.history\[1\]\.content: missing"):
+        experiment.load(str(write(tmp_path, bad)), known)
+
+
 def test_unknown_experiment_lists_known_ones() -> None:
     with pytest.raises(LlamaspecError, match="unknown experiment 'nope'") as err:
         experiment.locate("nope")
