@@ -162,6 +162,9 @@ def load(path: Path) -> Recording:
             for m in c["measurements"]:
                 if m.get("mode") in ("draft", "batch") and m.get("ok"):
                     costs[c["prompt"]].setdefault(m["mode"], m)
+        # a study times the costs once (its first timed prompt's cell holds them): every prompt shares them
+        shared = next((c for c in costs.values() if c), {})
+        costs = {q: c or shared for q, c in costs.items()}
         return Recording(path.parent.name, prompts, setups, cells, costs, data["settings"], data)
     prompt = data["case"]
     cells = {prompt: {}}

@@ -77,6 +77,24 @@ def test_the_interval_resamples_within_prompts_not_over_them() -> None:
     assert got is not None and got.high / got.low < 1.03
 
 
+def test_over_prompts_the_interval_resamples_prompts_and_widens_for_few() -> None:
+    """The same two far-apart prompts: as the whole workload the interval is narrow (their pairs are
+    steady); as a sample of a category's prompts it spans their difference, and more prompts of the
+    same spread narrow it. A category of one prompt borrows the between-prompt noise, or has none."""
+    steady = [[1.70, 1.71, 1.69, 1.70], [0.60, 0.61, 0.59, 0.60]]
+    whole = estimators.workload(steady, noise=None)
+    sample = estimators.over_prompts({"code": steady}, noise=None)
+    assert whole is not None and sample is not None and sample.median == pytest.approx(whole.median)
+    assert whole.high / whole.low < 1.03 and sample.low < 0.7 and sample.high > 1.4 and sample.n == 2
+    more = estimators.over_prompts({"code": steady * 4}, noise=None)
+    assert more is not None and more.high / more.low < sample.high / sample.low
+    alone = estimators.over_prompts({"code": [[1.3, 1.31]], "chat": [[1.1, 1.12], [1.2, 1.18]]}, noise=0.01)
+    assert alone is not None and alone.n == 1 and alone.low == alone.high  # no between-prompt noise for code: unknown
+    borrowed = estimators.over_prompts({"code": [[1.3, 1.31]], "chat": [[1.1, 1.12], [1.2, 1.18]]}, noise=0.01,
+                                       prompt_noise=0.05)
+    assert borrowed is not None and borrowed.n == 3 and borrowed.low < borrowed.median < borrowed.high
+
+
 # --- the decision over cells ---------------------------------------------------------------------------
 
 def cell(prompt: str, setup: str, ratios: tuple[float, ...], status: str = "ok") -> workload.Cell:
@@ -84,15 +102,19 @@ def cell(prompt: str, setup: str, ratios: tuple[float, ...], status: str = "ok")
 
 
 def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere() -> None:
+    """As the whole workload a setup needs every prompt; over prompts two prompts of two categories
+    speak for nothing beyond themselves (a one-prompt category's spread is borrowed, at one degree
+    of freedom): undecided."""
     cells = [cell("a", "draft 8", (1.5, 1.52, 1.48)), cell("b", "draft 8", (1.4, 1.41, 1.39)),
              cell("a", "draft 4", (1.9, 1.9, 1.9)),  # not measured on b: no workload estimate yet
              cell("a", "draft 2", (1.3, 1.3, 1.3)), cell("b", "draft 2", (1.3, 1.3, 1.3), status="differs")]
-    d = workload.decide_workload(cells, {"a": "code", "b": "chat"})
+    d = workload.decide_workload(cells, {"a": "code", "b": "chat"}, over_prompts=False)  # the two are the workload
     by = {s.label: s for s in d.setups}
     assert by["draft 4"].speedup is None and by["draft 4"].excluded is None
     assert by["draft 2"].speedup is None and "output differs on b" in (by["draft 2"].excluded or "")
     assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"
     assert any("excluded: draft 2: output differs on b" in line for line in d.lines())
+    assert workload.decide_workload(cells, {"a": "code", "b": "chat"}).verdict == "undecided"
 
 
 def test_categories_that_disagree_are_each_said() -> None:

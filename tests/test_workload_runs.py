@@ -77,7 +77,7 @@ def test_cells_take_each_runs_pairs_and_how_it_ended() -> None:
     assert by[("code", "draft 4")].status == workload.DIFFERS and "DIFFERS at char 0" in (by[("code", "draft 4")].why or "")
     assert by[("chat", "draft 4")].ratios == pytest.approx((1.1,))
     assert by[("code", "draft 2")].status == "failed" and by[("code", "draft 2")].why == "boom"
-    d = workload.decide_workload(cells, prompts)
+    d = workload.decide_workload(cells, prompts, over_prompts=False)  # the two prompts are the workload
     excluded = {s.label: s.excluded for s in d.setups}
     assert excluded == {"draft 8": None, "draft 4": "output differs on code", "draft 2": "failed on code (boom)"}
     assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"

@@ -399,14 +399,30 @@ def figures(cells: Sequence[Cell], prompts: Sequence[str], of: Mapping[str, str]
         spread = None
         if not excluded and over_prompts and {of[p] for p in measured} == set(cats):
             groups = {c: [list(mine[p].ratios) for p in measured if of[p] == c] for c in cats}
-            own = estimators.between_prompts(_logs_by_category(mine, measured, of))
-            dof = sum(max(0, len(v) - 1) for v in groups.values())
-            spread = estimators.over_prompts(groups, weights, noise, own if own is not None and dof >= 2 else prompt_noise)
+            spread = estimators.over_prompts(groups, weights, noise, _prompt_noise(mine, measured, of, prompt_noise))
         elif not excluded and not over_prompts and len(measured) == len(prompts):
             spread = estimators.workload([mine[p].ratios for p in prompts], noise)
         out.append(SetupFigures(key, s.label, s.cost, spread, per, sum(len(mine[p].ratios) for p in measured), excluded,
                                 len(measured)))
     return tuple(out)
+
+
+def _prompt_noise(mine: Mapping[str, Cell], measured: Sequence[str], of: Mapping[str, str],
+                  pooled: float | None) -> float | None:
+    """The between-prompt noise a setup's one-prompt categories are spread by: the largest of what
+    is known of it (its own within its categories, over two or more degrees of freedom; its own
+    over all its prompts, three or more; the study's pooled over every setup). Setups differ in
+    how much they vary from prompt to prompt (an n-gram mode's gain is near nothing on most text and
+    large on some), so the study's pooled figure alone would understate the ones that vary most;
+    the spread over all of a setup's prompts holds the categories' differences too: wider, never
+    narrower."""
+    logs = _logs_by_category(mine, measured, of)
+    dof = sum(max(0, len(v) - 1) for v in logs.values())
+    within = estimators.between_prompts(logs) if dof >= 2 else None
+    every = [v for vs in logs.values() for v in vs]
+    overall = statistics.stdev(every) if len(every) >= 3 else None
+    known = [x for x in (within, overall, pooled) if x is not None]
+    return max(known) if known else None
 
 
 def model_views(predictions: Sequence[Prediction], prompts: Sequence[str]) -> tuple[decide.ModelView, ...]:

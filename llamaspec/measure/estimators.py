@@ -153,7 +153,10 @@ def over_prompts(ratios: Mapping[str, Sequence[Sequence[float]]], weights: Mappi
       pair: its ratio spread by ``noise``, the pair-to-pair noise, where known). A category's replicate mean is
       scaled about its own mean by sqrt(n/(n-1)) (the plug-in bootstrap of n values understates the
       variance of their mean by (n-1)/n, much at the 2-4 prompts a category a study measures). A
-      category with one prompt is spread by ``prompt_noise`` (:func:`between_prompts`).
+      category with one prompt is spread by ``prompt_noise`` (:func:`between_prompts`). The
+      replicates' spread about the estimate is then widened by Student's t over the normal's at the
+      prompts' degrees of freedom (the prompts less the categories with two or more; with none, the
+      prompts less one): a few prompts estimate their own spread poorly.
     - Unknown (``n`` 1, never shown faster) where a category has one prompt and ``prompt_noise`` is
       None, or there is one prompt in all. Otherwise ``n`` is the number of prompts, ``values``
       their medians."""
@@ -188,6 +191,13 @@ def over_prompts(ratios: Mapping[str, Sequence[Sequence[float]]], weights: Mappi
             centre = statistics.fmean(logs[c])
             mean = centre + (drawn - centre) * math.sqrt(k / (k - 1))
         sums += w[c] * mean
+    # A handful of prompts a category estimates their spread poorly: the replicates' spread about the
+    # estimate is widened by Student's t over the normal's at the prompts' degrees of freedom (the
+    # prompts less the categories that have two or more; with none, the prompts less one).
+    several = [len(rs) for rs in clean.values() if len(rs) >= 2]
+    dof = sum(k - 1 for k in several) if several else prompts - 1
+    centre_log = math.log(value)
+    sums = centre_log + (sums - centre_log) * (stats.t975(dof) / stats.Z975)
     low, high = _percentiles(sums, level)
     return stats.Spread(median=value, low=min(low, value), high=max(high, value), n=prompts, min=min(medians),
                         max=max(medians), cv=stats.cv(medians), values=tuple(medians))
