@@ -59,6 +59,21 @@ WORKLOAD_RECORDINGS = (
               "tests/fixtures/llamacpp/0c1e570/sweep-workload/f16/study.json", "-"),
 )
 REPLAYS = "tests/fixtures/llamacpp/0c1e570/sweep-workload/replays.json"
+# The built-in workload of 54 chat prompts (sweep-workload/record.sh builtin, gzipped), and the
+# study replayed on half of its prompts, held against the other half (benchmarks/decide.py --holdout).
+BUILTIN = Recording("The built-in workload: 54 chat prompts in six categories, the offline pair (F32 target, Q4_1 draft)",
+                    "tests/fixtures/llamacpp/0c1e570/sweep-workload/builtin/study.json.gz", "-")
+HOLDOUT = "tests/fixtures/llamacpp/0c1e570/sweep-workload/holdout.json"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if path.suffix == ".gz":
+        import gzip
+
+        loaded: dict[str, Any] = json.loads(gzip.decompress(path.read_bytes()).decode())
+        return loaded
+    loaded = json.loads(path.read_text())
+    return loaded
 
 
 def _summary(point: dict[str, Any]) -> dict[str, Any] | None:
@@ -202,6 +217,76 @@ def workload_table(rec: Recording) -> list[str]:
     return [*lines, ""]
 
 
+def builtin_table(rec: Recording) -> list[str]:
+    """The built-in workload as recorded: each setup over the prompts that can be timed (the
+    over-prompts estimator over every recorded pair, categories weighed alike) and per category (the
+    geometric mean of its prompts' medians); which prompts a study leaves out, and why."""
+    from llamaspec.decision import workload as workloads
+    from llamaspec.measure import timed
+
+    path = ROOT / rec.path
+    if not path.is_file():
+        return []
+    data = _load(path)
+    category = {p["id"]: p["category"] for p in data["prompts"]}
+    cats = list(dict.fromkeys(category.values()))
+    asked = (data.get("settings") or {}).get("n_predict")
+    cells = []
+    for c in data["cells"]:
+        v = c["values"]
+        label = v["spec_type"] if v.get("spec_type") not in (None, "draft") else f"draft {v['draft_max']}"
+        s = _summary(c) or {}
+        ratios = tuple((s.get("speedup") or {}).get("values") or []) if s.get("status") == "ok" else ()
+        base = next((m for m in c["measurements"] if m.get("mode") == "baseline" and m.get("ok")), None)
+        tokens = int(base["n_predict"]) - 1 if base and base.get("n_predict") else None
+        loop = timed.loop_of(base.get("text")) if base else None
+        cells.append(workloads.Cell(c["prompt"], label, label, ratios, (), "ok" if s.get("status") == "ok" else "failed",
+                                    timed=tokens, loop=loop.text() if loop else None, asked=asked))
+    d = workloads.decide_workload(cells, category)
+    hw = data.get("hardware") or {}
+    settings = data.get("settings") or {}
+    pairs = sum(len(c.ratios) for c in cells)
+    lines = [f"### {rec.title}", "",
+             f"- data: `{rec.path}` (each run's generated text kept: what it timed)",
+             f"- command: `{data['command']}`",
+             f"- measured: {data['recorded'][0][:16]} to {data['recorded'][1][11:16]} UTC; machine: {_machine(hw)}, "
+             f"CPU {_cpu(hw)}, {settings.get('threads')} thread{'s' if settings.get('threads') != 1 else ''}",
+             f"- llama.cpp {data.get('llamacpp_commit', '-')}; llamaspec {data.get('llamaspec_commit') or rec.llamaspec_commit}; "
+             f"target {data.get('target')}, draft {data.get('draft')}; {settings.get('n_predict')} tokens a prompt, "
+             f"served through the target's chat template; {pairs} pairs",
+             f"- left out of every answer ({len(d.left_out)} of {len(category)}): "
+             + ("; ".join(f"{f.prompt} ({f.left_out})" for f in d.left_out) or "none"),
+             f"- the speedup over the {len(d.timed)} timed prompts: {d.estimator}", "",
+             "| setup | over the timed prompts [95 % CI] | " + " | ".join(cats) + " |",
+             "| --- | --- | " + " | ".join("---:" for _ in cats) + " |"]
+    timed_ = set(d.timed)
+    for f in sorted(d.setups, key=lambda f: -(f.speedup.median if f.speedup else 0.0)):
+        own = dict(f.per_prompt)
+        by_cat = []
+        for cat in cats:
+            meds = [sp.median for q, sp in own.items() if sp is not None and q in timed_ and category[q] == cat]
+            by_cat.append(f"{statistics.geometric_mean(meds):.2f}x" if meds else "-")
+        lines.append(f"| {f.label} | {_interval(f.speedup.to_dict()) if f.speedup else '-'} | " + " | ".join(by_cat) + " |")
+    return [*lines, ""]
+
+
+def holdout_table() -> list[str]:
+    """The study on half of the built-in workload's recorded prompts, held against the other half."""
+    path = ROOT / HOLDOUT
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    picks = ", ".join(f"{k} {v}" for k, v in sorted(data["picks"].items(), key=lambda kv: -kv[1]))
+    return ["### The answer on prompts it never saw", "",
+            f"- data: `{HOLDOUT}`; command: `{data['command']}` ({data['date']}, llamaspec {data['commit']}; "
+            f"{data['replays']} replays, each a whole study on half of each category's recorded prompts, drawn anew)",
+            f"- held: {100 * data['held']:.0f} % [{100 * data['held_low']:.0f}-{100 * data['held_high']:.0f}] of the "
+            f"replays answered with an interval that holds the other half's speedup of the setup they chose (measured "
+            f"with every recorded pair), or said undecided ({100 * data['undecided']:.0f} %); of those that decided, "
+            f"{100 * data['decided_held']:.0f} % held; goal at least {100 * data['goal']:.0f} %: {data['verdict']}",
+            f"- the prompts a study timed: median {data['prompts_timed_median']:.0f}; its answers: {picks}", ""]
+
+
 def replay_table() -> list[str]:
     """The workload study replayed on the recordings (benchmarks/decide.py --write)."""
     path = ROOT / REPLAYS
@@ -236,6 +321,8 @@ def _pct(value: float | None) -> str:
 
 def generated() -> str:
     lines = [BEGIN, ""]
+    lines.extend(builtin_table(BUILTIN))
+    lines.extend(holdout_table())
     for rec in WORKLOAD_RECORDINGS:
         lines.extend(workload_table(rec))
     lines.extend(replay_table())
