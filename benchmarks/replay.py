@@ -79,10 +79,16 @@ class Recording:
     def facts(self) -> dict[str, str | None]:
         """Each prompt's reason to be left out of a decision (too short to time, its output loops), or
         None, from its first recorded baseline (the target alone's output is the same in every cell)."""
+        from llamaspec.decision import workload
         from llamaspec.measure import timed
 
         out: dict[str, str | None] = {}
         asked = self.settings.get("n_predict")
+        differs = {}  # prompt -> each differing cell's first difference, as its stored summary says
+        for c in self.meta.get("cells") or []:
+            lossless = ((c.get("summary") or {}).get("lossless") or {})
+            if (c.get("summary") or {}).get("status") == "differs":
+                differs.setdefault(c["prompt"], []).append(lossless.get("first_difference"))
         for q in self.prompts:
             base = next((p.baseline for pairs in self.cells[q].values() for p in pairs), None)
             why = None
@@ -91,6 +97,8 @@ class Recording:
                     why = "too short to time"
                 elif timed.loop_of(base.get("text")) is not None:
                     why = "loops"
+            if why is None and workload.diverged_everywhere(differs.get(q, [])):
+                why = "diverges from the target alone in every setup"
             out[q] = why
         return out
 

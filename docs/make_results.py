@@ -53,7 +53,7 @@ RECORDINGS = (
 # Workload studies recorded with sweep-workload/record.sh (every setup on every prompt), and the
 # replays of the study on them that benchmarks/decide.py --write keeps beside them.
 WORKLOAD_RECORDINGS = (
-    Recording("The built-in workload, the offline pair (F32 target, Q4_1 draft)",
+    Recording("The former built-in set: four raw-text prompts, the offline pair (F32 target, Q4_1 draft)",
               "tests/fixtures/llamacpp/0c1e570/sweep-workload/q4_1/study.json", "-"),
     Recording("A pair that does not pay: the F16 target with the Q4_1 draft, one prompt",
               "tests/fixtures/llamacpp/0c1e570/sweep-workload/f16/study.json", "-"),
@@ -236,12 +236,14 @@ def builtin_table(rec: Recording) -> list[str]:
         v = c["values"]
         label = v["spec_type"] if v.get("spec_type") not in (None, "draft") else f"draft {v['draft_max']}"
         s = _summary(c) or {}
-        ratios = tuple((s.get("speedup") or {}).get("values") or []) if s.get("status") == "ok" else ()
         base = next((m for m in c["measurements"] if m.get("mode") == "baseline" and m.get("ok")), None)
         tokens = int(base["n_predict"]) - 1 if base and base.get("n_predict") else None
         loop = timed.loop_of(base.get("text")) if base else None
-        cells.append(workloads.Cell(c["prompt"], label, label, ratios, (), "ok" if s.get("status") == "ok" else "failed",
-                                    timed=tokens, loop=loop.text() if loop else None, asked=asked))
+        status = s.get("status") if s.get("status") in ("ok", "differs") else "failed"
+        ratios = tuple((s.get("speedup") or {}).get("values") or []) if status != "failed" else ()
+        cells.append(workloads.Cell(c["prompt"], label, label, ratios, (), status, timed=tokens,
+                                    loop=loop.text() if loop else None, asked=asked,
+                                    differs_at=(s.get("lossless") or {}).get("first_difference")))
     d = workloads.decide_workload(cells, category)
     hw = data.get("hardware") or {}
     settings = data.get("settings") or {}

@@ -243,17 +243,21 @@ def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models)
 
 
 def test_the_drift_over_the_study_compares_each_setups_halves(fake_models, tmp_path) -> None:  # noqa: F811
-    """A machine that slows the two-model run a little more at every measurement: the speedups of the
-    study's second half read lower than its first's, and the output says by how much; a steady one
-    reads within its noise."""
+    """A machine that slows the two-model run a little more at every measurement: the same setups on
+    the same prompts read lower in the study's second half than in its first, and the output says
+    by how much; a steady one reads within its noise. An adaptive study measures its first cell
+    again at its end, so it always has one."""
     setups = study.setups_for({"draft_max": (12, 16)})
     worn = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(spec_drift=0.01),
                            Store.open(tmp_path / "worn.sqlite"), fixed_grid=True)
     assert worn.drift is not None and worn.drift.change is not None and worn.drift.change < -0.1
-    assert worn.drift.setups == 2 and f"drift over the study: {worn.drift.change:+.1%}" in worn.render()
+    assert worn.drift.cells == 2 * len(SAMPLED) and f"drift over the study: {worn.drift.change:+.1%}" in worn.render()
     steady = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(), Store.open(tmp_path / "steady.sqlite"),
                              fixed_grid=True)
     assert steady.drift is not None and steady.drift.change is not None and abs(steady.drift.change) < 0.05
+    adaptive = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(), Store.open(tmp_path / "a.sqlite"),
+                               Budget(pairs=20))
+    assert adaptive.drift is not None and adaptive.drift.cells >= 1 and adaptive.drift.change is not None
 
 
 def test_a_budget_too_small_for_every_prompt_samples_them_by_category(fake_models) -> None:  # noqa: F811
@@ -269,6 +273,19 @@ def test_a_budget_too_small_for_every_prompt_samples_them_by_category(fake_model
     measured = {f.prompt for f in result.decision.facts if f.measured}
     assert {SAMPLED[p] for p in measured} == set(CATEGORY_ALPHA)  # every category sampled
     assert len(measured) < 16 and result.pairs <= 30 + len(setups)
+
+
+def test_a_sampled_study_resumes_its_own_prompts_and_measures_nothing_again(fake_models) -> None:  # noqa: F811
+    """A rerun of a sampled study takes the prompts it measured first (the same order), plans from
+    the pace its stored pairs took, and with its budget spent measures nothing more."""
+    engine = sampled_engine()
+    store = Store.open()
+    setups = study.setups_for({"draft_max": (8, 12, 16)}, ("ngram-simple",))
+    first = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=30))
+    calls = len(engine.calls)
+    again = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=30))
+    assert len(engine.calls) == calls and again.pairs == first.pairs
+    assert again.decision.timed == first.decision.timed and again.study_id == first.study_id
 
 
 def test_a_prompt_answered_in_a_token_or_two_is_left_out_and_the_study_goes_on(fake_models) -> None:  # noqa: F811

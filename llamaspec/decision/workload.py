@@ -10,8 +10,10 @@ measured in, a frozen :class:`WorkloadDecision` out; no I/O, no engine.
 - **A cell** is one setup measured on one prompt: the ratios of its pairs (speculative over the
   baseline of its own pair), and what they timed (the target alone's tokens after the first, and
   the loop its output ends in, where it loops: :mod:`llamaspec.measure.timed`).
-- **What the answer speaks for.** A prompt too short to time, or whose target output loops, is
-  left out of every decision and named (a looping one counts where the caller says the traffic
+- **What the answer speaks for.** A prompt too short to time, whose target output loops, or where
+  several setups' outputs differ from the target alone's at one and the same place (the
+  speculative program's own target pass does not reproduce the target alone's greedy output there,
+  whatever is drafted: :func:`diverged_everywhere`), is left out of every decision and named (a looping one counts where the caller says the traffic
   loops: ``count_loops``); the looping prompts' figures are shown apart. The rest are the
   *timed* prompts. By default (``over_prompts``) they are a sample of the user's traffic: a
   setup's estimate is :func:`llamaspec.measure.estimators.over_prompts` over the timed prompts
@@ -68,6 +70,7 @@ class Cell:
     timed: int | None = None  # the target alone's tokens after the first on this prompt (Summary.timed_tokens)
     loop: str | None = None  # the loop the target alone's output ends in (timed.Loop.text()); None: none
     asked: int | None = None  # the tokens the runs were asked for (-n): the floor of "too short to time"
+    differs_at: int | None = None  # where its output first differs from the target alone's (Lossless.first_difference)
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,10 @@ class WorkloadDecision:
         out[0] += f" over {self.speaks_for()}"
         verdicts = [c for c in self.categories if c.decision is not None]
         labelled = [c for c in self.categories if c.decision is None]
-        if len(self.categories) > 1:
+        if len(self.categories) > 1 and labelled and not verdicts:
+            out.append(f"  by category: no verdict yet (a category's verdict needs {MIN_VERDICT_PROMPTS} timed prompts; "
+                       "timed: " + ", ".join(f"{c.category} {len(c.prompts)}" for c in self.categories) + ")")
+        elif len(self.categories) > 1:
             if self.categories_disagree or labelled:
                 out.append("  by category (the same rule on each category's timed prompts"
                            + (f"; a verdict needs {MIN_VERDICT_PROMPTS}):" if self.over_prompts else "):"))
@@ -348,10 +354,26 @@ def _excluded(s: _Setup) -> str | None:
     return "; ".join(parts)
 
 
+def diverged_everywhere(differs_at: Sequence[int | None]) -> str | None:
+    """Why a prompt is left out when several setups' outputs differ from the target alone's at one
+    and the same place (``differs_at``: each differing setup's first difference): whatever they
+    draft, the speculative program's own target pass does not reproduce the target alone's greedy
+    output there (the two programs batch the target's arithmetic differently, which moves a greedy
+    choice between two near-equal tokens); None when fewer than two differ, or at different places
+    (each such setup is excluded instead)."""
+    found = [d for d in differs_at if d is not None]
+    if len(found) < 2 or len(set(found)) != 1:
+        return None
+    return (f"the speculative program's target does not reproduce the target alone's greedy output: {len(found)} setups, "
+            f"whatever they draft, diverge at the same character {found[0]} (a near-tie between the two programs' "
+            "arithmetic, not a setup's doing)")
+
+
 def prompt_facts(cells: Sequence[Cell], prompts: Mapping[str, str], count_loops: bool = False) -> tuple[PromptFacts, ...]:
     """Each prompt of the workload: what its runs timed (the first cell that says), and why it is
-    left out of the answer: too short to time (by the tokens its runs were asked for), or (unless
-    ``count_loops``) its output loops."""
+    left out of the answer: too short to time (by the tokens its runs were asked for), (unless
+    ``count_loops``) its output loops, or every differing setup diverges at one place
+    (:func:`diverged_everywhere`)."""
     timed_of: dict[str, tuple[int, int | None]] = {}
     loop_of: dict[str, str] = {}
     for c in cells:
@@ -359,12 +381,17 @@ def prompt_facts(cells: Sequence[Cell], prompts: Mapping[str, str], count_loops:
             timed_of.setdefault(c.prompt, (c.timed, c.asked))
         if c.loop is not None:
             loop_of.setdefault(c.prompt, c.loop)
+    diverged: dict[str, list[int | None]] = {}
+    for c in cells:
+        if c.status == DIFFERS:
+            diverged.setdefault(c.prompt, []).append(c.differs_at)
     out = []
     for p, cat in prompts.items():
         t, asked = timed_of.get(p, (None, None))
         loop = loop_of.get(p)
         why = (timed.short_text(t, asked) if t is not None and timed.too_short(t, asked)
-               else f"its output {loop}" if loop is not None and not count_loops else None)
+               else f"its output {loop}" if loop is not None and not count_loops
+               else diverged_everywhere(diverged.get(p, [])))
         out.append(PromptFacts(p, cat, t, loop, why))
     return tuple(out)
 
@@ -544,4 +571,5 @@ def spread_sd(s: stats.Spread) -> float:
 
 
 __all__ = ["DIFFERS", "MIN_VERDICT_PROMPTS", "OK", "CategoryVerdict", "Cell", "LoopFigure", "Prediction", "PromptFacts",
-           "SetupFigures", "WorkloadDecision", "decide_workload", "figures", "model_views", "prompt_facts", "verdict_text"]
+           "SetupFigures", "WorkloadDecision", "decide_workload", "diverged_everywhere", "figures", "model_views",
+           "prompt_facts", "verdict_text"]

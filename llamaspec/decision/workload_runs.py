@@ -133,7 +133,7 @@ def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Ce
     asked = (run.get("settings") or {}).get("n_predict")
     if summary.status == "differs":
         return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.DIFFERS, summary.lossless.text(),
-                             summary.timed_tokens, loop, asked)
+                             summary.timed_tokens, loop, asked, summary.lossless.first_difference)
     return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.OK, None, summary.timed_tokens, loop,
                          asked)
 

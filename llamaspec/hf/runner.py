@@ -175,7 +175,7 @@ class TransformersEngine:
     def check(self, case: ResolvedCase) -> None:
         plan = self.plan(case)
         target = self._ensure(case.target, plan.device, plan.dtype, plan.load_in)
-        if case.draft is not None and plan.spec_type == "draft":
+        if case.draft is not None and spectypes.needs_draft(plan.spec_type):
             draft = self._ensure(case.draft, plan.device, plan.draft_dtype, "none")
             self.universal(case, plan, target, draft)
         self._evict(keep=self._keys(case, plan))
@@ -216,7 +216,7 @@ class TransformersEngine:
             if mode == "batch":
                 return self._time_batches(case, target, log_path, base)
             draft = (self._ensure(case.draft, plan.device, plan.draft_dtype, "none")
-                     if case.draft is not None and (mode == "draft" or (mode == "speculative" and plan.spec_type == "draft"))
+                     if case.draft is not None and (mode == "draft" or (mode == "speculative" and spectypes.needs_draft(plan.spec_type)))
                      else None)
         except LlamaspecError as exc:
             return Measurement(ok=False, error=exc.message, wall_seconds=0.0, peak_rss_bytes=None, **base)
@@ -413,7 +413,7 @@ class TransformersEngine:
         if mode == "speculative":
             drafted = sum(d for d, _ in rounds)
             accepted = sum(a for _, a in rounds)
-            if assistant_stats is not None and plan.spec_type == "draft":
+            if assistant_stats is not None and spectypes.needs_draft(plan.spec_type):
                 assistant_stats["end"] = self._assistant_values(draft)
             assistant_stats = {**(assistant_stats or {}), "candidate_generator": made[0] if made else None,
                                "universal": "tokenizer" in kwargs}

@@ -232,6 +232,10 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
         first = first_pass(study.setups, by_position=True)
         contenders = min(decide.MAX_REQUESTS, len([s for s in study.setups if not s.draft_free and s not in first]))
         made: Plan | None = None
+        if study.touched:  # resumed: the plan is what it was, at the pace its stored pairs took
+            made = plan(len(study.cases), categories, len(first), contenders, study.stored_pair_seconds(), budget,
+                        study.over_prompts)
+            log.info("resumed with %d prompts measured; %s", len(study.touched), made.text(budget))
         by_position_checked = False
         i = 0
         while True:
@@ -268,31 +272,9 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
                 rest = [] if study.counts_positions() else [s for s in first_pass(study.setups, by_position=False)
                                                              if s not in first]
                 if rest:
-                    log.info("the program counts no acceptance by draft position: every length is measured first")
-                    first += rest
+                    first, budget, made = _every_length_first(study, sample, clock, first, rest, budget, made, defaulted,
+                                                              first_pairs)
                     contenders = 0
-                    whole = least_pairs(len(study.cases), categories, len(first), first_pairs, study.over_prompts)
-                    if defaulted and budget.pairs is not None:
-                        grown = budget.pairs + len(rest) * first_pairs * max(1, made.prompts if made else 1)
-                        log.info("the default budget grows from %d to %d pairs: the first pass measures every length",
-                                 budget.pairs, grown)
-                        budget = dataclasses.replace(budget, pairs=grown)
-                        clock.retarget(budget)
-                    if budget.pairs is not None and budget.pairs < whole:
-                        raise LlamaspecError(
-                            f"--budget {budget.pairs} pairs is too small: the program counts no acceptance by draft "
-                            f"position, so the first pass measures every length: {whole} pairs",
-                            hint=f"give at least --budget {whole} (the pairs measured are stored; the same command "
-                                 "resumes), or a program that counts positions: --program speculative-simple")
-                    if made is not None:
-                        made = plan(len(study.cases), categories, len(first), 0, study.pair_seconds, budget,
-                                    study.over_prompts)
-                        log.info("%s", made.text(budget))
-                    for case_ in sample.taken:  # the prompt already measured gets the other lengths too
-                        for setup in rest:
-                            if study.pairs_of(case_, setup) < first_pairs:
-                                clock.update(f"first pass: {setup.label} on {case_.name}")
-                                study.measure(case_, setup, first_pairs - study.pairs_of(case_, setup))
         taken = [c for c in sample.taken if study.left_out(c) is None]
         wd = study.decision()
         # the lengths the model puts near its best, where it sees a gain there within its error at all
@@ -314,6 +296,38 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
         return stop, progress, made
     finally:
         clock.close()
+
+
+def _every_length_first(study: StudyState, sample: _Sample, clock: Clock, first: list[Setup], rest: list[Setup],
+                        budget: Budget, made: Plan | None, defaulted: bool,
+                        first_pairs: int) -> tuple[list[Setup], Budget, Plan | None]:
+    """The program counts no acceptance by draft position: the first pass measures every length
+    (the prompts already taken get the others too). A default budget grows by what that adds; a
+    given one too small for it is refused. Returns the first pass, the budget and the plan."""
+    log.info("the program counts no acceptance by draft position: every length is measured first")
+    categories = len({study.prompts[c.name] for c in study.cases})
+    first = first + rest
+    whole = least_pairs(len(study.cases), categories, len(first), first_pairs, study.over_prompts)
+    if defaulted and budget.pairs is not None:
+        grown = budget.pairs + len(rest) * first_pairs * max(1, made.prompts if made else 1)
+        log.info("the default budget grows from %d to %d pairs: the first pass measures every length", budget.pairs, grown)
+        budget = dataclasses.replace(budget, pairs=grown)
+        clock.retarget(budget)
+    if budget.pairs is not None and budget.pairs < whole:
+        raise LlamaspecError(
+            f"--budget {budget.pairs} pairs is too small: the program counts no acceptance by draft position, so the "
+            f"first pass measures every length: {whole} pairs",
+            hint=f"give at least --budget {whole} (the pairs measured are stored; the same command resumes), or a "
+                 "program that counts positions: --program speculative-simple")
+    if made is not None:
+        made = plan(len(study.cases), categories, len(first), 0, study.pair_seconds, budget, study.over_prompts)
+        log.info("%s", made.text(budget))
+    for case in sample.taken:
+        for setup in rest:
+            if study.pairs_of(case, setup) < first_pairs:
+                clock.update(f"first pass: {setup.label} on {case.name}")
+                study.measure(case, setup, first_pairs - study.pairs_of(case, setup))
+    return first, budget, made
 
 
 def _error_of(models: Sequence[decide.ModelView], key: object) -> float:

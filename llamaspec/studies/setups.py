@@ -9,6 +9,7 @@ from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.decision import workload_runs
+from llamaspec.measure import spectypes
 from llamaspec.studies.sweep import Point, grid
 
 MODES_AXIS = "spec_type"
@@ -31,7 +32,7 @@ class Setup:
 
     @property
     def draft_free(self) -> bool:
-        return self.values.get(MODES_AXIS, "draft") != "draft"
+        return spectypes.of(self.values.get(MODES_AXIS)).draft_free
 
     @property
     def length(self) -> int | None:
@@ -54,7 +55,7 @@ def make_setup(point: Point, draft_names: Mapping[str, str] | None = None) -> Se
     names = dict(draft_names or {})
     values = dict(point.values)
     mode = values.get(MODES_AXIS)
-    if mode not in (None, "draft"):
+    if spectypes.of(mode).draft_free:
         label = str(mode)
     else:
         parts = [f"draft {values['draft_max']}" if "draft_max" in values else "draft"]

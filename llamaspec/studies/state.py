@@ -22,7 +22,7 @@ from typing import Any
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.host import NoiseSample
 from llamaspec.decision import workload, workload_runs
-from llamaspec.measure import timed
+from llamaspec.measure import spectypes, timed
 from llamaspec.measure.contract import Engine, ResolvedCase
 from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Group, Store
@@ -45,25 +45,25 @@ def prompt_group(sid: str, prompt: str) -> str:
 
 @dataclass(frozen=True)
 class Drift:
-    """How the speedups moved over the study: each setup's mean log speedup over its pairs in the
-    second half of the study's pairs against the first half's (split at the median of the order
-    they were measured in), averaged over the setups measured in both halves. The study takes its
-    prompts in a shuffled order, so the halves' prompts differ at random: the figure holds that
-    spread between prompts as well as the machine's drift."""
+    """How the speedups moved over the study: on the cells (a setup on a prompt) measured in both
+    halves of the study's pairs (split at the median of the order they were measured in), the mean
+    change of their log median, the second half's against the first's. The same setup on the same
+    prompt: what moves is the machine. An adaptive study measures its first cell once more at its
+    end (:meth:`StudyState.measure_anchor`), so that there is always one."""
 
     change: float | None  # second half over first, minus one; None: not measured
-    setups: int
+    cells: int
     pairs: int
 
     def text(self) -> str:
         if self.change is None:
-            return "drift over the study: not measured (no setup has pairs in both halves of the study)"
-        return (f"drift over the study: {self.change:+.1%} (each setup's speedups in the second half of the study's "
-                f"{self.pairs} pairs against the first half's, over {self.setups} setup{'s' if self.setups != 1 else ''}; "
-                "the halves' prompts differ)")
+            return "drift over the study: not measured (no setup was measured on one prompt in both halves of the study)"
+        return (f"drift over the study: {self.change:+.1%} (the speedups of {self.cells} setup-prompt cell"
+                f"{'s' if self.cells != 1 else ''} measured in both halves of the study's {self.pairs} pairs: the "
+                "second half's against the first's)")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change, "setups": self.setups, "pairs": self.pairs}
+        return {"change": self.change, "cells": self.cells, "pairs": self.pairs}
 
 
 class StudyState:
@@ -123,7 +123,10 @@ class StudyState:
 
     def left_out(self, case: Case) -> str | None:
         """Why ``case``'s prompt is out of every decision, from what its runs timed: too short to time,
-        or its output loops (unless loops count); None while it is timed or not measured."""
+        its output loops (unless loops count), or several setups diverge from the target alone at one
+        place (:func:`llamaspec.decision.workload.diverged_everywhere`); None while it is timed or not
+        measured."""
+        differs_at: list[int | None] = []
         for s in self.setups:
             row = self.row(case, s)
             if row is None:
@@ -133,9 +136,9 @@ class StudyState:
                 return timed.short_text(summary.timed_tokens, self.n_predict)
             if summary.loop is not None and not self.count_loops:
                 return f"its output {summary.loop.text()}"
-            if summary.timed_tokens is not None:
-                return None
-        return None
+            if summary.status == "differs":
+                differs_at.append(summary.lossless.first_difference)
+        return workload.diverged_everywhere(differs_at)
 
     # --- measuring ---------------------------------------------------------------------------------
 
@@ -157,7 +160,7 @@ class StudyState:
         for setup in list(self.setups):
             mode = setup.values.get(MODES_AXIS)
             if setup.draft_free and mode not in offered:
-                runs = ", ".join(m for m in offered if m != "draft") or "none"
+                runs = ", ".join(spectypes.draft_free_modes(self.engine.capabilities)) or "none"
                 skipped.append((setup.label, f"the {self.engine.name} engine does not run it here (its draft-free modes: {runs})"))
                 self.setups.remove(setup)
                 continue
@@ -222,6 +225,15 @@ class StudyState:
         """A pair's time so far: its two generations, not the warm-up or the cost timings a
         prompt's first draft pair takes once."""
         return self.pair_time / self.measured_here if self.measured_here and self.pair_time else None
+
+    def stored_pair_seconds(self) -> float | None:
+        """A pair's time as the study's stored pairs took it (a resumed study, before it measures
+        anything): the mean of their two generations' wall times."""
+        times: list[float] = []
+        for _c, _s, r in self.measured_cells():
+            sides = [m for m in self.store.measurements(r["id"]) if m.get("mode") in ("baseline", "speculative") and m.get("ok")]
+            times += [float(m.get("wall_seconds") or 0.0) for m in sides]
+        return 2 * sum(times) / len(times) if times else None
 
     # --- what is measured, and the decision ---------------------------------------------------------
 
@@ -304,6 +316,16 @@ class StudyState:
     def runs(self) -> dict[tuple[str, str], int]:
         return {(c.name, s.key): r["id"] for c, s, r in self.measured_cells()}
 
+    def measure_anchor(self) -> None:
+        """One more pair of the study's first cell (the first setup on the first prompt it measured),
+        at its end: the drift over the study is then measured on at least one cell."""
+        measured = self.measured_cells()
+        if not measured or not self.measured_here:
+            return
+        case, setup, _row = min(measured, key=lambda c: c[2]["id"])
+        log.info("the drift over the study: %s on %s once more, as at its start", setup.label, case.name)
+        self.measure(case, setup, 1)
+
     def drift(self) -> Drift:
         """:class:`Drift` over the study's pairs, in the order they were measured (the store's
         measurement ids)."""
@@ -312,29 +334,28 @@ class StudyState:
         from llamaspec.measure.pairs import whole_pairs
         from llamaspec.store.results import measurement_of
 
-        taken: list[tuple[int, str, float]] = []  # (when, setup, log ratio)
-        for _c, setup, r in self.measured_cells():
+        cells: list[list[tuple[int, float]]] = []  # each cell's pairs: (when, log ratio)
+        for _c, _s, r in self.measured_cells():
             rows = self.store.measurements(r["id"])
             ids: dict[int, int] = {}
             for m in rows:
                 if m.get("repeat") is not None:
                     ids[int(m["repeat"])] = max(ids.get(int(m["repeat"]), 0), int(m["id"]))
-            for p in whole_pairs([measurement_of(m) for m in rows]):
-                ratio = p.ratio
-                if ratio and ratio > 0 and p.index in ids:
-                    taken.append((ids[p.index], setup.key, math.log(ratio)))
-        if len(taken) < 2:
-            return Drift(None, 0, len(taken))
-        middle = sorted(t for t, _s, _r in taken)[len(taken) // 2]
+            cells.append([(ids[p.index], math.log(ratio)) for p in whole_pairs([measurement_of(m) for m in rows])
+                          if (ratio := p.ratio) is not None and ratio > 0 and p.index in ids])
+        order = sorted(t for cell in cells for t, _r in cell)
+        if len(order) < 2:
+            return Drift(None, 0, len(order))
+        middle = order[len(order) // 2]
         changes = []
-        for key in {s for _t, s, _r in taken}:
-            first = [r for t, s, r in taken if s == key and t < middle]
-            second = [r for t, s, r in taken if s == key and t >= middle]
+        for cell in cells:
+            first = [r for t, r in cell if t < middle]
+            second = [r for t, r in cell if t >= middle]
             if first and second:
                 changes.append(statistics.fmean(second) - statistics.fmean(first))
         if not changes:
-            return Drift(None, 0, len(taken))
-        return Drift(math.exp(statistics.fmean(changes)) - 1.0, len(changes), len(taken))
+            return Drift(None, 0, len(order))
+        return Drift(math.exp(statistics.fmean(changes)) - 1.0, len(changes), len(order))
 
 
 __all__ = ["STUDY_REFITS", "Drift", "StudyState", "prompt_group"]

@@ -27,6 +27,7 @@ from typing import Any
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import duration
 from llamaspec.decision import decide, workload
+from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine
 from llamaspec.store.results import Group, Store
 from llamaspec.studies import policy
@@ -186,6 +187,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
         stop, progress = policy.fixed(study, pairs_per_point(exp))
     else:
         stop, progress, made = policy.adaptive(study, budget, first_pairs, defaulted)
+        study.measure_anchor()
     from llamaspec.views import analysis
 
     runs = study.runs()
@@ -214,7 +216,7 @@ def modes_for(engine: Engine, asked: Sequence[str] | None = None) -> tuple[str, 
     skipped when the study checks its setups, and said), or every one the engine declares."""
     if asked is not None:
         return tuple(asked)
-    return tuple(m for m in engine.capabilities.spec_types if m != "draft")
+    return spectypes.draft_free_modes(engine.capabilities)
 
 
 def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
@@ -245,7 +247,7 @@ def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
     measured = [f["prompt"] for f in study.get("facts") or [] if f.get("timed_tokens") is not None]
     for prompt in measured:
         runs = [r for r in analysis.finished(store.runs(group_id=prompt_group(study["study_id"], prompt)))
-                if (r["settings"].get("spec_type") or "draft") == "draft"]
+                if spectypes.needs_draft(r["settings"].get("spec_type"))]
         if not runs:
             continue
         report = analysis.report_for_runs(store, runs, prompt, analysis.axes_of(runs), True, folder / prompt)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure import spectypes
 from llamaspec.measure.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
 from llamaspec.studies.experiment import Case, Experiment, ModelRef
 
@@ -96,7 +97,7 @@ class Point:
             else:
                 settings[axis] = value
         merged = Settings(**settings).over(case.settings)
-        if merged.spec_type not in (None, "draft"):
+        if spectypes.of(merged.spec_type).draft_free:
             return dataclasses.replace(case, draft=None, drafts=(), settings=merged)
         return dataclasses.replace(case, draft=draft, settings=merged)
 
