@@ -250,7 +250,7 @@ def builtin_table(rec: Recording) -> list[str]:
     pairs = sum(len(c.ratios) for c in cells)
     lines = [f"### {rec.title}", "",
              f"- data: `{rec.path}` (each run's generated text kept: what it timed)",
-             f"- command: `{data['command']}`",
+             f"- command: `{data['command']}`" + (f" ({data['note']})" if data.get("note") else ""),
              f"- measured: {data['recorded'][0][:16]} to {data['recorded'][1][11:16]} UTC; machine: {_machine(hw)}, "
              f"CPU {_cpu(hw)}, {settings.get('threads')} thread{'s' if settings.get('threads') != 1 else ''}",
              f"- llama.cpp {data.get('llamacpp_commit', '-')}; llamaspec {data.get('llamaspec_commit') or rec.llamaspec_commit}; "

@@ -191,9 +191,13 @@ class _Sample:
     """The prompts a study samples, category by category (over prompts), or every prompt in the
     workload's order (as the whole workload)."""
 
-    def __init__(self, study: StudyState) -> None:
+    def __init__(self, study: StudyState, first: Sequence[Setup] = (), first_pairs: int = 1) -> None:
         self.study = study
-        self.queues = study.order() if study.over_prompts else {"": list(study.cases)}
+        queues = study.order() if study.over_prompts else {"": list(study.cases)}
+        # a resumed study takes first the prompts its first pass finished (stable: the order kept otherwise)
+        done = {c.name for cases in queues.values() for c in cases
+                if c.name in study.touched and all(study.pairs_of(c, s) >= first_pairs for s in first)}
+        self.queues = {cat: sorted(cases, key=lambda c: c.name not in done) for cat, cases in queues.items()}
         self.taken: list[Case] = []  # measured in the first pass and timed
         self.left: list[Case] = []  # measured and left out (too short, looping)
         self.seen: set[str] = set()
@@ -226,10 +230,10 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
     positions, it grows by the lengths the first pass adds (the default spends the same beyond its
     first pass) rather than refusing its own default."""
     clock = Clock(study, budget, f"study {study.exp.name}")
-    sample = _Sample(study)
+    first = first_pass(study.setups, by_position=True)
+    sample = _Sample(study, first, first_pairs)
     categories = len({study.prompts[c.name] for c in study.cases})
     try:
-        first = first_pass(study.setups, by_position=True)
         contenders = min(decide.MAX_REQUESTS, len([s for s in study.setups if not s.draft_free and s not in first]))
         made: Plan | None = None
         if study.touched:  # resumed: the plan is what it was, at the pace its stored pairs took

@@ -187,7 +187,8 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
         stop, progress = policy.fixed(study, pairs_per_point(exp))
     else:
         stop, progress, made = policy.adaptive(study, budget, first_pairs, defaulted)
-        study.measure_anchor()
+        if budget.pairs is None or study.spent() < budget.pairs:  # the drift's cell, within a pairs budget
+            study.measure_anchor()
     from llamaspec.views import analysis
 
     runs = study.runs()
