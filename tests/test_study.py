@@ -245,8 +245,9 @@ def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models)
 def test_the_drift_over_the_study_compares_each_setups_halves(fake_models, tmp_path) -> None:  # noqa: F811
     """A machine that slows the two-model run a little more at every measurement: the same setups on
     the same prompts read lower in the study's second half than in its first, and the output says
-    by how much; a steady one reads within its noise. An adaptive study measures its first cell
-    again at its end, so it always has one."""
+    by how much; a steady one reads within its noise. An adaptive study within a time budget
+    measures its first cell again at its end, so it always has one; a pairs budget spent to the
+    last pair is never overrun for it."""
     setups = study.setups_for({"draft_max": (12, 16)})
     worn = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(spec_drift=0.01),
                            Store.open(tmp_path / "worn.sqlite"), fixed_grid=True)
@@ -256,8 +257,11 @@ def test_the_drift_over_the_study_compares_each_setups_halves(fake_models, tmp_p
                              fixed_grid=True)
     assert steady.drift is not None and steady.drift.change is not None and abs(steady.drift.change) < 0.05
     adaptive = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(), Store.open(tmp_path / "a.sqlite"),
-                               Budget(pairs=20))
+                               Budget(seconds=5))
     assert adaptive.drift is not None and adaptive.drift.cells >= 1 and adaptive.drift.change is not None
+    spent = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(), Store.open(tmp_path / "p.sqlite"),
+                            Budget(pairs=20))
+    assert spent.pairs <= 20
 
 
 def test_a_budget_too_small_for_every_prompt_samples_them_by_category(fake_models) -> None:  # noqa: F811
@@ -277,13 +281,14 @@ def test_a_budget_too_small_for_every_prompt_samples_them_by_category(fake_model
 
 def test_a_sampled_study_resumes_its_own_prompts_and_measures_nothing_again(fake_models) -> None:  # noqa: F811
     """A rerun of a sampled study takes the prompts it measured first (the same order), plans from
-    the pace its stored pairs took, and with its budget spent measures nothing more."""
+    the pace its stored pairs took, and with its budget spent (every pair it stored) measures nothing
+    more."""
     engine = sampled_engine()
     store = Store.open()
     setups = study.setups_for({"draft_max": (8, 12, 16)}, ("ngram-simple",))
     first = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=30))
     calls = len(engine.calls)
-    again = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=30))
+    again = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=first.pairs))
     assert len(engine.calls) == calls and again.pairs == first.pairs
     assert again.decision.timed == first.decision.timed and again.study_id == first.study_id
 
