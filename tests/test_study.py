@@ -242,6 +242,7 @@ def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models)
     assert "tokens  " in text and "drift over the study" in text
 
 
+@pytest.mark.slow  # a few seconds of fake measuring and plotting
 def test_the_drift_over_the_study_compares_each_setups_halves(fake_models, tmp_path) -> None:  # noqa: F811
     """A machine that slows the two-model run a little more at every measurement: the same setups on
     the same prompts read lower in the study's second half than in its first, and the output says

@@ -83,6 +83,7 @@ def test_a_replaying_fake_is_caught_by_the_drafted_length_check(fake_models, bac
     assert any(r["status"] == "failed" for r in store.runs(kind="sweep"))
 
 
+@pytest.mark.slow  # a few seconds of fake measuring and plotting
 def test_a_sweeps_views_plot_its_points_and_show_its_answer(fake_models) -> None:
     """A prompt's points are figures (the model fitted to them, their plots), never an answer of
     their own; `plot` and `report` print the study's answer, the same lines the study printed."""

@@ -17,6 +17,7 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.theory.cost import CostModel
 from llamaspec.theory.maths import (
     accept_rate,
+    accepted_unchecked,
     ceiling_speedup,
     expected_accepted,
     expected_tokens_per_round,
@@ -194,8 +195,12 @@ def _pooled_alpha(observations: Sequence[Observation]) -> float:
     if goal == total_drafted:
         return 1.0
 
+    for o in drafted:
+        expected_accepted(0.5, o.drafted_per_round)  # each length checked once, not at every bisection step
+    rounds = [(o.calls, o.drafted_per_round) for o in drafted]
+
     def accepted(a: float) -> float:
-        return sum(o.calls * expected_accepted(a, o.drafted_per_round) for o in drafted)
+        return sum(calls * accepted_unchecked(a, k) for calls, k in rounds)
 
     return solve_increasing(accepted, goal, 0.0, 1.0)
 

@@ -35,6 +35,11 @@ def expected_accepted(alpha: float, k: float) -> float:
     """
     _check_alpha(alpha)
     _check_k(k)
+    return accepted_unchecked(alpha, k)
+
+
+def accepted_unchecked(alpha: float, k: float) -> float:
+    """:func:`expected_accepted` for arguments already checked (a bisection asks it thousands of times)."""
     if alpha == 0.0 or k == 0:
         return 0.0
     if alpha == 1.0:
@@ -105,7 +110,7 @@ def alpha_from_tokens_per_round(tokens: float, k: float) -> float:
         return 0.0
     if tokens >= k + 1.0:
         return 1.0
-    return solve_increasing(lambda a: expected_tokens_per_round(a, k), tokens, 0.0, 1.0)
+    return solve_increasing(lambda a: 1.0 + accepted_unchecked(a, k), tokens, 0.0, 1.0)
 
 
 def paper_speedup(alpha: float, k: float, cost_ratio: float) -> float:

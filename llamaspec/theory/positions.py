@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.theory.maths import HINT_COUNTS, count
@@ -59,13 +60,13 @@ class PositionCurve:
                 raise LlamaspecError(f"acceptance by position: {a} rounds accepted through position {i}, but only {d} "
                                      "drafted it", hint=HINT_COUNTS)
 
-    @property
+    @cached_property
     def length(self) -> int:
         """The longest position some round drafted (0: none)."""
         return max((i for i, d in enumerate(self.drafted, start=1) if d > 0), default=0)
 
-    @property
-    def through(self) -> tuple[float, ...]:
+    @cached_property
+    def through(self) -> tuple[float, ...]:  # the curve is frozen: computed once (a fit asks thousands of times)
         """P(accepted through position i) for i = 1..length. A round accepted through i + 1 was
         accepted through i, so the shares are made non-increasing (a later position reading higher
         is what pooling runs of other lengths can do, not what a round can)."""
