@@ -95,6 +95,21 @@ def test_over_prompts_the_interval_resamples_prompts_and_widens_for_few() -> Non
     assert borrowed is not None and borrowed.n == 3 and borrowed.low < borrowed.median < borrowed.high
 
 
+def test_prompts_that_happen_to_agree_do_not_make_their_category_narrow() -> None:
+    """Two summarization prompts both at 2.6x (a mode that repeats text) and a spread-out code
+    category: alone the agreeing pair would claim summarization is known to a percent; with the
+    between-prompt noise known to be 0.4 its interval is as wide as that noise over two prompts
+    says, and a noise below its own spread changes nothing."""
+    ratios = {"summarization": [[2.54], [2.64]], "code": [[0.96], [1.05], [1.8]]}
+    own = estimators.over_prompts(ratios, noise=0.01)
+    floored = estimators.over_prompts(ratios, noise=0.01, prompt_noise=0.4)
+    small = estimators.over_prompts(ratios, noise=0.01, prompt_noise=0.01)
+    assert own is not None and floored is not None and small is not None
+    assert floored.median == pytest.approx(own.median)
+    assert floored.high / floored.low > 1.3 * (own.high / own.low)
+    assert small.low == pytest.approx(own.low, rel=0.02) and small.high == pytest.approx(own.high, rel=0.02)
+
+
 # --- the decision over cells ---------------------------------------------------------------------------
 
 def cell(prompt: str, setup: str, ratios: tuple[float, ...], status: str = "ok") -> workload.Cell:
@@ -367,8 +382,9 @@ def test_a_pairs_budget_below_the_first_pass_is_refused_naming_the_least(fake_mo
 def test_a_first_pair_too_slow_for_the_default_budget_is_refused_naming_it_and_the_load(
         fake_models, monkeypatch: pytest.MonkeyPatch, other_load: float | None) -> None:  # noqa: F811
     """A pair of about 2 minutes (a busy machine at two threads can make a 2 s pair that long): the
-    default budget's 4 minutes cannot pay for the first pass. The error names the default budget
-    (the user gave none) and, where other processes held the CPU meanwhile, the load."""
+    default budget's 4 minutes cannot pay for the first pass, nor the most it grows to (30). The
+    error names the default budget (the user gave none) and, where other processes held the CPU
+    meanwhile, the load."""
     from dataclasses import replace as replaced
 
     from llamaspec.base import host
@@ -389,6 +405,29 @@ def test_a_first_pair_too_slow_for_the_default_budget_is_refused_naming_it_and_t
     assert (err.value.hint or "").startswith("the machine was busy: rerun when it is idle, or with fewer threads (-t 1)") \
         == (other_load is not None)
     assert [m for m, _s in engine.calls].count("speculative") == 1  # one pair measured (and stored), then the refusal
+
+
+def test_the_default_budget_grows_to_hold_the_first_pass_on_an_idle_machine(
+        fake_models, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Pairs of about 30 s on an idle machine: the first pass (3 setups on one prompt of each of 4
+    categories) takes about 6 minutes, more than the default 4: the default grows to 8 (the first
+    pass within three quarters of it), says so, and the study answers."""
+    from dataclasses import replace as replaced
+
+    from llamaspec.base import host
+
+    monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: None)  # no other process measured
+
+    class Slower(WorkloadEngine):
+        def measure(self, case, mode, log_path):  # type: ignore[no-untyped-def]
+            return replaced(super().measure(case, mode, log_path), wall_seconds=15.0)
+
+    engine = Slower(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True, alphas=dict.fromkeys(PROMPTS, 0.8),
+                    modes={"ngram-simple": dict.fromkeys(PROMPTS, 1.0)})
+    with caplog.at_level("WARNING"):
+        result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open())
+    assert "the default budget grows from 4m00s to 8m00s: the first pass alone (12 pairs of about 30.0 s)" in caplog.text
+    assert result.plan is not None and result.plan.endswith("or 480 s") and result.decision.verdict is not None
 
 
 def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F811

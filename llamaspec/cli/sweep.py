@@ -43,7 +43,8 @@ log = logging.getLogger("llamaspec")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
               help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 40 % of the fixed grid's "
-                   "pairs, at most 4m of measuring; the first pass is always measured).")
+                   "pairs, at most 4m of measuring, grown to hold the first pass at the first pair's pace, up to 30m; "
+                   "the first pass is always measured).")
 @click.option("--fixed-grid", is_flag=True,
               help="Measure every setup on every prompt with --repeats pairs (in passes: a pair of each per pass, "
                    "the order rotating) instead of spending pairs where the decision is uncertain.")
@@ -211,7 +212,8 @@ def nothing_to_recommend(d: Any) -> tuple[str, str]:
 @click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: sample with this seed.")
 @click.option("--budget", default=None, metavar="TIME|PAIRS",
               help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 40 % of the fixed grid's "
-                   "pairs, at most 4m of measuring; the first pass is always measured); with --cluster, each machine's.")
+                   "pairs, at most 4m of measuring, grown to hold the first pass, up to 30m; the first pass is always "
+                   "measured); with --cluster, each machine's.")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
 @workload_options
 @common_options

@@ -436,7 +436,8 @@ def figures(cells: Sequence[Cell], prompts: Sequence[str], of: Mapping[str, str]
 
 def _prompt_noise(mine: Mapping[str, Cell], measured: Sequence[str], of: Mapping[str, str],
                   pooled: float | None) -> float | None:
-    """The between-prompt noise a setup's one-prompt categories are spread by: the largest of what
+    """The between-prompt noise a setup's one-prompt categories are spread by, and the least its
+    other categories are (:func:`llamaspec.measure.estimators.over_prompts`): the largest of what
     is known of it (its own within its categories, over two or more degrees of freedom; its own
     over all its prompts, three or more; the study's pooled over every setup). Setups differ in
     how much they vary from prompt to prompt (an n-gram mode's gain is near nothing on most text and

@@ -153,7 +153,9 @@ def over_prompts(ratios: Mapping[str, Sequence[Sequence[float]]], weights: Mappi
       pair: its ratio spread by ``noise``, the pair-to-pair noise, where known). A category's replicate mean is
       scaled about its own mean by sqrt(n/(n-1)) (the plug-in bootstrap of n values understates the
       variance of their mean by (n-1)/n, much at the 2-4 prompts a category a study measures). A
-      category with one prompt is spread by ``prompt_noise`` (:func:`between_prompts`). The
+      category with one prompt is spread by ``prompt_noise`` (:func:`between_prompts`), and one of
+      two or more by no less than it (two prompts that happen to agree do not make a category
+      narrow: the variance they fall short of it by is drawn from the normal). The
       replicates' spread about the estimate is then widened by Student's t over the normal's at the
       prompts' degrees of freedom (the prompts less the categories with two or more; with none, the
       prompts less one): a few prompts estimate their own spread poorly.
@@ -190,6 +192,11 @@ def over_prompts(ratios: Mapping[str, Sequence[Sequence[float]]], weights: Mappi
             drawn = per_prompt[rng.integers(0, k, (samples, k)), np.arange(samples)[:, None]].mean(axis=1)
             centre = statistics.fmean(logs[c])
             mean = centre + (drawn - centre) * math.sqrt(k / (k - 1))
+            # a few prompts that happen to agree say little of their category's spread: it is taken
+            # as no less than ``prompt_noise`` (the rest drawn from the normal)
+            short = (prompt_noise or 0.0) ** 2 - statistics.variance(logs[c])
+            if short > 0:
+                mean = mean + rng.normal(0.0, math.sqrt(short / k), samples)
         sums += w[c] * mean
     # A handful of prompts a category estimates their spread poorly: the replicates' spread about the
     # estimate is widened by Student's t over the normal's at the prompts' degrees of freedom (the

@@ -57,6 +57,7 @@ DEFAULT_BUDGET_TEXT = "4m"
 # times it (one pair's time is a rough guide: the first pass's setups differ in cost); below that,
 # the first pass is measured whole and the output says the budget was short.
 TOO_SMALL = 1.5
+MAX_DEFAULT_SECONDS = 30 * 60  # the most the default budget grows to, for the first pass
 # The first pass and the model's contenders take at most this share of the budget; the rest goes
 # where the decision asks.
 PLAN_SHARE = 0.75
@@ -163,28 +164,41 @@ class Clock:
         self.bar.close()
 
 
-def _refuse_short_budget(study: StudyState, least: int, budget: Budget, defaulted: bool) -> None:
-    """Once the first pair says how long a pair takes: a time budget that cannot pay for the least
-    first pass by far is refused (what is measured stays stored). ``defaulted``: the budget is the
-    default one, and the refusal says so; where other processes held the CPU during the pair, it
-    says that too (on a busy machine a pair at several threads can take many times longer)."""
+def _fit_first_pass(study: StudyState, least: int, budget: Budget, clock: Clock, defaulted: bool) -> Budget:
+    """Once the first pair says how long a pair takes, the budget against the least first pass.
+    The default budget grows to hold it (within :data:`PLAN_SHARE`, in whole minutes, up to
+    :data:`MAX_DEFAULT_SECONDS`; said in the log): the one-line command answers on a slower
+    machine too, only later. It is refused instead where other processes held the CPU during the
+    pair (on a busy machine a pair at several threads can take many times longer: the pace says
+    nothing) or the first pass needs more than that; a given time budget that cannot pay for it
+    by far is refused. What is measured stays stored. Returns the budget."""
     pace = study.pair_seconds
     if pace is None or budget.seconds is None:
-        return
+        return budget
     need = least * pace
     if need <= budget.seconds:
-        return
-    if need > budget.seconds * TOO_SMALL:
+        return budget
+    busy = study.noise is not None and study.noise.noisy
+    grown = 60.0 * math.ceil(need / PLAN_SHARE / 60)
+    if defaulted and not busy and grown <= MAX_DEFAULT_SECONDS:
+        log.warning("the default budget grows from %s to %s: the first pass alone (%d pairs of about %.1f s) takes "
+                    "about %s here; give --budget to choose", duration(budget.seconds), duration(grown), least, pace,
+                    duration(need))
+        budget = dataclasses.replace(budget, seconds=grown)
+        clock.retarget(budget)
+        return budget
+    if defaulted or need > budget.seconds * TOO_SMALL:
         named = f"the default budget ({duration(budget.seconds)})" if defaulted else f"--budget {duration(budget.seconds)}"
-        busy = study.noise is not None and study.noise.noisy
-        raise LlamaspecError(f"{named} is too small: the first pass alone takes about {duration(need)} ({least} pairs "
-                             f"of about {pace:.1f} s)" + (f"; {study.noise.text()}" if busy and study.noise else ""),
+        raise LlamaspecError(f"{named} is too small: the first pass alone takes about "
+                             f"{duration(need)} ({least} pairs of about {pace:.1f} s)"
+                             + (f"; {study.noise.text()}" if busy and study.noise else ""),
                              hint=(("the machine was busy: rerun when it is idle, or with fewer threads (-t 1); " if busy else "")
                                    + f"give at least --budget {math.ceil(need / 60)}m (the pair measured is stored; "
                                    "the same command resumes), or fewer draft lengths or modes"))
     log.warning("the first pass takes about %s, more than the budget's %s: it is measured whole (nothing less is decided "
                 "on), then the study stops; give --budget %dm or more to settle the decision", duration(need),
                 duration(budget.seconds), math.ceil(1.5 * need / 60))
+    return budget
 
 
 class _Sample:
@@ -224,11 +238,12 @@ class _Sample:
                      and c.name not in self.study.touched), None)
 
 
-def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: bool = False) -> tuple[str, str, Plan | None]:
+def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: bool = False) -> tuple[str, str, str | None]:
     """The adaptive policy (the module's docstring): (why it stopped, its last progress line, the
-    plan). ``defaulted``: the budget is the default one; where the program turns out to count no
-    positions, it grows by the lengths the first pass adds (the default spends the same beyond its
-    first pass) rather than refusing its own default."""
+    plan as said, within the budget as it ended). ``defaulted``: the budget is the default one; it
+    grows to hold the first pass at the pace of the first pair (:func:`_fit_first_pass`), and where
+    the program turns out to count no positions, by the lengths the first pass adds (the default
+    spends the same beyond its first pass) rather than refusing its own default."""
     clock = Clock(study, budget, f"study {study.exp.name}")
     first = first_pass(study.setups, by_position=True)
     sample = _Sample(study, first, first_pairs)
@@ -258,7 +273,7 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
                     study.measure(case, setup, first_pairs - study.pairs_of(case, setup))
                     if made is None and study.pair_seconds:
                         least = least_pairs(len(study.cases), categories, len(first), first_pairs, study.over_prompts)
-                        _refuse_short_budget(study, least, budget, defaulted)
+                        budget = _fit_first_pass(study, least, budget, clock, defaulted)
                         made = plan(len(study.cases), categories, len(first), contenders, study.pair_seconds, budget,
                                     study.over_prompts)
                         log.info("%s", made.text(budget))
@@ -297,7 +312,7 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
                     clock.update(f"the model's contender {setup.label} on {case.name}")
                     study.measure(case, setup, first_pairs)
         stop, progress = _decide_and_measure(study, clock, budget, sample)
-        return stop, progress, made
+        return stop, progress, made.text(budget) if made is not None else None
     finally:
         clock.close()
 

@@ -182,7 +182,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     log.info("study %s: %d setups (%s) over a workload of %d prompts in %d categories; %s", sid, len(study.setups),
              ", ".join(s.label for s in study.setups), len(exp.cases), categories_of(exp),
              "every setup on every prompt" if fixed_grid else f"within {budget.text()}")
-    made: Plan | None = None
+    made: str | None = None
     if fixed_grid:
         stop, progress = policy.fixed(study, pairs_per_point(exp))
     else:
@@ -195,7 +195,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     meta = analysis.run_meta(store, next(iter(runs.values()))) if runs else {}
     result = StudyResult(sid, exp.name, study.decision(), stop, study.spent(), fixed_pairs(exp, study.setups),
                          study.seconds, progress, tuple(skipped), runs, meta,
-                         made.text(budget) if made is not None else None, study.drift())
+                         made, study.drift())
     keep(store, exp, result)
     return result
 
