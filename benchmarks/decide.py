@@ -50,12 +50,15 @@ def recordings() -> list[tuple[str, Path]]:
     return found + [(f"{level} (one prompt)", SWEEPS / level / "sweep.json") for level in ONE_PROMPT_LEVELS]
 
 
+PER_PROMPT_MOST = 8  # --per-prompt: a row for each prompt of the recordings of this many prompts or fewer
+
+
 def workload_rows(name: str, path: Path, per_prompt: bool) -> list[tuple[str, Any]]:
     import replay as replays
 
     rec = replays.load(path)
     rows = [(f"{name}: {len(rec.prompts)} prompt{'s' if len(rec.prompts) != 1 else ''}", rec)]
-    if per_prompt and len(rec.prompts) > 1:
+    if per_prompt and 1 < len(rec.prompts) <= PER_PROMPT_MOST:
         rows += [(f"{name}: {q} alone", replays.restrict(rec, [q])) for q in rec.prompts]
     return rows
 
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replays", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=None, help="replay only the recordings whose name contains this")
-    ap.add_argument("--per-prompt", action="store_true", help="each prompt of a workload recording alone, too")
+    ap.add_argument("--per-prompt", action="store_true", help=f"each prompt of a workload recording of {PER_PROMPT_MOST} prompts or fewer alone, too")
     ap.add_argument("--write", type=Path, default=None,
                     help="keep the rows as JSON here (docs/results.md's table: tests/fixtures/llamacpp/0c1e570/"
                          "sweep-workload/replays.json, then `make docs`)")

@@ -82,6 +82,17 @@ def test_no_gain_is_no_draft_and_a_wide_interval_is_undecided() -> None:
     assert wide.lines()[0] == "undecided: the intervals are too wide"
 
 
+def test_an_undecided_answer_says_how_many_prompts_would_tell() -> None:
+    """1.11x [0.93-1.35] over 19 prompts: its lower half (log 1.11 - log 0.93) must shrink to log 1.11,
+    so about 19 * (0.177/0.104)^2 = 55 prompts in all; a best below 1.0, or a decided answer, says nothing."""
+    wide = decide.decide([c(8, 1.11, 0.93, 1.35, n=19)], unit="prompts")
+    assert wide.verdict == "undecided"
+    assert wide.to_tell == "about 55 prompts in all (now 19) would show draft 8's 1.11x a gain, if it and its spread held"
+    assert f"  to tell: {wide.to_tell}" in wide.lines() and wide.to_dict()["to_tell"] == wide.to_tell
+    assert decide.decide([c(8, 0.99, 0.90, 1.09, n=19)], unit="prompts").to_tell is None
+    assert decide.decide([c(8, 1.20, 1.10, 1.30, n=19)], unit="prompts").to_tell is None
+
+
 def test_nothing_to_decide() -> None:
     got = decide.decide([])
     assert got.verdict == "nothing" and got.chosen is None and not got.settled

@@ -144,7 +144,7 @@ class Request:
     unit: str = "pairs"
 
     def text(self) -> str:
-        return f"{self.label}: {self.pairs} more {_unit(self.unit, self.pairs)} ({self.why})"
+        return f"{self.label}: {self.pairs} more {_unit(self.unit, self.pairs)} next ({self.why})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": _jsonable(self.key), "label": self.label, "pairs": self.pairs, "unit": self.unit, "why": self.why}
@@ -187,6 +187,21 @@ class Decision:
             return "settled: no setting can be a gain of more than " + f"{self.tolerance:.0%}"
         return "not settled: " + "; ".join(r.text() for r in self.requests) if self.requests else "not settled"
 
+    @property
+    def to_tell(self) -> str | None:
+        """Where undecided and the best reads above 1.0: about how many prompts (pairs) in all its
+        interval would need to clear 1.0 if its estimate and spread held (the interval narrows like
+        1/sqrt(n)): what a budget would have to buy, said in numbers rather than "more"."""
+        c = self.chosen
+        if self.verdict != "undecided" or c is None or c.measured.n < 2 or not (c.measured.low > 0):
+            return None
+        gap, below = math.log(c.measured.median), math.log(c.measured.median) - math.log(c.measured.low)
+        if gap <= 0 or below <= 0:
+            return None
+        need = math.ceil(c.measured.n * (below / gap) ** 2)
+        return (f"about {need} {_unit(self.unit, need)} in all (now {c.measured.n}) would show {c.label}'s "
+                f"{c.measured.median:.2f}x a gain, if it and its spread held")
+
     def lines(self) -> list[str]:
         """The decision as the sweep, tune and prompt-set reports print it."""
         c = self.chosen
@@ -199,6 +214,7 @@ class Decision:
         else:
             head = "recommended: nothing"
         out = [head, f"  why: {self.reason}", f"  how sure: {self.sureness}"]
+        out += [f"  to tell: {t}"] if (t := self.to_tell) else []
         out += [f"  note: {n}" for n in self.notes]
         for m in self.models:
             best = next((b for b in m.bands if b.key == m.best), None)
@@ -213,7 +229,7 @@ class Decision:
         return {
             "verdict": self.verdict, "chosen": self.chosen.to_dict() if self.chosen else None,
             "interval": self.interval.to_dict() if self.interval else None, "reason": self.reason,
-            "settled": self.settled, "how_sure": self.sureness, "tolerance": self.tolerance,
+            "settled": self.settled, "how_sure": self.sureness, "to_tell": self.to_tell, "tolerance": self.tolerance,
             "half_width": self.half_width, "unit": self.unit, "contenders": [e.label for e in self.contenders],
             "measure_next": [r.to_dict() for r in self.requests], "notes": list(self.notes),
             "estimates": [e.to_dict() for e in self.estimates],

@@ -164,31 +164,36 @@ class Clock:
         self.bar.close()
 
 
-def _fit_first_pass(study: StudyState, least: int, budget: Budget, clock: Clock, defaulted: bool) -> Budget:
+def _fit_first_pass(study: StudyState, least: int, budget: Budget, clock: Clock, defaulted: bool,
+                    again: bool = False) -> Budget:
     """Once the first pair says how long a pair takes, the budget against the least first pass.
-    The default budget grows to hold it (within :data:`PLAN_SHARE`, in whole minutes, up to
-    :data:`MAX_DEFAULT_SECONDS`; said in the log): the one-line command answers on a slower
-    machine too, only later. It is refused instead where other processes held the CPU during the
+    The default budget grows to hold it within :data:`PLAN_SHARE` (in whole minutes, up to
+    :data:`MAX_DEFAULT_SECONDS`; said in the log), so that a quarter is left for what the decision
+    asks: the one-line command answers on a slower machine too, only later. ``again``: asked once
+    more as the first pass goes on (the first pair, of a cheap mode, can be quicker than the
+    rest): the default only grows further, if at all. It is refused instead where other processes held the CPU during the
     pair (on a busy machine a pair at several threads can take many times longer: the pace says
     nothing) or the first pass needs more than that; a given time budget that cannot pay for it
     by far is refused. What is measured stays stored. Returns the budget."""
-    pace = study.pair_seconds
-    if pace is None or budget.seconds is None:
+    pace, seconds = study.pair_seconds, budget.seconds
+    if pace is None or seconds is None:
         return budget
     need = least * pace
-    if need <= budget.seconds:
+    if need <= (PLAN_SHARE * seconds if defaulted else seconds):
         return budget
     busy = study.noise is not None and study.noise.noisy
     grown = 60.0 * math.ceil(need / PLAN_SHARE / 60)
     if defaulted and not busy and grown <= MAX_DEFAULT_SECONDS:
-        log.warning("the default budget grows from %s to %s: the first pass alone (%d pairs of about %.1f s) takes "
-                    "about %s here; give --budget to choose", duration(budget.seconds), duration(grown), least, pace,
-                    duration(need))
+        log.log(logging.INFO if again else logging.WARNING,
+                "the default budget grows from %s to %s: the first pass alone (%d pairs of about %.1f s) takes about "
+                "%s here; give --budget to choose", duration(seconds), duration(grown), least, pace, duration(need))
         budget = dataclasses.replace(budget, seconds=grown)
         clock.retarget(budget)
         return budget
-    if defaulted or need > budget.seconds * TOO_SMALL:
-        named = f"the default budget ({duration(budget.seconds)})" if defaulted else f"--budget {duration(budget.seconds)}"
+    if need <= seconds or again:  # a default that fits the first pass, not the quarter after it: not grown on a busy machine
+        return budget
+    if defaulted or need > seconds * TOO_SMALL:
+        named = f"the default budget ({duration(seconds)})" if defaulted else f"--budget {duration(seconds)}"
         raise LlamaspecError(f"{named} is too small: the first pass alone takes about "
                              f"{duration(need)} ({least} pairs of about {pace:.1f} s)"
                              + (f"; {study.noise.text()}" if busy and study.noise else ""),
@@ -197,7 +202,7 @@ def _fit_first_pass(study: StudyState, least: int, budget: Budget, clock: Clock,
                                    "the same command resumes), or fewer draft lengths or modes"))
     log.warning("the first pass takes about %s, more than the budget's %s: it is measured whole (nothing less is decided "
                 "on), then the study stops; give --budget %dm or more to settle the decision", duration(need),
-                duration(budget.seconds), math.ceil(1.5 * need / 60))
+                duration(seconds), math.ceil(1.5 * need / 60))
     return budget
 
 
@@ -271,12 +276,18 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
                 if study.pairs_of(case, setup) < first_pairs:
                     clock.update(f"first pass: {setup.label} on {case.name}")
                     study.measure(case, setup, first_pairs - study.pairs_of(case, setup))
+                    least = least_pairs(len(study.cases), categories, len(first), first_pairs, study.over_prompts)
                     if made is None and study.pair_seconds:
-                        least = least_pairs(len(study.cases), categories, len(first), first_pairs, study.over_prompts)
                         budget = _fit_first_pass(study, least, budget, clock, defaulted)
                         made = plan(len(study.cases), categories, len(first), contenders, study.pair_seconds, budget,
                                     study.over_prompts)
                         log.info("%s", made.text(budget))
+                    elif defaulted and study.pair_seconds:
+                        grown = _fit_first_pass(study, least, budget, clock, defaulted, again=True)
+                        if grown != budget:
+                            budget = grown
+                            made = plan(len(study.cases), categories, len(first), contenders, study.pair_seconds,
+                                        budget, study.over_prompts)
                 if study.left_out(case) is not None:
                     break
             why = study.left_out(case)

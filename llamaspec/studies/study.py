@@ -32,7 +32,7 @@ from llamaspec.measure.contract import Engine
 from llamaspec.store.results import Group, Store
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
-from llamaspec.studies.policy import DEFAULT_BUDGET_TEXT, Plan, allocate, first_pass
+from llamaspec.studies.policy import DEFAULT_BUDGET_TEXT, allocate, first_pass
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of, make_setup, setups_for
 from llamaspec.studies.state import Drift, StudyState, prompt_group
 from llamaspec.studies.sweep import Budget, pairs_per_point
