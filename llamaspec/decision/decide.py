@@ -144,7 +144,7 @@ class Request:
     unit: str = "pairs"
 
     def text(self) -> str:
-        return f"{self.label}: {self.pairs} more {_unit(self.unit, self.pairs)} next ({self.why})"
+        return f"{self.label}: {self.pairs} more {_unit(self.unit, self.pairs)} ({self.why})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": _jsonable(self.key), "label": self.label, "pairs": self.pairs, "unit": self.unit, "why": self.why}
