@@ -59,7 +59,10 @@ def workload_rows(name: str, path: Path, per_prompt: bool) -> list[tuple[str, An
     rec = replays.load(path)
     rows = [(f"{name}: {len(rec.prompts)} prompt{'s' if len(rec.prompts) != 1 else ''}", rec)]
     if per_prompt and 1 < len(rec.prompts) <= PER_PROMPT_MOST:
-        rows += [(f"{name}: {q} alone", replays.restrict(rec, [q])) for q in rec.prompts]
+        left = rec.facts()
+        rows += [(f"{name}: {q} alone", replays.restrict(rec, [q])) for q in rec.prompts if not left.get(q)]
+        for q in (q for q in rec.prompts if left.get(q)):
+            print(f"{name}: {q} alone: no row (left out of every study: {left[q]})", file=sys.stderr)
     return rows
 
 
