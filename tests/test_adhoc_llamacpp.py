@@ -111,3 +111,25 @@ def test_run_with_a_hub_repo_quant_as_the_target(llama_build, pair_files, hub) -
     assert models["target"]["sha256"] == hashlib.sha256(q4_0.read_bytes()).hexdigest()
     assert f"/snapshots/{commit}/{q4_0.name}" in models["target"]["path"]  # in the HF cache, by its name
     assert given.lock_path().is_file() and commit in given.lock_path().read_text()
+
+
+def test_a_prompt_answered_in_a_word_is_left_out_with_a_line_and_the_study_answers(llama_build, pair_files,
+                                                                                    tmp_path: Path) -> None:
+    """The real target answers one of two chat prompts in a word: that prompt is named as too short
+    to time, once, and the study answers on the other (issue 46)."""
+    target, draft, _ = pair_files
+    prompts = tmp_path / "two.jsonl"
+    prompts.write_text(
+        '{"id": "word", "category": "qa", "chat": true, "prompt": "Answer with one word only, yes or no: is ice cold?"}\n'
+        '{"id": "story", "category": "writing", "chat": true, "prompt": "Write a short story about a lighthouse keeper '
+        'who finds a message in a bottle. Use at least five sentences."}\n')
+    args = ["sweep", "-m", str(target), "-md", str(draft), "--draft", "8", "--modes", "none", "-n", "24", "-t", "1",
+            "-r", "1", "--fixed-grid", "--prompts", str(prompts), "--no-plot"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    left = [line for line in out.splitlines() if line.strip().startswith("word ")]
+    assert left and "left out: too short to time: the target alone answers in" in left[0], out
+    assert "left out of the answer (1): word (too short to time" in out
+    assert "story" in next(line for line in out.splitlines() if line.strip().startswith("story "))
+    real_checks.answer_text(out, str(target), str(draft))

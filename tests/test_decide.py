@@ -142,7 +142,10 @@ def test_the_model_asks_for_an_unmeasured_length() -> None:
     got = decide.decide([c(4, 1.50, 1.48, 1.52), c(8, 1.52, 1.50, 1.54)], [model])
     assert not got.settled
     assert any(r.key == 6 and "not measured" in r.why for r in got.requests)
-    assert any("model: best draft 6 1.70x" in line for line in got.lines())
+    assert any("model: best draft 6 1.70x [1.66-1.74]" in line for line in got.lines())
+    # a band the bootstrap over pairs could not widen (one pair a point) is no interval
+    flat = decide.decide([c(4, 1.50, 1.48, 1.52)], [view({4: (1.50, 1.48, 1.52), 6: (1.70, 1.70, 1.70)}, best=6)])
+    assert any(line.startswith("  model: best draft 6 1.70x, its median error") for line in flat.lines())
 
 
 def test_pairs_needed_follows_the_square_root_law() -> None:

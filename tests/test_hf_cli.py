@@ -128,8 +128,9 @@ def test_run_sweep_report_plot(catalog: Path, tmp_path: Path) -> None:
     pngs = [Path(line.split("plot: ", 1)[1]) for line in plotted.output.splitlines() if line.strip().startswith("plot: ")]
     assert {p.stem for p in pngs if p.suffix == ".png"} == {"workload", "decode_tps", "acceptance", "speedup", "dashboard",
                                                                "acceptance_by_position"}  # transformers counts positions
-    head = next(line for line in swept.output.splitlines() if line.startswith("study "))
-    assert plotted.output.splitlines()[0] == head  # the study's answer, as the sweep printed it
+    # the study's answer, as the sweep printed it (after the sweep's log lines, which also start "study ")
+    answer = plotted.output.split("\n\n", 1)[0]
+    assert answer.startswith("study ") and answer.splitlines()[0].endswith(f": {NAME}") and answer in swept.output
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs if p.suffix == ".png")
 
     compared = invoke("report", NAME, "--compare", "engine", "--no-plot")

@@ -207,6 +207,18 @@ def test_a_workload_with_no_timed_prompt_recommends_nothing_and_says_why() -> No
     assert hint.startswith("left out q (too short to time: the target alone answers in 2 tokens")
 
 
+def test_a_studys_plots_are_named_short_the_workloads_by_path_each_prompts_by_folder(tmp_path) -> None:
+    from llamaspec.cli.sweep import plots_text
+
+    folder = tmp_path / "study"
+    plots = [folder / "workload.png"] + [folder / p / f"{f}.png" for p in ("a", "b") for f in ("speedup", "acceptance")]
+    text = plots_text(plots)
+    assert text.splitlines() == ["", f"  plot: {folder / 'workload.png'}",
+                                 f"  plots of each measured prompt's draft lengths (acceptance, speedup; 2 prompts): "
+                                 f"{folder}/PROMPT/"]
+    assert plots_text([]) == "" and plots_text(plots[:1]) == f"\n  plot: {folder / 'workload.png'}"
+
+
 def test_allocate_fills_the_missing_prompts_first_then_the_noisiest() -> None:
     assert study.allocate(3, {"a": (1.0, 1.1)}, ["a", "b", "c"], 0.05) == {"b": 1, "c": 1}
     have = {"a": (1.0, 1.01, 0.99), "b": (1.0, 1.3, 0.8)}

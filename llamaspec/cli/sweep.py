@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,10 +175,24 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
         click.echo(json.dumps({**result.as_dict(), "plots": [str(p) for p in plots],
                                "deploy": answer.to_dict() if answer else None}, indent=2, default=str))
     else:
-        click.echo(result.render() + "".join(f"\n  plot: {p}" for p in plots)
-                   + (f"\n{answer.render()}" if answer else ""))
+        click.echo(result.render() + plots_text(plots) + (f"\n{answer.render()}" if answer else ""))
     if result.decision.verdict == "nothing":
         raise LlamaspecError(*nothing_to_recommend(result.decision))
+
+
+def plots_text(plots: Sequence[Path]) -> str:
+    """The figures a study wrote, short: the workload's each by its path, the measured prompts'
+    draft-length figures by their folder (`llamaspec plot NAME` lists every one)."""
+    if not plots:
+        return ""
+    folder = min((p.parent for p in plots), key=lambda d: len(d.parts))  # the study's; each prompt's below it
+    per = [p for p in plots if p.parent != folder]
+    out = "".join(f"\n  plot: {p}" for p in plots if p.parent == folder)
+    if per:
+        prompts = {p.parent.name for p in per}
+        out += (f"\n  plots of each measured prompt's draft lengths ({', '.join(sorted({p.stem for p in per}))}; "
+                f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''}): {folder}/PROMPT/")
+    return out
 
 
 def nothing_to_recommend(d: Any) -> tuple[str, str]:

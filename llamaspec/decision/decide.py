@@ -221,8 +221,9 @@ class Decision:
             if best is not None:
                 spread = (f" (bootstrap: {', '.join(_short(b) for b in m.bands if b.key in m.best_range)})"
                           if len(m.best_range) > 1 else "")
-                out.append(f"  model: best {best.label} {best.predicted:.2f}x [{best.low:.2f}-{best.high:.2f}]{spread}, "
-                           f"its median error {m.error:.1%}")
+                # a band the bootstrap over pairs cannot widen (one pair a point) is not shown as an interval
+                band = f" [{best.low:.2f}-{best.high:.2f}]" if f"{best.low:.2f}" != f"{best.high:.2f}" else ""
+                out.append(f"  model: best {best.label} {best.predicted:.2f}x{band}{spread}, its median error {m.error:.1%}")
         return out
 
     def to_dict(self) -> dict[str, Any]:

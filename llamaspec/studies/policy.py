@@ -259,7 +259,8 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
         if study.touched:  # resumed: the plan is what it was, at the pace its stored pairs took
             made = plan(len(study.cases), categories, len(first), contenders, study.stored_pair_seconds(), budget,
                         study.over_prompts)
-            log.info("resumed with %d prompts measured; %s", len(study.touched), made.text(budget))
+            log.info("resumed with %d prompt%s measured; %s", len(study.touched), "" if len(study.touched) == 1 else "s",
+                     made.text(budget))
         by_position_checked = False
         i = 0
         while True:
