@@ -8,6 +8,7 @@ Bootstraps are seeded, so the same measurements always give the same interval.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -106,12 +107,17 @@ def bootstrap(values: Sequence[float], estimator: Callable[[Sequence[float]], fl
 
 def spread(values: Sequence[float | None]) -> Spread | None:
     """Median, 95 % bootstrap interval of the median, extremes and CV; None for no values."""
-    clean = [float(v) for v in values if v is not None]
-    if not clean:
-        return None
+    clean = tuple(float(v) for v in values if v is not None)
+    return _spread(clean) if clean else None
+
+
+@functools.lru_cache(maxsize=8192)
+def _spread(clean: tuple[float, ...]) -> Spread:
+    # Cached: the bootstrap is seeded, so the same values always give the same Spread (frozen), and a
+    # study asks for its cells' spreads again at every step of its decision.
     low, high = bootstrap(clean)
     return Spread(median=statistics.median(clean), low=low, high=high, n=len(clean), min=min(clean), max=max(clean),
-                  cv=cv(clean), values=tuple(clean))
+                  cv=cv(clean), values=clean)
 
 
 def geometric_mean(values: Sequence[float]) -> float:
