@@ -202,7 +202,7 @@ class ReplayEngine:
         self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
                                          settings=frozenset(FIELDS), spec_types=("draft", *modes), draft_policy="capped")
         self._open: dict[tuple[str, str], tuple[RecordedPair, set[str]]] = {}
-        self.seconds = 0.0  # the recorded wall time of every pair drawn
+        self.seconds = 0.0  # the recorded wall time of every run drawn
         self.pairs = 0
 
     def identity(self) -> str:
@@ -240,11 +240,11 @@ class ReplayEngine:
         if current is None or mode in current[1]:
             current = (pairs[self.rng.randrange(len(pairs))], set())
             self._open[key] = current
-            self.seconds += current[0].seconds
             self.pairs += 1
         pair, served = current
         served.add(mode)
         row = pair.baseline if mode == "baseline" else pair.speculative
+        self.seconds += float(row.get("wall_seconds") or 0.0)  # each side as it is run: a shared baseline is run once
         return dataclasses.replace(measurement_of(row), pair=None)
 
 

@@ -267,6 +267,14 @@ def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models)
     text = result.render()
     assert "target alone" in text and "by category" in text and estimators.OVER_PROMPTS in text
     assert "tokens  " in text and "drift over the study" in text
+    # a prompt's new cells share its first baseline (one to one): fewer baselines than speculative runs;
+    # a cell begun on it and given pairs of its own later counts every ratio
+    modes = [m for m, _s in engine.calls]
+    assert modes.count("baseline") < modes.count("speculative")
+    sums = [Summary.from_dict(r["summary"]) for r in store.runs(kind="sweep") if r["status"] == "ok"]
+    shared = [x for x in sums if x.estimator == estimators.PARTLY_SHARED]
+    assert shared and any(x.pairs > 1 for x in shared)
+    assert all(x.speedup is not None and x.pairs == len(x.speedup.values) for x in shared)
 
 
 @pytest.mark.slow  # a few seconds of fake measuring and plotting
@@ -393,8 +401,9 @@ def test_a_pairs_budget_below_the_first_pass_is_refused_naming_the_least(fake_mo
 @pytest.mark.parametrize("other_load", [None, 0.6])
 def test_a_first_pair_too_slow_for_the_default_budget_is_refused_naming_it_and_the_load(
         fake_models, monkeypatch: pytest.MonkeyPatch, other_load: float | None) -> None:  # noqa: F811
-    """A pair of about 2 minutes (a busy machine at two threads can make a 2 s pair that long): the
-    default budget's 4 minutes cannot pay for the first pass, nor the most it grows to (30). The
+    """Runs of 2.5 minutes each (a busy machine at two threads can make a 2 s run that long): the
+    default budget's 4 minutes cannot pay for the first pass (a baseline and 3 setups' runs on a
+    prompt of each of 4 categories: 40 minutes), nor the most it grows to (30). The
     error names the default budget (the user gave none) and, where other processes held the CPU
     meanwhile, the load."""
     from dataclasses import replace as replaced
@@ -403,7 +412,7 @@ def test_a_first_pair_too_slow_for_the_default_budget_is_refused_naming_it_and_t
 
     class Slow(WorkloadEngine):
         def measure(self, case, mode, log_path):  # type: ignore[no-untyped-def]
-            return replaced(super().measure(case, mode, log_path), wall_seconds=60.0)
+            return replaced(super().measure(case, mode, log_path), wall_seconds=150.0)
 
     busy = None if other_load is None else host.NoiseSample(seconds=60.0, cpu_seconds=120.0, busy_seconds=120.0 * other_load + 50.0,
                                                             own_seconds=50.0, steal_seconds=0.0)
@@ -421,9 +430,10 @@ def test_a_first_pair_too_slow_for_the_default_budget_is_refused_naming_it_and_t
 
 def test_the_default_budget_grows_to_hold_the_first_pass_on_an_idle_machine(
         fake_models, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    """Pairs of about 30 s on an idle machine: the first pass (3 setups on one prompt of each of 4
-    categories) takes about 6 minutes, more than the default 4: the default grows to 8 (the first
-    pass within three quarters of it), says so, and the study answers."""
+    """Runs of 15 s on an idle machine: the first pass (on one prompt of each of 4 categories, a
+    baseline shared by its 3 setups' runs: 60 s a prompt) takes about 4 minutes, more than three
+    quarters of the default 4: the default grows to 6 (the first pass within three quarters of it),
+    says so, and the study answers."""
     from dataclasses import replace as replaced
 
     from llamaspec.base import host
@@ -438,8 +448,8 @@ def test_the_default_budget_grows_to_hold_the_first_pass_on_an_idle_machine(
                     modes={"ngram-simple": dict.fromkeys(PROMPTS, 1.0)})
     with caplog.at_level("WARNING"):
         result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open())
-    assert "the default budget grows from 4m00s to 8m00s: the first pass alone (12 pairs of about 30.0 s)" in caplog.text
-    assert result.plan is not None and result.plan.endswith("or 480 s") and result.decision.verdict is not None
+    assert "the default budget grows from 4m00s to 6m00s: the first pass alone (12 pairs, about 60.0 s a prompt)" in caplog.text
+    assert result.plan is not None and result.plan.endswith("or 360 s") and result.decision.verdict is not None
 
 
 def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F811
@@ -465,9 +475,9 @@ def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F
     calls = len(engine.calls)
     result = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=60))
     assert set(kept) <= set(result.runs.values())  # the finished points were resumed, not measured again
-    # only new pairs were measured (two generations each), besides a warm-up and the cost timings of
-    # the prompts whose timings the interruption lost
-    assert 2 * (result.pairs - before) <= len(engine.calls) - calls <= 2 * (result.pairs - before) + 9
+    # only new pairs were measured (two generations each, one where a new cell shares its prompt's
+    # baseline), besides a warm-up and the cost timings of the prompts whose timings the interruption lost
+    assert result.pairs - before <= len(engine.calls) - calls <= 2 * (result.pairs - before) + 9
 
 
 def test_the_fixed_grid_measures_every_setup_on_every_prompt(fake_models) -> None:  # noqa: F811
@@ -483,12 +493,13 @@ def test_the_fixed_grid_measures_every_setup_on_every_prompt(fake_models) -> Non
 def test_the_plan_fits_the_first_pass_into_its_share_of_the_budget() -> None:
     from llamaspec.studies import policy
 
-    # 4 minutes at 5 s a pair, 7 first setups and 3 contenders: 0.75 * 240 / (10 * 5) = 3.6 -> 3, but one a category
-    made = policy.plan(54, 6, 7, 3, 5.0, Budget(seconds=240.0))
-    assert made.prompts == 6 and made.of == 54 and made.seconds == pytest.approx(6 * 10 * 5.0)
+    # 4 minutes at 55 s a prompt (a 5 s baseline shared by 7 first setups' and 3 contenders' 5 s runs):
+    # 0.75 * 240 / 55 = 3.3 -> 3, but one a category
+    made = policy.plan(54, 6, 7, 3, 55.0, Budget(seconds=240.0))
+    assert made.prompts == 6 and made.of == 54 and made.seconds == pytest.approx(6 * 55.0)
     assert made.text(Budget(seconds=240.0)).startswith("plan: 6 of 54 prompts (about 1 a category), each with the first "
-                                                         "pass's 7 setups and up to 3 of the model's lengths: about 5m00s")
-    roomy = policy.plan(54, 6, 7, 3, 1.0, Budget(seconds=600.0, pairs=200))
+                                                         "pass's 7 setups and up to 3 of the model's lengths: about 5m30s")
+    roomy = policy.plan(54, 6, 7, 3, 11.0, Budget(seconds=600.0, pairs=200))
     assert roomy.prompts == 15  # the pairs bind: 0.75 * 200 / 10
     assert policy.plan(12, 6, 7, 3, 0.1, Budget(seconds=600.0)).prompts == 12  # never more than the workload
     whole = policy.plan(54, 6, 7, 3, 5.0, Budget(seconds=240.0), over_prompts=False)

@@ -10,6 +10,7 @@ import pytest
 
 from llamaspec.decision import workload
 from llamaspec.decision.workload_runs import cost, setup_axes, setup_of, workload_of_runs
+from llamaspec.measure import estimators
 from llamaspec.measure.contract import Measurement
 from llamaspec.measure.summary import summarize
 
@@ -81,10 +82,20 @@ def test_cells_take_each_runs_pairs_and_how_it_ended() -> None:
     excluded = {s.label: s.excluded for s in d.setups}
     assert excluded == {"draft 8": None, "draft 4": "output differs on code", "draft 2": "failed on code (boom)"}
     assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"
-    # a shared baseline's ratios are not pairs: no workload estimate from them
+    # speculative runs on baselines shared one to one (a study's new cells on a prompt): each ratio
+    # has a baseline of its own, not paired in time, and counts
     shared = {**row(9, "code", [1.5, 1.6]), "summary": summary([1.5, 1.6], shared=True)}
-    assert not shared["summary"]["paired"] and shared["summary"]["speedup"]["values"]
+    assert not shared["summary"]["paired"] and shared["summary"]["estimator"] == estimators.PARTLY_SHARED
     (cell,), _ = workload_of_runs([shared])
+    assert cell.ratios == pytest.approx((1.5, 1.6)) and cell.status == workload.OK
+    # more speculative runs than baselines to share: each over their median, no ratio of its own: none counts
+    spec = [Measurement(mode="speculative", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                        peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=75.0 + i, text="same") for i in range(2)]
+    base = Measurement(mode="baseline", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                       peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=50.0, text="same")
+    apart = {**row(10, "code", [1.5]), "summary": summarize(spec, shared_baseline=[base]).to_dict()}
+    assert apart["summary"]["estimator"] == estimators.SHARED_BASELINE
+    (cell,), _ = workload_of_runs([apart])
     assert cell.ratios == () and cell.status == workload.OK
 
 

@@ -41,6 +41,8 @@ from llamaspec.base import stats
 
 POINT = "median of paired ratios (speculative over the baseline of its own pair), 95 % bootstrap interval"
 SHARED_BASELINE = "median of each speculative run over the shared baseline's median (not paired)"
+PARTLY_SHARED = ("median of the ratios, each speculative run over a baseline of its own: its pair's, or one it shares "
+                 "with the prompt's other setups (not paired in time)")
 WORKLOAD = ("geometric mean of the prompts' speedups (each the median of its paired ratios), 95 % bootstrap "
             "interval resampling each prompt's pairs (a prompt with one pair: its ratio spread by the pooled "
             "pair-to-pair noise of the study's prompts)")

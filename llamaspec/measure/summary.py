@@ -335,7 +335,9 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     speculative run over the baseline of its own pair. A half pair (a side failed or was
     interrupted) is in no pair: its measurements are kept out of every figure that compares the two
     modes. With a shared baseline (an explicit cost saver), each speculative run is divided by the
-    shared baseline's median, and ``paired`` says so. ``temperature`` above 0: a sampled point, whose
+    shared baseline's median, and ``paired`` says so; where there are as many shared baselines as
+    lone speculative runs, each lone run is divided by one of them (in order), each whole pair by its
+    own (:data:`llamaspec.measure.estimators.PARTLY_SHARED`: every ratio has a baseline of its own). ``temperature`` above 0: a sampled point, whose
     outputs are not compared (``Lossless`` "not applicable: sampled")."""
     from llamaspec.measure.pairs import whole_pairs
 
@@ -354,6 +356,16 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         spec, base = [p.speculative for p in rated], [p.baseline for p in rated]
         pairs = [(p.speculative, p.baseline) for p in whole]
         ratios = [r for p in rated if (r := p.ratio) is not None]
+    elif shared_base and len(shared_base) >= len(alone):
+        # Each lone speculative run over one shared baseline, in order (a study's new cells on a prompt
+        # share its first baselines), each whole pair over its own: every ratio has a baseline of its own.
+        lone = list(zip(alone, shared_base, strict=False))  # as many shared baselines as lone runs, or more
+        rated = [p for p in whole if p.ratio is not None]
+        spec = [p.speculative for p in rated] + [s for s, _b in lone]
+        base = [p.baseline for p in rated] + [b for _s, b in lone]
+        pairs = [(p.speculative, p.baseline) for p in whole] + lone
+        ratios = ([r for p in rated if (r := p.ratio) is not None]
+                  + [s.decode_tps / b.decode_tps for s, b in lone if s.decode_tps and b.decode_tps])
     elif shared_base:  # every baseline under the shared key, this point's own too: all measured apart
         spec, base = ok_spec, shared_base + own_base
         mid = statistics.median([b.decode_tps for b in base if b.decode_tps]) if any(b.decode_tps for b in base) else None
@@ -407,7 +419,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in spec) or None if spec else None,
         baseline_peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in base) or None if base else None,
         speed_basis=basis, baseline_key=baseline_key, warnings=tuple(warnings), error=error, noise=noise,
-        estimator=estimators.POINT if paired or not shared_base else estimators.SHARED_BASELINE,
+        estimator=(estimators.POINT if paired or not shared_base
+                   else estimators.PARTLY_SHARED if len(shared_base) >= len(alone) else estimators.SHARED_BASELINE),
         drafted_by_position=by.drafted, accepted_by_position=by.accepted, positions_note=by.note,
         timed_tokens=round(statistics.median(n)) if (n := [b.n_predict - 1 for b in base if b.n_predict]) else None,
         loop=next((timed.loop_of(b.text) for b in base if b.text is not None), None),

@@ -102,20 +102,20 @@ class Plan:
         return f"plan: {what}, each with {each}{about}; then what the decision asks for, within {budget.text()}"
 
 
-def plan(workload_prompts: int, categories: int, first: int, contenders: int, pace: float | None, budget: Budget,
+def plan(workload_prompts: int, categories: int, first: int, contenders: int, per_prompt: float | None, budget: Budget,
          over_prompts: bool = True) -> Plan:
     """The first pass's sample: every prompt as the whole workload; over prompts, as many as one pair
     of each first setup and contender on each fits into :data:`PLAN_SHARE` of the budget (its
-    time at ``pace`` seconds a pair, its pairs), at least one a category, at most every prompt."""
+    time at ``per_prompt`` seconds a prompt, its pairs), at least one a category, at most every prompt."""
     per = first + contenders
     n = workload_prompts
     if over_prompts:
-        if budget.seconds is not None and pace:
-            n = min(n, math.floor(PLAN_SHARE * budget.seconds / (per * pace)))
+        if budget.seconds is not None and per_prompt:
+            n = min(n, math.floor(PLAN_SHARE * budget.seconds / per_prompt))
         if budget.pairs is not None:
             n = min(n, math.floor(PLAN_SHARE * budget.pairs / per))
         n = max(min(categories, workload_prompts), n)
-    return Plan(n, workload_prompts, categories, first, contenders, n * per * pace if pace else None,
+    return Plan(n, workload_prompts, categories, first, contenders, n * per_prompt if per_prompt else None,
                 whole=not over_prompts)
 
 
@@ -164,7 +164,7 @@ class Clock:
         self.bar.close()
 
 
-def _fit_first_pass(study: StudyState, least: int, budget: Budget, clock: Clock, defaulted: bool,
+def _fit_first_pass(study: StudyState, least: int, first: int, budget: Budget, clock: Clock, defaulted: bool,
                     again: bool = False) -> Budget:
     """Once the first pair says how long a pair takes, the budget against the least first pass.
     The default budget grows to hold it within :data:`PLAN_SHARE` (in whole minutes, up to
@@ -175,18 +175,18 @@ def _fit_first_pass(study: StudyState, least: int, budget: Budget, clock: Clock,
     pair (on a busy machine a pair at several threads can take many times longer: the pace says
     nothing) or the first pass needs more than that; a given time budget that cannot pay for it
     by far is refused. What is measured stays stored. Returns the budget."""
-    pace, seconds = study.pair_seconds, budget.seconds
-    if pace is None or seconds is None:
+    each, seconds = study.prompt_seconds(first), budget.seconds
+    if each is None or seconds is None:
         return budget
-    need = least * pace
+    need = least / first * each  # a prompt: its baseline, shared, and each first setup's speculative run
     if need <= (PLAN_SHARE * seconds if defaulted else seconds):
         return budget
     busy = study.noise is not None and study.noise.noisy
     grown = 60.0 * math.ceil(need / PLAN_SHARE / 60)
     if defaulted and not busy and grown <= MAX_DEFAULT_SECONDS:
         log.log(logging.INFO if again else logging.WARNING,
-                "the default budget grows from %s to %s: the first pass alone (%d pairs of about %.1f s) takes about "
-                "%s here; give --budget to choose", duration(seconds), duration(grown), least, pace, duration(need))
+                "the default budget grows from %s to %s: the first pass alone (%d pairs, about %.1f s a prompt) takes "
+                "about %s here; give --budget to choose", duration(seconds), duration(grown), least, each, duration(need))
         budget = dataclasses.replace(budget, seconds=grown)
         clock.retarget(budget)
         return budget
@@ -195,7 +195,7 @@ def _fit_first_pass(study: StudyState, least: int, budget: Budget, clock: Clock,
     if defaulted or need > seconds * TOO_SMALL:
         named = f"the default budget ({duration(seconds)})" if defaulted else f"--budget {duration(seconds)}"
         raise LlamaspecError(f"{named} is too small: the first pass alone takes about "
-                             f"{duration(need)} ({least} pairs of about {pace:.1f} s)"
+                             f"{duration(need)} ({least} pairs, about {each:.1f} s a prompt)"
                              + (f"; {study.noise.text()}" if busy and study.noise else ""),
                              hint=(("the machine was busy: rerun when it is idle, or with fewer threads (-t 1); " if busy else "")
                                    + f"give at least --budget {math.ceil(need / 60)}m (the pair measured is stored; "
@@ -257,8 +257,8 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
         contenders = min(decide.MAX_REQUESTS, len([s for s in study.setups if not s.draft_free and s not in first]))
         made: Plan | None = None
         if study.touched:  # resumed: the plan is what it was, at the pace its stored pairs took
-            made = plan(len(study.cases), categories, len(first), contenders, study.stored_pair_seconds(), budget,
-                        study.over_prompts)
+            made = plan(len(study.cases), categories, len(first), contenders,
+                        study.prompt_seconds(len(first) + contenders, stored=True), budget, study.over_prompts)
             log.info("resumed with %d prompt%s measured; %s", len(study.touched), "" if len(study.touched) == 1 else "s",
                      made.text(budget))
         by_position_checked = False
@@ -276,19 +276,20 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
                 setup = first[(i + j) % len(first)]  # the setups' order rotates from prompt to prompt
                 if study.pairs_of(case, setup) < first_pairs:
                     clock.update(f"first pass: {setup.label} on {case.name}")
-                    study.measure(case, setup, first_pairs - study.pairs_of(case, setup))
+                    study.measure(case, setup, first_pairs - study.pairs_of(case, setup), share=True)
                     least = least_pairs(len(study.cases), categories, len(first), first_pairs, study.over_prompts)
-                    if made is None and study.pair_seconds:
-                        budget = _fit_first_pass(study, least, budget, clock, defaulted)
-                        made = plan(len(study.cases), categories, len(first), contenders, study.pair_seconds, budget,
-                                    study.over_prompts)
+                    each = study.prompt_seconds(len(first) + contenders)
+                    if made is None and each:
+                        budget = _fit_first_pass(study, least, len(first), budget, clock, defaulted)
+                        made = plan(len(study.cases), categories, len(first), contenders,
+                                    study.prompt_seconds(len(first) + contenders), budget, study.over_prompts)
                         log.info("%s", made.text(budget))
-                    elif defaulted and study.pair_seconds:
-                        grown = _fit_first_pass(study, least, budget, clock, defaulted, again=True)
+                    elif defaulted and each:
+                        grown = _fit_first_pass(study, least, len(first), budget, clock, defaulted, again=True)
                         if grown != budget:
                             budget = grown
-                            made = plan(len(study.cases), categories, len(first), contenders, study.pair_seconds,
-                                        budget, study.over_prompts)
+                            made = plan(len(study.cases), categories, len(first), contenders,
+                                        study.prompt_seconds(len(first) + contenders), budget, study.over_prompts)
                 if study.left_out(case) is not None:
                     break
             why = study.left_out(case)
@@ -322,7 +323,7 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
                     break
                 if study.pairs_of(case, setup) < first_pairs:
                     clock.update(f"the model's contender {setup.label} on {case.name}")
-                    study.measure(case, setup, first_pairs)
+                    study.measure(case, setup, first_pairs, share=True)
         stop, progress = _decide_and_measure(study, clock, budget, sample)
         return stop, progress, made.text(budget) if made is not None else None
     finally:
@@ -351,13 +352,14 @@ def _every_length_first(study: StudyState, sample: _Sample, clock: Clock, first:
             hint=f"give at least --budget {whole} (the pairs measured are stored; the same command resumes), or a "
                  "program that counts positions: --program speculative-simple")
     if made is not None:
-        made = plan(len(study.cases), categories, len(first), 0, study.pair_seconds, budget, study.over_prompts)
+        made = plan(len(study.cases), categories, len(first), 0, study.prompt_seconds(len(first)), budget,
+                    study.over_prompts)
         log.info("%s", made.text(budget))
     for case in sample.taken:
         for setup in rest:
             if study.pairs_of(case, setup) < first_pairs:
                 clock.update(f"first pass: {setup.label} on {case.name}")
-                study.measure(case, setup, first_pairs - study.pairs_of(case, setup))
+                study.measure(case, setup, first_pairs - study.pairs_of(case, setup), share=True)
     return first, budget, made
 
 
@@ -390,7 +392,7 @@ def _decide_and_measure(study: StudyState, clock: Clock, budget: Budget, sample:
                 todo = [(study.by_name[p], n) for p, n in allocate(r.pairs, have, timed, wd.noise).items()]
             for case, n in todo:
                 clock.update(f"{setup.label} on {case.name}: {n} more pair{'s' if n != 1 else ''}")
-                study.measure(case, setup, n)
+                study.measure(case, setup, n, share=True)
                 if clock.spent():
                     break
             if clock.spent():

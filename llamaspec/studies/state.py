@@ -91,6 +91,8 @@ class StudyState:
         self.measured_here = 0  # pairs this invocation measured
         self.seconds = 0.0  # ... and the time they took, warm-up and cost timings included
         self.pair_time = 0.0  # the pairs' own generations (baseline and speculative), for the pace
+        self.side_time = {"baseline": 0.0, "speculative": 0.0}  # ... by side, and how many of each
+        self.side_runs = {"baseline": 0, "speculative": 0}
         self.warm = False
         self.noise: NoiseSample | None = None  # the machine during the last pairs measured (steal, other load)
         self.shared_baseline = shared_baseline
@@ -188,8 +190,10 @@ class StudyState:
         row = self.row(case, setup)
         return Summary.from_dict(row.get("summary")).pairs if row else 0
 
-    def measure(self, case: Case, setup: Setup, pairs: int) -> None:
-        """``pairs`` more pairs of ``setup`` on ``case``'s prompt (its first ones start the run)."""
+    def measure(self, case: Case, setup: Setup, pairs: int, share: bool = False) -> None:
+        """``pairs`` more pairs of ``setup`` on ``case``'s prompt (its first ones start the run).
+        ``share``: a new cell's first pairs take the prompt's baselines already measured in this
+        study, where there are (its speculative runs only); its later pairs are whole."""
         if (case.name, setup.key) in self.failed or pairs < 1:
             return
         rc = self.resolve(case, setup)
@@ -200,7 +204,7 @@ class StudyState:
                 result = run_case(rc, self.engine, self.store, repeats=pairs, hardware=self.hw, exp=self.exp, kind="sweep",
                                   group=Group("sweep", self.group(case)), point_key=setup.key,
                                   baseline_scope=self.sid, time_costs=not setup.draft_free, warmup=not self.warm,
-                                  shared_baseline=self.shared_baseline, on_event=self.on_event)
+                                  shared_baseline=self.shared_baseline or share, on_event=self.on_event)
                 self.warm = True
             else:
                 result = more_pairs(row["id"], rc, self.engine, self.store, pairs, baseline_scope=self.sid,
@@ -215,6 +219,9 @@ class StudyState:
         sides = [m for m in result.measurements if m.mode in ("baseline", "speculative") and m.pair is not None]
         new = set(sorted({m.pair for m in sides if m.pair is not None})[-pairs:])  # this call's pairs: the last indices
         self.pair_time += sum(m.wall_seconds or 0.0 for m in sides if m.pair in new)
+        for m in (m for m in sides if m.pair in new):
+            self.side_time[m.mode] += m.wall_seconds or 0.0
+            self.side_runs[m.mode] += 1
         if result.status == "failed":
             self.failed[(case.name, setup.key)] = result.error or "failed"
             log.warning("%s failed on %s: %s (it is left out of the decision; every pair measured is stored)",
@@ -226,14 +233,21 @@ class StudyState:
         prompt's first draft pair takes once."""
         return self.pair_time / self.measured_here if self.measured_here and self.pair_time else None
 
-    def stored_pair_seconds(self) -> float | None:
-        """A pair's time as the study's stored pairs took it (a resumed study, before it measures
-        anything): the mean of their two generations' wall times."""
-        times: list[float] = []
-        for _c, _s, r in self.measured_cells():
-            sides = [m for m in self.store.measurements(r["id"]) if m.get("mode") in ("baseline", "speculative") and m.get("ok")]
-            times += [float(m.get("wall_seconds") or 0.0) for m in sides]
-        return 2 * sum(times) / len(times) if times else None
+    def prompt_seconds(self, setups: int, stored: bool = False) -> float | None:
+        """About how long ``setups`` new cells of one pair take on a new prompt that share its one
+        baseline: a baseline and ``setups`` speculative runs, at this invocation's pace of each
+        (``stored``: as the study's stored pairs took them, for a resumed study before it measures)."""
+        time, runs = dict(self.side_time), dict(self.side_runs)
+        if stored:
+            time, runs = {"baseline": 0.0, "speculative": 0.0}, {"baseline": 0, "speculative": 0}
+            for _c, _s, r in self.measured_cells():
+                for m in self.store.measurements(r["id"]):
+                    if m.get("mode") in time and m.get("ok"):
+                        time[m["mode"]] += float(m.get("wall_seconds") or 0.0)
+                        runs[m["mode"]] += 1
+        if not all(runs.values()):
+            return None
+        return time["baseline"] / runs["baseline"] + setups * time["speculative"] / runs["speculative"]
 
     # --- what is measured, and the decision ---------------------------------------------------------
 
@@ -341,8 +355,17 @@ class StudyState:
             for m in rows:
                 if m.get("repeat") is not None:
                     ids[int(m["repeat"])] = max(ids.get(int(m["repeat"]), 0), int(m["id"]))
-            cells.append([(ids[p.index], math.log(ratio)) for p in whole_pairs([measurement_of(m) for m in rows])
-                          if (ratio := p.ratio) is not None and ratio > 0 and p.index in ids])
+            whole = whole_pairs([measurement_of(m) for m in rows])
+            cell = [(ids[p.index], math.log(ratio)) for p in whole
+                    if (ratio := p.ratio) is not None and ratio > 0 and p.index in ids]
+            # a speculative run on a baseline it shares with the prompt's other setups, one to one, in order
+            paired = {p.index for p in whole}
+            lone = [m for m in rows if m.get("mode") == "speculative" and m.get("ok") and m.get("repeat") not in paired]
+            key = Summary.from_dict(r.get("summary")).baseline_key
+            shared = self.store.shared(key)[:len(lone)] if lone and key else []
+            cell += [(int(m["id"]), math.log(m["decode_tps"] / b["decode_tps"])) for m, b in zip(lone, shared, strict=False)
+                     if m.get("decode_tps") and b.get("decode_tps")]
+            cells.append(cell)
         order = sorted(t for cell in cells for t, _r in cell)
         if len(order) < 2:
             return Drift(None, 0, len(order))
