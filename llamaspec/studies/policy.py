@@ -14,7 +14,9 @@ The adaptive policy (benchmarks/decide.py replays it on recordings, through
    program counts acceptance by draft position (their rounds cover every shorter position, so
    the curve and the cost timings predict every other length), else of every length; the
    setups' order rotates from prompt to prompt, so each setup's pairs are spread over the whole
-   study. A prompt whose first pair shows it too short to time, or looping, gets no more pairs
+   study. A prompt's first cell measures a whole pair; its other new cells (here and in the steps
+   below) share that baseline, one to one, and measure their speculative runs only; a cell's later
+   pairs are whole (:func:`llamaspec.measure.summary.summarize`). A prompt whose first pair shows it too short to time, or looping, gets no more pairs
    (it is left out of the decision) and the next prompt of its category takes its place.
 3. **The model's contenders**: the lengths it predicts within its error of its best (at most
    ``decide.MAX_REQUESTS``), one pair on each sampled prompt; none where the model sees no gain
@@ -166,7 +168,8 @@ class Clock:
 
 def _fit_first_pass(study: StudyState, least: int, first: int, budget: Budget, clock: Clock, defaulted: bool,
                     again: bool = False) -> Budget:
-    """Once the first pair says how long a pair takes, the budget against the least first pass.
+    """Once the first pair says how long a baseline and a speculative run take, the budget against
+    the least first pass (a prompt of each category: its baseline and each first setup's run).
     The default budget grows to hold it within :data:`PLAN_SHARE` (in whole minutes, up to
     :data:`MAX_DEFAULT_SECONDS`; said in the log), so that a quarter is left for what the decision
     asks: the one-line command answers on a slower machine too, only later. ``again``: asked once
