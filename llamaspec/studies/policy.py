@@ -14,9 +14,10 @@ The adaptive policy (benchmarks/decide.py replays it on recordings, through
    program counts acceptance by draft position (their rounds cover every shorter position, so
    the curve and the cost timings predict every other length), else of every length; the
    setups' order rotates from prompt to prompt, so each setup's pairs are spread over the whole
-   study. A prompt's first cell measures a whole pair; its other new cells (here and in the steps
-   below) share that baseline, one to one, and measure their speculative runs only; a cell's later
-   pairs are whole (:func:`llamaspec.measure.summary.summarize`). A prompt whose first pair shows it too short to time, or looping, gets no more pairs
+   study. Over several prompts, a prompt's first cell measures a whole pair; its other new cells
+   (here and in the steps below) share that baseline, one to one, and measure their speculative
+   runs only; a cell's later pairs are whole (:func:`llamaspec.measure.summary.summarize`). On one
+   prompt every pair is whole. A prompt whose first pair shows it too short to time, or looping, gets no more pairs
    (it is left out of the decision) and the next prompt of its category takes its place.
 3. **The model's contenders**: the lengths it predicts within its error of its best (at most
    ``decide.MAX_REQUESTS``), one pair on each sampled prompt; none where the model sees no gain

@@ -96,6 +96,10 @@ class StudyState:
         self.warm = False
         self.noise: NoiseSample | None = None  # the machine during the last pairs measured (steal, other load)
         self.shared_baseline = shared_baseline
+        # Over several prompts, a prompt's new cells share its first baseline (the spread between
+        # prompts outweighs the pair noise, and the time saved buys prompts); on one prompt the pair
+        # noise is the whole interval, and every pair is measured whole.
+        self.shares = len(self.cases) > 1
         self.clock = clock
         self._fits: dict[tuple[str, Any], tuple[Any, list[workload.Prediction]]] = {}  # refitted only when points change
         self._rows: dict[tuple[str, str], dict[str, Any] | None] = {}  # the store's newest finished row of a cell
@@ -193,7 +197,8 @@ class StudyState:
     def measure(self, case: Case, setup: Setup, pairs: int, share: bool = False) -> None:
         """``pairs`` more pairs of ``setup`` on ``case``'s prompt (its first ones start the run).
         ``share``: a new cell's first pairs take the prompt's baselines already measured in this
-        study, where there are (its speculative runs only); its later pairs are whole."""
+        study, where there are (its speculative runs only; over several prompts, :attr:`shares`);
+        its later pairs are whole."""
         if (case.name, setup.key) in self.failed or pairs < 1:
             return
         rc = self.resolve(case, setup)
@@ -204,7 +209,8 @@ class StudyState:
                 result = run_case(rc, self.engine, self.store, repeats=pairs, hardware=self.hw, exp=self.exp, kind="sweep",
                                   group=Group("sweep", self.group(case)), point_key=setup.key,
                                   baseline_scope=self.sid, time_costs=not setup.draft_free, warmup=not self.warm,
-                                  shared_baseline=self.shared_baseline or share, on_event=self.on_event)
+                                  shared_baseline=self.shared_baseline or (share and self.shares),
+                                  on_event=self.on_event)
                 self.warm = True
             else:
                 result = more_pairs(row["id"], rc, self.engine, self.store, pairs, baseline_scope=self.sid,
@@ -234,8 +240,8 @@ class StudyState:
         return self.pair_time / self.measured_here if self.measured_here and self.pair_time else None
 
     def prompt_seconds(self, setups: int, stored: bool = False) -> float | None:
-        """About how long ``setups`` new cells of one pair take on a new prompt that share its one
-        baseline: a baseline and ``setups`` speculative runs, at this invocation's pace of each
+        """About how long ``setups`` new cells of one pair take on a new prompt: a baseline they
+        share and ``setups`` speculative runs (a pair each on one prompt), at this invocation's pace of each
         (``stored``: as the study's stored pairs took them, for a resumed study before it measures)."""
         time, runs = dict(self.side_time), dict(self.side_runs)
         if stored:
@@ -247,7 +253,8 @@ class StudyState:
                         runs[m["mode"]] += 1
         if not all(runs.values()):
             return None
-        return time["baseline"] / runs["baseline"] + setups * time["speculative"] / runs["speculative"]
+        base, spec = time["baseline"] / runs["baseline"], time["speculative"] / runs["speculative"]
+        return base + setups * spec if self.shares else setups * (base + spec)
 
     # --- what is measured, and the decision ---------------------------------------------------------
 
