@@ -452,6 +452,21 @@ def test_the_default_budget_grows_to_hold_the_first_pass_on_an_idle_machine(
     assert result.plan is not None and result.plan.endswith("or 360 s") and result.decision.verdict is not None
 
 
+def test_a_pairs_budget_the_first_pass_spends_measures_no_contender_then_or_on_a_rerun(fake_models) -> None:  # noqa: F811
+    """A pairs budget of exactly the first pass (3 setups on each of 4 prompts): the model's
+    contenders get no pair, and the same study run again measures nothing (it refits on every
+    stored pair and may name other contenders: the budget holds them off too)."""
+    engine = categories_engine()
+    store = Store.open()
+    setups = study.setups_for(LENGTHS, ("ngram-simple",))
+    result = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=12))
+    assert result.pairs == 12 and {s.label for s in result.decision.setups if s.speedup is not None} == {
+        "ngram-simple", "draft 16", "draft 12"}
+    calls = len(engine.calls)
+    again = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=12))
+    assert again.pairs == 12 and len(engine.calls) == calls
+
+
 def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F811
     class Interrupting(WorkloadEngine):
         limit = 1_000_000

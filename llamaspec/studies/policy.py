@@ -323,7 +323,9 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
         for k in near:
             setup = study.by_key[str(k)]
             for case in taken:
-                if clock.spent():
+                # a pairs budget holds here too: a resumed study refits on every stored pair and may name
+                # contenders its first run did not
+                if clock.spent() or (budget.pairs is not None and study.spent() >= budget.pairs):
                     break
                 if study.pairs_of(case, setup) < first_pairs:
                     clock.update(f"the model's contender {setup.label} on {case.name}")
