@@ -5,6 +5,7 @@ loopback hub with the real huggingface_hub."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -131,5 +132,6 @@ def test_a_prompt_answered_in_a_word_is_left_out_with_a_line_and_the_study_answe
     left = [line for line in out.splitlines() if line.strip().startswith("word ")]
     assert left and "left out: too short to time: the target alone answers in" in left[0], out
     assert "left out of the answer (1): word (too short to time" in out
-    assert "story" in next(line for line in out.splitlines() if line.strip().startswith("story "))
+    story = next(line for line in out.splitlines() if line.strip().startswith("story "))
+    assert re.search(r" \d+ tokens  ", story) and "left out" not in story, out  # timed: it carries the answer
     real_checks.answer_text(out, str(target), str(draft))

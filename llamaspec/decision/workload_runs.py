@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaspec.decision import workload
-from llamaspec.measure import estimators, spectypes
+from llamaspec.measure import spectypes
 from llamaspec.measure.settings import SWEEPABLE
 from llamaspec.measure.summary import Summary
 
@@ -128,9 +128,7 @@ def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Ce
     if run.get("status") not in ("ok", "differs") or summary.status not in ("ok", "differs"):
         why = run.get("error") or summary.error or f"run {run.get('id')} {run.get('status') or summary.status}"
         return workload.Cell(prompt, setup.key, setup.label, (), setup.cost, "failed", str(why))
-    # a ratio counts where its speculative run has a baseline of its own (paired, or shared one to one)
-    own = summary.paired or summary.estimator == estimators.PARTLY_SHARED
-    ratios = tuple(summary.speedup.values) if summary.speedup and own else ()
+    ratios = tuple(summary.speedup.values) if summary.speedup and summary.own_baselines else ()
     loop = summary.loop.text() if summary.loop else None
     asked = (run.get("settings") or {}).get("n_predict")
     if summary.status == "differs":

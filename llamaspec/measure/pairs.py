@@ -40,7 +40,7 @@ from llamaspec.base import host
 from llamaspec.measure.contract import PAIR_MODES, Engine, Measurement, ResolvedCase, refuse_drafting_baseline
 
 __all__ = ["PAIR_MODES", "Measure", "Pair", "Pairs", "Taken", "failure", "measure_one", "measure_pairs", "measure_runs",
-           "metered", "order", "whole_pairs"]
+           "lone_runs", "metered", "order", "whole_pairs"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,14 @@ class Pair:
         """Speculative over baseline decode speed (None when either speed is missing)."""
         b, s = self.baseline.decode_tps, self.speculative.decode_tps
         return s / b if s and b else None
+
+
+def lone_runs(measured: Iterable[Measurement]) -> list[Measurement]:
+    """The successful speculative runs in no whole pair (:func:`whole_pairs`), in order: those a
+    study measured on a baseline shared with the prompt's other setups, one to one."""
+    measured = list(measured)
+    paired = {p.index for p in whole_pairs(measured)}
+    return [m for m in measured if m.mode == "speculative" and m.ok and (m.pair is None or m.pair not in paired)]
 
 
 def whole_pairs(measured: Iterable[Measurement]) -> list[Pair]:

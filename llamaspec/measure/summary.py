@@ -9,12 +9,17 @@ point (and, only when asked, a shared baseline), and stored as JSON with the run
 - **speedup**: the point estimator (:mod:`llamaspec.measure.estimators`, named in ``estimator``): the median
   of paired ratios (each speculative run over the baseline of its own pair, pairs made by index)
   with a 95 % bootstrap interval. With a shared baseline (an explicit cost saver) each run is
-  divided by the shared baseline's median instead, and the summary says so (``paired`` False).
+  divided by the shared baseline's median instead, and the summary says so (``paired`` False);
+  with a baseline shared one to one (a study's new cells on a prompt), each over its own
+  (``own_baselines``).
 - **lossless**: greedy output with a draft must equal greedy output without one, on the generated
   part only, token ids where the engine gives them; a shorter speculative output differs. A sampled
   run (temperature above 0) is "not applicable: sampled": neither lossless nor differing.
 - **counters**: rounds, mean accepted length and drafted-per-round come from the engine's own
   per-program formula; the drafted length is checked against the requested one.
+
+Its size: the lossless verdict, the drafted-length check and the summary's dataclass with its one
+builder and its JSON round trip; every view reads them, so they stay together.
 """
 
 from __future__ import annotations
@@ -278,6 +283,11 @@ class Summary:
         return text + (f"; {self.positions_note}" if self.positions_note else "")
 
     @property
+    def own_baselines(self) -> bool:
+        """Every ratio is over a baseline of its own: its pair's, or one shared one to one."""
+        return self.paired or self.estimator == estimators.PARTLY_SHARED
+
+    @property
     def recommendable(self) -> bool:
         return self.status == "ok" and self.speedup is not None
 
@@ -339,14 +349,13 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     lone speculative runs, each lone run is divided by one of them (in order), each whole pair by its
     own (:data:`llamaspec.measure.estimators.PARTLY_SHARED`: every ratio has a baseline of its own). ``temperature`` above 0: a sampled point, whose
     outputs are not compared (``Lossless`` "not applicable: sampled")."""
-    from llamaspec.measure.pairs import whole_pairs
+    from llamaspec.measure.pairs import lone_runs, whole_pairs
 
     whole = whole_pairs(measured)
-    in_pairs = {p.index for p in whole}
     ok_spec = [m for m in measured if m.mode == "speculative" and m.ok]
     own_base = [m for m in measured if m.mode == "baseline" and m.ok]
     shared_base = [m for m in shared_baseline if m.mode == "baseline" and m.ok]
-    alone = [m for m in ok_spec if m.pair is None or m.pair not in in_pairs]  # no baseline partner of its own
+    alone = lone_runs(measured)  # no baseline partner of its own
     paired = bool(whole) and not (shared_base and alone)
     pairs: list[tuple[Measurement, Measurement]]
     if paired:

@@ -285,15 +285,15 @@ def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: boo
                     each = study.prompt_seconds(len(first) + contenders)
                     if made is None and each:
                         budget = _fit_first_pass(study, least, len(first), budget, clock, defaulted)
-                        made = plan(len(study.cases), categories, len(first), contenders,
-                                    study.prompt_seconds(len(first) + contenders), budget, study.over_prompts)
+                        made = plan(len(study.cases), categories, len(first), contenders, each, budget,
+                                    study.over_prompts)
                         log.info("%s", made.text(budget))
                     elif defaulted and each:
                         grown = _fit_first_pass(study, least, len(first), budget, clock, defaulted, again=True)
                         if grown != budget:
                             budget = grown
-                            made = plan(len(study.cases), categories, len(first), contenders,
-                                        study.prompt_seconds(len(first) + contenders), budget, study.over_prompts)
+                            made = plan(len(study.cases), categories, len(first), contenders, each, budget,
+                                        study.over_prompts)
                 if study.left_out(case) is not None:
                     break
             why = study.left_out(case)

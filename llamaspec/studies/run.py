@@ -204,18 +204,12 @@ def more_pairs(run_id: int, case: ResolvedCase, backend: Engine, store: Store, c
     start = 1 + max((m.pair for m in before if m.pair is not None), default=-1)
     # A run begun on a shared baseline (a study's first pass) keeps it for its lone speculative runs;
     # its new pairs are measured whole.
-    lone = len(_lone(before))
+    lone = len(pairs.lone_runs(before))
     point = _Point(case, backend, store, run_id, baseline_scope, True, bool(lone), lone or start + count, on_event,
                    before)
     summary = point.measure(count, count, start, None, shown=start + count)
     return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name,
                       engine_settings=backend.capabilities.settings)
-
-
-def _lone(measured: Sequence[Measurement]) -> list[Measurement]:
-    """The successful speculative runs without a baseline of their own pair (measured on a shared one)."""
-    based = {m.pair for m in measured if m.mode == "baseline" and m.ok and m.pair is not None}
-    return [m for m in measured if m.mode == "speculative" and m.ok and (m.pair is None or m.pair not in based)]
 
 
 class _Point:

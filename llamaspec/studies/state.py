@@ -352,7 +352,7 @@ class StudyState:
         measurement ids)."""
         import math
 
-        from llamaspec.measure.pairs import whole_pairs
+        from llamaspec.measure.pairs import lone_runs, whole_pairs
         from llamaspec.store.results import measurement_of
 
         cells: list[list[tuple[int, float]]] = []  # each cell's pairs: (when, log ratio)
@@ -362,16 +362,15 @@ class StudyState:
             for m in rows:
                 if m.get("repeat") is not None:
                     ids[int(m["repeat"])] = max(ids.get(int(m["repeat"]), 0), int(m["id"]))
-            whole = whole_pairs([measurement_of(m) for m in rows])
-            cell = [(ids[p.index], math.log(ratio)) for p in whole
+            measured = [measurement_of(m) for m in rows]
+            cell = [(ids[p.index], math.log(ratio)) for p in whole_pairs(measured)
                     if (ratio := p.ratio) is not None and ratio > 0 and p.index in ids]
             # a speculative run on a baseline it shares with the prompt's other setups, one to one, in order
-            paired = {p.index for p in whole}
-            lone = [m for m in rows if m.get("mode") == "speculative" and m.get("ok") and m.get("repeat") not in paired]
+            lone = lone_runs(measured)
             key = Summary.from_dict(r.get("summary")).baseline_key
-            shared = self.store.shared(key)[:len(lone)] if lone and key else []
-            cell += [(int(m["id"]), math.log(m["decode_tps"] / b["decode_tps"])) for m, b in zip(lone, shared, strict=False)
-                     if m.get("decode_tps") and b.get("decode_tps")]
+            shared = [measurement_of(b) for b in self.store.shared(key)[:len(lone)]] if lone and key else []
+            cell += [(ids[m.pair], math.log(m.decode_tps / b.decode_tps)) for m, b in zip(lone, shared, strict=False)
+                     if m.pair in ids and m.decode_tps and b.decode_tps]
             cells.append(cell)
         order = sorted(t for cell in cells for t, _r in cell)
         if len(order) < 2:

@@ -280,8 +280,7 @@ def _pairs(s: Summary) -> list[tuple[float, float, float]]:
     """(ratio, speculative t/s, baseline t/s) of each pair, in pair order ([] if a ratio has no
     baseline of its own): a paired summary's three spreads, or one whose runs share baselines one to
     one, hold the same pairs in the same order (``summary.summarize``)."""
-    own = s.paired or s.estimator == estimators.PARTLY_SHARED
-    if not (own and s.speedup and s.decode_tps and s.baseline_decode_tps):
+    if not (s.own_baselines and s.speedup and s.decode_tps and s.baseline_decode_tps):
         return []
     ratios, spec, base = s.speedup.values, s.decode_tps.values, s.baseline_decode_tps.values
     if len(spec) < len(ratios) or len(base) < len(ratios):
