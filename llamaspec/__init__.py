@@ -25,7 +25,7 @@ MODULES: dict[str, str] = {
     "results": "store",
     **dict.fromkeys(("decide", "workload", "workload_runs"), "decision"),
     **dict.fromkeys(("analysis", "plot", "report", "doctor"), "views"),
-    **dict.fromkeys(("experiment", "run", "sweep", "prompts", "adhoc", "study", "tune", "deploy"), "studies"),
+    **dict.fromkeys(("experiment", "run", "sweep", "prompts", "adhoc", "study", "deploy"), "studies"),
 }
 
 

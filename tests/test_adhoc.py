@@ -304,7 +304,7 @@ def _error(args: list[str]) -> tuple[int, list[str]]:
     return result.exit_code, lines
 
 
-@pytest.mark.parametrize("command", ["run", "sweep", "tune"])
+@pytest.mark.parametrize("command", ["run", "sweep"])
 def test_cli_bad_input(command: str, pair, tmp_path: Path) -> None:
     target, draft = str(pair[0]), str(pair[1])
     text = tmp_path / "notes.gguf"

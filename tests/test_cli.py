@@ -64,7 +64,7 @@ def test_accel_picks_the_build_and_backend_is_gone(tmp_path, monkeypatch: pytest
     """"backend" names an engine (llama.cpp, transformers); what a build computes on is its accel."""
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))  # should anything start a build
     runner = CliRunner()
-    for command in ("build", "run", "sweep", "tune"):
+    for command in ("build", "run", "sweep"):
         result = runner.invoke(main, [command, "--help"])
         assert "--accel [auto|cpu|cuda|metal]" in result.output and "--backend" not in result.output, command
     for old in (["--backend", "cpu"], ["--backend=cuda"]):
@@ -174,7 +174,7 @@ def test_a_prompt_set_refuses_a_transformers_experiment(tmp_path) -> None:
     (["run", "smollm2-quicksort", "-t", "two"], "--threads two: expected a whole number", "--threads: CPU threads"),
     (["sweep", "smollm2-quicksort", "--draft", "1,2", "--n-predict", "0"], "--n-predict 0: must be at least 1, got 0",
      "--n-predict: tokens to generate"),
-    (["tune", "smollm2-quicksort", "--timeout", "-5"], "--timeout -5: must not be negative, got -5", "--timeout: seconds"),
+    (["sweep", "smollm2-quicksort", "--timeout", "-5"], "--timeout -5: must not be negative, got -5", "--timeout: seconds"),
     (["sweep", "smollm2-quicksort", "--threads", "0..2"], "--threads: '0..2': 0: must be at least 1, got 0", "--threads: CPU"),
 ])
 def test_a_bad_setting_on_the_command_line_is_one_line_naming_the_flag(args: list[str], error: str, hint: str) -> None:
@@ -246,3 +246,19 @@ def test_a_permission_error_writing_anywhere_is_one_line(tmp_path, monkeypatch: 
     assert done.output.splitlines() == [f"Error: cannot write {tmp_path / 'plots' / 'speedup.png'}: Permission denied",
                                         f"Hint: fix the permissions of {tmp_path / 'plots' / 'speedup.png'}, or point "
                                         "llamaspec elsewhere (LLAMASPEC_DATA, LLAMASPEC_CACHE)"]
+
+
+@pytest.mark.parametrize(("args", "now"), [
+    (["tune", "smollm2-quicksort", "--variants", "q4_0"], "Error: `llamaspec tune` is now `llamaspec sweep`"),
+    (["cluster", "run", "smollm2-quicksort", "-r", "6"], "Error: `llamaspec cluster run` is now `llamaspec run NAME --cluster"),
+])
+def test_a_command_that_became_another_says_which_in_one_line(args: list[str], now: str) -> None:
+    """A script that still calls a merged command fails at once, whatever options it gives, with the
+    command to type instead; the old name is not in --help."""
+    result = CliRunner().invoke(main, args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and lines[0].startswith(now) and lines[1].startswith("Hint: "), result.output
+    assert len(lines) == 2
+    group = args[:1] if args[0] == "cluster" else []
+    listed = CliRunner().invoke(main, [*group, "--help"]).output.split("Commands:")[1]
+    assert not any(line.split()[:1] == [args[len(group)]] for line in listed.splitlines()), listed

@@ -317,10 +317,12 @@ def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None
     split = study.experiment_items(exp, repeats=3, split_repeats=True)
     assert [(i.key, i.payload["repeats"], i.payload["repeat_offset"]) for i in split] == [
         ("python#r0", 1, 0), ("python#r1", 1, 1), ("python#r2", 1, 2)]
-    points = study.sweep_items(exp, {"draft_max": (2, 4), "draft_variant": ("q4_0",)})
-    assert len(points) == 2 and len({p.key for p in points}) == 2
-    assert [(p.payload["settings"]["draft_max"], p.payload["draft"]) for p in points] == [(2, "smollm2-135m:q4_0"),
-                                                                                          (4, "smollm2-135m:q4_0")]
+    points = study.study_items(exp, ["box-b", "box-a"], axes={"draft_max": (2, 4), "draft_variant": ("q4_0",)},
+                               modes=(), budget="10m")
+    assert [(p.key, p.kind, p.machine) for p in points] == [("study@box-b", "study", "box-b"), ("study@box-a", "study", "box-a")]
+    assert points[0].payload["axes"] == {"draft_max": [2, 4], "draft_variant": ["q4_0"]}
+    assert points[0].payload["modes"] == [] and points[0].payload["budget"] == "10m"
+    assert [c["draft"] for c in points[0].payload["cases"]] == [Q41]  # the study's cases, portable
     wanted = study.requirements(exp)
     assert set(wanted.models) == {F32, Q41} and not wanted.options["rpc"] and wanted.engine == "llama.cpp"
     assert study.study_id(exp, split, wanted) == study.study_id(exp, list(split), wanted) != study.study_id(exp, points, wanted)
@@ -373,7 +375,8 @@ def test_cluster_run_on_this_machine_alone_reports_per_machine_and_resumes() -> 
     from llamaspec.cli import main
 
     _real_or_skip()
-    args = ["cluster", "run", "smollm2-quicksort", "-n", "16", "-t", "1", "-r", "2", "--split-repeats", "--accel", "cpu"]
+    args = ["run", "smollm2-quicksort", "-n", "16", "-t", "1", "-r", "2", "--split-repeats", "--accel", "cpu",
+            "--cluster", "local"]
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
     lines = first.output.splitlines()
@@ -407,7 +410,7 @@ def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_store
 @pytest.mark.llamacpp
 @pytest.mark.slow
 def test_a_llama_server_experiment_is_measured_on_llama_server_by_the_workers(tmp_path: Path) -> None:
-    """`cluster run` (this machine as the one worker, the same code path as Ray's) of an experiment
+    """`run --cluster local` (this machine as the one worker, the same code path as Ray's) of an experiment
     with `backend: llama-server`, real programs: the stored runs are llama-server's."""
     from click.testing import CliRunner
 
@@ -420,7 +423,7 @@ def test_a_llama_server_experiment_is_measured_on_llama_server_by_the_workers(tm
         "cases:\n  - name: k4\n    target: {model: smollm2-135m, variant: f32}\n"
         "    draft: {model: smollm2-135m, variant: q4_1}\n"
         "    prompt: '# Quick-sort implementation in Python and sample usage:'\n")
-    done = CliRunner().invoke(main, ["cluster", "run", str(tmp_path / "srv.yaml"), "--accel", "cpu"])
+    done = CliRunner().invoke(main, ["run", str(tmp_path / "srv.yaml"), "--accel", "cpu", "--cluster", "local"])
     assert done.exit_code == 0, done.output
     (run,) = Store.open().runs(experiment="cluster-srv")
     assert run["status"] == "ok" and run["engine"] == "llama-server" and run["provenance"]["engine"]["name"] == "llama-server"
@@ -487,10 +490,10 @@ def test_a_worker_takes_the_rpc_build_of_the_same_commit_when_there_is_no_plain_
         _find(Builds({False}), "cpu", True)
 
 
-# --- pinned items (a per-machine tune) -----------------------------------------------------------
+# --- pinned items (a per-machine study) -----------------------------------------------------------
 
 def test_queue_gives_a_pinned_item_only_to_its_machine_and_takes_out_orphans() -> None:
-    q = WorkQueue([WorkItem("t@b", "tune", machine="b"), WorkItem("any", "fake"), WorkItem("t@c", "tune", machine="c")])
+    q = WorkQueue([WorkItem("t@b", "study", machine="b"), WorkItem("any", "fake"), WorkItem("t@c", "study", machine="c")])
     assert q.take("a").key == "any"
     assert q.take("a") is None  # what is left is pinned elsewhere
     assert q.take("b").key == "t@b"
@@ -501,14 +504,14 @@ def test_queue_gives_a_pinned_item_only_to_its_machine_and_takes_out_orphans() -
 def test_pinned_items_run_on_their_machines_and_one_for_a_refused_machine_is_not_run(store: Store) -> None:
     a, b = FakeWorker("host-a"), FakeWorker("host-b", commit="b38a16d")
     pool = pool_of(a, b)
-    work = [WorkItem(f"tune@{m}", "fake", {"base": 50.0, "spec": 75.0}, machine=m) for m in ("host-a", "host-b")]
+    work = [WorkItem(f"study@{m}", "fake", {"base": 50.0, "spec": 75.0}, machine=m) for m in ("host-a", "host-b")]
     try:
         report = run_study("pinned", work, pool, StoreSink(store), Requirements(commit="0c1e570", models=dict(SHA)))
     finally:
         pool.close()
-    assert a.executed == ["tune@host-a"] and not b.executed
-    assert report.not_run == {"tune@host-b": "worker host-b (host-host-b) has llama.cpp b38a16d, the study runs 0c1e570"}
-    assert stored_keys(store, "pinned") == ["tune@host-a"]  # not stored: a rerun with the machine fixed runs it
+    assert a.executed == ["study@host-a"] and not b.executed
+    assert report.not_run == {"study@host-b": "worker host-b (host-host-b) has llama.cpp b38a16d, the study runs 0c1e570"}
+    assert stored_keys(store, "pinned") == ["study@host-a"]  # not stored: a rerun with the machine fixed runs it
 
 
 def test_a_lost_machines_pinned_items_are_not_run_elsewhere(store: Store) -> None:
@@ -657,6 +660,16 @@ def _swept(k: int, ratios: list[float], prompt: str = "c", category: str | None 
             "summary": summary.to_dict()}
 
 
+def _save_machine_study(sink: StoreSink, study_id: str, machine: str, points: dict[str, dict[str, Any]]) -> None:
+    """One machine's ``study`` item as the coordinator stores it: its points (key -> a point's result)
+    under the machine's own group, its row naming them."""
+    runs = [{**result, "kind": "sweep", "group_kind": "sweep", "group_id": f"{study_id}-points", "point_key": key}
+            for key, result in points.items()]
+    sink.save(study_id, WorkItem(f"study@{machine}", "study", {}, machine=machine), machine,
+              {"ok": True, "status": "ok", "experiment": "e", "case": f"study@{machine}", "settings": {},
+               "provenance": {}, "measurements": [], "runs": runs, "summary": {}})
+
+
 def test_a_swept_study_decides_per_machine_over_its_prompts(store: Store) -> None:
     """Per machine, one decision over the workload's prompts (its cases) and setups (its points),
     never a prompt "recommended": on host-a draft 4 pays on both prompts; on host-b draft 8 does,
@@ -666,12 +679,14 @@ def test_a_swept_study_decides_per_machine_over_its_prompts(store: Store) -> Non
     speed = {"host-a": {1: (1.05, 1.02), 4: (1.6, 1.4), 8: (1.3, 1.2)},
              "host-b": {1: (1.05, 1.02), 4: (1.5, 1.45), 8: (1.8, 1.6)}}
     for machine, points in speed.items():
-        for k, (code, chat) in points.items():
-            for prompt, category, ratio in (("quicksort", "code", code), ("hello", "chat", chat)):
-                differs = machine == "host-b" and k == 4 and prompt == "hello"
-                sink.save("sw", WorkItem(f"{prompt}@{k}", "pair", {"point": f"draft_max={k}"}), machine,
-                          _swept(k, [ratio * n for n in noise], prompt, category, differs))
-    per = cluster_summary.per_point(store, "sw")
+        _save_machine_study(sink, "sw", machine, {
+            f"{prompt}@{k}": _swept(k, [ratio * n for n in noise], prompt, category,
+                                    machine == "host-b" and k == 4 and prompt == "hello")
+            for k, (code, chat) in points.items()
+            for prompt, category, ratio in (("quicksort", "code", code), ("hello", "chat", chat))})
+    from llamaspec.cluster import study
+
+    per = study.study_decisions(store, "sw", over_prompts=False)
     assert set(per) == {"host-a", "host-b"}
     for machine, best in (("host-a", "draft 4"), ("host-b", "draft 8")):
         d = per[machine]
@@ -695,12 +710,14 @@ def test_a_recorded_sweep_stored_as_a_cluster_study_decides_as_its_recording_say
     sink = StoreSink(store)
     recorded = {"box-q4_1": load("q4_1", ACCEPT, None), "box-q2_k": load("q2_k", ACCEPT, None)}
     for machine, rec in recorded.items():
-        for k, point in rec.points.items():
-            result = {"ok": True, "status": point.run["status"], "experiment": "e", "case": "quicksort",
-                      "settings": {**rec.data["settings"], "draft_max": k}, "provenance": {}, "measurements": [],
-                      "summary": point.run["summary"]}
-            sink.save("rec", WorkItem(f"quicksort@{k}", "pair", {"point": f"draft_max={k}"}), machine, result)
-    per = cluster_summary.per_point(store, "rec")
+        _save_machine_study(sink, "rec", machine, {
+            f"quicksort@{k}": {"ok": True, "status": point.run["status"], "experiment": "e", "case": "quicksort",
+                               "settings": {**rec.data["settings"], "draft_max": k}, "provenance": {},
+                               "measurements": [], "summary": point.run["summary"]}
+            for k, point in rec.points.items()})
+    from llamaspec.cluster import study
+
+    per = study.study_decisions(store, "rec", over_prompts=False)
     q41 = per["box-q4_1"]
     assert q41.verdict == "recommend" and q41.chosen is not None, q41.lines()
     chosen = int(dict(q41.chosen.key)["draft_max"])
@@ -713,10 +730,10 @@ def test_a_recorded_sweep_stored_as_a_cluster_study_decides_as_its_recording_say
 @pytest.mark.parametrize("args", [
     ["run", "smollm2-quicksort"],
     ["sweep", "smollm2-quicksort", "--draft", "1,2"],
-    ["tune", "smollm2-quicksort"],
+    ["sweep", "smollm2-quicksort", "--draft", "1..16", "--modes", "ngram-simple"],
     ["prompts", "run", "smollm2-server-mini", "--limit", "2"],
     ["run", "smollm2-server-mini", "--prompts", "llamaspec-mini", "--limit", "2"],
-    ["cluster", "run", "smollm2-quicksort"],
+    ["run", "smollm2-quicksort", "--split-repeats"],
 ])
 def test_cluster_option_with_an_address_that_does_not_answer_is_one_fast_error(args: list[str],
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -804,9 +821,9 @@ def test_the_reaper_of_a_worker_that_ends_normally_stops_nothing_that_ended() ->
     assert reaper.reap(2 ** 22 + 12345) == []  # no such process: nothing to watch, returns at once
 
 
-def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two machines whose drafts pay off differently (a dearer draft step on host-b): each tunes
-    on its own item, pinned there, and names its own best draft length."""
+def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two machines whose drafts pay off differently (a dearer draft step on host-b): each runs the
+    study on its own item, pinned there, and names its own best draft length."""
     from fakes import FakeEngine
 
     from llamaspec.cluster import study
@@ -824,24 +841,25 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
         machines[name].fake_env.engines["llama.cpp"] = engine  # its llama.cpp backend
     pool = LocalPool(list(machines), factory=lambda m: machines[m])
     exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=2)
-    work = study.tune_items(exp, sorted(machines), variants=("q4_1",), modes=("ngram-simple",))
-    assert [(i.key, i.machine) for i in work] == [("tune@host-a", "host-a"), ("tune@host-b", "host-b")]
+    work = study.study_items(exp, sorted(machines), axes={"draft_max": tuple(range(1, 17)), "draft_variant": ("q4_1",)},
+                             modes=("ngram-simple",))
+    assert [(i.key, i.machine) for i in work] == [("study@host-a", "host-a"), ("study@host-b", "host-b")]
     try:
         returned: dict[str, dict[str, Any]] = {}
-        report = run_study("tune", work, pool, StoreSink(store, kind="cluster-tune"), Requirements(models=dict(SHA)),
+        report = run_study("per-machine", work, pool, StoreSink(store, kind="cluster-study"), Requirements(models=dict(SHA)),
                            on_result=lambda key, _machine, result: returned.__setitem__(key, result))
     finally:
         pool.close()
-    assert report.done == {"tune@host-a": "host-a", "tune@host-b": "host-b"}, report
+    assert report.done == {"study@host-a": "host-a", "study@host-b": "host-b"}, report
     assert all("recommended:" in r["summary"]["text"] or "undecided" in r["summary"]["text"]
-               for r in store.runs(group_id="tune"))
-    # Every point of each machine's tune is stored here too, once, with its machine: the worker's
+               for r in store.runs(group_id="per-machine"))
+    # Every point of each machine's study is stored here too, once, with its machine: the worker's
     # scratch store is never the only copy.
     from llamaspec.measure.estimators import PARTLY_SHARED
     from llamaspec.measure.summary import Summary
 
-    for r in store.runs(group_id="tune"):
-        (done,) = r["summary"]["tune"]
+    for r in store.runs(group_id="per-machine"):
+        (done,) = r["summary"]["study"]
         groups = r["provenance"]["point_groups"]
         assert groups == [f"{done['study_id']}/python@{r['machine']}"]  # the study's one prompt, on this machine
         points = [p for g in groups for p in store.runs(group_id=g)]
@@ -859,18 +877,18 @@ def test_tune_over_machines_tunes_each_machine_for_itself(store: Store, tmp_path
     from llamaspec.cluster.executors import POINT_KEYS
 
     assert all(set(p) >= set(POINT_KEYS) for res in returned.values() for p in res["runs"])
-    decided = study.tune_decisions(store, "tune")
+    decided = study.study_decisions(store, "per-machine")
     assert set(decided) == {"host-a", "host-b"}
     a, b = decided["host-a"], decided["host-b"]
     assert a.verdict == b.verdict == "recommend" and a.chosen is not None and b.chosen is not None, a.lines() + b.lines()
     assert dict(a.chosen.key)["draft_max"] > dict(b.chosen.key)["draft_max"], a.lines() + b.lines()
-    for machine, d in decided.items():  # every point the machine's tune measured is a setup of its decision
+    for machine, d in decided.items():  # every point the machine's study measured is a setup of its decision
         measured = {p["point_key"] for p in store.runs() if (p["group_id"] or "").endswith(f"@{machine}")}
         assert len(d.setups) == len(measured) and d.estimator == estimators.WORKLOAD
     assert "host-a:" in cluster_summary.describe_points(decided)
     # The same result saved again (a rerun of a failed save) adds no second copy of a point.
     before = len(store.runs())
-    StoreSink(store, kind="cluster-tune").save("tune-again", work[0], "host-a", returned["tune@host-a"])
+    StoreSink(store, kind="cluster-study").save("again", work[0], "host-a", returned["study@host-a"])
     assert len(store.runs()) == before + 1  # the item's own row only
 
 
@@ -925,8 +943,7 @@ def test_an_experiment_on_an_engine_the_workers_do_not_run_is_refused_before_any
     exp = _server_experiment(tmp_path, backend="transformers")
     line = ("experiment engine-transformers uses the transformers engine; cluster workers measure with llama.cpp "
             "and llama-server only")
-    for call in (lambda: study.run_experiment(exp, None, store), lambda: study.run_tune(exp, None, store),
-                 lambda: study.run_experiment(exp, None, store, axes={"draft_max": (1, 2)})):
+    for call in (lambda: study.run_experiment(exp, None, store), lambda: study.run_studies(exp, None, store)):
         with pytest.raises(LlamaspecError) as err:
             call()
         assert err.value.message == line and "without --cluster" in (err.value.hint or "")
@@ -938,7 +955,7 @@ def test_an_experiment_on_an_engine_the_workers_do_not_run_is_refused_before_any
     assert not store.runs(group_id="refused") and not idle.calls
 
 
-@pytest.mark.parametrize("args", [["run"], ["sweep", "--draft", "1,2"], ["tune"], ["cluster", "run"]])
+@pytest.mark.parametrize("args", [["run"], ["sweep", "--draft", "1,2"]])
 def test_the_command_line_refuses_such_an_experiment_in_one_line_without_reaching_the_cluster(
         args: list[str], tmp_path: Path) -> None:
     from click.testing import CliRunner
@@ -947,8 +964,7 @@ def test_the_command_line_refuses_such_an_experiment_in_one_line_without_reachin
 
     exp = _server_experiment(tmp_path, backend="transformers")
     port = _free_port()  # nothing listens: the refusal must come before any connection
-    done = CliRunner().invoke(main, [args[0], *args[1:2], str(exp.path), *args[2:], "--cluster", f"127.0.0.1:{port}"]
-                              if args[0] == "cluster" else [args[0], str(exp.path), *args[1:], "--cluster", f"127.0.0.1:{port}"])
+    done = CliRunner().invoke(main, [args[0], str(exp.path), *args[1:], "--cluster", f"127.0.0.1:{port}"])
     assert done.exit_code == 1, done.output
     lines = [line for line in done.output.splitlines() if line.strip()]
     assert lines[-2] == ("Error: experiment engine-transformers uses the transformers engine; cluster workers measure "

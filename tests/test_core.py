@@ -1,4 +1,4 @@
-"""The run core (run, sweep, tune, summary, report) on an in-process engine whose numbers depend on
+"""The run core (run, sweep, summary, report) on an in-process engine whose numbers depend on
 what it is asked and on a machine that drifts: pairing, one estimator in every view, the lossless
 check, the drafted-length check, ties and recommendations."""
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fakes import FakeEngine, swept
+from fakes import FakeEngine, study_everything, swept
 
 from llamaspec.measure.contract import Measurement, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Summary, compare_outputs
 from llamaspec.store.results import Store
-from llamaspec.studies import experiment, study, sweep, tune
+from llamaspec.studies import experiment, study, sweep
 from llamaspec.studies.run import raise_if_failed, run_case
 from llamaspec.views import analysis, report
 
@@ -205,10 +205,10 @@ def test_noisy_baseline_is_named(fake_models) -> None:
     assert any("varies by" in w for w in result.summary.warnings)
 
 
-def test_tune_recommends_by_the_decision_rule(fake_models) -> None:
+def test_the_widest_study_recommends_by_the_decision_rule(fake_models) -> None:
     engine = FakeEngine(drift=0.0)
     store = Store.open()
-    result = tune.tune(exp(2), engine, store, variants=())
+    result = study_everything(exp(2), engine, store, variants=())
     decision = result.decision.decision
     assert decision.verdict == "recommend" and decision.chosen is not None and decision.chosen.shown_faster
     chosen = result.run_of(decision.chosen.key)
@@ -216,7 +216,7 @@ def test_tune_recommends_by_the_decision_rule(fake_models) -> None:
     text = result.render()
     assert "recommended:" in text and "how sure:" in text
     labels = {s.label for s in result.decision.setups}
-    assert labels <= {f"draft {k}" for k in range(1, tune.MAX_DRAFT + 1)}  # the fake declares no draft-free mode
+    assert labels <= {f"draft {k}" for k in range(1, 16 + 1)}  # the fake declares no draft-free mode
     json.dumps(result.as_dict(), default=str)
 
 
@@ -236,7 +236,7 @@ def test_a_draft_that_never_pays_is_not_recommended(fake_models) -> None:
     assert all(r.speedup is not None and r.speedup.median < 1.0 for r in rep.groups[0].rows)
     assert res.result.decision.verdict == "no draft"
     assert "recommended: no draft (measured no gain)" in res.result.render()
-    tuned = tune.tune(exp(2), FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5), Store.open(), variants=())
+    tuned = study_everything(exp(2), FakeEngine(drift=0.0, alpha=0.2, draft_cost=0.5), Store.open(), variants=())
     assert tuned.decision.verdict == "no draft"
     assert "recommended: no draft" in tuned.render()
 

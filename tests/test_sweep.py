@@ -1,4 +1,4 @@
-"""Sweeps, tune, plots and reports over faithful fake llama.cpp programs (recorded real output).
+"""Sweeps, the widest study, plots and reports over faithful fake llama.cpp programs (recorded real output).
 The real sweep, with a real interruption, is in test_run_llamacpp.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fakes import FakeEngine, fake_bin_dir, swept
+from fakes import FakeEngine, fake_bin_dir, study_everything, swept
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
@@ -17,7 +17,7 @@ from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure.contract import ModelPath
 from llamaspec.measure.settings import Settings
 from llamaspec.store.results import Store
-from llamaspec.studies import experiment, sweep, tune
+from llamaspec.studies import experiment, sweep
 from llamaspec.views import analysis
 
 
@@ -112,10 +112,10 @@ def test_a_sweeps_views_plot_its_points_and_show_its_answer(fake_models) -> None
     assert "## Compared by build" in cmp.output
 
 
-def test_tune_weighs_every_variant_and_says_what_it_skipped(fake_models) -> None:
+def test_a_study_weighs_every_variant_and_says_what_it_skipped(fake_models) -> None:
     store = Store.open()
     engine = FakeEngine(drift=0.0)
-    result = tune.tune(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))
+    result = study_everything(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))
     d = result.decision
     assert d.verdict == "recommend" and d.chosen is not None
     labels = {s.label for s in d.setups}
@@ -126,18 +126,18 @@ def test_tune_weighs_every_variant_and_says_what_it_skipped(fake_models) -> None
     text = result.render()
     assert "recommended:" in text and "skipped ngram-simple" in text
     calls = len(engine.calls)
-    again = tune.tune(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))
+    again = study_everything(exp(), engine, store, variants=("q4_1", "q8_0"), modes=("ngram-simple",))
     assert len(engine.calls) == calls  # a rerun measures nothing new: settled, every pair kept
     assert again.runs == result.runs and again.decision.chosen is not None and again.decision.chosen.key == d.chosen.key
 
 
-def test_tune_settles_its_decision_where_it_is_unsure(fake_models) -> None:
+def test_a_study_settles_its_decision_where_it_is_unsure(fake_models) -> None:
     """The first pass leaves each setup with one pair, short of the 5 a settled decision needs at
     the chosen one: the study adds pairs there (and at rivals that could beat it), stored with
     those runs, and says why it stopped. A rerun resumes with every pair and measures nothing."""
     store = Store.open()
     engine = FakeEngine(drift=0.0, noise=(1.0, 0.97, 1.02, 1.0, 1.03, 0.98))
-    result = tune.tune(exp(), engine, store, variants=())
+    result = study_everything(exp(), engine, store, variants=())
     assert result.stop in ("settled", "budget"), result.last_progress
     chosen = result.decision.chosen
     assert chosen is not None and chosen.measured.n >= decide.SETTLE_PAIRS
@@ -147,18 +147,18 @@ def test_tune_settles_its_decision_where_it_is_unsure(fake_models) -> None:
     assert sum(r["mode"] == "speculative" for r in rows) == chosen.measured.n
     assert f"study stopped: {decide.STOP_WORDS[result.stop]}, after {result.pairs} pairs" in result.render()
     calls = len(engine.calls)
-    again = tune.tune(exp(), engine, store, variants=())
+    again = study_everything(exp(), engine, store, variants=())
     assert len(engine.calls) == calls and again.pairs == result.pairs
     assert again.decision.chosen is not None and again.decision.chosen.key == chosen.key
 
 
-def test_a_tune_budget_stops_it(fake_models) -> None:
+def test_a_budget_stops_the_study(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=(1.0, 0.97, 1.02))
     with pytest.raises(LlamaspecError, match="the first pass alone measures 2"):
-        tune.tune(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=1))
-    result = tune.tune(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=18))
+        study_everything(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=1))
+    result = study_everything(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=18))
     assert result.stop in ("budget", "settled") and result.pairs <= 18 + decide.STEP
-    bad = CliRunner().invoke(main, ["tune", "smollm2-quicksort", "--budget", "0"])
+    bad = CliRunner().invoke(main, ["sweep", "smollm2-quicksort", "--budget", "0"])
     assert bad.exit_code != 0 and "--budget: '0' allows nothing to be measured" in bad.output
 
 
@@ -197,23 +197,23 @@ class LibraryEngine(FakeEngine):
         return {"version": "4.46.0", "torch": self.torch, "accel": "cpu"}
 
 
-def test_a_tune_under_another_engine_version_starts_afresh(fake_models) -> None:
+def test_a_study_under_another_engine_version_starts_afresh(fake_models) -> None:
     """The study's id names the engine's identity: the same versions resume every point; another
     torch measures afresh (its points are not the old torch's), and the old ones resume again."""
     store = Store.open()
     engine = LibraryEngine(drift=0.0)
-    first = tune.tune(exp(), engine, store, variants=())
+    first = study_everything(exp(), engine, store, variants=())
     calls = len(engine.calls)
-    again = tune.tune(exp(), engine, store, variants=())
+    again = study_everything(exp(), engine, store, variants=())
     assert again.study_id == first.study_id and len(engine.calls) == calls  # resumed: nothing measured
     engine.torch = "2.6.0"
-    other = tune.tune(exp(), engine, store, variants=())
+    other = study_everything(exp(), engine, store, variants=())
     assert other.study_id != first.study_id and len(engine.calls) > calls
     assert not set(other.runs.values()) & set(first.runs.values())
     assert all(store.run(r)["provenance"]["identity"] == engine.identity() for r in other.runs.values())
     engine.torch = "2.5.0"
     calls = len(engine.calls)
-    back = tune.tune(exp(), engine, store, variants=())
+    back = study_everything(exp(), engine, store, variants=())
     assert back.study_id == first.study_id and len(engine.calls) == calls
 
 

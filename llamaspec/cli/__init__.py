@@ -29,7 +29,7 @@ COMMAND_MODULES = {
     "source": "build", "build": "build", "doctor": "build",
     "models": "models",
     "run": "run", "results": "run",
-    "sweep": "sweep", "tune": "sweep",
+    "sweep": "sweep",
     "plot": "report", "report": "report",
     "parse": "parse",
     "prompts": "prompts",
@@ -38,11 +38,31 @@ COMMAND_MODULES = {
 }
 
 
+# Commands that became another command's form: each is one line saying which, and a non-zero exit.
+MOVED = {
+    "tune": "`llamaspec sweep`, which weighs draft lengths, draft files and the n-gram modes in one study: "
+            "`llamaspec sweep NAME --draft 1..16 --draft-variant q4_0,q8_0` (or -m TARGET -md A.gguf,B.gguf)",
+}
+
+
+def moved(name: str, now: str, hint: str = "`llamaspec sweep --help` lists its options") -> click.Command:
+    """A hidden command ``name`` that takes any arguments and ends with one error line: it is now
+    ``now`` (a user's script fails at once, saying what to type instead)."""
+    @click.command(name, hidden=True, add_help_option=False,
+                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def gone(args: tuple[str, ...]) -> None:
+        raise LlamaspecError(f"`llamaspec {name}` is now {now}", hint=hint)
+    return gone
+
+
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMAND_MODULES) | set(self.commands))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in MOVED:
+            return moved(cmd_name, MOVED[cmd_name])
         if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
             importlib.import_module(f"llamaspec.cli.{COMMAND_MODULES[cmd_name]}")
         return self.commands.get(cmd_name)

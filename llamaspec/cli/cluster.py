@@ -9,17 +9,17 @@ from typing import Any
 
 import click
 
-from llamaspec.cli import main
-from llamaspec.cli.options import PROMPT_SOURCES
+from llamaspec.cli import main, moved
 
 log = logging.getLogger("llamaspec")
 
-# ``--cluster`` as run, sweep, tune and prompts run take it: the measuring moves to the cluster's
+# ``--cluster`` as run and sweep take it: the measuring moves to the cluster's
 # machines, this process only coordinates and stores.
 cluster_option = click.option(
     "--cluster", "address", default=None, envvar="RAY_ADDRESS", metavar="HOST:PORT",
-    help="Spread the work over the machines of the Ray cluster whose head is HOST:PORT (default $RAY_ADDRESS); "
-         "each machine measures its own baselines, results are stored here. See `llamaspec cluster --help`.")
+    help="Spread the work over the machines of the Ray cluster whose head is HOST:PORT (default $RAY_ADDRESS; "
+         "local: this machine as the one worker, the same code path); each machine measures its own baselines, "
+         "results are stored here. See `llamaspec cluster --help`.")
 
 
 def _jsonable(value: Any) -> Any:
@@ -51,15 +51,14 @@ def echo_study(report: Any, per: dict[str, Any], lines: list[str], as_json: bool
 
 
 def run_experiment_on_cluster(exp: Any, address: str | None, *, repeats: int | None = None, split_repeats: bool = False,
-                              machines: list[str] | None = None, accel: str = "auto", axes: dict[str, Any] | None = None,
-                              as_json: bool = False) -> None:
-    """``run --cluster`` / ``sweep --cluster`` / ``cluster run``: the study, then its figures."""
+                              machines: list[str] | None = None, accel: str = "auto", as_json: bool = False) -> None:
+    """``run --cluster``: the experiment's cases over the machines, then their figures per machine."""
     from llamaspec.cluster import study, summary
     from llamaspec.store.results import Store
 
     report, per = study.run_experiment(exp, address, Store.open(), repeats=repeats, split_repeats=split_repeats,
-                                       machines=machines, accel=accel, axes=axes)
-    echo_study(report, per, summary.describe_points(per) if axes else summary.describe(per), as_json)
+                                       machines=machines, accel=accel)
+    echo_study(report, per, summary.describe(per), as_json)
     if report.failed:
         from llamaspec.base.errors import LlamaspecError
 
@@ -131,11 +130,12 @@ def cluster() -> None:
       ray start --head --port 6379 --num-cpus 0 --include-dashboard false
       ray start --address HEAD:6379 --resources '{"llamaspec:box1": 1}'   # each measuring machine
 
-    `run`, `sweep`, `tune` and `prompts run` take --cluster HEAD:6379 (or $RAY_ADDRESS) too. Each
+    `run` and `sweep` take --cluster HEAD:6379 (or $RAY_ADDRESS): `run` spreads an experiment's
+    cases (--split-repeats: its repeats), `sweep` runs the workload study on every machine. Each
     machine measures its own baselines (speedups per machine); results are stored here; a machine
     lost mid-study hands its work back; a rerun resumes.
 
-    Example: llamaspec cluster run smollm2-quicksort --cluster 10.0.0.5:6379 -r 6 --split-repeats
+    Example: llamaspec run smollm2-quicksort --cluster 10.0.0.5:6379 -r 6 --split-repeats
     """
 
 
@@ -162,66 +162,26 @@ def cluster_machines(address: str | None, as_json: bool) -> None:
         click.echo(f"{m['machine']:<20} {m['host']} ({m['address']})" + ("" if m["resource"] else "  [no llamaspec: resource]"))
 
 
-@cluster.command("run")
-@click.argument("experiment_name", metavar="NAME|PATH")
-@click.option("--cluster", "address", default=None, envvar="RAY_ADDRESS", metavar="HOST:PORT",
-              help="The Ray head (default $RAY_ADDRESS; neither: this machine alone, same code path).")
-@click.option("--prompts", "prompt_set", default=None, metavar=PROMPT_SOURCES,
-              help="Run over a prompt set (default: the experiment's prompts:, if it names one): one item per prompt.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="With a prompt set: at most N prompts.")
-@click.option("--seed", "sample_seed", type=int, default=None, help="With --limit: a seeded sample.")
-@click.option("--machine", "machines", multiple=True, help="Use only these machines (repeatable).")
-@click.option("--repeats", "-r", type=click.IntRange(min=1), default=None, help="Repeats per case.")
-@click.option("--split-repeats", is_flag=True, help="Each repeat is its own work item (spreads a one-case experiment).")
-@click.option("--draft", "-d", "draft_values", default=None, metavar="LIST",
-              help="Sweep draft lengths (1,2,4 or 1..16): one work item per case and length.")
-@click.option("--n-predict", "-n", type=click.IntRange(min=1), default=None, help="Tokens to generate.")
-@click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads on each machine.")
-@click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
-              help="What llama.cpp computes on at the machines (built there if missing).")
-@click.option("--json", "as_json", is_flag=True, help="Print the per-machine results as JSON.")
-def cluster_run(experiment_name: str, address: str | None, prompt_set: str | None, limit: int | None,
-                sample_seed: int | None, machines: tuple[str, ...], repeats: int | None,
-                split_repeats: bool, draft_values: str | None, n_predict: int | None, threads: int | None, accel: str, as_json: bool) -> None:
-    """Run an experiment's cases (or its prompt set) over the cluster's machines; speedups per machine.
-
-    Each machine builds llama.cpp and fetches the models with the same cached, checked steps, and
-    must match this machine's llama.cpp commit and model hashes. Each work item measures its own
-    baselines on its machine. Results are stored here only; a rerun resumes.
-
-    Example: llamaspec cluster run smollm2-quicksort --cluster 10.0.0.5:6379 -r 6 --split-repeats
-    """
-    from llamaspec.measure.settings import Settings
-    from llamaspec.studies import experiment, sweep
-
-    exp = experiment.load(experiment_name)
-    if n_predict or threads:
-        exp = exp.with_overrides(Settings(n_predict=n_predict, threads=threads))
-    if prompt_set is not None or exp.prompts is not None:
-        if draft_values or split_repeats:
-            raise click.UsageError("--draft and --split-repeats are for single-prompt experiments; a prompt set is "
-                                   "already one item per prompt")
-        run_prompt_set_on_cluster(exp, prompt_set, address, limit=limit, sample_seed=sample_seed, repeats=repeats or 1,
-                                  machines=list(machines) or None, accel=accel, as_json=as_json)
-        return
-    run_experiment_on_cluster(exp, address, repeats=repeats, split_repeats=split_repeats, machines=list(machines) or None,
-                              accel=accel, as_json=as_json,
-                              axes={"draft_max": sweep.parse_values("draft_max", draft_values)} if draft_values else None)
+cluster.add_command(moved("cluster run", "`llamaspec run NAME --cluster HEAD:PORT` (an experiment's cases; "
+                                           "--split-repeats spreads one case) or `llamaspec sweep NAME --cluster "
+                                           "HEAD:PORT` (a workload study on every machine)",
+                            hint="`llamaspec run --help` and `llamaspec sweep --help` list their options"), "run")
 
 
-def tune_on_cluster(exp: Any, address: str | None, *, accel: str = "auto", as_json: bool = False, **options: Any) -> None:
-    """``tune --cluster``: each machine tunes for itself; machine by machine, its answer as decided
-    here from its stored points (the table and the decision, as ``sweep --cluster`` prints them)."""
+def study_on_cluster(exp: Any, address: str | None, *, accel: str = "auto", as_json: bool = False,
+                     **options: Any) -> None:
+    """``sweep --cluster``: each machine runs the study for itself; machine by machine, its answer
+    as decided here from its stored points (the table and the decision)."""
     from llamaspec.cluster import study, summary
     from llamaspec.store.results import Store
 
-    report, per = study.run_tune(exp, address, Store.open(), accel=accel, **options)
+    report, per = study.run_studies(exp, address, Store.open(), accel=accel, **options)
     echo_study(report, per, summary.describe_points(per), as_json)
     if report.failed or report.not_run:
         from llamaspec.base.errors import LlamaspecError
 
-        raise LlamaspecError(f"{len(report.failed) + len(report.not_run)} of {report.total} machines did not finish their tune",
-                             hint="see the lines above; a rerun of the same command runs them again")
+        raise LlamaspecError(f"{len(report.failed) + len(report.not_run)} of {report.total} machines did not finish "
+                             "their study", hint="see the lines above; a rerun of the same command runs them again")
 
 
 def run_prompt_set_on_cluster(exp: Any, source: str | None, address: str | None, *, limit: int | None = None,

@@ -1,4 +1,4 @@
-"""Options shared by run, sweep and tune, defined once.
+"""Options shared by run and sweep, defined once.
 
 The setting options are made from the settings schema (``llamaspec.measure.settings``): every sweepable
 setting is ``--NAME VALUE`` on ``run`` and ``--NAME LIST`` on ``sweep``, and those an engine honours
@@ -176,7 +176,7 @@ class EngineSettingsCommand(click.Command):
         return super().get_params(ctx)
 
 
-# Options every measuring command (run, sweep, tune) takes.
+# Options every measuring command (run, sweep) takes.
 COMMON_OPTIONS: list[Decorator] = [
     click.option("--n-predict", "-n", type=SettingValue("n_predict", int), default=None, help="Tokens to generate."),
     click.option("--prompt", "-p", default=None, help="Replace the experiment's prompt."),
@@ -195,7 +195,7 @@ COMMON_OPTIONS: list[Decorator] = [
 
 
 def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """What a workload study's answer speaks for (sweep, tune): ``--whole-workload``, ``--count-loops``."""
+    """What a workload study's answer speaks for (sweep): ``--whole-workload``, ``--count-loops``."""
     from llamaspec.measure.timed import FLOOR_TEXT
 
     func = click.option("--count-loops", is_flag=True,
@@ -265,7 +265,7 @@ MODEL_OPTIONS: list[Decorator] = [
                  help="The target, as llama.cpp takes it: a GGUF file, a Hugging Face repo (as -hf: the file of that "
                       "quant, downloaded into the Hugging Face cache and pinned) or a catalog model. Instead of NAME."),
     click.option("-md", "--model-draft", "drafts", multiple=True, metavar="GGUF|USER/REPO[:QUANT]|NAME[:VARIANT]",
-                 help="The draft, in the same words. sweep and tune compare several: -md a.gguf,b.gguf or -md repeated."),
+                 help="The draft, in the same words. sweep compares several: -md a.gguf,b.gguf or -md repeated."),
     click.option("--name", "study", default=None, metavar="NAME",
                  help="With -m: the study's name (default: made from the files' sha256 and the settings; printed). "
                       "report, plot and a rerun take it."),

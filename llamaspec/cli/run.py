@@ -60,10 +60,14 @@ def progress_printer(total_steps: int):
 @click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None,
               help="With --prompts: write the prompt set's plots to this folder.")
 @cluster_option
+@click.option("--machine", "machines", multiple=True, metavar="NAME",
+              help="With --cluster: use only this machine (repeatable; `llamaspec cluster machines` lists them).")
+@click.option("--split-repeats", is_flag=True,
+              help="With --cluster: each repeat is a work item of its own (spreads a one-case experiment).")
 def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
         repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str, no_wait: bool,
         as_json: bool, prompt_set: str | None, limit: int | None, sample_seed: int | None, plot_dir: Path | None,
-        address: str | None, **given: Any) -> None:
+        address: str | None, machines: tuple[str, ...], split_repeats: bool, **given: Any) -> None:
     """Run an experiment, or your own models: speculative vs the target alone, in pairs, stored.
 
     NAME|PATH is an experiment; or name the models as llama.cpp takes them, -m TARGET -md DRAFT
@@ -81,8 +85,9 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     same options reach the same place, and --parallel N measures concurrency at N slots (several
     levels: `llamaspec prompts run NAME --parallel 1,2,4`).
 
-    With --cluster HOST:PORT (or $RAY_ADDRESS) the cases (or the prompts of a set) are measured on
-    the Ray cluster's machines, each against its own baselines, and the figures are per machine.
+    With --cluster HOST:PORT (or $RAY_ADDRESS) the cases are measured on the Ray cluster's
+    machines (--split-repeats: each repeat an item of its own), each against its own baselines,
+    and the figures are per machine.
 
     After -- a llama.cpp command as you run it (llama-server, llama-speculative-simple or
     llama-speculative, by name or path): that command is measured as given against the same command
@@ -96,7 +101,7 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     Example: llamaspec run -m USER/MODEL-GGUF:Q4_0 -md draft.gguf
     Example: llamaspec run -- llama-server -m T.gguf -md D.gguf --spec-draft-n-max 8 -c 4096 -ngl 99
     Example: llamaspec run --repeats 5 -- llama-speculative-simple -m T.gguf -md D.gguf --draft-max 4 -p "Hello"
-    Example: llamaspec run smollm2-server-mini --prompts llamaspec-mini --limit 16 --cluster 10.0.0.5:6379
+    Example: llamaspec run smollm2-quicksort -r 6 --split-repeats --cluster 10.0.0.5:6379
     """
     from llamaspec.base.errors import LlamaspecError
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
@@ -148,8 +153,11 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
 
         if bin_dir is not None:
             raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
-        run_experiment_on_cluster(exp, address, accel=accel, as_json=as_json)
+        run_experiment_on_cluster(exp, address, split_repeats=split_repeats, machines=list(machines) or None,
+                                  accel=accel, as_json=as_json)
         return
+    if machines or split_repeats:
+        raise click.UsageError("--machine and --split-repeats are for --cluster HOST:PORT (or $RAY_ADDRESS)")
     engine = open_engine(exp, accel, bin_dir)
     steps = 2 * (runs.AUTO_MAX if exp.repeats == "auto" else int(exp.repeats)) * len(exp.cases)
     try:

@@ -19,7 +19,6 @@ from llamaspec.cli.options import (
     common_options,
     model_options,
     overrides,
-    setting_options,
     sweep_options,
     workload_options,
 )
@@ -95,8 +94,9 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     -n/--program say otherwise (docs/method.md says why). Every pair is stored as it is measured:
     rerun the same command to resume.
 
-    With --cluster HOST:PORT (or $RAY_ADDRESS) the points are spread over the Ray cluster's
-    machines; each point is paired on its machine, and the decision is made per machine.
+    With --cluster HOST:PORT (or $RAY_ADDRESS) every machine of the Ray cluster runs the study
+    for itself, all at once (the best setup is the machine's; --budget is each machine's); the
+    points are stored here, and each machine's answer is decided here from them.
 
     \b
     Example: llamaspec sweep -m target.gguf -md draft.gguf
@@ -131,16 +131,17 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     spend = sweeps.parse_budget(budget) if budget is not None else None
     if spend is not None and (fixed_grid or shared_baseline):
         raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid and --shared-baseline, or --budget")
+    asked = None if modes is None else () if modes.strip().lower() == "none" else sweeps.parse_values("spec_type", modes)
     if address:
-        from llamaspec.cli.cluster import run_experiment_on_cluster
+        from llamaspec.cli.cluster import study_on_cluster
 
         if shared_baseline or bin_dir is not None:
-            raise click.UsageError("with --cluster every point is paired on its own machine with that machine's build: "
+            raise click.UsageError("with --cluster every machine runs the study on its own build: "
                                    "drop --shared-baseline and --bin-dir")
-        run_experiment_on_cluster(exp, address, accel=accel, axes=axes, as_json=as_json)
+        study_on_cluster(exp, address, axes=axes, modes=asked, budget=budget, fixed_grid=fixed_grid,
+                         over_prompts=not whole_workload, count_loops=count_loops, accel=accel, as_json=as_json)
         return
     engine = open_engine(exp, accel, bin_dir)
-    asked = None if modes is None else () if modes.strip().lower() == "none" else sweeps.parse_values("spec_type", modes)
     setups = studies.setups_for(axes, studies.modes_for(engine, asked), adhoc.draft_names(exp))
     store = Store.open()
     try:
@@ -166,7 +167,7 @@ def load_workload(source: str | None, limit: int | None, seed: int | None) -> An
 
 
 def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool) -> None:
-    """A study's table, its one decision and the command that deploys it (sweep and tune)."""
+    """A study's table, its one decision and the command that deploys it."""
     from llamaspec.studies import study as studies
 
     plots = studies.plot_study(store, result.as_dict()) if plot else []
@@ -210,86 +211,3 @@ def nothing_to_recommend(d: Any) -> tuple[str, str]:
     hint = "; ".join(named) if named else "no setup was measured on every category's prompts"
     return why, (hint + "; prompts that ask for a longer answer, a larger -n, or --count-loops where your traffic loops; "
                  "`llamaspec results show RUN` has each run's log")
-
-
-@main.command()
-@click.argument("experiment_name", metavar="[NAME|PATH]", required=False)
-@model_options
-@setting_options
-@click.option("--variants", default=None, metavar="LIST",
-              help="Draft variants to weigh (default: the drafts -md gives, else the catalog's variants of the draft model).")
-@click.option("--modes", default=None, metavar="LIST|none",
-              help="Draft-free n-gram modes to weigh (default: every mode the program runs; none: drafts only).")
-@click.option("--prompts", "-P", "source", default=None, metavar=PROMPT_SOURCES,
-              help="With -m: the workload, a prompt set (JSONL: prompt, category, id), one case per prompt "
-                   "(default: the built-in workload).")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: keep N prompts (--seed: a sample).")
-@click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: sample with this seed.")
-@click.option("--budget", default=None, metavar="TIME|PAIRS",
-              help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 40 % of the fixed grid's "
-                   "pairs, at most 4m of measuring, grown to hold the first pass, up to 30m; the first pass is always "
-                   "measured); with --cluster, each machine's.")
-@click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
-@workload_options
-@common_options
-@cluster_option
-def tune(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, variants: str | None,
-         modes: str | None, source: str | None, limit: int | None, sample_seed: int | None, budget: str | None, plot: bool,
-         whole_workload: bool, count_loops: bool, n_predict: int | None, prompt: str | None,
-         prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str,
-         no_wait: bool, as_json: bool, address: str | None, **given: Any) -> None:
-    """Search draft file, draft length and the draft-free n-gram modes: one answer for the workload.
-
-    The same study as `llamaspec sweep` (its workload, estimator, decision, output and deploy
-    command), over more setups: every draft variant at every draft length 1..16, and every
-    draft-free mode the program runs. The speedup model, fitted per variant from the acceptance
-    by draft position of the longest lengths, picks the lengths worth measuring; then more pairs
-    go where the decision is unsure, until it is settled or the budget is spent.
-
-    Your own models instead of NAME: -m TARGET -md DRAFT (a GGUF file, USER/REPO[:QUANT] as
-    llama.cpp's -hf, or a catalog NAME[:VARIANT]); several drafts (-md a.gguf,b.gguf) are the
-    variants weighed, the smaller file counting as the cheaper. Setting flags set the study's
-    settings (its name says them; printed, or --name).
-
-    With --cluster HOST:PORT (or $RAY_ADDRESS) every machine of the Ray cluster tunes for itself
-    (the best settings are the machine's), all at once; the results are stored here, per machine.
-
-    \b
-    Example: llamaspec tune -m target.gguf -md q4_0.gguf,q8_0.gguf
-    Example: llamaspec tune smollm2-quicksort --modes none --budget 10m
-    Example: llamaspec tune smollm2-quicksort --cluster 10.0.0.5:6379
-    """
-    from llamaspec.cli.options import experiment_or_study, measuring, open_engine
-    from llamaspec.store.results import Store
-    from llamaspec.studies import adhoc
-    from llamaspec.studies import tune as tuner
-    from llamaspec.studies.sweep import parse_budget, parse_values
-
-    spend = parse_budget(budget) if budget is not None else None
-    if model is None and any(v is not None for v in given.values()):
-        raise click.UsageError("setting flags are for a study of -m/-md models; an experiment names its own settings "
-                               "(or sweep them: `llamaspec sweep NAME --draft 1..16`)")
-    settings = adhoc.workload_settings(overrides(given, n_predict, timeout)) if model is not None else None
-    exp = experiment_or_study(experiment_name, model, drafts, study, settings=settings,
-                              prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="tune",
-                              workload=load_workload(source, limit, sample_seed))
-    exp = exp.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
-    chosen = parse_values("draft_variant", variants) if variants else None
-    asked = None if modes is None else () if modes.strip().lower() == "none" else parse_values("spec_type", modes)
-    if address:
-        from llamaspec.cli.cluster import tune_on_cluster
-
-        if bin_dir is not None:
-            raise click.UsageError("--bin-dir names binaries on this machine; cluster machines use their own builds")
-        tune_on_cluster(exp, address, overrides=overrides({}, n_predict, timeout).to_dict(), repeats=repeats,
-                        prompt=prompt if prompt is not None else (Path(prompt_file).read_text() if prompt_file else None),
-                        variants=chosen, modes=asked, budget=budget, accel=accel, as_json=as_json)
-        return
-    engine = open_engine(exp, accel, bin_dir)
-    try:
-        with measuring(f"llamaspec tune {exp.name}", no_wait):
-            result = tuner.tune(exp, engine, Store.open(), chosen, asked, spend, over_prompts=not whole_workload,
-                                count_loops=count_loops)
-    finally:
-        engine.close()
-    echo_study(result, engine, exp, Store.open(), plot, as_json)

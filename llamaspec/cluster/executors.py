@@ -21,10 +21,11 @@ through the run core's pairs loop and measuring step. No experiment file is read
 - ``prompt``: one prompt of a prompt set for one case, on llama-server (models loaded once per
   machine and kept between items): baseline and speculative back to back, ABBA over the repeats,
   summarised by ``promptset.prompt_summary`` exactly as a one-machine ``prompts run`` does.
-- ``tune``: an experiment's whole tune on this machine (items of this kind are pinned: the best
-  draft length is a property of the machine), through ``llamaspec.studies.tune`` into the scratch store;
-  every point it measured goes back whole (:func:`point_of`), and the coordinator decides the
-  machine's answer from them (``study.tune_decisions``), whatever the search here was.
+- ``study``: an experiment's whole workload study on this machine (items of this kind are pinned:
+  the best setup is a property of the machine), through ``llamaspec.studies.study.run_study`` into
+  the scratch store; every point it measured goes back whole (:func:`point_of`), and the
+  coordinator decides the machine's answer from them (``study.study_decisions``), whatever the
+  search here was.
 
 A new kind is one function and one ``EXECUTORS`` entry.
 """
@@ -252,11 +253,13 @@ def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     }
 
 
-def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
-    """The experiment's tune, whole, on this machine (scratch store: resumable while the worker lives)."""
+def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
+    """The experiment's workload study, whole, on this machine (scratch store: resumable while the
+    worker lives), over the setups the payload's ``axes`` and ``modes`` make, as ``sweep`` makes them."""
     from llamaspec.measure.contract import engine_provenance
     from llamaspec.store.results import Store
-    from llamaspec.studies import tune as tuner
+    from llamaspec.studies import adhoc
+    from llamaspec.studies import study as studies
     from llamaspec.studies.sweep import parse_budget
 
     p = item.payload
@@ -264,18 +267,21 @@ def tune(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     store = worker.state.get("store")
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
-    variants = tuple(p["variants"]) if p.get("variants") else None
-    modes = tuple(p["modes"]) if p.get("modes") is not None else None
+    axes = {axis: tuple(values) for axis, values in (p.get("axes") or {}).items()}
     engine = _engine(worker, exp.engine)
-    result = tuner.tune(exp, engine, store, variants, modes, parse_budget(p["budget"]) if p.get("budget") else None)
+    modes = tuple(p["modes"]) if p.get("modes") is not None else None
+    setups = studies.setups_for(axes, studies.modes_for(engine, modes), adhoc.draft_names(exp))
+    result = studies.run_study(exp, setups, engine, store, parse_budget(p["budget"]) if p.get("budget") else None,
+                               fixed_grid=bool(p.get("fixed_grid")), over_prompts=bool(p.get("over_prompts", True)),
+                               count_loops=bool(p.get("count_loops")))
     # Every point goes back whole (POINT_KEYS: its prompt, settings, provenance, measurements,
     # summary): the coordinator stores it as its own run, so the scratch store here is never the
-    # only copy, and decides this machine's answer from them (study.tune_decisions).
+    # only copy, and decides this machine's answer from them (study.study_decisions).
     points = [point_of(store, store.run(run_id)) for run_id in result.runs.values()]
     return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
             "settings": {}, "provenance": {"engine": engine_provenance(engine), "hardware": _hardware(worker)},
             "measurements": [], "runs": points,
-            "summary": {"tune": [result.as_dict()], "text": result.render()}}
+            "summary": {"study": [result.as_dict()], "text": result.render()}}
 
 
 # What a point sent back by a searching item (``result["runs"]``) holds: enough for the
@@ -318,8 +324,8 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
-MEASURING = frozenset({"pair", "case", "prompt", "tune"})  # kinds that time llama.cpp: under the machine's lock
-EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "prompt": prompt, "tune": tune, "noop": noop}
+MEASURING = frozenset({"pair", "case", "prompt", "study"})  # kinds that time llama.cpp: under the machine's lock
+EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "prompt": prompt, "study": study, "noop": noop}
 
 
 def log_dir(worker: MachineWorker) -> Path:

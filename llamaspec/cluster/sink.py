@@ -1,10 +1,10 @@
 """The results store as the coordinator writes it: one run row per finished work item, under the
 study's id (a ``Group`` of kind ``study``) and the item's key (``point_key``), with the machine that
-measured it; and the runs an item made on its way (a tune's points, ``result["runs"]``), each under
-``TUNE_ID@MACHINE`` (a group of the kind the item made, a tune).
+measured it; and the runs an item made on its way (a machine's study points, ``result["runs"]``),
+each under ``GROUP@MACHINE`` (a group of the kind the item made).
 
 The item's own row names the groups its runs went to (``provenance["point_groups"]``), so the
-coordinator decides from them (a cluster tune: :func:`llamaspec.cluster.study.tune_decisions`).
+coordinator decides from them (a cluster study: :func:`llamaspec.cluster.study.study_decisions`).
 
 The machine goes into the runs table's ``machine`` column (what ``report --compare machine``
 groups by) and into the run's provenance; ``machine_of(run)`` also reads rows stored before that
@@ -34,8 +34,8 @@ class StoreSink:
         return {r["point_key"] for r in self.store.runs(group_id=study, status="ok") if r.get("point_key")}
 
     def save(self, study: str, item: WorkItem, machine: str, result: dict[str, Any]) -> None:
-        # Runs an item made on its way (a tune's points): each stored once, under the machine's own
-        # group id (``TUNE_ID@MACHINE``: every machine tunes the same grid), before the item itself,
+        # Runs an item made on its way (a study's points): each stored once, under the machine's own
+        # group id (``GROUP@MACHINE``: every machine studies the same setups), before the item itself,
         # whose provenance names those groups (``point_groups``: where the coordinator finds them).
         made = []
         for (group_kind, group_id), runs in _by_group(result.get("runs") or ()).items():
@@ -47,7 +47,7 @@ class StoreSink:
                     own = {"study": study, **({"tune_config": run["config"]} if run.get("config") else {})}
                     self._store(run, machine, group=into, point_key=run.get("point_key"), kind=run.get("kind") or "sweep",
                                 extra=own)
-        extra: dict[str, Any] = {"point": item.payload["point"]} if item.payload.get("point") else {}  # the sweep point's label (the key is its hash)
+        extra: dict[str, Any] = {}
         if made:
             extra["point_groups"] = made
         self._store(result, machine, group=Group("study", study), point_key=item.key, kind=self.kind, extra=extra,
@@ -75,7 +75,7 @@ class StoreSink:
 
 def _by_group(runs: Any) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """The runs an item made, by the group they belong to (a worker before groups had a kind sent
-    ``sweep_id``: its runs were a tune's points)."""
+    ``sweep_id``: its runs were a tune's points, the study's form before ``sweep`` held it)."""
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in runs:
         key = (str(run.get("group_kind") or "tune"), str(run.get("group_id") or run.get("sweep_id")))

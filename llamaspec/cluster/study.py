@@ -1,9 +1,10 @@
 """A study of an experiment over machines: its work items, its requirements, its id, and the
-pool to run it on. The glue ``llamaspec cluster run`` (and ``--cluster`` on run/sweep/tune) calls.
+pool to run it on. The glue ``--cluster`` on run and sweep calls.
 
-Items are of kind ``pair`` (see ``executors``): one case, its baselines and speculative runs on
-one machine. ``split_repeats`` makes each repeat an item of its own (a one-case experiment then
-spreads over machines); the repeat number still alternates the ABBA order.
+``run --cluster``'s items are of kind ``pair`` (see ``executors``): one case, its baselines and
+speculative runs on one machine. ``split_repeats`` makes each repeat an item of its own (a one-case
+experiment then spreads over machines); the repeat number still alternates the ABBA order.
+``sweep --cluster``'s are of kind ``study``: the whole workload study, one per machine.
 """
 
 from __future__ import annotations
@@ -66,40 +67,25 @@ def experiment_items(exp: Any, repeats: int | None = None, split_repeats: bool =
     return items
 
 
-def sweep_items(exp: Any, axes: dict[str, Any], repeats: int | None = None) -> list[WorkItem]:
-    """One ``pair`` item per (case, grid point), keyed ``case@point`` with the sweep's own point key.
-    Each point measures its own baselines on its machine (no baseline shared across machines)."""
-    from llamaspec.studies import sweep
-
-    n = repeats or exp.repeats
-    items = []
-    for case in exp.cases:
-        for point in sweep.grid(axes):
-            payload = case_payload(exp, point.apply(case), n)
-            payload["point"] = point.label
-            items.append(WorkItem(f"{case.name}@{point.key}", "pair", payload))
-    return items
-
-
-def tune_items(exp: Any, machines: list[str], *, overrides: dict[str, Any] | None = None, repeats: Any = None,
-               prompt: str | None = None, variants: tuple[str, ...] | None = None,
-               modes: tuple[str, ...] | None = None, budget: str | None = None) -> list[WorkItem]:
-    """One ``tune`` item per machine, pinned there: the best draft length, variant and mode are
-    properties of the machine, so each machine tunes for itself and no other stands in for it.
-    ``modes`` ``()``: none; ``budget``: each machine's study budget as ``--budget`` takes it."""
-    from llamaspec.measure.settings import Settings
-
-    exp = exp.with_overrides(Settings.from_dict(overrides or {}), repeats, prompt)  # decided here, not on the worker
-    payload = {**experiment_payload(exp),
-               "variants": list(variants) if variants else None, "modes": list(modes) if modes is not None else None,
+def study_items(exp: Any, machines: list[str], *, axes: dict[str, Any] | None = None,
+                modes: tuple[str, ...] | None = None, budget: str | None = None, fixed_grid: bool = False,
+                over_prompts: bool = True, count_loops: bool = False) -> list[WorkItem]:
+    """One ``study`` item per machine, pinned there: the best setup (draft length, draft file,
+    n-gram mode) is a property of the machine, so each machine runs the whole study for itself and
+    no other stands in for it. ``axes``: the setups' settings (``draft_max``, ``draft_variant``), as
+    ``sweep`` parses them; ``modes`` ``()``: none, None: every mode the engine runs; ``budget``:
+    each machine's study budget as ``--budget`` takes it."""
+    payload = {**experiment_payload(exp), "axes": {a: list(v) for a, v in (axes or {}).items()},
+               "modes": list(modes) if modes is not None else None, "fixed_grid": fixed_grid,
+               "over_prompts": over_prompts, "count_loops": count_loops,
                **({"budget": budget} if budget is not None else {})}
-    return [WorkItem(f"tune@{m}", "tune", payload, machine=m) for m in machines]
+    return [WorkItem(f"study@{m}", "study", payload, machine=m) for m in machines]
 
 
-def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] | None = None, accel: str = "auto",
-             **tune_options: Any) -> tuple[Any, dict[str, workload.WorkloadDecision]]:
-    """``tune --cluster``: every machine tunes the experiment for itself; each machine's answer is
-    decided here, from its points as stored here (:func:`tune_decisions`). Returns (StudyReport,
+def run_studies(exp: Any, address: str | None, store: Any, *, machines: list[str] | None = None, accel: str = "auto",
+                **study_options: Any) -> tuple[Any, dict[str, workload.WorkloadDecision]]:
+    """``sweep --cluster``: every machine runs the study for itself; each machine's answer is
+    decided here, from its points as stored here (:func:`study_decisions`). Returns (StudyReport,
     machine -> its decision)."""
     from llamaspec.cluster.coordinator import run_study
     from llamaspec.cluster.sink import StoreSink
@@ -109,32 +95,32 @@ def run_tune(exp: Any, address: str | None, store: Any, *, machines: list[str] |
     pool = open_pool(address, machines)
     try:
         names = sorted(w.machine for w in pool.workers())
-        items = tune_items(exp, names, **tune_options)
+        items = study_items(exp, names, **study_options)
         sid = study_id(exp, items, wanted)
-        report = run_study(sid, items, pool, StoreSink(store, kind="cluster-tune"), wanted)
+        report = run_study(sid, items, pool, StoreSink(store, kind="cluster-study"), wanted)
     finally:
         pool.close()
-    return report, tune_decisions(store, sid)
+    return report, study_decisions(store, sid, over_prompts=bool(study_options.get("over_prompts", True)))
 
 
-def tune_decisions(store: Any, study: str) -> dict[str, workload.WorkloadDecision]:
-    """Each machine's answer to a cluster tune, decided on the coordinator from the points its tune
-    measured (stored here under the groups its item's row names, ``point_groups``; a row stored
-    before that key, under ``TUNE_ID@MACHINE`` of each tune its summary lists): the one runs-to-cells
-    function (:func:`llamaspec.decision.workload_runs.workload_of_runs`) and the one workload decision
-    (:func:`llamaspec.decision.workload.decide_workload`), whatever the worker's own search was."""
+def study_decisions(store: Any, study: str, *, over_prompts: bool = True) -> dict[str, workload.WorkloadDecision]:
+    """Each machine's answer to a cluster study, decided on the coordinator from the points its
+    study measured (stored here under the groups its item's row names, ``point_groups``): the one
+    runs-to-cells function (:func:`llamaspec.decision.workload_runs.workload_of_runs`) and the one
+    workload decision (:func:`llamaspec.decision.workload.decide_workload`), whatever the worker's
+    own search was. ``over_prompts``: the prompts a machine timed are a sample of the workload
+    (False: ``--whole-workload``)."""
     from llamaspec.cluster.sink import machine_of
     from llamaspec.decision.workload_runs import workload_of_runs
 
     out: dict[str, workload.WorkloadDecision] = {}
     for item in sorted(store.runs(group_id=study, status="ok"), key=lambda r: r["id"]):
         machine = machine_of(item) or "?"
-        groups = (item.get("provenance") or {}).get("point_groups") or [
-            f"{t['tune_id']}@{machine}" for t in (item.get("summary") or {}).get("tune", []) if t.get("tune_id")]
+        groups = (item.get("provenance") or {}).get("point_groups") or []
         points = [r for g in groups for r in store.runs(group_id=g)]
         cells, prompts = workload_of_runs(points)
         if prompts:
-            out[machine] = workload.decide_workload(cells, prompts, over_prompts=False)  # each machine measured every prompt
+            out[machine] = workload.decide_workload(cells, prompts, over_prompts=over_prompts and len(prompts) > 1)
     return dict(sorted(out.items()))
 
 
@@ -174,12 +160,16 @@ def study_id(exp: Any, items: list[WorkItem], wanted: Requirements) -> str:
     return f"cluster-{exp.name}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
 
 
+LOCAL = "local"  # --cluster local: this machine alone, through the cluster's code path
+
+
 def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
-    """A Ray pool on the cluster at ``address`` (or RAY_ADDRESS); without either, this machine alone."""
+    """A Ray pool on the cluster at ``address`` (or RAY_ADDRESS); ``local`` (or neither): this
+    machine as the one worker, on the same code path (a dry run before a real cluster)."""
     import os
     import platform
 
-    if address or os.environ.get("RAY_ADDRESS"):
+    if address != LOCAL and (address or os.environ.get("RAY_ADDRESS")):
         from llamaspec.cluster import raypool
 
         raypool.connect(address)
@@ -190,11 +180,10 @@ def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
 
 
 def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
-                   machines: list[str] | None = None, accel: str = "auto",
-                   axes: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-    """The whole of ``--cluster``: items (cases, or sweep points with ``axes``), requirements, study
-    id, pool, the study loop, the per-machine summary. Returns (StudyReport, per machine: with ``axes`` its
-    workload decision, :func:`summary.per_point`; else its figures per case, :func:`summary.per_machine`)."""
+                   machines: list[str] | None = None, accel: str = "auto") -> tuple[Any, dict[str, Any]]:
+    """The whole of ``run --cluster``: items (the cases), requirements, study id, pool, the study
+    loop, the per-machine summary. Returns (StudyReport, per machine its figures per case,
+    :func:`summary.per_machine`)."""
     from llamaspec.cluster import summary
     from llamaspec.cluster.coordinator import run_study
     from llamaspec.cluster.sink import StoreSink
@@ -204,7 +193,7 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
         from llamaspec.studies import run as runs
 
         repeats = runs.repeat_bounds(exp.repeats)[1]
-    items = sweep_items(exp, axes, repeats) if axes else experiment_items(exp, repeats, split_repeats)
+    items = experiment_items(exp, repeats, split_repeats)
     wanted = requirements(exp, accel)
     sid = study_id(exp, items, wanted)
     pool = open_pool(address, machines)
@@ -212,4 +201,4 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
         report = run_study(sid, items, pool, StoreSink(store), wanted)
     finally:
         pool.close()
-    return report, (summary.per_point(store, sid) if axes else summary.per_machine(store, sid))
+    return report, summary.per_machine(store, sid)

@@ -9,10 +9,8 @@ machine and case, the run core's own summary (``summary.summarize``) over every 
 measured of that case, its items pooled and paired by pair index (a case split into one item per
 repeat is one point again). The same study measured on one machine reports the same figures.
 
-A swept study (``sweep --cluster``) is a workload per machine: its cases are the prompts, its
-points the setups, and each machine's runs reach one decision through the function every way of
-asking uses (:func:`llamaspec.decision.workload_runs.workload_of_runs`, then
-:func:`llamaspec.decision.workload.decide_workload`), on the workload estimator (:data:`llamaspec.measure.estimators.WORKLOAD`).
+A swept study (``sweep --cluster``) is a workload study per machine: each machine's points reach
+one decision (``study.study_decisions``), printed machine by machine (:func:`describe_points`).
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from typing import Any
 from llamaspec.base import stats
 from llamaspec.cluster.sink import machine_of
 from llamaspec.decision import workload
-from llamaspec.decision.workload_runs import workload_of_runs
 from llamaspec.measure import estimators
 from llamaspec.measure.summary import Summary, summarize
 from llamaspec.store.results import Store, measurements_of
@@ -96,23 +93,6 @@ def describe(per: dict[str, MachineFigures]) -> list[str]:
     if per:
         lines.append(f"speedup: {estimators.POINT}, per machine and case")
     return lines
-
-
-def per_point(store: Store, study: str) -> dict[str, workload.WorkloadDecision]:
-    """A swept study, per machine: the workload's one decision over its setups and prompts
-    (:func:`llamaspec.decision.workload.decide_workload` on that machine's runs, made cells by
-    :func:`llamaspec.decision.workload_runs.workload_of_runs`: a prompt is a case, a setup the point's
-    settings). Each ratio is within its machine; a point whose output differs, or that failed, is
-    excluded there and said. The cluster's pairs time no costs, so no speedup model is fitted here."""
-    by_machine: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for run in store.runs(group_id=study):
-        by_machine[machine_of(run) or "?"].append(run)
-    out: dict[str, workload.WorkloadDecision] = {}
-    for machine, runs in sorted(by_machine.items()):
-        cells, prompts = workload_of_runs(runs)
-        if prompts:
-            out[machine] = workload.decide_workload(cells, prompts, over_prompts=False)  # each machine measured every prompt
-    return out
 
 
 def describe_points(per: dict[str, workload.WorkloadDecision]) -> list[str]:

@@ -1,6 +1,6 @@
 """The one decision rule: which setting to recommend, how sure that is, and what to measure next.
 
-Sweeps, tune and prompt sets all end here. Pure: measured intervals (and, where a speedup model
+Studies, sweeps and runs all end here. Pure: measured intervals (and, where a speedup model
 was fitted, its predicted band) in, a frozen :class:`Decision` out; no I/O, no engine.
 
 The rule, in order:
@@ -203,7 +203,7 @@ class Decision:
                 f"{c.measured.median:.2f}x a gain, if it and its spread held")
 
     def lines(self) -> list[str]:
-        """The decision as the sweep, tune and prompt-set reports print it."""
+        """The decision as the study reports print it."""
         c = self.chosen
         if self.verdict == "recommend" and c is not None:
             head = f"recommended: {c.label} -> {c.measured.text(suffix='x')}"

@@ -1,6 +1,6 @@
 """One answer for a workload: which setup to run over a set of prompts.
 
-Every way of asking (``sweep`` and ``tune`` over the built-in workload, a prompt file or one
+Every way of asking (``sweep`` over the built-in workload, a prompt file or one
 prompt; ``prompts run`` on llama-server; a cluster study, per machine) ends here. Pure: what was
 measured in, a frozen :class:`WorkloadDecision` out; no I/O, no engine.
 

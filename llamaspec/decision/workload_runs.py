@@ -3,7 +3,7 @@
 
 Every way of asking that keeps its points as run rows decides from them through this one
 function and :func:`llamaspec.decision.workload.decide_workload`: a cluster study per machine
-(``sweep --cluster``), a cluster tune's points on the coordinator, and the local study's own rows
+(``sweep --cluster``): a machine's study points on the coordinator, and the local study's own rows
 (:mod:`llamaspec.studies.study`, which names its setups itself: its adaptive loop names a setup before it
 is measured). Pure: run rows (as ``Store.runs`` returns them) in, cells out.
 

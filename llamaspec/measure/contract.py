@@ -1,6 +1,6 @@
 """The contract between the run core and an engine: "run this case, give me timings, counters and text".
 
-The run core (``run``, ``sweep``, ``tune``, ``analysis``, ``report``, ``plot``) knows engines only
+The run core (``run``, ``sweep``, ``analysis``, ``report``, ``plot``) knows engines only
 through this module and the registry in ``llamaspec.measure.engines``; it never imports one.
 
 An engine (:class:`Engine`) is an object with:
@@ -81,7 +81,7 @@ DRAFT_POLICIES = (
 # the prompts after it would fail alike.
 # ModelRef.model of a model named by where it is rather than by the catalog: its ``variant`` is
 # the location as ``llamaspec.models.given`` reads it (an absolute GGUF path, USER/REPO[:QUANT],
-# or a catalog NAME[:VARIANT]). A sweep or tune swaps the variant as for a catalog model, so
+# or a catalog NAME[:VARIANT]). A sweep swaps the variant as for a catalog model, so
 # several drafts given on the command line are one more dimension of it. Here, below both the
 # experiment and the models that read it.
 GIVEN = "given"

@@ -1,7 +1,7 @@
 """The one pairs loop: the target alone and with speculation, measured next to each other, and the
 one rule for which measurements form a pair.
 
-Every feature that compares the two (``run``, ``sweep``, ``tune``, prompt sets, concurrency
+Every feature that compares the two (``run``, ``sweep``, prompt sets, concurrency
 batches, the cluster's executors, the adaptive sweep's "N more pairs at this setting") asks this
 loop for pairs; none alternates modes itself. What it guarantees:
 

@@ -11,7 +11,7 @@ or a catalog ``NAME[:VARIANT]``), with no catalog entry and no YAML written by h
 
 Models are ``ModelRef(GIVEN, location)``: engines resolve them through ``models.gguf_model`` like
 catalog models, with the file's sha256 in every run's provenance. Several drafts are the case's
-``drafts``: ``sweep`` and ``tune`` measure each as one more dimension (the draft variant), and the
+``drafts``: ``sweep`` measures each as one more dimension (the draft variant), and the
 decision counts the smaller file as the cheaper setting (``analysis.PointRow.cost``).
 
 Without a prompt, the study runs the built-in workload (:func:`builtin_prompts`: 54 chat prompts,
@@ -39,7 +39,7 @@ log = logging.getLogger("llamaspec")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
 
 
-# What a study of -m/-md models measures with unless told otherwise (sweep, tune): 64 tokens a
+# What a study of -m/-md models measures with unless told otherwise (sweep): 64 tokens a
 # prompt (docs/method.md: the acceptance and the decision at 64 against 256 tokens), on
 # llama-speculative-simple, which drafts up to k as llama-server does, counts acceptance by draft
 # position (one long draft predicts the shorter ones) and runs the draft-free n-gram modes.
@@ -77,7 +77,7 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     ``NAME[:VARIANT]``); the models are resolved here (downloaded if needed) for their sha256.
     ``settings``: the command line's settings (every setting flag, as for an experiment).
     The prompt: ``prompt`` (text), ``prompt_file``, ``prompts`` (a prompt set, for llama-server),
-    ``workload`` (a ``prompts.PromptSet``: one case per prompt, as sweep and tune measure it), or
+    ``workload`` (a ``prompts.PromptSet``: one case per prompt, as sweep measures it), or
     none of them: the built-in workload, one case per prompt. ``name``: the study's name
     (default: made from the files' sha256, the settings and the prompt, the same on every rerun).
     Raises LlamaspecError (one line and a hint) for bad input: a missing or non-GGUF file, a repo
@@ -259,7 +259,7 @@ def _refuse_changed(name: str, kept: dict[str, str], now: dict[str, str]) -> Non
 
 
 def save_study(exp: Experiment) -> Path:
-    """Keep the study as ``LLAMASPEC_DATA/studies/NAME.yaml``, so that ``run``, ``sweep``, ``tune``,
+    """Keep the study as ``LLAMASPEC_DATA/studies/NAME.yaml``, so that ``run``, ``sweep``,
     ``report`` and ``plot`` take its name. A name already kept for other models or settings is
     refused (its results would mix with these): nothing measured under it is touched."""
     import yaml
@@ -284,7 +284,7 @@ def save_study(exp: Experiment) -> Path:
 
 def draft_axis(exp: Experiment) -> tuple[str, ...]:
     """The drafts every case of ``exp`` compares (their ModelRef variants), for a sweep's or a
-    tune's draft dimension; () when there is one draft or none."""
+    study's draft dimension; () when there is one draft or none."""
     sets = {tuple(d.variant for d in c.drafts) for c in exp.cases}
     if len(sets) > 1:
         raise LlamaspecError(f"the cases of {exp.name} compare different drafts",
@@ -303,7 +303,7 @@ def open_study(experiment_name: str | None, model: str | None, drafts: Sequence[
     models given, made by ``experiment_from_models`` on the engine the core picks for it (a prompt
     set: llama-server; one prompt: llama.cpp's programs where one runs the spec type or one is
     named, else the engine that does), kept under its name and announced. ``workload``: a loaded
-    prompt set whose prompts are the study's cases (sweep and tune); ``command``: the caller's name
+    prompt set whose prompts are the study's cases (sweep); ``command``: the caller's name
     in messages. The CLI's measuring commands and ``from llamaspec import adhoc`` users alike."""
     from llamaspec.studies import experiment
 
@@ -328,7 +328,7 @@ def open_study(experiment_name: str | None, model: str | None, drafts: Sequence[
     found = list(drafts)
     if len(found) > 1 and not several_drafts:
         raise LlamaspecError(f"llamaspec {command} measures one draft, {len(found)} were given",
-                             hint="compare drafts with `llamaspec sweep` or `llamaspec tune` (they take several -md)")
+                             hint="compare drafts with `llamaspec sweep` (it takes several -md)")
     settings = settings or Settings()
     spec_type = settings.over(DEFAULTS).spec_type
     # a prompt set runs on llama-server; one prompt on llama.cpp's programs where one runs the type

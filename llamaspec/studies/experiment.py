@@ -55,7 +55,7 @@ class Case:
     prompt_file: str | None
     settings: Settings
     reference: Reference | None = None
-    drafts: tuple[ModelRef, ...] = ()  # drafts to compare (the first is ``draft``): sweep and tune measure each
+    drafts: tuple[ModelRef, ...] = ()  # drafts to compare (the first is ``draft``): sweep measures each
     category: str | None = None  # the prompt's category within a workload (code, chat, ...)
     chat: bool = False  # the prompt is a chat message: sent through the target's chat template
     history: tuple[Message, ...] = ()  # a chat prompt's earlier turns (role, content), before ``prompt``

@@ -1,6 +1,6 @@
 """A workload study: setups measured over a workload's prompts, then its one decision.
 
-``llamaspec sweep -m T -md D`` (and ``tune``, and ``sweep NAME``) measures here. A workload is the
+``llamaspec sweep -m T -md D`` (and ``sweep NAME``) measures here. A workload is the
 experiment's cases, one prompt each (the built-in workload when no prompt is given, a prompt file,
 or the one prompt of ``-p``); a setup is a sweep point (a draft length, a draft file, other
 settings) or a draft-free n-gram mode (:mod:`llamaspec.studies.setups`); the target alone is the

@@ -279,9 +279,10 @@ def markdown(store: Any, experiment_name: str | Sequence[str], compare_by: str |
         raise LlamaspecError(f"cannot compare by {compare_by!r}", hint=f"use one of {', '.join(COMPARE_BY)}")
     stored: dict[str, list[dict[str, Any]]] = {}
     for name in names:
-        # A cluster tune's own row only points at its machine's stored points: not a run of its own.
+        # A cluster study's own row only points at its machine's stored points: not a run of its own
+        # (cluster-tune: the kind such rows had before `tune` became `sweep`).
         # (a study's decision row is its answer, not a run: shown apart, from the newest)
-        stored[name] = [r for r in store.runs(experiment=name) if r["kind"] not in ("cluster-tune", STUDY_KIND)]
+        stored[name] = [r for r in store.runs(experiment=name) if r["kind"] not in ("cluster-study", "cluster-tune", STUDY_KIND)]
         if not stored[name]:
             raise LlamaspecError(f"no runs of {name!r} in {store.path}", hint=f"run `llamaspec run {name}` first")
     ok = {name: [r for r in runs if r["status"] in ("ok", "differs")] for name, runs in stored.items()}
