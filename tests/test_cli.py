@@ -161,11 +161,11 @@ def test_sigterm_stops_the_child_process_too(tmp_path, when: str) -> None:
             os.kill(child, signal.SIGKILL)
 
 
-def test_a_prompt_set_refuses_a_transformers_experiment(tmp_path) -> None:
-    # Prompt sets run on llama-server: a transformers experiment is refused, not measured on another engine.
+def test_concurrency_refuses_a_transformers_experiment(tmp_path) -> None:
+    # Concurrency is measured on llama-server: a transformers experiment is refused, not measured on another engine.
     prompts = tmp_path / "set.jsonl"
     prompts.write_text('{"prompt": "hello"}\n')
-    result = CliRunner().invoke(main, ["prompts", "run", "hf-smollm2-quicksort", "--prompts", str(prompts)])
+    result = CliRunner().invoke(main, ["concurrency", "hf-smollm2-quicksort", "--prompts", str(prompts)])
     assert result.exit_code != 0 and "uses the transformers engine" in result.output, result.output
 
 

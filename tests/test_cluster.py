@@ -572,67 +572,6 @@ class FakeMachine:
         return Worker(machine)
 
 
-def _prompt_experiment(tmp_path: Path) -> tuple[Any, Any]:
-    import json
-
-    from llamaspec.studies import experiment
-    from llamaspec.studies import prompts as loader
-
-    lines = [{"id": f"p{i}", "prompt": f"Write function number {i}.", "category": ("code", "prose")[i % 2]} for i in range(8)]
-    (tmp_path / "set.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (tmp_path / "exp.yaml").write_text(
-        "name: fake-set\nbackend: llama-server\nrepeats: 2\nprompts: {source: set.jsonl}\n"
-        "settings: {n_predict: 32, threads: 1, seed: 1, temperature: 0}\n"
-        "cases:\n  - name: k8\n    target: {model: smollm2-135m, variant: f32}\n"
-        "    draft: {model: smollm2-135m, variant: q4_1}\n    settings: {draft_max: 8}\n")
-    exp = experiment.load(str(tmp_path / "exp.yaml"))
-    return exp, loader.load(str(tmp_path / "set.jsonl"))
-
-
-def test_a_prompt_set_over_two_machines_is_paired_per_machine_and_matches_one_machine(store: Store, tmp_path: Path) -> None:
-    """Two machines of different speeds (100 and 40 t/s, no drift): every prompt stored once with its
-    machine; each machine's speedup is the engine's true one (a baseline of the other machine would
-    make it 2.5x or 0.4x off); the per-machine figures are promptset's own, as a one-machine run's."""
-    from fakes import FakeEngine
-
-    from llamaspec import promptset
-    from llamaspec.cluster import promptsets
-
-    exp, prompt_set = _prompt_experiment(tmp_path)
-    fast, slow = FakeEngine(base_tps=100.0, drift=0.0), FakeEngine(base_tps=40.0, drift=0.0)
-    by_name = {"host-a": FakeMachine("host-a", fast), "host-b": FakeMachine("host-b", slow)}
-    pool = LocalPool(list(by_name), factory=lambda m: by_name[m])
-    work = promptsets.prompt_items(exp, prompt_set, repeats=2)
-    assert [i.key for i in work] == [f"k8/p{i}" for i in range(8)] and {i.kind for i in work} == {"prompt"}
-    try:
-        report = run_study("set", work, pool, StoreSink(store, kind="cluster-prompt"), Requirements(models=dict(SHA)))
-    finally:
-        pool.close()
-    assert not report.failed and sorted(report.done) == sorted(i.key for i in work)
-    runs = store.runs(group_id="set")
-    assert sorted(r["prompt_id"] for r in runs) == [f"p{i}" for i in range(8)]  # each prompt once
-    assert {r["machine"] for r in runs} == {"host-a", "host-b"}
-    assert all(len(store.measurements(r["id"])) == 4 for r in runs)  # 2 repeats x (baseline, speculative)
-    assert [c[0] for c in fast.calls[:4]] == ["baseline", "speculative", "speculative", "baseline"]  # ABBA
-    per = promptsets.per_machine(store, "set")["k8"]
-    true = fast.speedup_of(8)
-    for machine in ("host-a", "host-b"):
-        figures = per[machine].set
-        assert figures.counted == sum(r["machine"] == machine for r in runs)
-        assert figures.geomean_speedup and figures.geomean_speedup.median == pytest.approx(true, rel=1e-9), machine
-        assert figures.total_speedup and figures.total_speedup.median == pytest.approx(true, rel=1e-9), machine
-    pooled = per[promptsets.ALL].set
-    assert pooled.counted == 8 and pooled.total_speedup is None  # never pooled across machines
-    assert pooled.geomean_speedup and pooled.geomean_speedup.median == pytest.approx(true, rel=1e-9)
-    assert all(g.total_speedup is None for g in per[promptsets.ALL].categories.values())
-    one = promptset.run_set(exp, prompt_set, FakeEngine(base_tps=100.0, drift=0.0), store, repeats=2)
-    alone = promptset.set_statistics(one.cases[0].items).set
-    assert alone.geomean_speedup and alone.geomean_speedup.median == pytest.approx(pooled.geomean_speedup.median, rel=1e-9)
-    assert alone.acceptance is not None and alone.acceptance == pytest.approx(pooled.acceptance)
-    lines = promptsets.describe(promptsets.per_machine(store, "set"))
-    assert lines[0] == "k8:" and lines[1].lstrip().startswith("host-a") and "(not pooled)" in lines[3]
-
-
 def test_report_compare_machine_groups_by_the_machine_column(store: Store) -> None:
     from llamaspec.views.report import COMPARE_BY
 
@@ -731,8 +670,7 @@ def test_a_recorded_sweep_stored_as_a_cluster_study_decides_as_its_recording_say
     ["run", "smollm2-quicksort"],
     ["sweep", "smollm2-quicksort", "--draft", "1,2"],
     ["sweep", "smollm2-quicksort", "--draft", "1..16", "--modes", "ngram-simple"],
-    ["prompts", "run", "smollm2-server-mini", "--limit", "2"],
-    ["run", "smollm2-server-mini", "--prompts", "llamaspec-mini", "--limit", "2"],
+    ["sweep", "smollm2-server-mini", "--limit", "2"],
     ["run", "smollm2-quicksort", "--split-repeats"],
 ])
 def test_cluster_option_with_an_address_that_does_not_answer_is_one_fast_error(args: list[str],

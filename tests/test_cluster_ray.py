@@ -421,18 +421,19 @@ def _tagged(tag: str) -> list[Any]:
 
 @loopback_only
 @pytest.mark.llamacpp
-def test_a_prompt_set_over_two_nodes_survives_losing_one_and_leaves_no_server_running(
+def test_a_server_experiment_over_two_nodes_survives_losing_one_and_leaves_no_server_running(
         cluster_factory: Callable[..., Any], tmp_path: Path) -> None:
-    """The shipped prompt set (6 prompts, 16 tokens, one thread) on llama-server over two nodes; host-b
-    is removed (its processes killed) after its first prompt. Every prompt is stored exactly once,
-    host-b's unfinished prompt is redone on host-a, the figures are per machine, and no llama-server
+    """A llama-server experiment's 6 repeats (16 tokens, one thread), each an item, over two nodes;
+    host-b is removed (its processes killed) after its first item. Every item is stored exactly once,
+    host-b's unfinished item is redone on host-a, the figures are per machine, and no llama-server
     that host-b's worker started is left running (its reaper stopped it)."""
     import time
     import uuid
 
-    from llamaspec.cluster import Requirements, StoreSink, promptsets, raypool, run_study
+    from llamaspec.cluster import Requirements, StoreSink, raypool, run_study
+    from llamaspec.cluster import study as studies
+    from llamaspec.cluster import summary as per_machine
     from llamaspec.store.results import Store
-    from llamaspec.studies import prompts as loader
     from llamaspec.studies.experiment import load
 
     build = _cpu_build()
@@ -441,14 +442,13 @@ def test_a_prompt_set_over_two_nodes_survives_losing_one_and_leaves_no_server_ru
         pytest.skip("the offline SmolLM2 pair is not here: run `llamaspec models fetch smollm2-135m` first")
     if "server" not in build.programs:
         pytest.skip(f"the llama.cpp build in {build.bin_dir} has no llama-server")
-    root = Path(__file__).resolve().parent.parent
     (tmp_path / "e.yaml").write_text(
-        f"name: cluster-set\nbackend: llama-server\nrepeats: 1\nprompts: {root / 'experiments' / 'prompts' / 'llamaspec-mini.jsonl'}\n"
+        "name: cluster-srv\nbackend: llama-server\nrepeats: 6\n"
         "settings: {n_predict: 16, seed: 20, temperature: 0, threads: 1, ctx_size: 1024}\n"
         "cases:\n  - name: k8\n    target: {model: smollm2-135m, variant: f32}\n"
-        "    draft: {model: smollm2-135m, variant: q4_1}\n    settings: {draft_max: 8}\n")
+        "    draft: {model: smollm2-135m, variant: q4_1}\n    settings: {draft_max: 8}\n"
+        "    prompt: '# Quick-sort implementation in Python and sample usage:'\n")
     exp = load(str(tmp_path / "e.yaml"))
-    prompt_set = loader.load(loader.parse_source(str(root / "experiments" / "prompts" / "llamaspec-mini.jsonl"), None, limit=6))
     tag = uuid.uuid4().hex
     c, nodes = cluster_factory({m: {"LLAMASPEC_TEST_TAG": tag, "LLAMASPEC_LOCK": str(tmp_path / f"{m}.lock")}
                                 for m in ("host-a", "host-b")})
@@ -456,22 +456,19 @@ def test_a_prompt_set_over_two_nodes_survives_losing_one_and_leaves_no_server_ru
     pool = raypool.RayPool()
     store = Store.open(tmp_path / "results.sqlite")
     on_result, killed = _kill_on_first_result(c, nodes["host-b"], "host-b")
-    work = promptsets.prompt_items(exp, prompt_set, repeats=1)
-    report = run_study("set", work, pool, StoreSink(store, kind="cluster-prompt"),
+    work = studies.experiment_items(exp, split_repeats=True)
+    report = run_study("set", work, pool, StoreSink(store),
                        Requirements(commit=build.commit, accel="cpu", models=models), on_result=on_result)
     pool.close()
     assert not report.failed and not report.refused, report
     runs = store.runs(group_id="set")
-    assert sorted(r["point_key"] for r in runs) == sorted(i.key for i in work)  # each prompt once
+    assert sorted(r["point_key"] for r in runs) == sorted(i.key for i in work)  # each item once
     assert killed and report.lost.get("host-b"), report
     by_key = {r["point_key"]: r["machine"] for r in runs}
     assert by_key[report.lost["host-b"][0]] == "host-a"
-    per = promptsets.per_machine(store, "set")["k8"]
-    assert per["host-a"].set.counted + per["host-b"].set.counted == 6 - sum(
-        p.set.ended_early for m, p in per.items() if m != promptsets.ALL)
-    assert per["host-a"].set.lossless_rate == 1.0
-    print("figures: prompt set over two nodes:", " | ".join(line.strip() for line in promptsets.describe(
-        promptsets.per_machine(store, "set"))[1:]))
+    figures = per_machine.per_machine(store, "set")
+    assert sum(f.items for f in figures.values()) == 6 and figures["host-a"].cases["k8"].lossless is not None
+    print("figures: a server experiment over two nodes:", " | ".join(line.strip() for line in per_machine.describe(figures)))
     deadline = time.monotonic() + 60  # ends as soon as they are gone; generous on a loaded machine
     while _tagged(tag) and time.monotonic() < deadline:  # host-a's actor closed its servers; host-b's reaper
         time.sleep(0.2)

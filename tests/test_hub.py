@@ -1,6 +1,6 @@
 """Downloads over HTTP, through a Hugging Face hub on loopback (``hub_server.Hub``) and the real
 huggingface_hub client: pins, the disk and time plan, and the faults a hub serves. Then the
-write-up's own commands end to end (``models fetch``, ``run quicksort-python``, ``prompts run``
+write-up's own commands end to end (``models fetch``, ``run quicksort-python``, ``sweep`` over Alpaca
 with Alpaca) on the catalog's real repo names holding tiny checkpoints made here.
 
 Nothing here reaches the real hub: HF_ENDPOINT is the loopback server, HF_HOME a temp folder.
@@ -335,8 +335,8 @@ def test_alpaca_is_downloaded_from_the_hub_for_a_prompt_set(llama_build, hub: Hu
                                           "README.md": b"# alpaca\n"}, kind="datasets")
     root = _project(tmp_path)
     env = _env(hub, root)
-    done = _cli(["prompts", "run", "smollm2-server-alpaca", "--prompts", "alpaca", "--limit", "3", "--seed", "1",
-                 "-n", "16", "-t", "1"], env, tmp_path)
+    done = _cli(["sweep", "smollm2-server-alpaca", "--prompts", "alpaca", "--limit", "3", "--sample-seed", "1",
+                 "-n", "16", "-t", "1", "--fixed-grid", "--repeats", "1", "--no-plot"], env, tmp_path)
     print(done.stdout, done.stderr[-3000:])
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r.path for r in hub.requests if "/cdn/" in r.path]  # the parquet file came over HTTP

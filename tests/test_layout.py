@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("decision",),             # the decision rule, one answer for a workload
     ("views",),                # analysis of a stored sweep, plots, reports, doctor
     ("studies",),              # experiments, runs, sweeps, workload studies, tuning
-    ("promptset", "watch"),    # prompt sets on llama-server; a running server watched
+    ("watch",),                # a running server watched
     ("cluster",),              # studies spread over machines
     ("cli", "__main__"),       # the command line
 )

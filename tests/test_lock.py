@@ -180,9 +180,9 @@ def test_describe_reads_like_a_command() -> None:
                                      "since 2026-11-30T09:00:00+0000 (5 min ago)")
 
 
-@pytest.mark.parametrize("command", [["prompts", "run"], ["run"]])
+@pytest.mark.parametrize("command", [["sweep"], ["concurrency"]])
 def test_a_prompt_set_takes_the_lock_too(tmp_path: Path, lock_file: Path, command: list[str]) -> None:
-    # Both ways into a prompt set measure: neither may run beside another measurement.
+    # Both commands that measure over a prompt set: neither may run beside another measurement.
     from click.testing import CliRunner
     from fakes import fake_bin_dir
 

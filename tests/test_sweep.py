@@ -3,6 +3,7 @@ The real sweep, with a real interruption, is in test_run_llamacpp.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,42 @@ def test_the_answer_checks_refuse_an_answer_without_its_parts(fake_models, monke
     for bad in broken:
         with pytest.raises(AssertionError):
             real_checks.answer(bad)
+
+
+def test_an_experiment_over_a_prompt_set_is_the_workload_study_of_its_cases(fake_models, tmp_path: Path) -> None:
+    """`sweep NAME` of an experiment that names prompts: its cases are the setups weighed (labelled
+    by their names, their own settings, another draft file a variant), each prompt a case; the
+    answer is the one study's. A case the study cannot weigh is refused by name."""
+    from llamaspec.studies import methods, study
+    from llamaspec.studies import prompts as loader
+
+    mini = methods.setups_of(experiment.load("smollm2-server-mini"))
+    assert [(s.label, s.values) for s in mini] == [
+        ("draft-k8", {"draft_max": 8}),
+        ("ngram-simple", {"spec_type": "ngram-simple", "ngram_size_n": 3, "ngram_size_m": 8})]
+    (tmp_path / "set.jsonl").write_text("\n".join(json.dumps({"id": f"p{i}", "category": c, "prompt": f"{c} prompt {i}"})
+                                                  for i, c in enumerate(["code", "code", "math", "math"])))
+    body = ("name: lengths\nengine: llama.cpp\nrepeats: 1\nprompts: set.jsonl\n"
+            "settings: {n_predict: 64, threads: 1, seed: 1, temperature: 0}\ncases:\n"
+            "  - {name: k2, target: {model: smollm2-135m, variant: f32}, draft: {model: smollm2-135m, variant: q4_1}, "
+            "settings: {draft_max: 2}}\n"
+            "  - {name: k6-q8, target: {model: smollm2-135m, variant: f32}, draft: {model: smollm2-135m, variant: q8_0}, "
+            "settings: {draft_max: 6}}\n")
+    (tmp_path / "lengths.yaml").write_text(body)
+    loaded = experiment.load(str(tmp_path / "lengths.yaml"))
+    exp, setups = methods.over_prompts(loaded, loader.load(loader.source_of(loaded)))
+    assert [(c.name, c.category, c.draft.variant if c.draft else None) for c in exp.cases] == [
+        ("p0", "code", "q4_1"), ("p1", "code", "q4_1"), ("p2", "math", "q4_1"), ("p3", "math", "q4_1")]
+    assert [(s.label, s.values) for s in setups] == [("k2", {"draft_max": 2}),
+                                                     ("k6-q8", {"draft_max": 6, "draft_variant": "q8_0"})]
+    engine = FakeEngine(drift=0.0)
+    result = study.run_study(exp, setups, engine, Store.open(), fixed_grid=True)
+    assert {s.label for s in result.decision.setups} == {"k2", "k6-q8"}
+    assert {c[1]["draft_max"] for c in engine.calls if c[0] == "speculative"} == {2, 6}
+    stored = Store.open()
+    drafts = {(stored.run(r)["settings"]["draft_max"], stored.run(r)["draft"]) for r in result.runs.values()}
+    assert drafts == {(2, "smollm2-135m:q4_1"), (6, "smollm2-135m:q8_0")}, drafts
+    (tmp_path / "two.yaml").write_text(body.replace("name: lengths", "name: two").replace(
+        "k6-q8, target: {model: smollm2-135m, variant: f32}", "k6-q8, target: {model: smollm2-135m, variant: q8_0}"))
+    with pytest.raises(LlamaspecError, match="have 2 targets: a study weighs setups of one target"):
+        methods.setups_of(experiment.load(str(tmp_path / "two.yaml")))

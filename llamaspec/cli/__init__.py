@@ -32,7 +32,7 @@ COMMAND_MODULES = {
     "sweep": "sweep",
     "plot": "report", "report": "report",
     "parse": "parse",
-    "prompts": "prompts",
+    "prompts": "prompts", "concurrency": "concurrency",
     "rpc": "cluster", "cluster": "cluster",
     "watch": "watch",
 }

@@ -182,24 +182,3 @@ def study_on_cluster(exp: Any, address: str | None, *, accel: str = "auto", as_j
 
         raise LlamaspecError(f"{len(report.failed) + len(report.not_run)} of {report.total} machines did not finish "
                              "their study", hint="see the lines above; a rerun of the same command runs them again")
-
-
-def run_prompt_set_on_cluster(exp: Any, source: str | None, address: str | None, *, limit: int | None = None,
-                              sample_seed: int | None = None, fmt: str | None = None, turns: str | None = None,
-                              repeats: int = 1, machines: list[str] | None = None, accel: str = "auto",
-                              as_json: bool = False) -> None:
-    """``prompts run --cluster`` / ``run --prompts --cluster``: one item per (case, prompt)."""
-    from llamaspec import promptset
-    from llamaspec.cluster import promptsets
-    from llamaspec.store.results import Store
-    from llamaspec.studies import prompts as loader
-
-    got = loader.load(promptset.source_of(exp, source, format=fmt, turns=turns, limit=limit, seed=sample_seed))
-    log.info("%s: %d prompts x %d cases over the cluster", got.source.label, len(got.prompts), len(exp.cases))
-    report, per = promptsets.run_prompt_set(exp, got, address, Store.open(), repeats=repeats, machines=machines, accel=accel)
-    echo_study(report, per, promptsets.describe(per), as_json)
-    if report.failed:
-        from llamaspec.base.errors import LlamaspecError
-
-        raise LlamaspecError(f"{len(report.failed)} of {report.total} prompts failed (stored as failed)",
-                             hint="see the lines above; a rerun of the same command measures them again")

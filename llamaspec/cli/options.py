@@ -2,7 +2,7 @@
 
 The setting options are made from the settings schema (``llamaspec.measure.settings``): every sweepable
 setting is ``--NAME VALUE`` on ``run`` and ``--NAME LIST`` on ``sweep``, and those an engine honours
-are ``--NAME VALUE`` on ``prompts run`` (``EngineSettingsCommand``), so a new setting reaches the
+are ``--NAME VALUE`` on ``concurrency`` (``EngineSettingsCommand``), so a new setting reaches the
 command line without an edit here.
 """
 
@@ -34,7 +34,7 @@ OPTION_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
-# Older spellings still accepted but not shown in --help (``prompts run`` had these before its
+# Older spellings still accepted but not shown in --help (prompt-set runs had these before their
 # options came from the settings table).
 HIDDEN_ALIASES: dict[str, tuple[str, ...]] = {
     "ngram_size_n": ("--ngram-n",),
@@ -192,6 +192,33 @@ COMMON_OPTIONS: list[Decorator] = [
     click.option("--no-wait", is_flag=True, help="Fail at once if another measurement holds this machine."),
     click.option("--json", "as_json", is_flag=True, help="Print results as JSON on stdout."),
 ]
+
+
+def _seed_moved(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None:
+        from llamaspec.base.errors import LlamaspecError
+
+        raise LlamaspecError("--seed is now --sample-seed (it samples the prompts; a generation's seed is the "
+                             "experiment's seed: setting)", hint=f"--sample-seed {value}")
+
+
+def prompt_set_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """How a prompt set is read (``sweep``, ``prompts list``, ``concurrency``): ``--limit``,
+    ``--sample-seed`` (``--seed`` before: a one-line pointer now), ``--format``, ``--turns``."""
+    for option in reversed([
+        click.option("--limit", type=click.IntRange(min=1), default=None,
+                     help="Keep N prompts of the set (the first N, or a sample with --sample-seed)."),
+        click.option("--sample-seed", "sample_seed", type=int, default=None,
+                     help="Sample the --limit prompts at random with this seed."),
+        click.option("--seed", "old_seed", type=int, default=None, hidden=True, expose_value=False,
+                     callback=_seed_moved),
+        click.option("--format", "fmt", type=click.Choice(["chat", "raw", "alpaca"]), default=None,
+                     help="chat: through the model's chat template (default); raw: as text; alpaca: Alpaca's template."),
+        click.option("--turns", type=click.Choice(["first", "all"]), default=None,
+                     help="Spec-Bench, SPEED-Bench: the first turn only, or every turn."),
+    ]):
+        func = option(func)
+    return func
 
 
 def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:

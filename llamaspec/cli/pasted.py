@@ -52,7 +52,7 @@ def _disagreements(cmd: PastedCommand, overrides: Settings) -> list[str]:
 
 
 def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, prompt: str | None,
-          prompt_file: Path | None, prompts: str | None, name: str | None, repeats: int | str | None,
+          prompt_file: Path | None, name: str | None, repeats: int | str | None,
           bin_dir: Path | None) -> tuple[Experiment, PastedCommand, Path | None]:
     """(experiment, parsed command, llama.cpp folder) for a pasted command; refuses what cannot be
     measured before anything is measured or stored."""
@@ -80,14 +80,13 @@ def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, 
         cmd.draft.value if cmd.draft.source == "hf" else str(Path(cmd.draft.value).expanduser().absolute())]
     file = str(Path(cmd.prompt_file).expanduser()) if cmd.prompt_file is not None else prompt_file
     exp = adhoc.experiment_from_models(target, drafts, settings=settings, prompt=prompt if prompt is not None else cmd.prompt,
-                                       prompt_file=file, prompts=prompts, name=name, engine=cmd.engine,
+                                       prompt_file=file, name=name, engine=cmd.engine,
                                        repeats=repeats if repeats is not None else 3,
                                        description=f"{cmd.program} as pasted: {' '.join(cmd.argv[1:])}")
     path = adhoc.save_study(exp)
     for line in cmd.describe():
         log.info("%s", line)
-    what = (adhoc.builtin_label(exp) if len(exp.cases) > 1
-            else f"the prompt set {prompts}" if prompts is not None else "one prompt")
+    what = adhoc.builtin_label(exp) if len(exp.cases) > 1 else "one prompt"
     log.info("study %s: the pasted command against itself without its draft and speculation flags, on %s (kept in "
              "%s; `llamaspec report %s`, or rerun by name)", exp.name, what, path, exp.name)
     return exp, cmd, bin_dir

@@ -14,7 +14,6 @@ from llamaspec.base.stats import percent
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import (
-    PROMPT_SOURCES,
     check_prompt_file,
     common_options,
     model_options,
@@ -48,17 +47,20 @@ def progress_printer(total_steps: int):
     return on_event
 
 
+def _prompts_moved(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        from llamaspec.base.errors import LlamaspecError
+
+        raise LlamaspecError("`llamaspec run --prompts` is now `llamaspec sweep --prompts` (the workload study)",
+                             hint=f"llamaspec sweep NAME --prompts {value} (or -m TARGET -md DRAFT --prompts {value})")
+
+
 @main.command(cls=TakesPastedCommand)
 @click.argument("experiment_name", metavar="[NAME|PATH | -- COMMAND]", required=False)
 @model_options
 @setting_options
 @common_options
-@click.option("--prompts", "prompt_set", default=None, metavar=PROMPT_SOURCES,
-              help="Run over a prompt set instead (on llama-server; the same as `llamaspec prompts run`).")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: at most N prompts.")
-@click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: a seeded sample.")
-@click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None,
-              help="With --prompts: write the prompt set's plots to this folder.")
+@click.option("--prompts", "prompt_set", default=None, hidden=True, expose_value=False, callback=_prompts_moved)
 @cluster_option
 @click.option("--machine", "machines", multiple=True, metavar="NAME",
               help="With --cluster: use only this machine (repeatable; `llamaspec cluster machines` lists them).")
@@ -66,8 +68,7 @@ def progress_printer(total_steps: int):
               help="With --cluster: each repeat is a work item of its own (spreads a one-case experiment).")
 def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
         repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str, no_wait: bool,
-        as_json: bool, prompt_set: str | None, limit: int | None, sample_seed: int | None, plot_dir: Path | None,
-        address: str | None, machines: tuple[str, ...], split_repeats: bool, **given: Any) -> None:
+        as_json: bool, address: str | None, machines: tuple[str, ...], split_repeats: bool, **given: Any) -> None:
     """Run an experiment, or your own models: speculative vs the target alone, in pairs, stored.
 
     NAME|PATH is an experiment; or name the models as llama.cpp takes them, -m TARGET -md DRAFT
@@ -81,9 +82,7 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     and whether the generated output is unchanged (lossless), next to the experiment's reference
     figures. Exits non-zero when a case fails or its output differs.
 
-    With --prompts (or an experiment that names prompts:) this is `llamaspec prompts run`: the
-    same options reach the same place, and --parallel N measures concurrency at N slots (several
-    levels: `llamaspec prompts run NAME --parallel 1,2,4`).
+    An experiment over a prompt set (prompts:) is a workload study: `llamaspec sweep NAME`.
 
     With --cluster HOST:PORT (or $RAY_ADDRESS) the cases are measured on the Ray cluster's
     machines (--split-repeats: each repeat an item of its own), each against its own baselines,
@@ -111,11 +110,6 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     from llamaspec.studies import run as runs
     from llamaspec.views import report
 
-    if prompt_set is not None and (prompt is not None or prompt_file is not None):
-        raise click.UsageError("--prompt and --prompt-file replace one prompt; a prompt set runs its own "
-                               "(drop them, or run an experiment without prompts:)")
-    # over a prompt set, --parallel N is N slots served to N clients (as in prompts run), not a setting
-    parallel = given.pop("parallel", None) if prompt_set is not None else None
     words = pasted(click.get_current_context())
     cmd = None
     if words is not None:  # `llamaspec run [OPTIONS] -- llama-server -m T.gguf -md D.gguf ...`
@@ -124,29 +118,17 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
                                  hint="give the models once: in the pasted command, or with -m/-md and no --")
         loaded, cmd, bin_dir = pasted_study(words, experiment_name=experiment_name,
                                             overrides=overrides(given, n_predict, timeout), prompt=prompt,
-                                            prompt_file=prompt_file, prompts=prompt_set, name=study, repeats=repeats,
+                                            prompt_file=prompt_file, name=study, repeats=repeats,
                                             bin_dir=bin_dir)
     else:
         loaded = experiment_or_study(experiment_name, model, drafts, study, settings=overrides(given, n_predict, timeout),
-                                     prompt=prompt, prompt_file=prompt_file, prompts=prompt_set, repeats=repeats,
+                                     prompt=prompt, prompt_file=prompt_file, repeats=repeats,
                                      command="run", several_drafts=False)
-    if prompt_set is not None or loaded.prompts is not None:
-        from llamaspec.cli.prompts import run_prompt_set
-
-        if prompt is not None or prompt_file is not None:
-            raise click.UsageError("--prompt and --prompt-file replace one prompt; a prompt set runs its own "
-                                   "(drop them, or run an experiment without prompts:)")
-        if repeats == "auto":
-            raise click.UsageError("--repeats auto is for one prompt; over a prompt set give a count, e.g. --repeats 3")
-        if prompt_set is None:
-            parallel = given.pop("parallel", None)
-        run_prompt_set(loaded, prompt_set, given=given, n_predict=n_predict, timeout=timeout,
-                       repeats=repeats if isinstance(repeats, int) else None, limit=limit,
-                       sample_seed=sample_seed, levels=[parallel] if parallel else None, plot_dir=plot_dir,
-                       bin_dir=bin_dir, accel=accel, as_json=as_json, address=address, no_wait=no_wait)
-        return
-    if plot_dir is not None:
-        raise click.UsageError("--plot is for prompt sets (--prompts); plots of stored runs: `llamaspec plot --help`")
+    if loaded.prompts is not None:
+        raise LlamaspecError(f"{loaded.name} is measured over a prompt set: that is a workload study, "
+                             f"`llamaspec sweep {experiment_name or loaded.name}`",
+                             hint="`llamaspec run` measures one prompt per case; throughput against slots: "
+                                  "`llamaspec concurrency`")
     exp = loaded.with_overrides(overrides(given, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     if address:
         from llamaspec.cli.cluster import run_experiment_on_cluster

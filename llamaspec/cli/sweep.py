@@ -19,6 +19,7 @@ from llamaspec.cli.options import (
     common_options,
     model_options,
     overrides,
+    prompt_set_options,
     sweep_options,
     workload_options,
 )
@@ -33,10 +34,9 @@ log = logging.getLogger("llamaspec")
               help="Draft-free n-gram modes weighed beside the draft (default: every mode the program runs; "
                    "none: the draft alone).")
 @click.option("--prompts", "-P", "source", default=None, metavar=PROMPT_SOURCES,
-              help="With -m: the workload, a prompt set (JSONL: prompt, category, id), one case per prompt "
-                   "(default: the built-in workload).")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --prompts: keep N prompts (--seed: a sample).")
-@click.option("--seed", "sample_seed", type=int, default=None, help="With --prompts and --limit: sample with this seed.")
+              help="The workload, a prompt set (JSONL: prompt, category, id, chat, history): with -m, one case per "
+                   "prompt (default: the built-in workload); with NAME, instead of the experiment's prompts:.")
+@prompt_set_options
 @click.option("--shared-baseline", is_flag=True,
               help="Cost saver: measure one baseline per prompt and target setting and share it across setups "
                    "(speedups are then not paired, and the output says so; measures the fixed grid).")
@@ -52,15 +52,16 @@ log = logging.getLogger("llamaspec")
 @common_options
 @cluster_option
 def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, modes: str | None,
-          source: str | None, limit: int | None, sample_seed: int | None,
+          source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None, turns: str | None,
           shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool, whole_workload: bool, count_loops: bool,
           n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
     """One answer for a workload: which setup to run, measured against the target alone.
 
-    The workload is the experiment's prompts: with -m/-md and no -p/-f/--prompts, the built-in
-    workload (54 chat prompts, 9 in each of code, multi-turn, summarization, rag, math and
+    The workload is the experiment's prompts (an experiment that names a prompt set, or NAME
+    --prompts SOURCE: its cases are the setups weighed, each prompt of the set a case); with -m/-md
+    and no -p/-f/--prompts, the built-in workload (54 chat prompts, 9 in each of code, multi-turn, summarization, rag, math and
     rewriting), served through the target's chat template as `llama-server --jinja` serves it.
     The setups are the draft at each draft length (default 1,2,3,4,6,8,12,16), each draft file
     given, and the draft-free n-gram modes the program runs (--modes); the target alone is the
@@ -103,6 +104,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     Example: llamaspec sweep -m target.gguf -md q4_0.gguf,q8_0.gguf --draft 2,4,8 -p "def fib(n):"
     Example: llamaspec sweep smollm2-quicksort --draft 1..16 --modes none --budget 10m
     Example: llamaspec sweep smollm2-quicksort --draft 1,2,4,8 --fixed-grid --repeats 5
+    Example: llamaspec sweep smollm2-server-mini --limit 12 --sample-seed 1
     """
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.store.results import Store
@@ -111,6 +113,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     from llamaspec.studies import sweep as sweeps
 
     axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
+    methods = None  # an experiment over a prompt set: its cases are the setups
     if model is not None:  # a study's one-valued settings are its settings (and its name's), not dimensions
         fixed = {axis: values[0] for axis, values in axes.items()
                  if len(values) == 1 and axis not in ("draft_max", "draft_variant")}
@@ -118,15 +121,25 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
         settings = adhoc.workload_settings(overrides(fixed, n_predict, timeout))
         loaded = experiment_or_study(experiment_name, model, drafts, study, settings=settings,
                                      prompt=prompt, prompt_file=prompt_file, repeats=repeats, command="sweep",
-                                     workload=load_workload(source, limit, sample_seed))
+                                     workload=load_workload(source, limit, sample_seed, fmt, turns))
     else:
-        loaded = experiment_or_study(experiment_name, None, drafts, study, command="sweep",
-                                     workload=load_workload(source, limit, sample_seed))
+        loaded = experiment_or_study(experiment_name, None, drafts, study, command="sweep")
+        if source is not None or loaded.prompts is not None:
+            from llamaspec.studies import methods as over_set
+            from llamaspec.studies import prompts as loader
+
+            if axes or modes is not None:
+                raise click.UsageError(f"{loaded.name} weighs its cases over its prompt set: drop the setting lists and "
+                                       "--modes, or study the models with -m TARGET -md DRAFT --prompts ...")
+            loaded, methods = over_set.over_prompts(loaded, loader.load(loader.source_of(
+                loaded, source, limit=limit, seed=sample_seed, format=fmt, turns=turns)))
+        elif any(v is not None for v in (limit, sample_seed, fmt, turns)):
+            raise click.UsageError("--limit, --sample-seed, --format and --turns are for a prompt set (--prompts)")
     exp = loaded.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
     compared = adhoc.draft_axis(exp)
     if compared and "draft_variant" not in axes:
         axes["draft_variant"] = compared
-    if any(c.draft is not None for c in exp.cases) and "draft_max" not in axes:
+    if methods is None and any(c.draft is not None for c in exp.cases) and "draft_max" not in axes:
         axes = {**axes, "draft_max": studies.DEFAULT_LENGTHS}
     spend = sweeps.parse_budget(budget) if budget is not None else None
     if spend is not None and (fixed_grid or shared_baseline):
@@ -142,7 +155,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
                          over_prompts=not whole_workload, count_loops=count_loops, accel=accel, as_json=as_json)
         return
     engine = open_engine(exp, accel, bin_dir)
-    setups = studies.setups_for(axes, studies.modes_for(engine, asked), adhoc.draft_names(exp))
+    setups = methods or studies.setups_for(axes, studies.modes_for(engine, asked), adhoc.draft_names(exp))
     store = Store.open()
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
@@ -155,15 +168,16 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     echo_study(result, engine, exp, store, plot, as_json)
 
 
-def load_workload(source: str | None, limit: int | None, seed: int | None) -> Any:
+def load_workload(source: str | None, limit: int | None, seed: int | None, fmt: str | None = None,
+                  turns: str | None = None) -> Any:
     """``--prompts`` as a workload (None without it); its malformed lines are said, by line."""
     if source is None:
-        if limit is not None or seed is not None:
-            raise click.UsageError("--limit and --seed are for --prompts")
+        if any(v is not None for v in (limit, seed, fmt, turns)):
+            raise click.UsageError("--limit, --sample-seed, --format and --turns are for --prompts")
         return None
     from llamaspec.studies import prompts as loader
 
-    return loader.load(loader.parse_source(source, None, limit=limit, seed=seed))
+    return loader.load(loader.parse_source(source, None, limit=limit, seed=seed, format=fmt, turns=turns))
 
 
 def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool) -> None:

@@ -20,7 +20,8 @@ Setting up machines (each with llamaspec and its ``cluster`` extra installed, sa
     ray start --address HEAD:6379 --resources '{"llamaspec:box1": 1}'
     # anywhere
     llamaspec cluster machines --cluster HEAD:6379
-    llamaspec cluster run smollm2-quicksort --cluster HEAD:6379 -r 6 --split-repeats
+    llamaspec run smollm2-quicksort --cluster HEAD:6379 -r 6 --split-repeats   # an experiment's repeats spread
+    llamaspec sweep -m T.gguf -md D.gguf --cluster HEAD:6379                   # the study on every machine
 
 Each machine builds llama.cpp and fetches the models itself on first use (cached, sha256-checked),
 and is refused when its llama.cpp commit or a model's sha256 differs from the study's.

@@ -18,9 +18,6 @@ through the run core's pairs loop and measuring step. No experiment file is read
 - ``case``: one case of an experiment through the run core (``llamaspec.studies.run.run_case``), on the
   experiment's engine, into a scratch store on the worker (per machine, so shared baselines are
   only ever this machine's).
-- ``prompt``: one prompt of a prompt set for one case, on llama-server (models loaded once per
-  machine and kept between items): baseline and speculative back to back, ABBA over the repeats,
-  summarised by ``promptset.prompt_summary`` exactly as a one-machine ``prompts run`` does.
 - ``study``: an experiment's whole workload study on this machine (items of this kind are pinned:
   the best setup is a property of the machine), through ``llamaspec.studies.study.run_study`` into
   the scratch store; every point it measured goes back whole (:func:`point_of`), and the
@@ -225,34 +222,6 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
             "measurements": rows, "summary": row["summary"] or {}}
 
 
-def prompt(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
-    """One prompt of a set for one case, on this machine's llama-server; the speedups are against
-    the baselines measured here, seconds apart."""
-    from llamaspec import promptset
-    from llamaspec.studies import run as runs
-    from llamaspec.studies.prompts import Prompt
-
-    p = item.payload
-    the_prompt = Prompt.from_dict(p["prompt_item"])
-    backend = _engine(worker, "llama-server")
-    case = resolved_case(worker, p, backend)
-    checked = worker.state.setdefault("checked", set())
-    if p["case"] not in checked:  # once per case and machine, as run_set does once per case
-        runs.check_settings(case, backend)
-        backend.check(case)
-        checked.add(p["case"])
-    one = promptset.prompt_case(case, the_prompt)
-    got = _measure_pairs(backend, one, worker.scratch / "logs" / _safe(item.key), int(p.get("repeats", 1)))
-    summary = promptset.prompt_summary(the_prompt, got.measurements, case.settings.temperature)
-    return {
-        "ok": summary.status == "ok", "status": summary.status, "error": summary.error,
-        "experiment": case.experiment, "case": case.case, "prompt_id": the_prompt.id, "category": the_prompt.category,
-        "settings": {**case.settings.to_dict(), "prompt_id": the_prompt.id, "category": the_prompt.category},
-        "provenance": _provenance(worker, backend, one), "measurements": _rows(got),
-        "summary": summary.to_dict(),
-    }
-
-
 def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """The experiment's workload study, whole, on this machine (scratch store: resumable while the
     worker lives), over the setups the payload's ``axes`` and ``modes`` make, as ``sweep`` makes them."""
@@ -324,8 +293,8 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
-MEASURING = frozenset({"pair", "case", "prompt", "study"})  # kinds that time llama.cpp: under the machine's lock
-EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "prompt": prompt, "study": study, "noop": noop}
+MEASURING = frozenset({"pair", "case", "study"})  # kinds that time llama.cpp: under the machine's lock
+EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "study": study, "noop": noop}
 
 
 def log_dir(worker: MachineWorker) -> Path:

@@ -1,7 +1,7 @@
 """One answer for a workload: which setup to run over a set of prompts.
 
-Every way of asking (``sweep`` over the built-in workload, a prompt file or one
-prompt; ``prompts run`` on llama-server; a cluster study, per machine) ends here. Pure: what was
+Every way of asking (``sweep`` over the built-in workload, a prompt file, an experiment's prompt
+set or one prompt, on any engine; a cluster study, per machine) ends here. Pure: what was
 measured in, a frozen :class:`WorkloadDecision` out; no I/O, no engine.
 
 - **A workload** is its prompts, each with a category. **A setup** is a draft file at a draft

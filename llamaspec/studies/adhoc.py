@@ -314,10 +314,9 @@ def open_study(experiment_name: str | None, model: str | None, drafts: Sequence[
         if experiment_name is None:
             raise LlamaspecError("which experiment? give a NAME|PATH, or your own models with -m TARGET -md DRAFT",
                                  hint=f"e.g. llamaspec {command} -m target.gguf -md draft.gguf (`llamaspec {command} -h`)")
-        if workload is not None:
-            raise LlamaspecError(f"--prompts with the experiment {experiment_name}: an experiment names its own prompts",
-                                 hint=f"measure your models over the set with -m/-md, or `llamaspec prompts run "
-                                      f"{experiment_name} --prompts ...` (llama-server)")
+        if workload is not None:  # sweep NAME --prompts: studies/methods.py makes the cases
+            raise LlamaspecError(f"a workload with the experiment {experiment_name}: its cases are its own",
+                                 hint=f"`llamaspec sweep {experiment_name} --prompts ...` weighs its cases over a set")
         loaded = experiment.load(experiment_name)
         if experiment.study_file(loaded.name) == Path(loaded.path):
             check_kept(loaded)  # a study by name: the same bytes as when it was named

@@ -132,6 +132,28 @@ def parse_source(text: str, base_dir: Path | None = None, **options: Any) -> Pro
     return PromptSource("jsonl", str(locate(text, base_dir)), **opts)
 
 
+def source_of(exp: Any, override: str | None = None, **options: Any) -> PromptSource:
+    """The prompt set an experiment is studied over: the command line's (``override``), else the
+    experiment's ``prompts:`` (a source, or a mapping: source, format, turns, limit, seed; the
+    command line's options win), found next to the experiment file first."""
+    base_dir = Path(exp.path).parent if getattr(exp, "path", "") else None
+    spec = override if override is not None else getattr(exp, "prompts", None)
+    if spec is None:
+        raise LlamaspecError(f"experiment {exp.name} names no prompt set",
+                             hint="pass --prompts FILE (or spec-bench:PATH, alpaca), or add prompts: to the experiment")
+    if isinstance(spec, dict):
+        spec = dict(spec)
+        where = spec.pop("source", None)
+        if not isinstance(where, str):
+            raise LlamaspecError(f"{exp.path}: prompts.source: missing", hint="prompts: {source: FILE, format: chat}")
+        unknown = set(spec) - {"format", "turns", "limit", "seed"}
+        if unknown:
+            raise LlamaspecError(f"{exp.path}: prompts: unknown key {sorted(unknown)[0]!r}",
+                                 hint="keys: source, format, turns, limit, seed")
+        return parse_source(where, base_dir, **{**spec, **{k: v for k, v in options.items() if v is not None}})
+    return parse_source(spec, base_dir, **options)
+
+
 def locate(path: str, base_dir: Path | None = None) -> Path:
     """A prompt file as given, next to the experiment, or by name in ``prompts/`` of your
     experiments (``~/.config/llamaspec/experiments/prompts``), then of the shipped ones."""

@@ -1,4 +1,5 @@
-"""Throughput against concurrency: both servers with N slots, pairs of batches in ABBA order.
+"""Throughput against concurrency (``llamaspec concurrency``): both servers with N slots, pairs of
+batches in ABBA order.
 
 A batch sends every prompt of the set through N client threads. Batches are measured by the one
 pairs loop (``pairs.measure_pairs``: ABBA by pair index, metered, stopping at the first failed
@@ -20,12 +21,11 @@ from typing import Any
 
 from llamaspec.base import paths, stats
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.measure import pairs
+from llamaspec.measure import pairs, spectypes
 from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
-from llamaspec.promptset import runcore
-from llamaspec.promptset.measure import Clock, Event
-from llamaspec.promptset.sources import method_label, prompt_case
 from llamaspec.studies.prompts import Prompt, PromptSet
+
+Event = Callable[[str, dict[str, Any]], None]
 
 CONCURRENCY_REPEATS = 3
 MODES = pairs.PAIR_MODES
@@ -45,7 +45,7 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Se
     if repeats < 1:
         raise LlamaspecError("concurrency needs at least one pair of batches per level", hint="--repeats 3")
     emit = on_event or (lambda _e, _d: None)
-    resolve = resolve or runcore.resolver(backend)
+    resolve = resolve or resolver(backend)
     rows: list[dict[str, Any]] = []
     logs = paths.runs_dir() / "concurrency" / time.strftime("%Y%m%d-%H%M%S")
     cases = [resolve(exp, c) for c in exp.cases]
@@ -198,3 +198,49 @@ def render_concurrency(rows: Sequence[dict[str, Any]]) -> str:
         for note in r["notes"]:
             lines.append(f"    note: {note}")
     return "\n".join(lines)
+
+
+
+class Clock:
+    """Progress with an ETA from the batches measured so far."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+
+    def tick(self) -> None:
+        self.done += 1
+
+    def eta(self) -> float | None:
+        if not self.done:
+            return None
+        return (time.monotonic() - self.start) / self.done * (self.total - self.done)
+
+
+def resolver(backend: Engine) -> Callable[[Any, Any], ResolvedCase]:
+    """The run core's case resolver with its settings check, for ``backend``."""
+    from llamaspec.studies import run
+
+    def resolve(exp: Any, case: Any) -> ResolvedCase:
+        resolved = run.resolve_case(exp, case, backend)
+        run.check_settings(resolved, backend)
+        return resolved
+
+    return resolve
+
+
+def prompt_case(case: ResolvedCase, prompt: Prompt) -> ResolvedCase:
+    """``case`` with ``prompt`` as its prompt (its id, category, chat form and earlier turns)."""
+    return replace(case, prompt=prompt.prompt, prompt_file=None, prompt_id=prompt.id, category=prompt.category,
+                   chat=prompt.chat, history=prompt.history)
+
+
+def method_label(case: ResolvedCase) -> str:
+    """A case as the table names it: its name, and its draft and length or its n-gram mode."""
+    s = case.settings
+    spec_type = s.spec_type or "draft"
+    if spectypes.needs_draft(spec_type):
+        return f"{case.case} (draft {case.draft.label if case.draft else '?'}, k={s.draft_max})"
+    sizes = ", ".join(f"{k[-1]}={getattr(s, k)}" for k in ("ngram_size_n", "ngram_size_m") if getattr(s, k) is not None)
+    return f"{case.case} ({spec_type}{', ' + sizes if sizes else ''})"
