@@ -91,6 +91,7 @@ def parse_command_line(line: str) -> None:
             break
         name, sub, rest = command.resolve_command(ctx, rest)
         assert sub is not None, f"{line}: no command {name}"
+        assert not sub.hidden, f"{line}: {name} is now another command's form (its one-line pointer says which)"
         command = sub
         ctx = command.make_context(name or "", rest, parent=ctx)
 

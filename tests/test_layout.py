@@ -142,10 +142,11 @@ def test_an_unknown_short_name_is_an_attribute_error() -> None:
         llamaspec.no_such_module  # noqa: B018
 
 
-# The commands about llama.cpp itself may name its modules: its build, its RPC server and cluster
-# machines, a llama.cpp log parsed (`llamaspec parse`), a pasted llama.cpp command (`run -- ...`).
+# The commands about llama.cpp itself may name its modules: its source, its build, its RPC server and
+# cluster machines, a llama.cpp log parsed (`llamaspec parse`), a pasted llama.cpp command (`run -- ...`).
 # Every other command reaches an engine through the registry (llamaspec.measure.engines).
-ENGINE_COMMANDS = {"llamaspec.cli.build", "llamaspec.cli.cluster", "llamaspec.cli.parse", "llamaspec.cli.pasted"}
+ENGINE_COMMANDS = {"llamaspec.cli.build", "llamaspec.cli.source", "llamaspec.cli.rpc", "llamaspec.cli.cluster",
+                   "llamaspec.cli.parse", "llamaspec.cli.pasted"}
 
 
 def test_the_measuring_commands_name_no_engine_module() -> None:

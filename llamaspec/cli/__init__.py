@@ -26,14 +26,14 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # Which module defines each command. Modules are imported only when their command runs (or
 # --help lists them), so `llamaspec run` does not pay for every other command's imports.
 COMMAND_MODULES = {
-    "source": "build", "build": "build", "doctor": "build",
+    "source": "source", "build": "build", "doctor": "doctor",
     "models": "models",
-    "run": "run", "results": "run",
+    "run": "run", "results": "results",
     "sweep": "sweep",
-    "plot": "report", "report": "report",
+    "plot": "plot", "report": "report",
     "parse": "parse",
     "prompts": "prompts", "concurrency": "concurrency",
-    "rpc": "cluster", "cluster": "cluster",
+    "rpc": "rpc", "cluster": "cluster",
     "watch": "watch",
 }
 

@@ -1,46 +1,13 @@
-"""``llamaspec source``, ``llamaspec build`` and ``llamaspec doctor``."""
+"""``llamaspec build``: llama.cpp, cached by commit, accelerator and flags."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 import click
 
 from llamaspec.cli import main
-
-
-@main.group()
-def source() -> None:
-    """The pinned llama.cpp source tree in vendor/llama.cpp."""
-
-
-@source.command("fetch")
-@click.option("--spec", "spec", default=None, metavar="SPEC",
-              help="pypi:llama-cpp-python==VER (default 0.3.36), git:URL@COMMIT or path:/your/llama.cpp.")
-@click.option("--dest", type=click.Path(path_type=Path), default=None, help="Where to put the tree (default vendor/llama.cpp).")
-@click.option("--force", is_flag=True, help="Replace a tree that is already there.")
-def source_fetch(spec: str | None, dest: Path | None, force: bool) -> None:
-    """Fetch and verify the llama.cpp source.
-
-    Example: llamaspec source fetch --spec pypi:llama-cpp-python==0.3.36
-    """
-    from llamaspec.llamacpp import source as sources
-
-    info = sources.fetch(spec or sources.DEFAULT_SPEC, dest, force)
-    click.echo(f"{info.path}  commit {info.commit}  ({info.origin})")
-
-
-@source.command("show")
-def source_show() -> None:
-    """Print the source tree in use and its commit.
-
-    Example: llamaspec source show
-    """
-    from llamaspec.llamacpp import source as sources
-
-    click.echo(json.dumps(asdict(sources.current()), indent=2))
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -90,31 +57,3 @@ def build(accel: str, jobs: int | None, force: bool, source_spec: str | None, rp
             click.echo(f"  {role:<19} {name}")
         for role, name in sorted(result.pending.items()):
             click.echo(f"  {role:<19} {name} (built when first needed, or now with --server)")
-
-
-@main.command()
-@click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
-              help="Check these llama.cpp binaries as a run given --bin-dir would.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def doctor(bin_dir: Path | None, as_json: bool) -> None:
-    """Check this machine: OS, CPU, memory, disk, GPU, compilers, CUDA, llama.cpp source and build.
-
-    Shows where a run's llama.cpp comes from, in the order looked at: --bin-dir / LLAMASPEC_BIN_DIR,
-    llamaspec's cached build, llama.cpp programs on PATH (with their versions), and the build a run
-    would make; which one is used, and why not the others.
-
-    Example: llamaspec doctor
-    """
-    from llamaspec.views import doctor as doc
-
-    report = doc.examine(bin_dir)
-    if as_json:
-        click.echo(json.dumps([asdict(c) for c in report], indent=2))
-        return
-    for check in report:
-        mark = {"ok": " ok ", "warn": "warn", "fail": "FAIL", "info": "    "}[check.status]
-        click.echo(f"[{mark}] {check.name:<18} {check.value}")
-        if check.hint:
-            click.echo(f"       {'':<18} hint: {check.hint}")
-    if any(c.status == "fail" for c in report):
-        raise SystemExit(1)
