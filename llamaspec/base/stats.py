@@ -124,17 +124,6 @@ def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def mean_spread(values: Sequence[float], geometric: bool = False) -> Spread | None:
-    """Mean (or geometric mean) with its bootstrap interval, in a Spread (``median`` holds the mean)."""
-    clean = [float(v) for v in values if v is not None and (not geometric or v > 0)]
-    if not clean:
-        return None
-    estimator: Callable[[Sequence[float]], float] = geometric_mean if geometric else statistics.fmean
-    low, high = bootstrap(clean, estimator)
-    return Spread(median=estimator(clean), low=low, high=high, n=len(clean), min=min(clean), max=max(clean),
-                  cv=cv(clean), values=tuple(clean))
-
-
 def ties(spreads: Sequence[tuple[Any, Spread]]) -> tuple[Any, list[Any]]:
     """The best item (largest median) and every item whose interval overlaps the best one's."""
     if not spreads:

@@ -564,13 +564,6 @@ def _pooled_between(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float
     return math.sqrt(num / dof) if dof else None
 
 
-def spread_sd(s: stats.Spread) -> float:
-    """A workload spread's standard error on the log scale (from its 95 % interval)."""
-    if s.n < 2 or s.low <= 0 or s.high <= 0:
-        return math.inf
-    return (math.log(s.high) - math.log(s.low)) / (2 * 1.96)
-
-
 __all__ = ["DIFFERS", "MIN_VERDICT_PROMPTS", "OK", "CategoryVerdict", "Cell", "LoopFigure", "Prediction", "PromptFacts",
            "SetupFigures", "WorkloadDecision", "decide_workload", "diverged_everywhere", "figures", "model_views",
            "prompt_facts", "verdict_text"]

@@ -8,14 +8,12 @@ that reports it (``Summary.estimator``, a prompt set's ``definitions``, a cluste
   the machine moves it least; paired, because drift between runs measured apart is not speedup.
 - **shared baseline** (an explicit cost saver, labelled ``paired: false``): each speculative run
   over the shared baseline's median; the point's median of those ratios.
-- **workload** (the prompts are the whole workload, ``--whole-workload``; a prompt set on
-  llama-server): the geometric mean of the prompts' point speedups, with a 95 %
+- **workload** (the prompts are the whole workload, ``--whole-workload``): the geometric mean of the prompts' point speedups, with a 95 %
   bootstrap interval that resamples each prompt's pairs (the prompts are the workload, not a sample
   of one; :func:`workload`). The geometric mean, because ratios average on a log scale (2x on one
   prompt and 0.5x on another is no gain, not 1.25x), and every prompt weighs the same whatever its
-  length; a total-token speedup (every token over all the time, long prompts weighing most) is
-  shown beside it, named as such. Every decision over a workload is made on this estimator
-  (:mod:`llamaspec.decision.workload`; :data:`PROMPT_SET_METRIC` for prompt sets).
+  length. Every decision over a workload is made on this estimator
+  (:mod:`llamaspec.decision.workload`).
 - **over prompts** (the default for a workload study: the built-in workload, a prompt file, which
   are samples of the user's traffic): the same geometric mean, taken per category and weighed by
   each category's share of the workload's prompts, with a 95 % bootstrap interval that resamples
@@ -52,10 +50,6 @@ OVER_PROMPTS = ("geometric mean of the prompts' speedups (each the median of its
                 "kinds)")
 OVER_MACHINES = "per machine, as on one machine: " + POINT + " per case; " + WORKLOAD + " per workload"
 
-PROMPT_SET_METRIC = "geomean_speedup"  # the GroupFigures field that holds the workload estimator
-
-DEFINITIONS = {"point": POINT, "shared_baseline": SHARED_BASELINE, "workload": WORKLOAD,
-               "over_prompts": OVER_PROMPTS, "over_machines": OVER_MACHINES}
 
 
 def point(ratios: Sequence[float]) -> stats.Spread | None:

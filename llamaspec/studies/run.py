@@ -291,22 +291,6 @@ class _Point:
         return "interrupted", self.summary("interrupted", "interrupted by the user").to_dict(), "interrupted by the user"
 
 
-def measure_shared(case: ResolvedCase, mode: str, key: str, backend: Engine, store: Store, *, repeats: int,
-                   hardware: dict[str, Any], kind: str, group: Group | None, point_key: str | None = None) -> list[Measurement]:
-    """Measure ``mode`` ``repeats`` times in a run row of its own, stored under the shared ``key``
-    (a draft variant's timing), through the pairs loop's one step (metered, stored as taken) and its
-    stop at the first failure."""
-    run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
-                             provenance=provenance(backend, case, hardware), kind=kind, group=group,
-                             point_key=point_key)
-    logs = paths.runs_dir() / f"{run_id:06d}"
-    got = pairs.measure_runs(lambda r: pairs.measure_one(
-        backend, case, mode, r, logs / f"{mode}-{r}.log",
-        keep=lambda m: store.add_measurement(measurement_row(run_id, r, m, key))), repeats)
-    store.finish_run(run_id, "failed" if got.failed else "ok", {}, got.failed)
-    return got.measurements
-
-
 def run_experiment(exp: Experiment, backend: Engine, store: Store | None = None, on_event: Event | None = None,
                    warmup: bool = False, repeats: Repeats | None = None) -> list[CaseResult]:
     from llamaspec.base import host
