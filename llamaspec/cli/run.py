@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from llamaspec.base.stats import percent
+from llamaspec.base.stats import percent_text
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import (
@@ -40,7 +40,7 @@ def progress_printer(total_steps: int):
             state["done"] += 1
             m = data["measurement"]
             if m.ok:
-                extra = f", accept {percent(m.acceptance):.1f}%" if m.acceptance is not None else ""
+                extra = f", accept {percent_text(m.acceptance, 1)}" if m.acceptance is not None else ""
                 log.info("      decode %.2f t/s%s (%.1f s)", m.decode_tps or 0, extra, m.wall_seconds)
             else:
                 log.info("      failed: %s", m.error)
@@ -210,7 +210,7 @@ def results_list(experiment: str | None, limit: int) -> None:
         speedup = s.speedup.text(suffix="x") + ("" if s.paired else "*") if s.speedup else "-"
         click.echo(f"{r['id']:>5}  {r['started_at']:<24} {r['experiment']:<{width}} {r['case_name'][:12]:<12} "
                    f"{r['kind'][:6]:<6} {r['draft_max'] if r['draft_max'] is not None else '-':>5} {r['status']:<11} "
-                   f"{speedup:>20} {f'{percent(s.acceptance.median):.1f}%' if s.acceptance else '-':>7}")
+                   f"{speedup:>20} {percent_text(s.acceptance.median if s.acceptance else None, 1):>7}")
     if any(not Summary.from_dict(r.get("summary")).paired and Summary.from_dict(r.get("summary")).speedup for r in rows):
         click.echo("* against a shared baseline (not paired)", err=True)
 

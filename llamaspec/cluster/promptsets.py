@@ -83,8 +83,8 @@ def describe(per: dict[str, dict[str, SetFigures]]) -> list[str]:
         lines.append(f"{case}:")
         for machine, figures in machines.items():
             s = figures.set
-            acc = f"{stats.percent(s.acceptance):.1f}%" if s.acceptance is not None else "-"
-            same = f"{100 * s.lossless_rate:.0f}%" if s.lossless_rate is not None else "-"
+            acc = stats.percent_text(s.acceptance, 1)
+            same = stats.percent_text(s.lossless_rate)
             total = fmt(s.total_speedup) if machine != ALL else "(not pooled)"
             lines.append(f"  {machine:<14} {s.counted:>3} prompts  total-token {total:<24} geomean "
                          f"{fmt(s.geomean_speedup):<24} accept {acc:>6}  identical {same}"

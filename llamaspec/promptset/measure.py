@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llamaspec.base import paths, progress
-from llamaspec.base.stats import percent
+from llamaspec.base.stats import percent_text
 from llamaspec.measure import pairs
 from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
 from llamaspec.promptset import runcore
@@ -182,7 +182,7 @@ def progress_printer(stream: Any = None) -> Event:
             elif s.ended_early:
                 what = f"ended early: {s.ended_early_note or str(s.n_predict) + ' tokens'} (kept out of speedups)"
             else:
-                acc = f", accept {percent(s.acceptance):.0f}%" if s.acceptance is not None else ""
+                acc = f", accept {percent_text(s.acceptance)}" if s.acceptance is not None else ""
                 differs = f", OUTPUT {divergence_text(s.divergence, s.first_difference)}"
                 e2e = f", {s.e2e_speedup:.2f}x end to end" if s.e2e_speedup else ""
                 what = f"{s.speedup:.2f}x decode{e2e}{acc}" + ("" if s.lossless is not False else differs)

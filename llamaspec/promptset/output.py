@@ -122,8 +122,8 @@ def render(summary: SetSummary) -> str:
         else:
             lines.append("  end to end, prompt included: - (no prompt timings from this backend)")
         tau = f"{s.tokens_per_round:.2f}" if s.tokens_per_round is not None else "-"
-        acc = f"{stats.percent(s.acceptance):.1f}%" if s.acceptance is not None else "-"
-        rate = f"{100 * s.lossless_rate:.0f}% of {s.lossless_checked}" if s.lossless_rate is not None else "-"
+        acc = stats.percent_text(s.acceptance, 1)
+        rate = f"{stats.percent_text(s.lossless_rate)} of {s.lossless_checked}" if s.lossless_rate is not None else "-"
         mean_acc = f"{s.mean_accepted:.2f}" if s.mean_accepted is not None else "-"
         lines.append(f"  accept {acc}   accepted/round {mean_acc}   tokens/round (Spec-Bench's tau) {tau}"
                      f"   identical output {rate}")
@@ -131,8 +131,8 @@ def render(summary: SetSummary) -> str:
         lines.append(f"  {'category':<16} {'n':>3} {'geomean speedup':>22} {'total-token':>22} {'geomean speedup':>22}"
                      f" {'total-time':>22} {'accept':>7} {'same':>5}  model: best draft (alpha)")
         for cat, g in m.figures.categories.items():
-            acc = f"{stats.percent(g.acceptance):.0f}%" if g.acceptance is not None else "-"
-            same = f"{100 * g.lossless_rate:.0f}%" if g.lossless_rate is not None else "-"
+            acc = stats.percent_text(g.acceptance)
+            same = stats.percent_text(g.lossless_rate)
             lines.append(f"  {cat:<16} {g.counted:>3} {_fmt(g.geomean_speedup):>22} {_fmt(g.total_speedup):>22}"
                          f" {_fmt(g.e2e_geomean_speedup):>22} {_fmt(g.e2e_total_speedup):>22}"
                          f" {acc:>7} {same:>5}  {_forecast(g.model)}")
