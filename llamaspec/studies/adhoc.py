@@ -159,11 +159,13 @@ def _file_digest(path: str) -> str:
 
 def _short(f: Any) -> str:
     """A few readable characters for a model in a study name: the file's stem, the repo's name and quant."""
+    from llamaspec.models import headers
+
     origin = f.provenance.get("kind")
     if origin == "hf_gguf":
         text = f"{f.provenance['repo'].split('/')[-1].removesuffix('-GGUF')}-{f.name.rpartition(':')[2]}"
     elif origin == "file":
-        text = re.sub(r"-\d{5}-of-\d{5}$", "", Path(f.path).stem)
+        text = headers.stem(Path(f.path).name)
     else:
         text = f"{f.name}-{f.variant}"
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.").lower()[:28] or "model"
