@@ -64,7 +64,7 @@ def gguf_model(model: str, variant: str) -> Any:
     if model == GIVEN:
         from llamaspec.models import given
 
-        got = given.resolve(given.parse(variant))
+        got = given.open_ref(variant)
         label = got.name if got.provenance.get("kind") in ("file", "hf_gguf") else got.label
     else:
         got = resolve(model, variant)

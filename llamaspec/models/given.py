@@ -2,8 +2,8 @@
 ``NAME[:VARIANT]``, or ``USER/REPO[:QUANT]`` as llama.cpp's ``-hf`` takes it.
 
     from llamaspec.models import given
-    spec = given.parse("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_0")   # -> Spec(kind="hub", ...)
-    f = given.resolve(spec)                                           # -> ModelFile (downloaded if needed)
+    given.parse("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_0")     # -> Spec(kind="hub", ...): what it names
+    f = given.open_ref("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_0")  # -> ModelFile (downloaded if needed)
 
 - A path: the file as it is (never copied or written beside); split files
   (``-00001-of-0000N.gguf``) must all be there. Its sha256 is kept in the cache
@@ -305,12 +305,20 @@ def open_ref(text: str, catalog: Catalog | None = None, build: Build | None = No
     """The one resolver of a model's text, for local runs, the CLI and cluster workers alike: a GGUF
     path (split parts and links as llama.cpp reads them, the checksum cache), ``USER/REPO[:QUANT]``
     or a catalog ``NAME[:VARIANT]`` (without a variant, its first ``fetch`` one): ``parse`` decides
-    what the text names, ``resolve`` makes it a file. ``catalog``/``build``: another catalog, the
+    what the text names, ``_resolve`` makes it a file. ``catalog``/``build``: another catalog, the
     build that derives a catalog variant."""
-    return resolve(parse(text), catalog=catalog, build=build)
+    return _resolve(parse(text), catalog=catalog, build=build)
 
 
-def resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+def path_of(text: str) -> Path:
+    """The GGUF file a model's text names, for the commands that read its header only (``models
+    check-pair``, ``models drafts``): a path as given, its bytes not read (no checksum of a large
+    file); a repo or catalog model as :func:`open_ref` resolves it."""
+    spec = parse(text)
+    return Path(spec.text) if spec.kind == "file" else _resolve(spec).path
+
+
+def _resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
     """The model file ``spec`` names (downloaded, fetched or derived if needed), once per process
     (with the default catalog and build)."""
     cached = catalog is None and build is None
