@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llamaspec.base.stats import percent_text
 from llamaspec.studies import sweep
 
 RECORDED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570"
@@ -144,11 +145,11 @@ def holdout_main(argv: list[str]) -> int:
     lo, hi = replays.wilson(held_in, n)
     dlo, dhi = replays.wilson(held_in - undecided, max(decided, 1))
     verdict = "met" if lo >= GOAL_HELD else "NOT met" if hi < GOAL_HELD else "not shown either way"
-    print(f"answers holding on the held-out prompts: {held_in / n:.0%} [{lo:.0%}-{hi:.0%}] of {n} replays "
-          f"(undecided {undecided / n:.0%}; of the {decided} that decided, {(held_in - undecided) / max(decided, 1):.0%} "
-          f"[{dlo:.0%}-{dhi:.0%}]); goal at least {GOAL_HELD:.0%}: {verdict}")
+    print(f"answers holding on the held-out prompts: {percent_text(held_in / n)} [{percent_text(lo)}-{percent_text(hi)}] of {n} replays "
+          f"(undecided {percent_text(undecided / n)}; of the {decided} that decided, {percent_text((held_in - undecided) / max(decided, 1))} "
+          f"[{percent_text(dlo)}-{percent_text(dhi)}]); goal at least {percent_text(GOAL_HELD)}: {verdict}")
     wlo, whi = replays.wilson(whole_in, max(decided, 1))
-    print(f"of the {decided} that decided, {whole_in / max(decided, 1):.0%} [{wlo:.0%}-{whi:.0%}] cover the whole "
+    print(f"of the {decided} that decided, {percent_text(whole_in / max(decided, 1))} [{percent_text(wlo)}-{percent_text(whi)}] cover the whole "
           "recording's figure (every timed prompt, those the study saw included)")
     print(f"prompts a study timed: median {statistics.median(sampled):.0f} of {len(study_prompts)}; its recorded time "
           f"median {statistics.median(seconds):.0f} s; answers: "
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 picks[o.chosen or o.verdict] = picks.get(o.chosen or o.verdict, 0) + 1
             lo, hi = replays.wilson(off, n)
             cover = covered / bands if bands else float("nan")
-            print(f"{label:<38} {f'{best} {truths[best]:.2f}x':>18} {f'{off / n:.1%} [{lo:.0%}-{hi:.0%}]':>16} "
+            print(f"{label:<38} {f'{best} {truths[best]:.2f}x':>18} {f'{percent_text(off / n, 1)} [{percent_text(lo)}-{percent_text(hi)}]':>16} "
                   f"{loss / n:>7.1%} {undecided / n:>9.1%} {cover:>11.1%} {pooled_cover:>13.1%} {time_share:>5.0%}  "
                   + ", ".join(f"{k}:{v}" for k, v in sorted(picks.items(), key=lambda kv: -kv[1])[:5]))
             print(f"  ({n} replays in {time.monotonic() - started:.0f} s)", file=sys.stderr)
@@ -234,10 +235,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"loss {'met' if loss / n <= GOAL_LOSS else 'NOT met'}, time "
                          f"{'met' if time_share <= GOAL_TIME else 'NOT met'}, the pooled estimate "
                          + ("may decide" if pooled and pooled_cover >= GOAL_COVER else "may not decide")
-                         + (f" (covers {pooled_cover:.0%})" if pooled else " (never formed)"))
-    print(f"goals (at most {GOAL_OFF:.0%} more than 5 % below the best by the 95 % interval over the replays, at most "
-          f"{GOAL_LOSS:.0%} recommending a loss, at most {GOAL_TIME:.0%} of the fixed grid's time; the model-pooled "
-          f"estimate may decide only where its interval covers the truth at least {GOAL_COVER:.0%} of the time; the "
+                         + (f" (covers {percent_text(pooled_cover)})" if pooled else " (never formed)"))
+    print(f"goals (at most {percent_text(GOAL_OFF)} more than 5 % below the best by the 95 % interval over the replays, at most "
+          f"{percent_text(GOAL_LOSS)} recommending a loss, at most {percent_text(GOAL_TIME)} of the fixed grid's time; the model-pooled "
+          f"estimate may decide only where its interval covers the truth at least {percent_text(GOAL_COVER)} of the time; the "
           "rule ranked on the measured medians):")
     for line in goals:
         print(f"  {line}")

@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None, help="the built-in workload's first N prompts (default: all)")
     a = ap.parse_args()
 
-    from llamaspec.base.stats import percent
+    from llamaspec.base.stats import percent_text
     from llamaspec.llamacpp.runner import open_engine
     from llamaspec.measure.contract import EngineOptions, ModelPath, ResolvedCase
     from llamaspec.measure.settings import Settings
@@ -74,7 +74,7 @@ def main() -> int:
                 curves.setdefault(p.id, {})[n] = curve
                 tail = curve.through[-1] if curve.through else 0.0
                 tpr = [curve.tokens_per_round(k, tail) for k in (1, 2, 4, 8, 16)]
-                print(f"{p.id:<22} {n:>4} {percent(m.acceptance or 0):>6.1f}% {m.rounds or 0:>6}  "
+                print(f"{p.id:<22} {n:>4} {percent_text(m.acceptance or 0, 1):>7} {m.rounds or 0:>6}  "
                       + ", ".join(f"{v:.2f}" for v in tpr))
             if len(per) == len(lengths):
                 base, *others = (per[n] for n in lengths)
@@ -83,8 +83,8 @@ def main() -> int:
                             for k in range(1, a.draft + 1)]
                     worst = max(worst, max(gaps))
                     print(f"{'':<22} tokens per round, {lengths[0]} against {lengths[lengths.index(lengths[0]) + 1]} "
-                          f"tokens: at most {max(gaps):.1%} apart over draft 1..{a.draft}")
-        print(f"largest gap over the prompts: {worst:.1%}")
+                          f"tokens: at most {percent_text(max(gaps), 1)} apart over draft 1..{a.draft}")
+        print(f"largest gap over the prompts: {percent_text(worst, 1)}")
         # What the decision sees: the workload's speedup at each length (the geometric mean over the
         # prompts) under the simplest cost model, a round of k costing 1 + k c target steps.
         both = [p.id for p in prompts if all(n in curves.get(p.id, {}) for n in lengths)]
@@ -114,7 +114,7 @@ def main() -> int:
                     except Exception as exc:  # a build without the mode: say so and go on
                         cells.append(f"{type(exc).__name__}")
                         continue
-                    cells.append(f"{m.n_drafted}/{m.n_accept} ({(m.n_accept or 0) / max(m.n_predict or 1, 1):.0%} of tokens)")
+                    cells.append(f"{m.n_drafted}/{m.n_accept} ({percent_text((m.n_accept or 0) / max(m.n_predict or 1, 1))} of tokens)")
                 print(f"{mode:<14} {p.id:<22} " + " ".join(f"{c:>24}" for c in cells))
     return 0
 

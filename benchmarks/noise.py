@@ -170,7 +170,7 @@ def table(results: dict[int, tuple[list[float], list[float], list[float]]], head
         assert b is not None and s is not None and r is not None
 
         def pct(x: float | None) -> str:
-            return "-" if x is None else f"{100 * x:.1f}%"
+            return stats.percent_text(x, 1)
 
         row = (f"{t:>7} {f'{b.median:.1f} [{b.min:.1f}-{b.max:.1f}]':>22} {pct(b.cv):>6} "
                f"{f'{s.median:.1f} [{s.min:.1f}-{s.max:.1f}]':>22} {pct(s.cv):>6} {f'{r.median:.3f}x':>14} {pct(r.cv):>6}")

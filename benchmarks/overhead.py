@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from llamaspec.base.stats import percent_text
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,7 +63,7 @@ def main() -> int:
           f"median {statistics.median(direct):.3f} s")
     print(f"time llamaspec spends outside the llama.cpp processes (start-up, models, store): "
           f"median {statistics.median(outside) * 1000:.0f} ms")
-    print(f"overhead: {overhead_ms:.0f} ms per run ({ratio * 100:.1f} %), target < 150 ms and < 2 %: "
+    print(f"overhead: {overhead_ms:.0f} ms per run ({percent_text(ratio, 1)}), target < 150 ms and < 2 %: "
           f"{'met' if overhead_ms < 150 and ratio < 0.02 else 'NOT met'}")
     return 0
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llamaspec import models
+from llamaspec.base.stats import percent_text
 from llamaspec.llamacpp.build import find
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.llamacpp.server import ServerEngine
@@ -96,7 +97,7 @@ def main() -> int:
               file=sys.stderr)
     print(f"{len(cases)} prompts x (baseline + speculative), -n {args.n_predict}, draft {args.draft}, -t {args.threads}")
     for name, t in results.items():
-        print(f"  {name:<22} total {t.wall:7.1f} s   outside generation {100 * (1 - t.generation / t.wall):5.1f} %")
+        print(f"  {name:<22} total {t.wall:7.1f} s   outside generation {percent_text(1 - t.generation / t.wall, 1):>6}")
     server, per_process = results["server (loaded once)"], results["process per prompt"]
     share = 1 - server.generation / server.wall
     # Where the server's time outside generation went (all of it is in the share above).
@@ -105,7 +106,7 @@ def main() -> int:
           f"inside requests but outside the engine's timings {server.requests - server.generation:.2f} s, "
           f"client side (polls, logs, stopping) {client:.2f} s")
     print(f"process-per-prompt / server wall time: {per_process.wall / server.wall:.2f}x; server outside generation "
-          f"{100 * share:.1f} % (goal <= 15 %: {'met' if share <= 0.15 else 'NOT met'}); the server starts are paid once "
+          f"{percent_text(share, 1)} (goal <= 15 %: {'met' if share <= 0.15 else 'NOT met'}); the server starts are paid once "
           f"per run, so the share falls with more prompts (--limit) and longer outputs (-n)")
     return 0
 

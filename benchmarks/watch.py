@@ -129,7 +129,7 @@ def main() -> None:
     print(f"\nllamaspec watch against a measurement ({started}; llama.cpp {engine.build.commit}; {len(running)} prompts of the built-in workload, "
           f"-n {N_PREDICT}, -t 1; traffic {args.passes} passes at draft {args.running}; {args.pairs} pairs a length)")
     print(f"{'draft':>5}  {'predicted [window]':>20}  {'measured [95 %]':>20}  {'ratio':>6}  within the model's error "
-          f"({100 * PREDICTION_ERROR:.0f} %)")
+          f"({stats.percent_text(PREDICTION_ERROR)})")
     for k in drafts:
         ratios = [r for pr in pairs.whole_pairs(taken[k]) if (r := pr.ratio) is not None]
         same = all(pr.baseline.tokens == pr.speculative.tokens for pr in pairs.whole_pairs(taken[k]))

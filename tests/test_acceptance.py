@@ -52,19 +52,36 @@ def test_the_printed_percentage_is_read_as_a_fraction_at_the_parse_boundary(prin
 
 
 def test_a_fraction_prints_as_the_percentage_it_came_from() -> None:
-    assert f"{100 * 0.4085:.1f}" == "40.8"  # what a bare product would print
+    assert f"{100 * 0.4085:.1f}" == "40.8" and f"{0.4085:.1%}" == "40.8%"  # what a bare product or :% would print
     assert f"{stats.percent(0.4085):.1f}" == "40.9" and stats.percent(0.61514) == 61.514
-    spread = stats.spread([0.5, 0.75, 0.625])
-    assert spread is not None
-    shown = spread.in_percent()
-    assert (shown.median, shown.min, shown.max, shown.values) == (62.5, 50.0, 75.0, (50.0, 75.0, 62.5))
-    assert shown.cv == spread.cv and shown.n == spread.n
+    # one way to show a percentage: a figure and a spread of figures round alike
+    assert stats.percent_text(0.4085, 1) == "40.9%" and stats.percent_text(0.125) == "12%"
+    assert stats.percent_text(-0.034, 1, sign=True) == "-3.4%" and stats.percent_text(0.05, sign=True) == "+5%"
+    assert stats.percent_text(None) == "-"
+    spread = stats.spread([0.4085, 0.41, 0.40514])
+    assert spread is not None and spread.percent_text(1) == "40.9% [40.5-41.0]"
+    one = stats.spread([0.4085])
+    assert one is not None and one.percent_text(1) == stats.percent_text(0.4085, 1)
+
+
+def test_every_percentage_shown_goes_through_stats_percent_text() -> None:
+    """No module formats a percentage itself: a `{x:.1%}` rounds 40.85 down, a bare `100 *` too."""
+    import re
+    from pathlib import Path
+
+    import llamaspec
+
+    own = re.compile(r"\{[^{}]*:[+]?\.\d%\}|\{100 \*|\* 100[:}]|percent\([^{}]*\):[^{}]*\}%")
+    found = [f"{p.name}:{i}" for p in Path(llamaspec.__file__).parent.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if own.search(line)]
+    assert found == []
 
 
 def test_the_report_compares_the_write_up_s_percentage_with_a_fraction_like_with_like() -> None:
     s = summarize([measured("baseline", 0), measured("speculative", 0, 317, 195)])
-    ref = Reference(accept_pct=61.514)
-    assert ref.acceptance == pytest.approx(0.61514)
-    (row,) = [r for r in report.rows(s, ref) if r[0] == "accept %"]
-    assert row == ("accept %", "61.514", "61.514", "1.00x")  # measured and reported, both in percent
+    ref = Reference(acceptance=0.61514)
+    (row,) = [r for r in report.rows(s, ref) if r[0] == "acceptance"]
+    assert row == ("acceptance", "61.514%", "61.514%", "1.00x")  # measured and reported, both in percent
+    # a run stored before the reference kept a fraction says accept_pct (a percentage): read as one
+    assert Reference.from_dict({"source": "w", "accept_pct": 61.514}) == Reference(source="w", acceptance=0.61514)
     assert report.rows(s, Reference())[4][3] == ""  # nothing reported: no ratio

@@ -96,11 +96,11 @@ def test_a_file_that_is_not_gguf_or_is_truncated_is_refused(pair, tmp_path: Path
     text = tmp_path / "notes.gguf"
     text.write_text("these are notes, not weights\n")
     with pytest.raises(LlamaspecError, match=r"is not a usable GGUF file: it starts with b'thes'"):
-        given.resolve(given.parse(str(text)))
+        given.open_ref(str(text))
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(pair[0].read_bytes()[:-5000])
     with pytest.raises(LlamaspecError, match="truncated"):
-        given.resolve(given.parse(str(cut)))
+        given.open_ref(str(cut))
 
 
 def test_a_split_model_needs_every_part_and_hashes_them_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,15 +165,15 @@ def test_a_kept_checksum_stands_in_for_the_file_only_while_its_stamp_holds(pair,
 
 def test_a_file_resolved_earlier_in_the_process_is_read_again_when_its_bytes_change(pair, settled, tmp_path: Path) -> None:
     target, _ = pair
-    before = given.resolve(given.parse(str(target)))
-    assert given.resolve(given.parse(str(target))) is before  # unchanged: remembered
+    before = given.open_ref(str(target))
+    assert given.open_ref(str(target)) is before  # unchanged: remembered
     _flip_a_byte_keeping_size_and_mtime(target)
-    assert given.resolve(given.parse(str(target))).sha256 != before.sha256
+    assert given.open_ref(str(target)).sha256 != before.sha256
     first = tiny_gguf(tmp_path / "s-00001-of-00002.gguf", seed=0)
     second = tiny_gguf(tmp_path / "s-00002-of-00002.gguf", seed=1)
-    split = given.resolve(given.parse(str(first)))
+    split = given.open_ref(str(first))
     _flip_a_byte_keeping_size_and_mtime(second)  # a split model: any part, not only the first
-    assert given.resolve(given.parse(str(first))).sha256 != split.sha256
+    assert given.open_ref(str(first)).sha256 != split.sha256
 
 
 def test_a_study_named_for_a_file_refuses_it_after_one_byte_changed_in_place(pair, settled, tmp_path: Path) -> None:
@@ -351,7 +351,7 @@ REPO = "tester/Tiny-GGUF"
 def test_a_repo_quant_is_downloaded_into_the_hf_cache_and_pinned(hub: Hub, pair, tmp_path: Path) -> None:
     q4, q8 = pair[1].read_bytes(), pair[0].read_bytes()
     first = hub.add(REPO, {"README.md": b"# tiny\n", "Tiny-Q4_0.gguf": q4, "Tiny-Q8_0.gguf": q8})
-    got = given.resolve(given.parse(f"{REPO}:q4_0"))
+    got = given.open_ref(f"{REPO}:q4_0")
     assert got.path.read_bytes() == q4 and got.name == f"{REPO}:Q4_0"
     assert str(got.path).startswith(str(tmp_path / "hf-cache" / "models--tester--Tiny-GGUF" / "snapshots" / first))
     assert got.provenance == {"kind": "hf_gguf", "repo": REPO, "files": ["Tiny-Q4_0.gguf"], "commit": first}
@@ -361,13 +361,13 @@ def test_a_repo_quant_is_downloaded_into_the_hf_cache_and_pinned(hub: Hub, pair,
     hub.add(REPO, {"Tiny-Q4_0.gguf": q8, "Tiny-Q8_0.gguf": q8})
     given._resolved.clear()
     hub.requests.clear()
-    again = given.resolve(given.parse(f"{REPO}:q4_0"))
+    again = given.open_ref(f"{REPO}:q4_0")
     assert again.sha256 == got.sha256 and again.provenance["commit"] == first and again.path == got.path
     assert hub.requests == []  # pinned and in the cache: the hub is not asked (it may be out of reach)
     # a fresh cache with the same lock file (another machine): the pinned commit is downloaded
     shutil.rmtree(tmp_path / "hf-cache")
     given._resolved.clear()
-    elsewhere = given.resolve(given.parse(f"{REPO}:q4_0"))
+    elsewhere = given.open_ref(f"{REPO}:q4_0")
     assert elsewhere.sha256 == got.sha256 and elsewhere.provenance["commit"] == first
 
 
@@ -388,7 +388,7 @@ def test_a_split_repo_model_is_downloaded_whole(hub: Hub, tmp_path: Path, pair) 
     (tmp_path / "split").mkdir()
     parts = [tiny_gguf(tmp_path / "split" / f"Big-Q4_0-{i:05d}-of-00002.gguf", seed=i) for i in (1, 2)]
     hub.add("tester/Big-GGUF", {p.name: p.read_bytes() for p in parts})
-    got = given.resolve(given.parse("tester/Big-GGUF:Q4_0"))
+    got = given.open_ref("tester/Big-GGUF:Q4_0")
     assert got.path.name == parts[0].name and (got.path.parent / parts[1].name).is_file()
     assert [p["file"] for p in got.provenance.get("parts", [])] in ([], [p.name for p in parts])
     assert got.metadata.file_size == sum(p.stat().st_size for p in parts)
@@ -491,6 +491,35 @@ def test_every_kind_of_model_text_goes_through_the_one_resolver(pair, tmp_path: 
     default = (entry.fetch or entry.plain_variants)[0]
     assert models.open_ref("smollm2-135m", build=build).path == draft  # type: ignore[arg-type]
     assert asked == [("smollm2-135m", "q4_1", build), ("smollm2-135m", default, build)]
+
+
+def test_the_commands_and_a_study_resolve_model_text_by_open_ref_only(pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`parse` says what a text names; `open_ref` is the one resolver (no second public one), and the
+    commands that read a header only (check-pair, drafts) take a path as given, its bytes not hashed."""
+    from llamaspec import models
+
+    assert not hasattr(given, "resolve")
+    target, draft = pair
+    opened: list[str] = []
+    real = given.open_ref
+    monkeypatch.setattr(given, "open_ref", lambda text, **kw: opened.append(text) or real(text, **kw))
+    exp = adhoc.experiment_from_models(str(target), [str(draft)], prompt="x")
+    assert opened == [str(target), str(draft)]
+    assert adhoc.files_of(exp) == {str(p): given.file_sha256(p) for p in pair} and opened[2:] == sorted(map(str, pair))
+    assert models.gguf_model(GIVEN, str(draft)).path == str(draft) and opened[-1] == str(draft)
+    done = CliRunner().invoke(main, ["models", "show", str(target)])
+    assert done.exit_code == 0 and opened[-1] == str(target), done.output
+
+    def hashed(path: Path, *args: object) -> str:
+        raise AssertionError(f"{path} was hashed")
+
+    monkeypatch.setattr(given, "file_sha256", hashed)
+    monkeypatch.setattr(given, "_resolved", {})
+    for argv in (["models", "check-pair", str(target), str(draft)], ["models", "drafts", str(target), "--no-caches",
+                                                                      str(draft.parent)]):
+        done = CliRunner().invoke(main, argv)
+        assert done.exit_code == 0, done.output
+    assert given.path_of(str(target)) == target
 
 
 def test_a_study_rerun_by_name_refuses_a_file_changed_since(pair) -> None:

@@ -57,7 +57,7 @@ def test_quicksort_python_matches_the_writeup() -> None:
     assert (case.target.model, case.target.variant) == ("codellama-7b", "f16")
     assert (case.draft.model, case.draft.variant) == ("tinyllama-1.1b-python", "q4_0")
     ref = case.reference
-    assert (ref.decode_tps, ref.accept_pct, ref.n_drafted, ref.n_accept, ref.n_predict) == (33.507, 61.514, 317, 195, 265)
+    assert (ref.decode_tps, ref.acceptance, ref.n_drafted, ref.n_accept, ref.n_predict) == (33.507, 0.61514, 317, 195, 265)
 
 
 def test_quicksort_c_keeps_the_escaped_prompt() -> None:
@@ -103,6 +103,10 @@ def test_precedence_command_line_over_case_over_experiment(tmp_path: Path) -> No
         (GOOD.replace("    prompt: hello", "    prompt: hello\n    prompt_file: nope.txt"), "cases[0].prompt_file: file not found"),
         (GOOD.replace("    draft: {model: smollm2-135m, variant: q4_0}\n", ""), "cases[0].draft: missing"),
         ("- just\n- a list\n", "expected a mapping, got list"),
+        (GOOD.replace("    prompt: hello", "    prompt: hello\n    reference: {accept_pct: 61.514}"),
+         "cases[0].reference.accept_pct: renamed: write acceptance as a fraction (acceptance: 0.61514)"),
+        (GOOD.replace("    prompt: hello", "    prompt: hello\n    reference: {acceptance: 61.514}"),
+         "cases[0].reference.acceptance: 61.514 is not a fraction"),
     ],
 )
 def test_bad_experiments_point_at_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -139,7 +139,7 @@ def test_a_split_model_is_one_file_with_all_its_parts(tmp_path: Path, machine: P
     assert whole.parameters == 2 * reader.read(first).parameters
     second.unlink()
     assert drafts.survey(target, [folder], caches=False).candidates[0].reason == \
-        "split model: part draft-00002-of-00002.gguf is missing"
+        f"draft-00001-of-00002.gguf is part of a model split in 2 files, and draft-00002-of-00002.gguf is not in {folder}"
 
 
 def test_the_command_lists_and_explains(tmp_path: Path, machine: Path) -> None:

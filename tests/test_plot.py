@@ -41,7 +41,7 @@ def _sweep() -> tuple[list[PlotPoint], tuple[tuple[int, float], ...], tuple[tupl
     an = analyze(obs, CostModel.from_bench({1: 25.5, 2: 31.0, 9: 59.0}, 9.0), max_draft=12)
     points = [
         PlotPoint.from_repeats(
-            o.draft_max, repeats[o.draft_max], 39.2, acceptance=o.accept_rate, predicted_speedup=p.predicted_speedup
+            o.draft_max, repeats[o.draft_max], 39.2, acceptance=o.acceptance, predicted_speedup=p.predicted_speedup
         )
         for o, p in zip(obs, an.points, strict=True)
     ]

@@ -256,7 +256,7 @@ def test_run_shows_accepted_at_each_position(monkeypatch: pytest.MonkeyPatch) ->
     base = replace(measured(None, None), mode="baseline", n_drafted=None, n_accept=None)
     s = summary.summarize([measured((10, 10, 10), (9, 7, 5)), base, measured((10, 10, 10), (10, 8, 6)), base])
     assert s.drafted_by_position == (20, 20, 20) and s.accepted_by_position == (19, 15, 11)
-    assert s.positions_text() == "accepted at position 1..3: 95 %, 75 %, 55 % (of 20 drafting rounds)"
+    assert s.positions_text() == "accepted at position 1..3: 95%, 75%, 55% (of 20 drafting rounds)"
     assert summary.Summary.from_dict(s.to_dict()) == s  # stored with the run and read back
     plain = summary.summarize([measured(None, None, "no statistics line (llama-speculative prints none)"), base])
     assert plain.positions_text() == ("acceptance by position: not known (no statistics line "
@@ -268,7 +268,7 @@ def test_run_shows_accepted_at_each_position(monkeypatch: pytest.MonkeyPatch) ->
 
     case = ResolvedCase("e", "c", ModelPath("t:f32", "/t"), ModelPath("d:q4", "/d"), "p", None, Settings().with_defaults())
     text = report.render([CaseResult(run_id=1, case=case, reference=None, measurements=(), summary=s)])
-    assert "accepted at position 1..3: 95 %, 75 %, 55 %" in text
+    assert "accepted at position 1..3: 95%, 75%, 55%" in text
 
 
 def test_plot_draws_one_line_per_point(tmp_path: Path) -> None:

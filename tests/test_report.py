@@ -71,7 +71,7 @@ def test_engines_side_by_side(tmp_path: Path) -> None:
         assert s.speedup and s.decode_tps and s.baseline_decode_tps and s.acceptance
         cells = [c.strip() for c in by_engine[engine].split("|")]
         assert s.speedup.text(suffix="x") in cells and s.decode_tps.text() in cells
-        assert s.baseline_decode_tps.text() in cells and s.acceptance.in_percent().text("{:.1f}") in cells
+        assert s.baseline_decode_tps.text() in cells and s.acceptance.percent_text() in cells
         assert "identical over 64 generated tokens" in cells
         assert cells[4:6] == [str(2 if engine == "llama.cpp" else 1), "8"]  # runs counted, the plain run's draft
     assert by_engine["llama.cpp"].split("|")[2].strip().startswith("llama.cpp fake")

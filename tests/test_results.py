@@ -531,7 +531,7 @@ def test_acceptance_becomes_a_fraction_in_an_old_store(tmp_path: Path) -> None:
     assert (s.acceptance.n, s.acceptance.cv) == (3, 0.004)
     # printed in percent, it reads as the stored percentages did (40.85 stays 40.9 at one decimal)
     old = stats.Spread.from_dict(spread)
-    assert old is not None and s.acceptance.in_percent().text("{:.1f}") == old.text("{:.1f}") == "40.9 [40.5-41.0]"
+    assert old is not None and s.acceptance.percent_text(1) == old.text("{:.1f}", "%") == "40.9% [40.5-41.0]"
     assert runs["prompt"]["summary"]["acceptance"] == pytest.approx(0.75)  # a prompt-set row of llamaspec before sweep
     assert runs["nothing drafted"]["summary"] == {"status": "failed", "acceptance": None}
     assert runs["failed early"]["summary"] is None

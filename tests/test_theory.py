@@ -28,8 +28,8 @@ from llamaspec.theory import (
     CostModel,
     Observation,
     RoundProfile,
-    accept_rate,
-    alpha_from_accept_rate,
+    acceptance,
+    alpha_from_acceptance,
     alpha_from_tokens_per_round,
     analyze,
     bench_depth,
@@ -54,7 +54,7 @@ def test_closed_forms_match_hand_computed_values() -> None:
     assert expected_accepted(0.5, 2) == pytest.approx(0.75)
     assert expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)  # (1 - 0.5^3) / 0.5
     assert expected_tokens_per_round(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
-    assert accept_rate(0.9, 8) == pytest.approx(0.9 * (1 - 0.9**8) / (0.1 * 8))  # 0.6407
+    assert acceptance(0.9, 8) == pytest.approx(0.9 * (1 - 0.9**8) / (0.1 * 8))  # 0.6407
     # The paper's expected walltime improvement, e.g. α=0.8, k=4, c=0.05: 0.67232 / (0.2 * 1.2)
     assert paper_speedup(0.8, 4, 0.05) == pytest.approx(2.8013333, rel=1e-6)
     assert ceiling_speedup(0.75) == pytest.approx(4.0)
@@ -74,28 +74,28 @@ def test_closed_forms_at_the_edges() -> None:
 
 
 def test_llama_cpp_accept_is_not_alpha() -> None:
-    assert accept_rate(0.9, 1) == pytest.approx(0.9)  # only at k = 1
+    assert acceptance(0.9, 1) == pytest.approx(0.9)  # only at k = 1
     for k in (2, 4, 8, 16):
-        assert accept_rate(0.9, k) < 0.9
-    assert accept_rate(0.9, 8) == pytest.approx(0.6407, abs=1e-4)
+        assert acceptance(0.9, k) < 0.9
+    assert acceptance(0.9, 8) == pytest.approx(0.6407, abs=1e-4)
 
 
 @pytest.mark.parametrize("alpha", [0.01, 0.3, 0.6, 0.9, 0.99, 0.999])
 @pytest.mark.parametrize("k", [1, 2, 5, 8, 16, 4.53])
 def test_alpha_inversions_round_trip(alpha: float, k: float) -> None:
-    assert alpha_from_accept_rate(accept_rate(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
+    assert alpha_from_acceptance(acceptance(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
     assert alpha_from_tokens_per_round(expected_tokens_per_round(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
 
 
 def test_alpha_inversion_endpoints_and_bad_input() -> None:
-    assert alpha_from_accept_rate(0.0, 8) == 0.0
-    assert alpha_from_accept_rate(1.0, 8) == 1.0
+    assert alpha_from_acceptance(0.0, 8) == 0.0
+    assert alpha_from_acceptance(1.0, 8) == 1.0
     assert alpha_from_tokens_per_round(1.0, 8) == 0.0
     assert alpha_from_tokens_per_round(9.0, 8) == 1.0
     for call in (
-        lambda: alpha_from_accept_rate(0.5, 0),  # nothing drafted
-        lambda: alpha_from_accept_rate(1.5, 8),
-        lambda: alpha_from_accept_rate(-0.1, 8),
+        lambda: alpha_from_acceptance(0.5, 0),  # nothing drafted
+        lambda: alpha_from_acceptance(1.5, 8),
+        lambda: alpha_from_acceptance(-0.1, 8),
         lambda: alpha_from_tokens_per_round(10.0, 8),  # more than k + 1 per round
         lambda: alpha_from_tokens_per_round(0.5, 8),
         lambda: expected_accepted(1.2, 4),
@@ -109,9 +109,9 @@ def test_alpha_inversion_endpoints_and_bad_input() -> None:
 def test_writeup_alpha_from_printed_accept() -> None:
     # The 2023 write-up's Python run printed accept = 61.514% at --draft 8; read as a fixed-k
     # draft, α is much higher than the printed figure.
-    alpha = alpha_from_accept_rate(0.61514, 8)
+    alpha = alpha_from_acceptance(0.61514, 8)
     assert alpha == pytest.approx(0.8907, abs=1e-4)
-    assert accept_rate(alpha, 8) == pytest.approx(0.61514, abs=1e-9)
+    assert acceptance(alpha, 8) == pytest.approx(0.61514, abs=1e-9)
 
 
 # --- programs and costs -------------------------------------------------------------------------
@@ -420,7 +420,7 @@ def test_points_and_costs_must_come_from_one_program() -> None:
 def test_point_without_drafts_has_no_alpha_but_the_fit_goes_on() -> None:
     empty = Observation(draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0)
     an = analyze([empty, *_points(0.8, [4], CPU_COST)], CPU_COST)
-    assert an.points[0].alpha is None and an.points[0].accept_rate is None
+    assert an.points[0].alpha is None and an.points[0].acceptance is None
     assert an.points[0].tokens_per_round == 1.0
     assert an.alpha == pytest.approx(0.8, abs=1e-4)
 
@@ -495,15 +495,15 @@ def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:
 
 
 def test_one_point_fit_recovers_the_model_that_made_the_point() -> None:
-    from llamaspec.theory import accept_rate, fit_one_point, paper_speedup
+    from llamaspec.theory import acceptance, fit_one_point, paper_speedup
 
     alpha, k, c = 0.7, 8, 0.15
-    fit = fit_one_point(accept_rate(alpha, k), k, paper_speedup(alpha, k, c))
+    fit = fit_one_point(acceptance(alpha, k), k, paper_speedup(alpha, k, c))
     assert fit is not None
     assert fit.alpha == pytest.approx(alpha, abs=1e-6) and fit.cost_ratio == pytest.approx(c, abs=1e-6)
     assert fit.best_draft == max(range(1, 17), key=lambda n: paper_speedup(alpha, n, c))
     assert fit.best_draft < k  # at this cost, 8 drafts are too many: the forecast says shorter
-    assert fit_one_point(accept_rate(alpha, k), 0, 1.2) is None
+    assert fit_one_point(acceptance(alpha, k), 0, 1.2) is None
 
 
 def test_steps_that_draft_nothing_mix_into_the_speedup_by_their_share_of_tokens() -> None:

@@ -41,7 +41,7 @@ def test_a_curve_that_is_not_geometric_is_not_flattened_into_one_alpha() -> None
     # every round accepted through 5, none through 6 (a prompt whose 6th token the draft misses)
     curve = PositionCurve((10,) * 8, (10, 10, 10, 10, 10, 0, 0, 0))
     assert [curve.tokens_per_round(k, 0.9) for k in (4, 5, 6, 8)] == [5.0, 6.0, 6.0, 6.0]
-    assert curve.text() == "100 %, 100 %, 100 %, 100 %, 100 %, 0 %, 0 %, 0 %"
+    assert curve.text() == "100%, 100%, 100%, 100%, 100%, 0%, 0%, 0%"
 
 
 def test_pooled_counts_and_shares_that_cannot_grow_with_the_position() -> None:
@@ -101,7 +101,7 @@ def test_the_fit_reads_tokens_per_round_from_the_curve_and_keeps_the_one_alpha_f
     # one alpha cannot bend where the draft stops being right; the curve can
     assert a.single_alpha.curve[3].tokens_per_round < 4.6
     assert "on the acceptance by position; with one alpha" in a.fit_quality()
-    assert "accepted through position 1..8: 100 %, 100 %, 100 %, 100 %, 50 %" in a.table()
+    assert "accepted through position 1..8: 100%, 100%, 100%, 100%, 50%" in a.table()
     assert a.speedup_at(4) == pytest.approx(a.curve[3].speedup)
 
 

@@ -169,7 +169,7 @@ def test_the_verdict_rule_on_its_own() -> None:
     assert kind == "keep" and "do not show it" in why
     kind, why = forecast._verdict(lengths(1.20 * (1 + PREDICTION_ERROR * 0.8), 1.20, 1.0), 1, 2)
     assert kind == "keep" and "model's own error" in why
-    assert "within 2 %" in forecast._verdict(lengths(1.21, 1.20, 1.0), 1, 2)[1]
+    assert "within 2%" in forecast._verdict(lengths(1.21, 1.20, 1.0), 1, 2)[1]
     assert forecast._verdict(lengths(0.90, 0.85, 1.0, low=0.85, high=0.97), 1, 2)[0] == "no draft"
     assert forecast._verdict(lengths(1.05, 0.95, 1.0, low=0.97, high=1.12), 1, 2)[0] == "undecided"  # spans 1.0
     kind, why = forecast._verdict(lengths(0.97, 0.95, 1.0, low=0.96, high=0.98), 1, 2)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec.base import cpu, proc
+from llamaspec.base.stats import percent_text
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +356,7 @@ class NoiseSample:
 
 def _share(value: float) -> str:
     """A share in whole percent; a small one that is not zero says so ("<1%", not "0%")."""
-    return "<1%" if 0 < value < 0.005 else f"{value:.0%}"
+    return "<1%" if 0 < value < 0.005 else percent_text(value)
 
 
 class NoiseMeter:

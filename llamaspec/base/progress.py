@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 
+from llamaspec.base.stats import percent_text
+
 log = logging.getLogger("llamaspec")
 
 TICK_SECONDS = 1.0  # how often a heartbeat bar redraws its clock on a terminal
@@ -58,7 +60,7 @@ class Progress:
         eta = ""
         if self.eta and 0 < fraction < 1:
             eta = f", ETA {duration(elapsed / fraction - elapsed)}"
-        return f"{self.label}: {fraction * 100:5.1f}% ({duration(elapsed)}{eta}) {self.note}".rstrip()
+        return f"{self.label}: {percent_text(fraction, 1):>6} ({duration(elapsed)}{eta}) {self.note}".rstrip()
 
     def update(self, done: float, note: str = "") -> None:
         with self._lock:

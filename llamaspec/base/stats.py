@@ -48,10 +48,11 @@ class Spread:
             return main
         return f"{main} [{fmt.format(self.low)}-{fmt.format(self.high)}]"
 
-    def in_percent(self) -> Spread:
-        """A spread of fractions in percent, for text (every figure is kept as a fraction; ``cv`` has no unit)."""
-        return Spread(percent(self.median), percent(self.low), percent(self.high), self.n, percent(self.min),
-                      percent(self.max), self.cv, tuple(percent(v) for v in self.values))
+    def percent_text(self, digits: int = 1) -> str:
+        """A spread of fractions (acceptance) in percent: ``40.9% [40.5-41.0]``, each figure rounded by
+        :func:`percent` as :func:`percent_text` rounds one (every figure is kept as a fraction)."""
+        return Spread(percent(self.median), percent(self.low), percent(self.high), self.n, self.min, self.max,
+                      self.cv).text(f"{{:.{digits}f}}", "%")
 
     def to_dict(self) -> dict[str, Any]:
         return {"median": self.median, "low": self.low, "high": self.high, "n": self.n, "min": self.min,
@@ -78,10 +79,19 @@ def t975(dof: int) -> float:
 
 
 def percent(fraction: float) -> float:
-    """A fraction as a percentage, for printed text only. Rounded to 9 decimals so that a percentage an
-    engine printed with 3 decimals, kept divided by 100, prints as it was printed (100 * 0.4085 is
-    40.849999999999994, which one decimal would print as 40.8, not 40.9)."""
+    """A fraction as a percentage, for printed text only (a plot's axis; text goes through
+    :func:`percent_text`). Rounded to 9 decimals so that a percentage an engine printed with 3 decimals,
+    kept divided by 100, prints as it was printed (100 * 0.4085 is 40.849999999999994, which one decimal
+    would print as 40.8, not 40.9; Python's own percent format prints 40.8% too)."""
     return round(100.0 * fraction, 9)
+
+
+def percent_text(fraction: float | None, digits: int = 0, *, sign: bool = False) -> str:
+    """How every percentage is shown to a user: ``percent_text(0.4085, 1)`` is ``40.9%``, ``-`` for None;
+    ``sign``: ``+3%``/``-3%`` (a relative error). The one place a fraction becomes text in percent."""
+    if fraction is None:
+        return "-"
+    return f"{percent(fraction):{'+' if sign else ''}.{digits}f}%"
 
 
 def cv(values: Sequence[float]) -> float | None:

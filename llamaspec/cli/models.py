@@ -127,9 +127,8 @@ def show(model: str, as_json: bool) -> None:
     from llamaspec import models as core
     from llamaspec.models import catalog, given, store
 
-    spec = given.parse(model)
-    if spec.kind == "file":
-        f = given.resolve(spec)
+    if given.parse(model).kind == "file":  # a file's own metadata; else the catalog's entry below
+        f = given.open_ref(model)
         click.echo(json.dumps(_file_dict(f), indent=2) if as_json else f"{f.path.name}\n{_describe_file(f)}")
         return
     ref = catalog.parse_ref(model)
@@ -221,19 +220,12 @@ def check_pair(target: str, draft: str) -> None:
 
     Example: llamaspec models check-pair smollm2-135m:f32 smollm2-135m:q4_1
     """
-    from pathlib import Path
-
     from llamaspec import models as core
     from llamaspec.models import given
 
-    def model(text: str) -> core.ModelFile | Path:
-        spec = given.parse(text)
-        return Path(spec.text) if spec.kind == "file" else given.resolve(spec)
-
-    t, d = model(target), model(draft)
+    t, d = given.path_of(target), given.path_of(draft)
     v = core.check_pair(t, d)
-    names = [(m.path if isinstance(m, core.ModelFile) else m).name for m in (d, t)]
-    click.echo(f"ok: llama.cpp accepts {names[0]} as a draft for {names[1]} ({v.type} vocabulary, {v.size} tokens)")
+    click.echo(f"ok: llama.cpp accepts {d.name} as a draft for {t.name} ({v.type} vocabulary, {v.size} tokens)")
 
 
 def human_count(n: int) -> str:
@@ -273,8 +265,7 @@ def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: boo
         from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError("--no-caches with no FOLDER leaves nowhere to look", hint="give a folder, or drop --no-caches")
-    spec = given.parse(target)
-    target_path = Path(spec.text) if spec.kind == "file" else given.resolve(spec).path
+    target_path = given.path_of(target)
     bar: list[Progress] = []
 
     def on_file(i: int, n: int, path: Path) -> None:

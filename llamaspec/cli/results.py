@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from llamaspec.base.stats import percent
+from llamaspec.base.stats import percent_text
 from llamaspec.cli import main
 
 
@@ -44,7 +44,7 @@ def results_list(experiment: str | None, limit: int) -> None:
         speedup = s.speedup.text(suffix="x") + ("" if s.paired else "*") if s.speedup else "-"
         click.echo(f"{r['id']:>5}  {r['started_at']:<24} {r['experiment']:<{width}} {r['case_name'][:12]:<12} "
                    f"{r['kind'][:6]:<6} {r['draft_max'] if r['draft_max'] is not None else '-':>5} {r['status']:<11} "
-                   f"{speedup:>20} {f'{percent(s.acceptance.median):.1f}%' if s.acceptance else '-':>7}")
+                   f"{speedup:>20} {percent_text(s.acceptance.median if s.acceptance else None, 1):>7}")
     if any(not Summary.from_dict(r.get("summary")).paired and Summary.from_dict(r.get("summary")).speedup for r in rows):
         click.echo("* against a shared baseline (not paired)", err=True)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from llamaspec.base.stats import percent
+from llamaspec.base.stats import percent_text
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import (
@@ -39,7 +39,7 @@ def progress_printer(total_steps: int):
             state["done"] += 1
             m = data["measurement"]
             if m.ok:
-                extra = f", accept {percent(m.acceptance):.1f}%" if m.acceptance is not None else ""
+                extra = f", accept {percent_text(m.acceptance, 1)}" if m.acceptance is not None else ""
                 log.info("      decode %.2f t/s%s (%.1f s)", m.decode_tps or 0, extra, m.wall_seconds)
             else:
                 log.info("      failed: %s", m.error)

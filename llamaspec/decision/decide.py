@@ -39,7 +39,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llamaspec.base.stats import Spread
+from llamaspec.base.stats import Spread, percent_text
 
 TOLERANCE = 0.02  # a cheaper setting wins only within 2 % of the best estimate
 HALF_WIDTH = 0.05  # settled: the chosen setting's interval within +-5 %
@@ -182,9 +182,9 @@ class Decision:
         if self.settled:
             if self.verdict == "recommend":
                 n = self.chosen.measured.n if self.chosen else 0
-                return (f"settled: interval within +-{self.half_width:.0%} over {n} {_unit(self.unit, n)}, and no other "
-                        f"setting can beat it by more than {self.tolerance:.0%}")
-            return "settled: no setting can be a gain of more than " + f"{self.tolerance:.0%}"
+                return (f"settled: interval within +-{percent_text(self.half_width)} over {n} {_unit(self.unit, n)}, and no other "
+                        f"setting can beat it by more than {percent_text(self.tolerance)}")
+            return "settled: no setting can be a gain of more than " + percent_text(self.tolerance)
         return "not settled: " + "; ".join(r.text() for r in self.requests) if self.requests else "not settled"
 
     @property
@@ -223,7 +223,7 @@ class Decision:
                           if len(m.best_range) > 1 else "")
                 # a band the bootstrap over pairs cannot widen (one pair a point) is not shown as an interval
                 band = f" [{best.low:.2f}-{best.high:.2f}]" if f"{best.low:.2f}" != f"{best.high:.2f}" else ""
-                out.append(f"  model: best {best.label} {best.predicted:.2f}x{band}{spread}, its median error {m.error:.1%}")
+                out.append(f"  model: best {best.label} {best.predicted:.2f}x{band}{spread}, its median error {percent_text(m.error, 1)}")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -313,7 +313,7 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
                         models=models, tolerance=tolerance, half_width=half_width, unit=unit)
     ranked = tuple(sorted((estimate(c, models, pooled) for c in candidates), key=lambda e: (-e.estimate, e.cost)))
     notes = tuple(f"{e.label} measured {e.measured.text(suffix='x')}, the model predicts {e.band.predicted:.2f}x "
-                  f"[{e.band.low:.2f}-{e.band.high:.2f}] (its median error {_error_of(e, models):.0%}): the measurement "
+                  f"[{e.band.low:.2f}-{e.band.high:.2f}] (its median error {percent_text(_error_of(e, models))}): the measurement "
                   "is trusted" for e in ranked if e.disagrees and e.band is not None)
     common: dict[str, Any] = {"estimates": ranked, "models": models, "notes": notes, "tolerance": tolerance,
                               "half_width": half_width, "unit": unit}
@@ -338,7 +338,7 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
     requests: list[Request] = []
     if not narrow:
         pairs = max(pairs_needed(chosen.measured, half_width, step), min(step, SETTLE_PAIRS - chosen.measured.n))
-        why = (f"its interval is +-{chosen.measured.half_width:.0%}, settled at +-{half_width:.0%}"
+        why = (f"its interval is +-{percent_text(chosen.measured.half_width)}, settled at +-{percent_text(half_width)}"
                if enough else f"{chosen.measured.n} {_unit(unit, chosen.measured.n)}: settled needs "
                f"{SETTLE_PAIRS} at the chosen setting")
         requests.append(Request(chosen.key, chosen.label, pairs, why, unit))
@@ -357,7 +357,7 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
     elif chosen is best:
         why = f"the best estimate of {len(faster)} settings shown faster than the target alone"
     else:
-        why = (f"the cheapest setting shown within {tolerance:.0%} of the best estimate ({best.label}: "
+        why = (f"the cheapest setting shown within {percent_text(tolerance)} of the best estimate ({best.label}: "
                f"{best.estimate:.2f}x against {chosen.estimate:.2f}x)")
     basis = ("measured and the speedup model combined" if chosen.band is not None and not chosen.disagrees
              and chosen.upper is not None else "as measured")
@@ -411,7 +411,7 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
         elif all(e.measured.high <= 1.0 for e in intervals):
             why = "every interval lies at or below 1.0"
         else:
-            why = f"no interval reaches past {gain:.2f}x, or those that do are within +-{half_width:.0%}"
+            why = f"no interval reaches past {gain:.2f}x, or those that do are within +-{percent_text(half_width)}"
         return Decision("no draft", best, f"{why} (best: {best.label} -> {best.measured.text(suffix='x')})",
                         settled=True, **common)
     unit = common["unit"]

@@ -31,7 +31,7 @@ from typing import Any
 
 from llamaspec.base import stats
 from llamaspec.base.host import NoiseSample
-from llamaspec.base.stats import Spread
+from llamaspec.base.stats import Spread, percent_text
 from llamaspec.measure import estimators, spectypes, timed
 from llamaspec.measure.contract import (
     SPEED_DEFINITION,
@@ -55,15 +55,19 @@ class Reference:
     n_predict: int | None = None
     n_drafted: int | None = None
     n_accept: int | None = None
-    accept_pct: float | None = None  # as the write-up printed it: a percentage
+    acceptance: float | None = None  # a fraction, as every acceptance is kept (the write-up's 61.514% is 0.61514)
     speedup: float | None = None
     seconds: float | None = None  # wall time of the speculative generation (write-ups that timed the whole call)
     baseline_seconds: float | None = None  # the same without a draft
 
-    @property
-    def acceptance(self) -> float | None:
-        """The write-up's acceptance as a fraction, the unit a Summary keeps it in."""
-        return None if self.accept_pct is None else self.accept_pct / 100.0
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Reference:
+        """A stored reference; one stored before acceptance was a fraction says ``accept_pct`` (a percentage)."""
+        data = dict(data)
+        if "accept_pct" in data:
+            pct = data.pop("accept_pct")
+            data["acceptance"] = None if pct is None else pct / 100.0
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -277,7 +281,7 @@ class Summary:
         rates = self.acceptance_by_position
         if not rates:
             return f"acceptance by position: not known ({self.positions_note})" if self.positions_note else None
-        shown = ", ".join("-" if r is None else f"{100 * r:.0f} %" for r in rates)
+        shown = ", ".join(percent_text(r) for r in rates)
         runs = self.drafted_by_position[0] if self.drafted_by_position else 0
         text = f"accepted at position 1..{len(rates)}: {shown} (of {runs} drafting rounds)"
         return text + (f"; {self.positions_note}" if self.positions_note else "")
@@ -448,10 +452,10 @@ def _warnings(base: Spread | None, speedup: Spread | None, paired: bool, shared:
         effect = abs(speedup.median - 1.0) if speedup else 0.0
         hint = " (using every core makes llama.cpp's speed bimodal here: try fewer threads, e.g. -t 1)" if threads_hint else ""
         if base.cv > effect / 2:
-            out.append(f"the machine is too unsteady for this effect: the baseline varies by {base.cv:.0%} (CV) run to run "
-                       f"against a {effect:.0%} effect{hint}{meanwhile}")
+            out.append(f"the machine is too unsteady for this effect: the baseline varies by {percent_text(base.cv)} (CV) run to run "
+                       f"against a {percent_text(effect)} effect{hint}{meanwhile}")
         else:
-            out.append(f"the baseline varies by {base.cv:.0%} (CV) run to run{hint}{meanwhile}")
+            out.append(f"the baseline varies by {percent_text(base.cv)} (CV) run to run{hint}{meanwhile}")
     elif noise is not None and noise.noisy:
         out.append(f"the machine was busy: {noise.text()}")
     if speedup is not None and speedup.n >= 2 and speedup.low <= 1.0 <= speedup.high:

@@ -15,7 +15,7 @@ Public API (everything else in this package is a detail)::
 - ``resolve(name, variant, *, catalog=None, build=None) -> ModelFile``
 - ``ensure(name, variants=None, *, catalog=None, build=None) -> list[ModelFile]``
 - ``metadata(path) -> GGUFMetadata`` (architecture, parameters, file/tensor types, context length,
-  vocabulary type/size, BOS/EOS; from the file's record when it has a current one)
+  vocabulary type/size, BOS/EOS; a split model's parameters and size are every part's: ``headers.read``)
 - ``check_pair(target, draft) -> Vocab``: each a ModelFile or a path; raises on the first mismatch
 - ``open_ref(text, catalog=None, build=None) -> ModelFile``
 - ``load_catalog(path=None) -> Catalog`` (``models/catalog.yaml``)
@@ -41,9 +41,9 @@ from llamaspec.models.store import ModelFile, check_pair, ensure, resolve
 
 def metadata(path: Path | str) -> GGUFMetadata:
     """The metadata of a GGUF file (LlamaspecError if it is not a complete one)."""
-    from llamaspec.models.store import read_metadata
+    from llamaspec.models import headers
 
-    return read_metadata(Path(path))
+    return headers.read(Path(path).expanduser())
 
 
 __all__ = [
@@ -64,7 +64,7 @@ def gguf_model(model: str, variant: str) -> Any:
     if model == GIVEN:
         from llamaspec.models import given
 
-        got = given.resolve(given.parse(variant))
+        got = given.open_ref(variant)
         label = got.name if got.provenance.get("kind") in ("file", "hf_gguf") else got.label
     else:
         got = resolve(model, variant)

@@ -6,30 +6,26 @@ Looks in the folders given and where GGUF files gather: the Hugging Face hub cac
 ``~/.cache/lm-studio/models``). Each file's header is read (``reader``: no tensor data) and its
 vocabulary compared with the target's by the pair check (``pair.first_mismatch``, llama.cpp's
 ``common_speculative_are_compatible``). Headers are kept per file (path, size, modification time)
-in the cache, so a second look at the same files reads none of them again.
+in the cache (``headers.HeaderCache``), so a second look at the same files reads none of them again.
 
 A split model (``NAME-00001-of-00003.gguf``) is one file here: its first part, with the size and
-parameters of every part.
+parameters of every part (``headers.read``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.models import pair, reader
+from llamaspec.models import headers, pair, reader
 from llamaspec.models.reader import GGUFMetadata
 
 log = logging.getLogger(__name__)
-
-_SPLIT = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<parts>\d{5})\.gguf$")
 
 
 @dataclass(frozen=True)
@@ -100,10 +96,7 @@ def gguf_files(place: Place) -> Iterator[Path]:
     for root, dirs, files in os.walk(place.path, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "blobs")
         for name in sorted(files):
-            if not name.lower().endswith(".gguf"):
-                continue
-            split = _SPLIT.match(name)
-            if split and int(split.group("part")) != 1:
+            if not name.lower().endswith(".gguf") or headers.is_later_part(name):
                 continue
             yield Path(root) / name
 
@@ -116,83 +109,21 @@ def _hub_repo(path: Path) -> str | None:
     return None
 
 
-def _parts(path: Path) -> list[Path]:
-    """Every part of a split model (its first part given), or the file alone."""
-    split = _SPLIT.match(path.name)
-    if not split:
-        return [path]
-    n = int(split.group("parts"))
-    return [path.with_name(f"{split.group('stem')}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
-
-
-class _HeaderCache:
-    """GGUF metadata per file, keyed by its real path, size and modification time, in one JSON file."""
-
-    def __init__(self, folder: Path | None) -> None:
-        self.path = folder / "gguf-headers.json" if folder is not None else None
-        self.entries: dict[str, dict[str, object]] = {}
-        self.changed = False
-        if self.path is not None and self.path.is_file():
-            try:
-                loaded = json.loads(self.path.read_text())
-                self.entries = loaded if isinstance(loaded, dict) else {}
-            except (OSError, ValueError):
-                self.entries = {}
-        self.read = 0
-
-    @staticmethod
-    def _key(path: Path) -> str:
-        real = path.resolve()
-        st = real.stat()
-        return f"{real}|{st.st_size}|{st.st_mtime_ns}"
-
-    def metadata(self, path: Path) -> GGUFMetadata:
-        key = self._key(path)
-        hit = self.entries.get(key)
-        if isinstance(hit, dict):
-            try:
-                return GGUFMetadata.from_dict(hit)
-            except (TypeError, KeyError):
-                pass
-        self.read += 1
-        meta = reader.read(path)
-        self.entries[key] = meta.to_dict()
-        self.changed = True
-        return meta
-
-    def save(self) -> None:
-        if self.path is None or not self.changed:
-            return
-        from llamaspec.base import atomic
-
-        alive = {k: v for k, v in self.entries.items() if Path(k.split("|", 1)[0]).exists()}
-        try:
-            atomic.write_json(self.path, alive)
-        except OSError as exc:  # a cache that cannot be written costs time next run, nothing else
-            log.debug("could not keep GGUF headers in %s: %s", self.path, exc)
-
-
-def _judge(path: Path, place: Place, target_meta: GGUFMetadata, headers: _HeaderCache,
+def _judge(path: Path, place: Place, target_meta: GGUFMetadata, cache: headers.HeaderCache,
            target_tokens: Callable[[], list[str]]) -> DraftFile:
-    parts = _parts(path)
     repo = _hub_repo(path)
-    absent = [p for p in parts if not p.is_file()]
-    if absent:
-        return DraftFile(path, place.kind, "unreadable", f"split model: part {absent[0].name} is missing", repo=repo)
     try:
-        metas = [headers.metadata(p) for p in parts]
+        meta = headers.read(path, cache)
     except LlamaspecError as exc:
         return DraftFile(path, place.kind, "unreadable", exc.message.removeprefix(f"{path} ").removeprefix("is "),
                          size=path.stat().st_size, repo=repo)
-    meta = metas[0]
-    size = sum(m.file_size for m in metas)
-    parameters = sum(m.parameters for m in metas)
     if meta.vocab.size == 0:
         problem: str | None = (f"it has no vocabulary (architecture {meta.architecture}: not a language model, "
                                "e.g. a multimodal projector)")
     else:
         problem = pair.first_mismatch(target_meta.vocab, meta.vocab, lambda: (target_tokens(), reader.read_tokens(path)))
-    return DraftFile(path, place.kind, "refused" if problem else "accepted", problem or "", meta, size, parameters, repo)
+    return DraftFile(path, place.kind, "refused" if problem else "accepted", problem or "", meta, meta.file_size,
+                     meta.parameters, repo)
 
 
 def survey(target: Path, folders: list[Path] | tuple[Path, ...] = (), *, caches: bool = True,
@@ -204,14 +135,14 @@ def survey(target: Path, folders: list[Path] | tuple[Path, ...] = (), *, caches:
     before each file is judged."""
     start = time.monotonic()
     target = Path(target).expanduser()
-    target_meta = reader.read(target)
+    target_meta = headers.read(target)
     places = [Place("folder", Path(f).expanduser(), given=True) for f in folders]
     for place in places:
         if not place.path.exists():
             raise LlamaspecError(f"folder not found: {place.path}", hint="give folders that hold GGUF files")
     if caches:
         places += default_places()
-    headers = _HeaderCache(cache_dir)
+    cache = headers.HeaderCache(cache_dir)
     target_real = target.resolve()
     tokens_of_target: list[list[str]] = []
 
@@ -239,11 +170,11 @@ def survey(target: Path, folders: list[Path] | tuple[Path, ...] = (), *, caches:
     for i, (place, path) in enumerate(todo):
         if on_file is not None:
             on_file(i, len(todo), path)
-        found.append(_judge(path, place, target_meta, headers, target_tokens))
-    headers.save()
+        found.append(_judge(path, place, target_meta, cache, target_tokens))
+    cache.save()
     order = {"accepted": 0, "refused": 1, "unreadable": 2}
     found.sort(key=lambda c: (order[c.verdict], c.size, str(c.path)))
-    return Survey(target, target_meta, tuple(found), tuple(counted), time.monotonic() - start, headers.read)
+    return Survey(target, target_meta, tuple(found), tuple(counted), time.monotonic() - start, cache.read)
 
 
 def survey_dict(result: Survey) -> dict[str, object]:

@@ -2,8 +2,8 @@
 ``NAME[:VARIANT]``, or ``USER/REPO[:QUANT]`` as llama.cpp's ``-hf`` takes it.
 
     from llamaspec.models import given
-    spec = given.parse("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_0")   # -> Spec(kind="hub", ...)
-    f = given.resolve(spec)                                           # -> ModelFile (downloaded if needed)
+    given.parse("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_0")     # -> Spec(kind="hub", ...): what it names
+    f = given.open_ref("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_0")  # -> ModelFile (downloaded if needed)
 
 - A path: the file as it is (never copied or written beside); split files
   (``-00001-of-0000N.gguf``) must all be there. Its sha256 is kept in the cache
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.models import pins, reader
+from llamaspec.models import headers, pins
 from llamaspec.models.catalog import Catalog
 from llamaspec.models.store import Build, ModelFile
 
@@ -51,7 +51,6 @@ _LOCK_HEADER = """\
 # A rerun downloads the commit named here, whatever the repo's main points at by then; delete an
 # entry to take the repo's newest files on the next run.
 """
-_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.I)
 _QUANT = re.compile(r"(?:^|[-._])(?P<quant>(?:I?Q\d(?:_[A-Z0-9]+)*)|F16|F32|BF16|MXFP4(?:_MOE)?|TQ\d_\d)$", re.I)
 _HUB = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?::(?P<quant>[\w.-]+))?$")
 _CATALOG = re.compile(r"^(?P<name>[\w.-]+)(?::(?P<variant>[\w.-]+))?$")
@@ -171,35 +170,17 @@ def file_sha256(path: Path) -> str:
     return digest
 
 
-def split_parts(path: Path) -> list[Path]:
-    """Every file of a split GGUF given by any of its parts (in order), or ``[path]``."""
-    m = _SPLIT.match(path.name)
-    if not m:
-        return [path]
-    count = int(m.group("count"))
-    parts = [path.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
-    missing = [p.name for p in parts if not p.is_file()]
-    if missing:
-        raise LlamaspecError(f"{path.name} is part of a model split in {count} files, and {', '.join(missing)} "
-                             f"{'is' if len(missing) == 1 else 'are'} not in {path.parent}",
-                             hint="put every part in one folder (llama.cpp loads them from the first)")
-    return parts
-
-
 def describe_file(path: Path, *, label: str | None = None, provenance: dict | None = None) -> ModelFile:
-    """A GGUF file (or split model) as a ModelFile: its metadata read (a file that is not GGUF or is
-    truncated is refused), its sha256 (of the split's parts' sha256s, in order, for a split model)."""
+    """A GGUF file (or split model) as a ModelFile: its metadata read (``headers.read``: a file that is
+    not GGUF or is truncated is refused), its sha256 (of the split's parts' sha256s, in order, for a
+    split model)."""
     # absolute, links not followed: in the Hugging Face cache a file is a link to a blob without its
     # name, and llama.cpp finds a split model's other parts by the first part's name
     path = Path(os.path.abspath(Path(path).expanduser()))
-    parts = split_parts(path)
+    parts = headers.parts(path)
     first = parts[0]
-    metas = [reader.read(p) for p in parts]  # each part checked: magic, header, tensor data within the file
-    meta = metas[0]
+    meta = headers.read(path)  # each part checked: magic, header, tensor data within the file
     if len(parts) > 1:
-        from dataclasses import replace
-
-        meta = replace(meta, parameters=sum(m.parameters for m in metas), file_size=sum(m.file_size for m in metas))
         sums = [file_sha256(p) for p in parts]
         sha = hashlib.sha256("".join(f"{p.name} {s}\n" for p, s in zip(parts, sums, strict=True)).encode()).hexdigest()
         origin = {"kind": "file", "path": str(first), "parts": [{"file": p.name, "sha256": s} for p, s in zip(parts, sums, strict=True)]}
@@ -218,10 +199,7 @@ def lock_path() -> Path:
 
 def quant_of(filename: str) -> str | None:
     """``SmolLM2-135M-Q4_K_M.gguf`` -> ``Q4_K_M`` (split suffix ignored); None when the name has none."""
-    name = Path(filename).name
-    m = _SPLIT.match(name)
-    stem = m.group("stem") if m else name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
-    q = _QUANT.search(stem)
+    q = _QUANT.search(headers.stem(filename))
     return q.group("quant").upper() if q else None
 
 
@@ -252,17 +230,14 @@ def choose(repo: str, quant: str | None, names: list[str]) -> list[str]:
             raise LlamaspecError(f"{repo} has no {quant} GGUF file (its quants: {', '.join(sorted(by_quant))})",
                                  hint=f"write {repo}:QUANT with one of those")
     files = by_quant[pick]
-    firsts = [f for f in files if not _SPLIT.match(Path(f).name) or _SPLIT.match(Path(f).name).group("part") == "00001"]  # type: ignore[union-attr]
+    firsts = [f for f in files if not headers.is_later_part(f)]
     if len(firsts) > 1:
         raise LlamaspecError(f"{repo} has {len(firsts)} {pick} models ({', '.join(firsts)})",
                              hint="download the one you mean and give its path")
     first = firsts[0] if firsts else files[0]
-    m = _SPLIT.match(Path(first).name)
-    if not m:
-        return [first]
-    folder = str(Path(first).parent) if "/" in first else ""
-    parts = [f"{folder + '/' if folder else ''}{m.group('stem')}-{i:05d}-of-{m.group('count')}.gguf"
-             for i in range(1, int(m.group("count")) + 1)]
+    parts = headers.part_names(first)
+    if len(parts) == 1:
+        return parts
     missing = [p for p in parts if p not in names]
     if missing:
         raise LlamaspecError(f"{repo}: the {pick} model is split in {len(parts)} files and {', '.join(missing)} "
@@ -330,12 +305,20 @@ def open_ref(text: str, catalog: Catalog | None = None, build: Build | None = No
     """The one resolver of a model's text, for local runs, the CLI and cluster workers alike: a GGUF
     path (split parts and links as llama.cpp reads them, the checksum cache), ``USER/REPO[:QUANT]``
     or a catalog ``NAME[:VARIANT]`` (without a variant, its first ``fetch`` one): ``parse`` decides
-    what the text names, ``resolve`` makes it a file. ``catalog``/``build``: another catalog, the
+    what the text names, ``_resolve`` makes it a file. ``catalog``/``build``: another catalog, the
     build that derives a catalog variant."""
-    return resolve(parse(text), catalog=catalog, build=build)
+    return _resolve(parse(text), catalog=catalog, build=build)
 
 
-def resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+def path_of(text: str) -> Path:
+    """The GGUF file a model's text names, for the commands that read its header only (``models
+    check-pair``, ``models drafts``): a path as given, its bytes not read (no checksum of a large
+    file); a repo or catalog model as :func:`open_ref` resolves it."""
+    spec = parse(text)
+    return Path(spec.text) if spec.kind == "file" else _resolve(spec).path
+
+
+def _resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
     """The model file ``spec`` names (downloaded, fetched or derived if needed), once per process
     (with the default catalog and build)."""
     cached = catalog is None and build is None
@@ -346,7 +329,7 @@ def resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None =
     stamps: tuple[Stamp, ...] | None = None
     if spec.kind == "file":
         read_at = time.time_ns()
-        before = tuple(Stamp.of(p) for p in split_parts(Path(spec.text)))
+        before = tuple(Stamp.of(p) for p in headers.parts(Path(spec.text)))
         got = describe_file(Path(spec.text))
         after = _stamps(got)
         # kept only when nothing wrote to the files while they were read, nor just before

@@ -28,7 +28,7 @@ from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import engines
 from llamaspec.models import catalog as catalogs
-from llamaspec.models import pins, plans, reader
+from llamaspec.models import headers, pins, plans
 from llamaspec.models.catalog import Catalog, ModelEntry
 from llamaspec.models.quantize import CONVERT_OUTTYPES, file_type
 from llamaspec.models.reader import GGUFMetadata, Vocab
@@ -194,23 +194,6 @@ def hub_pin(entry: ModelEntry, catalog: Catalog | None = None, *, update: bool =
     return PinChange(entry.name, now.repo, revision, old, now.commit, differ)
 
 
-def _current_record(path: Path) -> dict[str, Any] | None:
-    """The record of ``path`` if the file has not changed since it was written."""
-    data = _load_record(path)
-    if data is not None and path.is_file():
-        st = path.stat()
-        if st.st_size == data.get("size") and st.st_mtime_ns == data.get("mtime_ns"):
-            return data
-    return None
-
-
-def read_metadata(path: Path) -> GGUFMetadata:
-    """The metadata of any GGUF file, from its record when it has a current one."""
-    path = Path(path).expanduser().resolve()
-    data = _current_record(path)
-    return GGUFMetadata.from_dict(data["metadata"]) if data else reader.read(path)
-
-
 def resolve(name: str, variant: str, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
     """The finished variant, made first if needed (downloaded, converted, quantized)."""
     cat = catalog or catalogs.load()
@@ -295,7 +278,7 @@ def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], di
     start = time.monotonic()
     with atomic.atomic_path(dest) as tmp:
         provenance = make(tmp)
-        meta = reader.read(tmp)  # a truncated or broken output fails here, before it gets its name
+        meta = headers.read(tmp)  # a truncated or broken output fails here, before it gets its name
         sha = sha256_file(tmp, dest.name)
     st = dest.stat()
     record = {
@@ -478,7 +461,7 @@ def check_pair(target: ModelFile | Path, draft: ModelFile | Path) -> Vocab:
         if isinstance(m, ModelFile):
             return m.path, m.metadata.vocab
         path = Path(m).expanduser().resolve()
-        return path, read_metadata(path).vocab
+        return path, headers.read(path).vocab
 
     (t_path, t_vocab), (d_path, d_vocab) = vocab(target), vocab(draft)
     pair.check(t_path, t_vocab, d_path, d_vocab)

@@ -95,10 +95,10 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
                              hint="give -md DRAFT.gguf (or USER/REPO[:QUANT]), or a draft-free mode: --spec-type ngram-simple")
     if sum(x is not None for x in (prompt, prompt_file, prompts, workload)) > 1:
         raise LlamaspecError("give one of -p, -f and --prompts", hint="one prompt, one prompt file, or one prompt set")
-    specs = [given.parse(target), *(given.parse(d) for d in drafts)]
+    specs = [given.parse(target), *(given.parse(d) for d in drafts)]  # what each names: the study keeps that text
     if len({s.text for s in specs[1:]}) != len(specs) - 1:
         raise LlamaspecError("the same draft is given twice", hint="give each -md once")
-    files = [given.resolve(s) for s in specs]  # downloaded or read now: their sha256 names the study
+    files = [given.open_ref(s.text) for s in specs]  # downloaded or read now: their sha256 names the study
     # a catalog model without a variant is named with the one resolved (the label a catalog ref has)
     refs = [ModelRef(GIVEN, f"{f.name}:{f.variant}" if s.kind == "catalog" else s.text) for s, f in zip(specs, files, strict=True)]
     prompt_path = str(Path(prompt_file).expanduser().resolve()) if prompt_file is not None else None
@@ -159,11 +159,13 @@ def _file_digest(path: str) -> str:
 
 def _short(f: Any) -> str:
     """A few readable characters for a model in a study name: the file's stem, the repo's name and quant."""
+    from llamaspec.models import headers
+
     origin = f.provenance.get("kind")
     if origin == "hf_gguf":
         text = f"{f.provenance['repo'].split('/')[-1].removesuffix('-GGUF')}-{f.name.rpartition(':')[2]}"
     elif origin == "file":
-        text = re.sub(r"-\d{5}-of-\d{5}$", "", Path(f.path).stem)
+        text = headers.stem(Path(f.path).name)
     else:
         text = f"{f.name}-{f.variant}"
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.").lower()[:28] or "model"
@@ -235,7 +237,7 @@ def files_of(exp: Experiment) -> dict[str, str]:
     from llamaspec.models import given
 
     refs = {r.variant for c in exp.cases for r in (c.target, c.draft, *c.drafts) if r is not None and r.given}
-    return {text: given.resolve(given.parse(text)).sha256 for text in sorted(refs)}
+    return {text: given.open_ref(text).sha256 for text in sorted(refs)}
 
 
 def check_kept(exp: Experiment) -> None:

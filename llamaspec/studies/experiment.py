@@ -145,11 +145,17 @@ REFERENCE_KEYS = {f.name: f.type for f in dataclasses.fields(Reference)}
 def parse_reference(c: _Checker, raw: Any, where: str) -> Reference | None:
     if raw is None:
         return None
+    if isinstance(raw, dict) and "accept_pct" in raw:  # the key before acceptance was a fraction everywhere
+        pct = raw["accept_pct"]
+        raise c.fail(f"{where}.accept_pct", "renamed: write acceptance as a fraction"
+                     + (f" (acceptance: {pct / 100:g})" if isinstance(pct, (int, float)) else ""))
     raw = c.mapping(raw, where, REFERENCE_KEYS)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         kind: type | tuple[type, ...] = str if key in ("source", "hardware") else int if key.startswith("n_") else float
         values[key] = c.typed(value, f"{where}.{key}", kind)
+    if values.get("acceptance") is not None and not 0 <= values["acceptance"] <= 1:
+        raise c.fail(f"{where}.acceptance", f"{values['acceptance']} is not a fraction (61.514% is 0.61514)")
     return Reference(**values)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.host import NoiseSample
+from llamaspec.base.stats import percent_text
 from llamaspec.decision import workload, workload_runs
 from llamaspec.measure import spectypes, timed
 from llamaspec.measure.contract import Engine, ResolvedCase
@@ -58,7 +59,7 @@ class Drift:
     def text(self) -> str:
         if self.change is None:
             return "drift over the study: not measured (no setup was measured on one prompt in both halves of the study)"
-        return (f"drift over the study: {self.change:+.1%} (the speedups of {self.cells} setup-prompt cell"
+        return (f"drift over the study: {percent_text(self.change, 1, sign=True)} (the speedups of {self.cells} setup-prompt cell"
                 f"{'s' if self.cells != 1 else ''} measured in both halves of the study's {self.pairs} pairs: the "
                 "second half's against the first's)")
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import duration
+from llamaspec.base.stats import percent_text
 from llamaspec.decision import decide, workload
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine
@@ -90,7 +91,7 @@ class StudyResult:
 
     def stop_text(self) -> str:
         why = decide.STOP_WORDS.get(self.stop, self.stop)
-        share = f" ({self.pairs / max(self.fixed_grid_pairs, 1):.0%} of the fixed grid's {self.fixed_grid_pairs})"
+        share = f" ({percent_text(self.pairs / max(self.fixed_grid_pairs, 1))} of the fixed grid's {self.fixed_grid_pairs})"
         return f"study stopped: {why}, after {self.pairs} pairs{share} in {duration(self.seconds)}"
 
     def render(self) -> str:

@@ -46,7 +46,7 @@ are counted in n_drafted but can never be accepted, so with a fixed draft length
     accept = E[accepted] / k = α(1 - α^k) / ((1 - α)·k)  <  α   (for 0 < α < 1, k > 1).
 
 E.g. α = 0.9 at k = 8 gives accept = 0.64. We solve this for α numerically
-(:func:`alpha_from_accept_rate`), or, equivalently when the number of rounds is known, solve
+(:func:`alpha_from_acceptance`), or, equivalently when the number of rounds is known, solve
 tokens per round (:func:`alpha_from_tokens_per_round`). A fit (:func:`analyze`) uses the mean number
 drafted per round, ``n_drafted / rounds``, as ``k``: programs draft fewer than ``--draft`` with
 ``--draft-p-min`` or near the end of generation, and 2023 builds adapted the length.
@@ -75,8 +75,8 @@ from llamaspec.theory.cost import (
 from llamaspec.theory.fit import Analysis, PointFit, Prediction, analyze
 from llamaspec.theory.maths import (
     OnePointFit,
-    accept_rate,
-    alpha_from_accept_rate,
+    acceptance,
+    alpha_from_acceptance,
     alpha_from_tokens_per_round,
     ceiling_speedup,
     expected_accepted,
@@ -100,8 +100,8 @@ __all__ = [
     "PositionCurve",
     "Prediction",
     "RoundProfile",
-    "accept_rate",
-    "alpha_from_accept_rate",
+    "acceptance",
+    "alpha_from_acceptance",
     "alpha_from_tokens_per_round",
     "analyze",
     "best_draft_length",

@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.stats import percent_text
 from llamaspec.theory.cost import CostModel
 from llamaspec.theory.maths import (
-    accept_rate,
+    acceptance,
     accepted_unchecked,
     ceiling_speedup,
     expected_accepted,
@@ -33,7 +34,7 @@ class PointFit:
     """One observation next to what the pooled model predicts for it."""
 
     draft_max: int
-    accept_rate: float | None  # llama.cpp's accept, as a fraction
+    acceptance: float | None  # llama.cpp's accept, as a fraction
     alpha: float | None  # this point's own α (None: nothing drafted)
     calls: int  # verification rounds
     calls_measured: bool  # False: derived from the counters by the program's loop
@@ -63,7 +64,7 @@ class PointFit:
 class Prediction:
     draft_max: int
     tokens_per_round: float
-    accept_rate: float  # what llama.cpp would print as accept, as a fraction
+    acceptance: float  # what llama.cpp would print as accept, as a fraction
     call_steps: float  # cost of one round in baseline tokens' time
     speedup: float
 
@@ -128,7 +129,7 @@ class Analysis:
     @property
     def accept_curve(self) -> tuple[tuple[int, float], ...]:
         """Predicted llama.cpp ``accept`` (fraction) per draft length, from the pooled α."""
-        return tuple((p.draft_max, p.accept_rate) for p in self.curve)
+        return tuple((p.draft_max, p.acceptance) for p in self.curve)
 
     @property
     def max_draft(self) -> int:
@@ -155,10 +156,10 @@ class Analysis:
             return "no speedup predictions (no measured costs): only alpha and the ceiling"
         bias = statistics.median(self.rel_errors)
         line = (f"model vs measured over {len(self.rel_errors)} draft lengths: median |error| "
-                f"{100 * self.median_abs_error:.1f}%, max {100 * self.max_abs_error:.1f}%, median bias {100 * bias:+.1f}%")
+                f"{percent_text(self.median_abs_error, 1)}, max {percent_text(self.max_abs_error, 1)}, median bias {percent_text(bias, 1, sign=True)}")
         other = self.single_alpha.median_abs_error if self.single_alpha is not None else None
         if self.positions is not None:
-            line += f" (on the acceptance by position{f'; with one alpha {100 * other:.1f}%' if other is not None else ''})"
+            line += f" (on the acceptance by position{f'; with one alpha {percent_text(other, 1)}' if other is not None else ''})"
         return line
 
     def table(self) -> str:
@@ -166,8 +167,8 @@ class Analysis:
         lines = [f"{'draft':>5} {'accept':>7} {'tok/round':>9} {'measured':>9} {'predicted':>9} {'error':>7}"]
         for p in sorted(self.points, key=lambda q: q.draft_max):
             pred = f"{p.predicted_speedup:.3f}x" if p.predicted_speedup is not None else "-"
-            err = f"{100 * p.rel_error:+.1f}%" if p.rel_error is not None else "-"
-            acc = f"{100 * p.accept_rate:.1f}%" if p.accept_rate is not None else "-"
+            err = percent_text(p.rel_error, 1, sign=True)
+            acc = percent_text(p.acceptance, 1)
             lines.append(f"{p.draft_max:>5} {acc:>7} {p.tokens_per_round:>9.2f} {p.measured_speedup:>8.3f}x {pred:>9} {err:>7}")
         lines.append(self.fit_quality())
         if self.positions is not None:
@@ -245,7 +246,7 @@ def contradictions(observations: Sequence[Observation], alpha: float,
 def _contradiction_lines(found: Sequence[tuple[Observation, float, float]]) -> tuple[str, ...]:
     return tuple(
         f"draft {o.draft_max}: {measured:.2f} tokens a round measured, {predicted:.2f} predicted from the longer "
-        f"lengths' acceptance by position ({100 * (measured / predicted - 1):+.0f}%): here acceptance at a position "
+        f"lengths' acceptance by position ({percent_text(measured / predicted - 1, sign=True)}): here acceptance at a position "
         "depends on the draft length, so the short lengths' predictions from one long run are not to be trusted"
         for o, measured, predicted in found)
 
@@ -290,7 +291,7 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
             Prediction(
                 draft_max=k,
                 tokens_per_round=tokens_at(k),
-                accept_rate=(tokens_at(k) - 1.0) / k if positions is not None else accept_rate(alpha, k),
+                acceptance=(tokens_at(k) - 1.0) / k if positions is not None else acceptance(alpha, k),
                 call_steps=cost.call_ms(k, tokens_at(k)) / cost.baseline_ms_per_token,
                 speedup=cost.speedup_at(k, tokens_at(k)),
             )
@@ -313,7 +314,7 @@ def analyze(observations: Sequence[Observation], cost: CostModel | None = None, 
         points.append(
             PointFit(
                 draft_max=o.draft_max,
-                accept_rate=o.accept_rate,
+                acceptance=o.acceptance,
                 alpha=o.alpha,
                 calls=o.calls,
                 calls_measured=o.rounds is not None,

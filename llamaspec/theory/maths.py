@@ -55,7 +55,7 @@ def expected_tokens_per_round(alpha: float, k: float) -> float:
     return 1.0 + expected_accepted(alpha, k)
 
 
-def accept_rate(alpha: float, k: float) -> float:
+def acceptance(alpha: float, k: float) -> float:
     """What llama.cpp prints as ``accept`` (as a fraction) for per-token acceptance α at draft length k.
 
     n_accept / n_drafted = E[accepted] / k = α(1 - α^k)/((1 - α)k). Equals α only at k = 1.
@@ -79,8 +79,8 @@ def solve_increasing(f: Callable[[float], float], goal: float, lo: float, hi: fl
     return 0.5 * (lo + hi)
 
 
-def alpha_from_accept_rate(accept: float, k: float) -> float:
-    """Invert :func:`accept_rate`: the α that makes n_accept/n_drafted = ``accept`` at draft length k.
+def alpha_from_acceptance(accept: float, k: float) -> float:
+    """Invert :func:`acceptance`: the α that makes n_accept/n_drafted = ``accept`` at draft length k.
 
     ``accept`` is a fraction (llama.cpp's percentage / 100). 0 gives 0, 1 gives 1.
     """
@@ -91,7 +91,7 @@ def alpha_from_accept_rate(accept: float, k: float) -> float:
         raise LlamaspecError(f"accept rate must be a fraction in [0, 1], got {accept!r}", hint=HINT_COUNTS)
     if accept in (0.0, 1.0):
         return float(accept)
-    return solve_increasing(lambda a: accept_rate(a, k), accept, 0.0, 1.0)
+    return solve_increasing(lambda a: acceptance(a, k), accept, 0.0, 1.0)
 
 
 def alpha_from_tokens_per_round(tokens: float, k: float) -> float:
@@ -140,7 +140,7 @@ def fit_one_point(acceptance: float, draft_len: float, speedup: float, max_draft
     point cannot carry a fit (nothing drafted, no gain figure)."""
     if not (draft_len > 0 and speedup > 0 and 0.0 <= acceptance <= 1.0):
         return None
-    alpha = alpha_from_accept_rate(acceptance, draft_len)
+    alpha = alpha_from_acceptance(acceptance, draft_len)
     cost_ratio = max((expected_tokens_per_round(alpha, draft_len) / speedup - 1.0) / draft_len, 0.0)
     best = max(range(1, max_draft + 1), key=lambda k: paper_speedup(alpha, k, cost_ratio))
     return OnePointFit(alpha, draft_len, cost_ratio, best, paper_speedup(alpha, best, cost_ratio))

@@ -17,7 +17,7 @@ class Observation:
 
     - ``draft_max``: the requested draft length (k).
     - ``n_drafted``, ``n_accept``: the program's ``n_drafted =`` and ``n_accept =`` lines (summed over
-      repeats). Its ``accept = x%`` line is ``100 * n_accept / n_drafted`` (see :attr:`accept_rate`).
+      repeats). Its ``accept = x%`` line is ``100 * n_accept / n_drafted`` (see :attr:`acceptance`).
     - ``n_generated``: ``n_predict =`` (summed over repeats).
     - ``spec_decode_tps``, ``baseline_decode_tps``: speeds on SPEED_DEFINITION (medians).
     - ``rounds``: every verification round (target call after the prompt), summed, as the
@@ -94,7 +94,7 @@ class Observation:
         return self.n_generated - self.n_accept - per_run * self.runs
 
     @property
-    def accept_rate(self) -> float | None:
+    def acceptance(self) -> float | None:
         """llama.cpp's ``accept`` as a fraction (n_accept / n_drafted); None if nothing was drafted."""
         return contract.acceptance(self.n_accept, self.n_drafted)
 

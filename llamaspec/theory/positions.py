@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.stats import percent_text
 from llamaspec.theory.maths import HINT_COUNTS, count
 
 # A measured point contradicts the curve of the other points when its tokens per round differ from
@@ -108,7 +109,7 @@ class PositionCurve:
 
     def text(self, limit: int = 16) -> str:
         """``97 %, 93 %, ...``: the shares accepted through positions 1..``limit``."""
-        shares = [f"{100 * p:.0f} %" for p in self.through[:limit]]
+        shares = [percent_text(p) for p in self.through[:limit]]
         return ", ".join(shares) + (", ..." if self.length > limit else "")
 
 

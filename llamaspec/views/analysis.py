@@ -27,7 +27,7 @@ from typing import Any
 from llamaspec.base import paths
 from llamaspec.base.cpu import CpuInfo
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.base.stats import Spread, percent
+from llamaspec.base.stats import Spread, percent_text
 from llamaspec.decision import decide
 from llamaspec.decision.workload_runs import draft_bytes
 from llamaspec.measure import estimators, spectypes
@@ -128,16 +128,16 @@ class SweepReport:
                 s = r.summary
                 fit = fits.get(r.draft_max)
                 pred = fit.predicted_speedup if fit else None
-                err = f"{fit.rel_error * 100:+.0f}%" if fit and fit.rel_error is not None else "-"
+                err = percent_text(fit.rel_error if fit else None, sign=True)
                 cv = s.baseline_decode_tps.cv if s.baseline_decode_tps else None
                 status = s.status if s.status != "ok" else ""
                 if not s.paired and s.speedup:
                     status = (status + " shared-baseline").strip()
                 lines.append(
                     f"  {s.draft.label if s.draft.policy == 'adaptive' else r.draft_max:>5} "
-                    f"{_med(s.decode_tps):>9} {_med(s.baseline_decode_tps):>9} {f'{cv:.1%}' if cv is not None else '-':>7} "
+                    f"{_med(s.decode_tps):>9} {_med(s.baseline_decode_tps):>9} {percent_text(cv, 1):>7} "
                     f"{s.speedup.text(suffix='x') if s.speedup else '-':>20} "
-                    f"{f'{percent(s.acceptance.median):.1f}%' if s.acceptance else '-':>7} {_num(s.tokens_per_round):>7} "
+                    f"{percent_text(s.acceptance.median if s.acceptance else None, 1):>7} {_num(s.tokens_per_round):>7} "
                     f"{f'{pred:.2f}x' if pred else '-':>9} {err:>6}  {status}")
             for r in g.rows:
                 if r.summary.status == "differs":
@@ -153,8 +153,8 @@ class SweepReport:
                                  f"position 1..{a.positions.length}: {a.positions.text()}), alpha beyond it")
                 if g.model_error is not None:
                     alone = a.single_alpha.median_abs_error if a.single_alpha is not None else None
-                    lines.append(f"  model error: median {g.model_error:.1%} over {len(a.points)} points"
-                                 + (f" ({a.acceptance_model}; with one alpha {alone:.1%})" if alone is not None else ""))
+                    lines.append(f"  model error: median {percent_text(g.model_error, 1)} over {len(a.points)} points"
+                                 + (f" ({a.acceptance_model}; with one alpha {percent_text(alone, 1)})" if alone is not None else ""))
                 lines += [f"  assumption contradicted: {c}" for c in a.contradictions]
                 drafted = [(p.draft_max, p.drafted_rounds, p.calls) for p in sorted(a.points, key=lambda p: p.draft_max)
                            if p.drafted_rounds is not None]

@@ -15,7 +15,7 @@ from typing import Any
 from llamaspec import theory
 from llamaspec.base import stats
 from llamaspec.base.cpu import CpuInfo
-from llamaspec.base.stats import Spread
+from llamaspec.base.stats import Spread, percent_text
 from llamaspec.measure import estimators, spectypes
 from llamaspec.measure.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
 from llamaspec.measure.summary import CaseResult, Reference, Summary
@@ -32,7 +32,7 @@ def _spread(s: Spread | None, digits: int = 2, suffix: str = "") -> str:
 
 def _percent(s: Spread | None, digits: int = 1) -> str:
     """A spread of fractions (acceptance) as percentages."""
-    return _spread(s.in_percent() if s is not None else None, digits)
+    return "-" if s is None else s.percent_text(digits)
 
 
 def _ratio(measured: float | None, reference: float | None) -> str:
@@ -113,10 +113,10 @@ def rows(summary: Summary, reference: Reference | None, seconds: Seconds | None 
         ("decode t/s (speculative)", _spread(s.decode_tps), _num(ref.decode_tps), _ratio(med(s.decode_tps), ref.decode_tps)),
         ("encode t/s (speculative)", _spread(s.encode_tps), _num(ref.encode_tps), _ratio(med(s.encode_tps), ref.encode_tps)),
         ("decode t/s (baseline)", _spread(s.baseline_decode_tps)
-         + (f", CV {s.baseline_decode_tps.cv:.1%}" if s.baseline_decode_tps and s.baseline_decode_tps.cv is not None else ""), "-", ""),
+         + (f", CV {percent_text(s.baseline_decode_tps.cv, 1)}" if s.baseline_decode_tps and s.baseline_decode_tps.cv is not None else ""), "-", ""),
         ("speedup" + ("" if s.paired else " (shared baseline, unpaired)"), _spread(s.speedup, suffix="x"), _num(ref.speedup),
          _ratio(med(s.speedup), ref.speedup)),
-        ("accept %", _percent(s.acceptance, 3), _num(ref.accept_pct, 3), _ratio(med(s.acceptance), ref.acceptance)),
+        ("acceptance", _percent(s.acceptance, 3), percent_text(ref.acceptance, 3), _ratio(med(s.acceptance), ref.acceptance)),
         ("draft length (asked / policy)", f"{s.draft.label} / {s.draft.policy or '-'}", "-", ""),
         ("n_drafted", str(s.n_drafted if s.n_drafted is not None else "-"), str(ref.n_drafted or "-"), _ratio(s.n_drafted, ref.n_drafted)),
         ("n_accept", str(s.n_accept if s.n_accept is not None else "-"), str(ref.n_accept or "-"), _ratio(s.n_accept, ref.n_accept)),
@@ -249,7 +249,7 @@ def _reference_as_run(run: dict[str, Any]) -> tuple[Reference | None, str | None
     info = (run.get("provenance") or {}).get("experiment") or {}
     if not info.get("reference"):
         return None, None
-    ref = Reference(**info["reference"])
+    ref = Reference.from_dict(info["reference"])
     path = Path(info.get("path") or "")
     try:
         now = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -344,7 +344,7 @@ def _compare(compare_by: str, ok: list[dict[str, Any]]) -> list[str]:
         body.append([label, str(len(rs)), str(best["draft_max"]), _spread(s.decode_tps),
                      _spread(s.baseline_decode_tps), _spread(s.speedup, suffix="x"),
                      _percent(s.acceptance), str(best["id"])])
-    return out + [_md_table(["group", "runs", "best draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %", "run"],
+    return out + [_md_table(["group", "runs", "best draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "acceptance", "run"],
                             body), ""]
 
 
@@ -403,7 +403,7 @@ def _compare_engines(ok: list[dict[str, Any]]) -> list[str]:
                              f"({', '.join(f'{e} {v}' for e, v in sorted(values.items()))}): the speedups answer "
                              "different questions.")
     out += [_md_table(["pair", "engine", "experiment / case", "runs", "draft", "n_predict", "threads",
-                       "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %", "lossless", "run"], body), ""]
+                       "spec t/s", "baseline t/s", "speedup [95% CI]", "acceptance", "lossless", "run"], body), ""]
     out += ["Each row is the engine's newest `llamaspec run` of that pair (where the pair was only swept: the sweep "
             "point with the highest median speedup and an unchanged output); `runs` counts all of them, sweep "
             "points included.", ""]
@@ -446,7 +446,7 @@ def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[st
                          _spread(s.decode_tps), _spread(s.baseline_decode_tps),
                          _spread(s.speedup, suffix="x") + ("" if s.paired else " (unpaired)"), _percent(s.acceptance),
                          s.lossless.text().split(" (")[0], r["status"]])
-        out += [_md_table(["run", "case", "pair", "draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "accept %",
+        out += [_md_table(["run", "case", "pair", "draft", "spec t/s", "baseline t/s", "speedup [95% CI]", "acceptance",
                            "lossless", "status"], body), ""]
         out += [f"Speed: {SPEED_DEFINITION}. Speedup: {estimators.POINT}.", ""]
         seen: set[str] = set()

@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.stats import percent_text
 from llamaspec.decision.decide import TOLERANCE
 from llamaspec.theory import CostModel, PositionCurve, alpha_from_tokens_per_round, expected_tokens_per_round
 from llamaspec.views.analysis import PREDICTION_ERROR
@@ -300,20 +301,20 @@ def _verdict(lengths: Sequence[LengthForecast], best: int, running: int) -> tupl
         return "undecided", (f"whether the draft pays is not settled by this window: its best length, {best}, "
                              f"is predicted {top.speedup:.2f}x [{top.low:.2f}-{top.high:.2f}]"
                              + ("" if top.low > 1.0 or top.high < 1.0 else ", its interval spanning 1.0")
-                             + (f", within the model's own error ({100 * PREDICTION_ERROR:.0f} %) of 1.0"
+                             + (f", within the model's own error ({percent_text(PREDICTION_ERROR)}) of 1.0"
                                 if abs(top.speedup - 1.0) <= PREDICTION_ERROR else ""))
     if best == running or now.speedup >= top.speedup * (1.0 - TOLERANCE):
         why = ("the running length is the best predicted" if best == running else
-               f"the running length is within {100 * TOLERANCE:.0f} % of the best predicted (draft {best}, "
+               f"the running length is within {percent_text(TOLERANCE)} of the best predicted (draft {best}, "
                f"{top.speedup:.2f}x)")
         return "keep", why
     shown = top.beats_running or 0.0
     gain = top.speedup / now.speedup - 1.0
     if gain <= PREDICTION_ERROR:
-        return "keep", (f"draft {best} is predicted {100 * gain:.0f} % faster than the running {running}, within the "
-                        f"model's own error ({100 * PREDICTION_ERROR:.0f} %)")
+        return "keep", (f"draft {best} is predicted {percent_text(gain)} faster than the running {running}, within the "
+                        f"model's own error ({percent_text(PREDICTION_ERROR)})")
     if shown >= SHOWN:
-        return "change", (f"draft {best} is predicted {100 * gain:.0f} % faster than the running {running} "
-                          f"(faster in {100 * shown:.0f} % of the resamples)")
-    return "keep", (f"draft {best} is predicted {100 * gain:.0f} % faster, but the window's counts do not show it "
-                    f"(faster in {100 * shown:.0f} % of the resamples, {100 * SHOWN:.0f} % needed): watch longer")
+        return "change", (f"draft {best} is predicted {percent_text(gain)} faster than the running {running} "
+                          f"(faster in {percent_text(shown)} of the resamples)")
+    return "keep", (f"draft {best} is predicted {percent_text(gain)} faster, but the window's counts do not show it "
+                    f"(faster in {percent_text(shown)} of the resamples, {percent_text(SHOWN)} needed): watch longer")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llamaspec.base.stats import percent_text
 from llamaspec.watch.costs import PairCosts
 from llamaspec.watch.forecast import Forecast
 from llamaspec.watch.serving import DRAFT, Serving
@@ -134,13 +135,13 @@ class Report:
                + (f", {w.throughput:.1f} t/s over the window" if w.throughput is not None else "")]
         if w.speculated:
             out.append(f"  verification steps {w.steps}, drafted {w.drafted}, accepted {w.accepted} "
-                       f"({100 * (w.acceptance or 0):.1f} %); accepted per step {w.mean_accepted:.2f} "
+                       f"({percent_text(w.acceptance or 0, 1)}); accepted per step {w.mean_accepted:.2f} "
                        f"(llama.cpp's mean len {w.tokens_per_step:.2f})"
                        + (f"; steps that drafted nothing {w.plain_steps}" if w.plain_steps else ""))
             shares = w.by_position
             if shares is not None:
                 out.append(f"  accepted through position 1..{len(shares)} (of the steps): "
-                           + ", ".join(f"{100 * (p or 0):.0f} %" for p in shares))
+                           + ", ".join(percent_text(p or 0) for p in shares))
         return out
 
     def _forecast_lines(self, f: Forecast) -> list[str]:
@@ -166,7 +167,7 @@ class Report:
             out.append(f"  at the running length the model predicts {model_now:.1f} t/s a request, the window measured "
                        f"{f.measured_tps:.1f}")
         if f.plain_share and f.plain_known:
-            out.append(f"  {100 * f.plain_share:.0f} % of the tokens came from steps that drafted nothing (as measured, "
+            out.append(f"  {percent_text(f.plain_share)} of the tokens came from steps that drafted nothing (as measured, "
                        "at every length)")
         top = f.best_length
         pays = {"no draft": "; the draft does not pay on this traffic", "undecided": ""}
