@@ -12,7 +12,7 @@ import pytest
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import command, live
-from llamaspec.llamacpp.parse import metric_value
+from llamaspec.llamacpp.metrics import metric_value
 
 REC = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "0c1e570" / "watch"
 FIXTURES = json.loads((REC / "fixtures.json").read_text())

@@ -54,7 +54,7 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import costs, flags
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
-from llamaspec.llamacpp.parse import PER_POSITION, accepted_per_position, metric_value, metrics_change
+from llamaspec.llamacpp.metrics import metric_value, metrics_change, positions_from_metrics
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
 from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
@@ -68,7 +68,6 @@ from llamaspec.measure.contract import (
     ResolvedCase,
 )
 from llamaspec.measure.settings import Settings, defaults_for
-from llamaspec.theory.drafted import by_position
 
 log = logging.getLogger(__name__)
 
@@ -630,42 +629,6 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
             fields.update(n_drafted=int(t["draft_n"]), n_accept=int(t.get("draft_n_accepted", 0)))
     return fields
 
-
-# --- /metrics (Prometheus text; its readers are the parse room's) -------------------------------------
-
-def positions_from_metrics(before: str, after: str, draft_len: int | None, *, p_min_zero: bool = False,
-                           ran_out: bool = False) -> Positions:
-    """One request's acceptance by position: the change of /metrics' per-position series across it
-    (one slot, one request at a time), with drafted counts by ``theory.drafted.by_position``'s rule from the
-    change of verification steps and drafted tokens. The server cuts a draft to what is left of the
-    context and of n_predict, each shrinking by the tokens a step emits, as llama-speculative-simple
-    does: with p-min 0 (``p_min_zero``) its short drafts are the last ones, each shorter than the one
-    before; ``ran_out``: the request stopped at its n_predict (``stop_type`` "limit"), so the last of
-    them left nothing to draft after it. A labelled gap where the server has no per-position
-    series, or where the counts contradict each other."""
-    change = metrics_change(before, after)
-    steps = change.get("spec_decode_num_drafts_total")
-    tokens = change.get("spec_decode_num_draft_tokens_total")
-    if steps is None or tokens is None:
-        return Positions(note="/metrics has no speculative counters (a server without --metrics?)")
-    if steps == 0:
-        return Positions(note="nothing was drafted")
-    after_counts = accepted_per_position(after)
-    if after_counts is None:
-        return Positions(note=f"/metrics has no readable {PER_POSITION} series (a llama-server from before it)")
-    before_counts = accepted_per_position(before) or ()
-    if len(before_counts) > len(after_counts):
-        return Positions(note="/metrics' per-position series got shorter during the request (a restarted server?)")
-    padded = before_counts + (0,) * (len(after_counts) - len(before_counts))
-    counts = tuple(a - b for a, b in zip(after_counts, padded, strict=True))
-    if any(c < 0 for c in counts):
-        return Positions(note="/metrics' per-position counts went down during the request (a restarted server?)")
-    accepted = change.get("spec_decode_num_accepted_tokens_total")
-    if accepted is not None and sum(counts) != accepted:
-        return Positions(note=f"/metrics' per-position counts sum to {sum(counts)}, its accepted tokens to {accepted:.0f}")
-    while counts and counts[-1] == 0:  # the series is as long as the longest draft allowed: trailing zeros say nothing
-        counts = counts[:-1]
-    return by_position(counts, int(steps), int(tokens), draft_len or 0, shrinking=p_min_zero, ran_out=ran_out)
 
 
 def top_tokens_at(data: dict[str, Any], position: int, prefix: Sequence[int]) -> list[dict[str, Any]] | None:
