@@ -146,7 +146,7 @@ def test_addresses() -> None:
 
 
 def test_an_unreachable_address_is_one_line(tmp_path: Path) -> None:
-    from llamaspec.llamacpp.server import free_port
+    from llamaspec.llamacpp.server_process import free_port
 
     got = live.read_server(live.address(f"http://127.0.0.1:{free_port()}"), timeout=2.0)
     assert isinstance(got, live.Trouble) and got.kind == "unreachable" and "connection refused" in got.message
