@@ -474,13 +474,13 @@ def test_bad_observations_are_refused(changes: dict[str, object]) -> None:
 
 def test_the_llama_cpp_counters_use_the_model_s_round_shapes() -> None:
     # One formula: the counters llama.cpp runs store and the model that fits them read the same shape.
-    from llamaspec.llamacpp import flags
+    from llamaspec.llamacpp import counting
 
-    for prog in flags.COUNTING_PROFILES.values():
+    for prog in counting.COUNTING_PROFILES.values():
         assert prog.shape is (LLAMA_SPECULATIVE if prog.role == "speculative" else SPECULATIVE_SIMPLE)
         assert prog.rounds(72, 57) == prog.shape.rounds(72, 57)
-    assert flags.profile("speculative", "2026").rounds(72, 57) == 14
-    assert flags.profile("speculative-simple", "2026").draft_steps_per_round(8) == 8
+    assert counting.profile("speculative", "2026").rounds(72, 57) == 14
+    assert counting.profile("speculative-simple", "2026").draft_steps_per_round(8) == 8
 
 
 def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:

@@ -105,7 +105,7 @@ class SpeculativeStats:
 
     # Printed counters only: rounds, tokens per round and the mean accepted length depend on how
     # each program of each generation counts a round, so the program's profile derives them
-    # (llamaspec.llamacpp.flags.CountingProfile, llamaspec.theory.RoundProfile), once, onto the Measurement.
+    # (llamaspec.llamacpp.counting.CountingProfile, llamaspec.theory.RoundProfile), once, onto the Measurement.
 
     def to_dict(self) -> dict[str, Any]:
         data = _with_derived(self, ())

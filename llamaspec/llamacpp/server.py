@@ -48,7 +48,7 @@ from typing import Any
 
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import costs, flags
+from llamaspec.llamacpp import costs, flags, programhelp
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
 from llamaspec.llamacpp.metrics import metrics_change, positions_from_metrics
@@ -96,7 +96,7 @@ class ServerEngine:
     def __init__(self, build: Build, port: int | None = None, servers_dir: Path | None = None) -> None:
         self.build = build
         self.program = build.program("server")
-        self.caps = flags.program_flags(self.program)
+        self.caps = programhelp.program_flags(self.program)
         # The speedup model's costs (draft, batch) are llama-bench's on the same build and files.
         costs_modes = set(costs.MODES) if "bench" in build.programs else set()
         self.capabilities = Capabilities(
