@@ -15,7 +15,8 @@ from llamaspec.llamacpp.metrics import accepted_per_position, metric_value, metr
 from llamaspec.llamacpp.parse import positions
 from llamaspec.measure import contract, summary
 from llamaspec.measure.contract import Measurement, Positions, positions_from_rounds, sum_positions
-from llamaspec.store.results import MeasurementRow, Store, measurement_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import MeasurementRow, measurement_of
 from llamaspec.theory.drafted import by_position
 
 HERE = Path(__file__).parent / "fixtures" / "llamacpp" / "0c1e570"

@@ -19,7 +19,7 @@ from llamaspec.llamacpp.counting import COUNTING_PROFILES
 from llamaspec.measure import engines
 from llamaspec.measure.contract import Measurement
 from llamaspec.measure.settings import PROGRAM_BINARIES, PROGRAM_CHOICES, program_binary
-from llamaspec.store.results import measurement_of
+from llamaspec.store.rows import measurement_of
 
 
 @pytest.mark.parametrize("program", PROGRAM_CHOICES)

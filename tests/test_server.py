@@ -366,7 +366,7 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
         if len(rec["prompts"]) == 2:  # both in: the same rule on each category's prompts
             assert {c["category"] for c in rec["categories"]} == {"code-editing", "prose"}
     # what the figures were made of: each stored prompt's runs, checked against the server's own answers
-    from llamaspec.store.results import measurements_of
+    from llamaspec.store.rows import measurements_of
 
     store = Store.open()
     runs = store.runs()

@@ -18,7 +18,8 @@ from fakes import FakeLlamaServer, Served
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import live
-from llamaspec.store.results import Group, Store
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group
 from llamaspec.theory import CostModel, round_profile
 from llamaspec.watch import Watcher, costs, forecast, report, serving, window
 

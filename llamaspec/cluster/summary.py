@@ -27,7 +27,8 @@ from llamaspec.decision import workload
 from llamaspec.decision.workload_runs import workload_of_runs
 from llamaspec.measure import estimators
 from llamaspec.measure.summary import Summary, summarize
-from llamaspec.store.results import Store, measurements_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import measurements_of
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from llamaspec.promptset import runcore
 from llamaspec.promptset.probe import divergence, divergence_text
 from llamaspec.promptset.prompt_figures import E2E_KEYS, PromptFigures, prompt_summary
 from llamaspec.promptset.sources import method_label, prompt_case, set_key
-from llamaspec.store.results import Group, MeasurementRow, Store, measurements_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group, MeasurementRow, measurements_of
 from llamaspec.studies.prompts import Prompt, PromptSet, PromptSource
 
 Event = Callable[[str, dict[str, Any]], None]

@@ -29,7 +29,8 @@ from llamaspec.base.progress import duration
 from llamaspec.decision import decide, workload
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine
-from llamaspec.store.results import Group, Store
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
 from llamaspec.studies.policy import DEFAULT_BUDGET_TEXT, allocate, first_pass
@@ -201,9 +202,9 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
 
 
 def keep(store: Store, exp: Experiment, result: StudyResult) -> int:
-    """The study's decision stored as it was made (a row of kind ``results.STUDY_KIND`` in the
+    """The study's decision stored as it was made (a row of kind ``rows.STUDY_KIND`` in the
     study's group): ``report`` shows the newest, the same text the command printed."""
-    from llamaspec.store.results import STUDY_KIND
+    from llamaspec.store.rows import STUDY_KIND
 
     run_id = store.start_run(experiment=exp.name, case_name="workload", settings=exp.settings.to_dict(),
                              provenance={"study": result.study_id, "prompts": dict(result.decision.prompts)},
