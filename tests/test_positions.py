@@ -274,10 +274,10 @@ def test_run_shows_accepted_at_each_position(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_plot_draws_one_line_per_point(tmp_path: Path) -> None:
-    from llamaspec.views import plot
+    from llamaspec.views import plot, plotdata
 
-    meta = plot.PlotMeta("t", "d", "2 cores", "cpu", "llama.cpp 0c1e570", "e/c")
-    lines = [plot.PositionLine("draft 4", (0.9, 0.8, None, 0.5), 10), plot.PositionLine("draft 8", (0.95,) * 8, 6)]
+    meta = plotdata.PlotMeta("t", "d", "2 cores", "cpu", "llama.cpp 0c1e570", "e/c")
+    lines = [plotdata.PositionLine("draft 4", (0.9, 0.8, None, 0.5), 10), plotdata.PositionLine("draft 8", (0.95,) * 8, 6)]
     paths = plot.plot_acceptance_by_position(lines, meta, tmp_path, formats=("png", "svg"))
     assert [p.name for p in paths] == ["acceptance_by_position.png", "acceptance_by_position.svg"]
     svg = paths[1].read_text()
@@ -285,4 +285,4 @@ def test_plot_draws_one_line_per_point(tmp_path: Path) -> None:
     from llamaspec.base.errors import LlamaspecError
 
     with pytest.raises(LlamaspecError, match="no acceptance by position"):
-        plot.plot_acceptance_by_position([plot.PositionLine("x", (None,))], meta, tmp_path)
+        plot.plot_acceptance_by_position([plotdata.PositionLine("x", (None,))], meta, tmp_path)

@@ -227,7 +227,7 @@ def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
     one marked, then each measured prompt's draft-length figures (speed, acceptance, speedup
     against draft length, with the model's band); the PNGs' paths. Nothing here decides."""
     from llamaspec.base import paths
-    from llamaspec.views import analysis, plot
+    from llamaspec.views import analysis, plot, plotdata
 
     decision = study.get("decision") or {}
     chosen = decision.get("chosen") if decision.get("verdict") == "recommend" else None
@@ -239,7 +239,7 @@ def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
         if not sp:
             continue
         per = {p: v["median"] for p, v in (s.get("per_prompt") or {}).items() if v and p in timed}
-        rows.append(plot.WorkloadRow(s["label"], sp["median"], sp["low"], sp["high"], per,
+        rows.append(plotdata.WorkloadRow(s["label"], sp["median"], sp["low"], sp["high"], per,
                                      chosen is not None and s["label"] == chosen.get("label")))
     rows.sort(key=lambda r: -r.speedup)
     folder = paths.plots_dir() / study["study_id"]
