@@ -360,7 +360,7 @@ class Tokenizer:
 
 
 def test_transformers_sends_the_whole_chat_as_written_or_plain_text_without_a_template() -> None:
-    from llamaspec.hf.runner import _input_ids, _prompt_form
+    from llamaspec.hf.prompting import _input_ids, _prompt_form
 
     c = dataclasses.replace(chat_case("multi-turn"), prompt="Print a\\nb.")
     tok = Tokenizer("{{ messages }}")
