@@ -29,7 +29,7 @@ from llamaspec.base.stats import Spread
 from llamaspec.decision import decide
 from llamaspec.measure import pairs
 from llamaspec.measure.summary import Summary
-from llamaspec.store.results import measurements_of
+from llamaspec.store.rows import measurements_of
 from llamaspec.studies.sweep import FIRST_LONGEST
 from llamaspec.views import analysis
 

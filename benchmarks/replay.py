@@ -39,7 +39,8 @@ from llamaspec.measure.contract import (
     ResolvedCase,
 )
 from llamaspec.measure.settings import FIELDS, Settings
-from llamaspec.store.results import Store, measurement_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import measurement_of
 from llamaspec.studies.experiment import Case, Experiment, ModelRef
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from llamaspec import models
 from llamaspec.base import host, stats
-from llamaspec.llamacpp import server
+from llamaspec.llamacpp import server, server_process
 from llamaspec.measure import chat, estimators, pairs
 from llamaspec.measure.contract import EngineOptions, Measurement, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
@@ -87,7 +87,7 @@ def main() -> None:
         running = cases(target, draft, args.running, args.limit)
         argv = server.server_args(engine.caps, engine.build.accel, running[0], "speculative")
         with tempfile.TemporaryDirectory() as tmp:
-            traffic = server.Server(engine.program, argv, Path(tmp) / "traffic.log", "traffic")
+            traffic = server_process.Server(engine.program, argv, Path(tmp) / "traffic.log", "traffic")
             traffic.start()
             try:
                 watch = Watcher(f"http://127.0.0.1:{traffic.port}", span=None, cost=args.cost, refits=200)

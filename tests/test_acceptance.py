@@ -12,7 +12,7 @@ from llamaspec.llamacpp import parse
 from llamaspec.measure import contract
 from llamaspec.measure.contract import Measurement
 from llamaspec.measure.summary import Reference, summarize
-from llamaspec.store.results import MeasurementRow
+from llamaspec.store.rows import MeasurementRow
 from llamaspec.views import report
 
 

@@ -16,7 +16,8 @@ from test_adhoc import hub  # noqa: F401 - the loopback hub fixture
 
 from llamaspec.cli import main
 from llamaspec.models import given
-from llamaspec.store.results import STUDY_KIND, Store
+from llamaspec.store.results import Store
+from llamaspec.store.rows import STUDY_KIND
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 

@@ -19,7 +19,8 @@ from llamaspec.llamacpp.server import ServerEngine
 from llamaspec.measure import contract, pairs
 from llamaspec.measure.contract import ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
-from llamaspec.store.results import Store, measurements_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import measurements_of
 from llamaspec.studies.run import run_case
 
 PROMPT = "# Quick-sort implementation in Python and sample usage:"

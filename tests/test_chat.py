@@ -360,7 +360,7 @@ class Tokenizer:
 
 
 def test_transformers_sends_the_whole_chat_as_written_or_plain_text_without_a_template() -> None:
-    from llamaspec.hf.runner import _input_ids, _prompt_form
+    from llamaspec.hf.prompting import _input_ids, _prompt_form
 
     c = dataclasses.replace(chat_case("multi-turn"), prompt="Print a\\nb.")
     tok = Tokenizer("{{ messages }}")
@@ -415,7 +415,7 @@ def pair(pinned: build.Build) -> tuple[Any, Any]:
 @pytest.fixture(scope="module")
 def jinja_server(pinned: build.Build, pair: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory):
     """llama-server --jinja on the target, as a chat deployment serves it."""
-    from llamaspec.llamacpp.server import Server
+    from llamaspec.llamacpp.server_process import Server
 
     srv = Server(pinned.program("server"), ["-m", str(pair[0].path), "-t", "1", "-c", "1024", "--jinja", "--no-webui"],
                  tmp_path_factory.mktemp("chat-server") / "server.log", "chat")

@@ -16,7 +16,7 @@ import pytest
 from test_flags import caps, pairs
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import command, flags
+from llamaspec.llamacpp import command, flags, programhelp
 from llamaspec.measure.settings import DEFAULTS, Settings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
@@ -151,7 +151,7 @@ def test_flag_spellings_of_every_generation() -> None:
     checked = 0
     for path in glob.glob(str(FIXTURES / "*" / "*.help.txt")):
         for line in Path(path).read_text().splitlines():
-            m = flags._OPTION_LINE.match(line)
+            m = programhelp._OPTION_LINE.match(line)
             if not m:
                 continue
             names = [n.strip() for n in m.group(1).split(",")]
@@ -168,7 +168,7 @@ def test_every_draft_side_flag_of_every_generation_is_known_as_such() -> None:
     whose names say draft or --spec- in a recorded --help is classified as draft side."""
     for path in glob.glob(str(FIXTURES / "*" / "*.help.txt")):
         for line in Path(path).read_text().splitlines():
-            m = flags._OPTION_LINE.match(line)
+            m = programhelp._OPTION_LINE.match(line)
             if m:
                 names = [n.strip() for n in m.group(1).split(",")]
                 if any("draft" in n or n.startswith("--spec-") for n in names):

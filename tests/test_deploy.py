@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import real_checks
 
-from llamaspec.llamacpp import parse, server
+from llamaspec.llamacpp import parse, server, server_process
 from llamaspec.llamacpp.build import Build
 from llamaspec.measure import engines
 from llamaspec.measure.contract import Command, Deployment, EngineOptions, ModelPath, ResolvedCase
@@ -69,7 +69,7 @@ def _command(d: Deployment, program: str) -> Command:
 
 def _ask(argv: list[str], log: Path, n_predict: int = 32) -> dict[str, Any]:
     """Start the printed llama-server command on a free loopback port, ask one completion, stop it."""
-    srv = server.Server(Path(argv[0]), argv[1:], log, "deploy")  # adds --host 127.0.0.1 --port <free>
+    srv = server_process.Server(Path(argv[0]), argv[1:], log, "deploy")  # adds --host 127.0.0.1 --port <free>
     try:
         srv.start(ready_timeout=300)
         return srv.post("/completion", {"prompt": PROMPT, "n_predict": n_predict, "temperature": 0.0}, timeout=300)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import flags, parse
+from llamaspec.llamacpp import counting, flags, parse, programhelp
 from llamaspec.measure.settings import FIELDS, Settings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
@@ -22,12 +22,12 @@ OLD = FIXTURES / "7841fc7"  # llama-cpp-python 0.3.8, Feb 2025: --draft-max
 NEW = FIXTURES / "0c1e570"  # the pinned tree: --spec-draft-n-max, --spec-type
 
 
-def caps(folder: Path, program: str) -> flags.HelpFlags:
-    """Program flags as ``flags.program_flags`` reads them, from the recorded --help and --version."""
+def caps(folder: Path, program: str) -> programhelp.HelpFlags:
+    """Program flags as ``programhelp.program_flags`` reads them, from the recorded --help and --version."""
     help_text = (folder / f"{program}.help.txt").read_text()
-    options, removed, spec_types = flags.parse_help(help_text)
-    version = flags.parse_version((folder / f"{program}.version.txt").read_text())
-    return flags.HelpFlags(f"/bin/{program}", options, removed, spec_types, version, help_text)
+    options, removed, spec_types = programhelp.parse_help(help_text)
+    version = programhelp.parse_version((folder / f"{program}.version.txt").read_text())
+    return programhelp.HelpFlags(f"/bin/{program}", options, removed, spec_types, version, help_text)
 
 
 def recorded(folder: Path, case: str) -> list[str]:
@@ -64,7 +64,7 @@ def pairs(argv: list[str]) -> set[tuple[str, str | None]]:
 
 
 def test_current_help_offers_the_spec_flags_and_marks_the_old_ones_removed() -> None:
-    options, removed, spec_types = flags.parse_help((NEW / "llama-speculative.help.txt").read_text())
+    options, removed, spec_types = programhelp.parse_help((NEW / "llama-speculative.help.txt").read_text())
     assert {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-type", "-md", "-ngld", "-td", "-e"} <= options
     # "--draft, --draft-n, --draft-max N   the argument has been removed. use --spec-draft-n-max ..."
     assert removed == {"--draft", "--draft-n", "--draft-max", "--draft-min", "--draft-n-min"}
@@ -74,7 +74,7 @@ def test_current_help_offers_the_spec_flags_and_marks_the_old_ones_removed() -> 
 
 
 def test_2025_help_has_draft_max_and_nothing_removed() -> None:
-    options, removed, spec_types = flags.parse_help((OLD / "llama-speculative.help.txt").read_text())
+    options, removed, spec_types = programhelp.parse_help((OLD / "llama-speculative.help.txt").read_text())
     assert {"--draft-max", "--draft", "--draft-n", "--draft-min", "--draft-p-min", "-md", "-ngld"} <= options
     assert "--spec-draft-n-max" not in options and "--spec-type" not in options
     assert removed == frozenset()
@@ -99,7 +99,7 @@ def test_a_removal_note_on_the_next_line_counts_too() -> None:
         "--kept N                                a flag that stays\n"
         "                                        (env: LLAMA_ARG_KEPT)\n"
     )
-    options, removed, _ = flags.parse_help(text)
+    options, removed, _ = programhelp.parse_help(text)
     assert removed == {"--spec-some-very-long-option-name", "--old-alias"}
     assert "--kept" in options and "--kept" not in removed
 
@@ -107,8 +107,8 @@ def test_a_removal_note_on_the_next_line_counts_too() -> None:
 def test_generation_and_version() -> None:
     assert caps(NEW, "llama-speculative").generation == "2026"
     assert caps(OLD, "llama-speculative").generation == "2024"
-    assert caps(NEW, "llama-speculative").version == flags.Version(0, "0c1e570")
-    assert caps(OLD, "llama-speculative").version == flags.Version(1, "7841fc7")  # "version: 1 (7841fc7)"
+    assert caps(NEW, "llama-speculative").version == programhelp.Version(0, "0c1e570")
+    assert caps(OLD, "llama-speculative").version == programhelp.Version(1, "7841fc7")  # "version: 1 (7841fc7)"
 
 
 def test_completion_programs_take_no_cnv() -> None:
@@ -152,8 +152,8 @@ def test_the_baseline_program_says_spec_type_none_only_where_its_help_offers_it(
     assert "--spec-type" not in flags.completion_argv(plain, Path("/bin/llama-completion"), settings(draft=None))
     line = next(x for x in (NEW / "llama-server.help.txt").read_text().splitlines() if x.startswith("--spec-type"))
     text = plain.help_text + line + "\n"
-    options, removed, spec_types = flags.parse_help(text)
-    offering = flags.HelpFlags("/bin/llama-cli", options, removed, spec_types, plain.version, text)
+    options, removed, spec_types = programhelp.parse_help(text)
+    offering = programhelp.HelpFlags("/bin/llama-cli", options, removed, spec_types, plain.version, text)
     inv = settings(draft=None, extra_args=("--top-k", "1"))
     argv = flags.completion_argv(offering, Path("/bin/llama-cli"), inv)
     assert argv[-4:] == ["--spec-type", "none", "--top-k", "1"] and argv.count("--spec-type") == 1
@@ -275,11 +275,11 @@ def test_draft_min_is_a_sweep_axis() -> None:
 
 
 def test_the_speculative_programs_read_draft_p_min_as_their_profiles_say() -> None:
-    for profile in flags.COUNTING_PROFILES.values():
+    for profile in counting.COUNTING_PROFILES.values():
         assert profile.reads_p_min == ("draft_p_min" in flags.FLAG_TABLE and
                                        profile.role in flags.FLAG_TABLE["draft_p_min"].programs)
-    assert flags.profile("speculative-simple", "2026").reads_p_min
-    assert not flags.profile("speculative", "2026").reads_p_min
+    assert counting.profile("speculative-simple", "2026").reads_p_min
+    assert not counting.profile("speculative", "2026").reads_p_min
 
 
 def test_flash_attention_takes_a_value_now_and_was_a_switch_before() -> None:
@@ -302,11 +302,11 @@ def test_rounds_follow_each_program(folder: Path, generation: str) -> None:
     """llama-speculative samples the first token from the prompt: rounds = n_predict - n_accept - 1 and it
     drafts exactly k per round; llama-speculative-simple emits accepted + 1 per round and drafts up to k."""
     spec = _counters(folder, "speculative")
-    fixed = flags.profile("speculative", generation)
+    fixed = counting.profile("speculative", generation)
     assert fixed.draft_policy == "fixed" and not fixed.reads_p_min
     assert spec.n_drafted == spec.n_draft * fixed.rounds(spec.n_predict, spec.n_accept)  # 112 = 8 x 14
     simple = _counters(folder, "speculative-simple")
-    capped = flags.profile("speculative-simple", generation)
+    capped = counting.profile("speculative-simple", generation)
     assert capped.draft_policy == "capped" and capped.reads_p_min
     rounds = capped.rounds(simple.n_predict, simple.n_accept)
     assert simple.n_drafted <= simple.n_draft * rounds
@@ -342,7 +342,7 @@ def test_2023_programs_are_told_apart_by_their_help(commit: str, policy: str) ->
     round early below --p-accept. Both sample the first token from the prompt."""
     folder = FIXTURES / commit
     c = caps(folder, "speculative")
-    profile = flags.profile_for(c, "speculative")
+    profile = counting.profile_for(c, "speculative")
     assert c.generation == "2023" and profile.draft_policy == policy
     spec = _counters(folder, "speculative")
     rounds = profile.rounds(spec.n_predict, spec.n_accept)

@@ -332,7 +332,7 @@ def test_heavy_imports_stay_out() -> None:
 
 
 def test_unescape() -> None:
-    from llamaspec.hf.runner import unescape
+    from llamaspec.hf.deploy import unescape
 
     assert unescape(r"a\nb\tc \"q\" \\n") == 'a\nb\tc "q" \\n'
 

@@ -12,7 +12,7 @@ import pytest
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import command, live
-from llamaspec.llamacpp.parse import metric_value
+from llamaspec.llamacpp.metrics import metric_value
 
 REC = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "0c1e570" / "watch"
 FIXTURES = json.loads((REC / "fixtures.json").read_text())
@@ -146,7 +146,7 @@ def test_addresses() -> None:
 
 
 def test_an_unreachable_address_is_one_line(tmp_path: Path) -> None:
-    from llamaspec.llamacpp.server import free_port
+    from llamaspec.llamacpp.server_process import free_port
 
     got = live.read_server(live.address(f"http://127.0.0.1:{free_port()}"), timeout=2.0)
     assert isinstance(got, live.Trouble) and got.kind == "unreachable" and "connection refused" in got.message

@@ -20,7 +20,7 @@ from llamaspec.base import host
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import build as builds
-from llamaspec.llamacpp import cache, flags
+from llamaspec.llamacpp import cache, programhelp
 from llamaspec.views import doctor
 
 REC = FIXTURES / "0c1e570"
@@ -85,7 +85,7 @@ def test_programs_on_path_are_used_when_nothing_else_is_there(bare: Path, monkey
     said = caplog.text
     assert f"using llama.cpp from PATH: llama-speculative, llama-completion in {mine} (build 0, commit 0c1e570)" in said
     assert "the results are tied to that build" in said
-    provenance = cache.provenance(found, flags.probe_version(mine / "llama-speculative"))
+    provenance = cache.provenance(found, programhelp.probe_version(mine / "llama-speculative"))
     assert provenance["origin"] == "PATH" and provenance["source"] == f"PATH:{mine}" and provenance["commit"] == "0c1e570"
 
 

@@ -295,7 +295,7 @@ def test_codellama_from_the_hf_cache_is_converted_for_real(home: Path, hf_cache:
 def test_tinyllama_under_its_former_name_is_converted_quantized_and_runs(
         llama_build, home: Path, hf_cache: Path, tmp_path: Path) -> None:
     from llamaspec.base import proc
-    from llamaspec.llamacpp import flags
+    from llamaspec.llamacpp import flags, programhelp
 
     _real_catalog(home)
     # Only the old PY007 name is in the cache: the catalog's alias finds it.
@@ -307,7 +307,7 @@ def test_tinyllama_under_its_former_name_is_converted_quantized_and_runs(
     assert f16.provenance["repo"] == "PY007/TinyLlama-1.1B-python-v0.1"
     models.check_pair(f16, q4)
     program = llama_build.program("speculative")
-    argv = flags.speculative_argv(flags.program_flags(program), program, flags.Invocation.of(
+    argv = flags.speculative_argv(programhelp.program_flags(program), program, flags.Invocation.of(
         target=str(f16.path), draft=str(q4.path), prompt="def quick", n_predict=8, draft_max=2, threads=2, ctx_size=256), "speculative")
     proc.run(argv, timeout=120, log_path=tmp_path / "speculative.log")
 

@@ -101,7 +101,7 @@ AGREEMENT: dict[str, tuple[dict[str, Any], str | None, str | None]] = {
 @pytest.mark.llamacpp
 @pytest.mark.parametrize("case", sorted(AGREEMENT))
 def test_llama_cpp_agrees_with_the_pair_check(llama_build, tmp_path: Path, case: str) -> None:
-    from llamaspec.llamacpp import flags
+    from llamaspec.llamacpp import flags, programhelp
 
     changes, ours, theirs = AGREEMENT[case]
     target = tiny_gguf(tmp_path / "target.gguf")
@@ -112,7 +112,7 @@ def test_llama_cpp_agrees_with_the_pair_check(llama_build, tmp_path: Path, case:
         with pytest.raises(LlamaspecError, match=ours):
             models.check_pair(target, draft)
     program = llama_build.program("speculative")
-    argv = flags.speculative_argv(flags.program_flags(program), program, flags.Invocation.of(
+    argv = flags.speculative_argv(programhelp.program_flags(program), program, flags.Invocation.of(
         target=str(target), draft=str(draft), prompt="the", n_predict=4, draft_max=2, threads=2, seed=1, ctx_size=256), "speculative")
     done = proc.run(argv, check=False, timeout=120, log_path=tmp_path / "speculative.log")
     if theirs is None:

@@ -17,7 +17,7 @@ from models_factory import tiny_gguf
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
-from llamaspec.llamacpp import build, deploy, flags, parse
+from llamaspec.llamacpp import build, deploy, flags, parse, programhelp
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Capabilities, ModelPath, ResolvedCase
@@ -33,11 +33,11 @@ HW = {"cpu": "test", "cores": 2}
 MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")  # the pinned help's order
 
 
-def caps(folder: Path, program: str) -> flags.HelpFlags:
+def caps(folder: Path, program: str) -> programhelp.HelpFlags:
     help_text = (folder / f"{program}.help.txt").read_text()
-    options, removed, spec_types = flags.parse_help(help_text)
-    version = flags.parse_version((folder / f"{program}.version.txt").read_text())
-    return flags.HelpFlags(f"/bin/{program}", options, removed, spec_types, version, help_text)
+    options, removed, spec_types = programhelp.parse_help(help_text)
+    version = programhelp.parse_version((folder / f"{program}.version.txt").read_text())
+    return programhelp.HelpFlags(f"/bin/{program}", options, removed, spec_types, version, help_text)
 
 
 def recorded(name: str) -> tuple[str, str]:

@@ -141,7 +141,8 @@ def test_run_case_stores_each_measurements_noise_and_the_summary_combines_them(t
     from llamaspec.llamacpp.runner import LlamaCppEngine
     from llamaspec.measure.contract import ModelPath, ResolvedCase
     from llamaspec.measure.settings import Settings
-    from llamaspec.store.results import Store, measurements_of
+    from llamaspec.store.results import Store
+    from llamaspec.store.rows import measurements_of
     from llamaspec.studies.run import run_case
 
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)

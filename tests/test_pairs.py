@@ -14,7 +14,8 @@ from test_core import HW, case
 from llamaspec.base.host import NoiseSample
 from llamaspec.measure import contract, pairs
 from llamaspec.measure.contract import Measurement
-from llamaspec.store.results import MeasurementRow, Store, measurement_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import MeasurementRow, measurement_of
 from llamaspec.studies.run import more_pairs, run_case
 
 

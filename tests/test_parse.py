@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import parse
-from llamaspec.llamacpp.parse import ParseError, Timings, parse_completion, parse_speculative
+from llamaspec.llamacpp.parse import ParseError, parse_completion, parse_speculative
+from llamaspec.llamacpp.timings import Timings
 from llamaspec.measure.contract import Measurement, tokens_per_round
 from llamaspec.theory import LLAMA_SPECULATIVE
 
@@ -402,7 +403,7 @@ def test_cli_parse_help_ends_with_an_example() -> None:
 
 
 def test_llama_bench_batches_parse_and_interpolate() -> None:
-    from llamaspec.llamacpp.parse import BatchTimings, parse_bench_json
+    from llamaspec.llamacpp.bench import BatchTimings, parse_bench_json
 
     text = (FIXTURES / "0c1e570" / "llama-bench-batches.json").read_text()
     batches = parse_bench_json(text)

@@ -11,7 +11,8 @@ import pytest
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.theory import CostModel, Observation, analyze
-from llamaspec.views.plot import PlotMeta, PlotPoint, plot_all, plot_speedup
+from llamaspec.views.plot import plot_all, plot_speedup
+from llamaspec.views.plotdata import PlotMeta, PlotPoint
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 META = PlotMeta(

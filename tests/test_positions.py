@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.llamacpp import parse, server
+from llamaspec.llamacpp import parse
+from llamaspec.llamacpp.metrics import accepted_per_position, metric_value, metrics_change, positions_from_metrics
 from llamaspec.llamacpp.parse import positions
 from llamaspec.measure import contract, summary
 from llamaspec.measure.contract import Measurement, Positions, positions_from_rounds, sum_positions
-from llamaspec.store.results import MeasurementRow, Store, measurement_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import MeasurementRow, measurement_of
 from llamaspec.theory.drafted import by_position
 
 HERE = Path(__file__).parent / "fixtures" / "llamacpp" / "0c1e570"
@@ -173,16 +175,16 @@ def metrics(i: int) -> str:
 
 
 def test_recorded_metrics_give_each_requests_positions() -> None:
-    assert server.accepted_per_position(metrics(0)) is None  # no draft verified yet: no series
+    assert accepted_per_position(metrics(0)) is None  # no draft verified yet: no series
     total_drafted = total_accepted = 0
     for i in (1, 2, 3):
         # 59 tokens drafted in 8 steps: 5 short. Knowing only that, positions 1..3; with p-min 0 and
         # the request stopped by its n_predict ("limit"), every position (one short step of 3)
-        plain = server.positions_from_metrics(metrics(i - 1), metrics(i), 8)
+        plain = positions_from_metrics(metrics(i - 1), metrics(i), 8)
         assert plain == Positions((8, 8, 8), (8, 8, 8), plain.note) and "4..8 left out" in (plain.note or "")
-        by = server.positions_from_metrics(metrics(i - 1), metrics(i), 8, p_min_zero=True, ran_out=True)
+        by = positions_from_metrics(metrics(i - 1), metrics(i), 8, p_min_zero=True, ran_out=True)
         assert by == Positions((8, 8, 8, 7, 7, 7, 7, 7), (8, 8, 8, 7, 6, 6, 6, 6))
-        change = server.metrics_change(metrics(i - 1), metrics(i))
+        change = metrics_change(metrics(i - 1), metrics(i))
         assert by.drafted and by.accepted, by.note
         assert by.drafted[0] == change["spec_decode_num_drafts_total"]
         assert contract.check_positions(by.drafted, by.accepted) is None
@@ -191,20 +193,20 @@ def test_recorded_metrics_give_each_requests_positions() -> None:
             assert sum(by.accepted) == change["spec_decode_num_accepted_tokens_total"]
         total_drafted += by.drafted[0]
         total_accepted += by.accepted[0]
-    assert server.accepted_per_position(metrics(3))[0] == total_accepted
-    assert server.metric_value(metrics(3), "spec_decode_num_drafts_total") == total_drafted
+    assert accepted_per_position(metrics(3))[0] == total_accepted
+    assert metric_value(metrics(3), "spec_decode_num_drafts_total") == total_drafted
 
 
 def test_metrics_without_the_series_or_with_bad_counts_are_labelled() -> None:
     older = "\n".join(ln for ln in metrics(1).splitlines() if "per_pos" not in ln)
-    assert "from before it" in (server.positions_from_metrics(metrics(0), older, 8).note or "")
+    assert "from before it" in (positions_from_metrics(metrics(0), older, 8).note or "")
     grown = re.sub(r'(position="7"\} )\d+', r"\g<1>999", metrics(1))
-    assert server.positions_from_metrics(metrics(0), grown, 8).drafted is None
+    assert positions_from_metrics(metrics(0), grown, 8).drafted is None
     ninth = metrics(1) + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="8"} 1\n'
-    assert server.positions_from_metrics(metrics(0), ninth, 8).drafted is None
-    assert "went down" in (server.positions_from_metrics(metrics(2), _first_to_zero(metrics(3)), 8).note or "")
+    assert positions_from_metrics(metrics(0), ninth, 8).drafted is None
+    assert "went down" in (positions_from_metrics(metrics(2), _first_to_zero(metrics(3)), 8).note or "")
     cut = metrics(1).replace('position="3"', 'position="x"')
-    assert "no readable" in (server.positions_from_metrics(metrics(0), cut, 8).note or "")
+    assert "no readable" in (positions_from_metrics(metrics(0), cut, 8).note or "")
 
 
 def _first_to_zero(text: str) -> str:
@@ -272,10 +274,10 @@ def test_run_shows_accepted_at_each_position(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_plot_draws_one_line_per_point(tmp_path: Path) -> None:
-    from llamaspec.views import plot
+    from llamaspec.views import plot, plotdata
 
-    meta = plot.PlotMeta("t", "d", "2 cores", "cpu", "llama.cpp 0c1e570", "e/c")
-    lines = [plot.PositionLine("draft 4", (0.9, 0.8, None, 0.5), 10), plot.PositionLine("draft 8", (0.95,) * 8, 6)]
+    meta = plotdata.PlotMeta("t", "d", "2 cores", "cpu", "llama.cpp 0c1e570", "e/c")
+    lines = [plotdata.PositionLine("draft 4", (0.9, 0.8, None, 0.5), 10), plotdata.PositionLine("draft 8", (0.95,) * 8, 6)]
     paths = plot.plot_acceptance_by_position(lines, meta, tmp_path, formats=("png", "svg"))
     assert [p.name for p in paths] == ["acceptance_by_position.png", "acceptance_by_position.svg"]
     svg = paths[1].read_text()
@@ -283,4 +285,4 @@ def test_plot_draws_one_line_per_point(tmp_path: Path) -> None:
     from llamaspec.base.errors import LlamaspecError
 
     with pytest.raises(LlamaspecError, match="no acceptance by position"):
-        plot.plot_acceptance_by_position([plot.PositionLine("x", (None,))], meta, tmp_path)
+        plot.plot_acceptance_by_position([plotdata.PositionLine("x", (None,))], meta, tmp_path)

@@ -14,11 +14,12 @@ import pytest
 
 from llamaspec import theory
 from llamaspec.hf import runner as hf_runner
-from llamaspec.llamacpp import command, flags
+from llamaspec.llamacpp import command
+from llamaspec.llamacpp.counting import COUNTING_PROFILES
 from llamaspec.measure import engines
 from llamaspec.measure.contract import Measurement
 from llamaspec.measure.settings import PROGRAM_BINARIES, PROGRAM_CHOICES, program_binary
-from llamaspec.store.results import measurement_of
+from llamaspec.store.rows import measurement_of
 
 
 @pytest.mark.parametrize("program", PROGRAM_CHOICES)
@@ -37,9 +38,9 @@ def test_names_that_are_no_program_are_unknown() -> None:
         theory.round_profile("llama-cli")
 
 
-@pytest.mark.parametrize("key", sorted(flags.COUNTING_PROFILES))
+@pytest.mark.parametrize("key", sorted(COUNTING_PROFILES))
 def test_each_counting_profile_records_the_binary_whose_round_profile_it_counts_with(key: tuple[str, str]) -> None:
-    counting = flags.COUNTING_PROFILES[key]
+    counting = COUNTING_PROFILES[key]
     assert counting.role in PROGRAM_CHOICES
     # the runner records program_binary(role): the speedup model finds the same shape by that name
     assert theory.round_profile(program_binary(counting.role)) is counting.shape

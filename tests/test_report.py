@@ -16,7 +16,8 @@ from llamaspec.cli import main
 from llamaspec.measure.contract import Measurement, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Reference
-from llamaspec.store.results import Group, Store
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group
 from llamaspec.studies import experiment
 from llamaspec.studies.run import run_case
 from llamaspec.views import report

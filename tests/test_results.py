@@ -21,7 +21,9 @@ import pytest
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure.contract import Measurement
-from llamaspec.store.results import INTERRUPTED, MIGRATIONS, Group, MeasurementRow, Store
+from llamaspec.store.results import INTERRUPTED, Store
+from llamaspec.store.rows import Group, MeasurementRow
+from llamaspec.store.schema import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -333,11 +335,11 @@ def test_the_accelerator_column_is_renamed_in_an_old_store(tmp_path) -> None:
     # Stores written before migration 4 named the accelerator "backend"; the row keeps its value.
     import sqlite3
 
-    from llamaspec.store import results
+    from llamaspec.store import schema
 
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
-    for script in results.MIGRATIONS[:3]:
+    for script in schema.MIGRATIONS[:3]:
         db.executescript(script)
     db.execute("PRAGMA user_version = 3")
     db.execute("INSERT INTO runs (experiment, case_name, status, started_at, backend, settings, provenance)"
@@ -362,7 +364,7 @@ def test_the_engine_columns_are_renamed_in_an_old_store(tmp_path: Path) -> None:
     # A store at the schema before the engine's columns were renamed (every migration up to that
     # one applied): llamacpp_commit becomes engine_version and backend_name engine, values kept; a
     # row stored before the engine had a column takes its name from the provenance, or is llama.cpp's.
-    from llamaspec.store import results
+    from llamaspec.store import rows
 
     path = tmp_path / "old.sqlite"
     db = _store_before(path, "RENAME COLUMN llamacpp_commit")
@@ -382,9 +384,9 @@ def test_the_engine_columns_are_renamed_in_an_old_store(tmp_path: Path) -> None:
     assert (runs["hf"]["engine"], runs["hf"]["engine_version"]) == ("transformers", None)
     assert (runs["ancient"]["engine"], runs["ancient"]["engine_version"]) == ("llama.cpp", "b1240")
     # how the old provenance reads: the engine's name, and whether it was built from a source tree
-    assert results.engine_of(runs["server"]["provenance"])["name"] == "llama-server"
-    assert results.engine_of(runs["ancient"]["provenance"])["commit"] == "b1240"
-    assert [results.built_from(runs[c]) for c in ("server", "hf", "ancient")] == ["llama.cpp", None, "llama.cpp"]
+    assert rows.engine_of(runs["server"]["provenance"])["name"] == "llama-server"
+    assert rows.engine_of(runs["ancient"]["provenance"])["commit"] == "b1240"
+    assert [rows.built_from(runs[c]) for c in ("server", "hf", "ancient")] == ["llama.cpp", None, "llama.cpp"]
 
 
 def test_a_new_run_stores_its_engine_from_the_provenance(tmp_path: Path) -> None:
@@ -392,7 +394,7 @@ def test_a_new_run_stores_its_engine_from_the_provenance(tmp_path: Path) -> None
     hf = {"engine": {"name": "transformers", "built_from": None, "version": "4.57.1", "accel": "cpu"}}
     run = store.run(store.start_run(experiment="e", case_name="c", settings={}, provenance=hf))
     assert (run["engine"], run["engine_version"], run["accel"]) == ("transformers", "4.57.1", "cpu")
-    from llamaspec.store.results import built_from
+    from llamaspec.store.rows import built_from
 
     assert built_from(run) is None  # a version, but no source tree: known by its identity
 
@@ -488,7 +490,7 @@ def test_acceptance_becomes_a_fraction_in_an_old_store(tmp_path: Path) -> None:
     # figures one percentage). Each reads as the fraction named acceptance, and prints as before.
     from llamaspec.base import stats
     from llamaspec.measure.summary import Summary
-    from llamaspec.store.results import measurement_of
+    from llamaspec.store.rows import measurement_of
 
     path = tmp_path / "old.sqlite"
     db = _store_before(path, "RENAME COLUMN accept TO acceptance")

@@ -14,7 +14,8 @@ from llamaspec.cli import main
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Summary
-from llamaspec.store.results import Store, measurement_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import measurement_of
 from llamaspec.studies import experiment, sweep
 from llamaspec.studies.run import run_experiment
 from llamaspec.views import analysis

@@ -18,7 +18,7 @@ from fakes import swept
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.decision.decide import VERDICTS
-from llamaspec.llamacpp import flags, server
+from llamaspec.llamacpp import flags, programhelp, server
 from llamaspec.llamacpp.build import Build
 from llamaspec.measure.contract import ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
@@ -34,9 +34,9 @@ TARGET = ModelPath("smollm2-135m:f32", "/m/f32.gguf")
 DRAFT = ModelPath("smollm2-135m:q4_1", "/m/q4_1.gguf")
 
 
-def caps() -> flags.HelpFlags:
-    options, removed, spec_types = flags.parse_help(HELP)
-    return flags.HelpFlags("llama-server", options, removed, spec_types, flags.Version(None, "0c1e570"), HELP)
+def caps() -> programhelp.HelpFlags:
+    options, removed, spec_types = programhelp.parse_help(HELP)
+    return programhelp.HelpFlags("llama-server", options, removed, spec_types, programhelp.Version(None, "0c1e570"), HELP)
 
 
 def case(spec_type: str | None = None, draft: ModelPath | None = DRAFT, **settings: Any) -> ResolvedCase:
@@ -88,8 +88,8 @@ def test_the_baseline_server_says_spec_type_none_where_its_help_offers_it() -> N
     base = server.server_args(caps(), "cpu", with_extra, "baseline")
     assert base[-4:] == ["--spec-type", "none", "--top-k", "1"] and base.count("--spec-type") == 1
     text = "\n".join(x for x in HELP.splitlines() if not x.startswith("--spec-type"))
-    options, removed, spec_types = flags.parse_help(text)
-    older = flags.HelpFlags("llama-server", options, removed, spec_types, flags.Version(None, "old"), text)
+    options, removed, spec_types = programhelp.parse_help(text)
+    older = programhelp.HelpFlags("llama-server", options, removed, spec_types, programhelp.Version(None, "old"), text)
     assert "--spec-type" not in server.server_args(older, "cpu", case(draft_max=8), "baseline")
 
 
@@ -313,7 +313,7 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
     assert {(r["prompt"], r["setup"]) for r in out["runs"]} == {(p, s) for p in ("e1", "p1")
                                                                 for s in ("draft-k8", "ngram-simple")}
     # what the figures were made of: each stored prompt's runs, checked against the server's own answers
-    from llamaspec.store.results import measurements_of
+    from llamaspec.store.rows import measurements_of
 
     store = Store.open()
     runs = [r for r in store.runs() if r["id"] in {x["run_id"] for x in out["runs"]}]

@@ -21,7 +21,7 @@ import pytest
 
 from llamaspec.base import stats
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import parse
+from llamaspec.llamacpp import bench, parse
 from llamaspec.theory import (
     LLAMA_SPECULATIVE,
     SPECULATIVE_SIMPLE,
@@ -225,8 +225,8 @@ def _observations(prog: RoundProfile = LLAMA_SPECULATIVE) -> list[Observation]:
     return obs
 
 
-def _bench(prefix: str) -> parse.BatchTimings:
-    return parse.pool_bench(*(parse.parse_bench_json(_read(f"{prefix}-{when}.json")) for when in ("start", "end")))
+def _bench(prefix: str) -> bench.BatchTimings:
+    return bench.pool_bench(*(bench.parse_bench_json(_read(f"{prefix}-{when}.json")) for when in ("start", "end")))
 
 
 def _sample_ms() -> float:
@@ -294,7 +294,7 @@ def test_the_old_model_misses_the_recorded_sweep() -> None:
             n_generated=sum(sp.n_predict for sp, _ in pairs), spec_decode_tps=statistics.median(spec),
             baseline_decode_tps=statistics.median(base), profile=old,
             speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)), runs=len(pairs)))
-    last_only = parse.parse_bench_json(_read("bench-target-last-output.json"))
+    last_only = bench.parse_bench_json(_read("bench-target-last-output.json"))
     assert not last_only.all_outputs
     an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old), fit_draft=False)
     assert an.median_abs_error is not None and an.median_abs_error > ERROR_BOUND
@@ -322,7 +322,7 @@ def test_logits_for_every_verified_token_are_timed() -> None:
     # llama-bench's default batch computes logits for its last token only; a verification batch
     # computes them for all k + 1 (-embd 1 makes every token an output).
     target = _bench("bench-target")
-    assert target.all_outputs and not parse.parse_bench_json(_read("bench-target-last-output.json")).all_outputs
+    assert target.all_outputs and not bench.parse_bench_json(_read("bench-target-last-output.json")).all_outputs
 
 
 # --- fits on constructed points (pure math) -----------------------------------------------------
@@ -474,13 +474,13 @@ def test_bad_observations_are_refused(changes: dict[str, object]) -> None:
 
 def test_the_llama_cpp_counters_use_the_model_s_round_shapes() -> None:
     # One formula: the counters llama.cpp runs store and the model that fits them read the same shape.
-    from llamaspec.llamacpp import flags
+    from llamaspec.llamacpp import counting
 
-    for prog in flags.COUNTING_PROFILES.values():
+    for prog in counting.COUNTING_PROFILES.values():
         assert prog.shape is (LLAMA_SPECULATIVE if prog.role == "speculative" else SPECULATIVE_SIMPLE)
         assert prog.rounds(72, 57) == prog.shape.rounds(72, 57)
-    assert flags.profile("speculative", "2026").rounds(72, 57) == 14
-    assert flags.profile("speculative-simple", "2026").draft_steps_per_round(8) == 8
+    assert counting.profile("speculative", "2026").rounds(72, 57) == 14
+    assert counting.profile("speculative-simple", "2026").draft_steps_per_round(8) == 8
 
 
 def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:

@@ -18,7 +18,8 @@ from fakes import FakeLlamaServer, Served
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import live
-from llamaspec.store.results import Group, Store
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group
 from llamaspec.theory import CostModel, round_profile
 from llamaspec.watch import Watcher, costs, forecast, report, serving, window
 
@@ -414,7 +415,7 @@ def test_bad_servers_are_one_line_with_a_hint(fake: dict[str, Any], error: str, 
 
 
 def test_an_unreachable_url_is_one_line_with_a_hint() -> None:
-    from llamaspec.llamacpp.server import free_port
+    from llamaspec.llamacpp.server_process import free_port
 
     result = CliRunner().invoke(main, ["watch", f"http://127.0.0.1:{free_port()}", "--once"])
     assert result.exit_code == 1 and "Error: nothing answers at" in result.output and "Hint: " in result.output

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from llamaspec.cli import main
 from llamaspec.llamacpp import live
 from llamaspec.llamacpp.build import Build
-from llamaspec.llamacpp.server import Server
+from llamaspec.llamacpp.server_process import Server
 from llamaspec.measure import chat
 from llamaspec.store.results import Store
 from llamaspec.studies import adhoc

@@ -163,7 +163,7 @@ def _measure_pairs(backend: Any, case: ResolvedCase, logs: Path, repeats: int, o
 
 def _rows(got: Pairs) -> list[dict[str, Any]]:
     """The measurements as the store's rows have them (the sink stores them as they are)."""
-    from llamaspec.store.results import MeasurementRow
+    from llamaspec.store.rows import MeasurementRow
 
     return [dataclasses.asdict(MeasurementRow.of(t.measurement, run_id=0, repeat=t.pair)) for t in got.taken]
 

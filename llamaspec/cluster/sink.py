@@ -17,7 +17,8 @@ import dataclasses
 from typing import Any
 
 from llamaspec.cluster.work import WorkItem
-from llamaspec.store.results import Group, MeasurementRow, Store
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group, MeasurementRow
 
 _ROW_FIELDS = {f.name for f in dataclasses.fields(MeasurementRow)} - {"run_id", "id", "created_at"}
 # Fields a row must be given (the others keep their defaults when a worker's llamaspec lacks them).

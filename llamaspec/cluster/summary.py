@@ -24,7 +24,8 @@ from llamaspec.cluster.sink import machine_of
 from llamaspec.decision import workload
 from llamaspec.measure import estimators
 from llamaspec.measure.summary import Summary, summarize
-from llamaspec.store.results import Store, measurements_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import measurements_of
 
 
 @dataclass(frozen=True)

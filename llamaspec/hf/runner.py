@@ -36,15 +36,15 @@ Settings, in llamaspec's names (``llamaspec.measure.settings``):
 transformers reads the assistant settings from the **assistant's** ``generation_config``, keeps
 what the ``heuristic`` schedule learnt across calls, and (with scikit-learn installed) re-tunes the
 confidence threshold during generation. So before every generation they are set there again from
-the case's settings, the re-tuning is switched off (``generation.counting``), and the values in
-force at the start and at the end are stored in ``Measurement.stats["assistant"]``.
+the case's settings (``assistant.py``), the re-tuning is switched off (``generation.counting``), and
+the values in force at the start and at the end are stored in ``Measurement.stats["assistant"]``.
 
 Models are loaded once and kept while the cases need them (``check`` loads them, so a broken file
 fails before anything is measured and no load is timed).
 
 Its size: one engine class whose methods share the loaded models, the hooks installed on
 transformers' generation loop and what they counted; the settings table above is most of the
-rest.
+rest. The prompt as the model gets it is ``prompting.py``, the assistant's settings ``assistant.py``.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ from typing import Any
 
 from llamaspec import theory
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.hf.deploy import unescape
-from llamaspec.measure import chat, spectypes
+from llamaspec.hf.assistant import assistant_values, pin_assistant
+from llamaspec.hf.prompting import _input_ids, _prompt_form
+from llamaspec.measure import spectypes
 from llamaspec.measure.contract import (
     Capabilities,
     Deployment,
@@ -361,7 +362,7 @@ class TransformersEngine:
                 universal = self.universal(case, plan, target, draft)
             except LlamaspecError as exc:
                 return Measurement(ok=False, error=exc.message, wall_seconds=0.0, peak_rss_bytes=None, **base)
-            assistant_stats = self._pin_assistant(draft, s, draft_max)
+            assistant_stats = pin_assistant(draft, s, draft_max)
             kwargs["assistant_model"] = draft.generator
             if universal:
                 kwargs["tokenizer"] = target.tokenizer
@@ -414,7 +415,7 @@ class TransformersEngine:
             drafted = sum(d for d, _ in rounds)
             accepted = sum(a for _, a in rounds)
             if assistant_stats is not None and spectypes.needs_draft(plan.spec_type):
-                assistant_stats["end"] = self._assistant_values(draft)
+                assistant_stats["end"] = assistant_values(draft)
             assistant_stats = {**(assistant_stats or {}), "candidate_generator": made[0] if made else None,
                                "universal": "tokenizer" in kwargs}
             if rollbacks:  # what was measured is transformers' loop with this one correction: say so
@@ -489,48 +490,6 @@ class TransformersEngine:
                            **{**base, "argv": ("forward", f"model={target.info['path']}", f"depth={depth}",
                                                f"tokens={theory.VERIFY_BATCH_SIZES[0]}..{theory.VERIFY_BATCH_SIZES[-1]}")})
 
-    def _pin_assistant(self, draft: Any, s: Settings, draft_max: int) -> dict[str, Any]:
-        """Set the assistant's generation_config from the case (transformers reads it from there and
-        carries heuristic changes over between calls): the values in force are the ones asked for."""
-        config = draft.generator.generation_config
-        # transformers copies every decoding setting the assistant's generation_config holds away from
-        # the global default into the draft's generate() when the call left it at the default: an
-        # assistant shipped with do_sample=True would sample its drafts while the target decodes
-        # greedily (measured: no draft accepted instead of half). Drafts are decoded as the case says.
-        overridden = self._pin_decoding(config)
-        config.num_assistant_tokens = draft_max
-        config.num_assistant_tokens_schedule = s.draft_schedule or "constant"
-        if s.draft_p_min is not None:
-            config.assistant_confidence_threshold = s.draft_p_min
-        else:  # the assistant's own default, restored in case an earlier call changed it
-            config.assistant_confidence_threshold = draft.info["generation_config"].get("assistant_confidence_threshold", 0.4)
-        return {"mode": "assistant", "start": self._assistant_values(draft),
-                **({"decoding_defaults_overridden": overridden} if overridden else {})}
-
-    @staticmethod
-    def _pin_decoding(config: Any) -> dict[str, Any]:
-        """Reset the assistant's own decoding defaults (the ones that choose a token) to the global
-        ones, so the call's settings are what the draft decodes with; returns what was reset."""
-        from transformers import GenerationConfig
-
-        default = GenerationConfig()
-        changed = {}
-        for key in _DECODING_KEYS:
-            value, wanted = getattr(config, key, None), getattr(default, key, None)
-            if value != wanted:
-                changed[key] = value
-                setattr(config, key, wanted)
-        if changed:
-            log.info("assistant generation_config decoding defaults reset for the measurement: %s", changed)
-        return changed
-
-    @staticmethod
-    def _assistant_values(draft: Any) -> dict[str, Any]:
-        config = draft.generator.generation_config
-        return {"num_assistant_tokens": config.num_assistant_tokens,
-                "num_assistant_tokens_schedule": config.num_assistant_tokens_schedule,
-                "assistant_confidence_threshold": config.assistant_confidence_threshold}
-
     @staticmethod
     def _log(path: Path, record: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -538,37 +497,9 @@ class TransformersEngine:
             handle.write(json.dumps(record, default=str) + "\n")
 
 
-# GenerationConfig fields that change which token is chosen (transformers 4.57; in 5.x unset means the global default).
-_DECODING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
-                  "top_h", "repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
-                  "encoder_no_repeat_ngram_size", "bad_words_ids", "sequence_bias", "suppress_tokens",
-                  "begin_suppress_tokens", "num_beams", "num_beam_groups", "penalty_alpha", "diversity_penalty",
-                  "length_penalty", "renormalize_logits", "guidance_scale", "exponential_decay_length_penalty",
-                  "forced_bos_token_id", "forced_eos_token_id", "watermarking_config", "dola_layers")
-
 SPEED_BASIS = ("streamer timestamps: tokens after the first target call over the time from that call's tokens to the "
                "last (without an assistant: after the first token, SPEED_DEFINITION exactly; with one, the first "
                "call's accepted drafts are left out with it)")
-
-
-def _input_ids(case: ResolvedCase, tokenizer: Any) -> Any:
-    """The prompt as token ids: a chat prompt's messages (earlier turns, then the prompt, as written)
-    through the model's template, or as plain text where it has none (``measure.chat``)."""
-    prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
-    if not case.chat:
-        return tokenizer(unescape(prompt) if case.settings.escape else prompt, return_tensors="pt").input_ids
-    turns = chat.messages(case, prompt)
-    if _prompt_form(case, tokenizer) == chat.CHAT_TEMPLATE:
-        return tokenizer.apply_chat_template(chat.as_dicts(turns), add_generation_prompt=True, return_tensors="pt")
-    chat.warn_no_template(str(getattr(tokenizer, "name_or_path", "") or case.target.label))
-    return tokenizer(chat.plain_text(turns), return_tensors="pt").input_ids
-
-
-def _prompt_form(case: ResolvedCase, tokenizer: Any) -> str:
-    """How the prompt reaches the model (``chat.PROMPT_FORMS``)."""
-    if not case.chat:
-        return chat.RAW
-    return chat.CHAT_TEMPLATE if getattr(tokenizer, "chat_template", None) else chat.RAW_NO_TEMPLATE
 
 
 def _draft_len(plan: Plan, assistant: dict[str, Any], draft_max: int) -> int:

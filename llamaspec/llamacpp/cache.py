@@ -265,11 +265,11 @@ def _missing_role(folder: Path, programs: dict[str, str], roles: tuple[str, ...]
 
 def _probe_folder(folder: Path, programs: dict[str, str], roles: tuple[str, ...]) -> tuple[dict[str, str], str | None]:
     """Each needed program's ``--version``, and the first flag the run needs that one lacks (None: all there)."""
-    from llamaspec.llamacpp import flags
+    from llamaspec.llamacpp import flags, programhelp
 
     versions: dict[str, str] = {}
     for role in roles:
-        caps = flags.program_flags(folder / programs[role])
+        caps = programhelp.program_flags(folder / programs[role])
         versions[programs[role]] = _version_text(caps.version)
         lacking = flags.lacks(caps, role)
         if lacking:
@@ -286,9 +286,9 @@ def prebuilt(bin_dir: Path, roles: tuple[str, ...] = ("speculative",)) -> Build:
     missing = _missing_role(bin_dir, programs, roles)
     if missing:
         raise LlamaspecError(missing, hint="pass the folder of a llama.cpp build, e.g. build/bin")
-    from llamaspec.llamacpp import flags
+    from llamaspec.llamacpp import programhelp
 
-    version = flags.probe_version(bin_dir / programs[roles[0]])
+    version = programhelp.probe_version(bin_dir / programs[roles[0]])
     return Build(bin_dir=str(bin_dir), commit=version.commit, accel="unknown", programs=programs,
                  source=f"bin:{bin_dir}", prebuilt=True)
 
@@ -380,9 +380,9 @@ def _on_path(folder: Path, roles: tuple[str, ...], pinned: str) -> Candidate:
     if lacking:
         return Candidate("PATH", str(folder), problem=f"llama.cpp on PATH in {folder} is too old for this run: {lacking}",
                          hint=hint, versions=versions)
-    from llamaspec.llamacpp import flags
+    from llamaspec.llamacpp import programhelp
 
-    version = flags.probe_version(folder / programs[roles[0]])
+    version = programhelp.probe_version(folder / programs[roles[0]])
     build = Build(bin_dir=str(folder), commit=version.commit, accel="unknown", programs=programs,
                   source=f"PATH:{folder}", key=_programs_key(folder, programs, version.commit), prebuilt=True)
     return Candidate("PATH", str(folder), build, versions=versions)

@@ -20,7 +20,7 @@ from typing import Any
 from llamaspec import theory
 from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import flags, parse
+from llamaspec.llamacpp import bench, flags
 from llamaspec.llamacpp.build import Build
 from llamaspec.measure.contract import Measurement, ResolvedCase
 
@@ -60,7 +60,7 @@ def argv(build: Build, generation: str, case: ResolvedCase, mode: str, at_depth:
 
 def fields(stdout: str, case: ResolvedCase, mode: str, depth_measured: bool) -> dict[str, Any]:
     """Measurement fields from llama-bench's JSON (ParseError when it printed none)."""
-    batches = parse.parse_bench_json(stdout)
+    batches = bench.parse_bench_json(stdout)
     step = batches.median_ms.get(1)
     where = f", target on RPC servers {','.join(case.settings.rpc)}" if case.settings.rpc and mode == "batch" else ""
     return dict(decode_tps=1000.0 / step if step else None,

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import flags
+from llamaspec.llamacpp import flags, programhelp
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.prompting import served_prompt
 from llamaspec.measure import spectypes
@@ -32,7 +32,7 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     notes: list[str] = []
     if "server" in build.programs:
         program = build.program("server")
-        args = server_args(flags.program_flags(program), build.accel, alone,
+        args = server_args(programhelp.program_flags(program), build.accel, alone,
                            "speculative" if speculative else "baseline", deploy=True)
         commands.append(Command.shell("llama-server", [str(program), *args], SERVER_NOTE))
     elif "server" in build.pending:  # compiled when first needed (the demo never starts a server)
@@ -53,13 +53,13 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     if not speculative:
         if "completion" in build.programs:
             program = build.program("completion")
-            commands.append(Command.shell(Path(program).name, flags.completion_argv(flags.program_flags(program), program, inv),
+            commands.append(Command.shell(Path(program).name, flags.completion_argv(programhelp.program_flags(program), program, inv),
                                           "this case's prompt and length, without a draft"))
     elif draft_free and not kind.runs_on("speculative-simple"):
         notes.append(f"{s.spec_type} runs in llama-server only")
     elif "speculative-simple" in build.programs:
         program = build.program("speculative-simple")
-        caps = flags.program_flags(program)
+        caps = programhelp.program_flags(program)
         if draft_free and not caps.has("--spec-type"):
             notes.append(f"this build's llama-speculative-simple ({caps.version.commit}) has no --spec-type: "
                          f"{s.spec_type} runs in llama-server only")
@@ -86,7 +86,7 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     return Deployment(engine, speculative, what, tuple(commands), tuple(notes))
 
 
-def _pick(caps: flags.HelpFlags, names: tuple[str, ...], what: str) -> str:
+def _pick(caps: programhelp.HelpFlags, names: tuple[str, ...], what: str) -> str:
     flag = caps.pick(names)
     if flag is None:
         raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
@@ -94,7 +94,7 @@ def _pick(caps: flags.HelpFlags, names: tuple[str, ...], what: str) -> str:
     return flag
 
 
-def server_args(caps: flags.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
+def server_args(caps: programhelp.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
     """llama-server's arguments (without host and port) for the server that measures ``mode``: the
     flag table's rows for the server, the target side first (the baseline's arguments are the
     speculative server's first ones), then the draft side. The baseline, the target alone, says

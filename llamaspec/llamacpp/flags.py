@@ -2,14 +2,16 @@
 
 llama.cpp renames flags between generations (``--draft`` in 2023, ``--draft-max`` 2024 to early
 2026, ``--spec-draft-n-max`` now) and its defaults drift. So we read each program's ``--help``
-once, keep the set of flags it accepts (minus the ones it lists as removed), and build command
-lines from one declarative table (``FLAG_TABLE``): for each setting, the programs that take it
+once (``programhelp.py``), keep the set of flags it accepts (minus the ones it lists as removed),
+and build command lines from one declarative table (``FLAG_TABLE``): for each setting, the programs that take it
 (the speculative programs, the completion baseline, llama-server), its flag names in order of
 preference, and how its value is written. llama-server's command line and request come from the
 same rows, and what each llama.cpp backend honours is read from them (``takes``).
 
 Its size: the flag table is data (one row per setting, every program that takes it, every
-spelling across llama.cpp generations); the code around it is the table's readers.
+spelling across llama.cpp generations); the code around it is the table's readers. What a
+program's ``--help`` offers is read in ``programhelp.py``, how each speculative program counts is
+``counting.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,72 +26,13 @@ from typing import Any
 
 from llamaspec import theory
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
+from llamaspec.llamacpp.programhelp import HelpFlags
 from llamaspec.measure import spectypes
 from llamaspec.measure.settings import DEFAULTS, Settings, program_binary
 
 log = logging.getLogger(__name__)
 
 GPU_ALL = 999  # "offload every layer" on builds where -ngl counts layers (2024 on)
-
-
-@dataclass(frozen=True)
-class Version:
-    number: int | None
-    commit: str
-
-
-@dataclass(frozen=True)
-class HelpFlags:
-    """What one program's ``--help`` offers: its flags, the ones it lists as removed, its speculative
-    modes and version (an engine's own abilities are ``backend.Capabilities``)."""
-
-    program: str
-    options: frozenset[str]
-    removed: frozenset[str]
-    spec_types: tuple[str, ...]
-    version: Version
-    help_text: str = field(repr=False, default="")
-
-    def has(self, flag: str) -> bool:
-        return flag in self.options and flag not in self.removed
-
-    def pick(self, candidates: Sequence[str]) -> str | None:
-        return next((c for c in candidates if self.has(c)), None)
-
-    def default_of(self, flag: str) -> str | None:
-        """The default the help states for ``flag`` (``(default: 48)``), its description read onto
-        the lines that continue it; None where it states none."""
-        lines = self.help_text.splitlines()
-        for i, line in enumerate(lines):
-            m = _OPTION_LINE.match(line)
-            if m and flag in [n.strip() for n in m.group(1).split(",")]:
-                text = line[m.end():]
-                for more in lines[i + 1:]:
-                    if _OPTION_LINE.match(more) or not more.strip():
-                        break
-                    text += " " + more.strip()
-                found = re.search(r"\(default:\s*([^)]*)\)", text)
-                return found.group(1).strip() if found else None
-        return None
-
-    def takes_value(self, flag: str) -> bool:
-        """Whether the help shows an argument after ``flag`` (``-fa on|off|auto`` vs a bare ``-fa``)."""
-        for line in self.help_text.splitlines():
-            m = _OPTION_LINE.match(line)
-            if m and flag in [n.strip() for n in m.group(1).split(",")]:
-                rest = line[m.end():].split()
-                return bool(rest) and (rest[0].isupper() or rest[0].startswith(("[", "<")))
-        return False
-
-    @property
-    def generation(self) -> str:
-        """A name for the flag family: 2023 (--draft), 2024 (--draft-max) or 2026 (--spec-draft-n-max)."""
-        if self.has("--spec-draft-n-max"):
-            return "2026"
-        if self.has("--draft-max"):
-            return "2024"
-        return "2023"
 
 
 @dataclass(frozen=True)
@@ -266,95 +208,6 @@ def lacks(caps: HelpFlags, role: str) -> str | None:
         if caps.pick(names) is None:
             return f"no flag for the {what} (tried {', '.join(names)})"
     return None
-
-
-_OPTION_LINE = re.compile(r"^\s{0,4}(-[-\w]+(?:,\s*-[-\w]+)*)")
-# "version: 4880 (c2a67efe)" until 2026; "version: 0.5.0-dev (build 0, commit 0c1e570)" since.
-_VERSION = re.compile(r"version:\s*(\S+)\s*\((?:build\s+(\d+),\s*commit\s+)?(\w+)\)")
-
-
-def parse_help(text: str) -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
-    """Flags offered by a ``--help`` text, the ones it marks as removed, and its --spec-type values."""
-    options: set[str] = set()
-    removed: set[str] = set()
-    spec_types: tuple[str, ...] = ()
-    names: list[str] = []
-    for line in text.splitlines():
-        m = _OPTION_LINE.match(line)
-        if not m:
-            # When the names column is wider than 40 characters the description, and with it
-            # "the argument has been removed", starts on the next line.
-            if "argument has been removed" in line:
-                removed.update(names)
-            continue
-        names = [n.strip() for n in m.group(1).split(",")]
-        options.update(names)
-        rest = line[m.end():]
-        if "has been removed" in rest or "argument has been removed" in line:
-            removed.update(names)
-        if "--spec-type" in names:
-            first = rest.split()
-            if first:
-                spec_types = tuple(v for v in re.split(r"[\[\],|]", first[0]) if v and not v.startswith("<"))
-    return frozenset(options), frozenset(removed), spec_types
-
-
-def parse_version(text: str) -> Version:
-    m = _VERSION.search(text)
-    if not m:
-        return Version(None, "unknown")
-    number = m.group(2) or m.group(1)
-    return Version(int(number) if number.isdigit() else None, m.group(3))
-
-
-@functools.lru_cache(maxsize=32)
-def _probe(program: str, mtime: float, size: int) -> tuple[str, str]:
-    """``--help`` and ``--version`` of a program, kept on disk per binary (path, mtime, size) so
-    that a run does not pay four extra process starts."""
-    import hashlib
-    import json
-
-    from llamaspec.base import atomic, paths, proc
-
-    key = hashlib.sha256(f"{program}|{mtime}|{size}".encode()).hexdigest()[:20]
-    cached = paths.cache_dir() / "capabilities" / f"{key}.json"
-    if cached.is_file():
-        try:
-            data = json.loads(cached.read_text())
-            return data["help"], data["version"]
-        except (ValueError, KeyError):
-            pass
-
-    def out(arg: str) -> str:
-        done = proc.run([program, arg], timeout=60, check=False, what=f"{Path(program).name} {arg}",
-                        hint="check the binary and its build")
-        if done.timed_out:
-            raise LlamaspecError(f"{program} {arg} did not answer within 60 s", hint="check the binary and its build")
-        if done.returncode < 0:
-            raise LlamaspecError(f"{program} {arg} {done.describe_exit()}",
-                                 hint="the binary does not run on this machine; rebuild with `llamaspec build --force`")
-        return done.stdout + done.stderr
-
-    help_text, version_text = out("--help"), out("--version")
-    atomic.write_json(cached, {"program": program, "help": help_text, "version": version_text})
-    return help_text, version_text
-
-
-def probe_version(program: Path) -> Version:
-    return program_flags(program).version
-
-
-def program_flags(program: Path) -> HelpFlags:
-    """Read a program's flags from its ``--help`` (cached per binary and modification time)."""
-    program = Path(program)
-    if not program.is_file():
-        raise LlamaspecError(f"llama.cpp program not found: {program}", hint="run `llamaspec build` first")
-    st = program.stat()
-    help_text, version_text = _probe(str(program), st.st_mtime, st.st_size)
-    options, removed, spec_types = parse_help(help_text)
-    if not options:
-        raise LlamaspecError(f"{program.name} --help printed no options", hint="is this a llama.cpp program?")
-    return HelpFlags(str(program), options, removed, spec_types, parse_version(version_text), help_text)
 
 
 def _pick_or_refuse(caps: HelpFlags, setting: str, names: Sequence[str], required: bool) -> str | None:
@@ -643,87 +496,3 @@ def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int |
         argv += ["-embd", "1"]
     argv.extend(extra_args)
     return argv
-
-
-# --- how each speculative program counts -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CountingProfile:
-    """How one speculative program of one generation drafts and counts: the counters llamaspec
-    derives from what it prints are computed here and nowhere else.
-
-    - ``shape``: how a round is spent and counted (``theory.RoundProfile``: rounds from n_predict and
-      n_accept, draft steps per round); the speedup model reads the same object, so the counters
-      and the model cannot disagree. llama-speculative samples the first token from the prompt's
-      logits (rounds = n_predict - n_accept - 1; 112 drafted = 8 x 14 with n_predict 72, n_accept
-      57) and decodes k + 1 draft steps a round; llama-speculative-simple holds the last prompt
-      token back (rounds = n_predict - n_accept) and decodes k.
-    - ``draft_policy``: fixed (exactly k per round), capped (up to k: p-min, context and n_predict
-      budget) or adaptive (2023: the length itself changes, +8 after a fully accepted draft, -1
-      otherwise; the printed n_draft is the final length).
-    """
-
-    role: str  # the build's program role: "speculative" or "speculative-simple"
-    generation: str
-    draft_policy: str
-    shape: theory.RoundProfile
-    speed_basis: str
-    # Flags that make the program print its acceptance by draft position (parse.positions): the
-    # pinned llama-speculative-simple logs common_speculative_print_stats at trace level (-lv 4);
-    # () where the program prints none (llama-speculative of every generation).
-    positions_argv: tuple[str, ...] = ()
-
-    @property
-    def reads_p_min(self) -> bool:
-        """Whether the program reads draft_p_min at all (the flag table says which programs take it)."""
-        return "draft_p_min" in takes(self.role)
-
-    def rounds(self, n_predict: int, n_accept: int) -> int:
-        return max(self.shape.rounds(n_predict, n_accept), 0)
-
-    def draft_steps_per_round(self, k: int) -> int:
-        return int(self.shape.draft_steps_per_round(k))
-
-    def decode_tps(self, n_decoded: int, decode_s: float) -> float | None:
-        """Tokens after the first over the decode loop's time. The loop's clock starts before the
-        first token (sampled from the prompt's logits, no decode), so (N - 1) / T; for
-        speculative-simple T also holds the first round (printed as one figure, not split)."""
-        return (n_decoded - 1) / decode_s if decode_s > 0 and n_decoded > 1 else None
-
-
-_SPEC_BASIS = "llama-speculative: (N - 1) / T from 'decoded N tokens in T seconds' (the loop starts at the first token)"
-_SIMPLE_BASIS = ("llama-speculative-simple: (N - 1) / T from 'decoded N tokens in T seconds'; T includes the first "
-                 "verification round, which the program does not time apart (about 1/rounds of T)")
-_SPEC, _SIMPLE = LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
-
-COUNTING_PROFILES: dict[tuple[str, str], CountingProfile] = {
-    # Sep 2023 (llama-cpp-python 0.2.7, the write-up's era): the draft length itself adapts, +8 after a
-    # fully accepted draft (at most 30), -1 otherwise (at least 2); n_draft prints the final length.
-    ("speculative", "2023-sep"): CountingProfile("speculative", "2023-sep", "adaptive", _SPEC, _SPEC_BASIS),
-    # Nov 2023 (0.2.20): the length stays as asked, a round stops drafting below --p-accept (0.5).
-    ("speculative", "2023-nov"): CountingProfile("speculative", "2023-nov", "capped", _SPEC, _SPEC_BASIS),
-    ("speculative", "2024"): CountingProfile("speculative", "2024", "fixed", _SPEC, _SPEC_BASIS),
-    ("speculative", "2026"): CountingProfile("speculative", "2026", "fixed", _SPEC, _SPEC_BASIS),
-    ("speculative-simple", "2024"): CountingProfile("speculative-simple", "2024", "capped", _SIMPLE, _SIMPLE_BASIS),
-    ("speculative-simple", "2026"): CountingProfile("speculative-simple", "2026", "capped", _SIMPLE, _SIMPLE_BASIS,
-                                                   positions_argv=("-lv", "4")),
-}
-
-
-def profile_for(caps: HelpFlags, role: str) -> CountingProfile:
-    """The profile of a speculative program from its ``--help``: 2023 builds with ``--p-accept``
-    (Nov 2023 on) keep the draft length; the ones before adapt it."""
-    generation = caps.generation
-    if generation == "2023":
-        generation = "2023-nov" if caps.has("--p-accept") or caps.has("-pa") else "2023-sep"
-    return profile(role, generation)
-
-
-def profile(role: str, generation: str) -> CountingProfile:
-    try:
-        return COUNTING_PROFILES[(role, generation)]
-    except KeyError:
-        known = ", ".join(f"{r} ({g})" for r, g in COUNTING_PROFILES)
-        raise LlamaspecError(f"llamaspec does not know how {role} of the {generation} generation counts",
-                             hint=f"known: {known}") from None

@@ -11,7 +11,7 @@ The readers are pure functions of what the server answers, tested on recorded an
   (each request's time from its first generated token to its last), ``spec_decode_num_drafts_total``
   (verification steps: the steps that drafted something), ``spec_decode_num_draft_tokens_total``,
   ``spec_decode_num_accepted_tokens_total`` and ``spec_decode_num_accepted_tokens_per_pos_total{position}``
-  (``parse.accepted_per_position``: absent before the first speculative request finishes, and in
+  (``metrics.accepted_per_position``: absent before the first speculative request finishes, and in
   servers from before it). The gauge ``predicted_tokens_seconds`` is the generation steps (tokens
   after each request's first) over the generation seconds of the requests finished since the
   previous read of ``/metrics`` by anyone: every read resets it. Values are printed with six
@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp.parse import accepted_per_position, metric_value
+from llamaspec.llamacpp.metrics import accepted_per_position, metric_value
 
 TIMEOUT = 10.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")

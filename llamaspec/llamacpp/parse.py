@@ -43,10 +43,11 @@ about speed: verification batches hold several tokens and count as ``prompt eval
 since at least early 2025 queue decodes without synchronising, so even the single-token ones
 land there (``eval time = 0.00 ms / 1 runs``).
 
-Its size: the three log formats above, read for each program (speculative, completion, the
-statistics line with its acceptance by position), llama-bench's JSON and llama-server's
-``/metrics`` text (Prometheus: one series, the per-position acceptance, the counters' change), over one line scanner
-and one set of result dataclasses; each reader is short, their number makes the module long.
+Its size: the speculative and completion programs' logs in the three formats above, over one
+line scanner and one set of result types, with the generated text cut out of them and the
+acceptance by position derived from the statistics line. What changes for reasons of its own is
+read beside it: the timing blocks (``timings.py``), the statistics line (``statsline.py``),
+llama-bench's JSON (``bench.py``) and llama-server's ``/metrics`` text (``metrics.py``).
 """
 
 from __future__ import annotations
@@ -54,12 +55,13 @@ from __future__ import annotations
 import contextlib
 import decimal
 import json
-import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.llamacpp.statsline import DraftStatistics, parse_statistics_line
+from llamaspec.llamacpp.timings import _NUM, _TIMING, Timings, _Block, _format, _int, _number
 from llamaspec.measure.contract import Positions, acceptance_by_position
 from llamaspec.theory.drafted import by_position
 
@@ -68,90 +70,6 @@ from llamaspec.theory.drafted import by_position
 
 class ParseError(LlamaspecError):
     """The text holds no (complete) statistics block."""
-
-
-@dataclass(frozen=True)
-class Timings:
-    """One timing block (``llama_print_timings`` / ``llama_perf_*_print`` / ``common_perf_print``).
-
-    Values are as printed; a value printed as ``inf`` or ``nan`` is None. ``eval`` counts only
-    single-token decodes: llama.cpp adds every multi-token batch (the prompt, and the drafted
-    tokens a target verifies) to ``prompt eval``.
-    """
-
-    sources: tuple[str, ...]  # the functions that printed it, in order, e.g. ("common_perf_print",)
-    load_ms: float | None = None
-    # The sampler: "sample time" (llama_print_timings), "sampling time" (llama_perf_sampler_print),
-    # "samplers time" (common_perf_print): ms over that many sampled tokens.
-    sample_ms: float | None = None
-    sample_runs: int | None = None
-    sample_ms_per_token: float | None = None
-    sample_tps: float | None = None
-    # common_perf_print's "sampling time": samplers plus common/sampling overhead, no count.
-    sampling_total_ms: float | None = None
-    prompt_eval_ms: float | None = None
-    prompt_eval_tokens: int | None = None
-    prompt_eval_ms_per_token: float | None = None
-    prompt_eval_tps: float | None = None
-    eval_ms: float | None = None
-    eval_runs: int | None = None
-    eval_ms_per_token: float | None = None
-    eval_tps: float | None = None
-    total_ms: float | None = None
-    total_tokens: int | None = None  # from 2024 on: prompt eval tokens + eval runs
-    unaccounted_ms: float | None = None
-    unaccounted_pct: float | None = None
-    graphs_reused: int | None = None
-    other: dict[str, float | None] = field(default_factory=dict)  # labels this parser does not know
-
-    @property
-    def eval_tokens_per_s(self) -> float | None:
-        """Single-token decode speed, computed from ms and runs (not the rounded printed value)."""
-        return _rate(self.eval_runs, self.eval_ms)
-
-    @property
-    def prompt_tokens_per_s(self) -> float | None:
-        return _rate(self.prompt_eval_tokens, self.prompt_eval_ms)
-
-
-@dataclass(frozen=True)
-class DraftStatistics:
-    """One line of ``common_speculative_print_stats`` (common/speculative.cpp), which the pinned
-    llama-speculative-simple calls at its end and logs at trace level (``-lv 4``)::
-
-        spec common_specu: statistics     draft-simple: #calls(b,g,a) =    1     15     14, #gen drafts =     14,
-            #acc drafts =    12, #gen tokens =    112, #acc tokens =    58, #mean acc len = 5.14,
-            #acc rate/pos = (0.857, 0.786, ...)
-
-    Each field, from the implementation's counters:
-
-    - ``calls_begin/calls_draft/calls_accept`` (``#calls(b,g,a)``): begin, draft and accept calls;
-      ``calls_accept`` is every verification round after the first draft (an empty draft still calls
-      accept with 0), the denominator of ``#mean acc len`` and ``#acc rate/pos``;
-    - ``gen_drafts`` / ``gen_tokens``: the rounds that drafted at least one token, and the tokens
-      they drafted; ``acc_drafts`` / ``acc_tokens``: the rounds that had at least one accepted, and
-      the accepted tokens;
-    - ``mean_acc_len``: 1 + acc_tokens / calls_accept, as printed (2 decimals);
-    - ``acc_rate_by_position`` (``#acc rate/pos``): per position i, the rounds accepted through i
-      over ``calls_accept`` (3 decimals). Only the rates are printed, so the counts are derived:
-      rate x calls_accept, rounded (exact while calls_accept < 1000, and checked against
-      acc_drafts and acc_tokens); see :func:`positions`. The list is as long as the longest
-      accepted run: positions beyond it had no token accepted.
-
-    Printed only when the implementation was called to accept at least once; without a round the
-    line ends after ``#acc tokens`` (mean and rates None).
-    """
-
-    implementation: str  # draft-simple, ngram-mod, ...
-    calls_begin: int
-    calls_draft: int
-    calls_accept: int
-    gen_drafts: int
-    acc_drafts: int
-    gen_tokens: int
-    acc_tokens: int
-    mean_acc_len: float | None = None
-    acc_rate_by_position: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +105,7 @@ class SpeculativeStats:
 
     # Printed counters only: rounds, tokens per round and the mean accepted length depend on how
     # each program of each generation counts a round, so the program's profile derives them
-    # (llamaspec.llamacpp.flags.CountingProfile, llamaspec.theory.RoundProfile), once, onto the Measurement.
+    # (llamaspec.llamacpp.counting.CountingProfile, llamaspec.theory.RoundProfile), once, onto the Measurement.
 
     def to_dict(self) -> dict[str, Any]:
         data = _with_derived(self, ())
@@ -265,36 +183,21 @@ def _with_derived(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return data
 
 
-def _rate(count: int | None, ms: float | None) -> float | None:
-    if count is None or not ms:
-        return None
-    return count / ms * 1e3
-
-
 # --- lines ------------------------------------------------------------------------------------
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # common/log.cpp: "%d.%02d.%03d.%03d " timestamp (with --log-timestamps) then "I " / "W " / "E " / "D ".
 _PREFIX = re.compile(r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} )?[IWED] (?=.)|^\d+\.\d{2}\.\d{3}\.\d{3} (?=.)")
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)(?:\(\w*\))?"
 _CODED = re.compile(rf"^(?P<what>encoded|decoded)\s+(?P<n>\d+) tokens in\s+(?P<s>{_NUM}) seconds, speed:\s+(?P<tps>{_NUM}) t/s", re.I)
 _COUNTER = re.compile(rf"^(?P<name>n_draft|n_predict|n_drafted|n_accept)\s*=\s*(?P<v>{_NUM})\s*$")
 _ACCEPT = re.compile(rf"^accept\s*=\s*(?P<v>{_NUM})\s*%\s*$", re.I)
 _SECTION = re.compile(r"^(?P<name>draft|target):\s*$")
-_TIMING = re.compile(
-    r"^(?P<src>llama_print_timings|llama_perf_context_print|llama_perf_sampler_print|common_perf_print):"
-    rf"\s+(?P<label>[a-z][a-z ]*?)\s*=\s*(?P<v>{_NUM})\s*(?:ms)?"
-    rf"(?:\s*/\s*(?P<n>{_NUM})\s*(?P<unit>runs|tokens|%))?"
-    rf"(?:\s*\(\s*(?P<per>{_NUM}) ms per token,\s*(?P<tps>{_NUM}) tokens per second\))?",
-    re.I,
-)
 # common_speculative_print_stats, after the log prefix and "spec common_specu: ".
 _STATISTICS = re.compile(r"(?:^|\s)statistics\s+(?P<impl>[\w-]+):\s*(?P<rest>#calls.*)$")
 # An implementation's parameters, at trace level when it is set up: "- n_max=4, n_min=0, p_min=0.000000"
 # (draft-simple), "- n_match=24, n_max=64, n_min=48" (ngram-mod), "- n_draft=8, cache_static=none, ..."
 # (ngram-cache); ngram-simple and the ngram-map modes print none.
 _IMPL_PARAMS = re.compile(r"^(?:spec \S+: )?- (?P<params>[a-z_]+=\S+(?:, [a-z_]+=\S+)*)\s*$")
-_STAT_FIELD = re.compile(r"#(?P<label>[a-z][a-z/(),]*(?: [a-z/]+)*)\s*=\s*(?P<value>\([^)]*\)?|[^,]*)")
 _END_OF_TEXT = " [end of text]\n"
 
 # Lines that are llama.cpp's log, not generated text: for cutting the text out of a combined capture.
@@ -319,82 +222,11 @@ def _strip(line: str) -> tuple[str, bool]:
     return line, False
 
 
-def _number(text: str) -> float | None:
-    value = float(text.split("(")[0])
-    return value if math.isfinite(value) else None
-
-
 def _fraction(percent: str) -> float | None:
     """A printed percentage as a fraction, divided in decimal so that it reads as written ("10.001"
     is 0.10001, where float division gives 0.10000999999999999); None for nan."""
     value = _number(percent)
     return None if value is None else float(decimal.Decimal(percent.split("(")[0]) / 100)
-
-
-def _int(text: str) -> int | None:
-    value = _number(text)
-    return int(value) if value is not None else None
-
-
-# --- timing blocks ------------------------------------------------------------------------------
-
-_FIELDS = {
-    "load": ("load_ms", None, None, None),
-    "sample": ("sample_ms", "sample_runs", "sample_ms_per_token", "sample_tps"),
-    "samplers": ("sample_ms", "sample_runs", "sample_ms_per_token", "sample_tps"),
-    "prompt eval": ("prompt_eval_ms", "prompt_eval_tokens", "prompt_eval_ms_per_token", "prompt_eval_tps"),
-    "eval": ("eval_ms", "eval_runs", "eval_ms_per_token", "eval_tps"),
-    "total": ("total_ms", "total_tokens", None, None),
-    "unaccounted": ("unaccounted_ms", "unaccounted_pct", None, None),
-}
-_INT_FIELDS = {"sample_runs", "prompt_eval_tokens", "eval_runs", "total_tokens", "graphs_reused"}
-
-
-class _Block:
-    def __init__(self) -> None:
-        self.sources: list[str] = []
-        self.values: dict[str, Any] = {}
-        self.other: dict[str, float | None] = {}
-
-    def add(self, m: re.Match[str]) -> None:
-        src = m.group("src")
-        if src not in self.sources:
-            self.sources.append(src)
-        label = re.sub(r"\s+", " ", m.group("label").strip().lower())
-        label = label[:-5] if label.endswith(" time") else label
-        if label == "graphs reused":
-            self.values["graphs_reused"] = _int(m.group("v"))
-            return
-        if label == "sampling":
-            # common_perf_print: the whole sampling time, no count; llama_perf_sampler_print: the sampler
-            label = "sample" if m.group("n") is not None else "sampling total"
-        if label == "sampling total":
-            self.values["sampling_total_ms"] = _number(m.group("v"))
-            return
-        names = _FIELDS.get(label)
-        if names is None:
-            self.other[label] = _number(m.group("v"))
-            return
-        groups = ("v", "n", "per", "tps")
-        for name, group in zip(names, groups, strict=True):
-            if name is None or m.group(group) is None:
-                continue
-            self.values[name] = _int(m.group(group)) if name in _INT_FIELDS else _number(m.group(group))
-
-    def timings(self) -> Timings | None:
-        if not self.sources:
-            return None
-        return Timings(sources=tuple(self.sources), other=self.other, **self.values)
-
-
-def _format(sources: set[str]) -> str:
-    if "common_perf_print" in sources:
-        return "common_perf"
-    if sources & {"llama_perf_context_print", "llama_perf_sampler_print"}:
-        return "llama_perf"
-    if "llama_print_timings" in sources:
-        return "llama_print_timings"
-    return "none"
 
 
 # --- scanning -------------------------------------------------------------------------------------
@@ -515,47 +347,6 @@ def _tail_hint(text: str) -> str:
 
 
 # --- acceptance by position ------------------------------------------------------------------------
-
-_STAT_INTS = {"gen drafts": "gen_drafts", "acc drafts": "acc_drafts", "gen tokens": "gen_tokens",
-              "acc tokens": "acc_tokens"}
-
-
-def parse_statistics_line(implementation: str, rest: str) -> DraftStatistics:
-    """The fields of one ``statistics <impl>: #calls(b,g,a) = ...`` line (``rest`` from ``#calls``
-    on), keyed on labels; ValueError naming what is missing or unreadable."""
-    values: dict[str, Any] = {}
-    for m in _STAT_FIELD.finditer(rest):
-        label, value = m.group("label").strip(), m.group("value").strip()
-        if label == "calls(b,g,a)":
-            parts = value.split()
-            if len(parts) != 3 or not all(p.isdigit() for p in parts):
-                raise ValueError(f"#calls(b,g,a) is not three counts: {value!r}")
-            values["calls_begin"], values["calls_draft"], values["calls_accept"] = (int(p) for p in parts)
-        elif label in _STAT_INTS:
-            if not value.isdigit():
-                raise ValueError(f"#{label} is not a count: {value!r}")
-            values[_STAT_INTS[label]] = int(value)
-        elif label == "mean acc len":
-            try:
-                values["mean_acc_len"] = float(value)
-            except ValueError:
-                raise ValueError(f"#mean acc len is not a number: {value!r}") from None
-        elif label == "acc rate/pos":
-            if not (value.startswith("(") and value.endswith(")")):
-                raise ValueError("the #acc rate/pos list is cut off (no closing parenthesis)")
-            try:
-                rates = tuple(float(x) for x in value[1:-1].split(",") if x.strip())
-            except ValueError:
-                raise ValueError(f"#acc rate/pos holds something other than numbers: {value[:80]!r}") from None
-            if any(not (0.0 <= r <= 1.0) for r in rates):
-                raise ValueError(f"#acc rate/pos holds a rate outside 0..1: {value[:80]!r}")
-            values["acc_rate_by_position"] = rates
-    missing = [n for n in ("calls_accept", *_STAT_INTS.values()) if n not in values]
-    if missing:
-        raise ValueError(f"the line is cut off or malformed: no {', '.join(missing)}")
-    if values["calls_accept"] > 0 and "acc_rate_by_position" not in values:
-        raise ValueError("the line is cut off: no #acc rate/pos after its rounds")
-    return DraftStatistics(implementation=implementation, **values)
 
 
 # Rates are printed with 3 decimals: rate x rounds is within 0.0005 x rounds of the count, so the
@@ -739,132 +530,3 @@ def parse(stdout: str, stderr: str = "", kind: str = "auto") -> SpeculativeStats
 def to_json(stats: SpeculativeStats | CompletionStats, indent: int | None = 2) -> str:
     return json.dumps({"kind": "speculative" if isinstance(stats, SpeculativeStats) else "completion", **stats.to_dict()},
                       indent=indent)
-
-
-@dataclass(frozen=True)
-class BatchTimings:
-    """What one batch of n tokens costs (llama-bench ``-p n -n 0 [-d D]``), in milliseconds.
-
-    A verification round processes the draft plus one token in one batch; on CPUs its cost grows
-    with the batch, which the paper's model (verification = one target step) leaves out.
-    ``ms_by_tokens`` holds llama-bench's mean per size; ``samples_ms`` every repetition, for
-    medians and for pooling several llama-bench runs (:func:`pool_bench`). ``depth`` is the
-    context depth (``-d``) the batches ran at."""
-
-    ms_by_tokens: dict[int, float]
-    samples_ms: dict[int, tuple[float, ...]] = field(default_factory=dict)
-    depth: int = 0
-    all_outputs: bool = False  # -embd 1: every token of the batch had its logits computed
-
-    def ms(self, tokens: float) -> float:
-        """Linear interpolation (and extrapolation from the last two points) over measured sizes."""
-        sizes = sorted(self.ms_by_tokens)
-        if not sizes:
-            raise ParseError("no batch timings", hint="rerun the measurement")
-        if len(sizes) == 1:
-            return self.ms_by_tokens[sizes[0]] * tokens / sizes[0]
-        lo = max([s for s in sizes if s <= tokens], default=sizes[0])
-        hi = min([s for s in sizes if s >= tokens and s != lo], default=sizes[-1])
-        if hi == lo:
-            lo, hi = sizes[-2], sizes[-1]
-        y0, y1 = self.ms_by_tokens[lo], self.ms_by_tokens[hi]
-        return y0 + (y1 - y0) * (tokens - lo) / (hi - lo)
-
-    @property
-    def median_ms(self) -> dict[int, float]:
-        """The median repetition per size (robust to a busy machine); the mean where no samples were kept."""
-        import statistics
-
-        return {n: statistics.median(self.samples_ms[n]) if self.samples_ms.get(n) else ms
-                for n, ms in self.ms_by_tokens.items()}
-
-
-def parse_bench_json(text: str) -> BatchTimings:
-    """llama-bench ``-o json`` output: prompt-processing tests (n_gen 0) by batch size, at one depth."""
-    try:
-        records = json.loads(text[text.index("["):])
-    except (ValueError, json.JSONDecodeError) as exc:
-        raise ParseError("llama-bench printed no JSON result list", hint="run llama-bench with -o json yourself to see why") from exc
-    pp = [r for r in records if isinstance(r, dict) and r.get("n_gen") == 0 and r.get("n_prompt") and r.get("avg_ns")]
-    if not pp:
-        raise ParseError("llama-bench's JSON has no prompt-processing results", hint="check its -p values")
-    depths = {int(r.get("n_depth") or 0) for r in pp}
-    if len(depths) > 1:
-        raise ParseError(f"llama-bench's JSON mixes context depths {sorted(depths)}", hint="time one depth per run (-d D)")
-    out = {int(r["n_prompt"]): float(r["avg_ns"]) / 1e6 for r in pp}
-    samples = {int(r["n_prompt"]): tuple(float(x) / 1e6 for x in r.get("samples_ns") or ()) for r in pp}
-    return BatchTimings(out, samples, depth=depths.pop(), all_outputs=all(bool(r.get("embeddings")) for r in pp))
-
-
-def pool_bench(*timings: BatchTimings) -> BatchTimings:
-    """Several llama-bench runs of the same model and depth as one: samples pooled, means recomputed."""
-    if not timings:
-        raise ParseError("no llama-bench runs to pool", hint="time the model first")
-    if len({t.depth for t in timings}) > 1 or len({t.all_outputs for t in timings}) > 1:
-        raise ParseError("cannot pool llama-bench runs at different depths or output settings", hint="pool like with like")
-    samples: dict[int, list[float]] = {}
-    means: dict[int, list[float]] = {}
-    for t in timings:
-        for n, ms in t.ms_by_tokens.items():
-            means.setdefault(n, []).append(ms)
-            samples.setdefault(n, []).extend(t.samples_ms.get(n, ()))
-    return BatchTimings({n: sum(s) / len(s) if s else sum(means[n]) / len(means[n]) for n, s in samples.items()},
-                        {n: tuple(s) for n, s in samples.items()}, depth=timings[0].depth,
-                        all_outputs=timings[0].all_outputs)
-
-
-# --- llama-server's /metrics (Prometheus text) -----------------------------------------------------
-
-_METRIC_LINE = re.compile(r'^llamacpp:(?P<name>\w+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)\s*$')
-PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
-
-
-def metric_value(text: str, name: str) -> float | None:
-    """One unlabelled ``llamacpp:`` series from ``/metrics`` text, None when absent or unreadable."""
-    for line in text.splitlines():
-        m = _METRIC_LINE.match(line.strip())
-        if m and m.group("name") == name and not m.group("labels"):
-            with contextlib.suppress(ValueError):
-                return float(m.group("value"))
-    return None
-
-
-def accepted_per_position(text: str) -> tuple[int, ...] | None:
-    """``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"}`` (i from 0: draft
-    position i + 1), as a tuple indexed by position; None when the series is absent (a server from
-    before it, or one that has verified no draft yet) or a position is missing or unreadable.
-
-    What it counts (tools/server/server-context.cpp, pinned 0c1e570): each verification step adds
-    one at positions 1..n where n tokens of its draft were accepted, so position i's count is the
-    steps accepted through i; the vector is as long as the longest draft the server may make
-    (``common_speculative_n_max``) and summed over finished requests. Its denominator is
-    ``spec_decode_num_drafts_total`` (verification steps), as in the server's own log line."""
-    found: dict[int, int] = {}
-    for line in text.splitlines():
-        m = _METRIC_LINE.match(line.strip())
-        if not m or m.group("name") != PER_POSITION:
-            continue
-        label = re.search(r'position="(\d+)"', m.group("labels") or "")
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            return None
-        if label is None or not math.isfinite(value) or value < 0 or value != int(value):
-            return None
-        found[int(label.group(1))] = int(value)
-    if not found or sorted(found) != list(range(len(found))):
-        return None
-    return tuple(found[i] for i in range(len(found)))
-
-
-def metrics_change(before: str | None, after: str | None) -> dict[str, float]:
-    """How each unlabelled counter of ``/metrics`` grew between two readings (both present only)."""
-    if before is None or after is None:
-        return {}
-    out: dict[str, float] = {}
-    for name in ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
-                 "spec_decode_num_accepted_tokens_total"):
-        a, b = metric_value(before, name), metric_value(after, name)
-        if a is not None and b is not None:
-            out[name] = b - a
-    return out

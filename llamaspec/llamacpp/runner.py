@@ -28,7 +28,7 @@ from typing import Any
 
 from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import costs, flags, parse
+from llamaspec.llamacpp import costs, counting, flags, parse, programhelp
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.prompting import generated_part, prompt_text, served_prompt
 from llamaspec.measure import spectypes
@@ -74,7 +74,7 @@ class LlamaCppEngine:
 
     def __init__(self, build: Build) -> None:
         self.build = build
-        self._caps: dict[str, flags.HelpFlags] = {}
+        self._caps: dict[str, programhelp.HelpFlags] = {}
         self._pairs_checked: set[tuple[str, str]] = set()
         self._prompt_tokens: dict[str, int] = {}  # prompt text -> tokens, as the programs counted them
         modes = {"baseline", "speculative", "draft"} | ({"batch"} if "bench" in build.programs else set())
@@ -83,9 +83,9 @@ class LlamaCppEngine:
                                          draft_policy="fixed", keeps_models_loaded=False, token_ids=False,
                                          built_from="llama.cpp")
 
-    def caps(self, role: str) -> flags.HelpFlags:
+    def caps(self, role: str) -> programhelp.HelpFlags:
         if role not in self._caps:
-            self._caps[role] = flags.program_flags(self.build.program(role))
+            self._caps[role] = programhelp.program_flags(self.build.program(role))
         return self._caps[role]
 
     def _draft_free_modes(self) -> tuple[str, ...]:
@@ -110,10 +110,10 @@ class LlamaCppEngine:
         program = case.settings.program or spectypes.default_program(case.settings.spec_type, "speculative")
         return "speculative-simple" if program == "speculative-simple" else "speculative"
 
-    def profile(self, case: ResolvedCase) -> flags.CountingProfile:
+    def profile(self, case: ResolvedCase) -> counting.CountingProfile:
         """How the case's speculative program drafts and counts (fixed, capped or adaptive)."""
         role = self._role(case)
-        return flags.profile_for(self.caps(role), role)
+        return counting.profile_for(self.caps(role), role)
 
     def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
         draft = case.draft.path if case.draft else None
@@ -283,7 +283,7 @@ def _lost_tail(done: proc.Completed, mode: str) -> bool:
     return False
 
 
-def _speculative_fields(stats: parse.SpeculativeStats, profile: flags.CountingProfile, case: ResolvedCase,
+def _speculative_fields(stats: parse.SpeculativeStats, profile: counting.CountingProfile, case: ResolvedCase,
                         longest: int | None) -> dict[str, Any]:
     """``longest``: the run's longest possible draft (``LlamaCppEngine.longest_draft``): the
     printed n_draft with a draft model; a draft-free mode's own, which n_draft is not."""

@@ -24,14 +24,15 @@ rendered with the model's own template (``/apply-template``, the same rendering
 ``/v1/chat/completions`` does; llama.cpp's ChatML for a file without one), on the target-only
 server, so both modes see the very same text.
 
-Its size: the server process's lifetime (start, health, pool, stop at exit and on Ctrl-C), the
-request and its lossless check, and ``/metrics`` read around it share one pool of live servers
-and their logs.
+Its size: one engine over a pool of live servers, one per setting and mode: which server a case
+needs and its start, the prompt rendered and its length in tokens, the request with its lossless
+check and ``/metrics`` read around it, the costs timed with llama-bench. The process itself (start,
+health, stop at exit and on Ctrl-C) is ``server_process.py``; the ``/metrics`` text is read by
+``metrics.py``.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import http.client
@@ -39,23 +40,20 @@ import json
 import logging
 import math
 import os
-import re
-import signal
-import socket
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llamaspec.base import paths, proc
+from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import costs, flags
+from llamaspec.llamacpp import costs, flags, programhelp
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
-from llamaspec.llamacpp.parse import PER_POSITION, accepted_per_position, metric_value, metrics_change
+from llamaspec.llamacpp.metrics import metrics_change, positions_from_metrics
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
+from llamaspec.llamacpp.server_process import READY_TIMEOUT, RequestFailed, Server, ServerDied, stop_all
 from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
@@ -68,11 +66,9 @@ from llamaspec.measure.contract import (
     ResolvedCase,
 )
 from llamaspec.measure.settings import Settings, defaults_for
-from llamaspec.theory.drafted import by_position
 
 log = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"  # loopback only: the server is never reachable from elsewhere
 
 # The settings llama-server honours, and how each reaches it, come from the one flag table
 # (flags.FLAG_TABLE); the speculative type and its n-gram sizes from flags.SPEC_TYPE_FLAGS, as
@@ -83,212 +79,6 @@ SPEED_BASIS = ("llama-server timings: (predicted_n - 1) / predicted_ms; predicte
                "token to the last, predicted_n counts the first (same as its predicted_per_second)")
 # The round profile the speedup model reads for this engine's speculative runs (registered in llamacpp.profiles).
 PROGRAM = LLAMA_SERVER.name
-READY_TIMEOUT = 600.0  # seconds for a server to load its models
-LOG_TAIL = 6
-
-
-# --- the server process ------------------------------------------------------------------------
-
-_LIVE: weakref.WeakSet[Server] = weakref.WeakSet()
-_LIVE_LOCK = threading.Lock()
-
-
-def _stop_all() -> None:
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for server in live:
-        server.stop()
-
-
-atexit.register(_stop_all)
-
-
-def free_port() -> int:
-    """A port the kernel says is free now (the server may still lose a race for it: retried)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return True
-    return False
-
-
-class ServerDied(Exception):
-    """The server process is gone (message: how it ended and its last log lines)."""
-
-
-class RequestFailed(Exception):
-    """The server answered a request with an error (message: its own)."""
-
-    def __init__(self, status: int, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-
-
-class Server:
-    """One ``llama-server`` process on 127.0.0.1, with its log file."""
-
-    def __init__(self, program: Path, args: list[str], log_path: Path, label: str, port: int | None = None) -> None:
-        self.program = Path(program)
-        self.args = list(args)
-        self.log_path = log_path
-        self.label = label
-        self.explicit_port = port
-        self.port: int | None = None
-        self.process: proc.Background | None = None
-        self.started_seconds: float | None = None
-        self.launched_at: float | None = None  # time.monotonic() at launch: with started_seconds, when it was loading
-
-    @property
-    def argv(self) -> list[str]:
-        return [str(self.program), *self.args, "--host", HOST, "--port", str(self.port)]
-
-    def start(self, ready_timeout: float = READY_TIMEOUT) -> None:
-        """Start and wait until ``/health`` says the models are loaded (3 ports tried if ours are taken)."""
-        if self.explicit_port is not None and port_in_use(self.explicit_port):
-            raise LlamaspecError(f"port {self.explicit_port} on {HOST} is already in use",
-                                 hint="choose another port, or leave it unset to pick a free one")
-        for attempt in range(3):
-            self.port = self.explicit_port or free_port()
-            try:
-                self._launch(ready_timeout)
-                return
-            except ServerDied as exc:
-                if self.explicit_port is None and attempt < 2 and "couldn't bind" in str(exc):
-                    log.debug("port %s was taken before %s bound it; trying another", self.port, self.label)
-                    continue
-                raise LlamaspecError(f"llama-server ({self.label}) failed to start: {exc} (log: {self.log_path})",
-                                     hint="check the model files and flags in the log; run the command at its top "
-                                          "yourself to see more") from None
-
-    def _launch(self, ready_timeout: float) -> None:
-        t0 = self.launched_at = time.monotonic()
-        log.info("starting llama-server (%s) on port %s ...", self.label, self.port)
-        try:
-            # its own process group, output in the log, no LLAMA_ARG_* of ours: it runs what its command line says
-            self.process = proc.Background(self.argv, self.log_path, env=flags.measured_env())
-        except LlamaspecError as exc:
-            raise LlamaspecError(exc.message, hint="run `llamaspec build` first") from exc
-        with _LIVE_LOCK:
-            _LIVE.add(self)
-        deadline = t0 + ready_timeout
-        while True:
-            if not self.alive():
-                raise ServerDied(self.exit_description())
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                status, _ = self.get("/health", timeout=2.0)
-                if status == 200:
-                    self.started_seconds = time.monotonic() - t0
-                    log.debug("llama-server (%s) ready in %.1f s", self.label, self.started_seconds)
-                    return
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServerDied(f"not ready after {ready_timeout:.0f} s")
-            time.sleep(0.02)  # a small model is ready in ~1 s: poll often, the wait is wall time of the run
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def exit_description(self) -> str:
-        code = self.process.poll() if self.process else None
-        if code is None:
-            how = "is still running"
-        elif code < 0:
-            try:
-                how = f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with code {code}"
-        tail = self.log_tail()
-        return how + (f": {tail}" if tail else "")
-
-    def log_tail(self, lines: int = LOG_TAIL) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        keep = [s.strip() for s in text.splitlines() if s.strip() and not s.startswith("$ ")]
-        return " | ".join(keep[-lines:])
-
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        if self.port is None:
-            raise ServerDied("not started")
-        return http.client.HTTPConnection(HOST, self.port, timeout=timeout)
-
-    def get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
-        conn = self._connection(timeout)
-        try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            return resp.status, resp.read().decode(errors="replace")
-        finally:
-            conn.close()
-
-    def post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """POST JSON; the answer's JSON, or RequestFailed (server error) / ServerDied (process gone)."""
-        conn = self._connection(timeout)
-        try:
-            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            raw = resp.read().decode(errors="replace")
-        except (ConnectionError, http.client.HTTPException) as exc:
-            time.sleep(0.2)  # let a dying process be reaped so that we can say how it ended
-            if not self.alive():
-                raise ServerDied(self.exit_description()) from exc
-            raise
-        finally:
-            conn.close()
-        try:
-            data = json.loads(raw) if raw else {}
-        except ValueError:
-            data = {"error": {"message": raw[:300]}}
-        if resp.status != 200:
-            err = data.get("error") if isinstance(data, dict) else None
-            message = err.get("message", raw[:300]) if isinstance(err, dict) else raw[:300]
-            kind = err.get("type", "") if isinstance(err, dict) else ""
-            raise RequestFailed(resp.status, str(message), str(kind))
-        if not isinstance(data, dict):
-            raise RequestFailed(resp.status, f"unexpected answer: {raw[:200]}", "format")
-        return data
-
-    def metric(self, name: str) -> float | None:
-        """One counter from ``/metrics`` (Prometheus text; needs --metrics), None when absent."""
-        text = self.metrics_text()
-        return metric_value(text, name) if text is not None else None
-
-    def metrics_text(self) -> str | None:
-        """``/metrics`` as text (needs --metrics), None when the server does not answer it."""
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            status, text = self.get("/metrics")
-            if status == 200:
-                return text
-        return None
-
-    def peak_rss_bytes(self) -> int | None:
-        """The server's peak resident memory so far (VmHWM), Linux only."""
-        if self.process is None:
-            return None
-        try:
-            status = Path(f"/proc/{self.process.pid}/status").read_text()
-        except OSError:
-            return None
-        m = re.search(r"^VmHWM:\s+(\d+)\s+kB", status, re.MULTILINE)
-        return int(m.group(1)) * 1024 if m else None
-
-    def stop(self, grace: float = 5.0) -> None:
-        """Terminate the process group, then kill it if it does not go."""
-        if self.process is not None:
-            self.process.stop(grace)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
 
 
 # --- the engine -------------------------------------------------------------------------------
@@ -306,7 +96,7 @@ class ServerEngine:
     def __init__(self, build: Build, port: int | None = None, servers_dir: Path | None = None) -> None:
         self.build = build
         self.program = build.program("server")
-        self.caps = flags.program_flags(self.program)
+        self.caps = programhelp.program_flags(self.program)
         # The speedup model's costs (draft, batch) are llama-bench's on the same build and files.
         costs_modes = set(costs.MODES) if "bench" in build.programs else set()
         self.capabilities = Capabilities(
@@ -473,7 +263,7 @@ class ServerEngine:
             for t in threads:
                 t.join()
         except KeyboardInterrupt:
-            _stop_all()  # what has started so far; a start still waiting for /health then fails and ends
+            stop_all()  # what has started so far; a start still waiting for /health then fails and ends
             raise
         if errors:
             raise errors[0]
@@ -629,43 +419,6 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
         if "draft_n" in t:  # the target alone drafted: the run core refuses this baseline
             fields.update(n_drafted=int(t["draft_n"]), n_accept=int(t.get("draft_n_accepted", 0)))
     return fields
-
-
-# --- /metrics (Prometheus text; its readers are the parse room's) -------------------------------------
-
-def positions_from_metrics(before: str, after: str, draft_len: int | None, *, p_min_zero: bool = False,
-                           ran_out: bool = False) -> Positions:
-    """One request's acceptance by position: the change of /metrics' per-position series across it
-    (one slot, one request at a time), with drafted counts by ``theory.drafted.by_position``'s rule from the
-    change of verification steps and drafted tokens. The server cuts a draft to what is left of the
-    context and of n_predict, each shrinking by the tokens a step emits, as llama-speculative-simple
-    does: with p-min 0 (``p_min_zero``) its short drafts are the last ones, each shorter than the one
-    before; ``ran_out``: the request stopped at its n_predict (``stop_type`` "limit"), so the last of
-    them left nothing to draft after it. A labelled gap where the server has no per-position
-    series, or where the counts contradict each other."""
-    change = metrics_change(before, after)
-    steps = change.get("spec_decode_num_drafts_total")
-    tokens = change.get("spec_decode_num_draft_tokens_total")
-    if steps is None or tokens is None:
-        return Positions(note="/metrics has no speculative counters (a server without --metrics?)")
-    if steps == 0:
-        return Positions(note="nothing was drafted")
-    after_counts = accepted_per_position(after)
-    if after_counts is None:
-        return Positions(note=f"/metrics has no readable {PER_POSITION} series (a llama-server from before it)")
-    before_counts = accepted_per_position(before) or ()
-    if len(before_counts) > len(after_counts):
-        return Positions(note="/metrics' per-position series got shorter during the request (a restarted server?)")
-    padded = before_counts + (0,) * (len(after_counts) - len(before_counts))
-    counts = tuple(a - b for a, b in zip(after_counts, padded, strict=True))
-    if any(c < 0 for c in counts):
-        return Positions(note="/metrics' per-position counts went down during the request (a restarted server?)")
-    accepted = change.get("spec_decode_num_accepted_tokens_total")
-    if accepted is not None and sum(counts) != accepted:
-        return Positions(note=f"/metrics' per-position counts sum to {sum(counts)}, its accepted tokens to {accepted:.0f}")
-    while counts and counts[-1] == 0:  # the series is as long as the longest draft allowed: trailing zeros say nothing
-        counts = counts[:-1]
-    return by_position(counts, int(steps), int(tokens), draft_len or 0, shrinking=p_min_zero, ran_out=ran_out)
 
 
 def top_tokens_at(data: dict[str, Any], position: int, prefix: Sequence[int]) -> list[dict[str, Any]] | None:

@@ -108,7 +108,7 @@ def version_check(program: Path, logs: Path) -> None:
 
 def check(build: Build) -> None:
     """Raise IllegalInstruction on SIGILL, LlamaspecError on any other failure."""
-    from llamaspec.llamacpp import flags
+    from llamaspec.llamacpp import flags, programhelp
 
     logs = Path(build.bin_dir).parent / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def check(build: Build) -> None:
         quantize = build.program("quantize")
         _run([str(quantize), str(f32), str(q4), "Q4_0"], quantize.name, logs / "smoke-quantize.log")
         spec = build.program("speculative")
-        caps = flags.program_flags(spec)
+        caps = programhelp.program_flags(spec)
         argv = flags.speculative_argv(caps, spec, flags.Invocation.of(
             target=str(f32), draft=str(q4), prompt="the", n_predict=8, draft_max=2, threads=2, seed=1, temperature=0.0,
             ctx_size=256,

@@ -1,28 +1,12 @@
 """The results store: every run and every measurement, with provenance, in SQLite.
 
-Tables (columns named after llama.cpp's own labels where there is one):
-- ``runs``: one row per ``llamaspec run`` case, sweep point or prompt of a prompt set: experiment,
-  case, the group it belongs to (``group_kind``: sweep, tune, promptset or study; ``group_id``),
-  status (running / ok / failed / interrupted), error, the engine (``engine``: what an
-  experiment's ``engine:`` names; ``engine_version``: its build's commit or library version;
-  ``accel``), settings, provenance (the engine's build flags, models with files and sha256,
-  hardware), summary, and the process that measured it (pid, host, start time: a ``running`` row
-  whose process is gone is shown as ``interrupted``).
-- ``measurements``: one row per generation: mode (speculative / baseline / draft / batch), repeat,
-  argv, exit status, wall seconds, peak memory, parsed counters and timings, generated text and
-  token ids, log path.
-- ``watch_windows``: one row per window of ``llamaspec watch`` (a running llama-server's traffic):
-  the server and its files by sha256, the window's counts, the costs and the prediction.
-
-Schema changes are an append-only list of migrations (``MIGRATIONS``); never edit one that shipped.
-They are applied in one ``BEGIN IMMEDIATE`` transaction that re-reads the schema version inside
-it, so processes opening a new store at the same moment apply each migration exactly once.
-
-Its size: the schema, its append-only migrations and every query run over one SQLite
-connection (one transaction discipline, one row decoder); the migrations alone are a quarter of it
-and only grow.
+``Store`` opens it, writes runs, their measurements and ``llamaspec watch`` windows, reads them
+back and exports them, over one SQLite connection (one transaction discipline, one row decoder).
+The tables and their append-only migrations are ``schema.py``; what a row holds, and the one
+``Measurement`` <-> row mapping, ``rows.py``. Migrations are applied in one ``BEGIN IMMEDIATE``
+transaction that re-reads the schema version inside it, so processes opening a new store at the
+same moment apply each migration exactly once.
 """
-
 from __future__ import annotations
 
 import csv
@@ -33,243 +17,17 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.base.host import NoiseSample
 from llamaspec.base.lock import process_gone, this_process
-from llamaspec.measure.contract import PAIR_MODES, Measurement
+from llamaspec.store.rows import Group, MeasurementRow, engine_of
+from llamaspec.store.schema import BOOL_COLUMNS, JSON_COLUMNS, MIGRATIONS, WINDOW_COLUMNS
 
 log = logging.getLogger(__name__)
-
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE runs (
-        id INTEGER PRIMARY KEY,
-        experiment TEXT NOT NULL,
-        case_name TEXT NOT NULL,
-        kind TEXT NOT NULL DEFAULT 'run',          -- run | sweep
-        sweep_id TEXT,
-        point_key TEXT,                             -- identifies a sweep point, for resuming
-        status TEXT NOT NULL,                       -- running | ok | failed | interrupted
-        error TEXT,
-        started_at TEXT NOT NULL,
-        finished_at TEXT,
-        llamacpp_commit TEXT,
-        backend TEXT,
-        target TEXT,
-        draft TEXT,
-        draft_max INTEGER,
-        settings TEXT NOT NULL,                     -- JSON
-        provenance TEXT NOT NULL,                   -- JSON
-        summary TEXT                                -- JSON
-    );
-    CREATE TABLE measurements (
-        id INTEGER PRIMARY KEY,
-        run_id INTEGER NOT NULL REFERENCES runs(id),
-        mode TEXT NOT NULL,                         -- speculative | baseline | draft
-        repeat INTEGER NOT NULL,
-        ok INTEGER NOT NULL,
-        error TEXT,
-        argv TEXT NOT NULL,                         -- JSON list
-        exit_code INTEGER,
-        wall_seconds REAL,
-        peak_rss_bytes INTEGER,
-        n_prompt INTEGER,
-        n_predict INTEGER,
-        encode_tps REAL,
-        decode_tps REAL,
-        n_drafted INTEGER,
-        n_accept INTEGER,
-        accept REAL,
-        text TEXT,
-        stats TEXT,                                 -- JSON: the full parse
-        log_path TEXT,
-        created_at TEXT NOT NULL
-    );
-    CREATE INDEX runs_by_experiment ON runs(experiment, case_name);
-    CREATE INDEX runs_by_point ON runs(sweep_id, point_key);
-    CREATE INDEX measurements_by_run ON measurements(run_id);
-    """,
-    # Measurements shared by several runs (the baseline of a sweep's points with the same target
-    # settings, the draft-alone timing): the key they are shared under.
-    "ALTER TABLE measurements ADD COLUMN baseline_key TEXT; CREATE INDEX measurements_by_baseline ON measurements(baseline_key);",
-    # The backend contract's counters (llamaspec.measure.contract.Measurement), the process that measured a
-    # run (to tell a killed run from a running one), prompt sets, cluster machines, the engine.
-    # Rows left 'running' by an older llamaspec recorded no process to check: they are over.
-    """
-    ALTER TABLE measurements ADD COLUMN speed_basis TEXT;
-    ALTER TABLE measurements ADD COLUMN rounds INTEGER;
-    ALTER TABLE measurements ADD COLUMN draft_len INTEGER;
-    ALTER TABLE measurements ADD COLUMN draft_policy TEXT;
-    ALTER TABLE measurements ADD COLUMN tokens TEXT;
-    ALTER TABLE measurements ADD COLUMN end_of_text INTEGER;
-    ALTER TABLE runs ADD COLUMN pid INTEGER;
-    ALTER TABLE runs ADD COLUMN host TEXT;
-    ALTER TABLE runs ADD COLUMN proc_start REAL;
-    ALTER TABLE runs ADD COLUMN prompt_id TEXT;
-    ALTER TABLE runs ADD COLUMN category TEXT;
-    ALTER TABLE runs ADD COLUMN machine TEXT;
-    ALTER TABLE runs ADD COLUMN backend_name TEXT;
-    CREATE INDEX runs_by_prompt ON runs(sweep_id, prompt_id);
-    CREATE INDEX runs_by_status ON runs(status);
-    UPDATE runs SET status = 'interrupted', finished_at = strftime('%Y-%m-%dT%H:%M:%S+0000', 'now'),
-        error = COALESCE(error, 'left running by an older llamaspec that recorded no process (killed?)')
-        WHERE status = 'running';
-    """,
-    # "backend" named what a build computes on (cpu, cuda, metal): that is the accelerator; the word
-    # backend means the engine (backend_name) everywhere else.
-    "ALTER TABLE runs RENAME COLUMN backend TO accel;",
-    # Every field of a measurement has its column (llamaspec.measure.contract.Measurement <-> MeasurementRow,
-    # one mapping): the counters the speedup model reads, and what prompt sets kept in the stats JSON.
-    """
-    ALTER TABLE measurements ADD COLUMN draft_steps INTEGER;
-    ALTER TABLE measurements ADD COLUMN program TEXT;
-    ALTER TABLE measurements ADD COLUMN sample_ms_per_token REAL;
-    ALTER TABLE measurements ADD COLUMN error_kind TEXT;
-    ALTER TABLE measurements ADD COLUMN prompt_ms REAL;
-    ALTER TABLE measurements ADD COLUMN generation_ms REAL;
-    UPDATE measurements SET
-        error_kind = json_extract(stats, '$.error_kind'),
-        prompt_ms = json_extract(stats, '$.timings.prompt_ms'),
-        generation_ms = json_extract(stats, '$.timings.predicted_ms')
-        WHERE stats IS NOT NULL AND json_valid(stats);
-    UPDATE measurements SET
-        tokens = COALESCE(tokens, json_extract(stats, '$.tokens')),
-        rounds = COALESCE(rounds, json_extract(stats, '$.rounds')),
-        end_of_text = COALESCE(end_of_text, json_extract(stats, '$.end_of_text')),
-        draft_len = COALESCE(draft_len, json_extract(stats, '$.draft_len')),
-        draft_policy = COALESCE(draft_policy, json_extract(stats, '$.draft_policy')),
-        speed_basis = COALESCE(speed_basis, json_extract(stats, '$.speed_basis'))
-        WHERE stats IS NOT NULL AND json_valid(stats) AND json_type(stats, '$.draft_policy') IS NOT NULL
-            AND draft_policy IS NULL;
-    """,
-    # Machine noise during each measurement (host.NoiseSample as JSON: CPU seconds of the window,
-    # stolen by the hypervisor, used by the machine and by the measurement's own process tree).
-    "ALTER TABLE measurements ADD COLUMN noise TEXT;",
-    # One word for the engine: ``engine`` is what an experiment's ``engine:`` (formerly ``backend:``)
-    # names (the column was backend_name), ``engine_version`` the version of it that measured
-    # (llama.cpp's build commit; the column was llamacpp_commit). Rows stored before the engine had
-    # a column were measured by llama.cpp's command-line programs, the only engine then.
-    """
-    ALTER TABLE runs RENAME COLUMN llamacpp_commit TO engine_version;
-    ALTER TABLE runs RENAME COLUMN backend_name TO engine;
-    UPDATE runs SET engine = COALESCE(CASE WHEN json_valid(provenance) THEN json_extract(provenance, '$.backend') END,
-                                      'llama.cpp')
-        WHERE engine IS NULL;
-    """,
-    # sweep_id held the id of whatever set a run belongs to: a sweep, a tune, a prompt set or a
-    # cluster study. It is the group's id now, and group_kind says which (Group), read for the rows
-    # stored before from where they came: a prompt set's rows are of kind promptset, a study's of
-    # kind cluster*, a tune's ids (also a tune's points measured on a cluster machine, TUNE_ID@MACHINE)
-    # begin with tune-; the rest were sweeps.
-    """
-    ALTER TABLE runs RENAME COLUMN sweep_id TO group_id;
-    ALTER TABLE runs ADD COLUMN group_kind TEXT;
-    UPDATE runs SET group_kind = CASE
-        WHEN kind = 'promptset' THEN 'promptset'
-        WHEN kind LIKE 'cluster%' THEN 'study'
-        WHEN group_id LIKE 'tune-%' THEN 'tune'
-        ELSE 'sweep' END
-        WHERE group_id IS NOT NULL;
-    """,
-    # One definition of rounds for every engine: every target call after the prompt. llama-server's
-    # rows held /metrics' count, which leaves out the steps that drafted nothing: that count is
-    # drafted_rounds now, and rounds follow from the counters by the server's loop (the first
-    # token comes from the prompt's logits: n_predict - n_accept - 1), in the rows and in the
-    # runs' summaries, whose figures per round are then derived again from the new rounds.
-    """
-    ALTER TABLE measurements ADD COLUMN drafted_rounds INTEGER;
-    UPDATE measurements SET drafted_rounds = rounds, rounds = n_predict - n_accept - 1
-        WHERE mode = 'speculative' AND n_predict - n_accept - 1 >= 0
-            AND (program = 'llama-server'
-                 OR (program IS NULL AND run_id IN (SELECT id FROM runs WHERE engine = 'llama-server')));
-    UPDATE runs SET summary = json_set(summary, '$.drafted_rounds', json_extract(summary, '$.rounds'),
-            '$.rounds', json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1)
-        WHERE json_valid(summary) AND json_extract(summary, '$.program') = 'llama-server'
-            AND json_extract(summary, '$.n_predict') - json_extract(summary, '$.n_accept') - 1 >= 0;
-    UPDATE runs SET summary = json_set(summary,
-            '$.mean_accepted', json_extract(summary, '$.n_accept') * 1.0 / json_extract(summary, '$.rounds'),
-            '$.tokens_per_round', 1.0 + json_extract(summary, '$.n_accept') * 1.0 / json_extract(summary, '$.rounds'),
-            '$.drafted_per_round', json_extract(summary, '$.n_drafted') * 1.0 / json_extract(summary, '$.rounds'))
-        WHERE json_valid(summary) AND json_extract(summary, '$.program') = 'llama-server'
-            AND json_extract(summary, '$.rounds') > 0;
-    """,
-    # Acceptance by draft position (contract.Measurement.drafted_by_position / accepted_by_position):
-    # JSON lists of counts, index i-1 for position i; NULL where the engine counted none.
-    """
-    ALTER TABLE measurements ADD COLUMN drafted_by_position TEXT;
-    ALTER TABLE measurements ADD COLUMN accepted_by_position TEXT;
-    """,
-    # llamaspec watch: one row per window of a running llama-server's traffic (llamaspec.watch): the
-    # server (URL, the speculation it runs, its draft length, its files by sha256), the window's
-    # counts, the costs the prediction used and where they came from, the prediction, provenance.
-    """
-    CREATE TABLE watch_windows (
-        id INTEGER PRIMARY KEY,
-        url TEXT NOT NULL,
-        started_at TEXT,                            -- the window's first reading (NULL: the server's start)
-        finished_at TEXT NOT NULL,
-        speculation TEXT,                           -- draft | an n-gram mode | NULL: none
-        draft_max INTEGER,
-        threads INTEGER,
-        target_sha256 TEXT,
-        draft_sha256 TEXT,
-        counts TEXT NOT NULL,                       -- JSON: the window's counts
-        costs TEXT,                                 -- JSON: the cost model and its source
-        forecast TEXT,                              -- JSON: the prediction and the verdict
-        provenance TEXT NOT NULL                    -- JSON: the server, llamaspec, this machine
-    );
-    CREATE INDEX watch_windows_by_files ON watch_windows(target_sha256, draft_sha256);
-    """,
-    # One unit for acceptance: a fraction in [0, 1] (contract.Measurement.acceptance), a percentage only
-    # in printed text. The measurements' column and the parse kept in stats held llama.cpp's printed
-    # percentage (accept); the runs' summaries held a spread of percentages ($.accept), a prompt's
-    # figures one percentage. Each moves to the fraction under the name acceptance; a spread's n and cv
-    # stay as they are (cv has no unit).
-    """
-    ALTER TABLE measurements RENAME COLUMN accept TO acceptance;
-    UPDATE measurements SET acceptance = acceptance / 100.0 WHERE acceptance IS NOT NULL;
-    UPDATE measurements SET stats = json_remove(json_set(stats, '$.acceptance', json_extract(stats, '$.accept') / 100.0),
-                                                '$.accept')
-        WHERE json_valid(stats) AND json_type(stats, '$.accept') IS NOT NULL;
-    UPDATE runs SET summary = json_remove(json_set(summary, '$.acceptance',
-            CASE WHEN json_type(summary, '$.accept') = 'object' THEN json_object(
-                'median', json_extract(summary, '$.accept.median') / 100.0,
-                'low', COALESCE(json_extract(summary, '$.accept.low'), json_extract(summary, '$.accept.median')) / 100.0,
-                'high', COALESCE(json_extract(summary, '$.accept.high'), json_extract(summary, '$.accept.median')) / 100.0,
-                'n', COALESCE(json_extract(summary, '$.accept.n'), 1),
-                'min', COALESCE(json_extract(summary, '$.accept.min'), json_extract(summary, '$.accept.median')) / 100.0,
-                'max', COALESCE(json_extract(summary, '$.accept.max'), json_extract(summary, '$.accept.median')) / 100.0,
-                'cv', json_extract(summary, '$.accept.cv'),
-                'values', json((SELECT json_group_array(value / 100.0) FROM json_each(summary, '$.accept.values'))))
-            WHEN json_type(summary, '$.accept') IN ('real', 'integer') THEN json_extract(summary, '$.accept') / 100.0
-            END), '$.accept')
-        WHERE json_valid(summary) AND json_type(summary, '$.accept') IS NOT NULL;
-    """,
-)
-
-GROUP_KINDS = ("sweep", "tune", "promptset", "study")
-# The kind of the row that keeps a workload study's one decision (llamaspec.studies.study), as it printed it:
-# its answer, not a measurement (report shows it apart).
-STUDY_KIND = "study"
-
-
-@dataclass(frozen=True)
-class Group:
-    """The set a run belongs to beside its experiment: a sweep (its points), a tune (the settings it
-    measured), a prompt set (its prompts) or a cluster study (its work items). ``id`` is what a rerun
-    of the same command finds it by, to resume it."""
-
-    kind: str  # of GROUP_KINDS
-    id: str
-
-    def __post_init__(self) -> None:
-        if self.kind not in GROUP_KINDS:
-            raise ValueError(f"group kind {self.kind!r} is not one of {', '.join(GROUP_KINDS)}")
 
 INTERRUPTED = "the process ended without finishing (killed?)"
 _REAP_WAIT_MS = 2000
@@ -280,97 +38,6 @@ _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _PROTOCOL, _NOTAD
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-@dataclass(frozen=True)
-class MeasurementRow:
-    run_id: int
-    mode: str
-    repeat: int
-    ok: bool
-    error: str | None
-    argv: list[str]
-    exit_code: int | None
-    wall_seconds: float | None
-    peak_rss_bytes: int | None
-    n_prompt: int | None
-    n_predict: int | None
-    encode_tps: float | None
-    decode_tps: float | None
-    n_drafted: int | None
-    n_accept: int | None
-    acceptance: float | None  # Measurement.acceptance (a fraction), kept for queries of the store
-    text: str | None
-    stats: dict[str, Any] | None
-    log_path: str | None
-    baseline_key: str | None = None
-    speed_basis: str | None = None
-    rounds: int | None = None
-    drafted_rounds: int | None = None
-    draft_len: int | None = None
-    draft_policy: str | None = None
-    tokens: list[int] | None = None  # generated token ids, where the engine gives them
-    end_of_text: bool = False  # the model stopped on its own before n_predict
-    draft_steps: int | None = None
-    program: str | None = None
-    sample_ms_per_token: float | None = None
-    error_kind: str | None = None
-    prompt_ms: float | None = None
-    generation_ms: float | None = None
-    noise: dict[str, Any] | None = None  # host.NoiseSample.to_dict() of the measurement's window
-    drafted_by_position: list[int] | None = None
-    accepted_by_position: list[int] | None = None
-    id: int | None = None
-    created_at: str = ""
-
-    @classmethod
-    def of(cls, m: Measurement, *, run_id: int, repeat: int | None = None, baseline_key: str | None = None) -> MeasurementRow:
-        """The row for an engine's Measurement (every field of the contract, none forgotten). ``repeat``
-        is the measurement's pair index (``Measurement.pair``); a draft or batch timing, in no pair,
-        takes ``repeat`` (0 by default)."""
-        if m.pair is not None and repeat is not None and repeat != m.pair:
-            raise ValueError(f"a {m.mode} measurement of pair {m.pair} stored as repeat {repeat}")
-        index = m.pair if m.pair is not None else (repeat or 0)
-        return cls(run_id=run_id, mode=m.mode, repeat=index, ok=m.ok, error=m.error, argv=list(m.argv),
-                   exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
-                   n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
-                   n_drafted=m.n_drafted, n_accept=m.n_accept, acceptance=m.acceptance, text=m.text, stats=m.stats,
-                   log_path=m.log_path, baseline_key=baseline_key, speed_basis=m.speed_basis, rounds=m.rounds,
-                   drafted_rounds=m.drafted_rounds,
-                   draft_len=m.draft_len, draft_policy=m.draft_policy,
-                   tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text,
-                   draft_steps=m.draft_steps, program=m.program, sample_ms_per_token=m.sample_ms_per_token,
-                   error_kind=m.error_kind, prompt_ms=m.prompt_ms, generation_ms=m.generation_ms,
-                   noise=m.noise.to_dict() if m.noise is not None else None,
-                   drafted_by_position=list(m.drafted_by_position) if m.drafted_by_position is not None else None,
-                   accepted_by_position=list(m.accepted_by_position) if m.accepted_by_position is not None else None)
-
-
-def measurement_of(row: dict[str, Any]) -> Measurement:
-    """The Measurement a stored row holds (the inverse of :meth:`MeasurementRow.of`)."""
-    names = {f.name for f in fields(Measurement)}
-    data = {k: v for k, v in row.items() if k in names}
-    for key in ("error", "exit_code", "peak_rss_bytes"):  # rows recorded without them (benchmark fixtures)
-        data.setdefault(key, None)
-    data["argv"] = tuple(row.get("argv") or ())
-    data["tokens"] = tuple(row["tokens"]) if row.get("tokens") is not None else None
-    for key in ("drafted_by_position", "accepted_by_position"):
-        data[key] = tuple(row[key]) if row.get(key) is not None else None
-    data["ok"], data["end_of_text"] = bool(row.get("ok")), bool(row.get("end_of_text"))
-    data["noise"] = NoiseSample.from_dict(row.get("noise"))
-    data["pair"] = int(row["repeat"]) if row.get("mode") in PAIR_MODES and row.get("repeat") is not None else None
-    return Measurement(**data)
-
-
-def measurements_of(rows: Sequence[dict[str, Any]]) -> list[Measurement]:
-    return [measurement_of(r) for r in rows]
-
-
-JSON_COLUMNS = {"argv", "stats", "settings", "provenance", "summary", "tokens", "noise", "drafted_by_position",
-                "accepted_by_position", "counts", "costs", "forecast"}
-WINDOW_COLUMNS = ("url", "started_at", "finished_at", "speculation", "draft_max", "threads", "target_sha256",
-                  "draft_sha256", "counts", "costs", "forecast", "provenance")
-BOOL_COLUMNS = {"ok", "end_of_text"}
 
 
 class Store:
@@ -648,30 +315,6 @@ class Store:
                                      "cpu_steal": noise.get("steal"), "other_load": noise.get("other_load")})
             return out.getvalue()
         raise LlamaspecError(f"unknown export format {fmt!r}", hint="use csv or json")
-
-
-def engine_of(provenance: dict[str, Any]) -> dict[str, Any]:
-    """A run's provenance of its engine, with its ``name`` (what an experiment's ``engine:`` names),
-    however it was stored: ``provenance["engine"]`` holds the name since the engine's own provenance
-    and its name were merged; before, the name was ``provenance["backend"]``, and before 0.2 the
-    engine's provenance was under ``"llamacpp"``."""
-    engine = provenance.get("engine") or provenance.get("llamacpp") or {}
-    if not isinstance(engine, dict):
-        return {}
-    if "name" not in engine and isinstance(provenance.get("backend"), str):
-        return {**engine, "name": provenance["backend"]}
-    return engine
-
-
-def built_from(run: dict[str, Any]) -> str | None:
-    """The source tree a stored run's engine was built from (``Capabilities.built_from``; its
-    ``engine_version`` is that tree's commit), None for an engine in a library. Runs stored before
-    engines declared it: the engines that recorded a commit were the ones built from llama.cpp."""
-    engine = engine_of(run.get("provenance") or {})
-    if "built_from" in engine:
-        found = engine["built_from"]
-        return str(found) if found else None
-    return "llama.cpp" if run.get("engine_version") else None
 
 
 def _wal(db: sqlite3.Connection, timeout: float) -> None:

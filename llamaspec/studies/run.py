@@ -27,7 +27,8 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import pairs
 from llamaspec.measure.contract import SPEED_DEFINITION, Engine, Measurement, ModelPath, ResolvedCase, engine_provenance
 from llamaspec.measure.summary import CaseResult, Reference, Summary, requested_draft, summarize
-from llamaspec.store.results import Group, MeasurementRow, Store, measurements_of
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group, MeasurementRow, measurements_of
 from llamaspec.studies.experiment import Case, Experiment, ModelRef
 
 log = logging.getLogger(__name__)

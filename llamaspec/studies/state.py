@@ -26,7 +26,8 @@ from llamaspec.decision import workload, workload_runs
 from llamaspec.measure import spectypes, timed
 from llamaspec.measure.contract import Engine, ResolvedCase
 from llamaspec.measure.summary import Summary
-from llamaspec.store.results import Group, Store
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group
 from llamaspec.studies.experiment import Case, Experiment
 from llamaspec.studies.run import check_settings, more_pairs, resolve_case, run_case
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of
@@ -354,7 +355,7 @@ class StudyState:
         import math
 
         from llamaspec.measure.pairs import lone_runs, whole_pairs
-        from llamaspec.store.results import measurement_of
+        from llamaspec.store.rows import measurement_of
 
         cells: list[list[tuple[int, float]]] = []  # each cell's pairs: (when, log ratio)
         for _c, _s, r in self.measured_cells():

@@ -30,7 +30,8 @@ from llamaspec.base.stats import percent_text
 from llamaspec.decision import decide, workload
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine
-from llamaspec.store.results import Group, Store
+from llamaspec.store.results import Store
+from llamaspec.store.rows import Group
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
 from llamaspec.studies.policy import DEFAULT_BUDGET_TEXT, allocate, first_pass
@@ -202,9 +203,9 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
 
 
 def keep(store: Store, exp: Experiment, result: StudyResult) -> int:
-    """The study's decision stored as it was made (a row of kind ``results.STUDY_KIND`` in the
+    """The study's decision stored as it was made (a row of kind ``rows.STUDY_KIND`` in the
     study's group): ``report`` shows the newest, the same text the command printed."""
-    from llamaspec.store.results import STUDY_KIND
+    from llamaspec.store.rows import STUDY_KIND
 
     run_id = store.start_run(experiment=exp.name, case_name="workload", settings=exp.settings.to_dict(),
                              provenance={"study": result.study_id, "prompts": dict(result.decision.prompts)},
@@ -227,7 +228,7 @@ def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
     one marked, then each measured prompt's draft-length figures (speed, acceptance, speedup
     against draft length, with the model's band); the PNGs' paths. Nothing here decides."""
     from llamaspec.base import paths
-    from llamaspec.views import analysis, plot
+    from llamaspec.views import analysis, plot, plotdata
 
     decision = study.get("decision") or {}
     chosen = decision.get("chosen") if decision.get("verdict") == "recommend" else None
@@ -239,7 +240,7 @@ def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
         if not sp:
             continue
         per = {p: v["median"] for p, v in (s.get("per_prompt") or {}).items() if v and p in timed}
-        rows.append(plot.WorkloadRow(s["label"], sp["median"], sp["low"], sp["high"], per,
+        rows.append(plotdata.WorkloadRow(s["label"], sp["median"], sp["low"], sp["high"], per,
                                      chosen is not None and s["label"] == chosen.get("label")))
     rows.sort(key=lambda r: -r.speedup)
     folder = paths.plots_dir() / study["study_id"]

@@ -1,7 +1,7 @@
 """How many rounds drafted each position, from what a program says of its rounds in total: the
 arithmetic behind acceptance by position where the counts of drafted tokens are only totals
 (llama-speculative-simple's statistics line, read by ``llamacpp.parse.positions``; llama-server's
-``/metrics``, read by ``llamacpp.server.positions_from_metrics``). No text is read here."""
+``/metrics``, read by ``llamacpp.metrics.positions_from_metrics``). No text is read here."""
 
 from __future__ import annotations
 

@@ -34,7 +34,8 @@ from llamaspec.measure import estimators, spectypes
 from llamaspec.measure.contract import SPEED_DEFINITION
 from llamaspec.measure.settings import SWEEPABLE
 from llamaspec.measure.summary import Summary
-from llamaspec.store.results import Store, built_from
+from llamaspec.store.results import Store
+from llamaspec.store.rows import built_from
 
 log = logging.getLogger(__name__)
 

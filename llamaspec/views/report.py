@@ -19,7 +19,7 @@ from llamaspec.base.stats import Spread, percent_text
 from llamaspec.measure import estimators, spectypes
 from llamaspec.measure.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
 from llamaspec.measure.summary import CaseResult, Reference, Summary
-from llamaspec.store.results import STUDY_KIND, built_from, engine_of, measurement_of
+from llamaspec.store.rows import STUDY_KIND, built_from, engine_of, measurement_of
 
 
 def _num(value: float | None, digits: int = 2) -> str:

@@ -207,7 +207,7 @@ def measured(serving: Serving, window: Window, log_dir: Path, processing: int | 
                              "cannot be timed here",
                              hint="give them with --cost C[,V], or run `llamaspec sweep -m T -md D` on the same files")
     from llamaspec.base import lock
-    from llamaspec.llamacpp import command, costs, flags
+    from llamaspec.llamacpp import command, costs, programhelp
     from llamaspec.measure.contract import ModelPath, ResolvedCase
 
     build = bench_build(serving.argv)
@@ -217,7 +217,7 @@ def measured(serving: Serving, window: Window, log_dir: Path, processing: int | 
     draft = None if serving.draft_free or serving.draft is None else ModelPath("draft", serving.draft, serving.draft_sha256)
     case = ResolvedCase("watch", serving.url, target, draft, None, None, settings)
     depth = window.depth if window.depth is not None else bench_depth(window.prompt_tokens, window.tokens)
-    generation = flags.program_flags(Path(build.program("bench"))).generation
+    generation = programhelp.program_flags(Path(build.program("bench"))).generation
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log.info("timing the pair's costs with llama-bench at depth %d (the server keeps serving%s) ...", depth,
              f"; {processing} request(s) being generated now" if processing else "")

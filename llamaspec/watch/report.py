@@ -31,7 +31,7 @@ class Change:
 def length_flag(serving: Serving) -> str:
     """The server's flag for its draft length: as its command line spells it, else as its --help
     does (a draft model), else the n-gram mode's size-m flag."""
-    from llamaspec.llamacpp import command, flags
+    from llamaspec.llamacpp import command, flags, programhelp
 
     if serving.draft_free and serving.speculation:
         names = flags.spec_type_flags(serving.speculation).sizes.get("ngram_size_m", (DRAFT_LENGTH_FLAG,))
@@ -44,7 +44,7 @@ def length_flag(serving: Serving) -> str:
         from llamaspec.base.errors import LlamaspecError
 
         try:
-            picked = flags.program_flags(Path(serving.argv[0])).pick(names)
+            picked = programhelp.program_flags(Path(serving.argv[0])).pick(names)
         except LlamaspecError:
             picked = None
         if picked:
