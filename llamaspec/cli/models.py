@@ -177,6 +177,7 @@ def fetch(names: tuple[str, ...], variants: tuple[str, ...], update: bool, as_js
     from llamaspec import models as core
     from llamaspec.base.errors import LlamaspecError
     from llamaspec.models import catalog, hf, store
+    from llamaspec.registry import engines
 
     if variants and len(names) > 1:
         raise LlamaspecError("--variant applies to one model", hint="fetch one NAME with --variant, or write NAME:VARIANT")
@@ -198,7 +199,7 @@ def fetch(names: tuple[str, ...], variants: tuple[str, ...], update: bool, as_js
                         f"; keeping the pin (llamaspec models fetch --update {entry.name} moves it)")
                     click.echo(change.describe() + note, err=True)
         wanted = ([ref.variant] if ref.variant else []) + list(variants)
-        files += core.ensure(ref.name, wanted or None, catalog=cat)
+        files += core.ensure(ref.name, wanted or None, catalog=cat, tools=engines.model_tools())
     if as_json:
         click.echo(json.dumps([{**_file_dict(f), "made_now": f.made_now} for f in files], indent=2))
         return
@@ -225,10 +226,11 @@ def check_pair(target: str, draft: str) -> None:
 
     from llamaspec import models as core
     from llamaspec.models import given
+    from llamaspec.registry import engines
 
     def model(text: str) -> core.ModelFile | Path:
         spec = given.parse(text)
-        return Path(spec.text) if spec.kind == "file" else given.resolve(spec)
+        return Path(spec.text) if spec.kind == "file" else given.resolve(spec, tools=engines.model_tools())
 
     t, d = model(target), model(draft)
     v = core.check_pair(t, d)
@@ -268,13 +270,14 @@ def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: boo
     from llamaspec.base.progress import Progress
     from llamaspec.models import drafts as finder
     from llamaspec.models import given
+    from llamaspec.registry import engines
 
     if no_caches and not folders:
         from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError("--no-caches with no FOLDER leaves nowhere to look", hint="give a folder, or drop --no-caches")
     spec = given.parse(target)
-    target_path = Path(spec.text) if spec.kind == "file" else given.resolve(spec).path
+    target_path = Path(spec.text) if spec.kind == "file" else given.resolve(spec, tools=engines.model_tools()).path
     bar: list[Progress] = []
 
     def on_file(i: int, n: int, path: Path) -> None:

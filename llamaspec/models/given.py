@@ -39,7 +39,7 @@ from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import pins, reader
 from llamaspec.models.catalog import Catalog
-from llamaspec.models.store import Build, ModelFile
+from llamaspec.models.store import ModelFile, ModelTools
 
 log = logging.getLogger(__name__)
 
@@ -326,19 +326,19 @@ def hub_file(spec: Spec) -> ModelFile:
                          provenance={"kind": "hf_gguf", "repo": repo, "files": files, "commit": commit})
 
 
-def open_ref(text: str, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+def open_ref(text: str, catalog: Catalog | None = None, tools: ModelTools | None = None) -> ModelFile:
     """The one resolver of a model's text, for local runs, the CLI and cluster workers alike: a GGUF
     path (split parts and links as llama.cpp reads them, the checksum cache), ``USER/REPO[:QUANT]``
     or a catalog ``NAME[:VARIANT]`` (without a variant, its first ``fetch`` one): ``parse`` decides
-    what the text names, ``resolve`` makes it a file. ``catalog``/``build``: another catalog, the
-    build that derives a catalog variant."""
-    return resolve(parse(text), catalog=catalog, build=build)
+    what the text names, ``resolve`` makes it a file. ``catalog``/``tools``: another catalog, what
+    converts or quantizes a catalog variant not made yet (``store.ModelTools``)."""
+    return resolve(parse(text), catalog=catalog, tools=tools)
 
 
-def resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+def resolve(spec: Spec, *, catalog: Catalog | None = None, tools: ModelTools | None = None) -> ModelFile:
     """The model file ``spec`` names (downloaded, fetched or derived if needed), once per process
-    (with the default catalog and build)."""
-    cached = catalog is None and build is None
+    (with the default catalog; ``tools`` only say how a catalog variant not made yet is made)."""
+    cached = catalog is None
     if cached and spec.text in _resolved:
         known, kept = _resolved[spec.text]
         if spec.kind != "file" or _unchanged(known, kept):
@@ -362,7 +362,7 @@ def resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None =
         entry = cat.entry(name)
         if not variant:
             variant = (entry.fetch or entry.plain_variants)[0]
-        got = resolve_catalog(name, variant, catalog=cat, build=build)
+        got = resolve_catalog(name, variant, catalog=cat, tools=tools)
     if cached:
         _resolved[spec.text] = (got, stamps)
     return got
