@@ -22,7 +22,8 @@ An engine (:class:`Engine`) is an object with:
   ``top_tokens(...)`` (the target's most probable tokens at a position, for divergence probes).
 
 Adding an engine is one module with ``open_engine(options)`` and ``deployment(case, options,
-speculative)`` plus one line in ``llamaspec.registry.engines.BUILT_IN``. The engines:
+speculative)``, declared in ``llamaspec.registry.engines.BUILT_IN`` or, from another package, under
+the ``llamaspec.engines`` entry point group. The built-in engines:
 
 - ``llama.cpp`` (``llamaspec.llamacpp.runner``): llama-speculative / llama-speculative-simple
   against llama-completion, one process per measurement; the draft-free n-gram modes on

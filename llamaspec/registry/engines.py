@@ -4,10 +4,12 @@
 
 An engine is a module with ``open_engine(options) -> Engine`` and ``deployment(case, options,
 speculative) -> Deployment``, and optionally ``HONOURED`` (the settings it honours without being
-opened). A new engine is one module and one row of :data:`BUILT_IN`; its round profiles (how its
-speculative programs spend a round, ``llamaspec.theory.profiles.RoundProfile``) are a module's
-``ROUND_PROFILES`` named in :data:`ROUND_PROFILE_MODULES`. Modules are imported only when their
-engine is asked for, so heavy engines (torch) cost nothing to the others.
+opened) and ``ROUND_PROFILES`` (how its speculative programs spend a round,
+``llamaspec.theory.profiles.RoundProfile``). llamaspec's own engines are declared here
+(:data:`BUILT_IN`), so an install whose package metadata is stale still has them; any other package
+adds one through the entry point group :data:`GROUP` (name -> module), as simonw/llm loads its
+plugins. Modules are imported only when their engine is asked for, so heavy engines (torch) cost
+nothing to the others.
 
 It sits above the engines and answers for what they lend the layers below, which name no engine:
 the round profiles the speedup model reads by a measurement's program name, and the converter and
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from importlib import metadata
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
@@ -31,8 +34,13 @@ BUILT_IN: dict[str, str] = {
     "transformers": "llamaspec.hf.runner",
 }
 
+# The entry point group another package declares its engines in, e.g. in its pyproject.toml:
+#   [project.entry-points."llamaspec.engines"]
+#   my-engine = "my_package.engine"
+GROUP = "llamaspec.engines"
+
 # The built-in engines' round profiles, in modules of their own (light: no torch), so that reading a
-# stored run's program needs no engine opened.
+# stored run's program needs no engine opened. An installed engine gives its own as ROUND_PROFILES.
 ROUND_PROFILE_MODULES: tuple[str, ...] = ("llamaspec.llamacpp.profiles", "llamaspec.hf.profiles")
 
 # The engine whose programs make model files: a checkpoint converted to GGUF with its source's
@@ -46,18 +54,50 @@ def model_tools() -> Any:
     return _import(*MODEL_TOOLS).tools()
 
 
+@functools.cache
+def installed() -> dict[str, metadata.EntryPoint]:
+    """The engines other packages declare in :data:`GROUP`, by name (read once per process)."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=GROUP):
+        source = ep.dist.name if ep.dist is not None else ep.value
+        if ep.name in BUILT_IN:
+            raise LlamaspecError(f"the package {source} declares an engine named {ep.name!r}, the name of a built-in engine",
+                                 hint=f"rename its entry point in the {GROUP!r} group, or uninstall {source}")
+        found[ep.name] = ep
+    return found
+
+
 def names() -> tuple[str, ...]:
-    return tuple(BUILT_IN)
+    return (*BUILT_IN, *installed())
 
 
 def _module(name: str) -> Any:
-    if name not in BUILT_IN:
-        raise LlamaspecError(f"unknown engine {name!r}", hint=f"known engines: {', '.join(BUILT_IN)}")
-    return _import(name, BUILT_IN[name])
+    if name in BUILT_IN:
+        installed()  # a package that takes a built-in's name is refused whichever engine is asked for
+        return _import(name, BUILT_IN[name])
+    ep = installed().get(name)
+    if ep is None:
+        raise LlamaspecError(f"unknown engine {name!r}", hint=f"known engines: {', '.join(names())}")
+    return _load(ep)
+
+
+def _load(ep: metadata.EntryPoint) -> Any:
+    """An installed engine's module, checked for what every engine has."""
+    source = ep.dist.name if ep.dist is not None else ep.value
+    try:
+        module = ep.load()
+    except (ImportError, AttributeError) as exc:
+        raise LlamaspecError(f"engine {ep.name!r} of {source} failed to load ({ep.value}): {exc}",
+                             hint=f"reinstall {source}, or uninstall it to measure without that engine") from exc
+    lacking = [f for f in ("open_engine", "deployment") if not callable(getattr(module, f, None))]
+    if lacking:
+        raise LlamaspecError(f"engine {ep.name!r} of {source} ({ep.value}) has no {' and no '.join(lacking)}",
+                             hint="an engine module defines open_engine(options) and deployment(case, options, speculative)")
+    return module
 
 
 def _import(name: str, module: str) -> Any:
-    """An engine's module, imported only when asked for (heavy engines cost the others nothing)."""
+    """A built-in engine's module, imported only when asked for (heavy engines cost the others nothing)."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -93,8 +133,10 @@ def honoured(name: str) -> frozenset[str]:
 
 
 def round_profiles() -> dict[str, RoundProfile]:
-    """Every engine's round profiles by program name."""
-    return _by_name([_built_in_profiles()])
+    """Every engine's round profiles by program name: the built-ins' profile modules, then each
+    installed engine's ``ROUND_PROFILES``."""
+    given = [getattr(_load(ep), "ROUND_PROFILES", ()) for ep in installed().values()]
+    return _by_name([_built_in_profiles(), *given])
 
 
 @functools.cache
@@ -126,7 +168,9 @@ def knows(name: str | None) -> bool:
 
 
 def _find_profile(name: str) -> RoundProfile | None:
-    return round_profiles().get(program_binary(name))
+    """The built-ins' profiles are looked in first: an installed engine is loaded only for a name they lack."""
+    key = program_binary(name)
+    return next((p for p in _built_in_profiles() if p.name == key), None) or round_profiles().get(key)
 
 
 # Engines a cluster machine can provide for itself (a build, models): the module with
