@@ -224,11 +224,12 @@ def prediction_errors(rec: Recorded, first: tuple[int, ...] | None = None) -> tu
     """The model's median error at the lengths it did not see, fitted on every recorded pair of the
     ``first`` lengths (default: the long-first pass's): (on the acceptance by position, with one α)."""
     from llamaspec import theory
+    from llamaspec.registry import engines
 
     lengths = first or tuple(sorted(rec.grid)[::-1][:FIRST_LONGEST])
     rows = rows_for(rec, {k: list(range(len(rec.points[k].pairs))) for k in lengths}, positions=True)
     everything = rows_for(rec, rec.every_pair, positions=True)
-    cost = analysis.cost_model(rows, theory.round_profile(rows[0].summary.program or "llama-speculative"))
+    cost = analysis.cost_model(rows, engines.round_profile(rows[0].summary.program or "llama-speculative"))
     obs = [o for r in rows if (o := analysis.observation(r)) is not None]
     others = [o for r in everything if r.draft_max not in lengths and (o := analysis.observation(r)) is not None]
     out = []

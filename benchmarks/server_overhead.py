@@ -21,6 +21,7 @@ from pathlib import Path
 
 from llamaspec import models
 from llamaspec.base.stats import percent_text
+from llamaspec.llamacpp import modeltools
 from llamaspec.llamacpp.build import find
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.llamacpp.server import ServerEngine
@@ -79,7 +80,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     build = find()
-    target, draft = models.resolve("smollm2-135m", "f32", build=build), models.resolve("smollm2-135m", "q4_1", build=build)
+    tools = modeltools.tools(build)
+    target, draft = models.resolve("smollm2-135m", "f32", tools=tools), models.resolve("smollm2-135m", "q4_1", tools=tools)
     settings = Settings(n_predict=args.n_predict, seed=20, temperature=0.0, draft_max=args.draft, threads=args.threads,
                         ctx_size=2048).with_defaults()
     # Raw prompts on both sides: llama-speculative and llama-completion do not apply chat templates.

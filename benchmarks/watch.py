@@ -33,7 +33,7 @@ from typing import Any
 
 from llamaspec import models
 from llamaspec.base import host, stats
-from llamaspec.llamacpp import server, server_process
+from llamaspec.llamacpp import modeltools, server, server_process
 from llamaspec.measure import chat, estimators, pairs
 from llamaspec.measure.contract import EngineOptions, Measurement, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
@@ -79,8 +79,8 @@ def main() -> None:
     args = ap.parse_args()
     drafts = [int(x) for x in args.drafts.split(",")]
     engine = server.open_engine(EngineOptions(accel="cpu"))
-    target = models.resolve("smollm2-135m", "f32", build=engine.build)
-    draft = models.resolve("smollm2-135m", "q4_1", build=engine.build)
+    target = models.resolve("smollm2-135m", "f32", tools=modeltools.tools(engine.build))
+    draft = models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools(engine.build))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
         # 1. the traffic, watched

@@ -21,7 +21,8 @@ __version__ = "0.1.0"
 # A module's short name -> the package that holds it (the layout in docs/development.md).
 MODULES: dict[str, str] = {
     **dict.fromkeys(("errors", "atomic", "progress", "paths", "proc", "lock", "cpu", "host", "stats"), "base"),
-    **dict.fromkeys(("spectypes", "settings", "contract", "engines", "pairs", "estimators", "summary"), "measure"),
+    **dict.fromkeys(("spectypes", "settings", "contract", "pairs", "estimators", "summary"), "measure"),
+    "engines": "registry",
     "results": "store",
     **dict.fromkeys(("decide", "workload", "workload_runs"), "decision"),
     **dict.fromkeys(("analysis", "plot", "report", "doctor"), "views"),

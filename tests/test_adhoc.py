@@ -476,21 +476,22 @@ def test_every_kind_of_model_text_goes_through_the_one_resolver(pair, tmp_path: 
     second = tiny_gguf(tmp_path / "s-00002-of-00002.gguf", seed=1)
     asked: list[tuple[str, str, object]] = []
 
-    def catalog_variant(name: str, variant: str, *, catalog: object = None, build: object = None) -> store.ModelFile:
-        asked.append((name, variant, build))
+    def catalog_variant(name: str, variant: str, *, catalog: object = None, tools: object = None) -> store.ModelFile:
+        asked.append((name, variant, tools))
         return given.describe_file(draft)
 
     monkeypatch.setattr(store, "resolve", catalog_variant)
+    monkeypatch.setattr(given, "_resolved", {})  # what this process resolved before is not asked again
     assert models.open_ref(str(target)).path == target
     got = models.open_ref(str(link))
     assert got.path == link and got.sha256 == given.file_sha256(target)
     assert models.open_ref(str(second)).path == first
-    build = object()
+    tools = object()
     entry = catalog.load().entry("smollm2-135m")
-    assert models.open_ref("smollm2-135m:q4_1", build=build).path == draft  # type: ignore[arg-type]
+    assert models.open_ref("smollm2-135m:q4_1", tools=tools).path == draft  # type: ignore[arg-type]
     default = (entry.fetch or entry.plain_variants)[0]
-    assert models.open_ref("smollm2-135m", build=build).path == draft  # type: ignore[arg-type]
-    assert asked == [("smollm2-135m", "q4_1", build), ("smollm2-135m", default, build)]
+    assert models.open_ref("smollm2-135m", tools=tools).path == draft  # type: ignore[arg-type]
+    assert asked == [("smollm2-135m", "q4_1", tools), ("smollm2-135m", default, tools)]
 
 
 def test_the_commands_and_a_study_resolve_model_text_by_open_ref_only(pair, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from test_adhoc import hub  # noqa: F401 - the loopback hub fixture
 
 from llamaspec.cli import main
+from llamaspec.llamacpp import modeltools
 from llamaspec.models import given
 from llamaspec.store.results import Store
 from llamaspec.store.rows import STUDY_KIND
@@ -29,7 +30,7 @@ def pair_files(llama_build, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     from llamaspec import models
 
     folder = tmp_path_factory.mktemp("own-models")
-    made = [models.resolve("smollm2-135m", v, build=llama_build) for v in ("f32", "q4_1", "q4_0")]
+    made = [models.resolve("smollm2-135m", v, tools=modeltools.tools(llama_build)) for v in ("f32", "q4_1", "q4_0")]
     out = []
     for f, name in zip(made, ("SmolLM2-135M-F32.gguf", "SmolLM2-135M-Q4_1.gguf", "SmolLM2-135M-Q4_0.gguf"), strict=True):
         shutil.copyfile(f.path, folder / name)

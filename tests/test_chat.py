@@ -19,7 +19,7 @@ import pytest
 from fakes import FIXTURES, fake_bin_dir
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import build, parse
+from llamaspec.llamacpp import build, modeltools, parse
 from llamaspec.llamacpp import chat as templates
 from llamaspec.llamacpp.prompting import generated_part, served_prompt
 from llamaspec.llamacpp.runner import LlamaCppEngine
@@ -409,7 +409,7 @@ def pinned(request: pytest.FixtureRequest) -> build.Build:
 def pair(pinned: build.Build) -> tuple[Any, Any]:
     from llamaspec import models
 
-    return models.resolve("smollm2-135m", "f32", build=pinned), models.resolve("smollm2-135m", "q4_1", build=pinned)
+    return models.resolve("smollm2-135m", "f32", tools=modeltools.tools(pinned)), models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools(pinned))
 
 
 @pytest.fixture(scope="module")

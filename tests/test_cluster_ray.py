@@ -126,11 +126,12 @@ def _provide_offline_pair() -> None:
 
     from llamaspec import models
     from llamaspec.base.errors import LlamaspecError
+    from llamaspec.llamacpp import modeltools
 
     try:
         build = llamacpp_builds.pinned()
         for variant in ("f32", "q4_1"):
-            models.resolve("smollm2-135m", variant, build=build)
+            models.resolve("smollm2-135m", variant, tools=modeltools.tools(build))
     except LlamaspecError:
         return
 

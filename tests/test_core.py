@@ -32,7 +32,7 @@ def case(**settings) -> ResolvedCase:
 @pytest.fixture()
 def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
-    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
+    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant, tools=None: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
 
 

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import real_checks
 
-from llamaspec.llamacpp import parse, server, server_process
+from llamaspec.llamacpp import modeltools, parse, server, server_process
 from llamaspec.llamacpp.build import Build
-from llamaspec.measure import engines
 from llamaspec.measure.contract import Command, Deployment, EngineOptions, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
+from llamaspec.registry import engines
 
 PROMPT = "# Quick-sort implementation in Python and sample usage:"
 
@@ -52,8 +52,8 @@ def real_build(request: pytest.FixtureRequest) -> Build:
 def pair(real_build: Build) -> tuple[Any, Any]:
     from llamaspec import models
 
-    return (models.resolve("smollm2-135m", "f32", build=real_build),
-            models.resolve("smollm2-135m", "q4_1", build=real_build))
+    return (models.resolve("smollm2-135m", "f32", tools=modeltools.tools(real_build)),
+            models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools(real_build)))
 
 
 def real_case(pair: tuple[Any, Any], draft: bool = True, **settings: Any) -> ResolvedCase:

@@ -311,7 +311,7 @@ def test_corrupt_model_is_refused_in_check(backend, pair, tmp_path: Path) -> Non
 
 def test_missing_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from llamaspec.hf import runner as hf_runner
-    from llamaspec.measure import engines
+    from llamaspec.registry import engines
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # what an environment without the extra gives
     with pytest.raises(LlamaspecError, match="needs torch and transformers") as info:

@@ -84,7 +84,7 @@ def test_report_and_the_sweep_header_show_the_cpu_and_its_flags(tmp_path: Path, 
     from fakes import swept
 
     monkeypatch.setattr("llamaspec.models.gguf_model",
-                        lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
+                        lambda model, variant, tools=None: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
     exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=16))
     store = Store.open()

@@ -21,6 +21,7 @@ from conftest import ROOT
 
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.llamacpp import modeltools
 from llamaspec.models import catalog, pins
 from llamaspec.studies import experiment, prompts
 
@@ -259,7 +260,7 @@ def _offline_pair_folder(tmp_path: Path, offline_pair) -> Path:
 def offline_pair(llama_build):
     from llamaspec import models
 
-    return models.resolve("smollm2-135m", "f32", build=llama_build), models.resolve("smollm2-135m", "q4_1", build=llama_build)
+    return models.resolve("smollm2-135m", "f32", tools=modeltools.tools(llama_build)), models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools(llama_build))
 
 
 @pytest.mark.llamacpp

@@ -23,9 +23,10 @@ PACKAGE = ROOT / "llamaspec"
 # below. Packages on one layer may import each other's files, but no file loop may form.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("base",),                 # errors, files, processes, the machine, statistics
-    ("measure",),              # settings, spec types, the engine contract, registry, pairs, summaries
+    ("measure",),              # settings, spec types, the engine contract, pairs, summaries
     ("models", "theory"),      # model files; the speedup model
     ("llamacpp", "hf"),        # the engines
+    ("registry",),             # the registry above them: built-in and installed engines, what they lend below
     ("store",),                # the results store
     ("decision",),             # the decision rule, one answer for a workload
     ("views",),                # analysis of a stored sweep, plots, reports, doctor
@@ -49,16 +50,29 @@ def source_files() -> dict[str, Path]:
 
 
 def imports_of(path: Path, modules: set[str]) -> set[str]:
-    """The llamaspec modules ``path`` imports (``from llamaspec.x import name`` names module x.name
-    where that is a module, else x)."""
+    return imports_in(path.read_text(), module_name(path), path.stem == "__init__", modules)
+
+
+def imports_in(text: str, name: str, is_package: bool, modules: set[str]) -> set[str]:
+    """The llamaspec modules that module ``name``'s source imports: its ``import`` and ``from``
+    statements, relative ones resolved (``from llamaspec.x import name`` and ``from . import name``
+    name module x.name where that is a module, else x), and every string literal that is a module's
+    dotted path: ``importlib.import_module("llamaspec.x")``, a table of module names, ``python -m``."""
+    package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(text, name)):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("llamaspec."))
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("llamaspec"):
-            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
-            found.update(subs or {node.module})
-    return {m for m in found if m in modules}
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            subs = {f"{base}.{a.name}" for a in node.names} & modules
+            found.update(subs or {base})
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.add(node.value)
+    return found & modules
 
 
 @functools.cache
@@ -130,6 +144,29 @@ def test_the_checks_see_an_upward_import_and_a_loop() -> None:
     assert RANK[top("llamaspec.studies.b")] > RANK[top("llamaspec.base.a")]
 
 
+def test_the_checks_see_relative_imports_and_modules_named_as_strings() -> None:
+    """A loop closed by a relative import, ``importlib.import_module("...")`` or a table of module
+    names (the engine registry's kind) is a loop all the same."""
+    modules = {"llamaspec.measure", "llamaspec.measure.a", "llamaspec.measure.b", "llamaspec.base.errors",
+               "llamaspec.models.store", "llamaspec.hf.runner", "llamaspec.llamacpp.runner"}
+    source = ("import importlib\n"
+              "from . import b\n"
+              "from ..base import errors\n"
+              "from .b import something\n"
+              "TABLE = {'llama.cpp': 'llamaspec.llamacpp.runner', 'other': 'llamaspec.nothing.here'}\n"
+              "def load():\n"
+              "    from ..models.store import ModelFile\n"
+              "    return importlib.import_module('llamaspec.hf.runner')\n")
+    assert imports_in(source, "llamaspec.measure.a", False, modules) == {
+        "llamaspec.measure.b", "llamaspec.base.errors", "llamaspec.models.store", "llamaspec.hf.runner",
+        "llamaspec.llamacpp.runner"}
+    assert imports_in("from . import a\n", "llamaspec.measure", True, modules) == {"llamaspec.measure.a"}
+    back = imports_in("X = 'llamaspec.measure.a'\n", "llamaspec.llamacpp.runner", False, modules)
+    g = {"llamaspec.measure.a": imports_in(source, "llamaspec.measure.a", False, modules), "llamaspec.llamacpp.runner": back}
+    assert circles(g) == [["llamaspec.llamacpp.runner", "llamaspec.measure.a"]]
+    assert RANK[top("llamaspec.llamacpp.runner")] > RANK[top("llamaspec.measure.a")]  # and it runs up a layer
+
+
 @pytest.mark.parametrize("name, package", sorted(llamaspec.MODULES.items()))
 def test_a_former_root_module_is_still_importable_by_its_short_name(name: str, package: str) -> None:
     module = getattr(llamaspec, name)
@@ -144,7 +181,7 @@ def test_an_unknown_short_name_is_an_attribute_error() -> None:
 
 # The commands about llama.cpp itself may name its modules: its source, its build, its RPC server and
 # cluster machines, a llama.cpp log parsed (`llamaspec parse`), a pasted llama.cpp command (`run -- ...`).
-# Every other command reaches an engine through the registry (llamaspec.measure.engines).
+# Every other command reaches an engine through the registry (llamaspec.registry.engines).
 ENGINE_COMMANDS = {"llamaspec.cli.build", "llamaspec.cli.source", "llamaspec.cli.rpc", "llamaspec.cli.cluster",
                    "llamaspec.cli.parse", "llamaspec.cli.pasted"}
 
@@ -158,7 +195,7 @@ def test_the_measuring_commands_name_no_engine_module() -> None:
 def test_the_registry_says_what_llama_server_honours_and_refuses_an_engine_that_cannot() -> None:
     from llamaspec.base.errors import LlamaspecError
     from llamaspec.llamacpp import server
-    from llamaspec.measure import engines
+    from llamaspec.registry import engines
 
     assert engines.honoured("llama-server") == server.HONOURED and "draft_max" in server.HONOURED
     with pytest.raises(LlamaspecError, match="does not say which settings"):

@@ -15,7 +15,7 @@ import llamacpp_builds
 import pytest
 
 from llamaspec import models
-from llamaspec.llamacpp import build
+from llamaspec.llamacpp import build, modeltools
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure.contract import ModelPath, ResolvedCase
 from llamaspec.measure.settings import DEFAULTS
@@ -36,7 +36,7 @@ def _model(ref: experiment.ModelRef, request: pytest.FixtureRequest) -> ModelPat
     plain = catalog.split_variant(ref.variant)[0]
     # The pinned build's llama-quantize makes the plain variant when it is missing (F32 from the Q4_1).
     quantizer = None if store.finished(ref.model, plain) else request.getfixturevalue("llama_build")
-    got = models.resolve(ref.model, ref.variant, build=quantizer)
+    got = models.resolve(ref.model, ref.variant, tools=modeltools.tools(quantizer))
     return ModelPath(label=f"{ref.model}:{ref.variant}", path=str(got.path), sha256=got.sha256)
 
 

@@ -20,7 +20,7 @@ from llamaspec.base import host
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import build as builds
-from llamaspec.llamacpp import cache, programhelp
+from llamaspec.llamacpp import cache, modeltools, programhelp
 from llamaspec.views import doctor
 
 REC = FIXTURES / "0c1e570"
@@ -261,7 +261,7 @@ def test_a_real_run_with_the_llama_cpp_found_on_path(llama_build, tmp_path: Path
 
     from llamaspec import models
     from llamaspec.base import paths
-    models.ensure("smollm2-135m", ["f32", "q4_1"], build=llama_build)
+    models.ensure("smollm2-135m", ["f32", "q4_1"], tools=modeltools.tools(llama_build))
     monkeypatch.setenv("PATH", f"{llama_build.bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))  # no cached build
     cache._announced.clear()

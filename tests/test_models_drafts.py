@@ -18,6 +18,7 @@ from models_factory import hf_cache_entry, tiny_gguf
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
+from llamaspec.llamacpp import modeltools
 from llamaspec.models import drafts, reader
 
 TOKENS = ["<unk>", "<s>", "</s>", *[f"<0x{i:02X}>" for i in range(256)], *[f"▁w{i}" for i in range(200)]]
@@ -242,7 +243,7 @@ def test_the_offline_pairs_drafts_and_a_foreign_vocabulary(llama_build, tmp_path
     vocabulary with one token changed (written with gguf) is refused, naming the token and its id."""
     from llamaspec import models
 
-    files = {f.variant: f for f in models.ensure("smollm2-135m", ["f32", "q4_1", "q4_0"], build=llama_build)}
+    files = {f.variant: f for f in models.ensure("smollm2-135m", ["f32", "q4_1", "q4_0"], tools=modeltools.tools(llama_build))}
     folder = tmp_path / "mine"
     folder.mkdir()
     for variant in ("q4_1", "q4_0"):

@@ -20,6 +20,7 @@ from models_factory import hf_cache_entry, hf_checkpoint, sha256, tiny_gguf, whe
 from llamaspec import models
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.llamacpp import modeltools
 from llamaspec.models import store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,20 +99,45 @@ def test_unknown_model_and_variant(home: Path, tmp_path: Path) -> None:
 # --- llama-quantize ---------------------------------------------------------------------------
 
 
+def test_a_variant_to_quantize_is_made_with_the_tools_its_caller_gives_and_refused_without(home: Path,
+                                                                                         tmp_path: Path) -> None:
+    """The models room names no engine: the converter and quantizer are lent by its caller."""
+    src = tiny_gguf(tmp_path / "tiny.gguf")
+    write_catalog(home, {"tiny": _local_entry(src, "f32", ["f32", "q8_0"])})
+    with pytest.raises(LlamaspecError, match="tiny:q8_0 must be made by converting or quantizing, and no tools") as err:
+        models.resolve("tiny", "q8_0")
+    assert "llamaspec models fetch tiny --variant q8_0" in (err.value.hint or "")
+    assert not (home / "tiny" / "ggml-model-f32.gguf").exists()  # refused before its base was made
+
+    class Lent:
+        asked: list[str] = []
+
+        def converter(self) -> tuple[Path, str]:
+            raise AssertionError("a GGUF base is quantized, not converted")
+
+        def quantizer(self) -> tuple[Path, str]:
+            self.asked.append("quantizer")
+            raise LlamaspecError("the lent quantizer was asked")
+
+    with pytest.raises(LlamaspecError, match="the lent quantizer was asked"):
+        models.resolve("tiny", "q8_0", tools=Lent())
+    assert Lent.asked == ["quantizer"] and models.resolve("tiny", "f32").path.is_file()  # the base, made on the way
+
+
 @pytest.mark.llamacpp
 def test_variants_are_derived_with_llama_quantize(llama_build, home: Path, tmp_path: Path) -> None:
     src = tiny_gguf(tmp_path / "tiny.gguf")
     write_catalog(home, {"tiny": _local_entry(src, "f32", ["f32", "q8_0"])})
-    q8 = models.resolve("tiny", "q8_0", build=llama_build)
+    q8 = models.resolve("tiny", "q8_0", tools=modeltools.tools(llama_build))
     assert q8.metadata.file_type == "Q8_0" and q8.metadata.tensor_types.get("Q8_0")
     assert q8.provenance["from"] == "tiny:f32" and q8.provenance["allow_requantize"] is False
     assert (home / "tiny" / "ggml-model-f32.gguf").is_file()  # the base was made on the way
     assert (home / "tiny" / "logs" / "quantize-q8_0.log").is_file()
     # from an already-quantized file llama-quantize needs --allow-requantize
     write_catalog(home, {"tiny8": _local_entry(q8.path, "q8_0", ["q8_0", "q4_0", "f16"])})
-    q4 = models.resolve("tiny8", "q4_0", build=llama_build)
+    q4 = models.resolve("tiny8", "q4_0", tools=modeltools.tools(llama_build))
     assert q4.metadata.file_type == "Q4_0" and q4.provenance["allow_requantize"] is True
-    f16 = models.resolve("tiny8", "f16", build=llama_build)
+    f16 = models.resolve("tiny8", "f16", tools=modeltools.tools(llama_build))
     assert f16.metadata.file_type == "F16"
     models.check_pair(f16, q4)
     assert _leftovers(home) == []
@@ -128,7 +154,7 @@ def test_too_little_disk_stops_before_quantizing(llama_build, home: Path, tmp_pa
     models.resolve("tiny", "f32")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: DiskUsage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))
     with pytest.raises(LlamaspecError) as err:
-        models.resolve("tiny", "q4_0", build=llama_build)
+        models.resolve("tiny", "q4_0", tools=modeltools.tools(llama_build))
     assert "not enough free disk for quantizing tiny to q4_0: 0.0 GiB free" in err.value.message
     assert sorted(p.name for p in (home / "tiny").iterdir()) == [".lock", "ggml-model-f32.gguf", "ggml-model-f32.gguf.json"]
 
@@ -232,7 +258,7 @@ def _real_catalog(home: Path) -> None:
 def test_missing_repo_offline_is_one_line_with_a_hint(home: Path, hf_cache: Path, stub_tree: Path) -> None:
     write_catalog(home, {"ghost": {"source": {"kind": "hf", "repo": "llamaspec-tests/does-not-exist"}, "variants": ["f16"]}})
     with pytest.raises(LlamaspecError) as err:
-        models.resolve("ghost", "f16")
+        models.resolve("ghost", "f16", tools=modeltools.tools())
     assert err.value.message == (f"checkpoint llamaspec-tests/does-not-exist@main is not in the Hugging Face cache "
                                  f"({hf_cache}) and HF_HUB_OFFLINE is set")
     assert "unset HF_HUB_OFFLINE" in (err.value.hint or "")
@@ -266,7 +292,7 @@ def test_missing_torch_is_named_before_any_download(home: Path, hf_cache: Path, 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     _real_catalog(home)
     with pytest.raises(LlamaspecError) as err:
-        models.resolve("codellama-7b", "f16")
+        models.resolve("codellama-7b", "f16", tools=modeltools.tools())
     missing = " and ".join(["torch"] + (["transformers"] if real("transformers") is None else []))  # dev extra only: both
     assert err.value.message.startswith(f"converting a Hugging Face checkpoint needs {missing}, not installed")
     assert err.value.hint == "install the conversion requirements: pip install -e '.[convert]'"
@@ -278,7 +304,7 @@ def test_missing_torch_is_named_before_any_download(home: Path, hf_cache: Path, 
 def test_codellama_from_the_hf_cache_is_converted_for_real(home: Path, hf_cache: Path, tmp_path: Path) -> None:
     _real_catalog(home)
     hf_cache_entry(hf_cache, "codellama/CodeLlama-7b-hf", hf_checkpoint(tmp_path / "ckpt"), commit=COMMIT)
-    made = models.resolve("codellama-7b", "f16")
+    made = models.resolve("codellama-7b", "f16", tools=modeltools.tools())
     assert made.path == home / "codellama-7b" / "ggml-model-f16.gguf"
     assert made.provenance["repo"] == "codellama/CodeLlama-7b-hf" and made.provenance["commit"] == COMMIT
     assert "convert_hf_to_gguf.py" in made.provenance["converted_by"]
@@ -286,7 +312,7 @@ def test_codellama_from_the_hf_cache_is_converted_for_real(home: Path, hf_cache:
     assert (meta.architecture, meta.file_type, meta.context_length) == ("llama", "F16", 256)
     assert (meta.vocab.type, meta.vocab.size, meta.vocab.bos_id, meta.vocab.eos_id) == ("SPM", 64, 1, 2)
     assert meta.parameters == 2 * 64 * 64 + 2 * (4 * 64 * 64 + 3 * 128 * 64 + 2 * 64) + 64
-    assert not models.resolve("codellama-7b", "f16").made_now
+    assert not models.resolve("codellama-7b", "f16", tools=modeltools.tools()).made_now
 
 
 @pytest.mark.convert
@@ -300,8 +326,8 @@ def test_tinyllama_under_its_former_name_is_converted_quantized_and_runs(
     _real_catalog(home)
     # Only the old PY007 name is in the cache: the catalog's alias finds it.
     hf_cache_entry(hf_cache, "PY007/TinyLlama-1.1B-python-v0.1", hf_checkpoint(tmp_path / "ckpt"), commit=COMMIT)
-    q4 = models.resolve("tinyllama-1.1b-python", "q4_0", build=llama_build)
-    f16 = models.resolve("tinyllama-1.1b-python", "f16", build=llama_build)
+    q4 = models.resolve("tinyllama-1.1b-python", "q4_0", tools=modeltools.tools(llama_build))
+    f16 = models.resolve("tinyllama-1.1b-python", "f16", tools=modeltools.tools(llama_build))
     assert not f16.made_now  # made on the way to q4_0
     assert q4.metadata.file_type == "Q4_0" and q4.provenance["from"] == "tinyllama-1.1b-python:f16"
     assert f16.provenance["repo"] == "PY007/TinyLlama-1.1B-python-v0.1"
@@ -338,7 +364,7 @@ def test_interrupted_conversion_leaves_nothing_finished_and_the_rerun_completes(
     monkeypatch.setenv("PYTHONPATH", str(hook))
     monkeypatch.setenv("LLAMASPEC_TEST_TREE", str(source.current().tree))
     with pytest.raises(LlamaspecError) as err:
-        models.resolve("codellama-7b", "f16")
+        models.resolve("codellama-7b", "f16", tools=modeltools.tools())
     assert "convert_hf_to_gguf.py (codellama-7b:f16) was killed by SIGKILL" in err.value.message
     folder = home / "codellama-7b"
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "logs"]
@@ -346,7 +372,7 @@ def test_interrupted_conversion_leaves_nothing_finished_and_the_rerun_completes(
     (folder / ".ggml-model-f16.gguf.partial-deadbeef").write_bytes(b"GGUF" + b"\0" * 100)
     assert store.finished("codellama-7b", "f16") is None
     monkeypatch.delenv("PYTHONPATH")
-    made = models.resolve("codellama-7b", "f16")
+    made = models.resolve("codellama-7b", "f16", tools=modeltools.tools())
     assert made.made_now and made.metadata.file_type == "F16"
     assert _leftovers(home) == []
 

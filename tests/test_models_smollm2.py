@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from llamaspec import models
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
+from llamaspec.llamacpp import modeltools
 from llamaspec.llamacpp.smoke import write_tiny_llama
 from llamaspec.models.reader import GGUFMetadata
 
@@ -24,7 +25,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
 
 @pytest.fixture(scope="module")
 def smollm2(llama_build) -> dict[str, models.ModelFile]:
-    files = models.ensure("smollm2-135m", ["q4_1", "f16", "q4_0", "f32"], build=llama_build)
+    files = models.ensure("smollm2-135m", ["q4_1", "f16", "q4_0", "f32"], tools=modeltools.tools(llama_build))
     return {f.variant: f for f in files}
 
 

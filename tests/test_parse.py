@@ -14,9 +14,9 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import parse
 from llamaspec.llamacpp.parse import ParseError, parse_completion, parse_speculative
+from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE
 from llamaspec.llamacpp.timings import Timings
 from llamaspec.measure.contract import Measurement, tokens_per_round
-from llamaspec.theory import LLAMA_SPECULATIVE
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 WRITEUP = FIXTURES / "writeup-2023"

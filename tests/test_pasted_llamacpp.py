@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamaspec.cli import main
+from llamaspec.llamacpp import modeltools
 from llamaspec.store.results import Store
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -20,7 +21,7 @@ PROMPT = "def quicksort(xs):"
 def offline_pair(llama_build):
     from llamaspec import models
 
-    return models.resolve("smollm2-135m", "f32", build=llama_build), models.resolve("smollm2-135m", "q4_1", build=llama_build)
+    return models.resolve("smollm2-135m", "f32", tools=modeltools.tools(llama_build)), models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools(llama_build))
 
 
 def pasted_run(*words: str) -> list[dict]:

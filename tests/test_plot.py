@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE
 from llamaspec.theory import CostModel, Observation, analyze
 from llamaspec.views.plot import plot_all, plot_speedup
 from llamaspec.views.plotdata import PlotMeta, PlotPoint
@@ -36,10 +37,11 @@ def _sweep() -> tuple[list[PlotPoint], tuple[tuple[int, float], ...], tuple[tupl
             n_generated=accepted[k] + 100,
             spec_decode_tps=sorted(r)[1],
             baseline_decode_tps=39.2,
+            profile=LLAMA_SPECULATIVE,
         )
         for k, r in repeats.items()
     ]
-    an = analyze(obs, CostModel.from_bench({1: 25.5, 2: 31.0, 9: 59.0}, 9.0), max_draft=12)
+    an = analyze(obs, CostModel.from_bench({1: 25.5, 2: 31.0, 9: 59.0}, 9.0, LLAMA_SPECULATIVE), max_draft=12)
     points = [
         PlotPoint.from_repeats(
             o.draft_max, repeats[o.draft_max], 39.2, acceptance=o.acceptance, predicted_speedup=p.predicted_speedup

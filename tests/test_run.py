@@ -161,7 +161,7 @@ def test_cli_run_failure_is_one_line_with_hint_and_nonzero_exit(tmp_path: Path, 
     """A crashing binary through the CLI: one Error line, a Hint, exit 1, the run stored as failed."""
 
     bins = fake_bin_dir(tmp_path / "bin", speculative="killed")
-    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), "x"))
+    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant, tools=None: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), "x"))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
     result = CliRunner().invoke(main, ["run", "smollm2-quicksort", "--bin-dir", str(bins), "-n", "16"])
     assert result.exit_code == 1

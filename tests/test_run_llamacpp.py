@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from fakes import swept
 
 from llamaspec.cli import main
+from llamaspec.llamacpp import modeltools
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Summary
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 def offline_pair(llama_build):
     from llamaspec import models
 
-    return models.resolve("smollm2-135m", "f32", build=llama_build), models.resolve("smollm2-135m", "q4_1", build=llama_build)
+    return models.resolve("smollm2-135m", "f32", tools=modeltools.tools(llama_build)), models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools(llama_build))
 
 
 def small(name: str = "smollm2-quicksort", n: int = 24, draft: int = 4, repeats: int = 1, **settings) -> experiment.Experiment:

@@ -18,7 +18,7 @@ from fakes import swept
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.decision.decide import VERDICTS
-from llamaspec.llamacpp import flags, programhelp, server
+from llamaspec.llamacpp import flags, modeltools, programhelp, server
 from llamaspec.llamacpp.build import Build
 from llamaspec.measure.contract import ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
@@ -190,8 +190,8 @@ def server_build(request: pytest.FixtureRequest) -> Build:
 def pair(server_build):
     from llamaspec import models
 
-    return (models.resolve("smollm2-135m", "f32", build=server_build),
-            models.resolve("smollm2-135m", "q4_1", build=server_build))
+    return (models.resolve("smollm2-135m", "f32", tools=modeltools.tools(server_build)),
+            models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools(server_build)))
 
 
 @pytest.fixture(scope="module")
@@ -398,7 +398,7 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
     first pair, at the depth the server counted), then the fitted model on the server's profile."""
     import yaml
 
-    from llamaspec import theory
+    from llamaspec.llamacpp.profiles import LLAMA_SERVER
     from llamaspec.studies import experiment
     from llamaspec.views import analysis
     target, draft = pair
@@ -426,7 +426,7 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
     report = analysis.sweep_report(store, result.sweep_id, plot=False)
     (group,) = report.groups
     a = group.analysis
-    assert a is not None and a.cost is not None and a.profile is theory.LLAMA_SERVER, group.note
+    assert a is not None and a.cost is not None and a.profile is LLAMA_SERVER, group.note
     assert sorted(p.draft_max for p in a.points) == [1, 4, 8]
     for p in a.points:  # /metrics counted the steps that drafted, at p-min 0 all but the last token's at most
         assert p.drafted_rounds is not None and 0 <= p.calls - p.drafted_rounds <= 1

@@ -22,9 +22,9 @@ import pytest
 from llamaspec.base import stats
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import bench, parse
+from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE, SPECULATIVE_SIMPLE
+from llamaspec.registry.engines import round_profile
 from llamaspec.theory import (
-    LLAMA_SPECULATIVE,
-    SPECULATIVE_SIMPLE,
     CostModel,
     Observation,
     RoundProfile,
@@ -39,7 +39,6 @@ from llamaspec.theory import (
     expected_tokens_per_round,
     interpolate,
     paper_speedup,
-    round_profile,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
@@ -144,14 +143,14 @@ def test_interpolation_uses_the_measured_points() -> None:
     assert interpolate(pts, 3) == pytest.approx(16.0)
     assert interpolate(pts, 6) == pytest.approx(28.0)  # beyond: the last segment's line
     assert interpolate(((2, 8.0),), 3) == pytest.approx(12.0)
-    cost = CostModel.from_bench({1: 10.0, 4: 20.0, 2: 12.0}, 2.0)
+    cost = CostModel.from_bench({1: 10.0, 4: 20.0, 2: 12.0}, 2.0, LLAMA_SPECULATIVE)
     assert cost.verify_batches == pts and cost.verify_ms(2) == pytest.approx(16.0)  # k = 2 verifies 3 tokens
     assert cost.call_ms(2) == pytest.approx(3 * 2.0 + 16.0)  # k + 1 draft steps in llama-speculative
     assert cost.speedup(1.0, 2) == pytest.approx(3 * 10.0 / 22.0)
     with pytest.raises(LlamaspecError, match="batch size 1"):
-        CostModel.from_bench({2: 12.0}, 2.0)
+        CostModel.from_bench({2: 12.0}, 2.0, LLAMA_SPECULATIVE)
     with pytest.raises(LlamaspecError):
-        CostModel.from_bench({1: 10.0, 2: -1.0}, 2.0)
+        CostModel.from_bench({1: 10.0, 2: -1.0}, 2.0, LLAMA_SPECULATIVE)
 
 
 def test_without_measured_batches_the_paper_is_recovered() -> None:
@@ -338,11 +337,12 @@ def _points(alpha: float, ks: list[int], cost: CostModel, rounds: int = 10_000, 
         out.append(Observation(
             draft_max=k, n_drafted=k * rounds, n_accept=n_accept, n_generated=n_accept + rounds + 1,
             spec_decode_tps=1000.0 * tokens / (cost.call_ms(k, tokens) * overhead), baseline_decode_tps=base_tps,
+            profile=cost.profile,
         ))
     return out
 
 
-CPU_COST = CostModel.from_bench({1: 20.0, 2: 24.0, 5: 32.0, 9: 45.0, 17: 70.0}, 4.0)
+CPU_COST = CostModel.from_bench({1: 20.0, 2: 24.0, 5: 32.0, 9: 45.0, 17: 70.0}, 4.0, LLAMA_SPECULATIVE)
 
 
 def test_fit_recovers_a_known_model() -> None:
@@ -418,7 +418,8 @@ def test_points_and_costs_must_come_from_one_program() -> None:
 
 
 def test_point_without_drafts_has_no_alpha_but_the_fit_goes_on() -> None:
-    empty = Observation(draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0)
+    empty = Observation(draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0,
+                        profile=LLAMA_SPECULATIVE)
     an = analyze([empty, *_points(0.8, [4], CPU_COST)], CPU_COST)
     assert an.points[0].alpha is None and an.points[0].acceptance is None
     assert an.points[0].tokens_per_round == 1.0
@@ -426,7 +427,8 @@ def test_point_without_drafts_has_no_alpha_but_the_fit_goes_on() -> None:
 
 
 def test_nothing_drafted_anywhere_is_an_error() -> None:
-    empty = Observation(draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0)
+    empty = Observation(draft_max=4, n_drafted=0, n_accept=0, n_generated=100, spec_decode_tps=9.0, baseline_decode_tps=10.0,
+                        profile=LLAMA_SPECULATIVE)
     with pytest.raises(LlamaspecError, match="nothing was drafted") as info:
         analyze([empty])
     assert info.value.hint and "draft" in info.value.hint
@@ -435,7 +437,7 @@ def test_nothing_drafted_anywhere_is_an_error() -> None:
 
 
 def test_perfect_and_zero_acceptance() -> None:
-    cheap = CostModel(target_ms_per_token=10.0, draft_ms_per_token=1.0)
+    cheap = CostModel(target_ms_per_token=10.0, draft_ms_per_token=1.0, profile=LLAMA_SPECULATIVE)
     perfect = analyze(_points(1.0, [4, 8], cheap), cheap)
     assert perfect.alpha == 1.0 and perfect.ceiling_speedup == math.inf
     assert perfect.best is not None and perfect.best.draft_max == 16  # longer drafts always pay
@@ -444,7 +446,8 @@ def test_perfect_and_zero_acceptance() -> None:
     assert useless.best is not None and useless.best.draft_max == 1 and useless.best.speedup < 1
 
 
-VALID = Observation(draft_max=8, n_drafted=112, n_accept=57, n_generated=72, spec_decode_tps=40.0, baseline_decode_tps=30.0)
+VALID = Observation(draft_max=8, n_drafted=112, n_accept=57, n_generated=72, spec_decode_tps=40.0, baseline_decode_tps=30.0,
+                    profile=LLAMA_SPECULATIVE)
 
 
 @pytest.mark.parametrize(
@@ -509,8 +512,6 @@ def test_one_point_fit_recovers_the_model_that_made_the_point() -> None:
 def test_steps_that_draft_nothing_mix_into_the_speedup_by_their_share_of_tokens() -> None:
     """A share q of the tokens from steps of length 0 (one token, one target step each): time per
     token is (1 - q)·T(k)/tokens + q·T(0), against the baseline's step."""
-    from llamaspec.theory import round_profile
-
     cost = CostModel(target_ms_per_token=20.0, draft_ms_per_token=5.0, verify_batches=((1, 20.0), (17, 60.0)),
                      profile=round_profile("llama-server"), baseline_step_ms=30.0)
     k, tokens = 4.0, 3.5

@@ -13,18 +13,13 @@ from typing import Any
 import pytest
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.hf.profiles import TRANSFORMERS_ASSISTED
 from llamaspec.llamacpp import server
+from llamaspec.llamacpp.profiles import LLAMA_SERVER
 from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Summary
-from llamaspec.theory import (
-    LLAMA_SERVER,
-    TRANSFORMERS_ASSISTED,
-    CostModel,
-    Observation,
-    RoundProfile,
-    analyze,
-    round_profile,
-)
+from llamaspec.registry.engines import round_profile
+from llamaspec.theory import CostModel, Observation, RoundProfile, analyze
 from llamaspec.views import analysis
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

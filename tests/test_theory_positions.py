@@ -10,6 +10,7 @@ from fakes import FakeEngine
 from test_core import exp, fake_models  # noqa: F401  (fixture)
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE
 from llamaspec.store.results import Store
 from llamaspec.studies import study
 from llamaspec.studies.sweep import Budget
@@ -69,13 +70,13 @@ def test_counts_that_cannot_be_a_runs_are_refused_in_one_line(drafted: tuple[int
 def test_positions_past_the_draft_length_are_refused() -> None:
     with pytest.raises(LlamaspecError, match="position 3, past its draft length 2"):
         Observation(draft_max=2, n_drafted=10, n_accept=8, n_generated=20, spec_decode_tps=12.0, baseline_decode_tps=10.0,
-                    rounds=10, positions=PositionCurve((5, 5, 5), (5, 4, 3)))
+                    rounds=10, positions=PositionCurve((5, 5, 5), (5, 4, 3)), profile=LLAMA_SPECULATIVE)
 
 
 # --- the fit ------------------------------------------------------------------------------------
 
 COST = CostModel(target_ms_per_token=20.0, draft_ms_per_token=4.0,
-                 verify_batches=tuple((b, 20.0 * (1 + 0.04 * (b - 1))) for b in range(1, 18)))
+                 verify_batches=tuple((b, 20.0 * (1 + 0.04 * (b - 1))) for b in range(1, 18)), profile=LLAMA_SPECULATIVE)
 
 
 def _point(k: int, through: tuple[float, ...], rounds: int = 100, speedup: float = 1.2,
@@ -84,7 +85,7 @@ def _point(k: int, through: tuple[float, ...], rounds: int = 100, speedup: float
     n_accept = sum(accepted)
     return Observation(draft_max=k, n_drafted=k * rounds, n_accept=n_accept, n_generated=n_accept + rounds + 1,
                        spec_decode_tps=speedup * 50.0, baseline_decode_tps=50.0, rounds=rounds, speedup=speedup,
-                       positions=PositionCurve((rounds,) * k, accepted) if positions else None)
+                       positions=PositionCurve((rounds,) * k, accepted) if positions else None, profile=LLAMA_SPECULATIVE)
 
 
 # a draft that gets the first four tokens of every round right and then fails half the time

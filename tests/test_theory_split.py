@@ -1,5 +1,6 @@
-"""The theory package's seams: engines register their round profiles, the model names no engine,
-and the models room reaches llama.cpp's converter and quantizer through the engine registry."""
+"""The theory package's seams: the engines define their round profiles and the registry above them
+finds one by program name, the model names no engine and is given the profile it models, and the
+models room is handed llama.cpp's converter and quantizer by its callers."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import pytest
 
 from llamaspec import theory
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.measure import engines
-from llamaspec.theory import profiles
+from llamaspec.registry import engines
 
 PACKAGE = Path(__file__).resolve().parent.parent / "llamaspec"
 
@@ -53,31 +53,32 @@ def test_a_module_over_450_lines_says_why_in_its_docstring() -> None:
     assert not unexplained, unexplained
 
 
-def test_every_engine_registers_its_profiles_and_the_old_names_still_import() -> None:
-    known = theory.registered()
+def test_every_engine_gives_its_profiles_to_the_registry_and_the_model_is_given_one() -> None:
+    known = engines.round_profiles()
     assert {"llama-speculative", "llama-speculative-simple", "llama-server", "transformers-assisted",
             "transformers-prompt-lookup"} <= set(known)
     from llamaspec.hf.profiles import TRANSFORMERS_ASSISTED
-    from llamaspec.llamacpp.profiles import LLAMA_SERVER
-    assert theory.LLAMA_SERVER is LLAMA_SERVER and theory.TRANSFORMERS_ASSISTED is TRANSFORMERS_ASSISTED
-    assert theory.round_profile("speculative") is theory.LLAMA_SPECULATIVE
-    assert theory.Observation(draft_max=2, n_drafted=4, n_accept=2, n_generated=6, spec_decode_tps=2.0,
-                              baseline_decode_tps=1.0).profile is theory.LLAMA_SPECULATIVE
+    from llamaspec.llamacpp.profiles import LLAMA_SERVER, LLAMA_SPECULATIVE
+    assert known["llama-server"] is LLAMA_SERVER and known["transformers-assisted"] is TRANSFORMERS_ASSISTED
+    assert engines.round_profile("speculative") is LLAMA_SPECULATIVE
+    counts = {"draft_max": 2, "n_drafted": 4, "n_accept": 2, "n_generated": 6, "spec_decode_tps": 2.0,
+              "baseline_decode_tps": 1.0}
+    assert theory.Observation(**counts, profile=LLAMA_SERVER).profile is LLAMA_SERVER
+    with pytest.raises(TypeError, match="profile"):  # no program assumed: the model names none
+        theory.Observation(**counts)  # type: ignore[call-arg]
 
 
-def test_a_second_profile_under_a_taken_name_is_refused_and_an_unknown_name_names_the_known() -> None:
-    clash = theory.RoundProfile("llama-server", extra_draft_steps=3, first_token_from_prompt=False)
-    with pytest.raises(LlamaspecError, match="two round profiles are named 'llama-server'"):
-        profiles.register(clash)
+def test_an_unknown_program_names_the_known() -> None:
     with pytest.raises(LlamaspecError, match="no round profile for program 'nope'") as err:
-        theory.round_profile("nope")
+        engines.round_profile("nope")
     assert "transformers-assisted" in (err.value.hint or "")
+    assert not engines.knows("nope") and engines.knows("llama-server")
 
 
-def test_the_model_registry_loads_profiles_without_torch_and_models_reach_llamacpp_through_it() -> None:
-    code = ("import sys; from llamaspec import theory; theory.registered(); "
+def test_the_registry_reads_profiles_without_torch_and_lends_llamacpps_model_tools() -> None:
+    code = ("import sys; from llamaspec.registry import engines; engines.round_profiles(); "
             "sys.exit('torch' in sys.modules or 'transformers' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
     tools = engines.model_tools()
-    assert tools.__name__ == "llamaspec.llamacpp.modeltools"
+    assert type(tools).__module__ == "llamaspec.llamacpp.modeltools" and tools.build is None
     assert callable(tools.converter) and callable(tools.quantizer)

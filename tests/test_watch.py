@@ -18,9 +18,10 @@ from fakes import FakeLlamaServer, Served
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import live
+from llamaspec.registry.engines import round_profile
 from llamaspec.store.results import Store
 from llamaspec.store.rows import Group
-from llamaspec.theory import CostModel, round_profile
+from llamaspec.theory import CostModel
 from llamaspec.watch import Watcher, costs, forecast, report, serving, window
 
 REC = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "0c1e570" / "watch"

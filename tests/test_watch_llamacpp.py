@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamaspec.cli import main
-from llamaspec.llamacpp import live
+from llamaspec.llamacpp import live, modeltools
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.server_process import Server
 from llamaspec.measure import chat
@@ -43,8 +43,8 @@ def server_build(request: pytest.FixtureRequest) -> Build:
 def pair(server_build: Build) -> tuple[Any, Any]:
     from llamaspec import models
 
-    return (models.resolve("smollm2-135m", "f32", build=server_build),
-            models.resolve("smollm2-135m", "q4_1", build=server_build))
+    return (models.resolve("smollm2-135m", "f32", tools=modeltools.tools(server_build)),
+            models.resolve("smollm2-135m", "q4_1", tools=modeltools.tools(server_build)))
 
 
 SPECULATION = {

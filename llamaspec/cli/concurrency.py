@@ -45,7 +45,7 @@ def _progress(event: str, data: dict[str, Any]) -> None:
 
 def _server_settings() -> frozenset[str]:
     """The settings llama-server honours, from its flag table (imported when the command is used)."""
-    from llamaspec.measure import engines
+    from llamaspec.registry import engines
 
     return engines.honoured("llama-server")
 

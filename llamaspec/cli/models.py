@@ -176,6 +176,7 @@ def fetch(names: tuple[str, ...], variants: tuple[str, ...], update: bool, as_js
     from llamaspec import models as core
     from llamaspec.base.errors import LlamaspecError
     from llamaspec.models import catalog, hf, store
+    from llamaspec.registry import engines
 
     if variants and len(names) > 1:
         raise LlamaspecError("--variant applies to one model", hint="fetch one NAME with --variant, or write NAME:VARIANT")
@@ -197,7 +198,7 @@ def fetch(names: tuple[str, ...], variants: tuple[str, ...], update: bool, as_js
                         f"; keeping the pin (llamaspec models fetch --update {entry.name} moves it)")
                     click.echo(change.describe() + note, err=True)
         wanted = ([ref.variant] if ref.variant else []) + list(variants)
-        files += core.ensure(ref.name, wanted or None, catalog=cat)
+        files += core.ensure(ref.name, wanted or None, catalog=cat, tools=engines.model_tools())
     if as_json:
         click.echo(json.dumps([{**_file_dict(f), "made_now": f.made_now} for f in files], indent=2))
         return
@@ -222,8 +223,9 @@ def check_pair(target: str, draft: str) -> None:
     """
     from llamaspec import models as core
     from llamaspec.models import given
+    from llamaspec.registry import engines
 
-    t, d = given.path_of(target), given.path_of(draft)
+    t, d = given.path_of(target, engines.model_tools()), given.path_of(draft, engines.model_tools())
     v = core.check_pair(t, d)
     click.echo(f"ok: llama.cpp accepts {d.name} as a draft for {t.name} ({v.type} vocabulary, {v.size} tokens)")
 
@@ -260,12 +262,13 @@ def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: boo
     from llamaspec.base.progress import Progress
     from llamaspec.models import drafts as finder
     from llamaspec.models import given
+    from llamaspec.registry import engines
 
     if no_caches and not folders:
         from llamaspec.base.errors import LlamaspecError
 
         raise LlamaspecError("--no-caches with no FOLDER leaves nowhere to look", hint="give a folder, or drop --no-caches")
-    target_path = given.path_of(target)
+    target_path = given.path_of(target, engines.model_tools())
     bar: list[Progress] = []
 
     def on_file(i: int, n: int, path: Path) -> None:

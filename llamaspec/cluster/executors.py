@@ -68,7 +68,7 @@ def refuse_engine(name: str | None, what: str) -> None:
     names none, e.g. a no-op). A measurement taken with another engine than the experiment names
     would be stored under the experiment's name as if it were the experiment's, so any other
     engine is refused before anything is queued."""
-    from llamaspec.measure import engines
+    from llamaspec.registry import engines
 
     known = engines.cluster_engines()
     if name is not None and name not in known:

@@ -136,8 +136,8 @@ def requirements(exp: Any, accel: str = "auto") -> Requirements:
     """The coordinator's own engine version and options (from the engine, through the registry),
     and its model hashes where it has the files (None where it has not: the first machine's then
     binds the others)."""
-    from llamaspec.measure import engines
     from llamaspec.models import store
+    from llamaspec.registry import engines
 
     engine = exp.engine if exp.engine in engines.cluster_engines() else "llama.cpp"
     own = engines.machine_requirements(engine, exp)

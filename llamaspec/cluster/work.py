@@ -30,7 +30,7 @@ class WorkItem:
 @dataclass(frozen=True)
 class Requirements:
     """What every machine of a study must have, identical: the engine that provides for the machine
-    (``llamaspec.measure.engines.MACHINES``) with its own options, the engine's version (a source
+    (``llamaspec.registry.engines.MACHINES``) with its own options, the engine's version (a source
     commit), what it computes on, and each model file's sha256 (None: whatever the first machine
     has, but then the same on all)."""
 

@@ -46,7 +46,7 @@ class MachineWorker:
 
     def _prepare(self, wanted: Requirements) -> WorkerInfo:
         from llamaspec.base.host import hardware
-        from llamaspec.measure import engines
+        from llamaspec.registry import engines
 
         self.wanted = wanted
         if wanted.engine is None:

@@ -33,9 +33,11 @@ def resolve_model(name: str, variant: str, *, catalog: Catalog | None = None) ->
     entry = cat.variant(name, variant)
     label = f"{name}:{variant}"
     if variant != HF_VARIANT:
+        from llamaspec.llamacpp import modeltools
         from llamaspec.models import store
 
-        got = store.resolve(name, variant, catalog=cat)
+        # transformers reads a GGUF variant (dequantized) that llama.cpp's converter or quantizer makes
+        got = store.resolve(name, variant, catalog=cat, tools=modeltools.tools())
         return ModelPath(label, str(got.path), got.sha256, {"format": "gguf", **got.metadata.to_dict()})
     base = entry.source.options.get("adapter_of") if entry.source.kind == "hf" else None
     folder, origin = checkpoint(entry, adapter=base is not None)

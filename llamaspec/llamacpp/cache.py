@@ -7,7 +7,7 @@ so a run finds it without probing compilers or toolkits. A prebuilt binaries fol
 in for a build (``--bin-dir``/``LLAMASPEC_BIN_DIR``).
 
 ``accel`` is what the programs compute on: ``cpu``, ``cuda`` or ``metal`` (the word "backend"
-names an engine such as llama.cpp or transformers, see ``llamaspec.measure.engines``).
+names an engine such as llama.cpp or transformers, see ``llamaspec.registry.engines``).
 
 Its size: the cache's layout (manifests, ``latest-`` pointers) and the search for a build
 (prebuilt folder, PATH, the cache, in that order) read and write the same manifest and pointer

@@ -1,6 +1,6 @@
 """What a machine needs to measure with llama.cpp's engines (``llama.cpp``, ``llama-server``), and
 the engines opened on it: the cluster's workers reach this through the engine registry
-(``llamaspec.measure.engines.provide_machine``) and never name a llama.cpp module themselves.
+(``llamaspec.registry.engines.provide_machine``) and never name a llama.cpp module themselves.
 
 - :func:`requirements`: what every machine of a study must share, from the coordinator's point of
   view (its llama.cpp commit, whether the RPC build is needed);
@@ -62,8 +62,9 @@ class Machine:
         f = self.models.get(label)
         if f is None:
             from llamaspec import models
+            from llamaspec.llamacpp import modeltools
 
-            f = self.models[label] = models.open_ref(label, build=self.build)
+            f = self.models[label] = models.open_ref(label, tools=modeltools.tools(self.build))
         return ModelPath(label=label, path=str(f.path), sha256=f.sha256)
 
     def open(self, name: str) -> Engine:

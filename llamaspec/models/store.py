@@ -26,7 +26,6 @@ from typing import Any, Protocol
 
 from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.measure import engines
 from llamaspec.models import catalog as catalogs
 from llamaspec.models import headers, pins, plans
 from llamaspec.models.catalog import Catalog, ModelEntry
@@ -34,14 +33,18 @@ from llamaspec.models.quantize import CONVERT_OUTTYPES, file_type
 from llamaspec.models.reader import GGUFMetadata, Vocab
 
 
-class Build(Protocol):
-    """A build of the engine that makes model files (``llamaspec.llamacpp.cache.Build``): what a
-    caller may pass to quantize with instead of the one ``engines.model_tools()`` finds."""
+class ModelTools(Protocol):
+    """What makes model files, lent by the engine that has them (llama.cpp's:
+    ``llamaspec.llamacpp.modeltools.tools(build)``; ``llamaspec.registry.engines.model_tools()`` finds it):
+    the models room is given these by its caller and names no engine."""
 
-    def program(self, role: str) -> Path: ...
+    def converter(self) -> tuple[Path, str]:
+        """The source tree whose ``convert_hf_to_gguf.py`` converts checkpoints, and its commit."""
+        ...
 
-    @property
-    def label(self) -> str: ...
+    def quantizer(self) -> tuple[Path, str]:
+        """The quantizing program and a label of the build it belongs to."""
+        ...
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +197,9 @@ def hub_pin(entry: ModelEntry, catalog: Catalog | None = None, *, update: bool =
     return PinChange(entry.name, now.repo, revision, old, now.commit, differ)
 
 
-def resolve(name: str, variant: str, *, catalog: Catalog | None = None, build: Build | None = None) -> ModelFile:
-    """The finished variant, made first if needed (downloaded, converted, quantized)."""
+def resolve(name: str, variant: str, *, catalog: Catalog | None = None, tools: ModelTools | None = None) -> ModelFile:
+    """The finished variant, made first if needed (downloaded; converted or quantized with ``tools``,
+    which a variant that must be made that way cannot do without)."""
     cat = catalog or catalogs.load()
     entry = cat.variant(name, variant.lower())
     if variant.lower() == catalogs.HF_VARIANT:
@@ -203,19 +207,19 @@ def resolve(name: str, variant: str, *, catalog: Catalog | None = None, build: B
         raise LlamaspecError(f"{name}:{catalogs.HF_VARIANT} is a Hugging Face checkpoint, not a GGUF file: only the transformers backend loads it",
                              hint=f"for llama.cpp pick a GGUF variant ({', '.join(others) or 'add one to the catalog'}); "
                                   "a transformers experiment fetches the checkpoint itself")
-    return _ensure(entry, variant.lower(), build)
+    return _ensure(entry, variant.lower(), tools)
 
 
 def ensure(name: str, variants: list[str] | tuple[str, ...] | None = None, *, catalog: Catalog | None = None,
-           build: Build | None = None) -> list[ModelFile]:
+           tools: ModelTools | None = None) -> list[ModelFile]:
     """Make each of ``variants`` (default: the catalog's ``fetch`` list for ``name``)."""
     cat = catalog or catalogs.load()
     entry = cat.entry(name)
     chosen = [v.lower() for v in variants] if variants else list(entry.fetch)
-    return [resolve(name, v, catalog=cat, build=build) for v in chosen]
+    return [resolve(name, v, catalog=cat, tools=tools) for v in chosen]
 
 
-def _ensure(entry: ModelEntry, variant: str, build: Build | None, then: tuple[str, ...] = ()) -> ModelFile:
+def _ensure(entry: ModelEntry, variant: str, tools: ModelTools | None, then: tuple[str, ...] = ()) -> ModelFile:
     """``then``: the variants to be made from this one afterwards (for the disk and time plan)."""
     have = finished(entry.name, variant)
     if have is not None:
@@ -225,19 +229,20 @@ def _ensure(entry: ModelEntry, variant: str, build: Build | None, then: tuple[st
         return have
     plain, derivation = catalogs.split_variant(variant)
     if derivation is not None:
-        base_file = _ensure(entry, plain, build)
+        base_file = _ensure(entry, plain, tools)
         return _produce(entry, variant, lambda tmp: _derive(base_file, derivation, tmp))
     source = entry.source
     shipped = source.shipped_type
     if shipped == variant:
         return _produce(entry, variant, lambda tmp: _fetch_shipped(entry, tmp))
+    made_by = _given(tools, entry, variant)  # before a base is fetched for nothing
     if shipped is None and variant in CONVERT_OUTTYPES:
-        return _produce(entry, variant, lambda tmp: _convert(entry, variant, tmp, then))
+        return _produce(entry, variant, lambda tmp: _convert(entry, variant, tmp, made_by, then))
     base_variant = shipped or source.get("base")
     if base_variant == variant:
         raise LlamaspecError(f"{entry.name}: base variant {variant} cannot be made from itself", hint="fix models/catalog.yaml")
-    base = _ensure(entry, base_variant, build, (variant, *then))
-    return _produce(entry, variant, lambda tmp: _quantize(entry, base, variant, tmp, build))
+    base = _ensure(entry, base_variant, tools, (variant, *then))
+    return _produce(entry, variant, lambda tmp: _quantize(entry, base, variant, tmp, made_by))
 
 
 @contextlib.contextmanager
@@ -400,10 +405,18 @@ def _checkpoint(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path 
     return folder, {"kind": "path", "path": str(folder)}
 
 
-def _convert(entry: ModelEntry, variant: str, tmp: Path, then: tuple[str, ...] = ()) -> dict[str, Any]:
+def _given(tools: ModelTools | None, entry: ModelEntry, variant: str) -> ModelTools:
+    if tools is None:
+        raise LlamaspecError(f"{entry.name}:{variant} must be made by converting or quantizing, and no tools to do it were given",
+                             hint=f"make it with `llamaspec models fetch {entry.name} --variant {variant}`, or pass "
+                                  "tools=llamaspec.registry.engines.model_tools()")
+    return tools
+
+
+def _convert(entry: ModelEntry, variant: str, tmp: Path, tools: ModelTools, then: tuple[str, ...] = ()) -> dict[str, Any]:
     from llamaspec.models import convert
 
-    tree, commit = engines.model_tools().converter()
+    tree, commit = tools.converter()
     convert.check_requirements()  # before a long download that could not be used
     convert.script(tree)
     folder, origin = _checkpoint(entry, (variant, *then), tmp.parent)
@@ -412,10 +425,10 @@ def _convert(entry: ModelEntry, variant: str, tmp: Path, then: tuple[str, ...] =
     return {**origin, "converted_by": f"{convert.SCRIPT} of llama.cpp {commit}", "outtype": variant}
 
 
-def _quantize(entry: ModelEntry, base: ModelFile, variant: str, tmp: Path, build: Build | None) -> dict[str, Any]:
+def _quantize(entry: ModelEntry, base: ModelFile, variant: str, tmp: Path, tools: ModelTools) -> dict[str, Any]:
     from llamaspec.models import quantize
 
-    program, built_by = engines.model_tools().quantizer(build)
+    program, built_by = tools.quantizer()
     paths.ensure_free_space(tmp.parent, quantize.estimated_bytes(base.metadata.parameters, variant),
                             f"quantizing {entry.name} to {variant}")
     requantize = file_type(catalogs.split_variant(base.variant)[0]).quantized

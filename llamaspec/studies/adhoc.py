@@ -84,6 +84,7 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     without that quant, a draft with an n-gram spec type, no draft without one, two prompts.
     """
     from llamaspec.models import given
+    from llamaspec.registry import engines
 
     settings = settings or Settings()
     spec_type = settings.over(DEFAULTS).spec_type
@@ -98,7 +99,7 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     specs = [given.parse(target), *(given.parse(d) for d in drafts)]  # what each names: the study keeps that text
     if len({s.text for s in specs[1:]}) != len(specs) - 1:
         raise LlamaspecError("the same draft is given twice", hint="give each -md once")
-    files = [given.open_ref(s.text) for s in specs]  # downloaded or read now: their sha256 names the study
+    files = [given.open_ref(s.text, tools=engines.model_tools()) for s in specs]  # downloaded or read now: their sha256 names the study
     # a catalog model without a variant is named with the one resolved (the label a catalog ref has)
     refs = [ModelRef(GIVEN, f"{f.name}:{f.variant}" if s.kind == "catalog" else s.text) for s, f in zip(specs, files, strict=True)]
     prompt_path = str(Path(prompt_file).expanduser().resolve()) if prompt_file is not None else None
@@ -235,9 +236,10 @@ def to_yaml(exp: Experiment) -> dict[str, Any]:
 def files_of(exp: Experiment) -> dict[str, str]:
     """Each model of ``exp`` named by location -> its sha256 (resolved now; once per process)."""
     from llamaspec.models import given
+    from llamaspec.registry import engines
 
     refs = {r.variant for c in exp.cases for r in (c.target, c.draft, *c.drafts) if r is not None and r.given}
-    return {text: given.open_ref(text).sha256 for text in sorted(refs)}
+    return {text: given.open_ref(text, tools=engines.model_tools()).sha256 for text in sorted(refs)}
 
 
 def check_kept(exp: Experiment) -> None:

@@ -21,12 +21,13 @@ from typing import Any
 
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.measure import engines, spectypes
+from llamaspec.measure import spectypes
 from llamaspec.measure.contract import GIVEN, Message  # GIVEN: ModelRef.model of a model named by its location
 from llamaspec.measure.settings import DEFAULTS as DEFAULT_SETTINGS
 from llamaspec.measure.settings import FIELDS as SETTING_FIELDS
 from llamaspec.measure.settings import SettingError, Settings
 from llamaspec.measure.summary import Reference
+from llamaspec.registry import engines
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class Case:
 class Experiment:
     name: str
     description: str
-    engine: str  # a name in llamaspec.measure.engines.REGISTRY (the file's ``engine:``, or ``backend:`` as before)
+    engine: str  # an engine name of llamaspec.registry.engines.names() (the file's ``engine:``, or ``backend:`` as before)
     repeats: int | str  # pairs per point, or "auto"
     cases: tuple[Case, ...]
     path: str = ""

@@ -51,17 +51,18 @@ tokens per round (:func:`alpha_from_tokens_per_round`). A fit (:func:`analyze`) 
 drafted per round, ``n_drafted / rounds``, as ``k``: programs draft fewer than ``--draft`` with
 ``--draft-p-min`` or near the end of generation, and 2023 builds adapted the length.
 
-The package, one module per part: ``maths`` (the closed forms at one α), ``profiles`` (the round
-profile each engine registers from its own package: ``llamaspec.llamacpp.profiles``,
-``llamaspec.hf.profiles``), ``cost`` (:class:`CostModel`), ``observation`` (:class:`Observation`),
-``positions`` (acceptance by draft position, :class:`PositionCurve`), ``fit`` (:func:`analyze`). Every name is importable from here.
+The package, one module per part: ``maths`` (the closed forms at one α), ``profiles``
+(:class:`RoundProfile`: each engine defines its programs' in its own package,
+``llamaspec.llamacpp.profiles``, ``llamaspec.hf.profiles``, and the engine registry finds one by
+program name, ``llamaspec.registry.engines.round_profile``; the model is given the profile of what
+it models), ``cost`` (:class:`CostModel`), ``observation`` (:class:`Observation`), ``positions``
+(acceptance by draft position, :class:`PositionCurve`), ``fit`` (:func:`analyze`). Every name is
+importable from here.
 
 Everything here is pure: frozen dataclasses in, frozen dataclasses out, LlamaspecError on bad input.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from llamaspec.theory.cost import (
     FIT_MIN_LENGTHS,
@@ -86,7 +87,7 @@ from llamaspec.theory.maths import (
 )
 from llamaspec.theory.observation import Observation
 from llamaspec.theory.positions import CONTRADICTION, PositionCurve
-from llamaspec.theory.profiles import RoundProfile, knows, register, registered, round_profile
+from llamaspec.theory.profiles import RoundProfile
 
 __all__ = [
     "CONTRADICTION",
@@ -111,28 +112,6 @@ __all__ = [
     "expected_tokens_per_round",
     "fit_one_point",
     "interpolate",
-    "knows",
     "monotone",
     "paper_speedup",
-    "round_profile",
-    "register",
-    "registered",
 ]
-
-# The profiles' old names, kept importable from here (``from llamaspec.theory import LLAMA_SERVER``):
-# each is looked up in the registry when asked for, so this package names no engine's module.
-_PROFILE_NAMES = {
-    "LLAMA_SPECULATIVE": "llama-speculative",
-    "SPECULATIVE_SIMPLE": "llama-speculative-simple",
-    "LLAMA_SERVER": "llama-server",
-    "TRANSFORMERS_ASSISTED": "transformers-assisted",
-    "TRANSFORMERS_PROMPT_LOOKUP": "transformers-prompt-lookup",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _PROFILE_NAMES:
-        return round_profile(_PROFILE_NAMES[name])
-    if name == "PROGRAMS":
-        return registered()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

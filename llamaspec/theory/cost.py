@@ -21,7 +21,7 @@ from llamaspec.theory.maths import (
     positive,
 )
 from llamaspec.theory.observation import Observation
-from llamaspec.theory.profiles import RoundProfile, default_round_profile
+from llamaspec.theory.profiles import RoundProfile
 
 # The target's batches the model interpolates a verification's cost in: a draft of up to 16 tokens
 # plus one (batch 1 is the target's own step). Every engine that times costs times these.
@@ -100,7 +100,7 @@ class CostModel:
     draft_ms_per_token: float
     verify_batches: tuple[tuple[int, float], ...] = ()  # (tokens, ms) of target batches; () = one step
     draft_batches: tuple[tuple[int, float], ...] = ()  # (tokens, ms) of draft batches, for draft_processes_batch
-    profile: RoundProfile = field(default_factory=default_round_profile)
+    profile: RoundProfile = field(kw_only=True)  # the program whose round the costs add up
     target_sample_ms: float = 0.0
     draft_sample_ms: float = 0.0
     depth: int | None = None  # the context depth the costs were timed at (documentation)
@@ -122,7 +122,7 @@ class CostModel:
         object.__setattr__(self, "draft_batches", _table("draft", self.draft_batches))
 
     @classmethod
-    def from_bench(cls, target_batches: Mapping[int, float], draft_step_ms: float, profile: RoundProfile | None = None,
+    def from_bench(cls, target_batches: Mapping[int, float], draft_step_ms: float, profile: RoundProfile,
                    *, draft_batches: Mapping[int, float] | None = None, target_sample_ms: float = 0.0,
                    draft_sample_ms: float = 0.0, depth: int | None = None, smooth: bool = True) -> CostModel:
         """The model from llama-bench timings at one depth: target batches of 1..K tokens (batch 1
@@ -138,7 +138,7 @@ class CostModel:
             table = monotone(table)
         return cls(target_ms_per_token=dict(table)[1], draft_ms_per_token=draft_step_ms,
                    verify_batches=table,
-                   draft_batches=tuple((draft_batches or {}).items()), profile=profile or default_round_profile(),
+                   draft_batches=tuple((draft_batches or {}).items()), profile=profile,
                    target_sample_ms=target_sample_ms, draft_sample_ms=draft_sample_ms, depth=depth)
 
     @property

@@ -26,7 +26,7 @@ from llamaspec.theory.maths import (
 )
 from llamaspec.theory.observation import Observation
 from llamaspec.theory.positions import CONTRADICTION, PositionCurve
-from llamaspec.theory.profiles import RoundProfile, default_round_profile
+from llamaspec.theory.profiles import RoundProfile
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Analysis:
     points: tuple[PointFit, ...]
     cost: CostModel | None  # None without measured costs: no speedup predictions
     curve: tuple[Prediction, ...]  # k = 1..max_draft; empty without a cost model
-    profile: RoundProfile = field(default_factory=default_round_profile)
+    profile: RoundProfile = field(kw_only=True)  # the program the fit models (its points')
     # Acceptance by draft position pooled over the points, where every point counted it: the tokens
     # per round of every prediction come from it (None: from α).
     positions: PositionCurve | None = None

@@ -8,7 +8,7 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import contract
 from llamaspec.theory.maths import HINT_COUNTS, alpha_from_tokens_per_round, count, positive
 from llamaspec.theory.positions import PositionCurve
-from llamaspec.theory.profiles import RoundProfile, default_round_profile
+from llamaspec.theory.profiles import RoundProfile
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Observation:
     spec_decode_tps: float
     baseline_decode_tps: float
     rounds: int | None = None
-    profile: RoundProfile = field(default_factory=default_round_profile)
+    profile: RoundProfile = field(kw_only=True)  # the program whose loop made the counters
     speedup: float | None = None
     runs: int = 1
     drafted_rounds: int | None = None

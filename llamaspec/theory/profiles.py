@@ -1,20 +1,16 @@
 """Round profiles: how a speculative program spends a round and counts them (:class:`RoundProfile`).
 
-Each engine defines its programs' profiles in its own package and registers them here
-(``llamaspec.llamacpp.profiles``, ``llamaspec.hf.profiles``); :func:`round_profile` finds one by the name
-a measurement records (``Measurement.program``), importing the engines' profile modules
-(``llamaspec.measure.engines.ROUND_PROFILE_MODULES``) the first time it is asked, as the engine registry opens engines.
+Each engine defines its programs' profiles in its own package (``llamaspec.llamacpp.profiles``,
+``llamaspec.hf.profiles``); the engine registry above them finds one by the name a measurement
+records (``llamaspec.registry.engines.round_profile(Measurement.program)``). The model names no
+program: every observation, cost model and fit is given the profile of the program it models.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.measure.settings import program_binary
-
-_REGISTERED: dict[str, RoundProfile] = {}
 
 
 @dataclass(frozen=True)
@@ -53,46 +49,3 @@ class RoundProfile:
         """Verification rounds (target calls after the prompt) from the printed counters, by this
         program's own loop."""
         return n_predict - n_accept - (1 if self.first_token_from_prompt else 0)
-
-
-# examples/speculative/speculative.cpp at 0c1e570: the first token is sampled from the prompt's
-# logits before the loop; each round decodes the target's token on the draft, then drafts k
-
-
-def register(profile: RoundProfile) -> RoundProfile:
-    """Make ``profile`` known by its name (an engine's profile module calls this when imported)."""
-    known = _REGISTERED.get(profile.name)
-    if known is not None and known != profile:
-        raise LlamaspecError(f"two round profiles are named {profile.name!r}", hint="give each program its own name")
-    _REGISTERED[profile.name] = profile
-    return profile
-
-
-def registered() -> dict[str, RoundProfile]:
-    """Every engine's round profiles by program name (the engines' profile modules imported first)."""
-    from llamaspec.measure import engines
-
-    for module in engines.ROUND_PROFILE_MODULES:
-        importlib.import_module(module)
-    return dict(_REGISTERED)
-
-
-def round_profile(name: str) -> RoundProfile:
-    """The profile of a speculative program by the name a measurement records (its binary's); a
-    ``Settings.program`` (``speculative``) is read as its binary (``settings.program_binary``)."""
-    key = program_binary(name)
-    found = _REGISTERED.get(key) or registered().get(key)
-    if found is None:
-        raise LlamaspecError(f"no round profile for program {name!r}",
-                             hint=f"known programs: {', '.join(registered())}")
-    return found
-
-
-def knows(name: str | None) -> bool:
-    """Whether a program by this name (either spelling) has a round profile."""
-    return name is not None and program_binary(name) in registered()
-
-
-def default_round_profile() -> RoundProfile:
-    """The profile a model built without naming one assumes: the pinned ``llama-speculative``."""
-    return round_profile("llama-speculative")

@@ -210,6 +210,7 @@ def _num(value: float | None) -> str:
 def observation(row: PointRow) -> Any:
     """A theory.Observation from a stored point (None when it lacks what the model needs)."""
     from llamaspec import theory
+    from llamaspec.registry import engines
 
     s = row.summary
     spec, base = s.decode_tps, s.baseline_decode_tps
@@ -217,14 +218,14 @@ def observation(row: PointRow) -> Any:
         return None
     if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict):
         return None
-    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in theory.registered():
+    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in engines.round_profiles():
         return None
     if not s.rounds:
         return None
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
         spec_decode_tps=spec.median, baseline_decode_tps=base.median, rounds=s.rounds,
-        drafted_rounds=s.drafted_rounds, profile=theory.round_profile(s.program),
+        drafted_rounds=s.drafted_rounds, profile=engines.round_profile(s.program),
         speedup=s.speedup.median if s.speedup else None,
         positions=(theory.PositionCurve(s.drafted_by_position, s.accepted_by_position)
                    if s.drafted_by_position and s.accepted_by_position else None),
@@ -347,6 +348,7 @@ def model_view(group: GroupReport, refits: int = BOOTSTRAP_REFITS, seed: int = 0
 def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, str | None]:
     """(Analysis or None, note or None)."""
     from llamaspec import theory
+    from llamaspec.registry import engines
 
     if rows and all(r.draft_free for r in rows):
         modes = ", ".join(sorted({r.spec_type for r in rows}))
@@ -360,7 +362,7 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
         obs = [o for o in (observation(r) for r in rows) if o is not None]
     except LlamaspecError as exc:  # counters that contradict the program's loop
         return None, f"the speedup model could not be fitted: {exc.message}"
-    if not obs and any(r.summary.n_drafted for r in rows) and not any(theory.knows(r.summary.program) for r in rows):
+    if not obs and any(r.summary.n_drafted for r in rows) and not any(engines.knows(r.summary.program) for r in rows):
         named = sorted({r.summary.program or "none" for r in rows})
         return None, (f"these runs name no round profile the speedup model knows (program {', '.join(named)}): "
                             "no alpha or prediction (the measured figures stand)")

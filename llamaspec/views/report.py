@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llamaspec import theory
 from llamaspec.base import stats
 from llamaspec.base.cpu import CpuInfo
 from llamaspec.base.stats import Spread, percent_text
 from llamaspec.measure import estimators, spectypes
 from llamaspec.measure.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
 from llamaspec.measure.summary import CaseResult, Reference, Summary
+from llamaspec.registry import engines
 from llamaspec.store.rows import STUDY_KIND, built_from, engine_of, measurement_of
 
 
@@ -106,7 +106,7 @@ def rows(summary: Summary, reference: Reference | None, seconds: Seconds | None 
     ref = reference or Reference()
     med = lambda sp: sp.median if sp else None  # noqa: E731
     # the write-up's numbers come from Sep 2023's `speculative`, which counts rounds as llama-speculative does
-    ref_rounds = (theory.round_profile("llama-speculative").rounds(ref.n_predict, ref.n_accept)
+    ref_rounds = (engines.round_profile("llama-speculative").rounds(ref.n_predict, ref.n_accept)
                   if ref.n_predict is not None and ref.n_accept is not None else None)
     ref_tpr, ref_mal = tokens_per_round(ref.n_accept, ref_rounds), mean_accepted(ref.n_accept, ref_rounds)
     out = [

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.theory import CostModel, bench_depth, round_profile
+from llamaspec.registry.engines import round_profile
+from llamaspec.theory import CostModel, bench_depth
 from llamaspec.watch.serving import Serving
 from llamaspec.watch.window import Window
 
