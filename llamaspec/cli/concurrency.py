@@ -104,6 +104,9 @@ def concurrency(experiment_name: str | None, model: str | None, drafts: tuple[st
 
         raise LlamaspecError(f"experiment {exp.name} uses the transformers engine; concurrency is measured on llama-server",
                              hint="measure a llama.cpp or llama-server experiment's concurrency")
+    if exp.engine != "llama-server":  # the same build and GGUF models, served: said, not silent
+        log.warning("concurrency is measured on llama-server: experiment %s (engine %s) is measured there, with its "
+                    "models and settings", exp.name, exp.engine)
     exp = exp.with_overrides(settings, repeats)
     got = loader.load(loader.source_of(exp, source if model is None else None, limit=limit, seed=sample_seed,
                                        format=fmt, turns=turns))

@@ -139,7 +139,8 @@ def requirements(exp: Any, accel: str = "auto") -> Requirements:
     from llamaspec.models import store
     from llamaspec.registry import engines
 
-    engine = exp.engine if exp.engine in engines.cluster_engines() else "llama.cpp"
+    check_engine(exp)  # the engine is the experiment's, one the workers provide for themselves
+    engine = exp.engine
     own = engines.machine_requirements(engine, exp)
     labels = sorted({c.target.label for c in exp.cases} | {c.draft.label for c in exp.cases if c.draft})
     models: dict[str, str | None] = {}
