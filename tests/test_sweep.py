@@ -287,6 +287,8 @@ def test_an_experiment_over_a_prompt_set_is_the_workload_study_of_its_cases(fake
     exp, setups = methods.over_prompts(loaded, loader.load(loader.source_of(loaded)))
     assert [(c.name, c.category, c.draft.variant if c.draft else None) for c in exp.cases] == [
         ("p0", "code", "q4_1"), ("p1", "code", "q4_1"), ("p2", "math", "q4_1"), ("p3", "math", "q4_1")]
+    # each prompt measured with the experiment's settings (64 tokens, one thread), not the defaults
+    assert {(c.settings.n_predict, c.settings.threads, c.settings.seed) for c in exp.cases} == {(64, 1, 1)}
     assert [(s.label, s.values) for s in setups] == [("k2", {"draft_max": 2}),
                                                      ("k6-q8", {"draft_max": 6, "draft_variant": "q8_0"})]
     engine = FakeEngine(drift=0.0)

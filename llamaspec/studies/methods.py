@@ -15,7 +15,7 @@ import dataclasses
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import spectypes
-from llamaspec.measure.settings import DEFAULTS, SWEEPABLE, Settings
+from llamaspec.measure.settings import DEFAULTS, SWEEPABLE
 from llamaspec.studies.experiment import Case, Experiment
 from llamaspec.studies.prompts import PromptSet, check_workload
 from llamaspec.studies.setups import Setup
@@ -68,7 +68,8 @@ def over_prompts(exp: Experiment, prompt_set: PromptSet) -> tuple[Experiment, tu
     draft = next((c.draft for c in exp.cases if c.draft is not None), None)
     full = exp.settings.over(DEFAULTS)
     prompts = check_workload(prompt_set.prompts, int(full.ctx_size or 4096), int(full.n_predict or 256))
-    cases = tuple(Case(p.id, first.target, draft, p.prompt, None, Settings(), category=p.category, chat=p.chat,
+    # each prompt a case with the experiment's settings (a loaded case holds them, its own over them)
+    cases = tuple(Case(p.id, first.target, draft, p.prompt, None, exp.settings, category=p.category, chat=p.chat,
                        history=p.history) for p in prompts)
     return dataclasses.replace(exp, cases=cases), setups
 
