@@ -4,6 +4,7 @@ real responses, and the real server from the pinned build on the real offline Sm
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from dataclasses import replace
@@ -156,6 +157,17 @@ def test_fields_when_nothing_was_drafted_and_when_the_model_stopped() -> None:
     # a target-only server that drafted says so in its answer's draft_n: counted, for the run core to refuse
     drafted = server.completion_fields(ANSWERS["speculative"], "baseline", case().settings)
     assert (drafted["n_drafted"], drafted["n_accept"], drafted["draft_policy"]) == (16, 12, "none")
+
+
+def test_top_tokens_from_a_recorded_n_probs_answer() -> None:
+    rec = json.loads((REC / "server-nprobs.json").read_text())
+    answer = rec["response"]
+    at = rec["request"]["n_predict"] - 1
+    top = server.top_tokens_at(answer, at, answer["tokens"][:at])
+    assert top is not None and [t["id"] for t in top] == [198, 11181]  # "\n" and "\n  ": the flip the draft run took
+    assert top[0]["p"] >= top[1]["p"] and top[0]["p"] - top[1]["p"] < 1e-3
+    assert top[0]["p"] == pytest.approx(math.exp(answer["completion_probabilities"][at]["top_logprobs"][0]["logprob"]))
+    assert server.top_tokens_at(answer, at, [0] * at) is None  # another path: its probabilities say nothing here
 
 
 # --- the real server ---------------------------------------------------------------------------

@@ -233,6 +233,11 @@ class TransformersEngine:
     def prepare(self, case: ResolvedCase, modes: tuple[str, ...] = ("baseline", "speculative")) -> None:
         """Not declared (capabilities.prepares is False): models load on first use and stay loaded; not declared in capabilities."""
 
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Any, log_path: Path,
+                   n: int = 2) -> list[dict[str, Any]] | None:
+        """Not declared (capabilities.top_tokens is False): no probe of the target's probabilities."""
+        return None
+
     def close(self) -> None:
         self._loaded.clear()
         self._free()

@@ -252,6 +252,11 @@ class LlamaCppEngine:
     def prepare(self, case: ResolvedCase, modes: tuple[str, ...] = ("baseline", "speculative")) -> None:
         """Not declared (capabilities.prepares is False): every measurement is its own process: nothing to load ahead."""
 
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Any, log_path: Path,
+                   n: int = 2) -> list[dict[str, Any]] | None:
+        """Not declared (capabilities.top_tokens is False): no probe of the target's probabilities."""
+        return None
+
     def close(self) -> None:
         """Nothing stays running: every measurement is its own process."""
 

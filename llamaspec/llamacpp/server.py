@@ -38,9 +38,11 @@ import dataclasses
 import http.client
 import json
 import logging
+import math
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,7 @@ class ServerEngine:
             keeps_models_loaded=True,
             token_ids=True,
             prepares=True,
+            top_tokens=True,
             prompt_timings=True,
             built_from="llama.cpp",
         )
@@ -275,6 +278,25 @@ class ServerEngine:
         with self._lock:
             return self._pool.get(key)
 
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Sequence[int], log_path: Path,
+                   n: int = 2) -> list[dict[str, Any]] | None:
+        """The target's ``n`` most probable tokens at generated position ``position`` (0-based), on
+        its own greedy path, from the target-only server (raw probabilities, before sampling).
+
+        ``prefix`` is the baseline's output before that position; None when this request's path
+        differs from it (then the probabilities would belong to another context)."""
+        s = case.settings.with_defaults()
+        server = self.server_for(case, "baseline")
+        body = {"prompt": self.prompt_text(case), "n_predict": position + 1, "temperature": s.temperature,
+                "seed": s.seed, "cache_prompt": False, "return_tokens": True, "stream": False, "n_probs": n,
+                "post_sampling_probs": False}
+        try:
+            data = server.post("/completion", body, timeout=s.timeout or 1800.0)
+        except (ServerDied, RequestFailed, OSError, http.client.HTTPException) as exc:
+            raise LlamaspecError(f"llama-server ({server.label}) could not give token probabilities: {exc}") from None
+        _write_log(log_path, server, body, data, None)
+        return top_tokens_at(data, position, prefix)
+
     # measuring
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
@@ -398,6 +420,20 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
         if "draft_n" in t:  # the target alone drafted: the run core refuses this baseline
             fields.update(n_drafted=int(t["draft_n"]), n_accept=int(t.get("draft_n_accepted", 0)))
     return fields
+
+
+def top_tokens_at(data: dict[str, Any], position: int, prefix: Sequence[int]) -> list[dict[str, Any]] | None:
+    """``[{"id", "piece", "p"}, ...]`` at ``position`` from an ``n_probs`` answer (pure: tested on a
+    recorded one); None when the answer's tokens before it are not ``prefix``."""
+    tokens = data.get("tokens") or []
+    if list(tokens[:position]) != list(prefix):
+        log.warning("the probe's output differs from the baseline's before token %d: top tokens not used", position)
+        return None
+    probs = data.get("completion_probabilities") or []
+    if position >= len(probs):
+        return None
+    top = probs[position].get("top_logprobs") or []
+    return [{"id": int(t["id"]), "piece": t.get("token", ""), "p": math.exp(float(t["logprob"]))} for t in top]
 
 
 def _write_log(log_path: Path, server: Server, body: dict[str, Any], data: dict[str, Any], error: str | None) -> None:

@@ -18,7 +18,8 @@ An engine (:class:`Engine`) is an object with:
 - ``deployment(case, speculative)``: the exact command that deploys the case's setting outside
   llamaspec (a :class:`Deployment`; ``speculative=False``: the target alone);
 - ``close()``: stop what it keeps running (servers, loaded models);
-- where ``capabilities`` declares it: ``prepare(case)`` (load before timing).
+- where ``capabilities`` declares them: ``prepare(case)`` (load before timing) and
+  ``top_tokens(...)`` (the target's most probable tokens at a position, for divergence probes).
 
 Adding an engine is one module with ``open_engine(options)`` and ``deployment(case, options,
 speculative)``, declared in ``llamaspec.registry.engines.BUILT_IN`` or, from another package, under
@@ -133,6 +134,7 @@ class Capabilities:
     keeps_models_loaded: bool = False  # True: no process start or model load inside a measurement
     token_ids: bool = False  # Measurement.tokens is filled: lossless is checked on ids, not text
     prepares: bool = False  # prepare(case) loads what a measurement needs before it is timed
+    top_tokens: bool = False  # top_tokens(...) gives the target's most probable tokens at a position
     prompt_timings: bool = False  # Measurement.prompt_ms and generation_ms are filled (end-to-end figures)
     # The source tree the engine's programs are built from ("llama.cpp" for the command-line programs
     # and the server: one build), whose commit is its provenance's ``version``, with the ``accel`` and
@@ -454,3 +456,8 @@ class Engine(Protocol):
         models, the rendered prompt), so that none of it lands in a timing."""
         ...
 
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Any, log_path: Path,
+                   n: int = 2) -> list[dict[str, Any]] | None:
+        """(``capabilities.top_tokens``) The target alone's ``n`` most probable tokens (``{"id", "p"}``)
+        at generated position ``position`` on the path ``prefix``; None when its path differs."""
+        ...
