@@ -171,13 +171,25 @@ class FakeEngine:
     positions: bool = False
     position_bias: float = 1.0
     baseline_speculates: bool = False
+    top_gap: float | None = None  # answers top_tokens: the two outputs' tokens where they diverge, this far apart
+    probes: list[int] = field(default_factory=list)  # the positions top_tokens was asked for
 
     def __post_init__(self) -> None:
         self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
                                          settings=frozenset({"n_predict", "draft_max", "threads", "seed", "ctx_size",
                                                              "flash_attn", "temperature", "escape", "gpu_layers",
                                                              "draft_gpu_layers", "spec_type", "program", "timeout"}),
-                                         spec_types=("draft",), draft_policy="fixed", built_from=self.built_from)
+                                         spec_types=("draft",), draft_policy="fixed", built_from=self.built_from,
+                                         top_tokens=self.top_gap is not None)
+
+    def top_tokens(self, case: ResolvedCase, position: int, prefix: Any, log_path: Any, n: int = 2) -> list[dict[str, Any]] | None:
+        """The target alone's top two at ``position`` on its own path (None on another): its own
+        token there and the one a differing draft run takes (7), ``top_gap`` apart."""
+        self.probes.append(position)
+        if list(prefix) != list(range(100, 100 + position)):
+            return None
+        gap = self.top_gap or 0.0
+        return [{"id": 100 + position, "p": 0.45 + gap / 2}, {"id": 7, "p": 0.45 - gap / 2}]
 
     def identity(self) -> str:
         return f"fake-{self.base_tps}"
@@ -495,7 +507,6 @@ def swept(exp: Any, axes: dict[str, tuple[Any, ...]], engine: Any, store: Any, *
 
     result = study.run_study(exp, study.setups_for(axes), engine, store, fixed_grid=True, **options)
     return Swept(result, study.prompt_group(result.study_id, exp.cases[0].name))
-
 
 
 def study_everything(exp: Any, engine: Any, store: Any, variants: tuple[str, ...] = (), modes: Any = None,

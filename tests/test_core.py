@@ -285,3 +285,25 @@ def test_a_sampled_run_is_measured_and_never_called_lossless_nor_differing() -> 
     assert data["summary"]["lossless"]["verdict"] == "not applicable"
     stored = Summary.from_dict(Store.open().run(sampled.run_id)["summary"])
     assert stored.lossless == s.lossless and Store.open().run(sampled.run_id)["status"] == "ok"
+
+
+@pytest.mark.parametrize(("gap", "kept"), [(0.003, True), (0.3, False)])
+def test_an_output_that_differs_at_a_greedy_near_tie_is_kept_and_said(fake_models, gap: float, kept: bool) -> None:
+    """Draft 4's output leaves the target alone's at token 3. Where the engine's probe says the
+    target's top two there are the two outputs' tokens within 0.02 (batched verification's rounding
+    flips such a choice), the setup is kept and said; anywhere else it is excluded as a wrong output."""
+    engine = FakeEngine(drift=0.0, differ_at_k=(4,), top_gap=gap)
+    store = Store.open()
+    result = swept(exp(), {"draft_max": (2, 4)}, engine, store).result
+    assert 3 in engine.probes  # asked where the outputs diverge, on the baseline's path
+    four = next(s for s in result.decision.setups if s.label == "draft 4")
+    run = store.run(result.runs[("python", four.setup)])
+    assert run["status"] == "differs"  # the output did differ: stored as it was
+    lines = "\n".join(result.decision.lines())
+    if kept:
+        assert four.excluded is None and four.near_ties == ("python at token 3 (top-two gap 3.0e-03)",), four
+        assert run["summary"]["lossless"]["near_tie"] == pytest.approx(0.003)
+        assert "kept: draft 4: output differs at a greedy near-tie only" in lines
+    else:
+        assert four.excluded == "output differs on python" and not four.near_ties
+        assert run["summary"]["lossless"]["near_tie"] is None and "kept:" not in lines

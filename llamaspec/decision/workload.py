@@ -71,6 +71,7 @@ class Cell:
     loop: str | None = None  # the loop the target alone's output ends in (timed.Loop.text()); None: none
     asked: int | None = None  # the tokens the runs were asked for (-n): the floor of "too short to time"
     differs_at: int | None = None  # where its output first differs from the target alone's (Lossless.first_difference)
+    near_tie: str | None = None  # an OK cell whose output differs at a greedy near-tie (measure/probe.py): what and where
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,13 @@ class SetupFigures:
     pairs: int  # pairs on the timed prompts
     excluded: str | None = None  # why it may not be recommended (output differs, failed)
     prompts: int = 0  # timed prompts it was measured on
+    near_ties: tuple[str, ...] = ()  # its outputs that differ at a greedy near-tie only: kept, each said
 
     def to_dict(self) -> dict[str, Any]:
         return {"setup": decide._jsonable(self.setup), "label": self.label, "cost": list(self.cost),
                 "speedup": self.speedup.to_dict() if self.speedup else None, "pairs": self.pairs, "prompts": self.prompts,
-                "per_prompt": {p: s.to_dict() if s else None for p, s in self.per_prompt}, "excluded": self.excluded}
+                "per_prompt": {p: s.to_dict() if s else None for p, s in self.per_prompt}, "excluded": self.excluded,
+                "near_ties": list(self.near_ties)}
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,8 @@ class WorkloadDecision:
                        " (--count-loops: your traffic loops too, count them)")
         excluded = [s for s in self.setups if s.excluded]
         out += [f"  excluded: {s.label}: {s.excluded}" for s in excluded]
+        out += [f"  kept: {s.label}: output differs at a greedy near-tie only (batched verification's rounding, not the "
+                f"draft): {'; '.join(s.near_ties)}" for s in self.setups if s.near_ties and not s.excluded]
         out.append(f"  estimate: {self.estimator}")
         return out
 
@@ -430,7 +435,7 @@ def figures(cells: Sequence[Cell], prompts: Sequence[str], of: Mapping[str, str]
         elif not excluded and not over_prompts and len(measured) == len(prompts):
             spread = estimators.workload([mine[p].ratios for p in prompts], noise)
         out.append(SetupFigures(key, s.label, s.cost, spread, per, sum(len(mine[p].ratios) for p in measured), excluded,
-                                len(measured)))
+                                len(measured), tuple(c.near_tie for c in mine.values() if c.near_tie)))
     return tuple(out)
 
 

@@ -131,6 +131,11 @@ def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Ce
     ratios = tuple(summary.speedup.values) if summary.speedup and summary.own_baselines else ()
     loop = summary.loop.text() if summary.loop else None
     asked = (run.get("settings") or {}).get("n_predict")
+    lossless = summary.lossless
+    if summary.status == "differs" and lossless.near_tie is not None:  # the engine's rounding, not the draft: kept, said
+        return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.OK, None, summary.timed_tokens,
+                             loop, asked, lossless.first_difference,
+                             f"{prompt} at token {lossless.first_difference} (top-two gap {lossless.near_tie:.1e})")
     if summary.status == "differs":
         return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.DIFFERS, summary.lossless.text(),
                              summary.timed_tokens, loop, asked, summary.lossless.first_difference)

@@ -108,6 +108,7 @@ class Lossless:
     reason: str | None = None  # why it differs or was not checked
     speculative_excerpt: str | None = None
     baseline_excerpt: str | None = None
+    near_tie: float | None = None  # the target's top-two gap where a differing output diverges, when a near-tie (probe.py)
 
     @property
     def identical(self) -> bool | None:

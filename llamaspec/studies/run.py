@@ -24,7 +24,7 @@ from typing import Any
 from llamaspec import __version__
 from llamaspec.base import paths, stats
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.measure import pairs
+from llamaspec.measure import pairs, probe
 from llamaspec.measure.contract import SPEED_DEFINITION, Engine, Measurement, ModelPath, ResolvedCase, engine_provenance
 from llamaspec.measure.summary import CaseResult, Reference, Summary, requested_draft, summarize
 from llamaspec.store.results import Store
@@ -276,6 +276,9 @@ class _Point:
             self.store.finish_run(self.run_id, *self._interrupted())
             raise
         summary = self.summary("failed", got.failed) if got.failed else self.summary()
+        if summary.status == "differs":  # at a greedy near-tie, or a wrong output: the probe tells which
+            summary = replace(summary, lossless=probe.near_tie(self.backend, self.case, [*self.shared, *self.measured],
+                                                               summary.lossless, self.logs / "divergence.json"))
         self.store.finish_run(self.run_id, summary.status, summary.to_dict(), summary.error)
         return summary
 
