@@ -196,7 +196,7 @@ def test_cli_run_on_speculative_simple_prints_acceptance_by_position(llama_build
     result = CliRunner().invoke(main, ["run", "smollm2-quicksort", "-n", "24", "--draft", "4", "--program",
                                        "speculative-simple", "--p-min", "0", "-t", "1", "-r", "1"])
     assert result.exit_code == 0, result.output
-    line = re.search(r"accepted at position 1\.\.(\d+): ((?:\d+ %, )*\d+ %) \(of (\d+) drafting rounds\)", result.output)
+    line = re.search(r"accepted at position 1\.\.(\d+): ((?:\d+%, )*\d+%) \(of (\d+) drafting rounds\)", result.output)
     assert line, result.output
     store = Store.open()
     (run,) = store.runs(experiment="smollm2-quicksort")
@@ -207,7 +207,7 @@ def test_cli_run_on_speculative_simple_prints_acceptance_by_position(llama_build
     assert accepted[0] <= drafted[0] and all(a >= b for a, b in zip(accepted, accepted[1:], strict=False))
     if len(drafted) == 4:  # every position known: they add up to the program's counters
         assert sum(drafted) == spec["n_drafted"] and sum(accepted) == spec["n_accept"]
-    shown = [int(x) for x in re.findall(r"(\d+) %", line.group(2))]
+    shown = [int(x) for x in re.findall(r"(\d+)%", line.group(2))]
     assert shown == [round(100 * a / d) for a, d in zip(accepted, drafted, strict=True)]
     # llama-speculative (the default program) prints none, and says so
     result = CliRunner().invoke(main, ["run", "smollm2-quicksort", "-n", "16", "--draft", "2", "-t", "1", "-r", "1"])

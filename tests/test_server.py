@@ -310,8 +310,8 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
     # the experiment's two cases are the setups weighed, by their names; both prompts measured
     assert {s["label"] for s in out["setups"]} == {"draft-k8", "ngram-simple"} and out["decision"]["verdict"] in VERDICTS
     assert {p["prompt"] for p in out["prompts"]} == {"e1", "p1"}
-    assert {(r["prompt"], r["setup"]) for r in out["runs"]} == {(p, s) for p in ("e1", "p1")
-                                                                for s in ("draft-k8", "ngram-simple")}
+    keys = {s["setup"] for s in out["setups"]}  # each setup's key, as the study's runs name it
+    assert {(r["prompt"], r["setup"]) for r in out["runs"]} == {(p, k) for p in ("e1", "p1") for k in keys}
     # what the figures were made of: each stored prompt's runs, checked against the server's own answers
     from llamaspec.store.rows import measurements_of
 
@@ -325,9 +325,11 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
         assert base and len(base) == len(spec), run["id"]
         for m in spec:
             real_checks.server_counters(m, k=m.draft_len or 0)
-        for m in ms:
+        for m in base + spec:  # (the draft's and the target's cost timings are the speedup model's)
             real_checks.server_speed(m, requested=16)
-            assert m.tokens == base[0].tokens  # greedy: every run of a prompt, with a draft or not, says the same
+            # greedy: every run of a prompt, with a draft or not, says the same; or it differs at a
+            # greedy near-tie, which the probe found and the run says
+            assert m.tokens == base[0].tokens or run["summary"]["lossless"]["near_tie"] is not None, run["summary"]
     stored = sum(len(store.measurements(r["id"])) for r in store.runs())
     again = CliRunner().invoke(main, args)  # everything stored: nothing measured again
     assert json.loads(again.stdout)["setups"] == out["setups"]

@@ -128,9 +128,14 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
             from llamaspec.studies import methods as over_set
             from llamaspec.studies import prompts as loader
 
-            if axes or modes is not None:
-                raise click.UsageError(f"{loaded.name} weighs its cases over its prompt set: drop the setting lists and "
-                                       "--modes, or study the models with -m TARGET -md DRAFT --prompts ...")
+            varied = [a for a, values in axes.items() if len(values) > 1 or a in ("draft_max", "draft_variant")]
+            if varied or modes is not None:
+                raise click.UsageError(f"{loaded.name} weighs its cases over its prompt set: give one value of a setting "
+                                       f"(it applies to every case), drop {'--modes' if modes is not None else 'the lists'}"
+                                       ", or study the models with -m TARGET -md DRAFT --prompts ...")
+            # a one-valued setting applies to every case, as -n does
+            loaded = loaded.with_overrides(overrides({a: values[0] for a, values in axes.items()}))
+            axes = {}
             loaded, methods = over_set.over_prompts(loaded, loader.load(loader.source_of(
                 loaded, source, limit=limit, seed=sample_seed, format=fmt, turns=turns)))
         elif any(v is not None for v in (limit, sample_seed, fmt, turns)):
