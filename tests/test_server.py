@@ -325,6 +325,8 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
         assert base and len(base) == len(spec), run["id"]
         for m in spec:
             real_checks.server_counters(m, k=m.draft_len or 0)
+        # llama-server times the prompt apart: each point's end-to-end figure, over the same pairs
+        assert (run["summary"]["end_to_end"] is not None) == (run["summary"]["speedup"] is not None), run["summary"]
         for m in base + spec:  # (the draft's and the target's cost timings are the speedup model's)
             real_checks.server_speed(m, requested=16)
             # greedy: every run of a prompt, with a draft or not, says the same; or it differs at a

@@ -103,3 +103,39 @@ def test_the_workloads_prompts_keep_their_category_and_order() -> None:
     runs = [{**row(2, "b", [1.1]), "prompt_id": "p-b", "category": "chat"}, {**row(1, "a", [1.2]), "category": None}]
     _cells, prompts = workload_of_runs(runs)
     assert list(prompts.items()) == [("a", "a"), ("p-b", "chat")]  # by when first measured; a case is its own category
+
+
+def timed_summary(decode: list[float], prompt_ms: tuple[float, float] | None) -> dict[str, Any]:
+    """Pairs whose speculative decode speed is ``decode`` times the baseline's; with ``prompt_ms``
+    (baseline, speculative), each side's prompt timed apart as llama-server times it."""
+    ms = []
+    for i, r in enumerate(decode):
+        for mode, tps in (("baseline", 50.0), ("speculative", 50.0 * r)):
+            timed = {"prompt_ms": prompt_ms[mode == "speculative"], "generation_ms": 1000.0 * 31 / tps} if prompt_ms else {}
+            ms.append(Measurement(mode=mode, ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                                  peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=tps, text="same", pair=i,
+                                  **timed))
+    return summarize(ms).to_dict()
+
+
+def test_end_to_end_is_the_same_pairs_with_the_prompt_included_shown_beside_the_decision() -> None:
+    """Decode 1.5x, but the speculative server takes 400 ms over a prompt the target alone reads in
+    100 ms: end to end, (100 + 620) / (400 + 413.3) = 0.885x. Its figure is the same estimator over
+    the same pairs, shown beside the answer and never deciding; a setup one of whose timed prompts
+    has no prompt timing (the command-line programs) gets none rather than one over fewer prompts."""
+    one = timed_summary([1.5, 1.5], (100.0, 400.0))
+    assert one["end_to_end"]["median"] == pytest.approx((100 + 620) / (400 + 620 / 1.5))
+    assert timed_summary([1.5], None)["end_to_end"] is None
+    runs = [row(1, "code", [1.5]) | {"summary": one}, row(2, "chat", [1.5]) | {"summary": timed_summary([1.4, 1.5], (100.0, 400.0))},
+            row(3, "code", [1.2], draft_max=4) | {"summary": timed_summary([1.2, 1.2], (100.0, 130.0))},
+            row(4, "chat", [1.2], draft_max=4) | {"summary": timed_summary([1.2, 1.25], None)}]
+    cells, prompts = workload_of_runs(runs)
+    d = workload.decide_workload(cells, prompts, over_prompts=False)
+    by = {s.label: s for s in d.setups}
+    assert by["draft 8"].speedup is not None and by["draft 8"].speedup.median > 1.4
+    assert by["draft 8"].end_to_end is not None and by["draft 8"].end_to_end.median < 1.0  # slower, end to end
+    assert by["draft 4"].end_to_end is None  # chat's pairs were not timed end to end
+    assert d.decision.chosen is not None and d.decision.chosen.label == "draft 8"  # decode decides
+    line = next(line for line in d.lines() if line.startswith("  end to end"))
+    assert "draft 8 0.8" in line and "draft 4" not in line
+    assert d.to_dict()["setups"][0]["end_to_end"] is not None or d.to_dict()["setups"][1]["end_to_end"] is not None

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llamaspec.base import stats
@@ -72,6 +72,7 @@ class Cell:
     asked: int | None = None  # the tokens the runs were asked for (-n): the floor of "too short to time"
     differs_at: int | None = None  # where its output first differs from the target alone's (Lossless.first_difference)
     near_tie: str | None = None  # an OK cell whose output differs at a greedy near-tie (measure/probe.py): what and where
+    end_to_end: tuple[float, ...] = ()  # the same pairs' ratios with prompt processing included (Summary.end_to_end)
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,14 @@ class SetupFigures:
     excluded: str | None = None  # why it may not be recommended (output differs, failed)
     prompts: int = 0  # timed prompts it was measured on
     near_ties: tuple[str, ...] = ()  # its outputs that differ at a greedy near-tie only: kept, each said
+    end_to_end: stats.Spread | None = None  # the same estimate, prompt processing included: shown, not decided on
 
     def to_dict(self) -> dict[str, Any]:
         return {"setup": decide._jsonable(self.setup), "label": self.label, "cost": list(self.cost),
                 "speedup": self.speedup.to_dict() if self.speedup else None, "pairs": self.pairs, "prompts": self.prompts,
                 "per_prompt": {p: s.to_dict() if s else None for p, s in self.per_prompt}, "excluded": self.excluded,
-                "near_ties": list(self.near_ties)}
+                "near_ties": list(self.near_ties),
+                "end_to_end": self.end_to_end.to_dict() if self.end_to_end else None}
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,10 @@ class WorkloadDecision:
                        " (--count-loops: your traffic loops too, count them)")
         excluded = [s for s in self.setups if s.excluded]
         out += [f"  excluded: {s.label}: {s.excluded}" for s in excluded]
+        e2e = [(s.label, s.end_to_end) for s in self.setups if s.end_to_end is not None and not s.excluded]
+        if e2e:
+            out.append("  end to end (prompt processing included, as the engine times it; shown, not decided on): "
+                       + ", ".join(f"{label} {spread.text(suffix='x')}" for label, spread in e2e))
         out += [f"  kept: {s.label}: output differs at a greedy near-tie only (batched verification's rounding, not the "
                 f"draft): {'; '.join(s.near_ties)}" for s in self.setups if s.near_ties and not s.excluded]
         out.append(f"  estimate: {self.estimator}")
@@ -534,6 +541,7 @@ def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictio
                              step=step, unit=unit), found
 
     overall, setups = one(timed_)
+    setups = _with_end_to_end(setups, cells, timed_, prompts, over_prompts, weights)
     cats = list(dict.fromkeys(prompts[p] for p in order))
     verdicts = []
     for cat in cats:
@@ -546,6 +554,24 @@ def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictio
                             tuple((p, prompts[p]) for p in order), noise,
                             estimators.OVER_PROMPTS if over_prompts else estimators.WORKLOAD, facts,
                             _loop_figures(cells, looping), over_prompts, between, n_predict)
+
+
+def _with_end_to_end(setups: tuple[SetupFigures, ...], cells: Sequence[Cell], timed_: Sequence[str],
+                     prompts: Mapping[str, str], over_prompts: bool,
+                     weights: Mapping[str, float]) -> tuple[SetupFigures, ...]:
+    """Each setup's estimate once more on its cells' end-to-end ratios (where the engine timed the
+    prompt: every cell that has decode ratios has them), by the same estimator, its noise taken
+    from those ratios the same way: shown beside the decode figure, never decided on."""
+    if not any(c.end_to_end for c in cells):
+        return setups
+    # a setup with a timed prompt whose pairs have no end-to-end timing gets no end-to-end figure
+    whole = {s.setup for s in setups} - {c.setup for c in cells if c.ratios and c.prompt in timed_ and not c.end_to_end}
+    e2e = [replace(c, ratios=c.end_to_end) for c in cells]
+    noise = estimators.pooled_log_sd(c.ratios for c in e2e if c.status == OK and c.prompt in timed_)
+    between = _pooled_between([_logs_by_category(s.cells, timed_, prompts) for s in _setups(e2e).values()])
+    found = {s.setup: s.speedup for s in figures(e2e, timed_, prompts, noise, over_prompts=over_prompts,
+                                                  prompt_noise=between, weights=weights)}
+    return tuple(replace(s, end_to_end=found.get(s.setup) if s.setup in whole else None) for s in setups)
 
 
 def _pooled_between(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float | None:

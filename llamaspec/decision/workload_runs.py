@@ -129,18 +129,19 @@ def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Ce
         why = run.get("error") or summary.error or f"run {run.get('id')} {run.get('status') or summary.status}"
         return workload.Cell(prompt, setup.key, setup.label, (), setup.cost, "failed", str(why))
     ratios = tuple(summary.speedup.values) if summary.speedup and summary.own_baselines else ()
+    e2e = tuple(summary.end_to_end.values) if ratios and summary.end_to_end else ()
     loop = summary.loop.text() if summary.loop else None
     asked = (run.get("settings") or {}).get("n_predict")
     lossless = summary.lossless
     if summary.status == "differs" and lossless.near_tie is not None:  # the engine's rounding, not the draft: kept, said
         return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.OK, None, summary.timed_tokens,
                              loop, asked, lossless.first_difference,
-                             f"{prompt} at token {lossless.first_difference} (top-two gap {lossless.near_tie:.1e})")
+                             f"{prompt} at token {lossless.first_difference} (top-two gap {lossless.near_tie:.1e})", e2e)
     if summary.status == "differs":
         return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.DIFFERS, summary.lossless.text(),
                              summary.timed_tokens, loop, asked, summary.lossless.first_difference)
     return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.OK, None, summary.timed_tokens, loop,
-                         asked)
+                         asked, end_to_end=e2e)
 
 
 def workload_of_runs(runs: Sequence[Mapping[str, Any]],

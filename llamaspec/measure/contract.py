@@ -218,6 +218,15 @@ class Measurement:
         return drafted_per_round(self.n_drafted, self.rounds)
 
     @property
+    def end_to_end_tps(self) -> float | None:
+        """Generated tokens over the request's whole time on the engine, prompt processing included
+        (``prompt_ms + generation_ms``; None where the engine does not time the prompt apart)."""
+        if not self.n_predict or self.prompt_ms is None or self.generation_ms is None:
+            return None
+        total = self.prompt_ms + self.generation_ms
+        return 1000.0 * self.n_predict / total if total > 0 else None
+
+    @property
     def acceptance_by_position(self) -> tuple[float | None, ...] | None:
         """Per draft position i (index i-1), the share of the rounds that drafted position i whose
         draft was accepted through it; None where the engine does not count positions."""

@@ -272,6 +272,9 @@ class Summary:
     # median over its runs: the decode speed's count), and the span its output repeats to the end.
     timed_tokens: int | None = None
     loop: Loop | None = None
+    # End to end (prompt processing included, where the engine times it: llama-server): the point's
+    # estimator over the same pairs' end-to-end speeds; shown beside the decode speedup, never decided on.
+    end_to_end: Spread | None = None
 
     @property
     def acceptance_by_position(self) -> tuple[float | None, ...] | None:
@@ -298,7 +301,8 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "acceptance", "draft_decode_tps"):
+        for key in ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "acceptance", "draft_decode_tps",
+                    "end_to_end"):
             value = getattr(self, key)
             data[key] = value.to_dict() if value is not None else None
         data["batch_ms"] = {str(k): v for k, v in self.batch_ms.items()} if self.batch_ms else None
@@ -315,7 +319,8 @@ class Summary:
         if "lossless" not in data or "draft" not in data or "pairs" not in data:
             return empty(data.get("status", "failed"), data.get("error"))
         spreads = {k: Spread.from_dict(data.get(k)) for k in
-                   ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "acceptance", "draft_decode_tps")}
+                   ("speedup", "decode_tps", "baseline_decode_tps", "encode_tps", "acceptance", "draft_decode_tps",
+                    "end_to_end")}
         batch = data.get("batch_ms")
         return cls(**{**data, **spreads, "lossless": Lossless(**data["lossless"]), "draft": DraftCheck(**data["draft"]),
                       "batch_ms": {int(k): v for k, v in batch.items()} if batch else None,
@@ -363,6 +368,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
     alone = lone_runs(measured)  # no baseline partner of its own
     paired = bool(whole) and not (shared_base and alone)
     pairs: list[tuple[Measurement, Measurement]]
+    timed_pairs: list[tuple[Measurement, Measurement]]  # the pairs whose ratios make the speedup
     if paired:
         # The speeds' spreads hold the pairs that have a ratio, in pair order, as the speedup's does
         # (analysis reads them side by side); every whole pair is compared for losslessness.
@@ -370,6 +376,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         spec, base = [p.speculative for p in rated], [p.baseline for p in rated]
         pairs = [(p.speculative, p.baseline) for p in whole]
         ratios = [r for p in rated if (r := p.ratio) is not None]
+        timed_pairs = [(p.speculative, p.baseline) for p in rated]
     elif shared_base and len(shared_base) >= len(alone):
         # Each lone speculative run over one shared baseline, in order (a study's new cells on a prompt
         # share its first baselines), each whole pair over its own: every ratio has a baseline of its own.
@@ -380,14 +387,19 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         pairs = [(p.speculative, p.baseline) for p in whole] + lone
         ratios = ([r for p in rated if (r := p.ratio) is not None]
                   + [s.decode_tps / b.decode_tps for s, b in lone if s.decode_tps and b.decode_tps])
+        timed_pairs = [(p.speculative, p.baseline) for p in rated] + lone
     elif shared_base:  # every baseline under the shared key, this point's own too: all measured apart
         spec, base = ok_spec, shared_base + own_base
         mid = statistics.median([b.decode_tps for b in base if b.decode_tps]) if any(b.decode_tps for b in base) else None
         pairs = [(s, base[0]) for s in spec]
         ratios = [s.decode_tps / mid for s in spec if s.decode_tps and mid]
+        timed_pairs = []  # measured apart: no end-to-end ratio either
     else:  # no pair and nothing shared: no ratio of runs measured apart is ever reported
         spec, base, pairs, ratios = ok_spec, own_base, [], []
+        timed_pairs = []
     speedup = estimators.point(ratios)
+    end_to_end = estimators.point([s.end_to_end_tps / b.end_to_end_tps for s, b in timed_pairs
+                                   if s.end_to_end_tps and b.end_to_end_tps])
     lossless = (sampled_verdict(temperature, len(pairs)) if is_sampled(temperature)
                 else merge_lossless([compare_outputs(s, b) for s, b in pairs]))
     mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
@@ -438,6 +450,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         drafted_by_position=by.drafted, accepted_by_position=by.accepted, positions_note=by.note,
         timed_tokens=round(statistics.median(n)) if (n := [b.n_predict - 1 for b in base if b.n_predict]) else None,
         loop=next((timed.loop_of(b.text) for b in base if b.text is not None), None),
+        end_to_end=end_to_end,
     )
 
 
