@@ -101,7 +101,7 @@ class VirtualTime:
 @pytest.fixture
 def virtual_time(monkeypatch: pytest.MonkeyPatch) -> VirtualTime:
     clock = VirtualTime()
-    monkeypatch.setattr(levels, "time", clock)  # the batches' wall time, and the ETA's
+    monkeypatch.setattr(levels, "time", clock)  # the batches' wall time
     return clock
 
 

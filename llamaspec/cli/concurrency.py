@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from llamaspec.base.progress import duration
 from llamaspec.cli import main
 from llamaspec.cli.options import (
     PROMPT_SOURCES,
@@ -30,17 +29,6 @@ def _levels(text: str) -> list[int]:
     if not levels or min(levels) < 1:
         raise click.BadParameter("slot counts must be at least 1")
     return levels
-
-
-def _progress(event: str, data: dict[str, Any]) -> None:
-    if event == "batch":
-        b = data["batch"]
-        eta = data.get("eta")
-        eta_text = f", ETA {duration(eta)}" if eta is not None else ""
-        failed = f", {b['failed']} FAILED" if b["failed"] else ""
-        log.info("%s, %d slots, pair %d, %s: %s aggregate t/s over %.1f s%s%s", data["case"], data["parallel"],
-                 b["repeat"] + 1, b["mode"], f"{b['aggregate_tps']:.1f}" if b["aggregate_tps"] else "-",
-                 b["wall_seconds"], failed, eta_text)
 
 
 def _server_settings() -> frozenset[str]:
@@ -114,7 +102,7 @@ def concurrency(experiment_name: str | None, model: str | None, drafts: tuple[st
     engine = open_engine(exp, accel, bin_dir, engine="llama-server")
     try:
         with measuring(f"llamaspec concurrency {exp.name}", no_wait):
-            rows = levels.run_concurrency(exp, got, engine, _levels(levels_text), on_event=_progress,
+            rows = levels.run_concurrency(exp, got, engine, _levels(levels_text),
                                           repeats=repeats if repeats is not None else levels.CONCURRENCY_REPEATS)
     finally:
         engine.close()

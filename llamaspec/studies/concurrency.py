@@ -21,19 +21,18 @@ from typing import Any
 
 from llamaspec.base import paths, stats
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.progress import Progress
 from llamaspec.measure import pairs, spectypes
 from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
 from llamaspec.studies.prompts import Prompt, PromptSet
-
-Event = Callable[[str, dict[str, Any]], None]
 
 CONCURRENCY_REPEATS = 3
 MODES = pairs.PAIR_MODES
 
 
 def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Sequence[int], *,
-                    repeats: int = CONCURRENCY_REPEATS, resolve: Callable[[Any, Any], ResolvedCase] | None = None,
-                    on_event: Event | None = None) -> list[dict[str, Any]]:
+                    repeats: int = CONCURRENCY_REPEATS, resolve: Callable[[Any, Any], ResolvedCase] | None = None
+                    ) -> list[dict[str, Any]]:
     """For each case and each N in ``levels``: both servers (target alone, and speculative) started
     with N slots and kept loaded side by side, every prompt's template rendered, then ``repeats``
     pairs of batches: a baseline batch and a speculative batch back to back, in ABBA order over the
@@ -44,39 +43,44 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Se
     batches, and the speedups as medians of the paired batch ratios with bootstrap intervals."""
     if repeats < 1:
         raise LlamaspecError("concurrency needs at least one pair of batches per level", hint="--repeats 3")
-    emit = on_event or (lambda _e, _d: None)
     resolve = resolve or resolver(backend)
-    rows: list[dict[str, Any]] = []
     logs = paths.runs_dir() / "concurrency" / time.strftime("%Y%m%d-%H%M%S")
     cases = [resolve(exp, c) for c in exp.cases]
     total = len(cases) * len(levels) * repeats * len(MODES)
-    clock = Clock(total)
-    for case in cases:
-        for n in levels:
-            level_case = replace(case, settings=replace(case.settings, parallel=n))
-            backend.check(level_case)
-            log_dir = logs / f"{case.case}-np{n}"
-            _warm(level_case, prompt_set.prompts, backend, log_dir)
-            got = _measure_level(level_case, prompt_set.prompts, backend, n, log_dir, repeats, clock, emit)
-            backend.close()  # this level's servers hold N slots of context each: not kept for the next level
-            row = {"case": case.case, "method": method_label(case), "parallel": n,
-                   **level_figures(got.measurements, n, len(prompt_set.prompts))}
-            if got.failed:
-                row["notes"] = [*row["notes"], f"stopped at the first failed batch ({got.failed}); "
-                                               f"{repeats - got.complete} pair(s) of batches not measured"]
-            emit("level", row)
-            rows.append(row)
-    return rows
+    bar = Progress(f"concurrency {exp.name}", total)
+    try:
+        return [_level(exp, case, n, prompt_set, backend, logs, repeats, bar) for case in cases for n in levels]
+    finally:
+        bar.close()
+
+
+def _level(exp: Any, case: ResolvedCase, n: int, prompt_set: PromptSet, backend: Engine, logs: Path, repeats: int,
+           bar: Progress) -> dict[str, Any]:
+    """One case at ``n`` slots: its servers started, its prompts rendered, its pairs of batches, its row."""
+    level_case = replace(case, settings=replace(case.settings, parallel=n))
+    backend.check(level_case)
+    log_dir = logs / f"{case.case}-np{n}"
+    _warm(level_case, prompt_set.prompts, backend, log_dir)
+    got = _measure_level(level_case, prompt_set.prompts, backend, n, log_dir, repeats, bar)
+    backend.close()  # this level's servers hold N slots of context each: not kept for the next level
+    row = {"case": case.case, "method": method_label(case), "parallel": n,
+           **level_figures(got.measurements, n, len(prompt_set.prompts))}
+    if got.failed:
+        row["notes"] = [*row["notes"], f"stopped at the first failed batch ({got.failed}); "
+                                       f"{repeats - got.complete} pair(s) of batches not measured"]
+    return row
 
 
 def _measure_level(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, slots: int, log_dir: Path,
-                   repeats: int, clock: Clock, emit: Event) -> pairs.Pairs:
+                   repeats: int, bar: Progress) -> pairs.Pairs:
     """``repeats`` pairs of batches at one level, through the one pairs loop (metered, ABBA by pair
     index, stopping at the first failed batch)."""
     def measure(mode: str, r: int) -> Measurement:
         m = pairs.metered(lambda: _concurrent_batch(case, prompts, backend, mode, slots, log_dir, r))
-        clock.tick()
-        emit("batch", {"case": case.case, "parallel": slots, "batch": m.stats, "eta": clock.eta()})
+        b = m.stats or {}
+        bar.update(bar.done + 1, f"{case.case}, {slots} slots, pair {r + 1}, {mode}: "
+                                 + (f"{b['aggregate_tps']:.1f} aggregate t/s" if b.get("aggregate_tps") else "-")
+                                 + (f", {b['failed']} FAILED" if b.get("failed") else ""))
         return m
 
     return pairs.measure_pairs(measure, at_least=repeats)
@@ -199,23 +203,6 @@ def render_concurrency(rows: Sequence[dict[str, Any]]) -> str:
             lines.append(f"    note: {note}")
     return "\n".join(lines)
 
-
-
-class Clock:
-    """Progress with an ETA from the batches measured so far."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.done = 0
-        self.start = time.monotonic()
-
-    def tick(self) -> None:
-        self.done += 1
-
-    def eta(self) -> float | None:
-        if not self.done:
-            return None
-        return (time.monotonic() - self.start) / self.done * (self.total - self.done)
 
 
 def resolver(backend: Engine) -> Callable[[Any, Any], ResolvedCase]:
