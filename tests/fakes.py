@@ -513,10 +513,9 @@ def study_everything(exp: Any, engine: Any, store: Any, variants: tuple[str, ...
                      budget: Any = None) -> Any:
     """The study `llamaspec sweep NAME --draft 1..16 [--draft-variant A,B] [--modes ...]` runs:
     every draft length 1..16 (of each variant given), then the draft-free modes."""
-    from llamaspec.studies import adhoc, study
+    from llamaspec.studies import study
 
     axes: dict[str, tuple[Any, ...]] = {"draft_max": tuple(range(1, 17))}
     if variants:
         axes["draft_variant"] = tuple(variants)
-    setups = study.setups_for(axes, study.modes_for(engine, modes), adhoc.draft_names(exp))
-    return study.run_study(exp, setups, engine, store, budget)
+    return study.run_study(exp, study.setups_of(exp, engine, axes, modes), engine, store, budget)

@@ -954,3 +954,32 @@ def test_one_study_measured_here_and_through_the_cluster_executor_reports_identi
     from llamaspec.base import stats
 
     assert abs(stats.geometric_mean(item_medians) - local.speedup.median) > 1e-3
+
+
+def test_an_experiment_over_a_prompt_set_reaches_the_workers_as_the_study_measures_it(tmp_path: Path) -> None:
+    """`sweep smollm2-server-mini --cluster`: each machine's item carries the experiment's own setups
+    (its cases, by name, with their settings: not the engine's every mode) and each prompt's chat
+    form and earlier turns (sent through the target's chat template there as here), and the worker
+    rebuilds exactly those."""
+    import json
+
+    from fakes import FakeEngine
+
+    from llamaspec.cluster import executors, study
+    from llamaspec.studies import experiment, methods
+    from llamaspec.studies import prompts as loader
+
+    (tmp_path / "set.jsonl").write_text("\n".join(json.dumps(x) for x in [
+        {"id": "c1", "category": "code", "prompt": "Write a loop."},
+        {"id": "t1", "category": "multi-turn", "prompt": "And in Porto?",
+         "history": [{"role": "user", "content": "Plan a day in Lisbon."}, {"role": "assistant", "content": "Sure."}]}]))
+    mini = experiment.load("smollm2-server-mini")
+    exp, setups = methods.study_of_set(mini, loader.load(str(tmp_path / "set.jsonl")))
+    (item,) = study.study_items(exp, ["box-a"], setups=setups)
+    payload = json.loads(json.dumps(item.payload))  # as it travels
+    rebuilt = executors.experiment_of(payload)
+    assert [(c.name, c.chat, c.history) for c in rebuilt.cases] == [(c.name, c.chat, c.history) for c in exp.cases]
+    assert rebuilt.cases[1].history == (("user", "Plan a day in Lisbon."), ("assistant", "Sure."))
+    got = executors.setups_of(payload, rebuilt, FakeEngine())
+    assert [(s.label, s.values) for s in got] == [(s.label, s.values) for s in setups]
+    assert [s.label for s in got] == ["draft-k8", "ngram-simple"] and got[1].values["ngram_size_n"] == 3

@@ -284,7 +284,7 @@ def test_an_experiment_over_a_prompt_set_is_the_workload_study_of_its_cases(fake
             "settings: {draft_max: 6}}\n")
     (tmp_path / "lengths.yaml").write_text(body)
     loaded = experiment.load(str(tmp_path / "lengths.yaml"))
-    exp, setups = methods.over_prompts(loaded, loader.load(loader.source_of(loaded)))
+    exp, setups = methods.study_of_set(loaded, loader.load(loader.source_of(loaded)))
     assert [(c.name, c.category, c.draft.variant if c.draft else None) for c in exp.cases] == [
         ("p0", "code", "q4_1"), ("p1", "code", "q4_1"), ("p2", "math", "q4_1"), ("p3", "math", "q4_1")]
     # each prompt measured with the experiment's settings (64 tokens, one thread), not the defaults

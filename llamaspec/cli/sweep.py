@@ -136,7 +136,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
             # a one-valued setting applies to every case, as -n does
             loaded = loaded.with_overrides(overrides({a: values[0] for a, values in axes.items()}))
             axes = {}
-            loaded, methods = over_set.over_prompts(loaded, loader.load(loader.source_of(
+            loaded, methods = over_set.study_of_set(loaded, loader.load(loader.source_of(
                 loaded, source, limit=limit, seed=sample_seed, format=fmt, turns=turns)))
         elif any(v is not None for v in (limit, sample_seed, fmt, turns)):
             raise click.UsageError("--limit, --sample-seed, --format and --turns are for a prompt set (--prompts)")
@@ -156,11 +156,11 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
         if shared_baseline or bin_dir is not None:
             raise click.UsageError("with --cluster every machine runs the study on its own build: "
                                    "drop --shared-baseline and --bin-dir")
-        study_on_cluster(exp, address, axes=axes, modes=asked, budget=budget, fixed_grid=fixed_grid,
+        study_on_cluster(exp, address, axes=axes, modes=asked, setups=methods, budget=budget, fixed_grid=fixed_grid,
                          over_prompts=not whole_workload, count_loops=count_loops, accel=accel, as_json=as_json)
         return
     engine = open_engine(exp, accel, bin_dir)
-    setups = methods or studies.setups_for(axes, studies.modes_for(engine, asked), adhoc.draft_names(exp))
+    setups = methods or studies.setups_of(exp, engine, axes, asked)
     store = Store.open()
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):

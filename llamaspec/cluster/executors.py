@@ -134,7 +134,8 @@ def case_of(payload: dict[str, Any]) -> Case:
                 draft=ref(payload["draft"]) if payload.get("draft") else None,
                 prompt=payload.get("prompt"), prompt_file=payload.get("prompt_file"),
                 settings=Settings.from_dict(payload.get("settings") or {}),
-                reference=Reference(**reference) if reference else None, category=payload.get("category"))
+                reference=Reference.from_dict(reference) if reference else None, category=payload.get("category"),
+                chat=bool(payload.get("chat")), history=tuple((str(r), str(t)) for r, t in payload.get("history") or ()))
 
 
 def resolved_case(worker: MachineWorker, payload: dict[str, Any], backend: Any) -> ResolvedCase:
@@ -222,12 +223,24 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
             "measurements": rows, "summary": row["summary"] or {}}
 
 
+def setups_of(payload: dict[str, Any], exp: Any, engine: Any) -> Any:
+    """A ``study`` item's setups: those the coordinator named (an experiment's cases over its prompt
+    set), else the grid of its ``axes`` and its ``modes`` as ``sweep`` makes them on this engine."""
+    from llamaspec.studies import study as studies
+    from llamaspec.studies.setups import Setup
+    from llamaspec.studies.sweep import Point
+
+    if payload.get("setups"):
+        return tuple(Setup(Point(tuple((a, v) for a, v in s["values"])), s["label"]) for s in payload["setups"])
+    return studies.setups_of(exp, engine, {a: tuple(v) for a, v in (payload.get("axes") or {}).items()},
+                             tuple(payload["modes"]) if payload.get("modes") is not None else None)
+
+
 def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     """The experiment's workload study, whole, on this machine (scratch store: resumable while the
     worker lives), over the setups the payload's ``axes`` and ``modes`` make, as ``sweep`` makes them."""
     from llamaspec.measure.contract import engine_provenance
     from llamaspec.store.results import Store
-    from llamaspec.studies import adhoc
     from llamaspec.studies import study as studies
     from llamaspec.studies.sweep import parse_budget
 
@@ -236,10 +249,8 @@ def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     store = worker.state.get("store")
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
-    axes = {axis: tuple(values) for axis, values in (p.get("axes") or {}).items()}
     engine = _engine(worker, exp.engine)
-    modes = tuple(p["modes"]) if p.get("modes") is not None else None
-    setups = studies.setups_for(axes, studies.modes_for(engine, modes), adhoc.draft_names(exp))
+    setups = setups_of(p, exp, engine)
     result = studies.run_study(exp, setups, engine, store, parse_budget(p["budget"]) if p.get("budget") else None,
                                fixed_grid=bool(p.get("fixed_grid")), over_prompts=bool(p.get("over_prompts", True)),
                                count_loops=bool(p.get("count_loops")))

@@ -35,8 +35,10 @@ def case_payload(exp: Any, case: Any, repeats: int, repeat_offset: int = 0) -> d
             "reference": dataclasses.asdict(case.reference) if getattr(case, "reference", None) else None,
             "experiment_path": str(exp.path) if getattr(exp, "path", "") else None,
             "experiment_sha256": getattr(exp, "sha256", None),
-            # the prompt's category within a workload (only when it has one: a study's id hashes the payload)
-            **({"category": case.category} if getattr(case, "category", None) else {})}
+            # the prompt's category and chat form within a workload (only when it has them: a study's
+            # id hashes the payload): a chat prompt goes through the target's chat template there too
+            **({"category": case.category} if getattr(case, "category", None) else {}),
+            **({"chat": True, "history": [list(m) for m in case.history]} if getattr(case, "chat", False) else {})}
 
 
 def experiment_payload(exp: Any) -> dict[str, Any]:
@@ -68,14 +70,17 @@ def experiment_items(exp: Any, repeats: int | None = None, split_repeats: bool =
 
 
 def study_items(exp: Any, machines: list[str], *, axes: dict[str, Any] | None = None,
-                modes: tuple[str, ...] | None = None, budget: str | None = None, fixed_grid: bool = False,
-                over_prompts: bool = True, count_loops: bool = False) -> list[WorkItem]:
+                modes: tuple[str, ...] | None = None, setups: Any = None, budget: str | None = None,
+                fixed_grid: bool = False, over_prompts: bool = True, count_loops: bool = False) -> list[WorkItem]:
     """One ``study`` item per machine, pinned there: the best setup (draft length, draft file,
     n-gram mode) is a property of the machine, so each machine runs the whole study for itself and
     no other stands in for it. ``axes``: the setups' settings (``draft_max``, ``draft_variant``), as
-    ``sweep`` parses them; ``modes`` ``()``: none, None: every mode the engine runs; ``budget``:
-    each machine's study budget as ``--budget`` takes it."""
+    ``sweep`` parses them; ``modes`` ``()``: none, None: every mode the engine runs; ``setups``:
+    instead, the setups themselves (an experiment's cases over its prompt set, ``studies.methods``);
+    ``budget``: each machine's study budget as ``--budget`` takes it."""
     payload = {**experiment_payload(exp), "axes": {a: list(v) for a, v in (axes or {}).items()},
+               **({"setups": [{"label": s.label, "values": [list(v) for v in s.point.values]} for s in setups]}
+                  if setups else {}),
                "modes": list(modes) if modes is not None else None, "fixed_grid": fixed_grid,
                "over_prompts": over_prompts, "count_loops": count_loops,
                **({"budget": budget} if budget is not None else {})}

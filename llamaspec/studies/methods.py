@@ -58,7 +58,7 @@ def setups_of(exp: Experiment) -> tuple[Setup, ...]:
     return tuple(found)
 
 
-def over_prompts(exp: Experiment, prompt_set: PromptSet) -> tuple[Experiment, tuple[Setup, ...]]:
+def study_of_set(exp: Experiment, prompt_set: PromptSet) -> tuple[Experiment, tuple[Setup, ...]]:
     """``exp`` as a workload study over ``prompt_set``: (the experiment whose cases are the prompts,
     its cases as setups). The prompts are checked against the context before anything runs."""
     if not prompt_set.prompts:
@@ -74,4 +74,4 @@ def over_prompts(exp: Experiment, prompt_set: PromptSet) -> tuple[Experiment, tu
     return dataclasses.replace(exp, cases=cases), setups
 
 
-__all__ = ["over_prompts", "setups_of"]
+__all__ = ["setups_of", "study_of_set"]

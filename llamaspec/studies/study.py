@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,6 +214,15 @@ def keep(store: Store, exp: Experiment, result: StudyResult) -> int:
     return run_id
 
 
+def setups_of(exp: Experiment, engine: Engine, axes: Mapping[str, Sequence[Any]],
+              modes: Sequence[str] | None = None) -> tuple[Setup, ...]:
+    """The setups ``sweep`` weighs: the grid of ``axes`` (each draft file named as the study names
+    it), then the draft-free modes (:func:`modes_for`)."""
+    from llamaspec.studies import adhoc
+
+    return setups_for(axes, modes_for(engine, modes), adhoc.draft_names(exp))
+
+
 def modes_for(engine: Engine, asked: Sequence[str] | None = None) -> tuple[str, ...]:
     """The draft-free modes a study weighs: those asked for (a mode the engine does not run is
     skipped when the study checks its setups, and said), or every one the engine declares."""
@@ -273,4 +282,4 @@ def deployment(result: StudyResult, engine: Engine, exp: Experiment, store: Stor
 
 
 __all__ = ["DEFAULT_LENGTHS", "MODES_AXIS", "Setup", "StudyResult", "allocate", "cost_of", "first_pass", "least_budget",
-           "make_setup", "prompt_group", "run_study", "setups_for", "study_id"]
+           "make_setup", "prompt_group", "run_study", "setups_for", "setups_of", "study_id"]
