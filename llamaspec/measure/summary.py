@@ -25,7 +25,7 @@ builder and its JSON round trip; every view reads them, so they stay together.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -375,8 +375,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         rated = [p for p in whole if p.ratio is not None]
         spec, base = [p.speculative for p in rated], [p.baseline for p in rated]
         pairs = [(p.speculative, p.baseline) for p in whole]
-        ratios = [r for p in rated if (r := p.ratio) is not None]
         timed_pairs = [(p.speculative, p.baseline) for p in rated]
+        ratios = _ratios(timed_pairs)
     elif shared_base and len(shared_base) >= len(alone):
         # Each lone speculative run over one shared baseline, in order (a study's new cells on a prompt
         # share its first baselines), each whole pair over its own: every ratio has a baseline of its own.
@@ -385,9 +385,8 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         spec = [p.speculative for p in rated] + [s for s, _b in lone]
         base = [p.baseline for p in rated] + [b for _s, b in lone]
         pairs = [(p.speculative, p.baseline) for p in whole] + lone
-        ratios = ([r for p in rated if (r := p.ratio) is not None]
-                  + [s.decode_tps / b.decode_tps for s, b in lone if s.decode_tps and b.decode_tps])
         timed_pairs = [(p.speculative, p.baseline) for p in rated] + lone
+        ratios = _ratios(timed_pairs)
     elif shared_base:  # every baseline under the shared key, this point's own too: all measured apart
         spec, base = ok_spec, shared_base + own_base
         mid = statistics.median([b.decode_tps for b in base if b.decode_tps]) if any(b.decode_tps for b in base) else None
@@ -398,8 +397,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         spec, base, pairs, ratios = ok_spec, own_base, [], []
         timed_pairs = []
     speedup = estimators.point(ratios)
-    end_to_end = estimators.point([s.end_to_end_tps / b.end_to_end_tps for s, b in timed_pairs
-                                   if s.end_to_end_tps and b.end_to_end_tps])
+    end_to_end = estimators.point(_ratios(timed_pairs, lambda m: m.end_to_end_tps))
     lossless = (sampled_verdict(temperature, len(pairs)) if is_sampled(temperature)
                 else merge_lossless([compare_outputs(s, b) for s, b in pairs]))
     mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
@@ -452,6 +450,12 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         loop=next((timed.loop_of(b.text) for b in base if b.text is not None), None),
         end_to_end=end_to_end,
     )
+
+
+def _ratios(pairs: Sequence[tuple[Measurement, Measurement]],
+            speed: Callable[[Measurement], float | None] = lambda m: m.decode_tps) -> list[float]:
+    """Each pair's speculative over baseline ``speed`` (decode by default), where both sides have one."""
+    return [s / b for sp, bp in pairs if (s := speed(sp)) and (b := speed(bp))]
 
 
 def _warnings(base: Spread | None, speedup: Spread | None, paired: bool, shared: bool, threads_hint: bool,
