@@ -302,3 +302,11 @@ def test_an_experiment_over_a_prompt_set_is_the_workload_study_of_its_cases(fake
         "k6-q8, target: {model: smollm2-135m, variant: f32}", "k6-q8, target: {model: smollm2-135m, variant: q8_0}"))
     with pytest.raises(LlamaspecError, match="have 2 targets: a study weighs setups of one target"):
         methods.setups_of(experiment.load(str(tmp_path / "two.yaml")))
+
+
+@pytest.mark.parametrize("args", [["--draft", "4,8"], ["--draft", "4"], ["--modes", "ngram-mod"], ["-t", "1,2"]])
+def test_an_experiment_over_a_prompt_set_refuses_setups_of_its_own_before_measuring(args: list[str]) -> None:
+    """Its cases are what is weighed: a list of a setting, a draft length or --modes is refused in
+    one line before anything loads (a single value of another setting applies to every case)."""
+    done = CliRunner().invoke(main, ["sweep", "smollm2-server-mini", *args])
+    assert done.exit_code == 2 and "smollm2-server-mini weighs its cases over its prompt set" in done.output, done.output

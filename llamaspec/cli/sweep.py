@@ -125,19 +125,9 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     else:
         loaded = experiment_or_study(experiment_name, None, drafts, study, command="sweep")
         if source is not None or loaded.prompts is not None:
-            from llamaspec.studies import methods as over_set
-            from llamaspec.studies import prompts as loader
-
-            varied = [a for a, values in axes.items() if len(values) > 1 or a in ("draft_max", "draft_variant")]
-            if varied or modes is not None:
-                raise click.UsageError(f"{loaded.name} weighs its cases over its prompt set: give one value of a setting "
-                                       f"(it applies to every case), drop {'--modes' if modes is not None else 'the lists'}"
-                                       ", or study the models with -m TARGET -md DRAFT --prompts ...")
-            # a one-valued setting applies to every case, as -n does
-            loaded = loaded.with_overrides(overrides({a: values[0] for a, values in axes.items()}))
+            loaded, methods = over_prompt_set(loaded, axes, modes, source, limit=limit, seed=sample_seed, format=fmt,
+                                              turns=turns)
             axes = {}
-            loaded, methods = over_set.study_of_set(loaded, loader.load(loader.source_of(
-                loaded, source, limit=limit, seed=sample_seed, format=fmt, turns=turns)))
         elif any(v is not None for v in (limit, sample_seed, fmt, turns)):
             raise click.UsageError("--limit, --sample-seed, --format and --turns are for a prompt set (--prompts)")
     exp = loaded.with_overrides(overrides({}, n_predict, timeout), repeats, prompt, check_prompt_file(prompt_file))
@@ -171,6 +161,23 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     finally:
         engine.close()
     echo_study(result, engine, exp, store, plot, as_json)
+
+
+def over_prompt_set(exp: Any, axes: dict[str, Any], modes: str | None, source: str | None,
+                    **read: Any) -> tuple[Any, Any]:
+    """An experiment over its prompt set (or ``--prompts``): (the study's experiment, its cases as
+    the setups). A setting given once applies to every case, as -n does; a list, or --modes, is
+    refused: the cases are what is weighed."""
+    from llamaspec.studies import methods
+    from llamaspec.studies import prompts as loader
+
+    varied = [a for a, values in axes.items() if len(values) > 1 or a in ("draft_max", "draft_variant")]
+    if varied or modes is not None:
+        raise click.UsageError(f"{exp.name} weighs its cases over its prompt set: give one value of a setting "
+                               f"(it applies to every case), drop {'--modes' if modes is not None else 'the lists'}, "
+                               "or study the models with -m TARGET -md DRAFT --prompts ...")
+    exp = exp.with_overrides(overrides({a: values[0] for a, values in axes.items()}))
+    return methods.study_of_set(exp, loader.load(loader.source_of(exp, source, **read)))
 
 
 def load_workload(source: str | None, limit: int | None, seed: int | None, fmt: str | None = None,
