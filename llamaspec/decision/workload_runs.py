@@ -133,15 +133,14 @@ def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Ce
     loop = summary.loop.text() if summary.loop else None
     asked = (run.get("settings") or {}).get("n_predict")
     lossless = summary.lossless
-    if summary.status == "differs" and lossless.near_tie is not None:  # the engine's rounding, not the draft: kept, said
-        return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.OK, None, summary.timed_tokens,
-                             loop, asked, lossless.first_difference,
-                             f"{prompt} at token {lossless.first_difference} (top-two gap {lossless.near_tie:.1e})", e2e)
-    if summary.status == "differs":
-        return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.DIFFERS, summary.lossless.text(),
-                             summary.timed_tokens, loop, asked, summary.lossless.first_difference)
+    if summary.output_differs:
+        return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.DIFFERS, lossless.text(),
+                             summary.timed_tokens, loop, asked, lossless.first_difference)
+    # a difference at a greedy near-tie is the engine's rounding, not the draft's: kept, and said
+    near_tie = (f"{prompt} at token {lossless.first_difference} (top-two gap {lossless.near_tie:.1e})"
+                if lossless.near_tie is not None else None)
     return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.OK, None, summary.timed_tokens, loop,
-                         asked, end_to_end=e2e)
+                         asked, lossless.first_difference if near_tie else None, near_tie, e2e)
 
 
 def workload_of_runs(runs: Sequence[Mapping[str, Any]],

@@ -291,6 +291,12 @@ class Summary:
         return text + (f"; {self.positions_note}" if self.positions_note else "")
 
     @property
+    def output_differs(self) -> bool:
+        """Its output differs from the target alone's other than at a greedy near-tie (``probe.py``):
+        a wrong output, not batched verification's rounding."""
+        return self.status == "differs" and self.lossless.near_tie is None
+
+    @property
     def own_baselines(self) -> bool:
         """Every ratio is over a baseline of its own: its pair's, or one shared one to one."""
         return self.paired or self.estimator == estimators.PARTLY_SHARED

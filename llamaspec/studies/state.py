@@ -144,7 +144,7 @@ class StudyState:
                 return timed.short_text(summary.timed_tokens, self.n_predict)
             if summary.loop is not None and not self.count_loops:
                 return f"its output {summary.loop.text()}"
-            if summary.status == "differs":
+            if summary.output_differs:
                 differs_at.append(summary.lossless.first_difference)
         return workload.diverged_everywhere(differs_at)
 
