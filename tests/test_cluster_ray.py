@@ -468,7 +468,9 @@ def test_a_server_experiment_over_two_nodes_survives_losing_one_and_leaves_no_se
     by_key = {r["point_key"]: r["machine"] for r in runs}
     assert by_key[report.lost["host-b"][0]] == "host-a"
     figures = per_machine.per_machine(store, "set")
-    assert sum(f.items for f in figures.values()) == 6 and figures["host-a"].cases["k8"].lossless is not None
+    assert sum(f.items for f in figures.values()) == 6
+    lossless = figures["host-a"].cases["k8"].lossless  # greedy: unchanged, or changed at a greedy near-tie only
+    assert lossless.verdict == "identical" or lossless.near_tie is not None, lossless
     print("figures: a server experiment over two nodes:", " | ".join(line.strip() for line in per_machine.describe(figures)))
     deadline = time.monotonic() + 60  # ends as soon as they are gone; generous on a loaded machine
     while _tagged(tag) and time.monotonic() < deadline:  # host-a's actor closed its servers; host-b's reaper
@@ -511,9 +513,12 @@ def test_a_sweep_over_two_nodes_from_the_command_line(cluster_factory: Callable[
         pytest.skip("the offline SmolLM2 pair is not here: run `llamaspec models fetch smollm2-135m` first")
     data = Path(os.environ["LLAMASPEC_DATA"])
     c, _nodes = cluster_factory({m: {"LLAMASPEC_LOCK": str(data / f"{m}.lock")} for m in ("host-a", "host-b")})
-    swept = CliRunner().invoke(main, ["sweep", "smollm2-quicksort", "-n", "16", "--repeats", "1", "--draft-variant", "q4_1",
-                                      "--budget", "24", "--accel", "cpu", "--cluster", c.address])
+    sweep_args = ["sweep", "smollm2-quicksort", "-n", "16", "--repeats", "1", "--draft-variant", "q4_1", "--budget", "24",
+                  "--accel", "cpu", "--cluster", c.address]
+    swept = CliRunner().invoke(main, sweep_args)
     assert swept.exit_code == 0, swept.output
+    again = CliRunner().invoke(main, sweep_args)  # each machine's study is stored: a rerun measures nothing
+    assert again.exit_code == 0 and ": 0 items run, 2 already stored" in again.output, again.output
     store = Store.open()
     studies = [r for r in store.runs(experiment="smollm2-quicksort") if r["kind"] == "cluster-study"]
     assert sorted(r["machine"] for r in studies) == ["host-a", "host-b"], studies

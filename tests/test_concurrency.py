@@ -327,7 +327,7 @@ def test_concurrency_takes_every_setting_llama_server_honours_under_runs_names()
     assert "--ngram-size-n" in shown and "--flash-attn" in shown and "--ngram-n " not in shown
 
 
-def test_a_new_server_setting_reaches_prompts_run_from_its_flag_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_server_setting_reaches_concurrency_from_its_flag_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """The second of the two edits (the first: a Settings field; dtype stands in for one here):
     a row in llama.cpp's flag table gives `concurrency` the option, under run's name."""
     from llamaspec.cli.options import engine_setting_options

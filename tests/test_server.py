@@ -305,6 +305,7 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
     args = ["sweep", "smollm2-server-mini", "--prompts", str(set_file), "-n", "16", "-t", "1", "--json",
             "--fixed-grid", "--repeats", "1", "--no-plot", "--bin-dir", server_build.bin_dir]
     result = CliRunner().invoke(main, args)
+    assert result.stdout.lstrip().startswith("{"), result.output  # a crash shows as itself, not as bad JSON
     out = json.loads(result.stdout)  # the study's answer, whatever it is (it may be "nothing" on 16 tokens)
     assert result.exit_code == (1 if out["decision"]["verdict"] == "nothing" else 0), result.output
     # the experiment's two cases are the setups weighed, by their names; both prompts measured
