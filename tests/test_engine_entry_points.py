@@ -80,20 +80,26 @@ def test_an_installed_engine_is_named_opened_deployed_and_its_profiles_read(tmp_
     assert engines.honoured("llama-server")  # the built-ins beside it, as before
 
 
-def test_an_entry_point_under_a_built_in_name_is_refused_with_a_hint(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    install(tmp_path, monkeypatch, {"llama.cpp": "fake_llamaspec_engine"})
-    with pytest.raises(LlamaspecError, match="fake-llamaspec-engine declares an engine named 'llama.cpp'") as err:
-        engines.names()
-    assert "rename" in (err.value.hint or "") and "uninstall fake-llamaspec-engine" in (err.value.hint or "")
-    with pytest.raises(LlamaspecError, match="the name of a built-in engine"):
-        engines.open_engine("llama.cpp")  # not silently the built-in, nor the package's
+def test_an_entry_point_under_a_built_in_name_is_left_out_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A package that takes a built-in's name is left out of the installed engines, with a warning
+    naming it; the built-in stays the built-in, and asking for it reads no installed package."""
+    install(tmp_path, monkeypatch, {"llama.cpp": "fake_llamaspec_engine", "other": "fake_llamaspec_engine"})
+    called: list[int] = []
+    real = engines.metadata.entry_points
+    monkeypatch.setattr(engines.metadata, "entry_points", lambda **kw: called.append(1) or real(**kw))
+    assert engines.honoured("llama-server") and not called  # a built-in: no package scanned
+    with caplog.at_level("WARNING"):
+        assert engines.names().count("llama.cpp") == 1 and "other" in engines.names()
+    assert called and "fake-llamaspec-engine declares an engine named 'llama.cpp'" in caplog.text
+    assert "rename its entry point" in caplog.text
+    assert engines._module("llama.cpp").__name__ == "llamaspec.llamacpp.runner"  # not the package's
 
 
 def test_an_entry_point_that_fails_to_load_says_which_package_and_leaves_the_others(tmp_path: Path,
                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     install(tmp_path, monkeypatch, {"broken": "no_such_engine_module", "halfway": "halfway_engine",
-                                    "missing": "fake_llamaspec_engine:not_there"},
+                                    "missing": "halfway_engine:not_there"},
             module="halfway_engine", source="def open_engine(options):\n    return options\n")
     assert "broken" in engines.names()  # listed; loaded only when asked for
     with pytest.raises(LlamaspecError, match=r"engine 'broken' of fake-llamaspec-engine failed to load") as err:

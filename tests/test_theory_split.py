@@ -81,4 +81,4 @@ def test_the_registry_reads_profiles_without_torch_and_lends_llamacpps_model_too
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
     tools = engines.model_tools()
     assert type(tools).__module__ == "llamaspec.llamacpp.modeltools" and tools.build is None
-    assert callable(tools.converter) and callable(tools.quantizer)
+    assert engines.model_tools() is tools  # one per process, whoever asks

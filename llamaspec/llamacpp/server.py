@@ -136,7 +136,7 @@ class ServerEngine:
         from llamaspec import models
         from llamaspec.llamacpp import modeltools
 
-        return models.gguf_model(model, variant, modeltools.tools())  # a variant not made yet: made by llama.cpp
+        return models.gguf_model(model, variant, modeltools.tools(self.build))  # a variant not made yet: made by llama.cpp
 
     def check(self, case: ResolvedCase) -> None:
         self._check_settings(case)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 from importlib import metadata
 from typing import Any
 
@@ -37,6 +38,8 @@ BUILT_IN: dict[str, str] = {
 # The entry point group another package declares its engines in, e.g. in its pyproject.toml:
 #   [project.entry-points."llamaspec.engines"]
 #   my-engine = "my_package.engine"
+log = logging.getLogger(__name__)
+
 GROUP = "llamaspec.engines"
 
 # The built-in engines' round profiles, in modules of their own (light: no torch), so that reading a
@@ -48,21 +51,25 @@ ROUND_PROFILE_MODULES: tuple[str, ...] = ("llamaspec.llamacpp.profiles", "llamas
 MODEL_TOOLS = ("llama.cpp", "llamaspec.llamacpp.modeltools")
 
 
+@functools.cache
 def model_tools() -> Any:
     """The tools that make model files (``llamaspec.models.store.ModelTools``), with the build
-    ``find()`` picks: what the models room is given by a caller that names no build."""
+    ``find()`` picks when they are first used: what the models room is given by a caller that names
+    no build (one per process)."""
     return _import(*MODEL_TOOLS).tools()
 
 
 @functools.cache
 def installed() -> dict[str, metadata.EntryPoint]:
-    """The engines other packages declare in :data:`GROUP`, by name (read once per process)."""
+    """The engines other packages declare in :data:`GROUP`, by name (read once per process, and only
+    when a name is not a built-in's). One that takes a built-in's name is left out, and said."""
     found: dict[str, metadata.EntryPoint] = {}
     for ep in metadata.entry_points(group=GROUP):
-        source = ep.dist.name if ep.dist is not None else ep.value
         if ep.name in BUILT_IN:
-            raise LlamaspecError(f"the package {source} declares an engine named {ep.name!r}, the name of a built-in engine",
-                                 hint=f"rename its entry point in the {GROUP!r} group, or uninstall {source}")
+            source = ep.dist.name if ep.dist is not None else ep.value
+            log.warning("the package %s declares an engine named %r, a built-in engine's name: left out (rename its "
+                        "entry point in the %r group, or uninstall it)", source, ep.name, GROUP)
+            continue
         found[ep.name] = ep
     return found
 
@@ -72,8 +79,7 @@ def names() -> tuple[str, ...]:
 
 
 def _module(name: str) -> Any:
-    if name in BUILT_IN:
-        installed()  # a package that takes a built-in's name is refused whichever engine is asked for
+    if name in BUILT_IN:  # no installed package is read for a built-in engine
         return _import(name, BUILT_IN[name])
     ep = installed().get(name)
     if ep is None:

@@ -218,7 +218,7 @@ def observation(row: PointRow) -> Any:
         return None
     if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict):
         return None
-    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program not in engines.round_profiles():
+    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program is None or not engines.knows(s.program):
         return None
     if not s.rounds:
         return None

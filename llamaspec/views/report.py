@@ -377,9 +377,9 @@ def _compare_engines(ok: list[dict[str, Any]]) -> list[str]:
     notes: list[str] = []
     bases: dict[str, set[str]] = {}
     for pair in sorted(pairs, key=lambda p: (-len(pairs[p]), p)):
-        engines = pairs[pair]
-        for engine in sorted(engines):
-            rs = engines[engine]
+        by_engine = pairs[pair]
+        for engine in sorted(by_engine):
+            rs = by_engine[engine]
             best = _chosen(rs)
             s = Summary.from_dict(best.get("summary"))
             differ = sum(r["status"] == "differs" for r in rs)
@@ -392,10 +392,10 @@ def _compare_engines(ok: list[dict[str, Any]]) -> list[str]:
                          lossless, str(best["id"])])
             for mode, basis in s.speed_basis.items():
                 bases.setdefault(engine, set()).add(f"{mode}: {basis}")
-        if len(engines) < 2:
-            notes.append(f"- {pair}: measured by {next(iter(engines))} only.")
+        if len(by_engine) < 2:
+            notes.append(f"- {pair}: measured by {next(iter(by_engine))} only.")
             continue
-        chosen = {engine: _chosen(rs).get("settings") or {} for engine, rs in engines.items()}
+        chosen = {engine: _chosen(rs).get("settings") or {} for engine, rs in by_engine.items()}
         for key in _SAME_FOR_COMPARISON:
             values = {engine: chosen[engine].get(key) for engine in chosen}
             if len(set(map(str, values.values()))) > 1:

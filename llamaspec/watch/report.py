@@ -135,13 +135,13 @@ class Report:
                + (f", {w.throughput:.1f} t/s over the window" if w.throughput is not None else "")]
         if w.speculated:
             out.append(f"  verification steps {w.steps}, drafted {w.drafted}, accepted {w.accepted} "
-                       f"({percent_text(w.acceptance or 0, 1)}); accepted per step {w.mean_accepted:.2f} "
+                       f"({percent_text(w.acceptance, 1)}); accepted per step {w.mean_accepted:.2f} "
                        f"(llama.cpp's mean len {w.tokens_per_step:.2f})"
                        + (f"; steps that drafted nothing {w.plain_steps}" if w.plain_steps else ""))
             shares = w.by_position
             if shares is not None:
                 out.append(f"  accepted through position 1..{len(shares)} (of the steps): "
-                           + ", ".join(percent_text(p or 0) for p in shares))
+                           + ", ".join(percent_text(p) for p in shares))
         return out
 
     def _forecast_lines(self, f: Forecast) -> list[str]:
