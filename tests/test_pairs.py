@@ -16,7 +16,7 @@ from llamaspec.measure import contract, pairs
 from llamaspec.measure.contract import Measurement
 from llamaspec.store.results import Store
 from llamaspec.store.rows import MeasurementRow, measurement_of
-from llamaspec.studies.run import more_pairs, run_case
+from llamaspec.studies.run import run_case
 
 
 def measurement(mode: str, ok: bool = True) -> Measurement:
@@ -60,49 +60,38 @@ def test_auto_repeats_stop_when_settled_but_not_before_at_least() -> None:
     assert got.complete == 10
 
 
-def test_shared_baselines_and_cost_timings_join_the_loop() -> None:
+def test_cost_timings_join_the_loop_after_their_pair() -> None:
     seen, measure = recorder()
     extra: list[int] = []
 
     def after(r: int) -> list[Measurement]:
         extra.append(r)
         return [measurement("draft")] if r == 0 else []
-    got = pairs.measure_pairs(measure, at_least=2, have_baseline=lambda r: r == 0, after_pair=after)
-    assert seen == [("speculative", 0), ("speculative", 1), ("baseline", 1)]
+    got = pairs.measure_pairs(measure, at_least=2, after_pair=after)
+    assert seen == [("baseline", 0), ("speculative", 0), ("speculative", 1), ("baseline", 1)]
     assert extra == [0, 1] and [t.measurement.mode for t in got.taken].count("draft") == 1
 
 
-def test_more_pairs_continue_a_stored_run_in_its_order_and_resummarise() -> None:
-    engine = FakeEngine(drift=0.0)
-    store = Store.open()
-    first = run_case(case(), engine, store, repeats=2, hardware=HW, time_costs=True)
-    assert first.summary.pairs == 2
-    engine.calls.clear()
-    more = more_pairs(first.run_id, case(), engine, store, 3)
-    assert [m for m, _ in engine.calls] == ["baseline", "speculative", "speculative", "baseline", "baseline", "speculative"]
-    assert more.summary.pairs == 5 and more.summary.paired and more.summary.status == "ok"
-    row = store.run(first.run_id)
-    assert row["status"] == "ok" and row["summary"]["pairs"] == 5
-    assert sorted({r["repeat"] for r in store.measurements(first.run_id) if r["mode"] == "speculative"}) == [0, 1, 2, 3, 4]
-    assert more.summary.batch_ms == first.summary.batch_ms  # the costs are not timed again
-    with pytest.raises(Exception, match="at least one pair"):
-        more_pairs(first.run_id, case(), engine, store, 0)
+def test_a_blocks_order_is_shuffled_by_its_key_the_same_on_a_rerun() -> None:
+    orders = {tuple(pairs.block_order(5, f"study/p/{b}")) for b in range(12)}
+    assert len(orders) > 3  # block to block, the setups' order changes
+    assert all(sorted(o) == [0, 1, 2, 3, 4] for o in orders)
+    assert pairs.block_order(5, "study/p/3") == pairs.block_order(5, "study/p/3")
 
 
-def test_an_interrupted_extension_keeps_the_runs_complete_pairs() -> None:
+def test_an_interrupted_run_that_never_finished_is_interrupted() -> None:
     class Interrupting(FakeEngine):
         def measure(self, c, mode, log_path):  # type: ignore[no-untyped-def]
-            if len(self.calls) >= 5:
+            if len(self.calls) >= 3:
                 raise KeyboardInterrupt
             return super().measure(c, mode, log_path)
 
     engine = Interrupting(drift=0.0)
     store = Store.open()
-    first = run_case(case(), engine, store, repeats=2, hardware=HW)  # 4 calls
     with pytest.raises(KeyboardInterrupt):
-        more_pairs(first.run_id, case(), engine, store, 3)  # pair 2: baseline taken, speculative interrupted
-    row = store.run(first.run_id)
-    assert row["status"] == "ok" and row["summary"]["pairs"] == 2 and row["summary"]["paired"]
+        run_case(case(), engine, store, repeats=3, hardware=HW)
+    (row,) = store.runs()
+    assert row["status"] == "interrupted" and len(store.measurements(row["id"])) == 3
 
 
 def test_every_field_of_a_measurement_has_its_column_and_comes_back() -> None:
@@ -115,7 +104,7 @@ def test_every_field_of_a_measurement_has_its_column_and_comes_back() -> None:
               "sample_ms_per_token": 0.5, "text": "xy", "tokens": (1, 2), "end_of_text": True, "error_kind": "timeout",
               "prompt_ms": 12.5, "generation_ms": 99.0, "stats": {"k": 1}, "log_path": "/l",
               "noise": NoiseSample(2.0, 4.0, 3.0, 1.0, 0.25), "pair": 3, "drafted_by_position": (2, 2, 1),
-              "accepted_by_position": (2, 1, 0)}
+              "accepted_by_position": (2, 1, 0), "block": "s/p/0"}
     assert set(values) == {f.name for f in dataclasses.fields(Measurement)}  # a new field must be added here
     m = Measurement(**values)  # type: ignore[arg-type]
     store.add_measurement(MeasurementRow.of(m, run_id=run_id))  # the pair index is the row's repeat

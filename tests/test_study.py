@@ -40,6 +40,15 @@ def true_workload(engine: WorkloadEngine, setup: str | int, prompts=PROMPTS) -> 
     return math.exp(statistics.fmean(math.log(engine.speedup_for(p, setup)) for p in prompts))
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake engine measures nothing of this machine: what else it does (other tests, builds) is
+    not the study's load (a test that is about the load sets its own)."""
+    from llamaspec.base import host
+
+    monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: None)
+
+
 def key_of(result: study.StudyResult, label: str) -> str:
     return next(s.setup for s in result.decision.setups if s.label == label)  # type: ignore[return-value]
 
@@ -219,13 +228,6 @@ def test_a_studys_plots_are_named_short_the_workloads_by_path_each_prompts_by_fo
     assert plots_text([]) == "" and plots_text(plots[:1]) == f"\n  plot: {folder / 'workload.png'}"
 
 
-def test_allocate_fills_the_missing_prompts_first_then_the_noisiest() -> None:
-    assert study.allocate(3, {"a": (1.0, 1.1)}, ["a", "b", "c"], 0.05) == {"b": 1, "c": 1}
-    have = {"a": (1.0, 1.01, 0.99), "b": (1.0, 1.3, 0.8)}
-    got = study.allocate(4, have, ["a", "b"], 0.05)
-    assert got.get("b", 0) > got.get("a", 0) and sum(got.values()) == 4
-
-
 # --- the study, measured -----------------------------------------------------------------------------
 
 def categories_engine(**kw) -> WorkloadEngine:
@@ -241,7 +243,8 @@ CATEGORY_ALPHA = {"code": 0.95, "summarization": 0.9, "chat": 0.2, "reasoning": 
 def sampled_engine(**kw) -> WorkloadEngine:
     """Four categories of four prompts, each prompt accepting a little differently from its category's own."""
     alphas = {p: CATEGORY_ALPHA[cat] - 0.01 * int(p[-1]) for p, cat in SAMPLED.items()}
-    return WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True, alphas=alphas,
+    kw = {"drift": 0.0, "noise": NOISE, **kw}
+    return WorkloadEngine(draft_cost=0.3, positions=True, alphas=alphas,
                           modes={"ngram-simple": {p: 1.0 + 0.01 * int(p[-1]) for p in SAMPLED}}, **kw)
 
 
@@ -252,73 +255,131 @@ def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models)
     result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=150))
     d = result.decision
     assert [p for p, _c in d.prompts] == list(SAMPLED)
-    assert result.pairs <= 150 and result.stop in ("settled", "budget", "nothing to measure")
-    assert d.verdict == "recommend" and d.chosen is not None
-    best = max(true_workload(engine, k, SAMPLED) for k in LENGTHS["draft_max"])
+    assert result.pairs <= 150 + len(setups) and result.stop in ("settled", "budget", "nothing to measure")
+    assert d.chosen is not None  # decided or not, the best bet is named
     chosen = d.chosen.label
-    assert chosen.startswith("draft ") and true_workload(engine, int(chosen.split()[1]), SAMPLED) >= 0.95 * best
+    truth = true_workload(engine, chosen if chosen == "ngram-simple" else int(chosen.split()[1]), SAMPLED)
+    assert truth > 1.0 and (d.verdict != "recommend" or d.chosen.measured.low <= truth)
     verdicts = {c.category: c.decision.verdict for c in d.categories if c.decision is not None}
-    assert verdicts.get("code") == "recommend" and verdicts.get("chat") != "recommend" and d.categories_disagree
-    # the first pass: the mode and the two longest lengths on every sampled prompt; nothing else everywhere
-    measured = {s.label for s in d.setups if s.speedup is not None}
+    assert verdicts.get("code") == "recommend" and verdicts.get("chat") != "recommend"
+    # the first blocks: the mode and the two longest lengths; nothing else on every prompt
+    measured = {s.label for s in d.setups if s.per_prompt}
     assert {"ngram-simple", "draft 16", "draft 12"} <= measured and len(measured) < len(setups)
-    # the plan was said before anything but the first pair was measured: N of the 16 prompts
-    assert result.plan is not None and result.plan.startswith("plan: all 16 prompts, each with the first pass")
+    assert result.plan is not None and result.plan.startswith("plan: about ")
     text = result.render()
-    assert "target alone" in text and "by category" in text and estimators.OVER_PROMPTS in text
+    assert "target alone" in text and estimators.OVER_PROMPTS in text
     assert "tokens  " in text and "drift over the study" in text
-    # a prompt's new cells share its first baseline (one to one): fewer baselines than speculative runs;
-    # a cell begun on it and given pairs of its own later counts every ratio
+    # every cell's ratios are over the baselines of its own blocks: two baselines a block
+    blocks = {m["block"] for r in store.runs() for m in store.measurements(r["id"]) if m.get("block")}
     modes = [m for m, _s in engine.calls]
-    assert modes.count("baseline") < modes.count("speculative")
+    assert modes.count("baseline") == 2 * len(blocks) + 1  # and one warm-up
     sums = [Summary.from_dict(r["summary"]) for r in store.runs(kind="sweep") if r["status"] == "ok"]
-    shared = [x for x in sums if x.estimator == estimators.PARTLY_SHARED]
-    assert shared and any(x.pairs > 1 for x in shared)
-    assert all(x.speedup is not None and x.pairs == len(x.speedup.values) for x in shared)
+    assert sums and all(x.estimator == estimators.BLOCK and x.speedup is not None and x.pairs == len(x.speedup.values)
+                        for x in sums)
 
 
-@pytest.mark.slow  # a few seconds of fake measuring and plotting
-def test_the_drift_over_the_study_compares_each_setups_halves(fake_models, tmp_path) -> None:  # noqa: F811
-    """A machine that slows the two-model run a little more at every measurement: the same setups on
-    the same prompts read lower in the study's second half than in its first, and the output says
-    by how much; a steady one reads within its noise. An adaptive study within a time budget
-    measures its first cell again at its end, so it always has one; a pairs budget spent to the
-    last pair is never overrun for it."""
+def test_each_run_is_over_the_baselines_measured_around_it_whatever_the_schedule(fake_models) -> None:  # noqa: F811
+    """A machine that slows 2 % at every measurement: a ratio over a baseline measured minutes
+    earlier would read 10-50 % low. Each run's ratio is over its own block's two baselines, the run
+    measured between them, so every ratio is the true speedup within the drift of half a block."""
+    engine = sampled_engine(drift=0.02, noise=(1.0,))
+    store = Store.open()
+    setups = study.setups_for({"draft_max": (8, 16)}, ("ngram-simple",))
+    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=40))
+    k = len(setups)
+    for s in result.decision.setups:
+        for prompt, spread in s.per_prompt:
+            if spread is None:
+                continue
+            truth = engine.speedup_for(prompt, s.label if s.label == "ngram-simple" else int(s.label.split()[1]))
+            for ratio in spread.values:
+                assert abs(math.log(ratio / truth)) <= (k / 2 + 0.5) * -math.log(1 - 0.02) + 1e-9
+    # in the store: each speculative run lies between the two baselines of its block
+    rows = [m for r in store.runs() for m in store.measurements(r["id"]) if m.get("block")]
+    for block in {m["block"] for m in rows}:
+        ids = {m["mode"]: [] for m in rows}
+        for m in sorted((m for m in rows if m["block"] == block), key=lambda m: m["id"]):
+            ids.setdefault(m["mode"], []).append(m["id"])
+        assert len(ids["baseline"]) == 2 and all(ids["baseline"][0] < i < ids["baseline"][1] for i in ids["speculative"])
+
+
+def test_a_setup_that_trails_on_its_first_prompts_is_measured_no_more(fake_models) -> None:  # noqa: F811
+    """An n-gram mode 20 % slower than the draft on every prompt stops after its first prompts and
+    is said; the time goes to more prompts of the others."""
+    alphas = {p: 0.6 + 0.1 * (int(p[-1]) - 1) for p in SAMPLED}  # the draft gains 0.96-3.2x: wide over prompts
+    engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=0.1, positions=True, alphas=alphas,
+                            modes={"ngram-simple": dict.fromkeys(SAMPLED, 0.8)})
+    result = study.run_study(workload_exp(prompts=SAMPLED), study.setups_for({"draft_max": (12, 16)}, ("ngram-simple",)),
+                             engine, Store.open(), Budget(pairs=30))
+    mode = next(s for s in result.decision.setups if s.label == "ngram-simple")
+    drafts = next(s for s in result.decision.setups if s.label == "draft 12")
+    assert len([p for p, v in mode.per_prompt if v is not None]) == 3
+    assert len([p for p, v in drafts.per_prompt if v is not None]) > 3
+    assert any(w.startswith("ngram-simple: draft 12 ran ") for w in result.stopped)
+    assert "measured no more: ngram-simple: draft 12 ran" in result.render()
+
+
+@pytest.mark.slow  # a few seconds of fake measuring
+def test_the_drift_over_the_study_compares_its_first_prompt_at_its_start_and_end(fake_models, tmp_path) -> None:  # noqa: F811
+    """A machine that slows the two-model run a little more at every measurement: the first prompt's
+    setups, measured again at the study's end, read lower than at its start, and the output says by
+    how much; a steady one reads within its noise."""
     setups = study.setups_for({"draft_max": (12, 16)})
     worn = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(spec_drift=0.01),
-                           Store.open(tmp_path / "worn.sqlite"), fixed_grid=True)
+                           Store.open(tmp_path / "worn.sqlite"), Budget(pairs=20))
     assert worn.drift is not None and worn.drift.change is not None and worn.drift.change < -0.1
-    assert worn.drift.cells == 2 * len(SAMPLED) and f"drift over the study: {worn.drift.change:+.1%}" in worn.render()
-    steady = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(), Store.open(tmp_path / "steady.sqlite"),
-                             fixed_grid=True)
+    assert worn.drift.cells >= 1 and f"drift over the study: {worn.drift.change:+.1%}" in worn.render()
+    steady = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(noise=(1.0,)),
+                             Store.open(tmp_path / "steady.sqlite"), Budget(pairs=20))
     assert steady.drift is not None and steady.drift.change is not None and abs(steady.drift.change) < 0.05
-    adaptive = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(), Store.open(tmp_path / "a.sqlite"),
-                               Budget(seconds=5))
-    assert adaptive.drift is not None and adaptive.drift.cells >= 1 and adaptive.drift.change is not None
-    spent = study.run_study(workload_exp(prompts=SAMPLED), setups, sampled_engine(), Store.open(tmp_path / "p.sqlite"),
-                            Budget(pairs=20))
-    assert spent.pairs <= 20
+    fixed = study.run_study(workload_exp(prompts=SAMPLED, repeats=2), setups, sampled_engine(spec_drift=0.01),
+                            Store.open(tmp_path / "fixed.sqlite"), fixed_grid=True)
+    assert fixed.drift is not None and fixed.drift.cells == 2 * len(SAMPLED) and fixed.drift.change is not None
 
 
-def test_a_budget_too_small_for_every_prompt_samples_them_by_category(fake_models) -> None:  # noqa: F811
-    """A pairs budget that pays for the first pass on one prompt a category and a little more: the
-    study samples a few prompts of each category (said in its plan), never fails for it."""
+def test_a_load_that_changes_while_it_measures_is_said_and_decides_nothing(fake_models, monkeypatch) -> None:  # noqa: F811
+    """Other processes take 1 % of the CPU during the first half of the study's blocks and 15 % during
+    the second: the study says so, and does not decide across the change; a steady 12 % load is
+    said as the condition the figures hold for."""
+    from llamaspec.base import host
+
+    calls = {"n": 0}
+
+    def load_of(share: float) -> host.NoiseSample:
+        return host.NoiseSample(seconds=1.0, cpu_seconds=2.0, busy_seconds=1.0 + 2.0 * share, own_seconds=1.0,
+                                steal_seconds=0.0)
+
+    def changing(self) -> host.NoiseSample:  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        return load_of(0.01 if calls["n"] < 20 else 0.15)
+
+    monkeypatch.setattr(host.NoiseMeter, "stop", changing)
+    engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=0.1, positions=True, alpha=0.9,
+                            modes={"ngram-simple": dict.fromkeys(SAMPLED, 1.3)})
+    setups = study.setups_for({"draft_max": (12, 16)}, ("ngram-simple",))
+    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, Store.open(), Budget(pairs=60))
+    assert result.load is not None and result.load.changed
+    assert result.decision.verdict == "undecided" and "the load changed" in result.render()
+    monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: load_of(0.12))
+    steady = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, Store.open(), Budget(pairs=60))
+    assert steady.load is not None and not steady.load.changed
+    assert "load: other processes took 12% of the CPU" in steady.render() and steady.decision.verdict == "recommend"
+
+
+def test_a_budget_that_times_few_prompts_says_so_up_front(fake_models) -> None:  # noqa: F811
+    """A given budget that times fewer than a handful of prompts is kept, and the plan names the
+    minutes that would time enough."""
     engine = sampled_engine()
-    store = Store.open()
     setups = study.setups_for(LENGTHS, ("ngram-simple",))
-    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=30))
+    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, Store.open(), Budget(pairs=12))
     plan = result.plan or ""
-    n = int(plan.split("plan: ")[1].split(" of ")[0])
-    assert 4 <= n < 16 and "of 16 prompts (about " in plan
-    measured = {f.prompt for f in result.decision.facts if f.measured}
-    assert {SAMPLED[p] for p in measured} == set(CATEGORY_ALPHA)  # every category sampled
-    assert len(measured) < 16 and result.pairs <= 30 + len(setups)
+    assert "too few prompts for an interval over prompts to decide" in plan and "--budget " in plan
+    assert result.pairs <= 12 + len(setups)
 
 
 def test_a_sampled_study_resumes_its_own_prompts_and_measures_nothing_again(fake_models) -> None:  # noqa: F811
-    """A rerun of a sampled study takes the prompts it measured first (the same order), plans from
-    the pace its stored pairs took, and with its budget spent (every pair it stored) measures nothing
-    more."""
+    """A rerun of a study takes the prompts it measured first (the same order), and with its budget
+    spent (every run it stored) measures nothing more; a larger budget continues it."""
     engine = sampled_engine()
     store = Store.open()
     setups = study.setups_for({"draft_max": (8, 12, 16)}, ("ngram-simple",))
@@ -327,12 +388,14 @@ def test_a_sampled_study_resumes_its_own_prompts_and_measures_nothing_again(fake
     again = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=first.pairs))
     assert len(engine.calls) == calls and again.pairs == first.pairs
     assert again.decision.timed == first.decision.timed and again.study_id == first.study_id
+    more = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=first.pairs + 12))
+    assert more.study_id == first.study_id and more.pairs > first.pairs
+    assert set(first.decision.timed) <= set(more.decision.timed)
 
 
 def test_a_prompt_answered_in_a_token_or_two_is_left_out_and_the_study_goes_on(fake_models) -> None:  # noqa: F811
-    """The issue's case: one prompt the model answers in a token or two, one whose output loops;
-    each is left out with a line, the next prompt of its category is measured in its place, and
-    the study still answers."""
+    """One prompt the model answers in a token or two, one whose output loops: each is left out with
+    a line, the next prompt of its category is measured in its place, and the study still answers."""
     engine = sampled_engine(answers={"reasoning-1": 2, "reasoning-2": 2}, loops={"chat-1": "Portugal e "})
     store = Store.open()
     setups = study.setups_for({"draft_max": (8, 12, 16)}, ("ngram-simple",))
@@ -344,9 +407,9 @@ def test_a_prompt_answered_in_a_token_or_two_is_left_out_and_the_study_goes_on(f
     assert left.get("chat-1", "its output loops").startswith("its output loops")
     assert any(SAMPLED[p] == "reasoning" for p in d.timed)  # another reasoning prompt took their place
     assert d.verdict in ("recommend", "no draft", "undecided")
-    # what a left-out prompt measured is stored, and nothing more than its first pair went to it
+    # a left-out prompt got its one block, no more
     for f in d.left_out:
-        assert sum(len(s.per_prompt) and (dict(s.per_prompt).get(f.prompt) is not None) for s in d.setups) <= 1
+        assert all(len(v.values) == 1 for s in d.setups for p, v in s.per_prompt if p == f.prompt and v is not None)
 
 
 def test_a_draft_free_mode_is_the_answer_where_the_draft_does_not_pay(fake_models) -> None:  # noqa: F811
@@ -365,7 +428,7 @@ def test_no_draft_when_nothing_pays_and_its_command_is_the_target_alone(fake_mod
                             modes={"ngram-simple": {p: 0.9 for p in PROMPTS}})
     store = Store.open()
     result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, store, Budget(pairs=60))
-    assert result.decision.verdict == "no draft" and result.stop == "settled"
+    assert result.decision.verdict == "no draft"
     answer = study.deployment(result, engine, workload_exp(), store)
     assert answer is not None and not answer.speculative
 
@@ -389,51 +452,20 @@ def test_a_setup_that_fails_everywhere_is_excluded_and_the_study_goes_on(fake_mo
     assert "excluded: ngram-simple" in result.render()
 
 
-def test_a_pairs_budget_below_the_first_pass_is_refused_naming_the_least(fake_models) -> None:  # noqa: F811
+def test_a_budget_of_runs_below_the_first_block_is_refused_naming_the_least(fake_models) -> None:  # noqa: F811
     engine = categories_engine()
     setups = study.setups_for(LENGTHS, ("ngram-simple",))
     with pytest.raises(LlamaspecError) as err:
-        study.run_study(workload_exp(), setups, engine, Store.open(), Budget(pairs=5))
-    assert "first pass alone measures 12" in err.value.message and "--budget 12" in (err.value.hint or "")
+        study.run_study(workload_exp(), setups, engine, Store.open(), Budget(pairs=2))
+    assert "first block alone measures 3" in err.value.message and "--budget 3" in (err.value.hint or "")
     assert engine.calls == []  # refused before anything was measured
 
 
-@pytest.mark.parametrize("other_load", [None, 0.6])
-def test_a_first_pair_too_slow_for_the_default_budget_is_refused_naming_it_and_the_load(
-        fake_models, monkeypatch: pytest.MonkeyPatch, other_load: float | None) -> None:  # noqa: F811
-    """Runs of 2.5 minutes each (a busy machine at two threads can make a 2 s run that long): the
-    default budget's 4 minutes cannot pay for the first pass (a baseline and 3 setups' runs on a
-    prompt of each of 4 categories: 40 minutes), nor the most it grows to (30). The
-    error names the default budget (the user gave none) and, where other processes held the CPU
-    meanwhile, the load."""
-    from dataclasses import replace as replaced
-
-    from llamaspec.base import host
-
-    class Slow(WorkloadEngine):
-        def measure(self, case, mode, log_path):  # type: ignore[no-untyped-def]
-            return replaced(super().measure(case, mode, log_path), wall_seconds=150.0)
-
-    busy = None if other_load is None else host.NoiseSample(seconds=60.0, cpu_seconds=120.0, busy_seconds=120.0 * other_load + 50.0,
-                                                            own_seconds=50.0, steal_seconds=0.0)
-    monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: busy)
-    engine = Slow(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True, alphas=dict.fromkeys(PROMPTS, 0.8),
-                  modes={"ngram-simple": dict.fromkeys(PROMPTS, 1.0)})
-    with pytest.raises(LlamaspecError) as err:
-        study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open())
-    assert err.value.message.startswith("the default budget (4m00s) is too small: the first pass alone takes about")
-    assert ("other processes used 60% of the CPU" in err.value.message) == (other_load is not None)
-    assert (err.value.hint or "").startswith("the machine was busy: rerun when it is idle, or with fewer threads (-t 1)") \
-        == (other_load is not None)
-    assert [m for m, _s in engine.calls].count("speculative") == 1  # one pair measured (and stored), then the refusal
-
-
-def test_the_default_budget_grows_to_hold_the_first_pass_on_an_idle_machine(
+def test_the_default_budget_grows_to_time_a_handful_of_prompts(
         fake_models, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    """Runs of 15 s on an idle machine: the first pass (on one prompt of each of 4 categories, a
-    baseline shared by its 3 setups' runs: 60 s a prompt) takes about 4 minutes, more than three
-    quarters of the default 4: the default grows to 6 (the first pass within three quarters of it),
-    says so, and the study answers."""
+    """Runs of 15 s: a first block of 3 setups takes 75 s, a later one about 75 s: the default 4
+    minutes time 3 prompts, too few to decide on; the default grows to time 8, says so, and the
+    study answers."""
     from dataclasses import replace as replaced
 
     from llamaspec.base import host
@@ -444,30 +476,17 @@ def test_the_default_budget_grows_to_hold_the_first_pass_on_an_idle_machine(
         def measure(self, case, mode, log_path):  # type: ignore[no-untyped-def]
             return replaced(super().measure(case, mode, log_path), wall_seconds=15.0)
 
-    engine = Slower(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True, alphas=dict.fromkeys(PROMPTS, 0.8),
-                    modes={"ngram-simple": dict.fromkeys(PROMPTS, 1.0)})
+    engine = Slower(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True, alphas=dict.fromkeys(SAMPLED, 0.8),
+                    modes={"ngram-simple": dict.fromkeys(SAMPLED, 1.0)})
     with caplog.at_level("WARNING"):
-        result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open())
-    assert "the default budget grows from 4m00s to 6m00s: the first pass alone (12 pairs, about 60.0 s a prompt)" in caplog.text
-    assert result.plan is not None and result.plan.endswith("or 360 s") and result.decision.verdict is not None
+        result = study.run_study(workload_exp(prompts=SAMPLED), study.setups_for(LENGTHS, ("ngram-simple",)), engine,
+                                 Store.open(), clock=lambda: 15.0 * len(engine.calls))
+    assert "the default budget grows from 4m00s to 10m00s" in caplog.text
+    assert result.plan is not None and "within 600 s" in result.plan and result.decision.verdict is not None
+    assert len(result.decision.timed) >= 7
 
 
-def test_a_pairs_budget_the_first_pass_spends_measures_no_contender_then_or_on_a_rerun(fake_models) -> None:  # noqa: F811
-    """A pairs budget of exactly the first pass (3 setups on each of 4 prompts): the model's
-    contenders get no pair, and the same study run again measures nothing (it refits on every
-    stored pair and may name other contenders: the budget holds them off too)."""
-    engine = categories_engine()
-    store = Store.open()
-    setups = study.setups_for(LENGTHS, ("ngram-simple",))
-    result = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=12))
-    assert result.pairs == 12 and {s.label for s in result.decision.setups if s.speedup is not None} == {
-        "ngram-simple", "draft 16", "draft 12"}
-    calls = len(engine.calls)
-    again = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=12))
-    assert again.pairs == 12 and len(engine.calls) == calls
-
-
-def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F811
+def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:  # noqa: F811
     class Interrupting(WorkloadEngine):
         limit = 1_000_000
 
@@ -478,21 +497,18 @@ def test_a_rerun_resumes_with_every_pair_it_had(fake_models) -> None:  # noqa: F
 
     engine = Interrupting(drift=0.0, noise=NOISE, draft_cost=0.3, positions=True,
                           alphas={"code": 0.95, "summarization": 0.9, "chat": 0.2, "reasoning": 0.3})
-    engine.limit = 30
+    engine.limit = 14
     store = Store.open()
     setups = study.setups_for(LENGTHS)
     with pytest.raises(KeyboardInterrupt):
         study.run_study(workload_exp(), setups, engine, store, Budget(pairs=60))
     kept = {r["id"]: r for r in store.runs(kind="sweep") if r["status"] == "ok"}
     before = sum(Summary.from_dict(r["summary"]).pairs for r in kept.values())
-    assert before >= 4
+    assert before >= 2
     engine.limit = 1_000_000
-    calls = len(engine.calls)
     result = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=60))
-    assert set(kept) <= set(result.runs.values())  # the finished points were resumed, not measured again
-    # only new pairs were measured (two generations each, one where a new cell shares its prompt's
-    # baseline), besides a warm-up and the cost timings of the prompts whose timings the interruption lost
-    assert result.pairs - before <= len(engine.calls) - calls <= 2 * (result.pairs - before) + 9
+    assert set(kept) <= set(result.runs.values())  # the finished cells were resumed, not measured again
+    assert all(store.run(r)["status"] in ("ok", "differs") for r in result.runs.values())
 
 
 def test_the_fixed_grid_measures_every_setup_on_every_prompt(fake_models) -> None:  # noqa: F811
@@ -501,22 +517,20 @@ def test_the_fixed_grid_measures_every_setup_on_every_prompt(fake_models) -> Non
     result = study.run_study(workload_exp(repeats=2), setups, engine, Store.open(), fixed_grid=True)
     assert result.stop == "fixed grid" and result.pairs == 2 * 3 * 4 == result.fixed_grid_pairs
     assert all(s.speedup is not None and s.pairs == 8 for s in result.decision.setups)
+    assert [m for m, _s in engine.calls].count("baseline") == 2 * 2 * 4 + 1  # two blocks a prompt, and a warm-up
 
 
 # --- the plan ------------------------------------------------------------------------------------
 
-def test_the_plan_fits_the_first_pass_into_its_share_of_the_budget() -> None:
+def test_trailing_needs_every_shared_prompt_and_the_gap() -> None:
     from llamaspec.studies import policy
 
-    # 4 minutes at 55 s a prompt (a 5 s baseline shared by 7 first setups' and 3 contenders' 5 s runs):
-    # 0.75 * 240 / 55 = 3.3 -> 3, but one a category
-    made = policy.plan(54, 6, 7, 3, 55.0, Budget(seconds=240.0))
-    assert made.prompts == 6 and made.of == 54 and made.seconds == pytest.approx(6 * 55.0)
-    assert made.text(Budget(seconds=240.0)).startswith("plan: 6 of 54 prompts (about 1 a category), each with the first "
-                                                         "pass's 7 setups and up to 3 of the model's lengths: about 5m30s")
-    roomy = policy.plan(54, 6, 7, 3, 11.0, Budget(seconds=600.0, pairs=200))
-    assert roomy.prompts == 15  # the pairs bind: 0.75 * 200 / 10
-    assert policy.plan(12, 6, 7, 3, 0.1, Budget(seconds=600.0)).prompts == 12  # never more than the workload
-    whole = policy.plan(54, 6, 7, 3, 5.0, Budget(seconds=240.0), over_prompts=False)
-    assert whole.prompts == 54 and "every one of the 54 prompts (the whole workload)" in whole.text(Budget(seconds=240.0))
-    assert policy.least_pairs(54, 6, 7) == 42 and policy.least_pairs(54, 6, 7, over_prompts=False) == 54 * 7
+    a, b = study.setups_for({"draft_max": (8,)}, ("ngram-simple",))
+    def cells(ratios_a, ratios_b):  # type: ignore[no-untyped-def]
+        return ([workload.Cell(f"p{i}", a.key, a.label, (r,)) for i, r in enumerate(ratios_a)]
+                + [workload.Cell(f"p{i}", b.key, b.label, (r,)) for i, r in enumerate(ratios_b)])
+    timed = ["p0", "p1", "p2"]
+    assert [s.label for s, _w in policy.trailing(cells((1.2, 1.3, 1.25), (1.0, 1.1, 1.0)), [a, b], timed)] == [b.label]
+    assert policy.trailing(cells((1.2, 0.9, 1.25), (1.0, 1.1, 1.0)), [a, b], timed) == []  # a gap that does not hold
+    assert policy.trailing(cells((1.2, 1.3), (1.0, 1.1)), [a, b], timed) == []  # two prompts: too few
+    assert policy.trailing(cells((1.02, 1.03, 1.02), (1.01, 1.02, 1.01)), [a, b], timed) == []  # within the gap

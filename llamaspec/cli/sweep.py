@@ -37,23 +37,18 @@ log = logging.getLogger("llamaspec")
               help="The workload, a prompt set (JSONL: prompt, category, id, chat, history): with -m, one case per "
                    "prompt (default: the built-in workload); with NAME, instead of the experiment's prompts:.")
 @prompt_set_options
-@click.option("--shared-baseline", is_flag=True,
-              help="Cost saver: measure one baseline per prompt and target setting and share it across setups "
-                   "(speedups are then not paired, and the output says so; measures the fixed grid).")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
-@click.option("--budget", default=None, metavar="TIME|PAIRS",
-              help="The whole study's budget: 10m, 90s, 1h, or a number of pairs (default: 40 % of the fixed grid's "
-                   "pairs, at most 4m of measuring, grown to hold the first pass at the first pair's pace, up to 30m; "
-                   "the first pass is always measured).")
+@click.option("--budget", default=None, metavar="TIME|RUNS",
+              help="The whole study's budget: 10m, 90s, 1h, or a number of speculative runs (default: 4m of measuring, "
+                   "grown where this machine's pace times too few prompts; a larger budget continues the same study).")
 @click.option("--fixed-grid", is_flag=True,
-              help="Measure every setup on every prompt with --repeats pairs (in passes: a pair of each per pass, "
-                   "the order rotating) instead of spending pairs where the decision is uncertain.")
+              help="Measure every setup on every prompt in --repeats blocks each instead of the adaptive study.")
 @workload_options
 @common_options
 @cluster_option
 def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, modes: str | None,
           source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None, turns: str | None,
-          shared_baseline: bool, plot: bool, budget: str | None, fixed_grid: bool, whole_workload: bool, count_loops: bool,
+          plot: bool, budget: str | None, fixed_grid: bool, whole_workload: bool, count_loops: bool,
           n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
@@ -82,18 +77,19 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     rule per category with 3 timed prompts or more. It ends with the command that deploys the
     answer.
 
-    Adaptive, within one budget (--budget; default 40 % of the fixed grid's pairs, at most 4
-    minutes): after the first pair it states its plan (how many of the workload's prompts it
-    samples, category by category, and about how long); then prompt by prompt one pair of the
-    draft-free modes and of the longest draft lengths (their acceptance by draft position and the
-    cost timings predict the other lengths), then the model's best lengths, then more prompts or
-    pairs where the decision is unsure, until it is settled or the budget is spent. The output
-    says which ended it, and the drift over the study. --fixed-grid measures every setup on every
-    prompt instead.
+    Each prompt is measured in a block: the target alone, one run of each setup in a shuffled
+    order, the target alone again; each run's speedup is over the two baselines around it. Adaptive,
+    within one budget (--budget; default 4 minutes of measuring): the first 3 prompts get every
+    draft-free mode and the longest draft lengths (their acceptance by draft position predicts
+    the other lengths); a setup that trails the best on every shared prompt stops; the model's
+    best length joins; then every remaining minute buys more prompts, category by category. After
+    the first block it states its plan (how many prompts the budget times). The output says what
+    ended it, the load beside it and the drift. --fixed-grid measures every setup on every prompt
+    instead.
 
     Studies of -m/-md models generate 64 tokens a prompt with llama-speculative-simple unless
-    -n/--program say otherwise (docs/method.md says why). Every pair is stored as it is measured:
-    rerun the same command to resume.
+    -n/--program say otherwise (docs/method.md says why). Every run is stored as it is measured:
+    rerun the same command to resume, or with a larger --budget to continue.
 
     With --cluster HOST:PORT (or $RAY_ADDRESS) every machine of the Ray cluster runs the study
     for itself, all at once (the best setup is the machine's; --budget is each machine's); the
@@ -137,15 +133,14 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     if methods is None and any(c.draft is not None for c in exp.cases) and "draft_max" not in axes:
         axes = {**axes, "draft_max": studies.DEFAULT_LENGTHS}
     spend = sweeps.parse_budget(budget) if budget is not None else None
-    if spend is not None and (fixed_grid or shared_baseline):
-        raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid and --shared-baseline, or --budget")
+    if spend is not None and fixed_grid:
+        raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid or --budget")
     asked = None if modes is None else () if modes.strip().lower() == "none" else sweeps.parse_values("spec_type", modes)
     if address:
         from llamaspec.cli.cluster import study_on_cluster
 
-        if shared_baseline or bin_dir is not None:
-            raise click.UsageError("with --cluster every machine runs the study on its own build: "
-                                   "drop --shared-baseline and --bin-dir")
+        if bin_dir is not None:
+            raise click.UsageError("with --cluster every machine runs the study on its own build: drop --bin-dir")
         study_on_cluster(exp, address, axes=axes, modes=asked, setups=methods, budget=budget, fixed_grid=fixed_grid,
                          over_prompts=not whole_workload, count_loops=count_loops, accel=accel, as_json=as_json)
         return
@@ -155,9 +150,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
             result = studies.run_study(exp, setups, engine, store, spend, fixed_grid=fixed_grid,
-                                       first_pairs=repeats if isinstance(repeats, int) and not fixed_grid else 1,
-                                       shared_baseline=shared_baseline, over_prompts=not whole_workload,
-                                       count_loops=count_loops)
+                                       over_prompts=not whole_workload, count_loops=count_loops)
     finally:
         engine.close()
     echo_study(result, engine, exp, store, plot, as_json)

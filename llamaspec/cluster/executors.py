@@ -213,8 +213,7 @@ def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     resolved = resolved_case(worker, p, engine)
     run.check_settings(resolved, engine)
     result = run.run_case(resolved, engine, store, repeats=p.get("repeats", exp.repeats), hardware=_hardware(worker),
-                          reference=chosen.reference, exp=exp, kind=p.get("kind", "run"),
-                          shared_baseline=bool(p.get("shared_baseline", False)), warmup=bool(p.get("warmup", False)))
+                          reference=chosen.reference, exp=exp, kind=p.get("kind", "run"), warmup=bool(p.get("warmup", False)))
     row = store.run(result.run_id)
     rows = store.measurements(result.run_id)
     return {"ok": result.status == "ok", "status": result.status, "error": result.error, "experiment": exp.name,

@@ -51,8 +51,7 @@ def experiment_payload(exp: Any) -> dict[str, Any]:
 
 
 def case_item(exp: Any, case: Any, repeats: int | str | None = None, **options: Any) -> WorkItem:
-    """One ``case`` item: the case through the run core on a worker (``options``: ``kind``,
-    ``shared_baseline``, ``warmup``)."""
+    """One ``case`` item: the case through the run core on a worker (``options``: ``kind``, ``warmup``)."""
     payload = case_payload(exp, case, 1)
     payload["repeats"] = repeats if repeats is not None else exp.repeats
     return WorkItem(case.name, "case", {**payload, **options})

@@ -32,6 +32,7 @@ from llamaspec.decision import workload
 from llamaspec.measure import spectypes
 from llamaspec.measure.settings import SWEEPABLE
 from llamaspec.measure.summary import Summary
+from llamaspec.store.rows import BASELINES_KIND
 
 MODE = "spec_type"
 DRAFT = "draft_variant"  # the axis a sweep over draft files names (the run's ``draft`` column holds its label)
@@ -149,7 +150,8 @@ def workload_of_runs(runs: Sequence[Mapping[str, Any]],
     """The cells of these runs and their workload (prompt -> category, in the order the prompts
     were first measured), for :func:`llamaspec.decision.workload.decide_workload`. ``setup`` names each
     run's setup where the caller knows it; by default its settings do (:func:`setup_of`)."""
-    ordered = sorted((r for r in runs if r.get("status") in FINISHED), key=lambda r: r.get("id") or 0)
+    ordered = sorted((r for r in runs if r.get("status") in FINISHED and r.get("kind") != BASELINES_KIND),
+                     key=lambda r: r.get("id") or 0)
     axes = setup_axes(ordered)
     name = setup or (lambda run: setup_of(run, axes))
     latest: dict[tuple[str, Hashable], workload.Cell] = {}

@@ -193,6 +193,9 @@ class Measurement:
     # the pairs loop, not the engine. Which measurements form a pair is decided from it alone
     # (``pairs.whole_pairs``), never by the order they were taken in.
     pair: int | None = None
+    # The block it was measured in (a workload study's B S1..Sk B on one prompt): each speculative run
+    # is divided by the baselines of its own block (``summary.summarize``). Set by the run core.
+    block: str | None = None
 
     # Derived quantities, each defined here once from the counters the engine filled. ``rounds`` has
     # one meaning for every engine: every target call after the prompt, by its program's own loop

@@ -6,8 +6,10 @@ that reports it (``Summary.estimator``, a prompt set's ``definitions``, a cluste
   pair (measured next to it, ABBA; pairs made by index, :func:`llamaspec.measure.pairs.whole_pairs`), the
   median over the pairs, with a 95 % bootstrap interval. The median, because one run disturbed by
   the machine moves it least; paired, because drift between runs measured apart is not speedup.
-- **shared baseline** (an explicit cost saver, labelled ``paired: false``): each speculative run
-  over the shared baseline's median; the point's median of those ratios.
+- **block** (a workload study's cells): a prompt is measured in blocks, B S1..Sk B, the setups in
+  an order shuffled block by block; each speculative run over the geometric mean of the two
+  baselines of its own block, measured around it (:data:`BLOCK`); the median of those ratios. Every
+  ratio's baseline is measured beside its run, whatever else the study measured before or after.
 - **workload** (the prompts are the whole workload, ``--whole-workload``): the geometric mean of the prompts' point speedups, with a 95 %
   bootstrap interval that resamples each prompt's pairs (the prompts are the workload, not a sample
   of one; :func:`workload`). The geometric mean, because ratios average on a log scale (2x on one
@@ -38,9 +40,8 @@ from typing import Any
 from llamaspec.base import stats
 
 POINT = "median of paired ratios (speculative over the baseline of its own pair), 95 % bootstrap interval"
-SHARED_BASELINE = "median of each speculative run over the shared baseline's median (not paired)"
-PARTLY_SHARED = ("median of the ratios, each speculative run over a baseline of its own: its pair's, or one it shares "
-                 "with the prompt's other setups (not paired in time)")
+BLOCK = ("median of the ratios, each speculative run over the geometric mean of the two baselines measured around it "
+         "in its block on its prompt (B S1..Sk B, the setups' order shuffled)")
 WORKLOAD = ("geometric mean of the prompts' speedups (each the median of its paired ratios), 95 % bootstrap "
             "interval resampling each prompt's pairs (a prompt with one pair: its ratio spread by the pooled "
             "pair-to-pair noise of the study's prompts)")
@@ -53,7 +54,7 @@ OVER_MACHINES = "per machine, as on one machine: " + POINT + " per case; " + WOR
 
 
 def point(ratios: Sequence[float]) -> stats.Spread | None:
-    """The point estimator over a point's pair ratios (or shared-baseline ratios)."""
+    """The point estimator over a point's pair (or block) ratios."""
     return stats.spread(ratios)
 
 

@@ -39,8 +39,8 @@ from pathlib import Path
 from llamaspec.base import host
 from llamaspec.measure.contract import PAIR_MODES, Engine, Measurement, ResolvedCase, refuse_drafting_baseline
 
-__all__ = ["PAIR_MODES", "Measure", "Pair", "Pairs", "Taken", "failure", "measure_one", "measure_pairs", "measure_runs",
-           "lone_runs", "metered", "order", "whole_pairs"]
+__all__ = ["PAIR_MODES", "Measure", "Pair", "Pairs", "Taken", "block_order", "failure", "measure_one", "measure_pairs",
+           "metered", "order", "whole_pairs"]
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,6 @@ class Pair:
         """Speculative over baseline decode speed (None when either speed is missing)."""
         b, s = self.baseline.decode_tps, self.speculative.decode_tps
         return s / b if s and b else None
-
-
-def lone_runs(measured: Iterable[Measurement]) -> list[Measurement]:
-    """The successful speculative runs in no whole pair (:func:`whole_pairs`), in order: those a
-    study measured on a baseline shared with the prompt's other setups, one to one."""
-    measured = list(measured)
-    paired = {p.index for p in whole_pairs(measured)}
-    return [m for m in measured if m.mode == "speculative" and m.ok and (m.pair is None or m.pair not in paired)]
 
 
 def whole_pairs(measured: Iterable[Measurement]) -> list[Pair]:
@@ -123,13 +115,13 @@ def metered(measure: Callable[[], Measurement]) -> Measurement:
 
 
 def measure_one(engine: Engine, case: ResolvedCase, mode: str, pair: int | None, log_path: Path,
-                keep: Callable[[Measurement], object] = lambda _m: None) -> Measurement:
-    """The one measure-meter-keep step every measurement of a pair (and every cost timing) takes:
-    the engine measures, the meter records what else the machine did (and a baseline that drafted
-    becomes a failure), the measurement gets its pair index (baseline and speculative only), and
-    ``keep`` stores it before anything else happens."""
+                keep: Callable[[Measurement], object] = lambda _m: None, block: str | None = None) -> Measurement:
+    """The one measure-meter-keep step every measurement of a pair or a block (and every cost
+    timing) takes: the engine measures, the meter records what else the machine did (and a
+    baseline that drafted becomes a failure), the measurement gets its pair index (baseline and
+    speculative only) and its ``block``, and ``keep`` stores it before anything else happens."""
     m = metered(lambda: engine.measure(case, mode, log_path))
-    m = replace(m, pair=pair if mode in PAIR_MODES else None)
+    m = replace(m, pair=pair if mode in PAIR_MODES else None, block=block if mode in PAIR_MODES else None)
     keep(m)
     return m
 
@@ -147,7 +139,6 @@ def _stamped(m: Measurement, mode: str, pair: int) -> Measurement:
 
 
 def measure_pairs(measure: Measure, *, at_least: int, at_most: int | None = None, start: int = 0,
-                  have_baseline: Callable[[int], bool] = lambda _pair: False,
                   after_pair: Callable[[int], Sequence[Measurement]] | None = None,
                   settled: Callable[[], bool] | None = None) -> Pairs:
     """Measure pairs ``start``, ``start + 1``, ... in ABBA order.
@@ -155,8 +146,6 @@ def measure_pairs(measure: Measure, *, at_least: int, at_most: int | None = None
     - ``measure(mode, pair)``: one measurement, through :func:`measure_one` (metered, kept).
     - ``at_least`` / ``at_most``: pairs to measure in this call (``at_most`` defaults to
       ``at_least``); after ``at_least`` the loop stops as soon as ``settled()`` is true.
-    - ``have_baseline(pair)``: that pair's baseline exists already (an explicitly shared baseline):
-      only its speculative side is measured.
     - ``after_pair(pair)``: called after each complete pair; measurements it returns (the speedup
       model's cost timings, taken once the prompt's length is known) join the result, and a failed
       one ends the loop like any other.
@@ -165,8 +154,6 @@ def measure_pairs(measure: Measure, *, at_least: int, at_most: int | None = None
     taken: list[Taken] = []
     for pair in range(start, start + most):
         for mode in order(pair):
-            if mode == "baseline" and have_baseline(pair):
-                continue
             m = _stamped(measure(mode, pair), mode, pair)
             taken.append(Taken(pair, m))
             if (error := failure(m)) is not None:
@@ -180,13 +167,12 @@ def measure_pairs(measure: Measure, *, at_least: int, at_most: int | None = None
     return Pairs(tuple(taken), None)
 
 
-def measure_runs(measure: Callable[[int], Measurement], count: int) -> Pairs:
-    """``count`` measurements of one mode outside any pair (a draft model's timing alone, for a
-    shared cost), through the same step and the same stop at the first failure as the pairs loop."""
-    taken: list[Taken] = []
-    for r in range(count):
-        m = measure(r)
-        taken.append(Taken(r, m))
-        if (error := failure(m)) is not None:
-            return Pairs(tuple(taken), error)
-    return Pairs(tuple(taken), None)
+def block_order(count: int, block: str) -> list[int]:
+    """The order of a block's ``count`` speculative runs (B S.. B): shuffled by the block's key, the
+    same on a rerun, different from block to block, so no setup always runs next to a baseline."""
+    import hashlib
+    import random
+
+    order = list(range(count))
+    random.Random(int(hashlib.sha256(block.encode()).hexdigest()[:12], 16)).shuffle(order)
+    return order

@@ -2,16 +2,14 @@
 
 The console table, the Markdown report, the plots, ``results list`` and ``--json`` all render this
 one object, so they cannot disagree. It is built by :func:`summarize` from the measurements of one
-point (and, only when asked, a shared baseline), and stored as JSON with the run.
+point (and the baselines of the blocks its runs were measured in), and stored as JSON with the run.
 
 - **speed**: every backend reports ``decode_tps`` on one definition (``backend.SPEED_DEFINITION``);
   each measurement says how it got there (``speed_basis``).
 - **speedup**: the point estimator (:mod:`llamaspec.measure.estimators`, named in ``estimator``): the median
   of paired ratios (each speculative run over the baseline of its own pair, pairs made by index)
-  with a 95 % bootstrap interval. With a shared baseline (an explicit cost saver) each run is
-  divided by the shared baseline's median instead, and the summary says so (``paired`` False);
-  with a baseline shared one to one (a study's new cells on a prompt), each over its own
-  (``own_baselines``).
+  with a 95 % bootstrap interval; in a workload study's blocks (B S1..Sk B on one prompt), each
+  speculative run over the baselines measured around it in its block.
 - **lossless**: greedy output with a draft must equal greedy output without one, on the generated
   part only, token ids where the engine gives them; a shorter speculative output differs. A sampled
   run (temperature above 0) is "not applicable: sampled": neither lossless nor differing.
@@ -24,6 +22,7 @@ builder and its JSON round trip; every view reads them, so they stay together.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -231,7 +230,7 @@ def check_draft(m: Measurement, requested: int | None) -> DraftCheck:
 class Summary:
     status: str  # ok | differs | failed | interrupted
     pairs: int  # speculative runs with a baseline
-    paired: bool  # each speculative run divided by the baseline measured next to it
+    paired: bool  # each speculative run divided by the baseline(s) measured next to it: its pair's or its block's
     speedup: Spread | None
     decode_tps: Spread | None  # speculative, on SPEED_DEFINITION
     baseline_decode_tps: Spread | None
@@ -298,8 +297,8 @@ class Summary:
 
     @property
     def own_baselines(self) -> bool:
-        """Every ratio is over a baseline of its own: its pair's, or one shared one to one."""
-        return self.paired or self.estimator == estimators.PARTLY_SHARED
+        """Every ratio is over a baseline of its own: its pair's, or its block's."""
+        return self.paired
 
     @property
     def recommendable(self) -> bool:
@@ -350,60 +349,51 @@ def requested_draft(case: ResolvedCase) -> int | None:
     return spectypes.requested_length(case.settings)
 
 
-def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measurement] = (), *,
+def summarize(measured: Sequence[Measurement], shared: Sequence[Measurement] = (), *,
               requested_draft: int | None = None, status: str = "ok", error: str | None = None,
               baseline_key: str | None = None, threads_hint: bool = False, temperature: float | None = None) -> Summary:
-    """The one summary of a point: its own measurements, paired by their pair index
-    (:func:`llamaspec.measure.pairs.whole_pairs`), plus an explicitly shared baseline where the point's
-    speculative runs have no baseline of their own.
+    """The one summary of a point: its own measurements, and ``shared`` ones measured for it
+    elsewhere (the baselines of the blocks its speculative runs were measured in, the cost timings).
 
-    The point's estimator (:data:`llamaspec.measure.estimators.POINT`): the median of the paired ratios, each
-    speculative run over the baseline of its own pair. A half pair (a side failed or was
-    interrupted) is in no pair: its measurements are kept out of every figure that compares the two
-    modes. With a shared baseline (an explicit cost saver), each speculative run is divided by the
-    shared baseline's median, and ``paired`` says so; where there are as many shared baselines as
-    lone speculative runs, each lone run is divided by one of them (in order), each whole pair by its
-    own (:data:`llamaspec.measure.estimators.PARTLY_SHARED`: every ratio has a baseline of its own). ``temperature`` above 0: a sampled point, whose
-    outputs are not compared (``Lossless`` "not applicable: sampled")."""
-    from llamaspec.measure.pairs import lone_runs, whole_pairs
+    The point's estimator: where its speculative runs were measured in blocks (a workload study's
+    B S1..Sk B on one prompt, :data:`llamaspec.measure.estimators.BLOCK`), each run over the geometric
+    mean of its own block's baselines; otherwise (:data:`llamaspec.measure.estimators.POINT`) each
+    speculative run over the baseline of its own pair (:func:`llamaspec.measure.pairs.whole_pairs`).
+    Either way the median of the ratios. A half pair (a side failed or was interrupted), or a run whose
+    block has no baseline, is in no ratio: its measurements are kept out of every figure that
+    compares the two modes; no ratio of runs measured apart is ever reported. ``temperature`` above
+    0: a sampled point, whose outputs are not compared (``Lossless`` "not applicable: sampled")."""
+    from llamaspec.measure.pairs import whole_pairs
 
-    whole = whole_pairs(measured)
     ok_spec = [m for m in measured if m.mode == "speculative" and m.ok]
-    own_base = [m for m in measured if m.mode == "baseline" and m.ok]
-    shared_base = [m for m in shared_baseline if m.mode == "baseline" and m.ok]
-    alone = lone_runs(measured)  # no baseline partner of its own
-    paired = bool(whole) and not (shared_base and alone)
-    pairs: list[tuple[Measurement, Measurement]]
-    timed_pairs: list[tuple[Measurement, Measurement]]  # the pairs whose ratios make the speedup
-    if paired:
+    in_blocks = [m for m in ok_spec if m.block is not None]
+    pairs: list[tuple[Measurement, Measurement]]  # (speculative, a baseline it is compared with), for the outputs
+    if in_blocks:
+        around: dict[str, list[Measurement]] = {}
+        for b in (*shared, *measured):
+            if b.mode == "baseline" and b.ok and b.block is not None:
+                around.setdefault(b.block, []).append(b)
+        blocked = [(m, around[m.block]) for m in in_blocks if m.block in around]
+        spec = [m for m, _b in blocked]
+        base = list({id(b): b for _m, bs in blocked for b in bs}.values())
+        pairs = [(m, bs[0]) for m, bs in blocked]
+        ratios = _block_ratios(blocked)
+        end_to_end = estimators.point(_block_ratios(blocked, lambda m: m.end_to_end_tps))
+        paired, estimator = bool(blocked), estimators.BLOCK
+    else:
         # The speeds' spreads hold the pairs that have a ratio, in pair order, as the speedup's does
         # (analysis reads them side by side); every whole pair is compared for losslessness.
+        whole = whole_pairs(measured)
         rated = [p for p in whole if p.ratio is not None]
         spec, base = [p.speculative for p in rated], [p.baseline for p in rated]
         pairs = [(p.speculative, p.baseline) for p in whole]
         timed_pairs = [(p.speculative, p.baseline) for p in rated]
         ratios = _ratios(timed_pairs)
-    elif shared_base and len(shared_base) >= len(alone):
-        # Each lone speculative run over one shared baseline, in order (a study's new cells on a prompt
-        # share its first baselines), each whole pair over its own: every ratio has a baseline of its own.
-        lone = list(zip(alone, shared_base, strict=False))  # as many shared baselines as lone runs, or more
-        rated = [p for p in whole if p.ratio is not None]
-        spec = [p.speculative for p in rated] + [s for s, _b in lone]
-        base = [p.baseline for p in rated] + [b for _s, b in lone]
-        pairs = [(p.speculative, p.baseline) for p in whole] + lone
-        timed_pairs = [(p.speculative, p.baseline) for p in rated] + lone
-        ratios = _ratios(timed_pairs)
-    elif shared_base:  # every baseline under the shared key, this point's own too: all measured apart
-        spec, base = ok_spec, shared_base + own_base
-        mid = statistics.median([b.decode_tps for b in base if b.decode_tps]) if any(b.decode_tps for b in base) else None
-        pairs = [(s, base[0]) for s in spec]
-        ratios = [s.decode_tps / mid for s in spec if s.decode_tps and mid]
-        timed_pairs = []  # measured apart: no end-to-end ratio either
-    else:  # no pair and nothing shared: no ratio of runs measured apart is ever reported
-        spec, base, pairs, ratios = ok_spec, own_base, [], []
-        timed_pairs = []
+        end_to_end = estimators.point(_ratios(timed_pairs, lambda m: m.end_to_end_tps))
+        paired, estimator = bool(whole), estimators.POINT
+        if not paired:
+            spec, base = ok_spec, [m for m in measured if m.mode == "baseline" and m.ok]
     speedup = estimators.point(ratios)
-    end_to_end = estimators.point(_ratios(timed_pairs, lambda m: m.end_to_end_tps))
     lossless = (sampled_verdict(temperature, len(pairs)) if is_sampled(temperature)
                 else merge_lossless([compare_outputs(s, b) for s, b in pairs]))
     mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
@@ -417,16 +407,16 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         status = "differs"
     if status == "ok" and spec and not base:
         status, error = "failed", "no baseline was measured"
-    elif status == "ok" and spec and not ratios and not paired and not shared_base:
-        status, error = "failed", "no speculative run has a baseline of its own pair"
+    elif status == "ok" and spec and not ratios and not paired:
+        status, error = "failed", "no speculative run has a baseline of its own pair or block"
     base_spread = stats.spread([b.decode_tps for b in base])
     noise = NoiseSample.combine([m.noise for m in measured if m.mode in ("baseline", "speculative")])
-    warnings = _warnings(base_spread, speedup, paired, bool(shared_base) and not paired, threads_hint, noise)
+    warnings = _warnings(base_spread, speedup, threads_hint, noise)
     if mid_spec is not None and mid_spec.n_drafted == 0:
         warnings.append("nothing was drafted: the speculative run is the target alone plus overhead")
     basis = {m.mode: m.speed_basis for m in (*spec[:1], *base[:1]) if m.speed_basis}
-    draft_runs = [m for m in (*measured, *shared_baseline) if m.mode == "draft" and m.ok]
-    batches = [m for m in (*measured, *shared_baseline) if m.mode == "batch" and m.ok and m.stats]
+    draft_runs = [m for m in (*measured, *shared) if m.mode == "draft" and m.ok]
+    batches = [m for m in (*measured, *shared) if m.mode == "batch" and m.ok and m.stats]
     rounds = mid_spec.rounds if mid_spec else None
     by = sum_positions(spec) if spec else Positions()
     return Summary(
@@ -449,8 +439,7 @@ def summarize(measured: Sequence[Measurement], shared_baseline: Sequence[Measure
         peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in spec) or None if spec else None,
         baseline_peak_rss_bytes=max((m.peak_rss_bytes or 0) for m in base) or None if base else None,
         speed_basis=basis, baseline_key=baseline_key, warnings=tuple(warnings), error=error, noise=noise,
-        estimator=(estimators.POINT if paired or not shared_base
-                   else estimators.PARTLY_SHARED if len(shared_base) >= len(alone) else estimators.SHARED_BASELINE),
+        estimator=estimator,
         drafted_by_position=by.drafted, accepted_by_position=by.accepted, positions_note=by.note,
         timed_tokens=round(statistics.median(n)) if (n := [b.n_predict - 1 for b in base if b.n_predict]) else None,
         loop=next((timed.loop_of(b.text) for b in base if b.text is not None), None),
@@ -464,14 +453,23 @@ def _ratios(pairs: Sequence[tuple[Measurement, Measurement]],
     return [s / b for sp, bp in pairs if (s := speed(sp)) and (b := speed(bp))]
 
 
-def _warnings(base: Spread | None, speedup: Spread | None, paired: bool, shared: bool, threads_hint: bool,
+def _block_ratios(blocked: Sequence[tuple[Measurement, Sequence[Measurement]]],
+                  speed: Callable[[Measurement], float | None] = lambda m: m.decode_tps) -> list[float]:
+    """Each speculative run's ``speed`` over the geometric mean of its block's baselines' (the two
+    measured around it; one where the other failed), where every side has one."""
+    out = []
+    for m, bases in blocked:
+        s, bs = speed(m), [v for b in bases if (v := speed(b))]
+        if s and bs and len(bs) == len(bases):
+            out.append(s / math.exp(statistics.fmean(math.log(v) for v in bs)))
+    return out
+
+
+def _warnings(base: Spread | None, speedup: Spread | None, threads_hint: bool,
               noise: NoiseSample | None = None) -> list[str]:
     out: list[str] = []
     # What else the machine did, next to the baseline's CV: the measured cause of an unsteady baseline.
     meanwhile = f"; meanwhile {noise.text()}" if noise is not None else ""
-    if shared:
-        out.append("baseline shared with other points (measured apart from this point, not paired): drift between "
-                   "them counts as speedup")
     if base is not None and base.cv is not None and base.cv > NOISY_CV:
         effect = abs(speedup.median - 1.0) if speedup else 0.0
         hint = " (using every core makes llama.cpp's speed bimodal here: try fewer threads, e.g. -t 1)" if threads_hint else ""

@@ -273,6 +273,14 @@ class Store:
         return [_decode(r) for r in self._query(
             "SELECT * FROM measurements WHERE baseline_key = ? AND mode = ? AND ok = 1 ORDER BY id", (key, mode))]
 
+    def in_blocks(self, blocks: Sequence[str], mode: str = "baseline") -> list[dict[str, Any]]:
+        """Finished measurements of ``mode`` measured in these blocks (``Measurement.block``)."""
+        if not blocks:
+            return []
+        return [_decode(r) for r in self._query(
+            f"SELECT * FROM measurements WHERE block IN ({', '.join('?' * len(blocks))}) AND mode = ? AND ok = 1 ORDER BY id",
+            (*blocks, mode))]
+
     def finished_point(self, group_id: str, point_key: str) -> dict[str, Any] | None:
         rows = self._query("SELECT * FROM runs WHERE group_id = ? AND point_key = ? AND status IN ('ok', 'differs') ORDER BY id DESC LIMIT 1",
                            (group_id, point_key))

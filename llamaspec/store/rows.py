@@ -14,6 +14,9 @@ GROUP_KINDS = ("sweep", "tune", "promptset", "study")
 # The kind of the row that keeps a workload study's one decision (llamaspec.studies.study), as it printed it:
 # its answer, not a measurement (report shows it apart).
 STUDY_KIND = "study"
+# The kind of the run that keeps a workload study prompt's block baselines (B S1..Sk B): the target
+# alone, measured for the setups' runs beside it, not a setup of its own.
+BASELINES_KIND = "baselines"
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class MeasurementRow:
     noise: dict[str, Any] | None = None  # host.NoiseSample.to_dict() of the measurement's window
     drafted_by_position: list[int] | None = None
     accepted_by_position: list[int] | None = None
+    block: str | None = None  # Measurement.block: the block its ratio is taken in
     id: int | None = None
     created_at: str = ""
 
@@ -91,7 +95,8 @@ class MeasurementRow:
                    error_kind=m.error_kind, prompt_ms=m.prompt_ms, generation_ms=m.generation_ms,
                    noise=m.noise.to_dict() if m.noise is not None else None,
                    drafted_by_position=list(m.drafted_by_position) if m.drafted_by_position is not None else None,
-                   accepted_by_position=list(m.accepted_by_position) if m.accepted_by_position is not None else None)
+                   accepted_by_position=list(m.accepted_by_position) if m.accepted_by_position is not None else None,
+                   block=m.block)
 
 
 def measurement_of(row: dict[str, Any]) -> Measurement:

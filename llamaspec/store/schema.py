@@ -226,6 +226,9 @@ MIGRATIONS: tuple[str, ...] = (
             END), '$.accept')
         WHERE json_valid(summary) AND json_type(summary, '$.accept') IS NOT NULL;
     """,
+    # A workload study measures a prompt in blocks (B S1..Sk B): each speculative run is divided by the
+    # baselines of its own block, measured around it (llamaspec.measure.contract.Measurement.block).
+    "ALTER TABLE measurements ADD COLUMN block TEXT; CREATE INDEX measurements_by_block ON measurements(block);",
 )
 
 

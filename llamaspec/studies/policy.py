@@ -1,39 +1,34 @@
-"""How a workload study spends its budget: which prompts, which setups, in what order.
+"""How a workload study spends its budget: prompts before setups, each prompt in blocks.
 
-The adaptive policy (benchmarks/decide.py replays it on recordings, through
-:func:`llamaspec.studies.study.run_study`):
+Every measurement is a block on one prompt (:meth:`llamaspec.studies.state.StudyState.measure_block`:
+the target alone, the setups' speculative runs in a shuffled order, the target alone again), so
+every ratio's baseline is measured beside its run, whatever the policy does next. The adaptive
+policy (benchmarks/decide.py replays it on recordings, through :func:`llamaspec.studies.study.run_study`):
 
-1. **The plan.** Once the first pair says how long a pair takes, the study says how many of the
-   workload's prompts it samples (:func:`plan`): as many as the first pass and the model's
-   contenders fit into :data:`PLAN_SHARE` of the budget, at least one a category. Over prompts
-   (the default) the sample is drawn category by category, the category with the fewest timed
-   prompts first (the prompts of each in an order shuffled by the study's id, the same on every
-   rerun); as the whole workload (``over_prompts=False``), every prompt is measured.
-2. **The first pass**, prompt by prompt: on each sampled prompt one pair of every draft-free mode
-   and of the longest :data:`llamaspec.studies.sweep.FIRST_LONGEST` draft lengths where the
-   program counts acceptance by draft position (their rounds cover every shorter position, so
-   the curve and the cost timings predict every other length), else of every length; the
-   setups' order rotates from prompt to prompt, so each setup's pairs are spread over the whole
-   study. Over several prompts, a prompt's first cell measures a whole pair; its other new cells
-   (here and in the steps below) share that baseline, one to one, and measure their speculative
-   runs only; a cell's later pairs are whole (:func:`llamaspec.measure.summary.summarize`). On one
-   prompt every pair is whole. A prompt whose first pair shows it too short to time, or looping, gets no more pairs
-   (it is left out of the decision) and the next prompt of its category takes its place.
-3. **The model's contenders**: the lengths it predicts within its error of its best (at most
-   ``decide.MAX_REQUESTS``), one pair on each sampled prompt; none where the model sees no gain
-   at any length, even within its error.
-4. **What the decision asks for** (:func:`llamaspec.decision.decide.next_step`): a setup not
-   measured on a sampled prompt gets a pair there first; then each more goes where it narrows
-   the setup's interval most (:func:`allocate_sampled`): a prompt not sampled yet, of the
-   category whose next prompt helps most, or one more pair on a sampled prompt; as the whole
-   workload, to the prompts whose own noise most widens it (:func:`allocate`). Until the
-   decision is settled or the budget is spent.
+1. **The first prompts** (:data:`FIRST_PROMPTS`, the categories taking turns): a block of every
+   first-pass setup: every draft-free mode and, per draft file, the longest
+   :data:`llamaspec.studies.sweep.FIRST_LONGEST` draft lengths where the program counts acceptance
+   by draft position (their rounds cover every shorter position, so the speedup model predicts every
+   other length), else every length.
+2. **Setups that trail stop** (:func:`trailing`): a setup slower than the best one on the prompts
+   both were measured on (paired: in the same blocks), :data:`PRUNE_PROMPTS` or more, by
+   :data:`PRUNE_GAP` or more on their mean and by more than twice its standard error, is measured
+   no more; its figures stay in the answer.
+   **The model's contender**: the draft length the speedup model puts best, where it sees a gain
+   within its error, joins the blocks from the next prompt on.
+3. **Then every remaining minute buys prompts**: the next prompt (of the category with the fewest
+   timed prompts, in an order shuffled by the study's id, the same on a rerun) gets a block of the
+   setups still measured. A prompt too short to time, or looping, is left out and the next of its
+   category takes its place. Once every prompt is measured (or there is one prompt), each gets
+   another block, the fewest first.
+4. **Until** the decision is settled, the budget is spent, or nothing is left to measure.
 
-``fixed_grid`` measures every setup on every prompt with the experiment's repeats instead, in
-passes (a pair of every setup on every prompt per pass, the order rotating).
+The plan (:class:`Plan`) is said once the first block gives the pace: how many prompts the budget
+times. A default budget that cannot time :data:`LEAST_PROMPTS` prompts grows to (up to
+:data:`MAX_DEFAULT_SECONDS`, said); a given one is kept, and the plan says how many minutes would.
 
-Its size: the plan, the sample, the four steps and the two allocations of the adaptive policy,
-and the fixed grid; the policy is what benchmarks/decide.py replays, so its steps stay together.
+``fixed_grid`` measures every setup on every prompt in ``repeats`` blocks each instead, in passes
+(a block on every prompt per pass, the categories taking turns).
 """
 
 from __future__ import annotations
@@ -42,12 +37,11 @@ import dataclasses
 import logging
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import Progress, duration
-from llamaspec.decision import decide, workload
+from llamaspec.decision import workload
 from llamaspec.studies.experiment import Case
 from llamaspec.studies.setups import Setup
 from llamaspec.studies.state import StudyState
@@ -56,14 +50,14 @@ from llamaspec.studies.sweep import FIRST_LONGEST, Budget
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET_TEXT = "4m"
-# A time budget is refused once the first pair says the first pass would take more than this many
-# times it (one pair's time is a rough guide: the first pass's setups differ in cost); below that,
-# the first pass is measured whole and the output says the budget was short.
-TOO_SMALL = 1.5
-MAX_DEFAULT_SECONDS = 30 * 60  # the most the default budget grows to, for the first pass
-# The first pass and the model's contenders take at most this share of the budget; the rest goes
-# where the decision asks.
-PLAN_SHARE = 0.75
+# Every first-pass setup is measured on this many prompts before any stops.
+FIRST_PROMPTS = 3
+# A setup stops being measured once it trails the best on at least PRUNE_PROMPTS shared prompts, by
+# PRUNE_GAP or more on their geometric mean and by more than twice that mean's standard error.
+PRUNE_PROMPTS, PRUNE_GAP = 3, 0.03
+# A default budget grows to time at least this many prompts, up to MAX_DEFAULT_SECONDS.
+LEAST_PROMPTS = 8
+MAX_DEFAULT_SECONDS = 30 * 60
 
 
 def first_pass(setups: Sequence[Setup], by_position: bool = True) -> list[Setup]:
@@ -82,55 +76,49 @@ def first_pass(setups: Sequence[Setup], by_position: bool = True) -> list[Setup]
 
 @dataclass(frozen=True)
 class Plan:
-    """How many of the workload's prompts the first pass samples, and about how long it takes."""
+    """How many of the workload's prompts the budget times, and how."""
 
-    prompts: int
+    prompts: int  # the prompts it times, about
     of: int  # the workload's prompts
-    categories: int
-    first: int  # the first pass's setups on each prompt
-    contenders: int  # the model's lengths measured next on each prompt, at most
-    seconds: float | None  # the first pass and the contenders, at the pace of the first pair
-    whole: bool = False  # every prompt: the prompts are the whole workload
+    first: int  # the first blocks' setups
+    later: int  # the later blocks' setups, about
+    first_seconds: float  # a first block's time
+    later_seconds: float  # a later block's time
+    least_minutes: int | None = None  # where the budget times fewer than LEAST_PROMPTS: the minutes that would
 
     def text(self, budget: Budget) -> str:
-        each = f"the first pass's {self.first} setups" + (f" and up to {self.contenders} of the model's lengths"
-                                                          if self.contenders else "")
-        about = f": about {duration(self.seconds)}" if self.seconds is not None else ""
-        if self.whole:
-            what = f"every one of the {self.of} prompts (the whole workload)"
-        else:
-            per = self.prompts / max(1, self.categories)
-            what = (f"{self.prompts} of {self.of} prompts (about {per:.0f} a category)" if self.prompts < self.of
-                    else f"all {self.of} prompts")
-        return f"plan: {what}, each with {each}{about}; then what the decision asks for, within {budget.text()}"
+        head = (f"plan: about {self.prompts} of {self.of} prompts within {budget.text()}: the first {min(FIRST_PROMPTS, self.prompts)} "
+                f"in a block of {self.first} setups each (about {duration(self.first_seconds)} a prompt), then a block of the "
+                f"{self.later} still measured (about {duration(self.later_seconds)} a prompt); each block is the target alone, "
+                "the setups in a shuffled order, the target alone again")
+        if self.least_minutes is not None:
+            head += (f"; too few prompts for an interval over prompts to decide a gain of 10-20 %: --budget "
+                     f"{self.least_minutes}m times {LEAST_PROMPTS}")
+        return head
 
 
-def plan(workload_prompts: int, categories: int, first: int, contenders: int, per_prompt: float | None, budget: Budget,
-         over_prompts: bool = True) -> Plan:
-    """The first pass's sample: every prompt as the whole workload; over prompts, as many as one pair
-    of each first setup and contender on each fits into :data:`PLAN_SHARE` of the budget (its
-    time at ``per_prompt`` seconds a prompt, its pairs), at least one a category, at most every prompt."""
-    per = first + contenders
-    n = workload_prompts
-    if over_prompts:
-        if budget.seconds is not None and per_prompt:
-            n = min(n, math.floor(PLAN_SHARE * budget.seconds / per_prompt))
-        if budget.pairs is not None:
-            n = min(n, math.floor(PLAN_SHARE * budget.pairs / per))
-        n = max(min(categories, workload_prompts), n)
-    return Plan(n, workload_prompts, categories, first, contenders, n * per_prompt if per_prompt else None,
-                whole=not over_prompts)
-
-
-def least_pairs(workload_prompts: int, categories: int, first: int, first_pairs: int = 1,
-                over_prompts: bool = True) -> int:
-    """The fewest pairs a study can decide on: ``first_pairs`` of each first setup on one prompt a
-    category (every prompt, as the whole workload)."""
-    return first_pairs * first * (workload_prompts if not over_prompts else min(categories, workload_prompts))
+def plan(study: StudyState, budget: Budget, first: int, later: int) -> Plan | None:
+    """The plan at the pace measured so far (None before a block gives it)."""
+    first_s, later_s = study.block_seconds(first), study.block_seconds(later)
+    if first_s is None or later_s is None:
+        return None
+    n = len(study.cases)
+    if budget.seconds is not None:
+        head = min(FIRST_PROMPTS, n)
+        fit = head if budget.seconds <= head * first_s else head + math.floor((budget.seconds - head * first_s) / later_s)
+        n = min(n, max(1, fit if head * first_s < budget.seconds else math.floor(budget.seconds / first_s)))
+    if budget.pairs is not None:
+        head = min(FIRST_PROMPTS, n)
+        n = min(n, head + max(0, (budget.pairs - head * first) // max(1, later)))
+    least = None
+    if n < min(LEAST_PROMPTS, len(study.cases)):
+        need = min(FIRST_PROMPTS, LEAST_PROMPTS) * first_s + max(0, LEAST_PROMPTS - FIRST_PROMPTS) * later_s
+        least = math.ceil(need / 60)
+    return Plan(n, len(study.cases), first, later, first_s, later_s, least)
 
 
 class Clock:
-    """The study's progress line: pairs, the pace, and what is left of the budget."""
+    """The study's progress line: blocks, the pace, and what is left of the budget."""
 
     def __init__(self, study: StudyState, budget: Budget | None, label: str) -> None:
         self.study, self.budget = study, budget
@@ -142,7 +130,7 @@ class Clock:
         return budget.seconds if budget and budget.seconds else float(budget.pairs) if budget and budget.pairs else 1.0
 
     def retarget(self, budget: Budget) -> None:
-        """The budget changed (a default grown to the first pass): the bar counts to the new one."""
+        """The budget changed (a default grown to time enough prompts): the bar counts to the new one."""
         self.budget = budget
         self.bar.total = self._total(budget)
 
@@ -150,374 +138,207 @@ class Clock:
         return self.study.clock() - self.start
 
     def spent(self) -> bool:
-        return bool(self.budget and self.budget.seconds is not None and self.elapsed() >= self.budget.seconds)
+        b = self.budget
+        return bool(b and ((b.seconds is not None and self.elapsed() >= b.seconds)
+                           or (b.pairs is not None and self.study.spent() >= b.pairs)))
 
     def update(self, note: str) -> None:
-        pace = self.study.pair_seconds
         done = self.elapsed() if self.budget and self.budget.seconds else float(self.study.spent())
         left = ""
         if self.budget and self.budget.seconds:
             left = f", at most {duration(max(0.0, self.budget.seconds - self.elapsed()))} left"
-        elif self.budget and self.budget.pairs and pace:
-            left = f", at most {duration(max(0, self.budget.pairs - self.study.spent()) * pace)} left"
-        self.bar.update(min(done, self.bar.total), f"{note} [{self.study.spent()} pairs"
-                        + (f", {pace:.1f} s a pair" if pace else "") + f"{left}]")
+        self.bar.update(min(done, self.bar.total), f"{note} [{self.study.blocks_here} blocks, {self.study.spent()} runs"
+                        f" with their baselines{left}]")
 
     def close(self) -> None:
         self.bar.close()
 
 
-def _fit_first_pass(study: StudyState, least: int, first: int, budget: Budget, clock: Clock, defaulted: bool,
-                    again: bool = False) -> Budget:
-    """Once the first pair says how long a baseline and a speculative run take, the budget against
-    the least first pass (a prompt of each category: its baseline and each first setup's run).
-    The default budget grows to hold it within :data:`PLAN_SHARE` (in whole minutes, up to
-    :data:`MAX_DEFAULT_SECONDS`; said in the log), so that a quarter is left for what the decision
-    asks: the one-line command answers on a slower machine too, only later. ``again``: asked once
-    more as the first pass goes on (the first pair, of a cheap mode, can be quicker than the
-    rest): the default only grows further, if at all. It is refused instead where other processes held the CPU during the
-    pair (on a busy machine a pair at several threads can take many times longer: the pace says
-    nothing) or the first pass needs more than that; a given time budget that cannot pay for it
-    by far is refused. What is measured stays stored. Returns the budget."""
-    each, seconds = study.prompt_seconds(first), budget.seconds
-    if each is None or seconds is None:
-        return budget
-    need = least / first * each  # a prompt: its baseline, shared, and each first setup's speculative run
-    if need <= (PLAN_SHARE * seconds if defaulted else seconds):
-        return budget
-    busy = study.noise is not None and study.noise.noisy
-    grown = 60.0 * math.ceil(need / PLAN_SHARE / 60)
-    if defaulted and not busy and grown <= MAX_DEFAULT_SECONDS:
-        log.log(logging.INFO if again else logging.WARNING,
-                "the default budget grows from %s to %s: the first pass alone (%d pairs, about %.1f s a prompt) takes "
-                "about %s here; give --budget to choose", duration(seconds), duration(grown), least, each, duration(need))
-        budget = dataclasses.replace(budget, seconds=grown)
-        clock.retarget(budget)
-        return budget
-    if need <= seconds or again:  # a default that fits the first pass, not the quarter after it: not grown on a busy machine
-        return budget
-    if defaulted or need > seconds * TOO_SMALL:
-        named = f"the default budget ({duration(seconds)})" if defaulted else f"--budget {duration(seconds)}"
-        raise LlamaspecError(f"{named} is too small: the first pass alone takes about "
-                             f"{duration(need)} ({least} pairs, about {each:.1f} s a prompt)"
-                             + (f"; {study.noise.text()}" if busy and study.noise else ""),
-                             hint=(("the machine was busy: rerun when it is idle, or with fewer threads (-t 1); " if busy else "")
-                                   + f"give at least --budget {math.ceil(need / 60)}m (the pair measured is stored; "
-                                   "the same command resumes), or fewer draft lengths or modes"))
-    log.warning("the first pass takes about %s, more than the budget's %s: it is measured whole (nothing less is decided "
-                "on), then the study stops; give --budget %dm or more to settle the decision", duration(need),
-                duration(seconds), math.ceil(1.5 * need / 60))
-    return budget
-
-
 class _Sample:
-    """The prompts a study samples, category by category (over prompts), or every prompt in the
-    workload's order (as the whole workload)."""
+    """The prompts in the order a study takes them: over prompts, the next of the category with
+    the fewest timed prompts (each category's in the study's shuffled order, those measured before
+    first); as the whole workload, every prompt in the workload's order."""
 
-    def __init__(self, study: StudyState, first: Sequence[Setup] = (), first_pairs: int = 1) -> None:
+    def __init__(self, study: StudyState) -> None:
         self.study = study
-        queues = study.order() if study.over_prompts else {"": list(study.cases)}
-        # a resumed study takes first the prompts its first pass finished (stable: the order kept otherwise)
-        done = {c.name for cases in queues.values() for c in cases
-                if c.name in study.touched and all(study.pairs_of(c, s) >= first_pairs for s in first)}
-        self.queues = {cat: sorted(cases, key=lambda c: c.name not in done) for cat, cases in queues.items()}
-        self.taken: list[Case] = []  # measured in the first pass and timed
+        self.queues = study.order() if study.over_prompts else {"": list(study.cases)}
+        self.taken: list[Case] = []  # measured and timed
         self.left: list[Case] = []  # measured and left out (too short, looping)
-        self.seen: set[str] = set()
 
     def next_case(self) -> Case | None:
-        """The next prompt of the category with the fewest timed prompts that has one left."""
+        """The next prompt not measured yet; None when every one is."""
+        done = {c.name for c in (*self.taken, *self.left)}
         counts = {cat: sum(1 for c in self.taken if self.study.prompts[c.name] == cat) for cat in self.queues}
         for cat in sorted(self.queues, key=lambda c: counts.get(c, 0)):
             for case in self.queues[cat]:
-                if case.name not in self.seen:
-                    self.seen.add(case.name)
+                if case.name not in done:
                     return case
         return None
 
-    def covered(self) -> bool:
-        """Every category has a timed prompt, or none left to try."""
-        have = {self.study.prompts[c.name] for c in self.taken}
-        return all(cat in have or all(c.name in self.seen for c in cases) for cat, cases in self.queues.items()
-                   if cat or not self.study.over_prompts)
+    def again(self) -> Case | None:
+        """Every prompt measured: the timed one with the fewest blocks, for another block."""
+        return min(self.taken, key=lambda c: (self.study.blocks_on(c), self.taken.index(c)), default=None)
 
-    def untried(self, category: str) -> Case | None:
-        """The next prompt of ``category`` that nothing has measured yet."""
-        return next((c for c in self.queues.get(category, []) if c.name not in self.seen
-                     and c.name not in self.study.touched), None)
+    def add(self, case: Case) -> None:
+        why = self.study.left_out(case)
+        if why is not None:
+            log.info("%s is left out of the decision: %s", case.name, why)
+            self.left.append(case)
+        else:
+            self.taken.append(case)
 
 
-def adaptive(study: StudyState, budget: Budget, first_pairs: int, defaulted: bool = False) -> tuple[str, str, str | None]:
+def trailing(cells: Sequence[workload.Cell], active: Sequence[Setup], timed: Sequence[str]) -> list[tuple[Setup, str]]:
+    """The setups of ``active`` that trail the best one: slower by :data:`PRUNE_GAP` or more on the
+    mean log ratio, and by more than twice its standard error (a gap that holds from prompt to
+    prompt, not one prompt's). Over several prompts the comparison is paired: on the
+    :data:`PRUNE_PROMPTS` or more of ``timed`` both were measured on, each prompt's median (the
+    same blocks); on one prompt, over its blocks' ratios (:data:`PRUNE_PROMPTS` or more each).
+    Each with why, in words."""
+    logs: dict[str, dict[str, list[float]]] = {}
+    for c in cells:
+        if c.status == workload.OK and c.ratios and c.prompt in timed:
+            logs.setdefault(str(c.setup), {})[c.prompt] = [math.log(r) for r in c.ratios if r > 0]
+    one = len(timed) == 1
+
+    def units(key: str) -> int:
+        return sum(len(v) for v in logs.get(key, {}).values()) if one else len(logs.get(key, {}))
+
+    def mean(key: str) -> float:
+        return statistics.fmean(x for v in logs[key].values() for x in v) if one else statistics.fmean(
+            statistics.median(v) for v in logs[key].values())
+
+    have = [s for s in active if units(s.key) >= PRUNE_PROMPTS]
+    if len(have) < 2:
+        return []
+    best = max(have, key=lambda s: mean(s.key))
+    out = []
+    for s in have:
+        if s is best:
+            continue
+        if one:
+            a, b = [x for v in logs[best.key].values() for x in v], [x for v in logs[s.key].values() for x in v]
+            gap = statistics.fmean(a) - statistics.fmean(b)
+            se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+            where = f"over {len(b)} blocks"
+        else:
+            shared = sorted(set(logs[s.key]) & set(logs[best.key]))
+            if len(shared) < PRUNE_PROMPTS:
+                continue
+            gaps = [statistics.median(logs[best.key][p]) - statistics.median(logs[s.key][p]) for p in shared]
+            gap, se = statistics.fmean(gaps), statistics.stdev(gaps) / math.sqrt(len(gaps))
+            where = f"on the {len(shared)} prompts both were measured on, in the same blocks"
+        if gap >= math.log1p(PRUNE_GAP) and gap > 2 * se:
+            out.append((s, f"{best.label} ran {math.exp(gap):.2f}x as fast {where} (geometric mean)"))
+    return out
+
+
+def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tuple[str, str, str | None, tuple[str, ...]]:
     """The adaptive policy (the module's docstring): (why it stopped, its last progress line, the
-    plan as said, within the budget as it ended). ``defaulted``: the budget is the default one; it
-    grows to hold the first pass at the pace of the first pair (:func:`_fit_first_pass`), and where
-    the program turns out to count no positions, by the lengths the first pass adds (the default
-    spends the same beyond its first pass) rather than refusing its own default."""
+    plan as said, the setups it stopped measuring and why). ``defaulted``: the budget is the
+    default one: it grows to time :data:`LEAST_PROMPTS` prompts at the first block's pace."""
     clock = Clock(study, budget, f"study {study.exp.name}")
-    first = first_pass(study.setups, by_position=True)
-    sample = _Sample(study, first, first_pairs)
-    categories = len({study.prompts[c.name] for c in study.cases})
+    active = first_pass(study.setups, by_position=True)
+    sample = _Sample(study)
+    stopped: dict[str, str] = {}
+    made: Plan | None = None
+    said_positions = False
     try:
-        contenders = min(decide.MAX_REQUESTS, len([s for s in study.setups if not s.draft_free and s not in first]))
-        made: Plan | None = None
-        if study.touched:  # resumed: the plan is what it was, at the pace its stored pairs took
-            made = plan(len(study.cases), categories, len(first), contenders,
-                        study.prompt_seconds(len(first) + contenders, stored=True), budget, study.over_prompts)
-            log.info("resumed with %d prompt%s measured; %s", len(study.touched), "" if len(study.touched) == 1 else "s",
-                     made.text(budget))
-        by_position_checked = False
-        i = 0
+        for name in list(study.touched):  # a resumed study: its prompts first, as measured
+            sample.add(study.by_name[name])
         while True:
-            if made is not None and len(sample.taken) >= made.prompts and sample.covered():
-                break
-            if made is not None and clock.spent() and sample.covered():
-                log.info("the budget is spent: the first pass ends after %d prompts", len(sample.taken))
-                break
-            case = sample.next_case()
+            wd = study.decision()
+            if wd.decision.settled:
+                return "settled", wd.decision.sureness, made.text(budget) if made else None, _said(stopped)
+            if clock.spent():
+                return "budget", f"budget spent: {wd.decision.sureness}", made.text(budget) if made else None, _said(stopped)
+            fresh = sample.next_case()
+            case = fresh or sample.again()
             if case is None:
-                break
-            for j in range(len(first)):
-                setup = first[(i + j) % len(first)]  # the setups' order rotates from prompt to prompt
-                if study.pairs_of(case, setup) < first_pairs:
-                    clock.update(f"first pass: {setup.label} on {case.name}")
-                    study.measure(case, setup, first_pairs - study.pairs_of(case, setup), share=True)
-                    least = least_pairs(len(study.cases), categories, len(first), first_pairs, study.over_prompts)
-                    each = study.prompt_seconds(len(first) + contenders)
-                    if made is None and each:
-                        budget = _fit_first_pass(study, least, len(first), budget, clock, defaulted)
-                        made = plan(len(study.cases), categories, len(first), contenders, each, budget,
-                                    study.over_prompts)
-                        log.info("%s", made.text(budget))
-                    elif defaulted and each:
-                        grown = _fit_first_pass(study, least, len(first), budget, clock, defaulted, again=True)
-                        if grown != budget:
-                            budget = grown
-                            made = plan(len(study.cases), categories, len(first), contenders, each, budget,
-                                        study.over_prompts)
-                if study.left_out(case) is not None:
-                    break
-            why = study.left_out(case)
-            if why is not None:
-                log.info("%s is left out of the decision: %s", case.name, why)
-                sample.left.append(case)
-            else:
-                sample.taken.append(case)
-            i += 1
-            if not by_position_checked and sample.taken and any(not s.draft_free for s in first):
-                by_position_checked = True
-                rest = [] if study.counts_positions() else [s for s in first_pass(study.setups, by_position=False)
-                                                             if s not in first]
-                if rest:
-                    first, budget, made = _every_length_first(study, sample, clock, first, rest, budget, made, defaulted,
-                                                              first_pairs)
-                    contenders = 0
-        taken = [c for c in sample.taken if study.left_out(c) is None]
-        wd = study.decision()
-        # the lengths the model puts near its best, where it sees a gain there within its error at all
-        near = [b.key for b in decide.model_contenders(wd.decision.models, [s.key for s in first], study.measurable())
-                if b.predicted * (1 + _error_of(wd.decision.models, b.key)) > 1.0]
-        if near:
-            log.info("first pass done: the model predicts the other lengths from the acceptance by position, and measures "
-                     "next %s, its best predictions within its error of its best",
-                     ", ".join(study.by_key[k].label for k in near if k in study.by_key))
-        for k in near:
-            setup = study.by_key[str(k)]
-            for case in taken:
-                # a pairs budget holds here too: a resumed study refits on every stored pair and may name
-                # contenders its first run did not
-                if clock.spent() or (budget.pairs is not None and study.spent() >= budget.pairs):
-                    break
-                if study.pairs_of(case, setup) < first_pairs:
-                    clock.update(f"the model's contender {setup.label} on {case.name}")
-                    study.measure(case, setup, first_pairs, share=True)
-        stop, progress = _decide_and_measure(study, clock, budget, sample)
-        return stop, progress, made.text(budget) if made is not None else None
+                return ("nothing to measure", f"nothing left to measure: {wd.decision.sureness}",
+                        made.text(budget) if made else None, _said(stopped))
+            if sample.taken and (len(sample.taken) >= FIRST_PROMPTS or fresh is None):
+                active = _later(study, wd, active, stopped)
+            failed = {key for _p, key in study.failed}  # a setup that failed anywhere is out of the answer
+            active = [s for s in active if s.key not in failed]
+            if not active:
+                return ("nothing to measure", f"every setup measured has failed: {wd.decision.sureness}",
+                        made.text(budget) if made else None, _said(stopped))
+            block = active if budget.pairs is None else active[:max(1, budget.pairs - study.spent())]
+            clock.update(f"{case.name}: a block of {len(block)} setup{'s' if len(block) != 1 else ''}")
+            study.measure_block(case, block)
+            if case not in sample.taken and case not in sample.left:
+                sample.add(case)
+            if not said_positions and any(not s.draft_free for s in active) and study.measured_cells():
+                said_positions = True
+                if not study.counts_positions():
+                    rest = [s for s in first_pass(study.setups, by_position=False) if s not in active]
+                    if rest:
+                        log.info("the program counts no acceptance by draft position: every length is measured")
+                        active += rest
+            if made is None:
+                made = plan(study, budget, len(active), _about_later(active))
+                if made is not None:
+                    if defaulted and made.least_minutes is not None and budget.seconds is not None:
+                        grown = min(float(MAX_DEFAULT_SECONDS), 60.0 * made.least_minutes)
+                        if grown > budget.seconds:
+                            log.warning("the default budget grows from %s to %s: at this machine's pace (about %s a "
+                                        "block) %s times too few prompts to decide on; give --budget to choose",
+                                        duration(budget.seconds), duration(grown), duration(made.later_seconds),
+                                        duration(budget.seconds))
+                            budget = dataclasses.replace(budget, seconds=grown)
+                            clock.retarget(budget)
+                            made = plan(study, budget, made.first, made.later)
+                    if made is not None:
+                        log.log(logging.WARNING if made.least_minutes else logging.INFO, "%s", made.text(budget))
     finally:
         clock.close()
 
 
-def _every_length_first(study: StudyState, sample: _Sample, clock: Clock, first: list[Setup], rest: list[Setup],
-                        budget: Budget, made: Plan | None, defaulted: bool,
-                        first_pairs: int) -> tuple[list[Setup], Budget, Plan | None]:
-    """The program counts no acceptance by draft position: the first pass measures every length
-    (the prompts already taken get the others too). A default budget grows by what that adds; a
-    given one too small for it is refused. Returns the first pass, the budget and the plan."""
-    log.info("the program counts no acceptance by draft position: every length is measured first")
-    categories = len({study.prompts[c.name] for c in study.cases})
-    first = first + rest
-    whole = least_pairs(len(study.cases), categories, len(first), first_pairs, study.over_prompts)
-    if defaulted and budget.pairs is not None:
-        grown = budget.pairs + len(rest) * first_pairs * max(1, made.prompts if made else 1)
-        log.info("the default budget grows from %d to %d pairs: the first pass measures every length", budget.pairs, grown)
-        budget = dataclasses.replace(budget, pairs=grown)
-        clock.retarget(budget)
-    if budget.pairs is not None and budget.pairs < whole:
-        raise LlamaspecError(
-            f"--budget {budget.pairs} pairs is too small: the program counts no acceptance by draft position, so the "
-            f"first pass measures every length: {whole} pairs",
-            hint=f"give at least --budget {whole} (the pairs measured are stored; the same command resumes), or a "
-                 "program that counts positions: --program speculative-simple")
-    if made is not None:
-        made = plan(len(study.cases), categories, len(first), 0, study.prompt_seconds(len(first)), budget,
-                    study.over_prompts)
-        log.info("%s", made.text(budget))
-    for case in sample.taken:
-        for setup in rest:
-            if study.pairs_of(case, setup) < first_pairs:
-                clock.update(f"first pass: {setup.label} on {case.name}")
-                study.measure(case, setup, first_pairs - study.pairs_of(case, setup), share=True)
-    return first, budget, made
+def _about_later(active: Sequence[Setup]) -> int:
+    """The setups a later block measures, about, before any has stopped: the best draft length and
+    the best n-gram mode or two."""
+    return min(len(active), 3)
 
 
-def _error_of(models: Sequence[decide.ModelView], key: object) -> float:
-    return next((m.error for m in models if m.band(key) is not None), 0.0)
+def _later(study: StudyState, wd: workload.WorkloadDecision, active: list[Setup], stopped: dict[str, str]) -> list[Setup]:
+    """The setups the next block measures: those that trail stop (said once), the model's contender joins."""
+    for s, why in trailing(study.cells(), active, wd.timed):
+        log.info("%s is measured no more: %s", s.label, why)
+        stopped[s.label] = why
+    kept = [s for s in active if s.label not in stopped]
+    for view in wd.decision.models:
+        best = next((b for b in view.bands if b.key == view.best), None)
+        setup = study.by_key.get(str(view.best))
+        if (best is None or setup is None or setup in kept or setup.label in stopped
+                or best.predicted * (1 + view.error) <= 1.0):
+            continue
+        log.info("the speedup model puts %s best (%.2fx predicted): it joins the blocks", setup.label, best.predicted)
+        kept.append(setup)
+    return kept or active[:1]
 
 
-def _decide_and_measure(study: StudyState, clock: Clock, budget: Budget, sample: _Sample) -> tuple[str, str]:
-    """Step 4 of the policy: measure what the decision asks for until it is settled or the budget ends."""
-    last = -1
-    while True:
-        wd = study.decision()
-        spent = study.spent()
-        step = decide.next_step(wd.decision, spent, budget.pairs, study.measurable())
-        if step.stop is None and spent == last:  # asked for pairs that nothing could add (a setup failed)
-            step = decide.Step((), "nothing to measure", f"nothing left to measure: {wd.decision.sureness}")
-        if step.stop is None and clock.spent() and budget.seconds is not None:
-            step = decide.Step((), "budget", f"time budget spent ({duration(budget.seconds)}): {wd.decision.sureness}")
-        log.info("%s", step.progress)
-        if step.stop is not None:
-            return step.stop, step.progress
-        last = spent
-        for r in step.requests:
-            setup = study.by_key[str(r.key)]
-            if study.over_prompts:
-                todo = allocate_sampled(r.pairs, setup, wd, study, sample)
-            else:
-                have = {c.prompt: c.ratios for c in study.cells() if c.setup == setup.key and c.status == workload.OK}
-                timed = [c.name for c in study.cases if study.left_out(c) is None]
-                todo = [(study.by_name[p], n) for p, n in allocate(r.pairs, have, timed, wd.noise).items()]
-            for case, n in todo:
-                clock.update(f"{setup.label} on {case.name}: {n} more pair{'s' if n != 1 else ''}")
-                study.measure(case, setup, n, share=True)
-                if clock.spent():
-                    break
-            if clock.spent():
-                break
-
-
-def allocate(pairs: int, have: Mapping[str, Sequence[float]], prompts: Sequence[str], noise: float | None) -> dict[str, int]:
-    """As the whole workload, where ``pairs`` more pairs of one setup go. A prompt without a pair of
-    it gets one (all such prompts, whatever ``pairs`` says: the setup has no workload estimate
-    without them). Otherwise each pair goes to the prompt whose next pair narrows the workload's
-    interval most: the variance of a prompt's median falls like s^2/n, so the prompt with the
-    largest s^2 (1/n - 1/(n+1)), s its own pair-to-pair noise (the study's pooled noise below two
-    pairs)."""
-    missing = [p for p in prompts if not have.get(p)]
-    if missing:
-        return {p: 1 for p in missing}
-    n = {p: len(have[p]) for p in prompts}
-    sd = {}
-    for p in prompts:
-        logs = [math.log(v) for v in have[p] if v > 0]
-        sd[p] = statistics.stdev(logs) if len(logs) >= 2 else (noise if noise is not None else 1.0)
-    out: dict[str, int] = {}
-    for _ in range(max(0, pairs)):
-        p = max(prompts, key=lambda q: (sd[q] ** 2 * (1 / n[q] - 1 / (n[q] + 1)), -n[q]))
-        n[p] += 1
-        out[p] = out.get(p, 0) + 1
-    return out
-
-
-# Where a study has not measured the noise yet: the sd of log speedups between prompts of one
-# category, and between pairs on one prompt (the orders seen on the offline pair).
-PROMPT_NOISE_GUESS, PAIR_NOISE_GUESS = 0.10, 0.05
-
-
-def allocate_sampled(count: int, setup: Setup, wd: workload.WorkloadDecision, study: StudyState,
-                     sample: _Sample) -> list[tuple[Case, int]]:
-    """Over prompts, where ``count`` more of ``setup`` go. A timed sampled prompt without a pair of
-    it gets one first (all of them: its estimate should rest on the prompts the others rest on).
-    Otherwise each goes where it narrows the setup's interval most, by the variance of its estimate
-    (per category c, weight w_c, prompts n_c, each prompt p with m_p pairs:
-    w_c^2 / n_c^2 * sum over p of (b^2 + s^2 / m_p), b the between-prompt noise, s the pair noise):
-    a prompt of a category not sampled yet (one pair), or one more pair on a sampled prompt."""
-    timed = set(wd.timed)
-    of = study.prompts
-    have = {c.prompt: len(c.ratios) for c in study.cells()
-            if c.setup == setup.key and c.status == workload.OK and c.ratios and c.prompt in timed}
-    missing = [study.by_name[p] for p in study.touched if p in timed and p not in have]
-    if missing:
-        return [(c, 1) for c in missing]
-    b2 = (wd.prompt_noise if wd.prompt_noise is not None else PROMPT_NOISE_GUESS) ** 2
-    s2 = (wd.noise if wd.noise is not None else PAIR_NOISE_GUESS) ** 2
-    counts: dict[str, int] = {}
-    for f in wd.facts:
-        if f.left_out is None:
-            counts[f.category] = counts.get(f.category, 0) + 1
-    total = sum(counts.values()) or 1
-    weight = {c: n / total for c, n in counts.items()}
-    m = dict(have)  # prompt -> pairs
-    chosen: dict[str, int] = {}
-    fresh: dict[str, list[Case]] = {}  # category -> prompts taken for this request
-
-    def var(cat: str, extra: dict[str, int], new: int) -> float:
-        ps = [p for p in m if of[p] == cat]
-        n = len(ps) + new
-        if not n:
-            return math.inf
-        total_ = sum(b2 + s2 / (m[p] + extra.get(p, 0)) for p in ps) + new * (b2 + s2)
-        return weight.get(cat, 0.0) ** 2 * total_ / n ** 2
-
-    for _ in range(max(0, count)):
-        options: list[tuple[float, str, str | None]] = []  # (gain, category, prompt: None for a new one)
-        for cat in weight:
-            now = var(cat, chosen, len(fresh.get(cat, [])))
-            nxt = sample.untried(cat)
-            if nxt is not None and nxt not in fresh.get(cat, []):
-                options.append((now - var(cat, chosen, len(fresh.get(cat, [])) + 1), cat, None))
-            for p in (q for q in m if of[q] == cat):
-                options.append((now - var(cat, {**chosen, p: chosen.get(p, 0) + 1}, len(fresh.get(cat, []))), cat, p))
-        if not options:
-            break
-        _gain, cat, prompt = max(options, key=lambda o: (o[0], o[2] is None))
-        if prompt is None:
-            case = sample.untried(cat)
-            if case is None:
-                break
-            sample.seen.add(case.name)
-            fresh.setdefault(cat, []).append(case)
-        else:
-            chosen[prompt] = chosen.get(prompt, 0) + 1
-    out = [(study.by_name[p], n) for p, n in chosen.items()]
-    out += [(c, 1) for cases in fresh.values() for c in cases]
-    return out
+def _said(stopped: dict[str, str]) -> tuple[str, ...]:
+    return tuple(f"{label}: {why}" for label, why in stopped.items())
 
 
 def fixed(study: StudyState, want: int) -> tuple[str, str]:
-    """Every setup on every prompt, ``want`` pairs each, in passes (one pair of each per pass, prompt
-    by prompt with the categories taking turns, the order rotating from pass to pass, so the
-    machine's drift falls on every setup and category alike)."""
+    """Every setup on every prompt in ``want`` blocks each, in passes (a block on every prompt per
+    pass, prompt by prompt with the categories taking turns)."""
     clock = Clock(study, Budget(pairs=want * len(study.setups) * len(study.cases)), f"study {study.exp.name} (fixed grid)")
-    queues = [list(q) for q in study.order().values()]  # prompt by prompt, the categories taking turns
+    queues = [list(q) for q in study.order().values()]
     cases = [q.pop(0) for _ in range(len(study.cases)) for q in queues if q][:len(study.cases)]
-    cells = [(c, s) for c in cases for s in study.setups]  # each setup spread over the pass
     try:
-        if study.shared_baseline:  # one baseline per prompt, shared: each cell's pairs at once, cell after cell
-            for case, setup in cells:
-                if study.pairs_of(case, setup) == 0:
-                    clock.update(f"{setup.label} on {case.name} ({want} pairs, shared baseline)")
-                    study.measure(case, setup, want)
-            return "fixed grid", f"every setup on every prompt, {want} pairs each, the baseline shared"
         for turn in range(want):
-            rotated = cells[turn % len(cells):] + cells[:turn % len(cells)]
-            for case, setup in rotated:
-                if study.pairs_of(case, setup) <= turn:
-                    clock.update(f"pass {turn + 1} of {want}: {setup.label} on {case.name}")
-                    study.measure(case, setup, 1)
+            for case in cases:
+                todo = [s for s in study.setups if study.blocks_of(case, s) <= turn]
+                if todo:
+                    clock.update(f"pass {turn + 1} of {want}: {case.name}, a block of {len(todo)} setups")
+                    study.measure_block(case, todo)
     finally:
         clock.close()
-    return "fixed grid", f"every setup on every prompt, {want} pairs each"
+    return "fixed grid", f"every setup on every prompt, {want} blocks each"
 
 
-__all__ = ["PLAN_SHARE", "TOO_SMALL", "Clock", "Plan", "adaptive", "allocate", "allocate_sampled", "first_pass",
-           "fixed", "least_pairs", "plan"]
+__all__ = ["DEFAULT_BUDGET_TEXT", "FIRST_PROMPTS", "LEAST_PROMPTS", "PRUNE_GAP", "PRUNE_PROMPTS", "Clock", "Plan",
+           "adaptive", "first_pass", "fixed", "plan", "trailing"]

@@ -159,7 +159,7 @@ def measurement_row(run_id: int, repeat: int, m: Measurement, key: str | None) -
 
 def run_case(case: ResolvedCase, backend: Engine, store: Store, *, repeats: Repeats = 1, hardware: dict[str, Any],
              reference: Reference | None = None, exp: Experiment | None = None, kind: str = "run",
-             group: Group | None = None, point_key: str | None = None, shared_baseline: bool = False,
+             group: Group | None = None, point_key: str | None = None,
              baseline_scope: str | None = None, time_costs: bool = False, warmup: bool = False,
              on_event: Event | None = None) -> CaseResult:
     """Measure one case: baseline and speculative in pairs, next to each other, the order
@@ -167,58 +167,46 @@ def run_case(case: ResolvedCase, backend: Engine, store: Store, *, repeats: Repe
 
     - ``repeats``: pairs to measure, or ``"auto"``: at least 3, then more until the speedup's 95 %
       interval is within +-3 % of its median, at most 10.
-    - ``shared_baseline``: an explicit cost saver: baselines stored under the same key (same
-      target-side settings, same scope) are reused instead of measuring this point's own; the
-      summary then says the speedup is not paired.
     - ``time_costs``: the draft model's step and the target's batches of 1..17 tokens are timed
       once each for the speedup model (the engine repeats inside), shared under their keys within
       the scope.
     - ``warmup``: one short unrecorded generation first, so cold caches do not count.
     """
-    check_settings(case, backend)
-    backend.check(case)
     at_least, at_most = repeat_bounds(repeats)
-    run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
-                             provenance=provenance(backend, case, hardware, exp, reference), kind=kind,
-                             group=group, point_key=point_key, prompt_id=case.prompt_id, category=case.category)
-    point = _Point(case, backend, store, run_id, baseline_scope, time_costs, shared_baseline, at_most, on_event)
+    point = open_point(case, backend, store, hardware=hardware, reference=reference, exp=exp, kind=kind, group=group,
+                       point_key=point_key, scope=baseline_scope, time_costs=time_costs, on_event=on_event)
     if warmup:
-        point.emit("start", {"case": case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
-        backend.measure(replace(case, settings=replace(case.settings, n_predict=16)), "baseline", point.logs / "warmup.log")
+        point.warm_up()
     settled = (lambda: stats.interval_reached(point.summary().speedup, AUTO_HALF_WIDTH)) if repeats == "auto" else None
     summary = point.measure(at_least, at_most, 0, settled, shown=at_most if repeats == "auto" else at_least)
-    return CaseResult(run_id, case, reference, tuple(point.measured), summary, engine=backend.name,
-                      engine_settings=backend.capabilities.settings)
+    return point.result(summary, reference)
 
 
-def more_pairs(run_id: int, case: ResolvedCase, backend: Engine, store: Store, count: int, *,
-               baseline_scope: str | None = None, on_event: Event | None = None) -> CaseResult:
-    """``count`` more pairs for a stored run of ``case`` (the adaptive sweep's "N more pairs at
-    this setting"): they continue the run's ABBA order, are stored with it, and its summary is
-    recomputed over every pair. An interrupted extension keeps the run's earlier pairs: the run
-    is finished again with everything measured."""
-    if count < 1:
-        raise LlamaspecError(f"more pairs for run {run_id}: asked for {count}", hint="ask for at least one pair")
-    before = measurements_of(store.measurements(run_id))
-    # Pairs are made by their index (pairs.whole_pairs): a half pair left by an interruption stays
-    # stored, in no pair, and the new pairs continue after the last index taken.
-    start = 1 + max((m.pair for m in before if m.pair is not None), default=-1)
-    # A run begun on a shared baseline (a study's first pass) keeps it for its lone speculative runs;
-    # its new pairs are measured whole.
-    lone = len(pairs.lone_runs(before))
-    point = _Point(case, backend, store, run_id, baseline_scope, True, bool(lone), lone or start + count, on_event,
-                   before)
-    summary = point.measure(count, count, start, None, shown=start + count)
-    return CaseResult(run_id, case, None, tuple(point.measured), summary, engine=backend.name,
-                      engine_settings=backend.capabilities.settings)
+def open_point(case: ResolvedCase, backend: Engine, store: Store, *, hardware: dict[str, Any],
+               run_id: int | None = None, reference: Reference | None = None, exp: Experiment | None = None,
+               kind: str = "run", group: Group | None = None, point_key: str | None = None, scope: str | None = None,
+               time_costs: bool = False, on_event: Event | None = None) -> Point:
+    """A stored run of ``case`` to measure into: ``run_id``'s (its measurements so far loaded), or a
+    new one (its settings checked first)."""
+    if run_id is None:
+        check_settings(case, backend)
+        backend.check(case)
+        run_id = store.start_run(experiment=case.experiment, case_name=case.case, settings=asdict(case.settings),
+                                 provenance=provenance(backend, case, hardware, exp, reference), kind=kind,
+                                 group=group, point_key=point_key, prompt_id=case.prompt_id, category=case.category)
+        before: list[Measurement] = []
+    else:
+        before = measurements_of(store.measurements(run_id))
+    return Point(case, backend, store, run_id, scope, time_costs, on_event, before)
 
 
-class _Point:
-    """One stored run being measured: where its measurements go and how it is summarised."""
+class Point:
+    """One stored run being measured: where its measurements go and how it is summarised. Its
+    measurements come in pairs (:meth:`measure`) or, in a workload study, one at a time in the
+    prompt's blocks (:meth:`step` with the block)."""
 
     def __init__(self, case: ResolvedCase, backend: Engine, store: Store, run_id: int, scope: str | None,
-                 time_costs: bool, shared_baseline: bool, at_most: int, on_event: Event | None,
-                 before: Sequence[Measurement] = ()) -> None:
+                 time_costs: bool, on_event: Event | None, before: Sequence[Measurement] = ()) -> None:
         self.case, self.backend, self.store, self.run_id = case, backend, store, run_id
         self.emit: Event = on_event or (lambda _event, _data: None)
         self.key = baseline_key(backend, case, scope)
@@ -232,10 +220,17 @@ class _Point:
         self.logs = paths.runs_dir() / f"{run_id:06d}"
         self.measured: list[Measurement] = list(before)
         self.before = len(before)
-        self.shared = measurements_of(store.shared(self.key))[:at_most] if shared_baseline else []
+        self.shared: list[Measurement] = []
+        self.share()
+
+    def share(self) -> None:
+        """What this run's figures take from elsewhere: the baselines of the blocks its runs were
+        measured in, and the cost timings shared within the scope."""
+        blocks = sorted({m.block for m in self.measured if m.block is not None and m.mode == "speculative"})
+        self.shared = measurements_of(self.store.in_blocks(blocks)) if blocks else []
         if self.draft_key:
-            self.shared += (measurements_of(store.shared(self.draft_key, "draft"))[:at_most]
-                            + measurements_of(store.shared(self.batch_key or self.key, "batch"))[:1])
+            self.shared += (measurements_of(self.store.shared(self.draft_key, "draft"))[:1]
+                            + measurements_of(self.store.shared(self.batch_key or self.key, "batch"))[:1])
 
     def summary(self, status: str = "ok", error: str | None = None) -> Summary:
         c = self.case
@@ -244,55 +239,73 @@ class _Point:
                          status=status, error=error, baseline_key=self.key,
                          threads_hint=(c.settings.threads or 0) >= default_threads() > 1)
 
-    def _step(self, mode: str, r: int, shown: int) -> Measurement:
+    def result(self, summary: Summary, reference: Reference | None = None) -> CaseResult:
+        return CaseResult(self.run_id, self.case, reference, tuple(self.measured), summary, engine=self.backend.name,
+                          engine_settings=self.backend.capabilities.settings)
+
+    def warm_up(self) -> None:
+        """One short unrecorded generation of the target alone, so cold caches do not count."""
+        self.emit("start", {"case": self.case.case, "mode": "warm-up", "repeat": 0, "repeats": 1})
+        self.backend.measure(replace(self.case, settings=replace(self.case.settings, n_predict=16)), "baseline",
+                             self.logs / "warmup.log")
+
+    def step(self, mode: str, r: int, shown: int, block: str | None = None) -> Measurement:
+        """One measurement of ``mode``, stored at once: the ``r``-th of its kind in this run (its pair
+        index, for a pair), in ``block`` where the study measures one."""
         self.emit("start", {"case": self.case.case, "mode": mode, "repeat": r, "repeats": shown})
         key = self.draft_key if mode == "draft" else self.batch_key if mode == "batch" else self.key
-        m = pairs.measure_one(self.backend, self.case, mode, r, self.logs / f"{mode}-{r}.log",
+        m = pairs.measure_one(self.backend, self.case, mode, r, self.logs / f"{mode}-{r}.log", block=block,
                               keep=lambda m: self.store.add_measurement(measurement_row(self.run_id, r, m, key)))
         self.measured.append(m)
         self.emit("done", {"case": self.case.case, "mode": mode, "repeat": r, "measurement": m})
         return m
 
-    def _costs(self, r: int, shown: int) -> list[Measurement]:
-        """After the first pair, so the engine knows the prompt's real length in tokens (the depth
-        the costs are timed at); one timing each, the engine repeats inside."""
-        if not self.draft_key or any(m.mode in ("draft", "batch") for m in self.measured):
+    def costs(self, r: int, shown: int) -> list[Measurement]:
+        """The speedup model's cost timings, once within the scope: after the first pair or block, so
+        the engine knows the prompt's real length in tokens (the depth the costs are timed at); one
+        timing each, the engine repeats inside."""
+        if not self.draft_key or any(m.mode in ("draft", "batch") for m in (*self.measured, *self.shared)):
             return []
         done: list[Measurement] = []
         for mode in ("draft", "batch"):
-            if not any(m.mode == mode for m in self.shared):
-                done.append(m := self._step(mode, 0, shown))
-                if not m.ok:
-                    break
+            done.append(m := self.step(mode, r, shown))
+            if not m.ok:
+                break
         return done
 
     def measure(self, at_least: int, at_most: int, start: int, settled: Callable[[], bool] | None, shown: int) -> Summary:
-        have_base = sum(m.mode == "baseline" for m in self.shared)
+        """Pairs ``start``, ``start + 1``, ... (:func:`llamaspec.measure.pairs.measure_pairs`), then the run finished."""
         try:
-            got = pairs.measure_pairs(lambda mode, r: self._step(mode, r, shown), at_least=at_least, at_most=at_most,
-                                      start=start, have_baseline=lambda r: r < have_base,
-                                      after_pair=lambda r: self._costs(r, shown), settled=settled)
+            got = pairs.measure_pairs(lambda mode, r: self.step(mode, r, shown), at_least=at_least, at_most=at_most,
+                                      start=start, after_pair=lambda r: self.costs(r, shown), settled=settled)
         except KeyboardInterrupt:
-            self.store.finish_run(self.run_id, *self._interrupted())
+            self.interrupted()
             raise
-        summary = self.summary("failed", got.failed) if got.failed else self.summary()
+        return self.finish(got.failed)
+
+    def finish(self, failed: str | None = None) -> Summary:
+        """The run finished with its figures over everything measured (a failure named)."""
+        self.share()
+        summary = self.summary("failed", failed) if failed else self.summary()
         if summary.status == "differs":  # at a greedy near-tie, or a wrong output: the probe tells which
             summary = replace(summary, lossless=probe.near_tie(self.backend, self.case, [*self.shared, *self.measured],
                                                                summary.lossless, self.logs / "divergence.json"))
         self.store.finish_run(self.run_id, summary.status, summary.to_dict(), summary.error)
         return summary
 
-    def _interrupted(self) -> tuple[str, dict[str, Any], str | None]:
-        """An extended run keeps its complete pairs as its result (its pairs before the extension
-        were a finished result; a half pair is left out of the figures, its rows stay stored); a
-        run interrupted before it ever finished is 'interrupted'."""
-        if self.before:  # the summary pairs by index: the half pair the interruption left is in none
+    def interrupted(self) -> None:
+        """Finished on an interruption: a run that had a result before keeps its complete pairs or
+        blocks as its result (a half pair or half block is left out of the figures, its rows stay
+        stored); a run interrupted before it ever finished is 'interrupted'."""
+        if self.before:
+            self.share()
             kept = summarize(self.measured, self.shared, requested_draft=requested_draft(self.case),
-                             temperature=self.case.settings.temperature,
-                             baseline_key=self.key)
+                             temperature=self.case.settings.temperature, baseline_key=self.key)
             if kept.status in ("ok", "differs"):
-                return kept.status, kept.to_dict(), None
-        return "interrupted", self.summary("interrupted", "interrupted by the user").to_dict(), "interrupted by the user"
+                self.store.finish_run(self.run_id, kept.status, kept.to_dict(), None)
+                return
+        self.store.finish_run(self.run_id, "interrupted", self.summary("interrupted", "interrupted by the user").to_dict(),
+                              "interrupted by the user")
 
 
 def run_experiment(exp: Experiment, backend: Engine, store: Store | None = None, on_event: Event | None = None,

@@ -1,10 +1,17 @@
 """A workload study while it is measured: its cells in the store, each prompt's refitted model,
-the pace, what each prompt timed, and its decision (:class:`StudyState`).
+the pace, the load, what each prompt timed, and its decision (:class:`StudyState`).
 
 The policies that drive it (:mod:`llamaspec.studies.policy`) ask it what is measured and tell it
 what to measure next; :func:`llamaspec.studies.study.run_study` makes one and reads its decision.
-Every pair is stored as it is measured (kind 'sweep'; each prompt's setups are a sweep of their
-own, ``STUDY/PROMPT``), so a rerun of the same study finds them here again.
+
+A prompt is measured in **blocks** (:meth:`StudyState.measure_block`): the target alone, then one
+speculative run of each setup asked for, in an order shuffled block by block, then the target alone
+again (B S1..Sk B). Each run's ratio is over the two baselines of its own block, measured around it
+(:data:`llamaspec.measure.estimators.BLOCK`): no ratio's baseline was measured before other prompts
+or minutes apart, whatever the schedule. A setup asked for later on a prompt measured earlier gets
+a new block. Every measurement is stored as it is measured (kind 'sweep', one run a setup on a
+prompt; the block baselines in a run of kind ``rows.BASELINES_KIND``; each prompt's runs a sweep of
+their own, ``STUDY/PROMPT``), so a rerun of the same study finds them here again.
 """
 
 from __future__ import annotations
@@ -24,12 +31,12 @@ from llamaspec.base.host import NoiseSample
 from llamaspec.base.stats import percent_text
 from llamaspec.decision import workload, workload_runs
 from llamaspec.measure import spectypes, timed
-from llamaspec.measure.contract import Engine, ResolvedCase
+from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
 from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Store
 from llamaspec.store.rows import Group
 from llamaspec.studies.experiment import Case, Experiment
-from llamaspec.studies.run import check_settings, more_pairs, resolve_case, run_case
+from llamaspec.studies.run import check_settings, resolve_case
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of
 
 log = logging.getLogger(__name__)
@@ -40,42 +47,103 @@ log = logging.getLogger(__name__)
 STUDY_REFITS = 100
 
 
+# The point key of the run that keeps a prompt's block baselines.
+BASELINES_POINT = "target alone"
+
+
 def prompt_group(sid: str, prompt: str) -> str:
     """The group (a sweep of its own) of one prompt's setups in study ``sid``."""
     return f"{sid}/{prompt}"
 
 
+# The load beside a study is said when other processes (and the hypervisor) took this share of the
+# CPU or more while it measured; a change of this much between the study's halves is a change of
+# load, across which it does not decide (a 12 % load cut draft 6's 1.17x to 1.04x on 2 cores).
+LOAD_SAID, LOAD_CHANGE = 0.05, 0.05
+
+
 @dataclass(frozen=True)
 class Drift:
-    """How the speedups moved over the study: on the cells (a setup on a prompt) measured in both
-    halves of the study's pairs (split at the median of the order they were measured in), the mean
-    change of their log median, the second half's against the first's. The same setup on the same
-    prompt: what moves is the machine. An adaptive study measures its first cell once more at its
-    end (:meth:`StudyState.measure_anchor`), so that there is always one."""
+    """How the figures moved over the study, on what was measured twice: the cells (a setup on a
+    prompt) measured in more than one block, their last block's log ratio against their first's,
+    and the baselines of the prompts measured in more than one block, their last block's speed
+    against their first's. The same setup on the same prompt: what moves is the machine. An adaptive
+    study measures its first prompt once more at its end (:meth:`StudyState.measure_anchor`)."""
 
-    change: float | None  # second half over first, minus one; None: not measured
+    change: float | None  # the ratios' mean change, last block over first, minus one; None: not measured
     cells: int
-    pairs: int
+    pace: float | None = None  # the target alone's speed, last block over first, minus one
+    prompts: int = 0
 
     def text(self) -> str:
         if self.change is None:
-            return "drift over the study: not measured (no setup was measured on one prompt in both halves of the study)"
-        return (f"drift over the study: {percent_text(self.change, 1, sign=True)} (the speedups of {self.cells} setup-prompt cell"
-                f"{'s' if self.cells != 1 else ''} measured in both halves of the study's {self.pairs} pairs: the "
-                "second half's against the first's)")
+            return "drift over the study: not measured (no setup was measured on one prompt in two blocks)"
+        pace = (f"; the target alone's speed {percent_text(self.pace, 1, sign=True)} on {self.prompts} prompt"
+                f"{'s' if self.prompts != 1 else ''}" if self.pace is not None else "")
+        return (f"drift over the study: {percent_text(self.change, 1, sign=True)} (the speedups of {self.cells} setup-prompt "
+                f"cell{'s' if self.cells != 1 else ''} measured in two blocks or more, the last against the first{pace})")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change, "cells": self.cells, "pairs": self.pairs}
+        return {"change": self.change, "cells": self.cells, "pace": self.pace, "prompts": self.prompts}
+
+
+@dataclass(frozen=True)
+class Load:
+    """What else the machine did while the study measured: per block, in the order measured, the
+    share of the CPU that other processes and the hypervisor took (``host.NoiseSample``).
+
+    Speculation loses most to a load beside it (at -t equal to the cores, a 12 % load cut the
+    speculative runs' speed by 15 % and the baselines' by 4 %), so the figure is the load's too:
+    it is said, and a load that changed between the study's halves by :data:`LOAD_CHANGE` or more
+    is a change of conditions the study does not decide across."""
+
+    blocks: tuple[float, ...]
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.blocks) if self.blocks else None
+
+    @property
+    def halves(self) -> tuple[float, float] | None:
+        if len(self.blocks) < 4:
+            return None
+        mid = len(self.blocks) // 2
+        return statistics.median(self.blocks[:mid]), statistics.median(self.blocks[mid:])
+
+    @property
+    def changed(self) -> bool:
+        h = self.halves
+        return h is not None and abs(h[1] - h[0]) >= LOAD_CHANGE
+
+    def text(self) -> str | None:
+        """The load in one line, where there is something to say (None on a quiet machine)."""
+        if not self.blocks:
+            return None
+        h = self.halves
+        if self.changed and h is not None:
+            return (f"the load changed while it measured: other processes took {percent_text(h[0])} of the CPU in the "
+                    f"study's first half and {percent_text(h[1])} in its second (per block {percent_text(min(self.blocks))}"
+                    f"-{percent_text(max(self.blocks))}); speculation loses most of its gain to a load beside it, so no "
+                    "decision is made across the change: rerun on a quieter machine, or with -t below the cores")
+        m = self.median or 0.0
+        if m < LOAD_SAID:
+            return f"load: other processes took {percent_text(m)} of the CPU while it measured (median over {len(self.blocks)} blocks)"
+        return (f"load: other processes took {percent_text(m)} of the CPU while it measured (median over {len(self.blocks)} "
+                "blocks): the figures hold for a machine this busy; speculation loses most of its gain to a load beside it "
+                "(a quieter machine, or -t below the cores, measures what it gains alone)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"blocks": list(self.blocks), "median": self.median, "changed": self.changed}
 
 
 class StudyState:
-    """One study being measured: its cells in the store, its pace, its decision.
+    """One study being measured: its cells in the store, its pace, its load, its decision.
 
     ``over_prompts``: the prompts are a sample of the workload (the default), not the whole of it;
     ``count_loops``: a prompt whose target output loops counts in the decision."""
 
     def __init__(self, exp: Experiment, setups: Sequence[Setup], engine: Engine, store: Store, sid: str,
-                 on_event: Callable[[str, dict[str, Any]], None] | None, shared_baseline: bool = False,
+                 on_event: Callable[[str, dict[str, Any]], None] | None,
                  clock: Callable[[], float] = time.monotonic, *, over_prompts: bool = True,
                  count_loops: bool = False) -> None:
         from llamaspec.base import host
@@ -90,22 +158,16 @@ class StudyState:
         self.over_prompts, self.count_loops = over_prompts, count_loops
         self.resolved: dict[tuple[str, str], ResolvedCase] = {}
         self.failed: dict[tuple[str, str], str] = {}
-        self.measured_here = 0  # pairs this invocation measured
+        self.blocks_here = 0  # blocks this invocation measured
         self.seconds = 0.0  # ... and the time they took, warm-up and cost timings included
-        self.pair_time = 0.0  # the pairs' own generations (baseline and speculative), for the pace
-        self.side_time = {"baseline": 0.0, "speculative": 0.0}  # ... by side, and how many of each
+        self.side_time = {"baseline": 0.0, "speculative": 0.0}  # the blocks' own runs by side, and how many of each
         self.side_runs = {"baseline": 0, "speculative": 0}
         self.warm = False
-        self.noise: NoiseSample | None = None  # the machine during the last pairs measured (steal, other load)
-        self.shared_baseline = shared_baseline
-        # Over several prompts, a prompt's new cells share its first baseline (the spread between
-        # prompts outweighs the pair noise, and the time saved buys prompts); on one prompt the pair
-        # noise is the whole interval, and every pair is measured whole.
-        self.shares = len(self.cases) > 1
+        self.noise: NoiseSample | None = None  # the machine during the last block measured (steal, other load)
         self.clock = clock
         self._fits: dict[tuple[str, Any], tuple[Any, list[workload.Prediction]]] = {}  # refitted only when points change
         self._rows: dict[tuple[str, str], dict[str, Any] | None] = {}  # the store's newest finished row of a cell
-        self.touched: list[str] = [c.name for c in self.cases if any(self.row(c, s) is not None for s in self.setups)]
+        self.touched: list[str] = [c.name for c in self.cases if self.baselines_row(c) is not None]
 
     # --- the workload's prompts -------------------------------------------------------------------
 
@@ -186,77 +248,137 @@ class StudyState:
         self.by_key = {s.key: s for s in self.setups}
         return skipped
 
-    def row(self, case: Case, setup: Setup) -> dict[str, Any] | None:
-        key = (case.name, setup.key)
+    def row(self, case: Case, setup: Setup | None) -> dict[str, Any] | None:
+        """The newest finished run of ``setup`` on ``case``'s prompt (None: its block baselines)."""
+        point = setup.key if setup is not None else BASELINES_POINT
+        key = (case.name, point)
         if key not in self._rows:
-            self._rows[key] = self.store.finished_point(self.group(case), setup.key)
+            self._rows[key] = self.store.finished_point(self.group(case), point)
         return self._rows[key]
 
-    def pairs_of(self, case: Case, setup: Setup) -> int:
+    def baselines_row(self, case: Case) -> dict[str, Any] | None:
+        """The run that keeps ``case``'s block baselines (None before its first block)."""
+        return self.row(case, None)
+
+    def blocks_of(self, case: Case, setup: Setup) -> int:
+        """How many blocks ``setup`` was measured in on ``case``'s prompt (its ratios)."""
         row = self.row(case, setup)
         return Summary.from_dict(row.get("summary")).pairs if row else 0
 
-    def measure(self, case: Case, setup: Setup, pairs: int, share: bool = False) -> None:
-        """``pairs`` more pairs of ``setup`` on ``case``'s prompt (its first ones start the run).
-        ``share``: a new cell's first pairs take the prompt's baselines already measured in this
-        study, where there are (its speculative runs only; over several prompts, :attr:`shares`);
-        its later pairs are whole."""
-        if (case.name, setup.key) in self.failed or pairs < 1:
+    def blocks_on(self, case: Case) -> int:
+        """How many blocks were measured on ``case``'s prompt."""
+        row = self.baselines_row(case)
+        if row is None:
+            return 0
+        return len({m["block"] for m in self.store.measurements(row["id"]) if m.get("block")})
+
+    def measure_block(self, case: Case, setups: Sequence[Setup]) -> None:
+        """One block on ``case``'s prompt: the target alone, one speculative run of each of ``setups``
+        (those not failed there) in an order shuffled by the block's key, the target alone again. Each
+        run is stored as it is measured; each setup's run is finished with its figures after the
+        block (its ratios over the baselines of its own blocks); a draft setup's first block times
+        the speedup model's costs once within the study. A baseline that fails ends the block (the
+        runs measured beside the first one keep it); a setup that fails is left out on this prompt."""
+        from llamaspec.measure.pairs import block_order
+        from llamaspec.store.rows import BASELINES_KIND
+        from llamaspec.studies.run import open_point
+
+        todo = [s for s in setups if (case.name, s.key) not in self.failed]
+        if not todo:
             return
-        rc = self.resolve(case, setup)
-        row = self.row(case, setup)
+        block = f"{self.sid}/{case.name}/{self.blocks_on(case)}"
         start = self.clock()
-        try:
-            if row is None:
-                result = run_case(rc, self.engine, self.store, repeats=pairs, hardware=self.hw, exp=self.exp, kind="sweep",
-                                  group=Group("sweep", self.group(case)), point_key=setup.key,
-                                  baseline_scope=self.sid, time_costs=not setup.draft_free, warmup=not self.warm,
-                                  shared_baseline=self.shared_baseline or (share and self.shares),
-                                  on_event=self.on_event)
-                self.warm = True
-            else:
-                result = more_pairs(row["id"], rc, self.engine, self.store, pairs, baseline_scope=self.sid,
-                                    on_event=self.on_event)
-        finally:
-            self._rows.pop((case.name, setup.key), None)
+        group = Group("sweep", self.group(case))
+        base_row = self.baselines_row(case)
+        base = open_point(self.resolve(case, self.setups[0]), self.engine, self.store, hardware=self.hw,
+                          run_id=base_row["id"] if base_row else None, exp=self.exp, kind=BASELINES_KIND, group=group,
+                          point_key=BASELINES_POINT, scope=self.sid, on_event=self.on_event)
+        points = {}
+        for s in todo:
+            row = self.row(case, s)
+            points[s.key] = open_point(self.resolve(case, s), self.engine, self.store, hardware=self.hw,
+                                       run_id=row["id"] if row else None, exp=self.exp, kind="sweep", group=group,
+                                       point_key=s.key, scope=self.sid, time_costs=not s.draft_free,
+                                       on_event=self.on_event)
         if case.name not in self.touched:
             self.touched.append(case.name)
+        order = [todo[i] for i in block_order(len(todo), block)]
+        measured: list[Measurement] = []
+        failed: dict[str, str] = {}
+        try:
+            if not self.warm:
+                base.warm_up()
+                self.warm = True
+            first = base.step("baseline", _index(base, "baseline"), 2, block)
+            measured.append(first)
+            if first.ok:
+                for s in order:
+                    p = points[s.key]
+                    m = p.step("speculative", _index(p, "speculative"), len(order), block)
+                    measured.append(m)
+                    if not m.ok:
+                        failed[s.key] = m.error or "failed"
+                measured.append(base.step("baseline", _index(base, "baseline"), 2, block))
+                for s in order:  # the speedup model's cost timings, once within the study: after the block
+                    if s.key not in failed and not s.draft_free:
+                        p = points[s.key]
+                        bad = next((c for c in p.costs(_index(p, "speculative") - 1, len(order)) if not c.ok), None)
+                        if bad is not None:
+                            failed[s.key] = bad.error or f"{bad.mode} timing failed"
+        except KeyboardInterrupt:
+            for p in (base, *points.values()):
+                p.interrupted()
+            raise
+        finally:
+            self._rows.clear()
+        base_failed = next((m.error or "the target alone failed" for m in measured if m.mode == "baseline" and not m.ok), None)
+        base.finish(base_failed)
+        for s in todo:
+            why = failed.get(s.key) or (base_failed if not any(m.block == block for m in points[s.key].measured) else None)
+            summary = points[s.key].finish(why)
+            if summary.status == "failed":
+                self.failed[(case.name, s.key)] = summary.error or why or "failed"
+                log.warning("%s failed on %s: %s (it is left out of the decision there; every run measured is stored)",
+                            s.label, case.name, summary.error or why)
+        self._rows.clear()
+        if base_failed is not None:
+            raise LlamaspecError(f"the target alone failed on {case.name}: {base_failed}",
+                                 hint="every run measured is stored; `llamaspec results list` shows them, and the same "
+                                      "command resumes the study")
         self.seconds += self.clock() - start
-        self.measured_here += pairs
-        self.noise = result.summary.noise or self.noise
-        sides = [m for m in result.measurements if m.mode in ("baseline", "speculative") and m.pair is not None]
-        new = set(sorted({m.pair for m in sides if m.pair is not None})[-pairs:])  # this call's pairs: the last indices
-        self.pair_time += sum(m.wall_seconds or 0.0 for m in sides if m.pair in new)
-        for m in (m for m in sides if m.pair in new):
-            self.side_time[m.mode] += m.wall_seconds or 0.0
-            self.side_runs[m.mode] += 1
-        if result.status == "failed":
-            self.failed[(case.name, setup.key)] = result.error or "failed"
-            log.warning("%s failed on %s: %s (it is left out of the decision; every pair measured is stored)",
-                        setup.label, case.name, result.error)
+        self.blocks_here += 1
+        self.noise = NoiseSample.combine([m.noise for m in measured]) or self.noise
+        for m in measured:
+            if m.ok and m.mode in self.side_time:
+                self.side_time[m.mode] += m.wall_seconds or 0.0
+                self.side_runs[m.mode] += 1
 
-    @property
-    def pair_seconds(self) -> float | None:
-        """A pair's time so far: its two generations, not the warm-up or the cost timings a
-        prompt's first draft pair takes once."""
-        return self.pair_time / self.measured_here if self.measured_here and self.pair_time else None
-
-    def prompt_seconds(self, setups: int, stored: bool = False) -> float | None:
-        """About how long ``setups`` new cells of one pair take on a new prompt: a baseline they
-        share and ``setups`` speculative runs (a pair each on one prompt), at this invocation's pace of each
-        (``stored``: as the study's stored pairs took them, for a resumed study before it measures)."""
-        time, runs = dict(self.side_time), dict(self.side_runs)
-        if stored:
-            time, runs = {"baseline": 0.0, "speculative": 0.0}, {"baseline": 0, "speculative": 0}
-            for _c, _s, r in self.measured_cells():
-                for m in self.store.measurements(r["id"]):
-                    if m.get("mode") in time and m.get("ok"):
-                        time[m["mode"]] += float(m.get("wall_seconds") or 0.0)
-                        runs[m["mode"]] += 1
+    def block_seconds(self, setups: int, stored: bool = False) -> float | None:
+        """About how long a block of ``setups`` speculative runs takes: two baselines and the runs,
+        at this invocation's pace of each (``stored``: as the study's stored runs took them, for a
+        resumed study before it measures)."""
+        time_, runs = dict(self.side_time), dict(self.side_runs)
+        if stored or not all(runs.values()):
+            time_, runs = {"baseline": 0.0, "speculative": 0.0}, {"baseline": 0, "speculative": 0}
+            for m in self._block_measurements():
+                if m.mode in time_ and m.ok:
+                    time_[m.mode] += m.wall_seconds or 0.0
+                    runs[m.mode] += 1
         if not all(runs.values()):
             return None
-        base, spec = time["baseline"] / runs["baseline"], time["speculative"] / runs["speculative"]
-        return base + setups * spec if self.shares else setups * (base + spec)
+        return 2 * time_["baseline"] / runs["baseline"] + setups * time_["speculative"] / runs["speculative"]
+
+    def _block_measurements(self) -> list[Measurement]:
+        """Every stored baseline and speculative run of the study's blocks, in the order measured."""
+        from llamaspec.store.rows import measurements_of
+
+        rows = []
+        for name in self.touched:
+            case = self.by_name[name]
+            for r in [self.baselines_row(case), *(self.row(case, s) for s in self.setups)]:
+                if r is not None:
+                    rows += [m for m in self.store.measurements(r["id"]) if m.get("block")]
+        return measurements_of(sorted(rows, key=lambda m: m["id"]))
 
     # --- what is measured, and the decision ---------------------------------------------------------
 
@@ -323,6 +445,7 @@ class StudyState:
                                         count_loops=self.count_loops)
 
     def spent(self) -> int:
+        """The ratios measured over the whole study (a speculative run in a block each)."""
         return sum(len(c.ratios) for c in self.cells())
 
     def counts_positions(self) -> bool:
@@ -339,54 +462,68 @@ class StudyState:
     def runs(self) -> dict[tuple[str, str], int]:
         return {(c.name, s.key): r["id"] for c, s, r in self.measured_cells()}
 
-    def measure_anchor(self) -> None:
-        """One more pair of the study's first cell (the first setup on the first prompt it measured),
-        at its end: the drift over the study is then measured on at least one cell."""
-        measured = self.measured_cells()
-        if not measured or not self.measured_here:
+    def measure_anchor(self, setups: Sequence[Setup]) -> None:
+        """One more block on the study's first prompt, with those of ``setups`` measured there, at its
+        end: the drift over the study is then measured on at least one prompt."""
+        first = next((self.by_name[n] for n in self.touched), None)
+        if first is None or not self.blocks_here:
             return
-        case, setup, _row = min(measured, key=lambda c: c[2]["id"])
-        log.info("the drift over the study: %s on %s once more, as at its start", setup.label, case.name)
-        self.measure(case, setup, 1)
+        again = [s for s in setups if self.row(first, s) is not None]
+        if again:
+            log.info("the drift over the study: %s once more, as at its start", first.name)
+            self.measure_block(first, again)
+
+    def load(self) -> Load:
+        """:class:`Load` over the study's blocks, in the order measured."""
+        by_block: dict[str, list[NoiseSample | None]] = {}
+        for m in self._block_measurements():
+            if m.block is not None:
+                by_block.setdefault(m.block, []).append(m.noise)
+        shares = []
+        for samples in by_block.values():
+            n = NoiseSample.combine(samples)
+            if n is not None and n.other_load is not None:
+                shares.append(n.other_load + (n.steal or 0.0))
+        return Load(tuple(shares))
 
     def drift(self) -> Drift:
-        """:class:`Drift` over the study's pairs, in the order they were measured (the store's
-        measurement ids)."""
+        """:class:`Drift` over the cells and prompts measured in more than one block."""
         import math
 
-        from llamaspec.measure.pairs import lone_runs, whole_pairs
-        from llamaspec.store.rows import measurement_of
+        changes, paces = [], []
+        for case in (self.by_name[n] for n in self.touched):
+            per_block: dict[str, dict[str, list[Measurement]]] = {}
+            for r in [self.baselines_row(case), *(self.row(case, s) for s in self.setups)]:
+                if r is None:
+                    continue
+                from llamaspec.store.rows import measurements_of
 
-        cells: list[list[tuple[int, float]]] = []  # each cell's pairs: (when, log ratio)
-        for _c, _s, r in self.measured_cells():
-            rows = self.store.measurements(r["id"])
-            ids: dict[int, int] = {}
-            for m in rows:
-                if m.get("repeat") is not None:
-                    ids[int(m["repeat"])] = max(ids.get(int(m["repeat"]), 0), int(m["id"]))
-            measured = [measurement_of(m) for m in rows]
-            cell = [(ids[p.index], math.log(ratio)) for p in whole_pairs(measured)
-                    if (ratio := p.ratio) is not None and ratio > 0 and p.index in ids]
-            # a speculative run on a baseline it shares with the prompt's other setups, one to one, in order
-            lone = lone_runs(measured)
-            key = Summary.from_dict(r.get("summary")).baseline_key
-            shared = [measurement_of(b) for b in self.store.shared(key)[:len(lone)]] if lone and key else []
-            cell += [(ids[m.pair], math.log(m.decode_tps / b.decode_tps)) for m, b in zip(lone, shared, strict=False)
-                     if m.pair in ids and m.decode_tps and b.decode_tps]
-            cells.append(cell)
-        order = sorted(t for cell in cells for t, _r in cell)
-        if len(order) < 2:
-            return Drift(None, 0, len(order))
-        middle = order[len(order) // 2]
-        changes = []
-        for cell in cells:
-            first = [r for t, r in cell if t < middle]
-            second = [r for t, r in cell if t >= middle]
-            if first and second:
-                changes.append(statistics.fmean(second) - statistics.fmean(first))
+                for m in measurements_of(self.store.measurements(r["id"])):
+                    if m.block is not None and m.ok and m.decode_tps:
+                        per_block.setdefault(m.block, {}).setdefault(
+                            "baseline" if m.mode == "baseline" else f"{r['id']}", []).append(m)
+            order = sorted(per_block, key=lambda b: int(b.rsplit("/", 1)[-1]))
+            if len(order) < 2:
+                continue
+            first, last = per_block[order[0]], per_block[order[-1]]
+            if not first.get("baseline") or not last.get("baseline"):
+                continue
+            b0 = statistics.fmean(math.log(m.decode_tps or 1.0) for m in first["baseline"])
+            b1 = statistics.fmean(math.log(m.decode_tps or 1.0) for m in last["baseline"])
+            paces.append(b1 - b0)
+            for cell in set(first) & set(last) - {"baseline"}:
+                r0 = math.log(first[cell][0].decode_tps or 1.0) - b0
+                r1 = math.log(last[cell][0].decode_tps or 1.0) - b1
+                changes.append(r1 - r0)
         if not changes:
-            return Drift(None, 0, len(order))
-        return Drift(math.exp(statistics.fmean(changes)) - 1.0, len(changes), len(order))
+            return Drift(None, 0)
+        return Drift(math.exp(statistics.fmean(changes)) - 1.0, len(changes),
+                     math.exp(statistics.fmean(paces)) - 1.0 if paces else None, len(paces))
 
 
-__all__ = ["STUDY_REFITS", "Drift", "StudyState", "prompt_group"]
+def _index(point: Any, mode: str) -> int:
+    """The next index of ``mode`` in a run (a block's runs are numbered one after another)."""
+    return sum(1 for m in point.measured if m.mode == mode)
+
+
+__all__ = ["BASELINES_POINT", "LOAD_CHANGE", "STUDY_REFITS", "Drift", "Load", "StudyState", "prompt_group"]

@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +33,9 @@ from llamaspec.store.results import Store
 from llamaspec.store.rows import Group
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
-from llamaspec.studies.policy import DEFAULT_BUDGET_TEXT, allocate, first_pass
+from llamaspec.studies.policy import DEFAULT_BUDGET_TEXT, first_pass
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of, make_setup, setups_for
-from llamaspec.studies.state import Drift, StudyState, prompt_group
+from llamaspec.studies.state import Drift, Load, StudyState, prompt_group
 from llamaspec.studies.sweep import Budget, pairs_per_point
 
 log = logging.getLogger(__name__)
@@ -45,9 +44,8 @@ log = logging.getLogger(__name__)
 # benchmarks/decide.py): where the program counts acceptance by position only the longest two
 # are measured first, and the model picks which of the others to measure.
 DEFAULT_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)
-# The whole study's budget when none is given: DEFAULT_SHARE of the fixed grid's pairs (every setup on
-# every prompt at the experiment's repeats), and at most DEFAULT_SECONDS of measuring.
-DEFAULT_SHARE = 0.4
+# The whole study's budget when none is given: DEFAULT_SECONDS of measuring (grown where it times too
+# few prompts at this machine's pace: policy.LEAST_PROMPTS).
 DEFAULT_SECONDS = 240.0
 
 
@@ -58,7 +56,8 @@ def study_id(exp: Experiment, axes: Sequence[str], identity: str, engine: str, f
     same study, resumed."""
     blob = {"experiment": exp.name, "sha256": exp.sha256, "cases": [dataclasses.asdict(c) for c in exp.cases],
             "settings": dataclasses.asdict(exp.settings), "axes": sorted(axes), "engine": engine,
-            "identity": identity, "repeats": exp.repeats, "policy": "fixed" if fixed_grid else "adaptive"}
+            "identity": identity, "repeats": exp.repeats, "policy": "fixed" if fixed_grid else "adaptive",
+            "design": "blocks"}
     if not over_prompts or count_loops:  # the default study keeps the id it had before these options
         blob["scope"] = {"over_prompts": over_prompts, "count_loops": count_loops}
     digest = hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:10]
@@ -80,8 +79,11 @@ class StudyResult:
     skipped: tuple[tuple[str, str], ...] = ()  # what was not measured, and why
     runs: dict[tuple[str, str], int] = field(default_factory=dict)  # (prompt, setup key) -> its run id
     meta: dict[str, str] = field(default_factory=dict)  # target, draft, hardware, engine, build (analysis.run_meta)
-    plan: str | None = None  # how the first pass sampled the workload, as said before it was measured
-    drift: Drift | None = None  # how the speedups moved between the study's first and second half
+    plan: str | None = None  # how many prompts the budget times, as said once the first block gave the pace
+    drift: Drift | None = None  # how the figures moved between the study's start and its end
+    load: Load | None = None  # what else the machine did while it measured
+    stopped: tuple[str, ...] = ()  # the setups it stopped measuring (they trailed the best), and why
+    block_seconds: float | None = None  # a later block's time at this machine's pace (the minutes more prompts cost)
 
     def run_of(self, setup: Hashable) -> int | None:
         """A stored run of ``setup`` (on the workload's first prompt that has one), for its deploy command."""
@@ -113,8 +115,11 @@ class StudyResult:
         for what, why in self.skipped:
             reasons.setdefault(why, []).append(what)
         lines += [f"  skipped {', '.join(whats)}: {why}" for why, whats in reasons.items()]
+        lines += [f"  measured no more: {why}" for why in self.stopped]
         if self.drift is not None:
             lines.append(f"  {self.drift.text()}")
+        if self.load is not None and (said := self.load.text()):
+            lines.append(f"  {said}")
         lines += ["", self.stop_text(), *d.lines()]
         return "\n".join(lines)
 
@@ -122,6 +127,8 @@ class StudyResult:
         return {"study_id": self.study_id, "experiment": self.experiment, "stop": self.stop, "pairs": self.pairs,
                 "fixed_grid_pairs": self.fixed_grid_pairs, "seconds": self.seconds, "last_progress": self.last_progress,
                 "plan": self.plan, "drift": self.drift.to_dict() if self.drift else None,
+                "load": self.load.to_dict() if self.load else None, "stopped": list(self.stopped),
+                "block_seconds": self.block_seconds,
                 "answer": workload.verdict_text(self.decision.decision),
                 "skipped": [{"what": w, "why": y} for w, y in self.skipped], "meta": self.meta, **self.decision.to_dict(),
                 "runs": [{"prompt": p, "setup": s, "run_id": r} for (p, s), r in self.runs.items()]}
@@ -135,71 +142,66 @@ def categories_of(exp: Experiment) -> int:
     return len({c.category or c.name for c in exp.cases})
 
 
-def least_budget(exp: Experiment, setups: Sequence[Setup], first_pairs: int = 1, over_prompts: bool = True) -> int:
-    """The fewest pairs a study can decide on (:func:`llamaspec.studies.policy.least_pairs`)."""
-    return policy.least_pairs(len(exp.cases), categories_of(exp), len(first_pass(setups)), first_pairs, over_prompts)
-
-
-def default_budget(exp: Experiment, setups: Sequence[Setup], least: int) -> Budget:
-    """:data:`DEFAULT_SHARE` of the fixed grid's pairs, rounded down (at least the first pass), within
-    :data:`DEFAULT_SECONDS` of measuring."""
-    return Budget(pairs=max(least, math.floor(DEFAULT_SHARE * fixed_pairs(exp, setups))), seconds=DEFAULT_SECONDS)
-
-
 def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: Store, budget: Budget | None = None, *,
-              fixed_grid: bool = False, first_pairs: int = 1, shared_baseline: bool = False,
-              over_prompts: bool = True, count_loops: bool = False,
+              fixed_grid: bool = False, over_prompts: bool = True, count_loops: bool = False,
               on_event: Callable[[str, dict[str, Any]], None] | None = None,
               clock: Callable[[], float] = time.monotonic) -> StudyResult:
-    """Measure ``setups`` over ``exp``'s prompts (its cases) and decide once (:mod:`llamaspec.studies.policy`).
+    """Measure ``setups`` over ``exp``'s prompts (its cases), in blocks, and decide once
+    (:mod:`llamaspec.studies.policy`).
 
-    ``budget``: pairs or measuring time for the whole study (None: :func:`default_budget`); a pairs
-    budget below the least first pass is refused before anything is measured, a time budget once
-    the first pair says how long a pair takes. ``over_prompts``: the prompts are a sample of the
-    workload (False: ``--whole-workload``, they are the whole of it); ``count_loops``: a prompt
-    whose target output loops counts in the decision. Every pair is stored as it is measured.
-    ``clock``: what a time budget is counted on (a replay counts the recorded time of the pairs it
-    drew)."""
+    ``budget``: runs (a setup's speculative run in a block, with its baselines) or measuring time
+    for the whole study (None: :data:`DEFAULT_SECONDS`, grown where it times too few prompts); a
+    budget of runs below the first block is refused before anything is measured. ``over_prompts``:
+    the prompts are a sample of the workload (False: ``--whole-workload``, they are the whole of it);
+    ``count_loops``: a prompt whose target output loops counts in the decision. Every run is stored
+    as it is measured. ``clock``: what a time budget is counted on (a replay counts the recorded
+    time of the runs it drew)."""
     axes = sorted({a for s in setups for a, _v in s.point.values})
     over_prompts = over_prompts and len(exp.cases) > 1  # one prompt is its own workload: -p, the write-up's form
-    fixed_grid = fixed_grid or shared_baseline  # a shared baseline is a cost saver for the fixed grid
-    sid = (study_id(exp, axes, engine.identity(), engine.name, fixed_grid, over_prompts, count_loops)
-           + ("-shared" if shared_baseline else ""))
-    study = StudyState(exp, setups, engine, store, sid, on_event, shared_baseline, clock, over_prompts=over_prompts,
+    sid = study_id(exp, axes, engine.identity(), engine.name, fixed_grid, over_prompts, count_loops)
+    study = StudyState(exp, setups, engine, store, sid, on_event, clock, over_prompts=over_prompts,
                        count_loops=count_loops)
     skipped = study.check()
     if not study.setups:
         raise LlamaspecError("nothing left to measure: every setup was skipped",
                              hint="; ".join(f"{w}: {y}" for w, y in skipped) or "give --draft 1..16")
-    least = least_budget(exp, study.setups, first_pairs, over_prompts)
     defaulted = budget is None
-    budget = budget or default_budget(exp, study.setups, least)
+    budget = budget or Budget(seconds=DEFAULT_SECONDS)
+    least = len(first_pass(study.setups))
     if not fixed_grid and budget.pairs is not None and budget.pairs < least:
-        where = (f"one prompt of each of {categories_of(exp)} categor{'ies' if categories_of(exp) != 1 else 'y'}"
-                 if over_prompts else f"each of {len(exp.cases)} prompts")
-        raise LlamaspecError(f"--budget {budget.pairs} pairs is too small: the first pass alone measures {least} "
-                             f"({first_pairs} pair{'s' if first_pairs != 1 else ''} of {len(first_pass(study.setups))} "
-                             f"setups on {where})",
+        raise LlamaspecError(f"--budget {budget.pairs} runs is too small: the first block alone measures {least} "
+                             f"(one of each first setup on one prompt, beside its baselines)",
                              hint=f"give at least --budget {least}, or a time such as --budget {DEFAULT_BUDGET_TEXT}")
     log.info("study %s: %d setups (%s) over a workload of %d prompts in %d categories; %s", sid, len(study.setups),
              ", ".join(s.label for s in study.setups), len(exp.cases), categories_of(exp),
              "every setup on every prompt" if fixed_grid else f"within {budget.text()}")
     made: str | None = None
+    stopped: tuple[str, ...] = ()
     if fixed_grid:
         stop, progress = policy.fixed(study, pairs_per_point(exp))
     else:
-        stop, progress, made = policy.adaptive(study, budget, first_pairs, defaulted)
-        if budget.pairs is None or study.spent() < budget.pairs:  # the drift's cell, within a pairs budget
-            study.measure_anchor()
+        stop, progress, made, stopped = policy.adaptive(study, budget, defaulted)
+        if budget.pairs is None or study.spent() < budget.pairs:  # the drift's prompt, within a budget of runs
+            study.measure_anchor(study.setups)
     from llamaspec.views import analysis
 
     runs = study.runs()
     meta = analysis.run_meta(store, next(iter(runs.values()))) if runs else {}
-    result = StudyResult(sid, exp.name, study.decision(), stop, study.spent(), fixed_pairs(exp, study.setups),
-                         study.seconds, progress, tuple(skipped), runs, meta,
-                         made, study.drift())
+    load = study.load()
+    result = StudyResult(sid, exp.name, held(study.decision(), load), stop, study.spent(), fixed_pairs(exp, study.setups),
+                         study.seconds, progress, tuple(skipped), runs, meta, made, study.drift(), load, stopped,
+                         study.block_seconds(max(1, len(study.setups) if fixed_grid else 2)))
     keep(store, exp, result)
     return result
+
+
+def held(d: workload.WorkloadDecision, load: Load) -> workload.WorkloadDecision:
+    """The decision, unless the load changed while it was measured (:attr:`Load.changed`): then
+    undecided, saying so, its figures kept (no decision across a change of conditions)."""
+    if not load.changed or d.decision.verdict not in ("recommend", "no draft"):
+        return d
+    why = load.text() or "the load changed while it measured"
+    return dataclasses.replace(d, decision=dataclasses.replace(d.decision, verdict="undecided", settled=False, reason=why))
 
 
 def keep(store: Store, exp: Experiment, result: StudyResult) -> int:
@@ -281,5 +283,5 @@ def deployment(result: StudyResult, engine: Engine, exp: Experiment, store: Stor
     return None
 
 
-__all__ = ["DEFAULT_LENGTHS", "MODES_AXIS", "Setup", "StudyResult", "allocate", "cost_of", "first_pass", "least_budget",
+__all__ = ["DEFAULT_LENGTHS", "MODES_AXIS", "Setup", "StudyResult", "cost_of", "first_pass",
            "make_setup", "prompt_group", "run_study", "setups_for", "setups_of", "study_id"]
