@@ -291,7 +291,8 @@ def _through_study(a: Any, rec: Any, low: Any, weights: dict[str, float], whole:
         held_sizes.append(len(held))
         result, _engine = replays.replay(replays.restrict(low, keep), a.seed + i, budget)
         shifted.append(score(low, result.decision, held, weights, whole_low))
-    return summarize(runs, shifted, whole[best], round(statistics.fmean(held_sizes)), round(statistics.median(studied)))
+    return {**summarize(runs, shifted, whole[best], round(statistics.fmean(held_sizes)), round(statistics.median(studied))),
+            "drawn": "the whole study"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,7 +126,7 @@ def test_prompts_that_happen_to_agree_do_not_make_their_interval_narrow() -> Non
 
 def test_the_spread_is_within_categories_only_where_they_are_shown_to_differ() -> None:
     """Code at 1.8x and chat at 0.7x, two prompts each a few percent apart: the categories differ
-    (F far past 4), so the spread is within them (0.0273 at two degrees of freedom), not the 0.55
+    (F far past 10), so the spread is within them (0.0273 at two degrees of freedom), not the 0.55
     about the mean of all four that would count their difference as noise; prompts that do not
     differ by category keep the spread over all of them at the prompts less one."""
     apart = {"code": [math.log(1.8), math.log(1.85)], "chat": [math.log(0.7), math.log(0.68)]}
