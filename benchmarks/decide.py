@@ -256,10 +256,21 @@ def holdout_main(argv: list[str]) -> int:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         a.write.write_text(json.dumps({"command": "python benchmarks/decide.py --holdout " + " ".join(argv),
                                        "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit,
+                                       "machine": _machine(),
                                        "path": "the whole study" if a.through_study else "the decision on the drawn prompts",
                                        "replays": a.replays, "best": best, "best_speedup": whole[best],
                                        "shift_to": a.shift_to, "rows": rows}, indent=1) + "\n")
     return 0
+
+
+def _machine() -> str:
+    """The CPU the replays ran on, as /proc/cpuinfo names it (the figures are the recording's: any
+    machine replays them alike)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
 
 
 def _through_study(a: Any, rec: Any, low: Any, weights: dict[str, float], whole: dict[str, float],

@@ -280,7 +280,8 @@ def holdout_table() -> list[str]:
         return []
     data = json.loads(path.read_text())
     out = ["### The answer on prompts it never saw", "",
-           f"- data: `{HOLDOUT}`; command: `{data['command']}` ({data['date']}, llamaspec {data['commit']}; "
+           f"- data: `{HOLDOUT}`; command: `{data['command']}` ({data['date']}, llamaspec {data['commit']}, "
+           f"{data.get('machine', 'machine not recorded')}; "
            f"{data['replays']} replays a row, {data['path']}; the whole recording's best {data['best']} "
            f"{data['best_speedup']:.3f}x)", "",
            "| prompts | drawn | held out | every interval holds | a sound 95 % one | worst setup | decides | a loss "

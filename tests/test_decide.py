@@ -93,6 +93,7 @@ def test_the_chance_of_a_loss_reads_the_interval_as_a_normal_on_the_log_scale() 
     assert decide.chance_of_loss(s(1.20, 0.90, 1.60)) == pytest.approx(0.1071, abs=1e-3)
     assert decide.chance_of_loss(s(0.95, 0.80, 1.10)) == pytest.approx(0.7207, abs=1e-3)
     assert decide.chance_of_loss(s(1.2, 1.2, 1.2, n=1)) is None
+    assert decide.chance_of_loss(s(1.2, 1.2 * (1 - 1e-17), 1.2)) == 0.0  # no width below the median: no doubt
 
 
 def test_over_prompts_a_chance_of_a_gain_of_92_5_percent_shows_a_setting_faster() -> None:

@@ -313,9 +313,9 @@ def chance_of_loss(s: Spread) -> float | None:
     if s.n < 2 or s.median <= 0:
         return None
     gain = math.log(s.median)
-    if not (0 < s.low < s.median):
+    se = (gain - math.log(s.low)) / Z975 if 0 < s.low < s.median else 0.0
+    if se <= 0:  # an interval with no width below its median (ratios that all agree): no doubt either way
         return 0.0 if gain > 0 else 1.0 if gain < 0 else 0.5
-    se = (gain - math.log(s.low)) / Z975
     return statistics.NormalDist().cdf(-gain / se)
 
 
@@ -337,7 +337,7 @@ def units_to_show(s: Spread, odds: float, gain_chance: float = GAIN_CHANCE["prom
     over prompts); the odds are the chance it does. None where ``s`` reads no gain or has no
     interval, or past 100,000."""
     se = estimators.log_standard_error(s, over_prompts)
-    if se is None or s.median <= 1.0 or not 0 < odds < 1:
+    if se is None or se <= 0 or s.median <= 1.0 or not 0 < odds < 1:
         return None
     gain, spread, normal = math.log(s.median), se * math.sqrt(s.n), statistics.NormalDist()
     bar, want = normal.inv_cdf(gain_chance), normal.inv_cdf(odds)
