@@ -289,11 +289,11 @@ def holdout_table() -> list[str]:
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         worst = f"{r['cover_worst_setup']} {percent_text(r['cover_worst'], 1)}" if r.get("cover_worst_setup") else "-"
+        settle = f"{r['to_settle_median']:.0f}" if r["to_settle_median"] is not None else "-"
         out.append(f"| {r['prompts']} | {r['drawn']} | {r['held_out'] or '-'} | {percent_text(r['cover'], 1)} | "
                    f"{percent_text(r['cover_expected'], 1)} | {worst} | {percent_text(r['decide'], 1)} | "
                    f"{percent_text(r['loss_of_decisions'], 1)} | {percent_text(r['shifted_recommend'], 1)} | "
-                   f"{r['realized']:.3f}x ({percent_text(r['realized_share'])}) | {r['width_median']:.2f} | "
-                   f"{r['to_settle_median'] if r['to_settle_median'] is not None else '-'} |")
+                   f"{r['realized']:.3f}x ({percent_text(r['realized_share'])}) | {r['width_median']:.2f} | {settle} |")
     return out + ["", "- a held-out set is a sample too: a sound 95 % interval holds its figure less often than 95 % "
                   "(\"a sound 95 % one\", by Student's t); \"decides\": recommends or says no draft; \"a loss\": of the "
                   "recommendations, below 1.00x on the whole recording; realized: following the answer, undecided as "
