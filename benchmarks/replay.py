@@ -403,7 +403,8 @@ def cells_of(rec: Recording, prompts: Sequence[str]) -> list[Any]:
             if ratios:
                 values = rec.setups[label]
                 cost = workload_runs.cost((values.get("spec_type") or "draft") != "draft", values.get("draft_max"))
-                out.append(workload.Cell(name, label, label, ratios, cost))
+                decoded = pairs[0].baseline.get("n_predict")
+                out.append(workload.Cell(name, label, label, ratios, cost, timed=int(decoded) - 1 if decoded else None))
     return out
 
 
