@@ -345,3 +345,59 @@ def test_model_contenders_are_the_best_predicted_within_the_error_and_at_most_a_
     assert [b.key for b in decide.model_contenders([steep], measured=[16], limit=5)] == [8]
     # the model predicts every length; only the sweep's grid can be measured, and the cap counts those
     assert [b.key for b in decide.model_contenders([flat], measured=[16], measurable=[2, 4, 8, 16])] == [8, 4, 2]
+
+
+# --- the interval and the rule on the built-in workload's recording (benchmarks/decide.py --holdout) ---
+
+def _builtin():  # type: ignore[no-untyped-def]
+    from benchmarks import replay
+
+    path = replay.Path(__file__).resolve().parent / "fixtures/llamacpp/0c1e570/sweep-workload/builtin/study.json.gz"
+    return replay, replay.load(path)
+
+
+def test_over_the_whole_builtin_recording_ngram_cache_is_shown_faster_and_shifted_nothing_is() -> None:
+    """The 46 timed prompts of the recording, every setup on each: ngram-cache 1.133x [1.03-1.25]
+    (the spread of its 46 prompts, t at 45) is recommended, a loss with a chance under 1 %; with
+    every setup divided so that it reads 0.97x, nothing is recommended, and its chance of a loss
+    is more than even."""
+    replay, rec = _builtin()
+    d = replay.decide_direct(rec, rec.timed())
+    assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "ngram-cache"
+    assert d.chosen.measured.n == 46 and d.chosen.measured.text() == "1.13 [1.03-1.25]"
+    assert (d.decision.chance_of_loss or 1.0) < 0.01
+    low = replay.shifted(rec, 0.97)
+    shifted = replay.decide_direct(low, low.timed())
+    assert shifted.verdict != "recommend" and shifted.chosen is not None
+    assert shifted.chosen.measured.median == pytest.approx(0.97, abs=1e-9) and (shifted.decision.chance_of_loss or 0) > 0.5
+    assert shifted.decision.best_bet is None and shifted.decision.prompts_to_settle is None
+
+
+def test_a_held_out_set_is_a_sample_too() -> None:
+    """A sound 95 % interval over n prompts holds the figure of m others when |T| < t / sqrt(1 + n/m):
+    at equal halves of 23, about 84 % (the normal's 83.4 %: T's heavier tails and t's 2.074 all but
+    cancel); fewer held out, less often; many held out, near 95 %."""
+    from benchmarks.decide import expected_cover
+
+    assert expected_cover(23, 23) == pytest.approx(0.844, abs=0.004)
+    assert expected_cover(30, 16) < expected_cover(20, 26) < expected_cover(13, 33) < expected_cover(8, 38) < 0.95
+    assert expected_cover(8, 10_000) == pytest.approx(0.95, abs=0.005)
+
+
+def test_a_replay_draws_each_category_in_proportion_and_holds_the_rest_out() -> None:
+    """13 of the 46 timed prompts (rag 9, multi-turn, math and rewriting 8, summarization 7, code 6):
+    each category's share by largest remainders, one prompt of each held out at least; drawn with
+    replacement, the same shares and nothing held out."""
+    import random
+
+    from benchmarks.decide import draw
+
+    _replay, rec = _builtin()
+    study, held = draw(rec, 13, random.Random(0))
+    assert len(study) == 13 and not set(study) & set(held) and sorted(study + held) == sorted(rec.timed())
+    counts = {c: sum(rec.prompts[q] == c for q in study) for c in set(rec.prompts.values())}
+    assert counts == {"rag": 3, "multi-turn": 2, "math": 2, "rewriting": 2, "summarization": 2, "code": 2}
+    again, none = draw(rec, 30, random.Random(0), again=True)
+    apart, _held = draw(rec, 30, random.Random(0))
+    assert none == [] and len(again) == 30 and len(set(again)) < 30  # some prompt drawn twice
+    assert sorted(rec.prompts[q] for q in again) == sorted(rec.prompts[q] for q in apart)
