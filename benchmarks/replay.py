@@ -222,6 +222,8 @@ class ReplayEngine:
         modes = tuple(dict.fromkeys(v.get("spec_type") for v in rec.setups.values() if v.get("spec_type") not in (None, "draft")))
         self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
                                          settings=frozenset(FIELDS), spec_types=("draft", *modes), draft_policy="capped")
+        self._owed: dict[str, dict[str, Any]] = {}  # prompt -> the baseline of the speculative run just drawn
+        self._kept: dict[str, tuple[str, RecordedPair]] = {}  # prompt -> (setup, the pair whose baseline was served)
         self.seconds = 0.0  # the recorded wall time of every run drawn
         self.pairs = 0  # speculative runs drawn
 
@@ -250,20 +252,41 @@ class ReplayEngine:
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Any) -> Measurement:
         """One run as the study asks for it, whatever its order (pairs, a shared baseline, or a block
-        B S1 .. Sk B): a baseline is one of the prompt's recorded baselines (any cell's), a
-        speculative run one of its setup's recorded speculative runs, each drawn at random on its
-        own, so the replay serves any schedule the same way."""
+        B S1 .. Sk B), each side drawn from the recorded pairs of its prompt so that runs asked for
+        next to each other are runs recorded next to each other:
+
+        - a speculative run: the speculative side of a recorded pair of its setup on the prompt: the
+          pair whose baseline was just served (a baseline asked first), else one drawn at random,
+          whose baseline is then owed to the next baseline asked for on the prompt;
+        - a baseline: the owed one, else the baseline of a pair drawn at random from the setup the
+          study names with it (from any setup on the prompt where it names none recorded), that
+          pair's speculative side kept for the next run of that setup on the prompt.
+
+        Pairs asked for in either order (ABBA) are recorded pairs; a block's last baseline is its
+        last run's recorded neighbour, its first one a baseline of the prompt from the recording."""
         if mode in ("draft", "batch"):
             return measurement_of(self.rec.costs[case.case][mode])
-        cells = self.rec.cells[case.case]
+        q, cells = case.case, self.rec.cells[case.case]
         if Path(str(log_path)).name.startswith("warmup"):
             return measurement_of(next(p.baseline for pairs in cells.values() for p in pairs))
+        label = self._label(case)
         if mode == "baseline":
-            pool = [p.baseline for pairs in cells.values() for p in pairs]
+            row = self._owed.pop(q, None)
+            if row is None:
+                cell = label if label in cells else self.rng.choice(sorted(k for k, v in cells.items() if v))
+                pair = cells[cell][self.rng.randrange(len(cells[cell]))]
+                self._kept[q] = (cell, pair)
+                row = pair.baseline
         else:
-            pool = [p.speculative for p in cells[self._label(case)]]
+            kept = self._kept.get(q)
+            if kept is not None and kept[0] == label:
+                del self._kept[q]
+                pair = kept[1]
+            else:
+                pair = cells[label][self.rng.randrange(len(cells[label]))]
+                self._owed[q] = pair.baseline
+            row = pair.speculative
             self.pairs += 1
-        row = pool[self.rng.randrange(len(pool))]
         self.seconds += float(row.get("wall_seconds") or 0.0)
         return dataclasses.replace(measurement_of(row), pair=None)
 

@@ -401,3 +401,31 @@ def test_a_replay_draws_each_category_in_proportion_and_holds_the_rest_out() -> 
     apart, _held = draw(rec, 30, random.Random(0))
     assert none == [] and len(again) == 30 and len(set(again)) < 30  # some prompt drawn twice
     assert sorted(rec.prompts[q] for q in again) == sorted(rec.prompts[q] for q in apart)
+
+
+def test_the_replay_serves_runs_asked_next_to_each_other_from_runs_recorded_next_to_each_other() -> None:
+    """Pairs in either order (B S, S B) are recorded pairs; in a block B S1 S2 B the last baseline
+    is S2's recorded neighbour and the first one a recorded baseline of the prompt."""
+    from types import SimpleNamespace
+
+    replay, rec = _builtin()
+    engine = replay.ReplayEngine(rec, seed=3)
+    q = rec.timed()[0]
+
+    def run(mode: str, spec_type: str, draft_max: int = 8) -> dict:
+        case = SimpleNamespace(case=q, settings=SimpleNamespace(spec_type=spec_type, draft_max=draft_max))
+        return {"decode_tps": engine.measure(case, mode, "run.json").decode_tps}
+
+    def recorded(label: str) -> set[tuple[float, float]]:
+        return {(p.baseline["decode_tps"], p.speculative["decode_tps"]) for p in rec.cells[q][label]}
+
+    b, sp = run("baseline", "draft"), run("speculative", "draft")
+    assert (b["decode_tps"], sp["decode_tps"]) in recorded("draft 8")
+    sp, b = run("speculative", "ngram-cache"), run("baseline", "ngram-cache")
+    assert (b["decode_tps"], sp["decode_tps"]) in recorded("ngram-cache")
+    first, s1, s2, last = (run("baseline", "none"), run("speculative", "draft", 4), run("speculative", "ngram-mod"),
+                           run("baseline", "none"))
+    assert (last["decode_tps"], s2["decode_tps"]) in recorded("ngram-mod")
+    assert s1["decode_tps"] in {pair[1] for pair in recorded("draft 4")}
+    assert first["decode_tps"] in {p.baseline["decode_tps"] for pairs in rec.cells[q].values() for p in pairs}
+    assert engine.pairs == 4
