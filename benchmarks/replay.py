@@ -76,10 +76,16 @@ class Recording:
     costs: dict[str, dict[str, dict[str, Any]]]  # prompt -> mode (draft, batch) -> a recorded timing
     settings: dict[str, Any]
     meta: dict[str, Any] = field(default_factory=dict)
+    _facts: dict[str, str | None] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def facts(self) -> dict[str, str | None]:
         """Each prompt's reason to be left out of a decision (too short to time, its output loops), or
         None, from its first recorded baseline (the target alone's output is the same in every cell)."""
+        if not self._facts:
+            self._facts.update(self._find_facts())
+        return dict(self._facts)
+
+    def _find_facts(self) -> dict[str, str | None]:
         from llamaspec.decision import workload
         from llamaspec.measure import timed
 
@@ -103,10 +109,23 @@ class Recording:
             out[q] = why
         return out
 
-    def over_prompts(self, label: str, prompts: Sequence[str]) -> float | None:
+    def timed(self) -> list[str]:
+        """The prompts a study's answer rests on: those no study leaves out (:meth:`facts`)."""
+        facts = self.facts()
+        return [q for q in self.prompts if facts.get(q) is None]
+
+    def weights(self) -> dict[str, float]:
+        """Each category's weight in a study of the whole recording: its share of the timed prompts."""
+        counts: dict[str, int] = {}
+        for q in self.timed():
+            counts[self.prompts[q]] = counts.get(self.prompts[q], 0) + 1
+        return {c: n / sum(counts.values()) for c, n in counts.items()}
+
+    def over_prompts(self, label: str, prompts: Sequence[str], weights: dict[str, float] | None = None) -> float | None:
         """The setup's speedup over ``prompts`` by the over-prompts estimator's point estimate (per
-        category the mean log median of every recorded pair, weighed by the categories' prompts),
-        the prompts too short to time or looping left out, as a study leaves them out."""
+        category the mean log median of every recorded pair, the categories weighed by ``weights``,
+        None: by their prompts here), the prompts too short to time or looping left out, as a study
+        leaves them out."""
         facts = self.facts()
         by_cat: dict[str, list[float]] = {}
         for q in prompts:
@@ -118,8 +137,9 @@ class Recording:
             by_cat.setdefault(self.prompts[q], []).append(math.log(statistics.median(ratios)))
         if not by_cat:
             return None
-        total = sum(len(v) for v in by_cat.values())
-        return math.exp(sum(len(v) / total * statistics.fmean(v) for v in by_cat.values()))
+        w = {c: (weights or {}).get(c, 0.0) if weights else float(len(v)) for c, v in by_cat.items()}
+        total = sum(w.values())
+        return math.exp(sum(w[c] / total * statistics.fmean(v) for c, v in by_cat.items())) if total > 0 else None
 
     def truth(self, label: str) -> float | None:
         """The setup's workload speedup over every recorded pair (the estimator's point estimate)."""
@@ -202,9 +222,10 @@ class ReplayEngine:
         modes = tuple(dict.fromkeys(v.get("spec_type") for v in rec.setups.values() if v.get("spec_type") not in (None, "draft")))
         self.capabilities = Capabilities(modes=frozenset({"baseline", "speculative", "draft", "batch"}),
                                          settings=frozenset(FIELDS), spec_types=("draft", *modes), draft_policy="capped")
-        self._open: dict[tuple[str, str], tuple[RecordedPair, set[str]]] = {}
+        self._owed: dict[str, dict[str, Any]] = {}  # prompt -> the baseline of the speculative run just drawn
+        self._kept: dict[str, tuple[str, RecordedPair]] = {}  # prompt -> (setup, the pair whose baseline was served)
         self.seconds = 0.0  # the recorded wall time of every run drawn
-        self.pairs = 0
+        self.pairs = 0  # speculative runs drawn
 
     def identity(self) -> str:
         return f"replay-{self.rec.name}"
@@ -230,22 +251,43 @@ class ReplayEngine:
         return Deployment(self.name, speculative, "replay", (Command.shell("replay", ["replay"]),))
 
     def measure(self, case: ResolvedCase, mode: str, log_path: Any) -> Measurement:
+        """One run as the study asks for it, whatever its order (pairs, a shared baseline, or a block
+        B S1 .. Sk B), each side drawn from the recorded pairs of its prompt so that runs asked for
+        next to each other are runs recorded next to each other:
+
+        - a speculative run: the speculative side of a recorded pair of its setup on the prompt: the
+          pair whose baseline was just served (a baseline asked first), else one drawn at random,
+          whose baseline is then owed to the next baseline asked for on the prompt;
+        - a baseline: the owed one, else the baseline of a pair drawn at random from the setup the
+          study names with it (from any setup on the prompt where it names none recorded), that
+          pair's speculative side kept for the next run of that setup on the prompt.
+
+        Pairs asked for in either order (ABBA) are recorded pairs; a block's last baseline is its
+        last run's recorded neighbour, its first one a baseline of the prompt from the recording."""
         if mode in ("draft", "batch"):
             return measurement_of(self.rec.costs[case.case][mode])
-        label = self._label(case)
-        pairs = self.rec.cells[case.case][label]
+        q, cells = case.case, self.rec.cells[case.case]
         if Path(str(log_path)).name.startswith("warmup"):
-            return measurement_of(pairs[0].baseline)
-        key = (case.case, label)
-        current = self._open.get(key)
-        if current is None or mode in current[1]:
-            current = (pairs[self.rng.randrange(len(pairs))], set())
-            self._open[key] = current
+            return measurement_of(next(p.baseline for pairs in cells.values() for p in pairs))
+        label = self._label(case)
+        if mode == "baseline":
+            row = self._owed.pop(q, None)
+            if row is None:
+                cell = label if label in cells else self.rng.choice(sorted(k for k, v in cells.items() if v))
+                pair = cells[cell][self.rng.randrange(len(cells[cell]))]
+                self._kept[q] = (cell, pair)
+                row = pair.baseline
+        else:
+            kept = self._kept.get(q)
+            if kept is not None and kept[0] == label:
+                del self._kept[q]
+                pair = kept[1]
+            else:
+                pair = cells[label][self.rng.randrange(len(cells[label]))]
+                self._owed[q] = pair.baseline
+            row = pair.speculative
             self.pairs += 1
-        pair, served = current
-        served.add(mode)
-        row = pair.baseline if mode == "baseline" else pair.speculative
-        self.seconds += float(row.get("wall_seconds") or 0.0)  # each side as it is run: a shared baseline is run once
+        self.seconds += float(row.get("wall_seconds") or 0.0)
         return dataclasses.replace(measurement_of(row), pair=None)
 
 
@@ -351,3 +393,53 @@ def restrict(rec: Recording, prompts: Sequence[str]) -> Recording:
     keep = {q: rec.prompts[q] for q in prompts}
     return dataclasses.replace(rec, name=f"{rec.name}:{'+'.join(prompts)}", prompts=keep,
                                cells={q: rec.cells[q] for q in keep}, costs={q: rec.costs[q] for q in keep})
+
+
+def shifted(rec: Recording, to: float = 0.97) -> Recording:
+    """The recording with every speculative run's decode speed divided by one factor, so that the
+    best setup's whole-recording figure reads ``to`` (below 1.0: every setup a loss, as on a
+    machine where no setup pays): what a rule recommends there is a loss, whatever it picks."""
+    figures = [f for label in rec.setups if (f := rec.over_prompts(label, list(rec.prompts))) is not None]
+    factor = max(figures) / to
+
+    def slower(row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, "decode_tps": row["decode_tps"] / factor} if row.get("decode_tps") else row
+
+    cells = {q: {label: [RecordedPair(p.baseline, slower(p.speculative)) for p in pairs] for label, pairs in per.items()}
+             for q, per in rec.cells.items()}
+    return dataclasses.replace(rec, name=f"{rec.name} shifted to {to:.2f}x", cells=cells)
+
+
+def cells_of(rec: Recording, prompts: Sequence[str]) -> list[Any]:
+    """Every recorded setup on each of ``prompts`` as a decision's cells (its recorded pairs' ratios;
+    a prompt drawn twice is a second prompt, ``name#2``): a study that timed these prompts and
+    measured every setup on each."""
+    from llamaspec.decision import workload, workload_runs
+
+    out = []
+    seen: dict[str, int] = {}
+    for q in prompts:
+        seen[q] = seen.get(q, 0) + 1
+        name = q if seen[q] == 1 else f"{q}#{seen[q]}"
+        for label, pairs in rec.cells[q].items():
+            ratios = tuple(r for p in pairs if (r := p.ratio))
+            if ratios:
+                values = rec.setups[label]
+                cost = workload_runs.cost((values.get("spec_type") or "draft") != "draft", values.get("draft_max"))
+                decoded = pairs[0].baseline.get("n_predict")
+                out.append(workload.Cell(name, label, label, ratios, cost, timed=int(decoded) - 1 if decoded else None))
+    return out
+
+
+def decide_direct(rec: Recording, prompts: Sequence[str]) -> Any:
+    """The decision over ``prompts`` of the recording applied directly, as a study would reach it had
+    it timed these prompts with every setup on each (no policy, no engine): the same
+    :func:`llamaspec.decision.workload.decide_workload`, the categories weighed by the whole
+    recording's timed prompts."""
+    from llamaspec.decision import workload
+
+    cells = cells_of(rec, prompts)
+    names = list(dict.fromkeys(c.prompt for c in cells))
+    workload_prompts = {q: rec.prompts[q] for q in rec.timed()}
+    workload_prompts.update({n: rec.prompts[n.split("#")[0]] for n in names})
+    return workload.decide_workload(cells, workload_prompts)

@@ -8,10 +8,12 @@ each clause: shown faster beats "interval includes 1.0", cheaper wins only withi
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
-from llamaspec.base.stats import Spread, spread
+from llamaspec.base import stats
+from llamaspec.base.stats import Z975, Spread, spread
 from llamaspec.decision import decide
 from llamaspec.decision.decide import Band, Candidate, ModelView
 
@@ -40,7 +42,7 @@ def test_the_issue_sweep_recommends_the_only_setting_shown_faster() -> None:
     asked = {r.key for r in got.requests}
     assert asked >= {4, 8}
     assert all(1 <= r.pairs <= decide.STEP for r in got.requests)
-    assert "measured higher medians but intervals that include 1.0" in got.reason
+    assert "draft 8 measured higher medians but a chance of a gain below 97.5%" in got.reason
     assert got.interval == got.chosen.measured
 
 
@@ -82,15 +84,57 @@ def test_no_gain_is_no_draft_and_a_wide_interval_is_undecided() -> None:
     assert wide.lines()[0] == "undecided: the intervals are too wide"
 
 
+def test_the_chance_of_a_loss_reads_the_interval_as_a_normal_on_the_log_scale() -> None:
+    """1.20x [1.00-1.44]: its lower half is 1.96 standard errors, so 1.0 lies 1.96 below the estimate:
+    a loss with a chance of 2.5 %; [0.90-1.60] at 1.20x: se log(1.2/0.9)/1.96 = 0.1468, log 1.2 / se =
+    1.242: 10.7 %; 0.95x [0.80-1.10]: se log(0.95/0.80)/1.96 = 0.0877, 0.0513 of it below 1.0: 72 %;
+    no interval, no chance."""
+    assert decide.chance_of_loss(s(1.20, 1.00, 1.44)) == pytest.approx(0.025, abs=1e-4)
+    assert decide.chance_of_loss(s(1.20, 0.90, 1.60)) == pytest.approx(0.1071, abs=1e-3)
+    assert decide.chance_of_loss(s(0.95, 0.80, 1.10)) == pytest.approx(0.7207, abs=1e-3)
+    assert decide.chance_of_loss(s(1.2, 1.2, 1.2, n=1)) is None
+    assert decide.chance_of_loss(s(1.2, 1.2 * (1 - 1e-17), 1.2)) == 0.0  # no width below the median: no doubt
+
+
+def test_over_prompts_a_chance_of_a_gain_of_92_5_percent_shows_a_setting_faster() -> None:
+    """1.20x [0.95-1.52]: a chance of a loss of about 5.8 %: over prompts (bar 92.5 %) it is
+    recommended; over one prompt's pairs (bar 97.5 %: the interval above 1.0) it is not, and the
+    best bet is named with that chance; an explicit bar overrides the unit's."""
+    one = [c(8, 1.20, 0.95, 1.52, n=20)]
+    loss = decide.chance_of_loss(one[0].speedup)
+    assert loss is not None and 0.05 < loss < 0.075
+    over_prompts = decide.decide(one, unit="prompts")
+    assert over_prompts.verdict == "recommend" and over_prompts.chance_of_loss == pytest.approx(loss)
+    pairs = decide.decide(one)
+    assert pairs.verdict == "undecided" and pairs.best_bet is not None
+    assert f"  best bet: draft 8 1.20x [0.95-1.52], a loss on prompts like these with a chance of {loss:.1%}" in pairs.lines()
+    assert decide.decide(one, unit="prompts", gain_chance=0.975).verdict == "undecided"
+    assert pairs.to_dict()["chance_of_loss"] == pytest.approx(loss)
+
+
 def test_an_undecided_answer_says_how_many_prompts_would_tell() -> None:
-    """1.11x [0.93-1.35] over 19 prompts: its lower half (log 1.11 - log 0.93) must shrink to log 1.11,
-    so about 19 * (0.177/0.104)^2 = 55 prompts in all; a best below 1.0, or a decided answer, says nothing."""
-    wide = decide.decide([c(8, 1.11, 0.93, 1.35, n=19)], unit="prompts")
+    """ngram-cache over the 46 prompts of the built-in workload's recording: 1.133x, its standard
+    error 0.0485 on the log scale (a spread of 0.329 between prompts). At the interval above 1.0
+    (97.5 %), the normal says (1.96 x 0.329 / log 1.133)^2 = 27 prompts for even odds; Student's t at
+    the prompts less one makes it 30 (t(29) = 2.045); for 80 % odds (1.96 + 0.84)^2 scaled: 55. At
+    the rule's own 92.5 % it is fewer. A best below 1.0, or a decided answer, says nothing."""
+    se, median = 0.0485, 1.133
+    low, high = median * math.exp(-Z975 * se), median * math.exp(Z975 * se)
+    over46 = s(median, low, high, n=46)
+    assert decide.units_to_show(over46, 0.5, 0.975) == 30
+    assert decide.units_to_show(over46, 0.8, 0.975) == 55
+    assert decide.units_to_show(over46, 0.5) == 17 and decide.units_to_show(over46, 0.8) == 37
+    # the same figures over 12 prompts: the per-prompt spread is that of the 46 (se x sqrt(46/12))
+    wide = decide.decide([c(8, median, *(median * math.exp(f * stats.t975(11) * se * math.sqrt(46 / 12)) for f in (-1, 1)),
+                            n=12)], unit="prompts")
     assert wide.verdict == "undecided"
-    assert wide.to_tell == "about 55 prompts in all (now 19) would show draft 8's 1.11x a gain, if it and its spread held"
+    assert (wide.prompts_to_show(0.5), wide.prompts_to_settle) == (17, 37)
+    assert wide.to_tell == ("about 17 prompts in all (now 12) for even odds, 37 for 80% odds, of showing draft 8's 1.13x a "
+                            "gain, if it and its spread held")
     assert f"  to tell: {wide.to_tell}" in wide.lines() and wide.to_dict()["to_tell"] == wide.to_tell
+    assert wide.to_dict()["prompts_to_settle"] == 37
     assert decide.decide([c(8, 0.99, 0.90, 1.09, n=19)], unit="prompts").to_tell is None
-    assert decide.decide([c(8, 1.20, 1.10, 1.30, n=19)], unit="prompts").to_tell is None
+    assert decide.decide([c(8, 1.20, 1.10, 1.30, n=19)], unit="prompts").prompts_to_settle is None
 
 
 def test_nothing_to_decide() -> None:
@@ -301,3 +345,87 @@ def test_model_contenders_are_the_best_predicted_within_the_error_and_at_most_a_
     assert [b.key for b in decide.model_contenders([steep], measured=[16], limit=5)] == [8]
     # the model predicts every length; only the sweep's grid can be measured, and the cap counts those
     assert [b.key for b in decide.model_contenders([flat], measured=[16], measurable=[2, 4, 8, 16])] == [8, 4, 2]
+
+
+# --- the interval and the rule on the built-in workload's recording (benchmarks/decide.py --holdout) ---
+
+def _builtin():  # type: ignore[no-untyped-def]
+    from benchmarks import replay
+
+    path = replay.Path(__file__).resolve().parent / "fixtures/llamacpp/0c1e570/sweep-workload/builtin/study.json.gz"
+    return replay, replay.load(path)
+
+
+def test_over_the_whole_builtin_recording_ngram_cache_is_shown_faster_and_shifted_nothing_is() -> None:
+    """The 46 timed prompts of the recording, every setup on each: ngram-cache 1.133x [1.03-1.25]
+    (the spread of its 46 prompts, t at 45) is recommended, a loss with a chance under 1 %; with
+    every setup divided so that it reads 0.97x, nothing is recommended, and its chance of a loss
+    is more than even."""
+    replay, rec = _builtin()
+    d = replay.decide_direct(rec, rec.timed())
+    assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "ngram-cache"
+    assert d.chosen.measured.n == 46 and d.chosen.measured.text() == "1.13 [1.03-1.25]"
+    assert (d.decision.chance_of_loss or 1.0) < 0.01
+    low = replay.shifted(rec, 0.97)
+    shifted = replay.decide_direct(low, low.timed())
+    assert shifted.verdict != "recommend" and shifted.chosen is not None
+    assert shifted.chosen.measured.median == pytest.approx(0.97, abs=1e-9) and (shifted.decision.chance_of_loss or 0) > 0.5
+    assert shifted.decision.best_bet is None and shifted.decision.prompts_to_settle is None
+
+
+def test_a_held_out_set_is_a_sample_too() -> None:
+    """A sound 95 % interval over n prompts holds the figure of m others when |T| < t / sqrt(1 + n/m):
+    at equal halves of 23, about 84 % (the normal's 83.4 %: T's heavier tails and t's 2.074 all but
+    cancel); fewer held out, less often; many held out, near 95 %."""
+    from benchmarks.decide import expected_cover
+
+    assert expected_cover(23, 23) == pytest.approx(0.844, abs=0.004)
+    assert expected_cover(30, 16) < expected_cover(20, 26) < expected_cover(13, 33) < expected_cover(8, 38) < 0.95
+    assert expected_cover(8, 10_000) == pytest.approx(0.95, abs=0.005)
+
+
+def test_a_replay_draws_each_category_in_proportion_and_holds_the_rest_out() -> None:
+    """13 of the 46 timed prompts (rag 9, multi-turn, math and rewriting 8, summarization 7, code 6):
+    each category's share by largest remainders, one prompt of each held out at least; drawn with
+    replacement, the same shares and nothing held out."""
+    import random
+
+    from benchmarks.decide import draw
+
+    _replay, rec = _builtin()
+    study, held = draw(rec, 13, random.Random(0))
+    assert len(study) == 13 and not set(study) & set(held) and sorted(study + held) == sorted(rec.timed())
+    counts = {c: sum(rec.prompts[q] == c for q in study) for c in set(rec.prompts.values())}
+    assert counts == {"rag": 3, "multi-turn": 2, "math": 2, "rewriting": 2, "summarization": 2, "code": 2}
+    again, none = draw(rec, 30, random.Random(0), again=True)
+    apart, _held = draw(rec, 30, random.Random(0))
+    assert none == [] and len(again) == 30 and len(set(again)) < 30  # some prompt drawn twice
+    assert sorted(rec.prompts[q] for q in again) == sorted(rec.prompts[q] for q in apart)
+
+
+def test_the_replay_serves_runs_asked_next_to_each_other_from_runs_recorded_next_to_each_other() -> None:
+    """Pairs in either order (B S, S B) are recorded pairs; in a block B S1 S2 B the last baseline
+    is S2's recorded neighbour and the first one a recorded baseline of the prompt."""
+    from types import SimpleNamespace
+
+    replay, rec = _builtin()
+    engine = replay.ReplayEngine(rec, seed=3)
+    q = rec.timed()[0]
+
+    def run(mode: str, spec_type: str, draft_max: int = 8) -> dict:
+        case = SimpleNamespace(case=q, settings=SimpleNamespace(spec_type=spec_type, draft_max=draft_max))
+        return {"decode_tps": engine.measure(case, mode, "run.json").decode_tps}
+
+    def recorded(label: str) -> set[tuple[float, float]]:
+        return {(p.baseline["decode_tps"], p.speculative["decode_tps"]) for p in rec.cells[q][label]}
+
+    b, sp = run("baseline", "draft"), run("speculative", "draft")
+    assert (b["decode_tps"], sp["decode_tps"]) in recorded("draft 8")
+    sp, b = run("speculative", "ngram-cache"), run("baseline", "ngram-cache")
+    assert (b["decode_tps"], sp["decode_tps"]) in recorded("ngram-cache")
+    first, s1, s2, last = (run("baseline", "none"), run("speculative", "draft", 4), run("speculative", "ngram-mod"),
+                           run("baseline", "none"))
+    assert (last["decode_tps"], s2["decode_tps"]) in recorded("ngram-mod")
+    assert s1["decode_tps"] in {pair[1] for pair in recorded("draft 4")}
+    assert first["decode_tps"] in {p.baseline["decode_tps"] for pairs in rec.cells[q].values() for p in pairs}
+    assert engine.pairs == 4

@@ -70,11 +70,12 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
 
     The prompts are a sample of your traffic: each setup's speedup is the geometric mean of its
     timed prompts' speedups per category (each the median of paired ratios), its 95 % interval
-    resampling the prompts within each category as well as the pairs, so it speaks for other
-    prompts of the same kinds (--whole-workload: the prompts are your whole workload, pairs
-    resampled within them only). One decision rule (llamaspec.decision.decide) picks the setup:
-    shown faster than the target alone, the cheapest within 2 % of the best; under it, the same
-    rule per category with 3 timed prompts or more. It ends with the command that deploys the
+    over the spread between the timed prompts (Student's t at the prompts less one), so it speaks
+    for other prompts of the same kinds (--whole-workload: the prompts are your whole workload,
+    pairs resampled within them only). One decision rule (llamaspec.decision.decide) picks the
+    setup: shown faster than the target alone (a chance of a gain of 92.5 % or more), the cheapest
+    within 2 % of the best; under it, the same rule per category with 3 timed prompts or more.
+    Undecided, it names the best bet, its chance of a loss, and the prompts that would settle it. It ends with the command that deploys the
     answer.
 
     Each prompt is measured in a block: the target alone, one run of each setup in a shuffled

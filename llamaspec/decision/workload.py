@@ -422,9 +422,9 @@ def figures(cells: Sequence[Cell], prompts: Sequence[str], of: Mapping[str, str]
             weights: Mapping[str, float] | None = None) -> tuple[SetupFigures, ...]:
     """Each setup over these timed ``prompts`` (``of``: prompt -> category): its workload estimate and
     each prompt's own speedup. Over prompts, a setup needs an unchanged output on every timed prompt
-    it was measured on and at least one such prompt in each of their categories; its own
-    between-prompt noise where its categories give one, else ``prompt_noise`` (the study's). As the
-    whole workload, it needs every prompt."""
+    it was measured on and at least one such prompt in each of their categories; its spread is no
+    less than ``prompt_noise`` (the study's between-prompt noise). As the whole workload, it needs
+    every prompt (``noise``: the pair-to-pair noise that spreads a prompt measured once)."""
     cats = list(dict.fromkeys(of[p] for p in prompts))
     out = []
     for key, s in _setups(cells).items():
@@ -438,31 +438,12 @@ def figures(cells: Sequence[Cell], prompts: Sequence[str], of: Mapping[str, str]
         spread = None
         if not excluded and over_prompts and {of[p] for p in measured} == set(cats):
             groups = {c: [list(mine[p].ratios) for p in measured if of[p] == c] for c in cats}
-            spread = estimators.over_prompts(groups, weights, noise, _prompt_noise(mine, measured, of, prompt_noise))
+            spread = estimators.over_prompts(groups, weights, prompt_noise)
         elif not excluded and not over_prompts and len(measured) == len(prompts):
             spread = estimators.workload([mine[p].ratios for p in prompts], noise)
         out.append(SetupFigures(key, s.label, s.cost, spread, per, sum(len(mine[p].ratios) for p in measured), excluded,
                                 len(measured), tuple(c.near_tie for c in mine.values() if c.near_tie)))
     return tuple(out)
-
-
-def _prompt_noise(mine: Mapping[str, Cell], measured: Sequence[str], of: Mapping[str, str],
-                  pooled: float | None) -> float | None:
-    """The between-prompt noise a setup's one-prompt categories are spread by, and the least its
-    other categories are (:func:`llamaspec.measure.estimators.over_prompts`): the largest of what
-    is known of it (its own within its categories, over two or more degrees of freedom; its own
-    over all its prompts, three or more; the study's pooled over every setup). Setups differ in
-    how much they vary from prompt to prompt (an n-gram mode's gain is near nothing on most text and
-    large on some), so the study's pooled figure alone would understate the ones that vary most;
-    the spread over all of a setup's prompts holds the categories' differences too: wider, never
-    narrower."""
-    logs = _logs_by_category(mine, measured, of)
-    dof = sum(max(0, len(v) - 1) for v in logs.values())
-    within = estimators.between_prompts(logs) if dof >= 2 else None
-    every = [v for vs in logs.values() for v in vs]
-    overall = statistics.stdev(every) if len(every) >= 3 else None
-    known = [x for x in (within, overall, pooled) if x is not None]
-    return max(known) if known else None
 
 
 def model_views(predictions: Sequence[Prediction], prompts: Sequence[str]) -> tuple[decide.ModelView, ...]:
@@ -575,24 +556,11 @@ def _with_end_to_end(setups: tuple[SetupFigures, ...], cells: Sequence[Cell], ti
 
 
 def _pooled_between(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float | None:
-    """The study's between-prompt noise: every setup's prompts pooled within their categories
-    (:func:`llamaspec.measure.estimators.between_prompts` over all of them); where no category has
-    two timed prompts, the spread of all prompts' log speedups about each setup's mean (which holds
-    the categories' differences too: wider, never narrower)."""
-    num, dof = 0.0, 0
-    for logs in per_setup:
-        for values in logs.values():
-            if len(values) >= 2:
-                num += statistics.variance(values) * (len(values) - 1)
-                dof += len(values) - 1
-    if dof:
-        return math.sqrt(num / dof)
-    for logs in per_setup:
-        values = [v for vs in logs.values() for v in vs]
-        if len(values) >= 2:
-            num += statistics.variance(values) * (len(values) - 1)
-            dof += len(values) - 1
-    return math.sqrt(num / dof) if dof else None
+    """The study's between-prompt noise from every setup's timed prompts' log speedups (category ->
+    its prompts' logs): each setup's spread about its own mean over all its prompts, the largest
+    (:func:`llamaspec.measure.estimators.between_prompts`): the same spread, at the same degrees of
+    freedom, as each setup's own interval takes (:func:`llamaspec.measure.estimators.over_prompts`)."""
+    return estimators.between_prompts(per_setup)
 
 
 __all__ = ["DIFFERS", "MIN_VERDICT_PROMPTS", "OK", "CategoryVerdict", "Cell", "LoopFigure", "Prediction", "PromptFacts",
