@@ -55,6 +55,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def _fake_engines_measure_no_load(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test whose engine is a fake (no llamacpp marker) measures nothing of this machine: what
+    else the machine does meanwhile (other tests, builds) is not its runs' load. A study decides
+    nothing across a change of load, so the real meter would make its verdict the machine's. The
+    tests of the meter itself, and those about the load, set their own."""
+    if request.node.get_closest_marker("llamacpp") is None and request.node.path.name != "test_noise.py":
+        from llamaspec.base import host
+
+        monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: None)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_data(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     data = tmp_path_factory.mktemp("llamaspec-data")
     monkeypatch.setenv("LLAMASPEC_DATA", str(data))

@@ -62,27 +62,19 @@ def test_every_sweep_point_gets_its_own_baseline_next_to_it(fake_models) -> None
     for row in rep.groups[0].rows:
         assert row.summary.paired
         assert row.summary.speedup.median == pytest.approx(engine.speedup_of(row.draft_max), rel=0.002)
-    # the same sweep with a shared baseline (the explicit cost saver) is biased, and says so
-    shared_engine = FakeEngine(drift=0.03)
-    shared = swept(exp(), {"draft_max": (1, 4, 8)}, shared_engine, store, shared_baseline=True)
-    rows = analysis.sweep_report(store, shared.sweep_id, plot=False).groups[0].rows
-    last = max(rows, key=lambda r: r.draft_max)
-    assert not last.summary.paired
-    assert last.summary.speedup.median < shared_engine.speedup_of(8) * 0.9
-    assert any("not paired" in w for w in last.summary.warnings)
-    assert "shared-baseline" in analysis.sweep_report(store, shared.sweep_id, plot=False).render()
 
 
 def test_a_fixed_grid_spreads_the_machines_drift_over_every_point(fake_models) -> None:
     """On a machine that hurts the speculative side more as time goes on, a point measured later
-    reads lower than it is. In passes (a pair at every point, the order rotating), the drift falls
-    on every point alike: each reads its true speedup times the same factor."""
+    reads lower than it is. In passes (a block of every point per pass, the order shuffled), the
+    drift falls on every point alike: each reads its true speedup times about the same factor."""
     engine = FakeEngine(drift=0.0, spec_drift=0.004)
     store = Store.open()
     lengths = (1, 4, 8)
     result = swept(exp(6), {"draft_max": lengths}, engine, store)
     spec = [c["draft_max"] for mode, c in engine.calls if mode == "speculative"]
-    assert spec[:9] == [1, 4, 8, 4, 8, 1, 8, 1, 4]  # pass 1, then each pass starts one point later
+    assert all(sorted(spec[i:i + 3]) == list(lengths) for i in range(0, 18, 3))  # a block of every point a pass
+    assert len({tuple(spec[i:i + 3]) for i in range(0, 18, 3)}) > 1  # in an order shuffled block by block
     rows = analysis.sweep_report(store, result.sweep_id, plot=False).groups[0].rows
     assert [r.summary.pairs for r in rows] == [6, 6, 6]
     factors = [r.summary.speedup.median / engine.speedup_of(r.draft_max) for r in rows]

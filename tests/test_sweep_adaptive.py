@@ -25,14 +25,6 @@ def pairs_at(store: Store, result: study.StudyResult) -> dict[int, int]:
     return {r.draft_max: r.summary.pairs for r in rep.groups[0].rows}
 
 
-@pytest.fixture(autouse=True)
-def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fake engine measures nothing of this machine: what else it does is not the study's load."""
-    from llamaspec.base import host
-
-    monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: None)
-
-
 def test_blocks_go_to_the_setups_still_in_the_running_and_the_answer_is_near_the_true_best(fake_models) -> None:  # noqa: F811
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.8, draft_cost=0.08)
     store = Store.open()

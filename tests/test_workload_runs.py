@@ -4,6 +4,7 @@ them; their summaries come from the run core's own ``summarize`` over measuremen
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -15,21 +16,27 @@ from llamaspec.measure.contract import Measurement
 from llamaspec.measure.summary import summarize
 
 
-def summary(ratios: list[float], differs: bool = False, shared: bool = False) -> dict[str, Any]:
-    """A point's summary from pairs whose speculative speed is ``ratio`` times its baseline's."""
-    ms = []
+def summary(ratios: list[float], differs: bool = False, blocks: bool = False) -> dict[str, Any]:
+    """A point's summary from pairs whose speculative speed is ``ratio`` times its baseline's
+    (``blocks``: each speculative run at place 1 of a block of its own, B S B, on a machine that
+    drifts 2 % a run, its baselines kept apart as a study keeps them)."""
+    ms, bases = [], []
     for i, r in enumerate(ratios):
         base = 50.0 * (1 + 0.01 * i)  # the baseline drifts: the ratios are the pairs', not the speeds'
-        ms.append(Measurement(mode="baseline", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
-                              peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=base, text="same",
-                              pair=i))
-        ms.append(Measurement(mode="speculative", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
-                              peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=base * r,
-                              text="other" if differs else "same", pair=None if shared else i))
-    if shared:  # the speculative runs against a baseline measured apart (--shared-baseline)
-        return summarize([m for m in ms if m.mode == "speculative"],
-                         shared_baseline=[m for m in ms if m.mode == "baseline"]).to_dict()
-    return summarize(ms).to_dict()
+        block = f"s/p/{i}" if blocks else None
+        before = Measurement(mode="baseline", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                             peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=base, text="same",
+                             pair=0 if blocks else i, block=block)
+        spec = Measurement(mode="speculative", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
+                           peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=base * 1.04 ** 0.5 * r,
+                           text="other" if differs else "same", pair=1 if blocks else i, block=block)
+        if blocks:  # the machine drifts 2 % a run: the speculative run is over the two baselines at its place
+            after = dataclasses.replace(before, decode_tps=base * 1.04, pair=2)
+            ms.append(spec)
+            bases += [before, after]
+        else:
+            ms += [before, dataclasses.replace(spec, decode_tps=base * r)]
+    return summarize(ms, bases).to_dict()
 
 
 def row(i: int, prompt: str, ratios: list[float], status: str = "ok", category: str | None = None,
@@ -82,21 +89,23 @@ def test_cells_take_each_runs_pairs_and_how_it_ended() -> None:
     excluded = {s.label: s.excluded for s in d.setups}
     assert excluded == {"draft 8": None, "draft 4": "output differs on code", "draft 2": "failed on code (boom)"}
     assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"
-    # speculative runs on baselines shared one to one (a study's new cells on a prompt): each ratio
-    # has a baseline of its own, not paired in time, and counts
-    shared = {**row(9, "code", [1.5, 1.6]), "summary": summary([1.5, 1.6], shared=True)}
-    assert not shared["summary"]["paired"] and shared["summary"]["estimator"] == estimators.PARTLY_SHARED
-    (cell,), _ = workload_of_runs([shared])
+    # speculative runs in blocks (a workload study's cells): each ratio over its own block's baselines,
+    # interpolated at its place, and counts
+    blocked = {**row(9, "code", [1.5, 1.6]), "summary": summary([1.5, 1.6], blocks=True)}
+    assert blocked["summary"]["paired"] and blocked["summary"]["estimator"] == estimators.BLOCK
+    (cell,), _ = workload_of_runs([blocked])
     assert cell.ratios == pytest.approx((1.5, 1.6)) and cell.status == workload.OK
-    # more speculative runs than baselines to share: each over their median, no ratio of its own: none counts
+    # speculative runs with no baseline of their own pair or block: no ratio of runs measured apart counts
     spec = [Measurement(mode="speculative", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
                         peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=75.0 + i, text="same") for i in range(2)]
     base = Measurement(mode="baseline", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
                        peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=50.0, text="same")
-    apart = {**row(10, "code", [1.5]), "summary": summarize(spec, shared_baseline=[base]).to_dict()}
-    assert apart["summary"]["estimator"] == estimators.SHARED_BASELINE
+    apart = {**row(10, "code", [1.5]), "summary": summarize([*spec, base]).to_dict()}
+    assert apart["summary"]["status"] == "failed" and apart["summary"]["speedup"] is None
     (cell,), _ = workload_of_runs([apart])
-    assert cell.ratios == () and cell.status == workload.OK
+    assert cell.ratios == () and cell.status == "failed"
+    # a study's block baselines (their own run) are no setup of the workload
+    assert workload_of_runs([{**row(11, "code", [1.5]), "kind": "baselines"}]) == ([], {})
 
 
 def test_the_workloads_prompts_keep_their_category_and_order() -> None:

@@ -7,8 +7,9 @@ that reports it (``Summary.estimator``, a prompt set's ``definitions``, a cluste
   median over the pairs, with a 95 % bootstrap interval. The median, because one run disturbed by
   the machine moves it least; paired, because drift between runs measured apart is not speedup.
 - **block** (a workload study's cells): a prompt is measured in blocks, B S1..Sk B, the setups in
-  an order shuffled block by block; each speculative run over the geometric mean of the two
-  baselines of its own block, measured around it (:data:`BLOCK`); the median of those ratios. Every
+  an order shuffled block by block; each speculative run over the two baselines of its own block,
+  measured around it, interpolated at its place in the block on the log scale (:data:`BLOCK`);
+  the median of those ratios. Every
   ratio's baseline is measured beside its run, whatever else the study measured before or after.
 - **workload** (the prompts are the whole workload, ``--whole-workload``): the geometric mean of the prompts' point speedups, with a 95 %
   bootstrap interval that resamples each prompt's pairs (the prompts are the workload, not a sample
@@ -39,8 +40,8 @@ from typing import Any
 from llamaspec.base import stats
 
 POINT = "median of paired ratios (speculative over the baseline of its own pair), 95 % bootstrap interval"
-BLOCK = ("median of the ratios, each speculative run over the geometric mean of the two baselines measured around it "
-         "in its block on its prompt (B S1..Sk B, the setups' order shuffled)")
+BLOCK = ("median of the ratios, each speculative run over the two baselines measured around it in its block on its "
+         "prompt (B S1..Sk B, the setups' order shuffled), interpolated at its place in the block")
 WORKLOAD = ("geometric mean of the prompts' speedups (each the median of its paired ratios), 95 % bootstrap "
             "interval resampling each prompt's pairs (a prompt with one pair: its ratio spread by the pooled "
             "pair-to-pair noise of the study's prompts)")

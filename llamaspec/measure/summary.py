@@ -356,8 +356,8 @@ def summarize(measured: Sequence[Measurement], shared: Sequence[Measurement] = (
     elsewhere (the baselines of the blocks its speculative runs were measured in, the cost timings).
 
     The point's estimator: where its speculative runs were measured in blocks (a workload study's
-    B S1..Sk B on one prompt, :data:`llamaspec.measure.estimators.BLOCK`), each run over the geometric
-    mean of its own block's baselines; otherwise (:data:`llamaspec.measure.estimators.POINT`) each
+    B S1..Sk B on one prompt, :data:`llamaspec.measure.estimators.BLOCK`), each run over its own
+    block's two baselines, interpolated at its place in the block; otherwise (:data:`llamaspec.measure.estimators.POINT`) each
     speculative run over the baseline of its own pair (:func:`llamaspec.measure.pairs.whole_pairs`).
     Either way the median of the ratios. A half pair (a side failed or was interrupted), or a run whose
     block has no baseline, is in no ratio: its measurements are kept out of every figure that
@@ -455,13 +455,19 @@ def _ratios(pairs: Sequence[tuple[Measurement, Measurement]],
 
 def _block_ratios(blocked: Sequence[tuple[Measurement, Sequence[Measurement]]],
                   speed: Callable[[Measurement], float | None] = lambda m: m.decode_tps) -> list[float]:
-    """Each speculative run's ``speed`` over the geometric mean of its block's baselines' (the two
-    measured around it; one where the other failed), where every side has one."""
+    """Each speculative run's ``speed`` over its block's baselines' (the two measured around it),
+    interpolated at its place in the block on the log scale (a run at place i of k between baselines
+    at places 0 and k + 1: a machine that drifts steadily cancels out); over the one baseline where
+    the other failed."""
     out = []
     for m, bases in blocked:
-        s, bs = speed(m), [v for b in bases if (v := speed(b))]
-        if s and bs and len(bs) == len(bases):
-            out.append(s / math.exp(statistics.fmean(math.log(v) for v in bs)))
+        s = speed(m)
+        got = sorted((b.pair or 0, math.log(v)) for b in bases if (v := speed(b)))
+        if not s or not got or len(got) != len(bases):
+            continue
+        (p0, b0), (p1, b1) = got[0], got[-1]
+        t = (((m.pair or 0) - p0) / (p1 - p0)) if p1 > p0 else 0.5
+        out.append(s / math.exp(b0 + min(1.0, max(0.0, t)) * (b1 - b0)))
     return out
 
 

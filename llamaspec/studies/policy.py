@@ -13,8 +13,8 @@ policy (benchmarks/decide.py replays it on recordings, through :func:`llamaspec.
 2. **Setups that trail stop** (:func:`trailing`): a setup slower than the best one on the prompts
    both were measured on (paired: in the same blocks), :data:`PRUNE_PROMPTS` or more, by
    :data:`PRUNE_GAP` or more on their mean and by more than twice its standard error, is measured
-   no more; its figures stay in the answer.
-   **The model's contender**: the draft length the speedup model puts best, where it sees a gain
+   no more; so is one the decision says can no longer be the answer (not among its contenders).
+   Their figures stay in the answer. **The model's contender**: the draft length the speedup model puts best, where it sees a gain
    within its error, joins the blocks from the next prompt on.
 3. **Then every remaining minute buys prompts**: the next prompt (of the category with the fewest
    timed prompts, in an order shuffled by the study's id, the same on a rerun) gets a block of the
@@ -248,7 +248,8 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
             sample.add(study.by_name[name])
         while True:
             wd = study.decision()
-            if wd.decision.settled:
+            measured = {str(c.setup) for c in study.cells() if c.ratios}
+            if wd.decision.settled and all(s.key in measured for s in active):  # never before the first pass is
                 return "settled", wd.decision.sureness, made.text(budget) if made else None, _said(stopped)
             if clock.spent():
                 return "budget", f"budget spent: {wd.decision.sureness}", made.text(budget) if made else None, _said(stopped)
@@ -264,7 +265,9 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
             if not active:
                 return ("nothing to measure", f"every setup measured has failed: {wd.decision.sureness}",
                         made.text(budget) if made else None, _said(stopped))
-            block = active if budget.pairs is None else active[:max(1, budget.pairs - study.spent())]
+            block = active
+            if budget.pairs is not None:  # a budget of runs: the setups measured least first
+                block = sorted(active, key=lambda s: study.blocks_of(case, s))[:max(1, budget.pairs - study.spent())]
             clock.update(f"{case.name}: a block of {len(block)} setup{'s' if len(block) != 1 else ''}")
             study.measure_block(case, block)
             if case not in sample.taken and case not in sample.left:
@@ -302,10 +305,21 @@ def _about_later(active: Sequence[Setup]) -> int:
 
 
 def _later(study: StudyState, wd: workload.WorkloadDecision, active: list[Setup], stopped: dict[str, str]) -> list[Setup]:
-    """The setups the next block measures: those that trail stop (said once), the model's contender joins."""
+    """The setups the next block measures: those that trail, or that the decision says can no longer
+    be the answer (said once), stop; the model's contender joins."""
     for s, why in trailing(study.cells(), active, wd.timed):
         log.info("%s is measured no more: %s", s.label, why)
         stopped[s.label] = why
+    d = wd.decision
+    if d.contenders:
+        open_ = {str(e.key) for e in d.contenders}
+        for e in d.estimates:
+            setup = study.by_key.get(str(e.key))
+            if setup in active and str(e.key) not in open_ and e.measured.n >= 2 and setup.label not in stopped:
+                why = (f"it can no longer be the answer: {e.measured.text(suffix='x')} against "
+                       f"{d.contenders[0].label}'s {d.contenders[0].measured.text(suffix='x')}")
+                log.info("%s is measured no more: %s", setup.label, why)
+                stopped[setup.label] = why
     kept = [s for s in active if s.label not in stopped]
     for view in wd.decision.models:
         best = next((b for b in view.bands if b.key == view.best), None)

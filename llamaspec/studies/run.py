@@ -250,11 +250,12 @@ class Point:
                              self.logs / "warmup.log")
 
     def step(self, mode: str, r: int, shown: int, block: str | None = None) -> Measurement:
-        """One measurement of ``mode``, stored at once: the ``r``-th of its kind in this run (its pair
-        index, for a pair), in ``block`` where the study measures one."""
+        """One measurement of ``mode``, stored at once: pair ``r`` (a pair's index; in ``block``, the
+        run's place in the block, its baselines 0 and k + 1)."""
         self.emit("start", {"case": self.case.case, "mode": mode, "repeat": r, "repeats": shown})
         key = self.draft_key if mode == "draft" else self.batch_key if mode == "batch" else self.key
-        m = pairs.measure_one(self.backend, self.case, mode, r, self.logs / f"{mode}-{r}.log", block=block,
+        name = f"{mode}-{r}" + (f"-block{block.rsplit('/', 1)[-1]}" if block else "")
+        m = pairs.measure_one(self.backend, self.case, mode, r, self.logs / f"{name}.log", block=block,
                               keep=lambda m: self.store.add_measurement(measurement_row(self.run_id, r, m, key)))
         self.measured.append(m)
         self.emit("done", {"case": self.case.case, "mode": mode, "repeat": r, "measurement": m})

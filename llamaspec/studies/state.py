@@ -12,12 +12,16 @@ or minutes apart, whatever the schedule. A setup asked for later on a prompt mea
 a new block. Every measurement is stored as it is measured (kind 'sweep', one run a setup on a
 prompt; the block baselines in a run of kind ``rows.BASELINES_KIND``; each prompt's runs a sweep of
 their own, ``STUDY/PROMPT``), so a rerun of the same study finds them here again.
+
+Its size: the block and what it stores, and what the study reads back from the stored runs (the
+cells, the model's predictions, the pace, the load, the drift); each reads what the block wrote.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import random
 import statistics
@@ -167,7 +171,7 @@ class StudyState:
         self.clock = clock
         self._fits: dict[tuple[str, Any], tuple[Any, list[workload.Prediction]]] = {}  # refitted only when points change
         self._rows: dict[tuple[str, str], dict[str, Any] | None] = {}  # the store's newest finished row of a cell
-        self.touched: list[str] = [c.name for c in self.cases if self.baselines_row(c) is not None]
+        self.touched: list[str] = [c.name for c in self.cases if self.baselines_rows(c)]
 
     # --- the workload's prompts -------------------------------------------------------------------
 
@@ -248,17 +252,26 @@ class StudyState:
         self.by_key = {s.key: s for s in self.setups}
         return skipped
 
-    def row(self, case: Case, setup: Setup | None) -> dict[str, Any] | None:
-        """The newest finished run of ``setup`` on ``case``'s prompt (None: its block baselines)."""
-        point = setup.key if setup is not None else BASELINES_POINT
+    def row(self, case: Case, setup: Setup | str) -> dict[str, Any] | None:
+        """The newest finished run of ``setup`` on ``case``'s prompt (a point key: its block baselines')."""
+        point = setup.key if isinstance(setup, Setup) else setup
         key = (case.name, point)
         if key not in self._rows:
             self._rows[key] = self.store.finished_point(self.group(case), point)
         return self._rows[key]
 
-    def baselines_row(self, case: Case) -> dict[str, Any] | None:
-        """The run that keeps ``case``'s block baselines (None before its first block)."""
-        return self.row(case, None)
+    def baselines_point(self, case: Case, setup: Setup) -> str:
+        """The point key of the run that keeps the baselines of ``setup``'s blocks on ``case``'s prompt:
+        one a prompt and target-side settings (a setup that changes the target's own settings, its
+        threads say, is measured against the target alone at those settings)."""
+        side = json.dumps(self.resolve(case, setup).settings.target_side(), sort_keys=True, default=str)
+        return f"{BASELINES_POINT} {hashlib.sha256(side.encode()).hexdigest()[:8]}"
+
+    def baselines_rows(self, case: Case) -> list[dict[str, Any]]:
+        """The runs that keep ``case``'s block baselines (none before its first block)."""
+        from llamaspec.store.rows import BASELINES_KIND
+
+        return [r for r in self.store.runs(group_id=self.group(case), kind=BASELINES_KIND) if r["status"] in ("ok", "differs")]
 
     def blocks_of(self, case: Case, setup: Setup) -> int:
         """How many blocks ``setup`` was measured in on ``case``'s prompt (its ratios)."""
@@ -267,32 +280,36 @@ class StudyState:
 
     def blocks_on(self, case: Case) -> int:
         """How many blocks were measured on ``case``'s prompt."""
-        row = self.baselines_row(case)
-        if row is None:
-            return 0
-        return len({m["block"] for m in self.store.measurements(row["id"]) if m.get("block")})
+        return len({m["block"] for r in self.baselines_rows(case) for m in self.store.measurements(r["id"]) if m.get("block")})
 
     def measure_block(self, case: Case, setups: Sequence[Setup]) -> None:
         """One block on ``case``'s prompt: the target alone, one speculative run of each of ``setups``
-        (those not failed there) in an order shuffled by the block's key, the target alone again. Each
+        (those not failed there) in an order shuffled by the block's key, the target alone again
+        (setups that change the target's own settings: a block for each such setting). Each
         run is stored as it is measured; each setup's run is finished with its figures after the
-        block (its ratios over the baselines of its own blocks); a draft setup's first block times
-        the speedup model's costs once within the study. A baseline that fails ends the block (the
-        runs measured beside the first one keep it); a setup that fails is left out on this prompt."""
+        block (its ratios over the baselines of its own blocks); after a draft setup's first block
+        the speedup model's costs are timed, once within the study. A baseline that fails ends the
+        block and the study (every run measured is stored); a setup that fails is left out on this
+        prompt."""
+        sides: dict[str, list[Setup]] = {}
+        for s in setups:
+            if (case.name, s.key) not in self.failed:
+                sides.setdefault(self.baselines_point(case, s), []).append(s)
+        for point, todo in sides.items():
+            self._block(case, todo, point)
+
+    def _block(self, case: Case, todo: Sequence[Setup], baselines: str) -> None:
         from llamaspec.measure.pairs import block_order
         from llamaspec.store.rows import BASELINES_KIND
         from llamaspec.studies.run import open_point
 
-        todo = [s for s in setups if (case.name, s.key) not in self.failed]
-        if not todo:
-            return
         block = f"{self.sid}/{case.name}/{self.blocks_on(case)}"
         start = self.clock()
         group = Group("sweep", self.group(case))
-        base_row = self.baselines_row(case)
-        base = open_point(self.resolve(case, self.setups[0]), self.engine, self.store, hardware=self.hw,
+        base_row = self.row(case, baselines)
+        base = open_point(self.resolve(case, todo[0]), self.engine, self.store, hardware=self.hw,
                           run_id=base_row["id"] if base_row else None, exp=self.exp, kind=BASELINES_KIND, group=group,
-                          point_key=BASELINES_POINT, scope=self.sid, on_event=self.on_event)
+                          point_key=baselines, scope=self.sid, on_event=self.on_event)
         points = {}
         for s in todo:
             row = self.row(case, s)
@@ -309,20 +326,20 @@ class StudyState:
             if not self.warm:
                 base.warm_up()
                 self.warm = True
-            first = base.step("baseline", _index(base, "baseline"), 2, block)
+            # each run's place in its block (the baselines 0 and k + 1) is its pair index: its ratio is
+            # over the two baselines interpolated at that place (summary.summarize)
+            first = base.step("baseline", 0, len(order) + 1, block)
             measured.append(first)
             if first.ok:
-                for s in order:
-                    p = points[s.key]
-                    m = p.step("speculative", _index(p, "speculative"), len(order), block)
+                for place, s in enumerate(order, start=1):
+                    m = points[s.key].step("speculative", place, len(order), block)
                     measured.append(m)
                     if not m.ok:
                         failed[s.key] = m.error or "failed"
-                measured.append(base.step("baseline", _index(base, "baseline"), 2, block))
+                measured.append(base.step("baseline", len(order) + 1, len(order) + 1, block))
                 for s in order:  # the speedup model's cost timings, once within the study: after the block
                     if s.key not in failed and not s.draft_free:
-                        p = points[s.key]
-                        bad = next((c for c in p.costs(_index(p, "speculative") - 1, len(order)) if not c.ok), None)
+                        bad = next((c for c in points[s.key].costs(0, len(order)) if not c.ok), None)
                         if bad is not None:
                             failed[s.key] = bad.error or f"{bad.mode} timing failed"
         except KeyboardInterrupt:
@@ -375,7 +392,7 @@ class StudyState:
         rows = []
         for name in self.touched:
             case = self.by_name[name]
-            for r in [self.baselines_row(case), *(self.row(case, s) for s in self.setups)]:
+            for r in [*self.baselines_rows(case), *(self.row(case, s) for s in self.setups)]:
                 if r is not None:
                     rows += [m for m in self.store.measurements(r["id"]) if m.get("block")]
         return measurements_of(sorted(rows, key=lambda m: m["id"]))
@@ -487,43 +504,39 @@ class StudyState:
         return Load(tuple(shares))
 
     def drift(self) -> Drift:
-        """:class:`Drift` over the cells and prompts measured in more than one block."""
+        """:class:`Drift` over the cells and prompts measured in more than one block (each prompt's
+        blocks of one target-side setting: their baselines are the same target's)."""
         import math
+
+        from llamaspec.store.rows import measurements_of
 
         changes, paces = [], []
         for case in (self.by_name[n] for n in self.touched):
-            per_block: dict[str, dict[str, list[Measurement]]] = {}
-            for r in [self.baselines_row(case), *(self.row(case, s) for s in self.setups)]:
-                if r is None:
-                    continue
-                from llamaspec.store.rows import measurements_of
-
+            cells: dict[str, dict[str, Measurement]] = {}  # block -> the run id (or "baseline") -> its first measurement
+            bases: dict[str, list[Measurement]] = {}
+            side: dict[str, int] = {}  # block -> the baselines run it belongs to
+            for r in self.baselines_rows(case):
                 for m in measurements_of(self.store.measurements(r["id"])):
                     if m.block is not None and m.ok and m.decode_tps:
-                        per_block.setdefault(m.block, {}).setdefault(
-                            "baseline" if m.mode == "baseline" else f"{r['id']}", []).append(m)
-            order = sorted(per_block, key=lambda b: int(b.rsplit("/", 1)[-1]))
-            if len(order) < 2:
-                continue
-            first, last = per_block[order[0]], per_block[order[-1]]
-            if not first.get("baseline") or not last.get("baseline"):
-                continue
-            b0 = statistics.fmean(math.log(m.decode_tps or 1.0) for m in first["baseline"])
-            b1 = statistics.fmean(math.log(m.decode_tps or 1.0) for m in last["baseline"])
-            paces.append(b1 - b0)
-            for cell in set(first) & set(last) - {"baseline"}:
-                r0 = math.log(first[cell][0].decode_tps or 1.0) - b0
-                r1 = math.log(last[cell][0].decode_tps or 1.0) - b1
-                changes.append(r1 - r0)
+                        bases.setdefault(m.block, []).append(m)
+                        side[m.block] = r["id"]
+            for cell in (row for s in self.setups if (row := self.row(case, s)) is not None):
+                for m in measurements_of(self.store.measurements(cell["id"])):
+                    if m.block is not None and m.ok and m.decode_tps:
+                        cells.setdefault(m.block, {}).setdefault(str(cell["id"]), m)
+            for run in set(side.values()):
+                order = sorted((b for b in bases if side[b] == run), key=lambda b: int(b.rsplit("/", 1)[-1]))
+                if len(order) < 2:
+                    continue
+                b0, b1 = (statistics.fmean(math.log(m.decode_tps or 1.0) for m in bases[b]) for b in (order[0], order[-1]))
+                paces.append(b1 - b0)
+                first, last = cells.get(order[0], {}), cells.get(order[-1], {})
+                changes += [math.log((last[c].decode_tps or 1.0) / (first[c].decode_tps or 1.0)) - (b1 - b0)
+                            for c in set(first) & set(last)]
         if not changes:
             return Drift(None, 0)
         return Drift(math.exp(statistics.fmean(changes)) - 1.0, len(changes),
                      math.exp(statistics.fmean(paces)) - 1.0 if paces else None, len(paces))
-
-
-def _index(point: Any, mode: str) -> int:
-    """The next index of ``mode`` in a run (a block's runs are numbered one after another)."""
-    return sum(1 for m in point.measured if m.mode == mode)
 
 
 __all__ = ["BASELINES_POINT", "LOAD_CHANGE", "STUDY_REFITS", "Drift", "Load", "StudyState", "prompt_group"]
