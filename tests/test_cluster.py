@@ -795,22 +795,24 @@ def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp
                for r in store.runs(group_id="per-machine"))
     # Every point of each machine's study is stored here too, once, with its machine: the worker's
     # scratch store is never the only copy.
-    from llamaspec.measure.estimators import PARTLY_SHARED
+    from llamaspec.measure.estimators import BLOCK
     from llamaspec.measure.summary import Summary
 
     for r in store.runs(group_id="per-machine"):
         (done,) = r["summary"]["study"]
         groups = r["provenance"]["point_groups"]
         assert groups == [f"{done['study_id']}/python@{r['machine']}"]  # the study's one prompt, on this machine
-        points = [p for g in groups for p in store.runs(group_id=g)]
+        points = [p for g in groups for p in store.runs(group_id=g) if p["kind"] != "baselines"]
         assert len(points) == len(done["runs"]) == len({p["point_key"] for p in points}) >= 3
         assert {p["machine"] for p in points} == {r["machine"]} and {p["kind"] for p in points} == {"sweep"}
-        # each ratio over a baseline of its own: its pair's, or the prompt's first one, shared one to one
-        assert all(Summary.from_dict(p["summary"]).paired or Summary.from_dict(p["summary"]).estimator == PARTLY_SHARED
+        # each ratio over the baselines of its own block
+        assert all(Summary.from_dict(p["summary"]).estimator == BLOCK
                    for p in points)
         assert all("speculative" in {m["mode"] for m in store.measurements(p["id"])} for p in points)
-        # the baselines, a point's own or shared with the prompt's other points, are copied here too
-        assert all(store.shared(Summary.from_dict(p["summary"]).baseline_key or "") for p in points)
+        # the baselines of every block a point was measured in are copied here too
+        for p in points:
+            blocks = sorted({m["block"] for m in store.measurements(p["id"]) if m.get("block")})
+            assert blocks and {m["block"] for m in store.in_blocks(blocks)} == set(blocks)
         assert {p["prompt_id"] or p["case_name"] for p in points} == {"python"}
     # Each machine's answer is decided here, from its stored points, by the one workload decision:
     # on host-a, whose draft is cheap, a longer draft than on host-b.
@@ -823,7 +825,8 @@ def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp
     assert a.verdict == b.verdict == "recommend" and a.chosen is not None and b.chosen is not None, a.lines() + b.lines()
     assert dict(a.chosen.key)["draft_max"] > dict(b.chosen.key)["draft_max"], a.lines() + b.lines()
     for machine, d in decided.items():  # every point the machine's study measured is a setup of its decision
-        measured = {p["point_key"] for p in store.runs() if (p["group_id"] or "").endswith(f"@{machine}")}
+        measured = {p["point_key"] for p in store.runs() if (p["group_id"] or "").endswith(f"@{machine}")
+                    and p["kind"] != "baselines"}
         assert len(d.setups) == len(measured) and d.estimator == estimators.WORKLOAD
     assert "host-a:" in cluster_summary.describe_points(decided)
     # The same result saved again (a rerun of a failed save) adds no second copy of a point.

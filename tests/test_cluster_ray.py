@@ -504,7 +504,7 @@ def test_a_sweep_over_two_nodes_from_the_command_line(cluster_factory: Callable[
     from click.testing import CliRunner
 
     from llamaspec.cli import main
-    from llamaspec.measure.estimators import PARTLY_SHARED
+    from llamaspec.measure.estimators import BLOCK
     from llamaspec.measure.summary import Summary
     from llamaspec.store.results import Store
 
@@ -529,11 +529,11 @@ def test_a_sweep_over_two_nodes_from_the_command_line(cluster_factory: Callable[
         # lead to, with that kind's parts (a cluster prints no deploy command: each machine has its own)
         real_checks.answer_text(r["summary"]["text"], deploys=False)
         # Each machine's points are stored here, once each, with that machine.
-        points = [p for g in r["provenance"]["point_groups"] for p in store.runs(group_id=g)]
+        points = [p for g in r["provenance"]["point_groups"] for p in store.runs(group_id=g) if p["kind"] != "baselines"]
         assert len(points) == len(one["runs"]) == len({p["point_key"] for p in points}) >= 2
         assert {p["machine"] for p in points} == {r["machine"]}
-        # each ratio over a baseline of its own: its pair's, or the prompt's first one, shared one to one
-        assert all(Summary.from_dict(p["summary"]).paired or Summary.from_dict(p["summary"]).estimator == PARTLY_SHARED
+        # each ratio over the baselines of its own block
+        assert all(Summary.from_dict(p["summary"]).estimator == BLOCK
                    for p in points if p["status"] == "ok")
         # Its block of the output is the decision made here from those points: a table row for each
         # point it measured, then one decision (one pair per point on a shared machine: it may be

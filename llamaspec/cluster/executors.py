@@ -256,7 +256,7 @@ def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     # Every point goes back whole (POINT_KEYS: its prompt, settings, provenance, measurements,
     # summary): the coordinator stores it as its own run, so the scratch store here is never the
     # only copy, and decides this machine's answer from them (study.study_decisions).
-    points = [point_of(store, store.run(run_id)) for run_id in result.runs.values()]
+    points = [point_of(store, store.run(run_id)) for run_id in (*result.runs.values(), *result.baseline_runs)]
     return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
             "settings": {}, "provenance": {"engine": engine_provenance(engine), "hardware": _hardware(worker)},
             "measurements": [], "runs": points,

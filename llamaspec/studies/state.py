@@ -476,6 +476,10 @@ class StudyState:
         failed = {key for _case, key in self.failed}
         return [s.key for s in self.setups if s.key not in failed]
 
+    def baseline_runs(self) -> tuple[int, ...]:
+        """The runs that keep the study's block baselines, every prompt's."""
+        return tuple(r["id"] for name in self.touched for r in self.baselines_rows(self.by_name[name]))
+
     def runs(self) -> dict[tuple[str, str], int]:
         return {(c.name, s.key): r["id"] for c, s, r in self.measured_cells()}
 

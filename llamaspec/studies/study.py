@@ -84,6 +84,7 @@ class StudyResult:
     load: Load | None = None  # what else the machine did while it measured
     stopped: tuple[str, ...] = ()  # the setups it stopped measuring (they trailed the best), and why
     block_seconds: float | None = None  # a later block's time at this machine's pace (the minutes more prompts cost)
+    baseline_runs: tuple[int, ...] = ()  # the runs that keep the block baselines
 
     def run_of(self, setup: Hashable) -> int | None:
         """A stored run of ``setup`` (on the workload's first prompt that has one), for its deploy command."""
@@ -190,7 +191,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     load = study.load()
     result = StudyResult(sid, exp.name, held(study.decision(), load), stop, study.spent(), fixed_pairs(exp, study.setups),
                          study.seconds, progress, tuple(skipped), runs, meta, made, study.drift(), load, stopped,
-                         study.block_seconds(max(1, len(study.setups) if fixed_grid else 2)))
+                         study.block_seconds(max(1, len(study.setups) if fixed_grid else 2)), study.baseline_runs())
     keep(store, exp, result)
     return result
 
