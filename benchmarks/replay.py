@@ -164,6 +164,28 @@ class Recording:
 
 
 def _pairs(measurements: Sequence[dict[str, Any]]) -> list[RecordedPair]:
+    """A cell's recorded pairs: by pair index; in a recording measured in blocks (B S1..Sk B), each
+    speculative run with its block's two baselines interpolated at its place, as the study divides
+    it (``summary.summarize``): its baseline side is that interpolation, the first baseline's other
+    fields kept, and says so (``interpolated``)."""
+    if any(m.get("block") for m in measurements):
+        import math
+
+        bases: dict[str, list[dict[str, Any]]] = {}
+        for m in measurements:
+            if m.get("mode") == "baseline" and m.get("ok") and m.get("block") and m.get("decode_tps"):
+                bases.setdefault(m["block"], []).append(m)
+        out = []
+        for m in measurements:
+            around = sorted(bases.get(m.get("block") or "", []), key=lambda b: int(b.get("repeat") or 0))
+            if m.get("mode") != "speculative" or not m.get("ok") or not around:
+                continue
+            b0, b1 = around[0], around[-1]
+            p0, p1 = int(b0.get("repeat") or 0), int(b1.get("repeat") or 0)
+            t = (int(m.get("repeat") or 0) - p0) / (p1 - p0) if p1 > p0 else 0.5
+            tps = math.exp((1 - t) * math.log(b0["decode_tps"]) + t * math.log(b1["decode_tps"]))
+            out.append(RecordedPair({**b0, "decode_tps": tps, "interpolated": True}, m))
+        return out
     sides: dict[int, dict[str, dict[str, Any]]] = {}
     for m in measurements:
         if m.get("mode") in PAIR_MODES and m.get("ok") and m.get("repeat") is not None:

@@ -147,8 +147,8 @@ def test_between_prompts_is_the_largest_spread_of_a_setup_over_three_prompts_or_
 
 # --- the decision over cells ---------------------------------------------------------------------------
 
-def cell(prompt: str, setup: str, ratios: tuple[float, ...], status: str = "ok") -> workload.Cell:
-    return workload.Cell(prompt, setup, setup, ratios, (1.0, float(len(setup))), status)
+def cell(prompt: str, setup: str, ratios: tuple[float, ...], status: str = "ok", probed: bool = True) -> workload.Cell:
+    return workload.Cell(prompt, setup, setup, ratios, (1.0, float(len(setup))), status, probed=probed)
 
 
 def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere() -> None:
@@ -164,6 +164,12 @@ def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere() -> None
     assert by["draft 2"].speedup is None and "output differs on b" in (by["draft 2"].excluded or "")
     assert d.verdict == "recommend" and d.chosen is not None and d.chosen.label == "draft 8"
     assert any("excluded: draft 2: output differs on b" in line for line in d.lines())
+    # over prompts, a difference no probe could read (no token probabilities) is the prompt's: it is left out
+    unread = [*cells[:-1], cell("b", "draft 2", (1.3, 1.3, 1.3), status="differs", probed=False)]
+    left = workload.decide_workload(unread, {"a": "code", "b": "chat"})
+    assert [f.prompt for f in left.left_out] == ["b"]
+    assert "cannot tell a greedy near-tie from a wrong output" in (left.left_out[0].left_out or "")
+    assert all(s.excluded is None for s in left.setups)
     over = workload.decide_workload(cells, {"a": "code", "b": "chat"})
     sp = over.setup("draft 8").speedup if over.setup("draft 8") else None
     assert sp is not None and sp.n == 2 and sp.low < 1.0 < sp.high
@@ -285,12 +291,10 @@ def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models)
     d = result.decision
     assert [p for p, _c in d.prompts] == list(SAMPLED)
     assert result.pairs <= 150 + len(setups) and result.stop in ("settled", "budget", "nothing to measure")
-    assert d.chosen is not None  # decided or not, the best bet is named
+    assert d.chosen is not None  # decided or not, the best measured is named
     chosen = d.chosen.label
     truth = true_workload(engine, chosen if chosen == "ngram-simple" else int(chosen.split()[1]), SAMPLED)
-    assert truth > 1.0 and (d.verdict != "recommend" or d.chosen.measured.low <= truth)
-    verdicts = {c.category: c.decision.verdict for c in d.categories if c.decision is not None}
-    assert verdicts.get("code") == "recommend" and verdicts.get("chat") != "recommend"
+    assert d.verdict != "recommend" or d.chosen.measured.low <= truth <= d.chosen.measured.high
     # the first blocks: the mode and the two longest lengths; nothing else on every prompt
     measured = {s.label for s in d.setups if s.per_prompt}
     assert {"ngram-simple", "draft 16", "draft 12"} <= measured and len(measured) < len(setups)

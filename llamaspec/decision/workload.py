@@ -52,6 +52,8 @@ from llamaspec.measure import estimators, timed
 # A setup's status on a prompt, as a cell carries it: finished with an unchanged output ("ok"),
 # finished with an output that differs from the target alone's ("differs"), or not finished.
 OK, DIFFERS = "ok", "differs"
+# Why a prompt is out of every decision (PromptFacts.why).
+LEFT_OUT = ("too short", "loops", "diverges")
 # A category's own verdict rests on at least this many timed prompts.
 MIN_VERDICT_PROMPTS = 3
 
@@ -73,6 +75,7 @@ class Cell:
     differs_at: int | None = None  # where its output first differs from the target alone's (Lossless.first_difference)
     near_tie: str | None = None  # an OK cell whose output differs at a greedy near-tie (measure/probe.py): what and where
     end_to_end: tuple[float, ...] = ()  # the same pairs' ratios with prompt processing included (Summary.end_to_end)
+    probed: bool = False  # a differing output the probe read: not a greedy near-tie (Lossless.probed)
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ class PromptFacts:
     category: str
     timed: int | None  # the target alone's tokens after the first (None: not measured)
     loop: str | None  # the loop its output ends in
-    left_out: str | None  # why it is out of every decision (too short to time, its output loops)
+    left_out: str | None  # why it is out of every decision (too short to time, its output loops), in words
+    why: str | None = None  # the same as one of LEFT_OUT: "too short", "loops", "diverges"
 
     @property
     def measured(self) -> bool:
@@ -107,7 +111,7 @@ class PromptFacts:
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompt": self.prompt, "category": self.category, "timed_tokens": self.timed, "loop": self.loop,
-                "left_out": self.left_out}
+                "left_out": self.left_out, "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -381,11 +385,16 @@ def diverged_everywhere(differs_at: Sequence[int | None]) -> str | None:
             "arithmetic, not a setup's doing)")
 
 
-def prompt_facts(cells: Sequence[Cell], prompts: Mapping[str, str], count_loops: bool = False) -> tuple[PromptFacts, ...]:
+def prompt_facts(cells: Sequence[Cell], prompts: Mapping[str, str], count_loops: bool = False,
+                 over_prompts: bool = True) -> tuple[PromptFacts, ...]:
     """Each prompt of the workload: what its runs timed (the first cell that says), and why it is
     left out of the answer: too short to time (by the tokens its runs were asked for), (unless
-    ``count_loops``) its output loops, or every differing setup diverges at one place
-    (:func:`diverged_everywhere`)."""
+    ``count_loops``) its output loops, every differing setup diverges at one place
+    (:func:`diverged_everywhere`), or, over prompts (the prompts a sample: another takes its place),
+    a setup's output differs where no probe could tell a near-tie (:func:`diverged_here`; a setup
+    that differs so on most of its prompts is excluded instead, :func:`wrong_outputs`). A
+    difference the probe read and found no near-tie excludes its setup; so does any difference on
+    a workload of its own prompts (``over_prompts`` False: none may be left out for it)."""
     timed_of: dict[str, tuple[int, int | None]] = {}
     loop_of: dict[str, str] = {}
     for c in cells:
@@ -394,18 +403,50 @@ def prompt_facts(cells: Sequence[Cell], prompts: Mapping[str, str], count_loops:
         if c.loop is not None:
             loop_of.setdefault(c.prompt, c.loop)
     diverged: dict[str, list[int | None]] = {}
+    unprobed: dict[str, list[Cell]] = {}
+    wrong = wrong_outputs(cells)
     for c in cells:
         if c.status == DIFFERS:
             diverged.setdefault(c.prompt, []).append(c.differs_at)
+            if over_prompts and not c.probed and c.setup not in wrong:
+                unprobed.setdefault(c.prompt, []).append(c)
     out = []
     for p, cat in prompts.items():
         t, asked = timed_of.get(p, (None, None))
         loop = loop_of.get(p)
-        why = (timed.short_text(t, asked) if t is not None and timed.too_short(t, asked)
-               else f"its output {loop}" if loop is not None and not count_loops
-               else diverged_everywhere(diverged.get(p, [])))
-        out.append(PromptFacts(p, cat, t, loop, why))
+        diverges = diverged_everywhere(diverged.get(p, [])) or diverged_here(unprobed.get(p, []))
+        if t is not None and timed.too_short(t, asked):
+            out.append(PromptFacts(p, cat, t, loop, timed.short_text(t, asked), "too short"))
+        elif loop is not None and not count_loops:
+            out.append(PromptFacts(p, cat, t, loop, f"its output {loop}", "loops"))
+        else:
+            out.append(PromptFacts(p, cat, t, loop, diverges, "diverges" if diverges else None))
     return tuple(out)
+
+
+def diverged_here(differing: Sequence[Cell]) -> str | None:
+    """Why a prompt is left out when a setup's output differs there and no probe read the target's
+    top two at the difference (the engine gives no token probabilities): a greedy near-tie and a
+    wrong output cannot be told apart, and a near-tie is a fact of the prompt, not of the setup."""
+    if not differing:
+        return None
+    shown = ", ".join(f"{c.label}" + (f" at character {c.differs_at}" if c.differs_at is not None else "")
+                      for c in differing[:3])
+    return (f"its output with {shown} differs from the target alone's where this engine cannot tell a greedy "
+            "near-tie from a wrong output (no token probabilities)")
+
+
+def wrong_outputs(cells: Sequence[Cell]) -> set[Hashable]:
+    """The setups whose output differs unprobed on more than half of the prompts they were measured
+    on (two or more): a pattern, not a near-tie's chance; each stays excluded rather than leaving
+    its prompts out."""
+    out = set()
+    for key, s in _setups(cells).items():
+        measured = [c for c in s.cells.values() if c.status in (OK, DIFFERS)]
+        bad = [c for c in measured if c.status == DIFFERS and not c.probed]
+        if len(bad) >= 2 and 2 * len(bad) > len(measured):
+            out.add(key)
+    return out
 
 
 def _logs_by_category(cells: Mapping[str, Cell], prompts: Sequence[str], of: Mapping[str, str]) -> dict[str, list[float]]:
@@ -498,11 +539,10 @@ def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictio
     unknown = sorted({c.prompt for c in cells} - set(order))
     if unknown:
         raise ValueError(f"cells for prompts outside the workload: {', '.join(unknown)}")
-    facts = prompt_facts(cells, prompts, count_loops)
+    facts = prompt_facts(cells, prompts, count_loops, over_prompts)
     n_predict = next((c.asked for c in cells if c.asked is not None), None)
     timed_ = [f.prompt for f in facts if f.left_out is None and any(c.prompt == f.prompt and c.ratios for c in cells)]
-    looping = [f.prompt for f in facts if f.left_out is not None and f.loop is not None and f.measured
-               and not f.left_out.startswith("too short")]
+    looping = [f.prompt for f in facts if f.why == "loops" and f.measured]
     noise = estimators.pooled_log_sd(c.ratios for c in cells if c.status == OK and c.prompt in timed_)
     per_setup = [_logs_by_category(s.cells, timed_, prompts) for s in _setups(cells).values()]
     between = _pooled_between(per_setup)

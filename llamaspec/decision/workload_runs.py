@@ -136,7 +136,7 @@ def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Ce
     lossless = summary.lossless
     if summary.output_differs:
         return workload.Cell(prompt, setup.key, setup.label, ratios, setup.cost, workload.DIFFERS, lossless.text(),
-                             summary.timed_tokens, loop, asked, lossless.first_difference)
+                             summary.timed_tokens, loop, asked, lossless.first_difference, probed=lossless.probed)
     # a difference at a greedy near-tie is the engine's rounding, not the draft's: kept, and said
     near_tie = (f"{prompt} at token {lossless.first_difference} (top-two gap {lossless.near_tie:.1e})"
                 if lossless.near_tie is not None else None)

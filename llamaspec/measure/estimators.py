@@ -160,7 +160,8 @@ def prompt_spread(logs: Mapping[str, Sequence[float]]) -> tuple[float, int] | No
 def between_prompts(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float | None:
     """The between-prompt noise of a study: the largest spread between one setup's prompts
     (:func:`prompt_spread`; one mapping per setup, category -> its prompts' log medians) among the
-    setups with three prompts or more (else two); None where none has two.
+    setups with three prompts or more and at least half as many as the most measured (else any
+    with two); None where none has two.
 
     The largest, not the pooled: the setups are measured on the same prompts, so a sample that
     missed the few prompts where a right-skewed n-gram mode gains 1.6-3.5x reads every such mode
@@ -172,7 +173,10 @@ def between_prompts(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float
     spreads = [(sum(len(v) for v in logs.values()), got[0]) for logs in per_setup if (got := prompt_spread(logs))]
     if not spreads:
         return None
-    enough = [sd for n, sd in spreads if n >= 3] or [sd for _n, sd in spreads]
+    # the setups measured on most of the prompts: one the study stopped measuring after its first few
+    # prompts (it trailed) was measured on other prompts than the rest, and its spread is its own
+    most = max(n for n, _sd in spreads)
+    enough = [sd for n, sd in spreads if n >= 3 and 2 * n >= most] or [sd for _n, sd in spreads]
     return max(enough)
 
 

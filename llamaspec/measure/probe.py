@@ -26,8 +26,10 @@ NEAR_TIE = 0.02
 
 def near_tie(backend: Engine, case: ResolvedCase, measured: Sequence[Measurement], lossless: Lossless,
              log_path: Path) -> Lossless:
-    """``lossless`` as it stands, or (a token-level difference the probe shows to be a greedy
-    near-tie) with ``near_tie`` set to the target's top-two gap there and the reason saying so.
+    """``lossless`` as it stands (the probe could not be asked), ``probed`` (the target's top two
+    there are not the two outputs' tokens within :data:`NEAR_TIE`: a wrong output), or (a
+    token-level difference the probe shows to be a greedy near-tie) with ``near_tie`` set to the
+    target's top-two gap there and the reason saying so.
 
     The outputs probed are the first speculative run whose tokens differ from a baseline's (greedy:
     every baseline of a prompt says the same), on that baseline's own path."""
@@ -47,12 +49,14 @@ def near_tie(backend: Engine, case: ResolvedCase, measured: Sequence[Measurement
     except LlamaspecError as exc:
         log.warning("%s: could not probe the divergence at token %d: %s", case.prompt_id or case.case, at, exc.message)
         return lossless
-    if not top or len(top) < 2 or {t["id"] for t in top[:2]} != {base.tokens[at], spec.tokens[at]}:
+    if not top or len(top) < 2:
         return lossless
+    if {t["id"] for t in top[:2]} != {base.tokens[at], spec.tokens[at]}:
+        return replace(lossless, probed=True)
     p1, p2 = top[0]["p"], top[1]["p"]
     if p1 - p2 > NEAR_TIE:
-        return lossless
-    return replace(lossless, near_tie=p1 - p2,
+        return replace(lossless, probed=True)
+    return replace(lossless, near_tie=p1 - p2, probed=True,
                    reason=f"a greedy near-tie at token {at}: the target alone's top two there are p {p1:.4f} and "
                           f"{p2:.4f}, the two outputs' tokens")
 

@@ -108,6 +108,7 @@ class Lossless:
     speculative_excerpt: str | None = None
     baseline_excerpt: str | None = None
     near_tie: float | None = None  # the target's top-two gap where a differing output diverges, when a near-tie (probe.py)
+    probed: bool = False  # the probe read the target's top two where it diverges (near_tie None: not a near-tie)
 
     @property
     def identical(self) -> bool | None:

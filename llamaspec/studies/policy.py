@@ -12,10 +12,11 @@ policy (benchmarks/decide.py replays it on recordings, through :func:`llamaspec.
    other length), else every length.
 2. **Setups that trail stop** (:func:`trailing`): a setup slower than the best one on the prompts
    both were measured on (paired: in the same blocks), :data:`PRUNE_PROMPTS` or more, by
-   :data:`PRUNE_GAP` or more on their mean and by more than twice its standard error, is measured
-   no more; so is one the decision says can no longer be the answer (not among its contenders).
-   Their figures stay in the answer. **The model's contender**: the draft length the speedup model puts best, where it sees a gain
-   within its error, joins the blocks from the next prompt on.
+   :data:`PRUNE_GAP` or more on their mean and by more than its standard error, is measured no
+   more; of the draft-free modes, the :data:`KEEP_MODES` best on the first prompts go on; so does
+   no setup the decision says can no longer be the answer (not among its contenders). Their
+   figures stay in the answer. **The model's contender**: the draft length the speedup model puts
+   best, where it sees a gain within its error, joins the blocks from the next prompt on.
 3. **Then every remaining minute buys prompts**: the next prompt (of the category with the fewest
    timed prompts, in an order shuffled by the study's id, the same on a rerun) gets a block of the
    setups still measured. A prompt too short to time, or looping, is left out and the next of its
@@ -53,8 +54,10 @@ DEFAULT_BUDGET_TEXT = "4m"
 # Every first-pass setup is measured on this many prompts before any stops.
 FIRST_PROMPTS = 3
 # A setup stops being measured once it trails the best on at least PRUNE_PROMPTS shared prompts, by
-# PRUNE_GAP or more on their geometric mean and by more than twice that mean's standard error.
-PRUNE_PROMPTS, PRUNE_GAP = 3, 0.03
+# PRUNE_GAP or more on their geometric mean and by more than that mean's standard error; of the
+# draft-free modes, KEEP_MODES go on past the first prompts (the n-gram modes read within a few per
+# cent of each other on most workloads: measuring five of them costs the prompts that decide).
+PRUNE_PROMPTS, PRUNE_GAP, KEEP_MODES = 3, 0.03, 2
 # A default budget grows to time at least this many prompts, up to MAX_DEFAULT_SECONDS.
 LEAST_PROMPTS = 8
 MAX_DEFAULT_SECONDS = 30 * 60
@@ -190,8 +193,8 @@ class _Sample:
 
 def trailing(cells: Sequence[workload.Cell], active: Sequence[Setup], timed: Sequence[str]) -> list[tuple[Setup, str]]:
     """The setups of ``active`` that trail the best one: slower by :data:`PRUNE_GAP` or more on the
-    mean log ratio, and by more than twice its standard error (a gap that holds from prompt to
-    prompt, not one prompt's). Over several prompts the comparison is paired: on the
+    mean log ratio, and by more than its standard error (a gap that holds from prompt to prompt,
+    not one prompt's). Over several prompts the comparison is paired: on the
     :data:`PRUNE_PROMPTS` or more of ``timed`` both were measured on, each prompt's median (the
     same blocks); on one prompt, over its blocks' ratios (:data:`PRUNE_PROMPTS` or more each).
     Each with why, in words."""
@@ -228,9 +231,24 @@ def trailing(cells: Sequence[workload.Cell], active: Sequence[Setup], timed: Seq
             gaps = [statistics.median(logs[best.key][p]) - statistics.median(logs[s.key][p]) for p in shared]
             gap, se = statistics.fmean(gaps), statistics.stdev(gaps) / math.sqrt(len(gaps))
             where = f"on the {len(shared)} prompts both were measured on, in the same blocks"
-        if gap >= math.log1p(PRUNE_GAP) and gap > 2 * se:
+        if gap >= math.log1p(PRUNE_GAP) and gap > se:
             out.append((s, f"{best.label} ran {math.exp(gap):.2f}x as fast {where} (geometric mean)"))
     return out
+
+
+def paired_ranking(cells: Sequence[workload.Cell], setups: Sequence[Setup], timed: Sequence[str]) -> list[Setup]:
+    """``setups`` best first, by the mean log ratio on the timed prompts every one of them was
+    measured on (paired: the same blocks); in the given order where they share no prompt."""
+    logs: dict[str, dict[str, float]] = {}
+    for c in cells:
+        if c.status == workload.OK and c.ratios and c.prompt in timed:
+            logs.setdefault(str(c.setup), {})[c.prompt] = math.log(statistics.median(c.ratios))
+    shared = set(timed)
+    for s in setups:
+        shared &= set(logs.get(s.key, {}))
+    if not shared:
+        return list(setups)
+    return sorted(setups, key=lambda s: -statistics.fmean(logs[s.key][p] for p in shared))
 
 
 def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tuple[str, str, str | None, tuple[str, ...]]:
@@ -310,6 +328,13 @@ def _later(study: StudyState, wd: workload.WorkloadDecision, active: list[Setup]
     for s, why in trailing(study.cells(), active, wd.timed):
         log.info("%s is measured no more: %s", s.label, why)
         stopped[s.label] = why
+    modes = [s for s in active if s.draft_free and s.label not in stopped]
+    if len(modes) > KEEP_MODES:
+        ranked = paired_ranking(study.cells(), modes, wd.timed)
+        for s in ranked[KEEP_MODES:]:
+            why = f"trails {ranked[0].label} and {ranked[1].label} on its first prompts (the {KEEP_MODES} best modes go on)"
+            log.info("%s is measured no more: %s", s.label, why)
+            stopped[s.label] = why
     d = wd.decision
     if d.contenders:
         open_ = {str(e.key) for e in d.contenders}
@@ -354,5 +379,5 @@ def fixed(study: StudyState, want: int) -> tuple[str, str]:
     return "fixed grid", f"every setup on every prompt, {want} blocks each"
 
 
-__all__ = ["DEFAULT_BUDGET_TEXT", "FIRST_PROMPTS", "LEAST_PROMPTS", "PRUNE_GAP", "PRUNE_PROMPTS", "Clock", "Plan",
-           "adaptive", "first_pass", "fixed", "plan", "trailing"]
+__all__ = ["DEFAULT_BUDGET_TEXT", "FIRST_PROMPTS", "KEEP_MODES", "LEAST_PROMPTS", "PRUNE_GAP", "PRUNE_PROMPTS", "Clock",
+           "Plan", "adaptive", "first_pass", "fixed", "paired_ranking", "plan", "trailing"]

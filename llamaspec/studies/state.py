@@ -34,7 +34,7 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.host import NoiseSample
 from llamaspec.base.stats import percent_text
 from llamaspec.decision import workload, workload_runs
-from llamaspec.measure import spectypes, timed
+from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
 from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Store
@@ -188,31 +188,12 @@ class StudyState:
             cases.sort(key=lambda c: c.name not in self.touched)  # stable: measured first, then the shuffle
         return out
 
-    @property
-    def n_predict(self) -> int | None:
-        """The tokens each prompt is asked for (-n), as resolved: the floor of "too short to time"."""
-        case = self.cases[0]
-        setup = self.setups[0]
-        return self.resolve(case, setup).settings.n_predict
-
     def left_out(self, case: Case) -> str | None:
-        """Why ``case``'s prompt is out of every decision, from what its runs timed: too short to time,
-        its output loops (unless loops count), or several setups diverge from the target alone at one
-        place (:func:`llamaspec.decision.workload.diverged_everywhere`); None while it is timed or not
-        measured."""
-        differs_at: list[int | None] = []
-        for s in self.setups:
-            row = self.row(case, s)
-            if row is None:
-                continue
-            summary = Summary.from_dict(row.get("summary"))
-            if summary.timed_tokens is not None and timed.too_short(summary.timed_tokens, self.n_predict):
-                return timed.short_text(summary.timed_tokens, self.n_predict)
-            if summary.loop is not None and not self.count_loops:
-                return f"its output {summary.loop.text()}"
-            if summary.output_differs:
-                differs_at.append(summary.lossless.first_difference)
-        return workload.diverged_everywhere(differs_at)
+        """Why ``case``'s prompt is out of every decision, from what its runs timed and their outputs
+        (the decision's own rule, :func:`llamaspec.decision.workload.prompt_facts`); None while it is
+        timed or not measured."""
+        facts = workload.prompt_facts(self.cells(), self.prompts, self.count_loops, self.over_prompts)
+        return next(f for f in facts if f.prompt == case.name).left_out
 
     # --- measuring ---------------------------------------------------------------------------------
 

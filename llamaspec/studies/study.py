@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -122,7 +123,27 @@ class StudyResult:
         if self.load is not None and (said := self.load.text()):
             lines.append(f"  {said}")
         lines += ["", self.stop_text(), *d.lines()]
+        if (more := self.settle_text()) is not None:
+            lines.insert(lines.index(f"  how sure: {d.decision.sureness}") + 1, f"  {more}")
         return "\n".join(lines)
+
+    def settle_minutes(self) -> tuple[int, int] | None:
+        """Undecided: (more prompts, minutes at this machine's pace) for the decision's odds of
+        showing its best bet's gain (``Decision.prompts_to_settle``); None where that is unknown."""
+        need, pace = self.decision.decision.prompts_to_settle, self.block_seconds
+        if need is None or not pace or self.decision.decision.unit != "prompts":
+            return None
+        more = max(0, need - len(self.decision.timed))
+        return more, max(1, math.ceil(more * pace / 60))
+
+    def settle_text(self) -> str | None:
+        got = self.settle_minutes()
+        if got is None or not got[0]:
+            return None
+        more, minutes = got
+        return (f"to settle: about {more} more prompts, about {minutes} min at this machine's pace "
+                f"({duration(self.block_seconds or 0.0)} a prompt); the same command with --budget {minutes}m continues "
+                "this study")
 
     def as_dict(self) -> dict[str, Any]:
         return {"study_id": self.study_id, "experiment": self.experiment, "stop": self.stop, "pairs": self.pairs,
@@ -130,6 +151,7 @@ class StudyResult:
                 "plan": self.plan, "drift": self.drift.to_dict() if self.drift else None,
                 "load": self.load.to_dict() if self.load else None, "stopped": list(self.stopped),
                 "block_seconds": self.block_seconds,
+                "to_settle": dict(zip(("prompts", "minutes"), got, strict=True)) if (got := self.settle_minutes()) else None,
                 "answer": workload.verdict_text(self.decision.decision),
                 "skipped": [{"what": w, "why": y} for w, y in self.skipped], "meta": self.meta, **self.decision.to_dict(),
                 "runs": [{"prompt": p, "setup": s, "run_id": r} for (p, s), r in self.runs.items()]}
