@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET_TEXT = "4m"
 # Every first-pass setup is measured on this many prompts before any stops.
-FIRST_PROMPTS = 3
+FIRST_PROMPTS = 2
 # A setup stops being measured once it trails the best on at least PRUNE_PROMPTS shared prompts, by
 # PRUNE_GAP or more on their geometric mean and by more than that mean's standard error; of the
 # draft-free modes, KEEP_MODES go on past the first prompts (the n-gram modes read within a few per
