@@ -2,7 +2,7 @@
 whole ABBA pairs, on the same prompts and setups, on a quiet machine and with a process beside it.
 
 For each condition (``quiet``, then ``loaded``: a process that keeps ``--load`` of one core busy,
-in short bursts, at normal priority), it measures the same prompts of the built-in workload and
+in short bursts, at normal priority, outside this process's tree so the meter counts it as another's), it measures the same prompts of the built-in workload and
 the same setups twice, interleaved prompt by prompt (the order of the two designs alternating):
 
 - **blocks**: the study's own measurement (:meth:`llamaspec.studies.state.StudyState.measure_block`
@@ -28,8 +28,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -44,14 +44,18 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIR = ROOT / "models" / "smollm2-135m"
 
 
-def _burn(share: float, stop: Any) -> None:
-    """Keep ``share`` of one core busy, in 20 ms periods, until ``stop`` is set."""
-    period = 0.02
-    while not stop.is_set():
-        start = time.perf_counter()
-        while time.perf_counter() - start < share * period:
-            pass
-        time.sleep(period * (1 - share))
+BURN = ("import sys, time\nshare, period = float(sys.argv[1]), 0.02\nwhile True:\n    t = time.perf_counter()\n"
+        "    while time.perf_counter() - t < share * period:\n        pass\n    time.sleep(period * (1 - share))\n")
+
+
+def _burner(share: float) -> int:
+    """A process that keeps ``share`` of one core busy, in 20 ms periods, outside this process's tree
+    (started through a shell that exits: the meter counts this process's children as its own); its pid."""
+    import subprocess
+
+    out = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" {share} >/dev/null 2>&1 & echo $!', BURN],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
 
 
 def _workload(names: list[str]) -> Path:
@@ -145,17 +149,13 @@ def main(argv: list[str] | None = None) -> int:
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "machine": host.hardware().get("cpu_model") or "?", "conditions": {}}
     for cond in a.conditions.split(","):
-        stop = multiprocessing.Event()
-        burner = multiprocessing.Process(target=_burn, args=(a.load, stop), daemon=True) if cond == "loaded" else None
-        if burner is not None:
-            burner.start()
+        burner = _burner(a.load) if cond == "loaded" else None
         started = time.monotonic()
         try:
             got = condition(names, a.draft, modes, a.repeats, a.n)
         finally:
             if burner is not None:
-                stop.set()
-                burner.join(5)
+                os.kill(burner, signal.SIGTERM)
         got["seconds"] = time.monotonic() - started
         report["conditions"][cond] = got
         loads = ", ".join(f"{k} {v:.1%}" if v is not None else f"{k} ?" for k, v in got["load"].items())

@@ -80,7 +80,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
 
     Each prompt is measured in a block: the target alone, one run of each setup in a shuffled
     order, the target alone again; each run's speedup is over the two baselines around it. Adaptive,
-    within one budget (--budget; default 4 minutes of measuring): the first 3 prompts get every
+    within one budget (--budget; default 4 minutes of measuring): the first 2 prompts get every
     draft-free mode and the longest draft lengths (their acceptance by draft position predicts
     the other lengths); a setup that trails the best on every shared prompt stops; the model's
     best length joins; then every remaining minute buys more prompts, category by category. After

@@ -111,11 +111,6 @@ def grid(axes: Mapping[str, Sequence[Any]]) -> list[Point]:
 
 # --- what an adaptive study spends (llamaspec.studies.study measures it) ---------------------------------
 
-# One pair of each setup in the first pass, not two at a coarse subset of lengths: the counters of
-# one greedy run are exact, so the model sees every length's acceptance at once (on the 2 December
-# recordings, benchmarks/decide.py, that took the adaptive sweep's wrong decisions from 47 % to 16 %
-# at Q4_1 and from 57 % to 4 % at Q4_0, at the same budget).
-FIRST_PAIRS = 1
 # Where the program counts acceptance by draft position (llama-speculative-simple, llama-server,
 # transformers), the first pass measures only the longest lengths of the grid: their rounds cover
 # every shorter position, so the curve and the cost timings predict every other length
@@ -158,8 +153,3 @@ def parse_budget(text: str) -> Budget:
 def pairs_per_point(exp: Experiment) -> int:
     """The pairs a fixed grid measures at each point: the experiment's repeats (3 for 'auto')."""
     return exp.repeats if isinstance(exp.repeats, int) else 3
-
-
-def fixed_grid_pairs(exp: Experiment, lengths: Sequence[int]) -> int:
-    """What the fixed grid would measure: every length at the experiment's repeats."""
-    return len(lengths) * pairs_per_point(exp)
