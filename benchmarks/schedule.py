@@ -18,6 +18,9 @@ the two agree within their intervals in both conditions.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/schedule.py [--prompts rw-translate-french,math-discount,mt-recursion]
         [--draft 6] [--modes ngram-cache] [--repeats 4] [--load 0.25] [--conditions quiet,loaded] [--write FILE]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/schedule.py --store ~/.local/share/llamaspec/results.sqlite
+
+``--store``: how far each speculative run of a study lies from the nearest baseline of its own block.
 
 Defaults: the cached build of the pinned llama.cpp, the offline pair (SmolLM2-135M F32 target, Q4_1
 draft) under models/smollm2-135m/, ``-n 64``, the default threads (the machine's cores).
@@ -132,6 +135,27 @@ def condition(names: list[str], draft: int, modes: tuple[str, ...], repeats: int
     return out
 
 
+def farthest(store_path: Path) -> tuple[int, float]:
+    """In a results store: (the speculative runs measured in blocks, the farthest any of them lies
+    from the nearest baseline of its own block, in seconds, by the stored times)."""
+    import datetime
+    import sqlite3
+
+    db = sqlite3.connect(str(store_path))
+    rows = db.execute("SELECT mode, block, created_at FROM measurements WHERE block IS NOT NULL").fetchall()
+
+    def at(text: str) -> float:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+    bases: dict[str, list[float]] = {}
+    for mode, block, when in rows:
+        if mode == "baseline":
+            bases.setdefault(block, []).append(at(when))
+    gaps = [min(abs(at(when) - b) for b in bases[block]) for mode, block, when in rows
+            if mode == "speculative" and bases.get(block)]
+    return len(gaps), max(gaps, default=0.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--prompts", default="rw-translate-french,math-discount,mt-recursion")
@@ -142,7 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", type=float, default=0.25, help="the share of one core the process beside it keeps busy")
     ap.add_argument("--conditions", default="quiet,loaded")
     ap.add_argument("--write", type=Path, default=None)
+    ap.add_argument("--store", type=Path, default=None,
+                    help="only say how far each speculative run in this results store lies from its block's baselines")
     a = ap.parse_args(argv)
+    if a.store is not None:
+        runs, worst = farthest(a.store)
+        print(f"{runs} speculative runs in blocks; the farthest from a baseline of its own block: {worst:.0f} s "
+              "(the stored times, whole seconds, each stored as its run ends)")
+        return 0
     names = [p for p in a.prompts.split(",") if p]
     modes = tuple(m for m in a.modes.split(",") if m and m != "none")
     report: dict[str, Any] = {"command": "python benchmarks/schedule.py " + " ".join(argv or sys.argv[1:]),

@@ -146,7 +146,7 @@ def test_a_study_settles_its_decision_where_it_is_unsure(fake_models) -> None:
     assert run_id is not None
     rows = store.measurements(run_id)
     assert sum(r["mode"] == "speculative" for r in rows) == chosen.measured.n
-    assert f"study stopped: {decide.STOP_WORDS[result.stop]}, after {result.pairs} pairs" in result.render()
+    assert f"study stopped: {decide.STOP_WORDS[result.stop]}, after {result.pairs} runs beside their baselines" in result.render()
     calls = len(engine.calls)
     again = study_everything(exp(), engine, store, variants=())
     assert len(engine.calls) == calls and again.pairs == result.pairs

@@ -150,8 +150,9 @@ class Clock:
         left = ""
         if self.budget and self.budget.seconds:
             left = f", at most {duration(max(0.0, self.budget.seconds - self.elapsed()))} left"
-        self.bar.update(min(done, self.bar.total), f"{note} [{self.study.blocks_here} blocks, {self.study.spent()} runs"
-                        f" with their baselines{left}]")
+        blocks = self.study.blocks_here
+        self.bar.update(min(done, self.bar.total), f"{note} [{blocks} block{'s' if blocks != 1 else ''}, "
+                        f"{self.study.spent()} runs beside their baselines{left}]")
 
     def close(self) -> None:
         self.bar.close()

@@ -97,7 +97,7 @@ class StudyResult:
     def stop_text(self) -> str:
         why = decide.STOP_WORDS.get(self.stop, self.stop)
         share = f" ({percent_text(self.pairs / max(self.fixed_grid_pairs, 1))} of the fixed grid's {self.fixed_grid_pairs})"
-        return f"study stopped: {why}, after {self.pairs} pairs{share} in {duration(self.seconds)}"
+        return f"study stopped: {why}, after {self.pairs} runs beside their baselines{share} in {duration(self.seconds)}"
 
     def render(self) -> str:
         d = self.decision
