@@ -13,6 +13,7 @@ from fakes import swept
 from llamaspec.cli import main
 from llamaspec.llamacpp import modeltools
 from llamaspec.llamacpp.runner import LlamaCppEngine
+from llamaspec.measure import estimators
 from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Store
@@ -102,10 +103,10 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
 
     with pytest.raises(KeyboardInterrupt):
         swept(exp, axes, backend, store, on_event=stop_after_first_point)
-    first = store.runs(kind="sweep")
-    assert first[0]["status"] == "interrupted"  # the point being stopped is not passed off as finished
-    kept = store.measurements(first[0]["id"])
-    assert [m["mode"] for m in kept] == ["baseline", "speculative"]  # costs are timed after the first pair
+    first = store.runs()
+    assert first and all(r["status"] == "interrupted" for r in first)  # nothing stopped is passed off as finished
+    kept = sorted(m["mode"] for r in first for m in store.measurements(r["id"]))
+    assert kept == ["baseline", "speculative"]  # the block's first baseline and its first run; costs come after a block
 
     result = swept(exp, axes, backend, store)
     assert len([r for r in store.runs(group_id=result.sweep_id) if r["status"] == "ok"]) == 2  # measured again
@@ -117,12 +118,13 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     texts = set()
     for row in rows:
         s = row.summary
-        assert s.paired and s.baseline_decode_tps.n == s.pairs == 1  # each point against its own baseline
+        # each point over the two baselines of its own block, measured around it
+        assert s.paired and s.estimator == estimators.BLOCK and s.pairs == 1 and s.baseline_decode_tps.n == 2
         # each point drafted what it was asked for: exactly k per round on llama-speculative
         assert s.draft.requested == row.draft_max and s.n_drafted == row.draft_max * s.rounds, row.draft_max
         assert s.lossless.verdict == "identical"
         spec = [m for m in store.measurements(row.run_id) if m["mode"] == "speculative"][0]
-        base = [m for m in store.measurements(row.run_id) if m["mode"] == "baseline"][0]
+        base = store.in_blocks([spec["block"]])[0]
         spec_m, base_m = measurement_of(spec), measurement_of(base)  # as stored, read back
         real_checks.speculative_counters(spec_m, k=row.draft_max)
         real_checks.speculative_speed(spec_m, requested=16)

@@ -570,3 +570,25 @@ def test_trailing_needs_every_shared_prompt_and_the_gap() -> None:
     assert policy.trailing(cells((1.2, 0.9, 1.25), (1.0, 1.1, 1.0)), [a, b], timed) == []  # a gap that does not hold
     assert policy.trailing(cells((1.2, 1.3), (1.0, 1.1)), [a, b], timed) == []  # two prompts: too few
     assert policy.trailing(cells((1.02, 1.03, 1.02), (1.01, 1.02, 1.01)), [a, b], timed) == []  # within the gap
+
+
+def test_an_undecided_study_says_the_minutes_that_would_settle_it(fake_models) -> None:  # noqa: F811
+    """Undecided over prompts: the best bet, its chance of a loss, and the prompts its gain needs as
+    minutes at this machine's pace (the blocks' own time), with the --budget that continues the study."""
+    from dataclasses import replace as replaced
+
+    class Timed(WorkloadEngine):
+        def measure(self, case, mode, log_path):  # type: ignore[no-untyped-def]
+            return replaced(super().measure(case, mode, log_path), wall_seconds=2.0)
+
+    alphas = {p: 0.35 + 0.1 * (int(p[-1]) - 1) for p in SAMPLED}  # a draft that gains on some prompts, not others
+    engine = Timed(drift=0.0, noise=NOISE, draft_cost=0.1, positions=True, alphas=alphas)
+    result = study.run_study(workload_exp(prompts=SAMPLED), study.setups_for({"draft_max": (8, 16)}), engine,
+                             Store.open(), Budget(pairs=8))
+    assert result.decision.verdict == "undecided", result.render()
+    more, minutes = result.settle_minutes() or (0, 0)
+    assert more > 0 and minutes == math.ceil(more * (result.block_seconds or 0) / 60) >= 1
+    text = result.render()
+    assert f"to settle: about {more} more prompts, about {minutes} min" in text and f"--budget {minutes}m" in text
+    assert "best bet: draft " in text and "a loss on prompts like these with a chance of" in text
+    assert result.as_dict()["to_settle"] == {"prompts": more, "minutes": minutes}

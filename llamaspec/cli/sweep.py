@@ -82,8 +82,8 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     order, the target alone again; each run's speedup is over the two baselines around it. Adaptive,
     within one budget (--budget; default 4 minutes of measuring): the first 2 prompts get every
     draft-free mode and the longest draft lengths (their acceptance by draft position predicts
-    the other lengths); a setup that trails the best on every shared prompt stops; the model's
-    best length joins; then every remaining minute buys more prompts, category by category. After
+    the other lengths); a setup that trails the best on the prompts both were measured on stops,
+    and of the n-gram modes the best two go on; the model's best length joins; then every remaining minute buys more prompts, category by category. After
     the first block it states its plan (how many prompts the budget times). The output says what
     ended it, the load beside it and the drift. --fixed-grid measures every setup on every prompt
     instead.

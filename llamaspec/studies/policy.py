@@ -267,8 +267,9 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
             sample.add(study.by_name[name])
         while True:
             wd = study.decision()
+            # settled, once every setup the blocks measure has a figure (not on the first ones alone)
             measured = {str(c.setup) for c in study.cells() if c.ratios}
-            if wd.decision.settled and all(s.key in measured for s in active):  # never before the first pass is
+            if wd.decision.settled and all(s.key in measured for s in active):
                 return "settled", wd.decision.sureness, made.text(budget) if made else None, _said(stopped)
             if clock.spent():
                 return "budget", f"budget spent: {wd.decision.sureness}", made.text(budget) if made else None, _said(stopped)

@@ -64,6 +64,9 @@ def prompt_group(sid: str, prompt: str) -> str:
 # CPU or more while it measured; a change of this much between the study's halves is a change of
 # load, across which it does not decide (a 12 % load cut draft 6's 1.17x to 1.04x on 2 cores).
 LOAD_SAID, LOAD_CHANGE = 0.05, 0.05
+# The drift over the study is said as the machine's when the same cells (or the target alone's speed)
+# moved this much between their first and last blocks.
+DRIFT_SAID = 0.1
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,14 @@ class Drift:
             return "drift over the study: not measured (no setup was measured on one prompt in two blocks)"
         pace = (f"; the target alone's speed {percent_text(self.pace, 1, sign=True)} on {self.prompts} prompt"
                 f"{'s' if self.prompts != 1 else ''}" if self.pace is not None else "")
-        return (f"drift over the study: {percent_text(self.change, 1, sign=True)} (the speedups of {self.cells} setup-prompt "
+        said = (f"drift over the study: {percent_text(self.change, 1, sign=True)} (the speedups of {self.cells} setup-prompt "
                 f"cell{'s' if self.cells != 1 else ''} measured in two blocks or more, the last against the first{pace})")
+        moved = max(abs(self.change), abs(self.pace or 0.0))
+        if moved >= DRIFT_SAID:
+            said += (f": the machine's pace moved by {percent_text(moved)} while it measured; each ratio is over the "
+                     "baselines beside its run, but a machine whose pace moves is one whose load does too: a quieter "
+                     "machine, or -t below the cores, measures what speculation gains alone")
+        return said
 
     def to_dict(self) -> dict[str, Any]:
         return {"change": self.change, "cells": self.cells, "pace": self.pace, "prompts": self.prompts}
