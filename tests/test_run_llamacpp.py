@@ -109,7 +109,7 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     assert kept == ["baseline", "speculative"]  # the block's first baseline and its first run; costs come after a block
 
     result = swept(exp, axes, backend, store)
-    assert len([r for r in store.runs(group_id=result.sweep_id) if r["status"] == "ok"]) == 2  # measured again
+    assert len([r for r in store.runs(group_id=result.sweep_id, kind="sweep") if r["status"] == "ok"]) == 2  # measured again
     done = len(store.runs(kind="sweep"))
     swept(exp, axes, backend, store)
     assert len(store.runs(kind="sweep")) == done  # nothing is rerun
@@ -145,9 +145,9 @@ def test_p_min_changes_drafting_on_speculative_simple_only(llama_build, offline_
         swept(small(n=48, draft=8), {"draft_p_min": (0.0, 0.9)}, backend, store)
     result = swept(small(n=48, draft=8, program="speculative-simple"), {"draft_p_min": (0.0, 0.9)}, backend, store)
     drafted = {r["settings"]["draft_p_min"]: Summary.from_dict(r["summary"]).n_drafted
-               for r in store.runs(group_id=result.sweep_id)}
+               for r in store.runs(group_id=result.sweep_id, kind="sweep")}
     assert drafted[0.9] < drafted[0.0]  # a confident-only draft stops early
-    for r in store.runs(group_id=result.sweep_id):
+    for r in store.runs(group_id=result.sweep_id, kind="sweep"):
         s = Summary.from_dict(r["summary"])
         assert s.draft.policy == "capped" and s.n_drafted <= 8 * s.rounds and s.lossless.verdict == "identical"
 
@@ -160,7 +160,7 @@ def test_draft_min_drops_short_drafts_on_speculative_simple(llama_build, offline
     store = Store.open()
     result = swept(small(n=48, draft=8, program="speculative-simple", draft_p_min=0.9),
                    {"draft_min": (0, 6)}, backend, store)
-    rows = {r["settings"]["draft_min"]: r for r in store.runs(group_id=result.sweep_id)}
+    rows = {r["settings"]["draft_min"]: r for r in store.runs(group_id=result.sweep_id, kind="sweep")}
     runs = {k: Summary.from_dict(r["summary"]) for k, r in rows.items()}
     assert runs[6].n_drafted < runs[0].n_drafted
     assert all(s.lossless.verdict == "identical" for s in runs.values())

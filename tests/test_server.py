@@ -321,9 +321,10 @@ def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) ->
     assert len(runs) == 2 * 2  # two setups, two prompts
     for run in runs:
         ms = measurements_of(store.measurements(run["id"]))
-        base = [m for m in ms if m.mode == "baseline"]
         spec = [m for m in ms if m.mode == "speculative"]
-        assert base and len(base) == len(spec), run["id"]
+        blocks = sorted({m.block for m in spec if m.block})
+        base = measurements_of(store.in_blocks(blocks))  # each run's block: the target alone before and after it
+        assert spec and len(blocks) == len(spec) and len(base) == 2 * len(blocks), run["id"]
         for m in spec:
             real_checks.server_counters(m, k=m.draft_len or 0)
         # llama-server times the prompt apart: each point's end-to-end figure, over the same pairs
@@ -420,12 +421,13 @@ def test_a_sweep_on_the_server_times_its_costs_and_fits_the_speedup_model(server
         result = swept(experiment.load(str(path)), {"draft_max": (1, 4, 8)}, engine, store)
     finally:
         engine.close()
-    runs = store.runs(group_id=result.sweep_id)
+    runs = store.runs(group_id=result.sweep_id, kind="sweep")
     costs = [m for r in runs for m in store.measurements(r["id"]) if m["mode"] in ("draft", "batch")]
     assert sorted(m["mode"] for m in costs) == ["batch", "draft"] and all(m["ok"] for m in costs)
     assert all(Path(m["argv"][0]).name == "llama-bench" for m in costs)
     (batch,) = [m for m in costs if m["mode"] == "batch"]
-    prompt_tokens = {m["n_prompt"] for r in runs for m in store.measurements(r["id"]) if m["mode"] == "baseline"}
+    prompt_tokens = {m["n_prompt"] for r in store.runs(group_id=result.sweep_id) for m in store.measurements(r["id"])
+                     if m["mode"] == "baseline"}  # the block baselines' own run
     assert batch["stats"]["depth"] == prompt_tokens.pop() + 32 // 2  # the prompt as the server counted it
     assert batch["stats"]["depth_basis"] == "prompt tokens as counted by the run"
     report = analysis.sweep_report(store, result.sweep_id, plot=False)

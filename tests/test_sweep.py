@@ -170,7 +170,7 @@ def test_flash_attention_is_a_sweep_axis(fake_models) -> None:
         sweep.parse_values("flash_attn", "maybe")
     store = Store.open()
     result = swept(exp(), {"flash_attn": ("on", "off")}, FakeEngine(), store)
-    assert {r["settings"]["flash_attn"] for r in store.runs(group_id=result.sweep_id)} == {"on", "off"}
+    assert {r["settings"]["flash_attn"] for r in store.runs(group_id=result.sweep_id, kind="sweep")} == {"on", "off"}
 
 
 def test_plot_of_an_unknown_experiment() -> None:

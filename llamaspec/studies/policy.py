@@ -259,9 +259,14 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
     clock = Clock(study, budget, f"study {study.exp.name}")
     active = first_pass(study.setups, by_position=True)
     sample = _Sample(study)
-    stopped: dict[str, str] = {}
+    stopped: dict[str, str] = {}  # measured no more: they trail
+    resting: dict[str, str] = {}  # not measured while the decision says they cannot be the answer
     made: Plan | None = None
     said_positions = False
+
+    def said() -> tuple[str, ...]:  # the setups out of the blocks at the end, and why
+        return _said({**stopped, **resting})
+
     try:
         for name in list(study.touched):  # a resumed study: its prompts first, as measured
             sample.add(study.by_name[name])
@@ -270,24 +275,25 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
             # settled, once every setup the blocks measure has a figure (not on the first ones alone)
             measured = {str(c.setup) for c in study.cells() if c.ratios}
             if wd.decision.settled and all(s.key in measured for s in active):
-                return "settled", wd.decision.sureness, made.text(budget) if made else None, _said(stopped)
+                return "settled", wd.decision.sureness, made.text(budget) if made else None, said()
             if clock.spent():
-                return "budget", f"budget spent: {wd.decision.sureness}", made.text(budget) if made else None, _said(stopped)
+                return "budget", f"budget spent: {wd.decision.sureness}", made.text(budget) if made else None, said()
             fresh = sample.next_case()
             case = fresh or sample.again()
             if case is None:
                 return ("nothing to measure", f"nothing left to measure: {wd.decision.sureness}",
-                        made.text(budget) if made else None, _said(stopped))
-            if sample.taken and (len(sample.taken) >= FIRST_PROMPTS or fresh is None):
+                        made.text(budget) if made else None, said())
+            later = bool(sample.taken) and (len(sample.taken) >= FIRST_PROMPTS or fresh is None)
+            if later:
                 active = _later(study, wd, active, stopped)
             failed = {key for _p, key in study.failed}  # a setup that failed anywhere is out of the answer
             active = [s for s in active if s.key not in failed]
             if not active:
                 return ("nothing to measure", f"every setup measured has failed: {wd.decision.sureness}",
-                        made.text(budget) if made else None, _said(stopped))
-            block = active
+                        made.text(budget) if made else None, said())
+            block = _open(study, wd, active, resting) if later else active
             if budget.pairs is not None:  # a budget of runs: the setups measured least first
-                block = sorted(active, key=lambda s: study.blocks_of(case, s))[:max(1, budget.pairs - study.spent())]
+                block = sorted(block, key=lambda s: study.blocks_of(case, s))[:max(1, budget.pairs - study.spent())]
             clock.update(f"{case.name}: a block of {len(block)} setup{'s' if len(block) != 1 else ''}")
             study.measure_block(case, block)
             if case not in sample.taken and case not in sample.left:
@@ -337,16 +343,6 @@ def _later(study: StudyState, wd: workload.WorkloadDecision, active: list[Setup]
             why = f"trails {ranked[0].label} and {ranked[1].label} on its first prompts (the {KEEP_MODES} best modes go on)"
             log.info("%s is measured no more: %s", s.label, why)
             stopped[s.label] = why
-    d = wd.decision
-    if d.contenders:
-        open_ = {str(e.key) for e in d.contenders}
-        for e in d.estimates:
-            setup = study.by_key.get(str(e.key))
-            if setup in active and str(e.key) not in open_ and e.measured.n >= 2 and setup.label not in stopped:
-                why = (f"it can no longer be the answer: {e.measured.text(suffix='x')} against "
-                       f"{d.contenders[0].label}'s {d.contenders[0].measured.text(suffix='x')}")
-                log.info("%s is measured no more: %s", setup.label, why)
-                stopped[setup.label] = why
     kept = [s for s in active if s.label not in stopped]
     for view in wd.decision.models:
         best = next((b for b in view.bands if b.key == view.best), None)
@@ -357,6 +353,28 @@ def _later(study: StudyState, wd: workload.WorkloadDecision, active: list[Setup]
         log.info("the speedup model puts %s best (%.2fx predicted): it joins the blocks", setup.label, best.predicted)
         kept.append(setup)
     return kept or active[:1]
+
+
+def _open(study: StudyState, wd: workload.WorkloadDecision, active: list[Setup], resting: dict[str, str]) -> list[Setup]:
+    """The setups of ``active`` the next block measures: not those the decision says can no longer be
+    the answer (measured twice or more, outside its contenders). Unlike a trailing setup's stop,
+    this one is the decision's today: a setup it brings back among its contenders is measured again.
+    ``resting`` holds why each is out now (said once each)."""
+    d = wd.decision
+    out: dict[str, str] = {}
+    if d.contenders:
+        open_ = {str(e.key) for e in d.contenders}
+        for e in d.estimates:
+            setup = study.by_key.get(str(e.key))
+            if setup in active and str(e.key) not in open_ and e.measured.n >= 2:
+                out[setup.label] = (f"it can no longer be the answer: {e.measured.text(suffix='x')} against "
+                                    f"{d.contenders[0].label}'s {d.contenders[0].measured.text(suffix='x')}")
+    for label, why in out.items():
+        if label not in resting:
+            log.info("%s is measured no more while the decision stands: %s", label, why)
+    resting.clear()
+    resting.update(out)
+    return [s for s in active if s.label not in resting] or active[:1]
 
 
 def _said(stopped: dict[str, str]) -> tuple[str, ...]:

@@ -267,6 +267,9 @@ class Point:
         timing each, the engine repeats inside."""
         if not self.draft_key or any(m.mode in ("draft", "batch") for m in (*self.measured, *self.shared)):
             return []
+        if self.store.shared(self.draft_key, "draft"):  # timed since this point opened: by a setup earlier in its block
+            self.share()
+            return []
         done: list[Measurement] = []
         for mode in ("draft", "batch"):
             done.append(m := self.step(mode, r, shown))

@@ -272,6 +272,15 @@ class StudyState:
         """How many blocks were measured on ``case``'s prompt."""
         return len({m["block"] for r in self.baselines_rows(case) for m in self.store.measurements(r["id"]) if m.get("block")})
 
+    def new_block(self, case: Case) -> str:
+        """A name for the next block on ``case``'s prompt, unused by any block begun there before (an
+        interrupted block's runs are never pooled with a later one's)."""
+        from llamaspec.store.rows import BASELINES_KIND
+
+        begun = {m["block"] for r in self.store.runs(group_id=self.group(case), kind=BASELINES_KIND)
+                 for m in self.store.measurements(r["id"]) if m.get("block")}
+        return f"{self.sid}/{case.name}/{len(begun)}"
+
     def measure_block(self, case: Case, setups: Sequence[Setup]) -> None:
         """One block on ``case``'s prompt: the target alone, one speculative run of each of ``setups``
         (those not failed there) in an order shuffled by the block's key, the target alone again
@@ -293,7 +302,7 @@ class StudyState:
         from llamaspec.store.rows import BASELINES_KIND
         from llamaspec.studies.run import open_point
 
-        block = f"{self.sid}/{case.name}/{self.blocks_on(case)}"
+        block = self.new_block(case)
         start = self.clock()
         group = Group("sweep", self.group(case))
         base_row = self.row(case, baselines)
