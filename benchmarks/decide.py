@@ -201,12 +201,18 @@ def holdout_main(argv: list[str]) -> int:
     ap.add_argument("--recording", type=Path, default=HOLDOUT)
     ap.add_argument("--prompts", default=",".join(map(str, SIZES)), help="the prompts a study times, one size or several")
     ap.add_argument("--shift-to", type=float, default=SHIFT_TO, help="the shifted recording's best setup")
+    ap.add_argument("--scale-to", type=float, default=None,
+                    help="replay the recording with every setup scaled so that its best reads this (its prompts' "
+                         "spread kept): the rule's power at a gain the recording's machine did not show")
     ap.add_argument("--through-study", action="store_true", help="replay the whole study (its policy and budget)")
     ap.add_argument("--share", type=float, default=0.5, help="--through-study: each category's share of prompts it gets")
     ap.add_argument("--budget", default=None, help="--through-study: its budget (default: its own, on the recorded clock)")
     ap.add_argument("--write", type=Path, default=None, help="keep the result as JSON here")
     a = ap.parse_args(argv)
     rec = replays.load(a.recording)
+    if a.scale_to is not None:
+        rec = replays.shifted(rec, a.scale_to)
+        print(f"{a.recording.parent.name}: every setup scaled so that the best reads {a.scale_to:.2f}x (--scale-to)")
     low = replays.shifted(rec, a.shift_to)
     timed_ = rec.timed()
     weights = rec.weights()
@@ -259,7 +265,7 @@ def holdout_main(argv: list[str]) -> int:
                                        "machine": _machine(),
                                        "path": "the whole study" if a.through_study else "the decision on the drawn prompts",
                                        "replays": a.replays, "best": best, "best_speedup": whole[best],
-                                       "shift_to": a.shift_to, "rows": rows}, indent=1) + "\n")
+                                       "shift_to": a.shift_to, "scale_to": a.scale_to, "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -65,7 +65,17 @@ REPLAYS = "tests/fixtures/llamacpp/0c1e570/sweep-workload/replays.json"
 # study replayed on half of its prompts, held against the other half (benchmarks/decide.py --holdout).
 BUILTIN = Recording("The built-in workload: 54 chat prompts in six categories, the offline pair (F32 target, Q4_1 draft)",
                     "tests/fixtures/llamacpp/0c1e570/sweep-workload/builtin/study.json.gz", "-")
-HOLDOUT = "tests/fixtures/llamacpp/0c1e570/sweep-workload/holdout.json"
+# The block design's recording (sweep-workload/record.sh blocks): 30 chat prompts, every setup in two
+# blocks on each; replayed as recorded, and scaled so its best reads the gain the built-in one shows.
+BLOCKS = Recording("The block design's recording: 30 chat prompts in six categories, every setup in two blocks on each",
+                   "tests/fixtures/llamacpp/0c1e570/sweep-workload/blocks/study.json.gz", "-")
+HOLDOUTS = (("The answer on prompts it never saw", "tests/fixtures/llamacpp/0c1e570/sweep-workload/holdout.json"),
+            ("The answer on prompts it never saw, on the block design's recording",
+             "tests/fixtures/llamacpp/0c1e570/sweep-workload/holdout-blocks.json"),
+            ("The same, with every setup scaled so that the best reads 1.13x",
+             "tests/fixtures/llamacpp/0c1e570/sweep-workload/holdout-blocks-scaled.json"),
+            ("The whole study on half of each category's prompts, scaled the same way",
+             "tests/fixtures/llamacpp/0c1e570/sweep-workload/holdout-blocks-study-scaled.json"))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -217,6 +227,11 @@ def workload_table(rec: Recording) -> list[str]:
     return [*lines, ""]
 
 
+def _blocks(data: dict[str, Any]) -> bool:
+    """The recording was measured in blocks (its runs name theirs)."""
+    return any(m.get("block") for c in data["cells"] for m in c["measurements"])
+
+
 def builtin_table(rec: Recording) -> list[str]:
     """The built-in workload as recorded: each setup over the prompts that can be timed (the
     over-prompts estimator over every recorded pair, categories weighed alike) and per category (the
@@ -255,7 +270,8 @@ def builtin_table(rec: Recording) -> list[str]:
              f"CPU {_cpu(hw)}, {settings.get('threads')} thread{'s' if settings.get('threads') != 1 else ''}",
              f"- llama.cpp {data.get('llamacpp_commit', '-')}; llamaspec {data.get('llamaspec_commit') or rec.llamaspec_commit}; "
              f"target {data.get('target')}, draft {data.get('draft')}; {settings.get('n_predict')} tokens a prompt, "
-             f"served through the target's chat template; {pairs} pairs",
+             f"served through the target's chat template; {pairs} "
+             + ("runs, each beside its block's two baselines" if _blocks(data) else "pairs"),
              f"- left out of every answer ({len(d.left_out)} of {len(category)}): "
              + ("; ".join(f"{f.prompt} ({f.left_out})" for f in d.left_out) or "none"),
              f"- the speedup over the {len(d.timed)} timed prompts: {d.estimator}", "",
@@ -272,18 +288,20 @@ def builtin_table(rec: Recording) -> list[str]:
     return [*lines, ""]
 
 
-def holdout_table() -> list[str]:
-    """Studies of some of the built-in workload's recorded prompts: every interval held against the
-    prompts they did not time, their answers followed on the whole recording (and on it shifted to a loss)."""
-    path = ROOT / HOLDOUT
+def holdout_table(title: str, where: str) -> list[str]:
+    """Studies of some of a workload recording's prompts: every interval held against the prompts
+    they did not time, their answers followed on the whole recording (and on it shifted to a loss)."""
+    path = ROOT / where
     if not path.is_file():
         return []
     data = json.loads(path.read_text())
-    out = ["### The answer on prompts it never saw", "",
-           f"- data: `{HOLDOUT}`; command: `{data['command']}` ({data['date']}, llamaspec {data['commit']}, "
+    scaled = (f"; every setup scaled so that the best reads {data['scale_to']:.2f}x, the prompts' spread kept"
+              if data.get("scale_to") else "")
+    out = [f"### {title}", "",
+           f"- data: `{where}`; command: `{data['command']}` ({data['date']}, llamaspec {data['commit']}, "
            f"{data.get('machine', 'machine not recorded')}; "
            f"{data['replays']} replays a row, {data['path']}; the whole recording's best {data['best']} "
-           f"{data['best_speedup']:.3f}x)", "",
+           f"{data['best_speedup']:.3f}x{scaled})", "",
            "| prompts | drawn | held out | every interval holds | a sound 95 % one | worst setup | decides | a loss "
            f"| shifted to {data['shift_to']:.2f}x: recommends | realized (share of the log gain) | width | to settle |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -332,7 +350,10 @@ def replay_table() -> list[str]:
 def generated() -> str:
     lines = [BEGIN, ""]
     lines.extend(builtin_table(BUILTIN))
-    lines.extend(holdout_table())
+    lines.extend(holdout_table(*HOLDOUTS[0]))
+    lines.extend(builtin_table(BLOCKS))
+    for title, where in HOLDOUTS[1:]:
+        lines.extend(holdout_table(title, where))
     for rec in WORKLOAD_RECORDINGS:
         lines.extend(workload_table(rec))
     lines.extend(replay_table())
