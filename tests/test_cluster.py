@@ -391,26 +391,6 @@ def test_cluster_run_on_this_machine_alone_reports_per_machine_and_resumes() -> 
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-def test_the_case_kind_runs_the_run_core_on_the_worker_and_the_coordinator_stores_it(store: Store) -> None:
-    _real_or_skip()
-    from llamaspec.cluster import study
-    from llamaspec.measure.settings import Settings
-    from llamaspec.studies.experiment import load
-
-    exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=16, threads=1))
-    item = study.case_item(exp, exp.cases[0], 1)
-    pool = LocalPool(["box"])
-    report = run_study("core", [item], pool, StoreSink(store), Requirements(accel="cpu", models={F32: None, Q41: None}))
-    pool.close()
-    assert report.done == {"python": "box"} and not report.failed
-    (run,) = store.runs(group_id="core")
-    assert run["provenance"]["machine"] == "box" and run["provenance"]["engine"]["commit"] == "0c1e570"
-    assert {m["mode"] for m in store.measurements(run["id"])} == {"baseline", "speculative"}
-    assert run["summary"]["lossless"]["verdict"] == "identical" and run["summary"]["speedup"]["median"] > 0
-
-
-@pytest.mark.llamacpp
-@pytest.mark.slow
 def test_a_llama_server_experiment_is_measured_on_llama_server_by_the_workers(tmp_path: Path) -> None:
     """`run --cluster local` (this machine as the one worker, the same code path as Ray's) of an experiment
     with `backend: llama-server`, real programs: the stored runs are llama-server's."""
@@ -848,8 +828,7 @@ def _server_experiment(tmp_path: Path, backend: str = "llama-server") -> Any:
     return experiment.load(str(tmp_path / f"{backend}.yaml"))
 
 
-@pytest.mark.parametrize("kind", ["pair", "case"])
-def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Store, tmp_path: Path) -> None:
+def test_cluster_items_measure_with_the_experiments_engine(store: Store, tmp_path: Path) -> None:
     """A machine with both engines, told apart by their speeds (llama.cpp 100 t/s, llama-server 40):
     an experiment with `backend: llama-server` is measured on llama-server only, and what is stored
     says so (its backend, and speeds that are llama-server's)."""
@@ -862,15 +841,15 @@ def test_cluster_items_measure_with_the_experiments_engine(kind: str, store: Sto
     server = FakeEngine(base_tps=40.0, drift=0.0, name="llama-server")
     machine = FakeMachine("box", server)  # its llama-server
     machine.fake_env.engines["llama.cpp"] = cli  # its llama.cpp command-line programs
-    work = study.experiment_items(exp) if kind == "pair" else [study.case_item(exp, exp.cases[0], 2)]
+    work = study.experiment_items(exp)
     assert {i.payload["engine"] for i in work} == {"llama-server"}
     pool = LocalPool(["box"], factory=lambda _m: machine)
     try:
-        report = run_study(f"engine-{kind}", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
+        report = run_study("engine-pair", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
     finally:
         pool.close()
     assert not report.failed and report.done == {"k4": "box"}, report
-    (run,) = store.runs(group_id=f"engine-{kind}")
+    (run,) = store.runs(group_id="engine-pair")
     assert run["provenance"]["engine"]["name"] == "llama-server" and run["engine"] == "llama-server"
     assert run["provenance"]["hardware"]["cores"] >= 1  # the worker's machine, as the run core records it
     assert len(server.calls) == 4 and not cli.calls  # 2 repeats x (baseline, speculative), all on llama-server

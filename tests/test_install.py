@@ -222,7 +222,7 @@ def _empty_folder(tmp_path: Path) -> Path:
 def test_the_installed_wheel_carries_the_clones_files_and_no_clone_is_used(wheel_venv: Path, tmp_path: Path) -> None:
     here = _empty_folder(tmp_path)
     python = wheel_venv / "bin" / "python"
-    probe = ("import importlib.util, json; from llamaspec import paths; "
+    probe = ("import importlib.util, json; from llamaspec.base import paths; "
              "print(json.dumps([str(paths.project_root()), str(paths.shipped_root()), str(paths.models_dir()), "
              "str(paths.vendor_dir()), importlib.util.find_spec('torch') is None]))")
     done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=_tool_env(tmp_path), cwd=here,

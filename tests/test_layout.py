@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import llamaspec
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "llamaspec"
 
@@ -165,18 +163,6 @@ def test_the_checks_see_relative_imports_and_modules_named_as_strings() -> None:
     g = {"llamaspec.measure.a": imports_in(source, "llamaspec.measure.a", False, modules), "llamaspec.llamacpp.runner": back}
     assert circles(g) == [["llamaspec.llamacpp.runner", "llamaspec.measure.a"]]
     assert RANK[top("llamaspec.llamacpp.runner")] > RANK[top("llamaspec.measure.a")]  # and it runs up a layer
-
-
-@pytest.mark.parametrize("name, package", sorted(llamaspec.MODULES.items()))
-def test_a_former_root_module_is_still_importable_by_its_short_name(name: str, package: str) -> None:
-    module = getattr(llamaspec, name)
-    assert module.__name__ == f"llamaspec.{package}.{name}"
-    assert (PACKAGE / package / f"{name}.py").is_file()
-
-
-def test_an_unknown_short_name_is_an_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="no_such_module"):
-        llamaspec.no_such_module  # noqa: B018
 
 
 # The commands about llama.cpp itself may name its modules: its source, its build, its RPC server and

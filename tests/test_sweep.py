@@ -310,3 +310,12 @@ def test_an_experiment_over_a_prompt_set_refuses_setups_of_its_own_before_measur
     one line before anything loads (a single value of another setting applies to every case)."""
     done = CliRunner().invoke(main, ["sweep", "smollm2-server-mini", *args])
     assert done.exit_code == 2 and "smollm2-server-mini weighs its cases over its prompt set" in done.output, done.output
+
+
+@pytest.mark.parametrize("args", [["--spec-type", "draft,ngram-simple", "--draft", "4,8"], ["--spec-type", "ngram-mod"],
+                                  ["--spec-type", "ngram-mod", "--modes", "ngram-simple"]])
+def test_sweep_takes_its_modes_as_one_option(args: list[str]) -> None:
+    """--spec-type and --modes would fill the same axis (a spec-type list beside --draft once made
+    setups all labelled by the last mode): sweep refuses --spec-type before anything loads."""
+    done = CliRunner().invoke(main, ["sweep", "-m", "t.gguf", "-md", "d.gguf", *args])
+    assert done.exit_code == 2 and "use --modes" in done.output and "Traceback" not in done.output, done.output

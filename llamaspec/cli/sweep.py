@@ -109,6 +109,9 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     from llamaspec.studies import study as studies
     from llamaspec.studies import sweep as sweeps
 
+    if given.get("spec_type") is not None:  # one option an axis: the draft-free modes are --modes
+        raise click.UsageError(f"--spec-type {given['spec_type']}: sweep weighs the draft-free modes as --modes LIST "
+                               "(and the draft at --draft lengths, with -md): use --modes")
     axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
     methods = None  # an experiment over a prompt set: its cases are the setups
     if model is not None:  # a study's one-valued settings are its settings (and its name's), not dimensions

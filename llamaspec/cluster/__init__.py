@@ -29,7 +29,7 @@ and is refused when its llama.cpp commit or a model's sha256 differs from the st
 Modules: ``work`` (WorkItem, Requirements, WorkerInfo, the identity check), ``queue`` (pending /
 in flight / done, per-machine throughput, ETA), ``coordinator`` (admission and the study loop over
 the Pool/WorkerHandle/Sink interfaces), ``worker`` (MachineWorker: prepare = build + models with
-llamaspec's own cached steps; execute = one item), ``executors`` (item kinds: ``pair``, ``case``),
+llamaspec's own cached steps; execute = one item), ``executors`` (item kinds: ``pair``, ``study``),
 ``sink`` (the results store, machine in provenance), ``summary`` (per-machine speedups),
 ``local`` (threads) and ``raypool`` (Ray; the only module importing it).
 """

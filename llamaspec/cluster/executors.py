@@ -15,9 +15,6 @@ through the run core's pairs loop and measuring step. No experiment file is read
   this machine's llama.cpp build with the engine the payload names (``engine``: the
   experiment's, llama.cpp or llama-server); the speedup of each repeat is against the baseline
   measured next to it, on the same machine.
-- ``case``: one case of an experiment through the run core (``llamaspec.studies.run.run_case``), on the
-  experiment's engine, into a scratch store on the worker (per machine, so shared baselines are
-  only ever this machine's).
 - ``study``: an experiment's whole workload study on this machine (items of this kind are pinned:
   the best setup is a property of the machine), through ``llamaspec.studies.study.run_study`` into
   the scratch store; every point it measured goes back whole (:func:`point_of`), and the
@@ -197,31 +194,6 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     }
 
 
-def case(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
-    """One experiment case (``study.case_payload`` with ``reference``) through the run core, stored
-    first in this machine's scratch store."""
-    from llamaspec.store.results import Store
-    from llamaspec.studies import run
-
-    p = item.payload
-    exp = experiment_of(p)
-    chosen = exp.cases[0]
-    store = worker.state.get("store")
-    if store is None:
-        store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
-    engine = _engine(worker, exp.engine)
-    resolved = resolved_case(worker, p, engine)
-    run.check_settings(resolved, engine)
-    result = run.run_case(resolved, engine, store, repeats=p.get("repeats", exp.repeats), hardware=_hardware(worker),
-                          reference=chosen.reference, exp=exp, kind=p.get("kind", "run"), warmup=bool(p.get("warmup", False)))
-    row = store.run(result.run_id)
-    rows = store.measurements(result.run_id)
-    return {"ok": result.status == "ok", "status": result.status, "error": result.error, "experiment": exp.name,
-            "case": chosen.name, "prompt_id": row.get("prompt_id"), "category": row.get("category"),
-            "settings": row["settings"], "provenance": row["provenance"],
-            "measurements": rows, "summary": row["summary"] or {}}
-
-
 def setups_of(payload: dict[str, Any], exp: Any, engine: Any) -> Any:
     """A ``study`` item's setups: those the coordinator named (an experiment's cases over its prompt
     set), else the grid of its ``axes`` and its ``modes`` as ``sweep`` makes them on this engine."""
@@ -303,8 +275,8 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
-MEASURING = frozenset({"pair", "case", "study"})  # kinds that time llama.cpp: under the machine's lock
-EXECUTORS: dict[str, Executor] = {"pair": pair, "case": case, "study": study, "noop": noop}
+MEASURING = frozenset({"pair", "study"})  # kinds that time llama.cpp: under the machine's lock
+EXECUTORS: dict[str, Executor] = {"pair": pair, "study": study, "noop": noop}
 
 
 def log_dir(worker: MachineWorker) -> Path:

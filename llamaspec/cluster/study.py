@@ -50,13 +50,6 @@ def experiment_payload(exp: Any) -> dict[str, Any]:
             "cases": [case_payload(exp, c, 1) for c in exp.cases]}
 
 
-def case_item(exp: Any, case: Any, repeats: int | str | None = None, **options: Any) -> WorkItem:
-    """One ``case`` item: the case through the run core on a worker (``options``: ``kind``, ``warmup``)."""
-    payload = case_payload(exp, case, 1)
-    payload["repeats"] = repeats if repeats is not None else exp.repeats
-    return WorkItem(case.name, "case", {**payload, **options})
-
-
 def experiment_items(exp: Any, repeats: int | None = None, split_repeats: bool = False) -> list[WorkItem]:
     n = repeats or exp.repeats
     items = []

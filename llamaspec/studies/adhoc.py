@@ -308,7 +308,7 @@ def open_study(experiment_name: str | None, model: str | None, drafts: Sequence[
     set: llama-server; one prompt: llama.cpp's programs where one runs the spec type or one is
     named, else the engine that does), kept under its name and announced. ``workload``: a loaded
     prompt set whose prompts are the study's cases (sweep); ``command``: the caller's name
-    in messages. The CLI's measuring commands and ``from llamaspec import adhoc`` users alike."""
+    in messages. The CLI's measuring commands and ``llamaspec.studies.adhoc`` users alike."""
     from llamaspec.studies import experiment
 
     if model is None:
