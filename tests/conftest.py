@@ -122,3 +122,13 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
         monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf-home" / "stored_tokens"))
         yield server
+
+
+@pytest.fixture()
+def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every catalog model resolves to a path under tmp_path, and every pair fits (for the fake engines)."""
+    from llamaspec.measure.contract import ModelPath
+
+    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant, tools=None: ModelPath(
+        f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
+    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)

@@ -29,13 +29,6 @@ def case(**settings) -> ResolvedCase:
                         "# Quick-sort", None, s)
 
 
-@pytest.fixture()
-def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-
-    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant, tools=None: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
-    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
-
-
 def exp(repeats: int | str = 2) -> experiment.Experiment:
     return experiment.load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=repeats)
 

@@ -10,7 +10,6 @@ import statistics
 
 import pytest
 from fakes import WorkloadEngine
-from test_core import fake_models  # noqa: F401  (fixture)
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.decision import workload
@@ -283,7 +282,7 @@ def sampled_engine(**kw) -> WorkloadEngine:
                           modes={"ngram-simple": {p: 1.0 + 0.01 * int(p[-1]) for p in SAMPLED}}, **kw)
 
 
-def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models) -> None:  # noqa: F811
+def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models) -> None:
     engine = sampled_engine()
     store = Store.open()
     setups = study.setups_for(LENGTHS, ("ngram-simple",))
@@ -311,7 +310,7 @@ def test_one_decision_over_the_workload_and_the_categories_under_it(fake_models)
                         for x in sums)
 
 
-def test_each_run_is_over_the_baselines_measured_around_it_whatever_the_schedule(fake_models) -> None:  # noqa: F811
+def test_each_run_is_over_the_baselines_measured_around_it_whatever_the_schedule(fake_models) -> None:
     """A machine that slows 2 % at every measurement: a ratio over a baseline measured minutes
     earlier would read 10-50 % low. Each run's ratio is over its own block's two baselines, the run
     measured between them, so every ratio is the true speedup within the drift of half a block."""
@@ -336,7 +335,7 @@ def test_each_run_is_over_the_baselines_measured_around_it_whatever_the_schedule
         assert len(ids["baseline"]) == 2 and all(ids["baseline"][0] < i < ids["baseline"][1] for i in ids["speculative"])
 
 
-def test_a_setup_that_trails_on_its_first_prompts_is_measured_no_more(fake_models) -> None:  # noqa: F811
+def test_a_setup_that_trails_on_its_first_prompts_is_measured_no_more(fake_models) -> None:
     """An n-gram mode 20 % slower than the draft on every prompt stops after its first prompts and
     is said; the time goes to more prompts of the others."""
     alphas = {p: 0.6 + 0.1 * (int(p[-1]) - 1) for p in SAMPLED}  # the draft gains 0.96-3.2x: wide over prompts
@@ -353,7 +352,7 @@ def test_a_setup_that_trails_on_its_first_prompts_is_measured_no_more(fake_model
 
 
 @pytest.mark.slow  # a few seconds of fake measuring
-def test_the_drift_over_the_study_compares_its_first_prompt_at_its_start_and_end(fake_models, tmp_path) -> None:  # noqa: F811
+def test_the_drift_over_the_study_compares_its_first_prompt_at_its_start_and_end(fake_models, tmp_path) -> None:
     """A machine that slows the two-model run a little more at every measurement: the first prompt's
     setups, measured again at the study's end, read lower than at its start, and the output says by
     how much; a steady one reads within its noise."""
@@ -370,7 +369,7 @@ def test_the_drift_over_the_study_compares_its_first_prompt_at_its_start_and_end
     assert fixed.drift is not None and fixed.drift.cells == 2 * len(SAMPLED) and fixed.drift.change is not None
 
 
-def test_a_load_that_changes_while_it_measures_is_said_and_decides_nothing(fake_models, monkeypatch, tmp_path) -> None:  # noqa: F811
+def test_a_load_that_changes_while_it_measures_is_said_and_decides_nothing(fake_models, monkeypatch, tmp_path) -> None:
     """Other processes take 1 % of the CPU during the first half of the study's blocks and 15 % during
     the second: the study says so, and does not decide across the change; a steady 12 % load is
     said as the condition the figures hold for."""
@@ -401,7 +400,7 @@ def test_a_load_that_changes_while_it_measures_is_said_and_decides_nothing(fake_
     assert "load: other processes took 12% of the CPU" in steady.render() and steady.decision.verdict == "recommend"
 
 
-def test_a_budget_that_times_few_prompts_says_so_up_front(fake_models) -> None:  # noqa: F811
+def test_a_budget_that_times_few_prompts_says_so_up_front(fake_models) -> None:
     """A given budget that times fewer than a handful of prompts is kept, and the plan names the
     minutes that would time enough."""
     engine = sampled_engine()
@@ -412,7 +411,7 @@ def test_a_budget_that_times_few_prompts_says_so_up_front(fake_models) -> None: 
     assert result.pairs <= 12 + len(setups)
 
 
-def test_a_sampled_study_resumes_its_own_prompts_and_measures_nothing_again(fake_models) -> None:  # noqa: F811
+def test_a_sampled_study_resumes_its_own_prompts_and_measures_nothing_again(fake_models) -> None:
     """A rerun of a study takes the prompts it measured first (the same order), and with its budget
     spent (every run it stored) measures nothing more; a larger budget continues it."""
     engine = sampled_engine(noise=(1.0, 0.8, 1.25, 0.9, 1.15))  # too noisy to settle in 30 runs
@@ -429,7 +428,7 @@ def test_a_sampled_study_resumes_its_own_prompts_and_measures_nothing_again(fake
     assert set(first.decision.timed) <= set(more.decision.timed)
 
 
-def test_a_prompt_answered_in_a_token_or_two_is_left_out_and_the_study_goes_on(fake_models) -> None:  # noqa: F811
+def test_a_prompt_answered_in_a_token_or_two_is_left_out_and_the_study_goes_on(fake_models) -> None:
     """One prompt the model answers in a token or two, one whose output loops: each is left out with
     a line, the next prompt of its category is measured in its place, and the study still answers."""
     engine = sampled_engine(answers={"reasoning-1": 2, "reasoning-2": 2}, loops={"chat-1": "Portugal e "})
@@ -448,7 +447,7 @@ def test_a_prompt_answered_in_a_token_or_two_is_left_out_and_the_study_goes_on(f
         assert all(len(v.values) == 1 for s in d.setups for p, v in s.per_prompt if p == f.prompt and v is not None)
 
 
-def test_a_draft_free_mode_is_the_answer_where_the_draft_does_not_pay(fake_models) -> None:  # noqa: F811
+def test_a_draft_free_mode_is_the_answer_where_the_draft_does_not_pay(fake_models) -> None:
     engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=1.0, positions=True, alpha=0.7,
                             modes={"ngram-simple": {"code": 1.35, "chat": 1.25, "reasoning": 1.3, "summarization": 1.6}})
     store = Store.open()
@@ -459,7 +458,7 @@ def test_a_draft_free_mode_is_the_answer_where_the_draft_does_not_pay(fake_model
     assert answer is not None and "--draft" not in answer.render()  # no draft model in its command
 
 
-def test_no_draft_when_nothing_pays_and_its_command_is_the_target_alone(fake_models) -> None:  # noqa: F811
+def test_no_draft_when_nothing_pays_and_its_command_is_the_target_alone(fake_models) -> None:
     engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=1.0, positions=True, alpha=0.5,
                             modes={"ngram-simple": {p: 0.9 for p in PROMPTS}})
     store = Store.open()
@@ -469,7 +468,7 @@ def test_no_draft_when_nothing_pays_and_its_command_is_the_target_alone(fake_mod
     assert answer is not None and not answer.speculative
 
 
-def test_a_mode_the_program_cannot_run_is_skipped_and_said(fake_models) -> None:  # noqa: F811
+def test_a_mode_the_program_cannot_run_is_skipped_and_said(fake_models) -> None:
     engine = categories_engine(refuse=("ngram-simple",))
     result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open(),
                              Budget(pairs=60))
@@ -478,7 +477,7 @@ def test_a_mode_the_program_cannot_run_is_skipped_and_said(fake_models) -> None:
     assert all(s.label != "ngram-simple" for s in result.decision.setups)
 
 
-def test_a_setup_that_fails_everywhere_is_excluded_and_the_study_goes_on(fake_models) -> None:  # noqa: F811
+def test_a_setup_that_fails_everywhere_is_excluded_and_the_study_goes_on(fake_models) -> None:
     engine = categories_engine(fails=("ngram-simple",))
     result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, Store.open(),
                              Budget(pairs=60))
@@ -488,7 +487,7 @@ def test_a_setup_that_fails_everywhere_is_excluded_and_the_study_goes_on(fake_mo
     assert "excluded: ngram-simple" in result.render()
 
 
-def test_a_budget_of_runs_below_the_first_block_is_refused_naming_the_least(fake_models) -> None:  # noqa: F811
+def test_a_budget_of_runs_below_the_first_block_is_refused_naming_the_least(fake_models) -> None:
     engine = categories_engine()
     setups = study.setups_for(LENGTHS, ("ngram-simple",))
     with pytest.raises(LlamaspecError) as err:
@@ -498,7 +497,7 @@ def test_a_budget_of_runs_below_the_first_block_is_refused_naming_the_least(fake
 
 
 def test_the_default_budget_grows_to_time_a_handful_of_prompts(
-        fake_models, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        fake_models, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs of 15 s: a first block of 3 setups takes 75 s, a later one about 75 s: the default 4
     minutes time 3 prompts, too few to decide on; the default grows to time 8, says so, and the
     study answers."""
@@ -522,7 +521,7 @@ def test_the_default_budget_grows_to_time_a_handful_of_prompts(
     assert len(result.decision.timed) >= 7
 
 
-def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:  # noqa: F811
+def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:
     class Interrupting(WorkloadEngine):
         limit = 1_000_000
 
@@ -547,7 +546,7 @@ def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:  # noqa: 
     assert all(store.run(r)["status"] in ("ok", "differs") for r in result.runs.values())
 
 
-def test_the_fixed_grid_measures_every_setup_on_every_prompt(fake_models) -> None:  # noqa: F811
+def test_the_fixed_grid_measures_every_setup_on_every_prompt(fake_models) -> None:
     engine = categories_engine()
     setups = study.setups_for({"draft_max": (4, 8)}, ("ngram-simple",))
     result = study.run_study(workload_exp(repeats=2), setups, engine, Store.open(), fixed_grid=True)
@@ -572,7 +571,7 @@ def test_trailing_needs_every_shared_prompt_and_the_gap() -> None:
     assert policy.trailing(cells((1.02, 1.03, 1.02), (1.01, 1.02, 1.01)), [a, b], timed) == []  # within the gap
 
 
-def test_an_undecided_study_says_the_minutes_that_would_settle_it(fake_models) -> None:  # noqa: F811
+def test_an_undecided_study_says_the_minutes_that_would_settle_it(fake_models) -> None:
     """Undecided over prompts: the best bet, its chance of a loss, and the prompts its gain needs as
     minutes at this machine's pace (the blocks' own time), with the --budget that continues the study."""
     from dataclasses import replace as replaced

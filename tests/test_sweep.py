@@ -15,18 +15,10 @@ from llamaspec.cli import main
 from llamaspec.decision import decide
 from llamaspec.llamacpp import build
 from llamaspec.llamacpp.runner import LlamaCppEngine
-from llamaspec.measure.contract import ModelPath
 from llamaspec.measure.settings import Settings
 from llamaspec.store.results import Store
 from llamaspec.studies import experiment, sweep
 from llamaspec.views import analysis
-
-
-@pytest.fixture()
-def fake_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-
-    monkeypatch.setattr("llamaspec.models.gguf_model", lambda model, variant, tools=None: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
-    monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
 
 
 @pytest.fixture()

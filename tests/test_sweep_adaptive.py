@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 from fakes import FakeEngine
-from test_core import exp, fake_models  # noqa: F401  (fixture)
+from test_core import exp
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.store.results import Store
@@ -25,7 +25,7 @@ def pairs_at(store: Store, result: study.StudyResult) -> dict[int, int]:
     return {r.draft_max: r.summary.pairs for r in rep.groups[0].rows}
 
 
-def test_blocks_go_to_the_setups_still_in_the_running_and_the_answer_is_near_the_true_best(fake_models) -> None:  # noqa: F811
+def test_blocks_go_to_the_setups_still_in_the_running_and_the_answer_is_near_the_true_best(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.8, draft_cost=0.08)
     store = Store.open()
     result = study.run_study(exp(3), study.setups_for(GRID), engine, store, sweep.Budget(pairs=120))
@@ -41,7 +41,7 @@ def test_blocks_go_to_the_setups_still_in_the_running_and_the_answer_is_near_the
     assert engine.speedup_of(k) >= true_best * 0.95, (k, engine.speedup_of(k), true_best)
 
 
-def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:  # noqa: F811
+def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:
     class Interrupting(FakeEngine):
         limit = 1_000_000
 
@@ -67,7 +67,7 @@ def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:  # noqa: 
             >= analysis.Summary.from_dict(row["summary"]).pairs
 
 
-def test_the_budget_ends_it_and_says_so(fake_models) -> None:  # noqa: F811
+def test_the_budget_ends_it_and_says_so(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=(1.0, 0.8, 1.25, 0.9, 1.15))  # too noisy to settle in 22 runs
     result = study.run_study(exp(3), study.setups_for(GRID), engine, Store.open(), sweep.Budget(pairs=22))
     assert result.stop == "budget" and result.pairs <= 22 and "the budget is spent" in result.render()
@@ -82,7 +82,7 @@ def test_bad_budgets_are_one_line_each() -> None:
             sweep.parse_budget(bad)
 
 
-def test_the_cli_refuses_a_budget_smaller_than_the_first_block_before_measuring(tmp_path, fake_models) -> None:  # noqa: F811
+def test_the_cli_refuses_a_budget_smaller_than_the_first_block_before_measuring(tmp_path, fake_models) -> None:
     from fakes import fake_bin_dir
 
     from llamaspec.cli import main

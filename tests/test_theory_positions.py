@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from fakes import FakeEngine
-from test_core import exp, fake_models  # noqa: F401  (fixture)
+from test_core import exp
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE
@@ -145,7 +145,7 @@ def _speculative_lengths(engine: FakeEngine) -> list[int]:
     return [c["draft_max"] for mode, c in engine.calls if mode == "speculative"]
 
 
-def test_a_program_that_counts_positions_starts_at_the_longest_lengths_and_predicts_the_rest(fake_models) -> None:  # noqa: F811
+def test_a_program_that_counts_positions_starts_at_the_longest_lengths_and_predicts_the_rest(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.8, draft_cost=0.08, positions=True)
     store = Store.open()
     result = study.run_study(exp(3), study.setups_for(GRID), engine, store, Budget(pairs=20))
@@ -164,7 +164,7 @@ def test_a_program_that_counts_positions_starts_at_the_longest_lengths_and_predi
     assert "tokens per round from the acceptance by position" in report.render()
 
 
-def test_a_program_without_positions_keeps_todays_first_pass(fake_models) -> None:  # noqa: F811
+def test_a_program_without_positions_keeps_todays_first_pass(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.8, draft_cost=0.08)
     store = Store.open()
     study.run_study(exp(3), study.setups_for(GRID), engine, store, Budget(pairs=20))
@@ -173,7 +173,7 @@ def test_a_program_without_positions_keeps_todays_first_pass(fake_models) -> Non
     assert sorted(spec[2:18]) == list(range(1, 17))  # the next block holds every length, once
 
 
-def test_a_measured_point_that_contradicts_the_long_runs_is_said_in_the_output(fake_models) -> None:  # noqa: F811
+def test_a_measured_point_that_contradicts_the_long_runs_is_said_in_the_output(fake_models) -> None:
     # rounds shorter than 16 accept less at every position than the draft-16 rounds did
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.9, draft_cost=0.05, positions=True, position_bias=0.6)
     store = Store.open()
