@@ -23,6 +23,7 @@ from llamaspec.cli.options import (
     sweep_options,
     workload_options,
 )
+from llamaspec.studies.sweep import DEFAULT_MINUTES, MAX_DEFAULT_MINUTES
 
 log = logging.getLogger("llamaspec")
 
@@ -39,8 +40,9 @@ log = logging.getLogger("llamaspec")
 @prompt_set_options
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the plots when the study ends.")
 @click.option("--budget", default=None, metavar="TIME|RUNS",
-              help="The whole study's budget: 10m, 90s, 1h, or a number of speculative runs (default: 4m of measuring, "
-                   "grown where this machine's pace times too few prompts; a larger budget continues the same study).")
+              help=f"The whole study's budget: 10m, 90s, 1h, or a number of speculative runs (default: {DEFAULT_MINUTES}m "
+                   f"of measuring, grown up to {MAX_DEFAULT_MINUTES}m where this machine's pace times too few prompts; a "
+                   "larger budget continues the same study).")
 @click.option("--fixed-grid", is_flag=True,
               help="Measure every setup on every prompt in --repeats blocks each instead of the adaptive study.")
 @workload_options

@@ -26,7 +26,7 @@ policy (benchmarks/decide.py replays it on recordings, through :func:`llamaspec.
 
 The plan (:class:`Plan`) is said once the first block gives the pace: how many prompts the budget
 times. A default budget that cannot time :data:`LEAST_PROMPTS` prompts grows to (up to
-:data:`MAX_DEFAULT_SECONDS`, said); a given one is kept, and the plan says how many minutes would.
+:data:`llamaspec.studies.sweep.MAX_DEFAULT_MINUTES`, said); a given one is kept, and the plan says how many minutes would.
 
 ``fixed_grid`` measures every setup on every prompt in ``repeats`` blocks each instead, in passes
 (a block on every prompt per pass, the categories taking turns).
@@ -46,11 +46,10 @@ from llamaspec.decision import workload
 from llamaspec.studies.experiment import Case
 from llamaspec.studies.setups import Setup
 from llamaspec.studies.state import StudyState
-from llamaspec.studies.sweep import FIRST_LONGEST, Budget
+from llamaspec.studies.sweep import FIRST_LONGEST, MAX_DEFAULT_MINUTES, Budget
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUDGET_TEXT = "4m"
 # Every first-pass setup is measured on this many prompts before any stops.
 FIRST_PROMPTS = 2
 # A setup stops being measured once it trails the best on at least PRUNE_PROMPTS shared prompts, by
@@ -58,9 +57,8 @@ FIRST_PROMPTS = 2
 # draft-free modes, KEEP_MODES go on past the first prompts (the n-gram modes read within a few per
 # cent of each other on most workloads: measuring five of them costs the prompts that decide).
 PRUNE_PROMPTS, PRUNE_GAP, KEEP_MODES = 3, 0.03, 2
-# A default budget grows to time at least this many prompts, up to MAX_DEFAULT_SECONDS.
+# A default budget grows to time at least this many prompts, up to sweep.MAX_DEFAULT_MINUTES.
 LEAST_PROMPTS = 8
-MAX_DEFAULT_SECONDS = 30 * 60
 
 
 def first_pass(setups: Sequence[Setup], by_position: bool = True) -> list[Setup]:
@@ -309,7 +307,7 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
                 made = plan(study, budget, len(active), _about_later(active))
                 if made is not None:
                     if defaulted and made.least_minutes is not None and budget.seconds is not None:
-                        grown = min(float(MAX_DEFAULT_SECONDS), 60.0 * made.least_minutes)
+                        grown = 60.0 * min(MAX_DEFAULT_MINUTES, made.least_minutes)
                         if grown > budget.seconds:
                             log.warning("the default budget grows from %s to %s: at this machine's pace (about %s a "
                                         "block) %s times too few prompts to decide on; give --budget to choose",
@@ -399,5 +397,5 @@ def fixed(study: StudyState, want: int) -> tuple[str, str]:
     return "fixed grid", f"every setup on every prompt, {want} blocks each"
 
 
-__all__ = ["DEFAULT_BUDGET_TEXT", "FIRST_PROMPTS", "KEEP_MODES", "LEAST_PROMPTS", "PRUNE_GAP", "PRUNE_PROMPTS", "Clock",
+__all__ = ["FIRST_PROMPTS", "KEEP_MODES", "LEAST_PROMPTS", "PRUNE_GAP", "PRUNE_PROMPTS", "Clock",
            "Plan", "adaptive", "first_pass", "fixed", "paired_ranking", "plan", "trailing"]

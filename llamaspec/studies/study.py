@@ -34,10 +34,10 @@ from llamaspec.store.results import Store
 from llamaspec.store.rows import Group
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
-from llamaspec.studies.policy import DEFAULT_BUDGET_TEXT, first_pass
+from llamaspec.studies.policy import first_pass
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of, make_setup, setups_for
 from llamaspec.studies.state import Drift, Load, StudyState, prompt_group
-from llamaspec.studies.sweep import Budget, pairs_per_point
+from llamaspec.studies.sweep import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, pairs_per_point
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,6 @@ log = logging.getLogger(__name__)
 # benchmarks/decide.py): where the program counts acceptance by position only the longest two
 # are measured first, and the model picks which of the others to measure.
 DEFAULT_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)
-# The whole study's budget when none is given: DEFAULT_SECONDS of measuring (grown where it times too
-# few prompts at this machine's pace: policy.LEAST_PROMPTS).
-DEFAULT_SECONDS = 240.0
 
 
 def study_id(exp: Experiment, axes: Sequence[str], identity: str, engine: str, fixed_grid: bool,
@@ -173,7 +170,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     (:mod:`llamaspec.studies.policy`).
 
     ``budget``: runs (a setup's speculative run in a block, with its baselines) or measuring time
-    for the whole study (None: :data:`DEFAULT_SECONDS`, grown where it times too few prompts); a
+    for the whole study (None: :data:`llamaspec.studies.sweep.DEFAULT_BUDGET`, grown where it times too few prompts); a
     budget of runs below the first block is refused before anything is measured. ``over_prompts``:
     the prompts are a sample of the workload (False: ``--whole-workload``, they are the whole of it);
     ``count_loops``: a prompt whose target output loops counts in the decision. Every run is stored
@@ -189,12 +186,12 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
         raise LlamaspecError("nothing left to measure: every setup was skipped",
                              hint="; ".join(f"{w}: {y}" for w, y in skipped) or "give --draft 1..16")
     defaulted = budget is None
-    budget = budget or Budget(seconds=DEFAULT_SECONDS)
+    budget = budget or DEFAULT_BUDGET
     least = len(first_pass(study.setups))
     if not fixed_grid and budget.pairs is not None and budget.pairs < least:
         raise LlamaspecError(f"--budget {budget.pairs} runs is too small: the first block alone measures {least} "
                              f"(one of each first setup on one prompt, beside its baselines)",
-                             hint=f"give at least --budget {least}, or a time such as --budget {DEFAULT_BUDGET_TEXT}")
+                             hint=f"give at least --budget {least}, or a time such as --budget {DEFAULT_MINUTES}m")
     log.info("study %s: %d setups (%s) over a workload of %d prompts in %d categories; %s", sid, len(study.setups),
              ", ".join(s.label for s in study.setups), len(exp.cases), categories_of(exp),
              "every setup on every prompt" if fixed_grid else f"within {budget.text()}")

@@ -134,6 +134,12 @@ class Budget:
         return " or ".join(parts) or "none"
 
 
+# The whole study's budget when none is given: DEFAULT_MINUTES of measuring, grown (up to
+# MAX_DEFAULT_MINUTES, said) where this machine's pace times too few prompts to decide on.
+DEFAULT_MINUTES, MAX_DEFAULT_MINUTES = 4, 30
+DEFAULT_BUDGET = Budget(seconds=60.0 * DEFAULT_MINUTES)
+
+
 def parse_budget(text: str) -> Budget:
     """``10m``, ``90s``, ``1h`` (wall time) or ``40`` / ``40 pairs``."""
     m = _BUDGET.match(text or "")
