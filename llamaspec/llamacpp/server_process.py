@@ -85,6 +85,9 @@ class Server:
         self.process: proc.Background | None = None
         self.started_seconds: float | None = None
         self.launched_at: float | None = None  # time.monotonic() at launch: with started_seconds, when it was loading
+        # /completion requests sent to this process: a speculative mode that keeps state between
+        # requests (spectypes.KEEPS_STATE) drafts differently once it is above 0
+        self.completions = 0
 
     @property
     def argv(self) -> list[str]:
@@ -177,6 +180,8 @@ class Server:
         conn = self._connection(timeout)
         try:
             conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            if path == "/completion":
+                self.completions += 1
             resp = conn.getresponse()
             raw = resp.read().decode(errors="replace")
         except (ConnectionError, http.client.HTTPException) as exc:
