@@ -170,6 +170,29 @@ def test_top_tokens_from_a_recorded_n_probs_answer() -> None:
     assert server.top_tokens_at(answer, at, [0] * at) is None  # another path: its probabilities say nothing here
 
 
+def test_the_recorded_state_table_says_what_spectypes_and_docs_say() -> None:
+    """benchmarks/server_state.py's recording on the pinned build: the modes whose one-server counts
+    differ from the fresh ones are spectypes.KEEPS_STATE, the slot erase clears none of them, and
+    docs/engines.md's table shows the recorded counts."""
+    from llamaspec.llamacpp.server_state import Counts, StateProbe
+    from llamaspec.measure import spectypes
+
+    recorded = json.loads((REC / "server-state.json").read_text())
+    assert recorded["llama_cpp"] == "0c1e570"
+    probes = {mode: StateProbe(mode, *(tuple(Counts(**c) for c in row[part]) for part in ("fresh", "served", "erased")))
+              for mode, row in recorded["modes"].items()}
+    assert {m for m, p in probes.items() if p.keeps_state} == spectypes.KEEPS_STATE
+    assert all(p.keeps_state == recorded["modes"][m]["keeps_state"] for m, p in probes.items())
+    assert all(p.erase_clears is False for p in probes.values() if p.keeps_state)  # why a study restarts the server
+    assert not probes["ngram-simple"].changed() and probes["ngram-cache"].changed()[0][0] == "sum-hotel-reviews"
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "engines.md").read_text()
+    for mode, p in probes.items():
+        row = next(line for line in docs.splitlines() if line.startswith(f"| {mode} "))
+        for part in (p.fresh, p.served):
+            assert all(c.text() in row for c in part), (mode, row)
+        assert ("| yes |" in row) == p.keeps_state, row
+
+
 # --- the real server ---------------------------------------------------------------------------
 
 real = [pytest.mark.llamacpp, pytest.mark.slow]
