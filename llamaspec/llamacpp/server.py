@@ -57,6 +57,7 @@ from llamaspec.llamacpp.server_process import READY_TIMEOUT, RequestFailed, Serv
 from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
+    ClientPrompt,
     Deployment,
     EngineOptions,
     Measurement,
@@ -490,3 +491,11 @@ def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = T
 
     return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES), case, "llama-server",
                              speculative)
+
+
+def check_deployment(answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt], interval: Any,
+                     n_predict: int, logs: Path, *, spec_type: str | None, seed: int | None = None) -> tuple[Deployment, Any]:
+    """The deploy check of an answer's llama-server command (``llamacpp.deploy_check.check_answer``)."""
+    from llamaspec.llamacpp import deploy_check
+
+    return deploy_check.check_answer(answer, alone, prompts, interval, n_predict, logs, spec_type=spec_type, seed=seed)
