@@ -65,7 +65,7 @@ for i, arg in enumerate(args):
     if arg == "--spec-type":
         types = args[i + 1].split(",") if {replaces!r} else types + args[i + 1].split(",")
 drafts = any(t not in ("none", "draft-simple") for t in types) or ("draft-simple" in types and "-md" in args)
-answer = json.loads(Path({answers!r}).read_text())["speculative" if drafts else "baseline"]
+answer = json.loads(Path({answers!r}).read_text())[{drafting!r} if drafts else "baseline"]
 sys.stderr.write("fake llama-server: speculative types " + ",".join(types) + "\\n"); sys.stderr.flush()
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -91,7 +91,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1]
 def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", commit: str = "0c1e570",
                  simple: str | None = None, completion_recording: str = "completion",
                  server_default: tuple[str, ...] | None = None, server_replaces: bool = False,
-                 speculative_recording: str = "speculative") -> Path:
+                 speculative_recording: str = "speculative", server_drafting: str = "speculative") -> Path:
     """A binaries folder with llama-speculative and llama-completion replaying ``commit``'s recordings
     (and a llama-server that answers --help and --version, enough to open the server backend).
     ``simple``: a llama-speculative-simple too, replaying that recording (an n-gram run, say), with
@@ -100,7 +100,8 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
     llama-speculative-simple); ``"drafting-from-env"``: only when ``LLAMA_ARG_SPEC_TYPE`` is set
     in its environment. ``server_default``: a llama-server that serves too
     (:data:`SERVER_SCRIPT`), with that default list of speculative types and ``server_replaces``;
-    ``speculative_recording``: the speculative program's recording (``chat/...`` for the chat recordings)."""
+    ``speculative_recording``: the speculative program's recording (``chat/...`` for the chat recordings);
+    ``server_drafting``: the recorded answer (server-completion.json) a speculative fake server gives."""
     rec = FIXTURES / commit
     folder.mkdir(parents=True, exist_ok=True)
     baseline = "llama-completion" if (rec / "llama-completion.help.txt").is_file() else "llama-cli"  # llama-cli in 2025
@@ -118,7 +119,8 @@ def fake_bin_dir(folder: Path, speculative: str = "ok", completion: str = "ok", 
     if server_default is not None:
         (folder / "llama-server").write_text(SERVER_SCRIPT.format(
             python=sys.executable, help=str(rec / "llama-server.help.txt"), version=str(rec / "llama-server.version.txt"),
-            default=list(server_default), replaces=server_replaces, answers=str(rec / "server-completion.json")))
+            default=list(server_default), replaces=server_replaces, answers=str(rec / "server-completion.json"),
+            drafting=server_drafting))
     return folder
 
 

@@ -297,6 +297,32 @@ def test_an_ngram_setting_deploys_on_llama_speculative_simple_and_llama_server(t
     assert "--spec-type" not in completion_argv and not any(a.startswith("--spec-ngram") for a in server_argv + completion_argv)
 
 
+def test_a_mode_that_keeps_state_on_the_server_is_not_deployed_there_unmeasured(tmp_path: Path) -> None:
+    """ngram-cache measured on llama-speculative-simple (fresh each run): its llama-server would draft
+    from earlier requests (spectypes.KEEPS_STATE, measured on the pinned build), so the answer gives
+    the command-line deploy and says why there is no server one; measured on llama-server, the server
+    command stands with the same warning. A mode that keeps no state deploys on both."""
+    from llamaspec.measure import spectypes
+
+    assert {"ngram-cache", "ngram-mod"} <= spectypes.KEEPS_STATE and "ngram-simple" not in spectypes.KEEPS_STATE
+    built = build.prebuilt(fake_bin_dir(tmp_path / "bin", simple="speculative-simple-ngram-cache"))
+    case = ngram_case(tmp_path, spec_type="ngram-cache")
+    d = deploy.deployment(built, case, "llama.cpp")
+    assert d.speculative and [c.program for c in d.commands] == ["llama-speculative-simple"]
+    argv = list(d.commands[0].argv)
+    assert argv[argv.index("--spec-type") + 1] == "ngram-cache" and "-md" not in argv
+    (note,) = [n for n in d.notes if "keeps n-gram state between requests on llama-server" in n]
+    assert note.startswith("ngram-cache ") and "docs/engines.md" in note and "no llama-server command" in note
+    served = deploy.deployment(built, case, "llama-server")  # measured as served, fresh server per request
+    assert [c.program for c in served.commands] == ["llama-server", "llama-speculative-simple"]
+    assert any(n.startswith("ngram-cache keeps n-gram state") and "fresh server" in n for n in served.notes)
+    plain = deploy.deployment(built, ngram_case(tmp_path), "llama.cpp")  # ngram-simple: no state kept
+    assert [c.program for c in plain.commands] == ["llama-server", "llama-speculative-simple"]
+    assert not any("keeps n-gram state" in n for n in plain.notes)
+    alone = deploy.deployment(built, case, "llama.cpp", speculative=False)  # "no draft": the server as ever
+    assert [c.program for c in alone.commands][0] == "llama-server"
+
+
 # --- the speedup model -----------------------------------------------------------------------------------
 
 def test_an_ngram_point_is_not_fitted_and_says_so() -> None:

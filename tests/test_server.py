@@ -170,6 +170,29 @@ def test_top_tokens_from_a_recorded_n_probs_answer() -> None:
     assert server.top_tokens_at(answer, at, [0] * at) is None  # another path: its probabilities say nothing here
 
 
+def test_the_recorded_state_table_says_what_spectypes_and_docs_say() -> None:
+    """benchmarks/server_state.py's recording on the pinned build: the modes whose one-server counts
+    differ from the fresh ones are spectypes.KEEPS_STATE, the slot erase clears none of them, and
+    docs/engines.md's table shows the recorded counts."""
+    from llamaspec.llamacpp.server_state import Counts, StateProbe
+    from llamaspec.measure import spectypes
+
+    recorded = json.loads((REC / "server-state.json").read_text())
+    assert recorded["llama_cpp"] == "0c1e570"
+    probes = {mode: StateProbe(mode, *(tuple(Counts(**c) for c in row[part]) for part in ("fresh", "served", "erased")))
+              for mode, row in recorded["modes"].items()}
+    assert {m for m, p in probes.items() if p.keeps_state} == spectypes.KEEPS_STATE
+    assert all(p.keeps_state == recorded["modes"][m]["keeps_state"] for m, p in probes.items())
+    assert all(p.erase_clears is False for p in probes.values() if p.keeps_state)  # why a study restarts the server
+    assert not probes["ngram-simple"].changed() and probes["ngram-cache"].changed()[0][0] == "sum-hotel-reviews"
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "engines.md").read_text()
+    for mode, p in probes.items():
+        row = next(line for line in docs.splitlines() if line.startswith(f"| {mode} "))
+        for part in (p.fresh, p.served):
+            assert all(c.text() in row for c in part), (mode, row)
+        assert ("| yes |" in row) == p.keeps_state, row
+
+
 # --- the real server ---------------------------------------------------------------------------
 
 real = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -513,3 +536,75 @@ def test_the_workload_study_runs_on_the_server_too(server_build, pair, tmp_path:
         assert s.excluded or (s.speedup is not None and s.pairs == 2), s  # each on both prompts, or said why not
     report = {**result.as_dict(), "deploy": answer.to_dict() if answer else None}
     real_checks.answer(report)
+
+
+# --- state between requests ----------------------------------------------------------------------
+
+def builtin_prompts(*ids: str) -> list[tuple[str, str]]:
+    """(id, text) of the built-in workload's chat prompts ``ids``, in that order."""
+    from llamaspec.studies import adhoc
+    from llamaspec.studies import prompts as loader
+
+    found = {p.id: p.prompt for p in loader.load(str(adhoc.builtin_prompts())).prompts}
+    return [(i, found[i]) for i in ids]
+
+
+# A (longer) then B: ngram-cache keeps A's context cache for the shorter B; A again meets what
+# ngram-mod and the ngram-map modes kept of it (docs/engines.md has the counts).
+STATE_PROMPTS = ("rw-present-tense", "sum-hotel-reviews")
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_which_modes_keep_state_between_requests_is_what_spectypes_says(server_build, pair, tmp_path: Path) -> None:
+    """Each mode the pinned server offers, measured fresh and on one server (A, B, A): the modes
+    whose counts differ are spectypes.KEEPS_STATE; a new llama.cpp that changes it fails here."""
+    from llamaspec.llamacpp import server_state
+    from llamaspec.measure import spectypes
+
+    target, draft = pair
+    s = Settings(n_predict=64, threads=1, ctx_size=4096, seed=20)
+    modes = server_state.probed_types(server.ServerEngine(server_build).capabilities.spec_types)
+    assert {"draft", "ngram-simple", "ngram-mod", "ngram-cache"} <= set(modes)
+    probes = {mode: server_state.probe(server_build, ModelPath("t", str(target.path)), ModelPath("d", str(draft.path)),
+                                       mode, builtin_prompts(*STATE_PROMPTS), s, tmp_path / "servers")
+              for mode in modes}
+    measured = {mode for mode, p in probes.items() if p.keeps_state}
+    assert measured == spectypes.KEEPS_STATE, {m: p.to_dict() for m, p in probes.items()}
+    for p in probes.values():  # the drafting modes drafted on A at least: a probe that drafts nothing tells nothing
+        assert p.fresh[0].drafted > 0 and all(c.accepted <= c.drafted for c in (*p.fresh, *p.served)), p.to_dict()
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_a_stateful_mode_is_timed_cold_when_a_study_repeats_its_prompt(server_build, pair, tmp_path: Path) -> None:
+    """ngram-mod on a prompt the server has answered drafts it whole (every drafted token accepted);
+    a llama-server study that measures one prompt twice must time the cold drafting both times."""
+    import yaml
+
+    from llamaspec.studies import experiment, study
+
+    ((pid, text),) = builtin_prompts(STATE_PROMPTS[0])
+    body = {"name": "server-state", "description": "ngram-mod twice on one prompt", "engine": "llama-server",
+            "repeats": 2, "settings": {"n_predict": 64, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": 4096},
+            "cases": [{"name": pid, "category": "rewriting", "target": {"model": "smollm2-135m", "variant": "f32"},
+                       "draft": {"model": "smollm2-135m", "variant": "q4_1"},
+                       "prompt": text, "chat": True}]}
+    path = tmp_path / "server-state.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    exp = experiment.load(str(path))
+    engine = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
+    store = Store.open()
+    try:
+        result = study.run_study(exp, study.setups_for({}, ("ngram-mod",)), engine, store, fixed_grid=True)
+    finally:
+        engine.close()
+    from llamaspec.store.rows import measurements_of
+
+    spec = [m for r in store.runs() for m in measurements_of(store.measurements(r["id"])) if m.mode == "speculative"]
+    assert len(spec) >= 2 and result.pairs >= 1, (len(spec), result.pairs)
+    counts = {(m.n_drafted, m.n_accept) for m in spec}
+    assert len(counts) == 1, counts  # every timing drafted as the first did: cold
+    ((drafted, accepted),) = counts
+    assert drafted and accepted < drafted  # cold ngram-mod on this prompt: 40 drafted, 4 accepted at 0c1e570
+    assert all(m.stats["served_before"] == 0 for m in spec)

@@ -45,12 +45,15 @@ log = logging.getLogger("llamaspec")
                    "larger budget continues the same study).")
 @click.option("--fixed-grid", is_flag=True,
               help="Measure every setup on every prompt in --repeats blocks each instead of the adaptive study.")
+@click.option("--check-deploy", is_flag=True,
+              help="Start the answer's llama-server command and the target alone's, send a prompt a category as a "
+                   "client would, and set the server's speedup beside the study's.")
 @workload_options
 @common_options
 @cluster_option
 def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, modes: str | None,
           source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None, turns: str | None,
-          plot: bool, budget: str | None, fixed_grid: bool, whole_workload: bool, count_loops: bool,
+          plot: bool, budget: str | None, fixed_grid: bool, check_deploy: bool, whole_workload: bool, count_loops: bool,
           n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
@@ -159,7 +162,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
                                        over_prompts=not whole_workload, count_loops=count_loops)
     finally:
         engine.close()
-    echo_study(result, engine, exp, store, plot, as_json)
+    echo_study(result, engine, exp, store, plot, as_json, check_deploy=check_deploy, no_wait=no_wait)
 
 
 def over_prompt_set(exp: Any, axes: dict[str, Any], modes: str | None, source: str | None,
@@ -191,19 +194,58 @@ def load_workload(source: str | None, limit: int | None, seed: int | None, fmt: 
     return loader.load(loader.parse_source(source, None, limit=limit, seed=seed, format=fmt, turns=turns))
 
 
-def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool) -> None:
-    """A study's table, its one decision and the command that deploys it."""
+def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool, *,
+               check_deploy: bool = False, no_wait: bool = False) -> None:
+    """A study's table, its one decision and the command that deploys it (with ``check_deploy``,
+    checked on llama-server first: :func:`deploy_checked`)."""
     from llamaspec.studies import study as studies
 
     plots = studies.plot_study(store, result.as_dict()) if plot else []
     answer = studies.deployment(result, engine, exp, store)
+    checked_text, checked_dict = None, None
+    if check_deploy and answer is not None:
+        answer, checked_text, checked_dict = deploy_checked(result, answer, engine, exp, store, no_wait)
     if as_json:
         click.echo(json.dumps({**result.as_dict(), "plots": [str(p) for p in plots],
-                               "deploy": answer.to_dict() if answer else None}, indent=2, default=str))
+                               "deploy": answer.to_dict() if answer else None, "deploy_check": checked_dict},
+                              indent=2, default=str))
     else:
-        click.echo(result.render() + plots_text(plots) + (f"\n{answer.render()}" if answer else ""))
+        click.echo(result.render() + plots_text(plots) + (f"\n{answer.render()}" if answer else "")
+                   + (f"\n{checked_text}" if checked_text else ""))
     if result.decision.verdict == "nothing":
         raise LlamaspecError(*nothing_to_recommend(result.decision))
+
+
+def deploy_checked(result: Any, answer: Any, engine: Any, exp: Any, store: Any,
+                   no_wait: bool) -> tuple[Any, str | None, dict[str, Any] | None]:
+    """The answer after its deploy check (llamacpp.deploy_check), the check's line and its JSON:
+    the first prompt of each category, sent to the answer's llama-server and the target alone's."""
+    from llamaspec.base import paths
+    from llamaspec.cli.options import measuring
+    from llamaspec.studies import deploy
+
+    chosen = result.decision.chosen
+    run_id = result.run_of(chosen.key) if result.decision.verdict == "recommend" and chosen is not None else None
+    if run_id is None:
+        return answer, None, None
+    from llamaspec.measure.contract import ClientPrompt
+    from llamaspec.registry import engines
+
+    run = store.run(run_id)
+    case = deploy.case_of_run(exp, run)
+    firsts: dict[str, Any] = {}
+    for c in exp.cases:
+        firsts.setdefault(c.category or c.name, c)
+    prompts = [ClientPrompt(c.name, c.prompt if c.prompt is not None else Path(c.prompt_file).read_text(), c.chat,
+                            c.history) for c in firsts.values()]
+    s = case.settings.with_defaults()
+    with measuring(f"llamaspec sweep {exp.name}: deploy check", no_wait):
+        answer, checked = engines.check_deployment(
+            answer.engine, answer, deploy.for_run(engine, exp, run, speculative=False), prompts, chosen.measured,
+            s.n_predict or 64, paths.runs_dir() / "deploy-check", spec_type=s.spec_type, seed=s.seed)
+    if checked is None:
+        return answer, "deploy check: no llama-server command to check", None
+    return answer, checked.render(chosen.measured), checked.to_dict(chosen.measured)
 
 
 def plots_text(plots: Sequence[Path]) -> str:

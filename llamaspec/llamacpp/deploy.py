@@ -20,6 +20,24 @@ from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Command, Deployment, ResolvedCase
 
 SERVER_NOTE = "serves on 127.0.0.1:8080; add --host and --port to serve elsewhere"
+STATE_TABLE = "docs/engines.md, \"State between requests\""
+
+
+def keeps_state_note(spec_type: str, engine: str) -> str:
+    """What an answer says of a mode that keeps drafting state between requests on llama-server
+    (``spectypes.KEEPS_STATE``): measured on the command-line program (``engine`` llama.cpp), its
+    server deploy is not what was measured and is left out; measured on llama-server, each request
+    was timed on a fresh server, which a long-lived one is not."""
+    if engine == "llama.cpp":
+        return (f"{spec_type} keeps n-gram state between requests on llama-server: after its first request a "
+                "long-lived server drafts from earlier requests' text (at 0c1e570 a shorter request after a longer "
+                f"one drafts tokens it cannot use; the measured counts are in {STATE_TABLE}). This answer was "
+                "measured on llama-speculative-simple, fresh each run, so no llama-server command is printed: "
+                "deploy the llama-speculative-simple command above, or measure the mode as served "
+                "(`llamaspec sweep -m TARGET --modes " + spec_type + " --prompts FILE`: a prompt set runs on llama-server)")
+    return (f"{spec_type} keeps n-gram state between requests on llama-server: each figure was timed on a fresh server "
+            f"(docs: {STATE_TABLE}); a long-lived server drafts from earlier requests' text, so its traffic may "
+            "run faster or slower than this answer: `llamaspec watch URL` reads it as served")
 
 
 def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool = True) -> Deployment:
@@ -30,7 +48,11 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     alone = replace(case, draft=None, settings=replace(s, spec_type=None)) if not speculative else replace(case, settings=s)
     commands: list[Command] = []
     notes: list[str] = []
-    if "server" in build.programs:
+    # a stateful mode measured on a command-line program: the server would draft otherwise (keeps_state_note)
+    withheld = speculative and kind.keeps_state and engine == "llama.cpp"
+    if withheld:
+        notes.append(keeps_state_note(str(s.spec_type), engine))
+    elif "server" in build.programs:
         program = build.program("server")
         args = server_args(programhelp.program_flags(program), build.accel, alone,
                            "speculative" if speculative else "baseline", deploy=True)
@@ -69,6 +91,8 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
                                           f"this case's prompt and length, {'without a draft' if draft_free else 'with the draft'}"))
     else:
         notes.append(f"the build in {build.bin_dir} has no llama-speculative-simple")
+    if speculative and kind.keeps_state and not withheld:
+        notes.append(keeps_state_note(str(s.spec_type), engine))
     if speculative and engine == "llama.cpp" and s.program != "speculative-simple" and not draft_free:
         notes.append("measured with llama-speculative (exactly k drafted per round); llama-server and "
                      "llama-speculative-simple draft up to k: confirm with --program speculative-simple")

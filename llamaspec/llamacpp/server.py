@@ -57,6 +57,7 @@ from llamaspec.llamacpp.server_process import READY_TIMEOUT, RequestFailed, Serv
 from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
+    ClientPrompt,
     Deployment,
     EngineOptions,
     Measurement,
@@ -164,8 +165,10 @@ class ServerEngine:
 
     # servers
 
-    def server_for(self, case: ResolvedCase, mode: str) -> Server:
-        """The running server for this case and mode, started (outside any timing) if needed."""
+    def server_for(self, case: ResolvedCase, mode: str, *, unused: bool = False) -> Server:
+        """The running server for this case and mode, started (outside any timing) if needed;
+        ``unused``: one that has answered no ``/completion`` yet (a pooled one that has is stopped
+        and a fresh one started in its place)."""
         if mode not in ("baseline", "speculative"):
             raise LlamaspecError(f"no llama-server measures mode {mode!r}", hint="modes: baseline, speculative")
         args = server_args(self.caps, self.build.accel, case, mode)
@@ -175,6 +178,13 @@ class ServerEngine:
         with gate:  # one thread starts a server; concurrent clients wait for it
             with self._lock:
                 server = self._pool.get(key)
+            if server is not None and server.alive() and unused and server.completions:
+                log.debug("llama-server (%s) has served %d requests: a fresh one for the next", server.label,
+                          server.completions)
+                server.stop()
+                with self._lock:
+                    self._pool.pop(key, None)
+                server = None
             if server is not None and server.alive():
                 return server
             if server is not None:
@@ -225,12 +235,7 @@ class ServerEngine:
             hit = self._prompts.rendered.get(key)
         if hit is not None:
             return hit
-        try:
-            data = base.post("/apply-template", {"messages": chat.as_dicts(turns)}, timeout=60)
-        except RequestFailed as exc:
-            raise LlamaspecError(f"llama-server could not apply {case.target.label}'s chat template: {exc}",
-                                 hint="send the prompts raw (format: raw), or use a model with a chat template") from exc
-        rendered = str(data.get("prompt", ""))
+        rendered = apply_template(base, turns, case.target.label)
         with self._lock:
             self._prompts.rendered[key] = rendered
         return rendered
@@ -303,14 +308,19 @@ class ServerEngine:
         s = case.settings.with_defaults()
         if mode in costs.MODES and mode in self.capabilities.modes:
             return self._time_costs(case, mode, log_path)
+        serial = (s.parallel or 1) == 1
+        # A mode that keeps drafting state between requests is timed cold: on a server that has
+        # served nothing (erasing the slot does not clear that state at 0c1e570: docs/engines.md).
+        # Requests that overlap (concurrency levels) share one server: that is warm traffic.
+        cold = mode == "speculative" and serial and spectypes.keeps_state(s.spec_type)
         try:
-            server = self.server_for(case, mode)
+            server = self.server_for(case, mode, unused=cold)
             text = self.prompt_text(case)
         except ServerDied as exc:
             return Measurement(mode=mode, ok=False, error=f"llama-server {exc}", argv=(), exit_code=None,
                                wall_seconds=0.0, peak_rss_bytes=None, log_path=str(log_path), error_kind="server")
-        body = {"prompt": text, **flags.request_fields(s), "cache_prompt": False, "return_tokens": True, "stream": False}
-        serial = (s.parallel or 1) == 1
+        body = completion_request(text, s)
+        served_before = server.completions
         # the rounds that drafted, from /metrics: only one request at a time tells its own
         metrics_before = server.metrics_text() if serial and mode == "speculative" else None
         timeout = s.timeout or 1800.0
@@ -350,7 +360,8 @@ class ServerEngine:
             fields.update(by.fields())
             fields["stats"] = {**fields["stats"], "by_position": {"drafted": by.drafted, "accepted": by.accepted,
                                                                   "note": by.note}}
-        fields["stats"] = {**fields["stats"], "prompt_form": prompt_form(case)}
+        # what the server had served before this request: a stateful mode's drafts depend on it
+        fields["stats"] = {**fields["stats"], "prompt_form": prompt_form(case), "served_before": served_before}
         if isinstance(fields.get("n_prompt"), int):
             with self._lock:
                 self._prompt_tokens[_prompt_key(case)] = fields["n_prompt"]
@@ -364,6 +375,23 @@ class ServerEngine:
             counted = self._prompt_tokens.get(key)
         return costs.measure(self.build, self.caps.generation, case, mode, log_path,
                              costs.depth(counted, key[1], case.settings.with_defaults().n_predict), counted is not None)
+
+
+def completion_request(text: str, s: Settings) -> dict[str, Any]:
+    """The ``/completion`` body that measures ``text`` with settings ``s``: the per-request fields of
+    the flag table, no prompt cache (every request processes its prompt), token ids back, one answer."""
+    return {"prompt": text, **flags.request_fields(s), "cache_prompt": False, "return_tokens": True, "stream": False}
+
+
+def apply_template(server: Server, turns: Sequence[Message], model: str) -> str:
+    """The chat ``turns`` rendered by the server's own template (``/apply-template``, as
+    ``/v1/chat/completions`` renders them); ``model`` names the target in the error."""
+    try:
+        data = server.post("/apply-template", {"messages": chat.as_dicts(turns)}, timeout=60)
+    except RequestFailed as exc:
+        raise LlamaspecError(f"llama-server could not apply {model}'s chat template: {exc}",
+                             hint="send the prompts raw (format: raw), or use a model with a chat template") from exc
+    return str(data.get("prompt", ""))
 
 
 def prompt_form(case: ResolvedCase) -> str:
@@ -463,3 +491,11 @@ def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = T
 
     return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES), case, "llama-server",
                              speculative)
+
+
+def check_deployment(answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt], interval: Any,
+                     n_predict: int, logs: Path, *, spec_type: str | None, seed: int | None = None) -> tuple[Deployment, Any]:
+    """The deploy check of an answer's llama-server command (``llamacpp.deploy_check.check_answer``)."""
+    from llamaspec.llamacpp import deploy_check
+
+    return deploy_check.check_answer(answer, alone, prompts, interval, n_predict, logs, spec_type=spec_type, seed=seed)

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"  # loopback only: the server is never reachable from elsewhere
 READY_TIMEOUT = 600.0  # seconds for a server to load its models
 LOG_TAIL = 6
+# The endpoints that generate (llama-server's own and its OpenAI-style ones, tools/server at 0c1e570)
+GENERATING = frozenset({"/completion", "/completions", "/v1/completions", "/chat/completions", "/v1/chat/completions",
+                        "/infill", "/v1/messages"})
 
 _LIVE: weakref.WeakSet[Server] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
@@ -85,6 +88,9 @@ class Server:
         self.process: proc.Background | None = None
         self.started_seconds: float | None = None
         self.launched_at: float | None = None  # time.monotonic() at launch: with started_seconds, when it was loading
+        # generation requests sent to this process (GENERATING): a speculative mode that keeps state
+        # between requests (spectypes.KEEPS_STATE) drafts differently once it is above 0
+        self.completions = 0
 
     @property
     def argv(self) -> list[str]:
@@ -177,6 +183,8 @@ class Server:
         conn = self._connection(timeout)
         try:
             conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            if path.partition("?")[0] in GENERATING:
+                self.completions += 1
             resp = conn.getresponse()
             raw = resp.read().decode(errors="replace")
         except (ConnectionError, http.client.HTTPException) as exc:

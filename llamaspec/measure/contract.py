@@ -418,6 +418,17 @@ class Deployment:
 
 
 @dataclass(frozen=True)
+class ClientPrompt:
+    """One prompt as a client sends it to a deployed server: chat messages (earlier turns, then the
+    prompt), or raw text (a deploy check's sample of the workload)."""
+
+    id: str
+    text: str
+    chat: bool = True
+    history: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True)
 class EngineOptions:
     """How to open an engine: which build or binaries (llama.cpp), which device (all)."""
 

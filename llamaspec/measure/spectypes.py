@@ -13,6 +13,11 @@ engines can, or which setting bounds a round's draft asks here; a new type is on
   the engine's to declare: ``Capabilities.spec_types``, read by llama.cpp from each ``--help``).
 - ``length``: the setting that bounds one round's draft (the requested draft length); None where
   the mode sizes its drafts itself (ngram-cache).
+- ``keeps_state``: whether a long-lived llama-server drafts a request differently from a fresh one
+  because of the requests it served before (the mode keeps n-gram state between requests), as
+  measured on the pinned build by ``llamacpp.server_state.probe`` (tests/test_server.py checks
+  :data:`KEEPS_STATE` there; docs/engines.md has the table). The command-line programs start fresh
+  each run, so only the server differs.
 
 How an engine spells a type on its command line stays with that engine (llama.cpp:
 ``llamacpp.flags.SPEC_TYPE_FLAGS``, with each mode's size flags). A type a build lists that has no
@@ -45,6 +50,7 @@ class SpecType:
     programs: tuple[str, ...]
     engines: frozenset[str]
     length: str | None
+    keeps_state: bool = False
 
     @property
     def draft_free(self) -> bool:
@@ -55,22 +61,28 @@ class SpecType:
         return program in self.programs
 
 
-def _ngram(name: str, length: str | None = "ngram_size_m") -> SpecType:
-    return SpecType(name, needs_draft=False, programs=("speculative-simple",), engines=LLAMA_CPP_ENGINES, length=length)
+def _ngram(name: str, length: str | None = "ngram_size_m", keeps_state: bool = False) -> SpecType:
+    return SpecType(name, needs_draft=False, programs=("speculative-simple",), engines=LLAMA_CPP_ENGINES, length=length,
+                    keeps_state=keeps_state)
 
 
 SPEC_TYPES: dict[str, SpecType] = {t.name: t for t in (
     SpecType("draft", needs_draft=True, programs=("speculative", "speculative-simple"),
              engines=LLAMA_CPP_ENGINES | {"transformers"}, length="draft_max"),
     _ngram("ngram-simple"),
-    _ngram("ngram-map-k"),
-    _ngram("ngram-map-k4v"),
-    _ngram("ngram-mod"),
-    _ngram("ngram-cache", length=None),  # its drafts' size is its own (8 at 0c1e570), no flag sets it
+    # a repeated prompt drafts from the map its first request left (24 drafted, 24 accepted, fresh 65/24)
+    _ngram("ngram-map-k", keeps_state=True),
+    _ngram("ngram-map-k4v", keeps_state=True),
+    _ngram("ngram-mod", keeps_state=True),  # its n-gram pool keeps earlier requests' text (reset when a quarter full)
+    # its drafts' size is its own (8 at 0c1e570), no flag sets it; its context cache keeps the
+    # longest request so far, so a shorter one drafts from the last one's n-grams
+    _ngram("ngram-cache", length=None, keeps_state=True),
     # transformers' prompt lookup: prompt_lookup_num_tokens is the draft length
     SpecType("prompt-lookup", needs_draft=False, programs=(), engines=frozenset({"transformers"}), length="draft_max"),
 )}
 DEFAULT = "draft"
+# The types whose llama-server drafts a request differently after serving others (measured at 0c1e570).
+KEEPS_STATE = frozenset(t.name for t in SPEC_TYPES.values() if t.keeps_state)
 
 
 def of(name: str | None) -> SpecType:
@@ -79,12 +91,20 @@ def of(name: str | None) -> SpecType:
     known = SPEC_TYPES.get(name)
     if known is not None:
         return known
-    return SpecType(name, needs_draft=name.startswith("draft"), programs=(), engines=frozenset({"llama-server"}),
-                    length="draft_max" if name.startswith("draft") else None)
+    draft = name.startswith("draft")
+    # an n-gram mode nobody measured here is taken to keep state: a fresh server per timed request
+    # costs only time, a warm one would time a different drafting
+    return SpecType(name, needs_draft=draft, programs=(), engines=frozenset({"llama-server"}),
+                    length="draft_max" if draft else None, keeps_state=not draft)
 
 
 def needs_draft(name: str | None) -> bool:
     return of(name).needs_draft
+
+
+def keeps_state(name: str | None) -> bool:
+    """Whether llama-server keeps this type's drafting state between requests (the row's ``keeps_state``)."""
+    return of(name).keeps_state
 
 
 def default_program(name: str | None, fallback: str) -> str:

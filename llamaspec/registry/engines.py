@@ -21,11 +21,14 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+from collections.abc import Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.measure.contract import Deployment, Engine, EngineOptions, ResolvedCase
+from llamaspec.base.stats import Spread
+from llamaspec.measure.contract import ClientPrompt, Deployment, Engine, EngineOptions, ResolvedCase
 from llamaspec.measure.settings import program_binary
 from llamaspec.theory.profiles import RoundProfile
 
@@ -125,6 +128,21 @@ def deployment(name: str, case: ResolvedCase, options: EngineOptions | None = No
     speculative)``. With an engine already open, ``backend.deployment(case)`` is the same."""
     made: Deployment = _module(name).deployment(case, options or EngineOptions(), speculative)
     return made
+
+
+def check_deployment(name: str, answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt],
+                     interval: Spread, n_predict: int, logs: Path, *, spec_type: str | None,
+                     seed: int | None = None) -> tuple[Deployment, Any]:
+    """The answer after engine ``name``'s deploy check (its module's optional ``check_deployment``,
+    same arguments; llama.cpp's: ``llamacpp.deploy_check.check_answer``): the answer, possibly with
+    a command taken out and said why, and the check (``render(interval)``, ``to_dict(interval)``),
+    None where the engine has no check or nothing to check."""
+    module = _module(name)
+    if not hasattr(module, "check_deployment"):
+        return answer, None
+    checked: tuple[Deployment, Any] = module.check_deployment(answer, alone, prompts, interval, n_predict, logs,
+                                                              spec_type=spec_type, seed=seed)
+    return checked
 
 
 def honoured(name: str) -> frozenset[str]:

@@ -1,0 +1,126 @@
+"""The deploy check (llamacpp.deploy_check): the answer's llama-server command started as printed,
+asked as a client asks, against the target alone's; on recorded server answers (a fake llama-server
+replaying server-completion.json), on a server that cannot start, and on the real pinned server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import fake_bin_dir
+
+from llamaspec.base.stats import Spread
+from llamaspec.llamacpp import build, deploy, deploy_check
+from llamaspec.measure.contract import ClientPrompt, ModelPath, ResolvedCase
+from llamaspec.measure.settings import Settings
+
+# the study's answer the check is set beside: 1.20x [1.10-1.30]
+STUDY = Spread(1.2, 1.1, 1.3, 12, 1.0, 1.4, 0.1)
+
+
+def ngram_case(tmp_path: Path, spec_type: str = "ngram-mod", chat: bool = False) -> ResolvedCase:
+    s = Settings(n_predict=16, threads=1, ctx_size=512, seed=20, spec_type=spec_type).with_defaults()
+    return ResolvedCase("e", "c", ModelPath("t", str(tmp_path / "t.gguf")), None, "x", None, s, chat=chat)
+
+
+def answers(built: build.Build, case: ResolvedCase) -> tuple[Any, Any]:
+    return deploy.deployment(built, case, "llama-server"), deploy.deployment(built, case, "llama-server", speculative=False)
+
+
+def test_a_server_without_draft_counters_is_compared_on_speed_and_says_it_cannot_tell_acceptance(tmp_path: Path) -> None:
+    """The speculative server answers with the recorded answer of a request that drafted nothing (no
+    draft_n in its timings): the check still compares the two servers' decode speeds (recorded:
+    15 tokens in 2931.973 ms against 15 in 2575.432 ms), says it cannot tell acceptance, and the
+    server command, below the study's interval, is taken out of the answer."""
+    built = build.prebuilt(fake_bin_dir(tmp_path / "bin", server_default=(), server_drafting="ngram-nothing"))
+    answer, alone = answers(built, ngram_case(tmp_path))
+    assert [c.program for c in answer.commands] == ["llama-server"]
+    prompts = [ClientPrompt("p1", "x", chat=False), ClientPrompt("p2", "y", chat=False)]
+    checked_answer, checked = deploy_check.check_answer(answer, alone, prompts, STUDY, 16, tmp_path / "logs",
+                                                        spec_type="ngram-mod", seed=20)
+    assert checked is not None and checked.error is None and len(checked.prompts) == 2
+    assert checked.speedup == pytest.approx((15 / 2.931973) / (15 / 2.575432))
+    assert checked.acceptance is None and not checked.counted
+    line = checked.render(STUDY)
+    assert "acceptance unknown" in line and "0.88x" in line and "below its interval" in line
+    assert checked.verdict(STUDY) == "below" and checked_answer.commands == ()
+    assert any("deploy check ran llama-server at 0.88x" in n for n in checked_answer.notes)
+    within = Spread(0.9, 0.8, 1.0, 12, 0.7, 1.1, 0.1)  # an answer the check agrees with keeps its command
+    kept, again = deploy_check.check_answer(answer, alone, prompts[:1], within, 16, tmp_path / "logs", spec_type="ngram-mod")
+    assert kept == answer and again is not None and again.verdict(within) == "within"
+
+
+def test_a_server_that_fails_to_start_leaves_the_answer_unchecked(tmp_path: Path) -> None:
+    built = build.prebuilt(fake_bin_dir(tmp_path / "bin"))  # its llama-server answers --help only, then exits
+    answer, alone = answers(built, ngram_case(tmp_path))
+    kept, checked = deploy_check.check_answer(answer, alone, [ClientPrompt("p", "x", chat=False)], STUDY,
+                                              16, tmp_path / "logs", spec_type="ngram-mod")
+    assert kept == answer and checked is not None and checked.speedup is None
+    assert checked.error and "\n" not in checked.error and "failed to start" in checked.error
+    assert checked.render(STUDY).startswith("deploy check: unchecked (") and "stands as measured" in checked.render(STUDY)
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_the_real_check_drafts_each_prompt_cold_for_a_mode_that_keeps_state(request: pytest.FixtureRequest,
+                                                                            tmp_path: Path) -> None:
+    """ngram-mod on the pinned server, one prompt sent twice as a client (/v1/chat/completions):
+    each time on a fresh server, so both draft as a fresh server does (40 drafted, 4 accepted at
+    0c1e570, as the state probe's fresh request through /apply-template and /completion)."""
+    from llamaspec import models
+    from llamaspec.llamacpp import modeltools
+    from llamaspec.studies import adhoc
+    from llamaspec.studies import prompts as loader
+
+    bin_dir = os.environ.get("LLAMASPEC_TEST_BIN_DIR")
+    built = build.prebuilt(Path(bin_dir)) if bin_dir else request.getfixturevalue("llama_build")
+    target = models.resolve("smollm2-135m", "f32", tools=modeltools.tools(built))
+    text = next(p.prompt for p in loader.load(str(adhoc.builtin_prompts())).prompts if p.id == "rw-present-tense")
+    s = Settings(n_predict=64, threads=1, ctx_size=4096, seed=20, spec_type="ngram-mod").with_defaults()
+    case = ResolvedCase("e", "c", ModelPath("t", str(target.path)), None, text, None, s, chat=True)
+    answer, alone = answers(built, case)
+    prompts = [ClientPrompt("first", text), ClientPrompt("again", text)]
+    _kept, checked = deploy_check.check_answer(answer, alone, prompts, STUDY, 64, tmp_path / "logs",
+                                               spec_type="ngram-mod", seed=20)
+    assert checked is not None and checked.error is None, checked
+    first, again = checked.prompts
+    assert (first.drafted, first.accepted) == (again.drafted, again.accepted) == (40, 4), checked
+    assert checked.acceptance == pytest.approx(4 / 40) and checked.speedup is not None
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_sweep_check_deploy_sets_the_servers_figure_beside_the_answer(request: pytest.FixtureRequest,
+                                                                      tmp_path: Path) -> None:
+    """``sweep --check-deploy --json``: a recommendation carries its deploy check (the server's
+    speedup and acceptance, its verdict against the answer's interval) and keeps its llama-server
+    command only where the check is not below that interval; other kinds of answer have none."""
+
+    import real_checks
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    bin_dir = os.environ.get("LLAMASPEC_TEST_BIN_DIR")
+    built = build.prebuilt(Path(bin_dir)) if bin_dir else request.getfixturevalue("llama_build")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("name: deploy-check\nrepeats: 2\nsettings: {n_predict: 32, threads: 1, ctx_size: 1024, seed: 20}\n"
+                   "cases:\n  - name: python\n    target: {model: smollm2-135m, variant: f32}\n"
+                   "    draft: {model: smollm2-135m, variant: q4_1}\n"
+                   "    prompt: \"# Quick-sort implementation in Python and sample usage:\"\n")
+    result = CliRunner().invoke(main, ["sweep", str(exp), "--draft", "4", "--modes", "none", "--fixed-grid", "--no-plot",
+                                       "--json", "--check-deploy", "--bin-dir", str(built.bin_dir)])
+    (report,) = real_checks.sweep_answers(result.stdout)
+    kind = report["decision"]["verdict"]
+    checked = report["deploy_check"]
+    if kind != "recommend":
+        assert checked is None, checked
+        return
+    assert checked["error"] is None and checked["speedup"] > 0 and [p["prompt"] for p in checked["prompts"]] == ["python"]
+    assert checked["acceptance"] is not None and 0 <= checked["acceptance"] <= 1  # the draft drafts on this prompt
+    interval = report["decision"]["interval"]
+    assert checked["study"]["low"] == interval["low"] and checked["study"]["high"] == interval["high"]
+    programs = [c["program"] for c in report["deploy"]["commands"]]
+    assert ("llama-server" in programs) == (checked["verdict"] != "below"), (checked, programs)
