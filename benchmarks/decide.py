@@ -257,9 +257,9 @@ def holdout_main(argv: list[str]) -> int:
           f"losses {percent_text(GOAL_LOSS_SHARE)} or fewer (shifted too), realized {percent_text(GOAL_REALIZED)} or more")
     print(f"({a.replays} replays a size in {time.monotonic() - started:.0f} s)", file=sys.stderr)
     if a.write is not None:
-        import subprocess
+        from llamaspec.studies.run import own_commit
 
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = own_commit()
         a.write.write_text(json.dumps({"command": "python benchmarks/decide.py --holdout " + " ".join(argv),
                                        "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit,
                                        "machine": _machine(),
@@ -384,9 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in goals:
         print(f"  {line}")
     if a.write is not None:
-        import subprocess
+        from llamaspec.studies.run import own_commit
 
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = own_commit()
         a.write.write_text(json.dumps({"command": "python benchmarks/decide.py " + " ".join(argv), "pooled": False,
                                        "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit,
                                        "replays": a.replays, "rows": kept, "goals": goals}, indent=1) + "\n")

@@ -42,6 +42,7 @@ from typing import Any
 
 from llamaspec.base import host
 from llamaspec.measure import estimators
+from llamaspec.studies.run import own_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 PAIR = ROOT / "models" / "smollm2-135m"
@@ -200,10 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(f["agree"] for c in report["conditions"].values() for f in c["setups"].values())
     print(f"the two designs agree within their intervals: {'yes' if ok else 'NO'}")
     if a.write is not None:
-        import subprocess
-
-        report["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                          cwd=ROOT).stdout.strip()
+        report["commit"] = own_commit()
         a.write.write_text(json.dumps(report, indent=1) + "\n")
     return 0 if ok else 1
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -130,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     agree = measured == expected
     print(f"spectypes.KEEPS_STATE {sorted(expected)}: {'as measured' if agree else f'measured {sorted(measured)}'}")
     if a.write is not None:
-        report["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                          cwd=ROOT).stdout.strip()
+        from llamaspec.studies.run import own_commit
+
+        report["commit"] = own_commit()
         a.write.write_text(json.dumps(report, indent=1) + "\n")
     return 0 if agree else 1
 

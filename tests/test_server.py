@@ -500,6 +500,22 @@ def test_run_on_the_server_prints_acceptance_by_position(server_build, pair, tmp
         assert sum(drafted) == spec["n_drafted"] and sum(accepted) == spec["n_accept"]
 
 
+def _server_study(tmp_path: Path, name: str, cases: list[dict], *, repeats: int, n_predict: int, ctx_size: int) -> Any:
+    """An experiment of the offline pair (F32 target, Q4_1 draft) on llama-server over ``cases``
+    (name, category, prompt, chat), written as a user writes one and loaded."""
+    import yaml
+
+    from llamaspec.studies import experiment
+
+    pair = {"target": {"model": "smollm2-135m", "variant": "f32"}, "draft": {"model": "smollm2-135m", "variant": "q4_1"}}
+    body = {"name": name, "description": "the offline pair on llama-server", "engine": "llama-server", "repeats": repeats,
+            "settings": {"n_predict": n_predict, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": ctx_size},
+            "cases": [{**c, **pair} for c in cases]}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return experiment.load(str(path))
+
+
 @pytest.mark.llamacpp
 @pytest.mark.slow
 def test_the_workload_study_runs_on_the_server_too(server_build, pair, tmp_path: Path) -> None:
@@ -507,20 +523,14 @@ def test_the_workload_study_runs_on_the_server_too(server_build, pair, tmp_path:
     mode, every setup on every prompt; one decision over the workload, of one of its kinds with
     that kind's parts (which kind this machine's timings lead to is not asserted)."""
     import real_checks
-    import yaml
 
-    from llamaspec.studies import experiment, study
+    from llamaspec.studies import study
 
-    body = {"name": "server-study", "description": "the offline pair on llama-server", "engine": "llama-server",
-            "repeats": 1, "settings": {"n_predict": 24, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": 1024},
-            "cases": [{"name": name, "category": name, "target": {"model": "smollm2-135m", "variant": "f32"},
-                       "draft": {"model": "smollm2-135m", "variant": "q4_1"}, "prompt": text}
-                      for name, text in (("code", "# Quick-sort implementation in Python and sample usage:"),
-                                         ("summary", "Summarize: the council voted to turn the rail yard into a park. "
-                                                     "Summary: the council voted to turn"))]}
-    path = tmp_path / "server-study.yaml"
-    path.write_text(yaml.safe_dump(body, sort_keys=False))
-    exp = experiment.load(str(path))
+    exp = _server_study(tmp_path, "server-study", [
+        {"name": "code", "category": "code", "prompt": "# Quick-sort implementation in Python and sample usage:"},
+        {"name": "summary", "category": "summary",
+         "prompt": "Summarize: the council voted to turn the rail yard into a park. Summary: the council voted to turn"}],
+        repeats=1, n_predict=24, ctx_size=1024)
     engine = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
     store = Store.open()
     try:
@@ -580,19 +590,11 @@ def test_which_modes_keep_state_between_requests_is_what_spectypes_says(server_b
 def test_a_stateful_mode_is_timed_cold_when_a_study_repeats_its_prompt(server_build, pair, tmp_path: Path) -> None:
     """ngram-mod on a prompt the server has answered drafts it whole (every drafted token accepted);
     a llama-server study that measures one prompt twice must time the cold drafting both times."""
-    import yaml
-
-    from llamaspec.studies import experiment, study
+    from llamaspec.studies import study
 
     ((pid, text),) = builtin_prompts(STATE_PROMPTS[0])
-    body = {"name": "server-state", "description": "ngram-mod twice on one prompt", "engine": "llama-server",
-            "repeats": 2, "settings": {"n_predict": 64, "seed": 20, "temperature": 0, "threads": 1, "ctx_size": 4096},
-            "cases": [{"name": pid, "category": "rewriting", "target": {"model": "smollm2-135m", "variant": "f32"},
-                       "draft": {"model": "smollm2-135m", "variant": "q4_1"},
-                       "prompt": text, "chat": True}]}
-    path = tmp_path / "server-state.yaml"
-    path.write_text(yaml.safe_dump(body, sort_keys=False))
-    exp = experiment.load(str(path))
+    exp = _server_study(tmp_path, "server-state", [{"name": pid, "category": "rewriting", "prompt": text, "chat": True}],
+                        repeats=2, n_predict=64, ctx_size=4096)
     engine = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
     store = Store.open()
     try:

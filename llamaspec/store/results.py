@@ -281,6 +281,12 @@ class Store:
             f"SELECT * FROM measurements WHERE block IN ({', '.join('?' * len(blocks))}) AND mode = ? AND ok = 1 ORDER BY id",
             (*blocks, mode))]
 
+    def blocks_begun(self, prefix: str) -> int:
+        """How many blocks whose name starts with ``prefix`` have a measurement, finished or not."""
+        rows = self._query("SELECT COUNT(DISTINCT block) AS n FROM measurements WHERE substr(block, 1, ?) = ?",
+                           (len(prefix), prefix))
+        return int(rows[0]["n"]) if rows else 0
+
     def finished_point(self, group_id: str, point_key: str) -> dict[str, Any] | None:
         rows = self._query("SELECT * FROM runs WHERE group_id = ? AND point_key = ? AND status IN ('ok', 'differs') ORDER BY id DESC LIMIT 1",
                            (group_id, point_key))

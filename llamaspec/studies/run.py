@@ -122,10 +122,11 @@ def provenance(backend: Engine, case: ResolvedCase, hardware: dict[str, Any], ex
 
 def own_provenance() -> dict[str, Any]:
     """llamaspec itself as a result's provenance names it: version, commit of its clone, argv, Python."""
-    return {"version": __version__, "git": _own_commit(), "argv": sys.argv, "python": sys.version.split()[0]}
+    return {"version": __version__, "git": own_commit(), "argv": sys.argv, "python": sys.version.split()[0]}
 
 
-def _own_commit() -> str | None:
+def own_commit() -> str | None:
+    """The commit of llamaspec's own clone (12 hex digits); None for an installed llamaspec."""
     clone = paths.checkout()  # llamaspec's own clone; an installed llamaspec has its version only
     if clone is None:
         return None

@@ -275,11 +275,8 @@ class StudyState:
     def new_block(self, case: Case) -> str:
         """A name for the next block on ``case``'s prompt, unused by any block begun there before (an
         interrupted block's runs are never pooled with a later one's)."""
-        from llamaspec.store.rows import BASELINES_KIND
-
-        begun = {m["block"] for r in self.store.runs(group_id=self.group(case), kind=BASELINES_KIND)
-                 for m in self.store.measurements(r["id"]) if m.get("block")}
-        return f"{self.sid}/{case.name}/{len(begun)}"
+        prefix = f"{self.sid}/{case.name}/"
+        return f"{prefix}{self.store.blocks_begun(prefix)}"
 
     def measure_block(self, case: Case, setups: Sequence[Setup]) -> None:
         """One block on ``case``'s prompt: the target alone, one speculative run of each of ``setups``
