@@ -1,6 +1,6 @@
 """Throughput against concurrency (``llamaspec concurrency``) on an in-process server whose speed
 depends on its slots, on a virtual clock; and what became of the prompt-set runs' other routes
-(``prompts run``, ``run --prompts``, ``--seed``): one-line pointers to the workload study."""
+(``prompts run``, ``run --prompts``): one-line pointers to the workload study."""
 
 from __future__ import annotations
 
@@ -283,8 +283,8 @@ def test_the_concurrency_command_measures_each_case_at_each_level_with_its_setti
     prompts = tmp_path / "set.jsonl"
     prompts.write_text("\n".join(json.dumps(p) for p in [{"id": "c1", "category": "code", "prompt": "code one"},
                                                        {"id": "p1", "category": "prose", "prompt": "prose one"}]))
-    done = _cli(["concurrency", "smollm2-server-mini", "-P", str(prompts), "--levels", "2", "--json", "-r", "1",
-                 "-n", "8", "-t", "1", "--ngram-n", "2", "--flash-attn", "off"])
+    done = _cli(["concurrency", "smollm2-server-mini", "-P", str(prompts), "--levels", "2", "--json", "--batch-pairs", "1",
+                 "-n", "8", "-t", "1", "--ngram-size-n", "2", "--flash-attn", "off"])
     assert done.exit_code == 0, done.output
     rows = json.loads(done.stdout)  # JSON alone on stdout: the plot's path goes to stderr
     assert [(r["case"], r["parallel"], r["pairs"]) for r in rows] == [("draft-k8", 2, 1), ("ngram-simple", 2, 1)]
@@ -292,7 +292,7 @@ def test_the_concurrency_command_measures_each_case_at_each_level_with_its_setti
     assert served == [(2, "baseline")] * 2 + [(2, "speculative")] * 2 + [(2, "baseline")] * 2 + [(2, "speculative")] * 2
     assert (tmp_path / "data" / "plots" / "concurrency" / "smollm2-server-mini-concurrency.png").is_file()
     assert {(s.threads, s.n_predict, s.ngram_size_n, s.flash_attn) for s in fake_server["settings"]} == {(1, 8, 2, "off")}
-    bad = _cli(["concurrency", "smollm2-server-mini", "-P", str(prompts), "--ngram-n", "0"])
+    bad = _cli(["concurrency", "smollm2-server-mini", "-P", str(prompts), "--ngram-size-n", "0"])
     assert bad.exit_code == 1 and "--ngram-size-n 0: must be at least 1" in bad.output and "Hint:" in bad.output
     assert len(fake_server["backends"]) == 1  # the bad value refused before a server was opened
     levels_bad = _cli(["concurrency", "smollm2-server-mini", "--levels", "0,2"])
@@ -319,12 +319,12 @@ def test_concurrency_takes_every_setting_llama_server_honours_under_runs_names()
     assert {"draft_max", "draft_min", "draft_p_min", "flash_attn", "ngram_size_n", "ngram_size_m", "parallel"} <= set(honoured)
     for setting in honoured:
         if setting != "parallel":  # the levels set it
-            assert set(theirs[setting].opts) <= set(ours[setting].opts), setting  # run's names (and hidden aliases)
+            assert theirs[setting].opts == ours[setting].opts, setting  # run's names
     assert "parallel" not in ours
     for setting in set(SWEEPABLE) - server.HONOURED:  # program, transformers' settings: refused by the server
         assert setting not in ours and setting in theirs, setting
     shown = _cli(["concurrency", "-h"]).output
-    assert "--ngram-size-n" in shown and "--flash-attn" in shown and "--ngram-n " not in shown
+    assert "--ngram-size-n" in shown and "--flash-attn" in shown
 
 
 def test_a_new_server_setting_reaches_concurrency_from_its_flag_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -343,8 +343,6 @@ def test_a_new_server_setting_reaches_concurrency_from_its_flag_table_row(monkey
     (["prompts", "run", "smollm2-server-mini", "--limit", "2"], "Error: `llamaspec prompts run` is now `llamaspec sweep NAME`"),
     (["run", "smollm2-server-mini", "--prompts", "llamaspec-mini"], "Error: `llamaspec run --prompts` is now `llamaspec sweep --prompts`"),
     (["run", "smollm2-server-mini"], "Error: smollm2-server-mini is measured over a prompt set: that is a workload study"),
-    (["sweep", "-m", "t.gguf", "--prompts", "llamaspec-mini", "--seed", "3"], "Error: --seed is now --sample-seed"),
-    (["prompts", "list", "llamaspec-mini", "--seed", "3"], "Error: --seed is now --sample-seed"),
 ])
 def test_the_prompt_set_runs_other_routes_are_one_line_pointers(args: list[str], first: str) -> None:
     done = _cli(args)

@@ -158,7 +158,7 @@ def test_run_case_stores_each_measurements_noise_and_the_summary_combines_them(t
     assert [m.noise for m in again] == [m.noise for m in result.measurements]
     stored = type(result.summary).from_dict(store.run(result.run_id)["summary"])
     assert stored.noise == host.NoiseSample.combine([m.noise for m in result.measurements])
-    assert "cpu_steal" in store.export("csv").splitlines()[0]
+    assert "cpu_steal" in store.export().splitlines()[0]
 
 
 def test_a_small_share_is_not_shown_as_zero():

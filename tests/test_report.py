@@ -5,6 +5,7 @@ that mixed one engine's figures with another's, or lost the wall times, would sh
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,32 @@ def test_engines_side_by_side(tmp_path: Path) -> None:
 
     cli = CliRunner().invoke(main, ["report", "cpp-exp", "hf-exp", "--compare", "engine", "--no-plot"])
     assert cli.exit_code == 0 and cli.output == md
-    older = CliRunner().invoke(main, ["report", "cpp-exp", "hf-exp", "--compare", "backend", "--no-plot"])  # its older name
-    assert older.exit_code == 0 and older.output == md
-    missing = CliRunner().invoke(main, ["report", "cpp-exp", "nothing", "--compare", "backend"])
+    missing = CliRunner().invoke(main, ["report", "cpp-exp", "nothing", "--compare", "engine"])
     assert missing.exit_code == 1 and "Error: no runs of 'nothing'" in missing.output
+
+
+def test_report_json_is_the_data_of_the_runs_the_markdown_shows() -> None:
+    store = Store.open()
+    cpp = FakeEngine(name="llama.cpp", base_tps=100.0, alpha=0.8, drift=0.0, built_from="llama.cpp")
+    hf = FakeEngine(name="transformers", base_tps=30.0, alpha=0.5, drift=0.0)
+    a = run_case(case("cpp-exp"), cpp, store, repeats=2, hardware=HW)
+    b = run_case(case("hf-exp", spec_type="ngram-simple", draft=None), hf, store, repeats=2, hardware=HW)
+    swept = run_case(case("cpp-exp", draft_max=6), cpp, store, repeats=2, hardware=HW, kind="sweep",
+                     group=Group("sweep", "s1"))
+    assert a.summary.speedup and swept.summary.speedup and swept.summary.speedup.median > a.summary.speedup.median
+    done = CliRunner().invoke(main, ["report", "cpp-exp", "hf-exp", "--compare", "engine", "--json", "--no-plot"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)  # the data alone on stdout
+    cpp_data, hf_data = data["experiments"]
+    assert (cpp_data["name"], hf_data["name"], data["compare_by"]) == ("cpp-exp", "hf-exp", "engine")
+    assert cpp_data["runs"] == {"stored": 2, "ok": 2, "differs": 0, "failed": 0, "interrupted": 0}
+    assert [r["id"] for r in cpp_data["plain_runs"]] == [a.run_id] and cpp_data["answer"] is None
+    assert cpp_data["plain_runs"][0]["summary"]["speedup"]["median"] == a.summary.speedup.median
+    assert [r["settings"]["spec_type"] for r in hf_data["plain_runs"]] == ["ngram-simple"]
+    assert [p["run_id"] for g in cpp_data["sweeps"][0]["groups"] for p in g["points"]] == [swept.run_id]
+    # each engine's newest plain run stands for it, not the luckier sweep point (as in the Markdown)
+    assert sorted(g["chosen"] for g in data["groups"].values()) == [a.run_id, b.run_id]
+    assert sorted(i for g in data["groups"].values() for i in g["runs"]) == [a.run_id, b.run_id, swept.run_id]
 
 
 def test_other_groupings_still_work_over_several_experiments() -> None:

@@ -52,12 +52,10 @@ def test_round_trip_and_exports(tmp_path: Path) -> None:
     assert [m["mode"] for m in ms] == ["baseline", "speculative"]
     assert ms[1]["argv"] == ["llama-speculative", "-m", "x"] and ms[1]["ok"] is True
     assert [m["mode"] for m in store.shared("k1")] == ["baseline"]
-    exported = json.loads(store.export("json"))
+    exported = json.loads(store.export(as_json=True))
     assert exported[0]["measurements"][1]["n_accept"] == 40
-    table = list(csv.DictReader(io.StringIO(store.export("csv"))))
+    table = list(csv.DictReader(io.StringIO(store.export())))
     assert len(table) == 2 and table[1]["decode_tps"] == "30.0" and table[1]["experiment"] == "e"
-    with pytest.raises(LlamaspecError, match="unknown export format"):
-        store.export("xml")
 
 
 def test_failed_runs_are_stored_with_their_error(tmp_path: Path) -> None:
@@ -138,8 +136,8 @@ def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
     assert (spec["speed_basis"], spec["rounds"], spec["drafted_rounds"], spec["draft_len"], spec["draft_policy"]) == (
         "server timings", 3, 2, 4, "capped")
     assert base["tokens"] is None and base["end_of_text"] is False and base["rounds"] is None
-    assert json.loads(store.export("json"))[0]["measurements"][0]["tokens"] == [5, 6, 7, 8, 9]
-    table = list(csv.DictReader(io.StringIO(store.export("csv"))))
+    assert json.loads(store.export(as_json=True))[0]["measurements"][0]["tokens"] == [5, 6, 7, 8, 9]
+    table = list(csv.DictReader(io.StringIO(store.export())))
     assert "tokens" not in table[0] and "text" not in table[0]
     assert table[0]["rounds"] == "3" and table[0]["draft_policy"] == "capped" and table[0]["prompt_id"] == "q7"
 
@@ -541,3 +539,27 @@ def test_acceptance_becomes_a_fraction_in_an_old_store(tmp_path: Path) -> None:
     store.close()
     again = Store.open(path)
     assert again.measurements(sweep)[0]["acceptance"] == pytest.approx(0.61514)
+
+
+def test_the_export_tells_the_n_gram_modes_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from llamaspec.cli import main
+
+    monkeypatch.setenv("LLAMASPEC_DATA", str(tmp_path))
+    store = Store.open()
+    for spec_type, draft_max in (("ngram-simple", None), ("ngram-mod", None), ("draft", 8)):
+        run_id = store.start_run(experiment="e", case_name=spec_type, provenance=PROVENANCE,
+                                 settings={"draft_max": draft_max, "spec_type": spec_type})
+        store.add_measurement(row(run_id, "speculative"))
+        store.finish_run(run_id, "ok", {})
+    csv_out = CliRunner().invoke(main, ["results", "export"])
+    assert csv_out.exit_code == 0, csv_out.output
+    table = list(csv.DictReader(io.StringIO(csv_out.stdout)))
+    assert [(r["case_name"], r["spec_type"], r["draft_max"]) for r in table] == [
+        ("ngram-simple", "ngram-simple", ""), ("ngram-mod", "ngram-mod", ""), ("draft", "draft", "8")]
+    json_out = CliRunner().invoke(main, ["results", "export", "--json", "-e", "e"])
+    assert [(r["case_name"], r["spec_type"]) for r in json.loads(json_out.stdout)] == [
+        ("ngram-simple", "ngram-simple"), ("ngram-mod", "ngram-mod"), ("draft", "draft")]
+    listed = CliRunner().invoke(main, ["results", "list", "--last", "2"])
+    assert listed.exit_code == 0 and [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["3", "2"]

@@ -189,7 +189,7 @@ def test_cli_missing_prompt_file(tmp_path: Path) -> None:
 def test_results_export_json(tmp_path: Path) -> None:
     store = Store.open()
     run_case(case(tmp_path), backend(tmp_path), store, hardware=HW)
-    result = CliRunner().invoke(main, ["results", "export", "--format", "json"])
+    result = CliRunner().invoke(main, ["results", "export", "--json"])
     assert result.exit_code == 0
     assert json.loads(result.output)[0]["measurements"][1]["mode"] == "speculative"
 

@@ -377,7 +377,7 @@ def test_watch_once_json_carries_every_part(tmp_path: Path) -> None:
     model.write_bytes(b"GGUF not really")
     with FakeLlamaServer([Served()], model_path=str(model)) as fake:
         result = CliRunner().invoke(main, ["watch", fake.url, "--once", "--json", "--cost", "0.3,0.05",
-                                           "--plot", str(tmp_path / "plots")])
+                                           "--plot-dir", str(tmp_path / "plots")])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout.splitlines()[0])
     assert set(data) >= {"url", "server", "window", "costs", "forecast", "change", "notes"}

@@ -15,9 +15,10 @@ from llamaspec.cli import main
               help="What the programs compute on. auto: Metal on Apple Silicon, CUDA with a toolkit, cuBLAS and a GPU, "
                    "else CPU.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: all cores).")
-@click.option("--force", is_flag=True, help="Rebuild even if the cache has this build.")
+@click.option("--force", is_flag=True, help="Rebuild even if the cache already has this build.")
 @click.option("--source", "source_spec", default=None, metavar="SPEC",
-              help="Build another tree: path:/your/llama.cpp (default: vendor/llama.cpp, fetched if missing).")
+              help="Build another tree: pypi:llama-cpp-python==VER, git:URL@COMMIT or path:/your/llama.cpp, as "
+                   "`source fetch --source` takes it (default: vendor/llama.cpp, fetched if missing).")
 @click.option("--rpc/--no-rpc", default=None,
               help="With llama.cpp's RPC server and backend (-DGGML_RPC=ON), or without: a build of its own. "
                    "Default: with them where the tree has them (2024 on).")

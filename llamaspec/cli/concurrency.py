@@ -12,6 +12,7 @@ import click
 from llamaspec.cli import main
 from llamaspec.cli.options import (
     PROMPT_SOURCES,
+    TIMEOUT_HELP,
     EngineSettingsCommand,
     SettingValue,
     model_options,
@@ -49,20 +50,20 @@ def _server_settings() -> frozenset[str]:
               help="The prompt set (default: the experiment's prompts:, or with -m the built-in workload).")
 @prompt_set_options
 @click.option("--n-predict", "-n", type=SettingValue("n_predict", int), default=None, help="Tokens to generate per prompt.")
-@click.option("--repeats", "-r", type=click.IntRange(min=1), default=None,
+@click.option("--batch-pairs", "batch_pairs", type=click.IntRange(min=1), default=None,
               help="Pairs of batches per level (default 3), baseline and speculative in ABBA order.")
-@click.option("--timeout", type=SettingValue("timeout", float), default=None, help="Seconds per request.")
+@click.option("--timeout", type=SettingValue("timeout", float), default=None, help=TIMEOUT_HELP)
 @click.option("--plot/--no-plot", default=True, show_default=True,
               help="Draw throughput against N (into the data folder's plots/concurrency/).")
 @click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
               help="Use these llama.cpp binaries instead of llamaspec's build.")
 @click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto",
-              show_default=True, help="Which cached llama.cpp build to use.")
+              show_default=True, help="Which cached llama.cpp build to use (what it computes on).")
 @click.option("--json", "as_json", is_flag=True, help="Print each level's figures as JSON.")
 @click.option("--no-wait", is_flag=True, help="Fail at once if another measurement holds this machine.")
 def concurrency(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None,
                 levels_text: str, source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None,
-                turns: str | None, n_predict: int | None, repeats: int | None, timeout: float | None, plot: bool,
+                turns: str | None, n_predict: int | None, batch_pairs: int | None, timeout: float | None, plot: bool,
                 bin_dir: Path | None, accel: str, as_json: bool, no_wait: bool, **given: Any) -> None:
     """Throughput against concurrency: each case's speculative server against the target alone's,
     both with N slots, a batch sending every prompt of the set through N clients at once.
@@ -86,7 +87,7 @@ def concurrency(experiment_name: str | None, model: str | None, drafts: tuple[st
     settings = overrides(given, n_predict, timeout)
     exp = experiment_or_study(experiment_name, model, drafts, study, settings=settings,
                               prompts=source if model is None or source is not None else str(adhoc.builtin_prompts()),
-                              repeats=repeats, command="concurrency", several_drafts=False)
+                              repeats=batch_pairs, command="concurrency", several_drafts=False)
     if exp.engine == "transformers":
         from llamaspec.base.errors import LlamaspecError
 
@@ -95,7 +96,7 @@ def concurrency(experiment_name: str | None, model: str | None, drafts: tuple[st
     if exp.engine != "llama-server":  # the same build and GGUF models, served: said, not silent
         log.warning("concurrency is measured on llama-server: experiment %s (engine %s) is measured there, with its "
                     "models and settings", exp.name, exp.engine)
-    exp = exp.with_overrides(settings, repeats)
+    exp = exp.with_overrides(settings, batch_pairs)
     got = loader.load(loader.source_of(exp, source if model is None else None, limit=limit, seed=sample_seed,
                                        format=fmt, turns=turns))
     log.info("%s: %d prompts in %d categories", got.source.label, len(got.prompts), len(got.categories()))
@@ -103,7 +104,7 @@ def concurrency(experiment_name: str | None, model: str | None, drafts: tuple[st
     try:
         with measuring(f"llamaspec concurrency {exp.name}", no_wait):
             rows = levels.run_concurrency(exp, got, engine, _levels(levels_text),
-                                          repeats=repeats if repeats is not None else levels.CONCURRENCY_REPEATS)
+                                          repeats=batch_pairs or levels.CONCURRENCY_REPEATS)
     finally:
         engine.close()
     click.echo(json.dumps(rows, indent=2, default=str) if as_json else levels.render_concurrency(rows))

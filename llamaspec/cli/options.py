@@ -34,37 +34,8 @@ OPTION_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
-# Older spellings still accepted but not shown in --help (prompt-set runs had these before their
-# options came from the settings table).
-HIDDEN_ALIASES: dict[str, tuple[str, ...]] = {
-    "ngram_size_n": ("--ngram-n",),
-    "ngram_size_m": ("--ngram-m",),
-}
-
-
 def option_names(setting: str) -> tuple[str, ...]:
     return OPTION_NAMES.get(setting, (f"--{setting.replace('_', '-')}",))
-
-
-class _SettingOption(click.Option):
-    """An option whose old spellings (``HIDDEN_ALIASES``) parse but stay out of its help line."""
-
-    def __init__(self, *args: Any, hidden_names: tuple[str, ...] = (), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.hidden_names = hidden_names
-
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        shown = self.opts
-        self.opts = [o for o in shown if o not in self.hidden_names]
-        try:
-            return super().get_help_record(ctx)
-        finally:
-            self.opts = shown
-
-
-def _option_args(setting: str) -> tuple[list[str], dict[str, Any]]:
-    hidden = HIDDEN_ALIASES.get(setting, ())
-    return [*option_names(setting), *hidden, setting], {"hidden_names": hidden, "default": None}
 
 
 class SettingValue(click.ParamType):
@@ -115,21 +86,31 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _value_attrs(setting: str) -> dict[str, Any]:
-    return {"type": SettingValue(setting), "help": _cap(_help(setting)) + "."}
+# What a --NAME LIST takes (``llamaspec.studies.sweep.parse_values``): ranges are of whole numbers,
+# so a number setting takes both, a fraction a list, a word a list of words.
+RANGES = "a list or range, e.g. 1,2,4 or 1..16"
+LIST_FORMS: dict[Any, str] = {float: "a list, e.g. 0.5,0.8", str: "one or more, comma-separated"}
+
+
+def _setting_option(setting: str, listed: bool = False) -> tuple[list[str], dict[str, Any]]:
+    """The names and attributes of ``--NAME VALUE`` for one setting, as ``run`` has it (the value
+    checked by ``Settings``), or of ``--NAME LIST``, as ``sweep`` has it."""
+    attrs = ({"metavar": "LIST", "help": f"{_cap(_help(setting))}: {LIST_FORMS.get(SWEEPABLE[setting], RANGES)}."}
+             if listed else {"type": SettingValue(setting), "help": _cap(_help(setting)) + "."})
+    return [*option_names(setting), setting], {"default": None, **attrs}
 
 
 def value_option(setting: str) -> click.Option:
-    """``--NAME VALUE`` for one setting, as ``run`` has it (the value checked by ``Settings``)."""
-    names, attrs = _option_args(setting)
-    return _SettingOption(names, **attrs, **_value_attrs(setting))
+    names, attrs = _setting_option(setting)
+    return click.Option(names, **attrs)
 
 
-def setting_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--NAME VALUE`` for every sweepable setting (given to the command by the setting's name)."""
+def setting_options(func: Callable[..., Any], listed: bool = False) -> Callable[..., Any]:
+    """``--NAME VALUE`` (``listed``: ``--NAME LIST``) for every sweepable setting (given to the
+    command by the setting's name)."""
     for setting in reversed(list(SWEEPABLE)):
-        names, attrs = _option_args(setting)
-        func = click.option(*names, cls=_SettingOption, **attrs, **_value_attrs(setting))(func)
+        names, attrs = _setting_option(setting, listed)
+        func = click.option(*names, **attrs)(func)
     return func
 
 
@@ -137,11 +118,7 @@ def sweep_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--NAME LIST`` for every sweepable setting and for the draft model's variant."""
     func = click.option("--draft-variant", "draft_variant", default=None, metavar="LIST",
                         help="Draft model variants, e.g. q4_0,q4_1,q8_0.")(func)
-    for setting in reversed(list(SWEEPABLE)):
-        names, attrs = _option_args(setting)
-        func = click.option(*names, cls=_SettingOption, **attrs, metavar="LIST",
-                            help=f"{_cap(_help(setting))}: a list or range, e.g. 1,2,4 or 1..16.")(func)
-    return func
+    return setting_options(func, listed=True)
 
 
 def engine_setting_options(honoured: frozenset[str], skip: tuple[str, ...] = ()) -> list[click.Option]:
@@ -176,6 +153,8 @@ class EngineSettingsCommand(click.Command):
         return super().get_params(ctx)
 
 
+TIMEOUT_HELP = _cap(_help("timeout")) + "."
+
 # Options every measuring command (run, sweep) takes.
 COMMON_OPTIONS: list[Decorator] = [
     click.option("--n-predict", "-n", type=SettingValue("n_predict", int), default=None, help="Tokens to generate."),
@@ -184,7 +163,7 @@ COMMON_OPTIONS: list[Decorator] = [
     click.option("--repeats", "-r", type=Repeats(), default=None,
                  help="Pairs (baseline + speculative) per setting, or 'auto': until the speedup's 95 % interval "
                       "is within +-3 % (3 to 10 pairs)."),
-    click.option("--timeout", type=SettingValue("timeout", float), default=None, help="Seconds before a process is stopped."),
+    click.option("--timeout", type=SettingValue("timeout", float), default=None, help=TIMEOUT_HELP),
     click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",
                  help="Use these llama.cpp binaries (any generation) instead of llamaspec's build."),
     click.option("--accel", type=click.Choice(["auto", "cpu", "cuda", "metal"]), default="auto", show_default=True,
@@ -194,24 +173,14 @@ COMMON_OPTIONS: list[Decorator] = [
 ]
 
 
-def _seed_moved(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-    if value is not None:
-        from llamaspec.base.errors import LlamaspecError
-
-        raise LlamaspecError("--seed is now --sample-seed (it samples the prompts; a generation's seed is the "
-                             "experiment's seed: setting)", hint=f"--sample-seed {value}")
-
-
 def prompt_set_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """How a prompt set is read (``sweep``, ``prompts list``, ``concurrency``): ``--limit``,
-    ``--sample-seed`` (``--seed`` before: a one-line pointer now), ``--format``, ``--turns``."""
+    ``--sample-seed``, ``--format``, ``--turns``."""
     for option in reversed([
         click.option("--limit", type=click.IntRange(min=1), default=None,
                      help="Keep N prompts of the set (the first N, or a sample with --sample-seed)."),
         click.option("--sample-seed", "sample_seed", type=int, default=None,
                      help="Sample the --limit prompts at random with this seed."),
-        click.option("--seed", "old_seed", type=int, default=None, hidden=True, expose_value=False,
-                     callback=_seed_moved),
         click.option("--format", "fmt", type=click.Choice(["chat", "raw", "alpaca"]), default=None,
                      help="chat: through the model's chat template (default); raw: as text; alpaca: Alpaca's template."),
         click.option("--turns", type=click.Choice(["first", "all"]), default=None,

@@ -18,8 +18,8 @@ def results() -> None:
 
 @results.command("list")
 @click.option("--experiment", "-e", default=None, help="Only this experiment.")
-@click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True)
-def results_list(experiment: str | None, limit: int) -> None:
+@click.option("--last", type=click.IntRange(min=1), default=30, show_default=True, help="Show the N newest runs.")
+def results_list(experiment: str | None, last: int) -> None:
     """List stored runs, newest first.
 
     A study of models given with -m is listed under its name (printed when it ran).
@@ -29,7 +29,7 @@ def results_list(experiment: str | None, limit: int) -> None:
     from llamaspec.store.results import Store
 
     store = Store.open()
-    rows = store.runs(experiment, limit=limit)
+    rows = store.runs(experiment, limit=last)
     if not rows:
         click.echo(f"no runs stored in {store.path}", err=True)
         return
@@ -65,18 +65,18 @@ def results_show(run_id: int) -> None:
 
 
 @results.command("export")
-@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
 @click.option("--experiment", "-e", default=None, help="Only this experiment.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="Write to a file (default stdout).")
-def results_export(fmt: str, experiment: str | None, output: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="JSON (each run with its measurements) instead of CSV.")
+def results_export(experiment: str | None, output: Path | None, as_json: bool) -> None:
     """Export runs and measurements as CSV (one row per measurement) or JSON.
 
-    Example: llamaspec results export --format csv -o runs.csv
+    Example: llamaspec results export -o runs.csv
     """
     from llamaspec.base import atomic
     from llamaspec.store.results import Store
 
-    text = Store.open().export(fmt, experiment)
+    text = Store.open().export(as_json, experiment)
     if output:
         atomic.write_text(output, text)
         click.echo(f"wrote {output}", err=True)

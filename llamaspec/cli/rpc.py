@@ -31,7 +31,7 @@ def rpc() -> None:
 @rpc.command("serve")
 @click.option("--host", "-H", default="127.0.0.1", show_default=True,
               help="Address to bind. Anything but loopback is reachable by others, and the RPC protocol has no authentication.")
-@click.option("--port", "-p", type=click.IntRange(1, 65535), default=50052, show_default=True, help="Port to bind.")
+@click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True, help="Port to bind.")
 @click.option("--threads", "-t", type=click.IntRange(min=1), default=None, help="CPU threads (default: llama.cpp's, half the cores).")
 @click.option("--cache", is_flag=True, help="Keep received tensors in a local file cache (faster reloads).")
 @click.option("--bin-dir", type=click.Path(path_type=Path), default=None, envvar="LLAMASPEC_BIN_DIR",

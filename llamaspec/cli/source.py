@@ -17,18 +17,18 @@ def source() -> None:
 
 
 @source.command("fetch")
-@click.option("--spec", "spec", default=None, metavar="SPEC",
+@click.option("--source", "source_spec", default=None, metavar="SPEC",
               help="pypi:llama-cpp-python==VER (default 0.3.36), git:URL@COMMIT or path:/your/llama.cpp.")
 @click.option("--dest", type=click.Path(path_type=Path), default=None, help="Where to put the tree (default vendor/llama.cpp).")
 @click.option("--force", is_flag=True, help="Replace a tree that is already there.")
-def source_fetch(spec: str | None, dest: Path | None, force: bool) -> None:
+def source_fetch(source_spec: str | None, dest: Path | None, force: bool) -> None:
     """Fetch and verify the llama.cpp source.
 
-    Example: llamaspec source fetch --spec pypi:llama-cpp-python==0.3.36
+    Example: llamaspec source fetch --source pypi:llama-cpp-python==0.3.36
     """
     from llamaspec.llamacpp import source as sources
 
-    info = sources.fetch(spec or sources.DEFAULT_SPEC, dest, force)
+    info = sources.fetch(source_spec or sources.DEFAULT_SPEC, dest, force)
     click.echo(f"{info.path}  commit {info.commit}  ({info.origin})")
 
 

@@ -27,7 +27,7 @@ from llamaspec.cli import main
                    "adds to a verification (V, default 0). Default: a stored study of the same files, else timed here.")
 @click.option("--no-measure", is_flag=True,
               help="Never time the costs here with llama-bench (it shares the machine with the server for a minute).")
-@click.option("--plot", "plot_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--plot-dir", "plot_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write the last window's plot (acceptance by position, predicted speedups) into this folder.")
 @click.option("--no-store", is_flag=True, help="Keep no window in the results store.")
 @click.option("--api-key", default=None, envvar="LLAMA_API_KEY", help="The server's API key, if it has one.")

@@ -184,7 +184,7 @@ class Settings:
     flash_attn: str | None = _setting(_choice("on", "off", "auto"), sweep=str, help="flash attention: on, off or auto")
     escape: bool | None = _setting(_bool, default=True)
     spec_type: str | None = _setting(_str, default="draft", sweep=str, side="draft",
-                                     help="draft (a draft model) or a draft-free n-gram mode")
+                                     help="draft (a draft model) or a draft-free n-gram mode (ngram-simple, ngram-mod, ...)")
     ngram_size_n: int | None = _setting(_count, sweep=int, side="draft",
                                         help="n-gram modes: length of the lookup n-gram (llama.cpp)")
     ngram_size_m: int | None = _setting(_count, sweep=int, side="draft",
@@ -193,14 +193,14 @@ class Settings:
     program: str | None = _setting(_choice(*PROGRAM_CHOICES), default="speculative", sweep=str, side="draft",
                                    help="llama.cpp's speculative program: speculative or speculative-simple "
                                         "(default: speculative; speculative-simple for a draft-free n-gram mode)")
-    timeout: float | None = _setting(_positive, default=1800.0, side="run", help="seconds per process")
+    timeout: float | None = _setting(_positive, default=1800.0, side="run", help="seconds one generation may take (a llama.cpp process, a server request)")
     # Passed verbatim to both sides (the baseline too): part of what makes two baselines the same.
     extra_args: tuple[str, ...] | None = _setting(_str_list, default=(), side="target",
                                                   help="flags passed through verbatim to every program, baseline included")
     # transformers only (llama.cpp refuses them when set); draft_max is num_assistant_tokens there, draft_p_min assistant_confidence_threshold
     draft_schedule: str | None = _setting(_choice(*DRAFT_SCHEDULES), engine="transformers", sweep=str, side="draft",
                                           help="transformers' num_assistant_tokens_schedule: constant, heuristic or heuristic_transient")
-    dtype: str | None = _setting(_choice(*DTYPES), engine="transformers", sweep=str, help="transformers: weight dtype of the target (auto: the checkpoint's)")
+    dtype: str | None = _setting(_choice(*DTYPES), engine="transformers", sweep=str, help="transformers: weight dtype of the target: auto (the checkpoint's), float32, float16 or bfloat16")
     draft_dtype: str | None = _setting(_choice(*DTYPES), engine="transformers", side="draft", help="transformers: weight dtype of the assistant (default: dtype)")
     load_in: str | None = _setting(_choice("8bit", "4bit", "none"), engine="transformers", help="transformers: bitsandbytes 8bit or 4bit target (CUDA GPU only)")
     device: str | None = _setting(_str, engine="transformers", help="transformers: cpu, cuda, cuda:N, mps or auto (default: the engine's accel)")

@@ -307,28 +307,28 @@ class Store:
 
     # --- export ------------------------------------------------------------------------------
 
-    def export(self, fmt: str, experiment: str | None = None) -> str:
-        runs = list(reversed(self.runs(experiment)))
-        if fmt == "json":
+    def export(self, as_json: bool = False, experiment: str | None = None) -> str:
+        """The runs as JSON (each with its measurements) or as CSV (a row per measurement)."""
+        # each run's spec type beside draft_max: n-gram modes (no draft length) told apart
+        runs = [{**r, "spec_type": (r.get("settings") or {}).get("spec_type")} for r in reversed(self.runs(experiment))]
+        if as_json:
             for r in runs:
                 r["measurements"] = self.measurements(r["id"])
             return json.dumps(runs, indent=2, sort_keys=True)
-        if fmt == "csv":
-            columns = ["run_id", "experiment", "case_name", "kind", "group_kind", "group_id", "prompt_id", "category", "status",
-                       "started_at", "engine", "engine_version", "accel", "machine", "target", "draft",
-                       "draft_max"] + [
-                f.name for f in fields(MeasurementRow)
-                if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id", "noise")] + ["cpu_steal", "other_load"]
-            out = io.StringIO()
-            writer = csv.DictWriter(out, columns, extrasaction="ignore")
-            writer.writeheader()
-            for r in runs:
-                for m in self.measurements(r["id"]):
-                    noise = m.get("noise") or {}
-                    writer.writerow({**{k: r[k] for k in columns if k in r}, **m, "run_id": r["id"],
-                                     "cpu_steal": noise.get("steal"), "other_load": noise.get("other_load")})
-            return out.getvalue()
-        raise LlamaspecError(f"unknown export format {fmt!r}", hint="use csv or json")
+        columns = ["run_id", "experiment", "case_name", "kind", "group_kind", "group_id", "prompt_id", "category", "status",
+                   "started_at", "engine", "engine_version", "accel", "machine", "target", "draft",
+                   "draft_max", "spec_type"] + [
+            f.name for f in fields(MeasurementRow)
+            if f.name not in ("run_id", "text", "tokens", "stats", "argv", "id", "noise")] + ["cpu_steal", "other_load"]
+        out = io.StringIO()
+        writer = csv.DictWriter(out, columns, extrasaction="ignore")
+        writer.writeheader()
+        for r in runs:
+            for m in self.measurements(r["id"]):
+                noise = m.get("noise") or {}
+                writer.writerow({**{k: r[k] for k in columns if k in r}, **m, "run_id": r["id"],
+                                 "cpu_steal": noise.get("steal"), "other_load": noise.get("other_load")})
+        return out.getvalue()
 
 
 def _wal(db: sqlite3.Connection, timeout: float) -> None:

@@ -42,7 +42,7 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Se
     Per level, see :func:`level_figures`: aggregate and per-request throughput per mode over the
     batches, and the speedups as medians of the paired batch ratios with bootstrap intervals."""
     if repeats < 1:
-        raise LlamaspecError("concurrency needs at least one pair of batches per level", hint="--repeats 3")
+        raise LlamaspecError("concurrency needs at least one pair of batches per level", hint="--batch-pairs 3")
     resolve = resolve or resolver(backend)
     logs = paths.runs_dir() / "concurrency" / time.strftime("%Y%m%d-%H%M%S")
     cases = [resolve(exp, c) for c in exp.cases]

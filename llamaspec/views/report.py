@@ -234,7 +234,6 @@ COMPARE_BY = {
     "pair": lambda run: f"{run.get('target')} + {run.get('draft') or 'no draft'}",
     "engine": lambda run: f"{engine_name(run)} · {pair_label(run)}",
 }
-COMPARE_ALIASES = {"backend": "engine"}  # the word before "engine"
 
 
 _ZERO = Spread(0.0, 0.0, 0.0, 0, 0.0, 0.0, None)
@@ -269,23 +268,9 @@ def _md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
 
 def markdown(store: Any, experiment_name: str | Sequence[str], compare_by: str | None = None, plot: bool = True) -> str:
     """A Markdown summary of one or more experiments from the store; with ``compare_by``, their runs
-    grouped by build, machine, model pair or engine (``engine``, or ``backend`` as before: runs of the
-    same pair by each engine side by side) next to each other."""
-    from llamaspec.base.errors import LlamaspecError
-
-    names = [experiment_name] if isinstance(experiment_name, str) else list(dict.fromkeys(experiment_name))
-    compare_by = COMPARE_ALIASES.get(compare_by or "", compare_by)
-    if compare_by and compare_by not in COMPARE_BY:
-        raise LlamaspecError(f"cannot compare by {compare_by!r}", hint=f"use one of {', '.join(COMPARE_BY)}")
-    stored: dict[str, list[dict[str, Any]]] = {}
-    for name in names:
-        # A cluster study's own row only points at its machine's stored points: not a run of its own
-        # (cluster-tune: the kind such rows had before `tune` became `sweep`).
-        # (a study's decision row is its answer, not a run: shown apart, from the newest)
-        stored[name] = [r for r in store.runs(experiment=name) if r["kind"] not in ("cluster-study", "cluster-tune", STUDY_KIND)]
-        if not stored[name]:
-            raise LlamaspecError(f"no runs of {name!r} in {store.path}", hint=f"run `llamaspec run {name}` first")
-    ok = {name: [r for r in runs if r["status"] in ("ok", "differs")] for name, runs in stored.items()}
+    grouped by build, machine, model pair or engine (runs of the same pair by each engine side by
+    side) next to each other."""
+    names, compare_by, stored, ok = _select(store, experiment_name, compare_by)
     several = len(names) > 1
     out = [f"# {', '.join(names)}", ""]
     for name in names:
@@ -297,6 +282,58 @@ def markdown(store: Any, experiment_name: str | Sequence[str], compare_by: str |
     for name in names:
         out += _details(store, name, stored[name], ok[name], plot, "## " if not several else "## " + name + ": ")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _select(store: Any, experiment_name: str | Sequence[str], compare_by: str | None
+            ) -> tuple[list[str], str | None, dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """What a report shows: the names, the grouping, each experiment's stored runs and its ok ones."""
+    from llamaspec.base.errors import LlamaspecError
+
+    names = [experiment_name] if isinstance(experiment_name, str) else list(dict.fromkeys(experiment_name))
+    if compare_by and compare_by not in COMPARE_BY:
+        raise LlamaspecError(f"cannot compare by {compare_by!r}", hint=f"use one of {', '.join(COMPARE_BY)}")
+    stored: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        # A cluster study's own row only points at its machine's stored points: not a run of its own
+        # (cluster-tune: the kind such rows had before `tune` became `sweep`).
+        # (a study's decision row is its answer, not a run: shown apart, from the newest)
+        stored[name] = [r for r in store.runs(experiment=name) if r["kind"] not in ("cluster-study", "cluster-tune", STUDY_KIND)]
+        if not stored[name]:
+            raise LlamaspecError(f"no runs of {name!r} in {store.path}", hint=f"run `llamaspec run {name}` first")
+    return names, compare_by, stored, {name: [r for r in runs if r["status"] in ("ok", "differs")] for name, runs in stored.items()}
+
+
+def data(store: Any, experiment_name: str | Sequence[str], compare_by: str | None = None, plot: bool = True) -> dict[str, Any]:
+    """The report's data (``report --json``), from the runs its Markdown shows: per experiment the
+    counts, the study's kept answer, the plain runs, the latest sweeps and the recent failures; with
+    ``compare_by``, each group's runs and the one that stands for it."""
+    from llamaspec.views import analysis
+
+    names, compare_by, stored, ok = _select(store, experiment_name, compare_by)
+    keys = ("id", "started_at", "kind", "case_name", "status", "engine", "target", "draft", "draft_max", "settings", "summary")
+    out: dict[str, Any] = {"experiments": [], "compare_by": compare_by}
+    for name in names:
+        answer = stored_answer(store, name)
+        counts = {s: sum(r["status"] == s for r in stored[name]) for s in ("ok", "differs", "failed", "interrupted")}
+        out["experiments"].append({
+            "name": name, "runs": {"stored": len(stored[name]), **counts},
+            "answer": (answer.get("summary") or {}).get("study") if answer else None,
+            "plain_runs": [{k: r.get(k) for k in keys} for r in ok[name] if r["kind"] == "run"],
+            "sweeps": [analysis.sweep_report(store, sweep_id, plot=plot).as_dict() for sweep_id in _latest_sweeps(ok[name])],
+            "failures": [{"id": r["id"], "error": r.get("error")} for r in stored[name] if r["status"] == "failed"][:5]})
+    choose = _chosen if compare_by == "engine" else _best
+    groups = _groups(compare_by, [r for name in names for r in ok[name]]) if compare_by else {}
+    out["groups"] = {label: {"runs": [r["id"] for r in rs], "chosen": choose(rs)["id"]} for label, rs in groups.items()}
+    return out
+
+
+def _latest_sweeps(ok: list[dict[str, Any]]) -> list[str]:
+    """A sweep is one case's: the newest sweep of each case, newest first."""
+    latest: dict[str, str] = {}
+    for r in ok:
+        if r["kind"] == "sweep":
+            latest.setdefault(r["case_name"], r["group_id"])
+    return list(dict.fromkeys(latest.values()))
 
 
 def _overview(runs: list[dict[str, Any]], ok: list[dict[str, Any]]) -> list[str]:
@@ -331,14 +368,17 @@ def _best(rs: list[dict[str, Any]]) -> dict[str, Any]:
     return max(lossless, key=lambda r: (Summary.from_dict(r.get("summary")).speedup or _ZERO).median)
 
 
-def _compare(compare_by: str, ok: list[dict[str, Any]]) -> list[str]:
-    by = COMPARE_BY[compare_by]
+def _groups(compare_by: str, ok: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in ok:
-        groups.setdefault(by(r), []).append(r)
+        groups.setdefault(COMPARE_BY[compare_by](r), []).append(r)
+    return groups
+
+
+def _compare(compare_by: str, ok: list[dict[str, Any]]) -> list[str]:
     out = [f"## Compared by {compare_by}", ""]
     body = []
-    for label, rs in groups.items():
+    for label, rs in _groups(compare_by, ok).items():
         best = _best(rs)
         s = Summary.from_dict(best.get("summary"))
         body.append([label, str(len(rs)), str(best["draft_max"]), _spread(s.decode_tps),
@@ -462,13 +502,10 @@ def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[st
             seconds = seconds_of(store.measurements(r["id"]))
             out += [_md_table(["metric", "measured", "reference", "ratio"],
                               [list(row) for row in rows(Summary.from_dict(r.get("summary")), ref, seconds)]), ""]
-    latest: dict[str, str] = {}  # a sweep is one case's: the newest sweep of each case, newest first
-    for r in ok:
-        if r["kind"] == "sweep":
-            latest.setdefault(r["case_name"], r["group_id"])
+    latest = _latest_sweeps(ok)
     if latest:
-        out += [f"{head}Latest sweep" + ("s (one per case)" if len(set(latest.values())) > 1 else ""), ""]
-    for sweep_id in dict.fromkeys(latest.values()):
+        out += [f"{head}Latest sweep" + ("s (one per case)" if len(latest) > 1 else ""), ""]
+    for sweep_id in latest:
         rep = analysis.sweep_report(store, sweep_id, plot=plot)
         out += ["```", rep.render(), "```", ""]
         for g in rep.groups:
