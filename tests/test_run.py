@@ -13,8 +13,8 @@ from fakes import FIXTURES, HANG_SECONDS, fake_bin_dir
 from llamaspec.cli import main
 from llamaspec.llamacpp import build, parse
 from llamaspec.llamacpp.prompting import generated_part, served_prompt
-from llamaspec.measure.chat import process_escapes
 from llamaspec.llamacpp.runner import LlamaCppEngine
+from llamaspec.measure.chat import process_escapes
 from llamaspec.measure.contract import ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.store.results import Store

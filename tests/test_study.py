@@ -6,7 +6,6 @@ rule per category, the budget for the whole study, failures and resumes."""
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import statistics
 
