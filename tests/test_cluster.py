@@ -308,6 +308,7 @@ def test_local_pool_runs_one_item_at_a_time_per_machine() -> None:
 def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None:
     from llamaspec.cluster import study
     from llamaspec.studies import experiment
+    from llamaspec.studies.sweep import parse_budget
 
     exp = experiment.load("smollm2-quicksort")
     (one,) = study.experiment_items(exp, repeats=3)
@@ -318,10 +319,10 @@ def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None
     assert [(i.key, i.payload["repeats"], i.payload["repeat_offset"]) for i in split] == [
         ("python#r0", 1, 0), ("python#r1", 1, 1), ("python#r2", 1, 2)]
     points = study.study_items(exp, ["box-b", "box-a"], axes={"draft_max": (2, 4), "draft_variant": ("q4_0",)},
-                               modes=(), budget="10m")
+                               modes=(), budget=parse_budget("10m"))
     assert [(p.key, p.kind, p.machine) for p in points] == [("study@box-b", "study", "box-b"), ("study@box-a", "study", "box-a")]
     assert points[0].payload["axes"] == {"draft_max": [2, 4], "draft_variant": ["q4_0"]}
-    assert points[0].payload["modes"] == [] and points[0].payload["budget"] == "10m"
+    assert points[0].payload["modes"] == [] and points[0].payload["budget"] == {"pairs": None, "seconds": 600.0}  # parsed once, here
     assert [c["draft"] for c in points[0].payload["cases"]] == [Q41]  # the study's cases, portable
     wanted = study.requirements(exp)
     assert set(wanted.models) == {F32, Q41} and not wanted.options["rpc"] and wanted.engine == "llama.cpp"
@@ -581,14 +582,33 @@ def _swept(k: int, ratios: list[float], prompt: str = "c", category: str | None 
             "summary": summary.to_dict()}
 
 
-def _save_machine_study(sink: StoreSink, study_id: str, machine: str, points: dict[str, dict[str, Any]]) -> None:
-    """One machine's ``study`` item as the coordinator stores it: its points (key -> a point's result)
-    under the machine's own group, its row naming them."""
-    runs = [{**result, "kind": "sweep", "group_kind": "sweep", "group_id": f"{study_id}-points", "point_key": key}
-            for key, result in points.items()]
+def _save_machine_study(sink: StoreSink, study_id: str, machine: str, points: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """One machine's ``study`` item as the coordinator stores it: each point (prompt, draft length)
+    under its prompt's group of the machine's study (``GROUP@MACHINE``), each prompt's block
+    baselines beside them, and the item's row with the study's id and setups (as a worker sends them)."""
+    from llamaspec.cluster.executors import setups_payload
+    from llamaspec.store.rows import BASELINES_KIND
+    from llamaspec.studies.study import make_setup, prompt_group
+    from llamaspec.studies.sweep import Point
+
+    setups = {k: make_setup(Point((("draft_max", k),))) for k in sorted({k for _p, k in points})}
+    runs = [{**result, "kind": "sweep", "group_kind": "sweep", "group_id": prompt_group(study_id, prompt),
+             "point_key": setups[k].key} for (prompt, k), result in points.items()]
+    runs += [{**result, "kind": BASELINES_KIND, "group_kind": "sweep", "group_id": prompt_group(study_id, prompt),
+              "point_key": "baselines"} for (prompt, _k), result in points.items()]
     sink.save(study_id, WorkItem(f"study@{machine}", "study", {}, machine=machine), machine,
               {"ok": True, "status": "ok", "experiment": "e", "case": f"study@{machine}", "settings": {},
-               "provenance": {}, "measurements": [], "runs": runs, "summary": {}})
+               "provenance": {}, "measurements": [], "runs": runs,
+               "summary": {"study": [{"study_id": study_id}], "setups": setups_payload(setups.values())}})
+
+
+def _workload(prompts: dict[str, str]) -> Any:
+    """An experiment whose cases are these prompts (name -> category)."""
+    from llamaspec.studies.experiment import load
+
+    exp = load("smollm2-quicksort")
+    return dataclasses.replace(exp, cases=tuple(dataclasses.replace(exp.cases[0], name=p, category=c)
+                                                for p, c in prompts.items()))
 
 
 def test_a_swept_study_decides_per_machine_over_its_prompts(store: Store) -> None:
@@ -601,13 +621,13 @@ def test_a_swept_study_decides_per_machine_over_its_prompts(store: Store) -> Non
              "host-b": {1: (1.05, 1.02), 4: (1.5, 1.45), 8: (1.8, 1.6)}}
     for machine, points in speed.items():
         _save_machine_study(sink, "sw", machine, {
-            f"{prompt}@{k}": _swept(k, [ratio * n for n in noise], prompt, category,
-                                    machine == "host-b" and k == 4 and prompt == "hello")
+            (prompt, k): _swept(k, [ratio * n for n in noise], prompt, category,
+                                machine == "host-b" and k == 4 and prompt == "hello")
             for k, (code, chat) in points.items()
             for prompt, category, ratio in (("quicksort", "code", code), ("hello", "chat", chat))})
     from llamaspec.cluster import study
 
-    per = study.study_decisions(store, "sw", over_prompts=False)
+    per = study.study_decisions(store, "sw", _workload({"quicksort": "code", "hello": "chat"}), over_prompts=False)
     assert set(per) == {"host-a", "host-b"}
     for machine, best in (("host-a", "draft 4"), ("host-b", "draft 8")):
         d = per[machine]
@@ -632,16 +652,16 @@ def test_a_recorded_sweep_stored_as_a_cluster_study_decides_as_its_recording_say
     recorded = {"box-q4_1": load("q4_1", ACCEPT, None), "box-q2_k": load("q2_k", ACCEPT, None)}
     for machine, rec in recorded.items():
         _save_machine_study(sink, "rec", machine, {
-            f"quicksort@{k}": {"ok": True, "status": point.run["status"], "experiment": "e", "case": "quicksort",
+            ("quicksort", k): {"ok": True, "status": point.run["status"], "experiment": "e", "case": "quicksort",
                                "settings": {**rec.data["settings"], "draft_max": k}, "provenance": {},
                                "measurements": [], "summary": point.run["summary"]}
             for k, point in rec.points.items()})
     from llamaspec.cluster import study
 
-    per = study.study_decisions(store, "rec", over_prompts=False)
+    per = study.study_decisions(store, "rec", _workload({"quicksort": "code"}), over_prompts=False)
     q41 = per["box-q4_1"]
     assert q41.verdict == "recommend" and q41.chosen is not None, q41.lines()
-    chosen = int(dict(q41.chosen.key)["draft_max"])
+    chosen = int(q41.chosen.label.split()[-1])
     assert not shown_wrong(recorded["box-q4_1"], chosen), q41.lines()
     assert per["box-q2_k"].verdict == "no draft", per["box-q2_k"].lines()
 
@@ -741,10 +761,13 @@ def test_the_reaper_of_a_worker_that_ends_normally_stops_nothing_that_ended() ->
     assert reaper.reap(2 ** 22 + 12345) == []  # no such process: nothing to watch, returns at once
 
 
-def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("count_loops", [False, True])
+def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              count_loops: bool) -> None:
     """Two machines whose drafts pay off differently (a dearer draft step on host-b): each runs the
-    study on its own item, pinned there, and names its own best draft length."""
-    from fakes import FakeEngine
+    study on its own item, pinned there, and names its own best draft length, the one decided here
+    from its points. With --count-loops (the prompt's output loops) the answer here counts it too."""
+    from fakes import WorkloadEngine
 
     from llamaspec.cluster import study
     from llamaspec.measure.contract import ModelPath
@@ -754,7 +777,9 @@ def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp
     monkeypatch.setattr("llamaspec.models.gguf_model",
                         lambda model, variant, tools=None: ModelPath(f"{model}:{variant}", str(tmp_path / f"{variant}.gguf"), variant))
     monkeypatch.setattr("llamaspec.models.check_pair", lambda t, d: None)
-    engines = {"host-a": FakeEngine(drift=0.0, draft_cost=0.05), "host-b": FakeEngine(drift=0.0, draft_cost=0.6)}
+    loops = {"python": "[1, 2] "} if count_loops else {}
+    engines = {m: WorkloadEngine(drift=0.0, draft_cost=cost, loops=loops, modes={"ngram-simple": {"python": 0.9}})
+               for m, cost in (("host-a", 0.05), ("host-b", 0.6))}
     machines = {}
     for name, engine in engines.items():
         machines[name] = FakeMachine(name, engine)
@@ -762,8 +787,11 @@ def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp
     pool = LocalPool(list(machines), factory=lambda m: machines[m])
     exp = load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=2)
     work = study.study_items(exp, sorted(machines), axes={"draft_max": tuple(range(1, 17)), "draft_variant": ("q4_1",)},
-                             modes=("ngram-simple",))
+                             modes=("ngram-simple",), count_loops=count_loops)
     assert [(i.key, i.machine) for i in work] == [("study@host-a", "host-a"), ("study@host-b", "host-b")]
+    from llamaspec.cluster.executors import experiment_of
+
+    assert experiment_of(work[0].payload).repeats == exp.repeats == 2  # -r reaches each machine's study
     try:
         returned: dict[str, dict[str, Any]] = {}
         report = run_study("per-machine", work, pool, StoreSink(store, kind="cluster-study"), Requirements(models=dict(SHA)),
@@ -799,15 +827,22 @@ def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp
     from llamaspec.cluster.executors import POINT_KEYS
 
     assert all(set(p) >= set(POINT_KEYS) for res in returned.values() for p in res["runs"])
-    decided = study.study_decisions(store, "per-machine")
+    decided = study.study_decisions(store, "per-machine", exp, count_loops=count_loops)
     assert set(decided) == {"host-a", "host-b"}
     a, b = decided["host-a"], decided["host-b"]
     assert a.verdict == b.verdict == "recommend" and a.chosen is not None and b.chosen is not None, a.lines() + b.lines()
-    assert dict(a.chosen.key)["draft_max"] > dict(b.chosen.key)["draft_max"], a.lines() + b.lines()
+    assert int(a.chosen.label.split()[1]) > int(b.chosen.label.split()[1]), a.lines() + b.lines()
     for machine, d in decided.items():  # every point the machine's study measured is a setup of its decision
         measured = {p["point_key"] for p in store.runs() if (p["group_id"] or "").endswith(f"@{machine}")
                     and p["kind"] != "baselines"}
         assert len(d.setups) == len(measured) and d.estimator == estimators.WORKLOAD
+        # the answer decided here is the one the machine's own study made on the same points: the same
+        # setups by the study's names, the same speedup model's predictions, the same scope
+        (own,) = next(r for r in store.runs(group_id="per-machine") if r["machine"] == machine)["summary"]["study"]
+        mine, theirs = d.to_dict(), {k: own[k] for k in d.to_dict()}
+        for figures in (mine, theirs):  # the setups in the order each store listed their rows
+            figures["setups"] = sorted(figures["setups"], key=lambda f: f["label"])
+        assert mine == theirs, (d.lines(), own)
     assert "host-a:" in cluster_summary.describe_points(decided)
     # The same result saved again (a rerun of a failed save) adds no second copy of a point.
     before = len(store.runs())

@@ -429,3 +429,14 @@ def test_the_replay_serves_runs_asked_next_to_each_other_from_runs_recorded_next
     assert s1["decode_tps"] in {pair[1] for pair in recorded("draft 4")}
     assert first["decode_tps"] in {p.baseline["decode_tps"] for pairs in rec.cells[q].values() for p in pairs}
     assert engine.pairs == 4
+
+
+def test_one_measured_setting_deploys_alone_by_the_one_rule() -> None:
+    """`run` deploys the target alone where the decision rule says "no draft" on its one setting
+    (not a rule of its own: "below 1.0"): shown slower, and shown no gain worth having (within the
+    tolerance, settled), both; a gain, or an open question, deploys with the draft."""
+    assert "every interval lies at or below 1.0" in (decide.deploys_alone(s(0.9, 0.85, 0.95, 6)) or "")
+    assert decide.deploys_alone(s(0.995, 0.99, 1.0, 12)) is not None  # no gain: "below 1.0" kept the draft
+    assert decide.deploys_alone(s(1.5, 1.4, 1.6, 6)) is None
+    assert decide.deploys_alone(s(1.1, 0.8, 1.4, 3)) is None  # undecided: could be a gain
+    assert decide.deploys_alone(None) is None

@@ -331,12 +331,6 @@ def test_heavy_imports_stay_out() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_unescape() -> None:
-    from llamaspec.hf.deploy import unescape
-
-    assert unescape(r"a\nb\tc \"q\" \\n") == 'a\nb\tc "q" \\n'
-
-
 def test_an_assistant_that_samples_by_default_drafts_greedily(backend, tmp_path: Path) -> None:
     """transformers copies an assistant's own decoding defaults (do_sample=True, ...) into its drafts
     when the call leaves them at the global default: the draft would sample while the target decodes

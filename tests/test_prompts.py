@@ -412,3 +412,21 @@ def test_cli_list_says_what_the_file_is_and_each_problem_once(tmp_path: Path) ->
     for line in ('line 4: the "prompt" is blank', "line 5 (c): the same prompt as line 3 (a): measured once",
                  "line 3: the id 'a' is taken (by line 2): named 'a#2'"):
         assert out.count(line) == 1, (line, out)
+
+
+def test_a_workloads_prompts_become_cases_by_one_function_at_the_settings_defaults() -> None:
+    """Every route (sweep -m --prompts, an experiment over its prompt set) makes its cases with
+    prompts.workload_cases: each prompt a case by its id, category and chat form, checked against
+    the context at the settings over the settings' own defaults (ctx 4096, -n 256), no copy of them."""
+    from llamaspec.measure.settings import Settings
+    from llamaspec.studies.experiment import ModelRef
+
+    target, draft = ModelRef("smollm2-135m", "f32"), ModelRef("smollm2-135m", "q4_1")
+    talk = prompts.Prompt("q", "Go on.", "chat", True, 3, (("user", "hi"), ("assistant", "ok")))
+    (case,) = prompts.workload_cases([talk], target, draft, Settings(threads=1))
+    assert (case.name, case.category, case.chat, case.history, case.settings) == ("q", "chat", True, talk.history,
+                                                                                    Settings(threads=1))
+    near = prompts.Prompt("p", "word " * 3180)  # 3,975 tokens: fits with -n 64, not with the default 256
+    assert prompts.workload_cases([near], target, draft, Settings(n_predict=64))
+    with pytest.raises(LlamaspecError, match="256 to generate do not fit the context of 4096 tokens"):
+        prompts.workload_cases([near], target, draft, Settings())

@@ -12,8 +12,9 @@ from fakes import FIXTURES, HANG_SECONDS, fake_bin_dir
 
 from llamaspec.cli import main
 from llamaspec.llamacpp import build, parse
-from llamaspec.llamacpp.prompting import generated_part, process_escapes
+from llamaspec.llamacpp.prompting import generated_part, served_prompt
 from llamaspec.llamacpp.runner import LlamaCppEngine
+from llamaspec.measure.chat import process_escapes
 from llamaspec.measure.contract import ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.store.results import Store
@@ -123,6 +124,35 @@ def test_draft_free_mode_unknown_to_the_build_is_refused_before_running(tmp_path
     with pytest.raises(LlamaspecError, match="does not know --spec-type ngram-nope") as err:
         run_case(case(tmp_path, spec_type="ngram-nope"), backend(tmp_path), Store.open(tmp_path / "r.sqlite"), hardware=HW)
     assert "ngram-simple" in (err.value.hint or "")
+
+
+def test_a_raw_prompt_reaches_every_engine_as_the_same_text(tmp_path: Path) -> None:
+    """One function owns a raw prompt's escapes and a prompt file's last newline: llama.cpp's
+    programs, llama-server and transformers (measured and deployed) get the same text. Before, the
+    transformers engine knew 6 escapes and llama-server none, so one setting timed three prompts."""
+    import dataclasses
+
+    from llamaspec.hf import deploy as hf_deploy
+    from llamaspec.hf.prompting import _input_ids
+    from llamaspec.llamacpp.server import ServerEngine
+
+    class Tokenizer:  # records the text the model would be given
+        def __call__(self, text: str, return_tensors: str) -> object:
+            self.text = text
+            return type("Encoded", (), {"input_ids": None})()
+
+    server = ServerEngine(build.prebuilt(fake_bin_dir(tmp_path / "bin")))
+    (tmp_path / "p.txt").write_text("a\\x41\\bc\\?\n")
+    raw = case(tmp_path)
+    for c, expected in [(dataclasses.replace(raw, prompt="a\\x41\\bc\\?"), "aA\bc?"),
+                        (dataclasses.replace(raw, prompt=None, prompt_file=str(tmp_path / "p.txt")), "aA\bc?"),
+                        (dataclasses.replace(raw, prompt="a\\x41\\bc\\?", settings=dataclasses.replace(raw.settings, escape=False)),
+                         "a\\x41\\bc\\?")]:
+        tokenizer = Tokenizer()
+        _input_ids(c, tokenizer)
+        script = hf_deploy.deployment(c).commands[0].text
+        assert served_prompt(c).text == server.prompt_text(c) == tokenizer.text == expected
+        assert f"prompt = {expected!r}" in script.splitlines()
 
 
 def test_generated_part_drops_the_echoed_prompt(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ rule per category, the budget for the whole study, failures and resumes."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -148,6 +149,29 @@ def test_between_prompts_is_the_largest_spread_of_a_setup_over_three_prompts_or_
 
 def cell(prompt: str, setup: str, ratios: tuple[float, ...], status: str = "ok", probed: bool = True) -> workload.Cell:
     return workload.Cell(prompt, setup, setup, ratios, (1.0, float(len(setup))), status, probed=probed)
+
+
+def test_one_near_tie_rule_a_divergence_is_the_prompts_a_wrong_output_the_setups() -> None:
+    """Over prompts, draft 4 at a greedy near-tie the probe found on b (kept as OK by the run)
+    leaves b out, as an unprobed difference does, and draft 4 stays; draft 2's difference the
+    probe read as no near-tie (on b and c, at one place) excludes draft 2 and leaves no prompt
+    out. As the whole workload draft 4 is kept and said, draft 2 still excluded."""
+    prompts = {"a": "code", "b": "code", "c": "chat", "d": "chat"}
+    cells = [cell(p, k, (1.4, 1.41, 1.39)) for p in prompts for k in ("draft 8", "draft 4", "draft 2")]
+    cells = [dataclasses.replace(c, near_tie="b at token 3 (top-two gap 3.0e-03)") if (c.prompt, c.setup) == ("b", "draft 4")
+             else dataclasses.replace(c, status="differs", probed=True, differs_at=40) if c.prompt in "bc" and c.setup == "draft 2"
+             else c for c in cells]
+    over = workload.decide_workload(cells, prompts)
+    assert [(f.prompt, f.why) for f in over.left_out] == [("b", "diverges")], over.lines()
+    assert "at a greedy near-tie (b at token 3" in (over.left_out[0].left_out or "")
+    by = {s.label: s for s in over.setups}
+    assert by["draft 4"].excluded is None and not by["draft 4"].near_ties and by["draft 4"].prompts == 3
+    assert by["draft 2"].excluded == "output differs on c", by["draft 2"]
+    whole = workload.decide_workload(cells, prompts, over_prompts=False)
+    assert not whole.left_out
+    by = {s.label: s for s in whole.setups}
+    assert by["draft 4"].excluded is None and by["draft 4"].near_ties == ("b at token 3 (top-two gap 3.0e-03)",)
+    assert by["draft 2"].excluded == "output differs on b, c"
 
 
 def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere() -> None:

@@ -18,6 +18,7 @@ from fakes import FakeLlamaServer, Served
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import live
+from llamaspec.measure import spectypes
 from llamaspec.registry.engines import round_profile
 from llamaspec.store.results import Store
 from llamaspec.store.rows import Group
@@ -420,3 +421,13 @@ def test_an_unreachable_url_is_one_line_with_a_hint() -> None:
 
     result = CliRunner().invoke(main, ["watch", f"http://127.0.0.1:{free_port()}", "--once"])
     assert result.exit_code == 1 and "Error: nothing answers at" in result.output and "Hint: " in result.output
+
+
+def test_a_slots_spec_type_is_named_by_the_spec_type_table() -> None:
+    """/slots names the speculation by llama.cpp's type; whether it is a draft model's is
+    spectypes' rule (one owner), not a prefix test of the watcher's own."""
+    recorded = reading("draft", 1)
+    for name in ("draft-simple", "draft", "ngram-simple", "ngram-mod", "ngram-cache"):
+        slot = live.SlotState(0, True, False, None, (name,))
+        assert serving.speculation_of(replace(recorded, slots=(slot,)), None) == (
+            serving.DRAFT if spectypes.needs_draft(name) else name, "/slots")

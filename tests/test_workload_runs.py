@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from llamaspec.decision import workload
-from llamaspec.decision.workload_runs import cost, setup_axes, setup_of, workload_of_runs
+from llamaspec.decision.workload_runs import RunSetup, cost, workload_of_runs
 from llamaspec.measure import estimators
 from llamaspec.measure.contract import Measurement
 from llamaspec.measure.summary import summarize
@@ -49,25 +49,10 @@ def row(i: int, prompt: str, ratios: list[float], status: str = "ok", category: 
             "summary": s}
 
 
-def test_a_setup_is_named_by_the_settings_that_vary_on_one_prompt() -> None:
-    runs = [row(1, "code", [1.5, 1.6], threads=1, draft_max=4), row(2, "code", [1.4, 1.5], threads=1, draft_max=8),
-            row(3, "chat", [1.2, 1.3], threads=2, draft_max=4), row(4, "chat", [1.1, 1.2], threads=2, draft_max=8),
-            row(5, "code", [1.0, 1.1], draft=None, spec_type="ngram-simple", ngram_size_n=3),
-            row(6, "code", [1.0, 1.05], draft=None, spec_type="ngram-simple", ngram_size_n=4)]
-    axes = setup_axes(runs)
-    # threads differ only from prompt to prompt: the prompt's, not a setup's; the mode's own size varies
-    assert axes == {"draft": (), "ngram-simple": ("ngram_size_n",)}
-    four_code, four_chat = setup_of(runs[0], axes), setup_of(runs[2], axes)
-    assert four_code == four_chat and four_code.label == "draft 4" and four_code.cost == (1.0, 4.0, 1000.0)
-    assert setup_of(runs[4], axes).label == "ngram-simple (ngram_size_n=3)" and setup_of(runs[4], axes).cost == cost(True, 8)
-    # a draft-free mode's draft length names its setups only where it varies (the mode may not read it)
-    cache = [row(1, "code", [1.1], draft=None, spec_type="ngram-cache", draft_max=4),
-             row(2, "code", [1.2], draft=None, spec_type="ngram-cache", draft_max=8)]
-    assert [setup_of(r, setup_axes(cache)).label for r in cache] == ["ngram-cache (draft_max=4)", "ngram-cache (draft_max=8)"]
-    assert setup_of(cache[0], setup_axes(cache[:1])).label == "ngram-cache"
-    # two draft files: each its own setup, named by its variant
-    files = [row(1, "code", [1.5], draft_max=4), row(2, "code", [1.3], draft_max=4, draft="smollm2-135m:q4_0")]
-    assert [setup_of(r, setup_axes(files)).label for r in files] == ["draft 4 (q4_1)", "draft 4 (q4_0)"]
+def by_length(run: dict[str, Any]) -> RunSetup:
+    """The setup a study names: here its draft length."""
+    k = run["settings"]["draft_max"]
+    return RunSetup(k, f"draft {k}", cost(False, k))
 
 
 def test_cells_take_each_runs_pairs_and_how_it_ended() -> None:
@@ -76,7 +61,7 @@ def test_cells_take_each_runs_pairs_and_how_it_ended() -> None:
             row(4, "code", [1.9], draft_max=4, status="differs"), row(5, "chat", [1.1], draft_max=4),
             {**row(6, "chat", [2.0], draft_max=4), "status": "running"},  # still measuring: nothing to decide on
             row(7, "code", [1.2], draft_max=2, status="failed"), row(8, "chat", [1.2, 1.3], draft_max=2)]
-    cells, prompts = workload_of_runs(runs)
+    cells, prompts = workload_of_runs(runs, by_length)
     assert prompts == {"code": "code", "chat": "chat"}
     by = {(c.prompt, c.label): c for c in cells}
     assert len(cells) == 6
@@ -93,7 +78,7 @@ def test_cells_take_each_runs_pairs_and_how_it_ended() -> None:
     # interpolated at its place, and counts
     blocked = {**row(9, "code", [1.5, 1.6]), "summary": summary([1.5, 1.6], blocks=True)}
     assert blocked["summary"]["paired"] and blocked["summary"]["estimator"] == estimators.BLOCK
-    (cell,), _ = workload_of_runs([blocked])
+    (cell,), _ = workload_of_runs([blocked], by_length)
     assert cell.ratios == pytest.approx((1.5, 1.6)) and cell.status == workload.OK
     # speculative runs with no baseline of their own pair or block: no ratio of runs measured apart counts
     spec = [Measurement(mode="speculative", ok=True, error=None, argv=("x",), exit_code=0, wall_seconds=1.0,
@@ -102,15 +87,15 @@ def test_cells_take_each_runs_pairs_and_how_it_ended() -> None:
                        peak_rss_bytes=None, n_prompt=4, n_predict=32, decode_tps=50.0, text="same")
     apart = {**row(10, "code", [1.5]), "summary": summarize([*spec, base]).to_dict()}
     assert apart["summary"]["status"] == "failed" and apart["summary"]["speedup"] is None
-    (cell,), _ = workload_of_runs([apart])
+    (cell,), _ = workload_of_runs([apart], by_length)
     assert cell.ratios == () and cell.status == "failed"
     # a study's block baselines (their own run) are no setup of the workload
-    assert workload_of_runs([{**row(11, "code", [1.5]), "kind": "baselines"}]) == ([], {})
+    assert workload_of_runs([{**row(11, "code", [1.5]), "kind": "baselines"}], by_length) == ([], {})
 
 
 def test_the_workloads_prompts_keep_their_category_and_order() -> None:
     runs = [{**row(2, "b", [1.1]), "prompt_id": "p-b", "category": "chat"}, {**row(1, "a", [1.2]), "category": None}]
-    _cells, prompts = workload_of_runs(runs)
+    _cells, prompts = workload_of_runs(runs, by_length)
     assert list(prompts.items()) == [("a", "a"), ("p-b", "chat")]  # by when first measured; a case is its own category
 
 
@@ -138,7 +123,7 @@ def test_end_to_end_is_the_same_pairs_with_the_prompt_included_shown_beside_the_
     runs = [row(1, "code", [1.5]) | {"summary": one}, row(2, "chat", [1.5]) | {"summary": timed_summary([1.4, 1.5], (100.0, 400.0))},
             row(3, "code", [1.2], draft_max=4) | {"summary": timed_summary([1.2, 1.2], (100.0, 130.0))},
             row(4, "chat", [1.2], draft_max=4) | {"summary": timed_summary([1.2, 1.25], None)}]
-    cells, prompts = workload_of_runs(runs)
+    cells, prompts = workload_of_runs(runs, by_length)
     d = workload.decide_workload(cells, prompts, over_prompts=False)
     by = {s.label: s for s in d.setups}
     assert by["draft 8"].speedup is not None and by["draft 8"].speedup.median > 1.4

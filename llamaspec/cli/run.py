@@ -148,15 +148,15 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
                                           warmup=exp.repeats == "auto" or int(exp.repeats) > 1)
     finally:
         engine.close()
-    # The measured setting's command; the target alone when it measured slower than the target alone.
+    # The measured setting's command; the target alone where the one decision rule says "no draft".
+    from llamaspec.decision.decide import deploys_alone
+
     deploys = []
     for r in results:
-        speedup = r.summary.speedup
-        slower = speedup is not None and speedup.high < 1.0
-        d = engine.deployment(r.case, speculative=not slower) if r.status == "ok" else None
-        if d is not None and speedup is not None and slower:
-            d = dataclasses.replace(d, notes=(f"with the draft this case measured slower than the target alone "
-                                              f"({speedup.text(suffix='x')})", *d.notes))
+        alone = deploys_alone(r.summary.speedup)
+        d = engine.deployment(r.case, speculative=alone is None) if r.status == "ok" else None
+        if d is not None and alone is not None:
+            d = dataclasses.replace(d, notes=(f"no draft: {alone}", *d.notes))
         deploys.append(d)
     if as_json:
         command = {"command": pasted_json(cmd)} if cmd is not None else {}

@@ -85,7 +85,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
 
     Each prompt is measured in a block: the target alone, one run of each setup in a shuffled
     order, the target alone again; each run's speedup is over the two baselines around it. Adaptive,
-    within one budget (--budget; default 4 minutes of measuring): the first 2 prompts get every
+    within one budget (--budget): the first 2 prompts get every
     draft-free mode and the longest draft lengths (their acceptance by draft position predicts
     the other lengths); a setup that trails the best on the prompts both were measured on stops,
     and of the n-gram modes the best two go on; the model's best length joins; then every remaining minute buys more prompts, category by category. After
@@ -150,7 +150,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
 
         if bin_dir is not None:
             raise click.UsageError("with --cluster every machine runs the study on its own build: drop --bin-dir")
-        study_on_cluster(exp, address, axes=axes, modes=asked, setups=methods, budget=budget, fixed_grid=fixed_grid,
+        study_on_cluster(exp, address, axes=axes, modes=asked, setups=methods, budget=spend, fixed_grid=fixed_grid,
                          over_prompts=not whole_workload, count_loops=count_loops, accel=accel, as_json=as_json)
         return
     engine = open_engine(exp, accel, bin_dir)

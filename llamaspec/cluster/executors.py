@@ -198,13 +198,25 @@ def setups_of(payload: dict[str, Any], exp: Any, engine: Any) -> Any:
     """A ``study`` item's setups: those the coordinator named (an experiment's cases over its prompt
     set), else the grid of its ``axes`` and its ``modes`` as ``sweep`` makes them on this engine."""
     from llamaspec.studies import study as studies
+
+    if payload.get("setups"):
+        return setups_from(payload["setups"])
+    return studies.setups_of(exp, engine, {a: tuple(v) for a, v in (payload.get("axes") or {}).items()},
+                             tuple(payload["modes"]) if payload.get("modes") is not None else None)
+
+
+def setups_payload(setups: Any) -> list[dict[str, Any]]:
+    """Setups as a work item and a study's result carry them (:func:`setups_from` reads them)."""
+    return [{"label": s.label, "values": [list(v) for v in s.point.values],
+             **({"names": dict(s._draft_names)} if s._draft_names else {})} for s in setups]
+
+
+def setups_from(sent: Any) -> tuple[Any, ...]:
+    """Setups as a payload or a study's result carries them (:func:`setups_payload`)."""
     from llamaspec.studies.setups import Setup
     from llamaspec.studies.sweep import Point
 
-    if payload.get("setups"):
-        return tuple(Setup(Point(tuple((a, v) for a, v in s["values"])), s["label"]) for s in payload["setups"])
-    return studies.setups_of(exp, engine, {a: tuple(v) for a, v in (payload.get("axes") or {}).items()},
-                             tuple(payload["modes"]) if payload.get("modes") is not None else None)
+    return tuple(Setup(Point(tuple((a, v) for a, v in s["values"])), s["label"], s.get("names") or {}) for s in sent)
 
 
 def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
@@ -213,7 +225,7 @@ def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     from llamaspec.measure.contract import engine_provenance
     from llamaspec.store.results import Store
     from llamaspec.studies import study as studies
-    from llamaspec.studies.sweep import parse_budget
+    from llamaspec.studies.sweep import Budget
 
     p = item.payload
     exp = experiment_of(p)  # the command line's overrides applied on the coordinator
@@ -222,7 +234,7 @@ def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
     engine = _engine(worker, exp.engine)
     setups = setups_of(p, exp, engine)
-    result = studies.run_study(exp, setups, engine, store, parse_budget(p["budget"]) if p.get("budget") else None,
+    result = studies.run_study(exp, setups, engine, store, Budget(**p["budget"]) if p.get("budget") else None,
                                fixed_grid=bool(p.get("fixed_grid")), over_prompts=bool(p.get("over_prompts", True)),
                                count_loops=bool(p.get("count_loops")))
     # Every point goes back whole (POINT_KEYS: its prompt, settings, provenance, measurements,
@@ -232,7 +244,7 @@ def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     return {"ok": True, "status": "ok", "error": None, "experiment": exp.name, "case": item.key,
             "settings": {}, "provenance": {"engine": engine_provenance(engine), "hardware": _hardware(worker)},
             "measurements": [], "runs": points,
-            "summary": {"study": [result.as_dict()], "text": result.render()}}
+            "summary": {"study": [result.as_dict()], "text": result.render(), "setups": setups_payload(setups)}}
 
 
 # What a point sent back by a searching item (``result["runs"]``) holds: enough for the

@@ -62,20 +62,21 @@ def experiment_items(exp: Any, repeats: int | None = None, split_repeats: bool =
 
 
 def study_items(exp: Any, machines: list[str], *, axes: dict[str, Any] | None = None,
-                modes: tuple[str, ...] | None = None, setups: Any = None, budget: str | None = None,
+                modes: tuple[str, ...] | None = None, setups: Any = None, budget: Any = None,
                 fixed_grid: bool = False, over_prompts: bool = True, count_loops: bool = False) -> list[WorkItem]:
     """One ``study`` item per machine, pinned there: the best setup (draft length, draft file,
     n-gram mode) is a property of the machine, so each machine runs the whole study for itself and
     no other stands in for it. ``axes``: the setups' settings (``draft_max``, ``draft_variant``), as
     ``sweep`` parses them; ``modes`` ``()``: none, None: every mode the engine runs; ``setups``:
     instead, the setups themselves (an experiment's cases over its prompt set, ``studies.methods``);
-    ``budget``: each machine's study budget as ``--budget`` takes it."""
+    ``budget``: each machine's study budget (a ``studies.sweep.Budget``, parsed once, on the coordinator)."""
+    from llamaspec.cluster import executors
+
     payload = {**experiment_payload(exp), "axes": {a: list(v) for a, v in (axes or {}).items()},
-               **({"setups": [{"label": s.label, "values": [list(v) for v in s.point.values]} for s in setups]}
-                  if setups else {}),
+               **({"setups": executors.setups_payload(setups)} if setups else {}),
                "modes": list(modes) if modes is not None else None, "fixed_grid": fixed_grid,
                "over_prompts": over_prompts, "count_loops": count_loops,
-               **({"budget": budget} if budget is not None else {})}
+               **({"budget": dataclasses.asdict(budget)} if budget is not None else {})}
     return [WorkItem(f"study@{m}", "study", payload, machine=m) for m in machines]
 
 
@@ -97,27 +98,33 @@ def run_studies(exp: Any, address: str | None, store: Any, *, machines: list[str
         report = run_study(sid, items, pool, StoreSink(store, kind="cluster-study"), wanted)
     finally:
         pool.close()
-    return report, study_decisions(store, sid, over_prompts=bool(study_options.get("over_prompts", True)))
+    return report, study_decisions(store, sid, exp, over_prompts=bool(study_options.get("over_prompts", True)),
+                                   count_loops=bool(study_options.get("count_loops")))
 
 
-def study_decisions(store: Any, study: str, *, over_prompts: bool = True) -> dict[str, workload.WorkloadDecision]:
+def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = True,
+                    count_loops: bool = False) -> dict[str, workload.WorkloadDecision]:
     """Each machine's answer to a cluster study, decided on the coordinator from the points its
-    study measured (stored here under the groups its item's row names, ``point_groups``): the one
-    runs-to-cells function (:func:`llamaspec.decision.workload_runs.workload_of_runs`) and the one
-    workload decision (:func:`llamaspec.decision.workload.decide_workload`), whatever the worker's
-    own search was. ``over_prompts``: the prompts a machine timed are a sample of the workload
-    (False: ``--whole-workload``)."""
+    study measured (stored here under ``GROUP@MACHINE``) by the decision a study on one machine
+    makes (:func:`llamaspec.studies.study.stored_decision`: the same setups, named by the study,
+    the same speedup model, scope, ``count_loops`` and hold on a changed load), whatever the
+    worker's own search was. ``over_prompts``: the prompts a machine timed are a sample of the
+    workload (False: ``--whole-workload``)."""
+    from llamaspec.cluster.executors import setups_from
     from llamaspec.cluster.sink import machine_of
-    from llamaspec.decision.workload_runs import workload_of_runs
+    from llamaspec.studies.state import Load
+    from llamaspec.studies.study import stored_decision
 
     out: dict[str, workload.WorkloadDecision] = {}
     for item in sorted(store.runs(group_id=study, status="ok"), key=lambda r: r["id"]):
         machine = machine_of(item) or "?"
-        groups = (item.get("provenance") or {}).get("point_groups") or []
-        points = [r for g in groups for r in store.runs(group_id=g)]
-        cells, prompts = workload_of_runs(points)
-        if prompts:
-            out[machine] = workload.decide_workload(cells, prompts, over_prompts=over_prompts and len(prompts) > 1)
+        summary = item.get("summary") or {}
+        done = (summary.get("study") or [{}])[0]
+        if not done.get("study_id") or not summary.get("setups"):
+            continue
+        load = Load(tuple((done.get("load") or {}).get("blocks") or ()))
+        out[machine] = stored_decision(exp, setups_from(summary["setups"]), store, done["study_id"], load,
+                                       over_prompts=over_prompts, count_loops=count_loops, where=f"@{machine}")
     return dict(sorted(out.items()))
 
 

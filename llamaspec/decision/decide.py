@@ -474,6 +474,13 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
     return Decision("recommend", chosen, why, settled, contenders, tuple(requests), **common)
 
 
+def deploys_alone(speedup: Spread | None) -> str | None:
+    """Why one measured setting (``run``'s case) deploys as the target alone: the rule's "no draft"
+    on it alone; None: it deploys with its draft (or nothing was measured)."""
+    d = decide([Candidate("setting", "the draft", speedup)]) if speedup is not None else None
+    return d.reason if d is not None and d.verdict == "no draft" else None
+
+
 def _as_good(e: Estimate, best: Estimate, tolerance: float) -> bool:
     """Whether ``e`` is shown to be within ``tolerance`` of the best estimate: its gap plus one
     standard error of the difference. Two noisy estimates 1 % apart are not "as good" by that

@@ -389,12 +389,14 @@ def prompt_facts(cells: Sequence[Cell], prompts: Mapping[str, str], count_loops:
                  over_prompts: bool = True) -> tuple[PromptFacts, ...]:
     """Each prompt of the workload: what its runs timed (the first cell that says), and why it is
     left out of the answer: too short to time (by the tokens its runs were asked for), (unless
-    ``count_loops``) its output loops, every differing setup diverges at one place
+    ``count_loops``) its output loops, every unprobed differing setup diverges at one place
     (:func:`diverged_everywhere`), or, over prompts (the prompts a sample: another takes its place),
-    a setup's output differs where no probe could tell a near-tie (:func:`diverged_here`; a setup
-    that differs so on most of its prompts is excluded instead, :func:`wrong_outputs`). A
-    difference the probe read and found no near-tie excludes its setup; so does any difference on
-    a workload of its own prompts (``over_prompts`` False: none may be left out for it)."""
+    a setup's output differs at a greedy near-tie or where no probe could tell one
+    (:func:`diverged_here`; a setup that differs unprobed on most of its prompts is excluded
+    instead, :func:`wrong_outputs`). The one near-tie rule: a divergence is a fact of the prompt;
+    a difference the probe read and found no near-tie excludes its setup, as does an unprobed one
+    on a workload of its own prompts (``over_prompts`` False: none may be left out for it, and a
+    setup at a probed near-tie is kept and said)."""
     timed_of: dict[str, tuple[int, int | None]] = {}
     loop_of: dict[str, str] = {}
     for c in cells:
@@ -406,10 +408,11 @@ def prompt_facts(cells: Sequence[Cell], prompts: Mapping[str, str], count_loops:
     unprobed: dict[str, list[Cell]] = {}
     wrong = wrong_outputs(cells)
     for c in cells:
-        if c.status == DIFFERS:
+        unprobed_difference = c.status == DIFFERS and not c.probed  # a probed wrong output is its setup's
+        if unprobed_difference:
             diverged.setdefault(c.prompt, []).append(c.differs_at)
-            if over_prompts and not c.probed and c.setup not in wrong:
-                unprobed.setdefault(c.prompt, []).append(c)
+        if over_prompts and (unprobed_difference or c.near_tie is not None) and c.setup not in wrong:
+            unprobed.setdefault(c.prompt, []).append(c)
     out = []
     for p, cat in prompts.items():
         t, asked = timed_of.get(p, (None, None))
@@ -425,9 +428,13 @@ def prompt_facts(cells: Sequence[Cell], prompts: Mapping[str, str], count_loops:
 
 
 def diverged_here(differing: Sequence[Cell]) -> str | None:
-    """Why a prompt is left out when a setup's output differs there and no probe read the target's
-    top two at the difference (the engine gives no token probabilities): a greedy near-tie and a
-    wrong output cannot be told apart, and a near-tie is a fact of the prompt, not of the setup."""
+    """Why a prompt is left out when a setup's output differs there at a greedy near-tie the probe
+    found, or where no probe read the target's top two (the engine gives no token probabilities: a
+    near-tie and a wrong output cannot be told apart): a near-tie is a fact of the prompt, not of
+    the setup."""
+    ties = [c for c in differing if c.near_tie is not None]
+    if ties:
+        return f"its output with {ties[0].label} differs from the target alone's at a greedy near-tie ({ties[0].near_tie})"
     if not differing:
         return None
     shown = ", ".join(f"{c.label}" + (f" at character {c.differs_at}" if c.differs_at is not None else "")

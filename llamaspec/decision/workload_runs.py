@@ -1,19 +1,13 @@
 """A workload from stored runs: which prompt and which setup each run measured, as
 :class:`llamaspec.decision.workload.Cell` objects (:func:`workload_of_runs`).
 
-Every way of asking that keeps its points as run rows decides from them through this one
-function and :func:`llamaspec.decision.workload.decide_workload`: a cluster study per machine
-(``sweep --cluster``): a machine's study points on the coordinator, and the local study's own rows
-(:mod:`llamaspec.studies.study`, which names its setups itself: its adaptive loop names a setup before it
-is measured). Pure: run rows (as ``Store.runs`` returns them) in, cells out.
+A study decides from its stored rows through this one function and
+:func:`llamaspec.decision.workload.decide_workload` (:mod:`llamaspec.studies.state`, on one machine
+and on a cluster's coordinator alike, which names each run's setup as the study named it). Pure:
+run rows (as ``Store.runs`` returns them) in, cells out.
 
 - **The prompt** of a run is its ``prompt_id`` (its case's name where it has none); its category
   the run's ``category`` (the prompt where it has none).
-- **The setup** of a run (where the caller does not name it): its spec type, its draft (the draft
-  model's label), its draft length, and every other sweepable setting that varies among the runs
-  of one prompt with that spec type. A setting that differs only from prompt to prompt is the
-  prompt's, not a setup's. A draft-free mode is named by its mode and its own varying settings
-  (its draft length among them only where it varies: the mode may not read it).
 - **The cell**: the run's pair ratios (``Summary.speedup.values``; paired runs only, a shared
   baseline's ratios are not pairs) and what they timed (``Summary.timed_tokens``, its ``loop``),
   "ok" or "differs" as its summary says, or failed with its error. Of several finished runs of one setup on one prompt the latest counts (a rerun after a
@@ -29,14 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaspec.decision import workload
-from llamaspec.measure import spectypes
-from llamaspec.measure.settings import SWEEPABLE
 from llamaspec.measure.summary import Summary
 from llamaspec.store.rows import BASELINES_KIND
 
-MODE = "spec_type"
-DRAFT = "draft_variant"  # the axis a sweep over draft files names (the run's ``draft`` column holds its label)
-LENGTH = "draft_max"
 FINISHED = ("ok", "differs", "failed")
 
 
@@ -76,53 +65,6 @@ def prompt_of(run: Mapping[str, Any]) -> tuple[str, str]:
     return prompt, str(run.get("category") or prompt)
 
 
-def _mode(run: Mapping[str, Any]) -> str:
-    return str((run.get("settings") or {}).get(MODE) or "draft")
-
-
-def _value(run: Mapping[str, Any], axis: str) -> Any:
-    return run.get("draft") if axis == DRAFT else (run.get("settings") or {}).get(axis)
-
-
-def setup_axes(runs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
-    """Per spec type, the settings that name its setups: the sweepable settings (and the draft)
-    that vary among the runs of one prompt with that spec type."""
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    for run in runs:
-        groups.setdefault((prompt_of(run)[0], _mode(run)), []).append(run)
-    out: dict[str, list[str]] = {}
-    for (_prompt, mode), rows in groups.items():
-        found = out.setdefault(mode, [])
-        # a draft setup always names its draft length (setup_of); a draft-free one has no draft
-        skip = {MODE, LENGTH} if spectypes.needs_draft(mode) else {MODE, DRAFT}
-        for axis in (DRAFT, *SWEEPABLE):
-            if axis in skip or axis in found:
-                continue
-            if len({str(_value(r, axis)) for r in rows}) > 1:
-                found.append(axis)
-    return {mode: tuple(axes) for mode, axes in out.items()}
-
-
-def _shown(axis: str, value: Any) -> str:
-    if axis == DRAFT:  # a catalog draft by its variant; a file or repo (a '/' in its label) whole
-        text = str(value)
-        return text if "/" in text else text.split(":")[-1]
-    return f"{axis}={value}"
-
-
-def setup_of(run: Mapping[str, Any], axes: Mapping[str, Sequence[str]]) -> RunSetup:
-    """The setup a run measured, named by its settings over ``axes`` (:func:`setup_axes`)."""
-    mode = _mode(run)
-    named = tuple((a, _value(run, a)) for a in axes.get(mode, ()))
-    shown = [_shown(a, v) for a, v in named if v is not None]
-    if spectypes.of(mode).draft_free:
-        return RunSetup(((MODE, mode), *named), mode + (f" ({', '.join(shown)})" if shown else ""), cost(True, None))
-    k = (run.get("settings") or {}).get(LENGTH)
-    length = int(k) if k is not None else None
-    label = (f"draft {length}" if length is not None else "draft") + (f" ({', '.join(shown)})" if shown else "")
-    return RunSetup(((MODE, mode), (LENGTH, length), *named), label, cost(False, length, draft_bytes(run)))
-
-
 def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Cell:
     """One stored run as the cell of ``setup`` on ``prompt``: its pair ratios and how it ended."""
     summary = Summary.from_dict(run.get("summary"))
@@ -144,24 +86,21 @@ def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Ce
                          asked, lossless.first_difference if near_tie else None, near_tie, e2e)
 
 
-def workload_of_runs(runs: Sequence[Mapping[str, Any]],
-                     setup: Callable[[Mapping[str, Any]], RunSetup] | None = None
+def workload_of_runs(runs: Sequence[Mapping[str, Any]], setup: Callable[[Mapping[str, Any]], RunSetup]
                      ) -> tuple[list[workload.Cell], dict[str, str]]:
     """The cells of these runs and their workload (prompt -> category, in the order the prompts
     were first measured), for :func:`llamaspec.decision.workload.decide_workload`. ``setup`` names each
-    run's setup where the caller knows it; by default its settings do (:func:`setup_of`)."""
+    run's setup: the study that measured it names it (never its stored settings)."""
     ordered = sorted((r for r in runs if r.get("status") in FINISHED and r.get("kind") != BASELINES_KIND),
                      key=lambda r: r.get("id") or 0)
-    axes = setup_axes(ordered)
-    name = setup or (lambda run: setup_of(run, axes))
     latest: dict[tuple[str, Hashable], workload.Cell] = {}
     prompts: dict[str, str] = {}
     for run in ordered:
         prompt, category = prompt_of(run)
         prompts.setdefault(prompt, category)
-        found = name(run)
+        found = setup(run)
         latest[(prompt, found.key)] = cell_of(run, prompt, found)
     return list(latest.values()), prompts
 
 
-__all__ = ["RunSetup", "cell_of", "cost", "draft_bytes", "model_bytes", "prompt_of", "setup_axes", "setup_of", "workload_of_runs"]
+__all__ = ["RunSetup", "cell_of", "cost", "draft_bytes", "model_bytes", "prompt_of", "workload_of_runs"]

@@ -9,7 +9,6 @@ snippet sets them there, as the engine does before each generation.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from llamaspec.hf import models as hf_models
@@ -55,9 +54,9 @@ def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True
     device = device or (s.device if s.device not in (None, "auto") else _ACCEL_DEVICE.get(accel))
     dtype = s.dtype or "auto"
     load_in = s.load_in or "none"
-    prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
-    if s.escape and not case.chat:  # a chat's messages are sent as written (measure.chat)
-        prompt = unescape(prompt)
+    # a chat's messages are sent as written (measure.chat); a raw prompt as every engine reads it
+    prompt = (case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()) if case.chat \
+        else chat.raw_prompt(case)
     uses_draft = speculative and spectypes.needs_draft(spec_type) and case.draft is not None
     adapter = any(hf_models.model_format(m) == "peft-adapter" for m in (case.target, case.draft) if m is not None)
     lines = ["import torch", "from transformers import AutoModelForCausalLM, AutoTokenizer"
@@ -105,8 +104,3 @@ def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True
     return Deployment("transformers", speculative, what,
                       (Command("python", "\n".join(lines), (), note),))
 
-
-def unescape(text: str) -> str:
-    """llama.cpp's ``-e``: ``\\n``, ``\\t``, ``\\r``, ``\\"``, ``\\'``, ``\\\\`` in the prompt become the characters."""
-    table = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\"}
-    return re.sub(r"\\([ntr\"'\\])", lambda m: table[m.group(1)], text)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llamaspec.hf.deploy import unescape
 from llamaspec.measure import chat
 from llamaspec.measure.contract import ResolvedCase
 
@@ -14,9 +13,9 @@ from llamaspec.measure.contract import ResolvedCase
 def _input_ids(case: ResolvedCase, tokenizer: Any) -> Any:
     """The prompt as token ids: a chat prompt's messages (earlier turns, then the prompt, as written)
     through the model's template, or as plain text where it has none (``measure.chat``)."""
-    prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
     if not case.chat:
-        return tokenizer(unescape(prompt) if case.settings.escape else prompt, return_tensors="pt").input_ids
+        return tokenizer(chat.raw_prompt(case), return_tensors="pt").input_ids
+    prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
     turns = chat.messages(case, prompt)
     if _prompt_form(case, tokenizer) == chat.CHAT_TEMPLATE:
         return tokenizer.apply_chat_template(chat.as_dicts(turns), add_generation_prompt=True, return_tensors="pt")

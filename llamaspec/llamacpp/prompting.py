@@ -1,6 +1,6 @@
 """A prompt as llama.cpp's command-line programs get it, and their echo of it cut off.
 
-A raw prompt is sent as given (escapes processed with ``-e``, as llama.cpp's common code does); a
+A raw prompt is sent as every engine sends it (``chat.raw_prompt``: escapes processed with ``-e``); a
 chat prompt is rendered with the target's chat template (:mod:`llamaspec.llamacpp.chat`) and sent
 as is. Both programs print the prompt back before the generation, each in its own form
 (:func:`generated_part` cuts either off). The runner measures with these, and the deploy
@@ -16,31 +16,6 @@ from pathlib import Path
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import chat
 from llamaspec.measure.contract import ResolvedCase
-
-_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\", "?": "?", "a": "\a", "b": "\b",
-            "f": "\f", "v": "\v"}
-
-
-def process_escapes(text: str) -> str:
-    """The prompt as llama.cpp sees it with ``-e`` (common's string_process_escapes)."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt in _ESCAPES:
-                out.append(_ESCAPES[nxt])
-                i += 2
-                continue
-            if nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2:i + 4]):
-                out.append(chr(int(text[i + 2:i + 4], 16)))
-                i += 4
-                continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
 
 # The longest argument Linux takes (MAX_ARG_STRLEN: 32 pages), with its closing NUL.
 LONGEST_ARGUMENT = 131072 - 1
@@ -60,11 +35,9 @@ def served_prompt(case: ResolvedCase) -> ServedPrompt:
     less the one trailing newline ``-f`` drops), escapes processed when ``escape`` is on. A chat
     prompt is rendered with the target's template (its messages as written); a target without one
     gets the chat as raw text (``chat.plain_text``), with one warning per model."""
-    text = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
     if not case.chat:
-        if case.prompt is None and text.endswith("\n"):
-            text = text[:-1]
-        return ServedPrompt(process_escapes(text) if case.settings.escape else text, chat.RAW)
+        return ServedPrompt(chat.raw_prompt(case), chat.RAW)
+    text = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
     from llamaspec.llamacpp.chat import echoes, render
     from llamaspec.models.reader import read_chat
 

@@ -223,11 +223,11 @@ class ServerEngine:
     # prompts
 
     def prompt_text(self, case: ResolvedCase) -> str:
-        """The text sent to /completion: the prompt as is, or the chat's messages (earlier turns,
-        then the prompt) rendered by the server's own template."""
-        prompt = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+        """The text sent to /completion: a raw prompt as every engine reads it (``chat.raw_prompt``),
+        or the chat's messages (earlier turns, then the prompt) rendered by the server's own template."""
         if not case.chat:
-            return prompt
+            return chat.raw_prompt(case)
+        prompt = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
         base = self.server_for(case, "baseline")
         turns = chat.messages(case, prompt)
         key = (case.target.path, tuple(turns))

@@ -6,14 +6,17 @@ user's ``prompt``. Its messages are sent as written: a chat client sends JSON, s
 processes ``\\n``-style escapes in them (the ``escape`` setting is for raw prompts, as llama.cpp's
 ``-e`` is for ``-p``). Each engine renders the messages with the model's own chat template; a model
 that has none gets the prompt as raw text, and a chat with earlier turns the plain form of
-:func:`plain_text`, with one warning per model.
+:func:`plain_text`, with one warning per model. A raw prompt reaches every engine as
+:func:`raw_prompt` makes it.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from llamaspec.measure.contract import Message, ResolvedCase
 
@@ -26,6 +29,26 @@ RAW_NO_TEMPLATE = "raw: the model has no chat template"
 # llama-server's own: /apply-template renders a chat for a model without a template with ChatML.
 CHATML_DEFAULT = "chat template: llama.cpp's ChatML (the model has none)"
 PROMPT_FORMS = (CHAT_TEMPLATE, RAW, RAW_NO_TEMPLATE, CHATML_DEFAULT)
+
+
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\", "?": "?", "a": "\a", "b": "\b",
+            "f": "\f", "v": "\v"}
+_ESCAPE = re.compile(r"\\(?:([nrt'\"\\?abfv])|x([0-9a-fA-F]{2}))")
+
+
+def process_escapes(text: str) -> str:
+    """``\\n``-style escapes as llama.cpp's ``-e`` processes them (common's string_process_escapes):
+    the eleven one-letter escapes and ``\\xHH``; any other backslash stays."""
+    return _ESCAPE.sub(lambda m: _ESCAPES[m.group(1)] if m.group(1) else chr(int(m.group(2), 16)), text)
+
+
+def raw_prompt(case: ResolvedCase) -> str:
+    """A raw prompt as every engine's model reads it: the prompt, or a prompt file's text less the
+    one trailing newline (llama.cpp's ``-f`` drops it), escapes processed where ``escape`` is on."""
+    text = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+    if case.prompt is None and text.endswith("\n"):
+        text = text[:-1]
+    return process_escapes(text) if case.settings.escape else text
 
 
 def messages(case: ResolvedCase, prompt: str) -> list[Message]:

@@ -112,11 +112,7 @@ def experiment_from_models(target: str, drafts: Sequence[str] = (), *, settings:
     if workload is not None:
         from llamaspec.studies import prompts as loader
 
-        full = settings.over(DEFAULTS)
-        chosen_prompts = loader.check_workload(workload.prompts, int(full.ctx_size or 4096), int(full.n_predict or 256))
-        cases: tuple[Case, ...] = tuple(Case(p.id, refs[0], draft, p.prompt, None, settings, drafts=others,
-                                             category=p.category, chat=p.chat, history=p.history)
-                                        for p in chosen_prompts)
+        cases: tuple[Case, ...] = loader.workload_cases(workload.prompts, refs[0], draft, settings, others)
     else:
         case = "set" if prompts is not None else "prompt"  # a prompt set's prompts are named by their own ids
         cases = (Case(case, refs[0], draft, prompt, prompt_path, settings, drafts=others),)

@@ -16,8 +16,8 @@ import dataclasses
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import spectypes
 from llamaspec.measure.settings import DEFAULTS, SWEEPABLE
-from llamaspec.studies.experiment import Case, Experiment
-from llamaspec.studies.prompts import PromptSet, check_workload
+from llamaspec.studies.experiment import Experiment
+from llamaspec.studies.prompts import PromptSet, workload_cases
 from llamaspec.studies.setups import Setup
 from llamaspec.studies.sweep import Point
 
@@ -66,11 +66,8 @@ def study_of_set(exp: Experiment, prompt_set: PromptSet) -> tuple[Experiment, tu
     setups = setups_of(exp)
     first = exp.cases[0]
     draft = next((c.draft for c in exp.cases if c.draft is not None), None)
-    full = exp.settings.over(DEFAULTS)
-    prompts = check_workload(prompt_set.prompts, int(full.ctx_size or 4096), int(full.n_predict or 256))
     # each prompt a case with the experiment's settings (a loaded case holds them, its own over them)
-    cases = tuple(Case(p.id, first.target, draft, p.prompt, None, exp.settings, category=p.category, chat=p.chat,
-                       history=p.history) for p in prompts)
+    cases = workload_cases(prompt_set.prompts, first.target, draft, exp.settings)
     return dataclasses.replace(exp, cases=cases), setups
 
 

@@ -230,6 +230,17 @@ def check_workload(prompts: Sequence[Prompt], ctx_size: int, n_predict: int) -> 
     return list(prompts)
 
 
+def workload_cases(prompts: Sequence[Prompt], target: Any, draft: Any, settings: Any, drafts: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """A workload's prompts as cases, the one way every route makes them: each prompt a case named
+    by its id, with its category and chat form, at ``settings``, checked first against the context
+    (:func:`check_workload`) at those settings over the one set of defaults (``Settings.with_defaults``)."""
+    from llamaspec.studies.experiment import Case
+
+    full = settings.with_defaults()
+    return tuple(Case(p.id, target, draft, p.prompt, None, settings, drafts=drafts, category=p.category, chat=p.chat,
+                      history=p.history) for p in check_workload(prompts, int(full.ctx_size), int(full.n_predict)))
+
+
 def select(prompts: list[Prompt], limit: int | None, seed: int | None) -> list[Prompt]:
     """The first ``limit`` prompts, or a seeded sample of them (kept in file order)."""
     if limit is None or limit >= len(prompts):

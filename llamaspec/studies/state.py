@@ -153,20 +153,23 @@ class StudyState:
     """One study being measured: its cells in the store, its pace, its load, its decision.
 
     ``over_prompts``: the prompts are a sample of the workload (the default), not the whole of it;
-    ``count_loops``: a prompt whose target output loops counts in the decision."""
+    ``count_loops``: a prompt whose target output loops counts in the decision; ``where``: the
+    suffix of its prompts' groups in ``store`` (a cluster study's points on the coordinator,
+    ``@MACHINE``, decided there without an engine: ``study.stored_decision``)."""
 
-    def __init__(self, exp: Experiment, setups: Sequence[Setup], engine: Engine, store: Store, sid: str,
+    def __init__(self, exp: Experiment, setups: Sequence[Setup], engine: Engine | None, store: Store, sid: str,
                  on_event: Callable[[str, dict[str, Any]], None] | None,
                  clock: Callable[[], float] = time.monotonic, *, over_prompts: bool = True,
-                 count_loops: bool = False) -> None:
+                 count_loops: bool = False, where: str = "") -> None:
         from llamaspec.base import host
 
-        self.exp, self.setups, self.engine, self.store, self.sid = exp, list(setups), engine, store, sid
+        self.exp, self.setups, self.store, self.sid, self.where = exp, list(setups), store, sid, where
+        self.engine: Engine = engine  # type: ignore[assignment]  # None: it only decides
         self.by_key = {s.key: s for s in self.setups}
         self.cases: list[Case] = list(exp.cases)
         self.by_name = {c.name: c for c in self.cases}
         self.prompts = {c.name: c.category or c.name for c in self.cases}
-        self.hw = host.hardware()
+        self.hw = host.hardware() if engine is not None else {}
         self.on_event = on_event
         self.over_prompts, self.count_loops = over_prompts, count_loops
         self.resolved: dict[tuple[str, str], ResolvedCase] = {}
@@ -207,7 +210,7 @@ class StudyState:
     # --- measuring ---------------------------------------------------------------------------------
 
     def group(self, case: Case) -> str:
-        return prompt_group(self.sid, case.name)
+        return prompt_group(self.sid, case.name) + self.where
 
     def resolve(self, case: Case, setup: Setup) -> ResolvedCase:
         key = (case.name, setup.key)

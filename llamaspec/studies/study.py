@@ -177,7 +177,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     as it is measured. ``clock``: what a time budget is counted on (a replay counts the recorded
     time of the runs it drew)."""
     axes = sorted({a for s in setups for a, _v in s.point.values})
-    over_prompts = over_prompts and len(exp.cases) > 1  # one prompt is its own workload: -p, the write-up's form
+    over_prompts = sampled(exp, over_prompts)
     sid = study_id(exp, axes, engine.identity(), engine.name, fixed_grid, over_prompts, count_loops)
     study = StudyState(exp, setups, engine, store, sid, on_event, clock, over_prompts=over_prompts,
                        count_loops=count_loops)
@@ -213,6 +213,22 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
                          study.block_seconds(max(1, len(study.setups) if fixed_grid else 2)), study.baseline_runs())
     keep(store, exp, result)
     return result
+
+
+def sampled(exp: Experiment, over_prompts: bool = True) -> bool:
+    """Whether a study's prompts are a sample of the workload: one prompt is its own workload (-p,
+    the write-up's form)."""
+    return over_prompts and len(exp.cases) > 1
+
+
+def stored_decision(exp: Experiment, setups: Sequence[Setup], store: Store, sid: str, load: Load, *,
+                    over_prompts: bool = True, count_loops: bool = False, where: str = "") -> workload.WorkloadDecision:
+    """The decision :func:`run_study` makes, made again from the study's points as stored (``where``:
+    the suffix of their groups, ``@MACHINE`` for a cluster study's on the coordinator): the same
+    state, cells, speedup model, scope and hold, no engine."""
+    state = StudyState(exp, setups, None, store, sid, None, over_prompts=sampled(exp, over_prompts),
+                       count_loops=count_loops, where=where)
+    return held(state.decision(), load)
 
 
 def held(d: workload.WorkloadDecision, load: Load) -> workload.WorkloadDecision:
@@ -304,4 +320,4 @@ def deployment(result: StudyResult, engine: Engine, exp: Experiment, store: Stor
 
 
 __all__ = ["DEFAULT_LENGTHS", "MODES_AXIS", "Setup", "StudyResult", "cost_of", "first_pass",
-           "make_setup", "prompt_group", "run_study", "setups_for", "setups_of", "study_id"]
+           "make_setup", "prompt_group", "run_study", "setups_for", "setups_of", "stored_decision", "study_id"]

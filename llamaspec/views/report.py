@@ -236,9 +236,6 @@ COMPARE_BY = {
 }
 
 
-_ZERO = Spread(0.0, 0.0, 0.0, 0, 0.0, 0.0, None)
-
-
 def _reference_as_run(run: dict[str, Any]) -> tuple[Reference | None, str | None]:
     """The reference block stored with the run (as it was when run), and a line saying whether the
     experiment file has changed since."""
@@ -363,9 +360,16 @@ def _other_cpus(runs: list[dict[str, Any]], latest: str) -> list[str]:
 
 
 def _best(rs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run with the highest median speedup, among those with an unchanged output if any."""
+    """The run the one decision rule picks among those with an unchanged output (if any): shown
+    faster, the cheapest near the best (``decide.decide``), not the highest median (a best-of is
+    biased upwards); where it picks none, its best estimate; the newest where none has a speedup."""
+    from llamaspec.decision import decide
+
     lossless = [r for r in rs if r["status"] == "ok"] or rs
-    return max(lossless, key=lambda r: (Summary.from_dict(r.get("summary")).speedup or _ZERO).median)
+    found = [decide.Candidate(r["id"], str(r["id"]), sp, (float(r.get("draft_max") or 0),))
+             for r in lossless if (sp := Summary.from_dict(r.get("summary")).speedup) is not None]
+    chosen = decide.decide(found).chosen if found else None
+    return next((r for r in lossless if chosen is not None and r["id"] == chosen.key), max(lossless, key=lambda r: r["id"]))
 
 
 def _groups(compare_by: str, ok: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -445,7 +449,7 @@ def _compare_engines(ok: list[dict[str, Any]]) -> list[str]:
     out += [_md_table(["pair", "engine", "experiment / case", "runs", "draft", "n_predict", "threads",
                        "spec t/s", "baseline t/s", "speedup [95% CI]", "acceptance", "lossless", "run"], body), ""]
     out += ["Each row is the engine's newest `llamaspec run` of that pair (where the pair was only swept: the sweep "
-            "point with the highest median speedup and an unchanged output); `runs` counts all of them, sweep "
+            "point the decision rule picks among those with an unchanged output); `runs` counts all of them, sweep "
             "points included.", ""]
     if notes:
         out += notes + [""]

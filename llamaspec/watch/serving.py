@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import live
+from llamaspec.measure import spectypes
 
 if TYPE_CHECKING:
     from llamaspec.llamacpp.command import PastedCommand
@@ -83,7 +84,7 @@ def speculation_of(reading: live.Reading, argv: tuple[str, ...] | None) -> tuple
         types = [t for s in reading.slots for t in s.spec_types]
         if types:
             first = types[0]
-            return (DRAFT if first.startswith("draft") else first), "/slots"
+            return (DRAFT if spectypes.needs_draft(first) else first), "/slots"
         if not any(s.speculative for s in reading.slots):
             return None, "/slots"
     cmd = _parsed(argv)
