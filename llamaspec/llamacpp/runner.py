@@ -345,8 +345,8 @@ def _sample_ms(stats: parse.CompletionStats) -> float | None:
 
 
 def check_deployment(answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt], interval: Any,
-                     n_predict: int, logs: Path, *, spec_type: str | None, seed: int | None = None) -> tuple[Deployment, Any]:
+                     n_predict: int, logs: Path, *, seed: int | None = None) -> tuple[Deployment, Any]:
     """The deploy check of an answer's llama-server command (``llamacpp.deploy_check.check_answer``)."""
     from llamaspec.llamacpp import deploy_check
 
-    return deploy_check.check_answer(answer, alone, prompts, interval, n_predict, logs, spec_type=spec_type, seed=seed)
+    return deploy_check.check_answer(answer, alone, prompts, interval, n_predict, logs, seed=seed)
