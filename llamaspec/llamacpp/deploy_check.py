@@ -1,26 +1,12 @@
-"""The deploy check: the answer's llama-server command started as printed and asked as a client asks,
-against the same server without speculation, on a small sample of the workload's prompts.
+"""The deploy check (docs/engines.md, "The deploy check"): the answer's llama-server command started
+as printed and the target alone's, each once, sent a few of the workload's prompts in turn as a
+client sends them (a chat one to ``/v1/chat/completions``, a raw one to ``/completion``; greedy).
+Each answer's ``timings`` give its decode speed (``(predicted_n - 1) / predicted_ms``, as the
+study's server figures) and, where present, ``draft_n`` / ``draft_n_accepted``. The check's speedup
+has its own 95 % interval; :func:`check_answer` takes the command out of an answer only where that
+interval lies wholly below or above the answer's (:meth:`DeployCheck.verdict`).
 
-Both servers are started once and sent the prompts in turn, as a deployed server serves its
-traffic (a mode that keeps state between requests drafts each prompt after the earlier ones, as
-it would deployed). For each prompt (a chat one through ``/v1/chat/completions``, a raw one through
-``/completion``; greedy, the study's length) the target-alone server answers, then the deployed
-one; each answer's ``timings`` give its decode speed (``(predicted_n - 1) / predicted_ms``, as the
-study's server figures) and, where present, ``draft_n`` / ``draft_n_accepted``.
-
-The check's speedup is the geometric mean of the prompts' ratios, with its own 95 % interval
-(Student's t over the log ratios at the prompts less one): one request a prompt on a few prompts
-is noisy, so the check contradicts the study only where its whole interval lies outside the
-study's (``below`` / ``above``); a figure outside the study's interval whose own interval still
-overlaps it is ``unsure`` (said, the command kept), and so is any figure outside from one prompt.
-:func:`check_answer` sets the check beside the answer: a check below or above the answer's
-interval takes the llama-server command out of it and says why (the command-line deploy stays: it
-is what was measured); a server that fails to start or dies leaves the answer as it was, marked
-unchecked.
-
-    from llamaspec.llamacpp import deploy_check
     answer, checked = deploy_check.check_answer(answer, alone, prompts, interval, 64, Path("logs"))
-    print(answer.render()); print(checked.render(interval))
 """
 
 from __future__ import annotations

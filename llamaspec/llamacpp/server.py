@@ -48,7 +48,7 @@ from typing import Any
 
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import costs, flags, programhelp
+from llamaspec.llamacpp import costs, deploy_check, flags, programhelp
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
 from llamaspec.llamacpp.metrics import metrics_change, positions_from_metrics
@@ -57,7 +57,6 @@ from llamaspec.llamacpp.server_process import READY_TIMEOUT, RequestFailed, Serv
 from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
-    ClientPrompt,
     Deployment,
     EngineOptions,
     Measurement,
@@ -496,9 +495,5 @@ def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = T
                              speculative, warm=options.warm)
 
 
-def check_deployment(answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt], interval: Any,
-                     n_predict: int, logs: Path, *, seed: int | None = None) -> tuple[Deployment, Any]:
-    """The deploy check of an answer's llama-server command (``llamacpp.deploy_check.check_answer``)."""
-    from llamaspec.llamacpp import deploy_check
-
-    return deploy_check.check_answer(answer, alone, prompts, interval, n_predict, logs, seed=seed)
+# the engine's deploy check (registry.engines.check_deployment)
+check_deployment = deploy_check.check_answer
