@@ -523,7 +523,7 @@ def test_a_pending_server_is_built_into_the_same_folder_on_first_use(
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(build, "check_tools", lambda: None)
-    monkeypatch.setattr(server, "ServerEngine", lambda b: b)  # what open_engine hands over is the build itself
+    monkeypatch.setattr(server, "ServerEngine", lambda b, warm=False: b)  # what open_engine hands over is the build itself
     plan = _plan("cpu")
     plan = BuildPlan(plan.source, plan.accel, plan.cmake_defs, plan.extra_args, plan.cpu_disable,
                      {**plan.targets, "server": "llama-server"}, plan.native_isa)

@@ -239,7 +239,7 @@ def test_the_change_is_the_servers_own_command_changed() -> None:
 
 def test_given_costs() -> None:
     c = costs.given("0.3,0.1")
-    assert c.cost.cost_ratio == pytest.approx(0.3) and c.cost.verify_steps(4) == pytest.approx(1.4) and not c.absolute
+    assert c.cost.cost_ratio == pytest.approx(0.3) and c.cost.verify_ms(4) / c.cost.target_ms_per_token == pytest.approx(1.4) and not c.absolute
     assert costs.given("0.3", draft_free=True).cost.cost_ratio == 0.0  # an n-gram mode runs no draft model
     for bad in ("x", "-1", "1,2,3", ""):
         with pytest.raises(LlamaspecError, match="--cost"):
@@ -358,6 +358,19 @@ def test_an_ngram_server_costs_no_draft_model() -> None:
         (_, second) = run(watcher(fake.url, cost="0.4,0.05"), 2)
     assert second.serving.speculation == "ngram-simple" and second.forecast is not None
     assert second.forecast.cost.cost_ratio == 0.0 and "--spec-ngram-simple-size-m" in second.change.words
+    assert not any("keeps n-gram state" in n for n in second.notes)  # ngram-simple drafts as a cold study's
+
+
+def test_a_mode_that_keeps_state_is_read_as_warm_traffic_beside_a_cold_study() -> None:
+    """A server running ngram-mod (spectypes.KEEPS_STATE): each reading says its window is warm
+    traffic, how a study's figure for the mode was measured (cold unless --warm), and still predicts."""
+    with FakeLlamaServer([None, Served()], spec_types="none,ngram-mod") as fake:
+        (_, second) = run(watcher(fake.url, cost="0.4,0.05"), 2)
+    assert second.serving.speculation == "ngram-mod" and second.forecast is not None
+    (said,) = [n for n in second.notes if "keeps n-gram state" in n]
+    assert said.startswith("ngram-mod keeps n-gram state between requests: this window is warm traffic")
+    assert "a study's figure for ngram-mod is cold (a fresh server per request) unless it was measured with `sweep --warm`" in said
+    assert f"note: {said}" in second.lines()
 
 
 def test_a_server_that_stops_answering_mid_watch_is_one_line_and_the_watch_goes_on() -> None:

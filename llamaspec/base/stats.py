@@ -1,4 +1,4 @@
-"""The statistics every figure goes through: medians with 95 % bootstrap intervals, spreads, ties.
+"""The statistics every figure goes through: medians with 95 % bootstrap intervals, spreads.
 
 The speedup estimators built on these (one per kind of study) are defined in
 :mod:`llamaspec.measure.estimators`: a setting's speedup is the median of its paired ratios (speculative
@@ -132,14 +132,6 @@ def _spread(clean: tuple[float, ...]) -> Spread:
 
 def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
-
-
-def ties(spreads: Sequence[tuple[Any, Spread]]) -> tuple[Any, list[Any]]:
-    """The best item (largest median) and every item whose interval overlaps the best one's."""
-    if not spreads:
-        raise ValueError("nothing to compare")
-    best_item, best = max(spreads, key=lambda kv: kv[1].median)
-    return best_item, [item for item, s in spreads if s.overlaps(best)]
 
 
 def interval_reached(s: Spread | None, half_width: float) -> bool:

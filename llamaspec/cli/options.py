@@ -228,13 +228,14 @@ def check_prompt_file(prompt_file: Path | None) -> str | None:
     return str(prompt_file.resolve())
 
 
-def open_engine(exp: Any, accel: str, bin_dir: Path | None, engine: str | None = None) -> Any:
+def open_engine(exp: Any, accel: str, bin_dir: Path | None, engine: str | None = None, warm: bool = False) -> Any:
     """The engine ``exp`` runs on (``engine``: another by its registry name), on an RPC build where
-    the experiment puts its target on RPC workers."""
+    the experiment puts its target on RPC workers; ``warm``: llama-server's warm traffic."""
     from llamaspec.measure.contract import EngineOptions
     from llamaspec.registry import engines
 
-    return engines.open_engine(engine or exp.engine, EngineOptions(accel=accel, bin_dir=bin_dir, rpc=exp.uses_rpc))
+    return engines.open_engine(engine or exp.engine, EngineOptions(accel=accel, bin_dir=bin_dir, rpc=exp.uses_rpc,
+                                                                     warm=warm))
 
 
 @contextlib.contextmanager

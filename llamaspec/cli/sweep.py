@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +46,20 @@ log = logging.getLogger("llamaspec")
                    "larger budget continues the same study).")
 @click.option("--fixed-grid", is_flag=True,
               help="Measure every setup on every prompt in --repeats blocks each instead of the adaptive study.")
-@click.option("--check-deploy", is_flag=True,
-              help="Start the answer's llama-server command and the target alone's, send a prompt a category as a "
-                   "client would, and set the server's speedup beside the study's.")
+@click.option("--check-deploy/--no-check-deploy", default=True, show_default=True,
+              help="Check a recommended llama-server command before printing it: start it and the target alone's, "
+                   "send the first prompt of each category in turn as a client would, and set the server's speedup "
+                   "beside the study's (docs/engines.md, \"The deploy check\").")
+@click.option("--warm", is_flag=True,
+              help="A llama-server study as traffic: one long-lived server per setup, the prompts in turn, repeats "
+                   "allowed (default: a mode that keeps state between requests is timed on a fresh server). Its "
+                   "output and runs say warm; it is a study of its own, never pooled with the cold one.")
 @workload_options
 @common_options
 @cluster_option
 def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, modes: str | None,
           source: str | None, limit: int | None, sample_seed: int | None, fmt: str | None, turns: str | None,
-          plot: bool, budget: str | None, fixed_grid: bool, check_deploy: bool, whole_workload: bool, count_loops: bool,
+          plot: bool, budget: str | None, fixed_grid: bool, check_deploy: bool, warm: bool, whole_workload: bool, count_loops: bool,
           n_predict: int | None, prompt: str | None,
           prompt_file: Path | None, repeats: int | str | None, timeout: float | None, bin_dir: Path | None,
           accel: str, no_wait: bool, as_json: bool, address: str | None, **given: str | None) -> None:
@@ -81,7 +87,9 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     setup: shown faster than the target alone (a chance of a gain of 92.5 % or more), the cheapest
     within 2 % of the best; under it, the same rule per category with 3 timed prompts or more.
     Undecided, it names the best bet, its chance of a loss, and the prompts that would settle it. It ends with the command that deploys the
-    answer.
+    answer; a recommended llama-server command is first checked on llama-server (two servers
+    started, the first prompt of each category sent in turn, progress on stderr; --no-check-deploy
+    prints it marked unchecked) and taken out where the check's interval lies outside the answer's.
 
     Each prompt is measured in a block: the target alone, one run of each setup in a shuffled
     order, the target alone again; each run's speedup is over the two baselines around it. Adaptive,
@@ -107,6 +115,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     Example: llamaspec sweep smollm2-quicksort --draft 1..16 --modes none --budget 10m
     Example: llamaspec sweep smollm2-quicksort --draft 1,2,4,8 --fixed-grid --repeats 5
     Example: llamaspec sweep smollm2-server-mini --limit 12 --sample-seed 1
+    Example: llamaspec sweep smollm2-server-mini --limit 12 --warm
     """
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.store.results import Store
@@ -145,15 +154,20 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     if spend is not None and fixed_grid:
         raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid or --budget")
     asked = None if modes is None else () if modes.strip().lower() == "none" else sweeps.parse_values("spec_type", modes)
+    if warm and exp.engine != "llama-server":
+        raise click.UsageError(f"--warm measures llama-server traffic; {exp.name} runs on {exp.engine}: give an experiment "
+                               "with engine: llama-server (e.g. smollm2-server-mini)")
     if address:
         from llamaspec.cli.cluster import study_on_cluster
 
+        if warm:
+            raise click.UsageError("--warm is for a study on this machine: drop --cluster or --warm")
         if bin_dir is not None:
             raise click.UsageError("with --cluster every machine runs the study on its own build: drop --bin-dir")
         study_on_cluster(exp, address, axes=axes, modes=asked, setups=methods, budget=spend, fixed_grid=fixed_grid,
                          over_prompts=not whole_workload, count_loops=count_loops, accel=accel, as_json=as_json)
         return
-    engine = open_engine(exp, accel, bin_dir)
+    engine = open_engine(exp, accel, bin_dir, warm=warm)
     setups = methods or studies.setups_of(exp, engine, axes, asked)
     store = Store.open()
     try:
@@ -195,16 +209,17 @@ def load_workload(source: str | None, limit: int | None, seed: int | None, fmt: 
 
 
 def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool, *,
-               check_deploy: bool = False, no_wait: bool = False) -> None:
-    """A study's table, its one decision and the command that deploys it (with ``check_deploy``,
-    checked on llama-server first: :func:`deploy_checked`)."""
+               check_deploy: bool = True, no_wait: bool = False) -> None:
+    """A study's table, its one decision and the command that deploys it (a recommended llama-server
+    command checked on llama-server first, :func:`deploy_checked`; without ``check_deploy`` marked
+    unchecked)."""
     from llamaspec.studies import study as studies
 
     plots = studies.plot_study(store, result.as_dict()) if plot else []
     answer = studies.deployment(result, engine, exp, store)
     checked_text, checked_dict = None, None
-    if check_deploy and answer is not None:
-        answer, checked_text, checked_dict = deploy_checked(result, answer, engine, exp, store, no_wait)
+    if answer is not None:
+        answer, checked_text, checked_dict = deploy_checked(result, answer, engine, exp, store, no_wait, check_deploy)
     if as_json:
         click.echo(json.dumps({**result.as_dict(), "plots": [str(p) for p in plots],
                                "deploy": answer.to_dict() if answer else None, "deploy_check": checked_dict},
@@ -216,18 +231,23 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
         raise LlamaspecError(*nothing_to_recommend(result.decision))
 
 
-def deploy_checked(result: Any, answer: Any, engine: Any, exp: Any, store: Any,
-                   no_wait: bool) -> tuple[Any, str | None, dict[str, Any] | None]:
+def deploy_checked(result: Any, answer: Any, engine: Any, exp: Any, store: Any, no_wait: bool,
+                   check: bool = True) -> tuple[Any, str | None, dict[str, Any] | None]:
     """The answer after its deploy check (llamacpp.deploy_check), the check's line and its JSON:
-    the first prompt of each category, sent to the answer's llama-server and the target alone's."""
+    the first prompt of each category, sent to the answer's llama-server and the target alone's.
+    Not ``check``: a recommended llama-server command is marked unchecked, with how to check it."""
     from llamaspec.base import paths
     from llamaspec.cli.options import measuring
     from llamaspec.studies import deploy
 
     chosen = result.decision.chosen
     run_id = result.run_of(chosen.key) if result.decision.verdict == "recommend" and chosen is not None else None
-    if run_id is None:
+    if run_id is None or not any(c.program == "llama-server" and c.argv for c in answer.commands):
         return answer, None, None
+    if not check:
+        return replace(answer, notes=(*answer.notes, "the llama-server command is unchecked (--no-check-deploy): the "
+                                      f"study's figure was measured with engine {answer.engine}; drop --no-check-deploy to check "
+                                      "it on llama-server")), None, None
     from llamaspec.measure.contract import ClientPrompt
     from llamaspec.registry import engines
 
@@ -242,9 +262,9 @@ def deploy_checked(result: Any, answer: Any, engine: Any, exp: Any, store: Any,
     with measuring(f"llamaspec sweep {exp.name}: deploy check", no_wait):
         answer, checked = engines.check_deployment(
             answer.engine, answer, deploy.for_run(engine, exp, run, speculative=False), prompts, chosen.measured,
-            s.n_predict or 64, paths.runs_dir() / "deploy-check", spec_type=s.spec_type, seed=s.seed)
+            s.n_predict or 64, paths.runs_dir() / "deploy-check", seed=s.seed)
     if checked is None:
-        return answer, "deploy check: no llama-server command to check", None
+        return answer, None, None
     return answer, checked.render(chosen.measured), checked.to_dict(chosen.measured)
 
 

@@ -15,7 +15,7 @@ class BatchTimings:
     A verification round processes the draft plus one token in one batch; on CPUs its cost grows
     with the batch, which the paper's model (verification = one target step) leaves out.
     ``ms_by_tokens`` holds llama-bench's mean per size; ``samples_ms`` every repetition, for
-    medians and for pooling several llama-bench runs (:func:`pool_bench`). ``depth`` is the
+    medians and for pooling several llama-bench runs. ``depth`` is the
     context depth (``-d``) the batches ran at."""
 
     ms_by_tokens: dict[int, float]
@@ -61,20 +61,3 @@ def parse_bench_json(text: str) -> BatchTimings:
     out = {int(r["n_prompt"]): float(r["avg_ns"]) / 1e6 for r in pp}
     samples = {int(r["n_prompt"]): tuple(float(x) / 1e6 for x in r.get("samples_ns") or ()) for r in pp}
     return BatchTimings(out, samples, depth=depths.pop(), all_outputs=all(bool(r.get("embeddings")) for r in pp))
-
-
-def pool_bench(*timings: BatchTimings) -> BatchTimings:
-    """Several llama-bench runs of the same model and depth as one: samples pooled, means recomputed."""
-    if not timings:
-        raise ParseError("no llama-bench runs to pool", hint="time the model first")
-    if len({t.depth for t in timings}) > 1 or len({t.all_outputs for t in timings}) > 1:
-        raise ParseError("cannot pool llama-bench runs at different depths or output settings", hint="pool like with like")
-    samples: dict[int, list[float]] = {}
-    means: dict[int, list[float]] = {}
-    for t in timings:
-        for n, ms in t.ms_by_tokens.items():
-            means.setdefault(n, []).append(ms)
-            samples.setdefault(n, []).extend(t.samples_ms.get(n, ()))
-    return BatchTimings({n: sum(s) / len(s) if s else sum(means[n]) / len(means[n]) for n, s in samples.items()},
-                        {n: tuple(s) for n, s in samples.items()}, depth=timings[0].depth,
-                        all_outputs=timings[0].all_outputs)

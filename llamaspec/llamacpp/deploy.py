@@ -23,24 +23,28 @@ SERVER_NOTE = "serves on 127.0.0.1:8080; add --host and --port to serve elsewher
 STATE_TABLE = "docs/engines.md, \"State between requests\""
 
 
-def keeps_state_note(spec_type: str, engine: str) -> str:
+def keeps_state_note(spec_type: str, engine: str, warm: bool = False) -> str:
     """What an answer says of a mode that keeps drafting state between requests on llama-server
     (``spectypes.KEEPS_STATE``): measured on the command-line program (``engine`` llama.cpp), its
     server deploy is not what was measured and is left out; measured on llama-server, each request
-    was timed on a fresh server, which a long-lived one is not."""
+    was timed on a fresh server, which a long-lived one is not (``warm``: on one long-lived server)."""
+    if warm:
+        return (f"{spec_type} keeps n-gram state between requests on llama-server: this answer was measured as warm "
+                "traffic, one long-lived server answering the study's prompts in turn, as a deployed one does; a cold "
+                f"study (fresh server per request, the default) measures each prompt alone ({STATE_TABLE})")
     if engine == "llama.cpp":
         return (f"{spec_type} keeps n-gram state between requests on llama-server: after its first request a "
                 "long-lived server drafts from earlier requests' text (at 0c1e570 a shorter request after a longer "
                 f"one drafts tokens it cannot use; the measured counts are in {STATE_TABLE}). This answer was "
                 "measured on llama-speculative-simple, fresh each run, so no llama-server command is printed: "
                 "deploy the llama-speculative-simple command above, or measure the mode as served "
-                "(`llamaspec sweep -m TARGET --modes " + spec_type + " --prompts FILE`: a prompt set runs on llama-server)")
+                "(an experiment with engine: llama-server; `sweep NAME --warm` as traffic)")
     return (f"{spec_type} keeps n-gram state between requests on llama-server: each figure was timed on a fresh server "
             f"(docs: {STATE_TABLE}); a long-lived server drafts from earlier requests' text, so its traffic may "
             "run faster or slower than this answer: `llamaspec watch URL` reads it as served")
 
 
-def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool = True) -> Deployment:
+def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool = True, warm: bool = False) -> Deployment:
     s = case.settings.with_defaults()
     kind = spectypes.of(s.spec_type)
     draft_free = kind.draft_free
@@ -92,7 +96,7 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     else:
         notes.append(f"the build in {build.bin_dir} has no llama-speculative-simple")
     if speculative and kind.keeps_state and not withheld:
-        notes.append(keeps_state_note(str(s.spec_type), engine))
+        notes.append(keeps_state_note(str(s.spec_type), engine, warm))
     if speculative and engine == "llama.cpp" and s.program != "speculative-simple" and not draft_free:
         notes.append("measured with llama-speculative (exactly k drafted per round); llama-server and "
                      "llama-speculative-simple draft up to k: confirm with --program speculative-simple")

@@ -1,28 +1,21 @@
-"""The deploy check: the answer's llama-server command started as printed and asked as a client asks,
-against the same server without speculation, on a small sample of the workload's prompts.
+"""The deploy check (docs/engines.md, "The deploy check"): the answer's llama-server command started
+as printed and the target alone's, each once, sent a few of the workload's prompts in turn as a
+client sends them (a chat one to ``/v1/chat/completions``, a raw one to ``/completion``; greedy).
+Each answer's ``timings`` give its decode speed (``(predicted_n - 1) / predicted_ms``, as the
+study's server figures) and, where present, ``draft_n`` / ``draft_n_accepted``. The check's speedup
+has its own 95 % interval; :func:`check_answer` takes the command out of an answer only where that
+interval lies wholly below or above the answer's (:meth:`DeployCheck.verdict`).
 
-For each prompt (a chat one through ``/v1/chat/completions``, a raw one through ``/completion``;
-greedy, the study's length) the target-alone server answers, then the deployed one; each answer's
-``timings`` give its decode speed (``(predicted_n - 1) / predicted_ms``, as the study's server
-figures) and, where present, ``draft_n`` / ``draft_n_accepted``. The check's speedup is the
-geometric mean of the prompts' ratios (one request each: a check, not a study), its acceptance the
-accepted over the drafted tokens of all prompts. A mode that keeps state between requests
-(``spectypes.KEEPS_STATE``) gets a fresh speculative server per prompt, as the study timed it.
-
-:func:`check_answer` sets the check beside the answer: a check below the answer's interval takes
-the llama-server command out of it and says why (the command-line deploy stays: it is what was
-measured); a server that fails to start or dies leaves the answer as it was, marked unchecked.
-
-    from llamaspec.llamacpp import deploy_check
-    answer, checked = deploy_check.check_answer(answer, alone, prompts, interval, 64, Path("logs"), spec_type="ngram-mod")
-    print(answer.render()); print(checked.render(interval))
+    answer, checked = deploy_check.check_answer(answer, alone, prompts, interval, 64, Path("logs"))
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import logging
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -30,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.base.stats import Spread, percent_text
+from llamaspec.base.stats import Spread, percent_text, t975
 from llamaspec.llamacpp.server_process import RequestFailed, Server, ServerDied
-from llamaspec.measure import chat, spectypes
+from llamaspec.measure import chat
 from llamaspec.measure.contract import ClientPrompt, Command, Deployment
+
+log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = 600.0
 
@@ -61,9 +56,19 @@ class DeployCheck:
 
     @property
     def speedup(self) -> float | None:
-        if not self.prompts:
+        return self.spread.median if self.spread is not None else None
+
+    @property
+    def spread(self) -> Spread | None:
+        """The geometric mean of the prompts' speedups and its 95 % interval (Student's t over the log
+        ratios; none from one prompt: low = high = the figure, ``n`` 1)."""
+        logs = [math.log(p.speedup) for p in self.prompts]
+        if not logs:
             return None
-        return math.exp(sum(math.log(p.speedup) for p in self.prompts) / len(self.prompts))
+        mean, n = statistics.fmean(logs), len(logs)
+        half = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n) if n > 1 else 0.0
+        ratios = tuple(p.speedup for p in self.prompts)
+        return Spread(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, min(ratios), max(ratios), None, ratios)
 
     @property
     def counted(self) -> bool:
@@ -81,14 +86,20 @@ class DeployCheck:
         return sum(p.accepted or 0 for p in self.prompts) / drafted if drafted else None
 
     def verdict(self, interval: Spread) -> str:
-        """``unchecked``, ``below`` / ``above`` the answer's interval, or ``within`` it."""
-        got = self.speedup
-        if got is None:
+        """``unchecked``; ``below`` / ``above``: the check's whole interval outside the answer's;
+        ``within``: its figure inside the answer's interval; ``unsure``: its figure outside, its own
+        interval not (or one prompt: no interval of its own)."""
+        own = self.spread
+        if own is None:
             return "unchecked"
-        return "below" if got < interval.low else "above" if got > interval.high else "within"
+        if own.n > 1 and not own.overlaps(interval):
+            return "below" if own.high < interval.low else "above"
+        return "within" if interval.low <= own.median <= interval.high else "unsure"
 
     def to_dict(self, interval: Spread) -> dict[str, Any]:
-        return {"setting": self.setting, "speedup": self.speedup, "acceptance": self.acceptance,
+        own = self.spread
+        return {"setting": self.setting, "speedup": self.speedup, "low": own.low if own and own.n > 1 else None,
+                "high": own.high if own and own.n > 1 else None, "acceptance": self.acceptance,
                 "verdict": self.verdict(interval), "error": self.error,
                 "study": {"median": interval.median, "low": interval.low, "high": interval.high},
                 "prompts": [{"prompt": p.prompt, "base_tps": p.base_tps, "spec_tps": p.spec_tps, "drafted": p.drafted,
@@ -96,37 +107,37 @@ class DeployCheck:
 
     def render(self, interval: Spread) -> str:
         study = f"the study {interval.median:.2f}x [{interval.low:.2f}-{interval.high:.2f}]"
-        if self.error is not None or self.speedup is None:
+        own = self.spread
+        if self.error is not None or own is None:
             return f"deploy check: unchecked ({self.error or 'no prompt answered'}); {study} stands as measured"
         acc = self.acceptance
         n = len(self.prompts)
         accepted = (f", {percent_text(acc)} of drafted tokens accepted" if acc is not None else
                     ", acceptance unknown: no answer's timings had draft counters (nothing drafted, or a server "
                     "that does not report them)" if not self.counted else ", nothing drafted")
-        where = {"within": "within its interval", "below": "below its interval", "above": "above its interval"}
-        return (f"deploy check ({n} prompt{'s' if n != 1 else ''}, one request each, as a client sends them): "
-                f"llama-server {self.speedup:.2f}x{accepted}; {study}: {where[self.verdict(interval)]}")
+        where = {"within": "within its interval", "below": "below its interval", "above": "above its interval",
+                 "unsure": ("outside its interval, but one request tells no spread: not a contradiction" if n == 1 else
+                            "outside its interval, but the check's own interval overlaps it: not a contradiction")}
+        return (f"deploy check ({n} prompt{'s' if n != 1 else ''} in turn on one server, one request each, as a client "
+                f"sends them): llama-server {own.text(suffix='x')}{accepted}; {study}: {where[self.verdict(interval)]}")
 
 
 def check(speculative: Command, alone: Command, prompts: Sequence[ClientPrompt], n_predict: int, logs: Path, *,
-          spec_type: str | None, seed: int | None = None, setting: str = "") -> DeployCheck:
+          seed: int | None = None, setting: str = "") -> DeployCheck:
     """Run the deploy check (module docstring); a server that fails to start or dies ends it with
     ``error`` set (one line), never an exception."""
     if not prompts:
         raise LlamaspecError("the deploy check needs one prompt at least", hint="give the study a prompt")
     logs.mkdir(parents=True, exist_ok=True)
-    fresh = spectypes.keeps_state(spec_type)
     base = _server(alone, logs, "deploy check, target alone")
-    spec: Server | None = None
+    spec = _server(speculative, logs, "deploy check, speculative")
     done: list[PromptCheck] = []
     try:
-        base.start()
-        for p in prompts:
-            if spec is None or (fresh and spec.completions):
-                if spec is not None:
-                    spec.stop()
-                spec = _server(speculative, logs, "deploy check, speculative")
-                spec.start()
+        for server in (base, spec):
+            log.info("deploy check: starting %s (%s)", server.label, server.program.name)
+            server.start()
+        for i, p in enumerate(prompts, 1):
+            log.info("deploy check: prompt %d of %d (%s), the target alone, then the deploy command", i, len(prompts), p.id)
             b = _ask(base, p, n_predict, seed)
             s = _ask(spec, p, n_predict, seed)
             b_tps, s_tps = _decode_tps(b), _decode_tps(s)
@@ -140,30 +151,35 @@ def check(speculative: Command, alone: Command, prompts: Sequence[ClientPrompt],
         return DeployCheck(setting, tuple(done), error=message.splitlines()[0][:300])
     finally:
         for server in (base, spec):
-            if server is not None:
-                with contextlib.suppress(OSError):
-                    server.stop()
+            with contextlib.suppress(OSError):
+                server.stop()
     return DeployCheck(setting, tuple(done))
 
 
 def check_answer(answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt], interval: Spread,
-                 n_predict: int, logs: Path, *, spec_type: str | None, seed: int | None = None
-                 ) -> tuple[Deployment, DeployCheck | None]:
-    """The answer with its deploy check: a check below the answer's interval takes the llama-server
-    command out and says so (the command-line deploy stays, as measured); None: nothing to check
-    (no llama-server command in the answer, or none for the target alone)."""
+                 n_predict: int, logs: Path, *, seed: int | None = None) -> tuple[Deployment, DeployCheck | None]:
+    """The answer with its deploy check: a check below or above the answer's interval (``verdict``)
+    takes the llama-server command out and says so (the command-line deploy stays, as measured); a
+    check that could not run marks the command unchecked; None: nothing to check (no llama-server
+    command in the answer, or none for the target alone)."""
     spec_cmd = _server_command(answer)
     alone_cmd = _server_command(alone)
     if not answer.speculative or spec_cmd is None or alone_cmd is None:
         return answer, None
-    checked = check(spec_cmd, alone_cmd, prompts, n_predict, logs, spec_type=spec_type, seed=seed,
-                    setting=answer.setting)
-    if checked.verdict(interval) != "below":
+    log.info("deploy check of %s: the llama-server command below and the target alone's, %d prompt%s (the first of "
+             "each category) in turn, as a client sends them (--no-check-deploy skips it)", answer.setting,
+             len(prompts), "s" if len(prompts) != 1 else "")
+    checked = check(spec_cmd, alone_cmd, prompts, n_predict, logs, seed=seed, setting=answer.setting)
+    verdict = checked.verdict(interval)
+    if verdict == "unchecked":
+        return replace(answer, notes=(*answer.notes, f"the llama-server command is unchecked: {checked.error}")), checked
+    if verdict not in ("below", "above"):
         return answer, checked
-    assert checked.speedup is not None
-    note = (f"the deploy check ran llama-server at {checked.speedup:.2f}x, below the study's interval "
-            f"[{interval.low:.2f}-{interval.high:.2f}]: not recommended for llama-server (measure it as served, "
-            "with a prompt set: --prompts FILE)")
+    own = checked.spread
+    assert own is not None
+    note = (f"the deploy check ran llama-server at {own.text(suffix='x')}, {verdict} the study's interval "
+            f"[{interval.low:.2f}-{interval.high:.2f}]: the study's figure does not hold for llama-server, so that "
+            "setting is not recommended there (measure it as served: an experiment with engine: llama-server)")
     kept = tuple(c for c in answer.commands if c is not spec_cmd)
     return replace(answer, commands=kept, notes=(*answer.notes, note)), checked
 

@@ -22,20 +22,18 @@ the generated parts alone. ``stats["prompt_form"]`` says how the prompt was serv
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import costs, counting, flags, parse, programhelp
+from llamaspec.llamacpp import costs, counting, deploy_check, flags, parse, programhelp
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.prompting import generated_part, prompt_text, served_prompt
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import (
     Capabilities,
-    ClientPrompt,
     Deployment,
     EngineOptions,
     Measurement,
@@ -344,9 +342,5 @@ def _sample_ms(stats: parse.CompletionStats) -> float | None:
     return total / stats.n_decoded if total is not None and stats.n_decoded else None
 
 
-def check_deployment(answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt], interval: Any,
-                     n_predict: int, logs: Path, *, spec_type: str | None, seed: int | None = None) -> tuple[Deployment, Any]:
-    """The deploy check of an answer's llama-server command (``llamacpp.deploy_check.check_answer``)."""
-    from llamaspec.llamacpp import deploy_check
-
-    return deploy_check.check_answer(answer, alone, prompts, interval, n_predict, logs, spec_type=spec_type, seed=seed)
+# the engine's deploy check (registry.engines.check_deployment)
+check_deployment = deploy_check.check_answer

@@ -48,7 +48,7 @@ from typing import Any
 
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.llamacpp import costs, flags, programhelp
+from llamaspec.llamacpp import costs, deploy_check, flags, programhelp
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
 from llamaspec.llamacpp.metrics import metrics_change, positions_from_metrics
@@ -57,7 +57,6 @@ from llamaspec.llamacpp.server_process import READY_TIMEOUT, RequestFailed, Serv
 from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
-    ClientPrompt,
     Deployment,
     EngineOptions,
     Measurement,
@@ -94,8 +93,9 @@ class ServerEngine:
 
     name = "llama-server"
 
-    def __init__(self, build: Build, port: int | None = None, servers_dir: Path | None = None) -> None:
+    def __init__(self, build: Build, port: int | None = None, servers_dir: Path | None = None, warm: bool = False) -> None:
         self.build = build
+        self.warm = warm  # EngineOptions.warm: no server restarted for a stateful mode; identity and runs say so
         self.program = build.program("server")
         self.caps = programhelp.program_flags(self.program)
         # The speedup model's costs (draft, batch) are llama-bench's on the same build and files.
@@ -124,12 +124,13 @@ class ServerEngine:
     # identity and provenance
 
     def identity(self) -> str:
-        return f"llama-server:{self.build.key or self.build.commit or self.caps.version.commit}"
+        return f"llama-server:{self.build.key or self.build.commit or self.caps.version.commit}" + (":warm" if self.warm else "")
 
     def provenance(self) -> dict[str, Any]:
         from llamaspec.llamacpp import cache
 
-        return {**cache.provenance(self.build, self.caps.version), "program": "llama-server", "speed_basis": SPEED_BASIS}
+        return {**cache.provenance(self.build, self.caps.version), "program": "llama-server", "speed_basis": SPEED_BASIS,
+                "traffic": "warm" if self.warm else "cold"}
 
     # checking
 
@@ -207,7 +208,7 @@ class ServerEngine:
     def deployment(self, case: ResolvedCase, speculative: bool = True) -> Deployment:
         from llamaspec.llamacpp import deploy
 
-        return deploy.deployment(self.build, case, self.name, speculative)
+        return deploy.deployment(self.build, case, self.name, speculative, warm=self.warm)
 
     def servers(self) -> list[Server]:
         with self._lock:
@@ -311,8 +312,8 @@ class ServerEngine:
         serial = (s.parallel or 1) == 1
         # A mode that keeps drafting state between requests is timed cold: on a server that has
         # served nothing (erasing the slot does not clear that state at 0c1e570: docs/engines.md).
-        # Requests that overlap (concurrency levels) share one server: that is warm traffic.
-        cold = mode == "speculative" and serial and spectypes.keeps_state(s.spec_type)
+        # Requests that overlap (concurrency levels) share one server: that is warm traffic, as is a warm engine's.
+        cold = mode == "speculative" and serial and spectypes.keeps_state(s.spec_type) and not self.warm
         try:
             server = self.server_for(case, mode, unused=cold)
             text = self.prompt_text(case)
@@ -361,7 +362,8 @@ class ServerEngine:
             fields["stats"] = {**fields["stats"], "by_position": {"drafted": by.drafted, "accepted": by.accepted,
                                                                   "note": by.note}}
         # what the server had served before this request: a stateful mode's drafts depend on it
-        fields["stats"] = {**fields["stats"], "prompt_form": prompt_form(case), "served_before": served_before}
+        fields["stats"] = {**fields["stats"], "prompt_form": prompt_form(case), "served_before": served_before,
+                           "warm": self.warm}
         if isinstance(fields.get("n_prompt"), int):
             with self._lock:
                 self._prompt_tokens[_prompt_key(case)] = fields["n_prompt"]
@@ -480,7 +482,7 @@ def open_engine(options: EngineOptions) -> ServerEngine:
     if "server" not in build.programs:
         raise LlamaspecError(f"the llama.cpp build in {build.bin_dir} has no llama-server",
                              hint="rebuild with `llamaspec build --force` (it builds llama-server), or pass --bin-dir")
-    return ServerEngine(build)
+    return ServerEngine(build, warm=options.warm)
 
 
 def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
@@ -490,12 +492,8 @@ def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = T
     from llamaspec.llamacpp.cache import SERVER_ROLES
 
     return deploy.deployment(find(options.accel, options.bin_dir, rpc=options.rpc, roles=SERVER_ROLES), case, "llama-server",
-                             speculative)
+                             speculative, warm=options.warm)
 
 
-def check_deployment(answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt], interval: Any,
-                     n_predict: int, logs: Path, *, spec_type: str | None, seed: int | None = None) -> tuple[Deployment, Any]:
-    """The deploy check of an answer's llama-server command (``llamacpp.deploy_check.check_answer``)."""
-    from llamaspec.llamacpp import deploy_check
-
-    return deploy_check.check_answer(answer, alone, prompts, interval, n_predict, logs, spec_type=spec_type, seed=seed)
+# the engine's deploy check (registry.engines.check_deployment)
+check_deployment = deploy_check.check_answer

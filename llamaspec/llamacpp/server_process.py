@@ -21,7 +21,6 @@ from typing import Any
 from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags
-from llamaspec.llamacpp.metrics import metric_value
 
 log = logging.getLogger(__name__)
 
@@ -206,11 +205,6 @@ class Server:
         if not isinstance(data, dict):
             raise RequestFailed(resp.status, f"unexpected answer: {raw[:200]}", "format")
         return data
-
-    def metric(self, name: str) -> float | None:
-        """One counter from ``/metrics`` (Prometheus text; needs --metrics), None when absent."""
-        text = self.metrics_text()
-        return metric_value(text, name) if text is not None else None
 
     def metrics_text(self) -> str | None:
         """``/metrics`` as text (needs --metrics), None when the server does not answer it."""

@@ -435,6 +435,9 @@ class EngineOptions:
     accel: str = "auto"  # cpu | cuda | metal | auto (llama.cpp builds); device for transformers
     bin_dir: Path | None = None  # prebuilt llama.cpp binaries instead of llamaspec's build
     rpc: bool = False  # llama.cpp: the build with the RPC backend (an experiment that sets rpc:)
+    # llama-server: warm traffic, one long-lived server per setup, never restarted (else a mode that
+    # keeps state is timed on a fresh server each request); its identity and every run say so
+    warm: bool = False
 
 
 class Engine(Protocol):

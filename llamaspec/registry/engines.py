@@ -117,6 +117,9 @@ def _import(name: str, module: str) -> Any:
 
 
 def open_engine(name: str, options: EngineOptions | None = None) -> Engine:
+    if options is not None and options.warm and name != "llama-server":
+        raise LlamaspecError(f"warm traffic is served traffic: the {name} engine starts each run fresh",
+                             hint="measure warm traffic on llama-server (an experiment with engine: llama-server)")
     backend: Engine = _module(name).open_engine(options or EngineOptions())
     return backend
 
@@ -131,8 +134,7 @@ def deployment(name: str, case: ResolvedCase, options: EngineOptions | None = No
 
 
 def check_deployment(name: str, answer: Deployment, alone: Deployment, prompts: Sequence[ClientPrompt],
-                     interval: Spread, n_predict: int, logs: Path, *, spec_type: str | None,
-                     seed: int | None = None) -> tuple[Deployment, Any]:
+                     interval: Spread, n_predict: int, logs: Path, *, seed: int | None = None) -> tuple[Deployment, Any]:
     """The answer after engine ``name``'s deploy check (its module's optional ``check_deployment``,
     same arguments; llama.cpp's: ``llamacpp.deploy_check.check_answer``): the answer, possibly with
     a command taken out and said why, and the check (``render(interval)``, ``to_dict(interval)``),
@@ -140,8 +142,7 @@ def check_deployment(name: str, answer: Deployment, alone: Deployment, prompts: 
     module = _module(name)
     if not hasattr(module, "check_deployment"):
         return answer, None
-    checked: tuple[Deployment, Any] = module.check_deployment(answer, alone, prompts, interval, n_predict, logs,
-                                                              spec_type=spec_type, seed=seed)
+    checked: tuple[Deployment, Any] = module.check_deployment(answer, alone, prompts, interval, n_predict, logs, seed=seed)
     return checked
 
 

@@ -107,6 +107,10 @@ class StudyResult:
         lines.append(f"  workload: {len(d.prompts)} prompt{'s' if len(d.prompts) != 1 else ''}"
                      + (f" in {len(cats)} categories" if len(cats) > 1 else "")
                      + "; each setup's speedup over the target alone (the workload's, then each category's)")
+        if m.get("traffic") == "warm":
+            lines.append("  warm traffic: one long-lived llama-server per setup, the prompts in turn, repeats allowed, as "
+                         "a deployed server serves them; a cold study (the default) times a mode that keeps state on a fresh server "
+                         "each request")
         if self.plan:
             lines.append(f"  {self.plan}")
         lines += d.table()

@@ -392,7 +392,8 @@ def run_meta(store: Store, run_id: int) -> dict[str, str]:
             # a library: its identity (library versions, device), and no build
             "engine": (run.get("accel") or "?") if source else str(prov.get("identity") or run.get("engine")),
             "build": f"{source} {run.get('engine_version') or '?'}" if source else "",
-            "experiment": run["experiment"], "case": run["case_name"]}
+            "experiment": run["experiment"], "case": run["case_name"],
+            "traffic": str((prov.get("engine") or {}).get("traffic") or "")}  # llama-server: warm or cold
 
 
 def _group_label(settings: dict[str, Any], axes: Sequence[str], draft: str | None) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import live
+from llamaspec.measure import spectypes
 from llamaspec.watch import costs as pair_costs
 from llamaspec.watch.forecast import BOOTSTRAP, forecast
 from llamaspec.watch.report import Report, change_for, forecast_dict, window_dict
@@ -122,6 +123,10 @@ class Watcher:
         w = self.tracker.window()
         said = list(notes)
         fc = change = None
+        if s.speculation is not None and spectypes.keeps_state(s.speculation):
+            said.append(f"{s.speculation} keeps n-gram state between requests: this window is warm traffic, drafted from "
+                        f"what the server kept of earlier requests; a study's figure for {s.speculation} is cold (a fresh "
+                        "server per request) unless it was measured with `sweep --warm` (docs/watch.md)")
         if s.speculation is None:
             said.append("this llama-server runs no speculative decoding (no draft model, no n-gram mode): nothing to tune")
         elif w is None:
