@@ -12,6 +12,7 @@ import statistics
 import pytest
 from fakes import WorkloadEngine
 
+from llamaspec.base import stats
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.decision import workload
 from llamaspec.measure import estimators
@@ -92,12 +93,13 @@ def test_over_prompts_the_interval_is_over_prompts_and_widens_for_few() -> None:
     assert alone is not None and alone.n == 1 and alone.low == alone.high
 
 
-def test_over_prompts_degrees_of_freedom_come_from_prompts_not_categories() -> None:
+def test_over_prompts_degrees_of_freedom_come_from_prompts_not_categories(monkeypatch) -> None:
     """Four prompts in three categories (code 1.2x and 1.25x, chat 1.0x, math 1.1x), the categories
     equal: the estimate is the mean of the categories' mean logs, 1.1045x; the spread of all four
     log speedups, 0.0990, at three degrees of freedom (t 3.182, not 12.706 at the one degree the
     categories of two prompts would give); the standard error 0.0990 x sqrt((1/2 + 1 + 1) / 9):
-    +-0.1661 on the log scale, [0.935-1.304]."""
+    +-0.1661 on the log scale, [0.935-1.304] (the prior aside: its own test below)."""
+    monkeypatch.setattr(estimators, "PRIOR_PROMPTS", 0)
     got = estimators.over_prompts({"code": [[1.2], [1.25]], "chat": [[1.0]], "math": [[1.1]]})
     assert got is not None and got.n == 4
     assert got.median == pytest.approx(1.10445, abs=1e-4)
@@ -106,11 +108,12 @@ def test_over_prompts_degrees_of_freedom_come_from_prompts_not_categories() -> N
     assert (round(got.low, 3), round(got.high, 3)) == (0.935, 1.304)
 
 
-def test_prompts_that_happen_to_agree_do_not_make_their_interval_narrow() -> None:
+def test_prompts_that_happen_to_agree_do_not_make_their_interval_narrow(monkeypatch) -> None:
     """Five prompts that agree to a few percent (a right-skewed mode's sample that missed its high
     prompts): alone they claim the speedup to a few percent; with the study's between-prompt noise
     of 0.3 the spread is taken as that (the interval 0.3/own-spread times wider on the log scale),
-    and a noise below their own spread changes nothing."""
+    and a noise below their own spread changes nothing (the floor alone: the prior aside)."""
+    monkeypatch.setattr(estimators, "PRIOR_PROMPTS", 0)
     ratios = {"summarization": [[1.02], [1.04]], "code": [[0.98], [1.0], [1.01]]}
     own = estimators.over_prompts(ratios)
     floored = estimators.over_prompts(ratios, prompt_noise=0.3)
@@ -122,6 +125,32 @@ def test_prompts_that_happen_to_agree_do_not_make_their_interval_narrow() -> Non
     assert floored.median == pytest.approx(own.median)
     assert math.log(floored.high / floored.median) == pytest.approx(math.log(own.high / own.median) * 0.3 / sd)
     assert (small.low, small.high) == (own.low, own.high)
+
+
+def test_prompts_that_agree_are_drawn_towards_the_recorded_spread() -> None:
+    """A dozen prompts that agree to a few percent (an n-gram mode's sample that missed the prompts
+    where it gains 1.6-3x) get the pooled spread of theirs and the prior's, as PRIOR_PROMPTS more
+    prompts; the prior's weight fades as the prompts grow, and prompts that spread more than the
+    prior keep their own interval."""
+    def half(values: list[float]) -> float:
+        got = estimators.over_prompts({"chat": [[v] for v in values]})
+        assert got is not None
+        return math.log(got.high / got.median)
+
+    tight = [1.08, 1.1, 1.12, 1.09, 1.11, 1.1, 1.07, 1.13, 1.1, 1.09, 1.11, 1.1]
+    logs = [math.log(v) for v in tight]
+    own = statistics.stdev(logs)
+    dof, k = len(tight) - 1, estimators.PRIOR_PROMPTS
+    pooled = math.sqrt((dof * own ** 2 + k * estimators.PRIOR_SPREAD ** 2) / (dof + k))
+    assert half(tight) == pytest.approx(stats.t975(dof) * pooled / math.sqrt(len(tight)))
+    assert half(tight) > 3 * stats.t975(dof) * own / math.sqrt(len(tight))
+    # four times the prompts: the prior counts less, the interval narrows faster than 1/sqrt(n)
+    assert half(tight * 4) < half(tight) / 2
+    # prompts that spread more than the prior: their own spread, untouched
+    wide = [0.8, 1.6, 0.9, 1.5, 1.0, 2.0, 0.85, 1.3, 0.95, 1.7, 1.1, 0.9]
+    wlogs = [math.log(v) for v in wide]
+    assert statistics.stdev(wlogs) > estimators.PRIOR_SPREAD
+    assert half(wide) == pytest.approx(stats.t975(len(wide) - 1) * statistics.stdev(wlogs) / math.sqrt(len(wide)))
 
 
 def test_the_spread_is_within_categories_only_where_they_are_shown_to_differ() -> None:
@@ -174,10 +203,11 @@ def test_one_near_tie_rule_a_divergence_is_the_prompts_a_wrong_output_the_setups
     assert by["draft 2"].excluded == "output differs on b, c"
 
 
-def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere() -> None:
+def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere(monkeypatch) -> None:
     """As the whole workload a setup needs every prompt; over prompts two prompts of two categories
     speak for other prompts at one degree of freedom: an interval that spans 1.0 (Student's t of
-    12.7), read as a chance of a loss of about 5 %."""
+    12.7), read as a chance of a loss of about 5 % (their own spread: the prior aside)."""
+    monkeypatch.setattr(estimators, "PRIOR_PROMPTS", 0)
     cells = [cell("a", "draft 8", (1.5, 1.52, 1.48)), cell("b", "draft 8", (1.4, 1.41, 1.39)),
              cell("a", "draft 4", (1.9, 1.9, 1.9)),  # not measured on b: no workload estimate yet
              cell("a", "draft 2", (1.3, 1.3, 1.3)), cell("b", "draft 2", (1.3, 1.3, 1.3), status="differs")]
@@ -406,8 +436,8 @@ def test_a_load_that_changes_while_it_measures_is_said_and_decides_nothing(fake_
                                 steal_seconds=0.0)
 
     def changing(self) -> host.NoiseSample:  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        return load_of(0.01 if calls["n"] < 20 else 0.15)
+        calls["n"] += 1  # the study reads the meter about 170 times in its 60 pairs: the load changes halfway
+        return load_of(0.01 if calls["n"] < 85 else 0.15)
 
     monkeypatch.setattr(host.NoiseMeter, "stop", changing)
     engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=0.1, positions=True, alpha=0.9,
