@@ -43,9 +43,9 @@ def _sweep() -> tuple[list[PlotPoint], tuple[tuple[int, float], ...], tuple[tupl
     ]
     an = analyze(obs, CostModel.from_bench({1: 25.5, 2: 31.0, 9: 59.0}, 9.0, LLAMA_SPECULATIVE), max_draft=12)
     points = [
-        PlotPoint.from_repeats(
-            o.draft_max, repeats[o.draft_max], 39.2, acceptance=o.acceptance, predicted_speedup=p.predicted_speedup
-        )
+        PlotPoint(o.draft_max, sorted(repeats[o.draft_max])[1], 39.2, acceptance=o.acceptance,
+                  predicted_speedup=p.predicted_speedup, decode_tps_min=min(repeats[o.draft_max]),
+                  decode_tps_max=max(repeats[o.draft_max]))
         for o, p in zip(obs, an.points, strict=True)
     ]
     return points, an.speedup_curve, an.accept_curve
@@ -134,12 +134,6 @@ def test_failed_render_leaves_the_old_file_and_no_partial(tmp_path: Path, monkey
     assert [p.name for p in tmp_path.iterdir()] == ["speedup.png"]
 
 
-def test_point_from_repeats_uses_median_and_spread() -> None:
-    p = PlotPoint.from_repeats(4, [30.0, 36.0, 33.0], baseline_tps=30.0, acceptance=0.5)
-    assert (p.decode_tps, p.decode_tps_min, p.decode_tps_max) == (33.0, 30.0, 36.0)
-    assert p.speedup == pytest.approx(1.1)
-
-
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -160,8 +154,6 @@ def test_nothing_to_plot_or_unknown_format_is_an_error(tmp_path: Path) -> None:
         plot_speedup([], META, tmp_path)
     with pytest.raises(LlamaspecError, match="unsupported image format"):
         plot_speedup([PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0)], META, tmp_path, formats=("gif",))
-    with pytest.raises(LlamaspecError):
-        PlotPoint.from_repeats(4, [], baseline_tps=30.0)
     assert list(tmp_path.iterdir()) == []
 
 

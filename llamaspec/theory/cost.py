@@ -151,10 +151,6 @@ class CostModel:
         return self.profile.extra_draft_steps
 
     @property
-    def verify_measured(self) -> bool:
-        return bool(self.verify_batches)
-
-    @property
     def baseline_ms_per_token(self) -> float:
         """What the baseline spends per token: measured by the baselines themselves when given,
         else the timed step plus sampling."""

@@ -98,11 +98,6 @@ class Analysis:
         return "acceptance by position" if self.positions is not None else "one alpha"
 
     @property
-    def tokens_per_round_ceiling(self) -> float:
-        """1/(1 - α): tokens per round as k → ∞."""
-        return ceiling_speedup(self.alpha)
-
-    @property
     def ceiling_speedup(self) -> float:
         """1/(1 - α): the speedup with a free draft (c → 0) and k → ∞."""
         return ceiling_speedup(self.alpha)
@@ -117,10 +112,6 @@ class Analysis:
             if p.speedup > best.speedup * (1 + 1e-12):
                 best = p
         return best
-
-    @property
-    def best_measured(self) -> PointFit:
-        return max(self.points, key=lambda p: p.measured_speedup)
 
     @property
     def speedup_curve(self) -> tuple[tuple[int, float], ...]:

@@ -97,10 +97,6 @@ class Forecast:
     def best_length(self) -> LengthForecast:
         return self.at(self.best)
 
-    @property
-    def running_length(self) -> LengthForecast:
-        return self.at(self.running)
-
     def predicted_tps(self, k: int | None) -> float | None:
         """Decode speed per request the model predicts at length k (None: the target alone), where
         the costs are in milliseconds (not a ratio given with --cost)."""
