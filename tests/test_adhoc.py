@@ -249,7 +249,7 @@ def test_run_without_a_prompt_plans_the_first_prompts_of_each_category_in_one_bl
     setup = study.own_setup(exp)
     assert setup.label == "draft 4" and setup.values == {"draft_max": 4}
     assert study.sample_plan(exp, setup) == (
-        "plan: 6 prompts (one of each category: code, multi-turn, summarization, rag, math, rewriting), 1 block each "
+        "plan: 6 prompts in 6 categories (code, multi-turn, summarization, rag, math, rewriting), 1 block each "
         "(the target alone, draft 4, the target alone again): 18 runs of 32 tokens after a warm-up; the time left is "
         "said after each run; more prompts: --per-category N, more blocks: --repeats N, every prompt and other "
         "settings: `llamaspec sweep`")
@@ -258,7 +258,7 @@ def test_run_without_a_prompt_plans_the_first_prompts_of_each_category_in_one_bl
     setup = study.own_setup(two)
     assert setup.label == "ngram-simple" and setup.draft_free
     assert study.sample_plan(two, setup).startswith(
-        "plan: 12 prompts (2 of each category: code, multi-turn, summarization, rag, math, rewriting), 3 blocks each "
+        "plan: 12 prompts in 6 categories (code, multi-turn, summarization, rag, math, rewriting), 3 blocks each "
         "(the target alone, ngram-simple, the target alone again): 108 runs of 256 tokens after a warm-up;")
 
 

@@ -78,7 +78,7 @@ def test_a_line_without_a_prompt_states_its_plan_and_measures_one_prompt_a_categ
                                      str(draft.path), "--draft-max", "4", "-n", "16", "-t", "1", "-c", "1024"])
     assert done.exit_code == 0, done.output
     plan = next(line for line in done.stderr.splitlines() if line.startswith("plan: "))
-    assert plan.startswith("plan: 6 prompts (one of each category: code, multi-turn, summarization, rag, math, "
+    assert plan.startswith("plan: 6 prompts in 6 categories (code, multi-turn, summarization, rag, math, "
                            "rewriting), 1 block each (the target alone, draft 4, the target alone again): 18 runs of 16 "
                            "tokens"), plan
     assert done.stderr.index(plan) < done.stderr.index("[1/18] ")  # said before anything is measured

@@ -257,15 +257,12 @@ def own_setup(exp: Experiment) -> Setup:
 def sample_plan(exp: Experiment, setup: Setup) -> str:
     """What ``run`` measures of a workload's prompts, said before it measures: the prompts by
     category, the blocks and their runs, and how to ask for more."""
-    cats = list(dict.fromkeys(c.category or c.name for c in exp.cases))
-    per = {sum((c.category or c.name) == cat for c in exp.cases) for cat in cats}
-    each = (f"{'one' if per == {1} else per.pop()} of each category" if len(per) == 1 else "by category") + f": {', '.join(cats)}"
-    blocks, n = pairs_per_point(exp), len(exp.cases)
-    tokens = exp.cases[0].settings.with_defaults().n_predict
-    return (f"plan: {n} prompt{'s' if n != 1 else ''} ({each}), {blocks} block{'s' if blocks != 1 else ''} each (the target "
-            f"alone, {setup.label}, the target alone again): {3 * blocks * n} runs of {tokens} tokens after a warm-up"
-            + "; the time left is said after each run; more prompts: --per-category N, more blocks: --repeats N, every "
-              "prompt and other settings: `llamaspec sweep`")
+    cats, blocks, n = list(dict.fromkeys(c.category or c.name for c in exp.cases)), pairs_per_point(exp), len(exp.cases)
+    return (f"plan: {n} prompt{'s' if n != 1 else ''} in {len(cats)} categories ({', '.join(cats)}), {blocks} block"
+            f"{'s' if blocks != 1 else ''} each (the target alone, {setup.label}, the target alone again): {3 * blocks * n} "
+            f"runs of {exp.cases[0].settings.with_defaults().n_predict} tokens after a warm-up; the time left is said after "
+            "each run; more prompts: --per-category N, more blocks: --repeats N, every prompt and other settings: "
+            "`llamaspec sweep`")
 
 
 def modes_for(engine: Engine, asked: Sequence[str] | None = None) -> tuple[str, ...]:
