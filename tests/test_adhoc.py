@@ -228,8 +228,38 @@ def test_without_a_prompt_the_builtin_workload_is_one_case_per_prompt(pair) -> N
     assert len({c.name for c in exp.cases}) == len(exp.cases) and all(c.prompt and c.chat for c in exp.cases)
     assert len({(c.prompt, c.history) for c in exp.cases}) == len(exp.cases)
     assert any(c.history for c in exp.cases if c.category == "multi-turn")
-    assert adhoc.builtin_label(exp) == (f"the built-in workload ({len(exp.cases)} prompts: "
-                                        "code, multi-turn, summarization, rag, math, rewriting)")
+    assert adhoc.builtin_label(exp) == (f"{len(exp.cases)} prompts of the built-in workload "
+                                        "(code, multi-turn, summarization, rag, math, rewriting)")
+
+
+def test_run_without_a_prompt_plans_the_first_prompts_of_each_category_in_one_block_each(pair) -> None:
+    """`run`'s sample of the built-in workload and the plan it states before it measures."""
+    from llamaspec.studies import study
+
+    full = adhoc.builtin_workload().prompts
+    for per in (1, 2):
+        kept = adhoc.builtin_sample(per).prompts
+        cats = sorted({p.category for p in full})
+        assert len(kept) == per * len(cats) and sorted({p.category for p in kept}) == cats
+        assert all([p for p in kept if p.category == c] == [p for p in full if p.category == c][:per] for c in cats)
+    exp = adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], settings=Settings(n_predict=32, draft_max=4),
+                                       workload=adhoc.builtin_sample(), repeats=1)
+    assert exp.name != adhoc.experiment_from_models(str(pair[0]), [str(pair[1])], settings=Settings(n_predict=32,
+                                                    draft_max=4)).name  # the sample is a study of its own
+    setup = study.own_setup(exp)
+    assert setup.label == "draft 4" and setup.values == {"draft_max": 4}
+    assert study.sample_plan(exp, setup) == (
+        "plan: 6 prompts in 6 categories (code, multi-turn, summarization, rag, math, rewriting), 1 block each "
+        "(the target alone, draft 4, the target alone again): 18 runs of 32 tokens after a warm-up; the time left is "
+        "said after each run; more prompts: --per-category N, more blocks: --repeats N, every prompt and other "
+        "settings: `llamaspec sweep`")
+    two = adhoc.experiment_from_models(str(pair[0]), [], settings=Settings(spec_type="ngram-simple"),
+                                       workload=adhoc.builtin_sample(2), repeats=3)
+    setup = study.own_setup(two)
+    assert setup.label == "ngram-simple" and setup.draft_free
+    assert study.sample_plan(two, setup).startswith(
+        "plan: 12 prompts in 6 categories (code, multi-turn, summarization, rag, math, rewriting), 3 blocks each "
+        "(the target alone, ngram-simple, the target alone again): 108 runs of 256 tokens after a warm-up;")
 
 
 def test_a_prompt_file_is_a_workload_of_its_prompts_each_problem_named_by_line(pair, tmp_path: Path,

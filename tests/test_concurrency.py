@@ -1,6 +1,6 @@
 """Throughput against concurrency (``llamaspec concurrency``) on an in-process server whose speed
 depends on its slots, on a virtual clock; and what became of the prompt-set runs' other routes
-(``prompts run``, ``run --prompts``): one-line pointers to the workload study."""
+(``prompts run``): one-line pointers to the workload study."""
 
 from __future__ import annotations
 
@@ -341,7 +341,6 @@ def test_a_new_server_setting_reaches_concurrency_from_its_flag_table_row(monkey
 
 @pytest.mark.parametrize(("args", "first"), [
     (["prompts", "run", "smollm2-server-mini", "--limit", "2"], "Error: `llamaspec prompts run` is now `llamaspec sweep NAME`"),
-    (["run", "smollm2-server-mini", "--prompts", "llamaspec-mini"], "Error: `llamaspec run --prompts` is now `llamaspec sweep --prompts`"),
     (["run", "smollm2-server-mini"], "Error: smollm2-server-mini is measured over a prompt set: that is a workload study"),
 ])
 def test_the_prompt_set_runs_other_routes_are_one_line_pointers(args: list[str], first: str) -> None:

@@ -66,3 +66,32 @@ def test_a_sampled_speculative_simple_line(offline_pair) -> None:
     for mode in ("baseline", "speculative"):
         argv = rows[mode]
         assert argv[argv.index("--temp") + 1] == "0.8" and argv[argv.index("--top-k") + 1] == "40", mode
+
+
+def test_a_line_without_a_prompt_states_its_plan_and_measures_one_prompt_a_category_in_blocks(offline_pair) -> None:
+    """No prompt: the first prompt of each category of the built-in workload, each in one block
+    (the target alone, the pasted setting, the target alone again), the plan said first."""
+    from llamaspec.studies import adhoc
+
+    target, draft = offline_pair
+    done = CliRunner().invoke(main, ["run", "--json", "--", "llama-speculative-simple", "-m", str(target.path), "-md",
+                                     str(draft.path), "--draft-max", "4", "-n", "16", "-t", "1", "-c", "1024"])
+    assert done.exit_code == 0, done.output
+    plan = next(line for line in done.stderr.splitlines() if line.startswith("plan: "))
+    assert plan.startswith("plan: 6 prompts in 6 categories (code, multi-turn, summarization, rag, math, "
+                           "rewriting), 1 block each (the target alone, draft 4, the target alone again): 18 runs of 16 "
+                           "tokens"), plan
+    assert done.stderr.index(plan) < done.stderr.index("[1/18] ")  # said before anything is measured
+    assert "[18/18] " in done.stderr and "left" in done.stderr
+    data = json.loads(done.stdout)
+    firsts = {p.category: p.id for p in reversed(adhoc.builtin_workload().prompts)}
+    assert sorted((p["category"], p["prompt"]) for p in data["prompts"]) == sorted(firsts.items())
+    assert [s["label"] for s in data["setups"]] == ["draft 4"]
+    store = Store.open()
+    runs = [r for r in store.runs(experiment=data["experiment"]) if r["kind"] != "study"]
+    blocks: dict[str, list[str]] = {}
+    for r in runs:
+        assert r["settings"]["n_predict"] == 16 and r["settings"]["draft_max"] == 4
+        for m in store.measurements(r["id"]):
+            blocks.setdefault(m["block"], []).append(m["mode"])
+    assert len(blocks) == 6 and all(sorted(modes) == ["baseline", "baseline", "speculative"] for modes in blocks.values())

@@ -232,3 +232,11 @@ def test_a_setting_the_engine_does_not_have_is_refused_before_running(tmp_path: 
         run_case(case(tmp_path, dtype="bfloat16"), backend(tmp_path), store, hardware=HW)
     assert "transformers" in (err.value.hint or "")
     assert store.runs() == []
+
+
+def test_run_has_no_prompt_set_option_and_per_category_is_for_a_run_without_a_prompt() -> None:
+    done = CliRunner().invoke(main, ["run", "smollm2-server-mini", "--prompts", "llamaspec-mini"])
+    assert done.exit_code == 2 and "No such option '--prompts'" in done.output, done.output
+    for args in (["smollm2-quicksort"], ["-m", "t.gguf", "-md", "d.gguf", "-p", "Hi"]):
+        done = CliRunner().invoke(main, ["run", *args, "--per-category", "2"])
+        assert done.exit_code == 2 and "--per-category is for -m/-md or a pasted command without a prompt" in done.output

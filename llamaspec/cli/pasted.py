@@ -53,9 +53,10 @@ def _disagreements(cmd: PastedCommand, overrides: Settings) -> list[str]:
 
 def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, prompt: str | None,
           prompt_file: Path | None, name: str | None, repeats: int | str | None,
-          bin_dir: Path | None) -> tuple[Experiment, PastedCommand, Path | None]:
+          bin_dir: Path | None, workload: Any = None) -> tuple[Experiment, PastedCommand, Path | None]:
     """(experiment, parsed command, llama.cpp folder) for a pasted command; refuses what cannot be
-    measured before anything is measured or stored."""
+    measured before anything is measured or stored. ``workload``: the prompts measured when the
+    command names none."""
     from llamaspec.llamacpp import command
     from llamaspec.studies import adhoc
 
@@ -81,6 +82,7 @@ def study(argv: list[str], *, experiment_name: str | None, overrides: Settings, 
     file = str(Path(cmd.prompt_file).expanduser()) if cmd.prompt_file is not None else prompt_file
     exp = adhoc.experiment_from_models(target, drafts, settings=settings, prompt=prompt if prompt is not None else cmd.prompt,
                                        prompt_file=file, name=name, engine=cmd.engine,
+                                       workload=workload if cmd.prompt is None and file is None else None,
                                        repeats=repeats if repeats is not None else 3,
                                        description=f"{cmd.program} as pasted: {' '.join(cmd.argv[1:])}")
     path = adhoc.save_study(exp)

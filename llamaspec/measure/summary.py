@@ -92,7 +92,6 @@ class CaseResult:
 
 # Warn when the machine's own run-to-run spread is this large against the effect measured.
 NOISY_CV = 0.05
-STATUSES = ("ok", "differs", "failed", "interrupted", "running")
 
 
 @dataclass(frozen=True)

@@ -292,13 +292,6 @@ class Store:
                            (group_id, point_key))
         return _decode(rows[0]) if rows else None
 
-    def finished_prompt(self, group_id: str, point_key: str | None, prompt_id: str) -> dict[str, Any] | None:
-        """The newest finished run of one prompt of a prompt set at one point (``point_key`` None:
-        a run outside a sweep's points), for resuming a prompt set prompt by prompt."""
-        rows = self._query("SELECT * FROM runs WHERE group_id = ? AND prompt_id = ? AND point_key IS ? AND status IN ('ok', 'differs')"
-                           " ORDER BY id DESC LIMIT 1", (group_id, prompt_id, point_key))
-        return _decode(rows[0]) if rows else None
-
     def _query(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
         try:
             return self.db.execute(sql, tuple(args)).fetchall()

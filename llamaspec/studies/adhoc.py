@@ -21,6 +21,7 @@ and SPEED-Bench measure), one case per prompt, so the answer is not about one pr
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -140,10 +141,18 @@ def builtin_workload() -> Any:
     return loader.load(loader.parse_source(str(builtin_prompts())))
 
 
+def builtin_sample(per_category: int = 1) -> Any:
+    """The first ``per_category`` prompts of each category of the built-in workload (``run``'s sample)."""
+    from llamaspec.studies import prompts as loader
+
+    full = builtin_workload()
+    return dataclasses.replace(full, prompts=tuple(loader.first_of_each_category(full.prompts, per_category)))
+
+
 def builtin_label(exp: Experiment) -> str:
-    """How a message names the built-in workload a study measures: its prompts and their categories."""
+    """How a message names the built-in workload's prompts a study measures, and their categories."""
     categories = dict.fromkeys(c.category or "uncategorized" for c in exp.cases)
-    return f"the built-in workload ({len(exp.cases)} prompts: {', '.join(categories)})"
+    return f"{len(exp.cases)} prompts of the built-in workload ({', '.join(categories)})"
 
 
 def _digest(text: str) -> str:
@@ -341,7 +350,8 @@ def open_study(experiment_name: str | None, model: str | None, drafts: Sequence[
                                  repeats=repeats if repeats is not None else 3, workload=workload)
     path = save_study(exp)
     what = (f"the prompt set {exp.prompts}" if exp.prompts is not None
-            else f"the {len(exp.cases)} prompts of {workload.source.label}" if workload is not None
+            else f"the {len(exp.cases)} prompts of {workload.source.label}"
+            if workload is not None and workload.source.path != str(builtin_prompts())
             else "one prompt" if len(exp.cases) == 1
             else builtin_label(exp))
     log.info("study %s: %s on %s (kept in %s; `llamaspec report %s`, `llamaspec plot %s`, or rerun with the same "

@@ -251,15 +251,9 @@ def select(prompts: list[Prompt], limit: int | None, seed: int | None) -> list[P
     return [prompts[i] for i in keep]
 
 
-def first_of_each_category(prompts: Sequence[Prompt]) -> list[Prompt]:
-    """One prompt per category, the first in file order: a small load that still covers each kind."""
-    seen: set[str] = set()
-    chosen = []
-    for p in prompts:
-        if p.category not in seen:
-            seen.add(p.category)
-            chosen.append(p)
-    return chosen
+def first_of_each_category(prompts: Sequence[Prompt], per: int = 1) -> list[Prompt]:
+    """The first ``per`` prompts of each category, in file order: a small load that still covers each kind."""
+    return [p for i, p in enumerate(prompts) if sum(q.category == p.category for q in prompts[:i]) < per]
 
 
 def _drop_repeats(prompts: list[Prompt]) -> tuple[list[Prompt], list[str]]:

@@ -155,12 +155,13 @@ class StudyState:
     ``over_prompts``: the prompts are a sample of the workload (the default), not the whole of it;
     ``count_loops``: a prompt whose target output loops counts in the decision; ``where``: the
     suffix of its prompts' groups in ``store`` (a cluster study's points on the coordinator,
-    ``@MACHINE``, decided there without an engine: ``study.stored_decision``)."""
+    ``@MACHINE``, decided there without an engine: ``study.stored_decision``); ``time_costs``:
+    the speedup model's cost timings after a draft setup's first block (False: none)."""
 
     def __init__(self, exp: Experiment, setups: Sequence[Setup], engine: Engine | None, store: Store, sid: str,
                  on_event: Callable[[str, dict[str, Any]], None] | None,
                  clock: Callable[[], float] = time.monotonic, *, over_prompts: bool = True,
-                 count_loops: bool = False, where: str = "") -> None:
+                 count_loops: bool = False, where: str = "", time_costs: bool = True) -> None:
         from llamaspec.base import host
 
         self.exp, self.setups, self.store, self.sid, self.where = exp, list(setups), store, sid, where
@@ -171,7 +172,7 @@ class StudyState:
         self.prompts = {c.name: c.category or c.name for c in self.cases}
         self.hw = host.hardware() if engine is not None else {}
         self.on_event = on_event
-        self.over_prompts, self.count_loops = over_prompts, count_loops
+        self.over_prompts, self.count_loops, self.time_costs = over_prompts, count_loops, time_costs
         self.resolved: dict[tuple[str, str], ResolvedCase] = {}
         self.failed: dict[tuple[str, str], str] = {}
         self.blocks_here = 0  # blocks this invocation measured
@@ -314,7 +315,7 @@ class StudyState:
             row = self.row(case, s)
             points[s.key] = open_point(self.resolve(case, s), self.engine, self.store, hardware=self.hw,
                                        run_id=row["id"] if row else None, exp=self.exp, kind="sweep", group=group,
-                                       point_key=s.key, scope=self.sid, time_costs=not s.draft_free,
+                                       point_key=s.key, scope=self.sid, time_costs=self.time_costs and not s.draft_free,
                                        on_event=self.on_event)
         if case.name not in self.touched:
             self.touched.append(case.name)

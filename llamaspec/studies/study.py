@@ -37,7 +37,7 @@ from llamaspec.studies.experiment import Experiment
 from llamaspec.studies.policy import first_pass
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of, make_setup, setups_for
 from llamaspec.studies.state import Drift, Load, StudyState, prompt_group
-from llamaspec.studies.sweep import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, pairs_per_point
+from llamaspec.studies.sweep import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, Point, pairs_per_point
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def categories_of(exp: Experiment) -> int:
 
 
 def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: Store, budget: Budget | None = None, *,
-              fixed_grid: bool = False, over_prompts: bool = True, count_loops: bool = False,
+              fixed_grid: bool = False, over_prompts: bool = True, count_loops: bool = False, time_costs: bool = True,
               on_event: Callable[[str, dict[str, Any]], None] | None = None,
               clock: Callable[[], float] = time.monotonic) -> StudyResult:
     """Measure ``setups`` over ``exp``'s prompts (its cases), in blocks, and decide once
@@ -177,14 +177,15 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     for the whole study (None: :data:`llamaspec.studies.sweep.DEFAULT_BUDGET`, grown where it times too few prompts); a
     budget of runs below the first block is refused before anything is measured. ``over_prompts``:
     the prompts are a sample of the workload (False: ``--whole-workload``, they are the whole of it);
-    ``count_loops``: a prompt whose target output loops counts in the decision. Every run is stored
-    as it is measured. ``clock``: what a time budget is counted on (a replay counts the recorded
-    time of the runs it drew)."""
+    ``count_loops``: a prompt whose target output loops counts in the decision; ``time_costs``: the
+    speedup model's timings (False: none, ``run``'s one setting has no other length to predict).
+    Every run is stored as it is measured. ``clock``: what a time budget is counted on (a replay
+    counts the recorded time of the runs it drew)."""
     axes = sorted({a for s in setups for a, _v in s.point.values})
     over_prompts = sampled(exp, over_prompts)
     sid = study_id(exp, axes, engine.identity(), engine.name, fixed_grid, over_prompts, count_loops)
     study = StudyState(exp, setups, engine, store, sid, on_event, clock, over_prompts=over_prompts,
-                       count_loops=count_loops)
+                       count_loops=count_loops, time_costs=time_costs)
     skipped = study.check()
     if not study.setups:
         raise LlamaspecError("nothing left to measure: every setup was skipped",
@@ -263,6 +264,25 @@ def setups_of(exp: Experiment, engine: Engine, axes: Mapping[str, Sequence[Any]]
     from llamaspec.studies import adhoc
 
     return setups_for(axes, modes_for(engine, modes), adhoc.draft_names(exp))
+
+
+def own_setup(exp: Experiment) -> Setup:
+    """The setting ``exp``'s cases run, as the one setup of a study (``run`` over a workload's
+    prompts): their draft-free mode, or the draft at their draft length."""
+    s = exp.cases[0].settings.with_defaults()
+    return make_setup(Point(((MODES_AXIS, s.spec_type),) if spectypes.of(s.spec_type).draft_free
+                            else (("draft_max", s.draft_max),)))
+
+
+def sample_plan(exp: Experiment, setup: Setup) -> str:
+    """What ``run`` measures of a workload's prompts, said before it measures: the prompts by
+    category, the blocks and their runs, and how to ask for more."""
+    cats, blocks, n = list(dict.fromkeys(c.category or c.name for c in exp.cases)), pairs_per_point(exp), len(exp.cases)
+    return (f"plan: {n} prompt{'s' if n != 1 else ''} in {len(cats)} categories ({', '.join(cats)}), {blocks} block"
+            f"{'s' if blocks != 1 else ''} each (the target alone, {setup.label}, the target alone again): {3 * blocks * n} "
+            f"runs of {exp.cases[0].settings.with_defaults().n_predict} tokens after a warm-up; the time left is said after "
+            "each run; more prompts: --per-category N, more blocks: --repeats N, every prompt and other settings: "
+            "`llamaspec sweep`")
 
 
 def modes_for(engine: Engine, asked: Sequence[str] | None = None) -> tuple[str, ...]:
