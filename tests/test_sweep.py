@@ -87,7 +87,7 @@ def test_a_sweeps_views_plot_its_points_and_show_its_answer(fake_models) -> None
     rep = analysis.sweep_report(store, result.sweep_id)
     text = rep.render()
     assert "plot: " in text and "model error: median" in text and "recommended" not in text
-    pngs = [p for g in rep.groups for p in g.plots if p.suffix == ".png"]
+    pngs = [p for ps in rep.plots.values() for p in ps if p.suffix == ".png"]
     assert {p.stem for p in pngs} == {"decode_tps", "acceptance", "speedup", "dashboard"}
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
     assert "decision" not in rep.as_dict() and "recommended" not in rep.as_dict()

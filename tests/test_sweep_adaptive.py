@@ -11,6 +11,7 @@ from fakes import FakeEngine
 from test_core import exp
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Store
 from llamaspec.studies import study, sweep
 from llamaspec.views import analysis
@@ -63,8 +64,8 @@ def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:
     after = pairs_at(store, result)
     assert all(after[k] >= 1 for k in GRID["draft_max"])  # nothing measured is lost
     for key, row in before.items():  # every kept run goes on with its ratios
-        assert analysis.Summary.from_dict(store.run(result.runs[(result.decision.prompts[0][0], key)])["summary"]).pairs \
-            >= analysis.Summary.from_dict(row["summary"]).pairs
+        assert Summary.from_dict(store.run(result.runs[(result.decision.prompts[0][0], key)])["summary"]).pairs \
+            >= Summary.from_dict(row["summary"]).pairs
 
 
 def test_the_budget_ends_it_and_says_so(fake_models) -> None:

@@ -199,8 +199,9 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
     """A study's table, its one decision and the command that deploys it (with ``check_deploy``,
     checked on llama-server first: :func:`deploy_checked`)."""
     from llamaspec.studies import study as studies
+    from llamaspec.views import analysis
 
-    plots = studies.plot_study(store, result.as_dict()) if plot else []
+    plots = analysis.plot_study(store, result.as_dict()) if plot else []
     answer = studies.deployment(result, engine, exp, store)
     checked_text, checked_dict = None, None
     if check_deploy and answer is not None:

@@ -31,7 +31,7 @@ from llamaspec.decision import decide, workload
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine
 from llamaspec.store.results import Store
-from llamaspec.store.rows import Group
+from llamaspec.store.rows import Group, run_meta
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
 from llamaspec.studies.policy import first_pass
@@ -76,7 +76,7 @@ class StudyResult:
     last_progress: str
     skipped: tuple[tuple[str, str], ...] = ()  # what was not measured, and why
     runs: dict[tuple[str, str], int] = field(default_factory=dict)  # (prompt, setup key) -> its run id
-    meta: dict[str, str] = field(default_factory=dict)  # target, draft, hardware, engine, build (analysis.run_meta)
+    meta: dict[str, str] = field(default_factory=dict)  # target, draft, hardware, engine, build (rows.run_meta)
     plan: str | None = None  # how many prompts the budget times, as said once the first block gave the pace
     drift: Drift | None = None  # how the figures moved between the study's start and its end
     load: Load | None = None  # what else the machine did while it measured
@@ -203,10 +203,8 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
         stop, progress, made, stopped = policy.adaptive(study, budget, defaulted)
         if budget.pairs is None or study.spent() < budget.pairs:  # the drift's prompt, within a budget of runs
             study.measure_anchor(study.setups)
-    from llamaspec.views import analysis
-
     runs = study.runs()
-    meta = analysis.run_meta(store, next(iter(runs.values()))) if runs else {}
+    meta = run_meta(store.run(next(iter(runs.values())))) if runs else {}
     load = study.load()
     result = StudyResult(sid, exp.name, held(study.decision(), load), stop, study.spent(), fixed_pairs(exp, study.setups),
                          study.seconds, progress, tuple(skipped), runs, meta, made, study.drift(), load, stopped,
@@ -267,42 +265,6 @@ def modes_for(engine: Engine, asked: Sequence[str] | None = None) -> tuple[str, 
     if asked is not None:
         return tuple(asked)
     return spectypes.draft_free_modes(engine.capabilities)
-
-
-def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
-    """The figures of a study as it was kept (:meth:`StudyResult.as_dict`, the same the command
-    printed): each setup's workload speedup with each timed prompt's beside it, the recommended
-    one marked, then each measured prompt's draft-length figures (speed, acceptance, speedup
-    against draft length, with the model's band); the PNGs' paths. Nothing here decides."""
-    from llamaspec.base import paths
-    from llamaspec.views import analysis, plot, plotdata
-
-    decision = study.get("decision") or {}
-    chosen = decision.get("chosen") if decision.get("verdict") == "recommend" else None
-    timed = set(study.get("timed_prompts") or [])
-    categories = {p["prompt"]: p["category"] for p in study.get("prompts") or []}
-    rows = []
-    for s in study.get("setups") or []:
-        sp = s.get("speedup")
-        if not sp:
-            continue
-        per = {p: v["median"] for p, v in (s.get("per_prompt") or {}).items() if v and p in timed}
-        rows.append(plotdata.WorkloadRow(s["label"], sp["median"], sp["low"], sp["high"], per,
-                                     chosen is not None and s["label"] == chosen.get("label")))
-    rows.sort(key=lambda r: -r.speedup)
-    folder = paths.plots_dir() / study["study_id"]
-    title = f"{study['experiment']}: " + (next((c for c in [study.get("answer")] if c), None) or decision.get("verdict", ""))
-    out = [p for p in plot.plot_workload(rows, {p: c for p, c in categories.items() if p in timed}, title, folder)
-           if p.suffix == ".png"] if rows else []
-    measured = [f["prompt"] for f in study.get("facts") or [] if f.get("timed_tokens") is not None]
-    for prompt in measured:
-        runs = [r for r in analysis.finished(store.runs(group_id=prompt_group(study["study_id"], prompt)))
-                if spectypes.needs_draft(r["settings"].get("spec_type"))]
-        if not runs:
-            continue
-        report = analysis.report_for_runs(store, runs, prompt, analysis.axes_of(runs), True, folder / prompt)
-        out += [p for g in report.groups for p in g.plots if p.suffix == ".png"]
-    return out
 
 
 def deployment(result: StudyResult, engine: Engine, exp: Experiment, store: Store) -> Any:

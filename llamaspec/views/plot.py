@@ -437,7 +437,7 @@ def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list
 
 
 def draw_group(group: Any, meta: dict[str, str], out_dir: Path, stem_prefix: str = "") -> list[Path]:
-    """The figures of one group of a sweep's report (``analysis.GroupReport``: its rows, the model's
+    """The figures of one group of a sweep's report (``speedup_model.FittedGroup``: its rows, the model's
     fit and band) under ``out_dir``/``stem_prefix``: speed and speedup by draft length, acceptance
     by position."""
     fits = {p.draft_max: p for p in (group.analysis.points if group.analysis else ())}
