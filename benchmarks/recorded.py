@@ -30,7 +30,7 @@ from llamaspec.decision import decide, speedup_model
 from llamaspec.measure import pairs
 from llamaspec.measure.summary import Summary
 from llamaspec.store.rows import measurements_of
-from llamaspec.studies.sweep import FIRST_LONGEST
+from llamaspec.studies.policy import FIRST_LONGEST
 
 RECORDED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570"
 SWEEPS = RECORDED / "sweep-positions"

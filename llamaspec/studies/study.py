@@ -34,10 +34,9 @@ from llamaspec.store.results import Store
 from llamaspec.store.rows import Group, run_meta
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
-from llamaspec.studies.policy import first_pass
+from llamaspec.studies.policy import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, first_pass
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of, make_setup, setups_for
 from llamaspec.studies.state import Drift, Load, StudyState, prompt_group
-from llamaspec.studies.sweep import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, pairs_per_point
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +169,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     (:mod:`llamaspec.studies.policy`).
 
     ``budget``: runs (a setup's speculative run in a block, with its baselines) or measuring time
-    for the whole study (None: :data:`llamaspec.studies.sweep.DEFAULT_BUDGET`, grown where it times too few prompts); a
+    for the whole study (None: :data:`llamaspec.studies.policy.DEFAULT_BUDGET`, grown where it times too few prompts); a
     budget of runs below the first block is refused before anything is measured. ``over_prompts``:
     the prompts are a sample of the workload (False: ``--whole-workload``, they are the whole of it);
     ``count_loops``: a prompt whose target output loops counts in the decision. Every run is stored
@@ -213,6 +212,11 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     return result
 
 
+def pairs_per_point(exp: Experiment) -> int:
+    """The pairs a fixed grid measures at each point: the experiment's repeats (3 for 'auto')."""
+    return exp.repeats if isinstance(exp.repeats, int) else 3
+
+
 def sampled(exp: Experiment, over_prompts: bool = True) -> bool:
     """Whether a study's prompts are a sample of the workload: one prompt is its own workload (-p,
     the write-up's form)."""
@@ -250,7 +254,7 @@ def keep(store: Store, exp: Experiment, result: StudyResult) -> int:
     return run_id
 
 
-def setups_of(exp: Experiment, engine: Engine, axes: Mapping[str, Sequence[Any]],
+def sweep_setups(exp: Experiment, engine: Engine, axes: Mapping[str, Sequence[Any]],
               modes: Sequence[str] | None = None) -> tuple[Setup, ...]:
     """The setups ``sweep`` weighs: the grid of ``axes`` (each draft file named as the study names
     it), then the draft-free modes (:func:`modes_for`)."""
@@ -282,4 +286,4 @@ def deployment(result: StudyResult, engine: Engine, exp: Experiment, store: Stor
 
 
 __all__ = ["DEFAULT_LENGTHS", "MODES_AXIS", "Setup", "StudyResult", "cost_of", "first_pass",
-           "make_setup", "prompt_group", "run_study", "setups_for", "setups_of", "stored_decision", "study_id"]
+           "make_setup", "prompt_group", "run_study", "setups_for", "sweep_setups", "stored_decision", "study_id"]
