@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -12,7 +13,7 @@ import pytest
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE
 from llamaspec.theory import CostModel, Observation, analyze
-from llamaspec.views.plot import plot_all, plot_speedup
+from llamaspec.views.plot import plot_all, plot_panel
 from llamaspec.views.plotdata import PlotMeta, PlotPoint
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,9 +44,9 @@ def _sweep() -> tuple[list[PlotPoint], tuple[tuple[int, float], ...], tuple[tupl
     ]
     an = analyze(obs, CostModel.from_bench({1: 25.5, 2: 31.0, 9: 59.0}, 9.0, LLAMA_SPECULATIVE), max_draft=12)
     points = [
-        PlotPoint.from_repeats(
-            o.draft_max, repeats[o.draft_max], 39.2, acceptance=o.acceptance, predicted_speedup=p.predicted_speedup
-        )
+        PlotPoint(o.draft_max, statistics.median(repeats[o.draft_max]), 39.2, acceptance=o.acceptance,
+                  predicted_speedup=p.predicted_speedup, decode_tps_min=min(repeats[o.draft_max]),
+                  decode_tps_max=max(repeats[o.draft_max]))
         for o, p in zip(obs, an.points, strict=True)
     ]
     return points, an.speedup_curve, an.accept_curve
@@ -120,7 +121,7 @@ def test_failed_render_leaves_the_old_file_and_no_partial(tmp_path: Path, monkey
     from matplotlib.figure import Figure
 
     points = [PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0, acceptance=0.8)]
-    (first,) = plot_speedup(points, META, tmp_path, formats=("png",))
+    (first,) = plot_panel("speedup", points, META, tmp_path, formats=("png",))
     before = first.read_bytes()
 
     def broken(self: Figure, fname: object, **kwargs: object) -> None:
@@ -129,15 +130,9 @@ def test_failed_render_leaves_the_old_file_and_no_partial(tmp_path: Path, monkey
 
     monkeypatch.setattr(Figure, "savefig", broken)
     with pytest.raises(RuntimeError, match="disk full"):
-        plot_speedup(points, META, tmp_path, formats=("png",))
+        plot_panel("speedup", points, META, tmp_path, formats=("png",))
     assert first.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["speedup.png"]
-
-
-def test_point_from_repeats_uses_median_and_spread() -> None:
-    p = PlotPoint.from_repeats(4, [30.0, 36.0, 33.0], baseline_tps=30.0, acceptance=0.5)
-    assert (p.decode_tps, p.decode_tps_min, p.decode_tps_max) == (33.0, 30.0, 36.0)
-    assert p.speedup == pytest.approx(1.1)
 
 
 @pytest.mark.parametrize(
@@ -157,11 +152,9 @@ def test_bad_points_are_refused(kwargs: dict[str, object]) -> None:
 
 def test_nothing_to_plot_or_unknown_format_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(LlamaspecError, match="nothing to plot"):
-        plot_speedup([], META, tmp_path)
+        plot_panel("speedup", [], META, tmp_path)
     with pytest.raises(LlamaspecError, match="unsupported image format"):
-        plot_speedup([PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0)], META, tmp_path, formats=("gif",))
-    with pytest.raises(LlamaspecError):
-        PlotPoint.from_repeats(4, [], baseline_tps=30.0)
+        plot_panel("speedup", [PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0)], META, tmp_path, formats=("gif",))
     assert list(tmp_path.iterdir()) == []
 
 

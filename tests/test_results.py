@@ -142,7 +142,7 @@ def test_new_counters_and_run_fields_round_trip(tmp_path: Path) -> None:
     assert table[0]["rounds"] == "3" and table[0]["draft_policy"] == "capped" and table[0]["prompt_id"] == "q7"
 
 
-def test_runs_filter_by_kind_and_prompt_and_prompts_resume(tmp_path: Path) -> None:
+def test_runs_filter_by_kind_and_prompt(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "r.sqlite")
     ids = {}
     for prompt in ("a", "b"):
@@ -155,17 +155,6 @@ def test_runs_filter_by_kind_and_prompt_and_prompts_resume(tmp_path: Path) -> No
     assert [r["id"] for r in store.runs(kind="sweep-baseline")] == [base]
     assert {r["id"] for r in store.runs(group_id="s", prompt_id="a")} == {ids["p1", "a"], ids["p2", "a"]}
     assert store.runs(kind="run") == []
-    assert store.finished_prompt("s", "p1", "a") is None  # still running
-    store.finish_run(ids["p1", "a"], "ok", {})
-    store.finish_run(ids["p1", "b"], "failed", {}, "boom")
-    assert (store.finished_prompt("s", "p1", "a") or {}).get("id") == ids["p1", "a"]
-    assert store.finished_prompt("s", "p1", "b") is None  # failed: measured again on resume
-    assert store.finished_prompt("s", "p2", "a") is None  # another point
-    assert store.finished_prompt("s", None, "a") is None
-    alone = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE, group=Group("sweep", "s"),
-                            prompt_id="a")
-    store.finish_run(alone, "ok", {})
-    assert (store.finished_prompt("s", None, "a") or {}).get("id") == alone
 
 
 CHILD_RUN = """

@@ -239,7 +239,7 @@ def test_the_change_is_the_servers_own_command_changed() -> None:
 
 def test_given_costs() -> None:
     c = costs.given("0.3,0.1")
-    assert c.cost.cost_ratio == pytest.approx(0.3) and c.cost.verify_steps(4) == pytest.approx(1.4) and not c.absolute
+    assert c.cost.cost_ratio == pytest.approx(0.3) and c.cost.verify_ms(4) / c.cost.target_ms_per_token == pytest.approx(1.4) and not c.absolute
     assert costs.given("0.3", draft_free=True).cost.cost_ratio == 0.0  # an n-gram mode runs no draft model
     for bad in ("x", "-1", "1,2,3", ""):
         with pytest.raises(LlamaspecError, match="--cost"):

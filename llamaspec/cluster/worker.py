@@ -79,9 +79,6 @@ class MachineWorker:
         result["machine"] = self.machine
         return result
 
-    def ping(self) -> str:
-        return self.machine
-
     def close(self) -> None:
         """Stop what this worker keeps running (llama-servers) and close its scratch store."""
         if self.env is not None:

@@ -164,10 +164,6 @@ class CostModel:
             return self.target_ms_per_token
         return interpolate(self.verify_batches, k + 1.0)
 
-    def verify_steps(self, k: float) -> float:
-        """Verification of k + 1 tokens, in target steps (1 in the paper)."""
-        return self.verify_ms(k) / self.target_ms_per_token
-
     def draft_ms(self, k: float) -> float:
         """The draft's share of a round: its single steps, its batch if the program runs one, its sampling."""
         ms = self.profile.draft_steps_per_round(k) * self.draft_ms_per_token + k * self.draft_sample_ms

@@ -6,7 +6,6 @@ caller turns stored runs and :mod:`llamaspec.theory` results into them; ``plot.p
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,28 +61,6 @@ class PlotPoint:
                 f"plot point at draft {self.draft_max}: decode t/s spread must satisfy min <= median <= max, "
                 f"got {low} <= {self.decode_tps} <= {high}"
             )
-
-    @classmethod
-    def from_repeats(
-        cls,
-        draft_max: int,
-        repeats: Sequence[float],
-        baseline_tps: float,
-        acceptance: float | None = None,
-        predicted_speedup: float | None = None,
-    ) -> PlotPoint:
-        """A point from the decode t/s of each repeat: median, with min and max as the spread."""
-        if not repeats:
-            raise LlamaspecError(f"no repeats measured at draft {draft_max}")
-        return cls(
-            draft_max=draft_max,
-            decode_tps=statistics.median(repeats),
-            baseline_tps=baseline_tps,
-            acceptance=acceptance,
-            predicted_speedup=predicted_speedup,
-            decode_tps_min=min(repeats),
-            decode_tps_max=max(repeats),
-        )
 
     @property
     def speedup(self) -> float:
