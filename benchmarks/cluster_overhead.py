@@ -36,10 +36,10 @@ def reexec_in_netns() -> int:
 
 
 def study(pool, items, name: str, store) -> tuple[float, dict]:
-    from llamaspec.cluster import Requirements, StoreSink, run_study
+    from llamaspec.cluster import Requirements, StoreSink, run_items
 
     t0 = time.perf_counter()
-    report = run_study(name, items, pool, StoreSink(store), Requirements(engine=None), on_progress=lambda _l: None,
+    report = run_items(name, items, pool, StoreSink(store), Requirements(engine=None), on_progress=lambda _l: None,
                        progress_every=60)
     return time.perf_counter() - t0, report.per_machine
 

@@ -26,12 +26,11 @@ from typing import Any
 
 from llamaspec.base import stats
 from llamaspec.base.stats import Spread
-from llamaspec.decision import decide
+from llamaspec.decision import decide, speedup_model
 from llamaspec.measure import pairs
 from llamaspec.measure.summary import Summary
 from llamaspec.store.rows import measurements_of
-from llamaspec.studies.sweep import FIRST_LONGEST
-from llamaspec.views import analysis
+from llamaspec.studies.policy import FIRST_LONGEST
 
 RECORDED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570"
 SWEEPS = RECORDED / "sweep-positions"
@@ -164,7 +163,7 @@ def _values(values: tuple[float, ...]) -> Spread:
                   stats.cv(values), values)
 
 
-def rows_for(rec: Recorded, draws: dict[int, list[int]], positions: bool = False) -> list[analysis.PointRow]:
+def rows_for(rec: Recorded, draws: dict[int, list[int]], positions: bool = False) -> list[speedup_model.PointRow]:
     """The sweep's points as if these pairs (indices into each point's recording) had been measured;
     ``positions``: with each length's acceptance by position (where recorded), as a program that
     counts it would have stored it."""
@@ -183,7 +182,7 @@ def rows_for(rec: Recorded, draws: dict[int, list[int]], positions: bool = False
             counted = rec.positions[k]
         if counted is not None:
             summary = dataclasses.replace(summary, drafted_by_position=counted[0], accepted_by_position=counted[1])
-        rows.append(analysis.PointRow(point.run["run_id"], "", k, summary))
+        rows.append(speedup_model.PointRow(point.run["run_id"], "", k, summary))
     return rows
 
 
@@ -197,11 +196,11 @@ def _summed_positions(chosen: list[Pair]) -> tuple[tuple[int, ...], tuple[int, .
             tuple(sum((p.accepted or ())[i] for p in chosen) for i in range(n)))
 
 
-def group_for(rec: Recorded, draws: dict[int, list[int]], refits: int, positions: bool = False) -> analysis.GroupReport:
+def group_for(rec: Recorded, draws: dict[int, list[int]], refits: int, positions: bool = False) -> speedup_model.FittedGroup:
     rows = rows_for(rec, draws, positions)
-    fit, note = analysis.analyze_rows(rows)
-    group = analysis.GroupReport("", rows, fit, note=note)
-    group.view = analysis.model_view(group, refits=refits, grid=rec.grid)
+    fit, note = speedup_model.analyze_rows(rows)
+    group = speedup_model.FittedGroup("", rows, fit, note=note)
+    group.view = speedup_model.model_view(group, refits=refits, grid=rec.grid)
     return group
 
 
@@ -229,9 +228,9 @@ def prediction_errors(rec: Recorded, first: tuple[int, ...] | None = None) -> tu
     lengths = first or tuple(sorted(rec.grid)[::-1][:FIRST_LONGEST])
     rows = rows_for(rec, {k: list(range(len(rec.points[k].pairs))) for k in lengths}, positions=True)
     everything = rows_for(rec, rec.every_pair, positions=True)
-    cost = analysis.cost_model(rows, engines.round_profile(rows[0].summary.program or "llama-speculative"))
-    obs = [o for r in rows if (o := analysis.observation(r)) is not None]
-    others = [o for r in everything if r.draft_max not in lengths and (o := analysis.observation(r)) is not None]
+    cost = speedup_model.cost_model(rows, engines.round_profile(rows[0].summary.program or "llama-speculative"))
+    obs = [o for r in rows if (o := speedup_model.observation(r)) is not None]
+    others = [o for r in everything if r.draft_max not in lengths and (o := speedup_model.observation(r)) is not None]
     out = []
     for use in (True, False):
         fit = theory.analyze(obs, cost, use_positions=use)

@@ -102,7 +102,7 @@ def condition(names: list[str], draft: int, modes: tuple[str, ...], repeats: int
                               settings=adhoc.workload_settings(overrides({}, n_predict)), repeats=repeats,
                               command="sweep", workload=load_workload(str(_workload(names)), None, None))
     engine = open_engine(exp, "cpu", None)
-    setups = studies.setups_of(exp, engine, {"draft_max": (draft,)}, modes)
+    setups = studies.sweep_setups(exp, engine, {"draft_max": (draft,)}, modes)
     store = Store.open()
     blocks: dict[str, dict[str, list[float]]] = {s.label: {} for s in setups}
     pairs: dict[str, dict[str, list[float]]] = {s.label: {} for s in setups}

@@ -14,7 +14,7 @@
    speculative side over the baseline of its pair; the median over pairs with its 95 % bootstrap
    interval (``estimators.POINT``).
 3. **Printed**: at each length, predicted (with the window's interval) and measured, their ratio,
-   and whether the prediction is within the model's stated error (``analysis.PREDICTION_ERROR``)
+   and whether the prediction is within the model's stated error (``speedup_model.PREDICTION_ERROR``)
    of the measurement, or at least within the measurement's interval widened by that error.
 
 Run on an otherwise quiet machine, with a data folder of its own (the costs are then timed here):
@@ -33,13 +33,13 @@ from typing import Any
 
 from llamaspec import models
 from llamaspec.base import host, stats
+from llamaspec.decision.speedup_model import PREDICTION_ERROR
 from llamaspec.llamacpp import modeltools, server, server_process
 from llamaspec.measure import chat, estimators, pairs
 from llamaspec.measure.contract import EngineOptions, Measurement, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.studies import adhoc
 from llamaspec.studies import prompts as loader
-from llamaspec.views.analysis import PREDICTION_ERROR
 from llamaspec.watch import Watcher
 
 N_PREDICT = 64

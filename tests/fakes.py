@@ -520,4 +520,4 @@ def study_everything(exp: Any, engine: Any, store: Any, variants: tuple[str, ...
     axes: dict[str, tuple[Any, ...]] = {"draft_max": tuple(range(1, 17))}
     if variants:
         axes["draft_variant"] = tuple(variants)
-    return study.run_study(exp, study.setups_of(exp, engine, axes, modes), engine, store, budget)
+    return study.run_study(exp, study.sweep_setups(exp, engine, axes, modes), engine, store, budget)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import CONTEXT, main
 from llamaspec.measure.settings import FIELDS, SWEEPABLE
-from llamaspec.studies.sweep import parse_values
+from llamaspec.studies.grid import parse_values
 
 # What each option name shared by several commands means: a phrase every one of its helps carries.
 # (A setting's options carry the setting's own help instead.) A name newly shared must be added here.

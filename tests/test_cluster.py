@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.cluster import LocalPool, Requirements, StoreSink, WorkerInfo, WorkerLost, WorkItem, admit, run_study
+from llamaspec.cluster import LocalPool, Requirements, StoreSink, WorkerInfo, WorkerLost, WorkItem, admit, run_items
 from llamaspec.cluster import summary as cluster_summary
 from llamaspec.cluster.queue import WorkQueue
 from llamaspec.cluster.work import mismatch, pin
@@ -96,7 +96,7 @@ def test_queue_hands_out_each_item_once_and_takes_back_a_lost_machines_items() -
     a1, b1 = q.take("A"), q.take("B")
     assert (a1.key, b1.key) == ("a", "b")
     assert q.complete("a") == "A"
-    assert q.lose("B") == ["b"]
+    q.give_back("b")
     assert q.take("A").key == "b"  # a lost item goes first, to another machine
     assert [q.take("A"), q.take("A")] == [WorkItem("c", "x"), WorkItem("d", "x")]
     assert q.take("A") is None and not q.finished()
@@ -158,7 +158,7 @@ def test_study_spreads_items_over_machines_and_stores_each_once_with_its_machine
     pool = pool_of(a, b)
     lines: list[str] = []
     try:
-        report = run_study("s1", items(8), pool, StoreSink(store), Requirements(models=dict(SHA)), on_progress=lines.append)
+        report = run_items("s1", items(8), pool, StoreSink(store), Requirements(models=dict(SHA)), on_progress=lines.append)
     finally:
         pool.close()
     assert stored_keys(store, "s1") == [f"item-{i:02d}" for i in range(8)]
@@ -174,7 +174,7 @@ def test_a_machine_lost_mid_study_hands_its_item_back_and_nothing_is_done_twice(
     a, b = FakeWorker("host-a", seconds=0.02), FakeWorker("host-b", die_on=3, seconds=0.02)
     pool = pool_of(a, b)
     try:
-        report = run_study("s2", items(10), pool, StoreSink(store), Requirements(models=dict(SHA)))
+        report = run_items("s2", items(10), pool, StoreSink(store), Requirements(models=dict(SHA)))
     finally:
         pool.close()
     assert len(b.executed) == 2 and report.lost == {"host-b": [report.lost["host-b"][0]]}
@@ -188,37 +188,37 @@ def test_a_machine_lost_mid_study_hands_its_item_back_and_nothing_is_done_twice(
 def test_losing_every_machine_keeps_what_finished_and_a_rerun_resumes(store: Store) -> None:
     pool = pool_of(FakeWorker("host-a", die_on=4))
     with pytest.raises(LlamaspecError, match=r"every machine of study s3 was lost; 7 of 10 items are not done \(3 finished"):
-        run_study("s3", items(10), pool, StoreSink(store), Requirements())
+        run_items("s3", items(10), pool, StoreSink(store), Requirements())
     pool.close()
     assert len(stored_keys(store, "s3")) == 3
     again = FakeWorker("host-a")
     pool = pool_of(again)
-    report = run_study("s3", items(10), pool, StoreSink(store), Requirements())
+    report = run_items("s3", items(10), pool, StoreSink(store), Requirements())
     pool.close()
     assert report.skipped == 3 and len(again.executed) == 7
     assert stored_keys(store, "s3") == [f"item-{i:02d}" for i in range(10)]
     # A third run has nothing to do and prepares no machine.
     idle = FakeWorker("host-a", prepare_error="must not be asked")
-    report = run_study("s3", items(10), pool_of(idle), StoreSink(store), Requirements())
+    report = run_items("s3", items(10), pool_of(idle), StoreSink(store), Requirements())
     assert report.skipped == 10 and idle.calls == 0
 
 
 def test_a_failed_item_is_stored_as_failed_and_retried_by_a_rerun(store: Store) -> None:
     work = items(3)
     work[1] = WorkItem(work[1].key, "fake", {**work[1].payload, "fail": True})
-    report = run_study("s4", work, pool_of(FakeWorker("host-a")), StoreSink(store), Requirements())
+    report = run_items("s4", work, pool_of(FakeWorker("host-a")), StoreSink(store), Requirements())
     assert report.failed == {"item-01": "boom"}
     assert {r["point_key"]: r["status"] for r in store.runs(group_id="s4")} == {"item-00": "ok", "item-01": "failed",
                                                                                 "item-02": "ok"}
     retry = FakeWorker("host-a")
-    run_study("s4", items(3), pool_of(retry), StoreSink(store), Requirements())
+    run_items("s4", items(3), pool_of(retry), StoreSink(store), Requirements())
     assert retry.executed == ["item-01"]
 
 
 def test_no_admissible_machine_is_one_error_naming_the_first_refusal(store: Store) -> None:
     pool = pool_of(FakeWorker("host-b", commit="b38a16d"))
     with pytest.raises(LlamaspecError, match=r"no machine can take part in study s5: worker host-b \(host-host-b\) has llama.cpp b38a16d"):
-        run_study("s5", items(2), pool, StoreSink(store), Requirements(commit="0c1e570"))
+        run_items("s5", items(2), pool, StoreSink(store), Requirements(commit="0c1e570"))
     assert stored_keys(store, "s5") == []
 
 
@@ -228,7 +228,7 @@ def test_speedups_are_per_machine_from_that_machines_own_baselines(store: Store)
     # Which machine takes how many items depends on the scheduler and the load: each item is slow
     # enough (0.1 s) that both take some, and the assertions hold for any split.
     pool = pool_of(FakeWorker("host-a", factor=1.0, seconds=0.1), FakeWorker("host-b", factor=2.0, seconds=0.1))
-    run_study("s6", items(6), pool, StoreSink(store), Requirements())
+    run_items("s6", items(6), pool, StoreSink(store), Requirements())
     pool.close()
     per = cluster_summary.per_machine(store, "s6")
     assert set(per) == {"host-a", "host-b"}
@@ -300,7 +300,7 @@ def test_local_pool_runs_one_item_at_a_time_per_machine() -> None:
             pass
 
     pool = pool_of(Counting("host-a", seconds=0.01), Counting("host-b", seconds=0.01))
-    run_study("s7", items(12), pool, Null(), Requirements())
+    run_items("s7", items(12), pool, Null(), Requirements())
     pool.close()
     assert peak == {"host-a": 1, "host-b": 1}
 
@@ -308,7 +308,7 @@ def test_local_pool_runs_one_item_at_a_time_per_machine() -> None:
 def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None:
     from llamaspec.cluster import study
     from llamaspec.studies import experiment
-    from llamaspec.studies.sweep import parse_budget
+    from llamaspec.studies.policy import parse_budget
 
     exp = experiment.load("smollm2-quicksort")
     (one,) = study.experiment_items(exp, repeats=3)
@@ -326,11 +326,11 @@ def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None
     assert [c["draft"] for c in points[0].payload["cases"]] == [Q41]  # the study's cases, portable
     wanted = study.requirements(exp)
     assert set(wanted.models) == {F32, Q41} and not wanted.options["rpc"] and wanted.engine == "llama.cpp"
-    assert study.study_id(exp, split, wanted) == study.study_id(exp, list(split), wanted) != study.study_id(exp, points, wanted)
+    assert study.cluster_study_id(exp, split, wanted) == study.cluster_study_id(exp, list(split), wanted) != study.cluster_study_id(exp, points, wanted)
     # the engine's identity names the study: another accelerator, build commit or engine is another study
-    ids = {study.study_id(exp, split, w) for w in (wanted, dataclasses.replace(wanted, accel="cuda"),
-                                                  dataclasses.replace(wanted, commit="other"),
-                                                  dataclasses.replace(wanted, options={"rpc": True}))}
+    ids = {study.cluster_study_id(exp, split, w) for w in (wanted, dataclasses.replace(wanted, accel="cuda"),
+                                                          dataclasses.replace(wanted, commit="other"),
+                                                          dataclasses.replace(wanted, options={"rpc": True}))}
     assert len(ids) == 4
 
 
@@ -431,7 +431,7 @@ def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store,
                "settings": {"n_predict": 64, "threads": 1, "draft_max": 8}, "repeats": 2}
     work = [WorkItem(f"c#{i}", "pair", payload) for i in range(2)]
     pool = LocalPool(["box-1", "box-2"])
-    report = run_study("fake-pairs", work, pool, StoreSink(store),
+    report = run_items("fake-pairs", work, pool, StoreSink(store),
                        Requirements(commit="0c1e570", accel="cpu", models={str(target): None, str(draft): None}))
     pool.close()
     assert not report.refused and sorted(report.done) == ["c#0", "c#1"]
@@ -444,7 +444,7 @@ def test_pair_items_run_on_a_prepared_worker_and_land_in_the_store(store: Store,
         assert run["summary"]["pairs"] == 2 and run["summary"]["speedup"]["median"] > 0
     wrong = Requirements(commit="b38a16d", accel="cpu")
     with pytest.raises(LlamaspecError, match=r"worker box-1 \(.*\) has llama.cpp 0c1e570, the study runs b38a16d"):
-        run_study("fake-pairs-2", work, LocalPool(["box-1"]), StoreSink(store), wrong)
+        run_items("fake-pairs-2", work, LocalPool(["box-1"]), StoreSink(store), wrong)
 
 
 def test_a_worker_whose_commit_is_unknown_is_refused_saying_so() -> None:
@@ -489,7 +489,7 @@ def test_pinned_items_run_on_their_machines_and_one_for_a_refused_machine_is_not
     pool = pool_of(a, b)
     work = [WorkItem(f"study@{m}", "fake", {"base": 50.0, "spec": 75.0}, machine=m) for m in ("host-a", "host-b")]
     try:
-        report = run_study("pinned", work, pool, StoreSink(store), Requirements(commit="0c1e570", models=dict(SHA)))
+        report = run_items("pinned", work, pool, StoreSink(store), Requirements(commit="0c1e570", models=dict(SHA)))
     finally:
         pool.close()
     assert a.executed == ["study@host-a"] and not b.executed
@@ -504,7 +504,7 @@ def test_a_lost_machines_pinned_items_are_not_run_elsewhere(store: Store) -> Non
             WorkItem("y@host-b", "fake", {"base": 50.0, "spec": 75.0}, machine="host-b"),
             *items(3)]
     try:
-        report = run_study("lost-pinned", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
+        report = run_items("lost-pinned", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
     finally:
         pool.close()
     assert sorted(report.not_run) == ["x@host-b", "y@host-b"] and report.lost == {"host-b": ["x@host-b"]}
@@ -588,8 +588,8 @@ def _save_machine_study(sink: StoreSink, study_id: str, machine: str, points: di
     baselines beside them, and the item's row with the study's id and setups (as a worker sends them)."""
     from llamaspec.cluster.executors import setups_payload
     from llamaspec.store.rows import BASELINES_KIND
+    from llamaspec.studies.grid import Point
     from llamaspec.studies.study import make_setup, prompt_group
-    from llamaspec.studies.sweep import Point
 
     setups = {k: make_setup(Point((("draft_max", k),))) for k in sorted({k for _p, k in points})}
     runs = [{**result, "kind": "sweep", "group_kind": "sweep", "group_id": prompt_group(study_id, prompt),
@@ -794,7 +794,7 @@ def test_a_study_over_machines_studies_each_machine_for_itself(store: Store, tmp
     assert experiment_of(work[0].payload).repeats == exp.repeats == 2  # -r reaches each machine's study
     try:
         returned: dict[str, dict[str, Any]] = {}
-        report = run_study("per-machine", work, pool, StoreSink(store, kind="cluster-study"), Requirements(models=dict(SHA)),
+        report = run_items("per-machine", work, pool, StoreSink(store, kind="cluster-study"), Requirements(models=dict(SHA)),
                            on_result=lambda key, _machine, result: returned.__setitem__(key, result))
     finally:
         pool.close()
@@ -880,7 +880,7 @@ def test_cluster_items_measure_with_the_experiments_engine(store: Store, tmp_pat
     assert {i.payload["engine"] for i in work} == {"llama-server"}
     pool = LocalPool(["box"], factory=lambda _m: machine)
     try:
-        report = run_study("engine-pair", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
+        report = run_items("engine-pair", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
     finally:
         pool.close()
     assert not report.failed and report.done == {"k4": "box"}, report
@@ -908,7 +908,7 @@ def test_an_experiment_on_an_engine_the_workers_do_not_run_is_refused_before_any
     idle = FakeWorker("host-a", prepare_error="must not be asked")
     work = [WorkItem("k4", "pair", {"experiment": "e", "engine": "transformers"})]
     with pytest.raises(LlamaspecError, match=r"^work item k4 of e uses the transformers engine"):
-        run_study("refused", work, pool_of(idle), StoreSink(store), Requirements())
+        run_items("refused", work, pool_of(idle), StoreSink(store), Requirements())
     assert not store.runs(group_id="refused") and not idle.calls
 
 
@@ -954,7 +954,7 @@ def test_one_study_measured_here_and_through_the_cluster_executor_reports_identi
     assert [i.payload["repeat_offset"] for i in work] == [0, 1, 2, 3, 4]
     pool = LocalPool(["box"], factory=lambda _m: machine)
     try:
-        report = run_study("split", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
+        report = run_items("split", work, pool, StoreSink(store), Requirements(models=dict(SHA)))
     finally:
         pool.close()
     assert not report.failed and len(report.done) == 5, report
@@ -997,6 +997,6 @@ def test_an_experiment_over_a_prompt_set_reaches_the_workers_as_the_study_measur
     rebuilt = executors.experiment_of(payload)
     assert [(c.name, c.chat, c.history) for c in rebuilt.cases] == [(c.name, c.chat, c.history) for c in exp.cases]
     assert rebuilt.cases[1].history == (("user", "Plan a day in Lisbon."), ("assistant", "Sure."))
-    got = executors.setups_of(payload, rebuilt, FakeEngine())
+    got = executors.item_setups(payload, rebuilt, FakeEngine())
     assert [(s.label, s.values) for s in got] == [(s.label, s.values) for s in setups]
     assert [s.label for s in got] == ["draft-k8", "ngram-simple"] and got[1].values["ngram_size_n"] == 3

@@ -236,7 +236,7 @@ def _kill_on_first_result(c: Any, node: Any, machine: str) -> tuple[Callable[[st
 
 @loopback_only
 def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: Callable[..., Any], tmp_path: Path) -> None:
-    from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_study
+    from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_items
     from llamaspec.store.results import Store
 
     c, nodes = cluster_factory({"host-a": {}, "host-b": {}})
@@ -253,7 +253,7 @@ def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: C
     items = [WorkItem(f"i{i:02d}", "noop", {"spin": 0.3}) for i in range(12)]
     on_result, killed = _kill_on_first_result(c, nodes["host-b"], "host-b")
     lines: list[str] = []
-    report = run_study("noop-study", items, pool, StoreSink(store), Requirements(engine=None), on_result=on_result,
+    report = run_items("noop-study", items, pool, StoreSink(store), Requirements(engine=None), on_result=on_result,
                        on_progress=lines.append, progress_every=1.0)
     runs = store.runs(group_id="noop-study")
     keys = sorted(r["point_key"] for r in runs)
@@ -267,7 +267,7 @@ def test_two_nodes_share_a_study_and_losing_one_loses_nothing(cluster_factory: C
     assert len({pids[k] for k, m in by_key.items() if m == "host-a"}) == 1  # one actor per machine
     assert any("host-a" in line and "/min" in line for line in lines)
     # A rerun finds everything stored and prepares no machine.
-    again = run_study("noop-study", items, pool, StoreSink(store), Requirements(engine=None))
+    again = run_items("noop-study", items, pool, StoreSink(store), Requirements(engine=None))
     assert again.skipped == 12 and not again.done
     pool.close()
 
@@ -307,7 +307,7 @@ def test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on(clust
     import llamacpp_builds
     from fakes import fake_bin_dir
 
-    from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_study
+    from llamaspec.cluster import Requirements, StoreSink, WorkItem, raypool, run_items
     from llamaspec.llamacpp.smoke import write_tiny_llama
     from llamaspec.store.results import Store
 
@@ -328,7 +328,7 @@ def test_odd_machines_are_refused_with_one_line_each_and_the_study_goes_on(clust
     target = write_tiny_llama(tmp_path / "t.gguf")
     wanted = Requirements(commit="0c1e570", accel="cpu", models={str(target): None})
     items = [WorkItem(f"i{i}", "noop", {}) for i in range(4)]
-    report = run_study("odd", items, pool, StoreSink(store), wanted)
+    report = run_items("odd", items, pool, StoreSink(store), wanted)
     pool.close()
     assert report.refused == {
         "host-b": f"worker host-b ({os.uname().nodename}) has llama.cpp {other_commit}, the study runs 0c1e570",
@@ -347,7 +347,7 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
     one machine without Ray. Same items stored once each, same generated text, speedups within
     each other's intervals."""
     from llamaspec.base import stats
-    from llamaspec.cluster import LocalPool, Requirements, StoreSink, WorkItem, raypool, run_study, summary
+    from llamaspec.cluster import LocalPool, Requirements, StoreSink, WorkItem, raypool, run_items, summary
     from llamaspec.store.results import Store
 
     build = _cpu_build()
@@ -365,7 +365,7 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
     pool = raypool.RayPool()
     store = Store.open(tmp_path / "results.sqlite")
     on_result, killed = _kill_on_first_result(c, nodes["host-b"], "host-b")
-    report = run_study("real", items, pool, StoreSink(store), wanted, on_result=on_result)
+    report = run_items("real", items, pool, StoreSink(store), wanted, on_result=on_result)
     pool.close()
     assert not report.failed and not report.refused, report
     runs = store.runs(group_id="real")
@@ -375,7 +375,7 @@ def test_real_pairs_split_over_two_nodes_match_one_machine(cluster_factory: Call
     assert machines[report.lost["host-b"][0]] == "host-a"
 
     local = LocalPool(["one-machine"])
-    run_study("one", items, local, StoreSink(store), wanted)
+    run_items("one", items, local, StoreSink(store), wanted)
     local.close()
     cluster_per, one_per = summary.per_machine(store, "real"), summary.per_machine(store, "one")
     texts = {}
@@ -431,7 +431,7 @@ def test_a_server_experiment_over_two_nodes_survives_losing_one_and_leaves_no_se
     import time
     import uuid
 
-    from llamaspec.cluster import Requirements, StoreSink, raypool, run_study
+    from llamaspec.cluster import Requirements, StoreSink, raypool, run_items
     from llamaspec.cluster import study as studies
     from llamaspec.cluster import summary as per_machine
     from llamaspec.store.results import Store
@@ -458,7 +458,7 @@ def test_a_server_experiment_over_two_nodes_survives_losing_one_and_leaves_no_se
     store = Store.open(tmp_path / "results.sqlite")
     on_result, killed = _kill_on_first_result(c, nodes["host-b"], "host-b")
     work = studies.experiment_items(exp, split_repeats=True)
-    report = run_study("set", work, pool, StoreSink(store),
+    report = run_items("set", work, pool, StoreSink(store),
                        Requirements(commit=build.commit, accel="cpu", models=models), on_result=on_result)
     pool.close()
     assert not report.failed and not report.refused, report
@@ -479,7 +479,7 @@ def test_a_server_experiment_over_two_nodes_survives_losing_one_and_leaves_no_se
     assert not left, f"llama.cpp processes outlived their workers: {left}"
 
 
-DECISION_HEADS = ("    recommended:", "    undecided:")  # a machine's decision, as echo_study indents it
+DECISION_HEADS = ("    recommended:", "    undecided:")  # a machine's decision, as echo_cluster_report indents it
 
 
 def _machine_block(lines: list[str], machine: str) -> list[str]:

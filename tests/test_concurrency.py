@@ -14,11 +14,14 @@ from typing import Any
 
 import pytest
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure.contract import Capabilities, Measurement, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.studies import concurrency as levels
 from llamaspec.studies import prompts as loader
+from llamaspec.studies.experiment import Case, ModelRef
 from llamaspec.studies.prompts import Prompt, PromptSet, PromptSource
+from llamaspec.studies.run import resolve_case
 
 
 def m(mode: str, tps: float, n: int = 64, drafted: int | None = None, accepted: int | None = None,
@@ -54,16 +57,22 @@ class Engine:
         pass
 
 
+def method(name: str, **settings: Any) -> Case:
+    """A case of the experiment: a pair of models and its settings, no prompt (the set's are sent)."""
+    ref = ModelRef("t", "f32")
+    return Case(name, ref, ref, None, None, Settings(**{"n_predict": 16, "seed": 1, "draft_max": 4, **settings}))
+
+
 @dataclass(frozen=True)
 class Exp:
     name: str = "exp"
-    cases: tuple[str, ...] = ("m1",)
+    cases: tuple[Case, ...] = (method("m1"),)
     path: str = ""
 
 
-def resolve(exp: Any, name: Any) -> ResolvedCase:
-    model = ModelPath("t:f32", "/models/t.gguf")
-    return ResolvedCase(exp.name, name, model, model, None, None, Settings(n_predict=16, seed=1, draft_max=4))
+def resolve(exp: Any, case: Case) -> ResolvedCase:
+    """The one resolver, its model files found at one place."""
+    return resolve_case(exp, case, None, models=lambda ref: ModelPath(f"{ref.model}:{ref.variant}", "/models/t.gguf"))  # type: ignore[arg-type]
 
 
 PROMPTS = PromptSet(PromptSource("jsonl", "/x.jsonl"), (
@@ -71,12 +80,41 @@ PROMPTS = PromptSet(PromptSource("jsonl", "/x.jsonl"), (
     Prompt("t1", "too long", "prose"), Prompt("p1", "prose one", "prose"), Prompt("p2", "prose two", "prose")))
 
 
-def test_a_prompt_goes_into_its_case_with_its_earlier_turns() -> None:
-    case = resolve(Exp(), "draft")
+class Recording(Engine):
+    """Records every request it is sent; each generates 16 tokens at a fixed speed."""
+
+    def __init__(self) -> None:
+        self.sent: list[ResolvedCase] = []
+
+    def prepare(self, case: ResolvedCase, modes: tuple[str, ...] = levels.MODES) -> None:
+        pass
+
+    def measure(self, case: ResolvedCase, mode: str, log_path: Path) -> Measurement:
+        self.sent.append(case)
+        return m(mode, 100.0, n=case.settings.n_predict or 16)
+
+
+def test_each_prompt_is_sent_as_its_case_with_its_earlier_turns() -> None:
+    """The prompts become cases as every route makes them (prompts.workload_cases): each request
+    carries its prompt's id, category, chat form and earlier turns, at the case's settings and the
+    level's slots."""
     turns = (("user", "Plan a trip."), ("assistant", "Where to?"))
-    one = levels.prompt_case(case, Prompt("t1", "To Porto.", "multi-turn", True, 4, turns))
-    assert (one.prompt, one.prompt_id, one.category, one.chat, one.history) == ("To Porto.", "t1", "multi-turn", True, turns)
-    assert levels.prompt_case(one, Prompt("c1", "Write a loop.", "code", False)).history == ()
+    prompts = replace(PROMPTS, prompts=(Prompt("t1", "To Porto.", "multi-turn", True, 4, turns),
+                                        Prompt("c1", "Write a loop.", "code", False)))
+    backend = Recording()
+    levels.run_concurrency(Exp(), prompts, backend, [2], resolve=resolve, repeats=1)
+    timed = [c for c in backend.sent if c.settings.n_predict == 16]
+    assert [(c.prompt, c.prompt_id, c.category, c.chat, c.history) for c in timed[:2]] == [
+        ("To Porto.", "t1", "multi-turn", True, turns), ("Write a loop.", "c1", "code", False, ())]
+    assert {c.settings.parallel for c in backend.sent} == {2} and {c.settings.draft_max for c in timed} == {4}
+
+
+def test_a_prompt_too_long_for_the_context_is_refused_before_any_request() -> None:
+    backend = Recording()
+    long = replace(PROMPTS, prompts=(Prompt("l1", "word " * 2000, "prose"),))
+    with pytest.raises(LlamaspecError, match="do not fit the context of 512 tokens"):
+        levels.run_concurrency(Exp(cases=(method("m1", ctx_size=512),)), long, backend, [1], resolve=resolve, repeats=1)
+    assert backend.sent == []
 
 
 class VirtualTime:
@@ -220,7 +258,7 @@ def test_a_failed_batch_ends_its_level_through_the_pairs_loop(virtual_time: Virt
 
 
 def test_concurrency_plot_is_written(tmp_path: Path, virtual_time: VirtualTime) -> None:
-    rows = levels.run_concurrency(Exp(cases=("m1", "m2")), replace(PROMPTS, prompts=PROMPTS.prompts[:2]),
+    rows = levels.run_concurrency(Exp(cases=(method("m1"), method("m2"))), replace(PROMPTS, prompts=PROMPTS.prompts[:2]),
                                      Slots(virtual_time), [1, 2], resolve=resolve, repeats=1)
     from llamaspec.views.concurrency import plot_concurrency
 

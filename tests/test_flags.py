@@ -266,12 +266,12 @@ def test_draft_min_reaches_speculative_simple_by_each_generations_name(folder: P
 
 
 def test_draft_min_is_a_sweep_axis() -> None:
-    from llamaspec.studies import sweep
+    from llamaspec.studies import grid
 
-    assert sweep.parse_values("draft_min", "0,2") == (0, 2)
-    assert sweep.parse_values("draft_min", "1..3") == (1, 2, 3)
+    assert grid.parse_values("draft_min", "0,2") == (0, 2)
+    assert grid.parse_values("draft_min", "1..3") == (1, 2, 3)
     with pytest.raises(LlamaspecError, match="must not be negative"):
-        sweep.parse_values("draft_min", "-1")
+        grid.parse_values("draft_min", "-1")
 
 
 def test_the_speculative_programs_read_draft_p_min_as_their_profiles_say() -> None:

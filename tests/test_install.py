@@ -66,7 +66,7 @@ def test_an_installed_llamaspec_reads_its_package_data_never_the_current_folder(
     assert "smollm2-135m" in catalog.load().models
     assert experiment.locate("smollm2-quicksort") == installed / "experiments" / "smollm2-quicksort.yaml"
     assert experiment.load("smollm2-quicksort").name == "smollm2-quicksort"  # not the decoy
-    assert [p.stem for p in experiment.list_experiments()] == SHIPPED_NAMES
+    assert sorted(experiment.known_experiments()) == SHIPPED_NAMES
     assert prompts.locate("llamaspec-mini") == installed / "experiments" / "prompts" / "llamaspec-mini.jsonl"
 
 
@@ -143,8 +143,8 @@ def test_experiments_by_name_current_folder_then_yours_then_shipped_nearest_said
     (here / "smollm2-quicksort.yaml").unlink()
     assert experiment.find("smollm2-quicksort") == [("your experiments", yours / "smollm2-quicksort.yaml"),
                                                     ("shipped", ROOT / "experiments" / "smollm2-quicksort.yaml")]
-    assert [p.stem for p in experiment.list_experiments()] == sorted([*SHIPPED_NAMES, "mine"])
-    assert experiment.list_experiments()[SHIPPED_NAMES.index("smollm2-quicksort") + 1] == yours / "smollm2-quicksort.yaml"
+    assert sorted(experiment.known_experiments()) == sorted([*SHIPPED_NAMES, "mine"])
+    assert experiment.known_experiments()["smollm2-quicksort"][1] == yours / "smollm2-quicksort.yaml"
 
 
 def test_an_unknown_experiment_names_the_places_looked_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

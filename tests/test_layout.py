@@ -27,8 +27,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("registry",),             # the registry above them: built-in and installed engines, what they lend below
     ("store",),                # the results store
     ("decision",),             # the decision rule, one answer for a workload
-    ("views",),                # analysis of a stored sweep, plots, reports, doctor
     ("studies",),              # experiments, runs, sweeps, workload studies, tuning
+    ("views",),                # a stored sweep's report, plots, reports, doctor
     ("watch",),                # a running server watched
     ("cluster",),              # studies spread over machines
     ("cli", "__main__"),       # the command line

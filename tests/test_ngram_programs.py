@@ -17,6 +17,7 @@ from models_factory import tiny_gguf
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
+from llamaspec.decision import speedup_model
 from llamaspec.llamacpp import build, deploy, flags, parse, programhelp
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure import spectypes
@@ -25,7 +26,6 @@ from llamaspec.measure.settings import DEFAULTS, Settings, defaults_for
 from llamaspec.measure.summary import DraftCheck, Lossless, Summary, check_draft, requested_draft
 from llamaspec.store.results import Store
 from llamaspec.studies.run import run_case
-from llamaspec.views import analysis
 
 REC = FIXTURES / "0c1e570"
 OLD = FIXTURES / "7841fc7"
@@ -331,12 +331,12 @@ def test_an_ngram_point_is_not_fitted_and_says_so() -> None:
     summary = Summary("ok", 3, True, spread([1.3, 1.4, 1.5]), spread([40.0, 41.0, 42.0]), spread([30.0, 30.0, 30.0]),
                       None, spread([88.0] * 3), Lossless("identical", "chars", 300, 3), DraftCheck(8, 8, "capped", 5.6),
                       n_predict=71, n_drafted=67, n_accept=59, rounds=12, program="llama-speculative-simple")
-    row = analysis.PointRow(1, "spec_type=ngram-simple", 8, summary, spec_type="ngram-simple")
-    assert row.draft_free and analysis.observation(row) is None
-    fit, note = analysis.analyze_rows([row])
+    row = speedup_model.PointRow(1, "spec_type=ngram-simple", 8, summary, spec_type="ngram-simple")
+    assert row.draft_free and speedup_model.observation(row) is None
+    fit, note = speedup_model.analyze_rows([row])
     assert fit is None
     assert "ngram-simple" in (note or "") and "measured figures stand" in (note or "")
-    groups = analysis.rows_to_groups([{"id": 1, "settings": {"spec_type": "ngram-mod", "draft_max": 8}, "draft": None,
+    groups = speedup_model.rows_to_groups([{"id": 1, "settings": {"spec_type": "ngram-mod", "draft_max": 8}, "draft": None,
                                        "summary": summary.to_dict()}], ["spec_type"])
     (rows,) = groups.values()
     assert rows[0].draft_free and rows[0].spec_type == "ngram-mod"

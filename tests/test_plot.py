@@ -13,7 +13,7 @@ import pytest
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE
 from llamaspec.theory import CostModel, Observation, analyze
-from llamaspec.views.plot import plot_all, plot_speedup
+from llamaspec.views.plot import plot_all, plot_panel
 from llamaspec.views.plotdata import PlotMeta, PlotPoint
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -121,7 +121,7 @@ def test_failed_render_leaves_the_old_file_and_no_partial(tmp_path: Path, monkey
     from matplotlib.figure import Figure
 
     points = [PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0, acceptance=0.8)]
-    (first,) = plot_speedup(points, META, tmp_path, formats=("png",))
+    (first,) = plot_panel("speedup", points, META, tmp_path, formats=("png",))
     before = first.read_bytes()
 
     def broken(self: Figure, fname: object, **kwargs: object) -> None:
@@ -130,7 +130,7 @@ def test_failed_render_leaves_the_old_file_and_no_partial(tmp_path: Path, monkey
 
     monkeypatch.setattr(Figure, "savefig", broken)
     with pytest.raises(RuntimeError, match="disk full"):
-        plot_speedup(points, META, tmp_path, formats=("png",))
+        plot_panel("speedup", points, META, tmp_path, formats=("png",))
     assert first.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["speedup.png"]
 
@@ -152,9 +152,9 @@ def test_bad_points_are_refused(kwargs: dict[str, object]) -> None:
 
 def test_nothing_to_plot_or_unknown_format_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(LlamaspecError, match="nothing to plot"):
-        plot_speedup([], META, tmp_path)
+        plot_panel("speedup", [], META, tmp_path)
     with pytest.raises(LlamaspecError, match="unsupported image format"):
-        plot_speedup([PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0)], META, tmp_path, formats=("gif",))
+        plot_panel("speedup", [PlotPoint(draft_max=4, decode_tps=30.0, baseline_tps=25.0)], META, tmp_path, formats=("gif",))
     assert list(tmp_path.iterdir()) == []
 
 

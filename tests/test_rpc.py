@@ -4,15 +4,19 @@ local baseline's text."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from fakes import fake_bin_dir
 
+from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import build, rpc
@@ -177,18 +181,18 @@ def test_rpc_server_in_the_background_is_ready_when_it_listens_and_stops_cleanly
     pre = build.prebuilt(bins)
     fake = replace(pre, programs={**pre.programs, "rpc-server": "ggml-rpc-server"})
     port = free_port()
-    with rpc.RpcServer(fake, port=port, threads=1, log_path=tmp_path / "rpc.log") as srv:
+    with RpcServer(fake, port=port, threads=1, log_path=tmp_path / "rpc.log") as srv:
         assert srv.endpoint == f"127.0.0.1:{port}"
         rpc.check_endpoints([srv.endpoint])
         # A second server on the same port is refused before it starts.
         with pytest.raises(LlamaspecError, match=f"something already listens on 127.0.0.1:{port}"):
-            rpc.RpcServer(fake, port=port, log_path=tmp_path / "second.log").start()
+            RpcServer(fake, port=port, log_path=tmp_path / "second.log").start()
     # One that cannot bind exits at once: one error naming the endpoint and its log.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))  # bound, not listening: the probe is refused, the bind fails
         busy = taken.getsockname()[1]
         with pytest.raises(LlamaspecError, match=f"the RPC server on 127.0.0.1:{busy} exited with code 1 at start"):
-            rpc.RpcServer(fake, port=busy, log_path=tmp_path / "second.log").start()
+            RpcServer(fake, port=busy, log_path=tmp_path / "second.log").start()
     with pytest.raises(LlamaspecError, match="does not answer"):
         rpc.check_endpoints([f"127.0.0.1:{port}"])
     assert "Starting RPC server on 127.0.0.1" in (tmp_path / "rpc.log").read_text()
@@ -202,6 +206,55 @@ def _data() -> str:
 
 
 # --- the real thing ---------------------------------------------------------------------------
+
+class RpcServer:
+    """An RPC server in the background, for these tests: ``with RpcServer(build, port=50052,
+    threads=1): ...``. Stopped (terminate, then kill) on exit."""
+
+    def __init__(self, build: Any, host: str = rpc.DEFAULT_HOST, port: int = rpc.DEFAULT_PORT, threads: int | None = None,
+                 log_path: Path | None = None, ready_timeout: float = 30.0) -> None:
+        self.argv = rpc.serve_argv(rpc.server_program(build), host, port, threads)
+        self.host, self.port = host, port
+        self.log_path = log_path
+        self.ready_timeout = ready_timeout
+        self._proc: proc.Background | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> RpcServer:
+        # Readiness is "the port answers": a port some other process already serves would pass.
+        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
+            raise LlamaspecError(f"something already listens on {self.endpoint}",
+                                 hint="stop it, or start the RPC server on another port")
+        self._proc = proc.Background(self.argv, self.log_path)
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            code = self._proc.poll()
+            if code is not None:
+                self.stop()
+                raise LlamaspecError(f"the RPC server on {self.endpoint} exited with code {code} at start",
+                                     hint=f"read {self.log_path}" if self.log_path else f"is port {self.port} free?")
+            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise LlamaspecError(f"the RPC server on {self.endpoint} did not listen within {self.ready_timeout:.0f} s",
+                             hint=f"read {self.log_path}" if self.log_path else "run `llamaspec rpc serve` by hand to see why")
+
+    def stop(self, grace: float = 5.0) -> None:
+        p, self._proc = self._proc, None
+        if p is not None:
+            p.stop(grace)
+
+    def __enter__(self) -> RpcServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 
 @pytest.fixture(scope="module")
 def rpc_build(llama_build):
@@ -230,8 +283,8 @@ def test_target_on_two_rpc_servers_gives_the_local_baseline_text(rpc_build, pair
     base_local = backend.measure(local, "baseline", tmp_path / "local-baseline.log")
     assert base_local.ok, base_local.error
     ports = free_port(), free_port()
-    with rpc.RpcServer(rpc_build, port=ports[0], threads=1, log_path=tmp_path / "rpc0.log"), \
-            rpc.RpcServer(rpc_build, port=ports[1], threads=1, log_path=tmp_path / "rpc1.log"):
+    with RpcServer(rpc_build, port=ports[0], threads=1, log_path=tmp_path / "rpc0.log"), \
+            RpcServer(rpc_build, port=ports[1], threads=1, log_path=tmp_path / "rpc1.log"):
         remote = case(*pair, rpc=tuple(f"127.0.0.1:{p}" for p in ports))
         backend.check(remote)
         base_rpc = backend.measure(remote, "baseline", tmp_path / "rpc-baseline.log")

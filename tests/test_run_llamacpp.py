@@ -18,7 +18,7 @@ from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Store
 from llamaspec.store.rows import measurement_of
-from llamaspec.studies import experiment, sweep
+from llamaspec.studies import experiment, grid
 from llamaspec.studies.run import run_experiment
 from llamaspec.views import analysis
 
@@ -93,7 +93,7 @@ def test_sweep_stopped_midway_resumes_without_rerunning(llama_build, offline_pai
     store = Store.open()
     backend = LlamaCppEngine(llama_build)
     exp = small(n=16)
-    axes = {"draft_max": sweep.parse_values("draft_max", "1..2")}  # two points: the stopped one and one after it
+    axes = {"draft_max": grid.parse_values("draft_max", "1..2")}  # two points: the stopped one and one after it
     seen: list[str] = []
 
     def stop_after_first_point(event: str, data: dict) -> None:

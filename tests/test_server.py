@@ -24,7 +24,9 @@ from llamaspec.measure.contract import ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.store.results import Store
 from llamaspec.studies import concurrency
+from llamaspec.studies.experiment import Case, ModelRef
 from llamaspec.studies.prompts import Prompt, PromptSet, PromptSource
+from llamaspec.studies.run import resolve_case
 
 REC = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "0c1e570"
 HELP = (REC / "llama-server.help.txt").read_text()
@@ -369,13 +371,16 @@ def test_concurrency_levels_on_the_real_server(server_build, pair, tmp_path: Pat
     prompts = PromptSet(PromptSource("jsonl", "/x"), (
         Prompt("c1", CODE_EDIT, "code-editing"), Prompt("w1", "Write a Python function that adds two numbers.", "code")))
 
+    ngram = Settings(n_predict=12, threads=1, ctx_size=1024, seed=20, temperature=0.0, spec_type="ngram-simple",
+                     ngram_size_n=3, ngram_size_m=8)
+
     class Exp:
         name = "server-test"
-        cases = ("ngram",)
+        cases = (Case("ngram", ModelRef("t", "f32"), None, None, None, ngram),)
         path = ""
 
-    def resolve(_exp: Any, _name: Any) -> ResolvedCase:
-        return real_case(pair, "ngram-simple", chat=True, ngram_size_n=3, ngram_size_m=8, n_predict=12)
+    def resolve(exp: Any, case: Case) -> ResolvedCase:  # the one resolver, the target's file the pair's
+        return resolve_case(exp, case, b, models=lambda _ref: ModelPath("t", str(pair[0].path)))
 
     b = server.ServerEngine(server_build, servers_dir=tmp_path / "servers")
     levels: list[int] = []

@@ -21,7 +21,7 @@ from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Store
 from llamaspec.studies import experiment, study
 from llamaspec.studies.experiment import Case, ModelRef
-from llamaspec.studies.sweep import Budget
+from llamaspec.studies.policy import Budget
 
 PROMPTS = {"code": "code", "chat": "chat", "reasoning": "reasoning", "summarization": "summarization"}
 LENGTHS = {"draft_max": (1, 2, 3, 4, 6, 8, 12, 16)}
@@ -290,7 +290,7 @@ def test_prompts_too_short_to_time_or_looping_are_left_out_and_named() -> None:
     assert "short" in table and "    1 tokens  left out: too short to time" in table
     counted = workload.decide_workload(cells, prompts, count_loops=True)
     assert set(counted.timed) == {"a", "b", "c", "loop"} and not counted.loops
-    assert all(c.timed is not None for c in cells) and counted.fact("loop").loop == looping  # type: ignore[union-attr]
+    assert all(c.timed is not None for c in cells) and next(f for f in counted.facts if f.prompt == "loop").loop == looping
 
 
 def test_a_workload_with_no_timed_prompt_recommends_nothing_and_says_why() -> None:

@@ -17,7 +17,7 @@ from llamaspec.llamacpp import build
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure.settings import Settings
 from llamaspec.store.results import Store
-from llamaspec.studies import experiment, sweep
+from llamaspec.studies import experiment, grid, policy
 from llamaspec.views import analysis
 
 
@@ -33,7 +33,7 @@ def exp() -> experiment.Experiment:
 @pytest.mark.parametrize(("text", "values"), [("1,2,4,8", (1, 2, 4, 8)), ("1..4", (1, 2, 3, 4)), ("1..8:3", (1, 4, 7)),
                                                ("1..3,8,2", (1, 2, 3, 8)), (" 4 ", (4,))])
 def test_value_lists(text: str, values: tuple[int, ...]) -> None:
-    assert sweep.parse_values("draft_max", text) == values
+    assert grid.parse_values("draft_max", text) == values
 
 
 @pytest.mark.parametrize(("text", "message"), [("", "empty value"), ("1,,2", "empty value"), ("a", "'a' is not a valid value"),
@@ -41,16 +41,16 @@ def test_value_lists(text: str, values: tuple[int, ...]) -> None:
                                                 ("0..2", "'0..2': 0: must be at least 1, got 0")])
 def test_bad_value_lists(text: str, message: str) -> None:
     with pytest.raises(LlamaspecError, match=message):
-        sweep.parse_values("draft_max", text)
+        grid.parse_values("draft_max", text)
 
 
 def test_unknown_axis() -> None:
     with pytest.raises(LlamaspecError, match="cannot sweep 'colour'"):
-        sweep.parse_values("colour", "1")
+        grid.parse_values("colour", "1")
 
 
 def test_grid_is_the_cartesian_product() -> None:
-    points = sweep.grid({"draft_max": (1, 2), "draft_variant": ("q4_0", "q8_0")})
+    points = grid.grid({"draft_max": (1, 2), "draft_variant": ("q4_0", "q8_0")})
     assert [p.label for p in points] == ["draft_max=1, draft_variant=q4_0", "draft_max=1, draft_variant=q8_0",
                                          "draft_max=2, draft_variant=q4_0", "draft_max=2, draft_variant=q8_0"]
     assert len({p.key for p in points}) == 4
@@ -87,7 +87,7 @@ def test_a_sweeps_views_plot_its_points_and_show_its_answer(fake_models) -> None
     rep = analysis.sweep_report(store, result.sweep_id)
     text = rep.render()
     assert "plot: " in text and "model error: median" in text and "recommended" not in text
-    pngs = [p for g in rep.groups for p in g.plots if p.suffix == ".png"]
+    pngs = [p for ps in rep.plots.values() for p in ps if p.suffix == ".png"]
     assert {p.stem for p in pngs} == {"decode_tps", "acceptance", "speedup", "dashboard"}
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
     assert "decision" not in rep.as_dict() and "recommended" not in rep.as_dict()
@@ -148,8 +148,8 @@ def test_a_study_settles_its_decision_where_it_is_unsure(fake_models) -> None:
 def test_a_budget_stops_the_study(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=(1.0, 0.97, 1.02))
     with pytest.raises(LlamaspecError, match="the first block alone measures 2"):
-        study_everything(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=1))
-    result = study_everything(exp(), engine, Store.open(), variants=(), budget=sweep.Budget(pairs=18))
+        study_everything(exp(), engine, Store.open(), variants=(), budget=policy.Budget(pairs=1))
+    result = study_everything(exp(), engine, Store.open(), variants=(), budget=policy.Budget(pairs=18))
     assert result.stop in ("budget", "settled") and result.pairs <= 18 + decide.STEP
     bad = CliRunner().invoke(main, ["sweep", "smollm2-quicksort", "--budget", "0"])
     assert bad.exit_code != 0 and "--budget: '0' allows nothing to be measured" in bad.output
@@ -157,9 +157,9 @@ def test_a_budget_stops_the_study(fake_models) -> None:
 
 def test_flash_attention_is_a_sweep_axis(fake_models) -> None:
     """A setting added to the schema (and llama.cpp's flag table) is sweepable without other edits."""
-    assert sweep.parse_values("flash_attn", "on,off") == ("on", "off")
+    assert grid.parse_values("flash_attn", "on,off") == ("on", "off")
     with pytest.raises(LlamaspecError, match="expected one of on, off, auto"):
-        sweep.parse_values("flash_attn", "maybe")
+        grid.parse_values("flash_attn", "maybe")
     store = Store.open()
     result = swept(exp(), {"flash_attn": ("on", "off")}, FakeEngine(), store)
     assert {r["settings"]["flash_attn"] for r in store.runs(group_id=result.sweep_id, kind="sweep")} == {"on", "off"}
@@ -262,7 +262,7 @@ def test_an_experiment_over_a_prompt_set_is_the_workload_study_of_its_cases(fake
     from llamaspec.studies import methods, study
     from llamaspec.studies import prompts as loader
 
-    mini = methods.setups_of(experiment.load("smollm2-server-mini"))
+    mini = methods.case_setups(experiment.load("smollm2-server-mini"))
     assert [(s.label, s.values) for s in mini] == [
         ("draft-k8", {"draft_max": 8}),
         ("ngram-simple", {"spec_type": "ngram-simple", "ngram_size_n": 3, "ngram_size_m": 8})]
@@ -293,7 +293,7 @@ def test_an_experiment_over_a_prompt_set_is_the_workload_study_of_its_cases(fake
     (tmp_path / "two.yaml").write_text(body.replace("name: lengths", "name: two").replace(
         "k6-q8, target: {model: smollm2-135m, variant: f32}", "k6-q8, target: {model: smollm2-135m, variant: q8_0}"))
     with pytest.raises(LlamaspecError, match="have 2 targets: a study weighs setups of one target"):
-        methods.setups_of(experiment.load(str(tmp_path / "two.yaml")))
+        methods.case_setups(experiment.load(str(tmp_path / "two.yaml")))
 
 
 @pytest.mark.parametrize("args", [["--draft", "4,8"], ["--draft", "4"], ["--modes", "ngram-mod"], ["-t", "1,2"]])

@@ -494,13 +494,13 @@ def test_the_llama_cpp_counters_use_the_model_s_round_shapes() -> None:
 
 def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:
     # Sep 2023's llama-speculative changes k within a run: fitting it at the requested k would be wrong.
+    from llamaspec.decision import speedup_model
     from llamaspec.measure.summary import DraftCheck, empty
-    from llamaspec.views import analysis
 
     fixed = replace(empty("ok"), draft=DraftCheck(8, 8, "fixed", 8.0))
     adaptive = replace(fixed, draft=DraftCheck(8, 22, "adaptive", None))
-    assert "adapts its draft length" in (analysis.analyze_rows([analysis.PointRow(1, "", 8, adaptive)])[1] or "")
-    assert "adapts" not in (analysis.analyze_rows([analysis.PointRow(1, "", 8, fixed)])[1] or "")
+    assert "adapts its draft length" in (speedup_model.analyze_rows([speedup_model.PointRow(1, "", 8, adaptive)])[1] or "")
+    assert "adapts" not in (speedup_model.analyze_rows([speedup_model.PointRow(1, "", 8, fixed)])[1] or "")
 
 
 def test_one_point_fit_recovers_the_model_that_made_the_point() -> None:

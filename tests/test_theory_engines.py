@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.decision import speedup_model
 from llamaspec.hf.profiles import TRANSFORMERS_ASSISTED
 from llamaspec.llamacpp import server
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
@@ -105,16 +106,16 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _group(data: dict[str, Any]) -> analysis.GroupReport:
-    rows = analysis._latest_per_draft([analysis.PointRow(p["run_id"], "", int(p["draft_max"]), Summary.from_dict(p["summary"]))
+def _group(data: dict[str, Any]) -> speedup_model.FittedGroup:
+    rows = speedup_model.latest_per_draft([speedup_model.PointRow(p["run_id"], "", int(p["draft_max"]), Summary.from_dict(p["summary"]))
                                        for p in data["points"] if p["status"] == "ok"])
-    fit, note = analysis.analyze_rows(rows)
-    group = analysis.GroupReport("", rows, fit, note=note)
-    group.view = analysis.model_view(group, refits=50)
+    fit, note = speedup_model.analyze_rows(rows)
+    group = speedup_model.FittedGroup("", rows, fit, note=note)
+    group.view = speedup_model.model_view(group, refits=50)
     return group
 
 
-def _rendered(data: dict[str, Any], group: analysis.GroupReport) -> str:
+def _rendered(data: dict[str, Any], group: speedup_model.FittedGroup) -> str:
     meta = {"target": data["target"], "draft": data["draft"], "hardware": "recorded", "engine": "recorded",
             "commit": data.get("llamacpp_commit") or "", "experiment": data["experiment"], "case": data["case"]}
     return analysis.SweepReport(data["sweep_id"], data["experiment"], data["case"], meta, [group]).render()

@@ -10,10 +10,11 @@ from fakes import FakeEngine
 from test_core import exp
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.decision import speedup_model
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE
 from llamaspec.store.results import Store
 from llamaspec.studies import study
-from llamaspec.studies.sweep import Budget
+from llamaspec.studies.policy import Budget
 from llamaspec.theory import (
     CostModel,
     Observation,
@@ -206,7 +207,7 @@ def test_on_the_recordings_the_fit_to_every_length_is_as_good_on_the_curve(level
 
     rec = load(level, ACCEPT)
     rows = rows_for(rec, rec.every_pair, positions=True)
-    fit, _note = analysis.analyze_rows(rows)
+    fit, _note = speedup_model.analyze_rows(rows)
     if len(rec.positions) < len(rec.points):  # a length without counts: the one-alpha model alone
         assert fit is not None and fit.positions is None
         return
@@ -266,7 +267,7 @@ def test_on_the_position_recordings_the_fit_to_every_length_is_as_good_on_the_cu
     from benchmarks.recorded import SWEEPS, load, rows_for
 
     rec = load(level, SWEEPS)
-    fit, _note = analysis.analyze_rows(rows_for(rec, rec.every_pair, positions=True))
+    fit, _note = speedup_model.analyze_rows(rows_for(rec, rec.every_pair, positions=True))
     assert fit is not None and fit.positions is not None and fit.single_alpha is not None
     curve, one_alpha = fit.median_abs_error, fit.single_alpha.median_abs_error
     assert curve is not None and one_alpha is not None and curve <= one_alpha + 0.01, (curve, one_alpha)

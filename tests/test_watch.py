@@ -161,7 +161,7 @@ def test_each_verdict_on_counts_and_costs_given() -> None:
 def test_the_verdict_rule_on_its_own() -> None:
     """The rule on predictions made up here: the pays / not-settled cut at 1.0, the running length
     kept within 2 % of the best or within the model's own error, a change only when shown."""
-    from llamaspec.views.analysis import PREDICTION_ERROR
+    from llamaspec.decision.speedup_model import PREDICTION_ERROR
 
     def lengths(best: float, running: float, shown: float, low: float = 1.1, high: float = 1.5) -> list[Any]:
         return [forecast.LengthForecast(1, 2.0, best, low, high, shown),

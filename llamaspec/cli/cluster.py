@@ -31,7 +31,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def echo_study(report: Any, per: dict[str, Any], lines: list[str], as_json: bool) -> None:
+def echo_cluster_report(report: Any, per: dict[str, Any], lines: list[str], as_json: bool) -> None:
     """Print a study: its bookkeeping (refused, lost, not run) and its per-machine figures."""
     from llamaspec.cluster import summary
 
@@ -57,7 +57,7 @@ def run_experiment_on_cluster(exp: Any, address: str | None, *, repeats: int | N
 
     report, per = study.run_experiment(exp, address, Store.open(), repeats=repeats, split_repeats=split_repeats,
                                        machines=machines, accel=accel)
-    echo_study(report, per, summary.describe(per), as_json)
+    echo_cluster_report(report, per, summary.describe(per), as_json)
     if report.failed:
         from llamaspec.base.errors import LlamaspecError
 
@@ -120,7 +120,7 @@ def study_on_cluster(exp: Any, address: str | None, *, accel: str = "auto", as_j
     from llamaspec.store.results import Store
 
     report, per = study.run_studies(exp, address, Store.open(), accel=accel, **options)
-    echo_study(report, per, summary.describe_points(per), as_json)
+    echo_cluster_report(report, per, summary.describe_points(per), as_json)
     if report.failed or report.not_run:
         from llamaspec.base.errors import LlamaspecError
 

@@ -86,7 +86,7 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-# What a --NAME LIST takes (``llamaspec.studies.sweep.parse_values``): ranges are of whole numbers,
+# What a --NAME LIST takes (``llamaspec.studies.grid.parse_values``): ranges are of whole numbers,
 # so a number setting takes both, a fraction a list, a word a list of words.
 RANGES = "a list or range, e.g. 1,2,4 or 1..16"
 LIST_FORMS: dict[Any, str] = {float: "a list, e.g. 0.5,0.8", str: "one or more, comma-separated"}

@@ -33,7 +33,7 @@ def plot(target: str, as_json: bool) -> None:
         from llamaspec.studies import study as studies
 
         data = (answer.get("summary") or {}).get("study") or {}
-        figures = studies.plot_study(store, data)
+        figures = analysis.plot_study(store, data)
         measured = [f["prompt"] for f in data.get("facts") or [] if f.get("timed_tokens") is not None]
         prompts = [analysis.sweep_report(store, studies.prompt_group(data["study_id"], p), plot=False) for p in measured
                    if store.runs(group_id=studies.prompt_group(data["study_id"], p), limit=1)]

@@ -24,7 +24,7 @@ from llamaspec.cli.options import (
     sweep_options,
     workload_options,
 )
-from llamaspec.studies.sweep import DEFAULT_MINUTES, MAX_DEFAULT_MINUTES
+from llamaspec.studies.policy import DEFAULT_MINUTES, MAX_DEFAULT_MINUTES
 
 log = logging.getLogger("llamaspec")
 
@@ -119,14 +119,13 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     """
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.store.results import Store
-    from llamaspec.studies import adhoc
+    from llamaspec.studies import adhoc, grid, policy
     from llamaspec.studies import study as studies
-    from llamaspec.studies import sweep as sweeps
 
     if given.get("spec_type") is not None:  # one option an axis: the draft-free modes are --modes
         raise click.UsageError(f"--spec-type {given['spec_type']}: sweep weighs the draft-free modes as --modes LIST "
                                "(and the draft at --draft lengths, with -md): use --modes")
-    axes = {axis: sweeps.parse_values(axis, text) for axis, text in given.items() if text is not None}
+    axes = {axis: grid.parse_values(axis, text) for axis, text in given.items() if text is not None}
     methods = None  # an experiment over a prompt set: its cases are the setups
     if model is not None:  # a study's one-valued settings are its settings (and its name's), not dimensions
         fixed = {axis: values[0] for axis, values in axes.items()
@@ -150,10 +149,10 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
         axes["draft_variant"] = compared
     if methods is None and any(c.draft is not None for c in exp.cases) and "draft_max" not in axes:
         axes = {**axes, "draft_max": studies.DEFAULT_LENGTHS}
-    spend = sweeps.parse_budget(budget) if budget is not None else None
+    spend = policy.parse_budget(budget) if budget is not None else None
     if spend is not None and fixed_grid:
         raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid or --budget")
-    asked = None if modes is None else () if modes.strip().lower() == "none" else sweeps.parse_values("spec_type", modes)
+    asked = None if modes is None else () if modes.strip().lower() == "none" else grid.parse_values("spec_type", modes)
     if warm and exp.engine != "llama-server":
         raise click.UsageError(f"--warm measures llama-server traffic; {exp.name} runs on {exp.engine}: give an experiment "
                                "with engine: llama-server (e.g. smollm2-server-mini)")
@@ -168,7 +167,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
                          over_prompts=not whole_workload, count_loops=count_loops, accel=accel, as_json=as_json)
         return
     engine = open_engine(exp, accel, bin_dir, warm=warm)
-    setups = methods or studies.setups_of(exp, engine, axes, asked)
+    setups = methods or studies.sweep_setups(exp, engine, axes, asked)
     store = Store.open()
     try:
         with measuring(f"llamaspec sweep {exp.name}", no_wait):
@@ -214,8 +213,9 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
     command checked on llama-server first, :func:`deploy_checked`; without ``check_deploy`` marked
     unchecked)."""
     from llamaspec.studies import study as studies
+    from llamaspec.views import analysis
 
-    plots = studies.plot_study(store, result.as_dict()) if plot else []
+    plots = analysis.plot_study(store, result.as_dict()) if plot else []
     answer = studies.deployment(result, engine, exp, store)
     checked_text, checked_dict = None, None
     if answer is not None:

@@ -3,12 +3,12 @@ machine, stores every result itself, and keeps each machine's speedups to its ow
 
 ::
 
-    from llamaspec.cluster import WorkItem, Requirements, run_study, LocalPool, StoreSink
+    from llamaspec.cluster import WorkItem, Requirements, run_items, LocalPool, StoreSink
     from llamaspec.cluster import raypool
 
     raypool.connect("10.0.0.5:6379")          # or RAY_ADDRESS; fails in seconds when nothing answers
     pool = raypool.RayPool()                 # one actor per machine (custom resource llamaspec:NAME)
-    report = run_study("study-1", items, pool, StoreSink(Store.open()), Requirements(commit="0c1e570",
+    report = run_items("study-1", items, pool, StoreSink(Store.open()), Requirements(commit="0c1e570",
                        models={"smollm2-135m:f32": None, "smollm2-135m:q4_1": None}))
     summary.per_machine(store, "study-1")     # speedups per machine, each from its own baselines
 
@@ -34,10 +34,10 @@ llamaspec's own cached steps; execute = one item), ``executors`` (item kinds: ``
 ``local`` (threads) and ``raypool`` (Ray; the only module importing it).
 """
 
-from llamaspec.cluster.coordinator import StudyReport, admit, run_study
+from llamaspec.cluster.coordinator import ItemsReport, admit, run_items
 from llamaspec.cluster.local import LocalPool, WorkerLost
 from llamaspec.cluster.sink import StoreSink, machine_of
 from llamaspec.cluster.work import Requirements, WorkerInfo, WorkItem, mismatch
 
-__all__ = ["LocalPool", "Requirements", "StoreSink", "StudyReport", "WorkItem", "WorkerInfo", "WorkerLost", "admit",
-           "machine_of", "mismatch", "run_study"]
+__all__ = ["LocalPool", "Requirements", "StoreSink", "ItemsReport", "WorkItem", "WorkerInfo", "WorkerLost", "admit",
+           "machine_of", "mismatch", "run_items"]

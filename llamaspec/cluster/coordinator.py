@@ -71,7 +71,7 @@ class Sink(Protocol):
 
 
 @dataclass
-class StudyReport:
+class ItemsReport:
     study: str
     total: int
     skipped: int  # already stored by an earlier run
@@ -132,9 +132,9 @@ def admit(pool: Pool, wanted: Requirements, timeout: float = 3600.0) -> tuple[li
     return admitted, refused, pinned
 
 
-def run_study(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wanted: Requirements, *,
+def run_items(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wanted: Requirements, *,
               on_progress: Callable[[str], None] | None = None, progress_every: float = 10.0,
-              on_result: Callable[[str, str, dict[str, Any]], None] | None = None) -> StudyReport:
+              on_result: Callable[[str, str, dict[str, Any]], None] | None = None) -> ItemsReport:
     """Run ``items`` over the pool's machines; store each result through ``sink`` as it arrives."""
     from llamaspec.cluster import executors
 
@@ -142,7 +142,7 @@ def run_study(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
     start = time.monotonic()
     stored = sink.done_keys(study)
     todo = [i for i in items if i.key not in stored]
-    report = StudyReport(study, total=len(items), skipped=len(items) - len(todo))
+    report = ItemsReport(study, total=len(items), skipped=len(items) - len(todo))
     if report.skipped:
         log.info("%d of %d items already stored: resuming", report.skipped, len(items))
     if not todo:

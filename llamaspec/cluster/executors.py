@@ -194,14 +194,14 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     }
 
 
-def setups_of(payload: dict[str, Any], exp: Any, engine: Any) -> Any:
+def item_setups(payload: dict[str, Any], exp: Any, engine: Any) -> Any:
     """A ``study`` item's setups: those the coordinator named (an experiment's cases over its prompt
     set), else the grid of its ``axes`` and its ``modes`` as ``sweep`` makes them on this engine."""
     from llamaspec.studies import study as studies
 
     if payload.get("setups"):
         return setups_from(payload["setups"])
-    return studies.setups_of(exp, engine, {a: tuple(v) for a, v in (payload.get("axes") or {}).items()},
+    return studies.sweep_setups(exp, engine, {a: tuple(v) for a, v in (payload.get("axes") or {}).items()},
                              tuple(payload["modes"]) if payload.get("modes") is not None else None)
 
 
@@ -213,8 +213,8 @@ def setups_payload(setups: Any) -> list[dict[str, Any]]:
 
 def setups_from(sent: Any) -> tuple[Any, ...]:
     """Setups as a payload or a study's result carries them (:func:`setups_payload`)."""
+    from llamaspec.studies.grid import Point
     from llamaspec.studies.setups import Setup
-    from llamaspec.studies.sweep import Point
 
     return tuple(Setup(Point(tuple((a, v) for a, v in s["values"])), s["label"], s.get("names") or {}) for s in sent)
 
@@ -225,7 +225,7 @@ def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     from llamaspec.measure.contract import engine_provenance
     from llamaspec.store.results import Store
     from llamaspec.studies import study as studies
-    from llamaspec.studies.sweep import Budget
+    from llamaspec.studies.policy import Budget
 
     p = item.payload
     exp = experiment_of(p)  # the command line's overrides applied on the coordinator
@@ -233,7 +233,7 @@ def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     if store is None:
         store = worker.state["store"] = Store.open(worker.scratch / "scratch.sqlite")
     engine = _engine(worker, exp.engine)
-    setups = setups_of(p, exp, engine)
+    setups = item_setups(p, exp, engine)
     result = studies.run_study(exp, setups, engine, store, Budget(**p["budget"]) if p.get("budget") else None,
                                fixed_grid=bool(p.get("fixed_grid")), over_prompts=bool(p.get("over_prompts", True)),
                                count_loops=bool(p.get("count_loops")))

@@ -79,13 +79,6 @@ class WorkQueue:
         self.stats.setdefault(machine, MachineStats()).lost += 1
         self.pending.appendleft(item)
 
-    def lose(self, machine: str) -> list[str]:
-        """Everything ``machine`` held goes back to the queue; returns those keys."""
-        keys = [k for k, (m, _i, _s) in self.in_flight.items() if m == machine]
-        for key in keys:
-            self.give_back(key)
-        return keys
-
     def orphans(self, machines: Iterable[str]) -> list[WorkItem]:
         """Take out of the queue the pending items pinned to a machine not among ``machines`` (it
         was refused or lost): nothing else may run them."""

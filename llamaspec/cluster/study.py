@@ -69,7 +69,7 @@ def study_items(exp: Any, machines: list[str], *, axes: dict[str, Any] | None = 
     no other stands in for it. ``axes``: the setups' settings (``draft_max``, ``draft_variant``), as
     ``sweep`` parses them; ``modes`` ``()``: none, None: every mode the engine runs; ``setups``:
     instead, the setups themselves (an experiment's cases over its prompt set, ``studies.methods``);
-    ``budget``: each machine's study budget (a ``studies.sweep.Budget``, parsed once, on the coordinator)."""
+    ``budget``: each machine's study budget (a ``studies.policy.Budget``, parsed once, on the coordinator)."""
     from llamaspec.cluster import executors
 
     payload = {**experiment_payload(exp), "axes": {a: list(v) for a, v in (axes or {}).items()},
@@ -83,9 +83,9 @@ def study_items(exp: Any, machines: list[str], *, axes: dict[str, Any] | None = 
 def run_studies(exp: Any, address: str | None, store: Any, *, machines: list[str] | None = None, accel: str = "auto",
                 **study_options: Any) -> tuple[Any, dict[str, workload.WorkloadDecision]]:
     """``sweep --cluster``: every machine runs the study for itself; each machine's answer is
-    decided here, from its points as stored here (:func:`study_decisions`). Returns (StudyReport,
+    decided here, from its points as stored here (:func:`study_decisions`). Returns (ItemsReport,
     machine -> its decision)."""
-    from llamaspec.cluster.coordinator import run_study
+    from llamaspec.cluster.coordinator import run_items
     from llamaspec.cluster.sink import StoreSink
 
     check_engine(exp)
@@ -94,8 +94,8 @@ def run_studies(exp: Any, address: str | None, store: Any, *, machines: list[str
     try:
         names = sorted(w.machine for w in pool.workers())
         items = study_items(exp, names, **study_options)
-        sid = study_id(exp, items, wanted)
-        report = run_study(sid, items, pool, StoreSink(store, kind="cluster-study"), wanted)
+        sid = cluster_study_id(exp, items, wanted)
+        report = run_items(sid, items, pool, StoreSink(store, kind="cluster-study"), wanted)
     finally:
         pool.close()
     return report, study_decisions(store, sid, exp, over_prompts=bool(study_options.get("over_prompts", True)),
@@ -155,7 +155,7 @@ def requirements(exp: Any, accel: str = "auto") -> Requirements:
     return Requirements(commit=own["commit"], accel=accel, engine=engine, options={"rpc": own["rpc"]}, models=models)
 
 
-def study_id(exp: Any, items: list[WorkItem], wanted: Requirements) -> str:
+def cluster_study_id(exp: Any, items: list[WorkItem], wanted: Requirements) -> str:
     """Same experiment, items and requirements: same study (a rerun resumes it). The id hashes the
     engine's identity (engine, build commit, accelerator, build options), so another build's or
     another accelerator's points are never resumed as this one's."""
@@ -187,10 +187,10 @@ def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
 def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
                    machines: list[str] | None = None, accel: str = "auto") -> tuple[Any, dict[str, Any]]:
     """The whole of ``run --cluster``: items (the cases), requirements, study id, pool, the study
-    loop, the per-machine summary. Returns (StudyReport, per machine its figures per case,
+    loop, the per-machine summary. Returns (ItemsReport, per machine its figures per case,
     :func:`summary.per_machine`)."""
     from llamaspec.cluster import summary
-    from llamaspec.cluster.coordinator import run_study
+    from llamaspec.cluster.coordinator import run_items
     from llamaspec.cluster.sink import StoreSink
 
     check_engine(exp)
@@ -200,10 +200,10 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
         repeats = runs.repeat_bounds(exp.repeats)[1]
     items = experiment_items(exp, repeats, split_repeats)
     wanted = requirements(exp, accel)
-    sid = study_id(exp, items, wanted)
+    sid = cluster_study_id(exp, items, wanted)
     pool = open_pool(address, machines)
     try:
-        report = run_study(sid, items, pool, StoreSink(store), wanted)
+        report = run_items(sid, items, pool, StoreSink(store), wanted)
     finally:
         pool.close()
     return report, summary.per_machine(store, sid)

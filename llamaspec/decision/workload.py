@@ -226,9 +226,6 @@ class WorkloadDecision:
     def setup(self, key: Hashable) -> SetupFigures | None:
         return next((s for s in self.setups if s.setup == key), None)
 
-    def fact(self, prompt: str) -> PromptFacts | None:
-        return next((f for f in self.facts if f.prompt == prompt), None)
-
     def speaks_for(self) -> str:
         """Which prompts the answer speaks for, in a few words."""
         timed_ = self.timed

@@ -279,10 +279,7 @@ def ensure_program(built: Build, role: str, jobs: int | None = None) -> Build:
         check_tools()
         work = work_dir(folder)
         if not (work / "cmake" / "CMakeCache.txt").is_file():  # the first step's tree is gone: configure again
-            try:
-                source = sources.current()
-            except LlamaspecError:
-                source = sources.fetch(sources.DEFAULT_SPEC)
+            source = sources.current_or_pinned()
             if source.commit != again.commit:
                 raise LlamaspecError(f"cannot add {target} to the llama.cpp {again.commit} build: the source here is {source.commit}",
                                      hint=f"run `llamaspec build --force` to rebuild {folder.name} with it")
@@ -549,11 +546,7 @@ def find(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False, ro
     log.warning("no llama.cpp to run (no --bin-dir, %s, none on PATH): building %s now, %s; "
                 "`llamaspec build` does the same, --bin-dir uses your own", unusable[0].problem, last.where,
                 cache.expected_build_time(accel))
-    try:
-        source = sources.current()
-    except LlamaspecError:
-        source = sources.fetch(sources.DEFAULT_SPEC)
-    return _build_now(accel, source, rpc)  # as `llamaspec build` makes it: RPC where it can
+    return _build_now(accel, sources.current_or_pinned(), rpc)  # as `llamaspec build` makes it: RPC where it can
 
 
 def _build_now(accel: str, source: sources.SourceInfo, rpc: bool) -> Build:

@@ -9,7 +9,7 @@ llama-server): llama-bench on the same build and model files as the run, on the 
 
 Both engines declare the two modes in their capabilities (``Capabilities.times_costs``) and fill
 ``Measurement.stats`` the same way (``batch_ms``, ``depth``, ``depth_basis``), which the summary
-and ``llamaspec.views.analysis.cost_model`` read without knowing which engine measured.
+and ``llamaspec.decision.speedup_model.cost_model`` read without knowing which engine measured.
 """
 
 from __future__ import annotations

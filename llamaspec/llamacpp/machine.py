@@ -104,11 +104,7 @@ def provide(accel: str, options: dict[str, Any], labels: list[str], machine: str
     try:
         build = _find(builds, accel, rpc)
     except LlamaspecError:
-        try:
-            src = sources.current()
-        except LlamaspecError:
-            log.info("%s: fetching the pinned llama.cpp source", machine)
-            src = sources.fetch(sources.DEFAULT_SPEC)
+        src = sources.current_or_pinned()
         log.info("%s: building llama.cpp %s", machine, src.commit)
         build = builds.build(accel, source=src, rpc=True if rpc else None)  # the default build has RPC where it can
     found = Machine(build)

@@ -12,11 +12,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import logging
 import socket
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -103,54 +101,3 @@ def check_endpoints(endpoints: Iterable[str], timeout: float = 2.0) -> None:
             raise LlamaspecError(f"RPC worker {host}:{port} does not answer ({why})",
                                  hint=f"start it on that machine with `llamaspec rpc serve --host {host} --port {port}`"
                                       if not is_loopback(host) else f"start it with `llamaspec rpc serve --port {port}`") from exc
-
-
-class RpcServer:
-    """An RPC server in the background, for tests and for studies that start their own workers:
-    ``with RpcServer(build, port=50052, threads=1): ...``. Stopped (terminate, then kill) on exit."""
-
-    def __init__(self, build: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, threads: int | None = None,
-                 log_path: Path | None = None, ready_timeout: float = 30.0) -> None:
-        self.argv = serve_argv(server_program(build), host, port, threads)
-        self.host, self.port = host, port
-        self.log_path = log_path
-        self.ready_timeout = ready_timeout
-        self._proc: proc.Background | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def start(self) -> RpcServer:
-        # Readiness is "the port answers": a port some other process already serves would pass.
-        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
-            raise LlamaspecError(f"something already listens on {self.endpoint}",
-                                 hint="stop it, or start the RPC server on another port")
-        if not is_loopback(self.host):
-            log.warning("warning: " + UNSAFE_WARNING.format(host=self.host, port=self.port))
-        self._proc = proc.Background(self.argv, self.log_path)
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            code = self._proc.poll()
-            if code is not None:
-                self.stop()
-                raise LlamaspecError(f"the RPC server on {self.endpoint} exited with code {code} at start",
-                                     hint=f"read {self.log_path}" if self.log_path else f"is port {self.port} free?")
-            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
-                return self
-            time.sleep(0.1)
-        self.stop()
-        raise LlamaspecError(f"the RPC server on {self.endpoint} did not listen within {self.ready_timeout:.0f} s",
-                             hint=f"read {self.log_path}" if self.log_path else "run `llamaspec rpc serve` by hand to see why")
-
-    def stop(self, grace: float = 5.0) -> None:
-        p, self._proc = self._proc, None
-        if p is not None:
-            p.stop(grace)
-
-    def __enter__(self) -> RpcServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-

@@ -141,6 +141,15 @@ def tree_commit(tree: Path) -> str:
     return "local-" + digest.hexdigest()[:10]
 
 
+def current_or_pinned() -> SourceInfo:
+    """The source in use (:func:`current`), else the pinned one, fetched."""
+    try:
+        return current()
+    except LlamaspecError:
+        log.info("fetching the pinned llama.cpp source")
+        return fetch(DEFAULT_SPEC)
+
+
 def fetch(spec: str = DEFAULT_SPEC, dest: Path | None = None, force: bool = False) -> SourceInfo:
     """Fill ``dest`` (default ``vendor/llama.cpp``) from ``spec``; reuse it if already there."""
     dest = dest or paths.vendor_dir()

@@ -109,10 +109,6 @@ class Lossless:
     near_tie: float | None = None  # the target's top-two gap where a differing output diverges, when a near-tie (probe.py)
     probed: bool = False  # the probe read the target's top two where it diverges (near_tie None: not a near-tie)
 
-    @property
-    def identical(self) -> bool | None:
-        return None if self.verdict in ("not checked", NOT_APPLICABLE) else self.verdict == "identical"
-
     def text(self) -> str:
         if self.verdict == "identical":
             return f"identical over {self.compared} generated {self.unit} ({self.pairs}/{self.pairs} pairs)"

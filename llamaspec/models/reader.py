@@ -153,7 +153,7 @@ class _Header:
     version: int
     fields: dict[str, Any]  # scalars and strings as Python values; arrays as a list only for the token texts
     n_tokens: int | None  # length of tokenizer.ggml.tokens, when the file has it
-    tokens_sha256: str  # tokens_digest of the token texts (of no tokens when there are none)
+    tokens_sha256: str  # tokens_digest_bytes of the token texts (of no tokens when there are none)
     tokens: list[bytes] | None  # the token texts, when asked for
     tensors: list[_Tensor]
     data_start: int
@@ -324,10 +324,6 @@ def _type_name(code: int) -> str:
         return gguf.GGMLQuantizationType(code).name
     except ValueError:
         return f"type {code}"
-
-
-def tokens_digest(tokens: list[str]) -> str:
-    return tokens_digest_bytes([t.encode("utf-8", "surrogateescape") for t in tokens])  # the token's bytes as stored
 
 
 def tokens_digest_bytes(tokens: list[bytes]) -> str:

@@ -229,32 +229,26 @@ class Store:
     def windows(self, *, url: str | None = None, target_sha256: str | None = None, draft_sha256: str | None = None,
                 limit: int | None = None) -> list[dict[str, Any]]:
         """Stored ``llamaspec watch`` windows, newest first, filtered by whichever arguments are given."""
-        where, args = [], []
-        for column, value in (("url", url), ("target_sha256", target_sha256), ("draft_sha256", draft_sha256)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        sql = "SELECT * FROM watch_windows" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC"
-        if limit:
-            sql += f" LIMIT {int(limit)}"
-        return [_decode(r) for r in self._query(sql, args)]
+        return self._newest("watch_windows", (("url", url), ("target_sha256", target_sha256), ("draft_sha256", draft_sha256)),
+                            limit)
 
     def runs(self, experiment: str | None = None, group_id: str | None = None, status: str | None = None,
              limit: int | None = None, ids: Sequence[int] | None = None, *, kind: str | None = None,
              prompt_id: str | None = None) -> list[dict[str, Any]]:
         """Stored runs, newest first, filtered by whichever arguments are given."""
         self.mark_stale_running()
-        where: list[str] = []
-        args: list[Any] = []
-        for column, value in (("experiment", experiment), ("group_id", group_id), ("status", status), ("kind", kind),
-                              ("prompt_id", prompt_id)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if ids is not None:
-            where.append(f"id IN ({', '.join('?' * len(ids))})")
-            args.extend(ids)
-        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC"
+        return self._newest("runs", (("experiment", experiment), ("group_id", group_id), ("status", status), ("kind", kind),
+                                     ("prompt_id", prompt_id)), limit,
+                            None if ids is None else (f"id IN ({', '.join('?' * len(ids))})", ids))
+
+    def _newest(self, table: str, equal: Sequence[tuple[str, Any]], limit: int | None,
+                more: tuple[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
+        """Rows of ``table``, newest first: those whose columns equal each value of ``equal`` given
+        (not None), and meet ``more`` (a condition and its arguments), at most ``limit``."""
+        given = [(column, value) for column, value in equal if value is not None]
+        where = [f"{column} = ?" for column, _v in given] + ([more[0]] if more else [])
+        args = [value for _c, value in given] + (list(more[1]) if more else [])
+        sql = f"SELECT * FROM {table}" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [_decode(r) for r in self._query(sql, args)]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from llamaspec.base.cpu import CpuInfo
 from llamaspec.base.host import NoiseSample
 from llamaspec.measure.contract import PAIR_MODES, Measurement
 
@@ -141,3 +142,24 @@ def built_from(run: dict[str, Any]) -> str | None:
         found = engine["built_from"]
         return str(found) if found else None
     return "llama.cpp" if run.get("engine_version") else None
+
+
+def run_meta(run: dict[str, Any]) -> dict[str, str]:
+    """What a stored run ran on, as a report's and a figure's header print it: the pair, the
+    machine, the engine and its build."""
+    prov = run.get("provenance") or {}
+    hw = prov.get("hardware") or {}
+    gpus = hw.get("gpus") or []
+    cpu = CpuInfo.from_hardware(hw)
+    threads = f", {run['settings'].get('threads')} threads"
+    source = built_from(run)
+    return {"target": run.get("target") or "?", "draft": run.get("draft") or f"none ({run['settings'].get('spec_type')})",
+            # the CPU's kind and speed flags: two machines with one CPU name can differ in speed
+            "hardware": (gpus[0] if gpus else cpu.text()) + threads,
+            "machine": (gpus[0] if gpus else cpu.short()) + threads,  # shorter, for a figure's title
+            # an engine built from source: its accelerator and build ("llama.cpp 0c1e570"); an engine in
+            # a library: its identity (library versions, device), and no build
+            "engine": (run.get("accel") or "?") if source else str(prov.get("identity") or run.get("engine")),
+            "build": f"{source} {run.get('engine_version') or '?'}" if source else "",
+            "experiment": run["experiment"], "case": run["case_name"],
+            "traffic": str((prov.get("engine") or {}).get("traffic") or "")}  # llama-server: warm or cold

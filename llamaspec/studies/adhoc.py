@@ -12,7 +12,7 @@ or a catalog ``NAME[:VARIANT]``), with no catalog entry and no YAML written by h
 Models are ``ModelRef(GIVEN, location)``: engines resolve them through ``models.gguf_model`` like
 catalog models, with the file's sha256 in every run's provenance. Several drafts are the case's
 ``drafts``: ``sweep`` measures each as one more dimension (the draft variant), and the
-decision counts the smaller file as the cheaper setting (``analysis.PointRow.cost``).
+decision counts the smaller file as the cheaper setting (``speedup_model.PointRow.cost``).
 
 Without a prompt, the study runs the built-in workload (:func:`builtin_prompts`: 54 chat prompts,
 9 in each of code, multi-turn, summarization, rag, math and rewriting, the kinds of task Spec-Bench

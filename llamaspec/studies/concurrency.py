@@ -1,7 +1,8 @@
 """Throughput against concurrency (``llamaspec concurrency``): both servers with N slots, pairs of
 batches in ABBA order.
 
-A batch sends every prompt of the set through N client threads. Batches are measured by the one
+A batch sends every prompt of the set through N client threads, each prompt a case as every route
+makes them (``prompts.workload_cases``, at the case's models and settings). Batches are measured by the one
 pairs loop (``pairs.measure_pairs``: ABBA by pair index, metered, stopping at the first failed
 batch), each a :class:`Measurement` of its own (``stats`` holds the batch's figures), and paired by
 ``pairs.whole_pairs``. A level's figures (``level_figures``, pure) are per-mode throughputs over the
@@ -24,7 +25,7 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import Progress
 from llamaspec.measure import pairs, spectypes
 from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
-from llamaspec.studies.prompts import Prompt, PromptSet
+from llamaspec.studies.prompts import PromptSet, workload_cases
 
 CONCURRENCY_REPEATS = 3
 MODES = pairs.PAIR_MODES
@@ -45,40 +46,45 @@ def run_concurrency(exp: Any, prompt_set: PromptSet, backend: Engine, levels: Se
         raise LlamaspecError("concurrency needs at least one pair of batches per level", hint="--batch-pairs 3")
     resolve = resolve or resolver(backend)
     logs = paths.runs_dir() / "concurrency" / time.strftime("%Y%m%d-%H%M%S")
-    cases = [resolve(exp, c) for c in exp.cases]
+    cases = [(resolve(exp, c), [resolve(exp, r) for r in workload_cases(prompt_set.prompts, c.target, c.draft, c.settings,
+                                                                        c.drafts)]) for c in exp.cases]
     total = len(cases) * len(levels) * repeats * len(MODES)
     bar = Progress(f"concurrency {exp.name}", total)
     try:
-        return [_level(exp, case, n, prompt_set, backend, logs, repeats, bar) for case in cases for n in levels]
+        return [_level(case, requests, n, backend, logs, repeats, bar) for case, requests in cases for n in levels]
     finally:
         bar.close()
 
 
-def _level(exp: Any, case: ResolvedCase, n: int, prompt_set: PromptSet, backend: Engine, logs: Path, repeats: int,
+def _level(case: ResolvedCase, requests: Sequence[ResolvedCase], n: int, backend: Engine, logs: Path, repeats: int,
            bar: Progress) -> dict[str, Any]:
-    """One case at ``n`` slots: its servers started, its prompts rendered, its pairs of batches, its row."""
-    level_case = replace(case, settings=replace(case.settings, parallel=n))
-    backend.check(level_case)
+    """One case at ``n`` slots (``requests``: its prompts as cases): its servers started, its prompts
+    rendered, its pairs of batches, its row."""
+    def at_level(c: ResolvedCase) -> ResolvedCase:
+        return replace(c, settings=replace(c.settings, parallel=n))
+
+    backend.check(at_level(case))
     log_dir = logs / f"{case.case}-np{n}"
-    _warm(level_case, prompt_set.prompts, backend, log_dir)
-    got = _measure_level(level_case, prompt_set.prompts, backend, n, log_dir, repeats, bar)
+    requests = [at_level(r) for r in requests]
+    _warm(requests, backend, log_dir)
+    got = _measure_level(case.case, requests, backend, n, log_dir, repeats, bar)
     backend.close()  # this level's servers hold N slots of context each: not kept for the next level
     row = {"case": case.case, "method": method_label(case), "parallel": n,
-           **level_figures(got.measurements, n, len(prompt_set.prompts))}
+           **level_figures(got.measurements, n, len(requests))}
     if got.failed:
         row["notes"] = [*row["notes"], f"stopped at the first failed batch ({got.failed}); "
                                        f"{repeats - got.complete} pair(s) of batches not measured"]
     return row
 
 
-def _measure_level(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, slots: int, log_dir: Path,
+def _measure_level(name: str, requests: Sequence[ResolvedCase], backend: Engine, slots: int, log_dir: Path,
                    repeats: int, bar: Progress) -> pairs.Pairs:
     """``repeats`` pairs of batches at one level, through the one pairs loop (metered, ABBA by pair
     index, stopping at the first failed batch)."""
     def measure(mode: str, r: int) -> Measurement:
-        m = pairs.metered(lambda: _concurrent_batch(case, prompts, backend, mode, slots, log_dir, r))
+        m = pairs.metered(lambda: _concurrent_batch(requests, backend, mode, slots, log_dir, r))
         b = m.stats or {}
-        bar.update(bar.done + 1, f"{case.case}, {slots} slots, pair {r + 1}, {mode}: "
+        bar.update(bar.done + 1, f"{name}, {slots} slots, pair {r + 1}, {mode}: "
                                  + (f"{b['aggregate_tps']:.1f} aggregate t/s" if b.get("aggregate_tps") else "-")
                                  + (f", {b['failed']} FAILED" if b.get("failed") else ""))
         return m
@@ -86,26 +92,25 @@ def _measure_level(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engin
     return pairs.measure_pairs(measure, at_least=repeats)
 
 
-def _warm(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, log_dir: Path) -> None:
+def _warm(requests: Sequence[ResolvedCase], backend: Engine, log_dir: Path) -> None:
     """Both servers started and every prompt rendered before any timed batch; one short request
     per mode so that nothing a first request pays lands in a batch."""
     if backend.capabilities.prepares:
-        for p in prompts:
-            backend.prepare(prompt_case(case, p))
-    short = replace(case, settings=replace(case.settings, n_predict=4))
+        for r in requests:
+            backend.prepare(r)
+    short = replace(requests[0], settings=replace(requests[0].settings, n_predict=4))
     for mode in MODES:
-        backend.measure(prompt_case(short, prompts[0]), mode, log_dir / f"{mode}-warmup.json")
+        backend.measure(short, mode, log_dir / f"{mode}-warmup.json")
 
 
-def _concurrent_batch(case: ResolvedCase, prompts: Sequence[Prompt], backend: Engine, mode: str, clients: int,
+def _concurrent_batch(requests: Sequence[ResolvedCase], backend: Engine, mode: str, clients: int,
                       log_dir: Path, repeat: int = 0) -> Measurement:
     """One batch as a measurement of pair ``repeat``: ok when every request succeeded and it
     generated something; its figures (the dict the JSON prints) in ``stats``."""
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=clients) as pool:
-        measured = list(pool.map(lambda ip: backend.measure(prompt_case(case, ip[1]), mode,
-                                                            log_dir / f"{mode}-{repeat}-{ip[0]}.json"),
-                                 enumerate(prompts)))
+        measured = list(pool.map(lambda ir: backend.measure(ir[1], mode, log_dir / f"{mode}-{repeat}-{ir[0]}.json"),
+                                 enumerate(requests)))
     wall = time.monotonic() - t0
     ok = [m for m in measured if m.ok]
     generated = sum(m.n_predict or 0 for m in ok)
@@ -215,12 +220,6 @@ def resolver(backend: Engine) -> Callable[[Any, Any], ResolvedCase]:
         return resolved
 
     return resolve
-
-
-def prompt_case(case: ResolvedCase, prompt: Prompt) -> ResolvedCase:
-    """``case`` with ``prompt`` as its prompt (its id, category, chat form and earlier turns)."""
-    return replace(case, prompt=prompt.prompt, prompt_file=None, prompt_id=prompt.id, category=prompt.category,
-                   chat=prompt.chat, history=prompt.history)
 
 
 def method_label(case: ResolvedCase) -> str:

@@ -384,8 +384,3 @@ def load(name_or_path: str, known_model: Callable[[str, str], str | None] | None
     # a study kept by llamaspec.studies.adhoc keeps its identity (the models' sha256 and settings), not the file's
     study = data.get("study") if isinstance(data, dict) else None
     return dataclasses.replace(exp, sha256=study if isinstance(study, str) else hashlib.sha256(raw).hexdigest())
-
-
-def list_experiments() -> list[Path]:
-    """Your experiments and the shipped ones, by name (yours first where both have a name)."""
-    return [path for _, (_, path) in sorted(known_experiments().items())]

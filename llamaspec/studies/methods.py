@@ -17,12 +17,12 @@ from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import spectypes
 from llamaspec.measure.settings import DEFAULTS, SWEEPABLE
 from llamaspec.studies.experiment import Experiment
+from llamaspec.studies.grid import Point
 from llamaspec.studies.prompts import PromptSet, workload_cases
 from llamaspec.studies.setups import Setup
-from llamaspec.studies.sweep import Point
 
 
-def setups_of(exp: Experiment) -> tuple[Setup, ...]:
+def case_setups(exp: Experiment) -> tuple[Setup, ...]:
     """Each case of ``exp`` as a setup: its own settings (sweepable ones; another is refused by
     name), its draft file where it differs from the first case's, labelled by the case's name."""
     targets = {c.target for c in exp.cases}
@@ -63,7 +63,7 @@ def study_of_set(exp: Experiment, prompt_set: PromptSet) -> tuple[Experiment, tu
     its cases as setups). The prompts are checked against the context before anything runs."""
     if not prompt_set.prompts:
         raise LlamaspecError(f"{prompt_set.source.label}: no prompts to measure", hint="`llamaspec prompts list SOURCE`")
-    setups = setups_of(exp)
+    setups = case_setups(exp)
     first = exp.cases[0]
     draft = next((c.draft for c in exp.cases if c.draft is not None), None)
     # each prompt a case with the experiment's settings (a loaded case holds them, its own over them)
@@ -71,4 +71,4 @@ def study_of_set(exp: Experiment, prompt_set: PromptSet) -> tuple[Experiment, tu
     return dataclasses.replace(exp, cases=cases), setups
 
 
-__all__ = ["setups_of", "study_of_set"]
+__all__ = ["case_setups", "study_of_set"]

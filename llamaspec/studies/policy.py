@@ -1,4 +1,5 @@
-"""How a workload study spends its budget: prompts before setups, each prompt in blocks.
+"""How a workload study spends its budget (:class:`Budget`, :func:`parse_budget`): prompts before
+setups, each prompt in blocks.
 
 Every measurement is a block on one prompt (:meth:`llamaspec.studies.state.StudyState.measure_block`:
 the target alone, the setups' speculative runs in a shuffled order, the target alone again), so
@@ -7,7 +8,7 @@ policy (benchmarks/decide.py replays it on recordings, through :func:`llamaspec.
 
 1. **The first prompts** (:data:`FIRST_PROMPTS`, the categories taking turns): a block of every
    first-pass setup: every draft-free mode and, per draft file, the longest
-   :data:`llamaspec.studies.sweep.FIRST_LONGEST` draft lengths where the program counts acceptance
+   :data:`FIRST_LONGEST` draft lengths where the program counts acceptance
    by draft position (their rounds cover every shorter position, so the speedup model predicts every
    other length), else every length.
 2. **Setups that trail stop** (:func:`trailing`): a setup slower than the best one on the prompts
@@ -26,7 +27,7 @@ policy (benchmarks/decide.py replays it on recordings, through :func:`llamaspec.
 
 The plan (:class:`Plan`) is said once the first block gives the pace: how many prompts the budget
 times. A default budget that cannot time :data:`LEAST_PROMPTS` prompts grows to (up to
-:data:`llamaspec.studies.sweep.MAX_DEFAULT_MINUTES`, said); a given one is kept, and the plan says how many minutes would.
+:data:`MAX_DEFAULT_MINUTES`, said); a given one is kept, and the plan says how many minutes would.
 
 ``fixed_grid`` measures every setup on every prompt in ``repeats`` blocks each instead, in passes
 (a block on every prompt per pass, the categories taking turns).
@@ -37,16 +38,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import Progress, duration
 from llamaspec.decision import workload
 from llamaspec.studies.experiment import Case
 from llamaspec.studies.setups import Setup
-from llamaspec.studies.state import StudyState
-from llamaspec.studies.sweep import FIRST_LONGEST, MAX_DEFAULT_MINUTES, Budget
+
+if TYPE_CHECKING:
+    from llamaspec.studies.state import StudyState
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +62,51 @@ FIRST_PROMPTS = 2
 # draft-free modes, KEEP_MODES go on past the first prompts (the n-gram modes read within a few per
 # cent of each other on most workloads: measuring five of them costs the prompts that decide).
 PRUNE_PROMPTS, PRUNE_GAP, KEEP_MODES = 3, 0.03, 2
-# A default budget grows to time at least this many prompts, up to sweep.MAX_DEFAULT_MINUTES.
+# A default budget grows to time at least this many prompts, up to MAX_DEFAULT_MINUTES.
 LEAST_PROMPTS = 8
+# Where the program counts acceptance by draft position (llama-speculative-simple, llama-server,
+# transformers), the first pass measures only the longest lengths of the grid: their rounds cover
+# every shorter position, so the curve and the cost timings predict every other length
+# (llamaspec.theory.positions states the assumption, and the sweep says when a measured point
+# contradicts it). Two, not one: the draft's cost is fitted over both, and a curve cut short near
+# the end of generation (positions left out where the counts are not certain) is pooled over two.
+FIRST_LONGEST = 2
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|pairs?)?\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much an adaptive sweep may spend: pairs (baseline + speculative), wall time, or both."""
+
+    pairs: int | None = None
+    seconds: float | None = None
+
+    def text(self) -> str:
+        parts = ([f"{self.pairs} pairs"] if self.pairs is not None else []) + (
+            [f"{self.seconds:.0f} s"] if self.seconds is not None else [])
+        return " or ".join(parts) or "none"
+
+
+# The whole study's budget when none is given: DEFAULT_MINUTES of measuring, grown (up to
+# MAX_DEFAULT_MINUTES, said) where this machine's pace times too few prompts to decide on.
+DEFAULT_MINUTES, MAX_DEFAULT_MINUTES = 4, 30
+DEFAULT_BUDGET = Budget(seconds=60.0 * DEFAULT_MINUTES)
+
+
+def parse_budget(text: str) -> Budget:
+    """``10m``, ``90s``, ``1h`` (wall time) or ``40`` / ``40 pairs``."""
+    m = _BUDGET.match(text or "")
+    if not m:
+        raise LlamaspecError(f"--budget: {text!r} is neither a time nor a number of pairs",
+                             hint="e.g. --budget 10m, --budget 90s or --budget 40 (pairs)")
+    value, unit = float(m.group(1)), (m.group(2) or "pairs").lower()
+    if value <= 0:
+        raise LlamaspecError(f"--budget: {text!r} allows nothing to be measured", hint="give a positive budget, e.g. 10m")
+    if unit.startswith("pair"):
+        if value != int(value):
+            raise LlamaspecError(f"--budget: {text!r}: pairs are counted whole", hint="e.g. --budget 40")
+        return Budget(pairs=int(value))
+    return Budget(seconds=value * {"s": 1, "m": 60, "h": 3600}[unit])
 
 
 def first_pass(setups: Sequence[Setup], by_position: bool = True) -> list[Setup]:

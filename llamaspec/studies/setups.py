@@ -10,7 +10,7 @@ from typing import Any
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.decision import workload_runs
 from llamaspec.measure import spectypes
-from llamaspec.studies.sweep import Point, grid
+from llamaspec.studies.grid import Point, grid
 
 MODES_AXIS = "spec_type"
 

@@ -33,7 +33,7 @@ from typing import Any
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.host import NoiseSample
 from llamaspec.base.stats import percent_text
-from llamaspec.decision import workload, workload_runs
+from llamaspec.decision import speedup_model, workload, workload_runs
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
 from llamaspec.measure.summary import Summary
@@ -45,7 +45,7 @@ from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of
 
 log = logging.getLogger(__name__)
 
-# The bootstrap refits of each prompt's speedup model band (analysis.BOOTSTRAP_REFITS for a sweep's
+# The bootstrap refits of each prompt's speedup model band (speedup_model.BOOTSTRAP_REFITS for a sweep's
 # report): the study refits after every step, on every prompt whose points changed, and takes the
 # band's ends over the prompts, which a coarser percentile of each moves little.
 STUDY_REFITS = 100
@@ -440,13 +440,9 @@ class StudyState:
         return out
 
     def _fit(self, case: Case, group: Any, runs: list[dict[str, Any]], lengths: list[int]) -> list[workload.Prediction]:
-        from llamaspec.base import paths
-        from llamaspec.views import analysis
-        report = analysis.report_for_runs(self.store, runs, self.sid, ["draft_max"], False,
-                                          paths.plots_dir() / self.sid, grid=lengths, refits=STUDY_REFITS)
         template = next(s for s in self.setups if s.group == group and not s.draft_free)
         out = []
-        for g in report.groups:
+        for g in speedup_model.fit_groups(runs, [], grid=lengths, refits=STUDY_REFITS):
             if g.view is None:
                 continue
             for band in g.view.bands:

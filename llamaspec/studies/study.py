@@ -31,13 +31,13 @@ from llamaspec.decision import decide, workload
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine
 from llamaspec.store.results import Store
-from llamaspec.store.rows import Group
+from llamaspec.store.rows import Group, run_meta
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
-from llamaspec.studies.policy import first_pass
+from llamaspec.studies.policy import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, first_pass
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of, make_setup, setups_for
 from llamaspec.studies.state import Drift, Load, StudyState, prompt_group
-from llamaspec.studies.sweep import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, Point, pairs_per_point
+from llamaspec.studies.grid import Point
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class StudyResult:
     last_progress: str
     skipped: tuple[tuple[str, str], ...] = ()  # what was not measured, and why
     runs: dict[tuple[str, str], int] = field(default_factory=dict)  # (prompt, setup key) -> its run id
-    meta: dict[str, str] = field(default_factory=dict)  # target, draft, hardware, engine, build (analysis.run_meta)
+    meta: dict[str, str] = field(default_factory=dict)  # target, draft, hardware, engine, build (rows.run_meta)
     plan: str | None = None  # how many prompts the budget times, as said once the first block gave the pace
     drift: Drift | None = None  # how the figures moved between the study's start and its end
     load: Load | None = None  # what else the machine did while it measured
@@ -174,7 +174,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     (:mod:`llamaspec.studies.policy`).
 
     ``budget``: runs (a setup's speculative run in a block, with its baselines) or measuring time
-    for the whole study (None: :data:`llamaspec.studies.sweep.DEFAULT_BUDGET`, grown where it times too few prompts); a
+    for the whole study (None: :data:`llamaspec.studies.policy.DEFAULT_BUDGET`, grown where it times too few prompts); a
     budget of runs below the first block is refused before anything is measured. ``over_prompts``:
     the prompts are a sample of the workload (False: ``--whole-workload``, they are the whole of it);
     ``count_loops``: a prompt whose target output loops counts in the decision; ``time_costs``: the
@@ -208,16 +208,19 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
         stop, progress, made, stopped = policy.adaptive(study, budget, defaulted)
         if budget.pairs is None or study.spent() < budget.pairs:  # the drift's prompt, within a budget of runs
             study.measure_anchor(study.setups)
-    from llamaspec.views import analysis
-
     runs = study.runs()
-    meta = analysis.run_meta(store, next(iter(runs.values()))) if runs else {}
+    meta = run_meta(store.run(next(iter(runs.values())))) if runs else {}
     load = study.load()
     result = StudyResult(sid, exp.name, held(study.decision(), load), stop, study.spent(), fixed_pairs(exp, study.setups),
                          study.seconds, progress, tuple(skipped), runs, meta, made, study.drift(), load, stopped,
                          study.block_seconds(max(1, len(study.setups) if fixed_grid else 2)), study.baseline_runs())
     keep(store, exp, result)
     return result
+
+
+def pairs_per_point(exp: Experiment) -> int:
+    """The pairs a fixed grid measures at each point: the experiment's repeats (3 for 'auto')."""
+    return exp.repeats if isinstance(exp.repeats, int) else 3
 
 
 def sampled(exp: Experiment, over_prompts: bool = True) -> bool:
@@ -257,7 +260,7 @@ def keep(store: Store, exp: Experiment, result: StudyResult) -> int:
     return run_id
 
 
-def setups_of(exp: Experiment, engine: Engine, axes: Mapping[str, Sequence[Any]],
+def sweep_setups(exp: Experiment, engine: Engine, axes: Mapping[str, Sequence[Any]],
               modes: Sequence[str] | None = None) -> tuple[Setup, ...]:
     """The setups ``sweep`` weighs: the grid of ``axes`` (each draft file named as the study names
     it), then the draft-free modes (:func:`modes_for`)."""
@@ -293,42 +296,6 @@ def modes_for(engine: Engine, asked: Sequence[str] | None = None) -> tuple[str, 
     return spectypes.draft_free_modes(engine.capabilities)
 
 
-def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
-    """The figures of a study as it was kept (:meth:`StudyResult.as_dict`, the same the command
-    printed): each setup's workload speedup with each timed prompt's beside it, the recommended
-    one marked, then each measured prompt's draft-length figures (speed, acceptance, speedup
-    against draft length, with the model's band); the PNGs' paths. Nothing here decides."""
-    from llamaspec.base import paths
-    from llamaspec.views import analysis, plot, plotdata
-
-    decision = study.get("decision") or {}
-    chosen = decision.get("chosen") if decision.get("verdict") == "recommend" else None
-    timed = set(study.get("timed_prompts") or [])
-    categories = {p["prompt"]: p["category"] for p in study.get("prompts") or []}
-    rows = []
-    for s in study.get("setups") or []:
-        sp = s.get("speedup")
-        if not sp:
-            continue
-        per = {p: v["median"] for p, v in (s.get("per_prompt") or {}).items() if v and p in timed}
-        rows.append(plotdata.WorkloadRow(s["label"], sp["median"], sp["low"], sp["high"], per,
-                                     chosen is not None and s["label"] == chosen.get("label")))
-    rows.sort(key=lambda r: -r.speedup)
-    folder = paths.plots_dir() / study["study_id"]
-    title = f"{study['experiment']}: " + (next((c for c in [study.get("answer")] if c), None) or decision.get("verdict", ""))
-    out = [p for p in plot.plot_workload(rows, {p: c for p, c in categories.items() if p in timed}, title, folder)
-           if p.suffix == ".png"] if rows else []
-    measured = [f["prompt"] for f in study.get("facts") or [] if f.get("timed_tokens") is not None]
-    for prompt in measured:
-        runs = [r for r in analysis.finished(store.runs(group_id=prompt_group(study["study_id"], prompt)))
-                if spectypes.needs_draft(r["settings"].get("spec_type"))]
-        if not runs:
-            continue
-        report = analysis.report_for_runs(store, runs, prompt, analysis.axes_of(runs), True, folder / prompt)
-        out += [p for g in report.groups for p in g.plots if p.suffix == ".png"]
-    return out
-
-
 def deployment(result: StudyResult, engine: Engine, exp: Experiment, store: Store) -> Any:
     """The command that deploys the study's answer: the recommended setup, or the target alone
     when the answer is "no draft"; None while it is undecided (measure first) or nothing finished."""
@@ -344,4 +311,4 @@ def deployment(result: StudyResult, engine: Engine, exp: Experiment, store: Stor
 
 
 __all__ = ["DEFAULT_LENGTHS", "MODES_AXIS", "Setup", "StudyResult", "cost_of", "first_pass",
-           "make_setup", "prompt_group", "run_study", "setups_for", "setups_of", "stored_decision", "study_id"]
+           "make_setup", "prompt_group", "run_study", "setups_for", "sweep_setups", "stored_decision", "study_id"]

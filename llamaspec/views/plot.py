@@ -32,12 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
-    "plot_acceptance",
     "plot_acceptance_by_position",
     "plot_all",
     "plot_dashboard",
-    "plot_decode_tps",
-    "plot_speedup",
+    "plot_panel",
     "plot_watch",
     "plot_workload",
 ]
@@ -55,36 +53,35 @@ _DASHBOARD_SIZE = (17.0, 5.6)
 # ---------------------------------------------------------------------------------------------
 
 
-def plot_decode_tps(
-    points: Sequence[PlotPoint],
-    meta: PlotMeta,
-    out_dir: Path,
-    *,
-    stem: str = "decode_tps",
-    formats: Sequence[str] = DEFAULT_FORMATS,
-) -> list[Path]:
-    """Decode t/s against draft length, with the target alone as a horizontal line."""
-    pts = _checked(points, formats)
-    fig, (ax,) = _figure(1, _SINGLE_SIZE)
-    _draw_decode_tps(ax, pts, _x_range(pts))
-    ax.set_title(meta.title("Decode speed vs draft length"), fontsize=10)
-    return _save(fig, out_dir, stem, formats)
+# The single figures, each a panel of the dashboard on its own: stem -> title.
+_PANELS = {"decode_tps": "Decode speed vs draft length", "acceptance": "Draft acceptance vs draft length",
+           "speedup": "Speedup vs draft length"}
 
 
-def plot_acceptance(
+def plot_panel(
+    stem: str,
     points: Sequence[PlotPoint],
     meta: PlotMeta,
     out_dir: Path,
     *,
     predicted: Curve | None = None,
-    stem: str = "acceptance",
+    band: BandCurve | None = None,
     formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
-    """llama.cpp's accept (n_accept / n_drafted) against draft length; ``predicted`` as a dashed line."""
+    """One panel of the dashboard as a figure of its own, by ``stem``: decode t/s against draft
+    length with the target alone as a horizontal line; llama.cpp's accept (n_accept / n_drafted)
+    with ``predicted`` dashed; or the measured speedup with the predicted curve (and its bootstrap
+    ``band``) and the break-even line y = 1."""
     pts = _checked(points, formats)
     fig, (ax,) = _figure(1, _SINGLE_SIZE)
-    _draw_acceptance(ax, pts, predicted, _x_range(pts, predicted))
-    ax.set_title(meta.title("Draft acceptance vs draft length"), fontsize=10)
+    xr = _x_range(pts, predicted)
+    if stem == "decode_tps":
+        _draw_decode_tps(ax, pts, xr)
+    elif stem == "acceptance":
+        _draw_acceptance(ax, pts, predicted, xr)
+    else:
+        _draw_speedup(ax, pts, predicted, xr, band)
+    ax.set_title(meta.title(_PANELS[stem]), fontsize=10)
     return _save(fig, out_dir, stem, formats)
 
 
@@ -118,25 +115,6 @@ def plot_acceptance_by_position(
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower left", fontsize=8, ncol=2 if len(drawn) > 8 else 1)
     ax.set_title(meta.title("Acceptance by draft position"), fontsize=10)
-    return _save(fig, out_dir, stem, formats)
-
-
-def plot_speedup(
-    points: Sequence[PlotPoint],
-    meta: PlotMeta,
-    out_dir: Path,
-    *,
-    predicted: Curve | None = None,
-    band: BandCurve | None = None,
-    stem: str = "speedup",
-    formats: Sequence[str] = DEFAULT_FORMATS,
-) -> list[Path]:
-    """Measured speedup against draft length, with the predicted curve (and its bootstrap band)
-    and the break-even line y = 1."""
-    pts = _checked(points, formats)
-    fig, (ax,) = _figure(1, _SINGLE_SIZE)
-    _draw_speedup(ax, pts, predicted, _x_range(pts, predicted), band)
-    ax.set_title(meta.title("Speedup vs draft length"), fontsize=10)
     return _save(fig, out_dir, stem, formats)
 
 
@@ -252,9 +230,9 @@ def plot_all(
     """The three single plots and the dashboard; returns every path written. ``band``: the
     model's 95 % bootstrap band, (draft length, low, high) per length."""
     return [
-        *plot_decode_tps(points, meta, out_dir, formats=formats),
-        *plot_acceptance(points, meta, out_dir, predicted=predicted_accept, formats=formats),
-        *plot_speedup(points, meta, out_dir, predicted=predicted_speedup, band=band, formats=formats),
+        *plot_panel("decode_tps", points, meta, out_dir, formats=formats),
+        *plot_panel("acceptance", points, meta, out_dir, predicted=predicted_accept, formats=formats),
+        *plot_panel("speedup", points, meta, out_dir, predicted=predicted_speedup, band=band, formats=formats),
         *plot_dashboard(
             points,
             meta,
@@ -437,7 +415,7 @@ def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list
 
 
 def draw_group(group: Any, meta: dict[str, str], out_dir: Path, stem_prefix: str = "") -> list[Path]:
-    """The figures of one group of a sweep's report (``analysis.GroupReport``: its rows, the model's
+    """The figures of one group of a sweep's report (``speedup_model.FittedGroup``: its rows, the model's
     fit and band) under ``out_dir``/``stem_prefix``: speed and speedup by draft length, acceptance
     by position."""
     fits = {p.draft_max: p for p in (group.analysis.points if group.analysis else ())}

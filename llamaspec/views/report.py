@@ -512,8 +512,8 @@ def _details(store: Any, name: str, runs: list[dict[str, Any]], ok: list[dict[st
     for sweep_id in latest:
         rep = analysis.sweep_report(store, sweep_id, plot=plot)
         out += ["```", rep.render(), "```", ""]
-        for g in rep.groups:
-            out += [f"![{g.label or 'sweep'}]({p})" for p in g.plots if p.name.startswith("dashboard") and p.suffix == ".png"]
+        for label, figures in rep.plots.items():
+            out += [f"![{label or 'sweep'}]({p})" for p in figures if p.name.startswith("dashboard") and p.suffix == ".png"]
     failed = [r for r in runs if r["status"] == "failed"][:5]
     if failed:
         out += ["", f"{head}Recent failures", ""] + [f"- run {r['id']}: {r.get('error')}" for r in failed]

@@ -5,7 +5,7 @@
    time: the prediction has no speeds then.
 2. A stored study of the same files (by sha256) at the same threads: the newest ``llamaspec sweep``
    (or run) with llama-bench's costs, the draft's cost as that study fitted it to its measured
-   speedups where it could (``analysis.analyze_rows``); or an earlier watch window whose costs were
+   speedups where it could (``speedup_model.analyze_rows``); or an earlier watch window whose costs were
    timed here.
 3. Timed on the spot, with the same files on this machine, under the measurement lock: llama-bench
    of the server's own build (beside its binary) on the server's flags (``llamacpp.costs``), at the
@@ -121,21 +121,21 @@ def stored(store: Any, serving: Serving) -> PairCosts | None:
             found = PairCosts.from_dict(costs, f"timed here by llamaspec watch on {row['finished_at']} "
                                                f"(stored window {row['id']})")
             return _for(found, serving)
-    from llamaspec.views import analysis
+    from llamaspec.decision import speedup_model
 
     runs = [r for r in store.runs() if r["status"] in ("ok", "differs") and _same_files(r, serving)]
     by_group: dict[str, list[dict[str, Any]]] = {}
     for r in runs:  # newest first
         by_group.setdefault(r.get("group_id") or f"run-{r['id']}", []).append(r)
     for group, members in by_group.items():
-        rows = [row for rows in analysis.rows_to_groups(members, []).values() for row in rows]
+        rows = [row for rows in speedup_model.rows_to_groups(members, []).values() for row in rows]
         latest: dict[int, Any] = {}
         for row in sorted(rows, key=lambda r: r.run_id):
             latest[row.draft_max] = row
         rows = sorted(latest.values(), key=lambda r: r.draft_max)
         if not any(r.summary.batch_ms and (r.summary.draft_decode_tps or serving.draft_free) for r in rows):
             continue
-        fit, _ = analysis.analyze_rows(rows)
+        fit, _ = speedup_model.analyze_rows(rows)
         cost = fit.cost if fit is not None and fit.cost is not None else None
         if cost is None:
             row = next(r for r in rows if r.summary.batch_ms)

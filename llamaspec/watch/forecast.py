@@ -30,7 +30,7 @@ and for each length the share of resamples in which it beats the running one. Th
 window's sampling error only, taken as independent steps; the costs are taken as exact.
 
 **The verdict** (:data:`VERDICTS`): "no draft" when even the best length's interval lies below
-1.0 and its prediction more than the model's own error (``analysis.PREDICTION_ERROR``) below it;
+1.0 and its prediction more than the model's own error (``speedup_model.PREDICTION_ERROR``) below it;
 "undecided" when it spans 1.0 or lies within that error of it; else "keep" when the running length is the best or within
 ``decide.TOLERANCE`` of it or its predicted gain is within the model's own error (its median
 miss at lengths it did not see), "change" when another
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.stats import percent_text
 from llamaspec.decision.decide import TOLERANCE
+from llamaspec.decision.speedup_model import PREDICTION_ERROR
 from llamaspec.theory import CostModel, PositionCurve, alpha_from_tokens_per_round, expected_tokens_per_round
-from llamaspec.views.analysis import PREDICTION_ERROR
 from llamaspec.watch.window import Window
 
 BOOTSTRAP = 200

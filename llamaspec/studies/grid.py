@@ -1,9 +1,9 @@
-"""A sweep's grid of settings (draft length first of all) and what a study may spend on it.
+"""A study's grid of settings (draft length first of all).
 
-The values a command line gives each sweepable setting (:func:`parse_values`), the grid's points
+The values a command line gives each sweepable setting (:func:`parse_values`) and the grid's points
 (:class:`Point`, :func:`grid`: each point a case's settings, its key what a rerun finds its stored
-run by) and the study's budget (:class:`Budget`, :func:`parse_budget`). Measuring a grid is the
-workload study's (:mod:`llamaspec.studies.study`): every sweep is one.
+run by). Measuring a grid is the workload study's (:mod:`llamaspec.studies.study`), within the
+budget its policy spends (:mod:`llamaspec.studies.policy`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import spectypes
 from llamaspec.measure.settings import FIELDS, SWEEPABLE, SettingError, Settings, check
-from llamaspec.studies.experiment import Case, Experiment, ModelRef
+from llamaspec.studies.experiment import Case, ModelRef
 
 log = logging.getLogger(__name__)
 
@@ -107,55 +107,3 @@ def grid(axes: Mapping[str, Sequence[Any]]) -> list[Point]:
         raise LlamaspecError("nothing to sweep", hint="give at least one axis, e.g. --draft 1..16")
     names = list(axes)
     return [Point(tuple(zip(names, combo, strict=True))) for combo in itertools.product(*(axes[n] for n in names))]
-
-
-# --- what an adaptive study spends (llamaspec.studies.study measures it) ---------------------------------
-
-# Where the program counts acceptance by draft position (llama-speculative-simple, llama-server,
-# transformers), the first pass measures only the longest lengths of the grid: their rounds cover
-# every shorter position, so the curve and the cost timings predict every other length
-# (llamaspec.theory.positions states the assumption, and the sweep says when a measured point
-# contradicts it). Two, not one: the draft's cost is fitted over both, and a curve cut short near
-# the end of generation (positions left out where the counts are not certain) is pooled over two.
-FIRST_LONGEST = 2
-_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|pairs?)?\s*$", re.I)
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How much an adaptive sweep may spend: pairs (baseline + speculative), wall time, or both."""
-
-    pairs: int | None = None
-    seconds: float | None = None
-
-    def text(self) -> str:
-        parts = ([f"{self.pairs} pairs"] if self.pairs is not None else []) + (
-            [f"{self.seconds:.0f} s"] if self.seconds is not None else [])
-        return " or ".join(parts) or "none"
-
-
-# The whole study's budget when none is given: DEFAULT_MINUTES of measuring, grown (up to
-# MAX_DEFAULT_MINUTES, said) where this machine's pace times too few prompts to decide on.
-DEFAULT_MINUTES, MAX_DEFAULT_MINUTES = 4, 30
-DEFAULT_BUDGET = Budget(seconds=60.0 * DEFAULT_MINUTES)
-
-
-def parse_budget(text: str) -> Budget:
-    """``10m``, ``90s``, ``1h`` (wall time) or ``40`` / ``40 pairs``."""
-    m = _BUDGET.match(text or "")
-    if not m:
-        raise LlamaspecError(f"--budget: {text!r} is neither a time nor a number of pairs",
-                             hint="e.g. --budget 10m, --budget 90s or --budget 40 (pairs)")
-    value, unit = float(m.group(1)), (m.group(2) or "pairs").lower()
-    if value <= 0:
-        raise LlamaspecError(f"--budget: {text!r} allows nothing to be measured", hint="give a positive budget, e.g. 10m")
-    if unit.startswith("pair"):
-        if value != int(value):
-            raise LlamaspecError(f"--budget: {text!r}: pairs are counted whole", hint="e.g. --budget 40")
-        return Budget(pairs=int(value))
-    return Budget(seconds=value * {"s": 1, "m": 60, "h": 3600}[unit])
-
-
-def pairs_per_point(exp: Experiment) -> int:
-    """The pairs a fixed grid measures at each point: the experiment's repeats (3 for 'auto')."""
-    return exp.repeats if isinstance(exp.repeats, int) else 3
