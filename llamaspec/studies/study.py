@@ -34,10 +34,10 @@ from llamaspec.store.results import Store
 from llamaspec.store.rows import Group, run_meta
 from llamaspec.studies import policy
 from llamaspec.studies.experiment import Experiment
+from llamaspec.studies.grid import Point
 from llamaspec.studies.policy import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, first_pass
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of, make_setup, setups_for
 from llamaspec.studies.state import Drift, Load, StudyState, prompt_group
-from llamaspec.studies.grid import Point
 
 log = logging.getLogger(__name__)
 
