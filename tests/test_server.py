@@ -23,6 +23,7 @@ from llamaspec.llamacpp.build import Build
 from llamaspec.measure.contract import ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.store.results import Store
+from llamaspec.store.rows import run_meta
 from llamaspec.studies import concurrency
 from llamaspec.studies.experiment import Case, ModelRef
 from llamaspec.studies.prompts import Prompt, PromptSet, PromptSource
@@ -602,7 +603,6 @@ def test_a_stateful_mode_is_timed_cold_when_a_study_repeats_its_prompt_and_warm_
     warm study pooled into it."""
     from llamaspec.store.rows import measurements_of
     from llamaspec.studies import study
-    from llamaspec.views import analysis
 
     ((pid, text),) = builtin_prompts(STATE_PROMPTS[0])
     exp = _server_study(tmp_path, "server-state", [{"name": pid, "category": "rewriting", "prompt": text, "chat": True}],
@@ -627,7 +627,7 @@ def test_a_stateful_mode_is_timed_cold_when_a_study_repeats_its_prompt_and_warm_
     # its first request drafts as a fresh server does (40/4 at 0c1e570); a repeat, from what the server kept
     assert all((d, a) == (40, 4) for served, d, a in got if served == 0) and all(a > 4 for served, _d, a in got if served), got
     assert "warm traffic: one long-lived llama-server per setup" in warm.render()
-    assert analysis.run_meta(store, warm_runs[0]["id"])["traffic"] == "warm"
+    assert run_meta(store.run(warm_runs[0]["id"]))["traffic"] == "warm"
 
     cold, spec, runs = measured(False)
     assert cold.study_id != warm.study_id and not set(r["id"] for r in runs) & set(r["id"] for r in warm_runs)
