@@ -432,25 +432,24 @@ def test_a_load_that_changes_while_it_measures_is_said_and_decides_nothing(fake_
     calls = {"n": 0}
 
     def load_of(share: float) -> host.NoiseSample:
+        calls["n"] += 1
         return host.NoiseSample(seconds=1.0, cpu_seconds=2.0, busy_seconds=1.0 + 2.0 * share, own_seconds=1.0,
                                 steal_seconds=0.0)
 
-    def changing(self) -> host.NoiseSample:  # type: ignore[no-untyped-def]
-        calls["n"] += 1  # the study reads the meter about 170 times in its 60 pairs: the load changes halfway
-        return load_of(0.01 if calls["n"] < 85 else 0.15)
-
-    monkeypatch.setattr(host.NoiseMeter, "stop", changing)
     engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=0.1, positions=True, alpha=0.9,
                             modes={"ngram-simple": dict.fromkeys(SAMPLED, 1.3)})
     setups = study.setups_for({"draft_max": (12, 16)}, ("ngram-simple",))
-    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, Store.open(tmp_path / "a.sqlite"),
-                             Budget(pairs=60))
-    assert result.load is not None and result.load.changed
-    assert result.decision.verdict == "undecided" and "the load changed" in result.render()
     monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: load_of(0.12))
     steady = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, Store.open(tmp_path / "b.sqlite"),
                              Budget(pairs=60))
     assert steady.load is not None and not steady.load.changed
+    # the same study, the load changing when it has read the meter half as often as the steady one did
+    half, calls["n"] = calls["n"] // 2, 0
+    monkeypatch.setattr(host.NoiseMeter, "stop", lambda self: load_of(0.01 if calls["n"] < half else 0.15))
+    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, Store.open(tmp_path / "a.sqlite"),
+                             Budget(pairs=60))
+    assert result.load is not None and result.load.changed
+    assert result.decision.verdict == "undecided" and "the load changed" in result.render()
     assert "load: other processes took 12% of the CPU" in steady.render() and steady.decision.verdict == "recommend"
 
 
