@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaspec.base.stats import percent_text
-from llamaspec.studies import policy
+from llamaspec.studies.budget import parse_budget as budget_of
 
 RECORDED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "llamacpp" / "0c1e570"
 SWEEPS = RECORDED / "sweep-positions"
@@ -289,7 +289,7 @@ def _through_study(a: Any, rec: Any, low: Any, weights: dict[str, float], whole:
     import replay as replays
 
     os.environ["LLAMASPEC_DATA"] = tempfile.mkdtemp(prefix="llamaspec-holdout-")
-    budget = policy.parse_budget(a.budget) if a.budget else None
+    budget = budget_of(a.budget) if a.budget else None
     cats: dict[str, list[str]] = {}
     for q, c in rec.prompts.items():
         cats.setdefault(c, []).append(q)

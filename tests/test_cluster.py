@@ -308,7 +308,7 @@ def test_local_pool_runs_one_item_at_a_time_per_machine() -> None:
 def test_study_items_of_an_experiment_and_a_sweep_carry_portable_cases() -> None:
     from llamaspec.cluster import study
     from llamaspec.studies import experiment
-    from llamaspec.studies.policy import parse_budget
+    from llamaspec.studies.budget import parse_budget
 
     exp = experiment.load("smollm2-quicksort")
     (one,) = study.experiment_items(exp, repeats=3)

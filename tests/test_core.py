@@ -16,7 +16,7 @@ from llamaspec.measure.contract import Measurement, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Summary, compare_outputs
 from llamaspec.store.results import Store
-from llamaspec.studies import experiment, grid, policy, study
+from llamaspec.studies import budget, experiment, grid, study
 from llamaspec.studies.run import raise_if_failed, run_case
 from llamaspec.views import analysis, report
 
@@ -302,7 +302,7 @@ def test_setups_that_differ_at_one_near_tie_keep_the_prompt_in_the_study(fake_mo
     is not left out as the programs' own divergence), and draft 8 answers."""
     engine = FakeEngine(drift=0.0, differ_at_k=(2, 4), top_gap=gap)
     result = study.run_study(exp(), study.setups_for({"draft_max": (2, 4, 8)}), engine, Store.open(),
-                             policy.Budget(pairs=12))
+                             budget.Budget(pairs=12))
     d = result.decision
     assert not d.left_out, d.lines()
     by = {s.label: s for s in d.setups}

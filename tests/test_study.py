@@ -20,8 +20,8 @@ from llamaspec.measure.settings import Settings
 from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Store
 from llamaspec.studies import experiment, study
+from llamaspec.studies.budget import Budget
 from llamaspec.studies.experiment import Case, ModelRef
-from llamaspec.studies.policy import Budget
 
 PROMPTS = {"code": "code", "chat": "chat", "reasoning": "reasoning", "summarization": "summarization"}
 LENGTHS = {"draft_max": (1, 2, 3, 4, 6, 8, 12, 16)}

@@ -17,7 +17,7 @@ from llamaspec.llamacpp import build
 from llamaspec.llamacpp.runner import LlamaCppEngine
 from llamaspec.measure.settings import Settings
 from llamaspec.store.results import Store
-from llamaspec.studies import experiment, grid, policy
+from llamaspec.studies import budget, experiment, grid
 from llamaspec.views import analysis
 
 
@@ -148,8 +148,8 @@ def test_a_study_settles_its_decision_where_it_is_unsure(fake_models) -> None:
 def test_a_budget_stops_the_study(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=(1.0, 0.97, 1.02))
     with pytest.raises(LlamaspecError, match="the first block alone measures 2"):
-        study_everything(exp(), engine, Store.open(), variants=(), budget=policy.Budget(pairs=1))
-    result = study_everything(exp(), engine, Store.open(), variants=(), budget=policy.Budget(pairs=18))
+        study_everything(exp(), engine, Store.open(), variants=(), budget=budget.Budget(pairs=1))
+    result = study_everything(exp(), engine, Store.open(), variants=(), budget=budget.Budget(pairs=18))
     assert result.stop in ("budget", "settled") and result.pairs <= 18 + decide.STEP
     bad = CliRunner().invoke(main, ["sweep", "smollm2-quicksort", "--budget", "0"])
     assert bad.exit_code != 0 and "--budget: '0' allows nothing to be measured" in bad.output

@@ -13,7 +13,7 @@ from test_core import exp
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure.summary import Summary
 from llamaspec.store.results import Store
-from llamaspec.studies import policy, study
+from llamaspec.studies import budget, study
 from llamaspec.views import analysis
 
 GRID = {"draft_max": tuple(range(1, 17))}
@@ -29,7 +29,7 @@ def pairs_at(store: Store, result: study.StudyResult) -> dict[int, int]:
 def test_blocks_go_to_the_setups_still_in_the_running_and_the_answer_is_near_the_true_best(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=NOISE, alpha=0.8, draft_cost=0.08)
     store = Store.open()
-    result = study.run_study(exp(3), study.setups_for(GRID), engine, store, policy.Budget(pairs=120))
+    result = study.run_study(exp(3), study.setups_for(GRID), engine, store, budget.Budget(pairs=120))
     spent = pairs_at(store, result)
     assert result.stop in ("settled", "budget", "nothing to measure") and result.pairs == sum(spent.values()) <= 120
     assert set(spent) == set(GRID["draft_max"])  # the program counts no positions: every length is measured
@@ -56,11 +56,11 @@ def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:
     store = Store.open()
     setups = study.setups_for(GRID)
     with pytest.raises(KeyboardInterrupt):
-        study.run_study(exp(3), setups, engine, store, policy.Budget(pairs=60))
+        study.run_study(exp(3), setups, engine, store, budget.Budget(pairs=60))
     before = {r["point_key"]: r for r in store.runs(kind="sweep") if r["status"] in ("ok", "differs")}
     assert len(before) >= 2
     engine.limit = 1_000_000
-    result = study.run_study(exp(3), setups, engine, store, policy.Budget(pairs=60))
+    result = study.run_study(exp(3), setups, engine, store, budget.Budget(pairs=60))
     after = pairs_at(store, result)
     assert all(after[k] >= 1 for k in GRID["draft_max"])  # nothing measured is lost
     for key, row in before.items():  # every kept run goes on with its ratios
@@ -70,17 +70,17 @@ def test_a_rerun_resumes_with_every_block_it_had(fake_models) -> None:
 
 def test_the_budget_ends_it_and_says_so(fake_models) -> None:
     engine = FakeEngine(drift=0.0, noise=(1.0, 0.8, 1.25, 0.9, 1.15))  # too noisy to settle in 22 runs
-    result = study.run_study(exp(3), study.setups_for(GRID), engine, Store.open(), policy.Budget(pairs=22))
+    result = study.run_study(exp(3), study.setups_for(GRID), engine, Store.open(), budget.Budget(pairs=22))
     assert result.stop == "budget" and result.pairs <= 22 and "the budget is spent" in result.render()
 
 
 def test_bad_budgets_are_one_line_each() -> None:
-    assert policy.parse_budget("10m") == policy.Budget(seconds=600)
-    assert policy.parse_budget("90s") == policy.Budget(seconds=90)
-    assert policy.parse_budget("40") == policy.Budget(pairs=40) == policy.parse_budget("40 pairs")
+    assert budget.parse_budget("10m") == budget.Budget(seconds=600)
+    assert budget.parse_budget("90s") == budget.Budget(seconds=90)
+    assert budget.parse_budget("40") == budget.Budget(pairs=40) == budget.parse_budget("40 pairs")
     for bad in ("0", "0m", "soon", "-3", "2.5", ""):
         with pytest.raises(LlamaspecError, match="--budget"):
-            policy.parse_budget(bad)
+            budget.parse_budget(bad)
 
 
 def test_the_cli_refuses_a_budget_smaller_than_the_first_block_before_measuring(tmp_path, fake_models) -> None:

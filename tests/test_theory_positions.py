@@ -14,7 +14,7 @@ from llamaspec.decision import speedup_model
 from llamaspec.llamacpp.profiles import LLAMA_SPECULATIVE
 from llamaspec.store.results import Store
 from llamaspec.studies import study
-from llamaspec.studies.policy import Budget
+from llamaspec.studies.budget import Budget
 from llamaspec.theory import (
     CostModel,
     Observation,

@@ -24,7 +24,7 @@ from llamaspec.cli.options import (
     sweep_options,
     workload_options,
 )
-from llamaspec.studies.policy import DEFAULT_MINUTES, MAX_DEFAULT_MINUTES
+from llamaspec.studies.budget import DEFAULT_MINUTES, MAX_DEFAULT_MINUTES, parse_budget
 
 log = logging.getLogger("llamaspec")
 
@@ -119,7 +119,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     """
     from llamaspec.cli.options import experiment_or_study, measuring, open_engine
     from llamaspec.store.results import Store
-    from llamaspec.studies import adhoc, grid, policy
+    from llamaspec.studies import adhoc, grid
     from llamaspec.studies import study as studies
 
     if given.get("spec_type") is not None:  # one option an axis: the draft-free modes are --modes
@@ -149,7 +149,7 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
         axes["draft_variant"] = compared
     if methods is None and any(c.draft is not None for c in exp.cases) and "draft_max" not in axes:
         axes = {**axes, "draft_max": studies.DEFAULT_LENGTHS}
-    spend = policy.parse_budget(budget) if budget is not None else None
+    spend = parse_budget(budget) if budget is not None else None
     if spend is not None and fixed_grid:
         raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid or --budget")
     asked = None if modes is None else () if modes.strip().lower() == "none" else grid.parse_values("spec_type", modes)

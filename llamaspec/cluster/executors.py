@@ -225,7 +225,7 @@ def study(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     from llamaspec.measure.contract import engine_provenance
     from llamaspec.store.results import Store
     from llamaspec.studies import study as studies
-    from llamaspec.studies.policy import Budget
+    from llamaspec.studies.budget import Budget
 
     p = item.payload
     exp = experiment_of(p)  # the command line's overrides applied on the coordinator

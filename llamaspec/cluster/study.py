@@ -69,7 +69,7 @@ def study_items(exp: Any, machines: list[str], *, axes: dict[str, Any] | None = 
     no other stands in for it. ``axes``: the setups' settings (``draft_max``, ``draft_variant``), as
     ``sweep`` parses them; ``modes`` ``()``: none, None: every mode the engine runs; ``setups``:
     instead, the setups themselves (an experiment's cases over its prompt set, ``studies.methods``);
-    ``budget``: each machine's study budget (a ``studies.policy.Budget``, parsed once, on the coordinator)."""
+    ``budget``: each machine's study budget (a ``studies.budget.Budget``, parsed once, on the coordinator)."""
     from llamaspec.cluster import executors
 
     payload = {**experiment_payload(exp), "axes": {a: list(v) for a, v in (axes or {}).items()},

@@ -1,4 +1,4 @@
-"""How a workload study spends its budget (:class:`Budget`, :func:`parse_budget`): prompts before
+"""How a workload study spends its budget (:mod:`llamaspec.studies.budget`): prompts before
 setups, each prompt in blocks.
 
 Every measurement is a block on one prompt (:meth:`llamaspec.studies.state.StudyState.measure_block`:
@@ -38,15 +38,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import Progress, duration
 from llamaspec.decision import workload
+from llamaspec.studies.budget import MAX_DEFAULT_MINUTES, Budget
 from llamaspec.studies.experiment import Case
 from llamaspec.studies.setups import Setup
 
@@ -71,44 +70,6 @@ LEAST_PROMPTS = 8
 # contradicts it). Two, not one: the draft's cost is fitted over both, and a curve cut short near
 # the end of generation (positions left out where the counts are not certain) is pooled over two.
 FIRST_LONGEST = 2
-_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|pairs?)?\s*$", re.I)
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How much an adaptive sweep may spend: pairs (baseline + speculative), wall time, or both."""
-
-    pairs: int | None = None
-    seconds: float | None = None
-
-    def text(self) -> str:
-        parts = ([f"{self.pairs} pairs"] if self.pairs is not None else []) + (
-            [f"{self.seconds:.0f} s"] if self.seconds is not None else [])
-        return " or ".join(parts) or "none"
-
-
-# The whole study's budget when none is given: DEFAULT_MINUTES of measuring, grown (up to
-# MAX_DEFAULT_MINUTES, said) where this machine's pace times too few prompts to decide on.
-DEFAULT_MINUTES, MAX_DEFAULT_MINUTES = 4, 30
-DEFAULT_BUDGET = Budget(seconds=60.0 * DEFAULT_MINUTES)
-
-
-def parse_budget(text: str) -> Budget:
-    """``10m``, ``90s``, ``1h`` (wall time) or ``40`` / ``40 pairs``."""
-    m = _BUDGET.match(text or "")
-    if not m:
-        raise LlamaspecError(f"--budget: {text!r} is neither a time nor a number of pairs",
-                             hint="e.g. --budget 10m, --budget 90s or --budget 40 (pairs)")
-    value, unit = float(m.group(1)), (m.group(2) or "pairs").lower()
-    if value <= 0:
-        raise LlamaspecError(f"--budget: {text!r} allows nothing to be measured", hint="give a positive budget, e.g. 10m")
-    if unit.startswith("pair"):
-        if value != int(value):
-            raise LlamaspecError(f"--budget: {text!r}: pairs are counted whole", hint="e.g. --budget 40")
-        return Budget(pairs=int(value))
-    return Budget(seconds=value * {"s": 1, "m": 60, "h": 3600}[unit])
-
-
 def first_pass(setups: Sequence[Setup], by_position: bool = True) -> list[Setup]:
     """The setups measured first: every draft-free mode, and per draft group its
     :data:`FIRST_LONGEST` longest lengths (``by_position``) or every length, longest first."""

@@ -33,9 +33,10 @@ from llamaspec.measure.contract import Engine
 from llamaspec.store.results import Store
 from llamaspec.store.rows import Group, run_meta
 from llamaspec.studies import policy
+from llamaspec.studies.budget import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget
 from llamaspec.studies.experiment import Experiment
 from llamaspec.studies.grid import Point
-from llamaspec.studies.policy import DEFAULT_BUDGET, DEFAULT_MINUTES, Budget, first_pass
+from llamaspec.studies.policy import first_pass
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of, make_setup, setups_for
 from llamaspec.studies.state import Drift, Load, StudyState, prompt_group
 
@@ -174,7 +175,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     (:mod:`llamaspec.studies.policy`).
 
     ``budget``: runs (a setup's speculative run in a block, with its baselines) or measuring time
-    for the whole study (None: :data:`llamaspec.studies.policy.DEFAULT_BUDGET`, grown where it times too few prompts); a
+    for the whole study (None: :data:`llamaspec.studies.budget.DEFAULT_BUDGET`, grown where it times too few prompts); a
     budget of runs below the first block is refused before anything is measured. ``over_prompts``:
     the prompts are a sample of the workload (False: ``--whole-workload``, they are the whole of it);
     ``count_loops``: a prompt whose target output loops counts in the decision; ``time_costs``: the
