@@ -310,4 +310,4 @@ def test_setups_that_differ_at_one_near_tie_keep_the_prompt_in_the_study(fake_mo
         assert by["draft 2"].near_ties and by["draft 4"].near_ties and not by["draft 8"].near_ties, by
     else:
         assert by["draft 2"].excluded and by["draft 4"].excluded and not by["draft 8"].excluded, by
-        assert d.decision.chosen is not None, d.lines()  # the one prompt decides
+    assert d.decision.chosen is not None, d.lines()  # the one prompt decides
