@@ -135,6 +135,8 @@ def test_a_raw_prompt_reaches_every_engine_as_the_same_text(tmp_path: Path) -> N
     from llamaspec.hf import deploy as hf_deploy
     from llamaspec.hf.prompting import _input_ids
     from llamaspec.llamacpp.server import ServerEngine
+    from llamaspec.studies import deploy as study_deploy
+    from llamaspec.studies.experiment import Case, Experiment, ModelRef
 
     class Tokenizer:  # records the text the model would be given
         def __call__(self, text: str, return_tensors: str) -> object:
@@ -153,6 +155,11 @@ def test_a_raw_prompt_reaches_every_engine_as_the_same_text(tmp_path: Path) -> N
         script = hf_deploy.deployment(c).commands[0].text
         assert served_prompt(c).text == server.prompt_text(c) == tokenizer.text == expected
         assert f"prompt = {expected!r}" in script.splitlines()
+        # the deploy check sends the experiment's case (its settings not yet defaulted) as it was measured
+        unresolved = Case(c.case, ModelRef("t", "f32"), None, c.prompt, c.prompt_file,
+                          Settings(escape=c.settings.escape if c.settings.escape is False else None))
+        (sent,) = study_deploy.client_prompts(Experiment("e", "", "llama.cpp", 1, (unresolved,)))
+        assert sent.text == expected
 
 
 def test_generated_part_drops_the_echoed_prompt(tmp_path: Path) -> None:

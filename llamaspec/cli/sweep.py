@@ -248,16 +248,11 @@ def deploy_checked(result: Any, answer: Any, engine: Any, exp: Any, store: Any, 
         return replace(answer, notes=(*answer.notes, "the llama-server command is unchecked (--no-check-deploy): the "
                                       f"study's figure was measured with engine {answer.engine}; drop --no-check-deploy to check "
                                       "it on llama-server")), None, None
-    from llamaspec.measure.contract import ClientPrompt
     from llamaspec.registry import engines
 
     run = store.run(run_id)
     case = deploy.case_of_run(exp, run)
-    firsts: dict[str, Any] = {}
-    for c in exp.cases:
-        firsts.setdefault(c.category or c.name, c)
-    prompts = [ClientPrompt(c.name, c.prompt if c.prompt is not None else Path(c.prompt_file).read_text(), c.chat,
-                            c.history) for c in firsts.values()]
+    prompts = deploy.client_prompts(exp)
     s = case.settings.with_defaults()
     with measuring(f"llamaspec sweep {exp.name}: deploy check", no_wait):
         answer, checked = engines.check_deployment(

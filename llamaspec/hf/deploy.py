@@ -55,8 +55,7 @@ def deployment(case: ResolvedCase, accel: str = "auto", speculative: bool = True
     dtype = s.dtype or "auto"
     load_in = s.load_in or "none"
     # a chat's messages are sent as written (measure.chat); a raw prompt as every engine reads it
-    prompt = (case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()) if case.chat \
-        else chat.raw_prompt(case)
+    prompt = chat.prompt_of(case)
     uses_draft = speculative and spectypes.needs_draft(spec_type) and case.draft is not None
     adapter = any(hf_models.model_format(m) == "peft-adapter" for m in (case.target, case.draft) if m is not None)
     lines = ["import torch", "from transformers import AutoModelForCausalLM, AutoTokenizer"

@@ -3,7 +3,6 @@ chat template where the case is a chat, and how the prompt was served (``chat.PR
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from llamaspec.measure import chat
@@ -15,8 +14,7 @@ def _input_ids(case: ResolvedCase, tokenizer: Any) -> Any:
     through the model's template, or as plain text where it has none (``measure.chat``)."""
     if not case.chat:
         return tokenizer(chat.raw_prompt(case), return_tensors="pt").input_ids
-    prompt = case.prompt if case.prompt is not None else Path(str(case.prompt_file)).read_text()
-    turns = chat.messages(case, prompt)
+    turns = chat.messages(case, chat.written(case))
     if _prompt_form(case, tokenizer) == chat.CHAT_TEMPLATE:
         return tokenizer.apply_chat_template(chat.as_dicts(turns), add_generation_prompt=True, return_tensors="pt")
     chat.warn_no_template(str(getattr(tokenizer, "name_or_path", "") or case.target.label))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import chat
@@ -37,7 +36,7 @@ def served_prompt(case: ResolvedCase) -> ServedPrompt:
     gets the chat as raw text (``chat.plain_text``), with one warning per model."""
     if not case.chat:
         return ServedPrompt(chat.raw_prompt(case), chat.RAW)
-    text = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+    text = chat.written(case)
     from llamaspec.llamacpp.chat import echoes, render
     from llamaspec.models.reader import read_chat
 

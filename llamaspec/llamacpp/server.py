@@ -228,7 +228,7 @@ class ServerEngine:
         or the chat's messages (earlier turns, then the prompt) rendered by the server's own template."""
         if not case.chat:
             return chat.raw_prompt(case)
-        prompt = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+        prompt = chat.written(case)
         base = self.server_for(case, "baseline")
         turns = chat.messages(case, prompt)
         key = (case.target.path, tuple(turns))
@@ -408,8 +408,7 @@ def prompt_form(case: ResolvedCase) -> str:
 
 def _prompt_key(case: ResolvedCase) -> tuple[str, str, bool, tuple[Message, ...]]:
     """(target, prompt, chat, earlier turns): what fixes the prompt's length in tokens."""
-    prompt = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
-    return (case.target.path, prompt, case.chat, case.history if case.chat else ())
+    return (case.target.path, chat.written(case), case.chat, case.history if case.chat else ())
 
 
 def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_rounds: int | None = None) -> dict[str, Any]:

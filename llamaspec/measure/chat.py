@@ -17,8 +17,23 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from llamaspec.measure.contract import Message, ResolvedCase
+from llamaspec.measure.settings import Settings
+
+
+class Prompted(Protocol):
+    """What a prompt is read from: a resolved case, or an experiment's case before it is resolved."""
+
+    @property
+    def prompt(self) -> str | None: ...
+    @property
+    def prompt_file(self) -> str | None: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def chat(self) -> bool: ...
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +57,21 @@ def process_escapes(text: str) -> str:
     return _ESCAPE.sub(lambda m: _ESCAPES[m.group(1)] if m.group(1) else chr(int(m.group(2), 16)), text)
 
 
-def raw_prompt(case: ResolvedCase) -> str:
+def written(case: Prompted) -> str:
+    """The case's prompt as written: its text, or its prompt file's whole text."""
+    return case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+
+
+def prompt_of(case: Prompted) -> str:
+    """What every engine builds the model's input from: a chat message as written (:func:`written`,
+    rendered by a template later), or the raw prompt (:func:`raw_prompt`)."""
+    return written(case) if case.chat else raw_prompt(case)
+
+
+def raw_prompt(case: Prompted) -> str:
     """A raw prompt as every engine's model reads it: the prompt, or a prompt file's text less the
     one trailing newline (llama.cpp's ``-f`` drops it), escapes processed where ``escape`` is on."""
-    text = case.prompt if case.prompt is not None else Path(case.prompt_file or "").read_text()
+    text = written(case)
     if case.prompt is None and text.endswith("\n"):
         text = text[:-1]
     return process_escapes(text) if case.settings.escape else text

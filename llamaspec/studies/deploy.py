@@ -13,12 +13,25 @@ no engine module here either.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.measure.contract import Deployment, Engine, ModelPath, ResolvedCase
+from llamaspec.measure import chat
+from llamaspec.measure.contract import ClientPrompt, Deployment, Engine, ModelPath, ResolvedCase
 from llamaspec.measure.settings import Settings
-from llamaspec.studies.experiment import Experiment
+from llamaspec.studies.experiment import Case, Experiment
+
+
+def client_prompts(exp: Experiment) -> list[ClientPrompt]:
+    """The deploy check's prompts: the first of each category (each prompt its own where there are
+    none), each as the study's engine read it (:func:`llamaspec.measure.chat.prompt_of`, escapes at
+    the settings' defaults as measured)."""
+    firsts: dict[str, Case] = {}
+    for c in exp.cases:
+        firsts.setdefault(c.category or c.name, c)
+    return [ClientPrompt(c.name, chat.prompt_of(dataclasses.replace(c, settings=c.settings.with_defaults())), c.chat,
+                         c.history) for c in firsts.values()]
 
 
 def case_of_run(exp: Experiment, run: dict[str, Any]) -> ResolvedCase:
