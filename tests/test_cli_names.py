@@ -24,7 +24,7 @@ MEANINGS = {
     "--n-predict": "Tokens to generate", "-n": "Tokens to generate", "--prompt": "prompt", "-p": "prompt",
     "--prompt-file": "prompt from a file", "-f": "prompt from a file", "--repeats": "Pairs (baseline + speculative)",
     "-r": "Pairs (baseline + speculative)", "--limit": "Keep N prompts", "--sample-seed": "Sample", "--format": "chat",
-    "--turns": "turn", "--prompts": "prompt set", "-P": "prompt set", "--no-wait": "another measurement",
+    "--turns": "turn", "--prompts": "prompt set", "-P": "prompt set", "--no-wait": "another measurement", "--check-deploy": "llama-server command", "--no-check-deploy": "llama-server command",
     "--plot": "plot", "--no-plot": "plot", "--experiment": "experiment", "-e": "experiment", "--output": "file",
     "-o": "file", "--force": "already", "--cluster": "Ray", "-m": "target", "--model": "target", "-md": "draft",
     "--model-draft": "draft", "--threads": "CPU threads", "-t": "CPU threads", "--source": "path:/your/llama.cpp",

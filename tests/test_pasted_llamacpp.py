@@ -74,7 +74,7 @@ def test_a_line_without_a_prompt_states_its_plan_and_measures_one_prompt_a_categ
     from llamaspec.studies import adhoc
 
     target, draft = offline_pair
-    done = CliRunner().invoke(main, ["run", "--json", "--", "llama-speculative-simple", "-m", str(target.path), "-md",
+    done = CliRunner().invoke(main, ["run", "--json", "--no-check-deploy", "--", "llama-speculative-simple", "-m", str(target.path), "-md",
                                      str(draft.path), "--draft-max", "4", "-n", "16", "-t", "1", "-c", "1024"])
     assert done.exit_code == 0, done.output
     plan = next(line for line in done.stderr.splitlines() if line.startswith("plan: "))
@@ -87,6 +87,7 @@ def test_a_line_without_a_prompt_states_its_plan_and_measures_one_prompt_a_categ
     firsts = {p.category: p.id for p in reversed(adhoc.builtin_workload().prompts)}
     assert sorted((p["category"], p["prompt"]) for p in data["prompts"]) == sorted(firsts.items())
     assert [s["label"] for s in data["setups"]] == ["draft 4"]
+    assert data["deploy_check"] is None  # --no-check-deploy: no server started after the sample
     store = Store.open()
     runs = [r for r in store.runs(experiment=data["experiment"]) if r["kind"] != "study"]
     blocks: dict[str, list[str]] = {}

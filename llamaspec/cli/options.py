@@ -204,6 +204,13 @@ def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
                              f"prompt whose target alone answers with {FLOOR_TEXT} and is left out.")(func)
 
 
+check_deploy_option = click.option(
+    "--check-deploy/--no-check-deploy", default=True, show_default=True,
+    help="Check a recommended llama-server command before printing it: start it and the target alone's, send the "
+         "first prompt of each category in turn as a client would, and set the server's speedup beside the study's "
+         "(docs/engines.md, \"The deploy check\").")
+
+
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(COMMON_OPTIONS):
         func = option(func)

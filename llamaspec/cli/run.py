@@ -16,6 +16,7 @@ from llamaspec.base.stats import percent_text
 from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import (
+    check_deploy_option,
     check_prompt_file,
     common_options,
     model_options,
@@ -53,7 +54,7 @@ def progress_printer(total_steps: int, in_blocks: bool = False):
     return on_event
 
 
-def measure_sample(exp: Any, accel: str, bin_dir: Path | None, no_wait: bool, as_json: bool) -> None:
+def measure_sample(exp: Any, accel: str, bin_dir: Path | None, no_wait: bool, as_json: bool, check_deploy: bool) -> None:
     """An experiment over a workload's prompts (the built-in workload's sample): its one setting
     measured on each prompt in blocks, as a study measures (``studies.study.run_study``), its plan
     said first, then the study's answer."""
@@ -69,11 +70,11 @@ def measure_sample(exp: Any, accel: str, bin_dir: Path | None, no_wait: bool, as
     try:
         with measuring(f"llamaspec run {exp.name}", no_wait):
             result = studies.run_study(exp, [setup], engine, store, fixed_grid=True, time_costs=False,
-                                       on_event=progress_printer(3 * studies.pairs_per_point(exp) * len(exp.cases),
-                                                                 in_blocks=True))
+                                       on_event=progress_printer(studies.sample_runs(exp), in_blocks=True))
     finally:
         engine.close()
-    echo_study(dataclasses.replace(result, block_seconds=None), engine, exp, store, False, as_json)  # no --budget here
+    echo_study(dataclasses.replace(result, block_seconds=None), engine, exp, store, False, as_json,  # no --budget here
+               check_deploy=check_deploy, no_wait=no_wait, command="run")
 
 
 @main.command(cls=TakesPastedCommand)
@@ -83,6 +84,7 @@ def measure_sample(exp: Any, accel: str, bin_dir: Path | None, no_wait: bool, as
 @common_options
 @click.option("--per-category", type=click.IntRange(min=1), default=None, metavar="N",
               help="With no prompt: N prompts of each category of the built-in workload (default 1).")
+@check_deploy_option
 @cluster_option
 @click.option("--machine", "machines", multiple=True, metavar="NAME",
               help="With --cluster: use only this machine (repeatable; `llamaspec cluster machines` lists them).")
@@ -91,7 +93,7 @@ def measure_sample(exp: Any, accel: str, bin_dir: Path | None, no_wait: bool, as
 def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...], study: str | None, n_predict: int | None, prompt: str | None, prompt_file: Path | None,
         repeats: int | str | None, timeout: float | None, bin_dir: Path | None, accel: str, no_wait: bool,
         as_json: bool, address: str | None, machines: tuple[str, ...], split_repeats: bool, per_category: int | None,
-        **given: Any) -> None:
+        check_deploy: bool, **given: Any) -> None:
     """Run an experiment, or your own models: speculative vs the target alone, in pairs, stored.
 
     NAME|PATH is an experiment; or name the models as llama.cpp takes them, -m TARGET -md DRAFT
@@ -171,7 +173,7 @@ def run(experiment_name: str | None, model: str | None, drafts: tuple[str, ...],
     if machines or split_repeats:
         raise click.UsageError("--machine and --split-repeats are for --cluster HOST:PORT (or $RAY_ADDRESS)")
     if all(c.category is not None for c in exp.cases):  # a workload's prompts: one block each unless --repeats
-        measure_sample(dataclasses.replace(exp, repeats=repeats or 1), accel, bin_dir, no_wait, as_json)
+        measure_sample(dataclasses.replace(exp, repeats=repeats or 1), accel, bin_dir, no_wait, as_json, check_deploy)
         return
     engine = open_engine(exp, accel, bin_dir)
     steps = 2 * (runs.AUTO_MAX if exp.repeats == "auto" else int(exp.repeats)) * len(exp.cases)

@@ -16,6 +16,7 @@ from llamaspec.cli import main
 from llamaspec.cli.cluster import cluster_option
 from llamaspec.cli.options import (
     PROMPT_SOURCES,
+    check_deploy_option,
     check_prompt_file,
     common_options,
     model_options,
@@ -46,10 +47,7 @@ log = logging.getLogger("llamaspec")
                    "larger budget continues the same study).")
 @click.option("--fixed-grid", is_flag=True,
               help="Measure every setup on every prompt in --repeats blocks each instead of the adaptive study.")
-@click.option("--check-deploy/--no-check-deploy", default=True, show_default=True,
-              help="Check a recommended llama-server command before printing it: start it and the target alone's, "
-                   "send the first prompt of each category in turn as a client would, and set the server's speedup "
-                   "beside the study's (docs/engines.md, \"The deploy check\").")
+@check_deploy_option
 @click.option("--warm", is_flag=True,
               help="A llama-server study as traffic: one long-lived server per setup, the prompts in turn, repeats "
                    "allowed (default: a mode that keeps state between requests is timed on a fresh server). Its "
@@ -208,7 +206,7 @@ def load_workload(source: str | None, limit: int | None, seed: int | None, fmt: 
 
 
 def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_json: bool, *,
-               check_deploy: bool = True, no_wait: bool = False) -> None:
+               check_deploy: bool = True, no_wait: bool = False, command: str = "sweep") -> None:
     """A study's table, its one decision and the command that deploys it (a recommended llama-server
     command checked on llama-server first, :func:`deploy_checked`; without ``check_deploy`` marked
     unchecked)."""
@@ -219,7 +217,7 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
     answer = studies.deployment(result, engine, exp, store)
     checked_text, checked_dict = None, None
     if answer is not None:
-        answer, checked_text, checked_dict = deploy_checked(result, answer, engine, exp, store, no_wait, check_deploy)
+        answer, checked_text, checked_dict = deploy_checked(result, answer, engine, exp, store, no_wait, check_deploy, command)
     if as_json:
         click.echo(json.dumps({**result.as_dict(), "plots": [str(p) for p in plots],
                                "deploy": answer.to_dict() if answer else None, "deploy_check": checked_dict},
@@ -232,7 +230,7 @@ def echo_study(result: Any, engine: Any, exp: Any, store: Any, plot: bool, as_js
 
 
 def deploy_checked(result: Any, answer: Any, engine: Any, exp: Any, store: Any, no_wait: bool,
-                   check: bool = True) -> tuple[Any, str | None, dict[str, Any] | None]:
+                   check: bool = True, command: str = "sweep") -> tuple[Any, str | None, dict[str, Any] | None]:
     """The answer after its deploy check (llamacpp.deploy_check), the check's line and its JSON:
     the first prompt of each category, sent to the answer's llama-server and the target alone's.
     Not ``check``: a recommended llama-server command is marked unchecked, with how to check it."""
@@ -254,7 +252,7 @@ def deploy_checked(result: Any, answer: Any, engine: Any, exp: Any, store: Any, 
     case = deploy.case_of_run(exp, run)
     prompts = deploy.client_prompts(exp)
     s = case.settings.with_defaults()
-    with measuring(f"llamaspec sweep {exp.name}: deploy check", no_wait):
+    with measuring(f"llamaspec {command} {exp.name}: deploy check", no_wait):
         answer, checked = engines.check_deployment(
             answer.engine, answer, deploy.for_run(engine, exp, run, speculative=False), prompts, chosen.measured,
             s.n_predict or 64, paths.runs_dir() / "deploy-check", seed=s.seed)

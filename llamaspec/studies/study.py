@@ -278,12 +278,18 @@ def own_setup(exp: Experiment) -> Setup:
                             else (("draft_max", s.draft_max),)))
 
 
+def sample_runs(exp: Experiment) -> int:
+    """The runs ``run`` measures of a workload's prompts: a block each (the target alone, the
+    setting, the target alone again) times the blocks a prompt gets."""
+    return 3 * pairs_per_point(exp) * len(exp.cases)
+
+
 def sample_plan(exp: Experiment, setup: Setup) -> str:
     """What ``run`` measures of a workload's prompts, said before it measures: the prompts by
     category, the blocks and their runs, and how to ask for more."""
     cats, blocks, n = list(dict.fromkeys(c.category or c.name for c in exp.cases)), pairs_per_point(exp), len(exp.cases)
     return (f"plan: {n} prompt{'s' if n != 1 else ''} in {len(cats)} categories ({', '.join(cats)}), {blocks} block"
-            f"{'s' if blocks != 1 else ''} each (the target alone, {setup.label}, the target alone again): {3 * blocks * n} "
+            f"{'s' if blocks != 1 else ''} each (the target alone, {setup.label}, the target alone again): {sample_runs(exp)} "
             f"runs of {exp.cases[0].settings.with_defaults().n_predict} tokens after a warm-up; the time left is said after "
             "each run; more prompts: --per-category N, more blocks: --repeats N, every prompt and other settings: "
             "`llamaspec sweep`")
