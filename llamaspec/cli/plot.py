@@ -48,7 +48,7 @@ def plot(target: str, as_json: bool) -> None:
         return
     if target.isdigit():
         run = store.run(int(target))
-        rep = analysis.report_for_runs(store, [run], f"run-{target}", [], True, paths.plots_dir() / f"run-{target}")
+        rep = analysis.report_for_runs([run], f"run-{target}", [], True, paths.plots_dir() / f"run-{target}")
     elif store.runs(group_id=target, limit=1):
         rep = analysis.sweep_report(store, target)
     else:

@@ -240,7 +240,7 @@ def deploy_checked(result: Any, answer: Any, engine: Any, exp: Any, store: Any, 
 
     chosen = result.decision.chosen
     run_id = result.run_of(chosen.key) if result.decision.verdict == "recommend" and chosen is not None else None
-    if run_id is None or not any(c.program == "llama-server" and c.argv for c in answer.commands):
+    if run_id is None or answer.server_command() is None:
         return answer, None, None
     if not check:
         return replace(answer, notes=(*answer.notes, "the llama-server command is unchecked (--no-check-deploy): the "

@@ -162,8 +162,8 @@ def check_answer(answer: Deployment, alone: Deployment, prompts: Sequence[Client
     takes the llama-server command out and says so (the command-line deploy stays, as measured); a
     check that could not run marks the command unchecked; None: nothing to check (no llama-server
     command in the answer, or none for the target alone)."""
-    spec_cmd = _server_command(answer)
-    alone_cmd = _server_command(alone)
+    spec_cmd = answer.server_command()
+    alone_cmd = alone.server_command()
     if not answer.speculative or spec_cmd is None or alone_cmd is None:
         return answer, None
     log.info("deploy check of %s: the llama-server command below and the target alone's, %d prompt%s (the first of "
@@ -182,10 +182,6 @@ def check_answer(answer: Deployment, alone: Deployment, prompts: Sequence[Client
             "setting is not recommended there (measure it as served: an experiment with engine: llama-server)")
     kept = tuple(c for c in answer.commands if c is not spec_cmd)
     return replace(answer, commands=kept, notes=(*answer.notes, note)), checked
-
-
-def _server_command(d: Deployment) -> Command | None:
-    return next((c for c in d.commands if c.program == "llama-server" and c.argv), None)
 
 
 def _server(command: Command, logs: Path, label: str) -> Server:

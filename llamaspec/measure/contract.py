@@ -403,6 +403,10 @@ class Deployment:
     commands: tuple[Command, ...]
     notes: tuple[str, ...] = ()
 
+    def server_command(self) -> Command | None:
+        """The llama-server command that deploys it, where there is one."""
+        return next((c for c in self.commands if c.program == "llama-server" and c.argv), None)
+
     def render(self, indent: str = "  ") -> str:
         lines = [f"deploy: {self.setting} [{self.engine}]"]
         for c in self.commands:

@@ -129,6 +129,7 @@ class SweepReport:
             } for g in self.groups],
         }
 
+
 def _med(s: Spread | None) -> str:
     return f"{s.median:.2f}" if s else "-"
 
@@ -136,13 +137,14 @@ def _med(s: Spread | None) -> str:
 def _num(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
 
-def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axes: Sequence[str], plot: bool,
+
+def report_for_runs(runs: Sequence[dict[str, Any]], name: str, axes: Sequence[str], plot: bool,
                     out_dir: Path) -> SweepReport:
     """The report over these runs, grouped by the settings of ``axes`` other than the draft
     length (:func:`speedup_model.fit_groups`), each group drawn under ``out_dir`` with ``plot``."""
     if not runs:
         raise LlamaspecError(f"no finished runs for {name}", hint="run `llamaspec sweep NAME --draft 1..16` first")
-    meta = run_meta(store.run(runs[0]["id"]))
+    meta = run_meta(runs[0])  # a stored run as the store gives it: no second read
     report = SweepReport(name, meta["experiment"], meta["case"], meta, fit_groups(runs, axes))
     if plot:
         from llamaspec.views import plot as plots
@@ -155,7 +157,7 @@ def report_for_runs(store: Store, runs: Sequence[dict[str, Any]], name: str, axe
 def sweep_report(store: Store, sweep_id: str, plot: bool = True) -> SweepReport:
     runs = [r for r in finished(store.runs(group_id=sweep_id)) if r["kind"] == "sweep"]
     axes = axes_of(runs)
-    return report_for_runs(store, runs, sweep_id, axes, plot, paths.plots_dir() / sweep_id)
+    return report_for_runs(runs, sweep_id, axes, plot, paths.plots_dir() / sweep_id)
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text).strip("_")
@@ -170,7 +172,7 @@ def experiment_report(store: Store, experiment: str, plot: bool = True) -> Sweep
     sweeps = [r for r in runs if r["kind"] == "sweep"]
     if sweeps:
         return sweep_report(store, sweeps[0]["group_id"], plot)
-    return report_for_runs(store, runs, experiment, axes_of(runs), plot, paths.plots_dir() / _slug(experiment))
+    return report_for_runs(runs, experiment, axes_of(runs), plot, paths.plots_dir() / _slug(experiment))
 
 
 def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
@@ -204,6 +206,6 @@ def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
                 if spectypes.needs_draft(r["settings"].get("spec_type"))]
         if not runs:
             continue
-        report = report_for_runs(store, runs, prompt, axes_of(runs), True, folder / prompt)
+        report = report_for_runs(runs, prompt, axes_of(runs), True, folder / prompt)
         out += [p for ps in report.plots.values() for p in ps if p.suffix == ".png"]
     return out
