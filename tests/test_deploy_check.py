@@ -189,6 +189,8 @@ def test_warm_traffic_is_refused_for_a_study_that_does_not_run_on_llama_server()
     from llamaspec.registry import engines
 
     result = CliRunner().invoke(main, ["sweep", "smollm2-quicksort", "--warm", "--no-plot"])
-    assert result.exit_code == 2 and "--warm measures llama-server traffic; smollm2-quicksort runs on llama.cpp" in result.output
+    # one owner (registry.engines.open_engine) refuses it, before anything is measured
+    assert result.exit_code == 1 and "warm traffic is served traffic: the llama.cpp engine starts each run fresh" in result.output
+    assert "engine: llama-server" in result.output and "[1/" not in result.output
     with pytest.raises(Exception, match="warm traffic is served traffic: the llama.cpp engine starts each run fresh"):
         engines.open_engine("llama.cpp", EngineOptions(warm=True))

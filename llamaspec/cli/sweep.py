@@ -151,9 +151,6 @@ def sweep(experiment_name: str | None, model: str | None, drafts: tuple[str, ...
     if spend is not None and fixed_grid:
         raise click.UsageError("--budget is for the adaptive study: drop --fixed-grid or --budget")
     asked = None if modes is None else () if modes.strip().lower() == "none" else grid.parse_values("spec_type", modes)
-    if warm and exp.engine != "llama-server":
-        raise click.UsageError(f"--warm measures llama-server traffic; {exp.name} runs on {exp.engine}: give an experiment "
-                               "with engine: llama-server (e.g. smollm2-server-mini)")
     if address:
         from llamaspec.cli.cluster import study_on_cluster
 

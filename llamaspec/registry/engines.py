@@ -119,7 +119,8 @@ def _import(name: str, module: str) -> Any:
 def open_engine(name: str, options: EngineOptions | None = None) -> Engine:
     if options is not None and options.warm and name != "llama-server":
         raise LlamaspecError(f"warm traffic is served traffic: the {name} engine starts each run fresh",
-                             hint="measure warm traffic on llama-server (an experiment with engine: llama-server)")
+                             hint="measure warm traffic on llama-server: an experiment with engine: llama-server "
+                                  "(e.g. smollm2-server-mini)")
     backend: Engine = _module(name).open_engine(options or EngineOptions())
     return backend
 
