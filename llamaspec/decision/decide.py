@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -479,6 +479,35 @@ def deploys_alone(speedup: Spread | None) -> str | None:
     on it alone; None: it deploys with its draft (or nothing was measured)."""
     d = decide([Candidate("setting", "the draft", speedup)]) if speedup is not None else None
     return d.reason if d is not None and d.verdict == "no draft" else None
+
+
+SWITCH_SHOWN = 0.95  # a serving setting gives way only to one faster in this share of paired resamples
+
+
+def for_running(decision: Decision, running: Hashable, beats: Mapping[Hashable, float]) -> tuple[str, str]:
+    """The rule's answer for a setting already serving (``watch``), as a verdict and its reason.
+
+    "no draft" and "undecided" are the decision's own. The running setting is given the lowest cost,
+    so "cheaper only when as good" keeps it where it is shown within the tolerance of the best:
+    "keep". A recommendation of another setting is "change" only where that one was faster than the
+    running one in :data:`SWITCH_SHOWN` of paired resamples (``beats``: the share for each setting,
+    its margin the caller's), else "keep", saying the gain is not shown."""
+    chosen = decision.chosen
+    if chosen is None:
+        return "undecided", decision.reason
+    said = f"{chosen.label}, {chosen.measured.text(suffix='x')}"
+    if decision.verdict == "no draft":
+        return "no draft", f"no setting can be a gain of more than {percent_text(decision.tolerance)} (best: {said})"
+    if decision.verdict == "undecided":
+        loss = chance_text(chosen.chance_of_loss) if chosen.chance_of_loss is not None else "unknown"
+        return "undecided", f"no setting is shown faster than the target alone (best bet: {said}, a chance of a loss of {loss})"
+    if chosen.key == running:
+        return "keep", f"the running setting is the one the rule recommends: {said}"
+    shown = beats.get(chosen.key, 0.0)
+    if shown >= SWITCH_SHOWN:
+        return "change", f"the rule recommends {said}, faster than the running one in {percent_text(shown)} of the resamples"
+    return "keep", (f"the rule recommends {said}, but it is faster than the running one in only {percent_text(shown)} "
+                    f"of the resamples ({percent_text(SWITCH_SHOWN)} needed): watch longer")
 
 
 def _as_good(e: Estimate, best: Estimate, tolerance: float) -> bool:

@@ -29,13 +29,12 @@ measured, else, where the costs were timed here with the target alone, the draft
 and for each length the share of resamples in which it beats the running one. They carry the
 window's sampling error only, taken as independent steps; the costs are taken as exact.
 
-**The verdict** (:data:`VERDICTS`): "no draft" when even the best length's interval lies below
-1.0 and its prediction more than the model's own error (``speedup_model.PREDICTION_ERROR``) below it;
-"undecided" when it spans 1.0 or lies within that error of it; else "keep" when the running length is the best or within
-``decide.TOLERANCE`` of it or its predicted gain is within the model's own error (its median
-miss at lengths it did not see), "change" when another
-length beats it in at least ``SHOWN`` of the resamples, otherwise "keep" (the gain is not shown by
-the window's counts), saying so.
+**The verdict** (:data:`VERDICTS`) is the decision rule's (``decision.decide.decide`` over the
+lengths, each interval widened by the model's own error, ``speedup_model.PREDICTION_ERROR``; then
+``decide.for_running``): "no draft" and "undecided" as decided; "keep" where the running length is
+the one recommended; "change" where another is, and it beat the running one by more than the
+model's error in ``decide.SWITCH_SHOWN`` of the resamples; otherwise "keep", saying the gain is not
+shown.
 """
 
 from __future__ import annotations
@@ -47,14 +46,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.base.stats import percent_text
-from llamaspec.decision.decide import TOLERANCE
+from llamaspec.base.stats import Spread
+from llamaspec.decision import decide
 from llamaspec.decision.speedup_model import PREDICTION_ERROR
 from llamaspec.theory import CostModel, PositionCurve, alpha_from_tokens_per_round, expected_tokens_per_round
 from llamaspec.watch.window import Window
 
 BOOTSTRAP = 200
-SHOWN = 0.95  # a length replaces the running one when it beats it in this share of the resamples
 VERDICTS = ("keep", "change", "no draft", "undecided")
 BY_POSITION = "acceptance by position"
 ONE_ALPHA = "one alpha (the server counts no positions: mean accepted length only)"
@@ -69,7 +67,7 @@ class LengthForecast:
     speedup: float  # over the target alone
     low: float  # 95 % interval from the window's counts
     high: float
-    beats_running: float | None  # share of resamples in which it is faster than the running length (None: it is that one)
+    beats_running: float | None  # share of resamples in which it beats the running length by more than the model's error (None: it is that one)
 
 
 @dataclass(frozen=True)
@@ -271,46 +269,24 @@ def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = 
              else _alpha_exactly(window))
     samples = [speedups(window, cost, running, plain_share, _resample(rng, exact), drafted) for _ in range(refits)]
     lengths = []
+    margin = 1.0 + PREDICTION_ERROR  # faster than the running length beyond the model's own error
     for i, s in enumerate(point):
         values = sorted(sample[i] for sample in samples)
         lo = values[int(0.025 * (len(values) - 1))] if values else s
         hi = values[int(math.ceil(0.975 * (len(values) - 1)))] if values else s
-        beats = None if i + 1 == running else (sum(1 for v in samples if v[i] > v[running - 1]) / len(samples)
-                                               if samples else float(s > point[running - 1]))
+        beats = None if i + 1 == running else (sum(1 for v in samples if v[i] > v[running - 1] * margin) / len(samples)
+                                               if samples else float(s > point[running - 1] * margin))
         lengths.append(LengthForecast(i + 1, _tokens_model(window, None)(i + 1), s, min(lo, s), max(hi, s), beats))
-    best = 1
-    for k, s in enumerate(point, start=1):  # the shortest on ties
-        if s > point[best - 1] * (1 + 1e-12):
-            best = k
-    verdict, reason = _verdict(lengths, best, running)
+    decision = decide.decide([_candidate(p, running, window.steps) for p in lengths])
+    verdict, reason = decide.for_running(decision, running, {p.draft_max: p.beats_running or 0.0 for p in lengths})
+    best = int(decision.chosen.key) if decision.chosen is not None else running  # type: ignore[call-overload]
     return Forecast(running, tuple(lengths), BY_POSITION if window.accepted_by_position is not None else ONE_ALPHA,
                     plain_share, plain is not None, cost, calibrated, window.decode_tps, absolute, verdict, best,
                     reason, refits)
 
 
-def _verdict(lengths: Sequence[LengthForecast], best: int, running: int) -> tuple[str, str]:
-    top, now = lengths[best - 1], lengths[running - 1]
-    if top.high < 1.0 and top.speedup < 1.0 - PREDICTION_ERROR:
-        return "no draft", (f"even its best length, {best}, is predicted slower than the target alone "
-                            f"({top.speedup:.2f}x [{top.low:.2f}-{top.high:.2f}])")
-    if top.low <= 1.0 or top.speedup <= 1.0 + PREDICTION_ERROR:
-        return "undecided", (f"whether the draft pays is not settled by this window: its best length, {best}, "
-                             f"is predicted {top.speedup:.2f}x [{top.low:.2f}-{top.high:.2f}]"
-                             + ("" if top.low > 1.0 or top.high < 1.0 else ", its interval spanning 1.0")
-                             + (f", within the model's own error ({percent_text(PREDICTION_ERROR)}) of 1.0"
-                                if abs(top.speedup - 1.0) <= PREDICTION_ERROR else ""))
-    if best == running or now.speedup >= top.speedup * (1.0 - TOLERANCE):
-        why = ("the running length is the best predicted" if best == running else
-               f"the running length is within {percent_text(TOLERANCE)} of the best predicted (draft {best}, "
-               f"{top.speedup:.2f}x)")
-        return "keep", why
-    shown = top.beats_running or 0.0
-    gain = top.speedup / now.speedup - 1.0
-    if gain <= PREDICTION_ERROR:
-        return "keep", (f"draft {best} is predicted {percent_text(gain)} faster than the running {running}, within the "
-                        f"model's own error ({percent_text(PREDICTION_ERROR)})")
-    if shown >= SHOWN:
-        return "change", (f"draft {best} is predicted {percent_text(gain)} faster than the running {running} "
-                          f"(faster in {percent_text(shown)} of the resamples)")
-    return "keep", (f"draft {best} is predicted {percent_text(gain)} faster, but the window's counts do not show it "
-                    f"(faster in {percent_text(shown)} of the resamples, {percent_text(SHOWN)} needed): watch longer")
+def _candidate(p: LengthForecast, running: int, steps: int) -> decide.Candidate:
+    """One length for the decision rule: its interval widened by the model's own error, the running
+    length the cheapest (keeping it costs no restart), then the shorter."""
+    widened = Spread(p.speedup, p.low / (1 + PREDICTION_ERROR), p.high * (1 + PREDICTION_ERROR), steps, p.low, p.high, None)
+    return decide.Candidate(p.draft_max, f"draft {p.draft_max}", widened, (float(p.draft_max != running), p.draft_max))
