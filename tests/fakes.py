@@ -502,6 +502,26 @@ class Swept:
     sweep_id: str
 
 
+HW = {"cpu": "test", "cores": 2}  # the hardware a fake run records
+
+
+def case(**settings: Any) -> ResolvedCase:
+    """The quicksort case of the offline pair's names, at ``settings`` over -n 64, -t 1, draft 8."""
+    from llamaspec.measure.settings import Settings
+
+    s = Settings(**{"n_predict": 64, "threads": 1, "draft_max": 8, **settings}).with_defaults()
+    return ResolvedCase("exp", "python", ModelPath("t:f32", "/t.gguf", "aa"), ModelPath("t:q4_1", "/d.gguf", "bb"),
+                        "# Quick-sort", None, s)
+
+
+def exp(repeats: int | str = 2) -> Any:
+    """The built-in smollm2-quicksort experiment at -n 64, -t 1 and these repeats."""
+    from llamaspec.measure.settings import Settings
+    from llamaspec.studies import experiment
+
+    return experiment.load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=repeats)
+
+
 def swept(exp: Any, axes: dict[str, tuple[Any, ...]], engine: Any, store: Any, **options: Any) -> Swept:
     """``exp`` measured over the grid of ``axes`` by the one workload study, every setup on every
     prompt at the experiment's repeats (the fixed grid, in passes)."""

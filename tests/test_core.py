@@ -10,27 +10,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fakes import FakeEngine, study_everything, swept
+from fakes import HW, FakeEngine, case, exp, study_everything, swept
 
-from llamaspec.measure.contract import Measurement, ModelPath, ResolvedCase
-from llamaspec.measure.settings import Settings
+from llamaspec.measure.contract import Measurement
 from llamaspec.measure.summary import Summary, compare_outputs
 from llamaspec.store.results import Store
-from llamaspec.studies import budget, experiment, grid, study
+from llamaspec.studies import budget, grid, study
 from llamaspec.studies.run import raise_if_failed, run_case
 from llamaspec.views import analysis, report
-
-HW = {"cpu": "test", "cores": 2}
-
-
-def case(**settings) -> ResolvedCase:
-    s = Settings(**{"n_predict": 64, "threads": 1, "draft_max": 8, **settings}).with_defaults()
-    return ResolvedCase("exp", "python", ModelPath("t:f32", "/t.gguf", "aa"), ModelPath("t:q4_1", "/d.gguf", "bb"),
-                        "# Quick-sort", None, s)
-
-
-def exp(repeats: int | str = 2) -> experiment.Experiment:
-    return experiment.load("smollm2-quicksort").with_overrides(Settings(n_predict=64, threads=1), repeats=repeats)
 
 
 def test_pairs_cancel_the_drift_of_the_machine() -> None:

@@ -8,8 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from fakes import FakeEngine
-from test_core import HW, case
+from fakes import HW, FakeEngine, case
 
 from llamaspec.base.host import NoiseSample
 from llamaspec.measure import contract, pairs

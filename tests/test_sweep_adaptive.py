@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from fakes import FakeEngine
-from test_core import exp
+from fakes import FakeEngine, exp
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure.summary import Summary

@@ -6,8 +6,7 @@ model's error on the recordings at three acceptance levels against the one-alpha
 from __future__ import annotations
 
 import pytest
-from fakes import FakeEngine
-from test_core import exp
+from fakes import FakeEngine, exp
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.decision import speedup_model
