@@ -513,10 +513,11 @@ def test_a_draft_free_mode_is_the_answer_where_the_draft_does_not_pay(fake_model
 
 def test_no_draft_when_nothing_pays_and_its_command_is_the_target_alone(fake_models) -> None:
     engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=1.0, positions=True, alpha=0.5,
-                            modes={"ngram-simple": {p: 0.9 for p in PROMPTS}})
+                            modes={"ngram-simple": {p: 0.7 for p in PROMPTS}})
     store = Store.open()
     result = study.run_study(workload_exp(), study.setups_for(LENGTHS, ("ngram-simple",)), engine, store, Budget(pairs=60))
-    assert result.decision.verdict == "no draft"
+    # settled on more than the first prompt: one prompt's figure says nothing of how far the next may lie
+    assert result.decision.verdict == "no draft" and len(result.decision.timed) > 1
     answer = study.deployment(result, engine, workload_exp(), store)
     assert answer is not None and not answer.speculative
 

@@ -124,10 +124,12 @@ class Estimate:
 
     @property
     def high(self) -> float:
-        """How fast this setting could plausibly be, by everything known about it."""
+        """How fast this setting could plausibly be, by everything known about it: unbounded for a
+        setting measured once that the model does not bound (one prompt, or one pair, says nothing of
+        how far the next may lie)."""
         if self.upper is not None:
             return self.upper
-        return self.measured.high if self.measured.n >= 2 else self.estimate
+        return self.measured.high if self.measured.n >= 2 else math.inf
 
     @property
     def sd(self) -> float:
@@ -148,7 +150,7 @@ class Estimate:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": _jsonable(self.key), "label": self.label, "measured": self.measured.to_dict(),
-                "cost": list(self.cost), "estimate": self.estimate, "could_reach": self.high,
+                "cost": list(self.cost), "estimate": self.estimate, "could_reach": None if math.isinf(self.high) else self.high,
                 "shown_faster": self.shown_faster, "chance_of_loss": self.chance_of_loss,
                 "predicted": {"median": self.band.predicted, "low": self.band.low, "high": self.band.high}
                 if self.band else None, "disagrees": self.disagrees}
@@ -451,7 +453,8 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
         requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x", unit))
     for e in sorted(rivals, key=lambda e: -e.high)[:max(0, MAX_REQUESTS - len(requests))]:
         requests.append(Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
-                                f"could be up to {e.high:.2f}x, past {chosen.label}'s {chosen.estimate:.2f}x", unit))
+                                (f"measured once, {e.measured.median:.2f}x" if math.isinf(e.high) else
+                                 f"could be up to {e.high:.2f}x") + f", past {chosen.label}'s {chosen.estimate:.2f}x", unit))
     for b in unmeasured[1:1 + max(0, MAX_REQUESTS - len(requests))]:
         requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x", unit))
 
