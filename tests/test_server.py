@@ -177,7 +177,7 @@ def test_the_recorded_state_table_says_what_spectypes_and_docs_say() -> None:
     """benchmarks/server_state.py's recording on the pinned build: the modes whose one-server counts
     differ from the fresh ones are spectypes.KEEPS_STATE, the slot erase clears none of them, and
     docs/engines.md's table shows the recorded counts."""
-    from llamaspec.llamacpp.server_state import Counts, StateProbe
+    from benchmarks.server_state import Counts, StateProbe
     from llamaspec.measure import spectypes
 
     recorded = json.loads((REC / "server-state.json").read_text())
@@ -575,7 +575,7 @@ STATE_PROMPTS = ("rw-present-tense", "sum-hotel-reviews")
 def test_which_modes_keep_state_between_requests_is_what_spectypes_says(server_build, pair, tmp_path: Path) -> None:
     """Each mode the pinned server offers, measured fresh and on one server (A, B, A): the modes
     whose counts differ are spectypes.KEEPS_STATE; a new llama.cpp that changes it fails here."""
-    from llamaspec.llamacpp import server_state
+    from benchmarks import server_state
     from llamaspec.measure import spectypes
 
     target, draft = pair
