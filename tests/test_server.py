@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -303,19 +302,6 @@ def test_bad_model_file_fails_to_start_with_the_log(server_build, pair, tmp_path
         b.measure(c, "baseline", tmp_path / "m.json")
     assert "\n" not in info.value.message
     b.close()
-
-
-@pytest.mark.llamacpp
-@pytest.mark.slow
-def test_an_explicit_port_in_use_is_refused_and_free_ports_are_found(server_build, pair, tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        taken = s.getsockname()[1]
-        b = server.ServerEngine(server_build, port=taken, servers_dir=tmp_path / "servers")
-        with pytest.raises(LlamaspecError, match=f"port {taken} on 127.0.0.1 is already in use"):
-            b.server_for(real_case(pair), "baseline")
-        b.close()
 
 
 @pytest.mark.llamacpp
