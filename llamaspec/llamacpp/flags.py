@@ -463,11 +463,10 @@ def gpu_layers(intent: int | str | None, accel: str, generation: str) -> int | N
 
 def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int | None,
                sizes: tuple[int, ...] = theory.VERIFY_BATCH_SIZES, repetitions: int = 3, *, depth: int | None = None,
-               batch_size: int | None = None, ubatch_size: int | None = None, flash_attn: str | None = None,
-               all_outputs: bool = True, extra_args: Sequence[str] = ()) -> list[str]:
+               batch_size: int | None = None, flash_attn: str | None = None, extra_args: Sequence[str] = ()) -> list[str]:
     """llama-bench timing one model on single batches of each size, at a context depth: what a
     verification batch (sizes 1..k+1, on the target) or a draft step (size 1, on the draft) costs
-    inside a run. Settings mirror the run's (threads, layers, batch/ubatch, flash attention).
+    inside a run. Settings mirror the run's (threads, layers, batch size, flash attention).
 
     ``-p N -n 0 -d D`` times exactly one batch of N tokens after a D-token context (the context is
     built outside the timed span and restored from a snapshot between repetitions); ``-p 1`` is then
@@ -488,11 +487,6 @@ def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int |
         argv += ["-ngl", str(gpu_layers)]
     if batch_size is not None:
         argv += ["-b", str(batch_size)]
-    if ubatch_size is not None:
-        argv += ["-ub", str(ubatch_size)]
     if flash_attn is not None:
         argv += ["-fa", flash_attn]
-    if all_outputs:
-        argv += ["-embd", "1"]
-    argv.extend(extra_args)
-    return argv
+    return [*argv, "-embd", "1", *extra_args]
