@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import theory
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.programhelp import HelpFlags
 from llamaspec.measure import spectypes
@@ -459,34 +458,3 @@ def gpu_layers(intent: int | str | None, accel: str, generation: str) -> int | N
     if intent == "all":
         return 1 if (generation == "2023" and accel == "metal") else GPU_ALL
     return int(intent)
-
-
-def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int | None,
-               sizes: tuple[int, ...] = theory.VERIFY_BATCH_SIZES, repetitions: int = 3, *, depth: int | None = None,
-               batch_size: int | None = None, flash_attn: str | None = None, extra_args: Sequence[str] = ()) -> list[str]:
-    """llama-bench timing one model on single batches of each size, at a context depth: what a
-    verification batch (sizes 1..k+1, on the target) or a draft step (size 1, on the draft) costs
-    inside a run. Settings mirror the run's (threads, layers, batch size, flash attention).
-
-    ``-p N -n 0 -d D`` times exactly one batch of N tokens after a D-token context (the context is
-    built outside the timed span and restored from a snapshot between repetitions); ``-p 1`` is then
-    one single-token step, the same decode as ``-n 1``. ``-embd 1`` makes every token of the batch an
-    output with its logits, as a speculative verification batch has (llama-bench otherwise computes
-    logits for the last token only, which undercounts the output layer k times). All these flags are
-    in the pinned build's llama-bench (0c1e570).
-    """
-    if not sizes or any(s < 1 for s in sizes):
-        raise LlamaspecError(f"batch sizes must be >= 1, got {sizes!r}")
-    argv = [str(program), "-m", model, "-p", ",".join(str(s) for s in sizes), "-n", "0",
-            "-r", str(repetitions), "-o", "json"]
-    if depth:
-        argv += ["-d", str(depth)]
-    if threads is not None:
-        argv += ["-t", str(threads)]
-    if gpu_layers is not None:
-        argv += ["-ngl", str(gpu_layers)]
-    if batch_size is not None:
-        argv += ["-b", str(batch_size)]
-    if flash_attn is not None:
-        argv += ["-fa", flash_attn]
-    return [*argv, "-embd", "1", *extra_args]
