@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags, programhelp
 from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.prompting import served_prompt
@@ -114,14 +113,6 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     return Deployment(engine, speculative, what, tuple(commands), tuple(notes))
 
 
-def _pick(caps: programhelp.HelpFlags, names: tuple[str, ...], what: str) -> str:
-    flag = caps.pick(names)
-    if flag is None:
-        raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
-                             hint="drop that setting from the experiment, or use a llama.cpp build that has it")
-    return flag
-
-
 def server_args(caps: programhelp.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
     """llama-server's arguments (without host and port) for the server that measures ``mode``: the
     flag table's rows for the server, the target side first (the baseline's arguments are the
@@ -134,7 +125,7 @@ def server_args(caps: programhelp.HelpFlags, backend: str, case: ResolvedCase, m
     s = case.settings.with_defaults()
     draft = case.draft.path if mode != "baseline" and case.draft and spectypes.needs_draft(s.spec_type) else None
     inv = flags.Invocation(target=case.target.path, settings=s, draft=draft, accel=backend)
-    argv = [_pick(caps, flags.MODEL_FLAGS["target"], "target"), case.target.path]
+    argv = [flags.pick(caps, "target", flags.MODEL_FLAGS["target"]), case.target.path]
     argv += flags.settings_argv(caps, inv, "server", draft=False)
     for flag in ("--jinja",) if deploy else ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
         if caps.has(flag):
@@ -144,7 +135,7 @@ def server_args(caps: programhelp.HelpFlags, backend: str, case: ResolvedCase, m
     if mode == "baseline":  # extra_args passed through to both sides, as on the command-line programs
         return argv + flags.no_speculation_argv(caps) + list(s.extra_args or ())
     if draft is not None:
-        argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
+        argv += [flags.pick(caps, "draft", flags.MODEL_FLAGS["draft"]), draft]
         argv += flags.settings_argv(caps, inv, "server", draft=True)
     # Always explicit: without --spec-type the pinned server loads a draft and never uses it.
     argv += flags.spec_type_argv(caps, s)

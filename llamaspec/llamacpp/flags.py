@@ -209,9 +209,10 @@ def lacks(caps: HelpFlags, role: str) -> str | None:
     return None
 
 
-def _pick_or_refuse(caps: HelpFlags, setting: str, names: Sequence[str], required: bool) -> str | None:
+def pick(caps: HelpFlags, setting: str, names: Sequence[str]) -> str:
+    """The first of ``names`` the program offers, else one error naming the setting."""
     flag = caps.pick(names)
-    if flag is None and required:
+    if flag is None:
         raise LlamaspecError(
             f"{Path(caps.program).name} ({caps.version.commit}) has no flag for {setting.replace('_', ' ')}"
             f" (tried {', '.join(names)})",
@@ -233,7 +234,7 @@ def settings_argv(caps: HelpFlags, inv: Invocation, program: str, *, draft: bool
             value = row.unset
         if value is None or value == () or (row.draft and not inv.draft):
             continue
-        flag = _pick_or_refuse(caps, setting, row.names, row.required)
+        flag = pick(caps, setting, row.names) if row.required else caps.pick(row.names)
         if flag is not None:
             argv += row.render(caps, flag, value, inv)
     return argv
@@ -254,7 +255,7 @@ def common_argv(caps: HelpFlags, inv: Invocation, program: str) -> list[str]:
         value = getattr(inv, name)
         if value is None or (name == "draft" and not speculative) or (name == "prompt" and inv.prompt_file is not None):
             continue
-        flag = _pick_or_refuse(caps, name, MODEL_FLAGS[name], name == "draft")
+        flag = pick(caps, name, MODEL_FLAGS[name]) if name == "draft" else caps.pick(MODEL_FLAGS[name])
         if flag is not None:
             argv += [flag, value]
     argv += settings_argv(caps, inv, program, draft=False)
@@ -339,8 +340,7 @@ def spec_type_argv(caps: HelpFlags, settings: Settings) -> list[str]:
     name = Path(caps.program).name
     spec_type = settings.spec_type or spectypes.DEFAULT
     row = spec_type_flags(spec_type)
-    flag = _pick_or_refuse(caps, "spec type", ("--spec-type",), True)
-    assert flag is not None
+    flag = pick(caps, "spec type", ("--spec-type",))
     if caps.spec_types and row.value not in caps.spec_types:
         raise LlamaspecError(f"{name} ({caps.version.commit}) does not know --spec-type {row.value}",
                              hint=f"it offers: {', '.join(offered(caps))}")
@@ -353,8 +353,7 @@ def spec_type_argv(caps: HelpFlags, settings: Settings) -> list[str]:
         if not names:
             raise LlamaspecError(f"{setting} has no meaning for spec_type {spec_type}",
                                  hint=f"{setting} applies to: {', '.join(m for m, r in SPEC_TYPE_FLAGS.items() if r.sizes)}")
-        size_flag = _pick_or_refuse(caps, f"{setting} of {spec_type}", names, True)
-        argv += [str(size_flag), str(value)]
+        argv += [pick(caps, f"{setting} of {spec_type}", names), str(value)]
     return argv
 
 
