@@ -14,7 +14,7 @@ from pathlib import Path
 
 from llamaspec.llamacpp import flags, programhelp
 from llamaspec.llamacpp.build import Build
-from llamaspec.llamacpp.prompting import served_prompt
+from llamaspec.llamacpp.prompting import invocation
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Command, Deployment, ResolvedCase
 
@@ -66,15 +66,10 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     else:
         notes.append(f"the build in {build.bin_dir} has no llama-server")
     draft = case.draft.path if speculative and case.draft else None
-    if case.chat:  # the programs get the chat as measured: rendered with the target's template, no escapes
-        inv = flags.Invocation(target=case.target.path, settings=replace(alone.settings, escape=False), draft=draft,
-                               prompt=served_prompt(case).text, accel=build.accel)
+    inv = invocation(case, alone.settings, draft, build.accel)  # the programs get the prompt as measured
+    if case.chat:
         notes.append("chat requests (/v1/chat/completions) go through the target's chat template (--jinja), as the "
                      "prompts were measured")
-    else:
-        inv = flags.Invocation(target=case.target.path, settings=alone.settings, draft=draft, prompt=case.prompt,
-                               prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None,
-                               accel=build.accel)
     if not speculative:
         if "completion" in build.programs:
             program = build.program("completion")
