@@ -405,7 +405,7 @@ def test_prepare_starts_both_servers_side_by_side_and_renders_the_prompt(server_
         if (os.cpu_count() or 1) >= 2:  # two -t 1 servers fit: the loads overlap (the second launched before the first was ready)
             (a_from, a_to), (b_from, b_to) = loading
             assert max(a_from, b_from) < min(a_to, b_to), loading
-        assert (c.target.path, (("user", "Say hi."),)) in b._prompts.rendered
+        assert (c.target.path, (("user", "Say hi."),)) in b._rendered
         m = b.measure(c, "speculative", tmp_path / "s.json")
         assert m.ok and len(b.servers()) == 2  # nothing more started
     finally:
