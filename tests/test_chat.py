@@ -333,7 +333,7 @@ def test_llama_server_renders_the_whole_chat_and_keys_its_cache_by_it() -> None:
             return {"prompt": f"rendered {len(posted)}"}
 
     engine = Offline()
-    engine._lock, engine._prompts = threading.Lock(), server._PromptCache()
+    engine._lock, engine._rendered = threading.Lock(), {}
     engine.server_for = lambda case, mode: Base()  # type: ignore[method-assign]
     multi, single = chat_case("multi-turn"), dataclasses.replace(chat_case("multi-turn"), history=())
     assert engine.prompt_text(multi) == "rendered 1" and engine.prompt_text(single) == "rendered 2"

@@ -5,18 +5,20 @@ local baseline's text."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from fakes import fake_bin_dir
 
-from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.cli import main
 from llamaspec.llamacpp import build, rpc
@@ -176,84 +178,46 @@ while True:
 '''
 
 
-def test_rpc_server_in_the_background_is_ready_when_it_listens_and_stops_cleanly(tmp_path: Path) -> None:
+def test_rpc_serve_on_a_port_it_cannot_bind_is_one_error_naming_the_exit_and_the_port(tmp_path: Path) -> None:
     bins = rpc_bin_dir(tmp_path, LISTENING_SERVER)
-    pre = build.prebuilt(bins)
-    fake = replace(pre, programs={**pre.programs, "rpc-server": "ggml-rpc-server"})
-    port = free_port()
-    with RpcServer(fake, port=port, threads=1, log_path=tmp_path / "rpc.log") as srv:
-        assert srv.endpoint == f"127.0.0.1:{port}"
-        rpc.check_endpoints([srv.endpoint])
-        # A second server on the same port is refused before it starts.
-        with pytest.raises(LlamaspecError, match=f"something already listens on 127.0.0.1:{port}"):
-            RpcServer(fake, port=port, log_path=tmp_path / "second.log").start()
-    # One that cannot bind exits at once: one error naming the endpoint and its log.
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))  # bound, not listening: the probe is refused, the bind fails
+        taken.bind(("127.0.0.1", 0))
         busy = taken.getsockname()[1]
-        with pytest.raises(LlamaspecError, match=f"the RPC server on 127.0.0.1:{busy} exited with code 1 at start"):
-            RpcServer(fake, port=busy, log_path=tmp_path / "second.log").start()
-    with pytest.raises(LlamaspecError, match="does not answer"):
-        rpc.check_endpoints([f"127.0.0.1:{port}"])
-    assert "Starting RPC server on 127.0.0.1" in (tmp_path / "rpc.log").read_text()
-    assert "Failed to bind" in (tmp_path / "second.log").read_text()
+        done = CliRunner().invoke(main, ["rpc", "serve", "--bin-dir", str(bins), "--port", str(busy)])
+    assert done.exit_code == 1, done.output
+    assert "exited with code 1" in done.output and f"is port {busy} free?" in done.output, done.output
+    log = Path(_data()) / "rpc" / f"rpc-server-{busy}.log"
+    assert "Failed to bind" in log.read_text()
 
 
 def _data() -> str:
-    import os
-
     return os.environ["LLAMASPEC_DATA"]
 
 
-# --- the real thing ---------------------------------------------------------------------------
-
-class RpcServer:
-    """An RPC server in the background, for these tests: ``with RpcServer(build, port=50052,
-    threads=1): ...``. Stopped (terminate, then kill) on exit."""
-
-    def __init__(self, build: Any, host: str = rpc.DEFAULT_HOST, port: int = rpc.DEFAULT_PORT, threads: int | None = None,
-                 log_path: Path | None = None, ready_timeout: float = 30.0) -> None:
-        self.argv = rpc.serve_argv(rpc.server_program(build), host, port, threads)
-        self.host, self.port = host, port
-        self.log_path = log_path
-        self.ready_timeout = ready_timeout
-        self._proc: proc.Background | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def start(self) -> RpcServer:
-        # Readiness is "the port answers": a port some other process already serves would pass.
-        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
-            raise LlamaspecError(f"something already listens on {self.endpoint}",
-                                 hint="stop it, or start the RPC server on another port")
-        self._proc = proc.Background(self.argv, self.log_path)
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            code = self._proc.poll()
-            if code is not None:
-                self.stop()
-                raise LlamaspecError(f"the RPC server on {self.endpoint} exited with code {code} at start",
-                                     hint=f"read {self.log_path}" if self.log_path else f"is port {self.port} free?")
-            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
-                return self
-            time.sleep(0.1)
-        self.stop()
-        raise LlamaspecError(f"the RPC server on {self.endpoint} did not listen within {self.ready_timeout:.0f} s",
-                             hint=f"read {self.log_path}" if self.log_path else "run `llamaspec rpc serve` by hand to see why")
-
-    def stop(self, grace: float = 5.0) -> None:
-        p, self._proc = self._proc, None
-        if p is not None:
-            p.stop(grace)
-
-    def __enter__(self) -> RpcServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
+@contextlib.contextmanager
+def rpc_serve(bin_dir: Path, port: int, threads: int = 1) -> Iterator[str]:
+    """``llamaspec rpc serve`` in the background, as a lending machine runs it: yields its endpoint
+    once the port answers, and ends it with SIGTERM (which stops its server)."""
+    cli = subprocess.Popen([sys.executable, "-m", "llamaspec", "rpc", "serve", "--bin-dir", str(bin_dir), "--port", str(port),
+                            "-t", str(threads)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert cli.poll() is None, f"llamaspec rpc serve exited with code {cli.returncode}"
+            try:
+                rpc.check_endpoints([endpoint], timeout=0.5)
+                break
+            except LlamaspecError:
+                assert time.monotonic() < deadline, f"nothing listens on {endpoint} after 30 s"
+                time.sleep(0.1)
+        yield endpoint
+        cli.send_signal(signal.SIGTERM)
+        assert cli.wait(timeout=15) == 0
+    finally:
+        if cli.poll() is None:
+            cli.kill()
 
 
 @pytest.fixture(scope="module")
@@ -283,8 +247,7 @@ def test_target_on_two_rpc_servers_gives_the_local_baseline_text(rpc_build, pair
     base_local = backend.measure(local, "baseline", tmp_path / "local-baseline.log")
     assert base_local.ok, base_local.error
     ports = free_port(), free_port()
-    with RpcServer(rpc_build, port=ports[0], threads=1, log_path=tmp_path / "rpc0.log"), \
-            RpcServer(rpc_build, port=ports[1], threads=1, log_path=tmp_path / "rpc1.log"):
+    with rpc_serve(Path(rpc_build.bin_dir), ports[0]), rpc_serve(Path(rpc_build.bin_dir), ports[1]):
         remote = case(*pair, rpc=tuple(f"127.0.0.1:{p}" for p in ports))
         backend.check(remote)
         base_rpc = backend.measure(remote, "baseline", tmp_path / "rpc-baseline.log")
@@ -353,32 +316,11 @@ def test_an_experiment_that_sets_rpc_opens_the_rpc_build_and_names_the_command_w
 
 def test_a_terminated_rpc_serve_stops_its_server(tmp_path: Path) -> None:
     """`llamaspec rpc serve` ended by SIGTERM (kill, a node going down) takes its server with it."""
-    import os
-    import signal
-    import subprocess
-    import time
-
     bins = rpc_bin_dir(tmp_path, LISTENING_SERVER)
-    port = free_port()
-    cli = subprocess.Popen([sys.executable, "-m", "llamaspec", "rpc", "serve", "--bin-dir", str(bins), "--port", str(port)],
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                rpc.check_endpoints([f"127.0.0.1:{port}"], timeout=0.5)
-                break
-            except LlamaspecError:
-                time.sleep(0.1)
-        rpc.check_endpoints([f"127.0.0.1:{port}"])
-        cli.send_signal(signal.SIGTERM)
-        assert cli.wait(timeout=15) == 0
-        with pytest.raises(LlamaspecError, match=f"RPC worker 127.0.0.1:{port} does not answer"):
-            rpc.check_endpoints([f"127.0.0.1:{port}"])
-    finally:
-        if cli.poll() is None:
-            cli.kill()
+    with rpc_serve(bins, free_port()) as endpoint:
+        rpc.check_endpoints([endpoint])
+    with pytest.raises(LlamaspecError, match=f"RPC worker {endpoint} does not answer"):
+        rpc.check_endpoints([endpoint])
 
 
 def test_a_sweep_whose_rpc_worker_is_down_stops_before_measuring_or_storing_anything(tmp_path: Path, pair) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -177,7 +176,7 @@ def test_the_recorded_state_table_says_what_spectypes_and_docs_say() -> None:
     """benchmarks/server_state.py's recording on the pinned build: the modes whose one-server counts
     differ from the fresh ones are spectypes.KEEPS_STATE, the slot erase clears none of them, and
     docs/engines.md's table shows the recorded counts."""
-    from llamaspec.llamacpp.server_state import Counts, StateProbe
+    from benchmarks.server_state import Counts, StateProbe
     from llamaspec.measure import spectypes
 
     recorded = json.loads((REC / "server-state.json").read_text())
@@ -307,19 +306,6 @@ def test_bad_model_file_fails_to_start_with_the_log(server_build, pair, tmp_path
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-def test_an_explicit_port_in_use_is_refused_and_free_ports_are_found(server_build, pair, tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        taken = s.getsockname()[1]
-        b = server.ServerEngine(server_build, port=taken, servers_dir=tmp_path / "servers")
-        with pytest.raises(LlamaspecError, match=f"port {taken} on 127.0.0.1 is already in use"):
-            b.server_for(real_case(pair), "baseline")
-        b.close()
-
-
-@pytest.mark.llamacpp
-@pytest.mark.slow
 def test_cli_runs_a_prompt_set_end_to_end(server_build, pair, tmp_path: Path) -> None:
     from llamaspec.cli import main
 
@@ -419,7 +405,7 @@ def test_prepare_starts_both_servers_side_by_side_and_renders_the_prompt(server_
         if (os.cpu_count() or 1) >= 2:  # two -t 1 servers fit: the loads overlap (the second launched before the first was ready)
             (a_from, a_to), (b_from, b_to) = loading
             assert max(a_from, b_from) < min(a_to, b_to), loading
-        assert (c.target.path, (("user", "Say hi."),)) in b._prompts.rendered
+        assert (c.target.path, (("user", "Say hi."),)) in b._rendered
         m = b.measure(c, "speculative", tmp_path / "s.json")
         assert m.ok and len(b.servers()) == 2  # nothing more started
     finally:
@@ -575,7 +561,7 @@ STATE_PROMPTS = ("rw-present-tense", "sum-hotel-reviews")
 def test_which_modes_keep_state_between_requests_is_what_spectypes_says(server_build, pair, tmp_path: Path) -> None:
     """Each mode the pinned server offers, measured fresh and on one server (A, B, A): the modes
     whose counts differ are spectypes.KEEPS_STATE; a new llama.cpp that changes it fails here."""
-    from llamaspec.llamacpp import server_state
+    from benchmarks import server_state
     from llamaspec.measure import spectypes
 
     target, draft = pair

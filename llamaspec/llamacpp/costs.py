@@ -52,10 +52,19 @@ def argv(build: Build, generation: str, case: ResolvedCase, mode: str, at_depth:
     remote = bool(s.rpc) and not on_draft
     layers = flags.gpu_layers(s.draft_gpu_layers if on_draft else s.gpu_layers, "rpc" if remote else build.accel,
                               generation)
-    return flags.bench_argv(build.program("bench"), model, s.threads_draft if on_draft and s.threads_draft else s.threads,
-                            layers, sizes=(1,) if on_draft else theory.VERIFY_BATCH_SIZES, repetitions=10 if on_draft else 3,
-                            depth=at_depth, batch_size=s.batch_size, flash_attn=s.flash_attn,
-                            extra_args=("--rpc", ",".join(s.rpc or ())) if remote else ())
+    # -p N -n 0 -d D times one batch of N tokens after a D-token context (built outside the timed
+    # span, restored from a snapshot between repetitions); -p 1 is one single-token step, the same
+    # decode as -n 1. -embd 1 makes every token of the batch an output with its logits, as in a
+    # verification batch (llama-bench otherwise computes the last token's only). All in 0c1e570's llama-bench.
+    sizes = (1,) if on_draft else theory.VERIFY_BATCH_SIZES
+    argv = [str(build.program("bench")), "-m", model, "-p", ",".join(str(n) for n in sizes), "-n", "0",
+            "-r", str(10 if on_draft else 3), "-o", "json"]
+    threads = s.threads_draft if on_draft and s.threads_draft else s.threads
+    for flag, value in (("-d", at_depth or None), ("-t", threads), ("-ngl", layers), ("-b", s.batch_size),
+                        ("-fa", s.flash_attn)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return [*argv, "-embd", "1", *(("--rpc", ",".join(s.rpc or ())) if remote else ())]
 
 
 def fields(stdout: str, case: ResolvedCase, mode: str, depth_measured: bool) -> dict[str, Any]:

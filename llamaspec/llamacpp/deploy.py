@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import flags, programhelp
 from llamaspec.llamacpp.build import Build
-from llamaspec.llamacpp.prompting import served_prompt
+from llamaspec.llamacpp.prompting import invocation
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Command, Deployment, ResolvedCase
 
@@ -67,15 +66,10 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     else:
         notes.append(f"the build in {build.bin_dir} has no llama-server")
     draft = case.draft.path if speculative and case.draft else None
-    if case.chat:  # the programs get the chat as measured: rendered with the target's template, no escapes
-        inv = flags.Invocation(target=case.target.path, settings=replace(alone.settings, escape=False), draft=draft,
-                               prompt=served_prompt(case).text, accel=build.accel)
+    inv = invocation(case, alone.settings, draft, build.accel)  # the programs get the prompt as measured
+    if case.chat:
         notes.append("chat requests (/v1/chat/completions) go through the target's chat template (--jinja), as the "
                      "prompts were measured")
-    else:
-        inv = flags.Invocation(target=case.target.path, settings=alone.settings, draft=draft, prompt=case.prompt,
-                               prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None,
-                               accel=build.accel)
     if not speculative:
         if "completion" in build.programs:
             program = build.program("completion")
@@ -114,14 +108,6 @@ def deployment(build: Build, case: ResolvedCase, engine: str, speculative: bool 
     return Deployment(engine, speculative, what, tuple(commands), tuple(notes))
 
 
-def _pick(caps: programhelp.HelpFlags, names: tuple[str, ...], what: str) -> str:
-    flag = caps.pick(names)
-    if flag is None:
-        raise LlamaspecError(f"llama-server ({caps.version.commit}) has no flag for {what} (tried {', '.join(names)})",
-                             hint="drop that setting from the experiment, or use a llama.cpp build that has it")
-    return flag
-
-
 def server_args(caps: programhelp.HelpFlags, backend: str, case: ResolvedCase, mode: str, *, deploy: bool = False) -> list[str]:
     """llama-server's arguments (without host and port) for the server that measures ``mode``: the
     flag table's rows for the server, the target side first (the baseline's arguments are the
@@ -134,7 +120,7 @@ def server_args(caps: programhelp.HelpFlags, backend: str, case: ResolvedCase, m
     s = case.settings.with_defaults()
     draft = case.draft.path if mode != "baseline" and case.draft and spectypes.needs_draft(s.spec_type) else None
     inv = flags.Invocation(target=case.target.path, settings=s, draft=draft, accel=backend)
-    argv = [_pick(caps, flags.MODEL_FLAGS["target"], "target"), case.target.path]
+    argv = [flags.pick(caps, "target", flags.MODEL_FLAGS["target"]), case.target.path]
     argv += flags.settings_argv(caps, inv, "server", draft=False)
     for flag in ("--jinja",) if deploy else ("--metrics", "--no-webui", "--jinja"):  # rounds from /metrics; no UI; chat templates
         if caps.has(flag):
@@ -144,7 +130,7 @@ def server_args(caps: programhelp.HelpFlags, backend: str, case: ResolvedCase, m
     if mode == "baseline":  # extra_args passed through to both sides, as on the command-line programs
         return argv + flags.no_speculation_argv(caps) + list(s.extra_args or ())
     if draft is not None:
-        argv += [_pick(caps, flags.MODEL_FLAGS["draft"], "draft"), draft]
+        argv += [flags.pick(caps, "draft", flags.MODEL_FLAGS["draft"]), draft]
         argv += flags.settings_argv(caps, inv, "server", draft=True)
     # Always explicit: without --spec-type the pinned server loads a draft and never uses it.
     argv += flags.spec_type_argv(caps, s)

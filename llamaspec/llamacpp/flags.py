@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaspec import theory
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp.programhelp import HelpFlags
 from llamaspec.measure import spectypes
@@ -210,9 +209,10 @@ def lacks(caps: HelpFlags, role: str) -> str | None:
     return None
 
 
-def _pick_or_refuse(caps: HelpFlags, setting: str, names: Sequence[str], required: bool) -> str | None:
+def pick(caps: HelpFlags, setting: str, names: Sequence[str]) -> str:
+    """The first of ``names`` the program offers, else one error naming the setting."""
     flag = caps.pick(names)
-    if flag is None and required:
+    if flag is None:
         raise LlamaspecError(
             f"{Path(caps.program).name} ({caps.version.commit}) has no flag for {setting.replace('_', ' ')}"
             f" (tried {', '.join(names)})",
@@ -234,7 +234,7 @@ def settings_argv(caps: HelpFlags, inv: Invocation, program: str, *, draft: bool
             value = row.unset
         if value is None or value == () or (row.draft and not inv.draft):
             continue
-        flag = _pick_or_refuse(caps, setting, row.names, row.required)
+        flag = pick(caps, setting, row.names) if row.required else caps.pick(row.names)
         if flag is not None:
             argv += row.render(caps, flag, value, inv)
     return argv
@@ -255,7 +255,7 @@ def common_argv(caps: HelpFlags, inv: Invocation, program: str) -> list[str]:
         value = getattr(inv, name)
         if value is None or (name == "draft" and not speculative) or (name == "prompt" and inv.prompt_file is not None):
             continue
-        flag = _pick_or_refuse(caps, name, MODEL_FLAGS[name], name == "draft")
+        flag = pick(caps, name, MODEL_FLAGS[name]) if name == "draft" else caps.pick(MODEL_FLAGS[name])
         if flag is not None:
             argv += [flag, value]
     argv += settings_argv(caps, inv, program, draft=False)
@@ -340,8 +340,7 @@ def spec_type_argv(caps: HelpFlags, settings: Settings) -> list[str]:
     name = Path(caps.program).name
     spec_type = settings.spec_type or spectypes.DEFAULT
     row = spec_type_flags(spec_type)
-    flag = _pick_or_refuse(caps, "spec type", ("--spec-type",), True)
-    assert flag is not None
+    flag = pick(caps, "spec type", ("--spec-type",))
     if caps.spec_types and row.value not in caps.spec_types:
         raise LlamaspecError(f"{name} ({caps.version.commit}) does not know --spec-type {row.value}",
                              hint=f"it offers: {', '.join(offered(caps))}")
@@ -354,8 +353,7 @@ def spec_type_argv(caps: HelpFlags, settings: Settings) -> list[str]:
         if not names:
             raise LlamaspecError(f"{setting} has no meaning for spec_type {spec_type}",
                                  hint=f"{setting} applies to: {', '.join(m for m, r in SPEC_TYPE_FLAGS.items() if r.sizes)}")
-        size_flag = _pick_or_refuse(caps, f"{setting} of {spec_type}", names, True)
-        argv += [str(size_flag), str(value)]
+        argv += [pick(caps, f"{setting} of {spec_type}", names), str(value)]
     return argv
 
 
@@ -459,40 +457,3 @@ def gpu_layers(intent: int | str | None, accel: str, generation: str) -> int | N
     if intent == "all":
         return 1 if (generation == "2023" and accel == "metal") else GPU_ALL
     return int(intent)
-
-
-def bench_argv(program: Path, model: str, threads: int | None, gpu_layers: int | None,
-               sizes: tuple[int, ...] = theory.VERIFY_BATCH_SIZES, repetitions: int = 3, *, depth: int | None = None,
-               batch_size: int | None = None, ubatch_size: int | None = None, flash_attn: str | None = None,
-               all_outputs: bool = True, extra_args: Sequence[str] = ()) -> list[str]:
-    """llama-bench timing one model on single batches of each size, at a context depth: what a
-    verification batch (sizes 1..k+1, on the target) or a draft step (size 1, on the draft) costs
-    inside a run. Settings mirror the run's (threads, layers, batch/ubatch, flash attention).
-
-    ``-p N -n 0 -d D`` times exactly one batch of N tokens after a D-token context (the context is
-    built outside the timed span and restored from a snapshot between repetitions); ``-p 1`` is then
-    one single-token step, the same decode as ``-n 1``. ``-embd 1`` makes every token of the batch an
-    output with its logits, as a speculative verification batch has (llama-bench otherwise computes
-    logits for the last token only, which undercounts the output layer k times). All these flags are
-    in the pinned build's llama-bench (0c1e570).
-    """
-    if not sizes or any(s < 1 for s in sizes):
-        raise LlamaspecError(f"batch sizes must be >= 1, got {sizes!r}")
-    argv = [str(program), "-m", model, "-p", ",".join(str(s) for s in sizes), "-n", "0",
-            "-r", str(repetitions), "-o", "json"]
-    if depth:
-        argv += ["-d", str(depth)]
-    if threads is not None:
-        argv += ["-t", str(threads)]
-    if gpu_layers is not None:
-        argv += ["-ngl", str(gpu_layers)]
-    if batch_size is not None:
-        argv += ["-b", str(batch_size)]
-    if ubatch_size is not None:
-        argv += ["-ub", str(ubatch_size)]
-    if flash_attn is not None:
-        argv += ["-fa", flash_attn]
-    if all_outputs:
-        argv += ["-embd", "1"]
-    argv.extend(extra_args)
-    return argv

@@ -10,11 +10,14 @@ command serves the same text.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.llamacpp.flags import Invocation
 from llamaspec.measure import chat
 from llamaspec.measure.contract import ResolvedCase
+from llamaspec.measure.settings import Settings
 
 # The longest argument Linux takes (MAX_ARG_STRLEN: 32 pages), with its closing NUL.
 LONGEST_ARGUMENT = 131072 - 1
@@ -52,6 +55,17 @@ def served_prompt(case: ResolvedCase) -> ServedPrompt:
                              "command-line argument may be (128 KiB), and -f would drop its last newline",
                              hint="measure it on llama-server (engine: llama-server), which takes it over HTTP")
     return ServedPrompt(served, form, tuple(dict.fromkeys(echoes(facts, served))))
+
+
+def invocation(case: ResolvedCase, settings: Settings, draft: str | None, accel: str) -> Invocation:
+    """A command-line program's run of ``case`` with ``settings``: a chat rendered (``served_prompt``)
+    and given as is with -p (-f would drop its last newline), no escapes processed; a raw prompt or
+    prompt file as written."""
+    if case.chat:
+        return Invocation(target=case.target.path, settings=replace(settings, escape=False), draft=draft,
+                          prompt=served_prompt(case).text, accel=accel)
+    return Invocation(target=case.target.path, settings=settings, draft=draft, prompt=case.prompt, accel=accel,
+                      prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None)  # cwd may differ
 
 
 def prompt_text(case: ResolvedCase) -> str:

@@ -30,7 +30,7 @@ from llamaspec.base import proc
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.llamacpp import costs, counting, deploy_check, flags, parse, programhelp
 from llamaspec.llamacpp.build import Build
-from llamaspec.llamacpp.prompting import generated_part, prompt_text, served_prompt
+from llamaspec.llamacpp.prompting import generated_part, invocation, prompt_text, served_prompt
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import (
     Capabilities,
@@ -115,16 +115,8 @@ class LlamaCppEngine:
         role = self._role(case)
         return counting.profile_for(self.caps(role), role)
 
-    def invocation(self, case: ResolvedCase, model: str) -> flags.Invocation:
-        draft = case.draft.path if case.draft else None
-        if case.chat:  # the rendered chat as is: -p (-f would drop its last newline), no escapes processed
-            return flags.Invocation(target=model, settings=replace(case.settings, escape=False), draft=draft,
-                                    prompt=served_prompt(case).text, accel=self.build.accel)
-        return flags.Invocation(target=model, settings=case.settings, draft=draft, prompt=case.prompt, accel=self.build.accel,
-                                prompt_file=str(Path(case.prompt_file).resolve()) if case.prompt_file else None)  # cwd may differ
-
     def argv(self, case: ResolvedCase, mode: str) -> list[str]:
-        inv = self.invocation(case, case.target.path)
+        inv = invocation(case, case.settings, case.draft.path if case.draft else None, self.build.accel)
         if mode == "speculative":
             role = self._role(case)
             argv = flags.speculative_argv(self.caps(role), self.build.program(role), inv, role)

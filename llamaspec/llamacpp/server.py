@@ -83,17 +83,12 @@ PROGRAM = LLAMA_SERVER.name
 
 # --- the engine -------------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class _PromptCache:
-    rendered: dict[tuple[str, tuple[Message, ...]], str] = dataclasses.field(default_factory=dict)  # (target, turns) -> text
-
-
 class ServerEngine:
     """The ``llama-server`` backend (see the module docstring)."""
 
     name = "llama-server"
 
-    def __init__(self, build: Build, port: int | None = None, servers_dir: Path | None = None, warm: bool = False) -> None:
+    def __init__(self, build: Build, servers_dir: Path | None = None, warm: bool = False) -> None:
         self.build = build
         self.warm = warm  # EngineOptions.warm: no server restarted for a stateful mode; identity and runs say so
         self.program = build.program("server")
@@ -112,14 +107,12 @@ class ServerEngine:
             prompt_timings=True,
             built_from="llama.cpp",
         )
-        self.port = port  # an explicit port for the first server (tests, firewalls); others pick free ones
         self.servers_dir = servers_dir or paths.runs_dir() / "servers"
         self._pool: dict[tuple[str, ...], Server] = {}
         self._lock = threading.Lock()
         self._starting: dict[tuple[str, ...], threading.Lock] = {}
-        self._prompts = _PromptCache()
+        self._rendered: dict[tuple[str, tuple[Message, ...]], str] = {}  # (target, turns) -> the rendered chat
         self._prompt_tokens: dict[tuple[str, str, bool, tuple[Message, ...]], int] = {}  # _prompt_key(case) -> tokens the server counted
-        self._explicit_port_used = False
 
     # identity and provenance
 
@@ -196,10 +189,7 @@ class ServerEngine:
                 raise ServerDied(f"({server.label}) {server.exit_description()} (log: {server.log_path})")
             label = mode if mode == "baseline" else f"speculative, {case.settings.spec_type or 'draft'}"
             stem = f"{int(time.time())}-{os.getpid()}-{len(self._pool)}-{mode}"
-            with self._lock:  # the explicit port goes to the first server started, once (starts may overlap)
-                port = self.port if self.port is not None and not self._explicit_port_used else None
-                self._explicit_port_used = self._explicit_port_used or port is not None
-            server = Server(self.program, args, self.servers_dir / f"{stem}.log", label, port=port)
+            server = Server(self.program, args, self.servers_dir / f"{stem}.log", label)
             server.start(READY_TIMEOUT if case.settings.timeout is None else max(READY_TIMEOUT, case.settings.timeout))
             with self._lock:
                 self._pool[key] = server
@@ -219,7 +209,6 @@ class ServerEngine:
             server.stop()
         with self._lock:
             self._pool.clear()
-            self._explicit_port_used = False
 
     # prompts
 
@@ -233,12 +222,12 @@ class ServerEngine:
         turns = chat.messages(case, prompt)
         key = (case.target.path, tuple(turns))
         with self._lock:
-            hit = self._prompts.rendered.get(key)
+            hit = self._rendered.get(key)
         if hit is not None:
             return hit
         rendered = apply_template(base, turns, case.target.label)
         with self._lock:
-            self._prompts.rendered[key] = rendered
+            self._rendered[key] = rendered
         return rendered
 
     def prepare(self, case: ResolvedCase, modes: tuple[str, ...] = ("baseline", "speculative")) -> None:

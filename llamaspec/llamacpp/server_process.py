@@ -52,15 +52,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return True
-    return False
-
-
 class ServerDied(Exception):
     """The server process is gone (message: how it ended and its last log lines)."""
 
@@ -77,12 +68,11 @@ class RequestFailed(Exception):
 class Server:
     """One ``llama-server`` process on 127.0.0.1, with its log file."""
 
-    def __init__(self, program: Path, args: list[str], log_path: Path, label: str, port: int | None = None) -> None:
+    def __init__(self, program: Path, args: list[str], log_path: Path, label: str) -> None:
         self.program = Path(program)
         self.args = list(args)
         self.log_path = log_path
         self.label = label
-        self.explicit_port = port
         self.port: int | None = None
         self.process: proc.Background | None = None
         self.started_seconds: float | None = None
@@ -97,16 +87,13 @@ class Server:
 
     def start(self, ready_timeout: float = READY_TIMEOUT) -> None:
         """Start and wait until ``/health`` says the models are loaded (3 ports tried if ours are taken)."""
-        if self.explicit_port is not None and port_in_use(self.explicit_port):
-            raise LlamaspecError(f"port {self.explicit_port} on {HOST} is already in use",
-                                 hint="choose another port, or leave it unset to pick a free one")
         for attempt in range(3):
-            self.port = self.explicit_port or free_port()
+            self.port = free_port()
             try:
                 self._launch(ready_timeout)
                 return
             except ServerDied as exc:
-                if self.explicit_port is None and attempt < 2 and "couldn't bind" in str(exc):
+                if attempt < 2 and "couldn't bind" in str(exc):
                     log.debug("port %s was taken before %s bound it; trying another", self.port, self.label)
                     continue
                 raise LlamaspecError(f"llama-server ({self.label}) failed to start: {exc} (log: {self.log_path})",

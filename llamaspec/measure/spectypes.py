@@ -15,7 +15,7 @@ engines can, or which setting bounds a round's draft asks here; a new type is on
   the mode sizes its drafts itself (ngram-cache).
 - ``keeps_state``: whether a long-lived llama-server drafts a request differently from a fresh one
   because of the requests it served before (the mode keeps n-gram state between requests), as
-  measured on the pinned build by ``llamacpp.server_state.probe`` (tests/test_server.py checks
+  measured on the pinned build by ``benchmarks/server_state.py``'s ``probe`` (tests/test_server.py checks
   :data:`KEEPS_STATE` there; docs/engines.md has the table). The command-line programs start fresh
   each run, so only the server differs.
 
