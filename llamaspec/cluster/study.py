@@ -111,7 +111,7 @@ def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = Tr
     worker's own search was. ``over_prompts``: the prompts a machine timed are a sample of the
     workload (False: ``--whole-workload``)."""
     from llamaspec.cluster.executors import setups_from
-    from llamaspec.cluster.sink import machine_of
+    from llamaspec.cluster.sink import machine_of, machine_suffix
     from llamaspec.studies.state import Load
     from llamaspec.studies.study import stored_decision
 
@@ -124,7 +124,7 @@ def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = Tr
             continue
         load = Load(tuple((done.get("load") or {}).get("blocks") or ()))
         out[machine] = stored_decision(exp, setups_from(summary["setups"]), store, done["study_id"], load,
-                                       over_prompts=over_prompts, count_loops=count_loops, where=f"@{machine}")
+                                       over_prompts=over_prompts, count_loops=count_loops, where=machine_suffix(machine))
     return dict(sorted(out.items()))
 
 
