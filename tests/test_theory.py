@@ -269,9 +269,9 @@ def test_the_sweep_was_recorded_as_documented() -> None:
 
 def test_the_model_predicts_the_recorded_sweep() -> None:
     an = analyze(_observations(), _cost())
-    print(an.table())
-    assert an.median_abs_error is not None and an.median_abs_error <= ERROR_BOUND, an.table()
-    assert an.max_abs_error is not None and an.max_abs_error <= 2 * ERROR_BOUND, an.table()
+    errors = [abs(p.rel_error) for p in an.points if p.rel_error is not None]
+    assert an.median_abs_error is not None and an.median_abs_error <= ERROR_BOUND, an.points
+    assert errors and max(errors) <= 2 * ERROR_BOUND, an.points
     # The predicted best draft length lies in the measured tie set: the lengths whose 95 % interval
     # overlaps the best one's. Among the measured lengths the model's favourite must be tied with the
     # best, and its best over 1..16 must lie within the tied range (lengths in between were not run).
@@ -303,7 +303,7 @@ def test_the_old_model_misses_the_recorded_sweep() -> None:
     assert not last_only.all_outputs
     an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old), fit_draft=False)
     assert an.median_abs_error is not None and an.median_abs_error > ERROR_BOUND
-    assert all(e > 0.05 for e in an.rel_errors)  # too high at every point
+    assert all(p.rel_error > 0.05 for p in an.points if p.rel_error is not None)  # too high at every point
 
 
 def test_each_measured_ingredient_matters() -> None:
@@ -366,7 +366,6 @@ def test_fit_recovers_a_known_model() -> None:
     assert [k for k, _ in an.speedup_curve] == list(range(1, 17))
     assert an.accept_curve[0][1] == pytest.approx(an.alpha)  # at k = 1 accept is α
     assert an.median_abs_error == pytest.approx(0.0, abs=1e-3)
-    assert "median |error| 0.0%" in an.fit_quality() and "predicted best draft length" in an.table()
 
 
 def test_the_draft_cost_is_fitted_to_the_measured_speedups() -> None:
@@ -378,7 +377,6 @@ def test_the_draft_cost_is_fitted_to_the_measured_speedups() -> None:
     assert an.cost is not None and an.cost.cost_ratio == pytest.approx(0.125, rel=1e-3)
     assert an.cost.timed_cost_ratio == pytest.approx(0.2) and an.cost.target_ms_per_token == CPU_COST.target_ms_per_token
     assert an.median_abs_error == pytest.approx(0.0, abs=1e-3)
-    assert "c 0.125, timed alone 0.200" in an.table()
     as_timed = analyze(obs, CPU_COST, fit_draft=False)
     assert as_timed.median_abs_error is not None and as_timed.median_abs_error > 0.05
     # Refitting a fitted model keeps what was timed.
@@ -402,7 +400,6 @@ def test_fit_without_costs_still_fits_alpha() -> None:
     assert an.alpha == pytest.approx(0.7, abs=1e-4)
     assert an.cost is None and an.curve == () and an.best is None and an.median_abs_error is None
     assert all(p.predicted_speedup is None and p.rel_error is None for p in an.points)
-    assert "no speedup predictions" in an.fit_quality()
 
 
 def test_counted_rounds_win_over_derived_ones() -> None:
@@ -501,18 +498,6 @@ def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:
     adaptive = replace(fixed, draft=DraftCheck(8, 22, "adaptive", None))
     assert "adapts its draft length" in (speedup_model.analyze_rows([speedup_model.PointRow(1, "", 8, adaptive)])[1] or "")
     assert "adapts" not in (speedup_model.analyze_rows([speedup_model.PointRow(1, "", 8, fixed)])[1] or "")
-
-
-def test_one_point_fit_recovers_the_model_that_made_the_point() -> None:
-    from llamaspec.theory import acceptance, fit_one_point, paper_speedup
-
-    alpha, k, c = 0.7, 8, 0.15
-    fit = fit_one_point(acceptance(alpha, k), k, paper_speedup(alpha, k, c))
-    assert fit is not None
-    assert fit.alpha == pytest.approx(alpha, abs=1e-6) and fit.cost_ratio == pytest.approx(c, abs=1e-6)
-    assert fit.best_draft == max(range(1, 17), key=lambda n: paper_speedup(alpha, n, c))
-    assert fit.best_draft < k  # at this cost, 8 drafts are too many: the forecast says shorter
-    assert fit_one_point(acceptance(alpha, k), 0, 1.2) is None
 
 
 def test_steps_that_draft_nothing_mix_into_the_speedup_by_their_share_of_tokens() -> None:
