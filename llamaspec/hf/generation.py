@@ -284,13 +284,11 @@ def rolls_back_in_target_tokens(generator_class: Any) -> bool:
 
 
 @contextlib.contextmanager
-def counting(model: Any, rounds: list[tuple[int, int]], made: list[str],
-             rollbacks: list[int] | None = None) -> Iterator[None]:
+def counting(model: Any, rounds: list[tuple[int, int]], made: list[str], rollbacks: list[int]) -> Iterator[None]:
     """While active, ``model``'s candidate generators append (drafted, accepted) to ``rounds`` per
     round and their class names to ``made``; where llamaspec corrects transformers 5's rollback
     of an assistant's cache under universal assisted decoding (``rolls_back_in_target_tokens``),
     how far off each corrected round was, to ``rollbacks``."""
-    rollbacks = rollbacks if rollbacks is not None else []
     cls = type(model)
 
     def make(*args: Any, **kwargs: Any) -> Any:

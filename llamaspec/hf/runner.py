@@ -295,15 +295,12 @@ class TransformersEngine:
 
     # --- models --------------------------------------------------------------------------------
 
-    def _spec(self, model: ModelPath, device: str, dtype: str, load_in: str) -> Any:
-        from llamaspec.hf import generation
-
-        return generation.LoadSpec(model, device, dtype, load_in)
-
     def _keys(self, case: ResolvedCase, plan: Plan) -> set[tuple[str, ...]]:
-        keys = {self._spec(case.target, plan.device, plan.dtype, plan.load_in).key}
+        from llamaspec.hf.generation import LoadSpec
+
+        keys: set[tuple[str, ...]] = {LoadSpec(case.target, plan.device, plan.dtype, plan.load_in).key}
         if case.draft is not None:
-            keys.add(self._spec(case.draft, plan.device, plan.draft_dtype, "none").key)
+            keys.add(LoadSpec(case.draft, plan.device, plan.draft_dtype, "none").key)
         return keys
 
     def _ensure(self, model: ModelPath, device: str, dtype: str, load_in: str) -> Any:

@@ -123,23 +123,19 @@ class CostModel:
 
     @classmethod
     def from_bench(cls, target_batches: Mapping[int, float], draft_step_ms: float, profile: RoundProfile,
-                   *, draft_batches: Mapping[int, float] | None = None, target_sample_ms: float = 0.0,
-                   draft_sample_ms: float = 0.0, depth: int | None = None, smooth: bool = True) -> CostModel:
+                   *, target_sample_ms: float = 0.0, draft_sample_ms: float = 0.0,
+                   depth: int | None = None) -> CostModel:
         """The model from llama-bench timings at one depth: target batches of 1..K tokens (batch 1
         is the target's step, so every ratio comes from one program) and the draft's step.
 
-        ``smooth`` makes the batch costs non-decreasing in the batch size (:func:`monotone`) before
-        they are interpolated; the points are otherwise used as measured."""
+        The batch costs are made non-decreasing in the batch size (:func:`monotone`) before they
+        are interpolated; the points are otherwise used as measured."""
         if 1 not in target_batches:
             raise LlamaspecError("the target's batch timings lack batch size 1 (its single-token step)",
                                  hint="time the target with llama-bench -p 1,2,...,17 at the run's depth")
-        table = _table("target", target_batches)
-        if smooth:
-            table = monotone(table)
-        return cls(target_ms_per_token=dict(table)[1], draft_ms_per_token=draft_step_ms,
-                   verify_batches=table,
-                   draft_batches=tuple((draft_batches or {}).items()), profile=profile,
-                   target_sample_ms=target_sample_ms, draft_sample_ms=draft_sample_ms, depth=depth)
+        table = monotone(_table("target", target_batches))
+        return cls(target_ms_per_token=dict(table)[1], draft_ms_per_token=draft_step_ms, verify_batches=table,
+                   profile=profile, target_sample_ms=target_sample_ms, draft_sample_ms=draft_sample_ms, depth=depth)
 
     @property
     def cost_ratio(self) -> float:

@@ -87,8 +87,6 @@ def plot_acceptance_by_position(
     lines: Sequence[PositionLine],
     meta: PlotMeta,
     out_dir: Path,
-    *,
-    stem: str = "acceptance_by_position",
 ) -> list[Path]:
     """Acceptance by draft position, one line per run or sweep point."""
     drawn = [line for line in lines if any(r is not None for r in line.rates)]
@@ -104,7 +102,7 @@ def plot_acceptance_by_position(
     _style_positions(ax, "rounds accepted through the position, of those that drafted it")
     ax.legend(loc="lower left", fontsize=8, ncol=2 if len(drawn) > 8 else 1)
     ax.set_title(meta.title("Acceptance by draft position"), fontsize=10)
-    return _save(fig, out_dir, stem)
+    return _save(fig, out_dir, "acceptance_by_position")
 
 
 def plot_dashboard(
@@ -115,7 +113,6 @@ def plot_dashboard(
     predicted_speedup: Curve | None = None,
     predicted_accept: Curve | None = None,
     band: BandCurve | None = None,
-    stem: str = "dashboard",
 ) -> list[Path]:
     """The three panels side by side in one figure, under one title."""
     pts = _checked(points)
@@ -128,7 +125,7 @@ def plot_dashboard(
     ax_acc.set_title("Draft acceptance", fontsize=11)
     ax_speed.set_title("Speedup over the target alone", fontsize=11)
     fig.suptitle(meta.title("Speculative decoding vs draft length"), fontsize=11)
-    return _save(fig, out_dir, stem)
+    return _save(fig, out_dir, "dashboard")
 
 
 def plot_watch(
@@ -168,8 +165,7 @@ def plot_watch(
     return _save(fig, out_dir, stem)
 
 
-def plot_workload(rows: Sequence[WorkloadRow], categories: dict[str, str], title: str, out_dir: Path, *,
-                  stem: str = "workload") -> list[Path]:
+def plot_workload(rows: Sequence[WorkloadRow], categories: dict[str, str], title: str, out_dir: Path) -> list[Path]:
     """A workload study's answer: each setup's speedup over the workload (the geometric mean of its
     prompts', with its 95 % interval), best first, each prompt's own beside it (a marker per
     category), the target alone at 1.0 and the recommended setup marked."""
@@ -192,7 +188,7 @@ def plot_workload(rows: Sequence[WorkloadRow], categories: dict[str, str], title
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     ax.set_title(title, fontsize=10)
-    return _save(fig, out_dir, stem)
+    return _save(fig, out_dir, "workload")
 
 
 def plot_all(
@@ -373,7 +369,7 @@ def _draw_speedup(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None, x
 # ---------------------------------------------------------------------------------------------
 
 
-def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
+def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str] = FORMATS) -> list[Path]:
     import matplotlib
 
     out_dir = Path(out_dir)
@@ -381,7 +377,7 @@ def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
     written = []
     # Text stays text in SVG (searchable, smaller); no timestamps, so reruns give equal files.
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "llamaspec"}):
-        for fmt in FORMATS:
+        for fmt in formats:
             dest = out_dir / f"{stem}.{fmt}"
             metadata: dict[str, Any] = {"Software": None} if fmt == "png" else {"Date": None, "Creator": None}
             with atomic.atomic_path(dest) as tmp:
