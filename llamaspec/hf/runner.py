@@ -467,7 +467,7 @@ class TransformersEngine:
         model = target.generator
         prompt_ids = _input_ids(case, target.tokenizer).to(model.device)
         n_prompt = int(prompt_ids.shape[1])
-        depth = n_prompt + (s.n_predict if s.n_predict is not None else 256) // 2
+        depth = theory.bench_depth(n_prompt, s.n_predict if s.n_predict is not None else 256)
         context = prompt_ids.repeat(1, -(-depth // max(n_prompt, 1)))[:, :depth]
         start = time.perf_counter()
         try:
