@@ -29,7 +29,7 @@ class MachineWorker:
         self.machine = machine
         self.env: Any = None  # what the engine provided here (engines.provide_machine), once prepared
         self.wanted: Requirements | None = None
-        self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{_safe(machine)}-"))
+        self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{executors.safe_name(machine)}-"))
         self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, an engine)
         if reap:  # a worker process of its own (a Ray actor): servers must not outlive it, even killed
             from llamaspec.cluster import reaper
@@ -87,6 +87,3 @@ class MachineWorker:
         if store is not None:
             store.close()
 
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
