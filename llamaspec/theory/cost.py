@@ -214,14 +214,10 @@ class CostModel:
         what best explains the measured speedups at ``alpha``; the target's costs stay as timed.
 
         Why: inside a round the draft's steps need not cost what the draft timed alone does, and
-        one llama-bench timing of the draft's step is itself noisy: on the offline pair's
-        acceptance recordings of 3 December the fitted step is 48 % above the timed one with the
-        Q4_1 draft, 4 % below with Q4_0 and 52 % above with Q2_K (the model's median error 2.7,
-        4.2 and 3.1 % fitted, 23.6, 3.3 and 19.9 % as timed; on those of 2 December it was 12 %
-        below with Q4_1 and 25 % below with Q4_0), while the paired speedups are measured where it
-        matters. One parameter, by least squares
-        on 1/speedup (relative: each point weighted by its measured speedup squared), closed form
-        since a round's time is linear in the draft's scale. Needs :data:`FIT_MIN_LENGTHS` draft
+        one llama-bench timing of the draft's step is itself noisy (docs/method.md, "Limits", has
+        the recorded figures), while the paired speedups are measured where it matters. One
+        parameter, by least squares on 1/speedup (relative: each point weighted by its measured
+        speedup squared), closed form since a round's time is linear in the draft's scale. Needs :data:`FIT_MIN_LENGTHS` draft
         lengths; fewer, or nothing drafted, returns this model unchanged. ``tokens_at``: the tokens a
         round of (mean) length k emits, where it is known better than α's closed form (acceptance by
         position); with it, one measured length is enough, since the acceptance at every other
