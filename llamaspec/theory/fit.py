@@ -49,15 +49,11 @@ class PointFit:
     drafted_rounds: int | None = None  # rounds that drafted, where the engine counts them apart (llama-server)
 
     @property
-    def abs_error(self) -> float | None:
-        """predicted - measured speedup."""
-        return None if self.predicted_speedup is None else self.predicted_speedup - self.measured_speedup
-
-    @property
     def rel_error(self) -> float | None:
-        """(predicted - measured) / measured."""
-        err = self.abs_error
-        return None if err is None else err / self.measured_speedup
+        """(predicted - measured) / measured speedup."""
+        if self.predicted_speedup is None:
+            return None
+        return (self.predicted_speedup - self.measured_speedup) / self.measured_speedup
 
 
 @dataclass(frozen=True)
