@@ -219,7 +219,7 @@ def _observations(prog: RoundProfile = LLAMA_SPECULATIVE) -> list[Observation]:
             baseline_decode_tps=statistics.median(_base_tps(b) for _, b in pairs),
             profile=prog,
             speedup=spreads[k].median,
-            runs=len(pairs),
+            rounds=sum(prog.rounds(sp.n_predict, sp.n_accept) for sp, _ in pairs),  # each run's own loop
         ))
     return obs
 
@@ -298,7 +298,8 @@ def test_the_old_model_misses_the_recorded_sweep() -> None:
             draft_max=k, n_drafted=sum(sp.n_drafted for sp, _ in pairs), n_accept=sum(sp.n_accept for sp, _ in pairs),
             n_generated=sum(sp.n_predict for sp, _ in pairs), spec_decode_tps=statistics.median(spec),
             baseline_decode_tps=statistics.median(base), profile=old,
-            speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)), runs=len(pairs)))
+            speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)),
+            rounds=sum(old.rounds(sp.n_predict, sp.n_accept) for sp, _ in pairs)))
     last_only = bench.parse_bench_json(_read("bench-target-last-output.json"))
     assert not last_only.all_outputs
     an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old), fit_draft=False)
@@ -407,8 +408,6 @@ def test_counted_rounds_win_over_derived_ones() -> None:
     assert o.calls == 10_000
     counted = replace(o, rounds=9_000)
     assert counted.calls == 9_000 and analyze([counted]).points[0].calls_measured
-    # Pooled repeats: one round fewer per run for llama-speculative.
-    assert replace(o, runs=3).calls == 10_000 - 2
     assert replace(o, profile=SPECULATIVE_SIMPLE).calls == 10_001
 
 
@@ -468,7 +467,6 @@ VALID = Observation(draft_max=8, n_drafted=112, n_accept=57, n_generated=72, spe
         {"baseline_decode_tps": float("nan")},
         {"rounds": 0},
         {"rounds": 16},  # 16 rounds + 57 accepted > 72 generated
-        {"runs": 0},
         {"speedup": -1.0},
     ],
 )

@@ -184,7 +184,7 @@ def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
     return LocalPool([platform.node() or "local"])
 
 
-def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
+def run_experiment(exp: Any, address: str | None, store: Any, *, split_repeats: bool = False,
                    machines: list[str] | None = None, accel: str = "auto") -> tuple[Any, dict[str, Any]]:
     """The whole of ``run --cluster``: items (the cases), requirements, study id, pool, the study
     loop, the per-machine summary. Returns (ItemsReport, per machine its figures per case,
@@ -194,7 +194,8 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
     from llamaspec.cluster.sink import StoreSink
 
     check_engine(exp)
-    if repeats is None and not isinstance(exp.repeats, int):  # "auto" needs the run core's stopping rule
+    repeats = None
+    if not isinstance(exp.repeats, int):  # "auto" needs the run core's stopping rule
         from llamaspec.studies import run as runs
 
         repeats = runs.repeat_bounds(exp.repeats)[1]
