@@ -110,8 +110,7 @@ def require() -> tuple[Any, Any]:
 
 
 def open_engine(options: EngineOptions) -> TransformersEngine:
-    require()
-    return TransformersEngine(options)
+    return TransformersEngine(options)  # torch and transformers required there
 
 
 def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
