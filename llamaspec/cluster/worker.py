@@ -45,18 +45,15 @@ class MachineWorker:
             return {"ok": False, "error": exc.message, "hint": exc.hint}
 
     def _prepare(self, wanted: Requirements) -> WorkerInfo:
-        from llamaspec.base.host import hardware
         from llamaspec.registry import engines
 
         self.wanted = wanted
         if wanted.engine is None:
-            return WorkerInfo(machine=self.machine, host=platform.node(), commit=None, build_key=None, bin_dir=None,
-                              hardware=hardware())
+            return WorkerInfo(machine=self.machine, host=platform.node(), commit=None)
         self.env = engines.provide_machine(wanted.engine, wanted.accel, dict(wanted.options), list(wanted.models),
                                             self.machine)
         shas = {label: self.env.model(label).sha256 for label in wanted.models}
-        return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.env.commit,
-                          build_key=self.env.build_key, bin_dir=self.env.bin_dir, models=shas, hardware=hardware())
+        return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.env.commit, models=shas)
 
     def execute(self, item: WorkItem) -> dict[str, Any]:
         if self.wanted is None:
