@@ -204,10 +204,6 @@ class CostModel:
             return math.inf
         return self.baseline_ms_per_token / per_token
 
-    @property
-    def draft_fitted(self) -> bool:
-        return self.timed_cost_ratio is not None
-
     def fitted_to(self, observations: Sequence[Observation], alpha: float,
                   tokens_at: Callable[[float], float] | None = None) -> CostModel:
         """This model with the draft's costs (its step, batch and sampling, scaled together) set to
@@ -238,7 +234,8 @@ class CostModel:
             den += w * d * d
         scale = max(num / den, 0.0) if den > 0 else 1.0
         fitted = self.with_cost_ratio(scale * self.cost_ratio)
-        return dataclasses.replace(fitted, timed_cost_ratio=self.timed_cost_ratio if self.draft_fitted else self.cost_ratio)
+        timed = self.timed_cost_ratio if self.timed_cost_ratio is not None else self.cost_ratio  # a refit keeps what was timed
+        return dataclasses.replace(fitted, timed_cost_ratio=timed)
 
     def with_cost_ratio(self, cost_ratio: float) -> CostModel:
         """The same model with the draft's per-token cost set to ``cost_ratio`` target steps
