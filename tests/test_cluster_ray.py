@@ -529,7 +529,8 @@ def test_a_sweep_over_two_nodes_from_the_command_line(cluster_factory: Callable[
         # lead to, with that kind's parts (a cluster prints no deploy command: each machine has its own)
         real_checks.answer_text(r["summary"]["text"], deploys=False)
         # Each machine's points are stored here, once each, with that machine.
-        points = [p for g in r["provenance"]["point_groups"] for p in store.runs(group_id=g) if p["kind"] != "baselines"]
+        points = [p for p in store.runs() if (p["group_id"] or "").startswith(one["study_id"] + "/")
+                  and p["group_id"].endswith(f"@{r['machine']}") and p["kind"] != "baselines"]
         assert len(points) == len(one["runs"]) == len({p["point_key"] for p in points}) >= 2
         assert {p["machine"] for p in points} == {r["machine"]}
         # each ratio over the baselines of its own block

@@ -303,8 +303,7 @@ def test_the_speedup_model_predicts_each_acceptance_level(level: str) -> None:
     rec = _recorded(level)
     group = group_for(rec, rec.every_pair, refits=50)
     assert group.analysis is not None and group.analysis.cost is not None
-    print(level, group.analysis.table())
-    assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, group.analysis.table()
+    assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, group.analysis.points
 
 
 @pytest.mark.parametrize("level", ["q4_1", "q4_0"])

@@ -278,7 +278,7 @@ def test_plot_draws_one_line_per_point(tmp_path: Path) -> None:
 
     meta = plotdata.PlotMeta("t", "d", "2 cores", "cpu", "llama.cpp 0c1e570", "e/c")
     lines = [plotdata.PositionLine("draft 4", (0.9, 0.8, None, 0.5), 10), plotdata.PositionLine("draft 8", (0.95,) * 8, 6)]
-    paths = plot.plot_acceptance_by_position(lines, meta, tmp_path, formats=("png", "svg"))
+    paths = plot.plot_acceptance_by_position(lines, meta, tmp_path)
     assert [p.name for p in paths] == ["acceptance_by_position.png", "acceptance_by_position.svg"]
     svg = paths[1].read_text()
     assert "draft 4 (10 rounds)" in svg and "draft 8 (6 rounds)" in svg and "draft position" in svg

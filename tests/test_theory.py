@@ -219,7 +219,7 @@ def _observations(prog: RoundProfile = LLAMA_SPECULATIVE) -> list[Observation]:
             baseline_decode_tps=statistics.median(_base_tps(b) for _, b in pairs),
             profile=prog,
             speedup=spreads[k].median,
-            runs=len(pairs),
+            rounds=sum(prog.rounds(sp.n_predict, sp.n_accept) for sp, _ in pairs),  # each run's own loop
         ))
     return obs
 
@@ -269,9 +269,9 @@ def test_the_sweep_was_recorded_as_documented() -> None:
 
 def test_the_model_predicts_the_recorded_sweep() -> None:
     an = analyze(_observations(), _cost())
-    print(an.table())
-    assert an.median_abs_error is not None and an.median_abs_error <= ERROR_BOUND, an.table()
-    assert an.max_abs_error is not None and an.max_abs_error <= 2 * ERROR_BOUND, an.table()
+    errors = [abs(p.rel_error) for p in an.points if p.rel_error is not None]
+    assert an.median_abs_error is not None and an.median_abs_error <= ERROR_BOUND, an.points
+    assert errors and max(errors) <= 2 * ERROR_BOUND, an.points
     # The predicted best draft length lies in the measured tie set: the lengths whose 95 % interval
     # overlaps the best one's. Among the measured lengths the model's favourite must be tied with the
     # best, and its best over 1..16 must lie within the tied range (lengths in between were not run).
@@ -298,12 +298,13 @@ def test_the_old_model_misses_the_recorded_sweep() -> None:
             draft_max=k, n_drafted=sum(sp.n_drafted for sp, _ in pairs), n_accept=sum(sp.n_accept for sp, _ in pairs),
             n_generated=sum(sp.n_predict for sp, _ in pairs), spec_decode_tps=statistics.median(spec),
             baseline_decode_tps=statistics.median(base), profile=old,
-            speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)), runs=len(pairs)))
+            speedup=statistics.median(s / b for s, b in zip(spec, base, strict=True)),
+            rounds=sum(old.rounds(sp.n_predict, sp.n_accept) for sp, _ in pairs)))
     last_only = bench.parse_bench_json(_read("bench-target-last-output.json"))
     assert not last_only.all_outputs
     an = analyze(obs, CostModel.from_bench(last_only.median_ms, _bench("bench-draft").median_ms[1], old), fit_draft=False)
     assert an.median_abs_error is not None and an.median_abs_error > ERROR_BOUND
-    assert all(e > 0.05 for e in an.rel_errors)  # too high at every point
+    assert all(p.rel_error > 0.05 for p in an.points if p.rel_error is not None)  # too high at every point
 
 
 def test_each_measured_ingredient_matters() -> None:
@@ -366,7 +367,6 @@ def test_fit_recovers_a_known_model() -> None:
     assert [k for k, _ in an.speedup_curve] == list(range(1, 17))
     assert an.accept_curve[0][1] == pytest.approx(an.alpha)  # at k = 1 accept is α
     assert an.median_abs_error == pytest.approx(0.0, abs=1e-3)
-    assert "median |error| 0.0%" in an.fit_quality() and "predicted best draft length" in an.table()
 
 
 def test_the_draft_cost_is_fitted_to_the_measured_speedups() -> None:
@@ -378,7 +378,6 @@ def test_the_draft_cost_is_fitted_to_the_measured_speedups() -> None:
     assert an.cost is not None and an.cost.cost_ratio == pytest.approx(0.125, rel=1e-3)
     assert an.cost.timed_cost_ratio == pytest.approx(0.2) and an.cost.target_ms_per_token == CPU_COST.target_ms_per_token
     assert an.median_abs_error == pytest.approx(0.0, abs=1e-3)
-    assert "c 0.125, timed alone 0.200" in an.table()
     as_timed = analyze(obs, CPU_COST, fit_draft=False)
     assert as_timed.median_abs_error is not None and as_timed.median_abs_error > 0.05
     # Refitting a fitted model keeps what was timed.
@@ -402,7 +401,6 @@ def test_fit_without_costs_still_fits_alpha() -> None:
     assert an.alpha == pytest.approx(0.7, abs=1e-4)
     assert an.cost is None and an.curve == () and an.best is None and an.median_abs_error is None
     assert all(p.predicted_speedup is None and p.rel_error is None for p in an.points)
-    assert "no speedup predictions" in an.fit_quality()
 
 
 def test_counted_rounds_win_over_derived_ones() -> None:
@@ -410,8 +408,6 @@ def test_counted_rounds_win_over_derived_ones() -> None:
     assert o.calls == 10_000
     counted = replace(o, rounds=9_000)
     assert counted.calls == 9_000 and analyze([counted]).points[0].calls_measured
-    # Pooled repeats: one round fewer per run for llama-speculative.
-    assert replace(o, runs=3).calls == 10_000 - 2
     assert replace(o, profile=SPECULATIVE_SIMPLE).calls == 10_001
 
 
@@ -471,7 +467,6 @@ VALID = Observation(draft_max=8, n_drafted=112, n_accept=57, n_generated=72, spe
         {"baseline_decode_tps": float("nan")},
         {"rounds": 0},
         {"rounds": 16},  # 16 rounds + 57 accepted > 72 generated
-        {"runs": 0},
         {"speedup": -1.0},
     ],
 )
@@ -501,18 +496,6 @@ def test_the_model_is_not_fitted_to_an_adaptive_program() -> None:
     adaptive = replace(fixed, draft=DraftCheck(8, 22, "adaptive", None))
     assert "adapts its draft length" in (speedup_model.analyze_rows([speedup_model.PointRow(1, "", 8, adaptive)])[1] or "")
     assert "adapts" not in (speedup_model.analyze_rows([speedup_model.PointRow(1, "", 8, fixed)])[1] or "")
-
-
-def test_one_point_fit_recovers_the_model_that_made_the_point() -> None:
-    from llamaspec.theory import acceptance, fit_one_point, paper_speedup
-
-    alpha, k, c = 0.7, 8, 0.15
-    fit = fit_one_point(acceptance(alpha, k), k, paper_speedup(alpha, k, c))
-    assert fit is not None
-    assert fit.alpha == pytest.approx(alpha, abs=1e-6) and fit.cost_ratio == pytest.approx(c, abs=1e-6)
-    assert fit.best_draft == max(range(1, 17), key=lambda n: paper_speedup(alpha, n, c))
-    assert fit.best_draft < k  # at this cost, 8 drafts are too many: the forecast says shorter
-    assert fit_one_point(acceptance(alpha, k), 0, 1.2) is None
 
 
 def test_steps_that_draft_nothing_mix_into_the_speedup_by_their_share_of_tokens() -> None:

@@ -148,11 +148,10 @@ def test_a_recorded_server_sweep_gets_the_model(name: str) -> None:
     assert a.cost.baseline_step_ms is not None and a.cost.loop_overhead_ms >= 0.0
     assert all(p.drafted_rounds is not None and p.drafted_rounds <= p.calls for p in a.points)
     text = _rendered(data, group)
-    print(a.table())
     print(text)
     assert "rounds that drafted (the engine's count) / rounds" in text and "model leaves out: sampling" in text
     assert "recommended" not in text and "model error: median" in text
-    assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, a.table()
+    assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, a.points
 
 
 def test_a_recorded_transformers_sweep_gets_the_model() -> None:
@@ -168,7 +167,6 @@ def test_a_recorded_transformers_sweep_gets_the_model() -> None:
     a = group.analysis
     assert a is not None and a.cost is not None and a.profile is TRANSFORMERS_ASSISTED, group.note
     text = _rendered(data, group)
-    print(a.table())
     print(text)
     assert "model leaves out: generate()'s loop" in text and "recommended" not in text
     # both models run in float32 on the CPU: the assistant costs about what the target does
@@ -186,4 +184,4 @@ def test_a_recorded_transformers_sweep_gets_the_model() -> None:
 def test_the_model_predicts_the_recorded_transformers_sweep() -> None:
     group = _group(_load(HF_SWEEPS / "q4_0-assistant" / "sweep.json"))
     assert group.analysis is not None
-    assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, group.analysis.table()
+    assert group.model_error is not None and group.model_error <= MODEL_ERROR_BOUND, group.analysis.points

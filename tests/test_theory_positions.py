@@ -101,8 +101,8 @@ def test_the_fit_reads_tokens_per_round_from_the_curve_and_keeps_the_one_alpha_f
     assert a.single_alpha is not None and a.single_alpha.positions is None
     # one alpha cannot bend where the draft stops being right; the curve can
     assert a.single_alpha.curve[3].tokens_per_round < 4.6
-    assert "on the acceptance by position; with one alpha" in a.fit_quality()
-    assert "accepted through position 1..8: 100%, 100%, 100%, 100%, 50%" in a.table()
+    assert a.median_abs_error is not None and a.single_alpha.median_abs_error is not None
+    assert a.positions.length == 8 and a.positions.text().startswith("100%, 100%, 100%, 100%, 50%")
     assert a.speedup_at(4) == pytest.approx(a.curve[3].speedup)
 
 
@@ -213,7 +213,6 @@ def test_on_the_recordings_the_fit_to_every_length_is_as_good_on_the_curve(level
     assert fit is not None and fit.single_alpha is not None
     curve, one_alpha = fit.median_abs_error, fit.single_alpha.median_abs_error
     assert curve is not None and one_alpha is not None and curve <= one_alpha + 0.01, (curve, one_alpha)
-    assert f"with one alpha {100 * one_alpha:.1f}%" in fit.fit_quality()
 
 
 # --- the recordings with a program that counts positions (sweep-positions/) ----------------------

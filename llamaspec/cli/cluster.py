@@ -49,14 +49,14 @@ def echo_cluster_report(report: Any, per: dict[str, Any], lines: list[str], as_j
         click.echo(line)
 
 
-def run_experiment_on_cluster(exp: Any, address: str | None, *, repeats: int | None = None, split_repeats: bool = False,
+def run_experiment_on_cluster(exp: Any, address: str | None, *, split_repeats: bool = False,
                               machines: list[str] | None = None, accel: str = "auto", as_json: bool = False) -> None:
     """``run --cluster``: the experiment's cases over the machines, then their figures per machine."""
     from llamaspec.cluster import study, summary
     from llamaspec.store.results import Store
 
-    report, per = study.run_experiment(exp, address, Store.open(), repeats=repeats, split_repeats=split_repeats,
-                                       machines=machines, accel=accel)
+    report, per = study.run_experiment(exp, address, Store.open(), split_repeats=split_repeats, machines=machines,
+                                       accel=accel)
     echo_cluster_report(report, per, summary.describe(per), as_json)
     if report.failed:
         from llamaspec.base.errors import LlamaspecError

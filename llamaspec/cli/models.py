@@ -42,11 +42,6 @@ def _file_dict(f: ModelFile) -> dict[str, Any]:
             "metadata": f.metadata.to_dict(), "provenance": f.provenance}
 
 
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
-
-
 def _meta_cells(meta: GGUFMetadata | None) -> list[str]:
     if meta is None:
         return ["-"] * 6
@@ -87,6 +82,7 @@ def list_models(as_json: bool) -> None:
     """
     from llamaspec import models as core
     from llamaspec.models import store
+    from llamaspec.views.report import columns
 
     cat = core.load_catalog()
     rows = [["MODEL", "VARIANT", "ON DISK", "ARCH", "PARAMS", "TYPE", "CTX", "VOCAB", "BOS/EOS", "SOURCE"]]
@@ -106,7 +102,7 @@ def list_models(as_json: bool) -> None:
                                 "note": pair.note}},
                               indent=2))
         return
-    click.echo(_table(rows))
+    click.echo("\n".join(columns(rows)))
     if cat.default_pair:
         p = cat.default_pair
         click.echo(f"\ndefault offline pair: target {p.target}, draft {p.draft}"
@@ -263,6 +259,7 @@ def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: boo
     from llamaspec.models import drafts as finder
     from llamaspec.models import given
     from llamaspec.registry import engines
+    from llamaspec.views.report import columns
 
     if no_caches and not folders:
         from llamaspec.base.errors import LlamaspecError
@@ -299,7 +296,7 @@ def drafts(target: str, folders: tuple[Path, ...], no_caches: bool, as_json: boo
         rows = [["SIZE", "PARAMS", "QUANT", "ARCH", "FILE"]]
         rows += [[_size(c.size), human_count(c.parameters), c.quantization, c.metadata.architecture if c.metadata else "?",
                   where(c)] for c in accepted]
-        click.echo("\n".join("  " + line for line in _table(rows).splitlines()))
+        click.echo("\n".join("  " + line for line in columns(rows)))
     else:
         click.echo("\nno GGUF file here would be accepted as a draft for this target")
     if refused:

@@ -54,21 +54,18 @@ def watch(url: str, interval: float, span: float | None, once: bool, samples: in
     window = (None if once else SPAN) if span is None else (None if span == 0 else span)
     watcher = Watcher(url, span=window, cost=cost, measure=not no_measure, api_key=api_key, store=not no_store)
     refresh = sys.stdout.isatty() and not as_json and not once
+    last: Report | None = None
 
-    def emit(report: Report) -> None:
+    def keep(report: Report) -> None:
+        """Print a reading, and keep it for the plot."""
+        nonlocal last
+        last = report
         if as_json:
             click.echo(json.dumps(report.to_dict(), default=str))
             return
         if refresh:
             click.clear()
         click.echo("\n".join(report.lines()) + ("" if refresh else "\n"))
-
-    last: Report | None = None
-
-    def keep(report: Report) -> None:
-        nonlocal last
-        last = report
-        emit(report)
 
     if once:
         try:

@@ -154,14 +154,13 @@ def run_items(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
                              hint="fix or remove the refused workers (see the lines above), then rerun")
     queue = WorkQueue(todo)
     idle = [w for w, _info in admitted]
-    alive_names = {w.machine for w in idle}
-    alive = len(idle)
+    alive = {w.machine for w in idle}
     in_flight: dict[Future[dict[str, Any]], tuple[WorkerHandle, WorkItem]] = {}
     progress = on_progress or (lambda line: log.info("%s", line))
     last_progress = 0.0
 
     def drop_orphans() -> None:
-        for item in queue.orphans(alive_names):
+        for item in queue.orphans(alive):
             why = report.refused.get(item.machine or "") or f"machine {item.machine} is not taking part (lost or not in the cluster)"
             report.not_run[item.key] = why
             log.warning("not run: %s, pinned to %s: %s", item.key, item.machine, why)
@@ -189,11 +188,10 @@ def run_items(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
                     raise
                 queue.give_back(item.key)
                 report.lost.setdefault(w.machine, []).append(item.key)
-                alive -= 1
-                alive_names.discard(w.machine)
+                alive.discard(w.machine)
                 drop_orphans()
                 log.warning("machine %s was lost (%s): item %s goes back to the queue; %d machine(s) left",
-                            w.machine, _short(exc), item.key, alive)
+                            w.machine, _short(exc), item.key, len(alive))
                 continue
             sink.save(study, item, w.machine, result)
             queue.complete(item.key)
@@ -205,7 +203,7 @@ def run_items(study: str, items: Sequence[WorkItem], pool: Pool, sink: Sink, wan
             idle.append(w)
         now = time.monotonic()
         if finished or now - last_progress >= 6 * progress_every:  # unchanged: a line a minute says it is alive
-            progress(queue.progress_line(alive))
+            progress(queue.progress_line(len(alive)))
             last_progress = now
     report.per_machine = {m: {"done": st.done, "busy_seconds": round(st.busy_seconds, 3),
                               "per_minute": st.per_minute(), "lost": st.lost} for m, st in queue.stats.items()}

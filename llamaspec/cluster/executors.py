@@ -180,7 +180,7 @@ def pair(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
     case = resolved_case(worker, item.payload, backend)
     runs.check_settings(case, backend)  # a setting this engine would ignore: refused, as on one machine
     backend.check(case)
-    got = _measure_pairs(backend, case, worker.scratch / "logs" / _safe(item.key), int(item.payload.get("repeats", 1)),
+    got = _measure_pairs(backend, case, worker.scratch / "logs" / safe_name(item.key)[:80], int(item.payload.get("repeats", 1)),
                          int(item.payload.get("repeat_offset", 0)))
     # The run core's one summary (speedup of paired runs, lossless verdict, drafted-length check).
     summary = summarize(got.measurements, requested_draft=requested_draft(case), temperature=case.settings.temperature,
@@ -255,15 +255,14 @@ POINT_KEYS = ("experiment", "case", "prompt_id", "category", "kind", "group_kind
               "provenance", "measurements", "summary", "status", "error")
 
 
-def point_of(store: Any, row: dict[str, Any], group_id: str | None = None) -> dict[str, Any]:
+def point_of(store: Any, row: dict[str, Any]) -> dict[str, Any]:
     """One stored run of this worker's scratch store as the coordinator takes it (:data:`POINT_KEYS`),
-    under ``group_id`` (default: its own group; the coordinator stores it under ``GROUP@MACHINE``)."""
-    point = {"experiment": row["experiment"], "case": row["case_name"], "prompt_id": row.get("prompt_id"),
-             "category": row.get("category"), "kind": row["kind"], "group_kind": row["group_kind"],
-             "group_id": group_id or row["group_id"], "point_key": row["point_key"], "settings": row["settings"],
-             "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
-             "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
-    return point
+    under its own group (the coordinator stores it under ``GROUP@MACHINE``)."""
+    return {"experiment": row["experiment"], "case": row["case_name"], "prompt_id": row.get("prompt_id"),
+            "category": row.get("category"), "kind": row["kind"], "group_kind": row["group_kind"],
+            "group_id": row["group_id"], "point_key": row["point_key"], "settings": row["settings"],
+            "provenance": row["provenance"], "measurements": store.measurements(row["id"]),
+            "summary": row["summary"] or {}, "status": row["status"], "error": row["error"]}
 
 
 def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
@@ -283,13 +282,10 @@ def noop(worker: MachineWorker, item: WorkItem) -> dict[str, Any]:
             "summary": {"seconds": time.perf_counter() - start, "pid": os.getpid()}}
 
 
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
+def safe_name(text: str) -> str:
+    """``text`` as a file name (a work item's key, a machine's name)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
 MEASURING = frozenset({"pair", "study"})  # kinds that time llama.cpp: under the machine's lock
 EXECUTORS: dict[str, Executor] = {"pair": pair, "study": study, "noop": noop}
-
-
-def log_dir(worker: MachineWorker) -> Path:
-    return worker.scratch / "logs"

@@ -62,12 +62,12 @@ def probe(address: str, timeout: float = 3.0) -> None:
                                   "with --cluster (or RAY_ADDRESS)") from exc
 
 
-def connect(address: str | None = None, probe_timeout: float = 3.0) -> str:
+def connect(address: str | None = None) -> str:
     """Join the cluster at ``address`` (default ``$RAY_ADDRESS``) as a driver; returns the address."""
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         raise LlamaspecError("no cluster address given", hint="pass --cluster HOST:PORT or set RAY_ADDRESS")
-    probe(address, probe_timeout)  # before importing Ray: a wrong address is one line in seconds
+    probe(address)  # before importing Ray: a wrong address is one line in seconds
     ray = _ray()
     if ray.is_initialized():
         return address

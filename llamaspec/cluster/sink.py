@@ -1,10 +1,8 @@
 """The results store as the coordinator writes it: one run row per finished work item, under the
 study's id (a ``Group`` of kind ``study``) and the item's key (``point_key``), with the machine that
 measured it; and the runs an item made on its way (a machine's study points, ``result["runs"]``),
-each under ``GROUP@MACHINE`` (a group of the kind the item made).
-
-The item's own row names the groups its runs went to (``provenance["point_groups"]``), so the
-coordinator decides from them (a cluster study: :func:`llamaspec.cluster.study.study_decisions`).
+each under ``GROUP@MACHINE`` (a group of the kind the item made, :func:`machine_suffix`), where
+the coordinator decides from them (a cluster study: :func:`llamaspec.cluster.study.study_decisions`).
 
 The machine goes into the runs table's ``machine`` column (what ``report --compare machine``
 groups by) and into the run's provenance; ``machine_of(run)`` also reads rows stored before that
@@ -36,22 +34,16 @@ class StoreSink:
 
     def save(self, study: str, item: WorkItem, machine: str, result: dict[str, Any]) -> None:
         # Runs an item made on its way (a study's points): each stored once, under the machine's own
-        # group id (``GROUP@MACHINE``: every machine studies the same setups), before the item itself,
-        # whose provenance names those groups (``point_groups``: where the coordinator finds them).
-        made = []
+        # group id (every machine studies the same setups), before the item itself.
         for (group_kind, group_id), runs in _by_group(result.get("runs") or ()).items():
-            into = Group(group_kind, f"{group_id}@{machine}")
-            made.append(into.id)
+            into = Group(group_kind, group_id + machine_suffix(machine))
             stored = {r["point_key"] for r in self.store.runs(group_id=into.id)}
             for run in runs:
                 if run.get("point_key") not in stored:
                     own = {"study": study, **({"tune_config": run["config"]} if run.get("config") else {})}
                     self._store(run, machine, group=into, point_key=run.get("point_key"), kind=run.get("kind") or "sweep",
                                 extra=own)
-        extra: dict[str, Any] = {}
-        if made:
-            extra["point_groups"] = made
-        self._store(result, machine, group=Group("study", study), point_key=item.key, kind=self.kind, extra=extra,
+        self._store(result, machine, group=Group("study", study), point_key=item.key, kind=self.kind, extra={},
                     case=item.key)
 
     def _store(self, result: dict[str, Any], machine: str, *, group: Group, point_key: str | None, kind: str,
@@ -82,6 +74,11 @@ def _by_group(runs: Any) -> dict[tuple[str, str], list[dict[str, Any]]]:
         key = (str(run.get("group_kind") or "tune"), str(run.get("group_id") or run.get("sweep_id")))
         out.setdefault(key, []).append(run)
     return out
+
+
+def machine_suffix(machine: str) -> str:
+    """What the group id of a run a machine made on its way ends with here (``GROUP@MACHINE``)."""
+    return f"@{machine}"
 
 
 def machine_of(run: dict[str, Any]) -> str | None:

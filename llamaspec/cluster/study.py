@@ -111,7 +111,7 @@ def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = Tr
     worker's own search was. ``over_prompts``: the prompts a machine timed are a sample of the
     workload (False: ``--whole-workload``)."""
     from llamaspec.cluster.executors import setups_from
-    from llamaspec.cluster.sink import machine_of
+    from llamaspec.cluster.sink import machine_of, machine_suffix
     from llamaspec.studies.state import Load
     from llamaspec.studies.study import stored_decision
 
@@ -124,7 +124,7 @@ def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = Tr
             continue
         load = Load(tuple((done.get("load") or {}).get("blocks") or ()))
         out[machine] = stored_decision(exp, setups_from(summary["setups"]), store, done["study_id"], load,
-                                       over_prompts=over_prompts, count_loops=count_loops, where=f"@{machine}")
+                                       over_prompts=over_prompts, count_loops=count_loops, where=machine_suffix(machine))
     return dict(sorted(out.items()))
 
 
@@ -184,7 +184,7 @@ def open_pool(address: str | None, machines: list[str] | None = None) -> Any:
     return LocalPool([platform.node() or "local"])
 
 
-def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | None = None, split_repeats: bool = False,
+def run_experiment(exp: Any, address: str | None, store: Any, *, split_repeats: bool = False,
                    machines: list[str] | None = None, accel: str = "auto") -> tuple[Any, dict[str, Any]]:
     """The whole of ``run --cluster``: items (the cases), requirements, study id, pool, the study
     loop, the per-machine summary. Returns (ItemsReport, per machine its figures per case,
@@ -194,7 +194,8 @@ def run_experiment(exp: Any, address: str | None, store: Any, *, repeats: int | 
     from llamaspec.cluster.sink import StoreSink
 
     check_engine(exp)
-    if repeats is None and not isinstance(exp.repeats, int):  # "auto" needs the run core's stopping rule
+    repeats = None
+    if not isinstance(exp.repeats, int):  # "auto" needs the run core's stopping rule
         from llamaspec.studies import run as runs
 
         repeats = runs.repeat_bounds(exp.repeats)[1]

@@ -48,10 +48,7 @@ class WorkerInfo:
     machine: str  # the cluster's name for it (its custom resource), or the host name
     host: str
     commit: str | None
-    build_key: str | None
-    bin_dir: str | None
     models: dict[str, str | None] = field(default_factory=dict)  # label -> sha256
-    hardware: dict[str, Any] = field(default_factory=dict)
 
 
 def mismatch(wanted: Requirements, info: WorkerInfo) -> str | None:

@@ -29,7 +29,7 @@ class MachineWorker:
         self.machine = machine
         self.env: Any = None  # what the engine provided here (engines.provide_machine), once prepared
         self.wanted: Requirements | None = None
-        self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{_safe(machine)}-"))
+        self.scratch = Path(scratch or tempfile.mkdtemp(prefix=f"llamaspec-worker-{executors.safe_name(machine)}-"))
         self.state: dict[str, Any] = {}  # executors keep per-machine things here (a scratch store, an engine)
         if reap:  # a worker process of its own (a Ray actor): servers must not outlive it, even killed
             from llamaspec.cluster import reaper
@@ -45,18 +45,15 @@ class MachineWorker:
             return {"ok": False, "error": exc.message, "hint": exc.hint}
 
     def _prepare(self, wanted: Requirements) -> WorkerInfo:
-        from llamaspec.base.host import hardware
         from llamaspec.registry import engines
 
         self.wanted = wanted
         if wanted.engine is None:
-            return WorkerInfo(machine=self.machine, host=platform.node(), commit=None, build_key=None, bin_dir=None,
-                              hardware=hardware())
+            return WorkerInfo(machine=self.machine, host=platform.node(), commit=None)
         self.env = engines.provide_machine(wanted.engine, wanted.accel, dict(wanted.options), list(wanted.models),
                                             self.machine)
         shas = {label: self.env.model(label).sha256 for label in wanted.models}
-        return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.env.commit,
-                          build_key=self.env.build_key, bin_dir=self.env.bin_dir, models=shas, hardware=hardware())
+        return WorkerInfo(machine=self.machine, host=platform.node(), commit=self.env.commit, models=shas)
 
     def execute(self, item: WorkItem) -> dict[str, Any]:
         if self.wanted is None:
@@ -87,6 +84,3 @@ class MachineWorker:
         if store is not None:
             store.close()
 
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)

@@ -70,11 +70,8 @@ class FittedGroup:
 
     @property
     def model_error(self) -> float | None:
-        """Median |predicted - measured| / measured over the fitted points."""
-        if self.analysis is None:
-            return None
-        errors = [abs(p.rel_error) for p in self.analysis.points if p.rel_error is not None]
-        return statistics.median(errors) if errors else None
+        """Median |predicted - measured| / measured over the fitted points (``Analysis.median_abs_error``)."""
+        return None if self.analysis is None else self.analysis.median_abs_error
 
 def observation(row: PointRow) -> Any:
     """A theory.Observation from a stored point (None when it lacks what the model needs)."""

@@ -68,9 +68,13 @@ class Loaded:
 
     @property
     def generator(self) -> Any:
-        """The transformers model whose generate() runs the loop (under a PEFT wrapper, its base,
-        with the LoRA layers injected)."""
-        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return _generator(self.model)
+
+
+def _generator(model: Any) -> Any:
+    """The transformers model whose generate() runs the loop (under a PEFT wrapper, its base,
+    with the LoRA layers injected)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _load_errors() -> tuple[type[BaseException], ...]:
@@ -121,7 +125,7 @@ def load(spec: LoadSpec) -> Loaded:
     info = {"label": spec.model.label, "format": fmt, "path": spec.model.path, "device": str(param.device),
             "dtype": str(param.dtype).removeprefix("torch."), "load_in": spec.load_in, "load_seconds": round(seconds, 2),
             "parameters": sum(p.numel() for p in model.parameters()), "class": type(model).__name__,
-            "generation_config": _diff(loaded_generation_config(model))}
+            "generation_config": _diff(_generator(model).generation_config)}
     if fmt == "peft-adapter":
         info["base_path"] = str(where)
     log.info("loaded %s in %.1f s (%s, %s)", spec.model.label, seconds, info["device"], info["dtype"])
@@ -135,11 +139,6 @@ def _with_adapter(model: Any, adapter: Path) -> Any:
         raise LlamaspecError(f"{adapter} is a PEFT adapter, and peft is not installed ({exc.name} missing)",
                              hint="pip install 'llamaspec[hf]'") from None
     return PeftModel.from_pretrained(model, str(adapter))
-
-
-def loaded_generation_config(model: Any) -> Any:
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return inner.generation_config
 
 
 def _diff(config: Any) -> dict[str, Any]:
@@ -284,13 +283,11 @@ def rolls_back_in_target_tokens(generator_class: Any) -> bool:
 
 
 @contextlib.contextmanager
-def counting(model: Any, rounds: list[tuple[int, int]], made: list[str],
-             rollbacks: list[int] | None = None) -> Iterator[None]:
+def counting(model: Any, rounds: list[tuple[int, int]], made: list[str], rollbacks: list[int]) -> Iterator[None]:
     """While active, ``model``'s candidate generators append (drafted, accepted) to ``rounds`` per
     round and their class names to ``made``; where llamaspec corrects transformers 5's rollback
     of an assistant's cache under universal assisted decoding (``rolls_back_in_target_tokens``),
     how far off each corrected round was, to ``rollbacks``."""
-    rollbacks = rollbacks if rollbacks is not None else []
     cls = type(model)
 
     def make(*args: Any, **kwargs: Any) -> Any:

@@ -110,8 +110,7 @@ def require() -> tuple[Any, Any]:
 
 
 def open_engine(options: EngineOptions) -> TransformersEngine:
-    require()
-    return TransformersEngine(options)
+    return TransformersEngine(options)  # torch and transformers required there
 
 
 def deployment(case: ResolvedCase, options: EngineOptions, speculative: bool = True) -> Deployment:
@@ -295,15 +294,12 @@ class TransformersEngine:
 
     # --- models --------------------------------------------------------------------------------
 
-    def _spec(self, model: ModelPath, device: str, dtype: str, load_in: str) -> Any:
-        from llamaspec.hf import generation
-
-        return generation.LoadSpec(model, device, dtype, load_in)
-
     def _keys(self, case: ResolvedCase, plan: Plan) -> set[tuple[str, ...]]:
-        keys = {self._spec(case.target, plan.device, plan.dtype, plan.load_in).key}
+        from llamaspec.hf.generation import LoadSpec
+
+        keys: set[tuple[str, ...]] = {LoadSpec(case.target, plan.device, plan.dtype, plan.load_in).key}
         if case.draft is not None:
-            keys.add(self._spec(case.draft, plan.device, plan.draft_dtype, "none").key)
+            keys.add(LoadSpec(case.draft, plan.device, plan.draft_dtype, "none").key)
         return keys
 
     def _ensure(self, model: ModelPath, device: str, dtype: str, load_in: str) -> Any:
@@ -470,7 +466,7 @@ class TransformersEngine:
         model = target.generator
         prompt_ids = _input_ids(case, target.tokenizer).to(model.device)
         n_prompt = int(prompt_ids.shape[1])
-        depth = n_prompt + (s.n_predict if s.n_predict is not None else 256) // 2
+        depth = theory.bench_depth(n_prompt, s.n_predict if s.n_predict is not None else 256)
         context = prompt_ids.repeat(1, -(-depth // max(n_prompt, 1)))[:, :depth]
         start = time.perf_counter()
         try:

@@ -228,5 +228,5 @@ def machine_requirements(name: str, exp: Any) -> dict[str, Any]:
 
 def provide_machine(name: str, accel: str, options: dict[str, Any], labels: list[str], machine: str) -> Any:
     """On a worker: what engine ``name`` needs there (built, fetched, derived), as a machine object
-    with ``open(engine)``, ``model(label)``, ``commit``, ``build_key``, ``bin_dir`` and ``close()``."""
+    with ``open(engine)``, ``model(label)``, ``commit`` and ``close()``."""
     return _machine_module(name).provide(accel, options, labels, machine)

@@ -75,14 +75,12 @@ from llamaspec.theory.cost import (
 )
 from llamaspec.theory.fit import Analysis, PointFit, Prediction, analyze
 from llamaspec.theory.maths import (
-    OnePointFit,
     acceptance,
     alpha_from_acceptance,
     alpha_from_tokens_per_round,
     ceiling_speedup,
     expected_accepted,
     expected_tokens_per_round,
-    fit_one_point,
     paper_speedup,
 )
 from llamaspec.theory.observation import Observation
@@ -96,7 +94,6 @@ __all__ = [
     "Analysis",
     "CostModel",
     "Observation",
-    "OnePointFit",
     "PointFit",
     "PositionCurve",
     "Prediction",
@@ -110,7 +107,6 @@ __all__ = [
     "ceiling_speedup",
     "expected_accepted",
     "expected_tokens_per_round",
-    "fit_one_point",
     "interpolate",
     "monotone",
     "paper_speedup",

@@ -123,23 +123,19 @@ class CostModel:
 
     @classmethod
     def from_bench(cls, target_batches: Mapping[int, float], draft_step_ms: float, profile: RoundProfile,
-                   *, draft_batches: Mapping[int, float] | None = None, target_sample_ms: float = 0.0,
-                   draft_sample_ms: float = 0.0, depth: int | None = None, smooth: bool = True) -> CostModel:
+                   *, target_sample_ms: float = 0.0, draft_sample_ms: float = 0.0,
+                   depth: int | None = None) -> CostModel:
         """The model from llama-bench timings at one depth: target batches of 1..K tokens (batch 1
         is the target's step, so every ratio comes from one program) and the draft's step.
 
-        ``smooth`` makes the batch costs non-decreasing in the batch size (:func:`monotone`) before
-        they are interpolated; the points are otherwise used as measured."""
+        The batch costs are made non-decreasing in the batch size (:func:`monotone`) before they
+        are interpolated; the points are otherwise used as measured."""
         if 1 not in target_batches:
             raise LlamaspecError("the target's batch timings lack batch size 1 (its single-token step)",
                                  hint="time the target with llama-bench -p 1,2,...,17 at the run's depth")
-        table = _table("target", target_batches)
-        if smooth:
-            table = monotone(table)
-        return cls(target_ms_per_token=dict(table)[1], draft_ms_per_token=draft_step_ms,
-                   verify_batches=table,
-                   draft_batches=tuple((draft_batches or {}).items()), profile=profile,
-                   target_sample_ms=target_sample_ms, draft_sample_ms=draft_sample_ms, depth=depth)
+        table = monotone(_table("target", target_batches))
+        return cls(target_ms_per_token=dict(table)[1], draft_ms_per_token=draft_step_ms, verify_batches=table,
+                   profile=profile, target_sample_ms=target_sample_ms, draft_sample_ms=draft_sample_ms, depth=depth)
 
     @property
     def cost_ratio(self) -> float:
@@ -208,24 +204,16 @@ class CostModel:
             return math.inf
         return self.baseline_ms_per_token / per_token
 
-    @property
-    def draft_fitted(self) -> bool:
-        return self.timed_cost_ratio is not None
-
     def fitted_to(self, observations: Sequence[Observation], alpha: float,
                   tokens_at: Callable[[float], float] | None = None) -> CostModel:
         """This model with the draft's costs (its step, batch and sampling, scaled together) set to
         what best explains the measured speedups at ``alpha``; the target's costs stay as timed.
 
         Why: inside a round the draft's steps need not cost what the draft timed alone does, and
-        one llama-bench timing of the draft's step is itself noisy: on the offline pair's
-        acceptance recordings of 3 December the fitted step is 48 % above the timed one with the
-        Q4_1 draft, 4 % below with Q4_0 and 52 % above with Q2_K (the model's median error 2.7,
-        4.2 and 3.1 % fitted, 23.6, 3.3 and 19.9 % as timed; on those of 2 December it was 12 %
-        below with Q4_1 and 25 % below with Q4_0), while the paired speedups are measured where it
-        matters. One parameter, by least squares
-        on 1/speedup (relative: each point weighted by its measured speedup squared), closed form
-        since a round's time is linear in the draft's scale. Needs :data:`FIT_MIN_LENGTHS` draft
+        one llama-bench timing of the draft's step is itself noisy (docs/method.md, "Limits", has
+        the recorded figures), while the paired speedups are measured where it matters. One
+        parameter, by least squares on 1/speedup (relative: each point weighted by its measured
+        speedup squared), closed form since a round's time is linear in the draft's scale. Needs :data:`FIT_MIN_LENGTHS` draft
         lengths; fewer, or nothing drafted, returns this model unchanged. ``tokens_at``: the tokens a
         round of (mean) length k emits, where it is known better than α's closed form (acceptance by
         position); with it, one measured length is enough, since the acceptance at every other
@@ -246,7 +234,8 @@ class CostModel:
             den += w * d * d
         scale = max(num / den, 0.0) if den > 0 else 1.0
         fitted = self.with_cost_ratio(scale * self.cost_ratio)
-        return dataclasses.replace(fitted, timed_cost_ratio=self.timed_cost_ratio if self.draft_fitted else self.cost_ratio)
+        timed = self.timed_cost_ratio if self.timed_cost_ratio is not None else self.cost_ratio  # a refit keeps what was timed
+        return dataclasses.replace(fitted, timed_cost_ratio=timed)
 
     def with_cost_ratio(self, cost_ratio: float) -> CostModel:
         """The same model with the draft's per-token cost set to ``cost_ratio`` target steps

@@ -49,15 +49,11 @@ class PointFit:
     drafted_rounds: int | None = None  # rounds that drafted, where the engine counts them apart (llama-server)
 
     @property
-    def abs_error(self) -> float | None:
-        """predicted - measured speedup."""
-        return None if self.predicted_speedup is None else self.predicted_speedup - self.measured_speedup
-
-    @property
     def rel_error(self) -> float | None:
-        """(predicted - measured) / measured."""
-        err = self.abs_error
-        return None if err is None else err / self.measured_speedup
+        """(predicted - measured) / measured speedup."""
+        if self.predicted_speedup is None:
+            return None
+        return (self.predicted_speedup - self.measured_speedup) / self.measured_speedup
 
 
 @dataclass(frozen=True)
@@ -127,49 +123,10 @@ class Analysis:
         return len(self.curve)
 
     @property
-    def rel_errors(self) -> tuple[float, ...]:
-        return tuple(p.rel_error for p in self.points if p.rel_error is not None)
-
-    @property
     def median_abs_error(self) -> float | None:
         """Median |predicted - measured| / measured over the points: the fit's quality."""
-        errors = self.rel_errors
-        return statistics.median(abs(e) for e in errors) if errors else None
-
-    @property
-    def max_abs_error(self) -> float | None:
-        errors = self.rel_errors
-        return max(abs(e) for e in errors) if errors else None
-
-    def fit_quality(self) -> str:
-        """One line: how well the model predicts the measured points."""
-        if self.median_abs_error is None or self.max_abs_error is None:
-            return "no speedup predictions (no measured costs): only alpha and the ceiling"
-        bias = statistics.median(self.rel_errors)
-        line = (f"model vs measured over {len(self.rel_errors)} draft lengths: median |error| "
-                f"{percent_text(self.median_abs_error, 1)}, max {percent_text(self.max_abs_error, 1)}, median bias {percent_text(bias, 1, sign=True)}")
-        other = self.single_alpha.median_abs_error if self.single_alpha is not None else None
-        if self.positions is not None:
-            line += f" (on the acceptance by position{f'; with one alpha {percent_text(other, 1)}' if other is not None else ''})"
-        return line
-
-    def table(self) -> str:
-        """The points and the model side by side, then the fit quality (for reports and logs)."""
-        lines = [f"{'draft':>5} {'accept':>7} {'tok/round':>9} {'measured':>9} {'predicted':>9} {'error':>7}"]
-        for p in sorted(self.points, key=lambda q: q.draft_max):
-            pred = f"{p.predicted_speedup:.3f}x" if p.predicted_speedup is not None else "-"
-            err = percent_text(p.rel_error, 1, sign=True)
-            acc = percent_text(p.acceptance, 1)
-            lines.append(f"{p.draft_max:>5} {acc:>7} {p.tokens_per_round:>9.2f} {p.measured_speedup:>8.3f}x {pred:>9} {err:>7}")
-        lines.append(self.fit_quality())
-        if self.positions is not None:
-            lines.append(f"accepted through position 1..{self.positions.length}: {self.positions.text()}")
-        lines.extend(self.contradictions)
-        if self.best is not None and self.cost is not None:
-            timed = f", timed alone {self.cost.timed_cost_ratio:.3f}" if self.cost.timed_cost_ratio is not None else ""
-            lines.append(f"predicted best draft length {self.best.draft_max}: {self.best.speedup:.3f}x "
-                         f"(alpha {self.alpha:.3f}, c {self.cost.cost_ratio:.3f}{timed})")
-        return "\n".join(lines)
+        errors = [abs(p.rel_error) for p in self.points if p.rel_error is not None]
+        return statistics.median(errors) if errors else None
 
 
 def _pooled_alpha(observations: Sequence[Observation]) -> float:

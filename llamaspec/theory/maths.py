@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from llamaspec.base.errors import LlamaspecError
 
@@ -118,32 +117,6 @@ def paper_speedup(alpha: float, k: float, cost_ratio: float) -> float:
     if not (math.isfinite(cost_ratio) and cost_ratio >= 0):
         raise LlamaspecError(f"cost ratio c must be a finite number >= 0, got {cost_ratio!r}")
     return expected_tokens_per_round(alpha, k) / (k * cost_ratio + 1.0)
-
-
-@dataclass(frozen=True)
-class OnePointFit:
-    """Leviathan et al.'s model put through one measured point (see :func:`fit_one_point`)."""
-
-    alpha: float
-    draft_len: float  # the drafted tokens per round the point measured
-    cost_ratio: float  # c that makes the model meet the measured speedup there
-    best_draft: int
-    best_speedup: float
-
-
-def fit_one_point(acceptance: float, draft_len: float, speedup: float, max_draft: int = 16) -> OnePointFit | None:
-    """α from a point's acceptance (``acceptance``: accepted over drafted, a fraction, at
-    ``draft_len`` drafted tokens per round), the cost ratio c for which :func:`paper_speedup` equals the measured
-    ``speedup`` there, and the draft length that model puts best. For figures measured at one
-    draft length (a prompt set on llama-server, per category): a forecast, named as the paper's
-    model (it takes verification to cost one target step whatever the batch). None when the
-    point cannot carry a fit (nothing drafted, no gain figure)."""
-    if not (draft_len > 0 and speedup > 0 and 0.0 <= acceptance <= 1.0):
-        return None
-    alpha = alpha_from_acceptance(acceptance, draft_len)
-    cost_ratio = max((expected_tokens_per_round(alpha, draft_len) / speedup - 1.0) / draft_len, 0.0)
-    best = max(range(1, max_draft + 1), key=lambda k: paper_speedup(alpha, k, cost_ratio))
-    return OnePointFit(alpha, draft_len, cost_ratio, best, paper_speedup(alpha, best, cost_ratio))
 
 
 def ceiling_speedup(alpha: float) -> float:

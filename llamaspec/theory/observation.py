@@ -22,14 +22,12 @@ class Observation:
     - ``spec_decode_tps``, ``baseline_decode_tps``: speeds on SPEED_DEFINITION (medians).
     - ``rounds``: every verification round (target call after the prompt), summed, as the
       measurements carry them (``Measurement.rounds``, one definition for every engine); None
-      derives them from the counters by ``program``'s own loop (:meth:`RoundProfile.rounds`, per run:
-      pass ``runs``).
+      derives them from the counters of one run by ``program``'s own loop (:meth:`RoundProfile.rounds`).
     - ``drafted_rounds``: the rounds that drafted something, where the engine counts them apart
       (llama-server's /metrics: a step whose draft came back empty is a plain decode); None where
       every round drafts or the engine does not say.
     - ``speedup``: the measured speedup if known better than the ratio of the two medians (the median
       of paired ratios); None uses spec/baseline.
-    - ``runs``: how many runs the counters sum over (the derived rounds subtract one per run).
     - ``positions``: acceptance by draft position (``Measurement.drafted_by_position`` and
       ``accepted_by_position``), where the engine counts it; None where it does not.
     """
@@ -43,7 +41,6 @@ class Observation:
     rounds: int | None = None
     profile: RoundProfile = field(kw_only=True)  # the program whose loop made the counters
     speedup: float | None = None
-    runs: int = 1
     drafted_rounds: int | None = None
     positions: PositionCurve | None = None
 
@@ -52,7 +49,6 @@ class Observation:
         count("n_drafted", self.n_drafted)
         count("n_accept", self.n_accept)
         count("n_generated", self.n_generated, minimum=1)
-        count("runs", self.runs, minimum=1)
         if self.n_accept > self.n_drafted:
             raise LlamaspecError(
                 f"n_accept ({self.n_accept}) exceeds n_drafted ({self.n_drafted}): only drafted tokens can be accepted",
@@ -90,8 +86,7 @@ class Observation:
 
     @property
     def derived_rounds(self) -> int:
-        per_run = 1 if self.profile.first_token_from_prompt else 0
-        return self.n_generated - self.n_accept - per_run * self.runs
+        return self.profile.rounds(self.n_generated, self.n_accept)
 
     @property
     def acceptance(self) -> float | None:

@@ -197,7 +197,7 @@ def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
                                      chosen is not None and s["label"] == chosen.get("label")))
     rows.sort(key=lambda r: -r.speedup)
     folder = paths.plots_dir() / study["study_id"]
-    title = f"{study['experiment']}: " + (next((c for c in [study.get("answer")] if c), None) or decision.get("verdict", ""))
+    title = f"{study['experiment']}: " + (study.get("answer") or decision.get("verdict", ""))
     out = [p for p in plot.plot_workload(rows, {p: c for p, c in categories.items() if p in timed}, title, folder)
            if p.suffix == ".png"] if rows else []
     measured = [f["prompt"] for f in study.get("facts") or [] if f.get("timed_tokens") is not None]

@@ -40,8 +40,7 @@ __all__ = [
     "plot_workload",
 ]
 
-FORMATS = ("png", "svg", "pdf")
-DEFAULT_FORMATS = ("png", "svg")
+FORMATS = ("png", "svg")  # every figure is written in each
 
 _DPI = 150
 _SINGLE_SIZE = (7.5, 5.0)
@@ -66,13 +65,12 @@ def plot_panel(
     *,
     predicted: Curve | None = None,
     band: BandCurve | None = None,
-    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
     """One panel of the dashboard as a figure of its own, by ``stem``: decode t/s against draft
     length with the target alone as a horizontal line; llama.cpp's accept (n_accept / n_drafted)
     with ``predicted`` dashed; or the measured speedup with the predicted curve (and its bootstrap
     ``band``) and the break-even line y = 1."""
-    pts = _checked(points, formats)
+    pts = _checked(points)
     fig, (ax,) = _figure(1, _SINGLE_SIZE)
     xr = _x_range(pts, predicted)
     if stem == "decode_tps":
@@ -82,40 +80,29 @@ def plot_panel(
     else:
         _draw_speedup(ax, pts, predicted, xr, band)
     ax.set_title(meta.title(_PANELS[stem]), fontsize=10)
-    return _save(fig, out_dir, stem, formats)
+    return _save(fig, out_dir, stem)
 
 
 def plot_acceptance_by_position(
     lines: Sequence[PositionLine],
     meta: PlotMeta,
     out_dir: Path,
-    *,
-    stem: str = "acceptance_by_position",
-    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
     """Acceptance by draft position, one line per run or sweep point."""
     drawn = [line for line in lines if any(r is not None for r in line.rates)]
     if not drawn:
         raise LlamaspecError("nothing to plot: no acceptance by position measured",
                              hint="measure with llama-server, llama-speculative-simple or transformers")
-    _check_formats(formats)
-    from matplotlib.ticker import MaxNLocator, PercentFormatter
-
     fig, (ax,) = _figure(1, _SINGLE_SIZE)
     for i, line in enumerate(drawn):
         xs = [pos for pos, r in enumerate(line.rates, start=1) if r is not None]
         ys = [r for r in line.rates if r is not None]
         label = line.label + (f" ({line.rounds} rounds)" if line.rounds is not None else "")
         ax.plot(xs, ys, marker="o", markersize=3, color=f"C{i % 10}", label=label)
-    ax.set_xlabel("draft position")
-    ax.set_ylabel("rounds accepted through the position, of those that drafted it")
-    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylim(0, 1.05)
-    ax.grid(True, alpha=0.3)
+    _style_positions(ax, "rounds accepted through the position, of those that drafted it")
     ax.legend(loc="lower left", fontsize=8, ncol=2 if len(drawn) > 8 else 1)
     ax.set_title(meta.title("Acceptance by draft position"), fontsize=10)
-    return _save(fig, out_dir, stem, formats)
+    return _save(fig, out_dir, "acceptance_by_position")
 
 
 def plot_dashboard(
@@ -126,11 +113,9 @@ def plot_dashboard(
     predicted_speedup: Curve | None = None,
     predicted_accept: Curve | None = None,
     band: BandCurve | None = None,
-    stem: str = "dashboard",
-    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
     """The three panels side by side in one figure, under one title."""
-    pts = _checked(points, formats)
+    pts = _checked(points)
     fig, (ax_tps, ax_acc, ax_speed) = _figure(3, _DASHBOARD_SIZE)
     xr = _x_range(pts, predicted_speedup, predicted_accept)
     _draw_decode_tps(ax_tps, pts, xr)
@@ -140,7 +125,7 @@ def plot_dashboard(
     ax_acc.set_title("Draft acceptance", fontsize=11)
     ax_speed.set_title("Speedup over the target alone", fontsize=11)
     fig.suptitle(meta.title("Speculative decoding vs draft length"), fontsize=11)
-    return _save(fig, out_dir, stem, formats)
+    return _save(fig, out_dir, "dashboard")
 
 
 def plot_watch(
@@ -152,7 +137,6 @@ def plot_watch(
     out_dir: Path,
     *,
     stem: str = "watch",
-    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
     """A window of a running server's traffic (``llamaspec watch``): the share of its verification
     steps accepted through each draft position, and the speedup the model predicts at each length
@@ -161,17 +145,9 @@ def plot_watch(
     if not shares or not speedups:
         raise LlamaspecError("nothing to plot: the window has no acceptance by position or no prediction",
                              hint="wait for speculative requests, and give the costs (--cost) if none are found")
-    _check_formats(formats)
-    from matplotlib.ticker import MaxNLocator, PercentFormatter
-
     fig, (ax_pos, ax_speed) = _figure(2, (12.0, 5.0))
     ax_pos.plot(range(1, len(shares) + 1), list(shares), marker="o", markersize=4, color="C0")
-    ax_pos.set_xlabel("draft position")
-    ax_pos.set_ylabel("verification steps accepted through the position")
-    ax_pos.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax_pos.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax_pos.set_ylim(0, 1.05)
-    ax_pos.grid(True, alpha=0.3)
+    _style_positions(ax_pos, "verification steps accepted through the position")
     ax_pos.set_title("Acceptance by draft position", fontsize=11)
     xs = [k for k, _ in speedups]
     ax_speed.fill_between([k for k, _, _ in predicted], [lo for _, lo, _ in predicted], [hi for _, _, hi in predicted],
@@ -186,17 +162,15 @@ def plot_watch(
     ax_speed.legend(loc="best", fontsize=9)
     ax_speed.set_title("Predicted speedup vs draft length", fontsize=11)
     fig.suptitle(title, fontsize=11)
-    return _save(fig, out_dir, stem, formats)
+    return _save(fig, out_dir, stem)
 
 
-def plot_workload(rows: Sequence[WorkloadRow], categories: dict[str, str], title: str, out_dir: Path, *,
-                  stem: str = "workload", formats: Sequence[str] = DEFAULT_FORMATS) -> list[Path]:
+def plot_workload(rows: Sequence[WorkloadRow], categories: dict[str, str], title: str, out_dir: Path) -> list[Path]:
     """A workload study's answer: each setup's speedup over the workload (the geometric mean of its
     prompts', with its 95 % interval), best first, each prompt's own beside it (a marker per
     category), the target alone at 1.0 and the recommended setup marked."""
     if not rows:
         raise LlamaspecError("nothing to plot: no setup has a workload estimate", hint="measure every setup on every prompt")
-    _check_formats(formats)
     fig, (ax,) = _figure(1, (9.0, 0.45 * len(rows) + 1.8))
     ys = list(range(len(rows)))[::-1]
     for y, r in zip(ys, rows, strict=True):
@@ -214,7 +188,7 @@ def plot_workload(rows: Sequence[WorkloadRow], categories: dict[str, str], title
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     ax.set_title(title, fontsize=10)
-    return _save(fig, out_dir, stem, formats)
+    return _save(fig, out_dir, "workload")
 
 
 def plot_all(
@@ -225,14 +199,13 @@ def plot_all(
     predicted_speedup: Curve | None = None,
     predicted_accept: Curve | None = None,
     band: BandCurve | None = None,
-    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
     """The three single plots and the dashboard; returns every path written. ``band``: the
     model's 95 % bootstrap band, (draft length, low, high) per length."""
     return [
-        *plot_panel("decode_tps", points, meta, out_dir, formats=formats),
-        *plot_panel("acceptance", points, meta, out_dir, predicted=predicted_accept, formats=formats),
-        *plot_panel("speedup", points, meta, out_dir, predicted=predicted_speedup, band=band, formats=formats),
+        *plot_panel("decode_tps", points, meta, out_dir),
+        *plot_panel("acceptance", points, meta, out_dir, predicted=predicted_accept),
+        *plot_panel("speedup", points, meta, out_dir, predicted=predicted_speedup, band=band),
         *plot_dashboard(
             points,
             meta,
@@ -240,7 +213,6 @@ def plot_all(
             predicted_speedup=predicted_speedup,
             predicted_accept=predicted_accept,
             band=band,
-            formats=formats,
         ),
     ]
 
@@ -250,19 +222,10 @@ def plot_all(
 # ---------------------------------------------------------------------------------------------
 
 
-def _checked(points: Sequence[PlotPoint], formats: Sequence[str]) -> list[PlotPoint]:
+def _checked(points: Sequence[PlotPoint]) -> list[PlotPoint]:
     if not points:
         raise LlamaspecError("nothing to plot: no measured points", hint="run a sweep or a measurement first")
-    _check_formats(formats)
     return sorted(points, key=lambda p: p.draft_max)
-
-
-def _check_formats(formats: Sequence[str]) -> None:
-    if not formats:
-        raise LlamaspecError("no image format asked for", hint=f"use any of {', '.join(FORMATS)}")
-    for fmt in formats:
-        if fmt not in FORMATS:
-            raise LlamaspecError(f"unsupported image format {fmt!r}", hint=f"use any of {', '.join(FORMATS)}")
 
 
 def _figure(ncols: int, size: tuple[float, float]) -> tuple[Figure, list[Axes]]:
@@ -291,6 +254,18 @@ def _style_x(ax: Axes, xr: tuple[float, float]) -> None:
     else:
         pad = max(0.5, 0.04 * (hi - lo))
     ax.set_xlim(lo - pad, hi + pad)
+    ax.grid(True, alpha=0.3)
+
+
+def _style_positions(ax: Axes, ylabel: str) -> None:
+    """An axis of acceptance (a share, in percent) by draft position."""
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    ax.set_xlabel("draft position")
+    ax.set_ylabel(ylabel)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, 1.05)
     ax.grid(True, alpha=0.3)
 
 
@@ -394,7 +369,7 @@ def _draw_speedup(ax: Axes, pts: Sequence[PlotPoint], predicted: Curve | None, x
 # ---------------------------------------------------------------------------------------------
 
 
-def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str] = FORMATS) -> list[Path]:
     import matplotlib
 
     out_dir = Path(out_dir)
@@ -405,8 +380,6 @@ def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list
         for fmt in formats:
             dest = out_dir / f"{stem}.{fmt}"
             metadata: dict[str, Any] = {"Software": None} if fmt == "png" else {"Date": None, "Creator": None}
-            if fmt == "pdf":
-                metadata = {"CreationDate": None, "Creator": None, "Producer": None}
             with atomic.atomic_path(dest) as tmp:
                 # The temporary name has no image suffix, so the format is given explicitly.
                 fig.savefig(tmp, format=fmt, metadata=metadata)

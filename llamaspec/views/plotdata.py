@@ -93,15 +93,10 @@ class PlotMeta:
     build: str  # the source tree and commit it was built from ("llama.cpp 0c1e570"); "" for a library engine
     label: str | None = None  # e.g. the experiment or sweep name
 
-    def subtitle(self) -> str:
-        return (
-            f"target {self.target_model} + draft {self.draft_model}\n"
-            f"{self.hardware} · {self.engine}" + (f" · {self.build}" if self.build else "")
-        )
-
     def title(self, what: str) -> str:
         head = f"{what} ({self.label})" if self.label else what
-        return f"{head}\n{self.subtitle()}"
+        return (f"{head}\ntarget {self.target_model} + draft {self.draft_model}\n"
+                f"{self.hardware} · {self.engine}" + (f" · {self.build}" if self.build else ""))
 
 
 @dataclass(frozen=True)

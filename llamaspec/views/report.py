@@ -135,13 +135,17 @@ def _mib(value: int | None) -> str:
     return "-" if not value else f"{value / 2**20:.0f} MiB"
 
 
+def columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows of cells as lines of left-aligned columns, two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
 def table(title: str, summary: Summary, reference: Reference | None, seconds: Seconds | None = None) -> str:
     lines = [title]
     body = rows(summary, reference, seconds)
     header = ("metric", "measured (median [95% CI])", f"reference{' (' + reference.hardware + ')' if reference and reference.hardware else ''}", "ratio")
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(4)]
-    for r in [header, *body]:
-        lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+    lines += ["  " + line for line in columns([header, *body])]
     lines.append(f"  lossless: {summary.lossless.text()}")
     if (positions := summary.positions_text()) is not None:
         lines.append(f"  {positions}")
