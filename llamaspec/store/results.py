@@ -276,9 +276,12 @@ class Store:
             (*blocks, mode))]
 
     def blocks_begun(self, prefix: str) -> int:
-        """How many blocks whose name starts with ``prefix`` have a measurement, finished or not."""
-        rows = self._query("SELECT COUNT(DISTINCT block) AS n FROM measurements WHERE substr(block, 1, ?) = ?",
-                           (len(prefix), prefix))
+        """How many blocks whose name starts with ``prefix`` (not empty) have a measurement, finished
+        or not. The names that start with it are the range [prefix, prefix with its last character
+        the next one), which the block index reads (a ``substr`` or ``LIKE`` would scan the table)."""
+        after = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        rows = self._query("SELECT COUNT(DISTINCT block) AS n FROM measurements WHERE block >= ? AND block < ?",
+                           (prefix, after))
         return int(rows[0]["n"]) if rows else 0
 
     def finished_point(self, group_id: str, point_key: str) -> dict[str, Any] | None:
