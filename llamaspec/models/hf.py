@@ -254,12 +254,28 @@ class Remote:
         return [f for name, f in sorted(self.files.items()) if _matches(name, patterns)]
 
 
-def remote(repo: str, revision: str, repo_type: str = "model", what: str = "checkpoint") -> Remote:
-    """The commit ``revision`` points at now, and its files with sizes and checksums (online only)."""
-    try:
-        return _listing(repo, revision, repo_type)
-    except _hub_errors() as exc:
-        raise _translate(exc, repo, revision, what) from None
+def remote(repo: str, revision: str, aliases: Sequence[str] = (), what: str = "checkpoint",
+           repo_type: str = "model") -> Remote:
+    """The commit ``revision`` points at now, and its files with sizes and checksums (online only),
+    of ``repo`` or of the first of ``aliases`` (older names) the hub knows."""
+    return _first_found(repo, aliases, revision, what, lambda name: _listing(name, revision, repo_type))
+
+
+def _first_found(repo: str, aliases: Sequence[str], revision: str, what: str, attempt: Callable[[str], Any]) -> Any:
+    """``attempt(repo)``, else ``attempt`` of the first of ``aliases`` that is not "not found"; a
+    hub error becomes one LlamaspecError (for a name none knows: the one of ``repo``)."""
+    failure: BaseException | None = None
+    for candidate in (repo, *aliases):
+        try:
+            return attempt(candidate)
+        except _hub_errors() as exc:
+            if not _not_found(exc):
+                raise _translate(exc, candidate, revision, what) from None
+            failure = failure or exc
+            if aliases:
+                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
+    assert failure is not None
+    raise _translate(failure, repo, revision, what) from None
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
@@ -276,22 +292,6 @@ def default_patterns(listing: Remote | None) -> list[str]:
     return [*CONFIG_PATTERNS, *weights]
 
 
-def resolve_repo(repo: str, revision: str, aliases: Sequence[str] = (), what: str = "checkpoint") -> Remote:
-    """``remote`` of ``repo``, or of the first of ``aliases`` (older names) the hub knows."""
-    failure: LlamaspecError | None = None
-    for candidate in (repo, *aliases):
-        try:
-            return remote(candidate, revision, what=what)
-        except LlamaspecError as exc:
-            if not exc.message.startswith(f"Hugging Face repo {candidate} not found"):
-                raise
-            failure = failure or exc
-            if aliases:
-                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
-    assert failure is not None
-    raise failure
-
-
 def snapshot(repo: str, revision: str = "main", aliases: Sequence[str] = (), allow_patterns: Sequence[str] | None = None,
              what: str = "checkpoint", required: str = "config.json", *, commit: str | None = None,
              listing: Remote | None = None, repo_type: str = "model") -> Snapshot:
@@ -305,20 +305,8 @@ def snapshot(repo: str, revision: str = "main", aliases: Sequence[str] = (), all
     was asked for (``adapter_config.json`` for a PEFT adapter). Every file the hub gives a sha256
     for is checked against it after the download.
     """
-    failure: BaseException | None = None
-    for candidate in (repo, *aliases):
-        try:
-            return _snapshot(candidate, revision, allow_patterns, what, required, commit, listing, repo_type)
-        except _hub_errors() as exc:
-            if not _not_found(exc):
-                raise _translate(exc, candidate, commit or revision, what) from None
-            if candidate != repo:
-                log.debug("alias %s not found either", candidate)
-            failure = failure or exc
-            if aliases:
-                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
-    assert failure is not None
-    raise _translate(failure, repo, commit or revision, what) from None
+    return _first_found(repo, aliases, commit or revision, what,
+                        lambda name: _snapshot(name, revision, allow_patterns, what, required, commit, listing, repo_type))
 
 
 def _not_found(exc: BaseException) -> bool:

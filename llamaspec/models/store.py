@@ -184,7 +184,7 @@ def hub_pin(entry: ModelEntry, catalog: Catalog | None = None, *, update: bool =
     cat = catalog or catalogs.load()
     source = entry.source
     revision = str(source.get("revision"))
-    now = hf.resolve_repo(source.get("repo"), revision, source.get("aliases") or ())
+    now = hf.remote(source.get("repo"), revision, source.get("aliases") or ())
     old = pinned_commit(entry, cat)
     differ: list[str] = []
     if old is not None and old != now.commit:
@@ -379,7 +379,7 @@ def hub_snapshot(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path
             change = hub_pin(entry)
             log.info("%s (%s)", change.describe(), pins.lock_path(catalogs.load().path))
             commit, repo = change.new, change.repo
-        listing = hf.resolve_repo(repo, commit, source.get("aliases") or (), what=what)
+        listing = hf.remote(repo, commit, source.get("aliases") or (), what=what)
         plan = plans.make(entry.name, listing, patterns or hf.default_patterns(listing), outputs, hf.cache_dir(),
                           out_dir or model_path(entry.name, "f16").parent)
         for line in plan.lines():
