@@ -34,6 +34,7 @@ from typing import Any
 
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.progress import duration
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def describe(holder: Holder) -> str:
     if holder.get("since"):
         text += f" since {holder['since']}"
         if isinstance(holder.get("since_ts"), (int, float)):
-            text += f" ({_age(time.time() - holder['since_ts'])} ago)"
+            text += f" ({duration(time.time() - holder['since_ts'])} ago)"
     return text
 
 
@@ -178,7 +179,7 @@ def _acquire(fd: int, lock_file: Path, wait: bool, on_wait: Callable[[Holder], N
     except OSError as exc:
         raise _cannot_lock(lock_file, exc) from exc
     waited = time.monotonic() - start
-    log.info("measurement lock %s taken after waiting %s", lock_file, _age(waited))
+    log.info("measurement lock %s taken after waiting %s", lock_file, duration(waited))
     return waited
 
 
@@ -228,14 +229,6 @@ def _read(sidecar: Path) -> Holder | None:
     if holder.get("host") == socket.gethostname() and process_gone(holder["pid"], holder.get("proc_start")):
         return None  # left by a killed holder: whoever holds the lock now has not described itself yet
     return holder
-
-
-def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def held() -> Holder | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.progress import duration
 from llamaspec.models import quantize
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Plan:
             out.append(f"{self.name}: then writes {', '.join(f'{v} ~{_gb(s)}' for v, s in self.outputs)}")
         for folder, size in self.needs().items():
             out.append(f"{self.name}: needs {_gb(size)} on the disk of {folder}, {_gb(shutil.disk_usage(folder).free)} free")
-        out.append(f"{self.name}: about {_duration(self.seconds())} (estimate: {self.download_mbps:g} MB/s download, "
+        out.append(f"{self.name}: about {duration(max(self.seconds(), 1))} (estimate: {self.download_mbps:g} MB/s download, "
                    f"{WRITE_MBPS:g} MB/s written; set LLAMASPEC_DOWNLOAD_MBPS to your link's speed)")
         return out
 
@@ -114,11 +115,3 @@ def _same_disk(a: Path, b: Path) -> bool:
 
 def _gb(size: float) -> str:
     return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(seconds, 1):.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
