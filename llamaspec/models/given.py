@@ -139,6 +139,13 @@ def _checksums_path() -> Path:
     return paths.cache_dir() / "checksums.json"
 
 
+def _known_sums() -> dict:
+    try:
+        return dict(json.loads(_checksums_path().read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return {}
+
+
 def file_sha256(path: Path) -> str:
     """The sha256 of ``path``, from the cache while its ``Stamp`` (size, mtime, ctime, inode) is
     the one it had when the cached sum was read."""
@@ -146,11 +153,7 @@ def file_sha256(path: Path) -> str:
     stamp = Stamp.of(path)
     key = str(path)
     with _checksum_lock:
-        try:
-            known = json.loads(_checksums_path().read_text())
-        except (FileNotFoundError, ValueError):
-            known = {}
-        hit = known.get(key)
+        hit = _known_sums().get(key)
         if isinstance(hit, dict) and {k: hit.get(k) for k in stamp.to_dict()} == stamp.to_dict():
             return str(hit["sha256"])
     read_at = time.time_ns()
@@ -158,10 +161,7 @@ def file_sha256(path: Path) -> str:
     if Stamp.of(path) != stamp or not stamp.settled(read_at):
         return digest  # written during the reading, or too recently to tell the next write by its stamp
     with _checksum_lock:
-        try:
-            known = json.loads(_checksums_path().read_text())
-        except (FileNotFoundError, ValueError):
-            known = {}
+        known = _known_sums()
         known[key] = {**stamp.to_dict(), "sha256": digest}
         try:
             atomic.write_json(_checksums_path(), known)
@@ -248,14 +248,14 @@ def choose(repo: str, quant: str | None, names: list[str]) -> list[str]:
 def _cached_names(repo: str, commit: str) -> list[str]:
     from llamaspec.models import hf
 
-    folder = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots" / commit
+    folder = hf.repo_folder(repo) / "snapshots" / commit
     return [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
 
 
 def _cached_commit(repo: str) -> str | None:
     from llamaspec.models import hf
 
-    ref = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "refs" / "main"
+    ref = hf.repo_folder(repo) / "refs" / "main"
     return ref.read_text().strip() if ref.is_file() else None
 
 
@@ -277,7 +277,7 @@ def hub_file(spec: Spec) -> ModelFile:
             files = choose(repo, quant, _cached_names(repo, commit))
         except LlamaspecError:
             files = []
-        folder = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots" / commit
+        folder = hf.repo_folder(repo) / "snapshots" / commit
         if files and all((folder / f).is_file() for f in files):
             return describe_file(folder / files[0], label=f"{repo}:{quant_of(files[0]) or Path(files[0]).name}",
                                  provenance={"kind": "hf_gguf", "repo": repo, "files": files, "commit": commit})

@@ -43,11 +43,17 @@ def offline() -> bool:
 
 
 def cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        return Path(hub).expanduser()
     if os.environ.get("HF_HOME"):
         return Path(os.environ["HF_HOME"]).expanduser() / "hub"
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "huggingface" / "hub"
+
+
+def repo_folder(repo: str, cache: Path | None = None) -> Path:
+    """A model repo's folder in the Hugging Face cache (``cache``, default :func:`cache_dir`)."""
+    return (cache or cache_dir()) / f"models--{repo.replace('/', '--')}"
 
 
 def _endpoint() -> str:

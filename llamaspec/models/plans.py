@@ -14,14 +14,10 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import duration
-from llamaspec.models import quantize
-
-if TYPE_CHECKING:
-    from llamaspec.models.hf import Remote
+from llamaspec.models import hf, quantize
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
 DEFAULT_DOWNLOAD_MBPS = 40.0
@@ -79,13 +75,13 @@ class Plan:
                     hint="free some space, or point HF_HOME (downloads) / LLAMASPEC_ROOT (models) at a larger disk")
 
 
-def make(name: str, listing: Remote, patterns: Sequence[str], outputs: Sequence[str], cache_dir: Path,
+def make(name: str, listing: hf.Remote, patterns: Sequence[str], outputs: Sequence[str], cache_dir: Path,
          out_dir: Path) -> Plan:
     """The plan for downloading ``listing``'s files matching ``patterns`` and making ``outputs`` from them."""
     from fnmatch import fnmatch
 
     files = listing.matching(patterns)
-    blobs = cache_dir / f"models--{listing.repo.replace('/', '--')}" / "blobs"
+    blobs = hf.repo_folder(listing.repo, cache_dir) / "blobs"
     to_download = 0
     for f in files:
         blob = blobs / (f.sha256 or "")
