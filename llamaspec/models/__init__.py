@@ -62,8 +62,6 @@ def gguf_model(model: str, variant: str, tools: ModelTools | None = None) -> Any
     (``contract.GIVEN``: a path, ``USER/REPO[:QUANT]``, ``NAME[:VARIANT]`` in ``variant``) is
     resolved by ``models.given``, labelled with its path or repo and quant. ``tools``: what makes a
     catalog variant not made yet."""
-    from dataclasses import asdict
-
     from llamaspec.measure.contract import GIVEN, ModelPath
 
     if model == GIVEN:
@@ -74,5 +72,4 @@ def gguf_model(model: str, variant: str, tools: ModelTools | None = None) -> Any
     else:
         got = resolve(model, variant, tools=tools)
         label = f"{model}:{variant}"
-    meta = got.metadata.to_dict() if hasattr(got.metadata, "to_dict") else asdict(got.metadata)
-    return ModelPath(label=label, path=str(got.path), sha256=got.sha256, metadata=meta)
+    return ModelPath(label=label, path=str(got.path), sha256=got.sha256, metadata=got.metadata.to_dict())
