@@ -154,14 +154,10 @@ class Store:
         data = asdict(row)
         data.pop("id")
         data["created_at"] = now()
-        data["argv"] = json.dumps(data["argv"])
-        data["stats"] = json.dumps(data["stats"]) if data["stats"] is not None else None
-        data["tokens"] = json.dumps(data["tokens"]) if data["tokens"] is not None else None
-        data["noise"] = json.dumps(data["noise"]) if data["noise"] is not None else None
-        for key in ("drafted_by_position", "accepted_by_position"):
+        for key in JSON_COLUMNS & data.keys():
             data[key] = json.dumps(data[key]) if data[key] is not None else None
-        data["ok"] = int(data["ok"])
-        data["end_of_text"] = int(data["end_of_text"])
+        for key in BOOL_COLUMNS & data.keys():
+            data[key] = int(data[key])
         cols = ", ".join(data)
         with self.transaction() as db:
             cur = db.execute(f"INSERT INTO measurements ({cols}) VALUES ({', '.join('?' * len(data))})", tuple(data.values()))
