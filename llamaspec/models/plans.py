@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import duration
 from llamaspec.models import hf, quantize
@@ -45,7 +46,7 @@ class Plan:
         """Bytes needed per filesystem (keyed by the existing folder that stands for it)."""
         need: dict[Path, int] = {}
         for folder, size in ((self.cache_dir, int(self.to_download * 1.05)), (self.out_dir, self.written)):
-            probe = _existing(folder)
+            probe = paths.existing(folder)
             key = next((k for k in need if _same_disk(k, probe)), probe)
             need[key] = need.get(key, 0) + size
         return need
@@ -96,13 +97,6 @@ def make(name: str, listing: hf.Remote, patterns: Sequence[str], outputs: Sequen
         mbps = DEFAULT_DOWNLOAD_MBPS
     return Plan(name, listing.repo, listing.commit, len(files), sum(f.size for f in files), to_download, made,
                 cache_dir, out_dir, mbps if mbps > 0 else DEFAULT_DOWNLOAD_MBPS)
-
-
-def _existing(folder: Path) -> Path:
-    probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    return probe
 
 
 def _same_disk(a: Path, b: Path) -> bool:
