@@ -228,9 +228,6 @@ def hardware() -> dict[str, Any]:
 
 # --- machine noise: CPU steal and other processes' load during a measurement ---------------------
 
-# /proc/stat's aggregate "cpu" line, in USER_HZ ticks: user nice system idle iowait irq softirq steal
-# guest guest_nice (proc(5)). guest and guest_nice are already inside user and nice.
-PROC_STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 NOISY_STEAL = 0.05  # a share of CPU time stolen by the hypervisor worth a warning
 NOISY_OTHER_LOAD = 0.25  # a share of the machine's CPU used by other processes worth a warning
 
@@ -244,35 +241,19 @@ class CpuTimes:
     steal: float | None  # taken by the hypervisor for other guests (None: the platform does not say)
 
 
-def parse_proc_stat(text: str, ticks_per_second: float = 100.0) -> CpuTimes:
-    """The aggregate ``cpu`` line of ``/proc/stat`` (pure: tested on a recorded one). Kernels before
-    2.6.11 have no steal column: then steal is None."""
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] == "cpu":
-            values = [int(v) for v in parts[1:1 + len(PROC_STAT_COLUMNS)]]
-            if len(values) < 4:
-                break
-            col = dict(zip(PROC_STAT_COLUMNS, values, strict=False))
-            busy = sum(col.get(k, 0) for k in ("user", "nice", "system", "irq", "softirq"))
-            return CpuTimes(total=sum(values) / ticks_per_second, busy=busy / ticks_per_second,
-                            steal=col["steal"] / ticks_per_second if "steal" in col else None)
-    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+def times_of(fields: dict[str, float]) -> CpuTimes:
+    """The machine's CPU time from psutil's ``cpu_times()`` fields, in seconds (Linux's are
+    /proc/stat's columns: user nice system idle iowait irq softirq steal guest guest_nice, proc(5))."""
+    total = sum(v for k, v in fields.items() if k not in ("guest", "guest_nice"))  # inside user and nice already
+    idle = fields["idle"] + fields.get("iowait", 0.0) + fields.get("steal", 0.0)
+    return CpuTimes(total=total, busy=total - idle, steal=fields.get("steal"))
 
 
 def cpu_times() -> CpuTimes:
-    """This machine's CPU time now: ``/proc/stat`` on Linux, psutil elsewhere (no steal there)."""
-    try:
-        text = Path("/proc/stat").read_text()
-    except OSError:
-        text = ""
-    if text:
-        return parse_proc_stat(text, float(os.sysconf("SC_CLK_TCK")))
+    """This machine's CPU time now (steal only where the platform counts it: Linux since 2.6.11)."""
     import psutil
 
-    t = psutil.cpu_times()
-    total = float(sum(t))
-    return CpuTimes(total=total, busy=total - t.idle - getattr(t, "iowait", 0.0), steal=getattr(t, "steal", None))
+    return times_of(psutil.cpu_times()._asdict())
 
 
 def own_cpu_seconds() -> float:
