@@ -5,10 +5,6 @@ A variant is finished when its file and its record are both there and agree. The
 under a temporary name, read back with gguf, then renamed; the record is written last. So an
 interrupted download, conversion or quantization never leaves something that passes for finished,
 and the next call makes it again.
-
-Its size: one life cycle per variant (resolve, lock, fetch or convert or quantize, read back,
-record) around the invariant above; split, the steps that write a file and the one that records
-it finished would live apart and the invariant with neither.
 """
 
 from __future__ import annotations
