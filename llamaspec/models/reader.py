@@ -13,6 +13,10 @@ A chat prompt needs more of the header (:func:`read_chat`): the chat template, t
 BOS and EOS tokens as the template sees them, and which token texts are control tokens, which
 llama-completion leaves out when it echoes a prompt. Those mirror the same loader: the token
 types of ``tokenizer.ggml.token_type`` with the overrides it applies by token text.
+
+Its size: the header is one format (the cursor, the key-value table, the tensor table) and the
+facts read from it (the metadata, the vocabulary, the chat facts) share that one parse; split, each
+fact would need the parser's private types.
 """
 
 from __future__ import annotations

