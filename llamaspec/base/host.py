@@ -38,13 +38,9 @@ def _output(argv: list[str], timeout: float = PROBE_TIMEOUT) -> proc.Completed |
 
 # --- CPU ---------------------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    return cpu.cpu_info().name
-
-
 def fingerprint() -> str:
     """This machine, for "was this build smoke-tested here?" (host name and CPU model)."""
-    return f"{socket.gethostname()}|{cpu_model()}"
+    return f"{socket.gethostname()}|{cpu.cpu_info().name}"
 
 
 # --- compilers and tools ---------------------------------------------------------------------------
@@ -73,9 +69,9 @@ def tool_version(argv: list[str]) -> str | None:
     return text[0] if text else "present"
 
 
-def native_isa(compiler: str | None = None) -> str:
+def native_isa() -> str:
     """What ``-march=native`` means to the compiler here (a build's CPU target), as a short hash."""
-    cc = compiler or c_compiler()
+    cc = c_compiler()
     if not cc:
         return "unknown"
     # stdin is /dev/null: the preprocessor reads an empty file and dumps its predefined macros.
@@ -86,9 +82,9 @@ def native_isa(compiler: str | None = None) -> str:
     return hashlib.sha256("\n".join(feats).encode()).hexdigest()[:12]
 
 
-def native_enables(flag: str, compiler: str | None = None) -> bool:
+def native_enables(flag: str) -> bool:
     """Whether ``-march=native`` turns on ``flag`` (e.g. ``-mamx-tile``) for GCC here."""
-    cc = compiler or gcc_like()
+    cc = gcc_like()
     if not cc:
         return False
     done = _output([cc, "-march=native", "-Q", "--help=target"])
@@ -131,11 +127,11 @@ int main(void) {
 }
 
 
-def feature_faults(feature: str, compiler: str | None = None) -> bool:
+def feature_faults(feature: str) -> bool:
     """Compile and run a one-instruction probe of ``feature``; True when it dies with SIGILL.
     False when it runs, or when it cannot be compiled here (then no build would use it either)."""
     spec = FEATURE_PROBES[feature]
-    cc = compiler or gcc_like()
+    cc = gcc_like()
     if not cc:
         return False
     with tempfile.TemporaryDirectory(prefix="llamaspec-probe-") as tmp:
