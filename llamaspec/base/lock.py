@@ -32,7 +32,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from llamaspec.base import paths
+from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.progress import duration
 
@@ -195,14 +195,10 @@ def _sidecar(lock_file: Path) -> Path:
 def _write_description(sidecar: Path, holder: Holder) -> None:
     # Atomic (a reader sees the old description or the new one, never half) and best effort:
     # the lock works without it (a folder others cannot write to, a full disk).
-    tmp = sidecar.with_name(f"{sidecar.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(holder, sort_keys=True))
-        os.replace(tmp, sidecar)
+        atomic.write_text(sidecar, json.dumps(holder, sort_keys=True))
     except OSError as exc:
         log.debug("could not describe the measurement lock's holder in %s: %s", sidecar, exc)
-        with suppress(OSError):
-            tmp.unlink()
 
 
 def _description(lock_file: Path) -> Holder:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from llamaspec.base import atomic
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import reader
 from llamaspec.models.reader import GGUFMetadata
@@ -141,8 +142,6 @@ class HeaderCache:
     def save(self) -> None:
         if self.path is None or not self.changed:
             return
-        from llamaspec.base import atomic
-
         alive = {k: v for k, v in self.entries.items() if Path(k.split("|", 1)[0]).exists()}
         try:
             atomic.write_json(self.path, alive)

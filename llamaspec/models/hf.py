@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaspec.base import paths
+from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
@@ -350,13 +350,11 @@ def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, wh
 def _verify(folder: Path, files: Sequence[RemoteFile], where: str) -> None:
     """Each downloaded file the hub gives a sha256 for must have it; a file that does not is deleted
     from the cache (its blob and its link), so the next run downloads it again."""
-    from llamaspec.base.atomic import sha256_file
-
     for f in files:
         path = folder / f.name
         if f.sha256 is None or not path.is_file():
             continue
-        got = sha256_file(path, f.name)
+        got = atomic.sha256_file(path, f.name)
         if got != f.sha256:
             blob = path.resolve()
             path.unlink(missing_ok=True)
