@@ -18,7 +18,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -307,9 +307,7 @@ class NoiseSample:
         return f"{_share(self.steal)} of CPU time was stolen by the hypervisor {during}" + (f"; {other}" if other else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "busy_seconds": self.busy_seconds,
-                "own_seconds": self.own_seconds, "steal_seconds": self.steal_seconds, "windows": self.windows,
-                "steal": self.steal, "other_load": self.other_load}
+        return {**asdict(self), "steal": self.steal, "other_load": self.other_load}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> NoiseSample | None:

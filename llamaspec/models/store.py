@@ -452,12 +452,7 @@ def _commit_of(base: ModelFile) -> dict[str, Any]:
 
 def local_variants(entry: ModelEntry) -> dict[str, ModelFile]:
     """The variants of ``entry`` that are finished on disk."""
-    found = {}
-    for variant in entry.variants:
-        have = finished(entry.name, variant)
-        if have is not None:
-            found[variant] = have
-    return found
+    return {v: have for v in entry.variants if (have := finished(entry.name, v)) is not None}
 
 
 def check_pair(target: ModelFile | Path, draft: ModelFile | Path) -> Vocab:
