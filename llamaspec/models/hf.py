@@ -12,7 +12,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +60,6 @@ def _endpoint() -> str:
     from huggingface_hub import constants
 
     return str(constants.ENDPOINT)
-
-
-def _commit_of(snapshot_file: Path) -> str:
-    """The commit folder a path in the cache's ``snapshots/<commit>/...`` lies under."""
-    parts = snapshot_file.parts
-    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else "unknown"
 
 
 @dataclass(frozen=True)
@@ -332,6 +326,9 @@ def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, wh
         if listing is None or listing.repo != repo:
             listing = _listing(repo, wanted, repo_type)
         wanted = listing.commit  # both calls must see the same commit even if the branch moves meanwhile
+        if required and required not in listing.files:  # refused before a byte is downloaded
+            raise LlamaspecError(f"{required} not found in {repo}@{revision}",
+                                 hint=f"files there: {', '.join(sorted(listing.files)[:12])}")
         patterns = patterns or default_patterns(listing)
         needed = sum(f.size for f in listing.matching(patterns))
         paths.ensure_free_space(cache_dir(), int(needed * 1.05) + 2**20, f"{repo} ({needed / 2**30:.1f} GiB)")
@@ -342,6 +339,8 @@ def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, wh
     if listing is not None:
         _verify(folder, listing.matching(patterns), f"{repo}@{wanted[:12]}")
     if required and not (folder / required).is_file():
+        if offline():
+            raise _not_cached(LookupError(required), _Where(repo, revision, what))
         raise LlamaspecError(f"{repo}@{revision} ({folder}) has no {required}: not a Hugging Face {what}",
                              hint="check the repo id, or its allow_patterns in models/catalog.yaml")
     return Snapshot(repo, revision, folder.name, folder)
@@ -366,20 +365,7 @@ def _verify(folder: Path, files: Sequence[RemoteFile], where: str) -> None:
 
 def file(repo: str, filename: str, revision: str = "main") -> Snapshot:
     """Download (or find in the cache) one file of a repo, e.g. a prebuilt GGUF. ``path`` is the file."""
-    from huggingface_hub import hf_hub_download
+    import glob
 
-    try:
-        listing = None
-        if not offline():
-            listing = remote(repo, revision, what=filename)
-            if filename not in listing.files:
-                raise LlamaspecError(f"{filename} not found in {repo}@{revision}",
-                                     hint=f"files there: {', '.join(sorted(listing.files)[:12])}")
-            paths.ensure_free_space(cache_dir(), int(listing.files[filename].size * 1.05) + 2**20, f"{repo}/{filename}")
-        got = Path(hf_hub_download(repo, filename, revision=listing.commit if listing else revision, cache_dir=cache_dir(),
-                                   local_files_only=offline(), etag_timeout=_timeout()))
-        if listing is not None:
-            _verify(Path(str(got)[: -len(filename)]), [listing.files[filename]], f"{repo}@{listing.commit[:12]}")
-    except _hub_errors() as exc:
-        raise _translate(exc, repo, revision, filename) from None
-    return Snapshot(repo, revision, _commit_of(got), got)
+    snap = snapshot(repo, revision, allow_patterns=[glob.escape(filename)], what=filename, required=filename)
+    return replace(snap, path=snap.path / filename)
