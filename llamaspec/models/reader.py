@@ -441,9 +441,6 @@ class ChatFacts:
     space_prefix: bool = False
 
 
-_CHAT_FACTS: dict[tuple[str, int, int], ChatFacts] = {}  # (path, size, mtime_ns) -> its facts
-
-
 def read_chat(path: Path | str) -> ChatFacts:
     """The chat facts of the GGUF file at ``path`` (its first part, for a split model), read once
     per file as it is (path, size and modification time)."""
@@ -452,14 +449,13 @@ def read_chat(path: Path | str) -> ChatFacts:
         st = path.stat()
     except FileNotFoundError:
         raise LlamaspecError(f"model file not found: {path}", hint="check the path, or fetch it with `llamaspec models fetch NAME`") from None
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    facts = _CHAT_FACTS.get(key)
-    if facts is None:
-        facts = _CHAT_FACTS[key] = _chat_facts(_header(path, want_tokens=True))
-    return facts
+    return _chat_facts(str(path), str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
-def _chat_facts(header: _Header) -> ChatFacts:
+@functools.cache
+def _chat_facts(path: str, _real: str, _size: int, _mtime_ns: int) -> ChatFacts:
+    """The chat facts of ``path``; the other arguments, the file it is now, key the cache."""
+    header = _header(Path(path), want_tokens=True)
     fields = header.fields
     vocab = _vocab(header)
     texts = [t.decode("utf-8", "replace") for t in header.tokens or []]
