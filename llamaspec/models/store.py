@@ -14,6 +14,7 @@ it finished would live apart and the invariant with neither.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -247,11 +248,6 @@ def _ensure(entry: ModelEntry, variant: str, tools: ModelTools | None, then: tup
 def _locked(folder: Path) -> Iterator[None]:
     """One maker per model folder at a time (other processes wait), so partial files are all ours."""
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no locking
-        yield
-        return
     with open(folder / ".lock", "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
