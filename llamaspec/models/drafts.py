@@ -14,6 +14,7 @@ parameters of every part (``headers.read``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -140,12 +141,7 @@ def survey(target: Path, folders: list[Path] | tuple[Path, ...] = (), *, caches:
         places += default_places()
     cache = headers.HeaderCache(cache_dir)
     target_real = target.resolve()
-    tokens_of_target: list[list[str]] = []
-
-    def target_tokens() -> list[str]:
-        if not tokens_of_target:
-            tokens_of_target.append(reader.read_tokens(target))
-        return tokens_of_target[0]
+    target_tokens = functools.cache(lambda: reader.read_tokens(target))  # read once, and only if needed
 
     seen: set[Path] = {target_real}
     todo: list[tuple[Place, Path]] = []

@@ -43,7 +43,6 @@ from llamaspec.models.store import ModelFile, ModelTools
 
 log = logging.getLogger(__name__)
 
-KINDS = ("file", "hub", "catalog")
 DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's -hf default (common/arg.cpp), else the first quant there
 LOCK_FILE = "models.lock"
 _LOCK_HEADER = """\
