@@ -103,8 +103,7 @@ def describe(holder: Holder) -> str:
 
 
 @contextmanager
-def measuring(what: str, wait: bool = True, on_wait: Callable[[Holder], None] | None = None, *,
-              path: Path | None = None) -> Iterator[Holder]:
+def measuring(what: str, wait: bool = True, on_wait: Callable[[Holder], None] | None = None) -> Iterator[Holder]:
     """Hold the machine's measurement lock for the block; yields the holder's description
     (pid, host, proc_start, argv, what, since, since_ts, waited_s, lock) for provenance.
 
@@ -122,7 +121,7 @@ def measuring(what: str, wait: bool = True, on_wait: Callable[[Holder], None] | 
             finally:
                 _depth -= 1
             return
-        lock_file = path or paths.lock_path()
+        lock_file = paths.lock_path()
         fd = _open(lock_file)
         sidecar = _sidecar(lock_file)
         try:

@@ -254,11 +254,10 @@ class Remote:
         return [f for name, f in sorted(self.files.items()) if _matches(name, patterns)]
 
 
-def remote(repo: str, revision: str, aliases: Sequence[str] = (), what: str = "checkpoint",
-           repo_type: str = "model") -> Remote:
+def remote(repo: str, revision: str, aliases: Sequence[str] = (), what: str = "checkpoint") -> Remote:
     """The commit ``revision`` points at now, and its files with sizes and checksums (online only),
-    of ``repo`` or of the first of ``aliases`` (older names) the hub knows."""
-    return _first_found(repo, aliases, revision, what, lambda name: _listing(name, revision, repo_type))
+    of the model repo ``repo`` or of the first of ``aliases`` (older names) the hub knows."""
+    return _first_found(repo, aliases, revision, what, lambda name: _listing(name, revision, "model"))
 
 
 def _first_found(repo: str, aliases: Sequence[str], revision: str, what: str, attempt: Callable[[str], Any]) -> Any:
