@@ -328,9 +328,9 @@ def _resolve(spec: Spec, *, catalog: Catalog | None = None, tools: ModelTools | 
     stamps: tuple[Stamp, ...] | None = None
     if spec.kind == "file":
         read_at = time.time_ns()
-        before = tuple(Stamp.of(p) for p in headers.parts(Path(spec.text)))
+        before = _stamps(Path(spec.text))
         got = describe_file(Path(spec.text))
-        after = _stamps(got)
+        after = _stamps(got.path)
         # kept only when nothing wrote to the files while they were read, nor just before
         stamps = after if after == before and all(s.settled(read_at) for s in after) else None
     elif spec.kind == "hub":
@@ -350,14 +350,9 @@ def _resolve(spec: Spec, *, catalog: Catalog | None = None, tools: ModelTools | 
     return got
 
 
-def _files(f: ModelFile) -> list[Path]:
-    """The files a model given by path reads: its one file, or every part of a split model."""
-    parts = f.provenance.get("parts")
-    return [f.path.with_name(p["file"]) for p in parts] if parts else [f.path]
-
-
-def _stamps(f: ModelFile) -> tuple[Stamp, ...]:
-    return tuple(Stamp.of(p) for p in _files(f))
+def _stamps(path: Path) -> tuple[Stamp, ...]:
+    """The stamps of the files the model at ``path`` reads: its one file, or every part of a split model."""
+    return tuple(Stamp.of(p) for p in headers.parts(path))
 
 
 def _unchanged(f: ModelFile, stamps: tuple[Stamp, ...] | None) -> bool:
@@ -366,6 +361,6 @@ def _unchanged(f: ModelFile, stamps: tuple[Stamp, ...] | None) -> bool:
     if stamps is None:
         return False
     try:
-        return _stamps(f) == stamps
-    except OSError:  # a part gone: describe_file says which
+        return _stamps(f.path) == stamps
+    except (OSError, LlamaspecError):  # a part gone: describe_file says which
         return False
