@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = tuple(m for m in a.modes.split(",") if m and m != "none")
     report: dict[str, Any] = {"command": "python benchmarks/schedule.py " + " ".join(argv or sys.argv[1:]),
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              "machine": host.hardware().get("cpu_model") or "?", "conditions": {}}
+                              "machine": host.hardware().get("cpu") or "?", "conditions": {}}
     for cond in a.conditions.split(","):
         burner = _burner(a.load) if cond == "loaded" else None
         started = time.monotonic()

@@ -424,6 +424,25 @@ def test_a_split_repo_model_is_downloaded_whole(hub: Hub, tmp_path: Path, pair) 
     assert got.metadata.file_size == sum(p.stat().st_size for p in parts)
 
 
+
+@pytest.mark.hub
+def test_one_file_the_repo_lacks_or_the_cache_lacks_offline_is_one_line(hub: Hub, pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamaspec.models import hf
+
+    commit = hub.add(REPO, {"Tiny-Q4_0.gguf": pair[1].read_bytes(), "Tiny-Q8_0.gguf": pair[0].read_bytes()})
+    with pytest.raises(LlamaspecError) as err:
+        hf.file(REPO, "Tiny-Q5_0.gguf")
+    assert (err.value.message, err.value.hint) == (f"Tiny-Q5_0.gguf not found in {REPO}@main",
+                                                   "files there: Tiny-Q4_0.gguf, Tiny-Q8_0.gguf")
+    assert not hub.gets("Tiny-Q4_0.gguf") and not hub.gets("Tiny-Q8_0.gguf")  # refused before any download
+    got = hf.file(REPO, "Tiny-Q4_0.gguf")
+    assert got.path.read_bytes() == pair[1].read_bytes() and got.commit == commit and got.path.name == "Tiny-Q4_0.gguf"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hf.file(REPO, "Tiny-Q4_0.gguf", commit).path == got.path  # from the cache, the hub not asked
+    with pytest.raises(LlamaspecError) as err:
+        hf.file(REPO, "Tiny-Q8_0.gguf", commit)  # its snapshot is cached, this file is not
+    assert err.value.message.startswith(f"Tiny-Q8_0.gguf {REPO}@{commit} is not in the Hugging Face cache"), err.value.message
+
 # --- several drafts: one more dimension, the smaller file the cheaper --------------------------------
 
 @pytest.mark.parametrize("small_first", [False, True])

@@ -48,9 +48,9 @@ def test_doctor_without_a_source_tree_still_finds_the_pinned_build(tmp_path: Pat
 
 
 def test_doctor_names_a_faulting_amx_and_the_workaround(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host, "native_enables", lambda flag, compiler=None: flag == "-mamx-tile")
-    monkeypatch.setattr(host, "feature_faults", lambda feature, compiler=None: feature == "amx")
+    monkeypatch.setattr(host, "native_enables", lambda flag: flag == "-mamx-tile")
+    monkeypatch.setattr(host, "feature_faults", lambda feature: feature == "amx")
     amx = {c.name: c for c in doctor.examine()}["amx"]
     assert amx.status == "warn" and "SIGILL" in amx.value and "-mno-amx" in amx.hint
-    monkeypatch.setattr(host, "feature_faults", lambda feature, compiler=None: False)
+    monkeypatch.setattr(host, "feature_faults", lambda feature: False)
     assert {c.name: c for c in doctor.examine()}["amx"].status == "ok"

@@ -177,7 +177,7 @@ def test_describe_reads_like_a_command() -> None:
     holder = {"pid": 42, "host": socket.gethostname(), "argv": ["/x/llamaspec/__main__.py", "sweep", "my exp.yaml"],
               "what": "sweeping draft_max", "since": "2026-11-30T09:00:00+0000", "since_ts": time.time() - 300}
     assert lock.describe(holder) == ("pid 42 (`llamaspec sweep 'my exp.yaml'`, sweeping draft_max) "
-                                     "since 2026-11-30T09:00:00+0000 (5 min ago)")
+                                     "since 2026-11-30T09:00:00+0000 (5m00s ago)")
 
 
 @pytest.mark.parametrize("command", [["sweep"], ["concurrency"]])

@@ -3,6 +3,7 @@ measurement window (llamaspec.base.host.NoiseMeter), stored with the run and sho
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -24,33 +25,44 @@ BURN_S = 0.5
 BURN = f"import time\nwhile time.process_time() < {BURN_S}: pass\n"
 
 
-def test_parse_proc_stat_reads_the_aggregate_line():
+def times_from(stat: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> host.CpuTimes:
+    """host.cpu_times() as psutil reads it from this recorded /proc/stat."""
+    (tmp_path / "stat").write_text(stat)
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(tmp_path))
+    return host.cpu_times()
+
+
+linux = pytest.mark.skipif(not psutil.LINUX or os.sysconf("SC_CLK_TCK") != 100, reason="Linux /proc/stat, 100 ticks a second")
+
+
+@linux
+def test_cpu_times_read_the_aggregate_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # cpu  146744 64926 20781 760677 391 0 343 2745 0 0 (user nice system idle iowait irq softirq steal ...)
-    t = host.parse_proc_stat(STAT_A)
+    t = times_from(STAT_A, tmp_path, monkeypatch)
     assert t.total == pytest.approx((146744 + 64926 + 20781 + 760677 + 391 + 0 + 343 + 2745) / 100)
     assert t.busy == pytest.approx((146744 + 64926 + 20781 + 0 + 343) / 100)
     assert t.steal == pytest.approx(27.45)
-    assert host.parse_proc_stat(STAT_A, ticks_per_second=1000).steal == pytest.approx(2.745)
 
 
-def test_two_recorded_samples_give_the_window_shares():
-    a, b = host.parse_proc_stat(STAT_A), host.parse_proc_stat(STAT_B)
+def test_guest_time_is_counted_once_and_a_platform_without_steal_says_none() -> None:
+    t = host.times_of({"user": 10.0, "nice": 2.0, "system": 3.0, "idle": 80.0, "iowait": 1.0, "irq": 0.5, "softirq": 0.5,
+                       "steal": 3.0, "guest": 4.0, "guest_nice": 1.0})  # guest time is inside user and nice
+    assert t.total == pytest.approx(100.0) and t.busy == pytest.approx(16.0) and t.steal == pytest.approx(3.0)
+    mac = host.times_of({"user": 10.0, "nice": 0.0, "system": 5.0, "idle": 85.0})
+    assert mac.steal is None and mac.total == pytest.approx(100.0) and mac.busy == pytest.approx(15.0)
+    sample = host.NoiseSample(1.0, 2.0, 1.0, 0.5, None)
+    assert sample.steal is None and sample.text() == "other processes used 25% of the CPU during these runs"
+
+
+@linux
+def test_two_recorded_samples_give_the_window_shares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = times_from(STAT_A, tmp_path, monkeypatch), times_from(STAT_B, tmp_path, monkeypatch)
     # 403 ticks in 2 s on 2 CPUs: 3 stolen, 400 busy, none idle
     s = host.NoiseSample(2.0, b.total - a.total, b.busy - a.busy, 1.0, b.steal - a.steal)  # type: ignore[operator]
     assert s.cpu_seconds == pytest.approx(4.03)
     assert s.steal == pytest.approx(3 / 403)
     assert s.other_load == pytest.approx((4.00 - 1.0) / 4.03)
     assert s.text() == ("1% of CPU time was stolen by the hypervisor during these runs; other processes used 74% of the CPU")
-
-
-def test_proc_stat_without_steal_and_without_a_cpu_line():
-    old = "cpu  100 0 50 850\ncpu0 100 0 50 850\n"  # kernels before 2.6.11: four columns
-    t = host.parse_proc_stat(old)
-    assert t.steal is None and t.total == pytest.approx(10.0) and t.busy == pytest.approx(1.5)
-    sample = host.NoiseSample(1.0, 2.0, 1.0, 0.5, None)
-    assert sample.steal is None and sample.text() == "other processes used 25% of the CPU during these runs"
-    with pytest.raises(ValueError):
-        host.parse_proc_stat("intr 1 2 3\n")
 
 
 def test_combine_weighs_windows_by_their_cpu_time():

@@ -157,6 +157,25 @@ def test_runs_filter_by_kind_and_prompt(tmp_path: Path) -> None:
     assert store.runs(kind="run") == []
 
 
+
+def test_blocks_begun_counts_the_blocks_under_a_prefix_by_the_index(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "r.sqlite")
+    run_id = store.start_run(experiment="e", case_name="c", settings={}, provenance=PROVENANCE)
+    blocks = ["s1/c_1/0", "s1/c_1/0", "s1/c_1/1", "s1/c_1/10", "s1/c_1", "s1/c_10/0", "s1/cx1/0", "s1/c%1/0", "S1/c_1/2",
+              "s1/c_1/\u00e9"]
+    for block in blocks:
+        store.add_measurement(row(run_id, "baseline", block=block))
+    store.add_measurement(row(run_id, "speculative", ok=False, block="s1/c_1/3"))  # begun, never finished
+    store.add_measurement(row(run_id, "baseline"))  # no block
+    # "_" and "%" are plain characters, case counts, and a name that only begins like the prefix is not under it
+    seen: list[str] = []
+    store.db.set_trace_callback(seen.append)  # the statement as run, its arguments in place
+    assert store.blocks_begun("s1/c_1/") == 5
+    store.db.set_trace_callback(None)
+    assert store.blocks_begun("s1/c%1/") == 1 and store.blocks_begun("s1/c_") == 7 and store.blocks_begun("s2/") == 0
+    plan = [r["detail"] for r in store.db.execute(f"EXPLAIN QUERY PLAN {seen[-1]}")]
+    assert any("INDEX measurements_by_block (block>? AND block<?)" in d for d in plan), plan
+
 CHILD_RUN = """
 import sys, time
 from pathlib import Path

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +88,7 @@ class CpuInfo:
         return f"{self.name} ({inside})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "vendor": self.vendor, "family": self.family, "model": self.model,
-                "stepping": self.stepping, "flags": list(self.flags) if self.flags is not None else None}
+        return {**asdict(self), "flags": list(self.flags) if self.flags is not None else None}
 
     @classmethod
     def from_hardware(cls, hw: dict[str, Any]) -> CpuInfo:

@@ -18,7 +18,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,9 @@ def _output(argv: list[str], timeout: float = PROBE_TIMEOUT) -> proc.Completed |
 
 # --- CPU ---------------------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    return cpu.cpu_info().name
-
-
 def fingerprint() -> str:
     """This machine, for "was this build smoke-tested here?" (host name and CPU model)."""
-    return f"{socket.gethostname()}|{cpu_model()}"
+    return f"{socket.gethostname()}|{cpu.cpu_info().name}"
 
 
 # --- compilers and tools ---------------------------------------------------------------------------
@@ -73,9 +69,9 @@ def tool_version(argv: list[str]) -> str | None:
     return text[0] if text else "present"
 
 
-def native_isa(compiler: str | None = None) -> str:
+def native_isa() -> str:
     """What ``-march=native`` means to the compiler here (a build's CPU target), as a short hash."""
-    cc = compiler or c_compiler()
+    cc = c_compiler()
     if not cc:
         return "unknown"
     # stdin is /dev/null: the preprocessor reads an empty file and dumps its predefined macros.
@@ -86,9 +82,9 @@ def native_isa(compiler: str | None = None) -> str:
     return hashlib.sha256("\n".join(feats).encode()).hexdigest()[:12]
 
 
-def native_enables(flag: str, compiler: str | None = None) -> bool:
+def native_enables(flag: str) -> bool:
     """Whether ``-march=native`` turns on ``flag`` (e.g. ``-mamx-tile``) for GCC here."""
-    cc = compiler or gcc_like()
+    cc = gcc_like()
     if not cc:
         return False
     done = _output([cc, "-march=native", "-Q", "--help=target"])
@@ -131,11 +127,11 @@ int main(void) {
 }
 
 
-def feature_faults(feature: str, compiler: str | None = None) -> bool:
+def feature_faults(feature: str) -> bool:
     """Compile and run a one-instruction probe of ``feature``; True when it dies with SIGILL.
     False when it runs, or when it cannot be compiled here (then no build would use it either)."""
     spec = FEATURE_PROBES[feature]
-    cc = compiler or gcc_like()
+    cc = gcc_like()
     if not cc:
         return False
     with tempfile.TemporaryDirectory(prefix="llamaspec-probe-") as tmp:
@@ -228,9 +224,6 @@ def hardware() -> dict[str, Any]:
 
 # --- machine noise: CPU steal and other processes' load during a measurement ---------------------
 
-# /proc/stat's aggregate "cpu" line, in USER_HZ ticks: user nice system idle iowait irq softirq steal
-# guest guest_nice (proc(5)). guest and guest_nice are already inside user and nice.
-PROC_STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 NOISY_STEAL = 0.05  # a share of CPU time stolen by the hypervisor worth a warning
 NOISY_OTHER_LOAD = 0.25  # a share of the machine's CPU used by other processes worth a warning
 
@@ -244,35 +237,19 @@ class CpuTimes:
     steal: float | None  # taken by the hypervisor for other guests (None: the platform does not say)
 
 
-def parse_proc_stat(text: str, ticks_per_second: float = 100.0) -> CpuTimes:
-    """The aggregate ``cpu`` line of ``/proc/stat`` (pure: tested on a recorded one). Kernels before
-    2.6.11 have no steal column: then steal is None."""
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] == "cpu":
-            values = [int(v) for v in parts[1:1 + len(PROC_STAT_COLUMNS)]]
-            if len(values) < 4:
-                break
-            col = dict(zip(PROC_STAT_COLUMNS, values, strict=False))
-            busy = sum(col.get(k, 0) for k in ("user", "nice", "system", "irq", "softirq"))
-            return CpuTimes(total=sum(values) / ticks_per_second, busy=busy / ticks_per_second,
-                            steal=col["steal"] / ticks_per_second if "steal" in col else None)
-    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+def times_of(fields: dict[str, float]) -> CpuTimes:
+    """The machine's CPU time from psutil's ``cpu_times()`` fields, in seconds (Linux's are
+    /proc/stat's columns: user nice system idle iowait irq softirq steal guest guest_nice, proc(5))."""
+    total = sum(v for k, v in fields.items() if k not in ("guest", "guest_nice"))  # inside user and nice already
+    idle = fields["idle"] + fields.get("iowait", 0.0) + fields.get("steal", 0.0)
+    return CpuTimes(total=total, busy=total - idle, steal=fields.get("steal"))
 
 
 def cpu_times() -> CpuTimes:
-    """This machine's CPU time now: ``/proc/stat`` on Linux, psutil elsewhere (no steal there)."""
-    try:
-        text = Path("/proc/stat").read_text()
-    except OSError:
-        text = ""
-    if text:
-        return parse_proc_stat(text, float(os.sysconf("SC_CLK_TCK")))
+    """This machine's CPU time now (steal only where the platform counts it: Linux since 2.6.11)."""
     import psutil
 
-    t = psutil.cpu_times()
-    total = float(sum(t))
-    return CpuTimes(total=total, busy=total - t.idle - getattr(t, "iowait", 0.0), steal=getattr(t, "steal", None))
+    return times_of(psutil.cpu_times()._asdict())
 
 
 def own_cpu_seconds() -> float:
@@ -330,9 +307,7 @@ class NoiseSample:
         return f"{_share(self.steal)} of CPU time was stolen by the hypervisor {during}" + (f"; {other}" if other else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "busy_seconds": self.busy_seconds,
-                "own_seconds": self.own_seconds, "steal_seconds": self.steal_seconds, "windows": self.windows,
-                "steal": self.steal, "other_load": self.other_load}
+        return {**asdict(self), "steal": self.steal, "other_load": self.other_load}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> NoiseSample | None:

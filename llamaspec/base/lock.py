@@ -32,8 +32,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from llamaspec.base import paths
+from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
+from llamaspec.base.progress import duration
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +98,12 @@ def describe(holder: Holder) -> str:
     if holder.get("since"):
         text += f" since {holder['since']}"
         if isinstance(holder.get("since_ts"), (int, float)):
-            text += f" ({_age(time.time() - holder['since_ts'])} ago)"
+            text += f" ({duration(time.time() - holder['since_ts'])} ago)"
     return text
 
 
 @contextmanager
-def measuring(what: str, wait: bool = True, on_wait: Callable[[Holder], None] | None = None, *,
-              path: Path | None = None) -> Iterator[Holder]:
+def measuring(what: str, wait: bool = True, on_wait: Callable[[Holder], None] | None = None) -> Iterator[Holder]:
     """Hold the machine's measurement lock for the block; yields the holder's description
     (pid, host, proc_start, argv, what, since, since_ts, waited_s, lock) for provenance.
 
@@ -121,7 +121,7 @@ def measuring(what: str, wait: bool = True, on_wait: Callable[[Holder], None] | 
             finally:
                 _depth -= 1
             return
-        lock_file = path or paths.lock_path()
+        lock_file = paths.lock_path()
         fd = _open(lock_file)
         sidecar = _sidecar(lock_file)
         try:
@@ -178,7 +178,7 @@ def _acquire(fd: int, lock_file: Path, wait: bool, on_wait: Callable[[Holder], N
     except OSError as exc:
         raise _cannot_lock(lock_file, exc) from exc
     waited = time.monotonic() - start
-    log.info("measurement lock %s taken after waiting %s", lock_file, _age(waited))
+    log.info("measurement lock %s taken after waiting %s", lock_file, duration(waited))
     return waited
 
 
@@ -194,14 +194,10 @@ def _sidecar(lock_file: Path) -> Path:
 def _write_description(sidecar: Path, holder: Holder) -> None:
     # Atomic (a reader sees the old description or the new one, never half) and best effort:
     # the lock works without it (a folder others cannot write to, a full disk).
-    tmp = sidecar.with_name(f"{sidecar.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(holder, sort_keys=True))
-        os.replace(tmp, sidecar)
+        atomic.write_text(sidecar, json.dumps(holder, sort_keys=True))
     except OSError as exc:
         log.debug("could not describe the measurement lock's holder in %s: %s", sidecar, exc)
-        with suppress(OSError):
-            tmp.unlink()
 
 
 def _description(lock_file: Path) -> Holder:
@@ -228,14 +224,6 @@ def _read(sidecar: Path) -> Holder | None:
     if holder.get("host") == socket.gethostname() and process_gone(holder["pid"], holder.get("proc_start")):
         return None  # left by a killed holder: whoever holds the lock now has not described itself yet
     return holder
-
-
-def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def held() -> Holder | None:

@@ -72,28 +72,27 @@ def shipped_catalog() -> Path:
     return shipped_root() / "models" / CATALOG_FILE
 
 
+def _user_dir(var: str, xdg: str, default: str) -> Path:
+    """``$var``, else ``$xdg/llamaspec``, else ``~/default/llamaspec``."""
+    env = os.environ.get(var)
+    if env:
+        return Path(env).expanduser().resolve()
+    base = os.environ.get(xdg)
+    return ((Path(base).expanduser() if base else Path.home() / default) / "llamaspec").resolve()
+
+
 def config_dir() -> Path:
     """The user's own experiments (``experiments/``): ``LLAMASPEC_CONFIG``, else
     ``$XDG_CONFIG_HOME/llamaspec`` (``~/.config/llamaspec``)."""
-    env = os.environ.get("LLAMASPEC_CONFIG")
-    if env:
-        return Path(env).expanduser().resolve()
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".config").resolve() / "llamaspec"
+    return _user_dir("LLAMASPEC_CONFIG", "XDG_CONFIG_HOME", ".config")
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("LLAMASPEC_CACHE")
-    base = Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llamaspec"
-    return base.resolve()
+    return _user_dir("LLAMASPEC_CACHE", "XDG_CACHE_HOME", ".cache")
 
 
 def data_dir() -> Path:
-    env = os.environ.get("LLAMASPEC_DATA")
-    if env:
-        return Path(env).expanduser().resolve()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share").resolve() / "llamaspec"
+    return _user_dir("LLAMASPEC_DATA", "XDG_DATA_HOME", ".local/share")
 
 
 def writable_dir(path: Path) -> Path:
@@ -187,11 +186,16 @@ def plots_dir() -> Path:
     return data_dir() / "plots"
 
 
+def existing(path: Path) -> Path:
+    """``path``, else the nearest folder above it that exists: the disk it will be made on."""
+    while not path.exists():
+        path = path.parent
+    return path
+
+
 def ensure_free_space(path: Path, needed_bytes: int, what: str) -> None:
     """Refuse to start work that would fill the disk half-way through."""
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
+    probe = existing(path)
     free = shutil.disk_usage(probe).free
     if free < needed_bytes:
         raise LlamaspecError(

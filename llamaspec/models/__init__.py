@@ -9,18 +9,10 @@ Public API (everything else in this package is a detail)::
     f = models.resolve("smollm2-135m", "f32", tools=tools)  # -> ModelFile; fetched / derived on demand
     f.path, f.sha256, f.metadata.vocab.size         # models/smollm2-135m/ggml-model-f32.gguf, ...
     models.ensure("smollm2-135m", tools=tools)      # -> list[ModelFile]: the catalog's `fetch` variants
-    models.metadata(path)                           # -> GGUFMetadata of any GGUF file
-    models.check_pair(target, draft)                # raises LlamaspecError naming the first mismatch
-    models.open_ref("smollm2-135m:q4_1")            # NAME:VARIANT or a path to a .gguf -> ModelFile
+    models.metadata(path)                           # -> GGUFMetadata of any GGUF file (or split model)
+    models.check_pair(target, draft)                # -> Vocab; raises LlamaspecError naming the first mismatch
+    models.open_ref("smollm2-135m:q4_1")            # a path, USER/REPO[:QUANT] or NAME[:VARIANT] -> ModelFile
     models.load_catalog().default_pair              # the measured default offline pair
-
-- ``resolve(name, variant, *, catalog=None, tools=None) -> ModelFile``
-- ``ensure(name, variants=None, *, catalog=None, tools=None) -> list[ModelFile]``
-- ``metadata(path) -> GGUFMetadata`` (architecture, parameters, file/tensor types, context length,
-  vocabulary type/size, BOS/EOS; a split model's parameters and size are every part's: ``headers.read``)
-- ``check_pair(target, draft) -> Vocab``: each a ModelFile or a path; raises on the first mismatch
-- ``open_ref(text, catalog=None, tools=None) -> ModelFile``
-- ``load_catalog(path=None) -> Catalog`` (``models/catalog.yaml``)
 
 ``tools`` (``store.ModelTools``) convert and quantize a variant not made yet: the models room names
 no engine, so its caller lends them (``llamaspec.registry.engines.model_tools()``, or llama.cpp's own
@@ -62,8 +54,6 @@ def gguf_model(model: str, variant: str, tools: ModelTools | None = None) -> Any
     (``contract.GIVEN``: a path, ``USER/REPO[:QUANT]``, ``NAME[:VARIANT]`` in ``variant``) is
     resolved by ``models.given``, labelled with its path or repo and quant. ``tools``: what makes a
     catalog variant not made yet."""
-    from dataclasses import asdict
-
     from llamaspec.measure.contract import GIVEN, ModelPath
 
     if model == GIVEN:
@@ -74,5 +64,4 @@ def gguf_model(model: str, variant: str, tools: ModelTools | None = None) -> Any
     else:
         got = resolve(model, variant, tools=tools)
         label = f"{model}:{variant}"
-    meta = got.metadata.to_dict() if hasattr(got.metadata, "to_dict") else asdict(got.metadata)
-    return ModelPath(label=label, path=str(got.path), sha256=got.sha256, metadata=meta)
+    return ModelPath(label=label, path=str(got.path), sha256=got.sha256, metadata=got.metadata.to_dict())

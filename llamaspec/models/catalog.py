@@ -171,15 +171,10 @@ def parse_ref(text: str) -> CatalogRef:
     return CatalogRef(name, variant.lower() if variant else None)
 
 
-def default_path() -> Path:
-    """``catalog.yaml`` in the models folder when there is one, else the shipped catalog."""
-    return paths.catalog_path()
-
-
 def load(path: Path | None = None) -> Catalog:
     """Read and check the catalog (default ``models/catalog.yaml``); read once per process while
     the file is unchanged (a run consults it for every model it resolves)."""
-    path = path or default_path()
+    path = path or paths.catalog_path()
     try:
         stamp = path.stat().st_mtime_ns
     except FileNotFoundError:

@@ -14,6 +14,7 @@ parameters of every part (``headers.read``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.models import headers, pair, reader
+from llamaspec.models import headers, hf, pair, reader
 from llamaspec.models.reader import GGUFMetadata
 
 log = logging.getLogger(__name__)
@@ -77,11 +78,7 @@ class Survey:
 def default_places() -> list[Place]:
     """Where GGUF files gather on this machine, whether or not each folder exists."""
     home = Path.home()
-    places = []
-    hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    hf_home = os.environ.get("HF_HOME")
-    places.append(Place("hf-cache", Path(hub) if hub else Path(hf_home) / "hub" if hf_home else
-                        Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "huggingface" / "hub"))
+    places = [Place("hf-cache", hf.cache_dir())]
     llama_cache = os.environ.get("LLAMA_CACHE")
     places.append(Place("llama-cache", Path(llama_cache) if llama_cache else
                         Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "llama.cpp"))
@@ -144,12 +141,7 @@ def survey(target: Path, folders: list[Path] | tuple[Path, ...] = (), *, caches:
         places += default_places()
     cache = headers.HeaderCache(cache_dir)
     target_real = target.resolve()
-    tokens_of_target: list[list[str]] = []
-
-    def target_tokens() -> list[str]:
-        if not tokens_of_target:
-            tokens_of_target.append(reader.read_tokens(target))
-        return tokens_of_target[0]
+    target_tokens = functools.cache(lambda: reader.read_tokens(target))  # read once, and only if needed
 
     seen: set[Path] = {target_real}
     todo: list[tuple[Place, Path]] = []

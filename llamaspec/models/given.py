@@ -43,7 +43,6 @@ from llamaspec.models.store import ModelFile, ModelTools
 
 log = logging.getLogger(__name__)
 
-KINDS = ("file", "hub", "catalog")
 DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's -hf default (common/arg.cpp), else the first quant there
 LOCK_FILE = "models.lock"
 _LOCK_HEADER = """\
@@ -139,6 +138,13 @@ def _checksums_path() -> Path:
     return paths.cache_dir() / "checksums.json"
 
 
+def _known_sums() -> dict:
+    try:
+        return dict(json.loads(_checksums_path().read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return {}
+
+
 def file_sha256(path: Path) -> str:
     """The sha256 of ``path``, from the cache while its ``Stamp`` (size, mtime, ctime, inode) is
     the one it had when the cached sum was read."""
@@ -146,11 +152,7 @@ def file_sha256(path: Path) -> str:
     stamp = Stamp.of(path)
     key = str(path)
     with _checksum_lock:
-        try:
-            known = json.loads(_checksums_path().read_text())
-        except (FileNotFoundError, ValueError):
-            known = {}
-        hit = known.get(key)
+        hit = _known_sums().get(key)
         if isinstance(hit, dict) and {k: hit.get(k) for k in stamp.to_dict()} == stamp.to_dict():
             return str(hit["sha256"])
     read_at = time.time_ns()
@@ -158,10 +160,7 @@ def file_sha256(path: Path) -> str:
     if Stamp.of(path) != stamp or not stamp.settled(read_at):
         return digest  # written during the reading, or too recently to tell the next write by its stamp
     with _checksum_lock:
-        try:
-            known = json.loads(_checksums_path().read_text())
-        except (FileNotFoundError, ValueError):
-            known = {}
+        known = _known_sums()
         known[key] = {**stamp.to_dict(), "sha256": digest}
         try:
             atomic.write_json(_checksums_path(), known)
@@ -248,14 +247,14 @@ def choose(repo: str, quant: str | None, names: list[str]) -> list[str]:
 def _cached_names(repo: str, commit: str) -> list[str]:
     from llamaspec.models import hf
 
-    folder = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots" / commit
+    folder = hf.repo_folder(repo) / "snapshots" / commit
     return [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
 
 
 def _cached_commit(repo: str) -> str | None:
     from llamaspec.models import hf
 
-    ref = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "refs" / "main"
+    ref = hf.repo_folder(repo) / "refs" / "main"
     return ref.read_text().strip() if ref.is_file() else None
 
 
@@ -277,7 +276,7 @@ def hub_file(spec: Spec) -> ModelFile:
             files = choose(repo, quant, _cached_names(repo, commit))
         except LlamaspecError:
             files = []
-        folder = hf.cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots" / commit
+        folder = hf.repo_folder(repo) / "snapshots" / commit
         if files and all((folder / f).is_file() for f in files):
             return describe_file(folder / files[0], label=f"{repo}:{quant_of(files[0]) or Path(files[0]).name}",
                                  provenance={"kind": "hf_gguf", "repo": repo, "files": files, "commit": commit})
@@ -329,9 +328,9 @@ def _resolve(spec: Spec, *, catalog: Catalog | None = None, tools: ModelTools | 
     stamps: tuple[Stamp, ...] | None = None
     if spec.kind == "file":
         read_at = time.time_ns()
-        before = tuple(Stamp.of(p) for p in headers.parts(Path(spec.text)))
+        before = _stamps(Path(spec.text))
         got = describe_file(Path(spec.text))
-        after = _stamps(got)
+        after = _stamps(got.path)
         # kept only when nothing wrote to the files while they were read, nor just before
         stamps = after if after == before and all(s.settled(read_at) for s in after) else None
     elif spec.kind == "hub":
@@ -351,14 +350,9 @@ def _resolve(spec: Spec, *, catalog: Catalog | None = None, tools: ModelTools | 
     return got
 
 
-def _files(f: ModelFile) -> list[Path]:
-    """The files a model given by path reads: its one file, or every part of a split model."""
-    parts = f.provenance.get("parts")
-    return [f.path.with_name(p["file"]) for p in parts] if parts else [f.path]
-
-
-def _stamps(f: ModelFile) -> tuple[Stamp, ...]:
-    return tuple(Stamp.of(p) for p in _files(f))
+def _stamps(path: Path) -> tuple[Stamp, ...]:
+    """The stamps of the files the model at ``path`` reads: its one file, or every part of a split model."""
+    return tuple(Stamp.of(p) for p in headers.parts(path))
 
 
 def _unchanged(f: ModelFile, stamps: tuple[Stamp, ...] | None) -> bool:
@@ -367,6 +361,6 @@ def _unchanged(f: ModelFile, stamps: tuple[Stamp, ...] | None) -> bool:
     if stamps is None:
         return False
     try:
-        return _stamps(f) == stamps
-    except OSError:  # a part gone: describe_file says which
+        return _stamps(f.path) == stamps
+    except (OSError, LlamaspecError):  # a part gone: describe_file says which
         return False

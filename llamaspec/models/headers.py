@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from llamaspec.base import atomic
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.models import reader
 from llamaspec.models.reader import GGUFMetadata
@@ -107,15 +108,12 @@ class HeaderCache:
 
     def __init__(self, folder: Path | None) -> None:
         self.path = folder / "gguf-headers.json" if folder is not None else None
-        self.entries: dict[str, dict[str, object]] = {}
-        self.changed = False
-        if self.path is not None and self.path.is_file():
-            try:
-                loaded = json.loads(self.path.read_text())
-                self.entries = loaded if isinstance(loaded, dict) else {}
-            except (OSError, ValueError):
-                self.entries = {}
-        self.read = 0
+        try:
+            loaded = json.loads(self.path.read_text()) if self.path is not None else {}
+        except (OSError, ValueError):
+            loaded = {}
+        self.entries: dict[str, dict[str, object]] = loaded if isinstance(loaded, dict) else {}
+        self.read = 0  # headers read from their files (each one new to the cache)
 
     @staticmethod
     def _key(path: Path) -> str:
@@ -135,14 +133,11 @@ class HeaderCache:
         self.read += 1
         meta = reader.read(path)
         self.entries[key] = meta.to_dict()
-        self.changed = True
         return meta
 
     def save(self) -> None:
-        if self.path is None or not self.changed:
+        if self.path is None or not self.read:
             return
-        from llamaspec.base import atomic
-
         alive = {k: v for k, v in self.entries.items() if Path(k.split("|", 1)[0]).exists()}
         try:
             atomic.write_json(self.path, alive)

@@ -12,11 +12,11 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamaspec.base import paths
+from llamaspec.base import atomic, paths
 from llamaspec.base.errors import LlamaspecError
 
 log = logging.getLogger(__name__)
@@ -43,23 +43,23 @@ def offline() -> bool:
 
 
 def cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        return Path(hub).expanduser()
     if os.environ.get("HF_HOME"):
         return Path(os.environ["HF_HOME"]).expanduser() / "hub"
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "huggingface" / "hub"
+
+
+def repo_folder(repo: str, cache: Path | None = None) -> Path:
+    """A model repo's folder in the Hugging Face cache (``cache``, default :func:`cache_dir`)."""
+    return (cache or cache_dir()) / f"models--{repo.replace('/', '--')}"
 
 
 def _endpoint() -> str:
     from huggingface_hub import constants
 
     return str(constants.ENDPOINT)
-
-
-def _commit_of(snapshot_file: Path) -> str:
-    """The commit folder a path in the cache's ``snapshots/<commit>/...`` lies under."""
-    parts = snapshot_file.parts
-    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else "unknown"
 
 
 @dataclass(frozen=True)
@@ -254,12 +254,27 @@ class Remote:
         return [f for name, f in sorted(self.files.items()) if _matches(name, patterns)]
 
 
-def remote(repo: str, revision: str, repo_type: str = "model", what: str = "checkpoint") -> Remote:
-    """The commit ``revision`` points at now, and its files with sizes and checksums (online only)."""
-    try:
-        return _listing(repo, revision, repo_type)
-    except _hub_errors() as exc:
-        raise _translate(exc, repo, revision, what) from None
+def remote(repo: str, revision: str, aliases: Sequence[str] = (), what: str = "checkpoint") -> Remote:
+    """The commit ``revision`` points at now, and its files with sizes and checksums (online only),
+    of the model repo ``repo`` or of the first of ``aliases`` (older names) the hub knows."""
+    return _first_found(repo, aliases, revision, what, lambda name: _listing(name, revision, "model"))
+
+
+def _first_found(repo: str, aliases: Sequence[str], revision: str, what: str, attempt: Callable[[str], Any]) -> Any:
+    """``attempt(repo)``, else ``attempt`` of the first of ``aliases`` that is not "not found"; a
+    hub error becomes one LlamaspecError (for a name none knows: the one of ``repo``)."""
+    failure: BaseException | None = None
+    for candidate in (repo, *aliases):
+        try:
+            return attempt(candidate)
+        except _hub_errors() as exc:
+            if not _not_found(exc):
+                raise _translate(exc, candidate, revision, what) from None
+            failure = failure or exc
+            if aliases:
+                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
+    assert failure is not None
+    raise _translate(failure, repo, revision, what) from None
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
@@ -276,22 +291,6 @@ def default_patterns(listing: Remote | None) -> list[str]:
     return [*CONFIG_PATTERNS, *weights]
 
 
-def resolve_repo(repo: str, revision: str, aliases: Sequence[str] = (), what: str = "checkpoint") -> Remote:
-    """``remote`` of ``repo``, or of the first of ``aliases`` (older names) the hub knows."""
-    failure: LlamaspecError | None = None
-    for candidate in (repo, *aliases):
-        try:
-            return remote(candidate, revision, what=what)
-        except LlamaspecError as exc:
-            if not exc.message.startswith(f"Hugging Face repo {candidate} not found"):
-                raise
-            failure = failure or exc
-            if aliases:
-                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
-    assert failure is not None
-    raise failure
-
-
 def snapshot(repo: str, revision: str = "main", aliases: Sequence[str] = (), allow_patterns: Sequence[str] | None = None,
              what: str = "checkpoint", required: str = "config.json", *, commit: str | None = None,
              listing: Remote | None = None, repo_type: str = "model") -> Snapshot:
@@ -305,20 +304,8 @@ def snapshot(repo: str, revision: str = "main", aliases: Sequence[str] = (), all
     was asked for (``adapter_config.json`` for a PEFT adapter). Every file the hub gives a sha256
     for is checked against it after the download.
     """
-    failure: BaseException | None = None
-    for candidate in (repo, *aliases):
-        try:
-            return _snapshot(candidate, revision, allow_patterns, what, required, commit, listing, repo_type)
-        except _hub_errors() as exc:
-            if not _not_found(exc):
-                raise _translate(exc, candidate, commit or revision, what) from None
-            if candidate != repo:
-                log.debug("alias %s not found either", candidate)
-            failure = failure or exc
-            if aliases:
-                log.info("%s not found%s", candidate, "; trying its other names" if candidate == repo else "")
-    assert failure is not None
-    raise _translate(failure, repo, commit or revision, what) from None
+    return _first_found(repo, aliases, commit or revision, what,
+                        lambda name: _snapshot(name, revision, allow_patterns, what, required, commit, listing, repo_type))
 
 
 def _not_found(exc: BaseException) -> bool:
@@ -338,6 +325,9 @@ def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, wh
         if listing is None or listing.repo != repo:
             listing = _listing(repo, wanted, repo_type)
         wanted = listing.commit  # both calls must see the same commit even if the branch moves meanwhile
+        if required and required not in listing.files:  # refused before a byte is downloaded
+            raise LlamaspecError(f"{required} not found in {repo}@{revision}",
+                                 hint=f"files there: {', '.join(sorted(listing.files)[:12])}")
         patterns = patterns or default_patterns(listing)
         needed = sum(f.size for f in listing.matching(patterns))
         paths.ensure_free_space(cache_dir(), int(needed * 1.05) + 2**20, f"{repo} ({needed / 2**30:.1f} GiB)")
@@ -348,6 +338,8 @@ def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, wh
     if listing is not None:
         _verify(folder, listing.matching(patterns), f"{repo}@{wanted[:12]}")
     if required and not (folder / required).is_file():
+        if offline():
+            raise _not_cached(LookupError(required), _Where(repo, revision, what))
         raise LlamaspecError(f"{repo}@{revision} ({folder}) has no {required}: not a Hugging Face {what}",
                              hint="check the repo id, or its allow_patterns in models/catalog.yaml")
     return Snapshot(repo, revision, folder.name, folder)
@@ -356,13 +348,11 @@ def _snapshot(repo: str, revision: str, allow_patterns: Sequence[str] | None, wh
 def _verify(folder: Path, files: Sequence[RemoteFile], where: str) -> None:
     """Each downloaded file the hub gives a sha256 for must have it; a file that does not is deleted
     from the cache (its blob and its link), so the next run downloads it again."""
-    from llamaspec.base.atomic import sha256_file
-
     for f in files:
         path = folder / f.name
         if f.sha256 is None or not path.is_file():
             continue
-        got = sha256_file(path, f.name)
+        got = atomic.sha256_file(path, f.name)
         if got != f.sha256:
             blob = path.resolve()
             path.unlink(missing_ok=True)
@@ -374,20 +364,7 @@ def _verify(folder: Path, files: Sequence[RemoteFile], where: str) -> None:
 
 def file(repo: str, filename: str, revision: str = "main") -> Snapshot:
     """Download (or find in the cache) one file of a repo, e.g. a prebuilt GGUF. ``path`` is the file."""
-    from huggingface_hub import hf_hub_download
+    import glob
 
-    try:
-        listing = None
-        if not offline():
-            listing = remote(repo, revision, what=filename)
-            if filename not in listing.files:
-                raise LlamaspecError(f"{filename} not found in {repo}@{revision}",
-                                     hint=f"files there: {', '.join(sorted(listing.files)[:12])}")
-            paths.ensure_free_space(cache_dir(), int(listing.files[filename].size * 1.05) + 2**20, f"{repo}/{filename}")
-        got = Path(hf_hub_download(repo, filename, revision=listing.commit if listing else revision, cache_dir=cache_dir(),
-                                   local_files_only=offline(), etag_timeout=_timeout()))
-        if listing is not None:
-            _verify(Path(str(got)[: -len(filename)]), [listing.files[filename]], f"{repo}@{listing.commit[:12]}")
-    except _hub_errors() as exc:
-        raise _translate(exc, repo, revision, filename) from None
-    return Snapshot(repo, revision, _commit_of(got), got)
+    snap = snapshot(repo, revision, allow_patterns=[glob.escape(filename)], what=filename, required=filename)
+    return replace(snap, path=snap.path / filename)

@@ -14,13 +14,11 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
-from llamaspec.models import quantize
-
-if TYPE_CHECKING:
-    from llamaspec.models.hf import Remote
+from llamaspec.base.progress import duration
+from llamaspec.models import hf, quantize
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
 DEFAULT_DOWNLOAD_MBPS = 40.0
@@ -48,7 +46,7 @@ class Plan:
         """Bytes needed per filesystem (keyed by the existing folder that stands for it)."""
         need: dict[Path, int] = {}
         for folder, size in ((self.cache_dir, int(self.to_download * 1.05)), (self.out_dir, self.written)):
-            probe = _existing(folder)
+            probe = paths.existing(folder)
             key = next((k for k in need if _same_disk(k, probe)), probe)
             need[key] = need.get(key, 0) + size
         return need
@@ -64,7 +62,7 @@ class Plan:
             out.append(f"{self.name}: then writes {', '.join(f'{v} ~{_gb(s)}' for v, s in self.outputs)}")
         for folder, size in self.needs().items():
             out.append(f"{self.name}: needs {_gb(size)} on the disk of {folder}, {_gb(shutil.disk_usage(folder).free)} free")
-        out.append(f"{self.name}: about {_duration(self.seconds())} (estimate: {self.download_mbps:g} MB/s download, "
+        out.append(f"{self.name}: about {duration(max(self.seconds(), 1))} (estimate: {self.download_mbps:g} MB/s download, "
                    f"{WRITE_MBPS:g} MB/s written; set LLAMASPEC_DOWNLOAD_MBPS to your link's speed)")
         return out
 
@@ -78,13 +76,13 @@ class Plan:
                     hint="free some space, or point HF_HOME (downloads) / LLAMASPEC_ROOT (models) at a larger disk")
 
 
-def make(name: str, listing: Remote, patterns: Sequence[str], outputs: Sequence[str], cache_dir: Path,
+def make(name: str, listing: hf.Remote, patterns: Sequence[str], outputs: Sequence[str], cache_dir: Path,
          out_dir: Path) -> Plan:
     """The plan for downloading ``listing``'s files matching ``patterns`` and making ``outputs`` from them."""
     from fnmatch import fnmatch
 
     files = listing.matching(patterns)
-    blobs = cache_dir / f"models--{listing.repo.replace('/', '--')}" / "blobs"
+    blobs = hf.repo_folder(listing.repo, cache_dir) / "blobs"
     to_download = 0
     for f in files:
         blob = blobs / (f.sha256 or "")
@@ -101,24 +99,9 @@ def make(name: str, listing: Remote, patterns: Sequence[str], outputs: Sequence[
                 cache_dir, out_dir, mbps if mbps > 0 else DEFAULT_DOWNLOAD_MBPS)
 
 
-def _existing(folder: Path) -> Path:
-    probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    return probe
-
-
 def _same_disk(a: Path, b: Path) -> bool:
     return os.stat(a).st_dev == os.stat(b).st_dev
 
 
 def _gb(size: float) -> str:
     return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(seconds, 1):.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

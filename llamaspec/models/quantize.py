@@ -22,10 +22,6 @@ class FileType:
     bits_per_weight: float
     quantized: bool
 
-    @property
-    def quantize_arg(self) -> str:
-        return self.name.upper()
-
 
 # The variants a catalog may list: llama-quantize's type names (tools/quantize/quantize.cpp), lower-cased.
 # Bits per weight are for the free-disk estimate only.
@@ -85,7 +81,7 @@ def quantize(program: Path, src: Path, dest: Path, variant: str, *, allow_requan
     argv: list[str | Path] = [program]
     if allow_requantize:
         argv.append("--allow-requantize")
-    argv += [src, dest, file_type(variant).quantize_arg]
+    argv += [src, dest, file_type(variant).name.upper()]  # llama-quantize's type name
     bar = Progress(f"quantizing {label}")
 
     def on_line(line: str) -> None:

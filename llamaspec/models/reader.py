@@ -180,27 +180,19 @@ class _Cursor:
         self.pos += n
         return text
 
-    def skip_strings(self, count: int) -> None:
-        unpack, order, buf, pos = struct.unpack_from, self.order + "Q", self.buf, self.pos
-        for _ in range(count):
-            pos += 8 + unpack(order, buf, pos)[0]
-        if pos > self.size:
-            raise struct.error("array past the end")
-        self.pos = pos
-
-    def strings(self, count: int) -> list[bytes]:
+    def strings(self, count: int, keep: bool) -> list[bytes] | _Skipped:
+        """An array of ``count`` strings: their texts, or (not ``keep``) stepped over without a copy."""
         unpack, order, buf, pos = struct.unpack_from, self.order + "Q", self.buf, self.pos
         out: list[bytes] = []
-        append = out.append
         for _ in range(count):
             n = unpack(order, buf, pos)[0]
-            pos += 8
-            append(buf[pos:pos + n])
-            pos += n
+            if keep:
+                out.append(buf[pos + 8:pos + 8 + n])
+            pos += 8 + n
         if pos > self.size:
             raise struct.error("array past the end")
         self.pos = pos
-        return out
+        return out if keep else _Skipped(count)
 
     def value(self, vtype: int, keep_array: bool = False) -> Any:
         if vtype in _SCALAR:
@@ -213,20 +205,15 @@ class _Cursor:
         if count > self.size:
             raise struct.error("array longer than the file")
         if etype == _STRING:
-            if keep_array:
-                return self.strings(count)
-            self.skip_strings(count)
-            return _Skipped(count)
+            return self.strings(count, keep_array)
         if etype in _SCALAR:
-            width = struct.calcsize(_SCALAR[etype])
-            if keep_array:
-                values = list(struct.unpack_from(f"{self.order}{count}{_SCALAR[etype]}", self.buf, self.pos))
-                self.pos += width * count
-                return values
-            self.pos += width * count
-            if self.pos > self.size:
+            fmt = f"{self.order}{count}{_SCALAR[etype]}"
+            end = self.pos + struct.calcsize(fmt)
+            if end > self.size:
                 raise struct.error("array past the end")
-            return _Skipped(count)
+            values = list(struct.unpack_from(fmt, self.buf, self.pos)) if keep_array else _Skipped(count)
+            self.pos = end
+            return values
         return [self.value(etype) for _ in range(count)]  # arrays of arrays: rare, and short
 
 
@@ -454,9 +441,6 @@ class ChatFacts:
     space_prefix: bool = False
 
 
-_CHAT_FACTS: dict[tuple[str, int, int], ChatFacts] = {}  # (path, size, mtime_ns) -> its facts
-
-
 def read_chat(path: Path | str) -> ChatFacts:
     """The chat facts of the GGUF file at ``path`` (its first part, for a split model), read once
     per file as it is (path, size and modification time)."""
@@ -465,14 +449,13 @@ def read_chat(path: Path | str) -> ChatFacts:
         st = path.stat()
     except FileNotFoundError:
         raise LlamaspecError(f"model file not found: {path}", hint="check the path, or fetch it with `llamaspec models fetch NAME`") from None
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    facts = _CHAT_FACTS.get(key)
-    if facts is None:
-        facts = _CHAT_FACTS[key] = _chat_facts(_header(path, want_tokens=True))
-    return facts
+    return _chat_facts(str(path), str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
-def _chat_facts(header: _Header) -> ChatFacts:
+@functools.cache
+def _chat_facts(path: str, _real: str, _size: int, _mtime_ns: int) -> ChatFacts:
+    """The chat facts of ``path``; the other arguments, the file it is now, key the cache."""
+    header = _header(Path(path), want_tokens=True)
     fields = header.fields
     vocab = _vocab(header)
     texts = [t.decode("utf-8", "replace") for t in header.tokens or []]

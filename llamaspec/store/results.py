@@ -154,14 +154,10 @@ class Store:
         data = asdict(row)
         data.pop("id")
         data["created_at"] = now()
-        data["argv"] = json.dumps(data["argv"])
-        data["stats"] = json.dumps(data["stats"]) if data["stats"] is not None else None
-        data["tokens"] = json.dumps(data["tokens"]) if data["tokens"] is not None else None
-        data["noise"] = json.dumps(data["noise"]) if data["noise"] is not None else None
-        for key in ("drafted_by_position", "accepted_by_position"):
+        for key in JSON_COLUMNS & data.keys():
             data[key] = json.dumps(data[key]) if data[key] is not None else None
-        data["ok"] = int(data["ok"])
-        data["end_of_text"] = int(data["end_of_text"])
+        for key in BOOL_COLUMNS & data.keys():
+            data[key] = int(data[key])
         cols = ", ".join(data)
         with self.transaction() as db:
             cur = db.execute(f"INSERT INTO measurements ({cols}) VALUES ({', '.join('?' * len(data))})", tuple(data.values()))
@@ -276,9 +272,12 @@ class Store:
             (*blocks, mode))]
 
     def blocks_begun(self, prefix: str) -> int:
-        """How many blocks whose name starts with ``prefix`` have a measurement, finished or not."""
-        rows = self._query("SELECT COUNT(DISTINCT block) AS n FROM measurements WHERE substr(block, 1, ?) = ?",
-                           (len(prefix), prefix))
+        """How many blocks whose name starts with ``prefix`` (not empty) have a measurement, finished
+        or not. The names that start with it are the range [prefix, prefix with its last character
+        the next one), which the block index reads (a ``substr`` or ``LIKE`` would scan the table)."""
+        after = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        rows = self._query("SELECT COUNT(DISTINCT block) AS n FROM measurements WHERE block >= ? AND block < ?",
+                           (prefix, after))
         return int(rows[0]["n"]) if rows else 0
 
     def finished_point(self, group_id: str, point_key: str) -> dict[str, Any] | None:

@@ -84,20 +84,11 @@ class MeasurementRow:
         if m.pair is not None and repeat is not None and repeat != m.pair:
             raise ValueError(f"a {m.mode} measurement of pair {m.pair} stored as repeat {repeat}")
         index = m.pair if m.pair is not None else (repeat or 0)
-        return cls(run_id=run_id, mode=m.mode, repeat=index, ok=m.ok, error=m.error, argv=list(m.argv),
-                   exit_code=m.exit_code, wall_seconds=m.wall_seconds, peak_rss_bytes=m.peak_rss_bytes,
-                   n_prompt=m.n_prompt, n_predict=m.n_predict, encode_tps=m.encode_tps, decode_tps=m.decode_tps,
-                   n_drafted=m.n_drafted, n_accept=m.n_accept, acceptance=m.acceptance, text=m.text, stats=m.stats,
-                   log_path=m.log_path, baseline_key=baseline_key, speed_basis=m.speed_basis, rounds=m.rounds,
-                   drafted_rounds=m.drafted_rounds,
-                   draft_len=m.draft_len, draft_policy=m.draft_policy,
-                   tokens=list(m.tokens) if m.tokens is not None else None, end_of_text=m.end_of_text,
-                   draft_steps=m.draft_steps, program=m.program, sample_ms_per_token=m.sample_ms_per_token,
-                   error_kind=m.error_kind, prompt_ms=m.prompt_ms, generation_ms=m.generation_ms,
-                   noise=m.noise.to_dict() if m.noise is not None else None,
-                   drafted_by_position=list(m.drafted_by_position) if m.drafted_by_position is not None else None,
-                   accepted_by_position=list(m.accepted_by_position) if m.accepted_by_position is not None else None,
-                   block=m.block)
+        data = {f.name: getattr(m, f.name) for f in fields(Measurement) if f.name != "pair"}
+        for key in ("argv", "tokens", "drafted_by_position", "accepted_by_position"):  # tuples -> JSON lists
+            data[key] = list(data[key]) if data[key] is not None else None
+        data["noise"] = m.noise.to_dict() if m.noise is not None else None
+        return cls(**data, run_id=run_id, repeat=index, acceptance=m.acceptance, baseline_key=baseline_key)
 
 
 def measurement_of(row: dict[str, Any]) -> Measurement:
