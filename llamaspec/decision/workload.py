@@ -532,9 +532,7 @@ def _loop_figures(cells: Sequence[Cell], looping: Sequence[str]) -> tuple[LoopFi
 
 
 def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictions: Sequence[Prediction] = (), *,
-                    over_prompts: bool = True, count_loops: bool = False,
-                    tolerance: float = decide.TOLERANCE, half_width: float = decide.HALF_WIDTH,
-                    step: int = decide.STEP) -> WorkloadDecision:
+                    over_prompts: bool = True, count_loops: bool = False) -> WorkloadDecision:
     """The one decision over the workload ``prompts`` (prompt -> category, in the workload's order,
     every prompt of it, measured or not), from the cells measured and the model's predictions;
     then the same rule per category. ``over_prompts``: the prompts are a sample of the workload
@@ -549,7 +547,7 @@ def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictio
     looping = [f.prompt for f in facts if f.why == "loops" and f.measured]
     noise = estimators.pooled_log_sd(c.ratios for c in cells if c.status == OK and c.prompt in timed_)
     per_setup = [_logs_by_category(s.cells, timed_, prompts) for s in _setups(cells).values()]
-    between = _pooled_between(per_setup)
+    between = estimators.between_prompts(per_setup)
     # the categories weigh by their share of the workload's prompts (those not left out)
     counts: dict[str, int] = {}
     for f in facts:
@@ -562,8 +560,7 @@ def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictio
         found = figures(cells, names, prompts, noise, over_prompts=over_prompts, prompt_noise=between,
                         weights=weights)
         candidates = [decide.Candidate(s.setup, s.label, s.speedup, s.cost) for s in found if s.speedup is not None]
-        return decide.decide(candidates, model_views(predictions, names), tolerance=tolerance, half_width=half_width,
-                             step=step, unit=unit), found
+        return decide.decide(candidates, model_views(predictions, names), unit=unit), found
 
     overall, setups = one(timed_)
     setups = _with_end_to_end(setups, cells, timed_, prompts, over_prompts, weights)
@@ -593,18 +590,10 @@ def _with_end_to_end(setups: tuple[SetupFigures, ...], cells: Sequence[Cell], ti
     whole = {s.setup for s in setups} - {c.setup for c in cells if c.ratios and c.prompt in timed_ and not c.end_to_end}
     e2e = [replace(c, ratios=c.end_to_end) for c in cells]
     noise = estimators.pooled_log_sd(c.ratios for c in e2e if c.status == OK and c.prompt in timed_)
-    between = _pooled_between([_logs_by_category(s.cells, timed_, prompts) for s in _setups(e2e).values()])
+    between = estimators.between_prompts([_logs_by_category(s.cells, timed_, prompts) for s in _setups(e2e).values()])
     found = {s.setup: s.speedup for s in figures(e2e, timed_, prompts, noise, over_prompts=over_prompts,
                                                   prompt_noise=between, weights=weights)}
     return tuple(replace(s, end_to_end=found.get(s.setup) if s.setup in whole else None) for s in setups)
-
-
-def _pooled_between(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float | None:
-    """The study's between-prompt noise from every setup's timed prompts' log speedups (category ->
-    its prompts' logs): each setup's spread about its own mean over all its prompts, the largest
-    (:func:`llamaspec.measure.estimators.between_prompts`): the same spread, at the same degrees of
-    freedom, as each setup's own interval takes (:func:`llamaspec.measure.estimators.over_prompts`)."""
-    return estimators.between_prompts(per_setup)
 
 
 __all__ = ["DIFFERS", "MIN_VERDICT_PROMPTS", "OK", "CategoryVerdict", "Cell", "LoopFigure", "Prediction", "PromptFacts",
