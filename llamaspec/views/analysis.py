@@ -17,7 +17,7 @@ from typing import Any
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.stats import Spread, percent_text
-from llamaspec.decision.speedup_model import FittedGroup, PointRow, axes_of, finished, fit_groups
+from llamaspec.decision.speedup_model import FittedGroup, axes_of, finished, fit_groups
 from llamaspec.measure import estimators, spectypes
 from llamaspec.measure.contract import SPEED_DEFINITION
 from llamaspec.store.results import Store
@@ -32,9 +32,6 @@ class SweepReport:
     meta: dict[str, str]
     groups: list[FittedGroup]
     plots: dict[str, list[Path]] = field(default_factory=dict)  # each group's figures, by its label
-
-    def row(self, key: object) -> tuple[FittedGroup, PointRow] | None:
-        return next(((g, r) for g in self.groups for r in g.rows if r.key == key), None)
 
     def noise(self) -> Any:
         """The machine during every point's measurements, combined (host.NoiseSample; None: not measured)."""
@@ -197,7 +194,7 @@ def plot_study(store: Store, study: dict[str, Any]) -> list[Any]:
                                      chosen is not None and s["label"] == chosen.get("label")))
     rows.sort(key=lambda r: -r.speedup)
     folder = paths.plots_dir() / study["study_id"]
-    title = f"{study['experiment']}: " + (next((c for c in [study.get("answer")] if c), None) or decision.get("verdict", ""))
+    title = f"{study['experiment']}: " + (study.get("answer") or decision.get("verdict", ""))
     out = [p for p in plot.plot_workload(rows, {p: c for p, c in categories.items() if p in timed}, title, folder)
            if p.suffix == ".png"] if rows else []
     measured = [f["prompt"] for f in study.get("facts") or [] if f.get("timed_tokens") is not None]

@@ -128,11 +128,8 @@ def stored(store: Any, serving: Serving) -> PairCosts | None:
     for r in runs:  # newest first
         by_group.setdefault(r.get("group_id") or f"run-{r['id']}", []).append(r)
     for group, members in by_group.items():
-        rows = [row for rows in speedup_model.rows_to_groups(members, []).values() for row in rows]
-        latest: dict[int, Any] = {}
-        for row in sorted(rows, key=lambda r: r.run_id):
-            latest[row.draft_max] = row
-        rows = sorted(latest.values(), key=lambda r: r.draft_max)
+        rows = speedup_model.latest_per_draft([row for rows in speedup_model.rows_to_groups(members, []).values()
+                                               for row in rows])
         if not any(r.summary.batch_ms and (r.summary.draft_decode_tps or serving.draft_free) for r in rows):
             continue
         fit, _ = speedup_model.analyze_rows(rows)

@@ -19,10 +19,8 @@ token at one target step's cost; their share of the tokens (the window's rounds 
 verification steps, ``Window.plain_steps``) stays as measured at every length
 (``CostModel.speedup_at(..., plain_share)``).
 
-**Costs** come with the pair (``watch.costs``). One of them is then set so that the model meets the
-window's measured decode speed at the running length (:func:`calibrate`; one slot only: several
-slots share each step): the server's own loop per emitted token where no target-alone step was
-measured, else, where the costs were timed here with the target alone, the draft's cost.
+**Costs** come with the pair (``watch.costs``); one of them is then set so that the model meets
+the window's measured decode speed at the running length (:func:`calibrate`).
 
 **Intervals** resample the window's verification steps (how many accepted exactly n tokens, n =
 0..K, follows from the counts) ``BOOTSTRAP`` times and predict again: 95 % percentile intervals,
@@ -30,11 +28,8 @@ and for each length the share of resamples in which it beats the running one. Th
 window's sampling error only, taken as independent steps; the costs are taken as exact.
 
 **The verdict** (:data:`VERDICTS`) is the decision rule's (``decision.decide.decide`` over the
-lengths, each interval widened by the model's own error, ``speedup_model.PREDICTION_ERROR``; then
-``decide.for_running``): "no draft" and "undecided" as decided; "keep" where the running length is
-the one recommended; "change" where another is, and it beat the running one by more than the
-model's error in ``decide.SWITCH_SHOWN`` of the resamples; otherwise "keep", saying the gain is not
-shown.
+lengths, each interval widened by the model's own error, ``speedup_model.PREDICTION_ERROR``), then
+``decide.for_running``'s for a running setting (docs/watch.md, "What it predicts").
 """
 
 from __future__ import annotations

@@ -195,10 +195,6 @@ class Tracker:
             return None
         return difference(first, self.readings[-1], _total(between))
 
-    @property
-    def latest(self) -> live.Reading | None:
-        return self.readings[-1] if self.readings else None
-
 
 def _total(counts: Sequence[int | None]) -> int | None:
     return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
