@@ -524,10 +524,9 @@ def model_views(predictions: Sequence[Prediction], prompts: Sequence[str]) -> tu
 def _loop_figures(cells: Sequence[Cell], looping: Sequence[str]) -> tuple[LoopFigure, ...]:
     out = []
     for s in _setups(cells).values():
-        meds = [statistics.median(c.ratios) for p, c in s.cells.items() if p in looping and c.status == OK and c.ratios]
-        found = tuple(p for p, c in s.cells.items() if p in looping and c.status == OK and c.ratios)
+        meds = {p: statistics.median(c.ratios) for p, c in s.cells.items() if p in looping and c.status == OK and c.ratios}
         if meds:
-            out.append(LoopFigure(s.label, stats.geometric_mean(meds), found))
+            out.append(LoopFigure(s.label, stats.geometric_mean(list(meds.values())), tuple(meds)))
     return tuple(sorted(out, key=lambda lf: -lf.speedup))
 
 

@@ -86,10 +86,6 @@ class Forecast:
     def at(self, k: int) -> LengthForecast:
         return self.lengths[k - 1]
 
-    @property
-    def best_length(self) -> LengthForecast:
-        return self.at(self.best)
-
     def predicted_tps(self, k: int | None) -> float | None:
         """Decode speed per request the model predicts at length k (None: the target alone), where
         the costs are in milliseconds (not a ratio given with --cost)."""

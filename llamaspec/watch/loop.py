@@ -93,8 +93,7 @@ class Watcher:
         """The next reading."""
         got = self._read()
         if isinstance(got, live.Trouble):
-            report = Report(self.where.url, time.time(), self.serving, None, notes=(f"{got.message} ({got.hint})",))
-            return report
+            return Report(self.where.url, time.time(), self.serving, None, notes=(f"{got.message} ({got.hint})",))
         notes: list[str] = []
         previous = self.last
         why = self.tracker.add(got)
