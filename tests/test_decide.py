@@ -220,7 +220,7 @@ def test_pairs_needed_follows_the_square_root_law() -> None:
     wide = s(1.5, 1.2, 1.8, n=3)  # +-20 %: 3 x (0.20/0.05)^2 = 48 pairs, capped at one step
     assert decide.pairs_needed(wide) == decide.STEP
     assert decide.pairs_needed(s(1.5, 1.44, 1.56, n=4)) == 1  # +-4 %: already narrow, asked for at least 1
-    assert decide.pairs_needed(s(1.5, 1.41, 1.59, n=4), step=10) == 2  # +-6 %: ceil(4 x 1.44) - 4 = 2
+    assert decide.pairs_needed(s(1.5, 1.41, 1.59, n=4)) == 2  # +-6 %: ceil(4 x 1.44) - 4 = 2
     assert decide.pairs_needed(s(1.5, 1.5, 1.5, n=1)) == decide.STEP
 
 

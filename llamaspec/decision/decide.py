@@ -29,7 +29,8 @@ The rule, in order:
    could beat it by more than the tolerance. Otherwise :attr:`Decision.requests` names the
    contenders and how many more pairs each needs.
 
-The replays that set its constants are in docs/method.md and docs/results.md (benchmarks/decide.py).
+Its size: the rule's four steps and its types, each reading the one before it. The replays that
+set its constants are in docs/method.md and docs/results.md (benchmarks/decide.py).
 """
 
 from __future__ import annotations
@@ -261,9 +262,9 @@ class Decision:
         out += [f"  to tell: {t}"] if (t := self.to_tell) else []
         out += [f"  note: {n}" for n in self.notes]
         for m in self.models:
-            best = next((b for b in m.bands if b.key == m.best), None)
+            best = m.band(m.best)
             if best is not None:
-                spread = (f" (bootstrap: {', '.join(_short(b) for b in m.bands if b.key in m.best_range)})"
+                spread = (f" (bootstrap: {', '.join(b.label.replace('draft ', '') for b in m.bands if b.key in m.best_range)})"
                           if len(m.best_range) > 1 else "")
                 # a band the bootstrap over pairs cannot widen (one pair a point) is not shown as an interval
                 band = f" [{best.low:.2f}-{best.high:.2f}]" if f"{best.low:.2f}" != f"{best.high:.2f}" else ""
@@ -284,10 +285,6 @@ class Decision:
                         "bands": [{"key": _jsonable(b.key), "label": b.label, "predicted": b.predicted, "low": b.low,
                                    "high": b.high} for b in m.bands]} for m in self.models],
         }
-
-
-def _short(b: Band) -> str:
-    return b.label.replace("draft ", "")
 
 
 def _jsonable(key: Hashable) -> Any:
@@ -360,7 +357,7 @@ def estimate(c: Candidate, models: Sequence[ModelView] = (), pooled: bool = Fals
     m = c.speedup
     if band is None:
         return Estimate(c.key, c.label, m, c.cost, m.median)
-    error = next(mv.error for mv in models if mv.band(c.key) is not None)
+    error = _error_of(c.key, models)
     # The model's own error widens its band before it is compared.
     p_low, p_high = band.low - error * band.predicted, band.high + error * band.predicted
     if m.n >= 2 and (m.high < p_low or m.low > p_high):
@@ -384,13 +381,13 @@ def estimate(c: Candidate, models: Sequence[ModelView] = (), pooled: bool = Fals
     return Estimate(c.key, c.label, m, c.cost, value, band, upper=value + _Z * math.sqrt(var))
 
 
-def pairs_needed(s: Spread, half_width: float = HALF_WIDTH, step: int = STEP) -> int:
-    """More pairs for this interval to reach +-``half_width`` (the width shrinks like 1/sqrt(n)),
-    at least 1 and at most ``step`` (then the decision is made again)."""
+def pairs_needed(s: Spread) -> int:
+    """More pairs for this interval to reach +-:data:`HALF_WIDTH` (the width shrinks like 1/sqrt(n)),
+    at least 1 and at most :data:`STEP` (then the decision is made again)."""
     if s.n < 2 or s.median <= 0:
-        return step
-    need = math.ceil(s.n * (s.half_width / half_width) ** 2) - s.n
-    return max(1, min(step, need))
+        return STEP
+    need = math.ceil(s.n * (s.half_width / HALF_WIDTH) ** 2) - s.n
+    return max(1, min(STEP, need))
 
 
 def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *, unit: str = "pairs",
@@ -410,7 +407,7 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
     ranked = tuple(sorted((dataclasses.replace(estimate(c, models), gain_chance=gain_chance) for c in candidates),
                           key=lambda e: (-e.estimate, e.cost)))
     notes = tuple(f"{e.label} measured {e.measured.text(suffix='x')}, the model predicts {e.band.predicted:.2f}x "
-                  f"[{e.band.low:.2f}-{e.band.high:.2f}] (its median error {percent_text(_error_of(e, models))}): the measurement "
+                  f"[{e.band.low:.2f}-{e.band.high:.2f}] (its median error {percent_text(_error_of(e.key, models))}): the measurement "
                   "is trusted" for e in ranked if e.disagrees and e.band is not None)
     common: dict[str, Any] = {"estimates": ranked, "models": models, "notes": notes, "unit": unit}
     faster = [e for e in ranked if e.shown_faster]
@@ -513,8 +510,9 @@ def _as_good(e: Estimate, best: Estimate) -> bool:
     return gap + math.hypot(e.sd, best.sd) / best.estimate <= TOLERANCE
 
 
-def _error_of(e: Estimate, models: Sequence[ModelView]) -> float:
-    return next((m.error for m in models if m.band(e.key) is not None), 0.0)
+def _error_of(key: Hashable, models: Sequence[ModelView]) -> float:
+    """The error of the model that has a band at ``key`` (0.0: none has)."""
+    return next((m.error for m in models if m.band(key) is not None), 0.0)
 
 
 def best_bet(ranked: Sequence[Estimate]) -> Estimate:

@@ -87,9 +87,8 @@ def observation(row: PointRow) -> Any:
         return None
     if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict):
         return None
-    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program is None or not engines.knows(s.program):
-        return None
-    if not s.rounds:
+    if (s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program is None
+            or not engines.knows(s.program) or not s.rounds):
         return None
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
@@ -195,8 +194,7 @@ def model_view(group: FittedGroup, refits: int = BOOTSTRAP_REFITS, seed: int = 0
         bands.append(decide.Band((group.label, p.draft_max), setting_label(group.label, p.draft_max), p.speedup,
                                  min(lo, p.speedup), max(hi, p.speedup), (p.draft_max, bytes_)))
     best = a.best.draft_max if a.best else a.curve[0].draft_max
-    common = sorted(set(bests), key=lambda k: -bests.count(k))
-    best_range = tuple((group.label, k) for k in sorted(k for k in common if bests.count(k) >= 0.025 * len(bests)))
+    best_range = tuple((group.label, k) for k in sorted(k for k in set(bests) if bests.count(k) >= 0.025 * len(bests)))
     # Over fewer lengths than the cost fit needs to be judged (a first pass of the longest lengths,
     # predicting the rest from their acceptance by position), the error over the points says
     # little: the model's error out of sample on the recordings counts instead, where larger.

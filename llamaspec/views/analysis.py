@@ -153,8 +153,7 @@ def report_for_runs(runs: Sequence[dict[str, Any]], name: str, axes: Sequence[st
 
 def sweep_report(store: Store, sweep_id: str, plot: bool = True) -> SweepReport:
     runs = [r for r in finished(store.runs(group_id=sweep_id)) if r["kind"] == "sweep"]
-    axes = axes_of(runs)
-    return report_for_runs(runs, sweep_id, axes, plot, paths.plots_dir() / sweep_id)
+    return report_for_runs(runs, sweep_id, axes_of(runs), plot, paths.plots_dir() / sweep_id)
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text).strip("_")
