@@ -187,13 +187,12 @@ def drafted_at(window: Window, running: int) -> list[float]:
     return out
 
 
-def speedups(window: Window, cost: CostModel, running: int, plain_share: float,
-             exactly: Sequence[int] | None = None, drafted: Sequence[float] | None = None) -> list[float]:
-    """The predicted speedup at draft lengths 1..running (``exactly``: a resample of the steps;
-    ``drafted``: :func:`drafted_at`, computed once)."""
+def speedups(window: Window, cost: CostModel, plain_share: float, drafted: Sequence[float],
+             exactly: Sequence[int] | None = None) -> list[float]:
+    """The predicted speedup at draft lengths 1..len(``drafted``) (:func:`drafted_at`; ``exactly``:
+    a resample of the steps)."""
     tokens_at = _tokens_model(window, exactly)
-    drafted = drafted if drafted is not None else drafted_at(window, running)
-    return [cost.speedup_at(drafted[k - 1], tokens_at(k), plain_share) for k in range(1, running + 1)]
+    return [cost.speedup_at(d, tokens_at(k), plain_share) for k, d in enumerate(drafted, 1)]
 
 
 CALIBRATIONS = ("none", "loop", "draft")
@@ -254,11 +253,11 @@ def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = 
     plain_share = min(max(plain_share, 0.0), 1.0)
     cost, calibrated = calibrate(cost, window, running, plain_share, fit_draft) if fit and absolute else (cost, "none")
     drafted = drafted_at(window, running)
-    point = speedups(window, cost, running, plain_share, drafted=drafted)
+    point = speedups(window, cost, plain_share, drafted)
     rng = random.Random(seed)
     exact = (_exactly(window.accepted_by_position, window.steps) if window.accepted_by_position is not None
              else _alpha_exactly(window))
-    samples = [speedups(window, cost, running, plain_share, _resample(rng, exact), drafted) for _ in range(refits)]
+    samples = [speedups(window, cost, plain_share, drafted, _resample(rng, exact)) for _ in range(refits)]
     lengths = []
     margin = 1.0 + PREDICTION_ERROR  # faster than the running length beyond the model's own error
     for i, s in enumerate(point):
