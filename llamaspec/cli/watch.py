@@ -55,7 +55,11 @@ def watch(url: str, interval: float, span: float | None, once: bool, samples: in
     watcher = Watcher(url, span=window, cost=cost, measure=not no_measure, api_key=api_key, store=not no_store)
     refresh = sys.stdout.isatty() and not as_json and not once
 
+    last: Report | None = None  # the reading to draw
+
     def emit(report: Report) -> None:
+        nonlocal last
+        last = report
         if as_json:
             click.echo(json.dumps(report.to_dict(), default=str))
             return
@@ -63,21 +67,14 @@ def watch(url: str, interval: float, span: float | None, once: bool, samples: in
             click.clear()
         click.echo("\n".join(report.lines()) + ("" if refresh else "\n"))
 
-    last: Report | None = None
-
-    def keep(report: Report) -> None:
-        nonlocal last
-        last = report
-        emit(report)
-
     if once:
         try:
-            keep(watcher.once())
+            emit(watcher.once())
         finally:
             watcher.finish()
     else:
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch; run() stores the window
-            watcher.run(keep, interval=interval, samples=samples)
+            watcher.run(emit, interval=interval, samples=samples)
     if watcher.stored:
         click.echo(f"stored window {watcher.stored[-1]} in the results store", err=True)
     if plot_dir is not None and last is not None:

@@ -52,8 +52,6 @@ from llamaspec.measure import estimators, timed
 # A setup's status on a prompt, as a cell carries it: finished with an unchanged output ("ok"),
 # finished with an output that differs from the target alone's ("differs"), or not finished.
 OK, DIFFERS = "ok", "differs"
-# Why a prompt is out of every decision (PromptFacts.why).
-LEFT_OUT = ("too short", "loops", "diverges")
 # A category's own verdict rests on at least this many timed prompts.
 MIN_VERDICT_PROMPTS = 3
 
@@ -103,7 +101,7 @@ class PromptFacts:
     timed: int | None  # the target alone's tokens after the first (None: not measured)
     loop: str | None  # the loop its output ends in
     left_out: str | None  # why it is out of every decision (too short to time, its output loops), in words
-    why: str | None = None  # the same as one of LEFT_OUT: "too short", "loops", "diverges"
+    why: str | None = None  # the same as a tag: "too short", "loops", "diverges"
 
     @property
     def measured(self) -> bool:
