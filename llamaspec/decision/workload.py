@@ -221,9 +221,6 @@ class WorkloadDecision:
         """Whether some category's answer differs from the workload's (then each is printed)."""
         return any(c.decision is not None and _answer(c.decision) != _answer(self.decision) for c in self.categories)
 
-    def setup(self, key: Hashable) -> SetupFigures | None:
-        return next((s for s in self.setups if s.setup == key), None)
-
     def speaks_for(self) -> str:
         """Which prompts the answer speaks for, in a few words."""
         timed_ = self.timed

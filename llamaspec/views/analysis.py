@@ -64,7 +64,7 @@ class SweepReport:
                     status = (status + " shared-baseline").strip()
                 lines.append(
                     f"  {s.draft.label if s.draft.policy == 'adaptive' else r.draft_max:>5} "
-                    f"{_med(s.decode_tps):>9} {_med(s.baseline_decode_tps):>9} {percent_text(cv, 1):>7} "
+                    f"{_num(s.decode_tps):>9} {_num(s.baseline_decode_tps):>9} {percent_text(cv, 1):>7} "
                     f"{s.speedup.text(suffix='x') if s.speedup else '-':>20} "
                     f"{percent_text(s.acceptance.median if s.acceptance else None, 1):>7} {_num(s.tokens_per_round):>7} "
                     f"{f'{pred:.2f}x' if pred else '-':>9} {err:>6}  {status}")
@@ -127,11 +127,9 @@ class SweepReport:
         }
 
 
-def _med(s: Spread | None) -> str:
-    return f"{s.median:.2f}" if s else "-"
-
-
-def _num(value: float | None) -> str:
+def _num(value: Spread | float | None) -> str:
+    """A figure (a spread's median) to two places, or "-"."""
+    value = value.median if isinstance(value, Spread) else value
     return f"{value:.2f}" if value is not None else "-"
 
 
