@@ -29,7 +29,6 @@ from llamaspec.watch.window import Window
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("given", "stored", "measured")
 PROFILE = "llama-server"
 BASELINE_RUNS = 3
 
@@ -39,7 +38,7 @@ class PairCosts:
     """A cost model for the server's pair, where it came from and how to name it."""
 
     cost: CostModel
-    source: str  # of SOURCES
+    source: str  # "given", "stored" or "measured" (the module's three sources)
     label: str  # one line for the output
     absolute: bool  # in milliseconds (timed), not a ratio given with --cost
 

@@ -75,7 +75,7 @@ class Forecast:
     plain_share: float  # share of the tokens from steps that drafted nothing
     plain_known: bool  # False: the window's requests are unknown, the share taken as 0
     cost: CostModel
-    calibrated: str  # of CALIBRATIONS: what the window's measured speed set (calibrate)
+    calibrated: str  # "none", "loop" or "draft": what the window's measured speed set (calibrate)
     measured_tps: float | None  # the window's decode speed a request, at the running length
     absolute: bool  # the costs are in milliseconds (timed), not a ratio given with --cost
     verdict: str  # of VERDICTS
@@ -195,9 +195,6 @@ def speedups(window: Window, cost: CostModel, plain_share: float, drafted: Seque
     return [cost.speedup_at(d, tokens_at(k), plain_share) for k, d in enumerate(drafted, 1)]
 
 
-CALIBRATIONS = ("none", "loop", "draft")
-
-
 def _ms_per_token(cost: CostModel, window: Window, running: int, plain_share: float) -> float:
     """The model's time per emitted token at the running length, on the window's own acceptance."""
     tokens = _tokens_model(window, None)(running)
@@ -207,7 +204,7 @@ def _ms_per_token(cost: CostModel, window: Window, running: int, plain_share: fl
 def calibrate(cost: CostModel, window: Window, running: int, plain_share: float,
               draft_ok: bool = False) -> tuple[CostModel, str]:
     """The cost model set so that it meets the window's measured decode speed at the running length,
-    by one parameter, and which (of :data:`CALIBRATIONS`):
+    by one parameter, and which:
 
     - ``"loop"``: without a measured target-alone step (``baseline_step_ms``), the server's own loop
       per emitted token (``RoundProfile.loop_overhead``), charged alike to the target alone: the
