@@ -224,7 +224,7 @@ def test_a_setup_needs_every_prompt_and_an_unchanged_output_everywhere(monkeypat
     assert "cannot tell a greedy near-tie from a wrong output" in (left.left_out[0].left_out or "")
     assert all(s.excluded is None for s in left.setups)
     over = workload.decide_workload(cells, {"a": "code", "b": "chat"})
-    sp = over.setup("draft 8").speedup if over.setup("draft 8") else None
+    sp = next(s.speedup for s in over.setups if s.setup == "draft 8")
     assert sp is not None and sp.n == 2 and sp.low < 1.0 < sp.high
     assert over.chosen is not None and 0.04 < (over.decision.chance_of_loss or 0) < 0.06
 

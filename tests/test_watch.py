@@ -152,11 +152,11 @@ def test_each_verdict_on_counts_and_costs_given() -> None:
     assert (keep.verdict, keep.best) == ("keep", 8) and "the running setting is the one" in keep.reason
     change = forecast.forecast(made_window(steep, 100), costs_ms(c=0.3, per_token=0.1), 8, fit=False)
     assert change.verdict == "change" and change.best in (2, 3) and "faster than the running one" in change.reason
-    assert (change.best_length.beats_running or 0) >= decide.SWITCH_SHOWN
+    assert (change.at(change.best).beats_running or 0) >= decide.SWITCH_SHOWN
     never = forecast.forecast(made_window(steep, 100), costs_ms(c=2.0, per_token=0.5), 8, fit=False)
-    assert never.verdict == "no draft" and never.best_length.high < 1.0
+    assert never.verdict == "no draft" and never.at(never.best).high < 1.0
     unsure = forecast.forecast(made_window((2, 1, 0, 0), 3), costs_ms(c=0.4, per_token=0.15), 4, fit=False)
-    assert unsure.verdict == "undecided" and unsure.best_length.low <= 1.0 <= unsure.best_length.high
+    assert unsure.verdict == "undecided" and unsure.at(unsure.best).low <= 1.0 <= unsure.at(unsure.best).high
 
 
 def test_the_verdict_is_the_decision_rule() -> None:

@@ -146,6 +146,6 @@ def test_costs_are_timed_here_once_then_found_in_the_store(server_build: Build, 
     assert timed.costs.cost.baseline_step_ms is not None  # the target alone, timed beside llama-bench
     assert timed.forecast is not None and timed.forecast.predicted_tps(None) == pytest.approx(
         1000 / timed.costs.cost.baseline_step_ms)
-    assert timed.forecast.calibrated in forecast.CALIBRATIONS
+    assert timed.forecast.calibrated in ("none", "loop", "draft")
     assert again.costs is not None and again.costs.source == "stored" and "timed here by llamaspec watch" in again.costs.label
     assert again.costs.cost.verify_batches == timed.costs.cost.verify_batches

@@ -54,9 +54,9 @@ def watch(url: str, interval: float, span: float | None, once: bool, samples: in
     window = (None if once else SPAN) if span is None else (None if span == 0 else span)
     watcher = Watcher(url, span=window, cost=cost, measure=not no_measure, api_key=api_key, store=not no_store)
     refresh = sys.stdout.isatty() and not as_json and not once
-    last: Report | None = None
+    last: Report | None = None  # the reading to draw
 
-    def keep(report: Report) -> None:
+    def emit(report: Report) -> None:
         """Print a reading, and keep it for the plot."""
         nonlocal last
         last = report
@@ -69,12 +69,12 @@ def watch(url: str, interval: float, span: float | None, once: bool, samples: in
 
     if once:
         try:
-            keep(watcher.once())
+            emit(watcher.once())
         finally:
             watcher.finish()
     else:
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch; run() stores the window
-            watcher.run(keep, interval=interval, samples=samples)
+            watcher.run(emit, interval=interval, samples=samples)
     if watcher.stored:
         click.echo(f"stored window {watcher.stored[-1]} in the results store", err=True)
     if plot_dir is not None and last is not None:

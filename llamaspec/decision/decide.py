@@ -10,29 +10,27 @@ The rule, in order:
    that its speedup on prompts like these is above 1.0, read from its 95 % interval as a normal
    on the log scale (:func:`chance_of_loss`; at 97.5 % it is the interval lying above 1.0). A setting not shown faster is never recommended while another
    one is. When none is: "no draft" (nothing could be a gain worth having: every interval ends
-   below ``1 + tolerance``, or is already narrow) or "undecided" (some interval is too wide to
+   below ``1 +`` :data:`TOLERANCE`, or is already narrow) or "undecided" (some interval is too wide to
    tell), naming the settings to measure next; either way the best bet is named with its chance
    of a loss and, undecided, the prompts (pairs) in all that would show its gain
    (:attr:`Decision.prompts_to_settle`).
 2. **Ranked by what was measured.** Each candidate's estimate is its own measured median; the
    speedup model (fitted to every point, its band from a bootstrap over pairs) says where to
    measure next and what an unmeasured or once-measured setting could reach. Pooling the two
-   (precision weighted, the model's own error in its weight: ``pooled=True``) narrows the
-   interval, but replayed on the recorded studies its 95 % interval held the recorded truth
-   82-100 % of the time, under 95 % on six of nine rows (benchmarks/decide.py, "pooled covers";
-   docs/results.md), so the rule does not decide on it (``pooled=False``). Where a measurement and
-   the model disagree beyond the model's error, the decision says so.
+   (:func:`estimate` with ``pooled``) would narrow the interval, but its 95 % interval held the
+   recorded truth too rarely (docs/method.md, "the decision"), so the rule does not decide on it.
+   Where a measurement and the model disagree beyond the model's error, the decision says so.
 3. **Cheaper only when as good.** Among the settings shown faster, the cheapest one (shorter
-   draft, smaller draft file) shown within ``tolerance`` (2 %) of the best estimate wins: its gap
+   draft, smaller draft file) shown within :data:`TOLERANCE` (2 %) of the best estimate wins: its gap
    plus one standard error of the difference is within it. Overlapping intervals alone never make
    a setting "as good", nor do two close medians that are each uncertain by more than the gap.
 4. **Settled, or what next.** The decision is settled when the chosen setting's interval is within
-   ``half_width`` (+-5 %) and no other setting (measured, or unmeasured where the model points)
-   could beat it by more than ``tolerance``. Otherwise :attr:`Decision.requests` names the
-   contenders and how many more pairs each needs (an adaptive sweep measures those and asks again).
+   :data:`HALF_WIDTH` (+-5 %) and no other setting (measured, or unmeasured where the model points)
+   could beat it by more than the tolerance. Otherwise :attr:`Decision.requests` names the
+   contenders and how many more pairs each needs.
 
-Its size: the rule's four steps, its types, and the adaptive policy's pure next step; each reads
-the one before it, and benchmarks/decide.py replays them together.
+Its size: the rule's four steps and its types, each reading the one before it. The replays that
+set its constants are in docs/method.md and docs/results.md (benchmarks/decide.py).
 """
 
 from __future__ import annotations
@@ -56,12 +54,9 @@ STEP = 3  # at most this many more pairs per request (then decide again)
 # seen on the demo's sweep); of 5 it covers the median about 94 % of the time.
 SETTLE_PAIRS = 5
 MAX_REQUESTS = 3  # contenders measured per step
-# Shown faster: a chance of a gain of at least this, by what an interval's n counts. Over prompts,
-# 92.5 %: replayed on the built-in workload's recording (benchmarks/decide.py --holdout, docs/method.md),
-# studies of 20 prompts decide in 63-68 % and of 30 in 81-91 %, none a loss, and with every setup
-# shifted to a loss 0-1.2 % recommend one (2.5 % at 8 prompts drawn with replacement); at 90 %, 72-78 %
-# decide at 20 and 2.5 % of shifted ones recommend; at 95 %, 50 % decide. Over pairs (one prompt),
-# 97.5 %, the interval lying above 1.0, as the one-prompt replays were tuned.
+# Shown faster: a chance of a gain of at least this, by what an interval's n counts: over prompts as
+# the built-in workload's replays set it (docs/method.md); over pairs (one prompt), the interval
+# lying above 1.0.
 GAIN_CHANCE = {"prompts": 0.925, "pairs": 0.975}
 SETTLE_ODDS = 0.8  # Decision.prompts_to_settle: the prompts in all for these odds of showing the best bet's gain
 _Z = 1.96  # a 95 % interval spans about 2 x 1.96 standard errors
@@ -267,9 +262,9 @@ class Decision:
         out += [f"  to tell: {t}"] if (t := self.to_tell) else []
         out += [f"  note: {n}" for n in self.notes]
         for m in self.models:
-            best = next((b for b in m.bands if b.key == m.best), None)
+            best = m.band(m.best)
             if best is not None:
-                spread = (f" (bootstrap: {', '.join(_short(b) for b in m.bands if b.key in m.best_range)})"
+                spread = (f" (bootstrap: {', '.join(b.label.replace('draft ', '') for b in m.bands if b.key in m.best_range)})"
                           if len(m.best_range) > 1 else "")
                 # a band the bootstrap over pairs cannot widen (one pair a point) is not shown as an interval
                 band = f" [{best.low:.2f}-{best.high:.2f}]" if f"{best.low:.2f}" != f"{best.high:.2f}" else ""
@@ -290,10 +285,6 @@ class Decision:
                         "bands": [{"key": _jsonable(b.key), "label": b.label, "predicted": b.predicted, "low": b.low,
                                    "high": b.high} for b in m.bands]} for m in self.models],
         }
-
-
-def _short(b: Band) -> str:
-    return b.label.replace("draft ", "")
 
 
 def _jsonable(key: Hashable) -> Any:
@@ -366,7 +357,7 @@ def estimate(c: Candidate, models: Sequence[ModelView] = (), pooled: bool = Fals
     m = c.speedup
     if band is None:
         return Estimate(c.key, c.label, m, c.cost, m.median)
-    error = next(mv.error for mv in models if mv.band(c.key) is not None)
+    error = _error_of(c.key, models)
     # The model's own error widens its band before it is compared.
     p_low, p_high = band.low - error * band.predicted, band.high + error * band.predicted
     if m.n >= 2 and (m.high < p_low or m.low > p_high):
@@ -390,20 +381,18 @@ def estimate(c: Candidate, models: Sequence[ModelView] = (), pooled: bool = Fals
     return Estimate(c.key, c.label, m, c.cost, value, band, upper=value + _Z * math.sqrt(var))
 
 
-def pairs_needed(s: Spread, half_width: float = HALF_WIDTH, step: int = STEP) -> int:
-    """More pairs for this interval to reach +-``half_width`` (the width shrinks like 1/sqrt(n)),
-    at least 1 and at most ``step`` (then the decision is made again)."""
+def pairs_needed(s: Spread) -> int:
+    """More pairs for this interval to reach +-:data:`HALF_WIDTH` (the width shrinks like 1/sqrt(n)),
+    at least 1 and at most :data:`STEP` (then the decision is made again)."""
     if s.n < 2 or s.median <= 0:
-        return step
-    need = math.ceil(s.n * (s.half_width / half_width) ** 2) - s.n
-    return max(1, min(step, need))
+        return STEP
+    need = math.ceil(s.n * (s.half_width / HALF_WIDTH) ** 2) - s.n
+    return max(1, min(STEP, need))
 
 
-def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *, tolerance: float = TOLERANCE,
-           half_width: float = HALF_WIDTH, step: int = STEP, pooled: bool = False, unit: str = "pairs",
+def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *, unit: str = "pairs",
            gain_chance: float | None = None) -> Decision:
     """The decision over these measured settings (see the module's docstring for the rule;
-    ``pooled``: rank on the model-pooled estimates; the recorded studies say not to, see the module;
     ``gain_chance``: the chance of a gain that shows a setting faster, None: :data:`GAIN_CHANCE` for the unit).
 
     ``candidates``: the settings that may be recommended (finished, output unchanged); ``models``:
@@ -414,49 +403,48 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
     gain_chance = GAIN_CHANCE.get(unit, GAIN_CHANCE["pairs"]) if gain_chance is None else gain_chance
     if not candidates:
         return Decision("nothing", None, "no setting finished with an unchanged output", settled=False,
-                        models=models, tolerance=tolerance, half_width=half_width, unit=unit)
-    ranked = tuple(sorted((dataclasses.replace(estimate(c, models, pooled), gain_chance=gain_chance) for c in candidates),
+                        models=models, unit=unit)
+    ranked = tuple(sorted((dataclasses.replace(estimate(c, models), gain_chance=gain_chance) for c in candidates),
                           key=lambda e: (-e.estimate, e.cost)))
     notes = tuple(f"{e.label} measured {e.measured.text(suffix='x')}, the model predicts {e.band.predicted:.2f}x "
-                  f"[{e.band.low:.2f}-{e.band.high:.2f}] (its median error {percent_text(_error_of(e, models))}): the measurement "
+                  f"[{e.band.low:.2f}-{e.band.high:.2f}] (its median error {percent_text(_error_of(e.key, models))}): the measurement "
                   "is trusted" for e in ranked if e.disagrees and e.band is not None)
-    common: dict[str, Any] = {"estimates": ranked, "models": models, "notes": notes, "tolerance": tolerance,
-                              "half_width": half_width, "unit": unit}
+    common: dict[str, Any] = {"estimates": ranked, "models": models, "notes": notes, "unit": unit}
     faster = [e for e in ranked if e.shown_faster]
     if not faster:
-        return _no_gain(ranked, models, tolerance, half_width, step, common)
+        return _no_gain(ranked, models, common)
 
     best = max(faster, key=lambda e: e.estimate)
-    near = [e for e in faster if _as_good(e, best, tolerance)]
+    near = [e for e in faster if _as_good(e, best)]
     chosen = min(near, key=lambda e: (e.cost, -e.estimate))
-    bar = chosen.estimate * (1 + tolerance)
+    bar = chosen.estimate * (1 + TOLERANCE)
     # Settings that might still beat the chosen one by more than the tolerance: measured ones whose
     # interval reaches past it, unmeasured ones the model predicts past it.
-    rivals = [e for e in ranked if e is not chosen and _could_beat(e, bar)]
+    rivals = [e for e in ranked if e is not chosen and e.high > bar]
     measured_keys = {e.key for e in ranked}
     unmeasured = [b for m in models for b in m.bands if b.key not in measured_keys and b.predicted > bar]
     unmeasured.sort(key=lambda b: -b.predicted)
     enough = chosen.measured.n >= SETTLE_PAIRS
-    narrow = enough and chosen.measured.half_width <= half_width
+    narrow = enough and chosen.measured.half_width <= HALF_WIDTH
     settled = narrow and not rivals and not unmeasured
 
     requests: list[Request] = []
     if not narrow:
-        pairs = max(pairs_needed(chosen.measured, half_width, step), min(step, SETTLE_PAIRS - chosen.measured.n))
-        why = (f"its interval is +-{percent_text(chosen.measured.half_width)}, settled at +-{percent_text(half_width)}"
+        pairs = max(pairs_needed(chosen.measured), min(STEP, SETTLE_PAIRS - chosen.measured.n))
+        why = (f"its interval is +-{percent_text(chosen.measured.half_width)}, settled at +-{percent_text(HALF_WIDTH)}"
                if enough else f"{chosen.measured.n} {_unit(unit, chosen.measured.n)}: settled needs "
                f"{SETTLE_PAIRS} at the chosen setting")
         requests.append(Request(chosen.key, chosen.label, pairs, why, unit))
     # The model's best unmeasured setting gets a place before the measured rivals: they can be
     # measured again any time, while a length never measured cannot win at all.
     for b in unmeasured[:1]:
-        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x", unit))
+        requests.append(Request(b.key, b.label, STEP, f"not measured; the model predicts {b.predicted:.2f}x", unit))
     for e in sorted(rivals, key=lambda e: -e.high)[:max(0, MAX_REQUESTS - len(requests))]:
-        requests.append(Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
+        requests.append(Request(e.key, e.label, pairs_needed(e.measured),
                                 (f"measured once, {e.measured.median:.2f}x" if math.isinf(e.high) else
                                  f"could be up to {e.high:.2f}x") + f", past {chosen.label}'s {chosen.estimate:.2f}x", unit))
     for b in unmeasured[1:1 + max(0, MAX_REQUESTS - len(requests))]:
-        requests.append(Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x", unit))
+        requests.append(Request(b.key, b.label, STEP, f"not measured; the model predicts {b.predicted:.2f}x", unit))
 
     if len(faster) == 1:
         why = (f"the only setting shown faster than the target alone (a chance of a gain of "
@@ -464,11 +452,9 @@ def decide(candidates: Sequence[Candidate], models: Sequence[ModelView] = (), *,
     elif chosen is best:
         why = f"the best estimate of {len(faster)} settings shown faster than the target alone"
     else:
-        why = (f"the cheapest setting shown within {percent_text(tolerance)} of the best estimate ({best.label}: "
+        why = (f"the cheapest setting shown within {percent_text(TOLERANCE)} of the best estimate ({best.label}: "
                f"{best.estimate:.2f}x against {chosen.estimate:.2f}x)")
-    basis = ("measured and the speedup model combined" if chosen.band is not None and not chosen.disagrees
-             and chosen.upper is not None else "as measured")
-    why += f"; estimate {chosen.estimate:.2f}x ({basis})"
+    why += f"; estimate {chosen.estimate:.2f}x (as measured)"  # shown faster: measured twice or more, never pooled
     slower = [e for e in ranked if not e.shown_faster]
     if slower and any(e.measured.median > chosen.measured.median for e in slower):
         higher = ", ".join(e.label for e in slower if e.measured.median > chosen.measured.median)
@@ -513,24 +499,20 @@ def for_running(decision: Decision, running: Hashable, beats: Mapping[Hashable, 
                     f"of the resamples ({percent_text(SWITCH_SHOWN)} needed): watch longer")
 
 
-def _as_good(e: Estimate, best: Estimate, tolerance: float) -> bool:
-    """Whether ``e`` is shown to be within ``tolerance`` of the best estimate: its gap plus one
+def _as_good(e: Estimate, best: Estimate) -> bool:
+    """Whether ``e`` is shown to be within :data:`TOLERANCE` of the best estimate: its gap plus one
     standard error of the difference. Two noisy estimates 1 % apart are not "as good" by that
     alone: on a machine whose pairs vary by 8 %, the cheaper of two close medians is often the
     truly slower one by more than the tolerance (benchmarks/decide.py counts how often)."""
     if e is best:
         return True
     gap = (best.estimate - e.estimate) / best.estimate
-    return gap + math.hypot(e.sd, best.sd) / best.estimate <= tolerance
+    return gap + math.hypot(e.sd, best.sd) / best.estimate <= TOLERANCE
 
 
-def _could_beat(e: Estimate, bar: float) -> bool:
-    """Whether this setting might be more than the tolerance faster than the chosen one."""
-    return e.high > bar
-
-
-def _error_of(e: Estimate, models: Sequence[ModelView]) -> float:
-    return next((m.error for m in models if m.band(e.key) is not None), 0.0)
+def _error_of(key: Hashable, models: Sequence[ModelView]) -> float:
+    """The error of the model that has a band at ``key`` (0.0: none has)."""
+    return next((m.error for m in models if m.band(key) is not None), 0.0)
 
 
 def best_bet(ranked: Sequence[Estimate]) -> Estimate:
@@ -538,26 +520,24 @@ def best_bet(ranked: Sequence[Estimate]) -> Estimate:
     rule's own measure), the best estimate among equals; one with no interval only where none has
     one. Not simply the best estimate: a setting the study stopped after a few prompts (it trailed
     another on the prompts both were measured on) can read higher over its own few prompts than the
-    setting it trailed over many, with an interval that is mostly doubt (on the demo's study,
-    ngram-mod 1.03x [0.87-1.23] over 7 prompts, a chance of a loss of 36 %, against ngram-map-k
-    1.02x [0.96-1.08] over 36, 25 %)."""
+    setting it trailed over many, with an interval that is mostly doubt (the demo's study in
+    docs/results.md)."""
     with_interval = [e for e in ranked if e.chance_of_loss is not None]
     if not with_interval:
         return ranked[0]
     return min(with_interval, key=lambda e: (e.chance_of_loss, -e.estimate))
 
 
-def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolerance: float, half_width: float,
-             step: int, common: dict[str, Any]) -> Decision:
+def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], common: dict[str, Any]) -> Decision:
     """No setting is shown faster: "no draft" when none could be a gain worth having, else
     "undecided" with what to measure. Either way the best bet is the setting nearest to being
     shown faster (:func:`best_bet`)."""
     best = best_bet(ranked)
-    gain = 1.0 + tolerance
+    gain = 1.0 + TOLERANCE
     # as with a recommendation, an interval is narrow enough to close the question only over
     # SETTLE_PAIRS pairs: the bootstrap interval of 2 or 3 ratios is about their range
     open_ = [e for e in ranked if e.high > gain
-             and not (e.measured.n >= SETTLE_PAIRS and e.measured.half_width <= half_width)]
+             and not (e.measured.n >= SETTLE_PAIRS and e.measured.half_width <= HALF_WIDTH)]
     measured_keys = {e.key for e in ranked}
     unmeasured = sorted((b for m in models for b in m.bands if b.key not in measured_keys and b.low > gain),
                         key=lambda b: -b.predicted)
@@ -569,13 +549,13 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
         elif all(e.measured.high <= 1.0 for e in intervals):
             why = "every interval lies at or below 1.0"
         else:
-            why = f"no interval reaches past {gain:.2f}x, or those that do are within +-{percent_text(half_width)}"
+            why = f"no interval reaches past {gain:.2f}x, or those that do are within +-{percent_text(HALF_WIDTH)}"
         return Decision("no draft", best, f"{why} (best: {best.label} -> {best.measured.text(suffix='x')})",
                         settled=True, **common)
     unit = common["unit"]
-    requests = [Request(e.key, e.label, pairs_needed(e.measured, half_width, step),
+    requests = [Request(e.key, e.label, pairs_needed(e.measured),
                         f"{e.measured.text(suffix='x')}: could be a gain or none", unit) for e in open_[:MAX_REQUESTS]]
-    requests += [Request(b.key, b.label, step, f"not measured; the model predicts {b.predicted:.2f}x "
+    requests += [Request(b.key, b.label, STEP, f"not measured; the model predicts {b.predicted:.2f}x "
                          f"[{b.low:.2f}-{b.high:.2f}]", unit) for b in unmeasured[:max(0, MAX_REQUESTS - len(requests))]]
     could = [f"{len(open_)} measured" if open_ else "", f"{len(unmeasured)} not measured yet" if unmeasured else ""]
     why = (f"no setting is shown faster than the target alone, but {' and '.join(w for w in could if w)} could be "
@@ -583,68 +563,10 @@ def _no_gain(ranked: tuple[Estimate, ...], models: tuple[ModelView, ...], tolera
     return Decision("undecided", best, why, settled=False, contenders=tuple(open_), requests=tuple(requests), **common)
 
 
-def model_contenders(models: Sequence[ModelView], measured: Sequence[Hashable] = (),
-                     measurable: Sequence[Hashable] | None = None, limit: int = MAX_REQUESTS) -> tuple[Band, ...]:
-    """The settings not measured yet (and in ``measurable``, None: any) that the model puts within
-    its own error (its median miss) of its best prediction, best first: where a sweep whose first
-    pass measured the longest draft lengths looks next, one pair each. At most ``limit``: on a flat
-    curve every length is within the error, and a pair at each leaves too few for any to be shown
-    faster (replayed at Q4_1, the cap of 3 took decisions more than 5 % off from 22.5 % to 12.0 %)."""
-    done = set(measured)
-    allowed = None if measurable is None else set(measurable)
-    out: list[Band] = []
-    for m in models:
-        if not m.bands:
-            continue
-        top = max(b.predicted for b in m.bands)
-        out += [b for b in m.bands if b.key not in done and (allowed is None or b.key in allowed)
-                and b.predicted >= top * (1 - m.error)]
-    return tuple(sorted(out, key=lambda b: (-b.predicted, b.cost)))[:max(0, limit)]
-
-
-# How the output says why an adaptive measurement stopped (Step.stop).
+# How a study's output says why it stopped measuring (StudyResult.stop).
 STOP_WORDS = {"settled": "the decision is settled", "budget": "the budget is spent",
               "nothing to measure": "nothing left that the decision asks to measure"}
 
 
-@dataclass(frozen=True)
-class Step:
-    """What an adaptive sweep does next: measure ``requests``, or stop (``stop`` says why)."""
-
-    requests: tuple[Request, ...]
-    stop: str | None  # "settled" | "budget" | "nothing to measure" | None (go on)
-    progress: str  # one line for the progress display
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"requests": [r.to_dict() for r in self.requests], "stop": self.stop, "progress": self.progress}
-
-
-def next_step(decision: Decision, spent: int, budget: int | None = None,
-              measurable: Sequence[Hashable] | None = None) -> Step:
-    """The adaptive policy, pure: after ``decision`` on ``spent`` pairs, with at most ``budget``
-    pairs in all (None: no limit), measuring only settings in ``measurable`` (None: any), which
-    pairs to measure next, trimmed to the budget, or why to stop."""
-    if decision.settled:
-        return Step((), "settled", decision.sureness)
-    left = None if budget is None else budget - spent
-    if left is not None and left <= 0:
-        return Step((), "budget", f"budget spent ({spent} pairs): {decision.sureness}")
-    allowed = None if measurable is None else set(measurable)
-    out: list[Request] = []
-    for r in decision.requests:
-        if allowed is not None and r.key not in allowed:
-            continue
-        n = r.pairs if left is None else min(r.pairs, left - sum(q.pairs for q in out))
-        if n <= 0:
-            break
-        out.append(Request(r.key, r.label, n, r.why, r.unit))
-    if not out:
-        return Step((), "nothing to measure", f"nothing left to measure: {decision.sureness}")
-    names = [r.label for r in out]
-    what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    total = sum(r.pairs for r in out)
-    return Step(tuple(out), None, f"deciding between {what}: {total} more {_unit(out[0].unit, total)}")
-
-
 __all__ = ["HALF_WIDTH", "MAX_REQUESTS", "STEP", "STOP_WORDS", "TOLERANCE", "VERDICTS", "Band", "Candidate", "Decision", "Estimate", "ModelView",
-           "Request", "Step", "decide", "estimate", "model_contenders", "next_step", "pairs_needed"]
+           "Request", "decide", "estimate", "pairs_needed"]

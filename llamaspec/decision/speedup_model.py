@@ -84,9 +84,8 @@ def observation(row: PointRow) -> Any:
         return None
     if not (spec and base and s.n_drafted is not None and s.n_accept is not None and s.n_predict):
         return None
-    if s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program is None or not engines.knows(s.program):
-        return None
-    if not s.rounds:
+    if (s.n_accept >= s.n_predict or row.draft_max < 1 or s.status != "ok" or s.program is None
+            or not engines.knows(s.program) or not s.rounds):
         return None
     return theory.Observation(
         draft_max=row.draft_max, n_drafted=s.n_drafted, n_accept=s.n_accept, n_generated=s.n_predict,
@@ -105,18 +104,14 @@ def baseline_step_ms(rows: Sequence[PointRow]) -> float | None:
     return 1000.0 / statistics.median(speeds) if speeds else None
 
 
-def cost_model(rows: Sequence[PointRow], profile: Any, step_from_baselines: bool = False) -> Any:
+def cost_model(rows: Sequence[PointRow], profile: Any) -> Any:
     """The measured costs of these points (llama-bench at the run's depth: the target's batches and
     the draft's step, shared by the points of a sweep), or None when they were not timed.
 
-    ``step_from_baselines``: the baseline's cost per token is what the sweep's own baselines
-    measured (:func:`baseline_step_ms`), not llama-bench's batch of one. Off by default: over six
-    recorded sweeps llama-bench's step had the smaller median error in four (the demo's sweep twice:
-    3.6 % and 6.9 % against 5.7 % and 20.2 %; sweep-t1 5.1 % against 10.0 %; Q4_0 15.1 % against
-    29.6 %), the baselines' in two (Q4_1 10.9 % against 26.7 %; Q2_K 7.5 % against 7.7 %).
-
-    A program that charges its engine's loop (``profile.loop_overhead``: llama-server, transformers)
-    always takes the baselines' step: the loop's cost is that step less the timed one.
+    The baseline's cost per token is llama-bench's batch of one (the smaller error on most recorded
+    sweeps: docs/method.md), except for a program that charges its engine's loop
+    (``profile.loop_overhead``: llama-server, transformers): that one takes the baselines' step
+    (:func:`baseline_step_ms`), the loop's cost being that step less the timed one.
 
     The costs are the engine's own (``Capabilities.times_costs``: the ``batch`` and ``draft``
     measurements, stored with the point): ``batch_ms`` and ``cost_depth`` from the batch timing,
@@ -129,18 +124,14 @@ def cost_model(rows: Sequence[PointRow], profile: Any, step_from_baselines: bool
             sample = s.sample_ms_per_token or 0.0
             cost = theory.CostModel.from_bench(s.batch_ms, 1000.0 / s.draft_decode_tps.median, profile,
                                                target_sample_ms=sample, draft_sample_ms=sample, depth=s.cost_depth)
-            from_baselines = step_from_baselines or profile.loop_overhead != "none"
-            step = baseline_step_ms(rows) if from_baselines else None
+            step = baseline_step_ms(rows) if profile.loop_overhead != "none" else None
             return dataclasses.replace(cost, baseline_step_ms=step) if step else cost
     return None
 
 
 BOOTSTRAP_REFITS = 200
-# The speedup model's median error at the lengths it did not see, predicting draft 1..12 from the
-# longest two (14 and 16) on their acceptance by position and costs: 3.5 % (Q4_1), 2.6 % (Q4_0),
-# 2.3 % (Q4_1 three hours later) on the recordings of tests/fixtures/llamacpp/0c1e570/sweep-accept
-# with positions/ (benchmarks/decide.py prints it). Rounded up: the error a model fitted to fewer
-# points than theory.FIT_MIN_LENGTHS is taken to have.
+# The error a model fitted to fewer points than theory.FIT_MIN_LENGTHS is taken to have: its median
+# error at the lengths it did not see on the sweep-accept recordings (docs/results.md), rounded up.
 PREDICTION_ERROR = 0.05
 
 
@@ -200,8 +191,7 @@ def model_view(group: FittedGroup, refits: int = BOOTSTRAP_REFITS, seed: int = 0
         bands.append(decide.Band((group.label, p.draft_max), setting_label(group.label, p.draft_max), p.speedup,
                                  min(lo, p.speedup), max(hi, p.speedup), (p.draft_max, bytes_)))
     best = a.best.draft_max if a.best else a.curve[0].draft_max
-    common = sorted(set(bests), key=lambda k: -bests.count(k))
-    best_range = tuple((group.label, k) for k in sorted(k for k in common if bests.count(k) >= 0.025 * len(bests)))
+    best_range = tuple((group.label, k) for k in sorted(k for k in set(bests) if bests.count(k) >= 0.025 * len(bests)))
     # Over fewer lengths than the cost fit needs to be judged (a first pass of the longest lengths,
     # predicting the rest from their acceptance by position), the error over the points says
     # little: the model's error out of sample on the recordings counts instead, where larger.
@@ -211,7 +201,7 @@ def model_view(group: FittedGroup, refits: int = BOOTSTRAP_REFITS, seed: int = 0
     return decide.ModelView(tuple(bands), (group.label, best), best_range or ((group.label, best),), error)
 
 
-def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, str | None]:
+def analyze_rows(rows: Sequence[PointRow]) -> tuple[Any, str | None]:
     """(Analysis or None, note or None)."""
     from llamaspec import theory
     from llamaspec.registry import engines
@@ -235,7 +225,7 @@ def analyze_rows(rows: Sequence[PointRow], max_draft: int = 16) -> tuple[Any, st
     if not obs or all(o.n_drafted == 0 for o in obs):
         return None, "nothing was drafted: no acceptance to model"
     try:
-        result = theory.analyze(obs, cost_model(rows, obs[0].profile), max_draft=max(max_draft, max(o.draft_max for o in obs)))
+        result = theory.analyze(obs, cost_model(rows, obs[0].profile), max_draft=max(16, max(o.draft_max for o in obs)))
     except LlamaspecError as exc:
         return None, f"the speedup model could not be fitted: {exc.message}"
     note = None if result.cost else "no draft timing measured: speedups are not predicted (only alpha and the ceiling)"

@@ -52,8 +52,6 @@ from llamaspec.measure import estimators, timed
 # A setup's status on a prompt, as a cell carries it: finished with an unchanged output ("ok"),
 # finished with an output that differs from the target alone's ("differs"), or not finished.
 OK, DIFFERS = "ok", "differs"
-# Why a prompt is out of every decision (PromptFacts.why).
-LEFT_OUT = ("too short", "loops", "diverges")
 # A category's own verdict rests on at least this many timed prompts.
 MIN_VERDICT_PROMPTS = 3
 
@@ -103,7 +101,7 @@ class PromptFacts:
     timed: int | None  # the target alone's tokens after the first (None: not measured)
     loop: str | None  # the loop its output ends in
     left_out: str | None  # why it is out of every decision (too short to time, its output loops), in words
-    why: str | None = None  # the same as one of LEFT_OUT: "too short", "loops", "diverges"
+    why: str | None = None  # the same as a tag: "too short", "loops", "diverges"
 
     @property
     def measured(self) -> bool:
@@ -222,9 +220,6 @@ class WorkloadDecision:
     def categories_disagree(self) -> bool:
         """Whether some category's answer differs from the workload's (then each is printed)."""
         return any(c.decision is not None and _answer(c.decision) != _answer(self.decision) for c in self.categories)
-
-    def setup(self, key: Hashable) -> SetupFigures | None:
-        return next((s for s in self.setups if s.setup == key), None)
 
     def speaks_for(self) -> str:
         """Which prompts the answer speaks for, in a few words."""
@@ -524,17 +519,14 @@ def model_views(predictions: Sequence[Prediction], prompts: Sequence[str]) -> tu
 def _loop_figures(cells: Sequence[Cell], looping: Sequence[str]) -> tuple[LoopFigure, ...]:
     out = []
     for s in _setups(cells).values():
-        meds = [statistics.median(c.ratios) for p, c in s.cells.items() if p in looping and c.status == OK and c.ratios]
-        found = tuple(p for p, c in s.cells.items() if p in looping and c.status == OK and c.ratios)
+        meds = {p: statistics.median(c.ratios) for p, c in s.cells.items() if p in looping and c.status == OK and c.ratios}
         if meds:
-            out.append(LoopFigure(s.label, stats.geometric_mean(meds), found))
+            out.append(LoopFigure(s.label, stats.geometric_mean(list(meds.values())), tuple(meds)))
     return tuple(sorted(out, key=lambda lf: -lf.speedup))
 
 
 def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictions: Sequence[Prediction] = (), *,
-                    over_prompts: bool = True, count_loops: bool = False,
-                    tolerance: float = decide.TOLERANCE, half_width: float = decide.HALF_WIDTH,
-                    step: int = decide.STEP) -> WorkloadDecision:
+                    over_prompts: bool = True, count_loops: bool = False) -> WorkloadDecision:
     """The one decision over the workload ``prompts`` (prompt -> category, in the workload's order,
     every prompt of it, measured or not), from the cells measured and the model's predictions;
     then the same rule per category. ``over_prompts``: the prompts are a sample of the workload
@@ -549,7 +541,7 @@ def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictio
     looping = [f.prompt for f in facts if f.why == "loops" and f.measured]
     noise = estimators.pooled_log_sd(c.ratios for c in cells if c.status == OK and c.prompt in timed_)
     per_setup = [_logs_by_category(s.cells, timed_, prompts) for s in _setups(cells).values()]
-    between = _pooled_between(per_setup)
+    between = estimators.between_prompts(per_setup)
     # the categories weigh by their share of the workload's prompts (those not left out)
     counts: dict[str, int] = {}
     for f in facts:
@@ -562,8 +554,7 @@ def decide_workload(cells: Sequence[Cell], prompts: Mapping[str, str], predictio
         found = figures(cells, names, prompts, noise, over_prompts=over_prompts, prompt_noise=between,
                         weights=weights)
         candidates = [decide.Candidate(s.setup, s.label, s.speedup, s.cost) for s in found if s.speedup is not None]
-        return decide.decide(candidates, model_views(predictions, names), tolerance=tolerance, half_width=half_width,
-                             step=step, unit=unit), found
+        return decide.decide(candidates, model_views(predictions, names), unit=unit), found
 
     overall, setups = one(timed_)
     setups = _with_end_to_end(setups, cells, timed_, prompts, over_prompts, weights)
@@ -593,18 +584,10 @@ def _with_end_to_end(setups: tuple[SetupFigures, ...], cells: Sequence[Cell], ti
     whole = {s.setup for s in setups} - {c.setup for c in cells if c.ratios and c.prompt in timed_ and not c.end_to_end}
     e2e = [replace(c, ratios=c.end_to_end) for c in cells]
     noise = estimators.pooled_log_sd(c.ratios for c in e2e if c.status == OK and c.prompt in timed_)
-    between = _pooled_between([_logs_by_category(s.cells, timed_, prompts) for s in _setups(e2e).values()])
+    between = estimators.between_prompts([_logs_by_category(s.cells, timed_, prompts) for s in _setups(e2e).values()])
     found = {s.setup: s.speedup for s in figures(e2e, timed_, prompts, noise, over_prompts=over_prompts,
                                                   prompt_noise=between, weights=weights)}
     return tuple(replace(s, end_to_end=found.get(s.setup) if s.setup in whole else None) for s in setups)
-
-
-def _pooled_between(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float | None:
-    """The study's between-prompt noise from every setup's timed prompts' log speedups (category ->
-    its prompts' logs): each setup's spread about its own mean over all its prompts, the largest
-    (:func:`llamaspec.measure.estimators.between_prompts`): the same spread, at the same degrees of
-    freedom, as each setup's own interval takes (:func:`llamaspec.measure.estimators.over_prompts`)."""
-    return estimators.between_prompts(per_setup)
 
 
 __all__ = ["DIFFERS", "MIN_VERDICT_PROMPTS", "OK", "CategoryVerdict", "Cell", "LoopFigure", "Prediction", "PromptFacts",

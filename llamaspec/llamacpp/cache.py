@@ -286,11 +286,16 @@ def prebuilt(bin_dir: Path, roles: tuple[str, ...] = ("speculative",)) -> Build:
     missing = _missing_role(bin_dir, programs, roles)
     if missing:
         raise LlamaspecError(missing, hint="pass the folder of a llama.cpp build, e.g. build/bin")
+    return _found(bin_dir, programs, roles, "bin")
+
+
+def _found(folder: Path, programs: dict[str, str], roles: tuple[str, ...], origin: str) -> Build:
+    """The programs in ``folder`` as a build of the commit the first role's program reports."""
     from llamaspec.llamacpp import programhelp
 
-    version = programhelp.probe_version(bin_dir / programs[roles[0]])
-    return Build(bin_dir=str(bin_dir), commit=version.commit, accel="unknown", programs=programs,
-                 source=f"bin:{bin_dir}", prebuilt=True)
+    version = programhelp.probe_version(folder / programs[roles[0]])
+    return Build(bin_dir=str(folder), commit=version.commit, accel="unknown", programs=programs,
+                 source=f"{origin}:{folder}", prebuilt=True)
 
 
 def wanted_commit() -> tuple[str, str | None]:
@@ -325,7 +330,7 @@ def path_folders() -> list[Path]:
     return folders
 
 
-def _explicit(accel: str, bin_dir: Path | None, roles: tuple[str, ...]) -> Candidate | None:
+def _explicit(bin_dir: Path | None, roles: tuple[str, ...]) -> Candidate | None:
     origin = "--bin-dir" if bin_dir is not None else "LLAMASPEC_BIN_DIR"
     chosen = bin_dir or (Path(os.environ["LLAMASPEC_BIN_DIR"]) if os.environ.get("LLAMASPEC_BIN_DIR") else None)
     if chosen is None:
@@ -380,12 +385,9 @@ def _on_path(folder: Path, roles: tuple[str, ...], pinned: str) -> Candidate:
     if lacking:
         return Candidate("PATH", str(folder), problem=f"llama.cpp on PATH in {folder} is too old for this run: {lacking}",
                          hint=hint, versions=versions)
-    from llamaspec.llamacpp import programhelp
-
-    version = programhelp.probe_version(folder / programs[roles[0]])
-    build = Build(bin_dir=str(folder), commit=version.commit, accel="unknown", programs=programs,
-                  source=f"PATH:{folder}", key=_programs_key(folder, programs, version.commit), prebuilt=True)
-    return Candidate("PATH", str(folder), build, versions=versions)
+    build = _found(folder, programs, roles, "PATH")
+    return Candidate("PATH", str(folder), dataclasses.replace(build, key=_programs_key(folder, programs, build.commit)),
+                     versions=versions)
 
 
 def candidates(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = False,
@@ -394,7 +396,7 @@ def candidates(accel: str = "auto", bin_dir: Path | None = None, rpc: bool = Fal
     ``doctor`` lists them all). The last is the build that would be made. ``on_path``: look on PATH
     (a cluster's machines do not: they all run the one commit the study binds)."""
     check_accel(accel)
-    explicit = _explicit(accel, bin_dir, roles)
+    explicit = _explicit(bin_dir, roles)
     if explicit is not None:
         yield explicit
         return  # a named folder is the only choice: nothing else stands in for it silently

@@ -24,7 +24,7 @@ from typing import Any
 
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.stats import Spread, percent_text, t975
-from llamaspec.llamacpp.server_process import RequestFailed, Server, ServerDied
+from llamaspec.llamacpp.server_process import RequestFailed, Server, ServerDied, decode_tps
 from llamaspec.measure import chat
 from llamaspec.measure.contract import ClientPrompt, Command, Deployment
 
@@ -140,10 +140,10 @@ def check(speculative: Command, alone: Command, prompts: Sequence[ClientPrompt],
             log.info("deploy check: prompt %d of %d (%s), the target alone, then the deploy command", i, len(prompts), p.id)
             b = _ask(base, p, n_predict, seed)
             s = _ask(spec, p, n_predict, seed)
-            b_tps, s_tps = _decode_tps(b), _decode_tps(s)
+            t = s.get("timings") or {}
+            b_tps, s_tps = decode_tps(b.get("timings") or {}), decode_tps(t)
             if b_tps is None or s_tps is None:
                 continue  # fewer than two tokens: no decode speed to compare
-            t = s.get("timings") or {}
             drafted = int(t["draft_n"]) if "draft_n" in t else None
             done.append(PromptCheck(p.id, b_tps, s_tps, drafted, int(t.get("draft_n_accepted", 0)) if drafted is not None else None))
     except (LlamaspecError, ServerDied, RequestFailed, OSError, http.client.HTTPException) as exc:
@@ -197,10 +197,4 @@ def _ask(server: Server, p: ClientPrompt, n_predict: int, seed: int | None) -> d
         return server.post("/v1/chat/completions", {"messages": messages, "max_tokens": n_predict, **common},
                            timeout=REQUEST_TIMEOUT)
     return server.post("/completion", {"prompt": p.text, "n_predict": n_predict, **common}, timeout=REQUEST_TIMEOUT)
-
-
-def _decode_tps(answer: dict[str, Any]) -> float | None:
-    t = answer.get("timings") or {}
-    n, ms = t.get("predicted_n"), t.get("predicted_ms")
-    return (n - 1) / (ms / 1000.0) if isinstance(n, int) and n >= 2 and ms else None
 

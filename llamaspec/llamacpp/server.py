@@ -53,7 +53,7 @@ from llamaspec.llamacpp.build import Build
 from llamaspec.llamacpp.deploy import server_args  # the measuring server's arguments, the deployed one's too
 from llamaspec.llamacpp.metrics import metrics_change, positions_from_metrics
 from llamaspec.llamacpp.profiles import LLAMA_SERVER
-from llamaspec.llamacpp.server_process import READY_TIMEOUT, RequestFailed, Server, ServerDied, stop_all
+from llamaspec.llamacpp.server_process import READY_TIMEOUT, RequestFailed, Server, ServerDied, decode_tps, stop_all
 from llamaspec.measure import chat, spectypes
 from llamaspec.measure.contract import (
     Capabilities,
@@ -406,13 +406,12 @@ def completion_fields(data: dict[str, Any], mode: str, s: Settings, drafted_roun
     t = data.get("timings") or {}
     n_gen = t.get("predicted_n", data.get("tokens_predicted"))
     ms = t.get("predicted_ms")
-    decode = (n_gen - 1) / (ms / 1000.0) if n_gen is not None and n_gen >= 2 and ms else None
     prompt_ms, prompt_n = t.get("prompt_ms"), t.get("prompt_n")
     fields: dict[str, Any] = dict(
         n_prompt=data.get("tokens_evaluated", prompt_n),
         n_predict=n_gen,
         encode_tps=prompt_n / (prompt_ms / 1000.0) if prompt_n and prompt_ms else None,
-        decode_tps=decode,
+        decode_tps=decode_tps(t, data.get("tokens_predicted")),
         prompt_ms=float(prompt_ms) if isinstance(prompt_ms, int | float) else None,
         generation_ms=float(ms) if isinstance(ms, int | float) else None,
         text=data.get("content"),

@@ -45,6 +45,13 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
+def decode_tps(timings: dict[str, Any], n: Any = None) -> float | None:
+    """SPEED_DEFINITION from a ``/completion`` answer's ``timings`` (``n``: the tokens where they
+    lack ``predicted_n``): the tokens after the first over ``predicted_ms`` (llamacpp.server's docstring)."""
+    n, ms = timings.get("predicted_n", n), timings.get("predicted_ms")
+    return (n - 1) / (ms / 1000.0) if isinstance(n, int) and n >= 2 and ms else None
+
+
 def free_port() -> int:
     """A port the kernel says is free now (the server may still lose a race for it: retried)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

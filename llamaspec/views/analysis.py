@@ -17,7 +17,7 @@ from typing import Any
 from llamaspec.base import paths
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.stats import Spread, percent_text
-from llamaspec.decision.speedup_model import FittedGroup, PointRow, axes_of, finished, fit_groups
+from llamaspec.decision.speedup_model import FittedGroup, axes_of, finished, fit_groups
 from llamaspec.measure import estimators, spectypes
 from llamaspec.measure.contract import SPEED_DEFINITION
 from llamaspec.store.results import Store
@@ -32,9 +32,6 @@ class SweepReport:
     meta: dict[str, str]
     groups: list[FittedGroup]
     plots: dict[str, list[Path]] = field(default_factory=dict)  # each group's figures, by its label
-
-    def row(self, key: object) -> tuple[FittedGroup, PointRow] | None:
-        return next(((g, r) for g in self.groups for r in g.rows if r.key == key), None)
 
     def noise(self) -> Any:
         """The machine during every point's measurements, combined (host.NoiseSample; None: not measured)."""
@@ -67,7 +64,7 @@ class SweepReport:
                     status = (status + " shared-baseline").strip()
                 lines.append(
                     f"  {s.draft.label if s.draft.policy == 'adaptive' else r.draft_max:>5} "
-                    f"{_med(s.decode_tps):>9} {_med(s.baseline_decode_tps):>9} {percent_text(cv, 1):>7} "
+                    f"{_num(s.decode_tps):>9} {_num(s.baseline_decode_tps):>9} {percent_text(cv, 1):>7} "
                     f"{s.speedup.text(suffix='x') if s.speedup else '-':>20} "
                     f"{percent_text(s.acceptance.median if s.acceptance else None, 1):>7} {_num(s.tokens_per_round):>7} "
                     f"{f'{pred:.2f}x' if pred else '-':>9} {err:>6}  {status}")
@@ -130,11 +127,9 @@ class SweepReport:
         }
 
 
-def _med(s: Spread | None) -> str:
-    return f"{s.median:.2f}" if s else "-"
-
-
-def _num(value: float | None) -> str:
+def _num(value: Spread | float | None) -> str:
+    """A figure (a spread's median) to two places, or "-"."""
+    value = value.median if isinstance(value, Spread) else value
     return f"{value:.2f}" if value is not None else "-"
 
 
@@ -156,8 +151,7 @@ def report_for_runs(runs: Sequence[dict[str, Any]], name: str, axes: Sequence[st
 
 def sweep_report(store: Store, sweep_id: str, plot: bool = True) -> SweepReport:
     runs = [r for r in finished(store.runs(group_id=sweep_id)) if r["kind"] == "sweep"]
-    axes = axes_of(runs)
-    return report_for_runs(runs, sweep_id, axes, plot, paths.plots_dir() / sweep_id)
+    return report_for_runs(runs, sweep_id, axes_of(runs), plot, paths.plots_dir() / sweep_id)
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text).strip("_")

@@ -1,24 +1,14 @@
-"""The pair's costs for the prediction (:class:`PairCosts`), and where they come from, in this order:
+"""The pair's costs for the prediction (:class:`PairCosts`), from the first source that has them
+(docs/watch.md, "What it predicts"):
 
-1. ``--cost C[,V]`` given: the draft's step is C target steps, and a verification of k drafted
-   tokens costs 1 + V·k target steps (V 0, the paper's one step, when not given). A ratio, not a
-   time: the prediction has no speeds then.
-2. A stored study of the same files (by sha256) at the same threads: the newest ``llamaspec sweep``
-   (or run) with llama-bench's costs, the draft's cost as that study fitted it to its measured
-   speedups where it could (``speedup_model.analyze_rows``); or an earlier watch window whose costs were
-   timed here.
-3. Timed on the spot, with the same files on this machine, under the measurement lock: llama-bench
-   of the server's own build (beside its binary) on the server's flags (``llamacpp.costs``), at the
-   window's mean context depth, and the target alone as llamaspec's llama-server engine measures a
-   baseline (a server of the same build and flags without the draft, a built-in prompt generating
-   a window's mean request, ``BASELINE_RUNS`` times: its median step, the server's own loop
-   included). The watched server keeps serving meanwhile; the timing says how many requests it was
-   generating. The draft's cost is then set to meet the window's measured speed
-   (``forecast.calibrate``).
+1. ``--cost C[,V]`` (:func:`given`): the draft's step in target steps, and the target steps each
+   drafted token adds to a verification. A ratio, not a time: the prediction has no speeds then.
+2. A stored study of the same files (by sha256) at the same threads, or an earlier watch window
+   whose costs were timed here (:func:`stored`).
+3. Timed on the spot (:func:`measured`).
 
 Draft-free (n-gram) modes cost no draft model: the draft's step is 0 (the n-gram lookup is not
-timed), the verification as measured for the target. Every source is re-profiled to the server's
-round (``llamacpp.profiles.LLAMA_SERVER``).
+timed). Every source is re-profiled to the server's round (``llamacpp.profiles.LLAMA_SERVER``).
 """
 
 from __future__ import annotations
@@ -39,7 +29,6 @@ from llamaspec.watch.window import Window
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("given", "stored", "measured")
 PROFILE = "llama-server"
 BASELINE_RUNS = 3
 
@@ -49,7 +38,7 @@ class PairCosts:
     """A cost model for the server's pair, where it came from and how to name it."""
 
     cost: CostModel
-    source: str  # of SOURCES
+    source: str  # "given", "stored" or "measured" (the module's three sources)
     label: str  # one line for the output
     absolute: bool  # in milliseconds (timed), not a ratio given with --cost
 
@@ -111,7 +100,9 @@ def _same_files(run: dict[str, Any], serving: Serving) -> bool:
 
 
 def stored(store: Any, serving: Serving) -> PairCosts | None:
-    """The costs of the newest stored study (or timed watch window) of the server's files."""
+    """The costs of the newest timed watch window of the server's files, else of the newest stored
+    study of them with llama-bench's costs (``llamaspec sweep`` or run), the draft's cost as that
+    study fitted it to its measured speedups where it could (``speedup_model.analyze_rows``)."""
     if serving.target_sha256 is None or (not serving.draft_free and serving.draft_sha256 is None):
         return None
     for row in store.windows(target_sha256=serving.target_sha256,
@@ -128,11 +119,8 @@ def stored(store: Any, serving: Serving) -> PairCosts | None:
     for r in runs:  # newest first
         by_group.setdefault(r.get("group_id") or f"run-{r['id']}", []).append(r)
     for group, members in by_group.items():
-        rows = [row for rows in speedup_model.rows_to_groups(members, []).values() for row in rows]
-        latest: dict[int, Any] = {}
-        for row in sorted(rows, key=lambda r: r.run_id):
-            latest[row.draft_max] = row
-        rows = sorted(latest.values(), key=lambda r: r.draft_max)
+        rows = speedup_model.latest_per_draft([row for rows in speedup_model.rows_to_groups(members, []).values()
+                                               for row in rows])
         if not any(r.summary.batch_ms and (r.summary.draft_decode_tps or serving.draft_free) for r in rows):
             continue
         fit, _ = speedup_model.analyze_rows(rows)
@@ -201,8 +189,11 @@ def baseline_step_ms(build: Any, case: Any, window: Window, log_dir: Path) -> fl
 
 
 def measured(serving: Serving, window: Window, log_dir: Path, processing: int | None = None) -> PairCosts:
-    """Time the pair's costs on the spot: llama-bench beside the server's binary, the server's own
-    flags, the same files, at the window's mean context depth (see the module's docstring)."""
+    """Time the pair's costs on the spot, under the measurement lock: llama-bench beside the
+    server's binary on the server's own flags and files, at the window's mean context depth, and
+    the target alone (:func:`baseline_step_ms`). The watched server keeps serving meanwhile
+    (``processing``: the requests it was generating, said in the label); the window's speed then
+    sets the draft's cost (``forecast.calibrate``)."""
     if serving.argv is None or not serving.files_here:
         raise LlamaspecError("the server's files or command line are not readable on this machine, so its costs "
                              "cannot be timed here",

@@ -19,10 +19,8 @@ token at one target step's cost; their share of the tokens (the window's rounds 
 verification steps, ``Window.plain_steps``) stays as measured at every length
 (``CostModel.speedup_at(..., plain_share)``).
 
-**Costs** come with the pair (``watch.costs``). One of them is then set so that the model meets the
-window's measured decode speed at the running length (:func:`calibrate`; one slot only: several
-slots share each step): the server's own loop per emitted token where no target-alone step was
-measured, else, where the costs were timed here with the target alone, the draft's cost.
+**Costs** come with the pair (``watch.costs``); one of them is then set so that the model meets
+the window's measured decode speed at the running length (:func:`calibrate`).
 
 **Intervals** resample the window's verification steps (how many accepted exactly n tokens, n =
 0..K, follows from the counts) ``BOOTSTRAP`` times and predict again: 95 % percentile intervals,
@@ -30,11 +28,8 @@ and for each length the share of resamples in which it beats the running one. Th
 window's sampling error only, taken as independent steps; the costs are taken as exact.
 
 **The verdict** (:data:`VERDICTS`) is the decision rule's (``decision.decide.decide`` over the
-lengths, each interval widened by the model's own error, ``speedup_model.PREDICTION_ERROR``; then
-``decide.for_running``): "no draft" and "undecided" as decided; "keep" where the running length is
-the one recommended; "change" where another is, and it beat the running one by more than the
-model's error in ``decide.SWITCH_SHOWN`` of the resamples; otherwise "keep", saying the gain is not
-shown.
+lengths, each interval widened by the model's own error, ``speedup_model.PREDICTION_ERROR``), then
+``decide.for_running``'s for a running setting (docs/watch.md, "What it predicts").
 """
 
 from __future__ import annotations
@@ -80,7 +75,7 @@ class Forecast:
     plain_share: float  # share of the tokens from steps that drafted nothing
     plain_known: bool  # False: the window's requests are unknown, the share taken as 0
     cost: CostModel
-    calibrated: str  # of CALIBRATIONS: what the window's measured speed set (calibrate)
+    calibrated: str  # "none", "loop" or "draft": what the window's measured speed set (calibrate)
     measured_tps: float | None  # the window's decode speed a request, at the running length
     absolute: bool  # the costs are in milliseconds (timed), not a ratio given with --cost
     verdict: str  # of VERDICTS
@@ -90,10 +85,6 @@ class Forecast:
 
     def at(self, k: int) -> LengthForecast:
         return self.lengths[k - 1]
-
-    @property
-    def best_length(self) -> LengthForecast:
-        return self.at(self.best)
 
     def predicted_tps(self, k: int | None) -> float | None:
         """Decode speed per request the model predicts at length k (None: the target alone), where
@@ -196,16 +187,12 @@ def drafted_at(window: Window, running: int) -> list[float]:
     return out
 
 
-def speedups(window: Window, cost: CostModel, running: int, plain_share: float,
-             exactly: Sequence[int] | None = None, drafted: Sequence[float] | None = None) -> list[float]:
-    """The predicted speedup at draft lengths 1..running (``exactly``: a resample of the steps;
-    ``drafted``: :func:`drafted_at`, computed once)."""
+def speedups(window: Window, cost: CostModel, plain_share: float, drafted: Sequence[float],
+             exactly: Sequence[int] | None = None) -> list[float]:
+    """The predicted speedup at draft lengths 1..len(``drafted``) (:func:`drafted_at`; ``exactly``:
+    a resample of the steps)."""
     tokens_at = _tokens_model(window, exactly)
-    drafted = drafted if drafted is not None else drafted_at(window, running)
-    return [cost.speedup_at(drafted[k - 1], tokens_at(k), plain_share) for k in range(1, running + 1)]
-
-
-CALIBRATIONS = ("none", "loop", "draft")
+    return [cost.speedup_at(d, tokens_at(k), plain_share) for k, d in enumerate(drafted, 1)]
 
 
 def _ms_per_token(cost: CostModel, window: Window, running: int, plain_share: float) -> float:
@@ -217,7 +204,7 @@ def _ms_per_token(cost: CostModel, window: Window, running: int, plain_share: fl
 def calibrate(cost: CostModel, window: Window, running: int, plain_share: float,
               draft_ok: bool = False) -> tuple[CostModel, str]:
     """The cost model set so that it meets the window's measured decode speed at the running length,
-    by one parameter, and which (of :data:`CALIBRATIONS`):
+    by one parameter, and which:
 
     - ``"loop"``: without a measured target-alone step (``baseline_step_ms``), the server's own loop
       per emitted token (``RoundProfile.loop_overhead``), charged alike to the target alone: the
@@ -263,11 +250,11 @@ def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = 
     plain_share = min(max(plain_share, 0.0), 1.0)
     cost, calibrated = calibrate(cost, window, running, plain_share, fit_draft) if fit and absolute else (cost, "none")
     drafted = drafted_at(window, running)
-    point = speedups(window, cost, running, plain_share, drafted=drafted)
+    point = speedups(window, cost, plain_share, drafted)
     rng = random.Random(seed)
     exact = (_exactly(window.accepted_by_position, window.steps) if window.accepted_by_position is not None
              else _alpha_exactly(window))
-    samples = [speedups(window, cost, running, plain_share, _resample(rng, exact), drafted) for _ in range(refits)]
+    samples = [speedups(window, cost, plain_share, drafted, _resample(rng, exact)) for _ in range(refits)]
     lengths = []
     margin = 1.0 + PREDICTION_ERROR  # faster than the running length beyond the model's own error
     for i, s in enumerate(point):

@@ -45,7 +45,6 @@ class Watcher:
     api_key: str | None = None
     store: bool = True
     refits: int = BOOTSTRAP
-    seed: int = 0
     read: Callable[[live.Address], live.Reading | live.Trouble] | None = None  # tests: another reader
     local_command: Callable[[live.Address], tuple[str, ...] | None] = live.local_command
     tracker: Tracker = field(init=False)
@@ -94,8 +93,7 @@ class Watcher:
         """The next reading."""
         got = self._read()
         if isinstance(got, live.Trouble):
-            report = Report(self.where.url, time.time(), self.serving, None, notes=(f"{got.message} ({got.hint})",))
-            return report
+            return Report(self.where.url, time.time(), self.serving, None, notes=(f"{got.message} ({got.hint})",))
         notes: list[str] = []
         previous = self.last
         why = self.tracker.add(got)
@@ -148,7 +146,7 @@ class Watcher:
                 said.append(self.no_costs or "no costs")
             else:
                 fc = forecast(w, found.cost, s.draft_max, absolute=found.absolute, fit=(s.slots or 1) == 1,
-                              fit_draft=found.fit_draft, refits=self.refits, seed=self.seed)
+                              fit_draft=found.fit_draft, refits=self.refits)
                 change = change_for(fc, s)
         if w is not None and w.tokens and w.requests is None:
             said.append("the number of requests is unknown: something else reads /metrics too (each read resets the "

@@ -4,12 +4,15 @@ the window's figures, the prediction, the verdict and the command-line change (:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llamaspec.base.errors import LlamaspecError
 from llamaspec.base.stats import percent_text
 from llamaspec.watch.costs import PairCosts
 from llamaspec.watch.forecast import Forecast
@@ -41,14 +44,10 @@ def length_flag(serving: Serving) -> str:
         if token.split("=", 1)[0] in names:
             return token.split("=", 1)[0]
     if serving.argv and not serving.draft_free and Path(serving.argv[0]).is_file():
-        from llamaspec.base.errors import LlamaspecError
-
-        try:
+        with contextlib.suppress(LlamaspecError):  # a --help that does not read: the first spelling
             picked = programhelp.program_flags(Path(serving.argv[0])).pick(names)
-        except LlamaspecError:
-            picked = None
-        if picked:
-            return picked
+            if picked:
+                return picked
     return names[0]
 
 
@@ -169,7 +168,7 @@ class Report:
         if f.plain_share and f.plain_known:
             out.append(f"  {percent_text(f.plain_share)} of the tokens came from steps that drafted nothing (as measured, "
                        "at every length)")
-        top = f.best_length
+        top = f.at(f.best)
         pays = {"no draft": "; the draft does not pay on this traffic", "undecided": ""}
         out.append(f"verdict: {f.verdict}: {f.reason}" + pays.get(
             f.verdict, f"; the draft pays: {top.speedup:.2f}x [{top.low:.2f}-{top.high:.2f}] at draft {top.draft_max}"))
@@ -188,8 +187,7 @@ class Report:
             "window": window_dict(w, self.span) if w is not None else None,
             "costs": self.costs.to_dict() if self.costs else None,
             "forecast": forecast_dict(f) if f is not None else None,
-            "change": {"verdict": self.change.verdict, "words": self.change.words, "command": self.change.command}
-            if self.change else None,
+            "change": dataclasses.asdict(self.change) if self.change else None,
             "notes": list(self.notes),
         }
 
@@ -229,8 +227,6 @@ def draw(report: Report, out_dir: Path, stem: str = "watch") -> list[Path]:
     w, f = report.window, report.forecast
     shares = [p or 0.0 for p in (w.by_position or ())] if w is not None else []
     if f is None:
-        from llamaspec.base.errors import LlamaspecError
-
         raise LlamaspecError("nothing to plot: this window has no prediction",
                              hint="wait for speculative requests, and give the costs (--cost) if none are found")
     title = f"llamaspec watch {report.url}: {w.requests if w and w.requests is not None else '?'} requests, " \

@@ -96,10 +96,9 @@ def speculation_of(reading: live.Reading, argv: tuple[str, ...] | None) -> tuple
     return None, "nothing"
 
 
-def describe(where: live.Address, reading: live.Reading, argv: tuple[str, ...] | None,
-             checksum: bool = True) -> Serving:
-    """What the server runs, from one reading and its command line (None: not readable here).
-    ``checksum``: name the files by sha256 where they are on this machine (cached per file)."""
+def describe(where: live.Address, reading: live.Reading, argv: tuple[str, ...] | None) -> Serving:
+    """What the server runs, from one reading and its command line (None: not readable here); the
+    files named by sha256 where they are on this machine (cached per file)."""
     if argv and Path(argv[0]).name.removesuffix(".exe") != "llama-server":
         argv = None  # what listens there is not llama-server itself (a proxy, a wrapper): its argv says nothing
     speculation, speculation_from = speculation_of(reading, argv)
@@ -119,8 +118,7 @@ def describe(where: live.Address, reading: live.Reading, argv: tuple[str, ...] |
     target = reading.props.model_path
     return Serving(url=where.url, speculation=speculation, speculation_from=speculation_from, draft_max=k,
                    draft_max_from=k_from, target=target, draft=draft_path,
-                   target_sha256=_sha256(target) if checksum else None,
-                   draft_sha256=_sha256(draft_path) if checksum and speculation == DRAFT else None,
+                   target_sha256=_sha256(target), draft_sha256=_sha256(draft_path) if speculation == DRAFT else None,
                    argv=argv, threads=cmd.settings.threads if cmd is not None else None, slots=reading.props.total_slots,
                    commit=reading.props.commit)
 

@@ -41,11 +41,6 @@ class Window:
     longest: int | None = None  # the longest sequence a request of the server's lifetime reached (n_tokens_max)
 
     @property
-    def seconds(self) -> float | None:
-        """The window's length on the clock (None: since the server started, at an unknown time)."""
-        return None if self.start is None else self.end - self.start
-
-    @property
     def acceptance(self) -> float | None:
         """Accepted over drafted tokens."""
         return contract.acceptance(self.accepted, self.drafted)
@@ -94,9 +89,9 @@ class Window:
 
     @property
     def throughput(self) -> float | None:
-        """Generated tokens over the window's clock time (every slot together)."""
-        seconds = self.seconds
-        return self.tokens / seconds if seconds else None
+        """Generated tokens over the window's clock time (every slot together; None: since the server
+        started, at an unknown time)."""
+        return self.tokens / (self.end - self.start) if self.start is not None and self.end != self.start else None
 
     @property
     def depth(self) -> int | None:
@@ -194,10 +189,6 @@ class Tracker:
         else:
             return None
         return difference(first, self.readings[-1], _total(between))
-
-    @property
-    def latest(self) -> live.Reading | None:
-        return self.readings[-1] if self.readings else None
 
 
 def _total(counts: Sequence[int | None]) -> int | None:
