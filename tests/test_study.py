@@ -644,3 +644,23 @@ def test_an_undecided_study_says_the_minutes_that_would_settle_it(fake_models) -
     assert f"to settle: about {more} more prompts, about {minutes} min" in text and f"--budget {minutes}m" in text
     assert "best bet: draft " in text and "a loss on prompts like these with a chance of" in text
     assert result.as_dict()["to_settle"] == {"prompts": more, "minutes": minutes}
+
+
+def test_a_failed_setup_is_failed_in_the_stored_decision_and_not_measured_again_on_a_resume(fake_models) -> None:
+    """A setup's failure is read from its stored run, not held in memory: the decision made again from
+    the stored points (a cluster coordinator's) says it failed, as the study did, and a rerun that
+    continues the study does not measure it again."""
+    engine = categories_engine(fails=("ngram-simple",))
+    store = Store.open()
+    setups = study.setups_for(LENGTHS, ("ngram-simple",))
+    first = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=20))
+    said = next(s for s in first.decision.setups if s.label == "ngram-simple").excluded or ""
+    assert said.startswith("failed") and "crashed" in said
+    from llamaspec.studies.state import Load
+
+    again = study.stored_decision(workload_exp(), setups, store, first.study_id, Load(()))
+    assert next(s for s in again.setups if s.label == "ngram-simple").excluded == said
+    failures = len(store.runs(kind="sweep", status="failed"))
+    more = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=first.pairs + 12))
+    assert more.pairs > first.pairs and len(store.runs(kind="sweep", status="failed")) == failures
+    assert next(s for s in more.decision.setups if s.label == "ngram-simple").excluded == said

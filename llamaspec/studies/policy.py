@@ -293,7 +293,7 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
             later = bool(sample.taken) and (len(sample.taken) >= FIRST_PROMPTS or fresh is None)
             if later:
                 active = _later(study, wd, active, stopped)
-            failed = {key for _p, key in study.failed}  # a setup that failed anywhere is out of the answer
+            failed = {key for _p, key in study.failed()}  # a setup that failed anywhere is out of the answer
             active = [s for s in active if s.key not in failed]
             if not active:
                 return ("nothing to measure", f"every setup measured has failed: {wd.decision.sureness}",
