@@ -62,7 +62,7 @@ def prompt_group(sid: str, prompt: str) -> str:
 
 # The load beside a study is said when other processes (and the hypervisor) took this share of the
 # CPU or more while it measured; a change of this much between the study's halves is a change of
-# load, across which it does not decide (a 12 % load cut draft 6's 1.17x to 1.04x on 2 cores).
+# load, across which it does not decide.
 LOAD_SAID, LOAD_CHANGE = 0.05, 0.05
 # The drift over the study is said as the machine's when the same cells (or the target alone's speed)
 # moved this much between their first and last blocks.
@@ -105,10 +105,9 @@ class Load:
     """What else the machine did while the study measured: per block, in the order measured, the
     share of the CPU that other processes and the hypervisor took (``host.NoiseSample``).
 
-    Speculation loses most to a load beside it (at -t equal to the cores, a 12 % load cut the
-    speculative runs' speed by 15 % and the baselines' by 4 %), so the figure is the load's too:
-    it is said, and a load that changed between the study's halves by :data:`LOAD_CHANGE` or more
-    is a change of conditions the study does not decide across."""
+    Speculation loses more to a load beside it than the target alone does, so the figure is the
+    load's too: it is said, and a load that changed between the study's halves by
+    :data:`LOAD_CHANGE` or more is a change of conditions the study does not decide across."""
 
     blocks: tuple[float, ...]
 
