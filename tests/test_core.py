@@ -99,7 +99,9 @@ def test_one_estimator_in_every_view(fake_models, tmp_path: Path) -> None:
     engine = FakeEngine(drift=0.02, noise=(1.0, 0.97, 1.04, 0.99))
     store = Store.open()
     res = swept(exp(3), {"draft_max": (8,)}, engine, store)
-    row = store.finished_point(res.sweep_id, grid.grid({"draft_max": (8,)})[0].key)
+    run_id = res.result.run_of(grid.grid({"draft_max": (8,)})[0].key)
+    assert run_id is not None
+    row = store.run(run_id)
     stored = Summary.from_dict(row["summary"])
     text = stored.speedup.text(suffix="x")
     assert text in analysis.sweep_report(store, res.sweep_id, plot=False).render()

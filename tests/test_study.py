@@ -645,3 +645,43 @@ def test_an_undecided_study_says_the_minutes_that_would_settle_it(fake_models) -
     assert f"to settle: about {more} more prompts, about {minutes} min" in text and f"--budget {minutes}m" in text
     assert "best bet: draft " in text and "a loss on prompts like these with a chance of" in text
     assert result.as_dict()["to_settle"] == {"prompts": more, "minutes": minutes}
+
+
+def test_a_failed_setup_is_failed_in_the_stored_decision_and_not_measured_again_on_a_resume(fake_models) -> None:
+    """A setup's failure is read from its stored run, not held in memory: the decision made again from
+    the stored points (a cluster coordinator's) says it failed, as the study did, and a rerun that
+    continues the study does not measure it again."""
+    engine = categories_engine(fails=("ngram-simple",))
+    store = Store.open()
+    setups = study.setups_for(LENGTHS, ("ngram-simple",))
+    first = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=20))
+    said = next(s for s in first.decision.setups if s.label == "ngram-simple").excluded or ""
+    assert said.startswith("failed") and "crashed" in said
+    from llamaspec.studies.state import Load
+
+    again = study.stored_decision(workload_exp(), setups, store, first.study_id, Load(()))
+    assert next(s for s in again.setups if s.label == "ngram-simple").excluded == said
+    failures = len(store.runs(kind="sweep", status="failed"))
+    more = study.run_study(workload_exp(), setups, engine, store, Budget(pairs=first.pairs + 12))
+    assert more.pairs > first.pairs and len(store.runs(kind="sweep", status="failed")) == failures
+    assert next(s for s in more.decision.setups if s.label == "ngram-simple").excluded == said
+
+
+def test_the_answer_asks_for_no_more_of_a_setup_the_study_stopped(fake_models) -> None:
+    """draft 16 trails draft 12 and is measured no more: the decision made from the stored points asks
+    for more of it, the study's own answer does not (it says why it stopped instead)."""
+    from llamaspec.studies.state import Load
+
+    alphas = {p: 0.6 + 0.1 * (int(p[-1]) - 1) for p in SAMPLED}
+    engine = WorkloadEngine(drift=0.0, noise=NOISE, draft_cost=0.1, positions=True, alphas=alphas,
+                            modes={"ngram-simple": dict.fromkeys(SAMPLED, 0.97)})
+    store = Store.open()
+    setups = study.setups_for({"draft_max": (12, 16)}, ("ngram-simple",))
+    study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=30))
+    result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=60))  # continued
+    stopped = {w.split(":")[0] for w in result.stopped}
+    raw = study.stored_decision(workload_exp(prompts=SAMPLED), setups, store, result.study_id, Load(()))
+    assert "draft 16" in stopped and "draft 16" in {r.label for r in raw.decision.requests}
+    asked = {r.label for r in result.decision.decision.requests}
+    assert asked and not asked & stopped
+    assert "draft 16:" not in result.decision.decision.sureness

@@ -23,7 +23,7 @@ from llamaspec.decision import decide
 from llamaspec.decision.workload_runs import draft_bytes
 from llamaspec.measure import spectypes
 from llamaspec.measure.settings import SWEEPABLE
-from llamaspec.measure.summary import Summary
+from llamaspec.measure.summary import FINISHED, Summary
 
 
 @dataclass(frozen=True)
@@ -276,7 +276,7 @@ def latest_per_draft(rows: list[PointRow]) -> list[PointRow]:
 
 def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Runs that measured something to show: ok, or ok but with a differing output."""
-    return [r for r in runs if r["status"] in ("ok", "differs")]
+    return [r for r in runs if r["status"] in FINISHED]
 
 def axes_of(runs: Sequence[dict[str, Any]]) -> list[str]:
     """The settings that vary between these runs (draft variant included)."""

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaspec.decision import workload
-from llamaspec.measure.summary import Summary
+from llamaspec.measure.summary import FINISHED, Summary
 from llamaspec.store.rows import BASELINES_KIND
 
-FINISHED = ("ok", "differs", "failed")
+ENDED = (*FINISHED, "failed")  # a run whose cell counts: its figures, or its failure
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def prompt_of(run: Mapping[str, Any]) -> tuple[str, str]:
 def cell_of(run: Mapping[str, Any], prompt: str, setup: RunSetup) -> workload.Cell:
     """One stored run as the cell of ``setup`` on ``prompt``: its pair ratios and how it ended."""
     summary = Summary.from_dict(run.get("summary"))
-    if run.get("status") not in ("ok", "differs") or summary.status not in ("ok", "differs"):
+    if run.get("status") not in FINISHED or summary.status not in FINISHED:
         why = run.get("error") or summary.error or f"run {run.get('id')} {run.get('status') or summary.status}"
         return workload.Cell(prompt, setup.key, setup.label, (), setup.cost, "failed", str(why))
     ratios = tuple(summary.speedup.values) if summary.speedup and summary.own_baselines else ()
@@ -91,7 +91,7 @@ def workload_of_runs(runs: Sequence[Mapping[str, Any]], setup: Callable[[Mapping
     """The cells of these runs and their workload (prompt -> category, in the order the prompts
     were first measured), for :func:`llamaspec.decision.workload.decide_workload`. ``setup`` names each
     run's setup: the study that measured it names it (never its stored settings)."""
-    ordered = sorted((r for r in runs if r.get("status") in FINISHED and r.get("kind") != BASELINES_KIND),
+    ordered = sorted((r for r in runs if r.get("status") in ENDED and r.get("kind") != BASELINES_KIND),
                      key=lambda r: r.get("id") or 0)
     latest: dict[tuple[str, Hashable], workload.Cell] = {}
     prompts: dict[str, str] = {}

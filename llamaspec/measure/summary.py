@@ -222,6 +222,11 @@ def check_draft(m: Measurement, requested: int | None) -> DraftCheck:
     return check
 
 
+# The statuses of a run (and of its summary) that finished with figures: "differs" is a run whose
+# output changed, its speed figures standing; "failed" and "interrupted" have none to show.
+FINISHED = ("ok", "differs")
+
+
 @dataclass(frozen=True)
 class Summary:
     status: str  # ok | differs | failed | interrupted

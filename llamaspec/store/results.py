@@ -280,11 +280,6 @@ class Store:
                            (prefix, after))
         return int(rows[0]["n"]) if rows else 0
 
-    def finished_point(self, group_id: str, point_key: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT * FROM runs WHERE group_id = ? AND point_key = ? AND status IN ('ok', 'differs') ORDER BY id DESC LIMIT 1",
-                           (group_id, point_key))
-        return _decode(rows[0]) if rows else None
-
     def _query(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
         try:
             return self.db.execute(sql, tuple(args)).fetchall()

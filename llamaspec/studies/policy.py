@@ -259,9 +259,9 @@ def paired_ranking(cells: Sequence[workload.Cell], setups: Sequence[Setup], time
     return sorted(setups, key=lambda s: -statistics.fmean(logs[s.key][p] for p in shared))
 
 
-def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tuple[str, str, str | None, tuple[str, ...]]:
+def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tuple[str, str, str | None, dict[str, str]]:
     """The adaptive policy (the module's docstring): (why it stopped, its last progress line, the
-    plan as said, the setups it stopped measuring and why). ``defaulted``: the budget is the
+    plan as said, the setups it stopped measuring: label -> why). ``defaulted``: the budget is the
     default one: it grows to time :data:`LEAST_PROMPTS` prompts at the first block's pace."""
     clock = Clock(study, budget, f"study {study.exp.name}")
     active = first_pass(study.setups, by_position=True)
@@ -271,8 +271,8 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
     made: Plan | None = None
     said_positions = False
 
-    def said() -> tuple[str, ...]:  # the setups out of the blocks at the end, and why
-        return _said({**stopped, **resting})
+    def said() -> dict[str, str]:  # the setups out of the blocks at the end, and why
+        return {**stopped, **resting}
 
     try:
         for name in list(study.touched):  # a resumed study: its prompts first, as measured
@@ -293,7 +293,7 @@ def adaptive(study: StudyState, budget: Budget, defaulted: bool = False) -> tupl
             later = bool(sample.taken) and (len(sample.taken) >= FIRST_PROMPTS or fresh is None)
             if later:
                 active = _later(study, wd, active, stopped)
-            failed = {key for _p, key in study.failed}  # a setup that failed anywhere is out of the answer
+            failed = {key for _p, key in study.failed()}  # a setup that failed anywhere is out of the answer
             active = [s for s in active if s.key not in failed]
             if not active:
                 return ("nothing to measure", f"every setup measured has failed: {wd.decision.sureness}",
@@ -382,10 +382,6 @@ def _open(study: StudyState, wd: workload.WorkloadDecision, active: list[Setup],
     resting.clear()
     resting.update(out)
     return [s for s in active if s.label not in resting] or active[:1]
-
-
-def _said(stopped: dict[str, str]) -> tuple[str, ...]:
-    return tuple(f"{label}: {why}" for label, why in stopped.items())
 
 
 def fixed(study: StudyState, want: int) -> tuple[str, str]:

@@ -26,7 +26,7 @@ from llamaspec.base import paths, stats
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import pairs, probe
 from llamaspec.measure.contract import SPEED_DEFINITION, Engine, Measurement, ModelPath, ResolvedCase, engine_provenance
-from llamaspec.measure.summary import CaseResult, Reference, Summary, requested_draft, summarize
+from llamaspec.measure.summary import FINISHED, CaseResult, Reference, Summary, requested_draft, summarize
 from llamaspec.store.results import Store
 from llamaspec.store.rows import Group, MeasurementRow, measurements_of
 from llamaspec.studies.experiment import Case, Experiment, ModelRef
@@ -306,7 +306,7 @@ class Point:
             self.share()
             kept = summarize(self.measured, self.shared, requested_draft=requested_draft(self.case),
                              temperature=self.case.settings.temperature, baseline_key=self.key)
-            if kept.status in ("ok", "differs"):
+            if kept.status in FINISHED:
                 self.store.finish_run(self.run_id, kept.status, kept.to_dict(), None)
                 return
         self.store.finish_run(self.run_id, "interrupted", self.summary("interrupted", "interrupted by the user").to_dict(),

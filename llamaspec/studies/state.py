@@ -36,9 +36,9 @@ from llamaspec.base.stats import percent_text
 from llamaspec.decision import speedup_model, workload, workload_runs
 from llamaspec.measure import spectypes
 from llamaspec.measure.contract import Engine, Measurement, ResolvedCase
-from llamaspec.measure.summary import Summary
+from llamaspec.measure.summary import FINISHED, Summary
 from llamaspec.store.results import Store
-from llamaspec.store.rows import Group
+from llamaspec.store.rows import BASELINES_KIND, Group
 from llamaspec.studies.experiment import Case, Experiment
 from llamaspec.studies.run import check_settings, resolve_case
 from llamaspec.studies.setups import MODES_AXIS, Setup, cost_of
@@ -62,7 +62,7 @@ def prompt_group(sid: str, prompt: str) -> str:
 
 # The load beside a study is said when other processes (and the hypervisor) took this share of the
 # CPU or more while it measured; a change of this much between the study's halves is a change of
-# load, across which it does not decide (a 12 % load cut draft 6's 1.17x to 1.04x on 2 cores).
+# load, across which it does not decide.
 LOAD_SAID, LOAD_CHANGE = 0.05, 0.05
 # The drift over the study is said as the machine's when the same cells (or the target alone's speed)
 # moved this much between their first and last blocks.
@@ -105,10 +105,9 @@ class Load:
     """What else the machine did while the study measured: per block, in the order measured, the
     share of the CPU that other processes and the hypervisor took (``host.NoiseSample``).
 
-    Speculation loses most to a load beside it (at -t equal to the cores, a 12 % load cut the
-    speculative runs' speed by 15 % and the baselines' by 4 %), so the figure is the load's too:
-    it is said, and a load that changed between the study's halves by :data:`LOAD_CHANGE` or more
-    is a change of conditions the study does not decide across."""
+    Speculation loses more to a load beside it than the target alone does, so the figure is the
+    load's too: it is said, and a load that changed between the study's halves by
+    :data:`LOAD_CHANGE` or more is a change of conditions the study does not decide across."""
 
     blocks: tuple[float, ...]
 
@@ -174,7 +173,6 @@ class StudyState:
         self.on_event = on_event
         self.over_prompts, self.count_loops, self.time_costs = over_prompts, count_loops, time_costs
         self.resolved: dict[tuple[str, str], ResolvedCase] = {}
-        self.failed: dict[tuple[str, str], str] = {}
         self.blocks_here = 0  # blocks this invocation measured
         self.seconds = 0.0  # ... and the time they took, warm-up and cost timings included
         self.side_time = {"baseline": 0.0, "speculative": 0.0}  # the blocks' own runs by side, and how many of each
@@ -183,7 +181,7 @@ class StudyState:
         self.noise: NoiseSample | None = None  # the machine during the last block measured (steal, other load)
         self.clock = clock
         self._fits: dict[tuple[str, Any], tuple[Any, list[workload.Prediction]]] = {}  # refitted only when points change
-        self._rows: dict[tuple[str, str], dict[str, Any] | None] = {}  # the store's newest finished row of a cell
+        self._runs: dict[str, list[dict[str, Any]]] = {}  # each prompt's stored runs, newest first (read once a block)
         self.touched: list[str] = [c.name for c in self.cases if self.baselines_rows(c)]
 
     # --- the workload's prompts -------------------------------------------------------------------
@@ -246,13 +244,16 @@ class StudyState:
         self.by_key = {s.key: s for s in self.setups}
         return skipped
 
+    def stored(self, case: Case) -> list[dict[str, Any]]:
+        """Every stored run of ``case``'s prompt in this study (its setups' and its block baselines'), newest first."""
+        if case.name not in self._runs:
+            self._runs[case.name] = self.store.runs(group_id=self.group(case))
+        return self._runs[case.name]
+
     def row(self, case: Case, setup: Setup | str) -> dict[str, Any] | None:
         """The newest finished run of ``setup`` on ``case``'s prompt (a point key: its block baselines')."""
         point = setup.key if isinstance(setup, Setup) else setup
-        key = (case.name, point)
-        if key not in self._rows:
-            self._rows[key] = self.store.finished_point(self.group(case), point)
-        return self._rows[key]
+        return next((r for r in self.stored(case) if r["point_key"] == point and r["status"] in FINISHED), None)
 
     def baselines_point(self, case: Case, setup: Setup) -> str:
         """The point key of the run that keeps the baselines of ``setup``'s blocks on ``case``'s prompt:
@@ -263,9 +264,7 @@ class StudyState:
 
     def baselines_rows(self, case: Case) -> list[dict[str, Any]]:
         """The runs that keep ``case``'s block baselines (none before its first block)."""
-        from llamaspec.store.rows import BASELINES_KIND
-
-        return [r for r in self.store.runs(group_id=self.group(case), kind=BASELINES_KIND) if r["status"] in ("ok", "differs")]
+        return [r for r in self.stored(case) if r["kind"] == BASELINES_KIND and r["status"] in FINISHED]
 
     def blocks_of(self, case: Case, setup: Setup) -> int:
         """How many blocks ``setup`` was measured in on ``case``'s prompt (its ratios)."""
@@ -292,15 +291,15 @@ class StudyState:
         block and the study (every run measured is stored); a setup that fails is left out on this
         prompt."""
         sides: dict[str, list[Setup]] = {}
+        failed = self.failed()
         for s in setups:
-            if (case.name, s.key) not in self.failed:
+            if (case.name, s.key) not in failed:
                 sides.setdefault(self.baselines_point(case, s), []).append(s)
         for point, todo in sides.items():
             self._block(case, todo, point)
 
     def _block(self, case: Case, todo: Sequence[Setup], baselines: str) -> None:
         from llamaspec.measure.pairs import block_order
-        from llamaspec.store.rows import BASELINES_KIND
         from llamaspec.studies.run import open_point
 
         block = self.new_block(case)
@@ -347,17 +346,16 @@ class StudyState:
                 p.interrupted()
             raise
         finally:
-            self._rows.clear()
+            self._runs.clear()
         base_failed = next((m.error or "the target alone failed" for m in measured if m.mode == "baseline" and not m.ok), None)
         base.finish(base_failed)
         for s in todo:
             why = failed.get(s.key) or (base_failed if not any(m.block == block for m in points[s.key].measured) else None)
             summary = points[s.key].finish(why)
             if summary.status == "failed":
-                self.failed[(case.name, s.key)] = summary.error or why or "failed"
                 log.warning("%s failed on %s: %s (it is left out of the decision there; every run measured is stored)",
                             s.label, case.name, summary.error or why)
-        self._rows.clear()
+        self._runs.clear()
         if base_failed is not None:
             raise LlamaspecError(f"the target alone failed on {case.name}: {base_failed}",
                                  hint="every run measured is stored; `llamaspec results list` shows them, and the same "
@@ -400,25 +398,28 @@ class StudyState:
     # --- what is measured, and the decision ---------------------------------------------------------
 
     def measured_cells(self) -> list[tuple[Case, Setup, dict[str, Any]]]:
+        failed = self.failed()
         return [(c, s, r) for c in (self.by_name[n] for n in self.touched) for s in self.setups
-                if (c.name, s.key) not in self.failed and (r := self.row(c, s)) is not None]
+                if (c.name, s.key) not in failed and (r := self.row(c, s)) is not None]
 
     def cells(self) -> list[workload.Cell]:
-        """The study's cells: its stored rows through the one runs-to-cells function
-        (:func:`llamaspec.decision.workload_runs.workload_of_runs`), each named by the setup it was measured
-        for; a setup that failed on a prompt, by its failure."""
-        measured = self.measured_cells()
-        by_run = {r["id"]: s for _c, s, r in measured}
-
+        """The study's cells: its stored runs through the one runs-to-cells function
+        (:func:`llamaspec.decision.workload_runs.workload_of_runs`: of a setup's runs on a prompt the
+        newest finished or failed one counts), each named by the setup it was measured for, in the
+        order the prompts were measured and the setups given, those that failed last."""
         def setup_of(run: Mapping[str, Any]) -> workload_runs.RunSetup:
-            s = by_run[run["id"]]
+            s = self.by_key[run["point_key"]]
             return workload_runs.RunSetup(s.key, s.label, cost_of(s, workload_runs.draft_bytes(run)))
 
-        out, _prompts = workload_runs.workload_of_runs([r for _c, _s, r in measured], setup_of)
-        for (name, key), why in self.failed.items():
-            setup = self.by_key.get(key) or next(s for s in self.setups if s.key == key)
-            out.append(workload.Cell(name, key, setup.label, (), cost_of(setup), "failed", why))
-        return out
+        runs = [r for n in self.touched for r in self.stored(self.by_name[n]) if r["point_key"] in self.by_key]
+        out, _prompts = workload_runs.workload_of_runs(runs, setup_of)
+        prompts, setups = {n: i for i, n in enumerate(self.touched)}, list(self.by_key)
+        return sorted(out, key=lambda c: (c.status == "failed", prompts.get(c.prompt, 0), setups.index(str(c.setup))))
+
+    def failed(self) -> dict[tuple[str, str], str]:
+        """(prompt, setup key) -> why, for each setup whose newest run on a prompt failed: it is left
+        out there, and a resumed study does not measure it there again."""
+        return {(c.prompt, str(c.setup)): c.why or "failed" for c in self.cells() if c.status == "failed"}
 
     def predictions(self) -> list[workload.Prediction]:
         """Each measured prompt's speedup model, fitted to its draft setups, at every length of the grid."""
@@ -466,11 +467,6 @@ class StudyState:
         found = [Summary.from_dict(r.get("summary")) for _c, s, r in self.measured_cells() if not s.draft_free]
         found = [s for s in found if s.n_drafted]
         return bool(found) and all(s.drafted_by_position for s in found)
-
-    def measurable(self) -> list[str]:
-        """The setups more pairs may go to: every one that has not failed on a prompt."""
-        failed = {key for _case, key in self.failed}
-        return [s.key for s in self.setups if s.key not in failed]
 
     def baseline_runs(self) -> tuple[int, ...]:
         """The runs that keep the study's block baselines, every prompt's."""

@@ -202,7 +202,7 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
              ", ".join(s.label for s in study.setups), len(exp.cases), categories_of(exp),
              "every setup on every prompt" if fixed_grid else f"within {budget.text()}")
     made: str | None = None
-    stopped: tuple[str, ...] = ()
+    stopped: dict[str, str] = {}
     if fixed_grid:
         stop, progress = policy.fixed(study, pairs_per_point(exp))
     else:
@@ -212,8 +212,9 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     runs = study.runs()
     meta = run_meta(store.run(next(iter(runs.values())))) if runs else {}
     load = study.load()
-    result = StudyResult(sid, exp.name, held(study.decision(), load), stop, study.spent(), fixed_pairs(exp, study.setups),
-                         study.seconds, progress, tuple(skipped), runs, meta, made, study.drift(), load, stopped,
+    result = StudyResult(sid, exp.name, unasked(held(study.decision(), load), stopped), stop, study.spent(),
+                         fixed_pairs(exp, study.setups), study.seconds, progress, tuple(skipped), runs, meta, made,
+                         study.drift(), load, tuple(f"{label}: {why}" for label, why in stopped.items()),
                          study.block_seconds(max(1, len(study.setups) if fixed_grid else 2)), study.baseline_runs())
     keep(store, exp, result)
     return result
@@ -247,6 +248,14 @@ def held(d: workload.WorkloadDecision, load: Load) -> workload.WorkloadDecision:
         return d
     why = load.text() or "the load changed while it measured"
     return dataclasses.replace(d, decision=dataclasses.replace(d.decision, verdict="undecided", settled=False, reason=why))
+
+
+def unasked(d: workload.WorkloadDecision, stopped: Mapping[str, str]) -> workload.WorkloadDecision:
+    """The decision without its requests for the setups the study stopped measuring (it says why
+    apart): an answer that asks for more prompts of a setup the study will not measure again
+    would send a rerun after what it cannot get."""
+    requests = tuple(r for r in d.decision.requests if r.label not in stopped)
+    return dataclasses.replace(d, decision=dataclasses.replace(d.decision, requests=requests))
 
 
 def keep(store: Store, exp: Experiment, result: StudyResult) -> int:

@@ -17,7 +17,7 @@ from llamaspec.base.cpu import CpuInfo
 from llamaspec.base.stats import Spread, percent_text
 from llamaspec.measure import estimators, spectypes
 from llamaspec.measure.contract import SPEED_DEFINITION, Measurement, mean_accepted, tokens_per_round
-from llamaspec.measure.summary import CaseResult, Reference, Summary
+from llamaspec.measure.summary import FINISHED, CaseResult, Reference, Summary
 from llamaspec.registry import engines
 from llamaspec.store.rows import STUDY_KIND, built_from, engine_of, measurement_of
 
@@ -183,7 +183,7 @@ def render(results: Sequence[CaseResult]) -> str:
     blocks = []
     for r in results:
         text = table(case_title(r), r.summary, r.reference, seconds_of(r.measurements))
-        if r.status not in ("ok", "differs"):
+        if r.status not in FINISHED:
             text += f"\n  error: {r.error}"
         blocks.append(text)
     return "\n\n".join(blocks)
@@ -301,7 +301,7 @@ def _select(store: Any, experiment_name: str | Sequence[str], compare_by: str | 
         stored[name] = [r for r in store.runs(experiment=name) if r["kind"] not in ("cluster-study", "cluster-tune", STUDY_KIND)]
         if not stored[name]:
             raise LlamaspecError(f"no runs of {name!r} in {store.path}", hint=f"run `llamaspec run {name}` first")
-    return names, compare_by, stored, {name: [r for r in runs if r["status"] in ("ok", "differs")] for name, runs in stored.items()}
+    return names, compare_by, stored, {name: [r for r in runs if r["status"] in FINISHED] for name, runs in stored.items()}
 
 
 def data(store: Any, experiment_name: str | Sequence[str], compare_by: str | None = None, plot: bool = True) -> dict[str, Any]:

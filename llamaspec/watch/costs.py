@@ -113,8 +113,9 @@ def stored(store: Any, serving: Serving) -> PairCosts | None:
                                                f"(stored window {row['id']})")
             return _for(found, serving)
     from llamaspec.decision import speedup_model
+    from llamaspec.measure.summary import FINISHED
 
-    runs = [r for r in store.runs() if r["status"] in ("ok", "differs") and _same_files(r, serving)]
+    runs = [r for r in store.runs() if r["status"] in FINISHED and _same_files(r, serving)]
     by_group: dict[str, list[dict[str, Any]]] = {}
     for r in runs:  # newest first
         by_group.setdefault(r.get("group_id") or f"run-{r['id']}", []).append(r)
