@@ -125,16 +125,6 @@ class Lossless:
 NOT_APPLICABLE = "not applicable"
 
 
-def sampled_verdict(temperature: float | None, pairs: int) -> Lossless:
-    """The verdict of a sampled run: outputs with and without a draft may differ by sampling alone,
-    so no comparison says anything about speculation."""
-    return Lossless(NOT_APPLICABLE, compared=0, pairs=pairs, reason=f"temperature {temperature:g}")
-
-
-def is_sampled(temperature: float | None) -> bool:
-    return temperature is not None and temperature > 0.0
-
-
 def compare_outputs(spec: Measurement, base: Measurement) -> Lossless:
     """One speculative output against its baseline, generated part only.
 
@@ -400,8 +390,10 @@ def summarize(measured: Sequence[Measurement], shared: Sequence[Measurement] = (
         if not paired:
             spec, base = ok_spec, [m for m in measured if m.mode == "baseline" and m.ok]
     speedup = estimators.point(ratios)
-    lossless = (sampled_verdict(temperature, len(pairs)) if is_sampled(temperature)
-                else merge_lossless([compare_outputs(s, b) for s, b in pairs]))
+    if temperature is not None and temperature > 0.0:  # sampled: outputs may differ by sampling alone
+        lossless = Lossless(NOT_APPLICABLE, pairs=len(pairs), reason=f"temperature {temperature:g}")
+    else:
+        lossless = merge_lossless([compare_outputs(s, b) for s, b in pairs])
     mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
     draft = check_draft(mid_spec, requested_draft) if mid_spec else DraftCheck(requested_draft, None, None, None)
     problems = [p for p in (check_draft(m, requested_draft).problem for m in ok_spec) if p]

@@ -282,8 +282,8 @@ def locate(name_or_path: str) -> Path:
         return candidate
     found = find(name_or_path)
     if not found:
-        study = study_file(name_or_path)  # a study made from the command line (llamaspec.studies.adhoc), by its name
-        if study is not None:
+        study = study_path(name_or_path)  # a study made from the command line (llamaspec.studies.adhoc), by its name
+        if study.is_file():
             return study
         known = sorted(known_experiments())
         raise LlamaspecError(
@@ -338,9 +338,8 @@ def studies_dir() -> Path:
     return paths.data_dir() / "studies"
 
 
-def study_file(name: str) -> Path | None:
-    path = studies_dir() / f"{name}.yaml"
-    return path if path.is_file() else None
+def study_path(name: str) -> Path:
+    return studies_dir() / f"{name}.yaml"
 
 
 def catalog_checker() -> Callable[[str, str], str | None]:
