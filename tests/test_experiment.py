@@ -107,6 +107,13 @@ def test_precedence_command_line_over_case_over_experiment(tmp_path: Path) -> No
          "cases[0].reference.accept_pct: renamed: write acceptance as a fraction (acceptance: 0.61514)"),
         (GOOD.replace("    prompt: hello", "    prompt: hello\n    reference: {acceptance: 61.514}"),
          "cases[0].reference.acceptance: 61.514 is not a fraction"),
+        # each key's type from its schema table (CASE_KEYS, REFERENCE_KEYS, a history turn's)
+        (GOOD.replace("    prompt: hello", "    prompt: hello\n    chat: yes-please"), "cases[0].chat: expected bool, got str"),
+        (GOOD.replace("    prompt: hello", "    prompt: 5"), "cases[0].prompt: expected str, got int 5"),
+        (GOOD.replace("    prompt: hello", "    prompt: hello\n    reference: {n_predict: 1.5}"),
+         "cases[0].reference.n_predict: expected int, got float 1.5"),
+        (GOOD.replace("    prompt: hello", "    prompt: hello\n    chat: true\n    history: [{role: 1, content: x}]"),
+         "cases[0].history[0].role: expected str, got int 1"),
     ],
 )
 def test_bad_experiments_point_at_the_key(tmp_path: Path, text: str, message: str) -> None:

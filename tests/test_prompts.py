@@ -342,6 +342,9 @@ def test_speed_bench_needs_a_parquet_or_jsonl_path(tmp_path: Path) -> None:
     with pytest.raises(LlamaspecError, match="speed-bench needs a path") as err:
         prompts.parse_source("speed-bench:")
     assert err.value.hint
+    with pytest.raises(LlamaspecError, match="spec-bench needs a path: spec-bench:PATH/question.jsonl") as err:
+        prompts.parse_source("spec-bench:")
+    assert "question.jsonl" in (err.value.hint or "")
     csv = tmp_path / "speed.csv"
     csv.write_text("question_id,turns\n")
     with pytest.raises(LlamaspecError, match="speed.csv: SPEED-Bench is read from a .parquet or .jsonl file"):

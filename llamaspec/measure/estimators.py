@@ -126,19 +126,13 @@ def prompt_set(ratios: Sequence[Sequence[float]]) -> stats.Spread | None:
 
 
 # The F ratio (the spread between categories over that within them) past which the spread is taken within
-# them: about the 0.1 % point at a dozen prompts in six categories. Replayed on the built-in workload's
-# recording (benchmarks/decide.py --holdout) at 4, studies of 8 prompts recommended a loss more often
-# and their worst intervals held less often than with the spread over all prompts; at 10, as often.
+# them: about the 0.1 % point at a dozen prompts in six categories (docs/method.md).
 CATEGORIES_DIFFER = 10.0
 
-# What the recorded chat workloads say of the spread between prompts, as PRIOR_PROMPTS prompts' worth
-# of evidence beside a study's own (:func:`over_prompts`): the n-gram modes' log speedups spread by
-# 0.16-0.28 over the block recording's 28 timed prompts and 0.16-0.33 over the built-in recording's
-# 46 (sweep-workload/blocks, sweep-workload/builtin; the median mode 0.20 and 0.23). A study that
-# keeps two n-gram modes past its first prompts and times a dozen misses the few prompts where they
-# gain 1.6-3x about a third of the time, and then reads them narrow: replayed whole on the block
-# recording (benchmarks/decide.py --holdout --through-study), its intervals held the held-out half's
-# figure 81 % of the time without the prior and 92-96 % with it (docs/method.md).
+# What the recorded chat workloads say of the spread between prompts (a log sd), as PRIOR_PROMPTS
+# prompts' worth of evidence beside a study's own (:func:`over_prompts`): a dozen prompts often miss
+# the few where an n-gram mode gains most, and read narrow. The recordings and replays behind both
+# figures: docs/method.md ("A prior").
 PRIOR_SPREAD, PRIOR_PROMPTS = 0.20, 4
 
 
@@ -147,11 +141,8 @@ def prompt_spread(logs: Mapping[str, Sequence[float]]) -> tuple[float, int] | No
     of freedom: the standard deviation about their mean over all of them, at the prompts less one;
     or, where the categories are shown to differ (their F ratio at least
     :data:`CATEGORIES_DIFFER`, two degrees of freedom within them at least), about each category's
-    own mean, pooled, at the prompts less the categories. The first is what one to three prompts a
-    category can carry, and the categories explain little of the spread on the built-in workload's
-    recording (an adjusted R^2 of 0.13 or less for the n-gram modes); the second is the spread a
-    category's estimate has on a workload whose categories differ widely (code at 1.8x, chat at
-    0.7x), where the first would hold their differences as noise. None below two prompts."""
+    own mean, pooled, at the prompts less the categories (why: docs/method.md, "Degrees of freedom
+    from prompts"). None below two prompts."""
     every = [x for v in logs.values() for x in v]
     if len(every) < 2:
         return None
@@ -175,11 +166,7 @@ def between_prompts(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float
 
     The largest, not the pooled: the setups are measured on the same prompts, so a sample that
     missed the few prompts where a right-skewed n-gram mode gains 1.6-3.5x reads every such mode
-    low and narrow at once. Replayed on the built-in workload's recording (benchmarks/decide.py
-    --holdout), a floor pooled over the setups left ngram-map-k4v's interval holding the held-out
-    prompts' figure 83 % of the time at 13 prompts, where a sound interval holds it 91 %; the
-    largest spread lifts every setup's to the sound rate, and the most spread setup (the best
-    bet there) is no wider."""
+    low and narrow at once (the replays: docs/method.md, "A floor")."""
     spreads = [(sum(len(v) for v in logs.values()), got[0]) for logs in per_setup if (got := prompt_spread(logs))]
     if not spreads:
         return None
@@ -192,32 +179,19 @@ def between_prompts(per_setup: Sequence[Mapping[str, Sequence[float]]]) -> float
 
 def over_prompts(ratios: Mapping[str, Sequence[Sequence[float]]], weights: Mapping[str, float] | None = None,
                  prompt_noise: float | None = None) -> stats.Spread | None:
-    """The over-prompts estimator (:data:`OVER_PROMPTS`) over ``ratios``: category -> its prompts'
-    paired ratios (one sequence per prompt, each one ratio or more).
+    """The over-prompts estimator (:data:`OVER_PROMPTS`; why each step: docs/method.md) over
+    ``ratios``: category -> its prompts' paired ratios (one sequence per prompt, each one ratio or more).
 
     - The estimate: each prompt's log median; per category their mean, weighed by ``weights``
       (category -> its share of the workload; None: equal), normalised over the categories given.
-    - The spread (:func:`prompt_spread`): the standard deviation of every timed prompt's log
-      median about their mean, at the prompts less one degrees of freedom. A study times one to
-      three prompts a category, too few for a category to estimate its own spread, and the
-      categories explain little of it (on the built-in workload's recording an adjusted R^2 of
-      0.13 or less for the n-gram modes): the prompt is the sampling unit, the categories only
-      weigh. Where categories repeat enough to show that they differ widely, the spread within
-      them at the prompts less the categories, if that makes the narrower interval. A prompt's
-      pair noise is in the spread of its median already.
-    - The prior: a spread below :data:`PRIOR_SPREAD` is drawn towards it as by
+    - The spread: :func:`prompt_spread` of the prompts' log medians (a prompt's pair noise is in
+      the spread of its median already); one below :data:`PRIOR_SPREAD` drawn towards it as by
       :data:`PRIOR_PROMPTS` more prompts (the pooled variance of the two, the prompts' degrees of
-      freedom kept): the few prompts where an n-gram mode gains most are often missing from a
-      dozen, and their absence reads narrow. Its weight fades as the prompts grow.
-    - The floor: the spread is taken as no less than ``prompt_noise``, the study's between-prompt
-      noise (:func:`between_prompts`, the largest of its setups'): a few prompts of a right-skewed
-      mode (an n-gram mode gains nothing on most text and 1.6-3.5x on some) that happen to miss
-      its high prompts read both low and narrow; without the floor the worst setup's intervals
-      held the held-out prompts' figure 63-82 % of the time at 8-20 prompts (benchmarks/decide.py
-      --holdout on the built-in workload's recording).
-    - The interval: the estimate +- Student's t at the prompts less one times its standard error,
-      the spread times sqrt(sum over categories of weight^2 / prompts), on the log scale: for the
-      next prompts of the same kinds, not only those measured.
+      freedom kept); and no less than ``prompt_noise``, the study's between-prompt noise
+      (:func:`between_prompts`).
+    - The interval: the estimate +- Student's t at the spread's degrees of freedom times its
+      standard error, the spread times sqrt(sum over categories of weight^2 / prompts), on the log
+      scale: for the next prompts of the same kinds, not only those measured.
     - Unknown (``n`` 1, never shown faster) with one prompt in all. Otherwise ``n`` is the number
       of prompts, ``values`` their medians."""
     clean = {c: [[float(v) for v in r if v is not None and v > 0] for r in rs] for c, rs in ratios.items()}

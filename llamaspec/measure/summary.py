@@ -125,16 +125,6 @@ class Lossless:
 NOT_APPLICABLE = "not applicable"
 
 
-def sampled_verdict(temperature: float | None, pairs: int) -> Lossless:
-    """The verdict of a sampled run: outputs with and without a draft may differ by sampling alone,
-    so no comparison says anything about speculation."""
-    return Lossless(NOT_APPLICABLE, compared=0, pairs=pairs, reason=f"temperature {temperature:g}")
-
-
-def is_sampled(temperature: float | None) -> bool:
-    return temperature is not None and temperature > 0.0
-
-
 def compare_outputs(spec: Measurement, base: Measurement) -> Lossless:
     """One speculative output against its baseline, generated part only.
 
@@ -350,6 +340,11 @@ def requested_draft(case: ResolvedCase) -> int | None:
     return spectypes.requested_length(case.settings)
 
 
+# The counters a summary reads off its median speculative run (the one its draft check reads).
+_COUNTERS = ("n_prompt", "n_predict", "n_drafted", "n_accept", "rounds", "drafted_rounds", "mean_accepted",
+             "tokens_per_round", "drafted_per_round", "draft_steps", "program")
+
+
 def summarize(measured: Sequence[Measurement], shared: Sequence[Measurement] = (), *,
               requested_draft: int | None = None, status: str = "ok", error: str | None = None,
               baseline_key: str | None = None, threads_hint: bool = False, temperature: float | None = None) -> Summary:
@@ -395,8 +390,10 @@ def summarize(measured: Sequence[Measurement], shared: Sequence[Measurement] = (
         if not paired:
             spec, base = ok_spec, [m for m in measured if m.mode == "baseline" and m.ok]
     speedup = estimators.point(ratios)
-    lossless = (sampled_verdict(temperature, len(pairs)) if is_sampled(temperature)
-                else merge_lossless([compare_outputs(s, b) for s, b in pairs]))
+    if temperature is not None and temperature > 0.0:  # sampled: outputs may differ by sampling alone
+        lossless = Lossless(NOT_APPLICABLE, pairs=len(pairs), reason=f"temperature {temperature:g}")
+    else:
+        lossless = merge_lossless([compare_outputs(s, b) for s, b in pairs])
     mid_spec = sorted(spec, key=lambda m: m.decode_tps or 0)[len(spec) // 2] if spec else None
     draft = check_draft(mid_spec, requested_draft) if mid_spec else DraftCheck(requested_draft, None, None, None)
     problems = [p for p in (check_draft(m, requested_draft).problem for m in ok_spec) if p]
@@ -418,21 +415,12 @@ def summarize(measured: Sequence[Measurement], shared: Sequence[Measurement] = (
     basis = {m.mode: m.speed_basis for m in (*spec[:1], *base[:1]) if m.speed_basis}
     draft_runs = [m for m in (*measured, *shared) if m.mode == "draft" and m.ok]
     batches = [m for m in (*measured, *shared) if m.mode == "batch" and m.ok and m.stats]
-    rounds = mid_spec.rounds if mid_spec else None
     by = sum_positions(spec) if spec else Positions()
     return Summary(
         status=status, pairs=len(ratios), paired=paired, speedup=speedup,
         decode_tps=stats.spread([m.decode_tps for m in spec]), baseline_decode_tps=base_spread,
         encode_tps=stats.spread([m.encode_tps for m in spec]), acceptance=stats.spread([m.acceptance for m in spec]),
-        lossless=lossless, draft=draft,
-        n_prompt=mid_spec.n_prompt if mid_spec else None, n_predict=mid_spec.n_predict if mid_spec else None,
-        n_drafted=mid_spec.n_drafted if mid_spec else None, n_accept=mid_spec.n_accept if mid_spec else None,
-        rounds=rounds, drafted_rounds=mid_spec.drafted_rounds if mid_spec else None,
-        mean_accepted=mid_spec.mean_accepted if mid_spec else None,
-        tokens_per_round=mid_spec.tokens_per_round if mid_spec else None,
-        drafted_per_round=mid_spec.drafted_per_round if mid_spec else None,
-        draft_steps=mid_spec.draft_steps if mid_spec else None,
-        program=mid_spec.program if mid_spec else None,
+        lossless=lossless, draft=draft, **({k: getattr(mid_spec, k) for k in _COUNTERS} if mid_spec else {}),
         sample_ms_per_token=statistics.median(v) if (v := [b.sample_ms_per_token for b in base if b.sample_ms_per_token]) else None,
         cost_depth=batches[0].stats.get("depth") if batches and batches[0].stats else None,
         draft_decode_tps=stats.spread([m.decode_tps for m in draft_runs]),

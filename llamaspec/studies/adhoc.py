@@ -33,7 +33,7 @@ from typing import Any
 from llamaspec.base.errors import LlamaspecError
 from llamaspec.measure import spectypes
 from llamaspec.measure.settings import DEFAULTS, Settings
-from llamaspec.studies.experiment import GIVEN, Case, Experiment, ModelRef, studies_dir
+from llamaspec.studies.experiment import GIVEN, Case, Experiment, ModelRef, study_path
 
 log = logging.getLogger("llamaspec")
 
@@ -192,10 +192,6 @@ def check_name(name: str) -> str:
     return name
 
 
-def study_path(name: str) -> Path:
-    return studies_dir() / f"{name}.yaml"
-
-
 def _model_yaml(ref: ModelRef) -> dict[str, str]:
     from llamaspec.models import given
 
@@ -327,7 +323,7 @@ def open_study(experiment_name: str | None, model: str | None, drafts: Sequence[
             raise LlamaspecError(f"a workload with the experiment {experiment_name}: its cases are its own",
                                  hint=f"`llamaspec sweep {experiment_name} --prompts ...` weighs its cases over a set")
         loaded = experiment.load(experiment_name)
-        if experiment.study_file(loaded.name) == Path(loaded.path):
+        if study_path(loaded.name) == Path(loaded.path):
             check_kept(loaded)  # a study by name: the same bytes as when it was named
         return loaded
     if experiment_name is not None:

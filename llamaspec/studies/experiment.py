@@ -105,6 +105,9 @@ class _Checker:
         return LlamaspecError(f"{self.source}: {where}: {message}", hint="see experiments/README.md for the schema")
 
     def mapping(self, value: Any, where: str, allowed: Mapping[str, object], required: tuple[str, ...] = ()) -> dict:
+        """``value``, a mapping of ``allowed`` keys, without those set to null (as if not given),
+        each value of the type(s) ``allowed`` gives its key (:meth:`typed`; a key given another
+        schema is not checked here)."""
         if not isinstance(value, dict):
             raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
         for key in value:
@@ -115,9 +118,10 @@ class _Checker:
         for key in required:
             if key not in value or value[key] is None:
                 raise self.fail(f"{where}.{key}" if where else key, "missing")
-        return value
+        return {key: self.typed(v, f"{where}.{key}" if where else key, kind) if isinstance(kind := allowed[key], (type, tuple))
+                else v for key, v in value.items() if v is not None}
 
-    def typed(self, value: Any, where: str, kind: type | tuple[type, ...], positive: bool = False) -> Any:
+    def typed(self, value: Any, where: str, kind: type | tuple[type, ...]) -> Any:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if isinstance(value, bool) and bool not in kinds:
             raise self.fail(where, f"expected {'/'.join(k.__name__ for k in kinds)}, got a boolean")
@@ -125,8 +129,6 @@ class _Checker:
             value = float(value)
         if not isinstance(value, kinds):
             raise self.fail(where, f"expected {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__} {value!r}")
-        if positive and isinstance(value, (int, float)) and value < 0:
-            raise self.fail(where, f"must not be negative, got {value}")
         return value
 
 
@@ -140,7 +142,8 @@ def parse_settings(c: _Checker, raw: Any, where: str) -> Settings:
         raise c.fail(f"{where}.{exc.setting}", str(exc)) from None
 
 
-REFERENCE_KEYS = {f.name: f.type for f in dataclasses.fields(Reference)}
+REFERENCE_KEYS = {f.name: str if f.name in ("source", "hardware") else int if f.name.startswith("n_") else float
+                  for f in dataclasses.fields(Reference)}
 
 
 def parse_reference(c: _Checker, raw: Any, where: str) -> Reference | None:
@@ -150,11 +153,7 @@ def parse_reference(c: _Checker, raw: Any, where: str) -> Reference | None:
         pct = raw["accept_pct"]
         raise c.fail(f"{where}.accept_pct", "renamed: write acceptance as a fraction"
                      + (f" (acceptance: {pct / 100:g})" if isinstance(pct, (int, float)) else ""))
-    raw = c.mapping(raw, where, REFERENCE_KEYS)
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        kind: type | tuple[type, ...] = str if key in ("source", "hardware") else int if key.startswith("n_") else float
-        values[key] = c.typed(value, f"{where}.{key}", kind)
+    values = c.mapping(raw, where, REFERENCE_KEYS)
     if values.get("acceptance") is not None and not 0 <= values["acceptance"] <= 1:
         raise c.fail(f"{where}.acceptance", f"{values['acceptance']} is not a fraction (61.514% is 0.61514)")
     return Reference(**values)
@@ -168,8 +167,7 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
         raw = c.mapping(raw, where, {"file": str, "hf": str})
         if len(raw) != 1:
             raise c.fail(where, "give one of file and hf")
-        key, value = next(iter(raw.items()))
-        text = c.typed(value, f"{where}.{key}", str)
+        key, text = next(iter(raw.items()))
         if key == "file":
             path = Path(text).expanduser()
             text = str(path if path.is_absolute() else (base_dir or Path.cwd()) / path)
@@ -183,7 +181,7 @@ def parse_model(c: _Checker, raw: Any, where: str, known: Callable[[str, str], s
             raise c.fail(f"{where}.{key}", f"{text!r} is not a {'GGUF path' if key == 'file' else 'USER/REPO[:QUANT]'}")
         return ModelRef(GIVEN, spec.text)
     raw = c.mapping(raw, where, {"model": str, "variant": str}, required=("model", "variant"))
-    ref = ModelRef(c.typed(raw["model"], f"{where}.model", str), c.typed(raw["variant"], f"{where}.variant", str))
+    ref = ModelRef(raw["model"], raw["variant"])
     if known is not None:
         problem = known(ref.model, ref.variant)
         if problem:
@@ -201,9 +199,9 @@ CASE_KEYS = {"name": str, "target": dict, "draft": dict, "drafts": list, "prompt
 def parse_history(c: _Checker, raw: Any, where: str) -> tuple[Message, ...]:
     """A chat prompt's earlier turns: a list of ``{role: ..., content: ...}``."""
     turns = []
-    for i, turn in enumerate(c.typed(raw or [], where, list)):
+    for i, turn in enumerate(raw or []):  # a list: checked as the case's key
         turn = c.mapping(turn, f"{where}[{i}]", {"role": str, "content": str}, required=("role", "content"))
-        turns.append((c.typed(turn["role"], f"{where}[{i}].role", str), c.typed(turn["content"], f"{where}[{i}].content", str)))
+        turns.append((turn["role"], turn["content"]))
     return tuple(turns)
 
 
@@ -212,12 +210,12 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
     """Validate a loaded YAML document into an Experiment."""
     c = _Checker(source)
     top = c.mapping(data, "", TOP_KEYS, required=("name", "cases"))
-    name = c.typed(top["name"], "name", str)
+    name = top["name"]
     # ``engine:`` is the word; ``backend:``, the older one, is still read (not both: which would win?)
     if "engine" in top and "backend" in top:
         raise c.fail("backend", "give the engine once: `engine:` (backend: is its older name)")
     key = "backend" if "backend" in top else "engine"
-    engine = c.typed(top.get(key, "llama.cpp"), key, str)
+    engine = top.get(key, "llama.cpp")
     if engine not in engines.names():
         raise c.fail(key, f"unknown engine {engine!r} (known: {', '.join(engines.names())})")
     repeats = top.get("repeats", 1)
@@ -226,7 +224,7 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
         if repeats < 1:
             raise c.fail("repeats", "must be at least 1 (or auto)")
     settings = parse_settings(c, top.get("settings"), "settings")
-    raw_cases = c.typed(top["cases"], "cases", list)
+    raw_cases = top["cases"]
     if not raw_cases:
         raise c.fail("cases", "needs at least one case")
     cases = []
@@ -236,10 +234,7 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
         case_settings = parse_settings(c, raw.get("settings"), f"{where}.settings").over(settings)
         prompt = raw.get("prompt")
         prompt_file = raw.get("prompt_file")
-        if prompt is not None:
-            c.typed(prompt, f"{where}.prompt", str)
         if prompt_file is not None:
-            c.typed(prompt_file, f"{where}.prompt_file", str)
             resolved = (base_dir or Path.cwd()) / prompt_file
             if not resolved.is_file():
                 raise c.fail(f"{where}.prompt_file", f"file not found: {resolved}")
@@ -247,7 +242,7 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
         if (prompt is None) == (prompt_file is None) and not (top.get("prompts") and prompt is None and prompt_file is None):
             raise c.fail(where, "give exactly one of prompt and prompt_file (or a prompt set: top-level prompts)")
         drafts = tuple(parse_model(c, d, f"{where}.drafts[{j}]", known_model, base_dir)
-                       for j, d in enumerate(c.typed(raw.get("drafts") or [], f"{where}.drafts", list)))
+                       for j, d in enumerate(raw.get("drafts") or []))
         draft = parse_model(c, raw["draft"], f"{where}.draft", known_model, base_dir) if raw.get("draft") is not None else None
         if drafts:  # compared as one dimension: each by its location (a catalog one by NAME:VARIANT)
             drafts = tuple(ModelRef(GIVEN, d.label) for d in drafts)
@@ -257,7 +252,7 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
         if draft is None and spectypes.needs_draft(case_settings.over(DEFAULT_SETTINGS).spec_type):
             raise c.fail(f"{where}.draft", "missing (or set settings.spec_type to a draft-free n-gram mode)")
         cases.append(Case(
-            name=c.typed(raw.get("name", f"case{i}"), f"{where}.name", str),
+            name=raw.get("name", f"case{i}"),
             target=parse_model(c, raw["target"], f"{where}.target", known_model, base_dir),
             draft=draft,
             prompt=prompt,
@@ -265,16 +260,15 @@ def parse(data: Any, source: str, known_model: Callable[[str, str], str | None] 
             settings=case_settings,
             reference=parse_reference(c, raw.get("reference"), f"{where}.reference"),
             drafts=drafts,
-            category=c.typed(raw["category"], f"{where}.category", str) if raw.get("category") is not None else None,
-            chat=c.typed(raw.get("chat", False), f"{where}.chat", bool),
+            category=raw.get("category"),
+            chat=raw.get("chat", False),
             history=parse_history(c, raw.get("history"), f"{where}.history"),
         ))
     names = [case.name for case in cases]
     if len(set(names)) != len(names):
         raise c.fail("cases", f"case names must be unique, got {names}")
-    prompts = c.typed(top["prompts"], "prompts", (str, dict)) if top.get("prompts") is not None else None
-    return Experiment(name, c.typed(top.get("description", ""), "description", str), engine, repeats, tuple(cases),
-                      source, settings, prompts=prompts)
+    return Experiment(name, top.get("description", ""), engine, repeats, tuple(cases), source, settings,
+                      prompts=top.get("prompts"))
 
 
 def locate(name_or_path: str) -> Path:
@@ -288,8 +282,8 @@ def locate(name_or_path: str) -> Path:
         return candidate
     found = find(name_or_path)
     if not found:
-        study = study_file(name_or_path)  # a study made from the command line (llamaspec.studies.adhoc), by its name
-        if study is not None:
+        study = study_path(name_or_path)  # a study made from the command line (llamaspec.studies.adhoc), by its name
+        if study.is_file():
             return study
         known = sorted(known_experiments())
         raise LlamaspecError(
@@ -344,9 +338,8 @@ def studies_dir() -> Path:
     return paths.data_dir() / "studies"
 
 
-def study_file(name: str) -> Path | None:
-    path = studies_dir() / f"{name}.yaml"
-    return path if path.is_file() else None
+def study_path(name: str) -> Path:
+    return studies_dir() / f"{name}.yaml"
 
 
 def catalog_checker() -> Callable[[str, str], str | None]:

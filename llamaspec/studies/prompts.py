@@ -111,6 +111,12 @@ class PromptSet:
 SAID_AT_MOST = 20
 
 
+# The sources named by KIND:PATH that need their PATH: (what to write, where such a file is).
+_NEEDS_PATH = {"spec-bench": ("spec-bench:PATH/question.jsonl", "Spec-Bench's data/spec_bench/question.jsonl"),
+               "speed-bench": ("speed-bench:PATH.parquet (or .jsonl)",
+                               "one of nvidia/SPEED-Bench's parquet files, e.g. its qualitative split")}
+
+
 def parse_source(text: str, base_dir: Path | None = None, **options: Any) -> PromptSource:
     """``FILE`` | ``spec-bench:PATH`` | ``speed-bench:PATH`` | ``alpaca`` | ``alpaca:PATH``, with options
     (format, turns, limit, seed)."""
@@ -119,16 +125,10 @@ def parse_source(text: str, base_dir: Path | None = None, **options: Any) -> Pro
     if kind == "alpaca":
         opts.setdefault("format", "chat")
         return PromptSource("alpaca", str(locate(rest, base_dir)) if rest else None, **opts)
-    if kind == "spec-bench":
+    if kind in _NEEDS_PATH:
         if not rest:
-            raise LlamaspecError("spec-bench needs a path: spec-bench:PATH/question.jsonl",
-                                 hint="Spec-Bench's data/spec_bench/question.jsonl")
-        return PromptSource("spec-bench", str(locate(rest, base_dir)), **opts)
-    if kind == "speed-bench":
-        if not rest:
-            raise LlamaspecError("speed-bench needs a path: speed-bench:PATH.parquet (or .jsonl)",
-                                 hint="one of nvidia/SPEED-Bench's parquet files, e.g. its qualitative split")
-        return PromptSource("speed-bench", str(locate(rest, base_dir)), **opts)
+            raise LlamaspecError(f"{kind} needs a path: {_NEEDS_PATH[kind][0]}", hint=_NEEDS_PATH[kind][1])
+        return PromptSource(kind, str(locate(rest, base_dir)), **opts)
     return PromptSource("jsonl", str(locate(text, base_dir)), **opts)
 
 
@@ -182,10 +182,8 @@ def load(source: PromptSource | str, base_dir: Path | None = None, *, warn: bool
     chat = source.format != "raw"
     if source.kind == "jsonl":
         prompts, skipped, about = load_jsonl(Path(source.path or ""), chat=chat)
-    elif source.kind == "spec-bench":
-        prompts, skipped = public_sets.load_spec_bench(Path(source.path or ""), turns=source.turns, chat=chat)
-    elif source.kind == "speed-bench":
-        prompts, skipped = public_sets.load_speed_bench(Path(source.path or ""), turns=source.turns, chat=chat)
+    elif source.kind in ("spec-bench", "speed-bench"):
+        prompts, skipped = public_sets.load_turns(source.kind, Path(source.path or ""), turns=source.turns, chat=chat)
     elif source.kind == "alpaca":
         prompts, skipped = public_sets.load_alpaca(Path(source.path) if source.path else None, fmt=source.format)
     else:

@@ -52,31 +52,22 @@ def _turn_prompts(records: Iterable[tuple[str, int | None, Any]], turns: str, ch
     return prompts
 
 
-def load_spec_bench(path: Path, turns: str = "first", chat: bool = True) -> tuple[list[Prompt], list[str]]:
-    """Spec-Bench's question.jsonl (see :func:`_turn_prompts` for ``turns``)."""
-    skipped: list[str] = []
-    records = ((f"line {number}", number, item) for number, item in json_lines(path, skipped))
-    prompts = _turn_prompts(records, turns, chat, skipped)
-    if not prompts:
-        raise no_prompts(path, skipped, NEEDS["spec-bench"])
-    return prompts, skipped
-
-
-def load_speed_bench(path: Path, turns: str = "first", chat: bool = True) -> tuple[list[Prompt], list[str]]:
-    """NVIDIA's SPEED-Bench: one of its ``.parquet`` files (each config, e.g. ``qualitative``, ships as
-    parquet) or a ``.jsonl`` copy; ``category`` is the prompt's category, ``turns`` as Spec-Bench's."""
+def load_turns(kind: str, path: Path, turns: str = "first", chat: bool = True) -> tuple[list[Prompt], list[str]]:
+    """Benchmark records with turns (see :func:`_turn_prompts` for ``turns``): ``kind`` "spec-bench",
+    Spec-Bench's question.jsonl; "speed-bench", NVIDIA's SPEED-Bench, one of its ``.parquet`` files
+    (each config, e.g. ``qualitative``, ships as parquet) or a ``.jsonl`` copy."""
     skipped: list[str] = []
     records: Iterable[tuple[str, int | None, Any]]
-    if path.suffix == ".parquet":
+    if kind == "speed-bench" and path.suffix == ".parquet":
         records = ((f"row {i}", None, row) for i, row in enumerate(_parquet_rows(path), start=1))
-    elif path.suffix == ".jsonl":
-        records = ((f"line {number}", number, item) for number, item in json_lines(path, skipped))
-    else:
+    elif kind == "speed-bench" and path.suffix != ".jsonl":
         raise LlamaspecError(f"{path.name}: SPEED-Bench is read from a .parquet or .jsonl file",
                              hint="give one of nvidia/SPEED-Bench's parquet files, or a JSONL copy of it")
+    else:
+        records = ((f"line {number}", number, item) for number, item in json_lines(path, skipped))
     prompts = _turn_prompts(records, turns, chat, skipped)
     if not prompts:
-        raise no_prompts(path, skipped, NEEDS["speed-bench"])
+        raise no_prompts(path, skipped, NEEDS[kind])
     return prompts, skipped
 
 
