@@ -49,14 +49,6 @@ class Machine:
     def commit(self) -> str | None:
         return self.build.commit
 
-    @property
-    def build_key(self) -> str | None:
-        return self.build.key or None
-
-    @property
-    def bin_dir(self) -> str | None:
-        return str(self.build.bin_dir)
-
     def model(self, label: str) -> ModelPath:
         """``name:variant`` (or a GGUF path) as this machine has it, fetched or derived on first use."""
         f = self.models.get(label)
