@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -153,4 +155,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # SIGTERM (`timeout`, kill) unwinds like Ctrl-C, so that the finally blocks stop the servers
+    # this started; a default SIGTERM would leave them running, serving nobody
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     main()
