@@ -266,7 +266,7 @@ def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = 
         lengths.append(LengthForecast(i + 1, _tokens_model(window, None)(i + 1), s, min(lo, s), max(hi, s), beats))
     decision = decide.decide([_candidate(p, running, window.steps) for p in lengths])
     verdict, reason = decide.for_running(decision, running, {p.draft_max: p.beats_running or 0.0 for p in lengths})
-    best = int(decision.chosen.key) if decision.chosen is not None else running  # type: ignore[call-overload]
+    best = next((p.draft_max for p in lengths if decision.chosen is not None and p.draft_max == decision.chosen.key), running)
     return Forecast(running, tuple(lengths), BY_POSITION if window.accepted_by_position is not None else ONE_ALPHA,
                     plain_share, plain is not None, cost, calibrated, window.decode_tps, absolute, verdict, best,
                     reason, refits)
