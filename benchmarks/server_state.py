@@ -122,8 +122,9 @@ def probe(build: Build, target: ModelPath, draft: ModelPath | None, spec_type: s
     cases = {pid: ResolvedCase("server-state", pid, target, draft if spectypes.needs_draft(spec_type) else None,
                                text, None, s, prompt_id=pid, chat=True) for pid, text in prompts}
     order = [pid for pid, _ in prompts]
-    fresh = tuple(_requests(build, cases, [pid], logs, spec_type)[0] for pid in order)
     served = _requests(build, cases, [*order, order[0]], logs, spec_type)
+    # the one server's first request is the first prompt's fresh one: a server of its own for each other
+    fresh = (served[0], *(_requests(build, cases, [pid], logs, spec_type)[0] for pid in order[1:]))
     erased = _requests(build, cases, [*order, order[0]], logs, spec_type, erase=True) if erase else []
     return StateProbe(spec_type, fresh, tuple(served), tuple(erased))
 

@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -208,28 +207,23 @@ def cluster_factory(ray_head: _Head) -> Iterator[Callable[..., Any]]:
 
     yield make
     ray.shutdown()
-    for thread in _REMOVING:  # a node the test removes mid-study: gone before the rest go
-        thread.join(timeout=120)
-    _REMOVING.clear()
     c = ray_head.cluster
     for node in added:
         if c is not None and node in c.worker_nodes:  # not already removed by the test
             c.remove_node(node)
 
 
-_REMOVING: list[threading.Thread] = []
-
-
 def _kill_on_first_result(c: Any, node: Any, machine: str) -> tuple[Callable[[str, str, dict[str, Any]], None], list[str]]:
+    """A coordinator's ``on_result`` that removes ``machine``'s node (its processes killed) when its
+    first result comes, before the call returns: the coordinator then hands the dead machine its next
+    item, which is lost whatever the load (a removal left to run beside the study raced the machine's
+    next item, which could end first)."""
     killed: list[str] = []
 
     def on_result(key: str, by: str, result: dict[str, Any]) -> None:
-        # The coordinator hands this machine its next item right after this call returns: it is
-        # mid-item when the node goes.
         if by == machine and not killed:
             killed.append(key)
-            _REMOVING.append(thread := threading.Thread(target=c.remove_node, args=(node,), daemon=True))
-            thread.start()
+            c.remove_node(node)
 
     return on_result, killed
 
@@ -472,11 +466,13 @@ def test_a_server_experiment_over_two_nodes_survives_losing_one_and_leaves_no_se
     lossless = figures["host-a"].cases["k8"].lossless  # greedy: unchanged, or changed at a greedy near-tie only
     assert lossless.verdict == "identical" or lossless.near_tie is not None, lossless
     print("figures: a server experiment over two nodes:", " | ".join(line.strip() for line in per_machine.describe(figures)))
+    def llama_cpp() -> list[str]:  # the nodes' own Ray processes carry the tag too, until the test's end
+        return [" ".join(p.cmdline()[:3]) for p in _tagged(tag) if "llama" in p.name()]
+
     deadline = time.monotonic() + 60  # ends as soon as they are gone; generous on a loaded machine
-    while _tagged(tag) and time.monotonic() < deadline:  # host-a's actor closed its servers; host-b's reaper
+    while llama_cpp() and time.monotonic() < deadline:  # host-a's actor closed its servers; host-b's reaper
         time.sleep(0.2)
-    left = [" ".join(p.cmdline()[:3]) for p in _tagged(tag) if "llama" in p.name()]
-    assert not left, f"llama.cpp processes outlived their workers: {left}"
+    assert not (left := llama_cpp()), f"llama.cpp processes outlived their workers: {left}"
 
 
 DECISION_HEADS = ("    recommended:", "    undecided:")  # a machine's decision, as echo_cluster_report indents it

@@ -5,6 +5,7 @@ the tests did."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -25,18 +26,21 @@ exit {pytest_rc}
 """
 FAKE_MAKE = """#!/bin/sh
 echo "make $*" >> "{calls}"
-case "$*" in *test-hub*) echo "47 passed, 8 skipped"; exit {hub_rc};; esac
+case "$*" in
+    *test-hub*) echo "47 passed, 8 skipped"; exit {hub_rc};;
+    *.venv-hub/.installed*) [ {hub_setup_rc} = 0 ] || echo "ERROR: No matching distribution found for torch==2.13.0"; exit {hub_setup_rc};;
+esac
 """
 
 
 def run(tmp_path: Path, builds_fail: bool = False, pytest_rc: int = 0,
-        hub_rc: int = 0) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+        hub_rc: int = 0, hub_setup_rc: int = 0) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
     for name, text in (("python", FAKE_PYTHON), ("make", FAKE_MAKE)):
         (bin_dir / name).write_text(text.format(calls=calls, builds_fail=int(builds_fail), pytest_rc=pytest_rc,
-                                                hub_rc=hub_rc))
+                                                hub_rc=hub_rc, hub_setup_rc=hub_setup_rc))
         (bin_dir / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BIN": str(bin_dir), "WORKERS": "4",
            "QUICK": "not slow", "HUB_STAMP": ".venv-hub/.installed", "BUILDS_LOG": str(tmp_path / "builds.log")}
@@ -50,17 +54,21 @@ def test_the_builds_start_first_and_every_tier_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     # the builds in the background, the tiers meanwhile, and make test waits for the builds to end
     tiers = [c for c in calls if c != "python tests/llamacpp_builds.py"]
-    assert tiers[:2] == ["make --no-print-directory -j2 setup-convert .venv-hub/.installed",
-                         "python -m pytest -q -n 4 -m not slow"]
+    # the main venv's extras before any test; the hub venv's beside the quick tier
+    assert tiers[0] == "make --no-print-directory setup-convert"
+    assert sorted(tiers[1:3]) == ["make --no-print-directory .venv-hub/.installed", "python -m pytest -q -n 4 -m not slow"]
     # the slow tier and the hub tests side by side, after the quick tier
-    assert sorted(tiers[2:4]) == ["make --no-print-directory test-hub",
+    assert sorted(tiers[3:5]) == ["make --no-print-directory test-hub",
                                   "python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m not (not slow) --durations=10"]
-    assert tiers[4:] == ["builds done"]
+    assert tiers[5:] == ["builds done"]
     assert calls.index("python tests/llamacpp_builds.py") < calls.index("builds done")
     assert f"log: {tmp_path / 'builds.log'}" in done.stdout and "FAILED" not in done.stderr
-    # the last line says how the builds ended (llamacpp_builds.py's "done: ... in N s")
-    assert done.stdout.splitlines()[-1] == (f"make test: the background llama.cpp builds, ready: the pinned build "
-                                            f"with llama-server (log: {tmp_path / 'builds.log'})")
+    # the last lines say how long each part took, and how the builds ended (llamacpp_builds.py's "done: ... in N s")
+    parts, builds = done.stdout.splitlines()[-2:]
+    assert re.fullmatch(r"make test: the extras installed in \d+ s, the quick tier in \d+ s, the slow tier in \d+ s "
+                        r"\(the hub tests beside it\)", parts), parts
+    assert builds == (f"make test: the background llama.cpp builds, ready: the pinned build "
+                      f"with llama-server (log: {tmp_path / 'builds.log'})")
 
 
 @pytest.mark.parametrize("pytest_rc", [0, 1])
@@ -71,13 +79,20 @@ def test_a_failed_background_build_fails_make_test_with_one_line(tmp_path: Path,
     assert line == ("make test: FAILED: the background llama.cpp builds: Error: the pinned build with llama-server: "
                     f"cmake exited with code 2 (log: {tmp_path / 'builds.log'})")
     assert calls[-1] == "builds done"  # waited for, even after a failed tier
-    assert len(calls) == (6 if pytest_rc == 0 else 4)  # a failed quick tier stops the tiers, not the report
+    assert len(calls) == (7 if pytest_rc == 0 else 5)  # a failed quick tier stops the tiers, not the report
 
 
 def test_failed_hub_tests_fail_make_test(tmp_path: Path) -> None:
     done, calls = run(tmp_path, hub_rc=2)
     assert done.returncode == 2 and "47 passed, 8 skipped" in done.stdout and "FAILED" not in done.stderr
     assert calls[-1] == "builds done"
+
+
+def test_a_hub_venv_that_cannot_be_made_fails_make_test_and_says_why(tmp_path: Path) -> None:
+    done, calls = run(tmp_path, hub_setup_rc=2)
+    assert done.returncode == 2 and "No matching distribution found for torch==2.13.0" in done.stdout
+    assert "make --no-print-directory test-hub" not in calls  # nothing to run them in
+    assert any("--dist loadfile" in c for c in calls)  # the slow tier runs all the same
 
 
 FAKE_SUITE = """#!/bin/sh

@@ -401,7 +401,7 @@ def test_a_setup_that_trails_on_its_first_prompts_is_measured_no_more(fake_model
     drafts = next(s for s in result.decision.setups if s.label == "draft 12")
     assert len([p for p, v in mode.per_prompt if v is not None]) == 3
     assert len([p for p, v in drafts.per_prompt if v is not None]) > 3
-    assert any(w.startswith("ngram-simple: draft 12 ran ") for w in result.stopped)
+    assert result.stopped.get("ngram-simple", "").startswith("draft 12 ran ")
     assert "measured no more: ngram-simple: draft 12 ran" in result.render()
 
 
@@ -668,8 +668,10 @@ def test_a_failed_setup_is_failed_in_the_stored_decision_and_not_measured_again_
 
 
 def test_the_answer_asks_for_no_more_of_a_setup_the_study_stopped(fake_models) -> None:
-    """draft 16 trails draft 12 and is measured no more: the decision made from the stored points asks
-    for more of it, the study's own answer does not (it says why it stopped instead)."""
+    """draft 16 trails draft 12 and is measured no more: the study's answer asks for no more of it
+    (it says why it stopped instead), and the decision made again from the stored points with the
+    setups the study stored as stopped (a cluster coordinator's) asks the same; without them it
+    would ask for draft 16."""
     from llamaspec.studies.state import Load
 
     alphas = {p: 0.6 + 0.1 * (int(p[-1]) - 1) for p in SAMPLED}
@@ -679,9 +681,12 @@ def test_the_answer_asks_for_no_more_of_a_setup_the_study_stopped(fake_models) -
     setups = study.setups_for({"draft_max": (12, 16)}, ("ngram-simple",))
     study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=30))
     result = study.run_study(workload_exp(prompts=SAMPLED), setups, engine, store, Budget(pairs=60))  # continued
-    stopped = {w.split(":")[0] for w in result.stopped}
-    raw = study.stored_decision(workload_exp(prompts=SAMPLED), setups, store, result.study_id, Load(()))
-    assert "draft 16" in stopped and "draft 16" in {r.label for r in raw.decision.requests}
+    stored = result.as_dict()["stopped"]
+    assert "draft 16" in stored and stored == dict(result.stopped)
     asked = {r.label for r in result.decision.decision.requests}
-    assert asked and not asked & stopped
+    assert asked and "draft 16" not in asked
     assert "draft 16:" not in result.decision.decision.sureness
+    again = study.stored_decision(workload_exp(prompts=SAMPLED), setups, store, result.study_id, Load(()), stopped=stored)
+    assert again.decision.requests == result.decision.decision.requests
+    raw = study.stored_decision(workload_exp(prompts=SAMPLED), setups, store, result.study_id, Load(()))
+    assert "draft 16" in {r.label for r in raw.decision.requests}  # what the stored stopped setups take out

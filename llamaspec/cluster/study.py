@@ -107,7 +107,8 @@ def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = Tr
     """Each machine's answer to a cluster study, decided on the coordinator from the points its
     study measured (stored here under ``GROUP@MACHINE``) by the decision a study on one machine
     makes (:func:`llamaspec.studies.study.stored_decision`: the same setups, named by the study,
-    the same speedup model, scope, ``count_loops`` and hold on a changed load), whatever the
+    the same speedup model, scope, ``count_loops``, hold on a changed load and setups measured no
+    more), whatever the
     worker's own search was. ``over_prompts``: the prompts a machine timed are a sample of the
     workload (False: ``--whole-workload``)."""
     from llamaspec.cluster.executors import setups_from
@@ -124,7 +125,7 @@ def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = Tr
             continue
         load = Load(tuple((done.get("load") or {}).get("blocks") or ()))
         out[machine] = stored_decision(exp, setups_from(summary["setups"]), store, done["study_id"], load,
-                                       over_prompts=over_prompts, count_loops=count_loops, where=machine_suffix(machine))
+                                       stopped=done.get("stopped") or {}, over_prompts=over_prompts, count_loops=count_loops, where=machine_suffix(machine))
     return dict(sorted(out.items()))
 
 

@@ -81,7 +81,7 @@ class StudyResult:
     plan: str | None = None  # how many prompts the budget times, as said once the first block gave the pace
     drift: Drift | None = None  # how the figures moved between the study's start and its end
     load: Load | None = None  # what else the machine did while it measured
-    stopped: tuple[str, ...] = ()  # the setups it stopped measuring (they trailed the best), and why
+    stopped: Mapping[str, str] = field(default_factory=dict)  # label -> why the study measured it no more
     block_seconds: float | None = None  # a later block's time at this machine's pace (the minutes more prompts cost)
     baseline_runs: tuple[int, ...] = ()  # the runs that keep the block baselines
 
@@ -119,7 +119,7 @@ class StudyResult:
         for what, why in self.skipped:
             reasons.setdefault(why, []).append(what)
         lines += [f"  skipped {', '.join(whats)}: {why}" for why, whats in reasons.items()]
-        lines += [f"  measured no more: {why}" for why in self.stopped]
+        lines += [f"  measured no more: {label}: {why}" for label, why in self.stopped.items()]
         if self.drift is not None:
             lines.append(f"  {self.drift.text()}")
         if self.load is not None and (said := self.load.text()):
@@ -151,7 +151,7 @@ class StudyResult:
         return {"study_id": self.study_id, "experiment": self.experiment, "stop": self.stop, "pairs": self.pairs,
                 "fixed_grid_pairs": self.fixed_grid_pairs, "seconds": self.seconds, "last_progress": self.last_progress,
                 "plan": self.plan, "drift": self.drift.to_dict() if self.drift else None,
-                "load": self.load.to_dict() if self.load else None, "stopped": list(self.stopped),
+                "load": self.load.to_dict() if self.load else None, "stopped": dict(self.stopped),
                 "block_seconds": self.block_seconds,
                 "to_settle": dict(zip(("prompts", "minutes"), got, strict=True)) if (got := self.settle_minutes()) else None,
                 "answer": workload.verdict_text(self.decision.decision),
@@ -212,9 +212,9 @@ def run_study(exp: Experiment, setups: Sequence[Setup], engine: Engine, store: S
     runs = study.runs()
     meta = run_meta(store.run(next(iter(runs.values())))) if runs else {}
     load = study.load()
-    result = StudyResult(sid, exp.name, unasked(held(study.decision(), load), stopped), stop, study.spent(),
+    result = StudyResult(sid, exp.name, answer(study, load, stopped), stop, study.spent(),
                          fixed_pairs(exp, study.setups), study.seconds, progress, tuple(skipped), runs, meta, made,
-                         study.drift(), load, tuple(f"{label}: {why}" for label, why in stopped.items()),
+                         study.drift(), load, stopped,
                          study.block_seconds(max(1, len(study.setups) if fixed_grid else 2)), study.baseline_runs())
     keep(store, exp, result)
     return result
@@ -232,30 +232,27 @@ def sampled(exp: Experiment, over_prompts: bool = True) -> bool:
 
 
 def stored_decision(exp: Experiment, setups: Sequence[Setup], store: Store, sid: str, load: Load, *,
-                    over_prompts: bool = True, count_loops: bool = False, where: str = "") -> workload.WorkloadDecision:
+                    stopped: Mapping[str, str] | None = None, over_prompts: bool = True, count_loops: bool = False,
+                    where: str = "") -> workload.WorkloadDecision:
     """The decision :func:`run_study` makes, made again from the study's points as stored (``where``:
     the suffix of their groups, ``@MACHINE`` for a cluster study's on the coordinator): the same
-    state, cells, speedup model, scope and hold, no engine."""
+    state, cells, speedup model, scope, hold and setups measured no more (``stopped``, as the study
+    stored them: :attr:`StudyResult.stopped`), no engine."""
     state = StudyState(exp, setups, None, store, sid, None, over_prompts=sampled(exp, over_prompts),
                        count_loops=count_loops, where=where)
-    return held(state.decision(), load)
+    return answer(state, load, stopped or {})
 
 
-def held(d: workload.WorkloadDecision, load: Load) -> workload.WorkloadDecision:
-    """The decision, unless the load changed while it was measured (:attr:`Load.changed`): then
-    undecided, saying so, its figures kept (no decision across a change of conditions)."""
-    if not load.changed or d.decision.verdict not in ("recommend", "no draft"):
-        return d
-    why = load.text() or "the load changed while it measured"
-    return dataclasses.replace(d, decision=dataclasses.replace(d.decision, verdict="undecided", settled=False, reason=why))
-
-
-def unasked(d: workload.WorkloadDecision, stopped: Mapping[str, str]) -> workload.WorkloadDecision:
-    """The decision without its requests for the setups the study stopped measuring (it says why
-    apart): an answer that asks for more prompts of a setup the study will not measure again
-    would send a rerun after what it cannot get."""
-    requests = tuple(r for r in d.decision.requests if r.label not in stopped)
-    return dataclasses.replace(d, decision=dataclasses.replace(d.decision, requests=requests))
+def answer(state: StudyState, load: Load, stopped: Mapping[str, str]) -> workload.WorkloadDecision:
+    """The study's decision, held undecided where the load changed while it measured
+    (:attr:`Load.changed`: no decision across a change of conditions, its figures kept), and asking
+    for no more prompts of a setup the study stopped measuring (it says why apart): an answer that
+    asked for them would send a rerun after what it will not measure."""
+    wd = state.decision()
+    d = wd.decision
+    if load.changed and d.verdict in ("recommend", "no draft"):
+        d = dataclasses.replace(d, verdict="undecided", settled=False, reason=load.text() or "the load changed while it measured")
+    return dataclasses.replace(wd, decision=dataclasses.replace(d, requests=tuple(r for r in d.requests if r.label not in stopped)))
 
 
 def keep(store: Store, exp: Experiment, result: StudyResult) -> int:
