@@ -108,9 +108,8 @@ def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = Tr
     study measured (stored here under ``GROUP@MACHINE``) by the decision a study on one machine
     makes (:func:`llamaspec.studies.study.stored_decision`: the same setups, named by the study,
     the same speedup model, scope, ``count_loops``, hold on a changed load and setups measured no
-    more), whatever the
-    worker's own search was. ``over_prompts``: the prompts a machine timed are a sample of the
-    workload (False: ``--whole-workload``)."""
+    more), whatever the worker's own search was. ``over_prompts``: the prompts a machine timed are
+    a sample of the workload (False: ``--whole-workload``)."""
     from llamaspec.cluster.executors import setups_from
     from llamaspec.cluster.sink import machine_of, machine_suffix
     from llamaspec.studies.state import Load
@@ -125,7 +124,8 @@ def study_decisions(store: Any, study: str, exp: Any, *, over_prompts: bool = Tr
             continue
         load = Load(tuple((done.get("load") or {}).get("blocks") or ()))
         out[machine] = stored_decision(exp, setups_from(summary["setups"]), store, done["study_id"], load,
-                                       stopped=done.get("stopped") or {}, over_prompts=over_prompts, count_loops=count_loops, where=machine_suffix(machine))
+                                       stopped=done.get("stopped") or {}, over_prompts=over_prompts,
+                                       count_loops=count_loops, where=machine_suffix(machine))
     return dict(sorted(out.items()))
 
 
