@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,18 +100,21 @@ def cv(values: Sequence[float]) -> float | None:
     return statistics.stdev(values) / mean if mean else None
 
 
-def bootstrap(values: Sequence[float], estimator: Callable[[Sequence[float]], float] = statistics.median,
-              samples: int = BOOTSTRAP_SAMPLES, level: float = LEVEL, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``estimator`` over ``values`` (seeded: reproducible)."""
+def bootstrap(values: Sequence[float], samples: int = BOOTSTRAP_SAMPLES, level: float = LEVEL,
+              seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median of ``values`` (seeded: reproducible), the
+    resamples drawn and their medians taken at once (numpy): a study forms thousands of these."""
+    import numpy as np
+
     if not values:
         raise ValueError("no values")
     if len(values) == 1:
         return values[0], values[0]
-    rng = random.Random(seed)
-    n = len(values)
-    estimates = sorted(estimator([values[rng.randrange(n)] for _ in range(n)]) for _ in range(samples))
+    data = np.asarray(values, dtype=float)
+    draws = np.random.default_rng(seed).integers(0, len(data), size=(samples, len(data)))
+    medians = np.sort(np.median(data[draws], axis=1))
     tail = (1 - level) / 2
-    return estimates[int(tail * (samples - 1))], estimates[int(math.ceil((1 - tail) * (samples - 1)))]
+    return float(medians[int(tail * (samples - 1))]), float(medians[int(math.ceil((1 - tail) * (samples - 1)))])
 
 
 def spread(values: Sequence[float | None]) -> Spread | None:
