@@ -34,9 +34,12 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
 # `make test` runs the slow tier in two processes, each taking whole files (pytest-xdist's
 # `--dist loadfile --no-loadscope-reorder`, tests/make_test.sh), in the order its workers collect
 # them: these files, the longest, go first (in every run: a worker is told `dist = "no"`), so that
-# no process is left with a long one when the other has finished. The order is all this decides.
-LONGEST_FIRST = ("test_cluster_ray.py", "test_install.py", "test_adhoc_llamacpp.py", "test_server.py",
-                 "test_hf_runner.py", "test_hf_experiments.py", "test_run_llamacpp.py", "test_deploy.py")
+# no process is left with a long one when the other has finished (by each file's time with the
+# builds cached, --durations=0, 2026-12-07; test_cluster_ray first all the same: its build is the
+# first the background makes). The order is all this decides.
+LONGEST_FIRST = ("test_cluster_ray.py", "test_server.py", "test_hf_experiments.py", "test_adhoc_llamacpp.py",
+                 "test_watch_llamacpp.py", "test_run_llamacpp.py", "test_install.py", "test_deploy.py",
+                 "test_pasted_llamacpp.py", "test_hub.py", "test_deploy_check.py", "test_hf_runner.py")
 
 
 def _longest_first(items: list[pytest.Item]) -> None:
