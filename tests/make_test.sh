@@ -39,8 +39,8 @@ if [ "$status" -eq 0 ]; then
     hub_status=$?
 fi
 if [ "$status" -eq 0 ]; then
-    # The hub tests (their own venv) beside the slow tier: its two processes leave a core idle at
-    # times; their output is shown when both have ended.
+    # The hub tests (their own venv) beside the slow tier, which waits on its programs at times;
+    # their output is shown when both have ended.
     if [ "$hub_status" -eq 0 ]; then
         make --no-print-directory test-hub >>"$HUB_LOG" 2>&1 &
         hub=$!

@@ -266,7 +266,8 @@ def forecast(window: Window, cost: CostModel, running: int, *, absolute: bool = 
         lengths.append(LengthForecast(i + 1, _tokens_model(window, None)(i + 1), s, min(lo, s), max(hi, s), beats))
     decision = decide.decide([_candidate(p, running, window.steps) for p in lengths])
     verdict, reason = decide.for_running(decision, running, {p.draft_max: p.beats_running or 0.0 for p in lengths})
-    best = next((p.draft_max for p in lengths if decision.chosen is not None and p.draft_max == decision.chosen.key), running)
+    chosen = decision.chosen.key if decision.chosen is not None else None
+    best = next((p.draft_max for p in lengths if p.draft_max == chosen), running)
     return Forecast(running, tuple(lengths), BY_POSITION if window.accepted_by_position is not None else ONE_ALPHA,
                     plain_share, plain is not None, cost, calibrated, window.decode_tps, absolute, verdict, best,
                     reason, refits)
